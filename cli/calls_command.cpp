@@ -1,0 +1,78 @@
+// `nanprov calls [RUN] [filters] [--json]`: the attention calls of a run, filtered.
+#include <cstdio>
+#include <iostream>
+#include <optional>
+
+#include "cli/commands.h"
+#include "cli/report.h"
+#include "store/run_dir.h"
+
+namespace nanprov::cli {
+namespace {
+
+struct Options {
+  std::string run;
+  std::optional<int> rank;
+  std::optional<int64_t> layer, step;
+  std::string phase, backend;
+  bool nonfinite = false;
+  bool json = false;
+};
+
+bool keep(const Options& o, const CallRecord& c, const CallHealth& h) {
+  return (!o.rank || *o.rank == c.rank) && (!o.layer || *o.layer == c.layer) &&
+         (!o.step || *o.step == c.step) && (o.phase.empty() || o.phase == phaseName(c.phase)) &&
+         (o.backend.empty() || o.backend == c.backend) && (!o.nonfinite || h.kind != EdgeKind::kClean);
+}
+
+std::string roles(const std::vector<std::string>& list) {
+  std::string out;
+  for (const auto& r : list) out += (out.empty() ? "" : ",") + r;
+  return out.empty() ? "-" : out;
+}
+
+}  // namespace
+
+void addCallsCommand(CLI::App& app, int* exit_code) {
+  auto opts = std::make_shared<Options>();
+  CLI::App* cmd = app.add_subcommand("calls", "List the attention calls of a run");
+  cmd->footer(
+      "Examples:\n"
+      "  nanprov calls --nonfinite               calls that touched NaN/Inf\n"
+      "  nanprov calls --rank 1 --layer 3 --phase bwd --json");
+  cmd->add_option("run", opts->run, "Run directory (default: the newest under ./nanprov-runs)");
+  cmd->add_option("--rank", opts->rank, "Only this rank");
+  cmd->add_option("--layer", opts->layer, "Only this layer");
+  cmd->add_option("--step", opts->step, "Only this optimizer step");
+  cmd->add_option("--phase", opts->phase, "Only fwd or bwd")->check(CLI::IsMember({"fwd", "bwd"}));
+  cmd->add_option("--backend", opts->backend, "Only this backend (flash_cpu, math, cudnn, flash, efficient)");
+  cmd->add_flag("--nonfinite", opts->nonfinite, "Only calls with a non-finite input or output");
+  cmd->add_flag("--json", opts->json, "Print JSON for scripts");
+  cmd->callback([opts, exit_code] {
+    auto dir = resolveRunDir(opts->run);
+    if (!dir.ok()) return void(*exit_code = fail("calls", dir.status()));
+    auto run = loadRun(*dir);
+    if (!run.ok()) return void(*exit_code = fail("calls", run.status()));
+    nlohmann::json list = nlohmann::json::array();
+    if (!opts->json) {
+      std::printf("%-24s %5s %-5s %-10s %-10s %-10s %s\n", "call", "step", "phase", "backend", "kind",
+                  "bad in", "bad out");
+    }
+    for (const CallRecord& c : run->calls) {
+      CallHealth h = classify(c);
+      if (!keep(*opts, c, h)) continue;
+      if (opts->json) {
+        list.push_back(callJson(c, h));
+      } else {
+        std::printf("%-24s %5lld %-5s %-10s %-10s %-10s %s%s\n", callName(c).c_str(),
+                    static_cast<long long>(c.step), phaseName(c.phase), c.backend.c_str(),
+                    edgeKindName(h.kind), roles(h.nonfinite_inputs).c_str(),
+                    roles(h.nonfinite_outputs).c_str(), c.injected.empty() ? "" : " (injected)");
+      }
+    }
+    if (opts->json) std::cout << list.dump(2) << "\n";
+    *exit_code = kClean;
+  });
+}
+
+}  // namespace nanprov::cli

@@ -1,0 +1,127 @@
+#include "cli/child_process.h"
+
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+extern char** environ;
+
+namespace nanprov {
+namespace {
+
+volatile sig_atomic_t g_child = 0;
+
+void forward(int sig, siginfo_t* info, void*) {
+  bool from_terminal = (sig == SIGINT || sig == SIGQUIT) && info && info->si_code == SI_KERNEL;
+  if (g_child > 0 && !from_terminal) kill(g_child, sig);
+}
+
+constexpr int kForwarded[] = {SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGINT, SIGQUIT};
+
+std::vector<std::string> mergedEnvironment(const std::map<std::string, std::string>& extra) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e) {
+    std::string kv = *e;
+    if (!extra.count(kv.substr(0, kv.find('=')))) env.push_back(kv);
+  }
+  for (const auto& [k, v] : extra) env.push_back(k + "=" + v);
+  return env;
+}
+
+std::vector<char*> cStrings(std::vector<std::string>& strings) {
+  std::vector<char*> out;
+  for (auto& s : strings) out.push_back(s.data());
+  out.push_back(nullptr);
+  return out;
+}
+
+StatusOr<pid_t> spawn(std::vector<std::string> argv, const std::map<std::string, std::string>& extra_env,
+                      posix_spawn_file_actions_t* actions) {
+  std::string path = findExecutable(argv[0]);
+  if (path.empty()) return Status::Error("command not found: " + argv[0]);
+  std::vector<std::string> env = mergedEnvironment(extra_env);
+  std::vector<char*> cargv = cStrings(argv), cenv = cStrings(env);
+  pid_t pid = 0;
+  int rc = posix_spawn(&pid, path.c_str(), actions, nullptr, cargv.data(), cenv.data());
+  if (rc != 0) return Status::Error("cannot start " + argv[0] + ": " + std::strerror(rc));
+  return pid;
+}
+
+ChildExit waitFor(pid_t pid) {
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  ChildExit exit;
+  if (WIFSIGNALED(status)) exit.signal = WTERMSIG(status);
+  else exit.exit_code = WEXITSTATUS(status);
+  return exit;
+}
+
+}  // namespace
+
+std::string findExecutable(const std::string& name) {
+  if (name.empty()) return "";
+  if (name.find('/') != std::string::npos) return access(name.c_str(), X_OK) == 0 ? name : "";
+  const char* path = std::getenv("PATH");
+  std::stringstream dirs(path ? path : "/usr/bin:/bin");
+  std::string dir;
+  while (std::getline(dirs, dir, ':')) {
+    std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
+    if (access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  return "";
+}
+
+StatusOr<ChildExit> runChild(const std::vector<std::string>& argv,
+                             const std::map<std::string, std::string>& extra_env) {
+  if (argv.empty()) return Status::Error("no command given");
+  struct sigaction act {}, old[std::size(kForwarded)];
+  act.sa_sigaction = &forward;
+  act.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigemptyset(&act.sa_mask);
+  for (size_t i = 0; i < std::size(kForwarded); ++i) sigaction(kForwarded[i], &act, &old[i]);
+  auto pid = spawn(argv, extra_env, nullptr);
+  if (!pid.ok()) {
+    for (size_t i = 0; i < std::size(kForwarded); ++i) sigaction(kForwarded[i], &old[i], nullptr);
+    return pid.status();
+  }
+  g_child = *pid;
+  ChildExit exit = waitFor(*pid);
+  g_child = 0;
+  for (size_t i = 0; i < std::size(kForwarded); ++i) sigaction(kForwarded[i], &old[i], nullptr);
+  return exit;
+}
+
+StatusOr<std::string> captureOutput(const std::vector<std::string>& argv,
+                                    const std::map<std::string, std::string>& extra_env, int* exit_code) {
+  int fds[2];
+  if (pipe(fds) != 0) return Status::Error(std::string("pipe: ") + std::strerror(errno));
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
+  posix_spawn_file_actions_addclose(&actions, fds[0]);
+  auto pid = spawn(argv, extra_env, &actions);
+  posix_spawn_file_actions_destroy(&actions);
+  close(fds[1]);
+  if (!pid.ok()) {
+    close(fds[0]);
+    return pid.status();
+  }
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fds[0], buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR)) {
+    if (n > 0) out.append(buf, static_cast<size_t>(n));
+  }
+  close(fds[0]);
+  *exit_code = waitFor(*pid).passThroughCode();
+  return out;
+}
+
+}  // namespace nanprov

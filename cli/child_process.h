@@ -1,0 +1,32 @@
+// Runs the user's command as a child and passes its exit code and signals through.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "store/status.h"
+
+namespace nanprov {
+
+// Where `name` resolves on PATH (or itself when it contains '/'); empty when not executable.
+std::string findExecutable(const std::string& name);
+
+struct ChildExit {
+  int exit_code = 0;  // valid when signal == 0
+  int signal = 0;     // the signal that killed the child, 0 when it exited
+  // The code a wrapper should exit with: the child's, or 128 + signal.
+  int passThroughCode() const { return signal ? 128 + signal : exit_code; }
+};
+
+// Starts argv with `extra_env` added to the environment and waits for it. While it runs, signals
+// sent to nanprov (SIGTERM, SIGHUP, SIGUSR1/2, and SIGINT/SIGQUIT sent by kill) are forwarded to
+// it; terminal-generated SIGINT/SIGQUIT reach the child directly and are ignored here.
+StatusOr<ChildExit> runChild(const std::vector<std::string>& argv,
+                             const std::map<std::string, std::string>& extra_env);
+
+// Runs argv to completion and returns its stdout; for short helper commands.
+StatusOr<std::string> captureOutput(const std::vector<std::string>& argv,
+                                    const std::map<std::string, std::string>& extra_env, int* exit_code);
+
+}  // namespace nanprov

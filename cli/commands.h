@@ -1,0 +1,25 @@
+// The nanprov subcommands. Each add*Command registers its options and sets *exit_code when run.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+#include <vector>
+
+#include "store/status.h"
+
+namespace nanprov::cli {
+
+// Exit codes. report: 0 clean, 1 a non-finite edge was found.
+enum ExitCode { kClean = 0, kEdgeFound = 1, kUsageError = 2, kInputError = 3 };
+
+// Prints "nanprov <command>: <message>" on stderr and returns kInputError.
+int fail(const std::string& command, const Status& status);
+
+// `wrapped` is what followed "--" on the command line: the command to run.
+void addRunCommand(CLI::App& app, int* exit_code, std::vector<std::string> wrapped);
+void addReportCommand(CLI::App& app, int* exit_code);
+void addCallsCommand(CLI::App& app, int* exit_code);
+void addSqlCommand(CLI::App& app, int* exit_code);
+void addDoctorCommand(CLI::App& app, int* exit_code);
+
+}  // namespace nanprov::cli

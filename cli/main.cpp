@@ -1,0 +1,57 @@
+// nanprov: finds the attention call that first turned finite inputs into non-finite outputs.
+#include <iostream>
+
+#include "cli/build_info.h"
+#include "cli/commands.h"
+
+namespace nanprov::cli {
+
+int fail(const std::string& command, const Status& status) {
+  std::cerr << "nanprov " << command << ": " << status.message() << "\n";
+  return kInputError;
+}
+
+}  // namespace nanprov::cli
+
+int main(int argc, char** argv) {
+  using namespace nanprov::cli;
+  CLI::App app{
+      "nanprov: which attention call first turned finite inputs into non-finite outputs,\n"
+      "which kernel ran it, and whether that kernel is at fault.\n\n"
+      "  nanprov run -- python train.py      wrap a training run (torchrun works too)\n"
+      "  nanprov report                      first non-finite edge of the newest run\n"
+      "  nanprov calls --nonfinite           the calls that touched NaN/Inf\n"
+      "  nanprov sql \"SELECT ...\"            read-only SQL over the run's stores\n"
+      "  nanprov doctor                      check torch, ABI and the probes\n",
+      "nanprov"};
+  app.set_version_flag("--version", std::string(nanprov::build::kVersion));
+  app.require_subcommand(1);
+  int exit_code = 0;
+  // Everything after the first "--" is the command `nanprov run` wraps; CLI11 never sees it.
+  std::vector<std::string> wrapped;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--") {
+      wrapped.assign(argv + i + 1, argv + argc);
+      argc = i;
+      break;
+    }
+  }
+  addRunCommand(app, &exit_code, wrapped);
+  addReportCommand(app, &exit_code);
+  addCallsCommand(app, &exit_code);
+  addSqlCommand(app, &exit_code);
+  addDoctorCommand(app, &exit_code);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "nanprov: " << e.what() << "\nRun 'nanprov --help' or 'nanprov <command> --help'.\n";
+    return kUsageError;
+  }
+  return exit_code;
+}

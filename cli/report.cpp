@@ -1,0 +1,163 @@
+#include "cli/report.h"
+
+#include <cstdio>
+#include <set>
+#include <algorithm>
+#include <sstream>
+
+#include "probes/roles.h"
+
+namespace nanprov {
+namespace {
+
+std::string number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g", v);
+  return buf;
+}
+
+std::string joined(const std::vector<std::string>& parts, const char* sep) {
+  std::string out;
+  for (size_t i = 0; i < parts.size(); ++i) out += (i ? sep : "") + parts[i];
+  return out;
+}
+
+const TensorHealth* tensorOf(const CallRecord& call, const std::string& role) {
+  for (const TensorHealth& t : call.tensors) {
+    if (t.role == role) return &t;
+  }
+  return nullptr;
+}
+
+// "O: 4096 NaN of 4096" / "Q: 12 +Inf, 3 -Inf of 8192"
+std::string describeBad(const TensorHealth& t) {
+  std::vector<std::string> parts;
+  if (t.nan) parts.push_back(std::to_string(t.nan) + " NaN");
+  if (t.posinf) parts.push_back(std::to_string(t.posinf) + " +Inf");
+  if (t.neginf) parts.push_back(std::to_string(t.neginf) + " -Inf");
+  return t.role + ": " + joined(parts, ", ") + " of " + std::to_string(t.numel);
+}
+
+int64_t totalSteps(const RunData& run) {
+  int64_t steps = 0;
+  for (const RankInfo& r : run.ranks) steps = std::max(steps, r.steps);
+  return steps;
+}
+
+std::string summaryLine(const RunData& run) {
+  std::ostringstream out;
+  out << "run " << run.dir << ": " << run.ranks.size() << (run.ranks.size() == 1 ? " rank, " : " ranks, ")
+      << run.calls.size() << " attention calls, " << totalSteps(run) << " optimizer steps";
+  return out.str();
+}
+
+}  // namespace
+
+nlohmann::json callJson(const CallRecord& call, const CallHealth& health) {
+  nlohmann::json counts = nlohmann::json::object();
+  nlohmann::json tensors = nlohmann::json::array();
+  for (const TensorHealth& t : call.tensors) {
+    counts[t.role] = {{"nan", t.nan}, {"posinf", t.posinf}, {"neginf", t.neginf}, {"numel", t.numel}};
+    nlohmann::json tj = {{"role", t.role},       {"dtype", t.dtype},   {"shape", t.shape},
+                         {"numel", t.numel},     {"nan", t.nan},       {"posinf", t.posinf},
+                         {"neginf", t.neginf},   {"max_abs", t.max_abs}, {"all_zero", t.all_zero}};
+    if (t.masked_rows >= 0) tj["masked_rows"] = t.masked_rows;
+    tensors.push_back(tj);
+  }
+  return {{"name", callName(call)},
+          {"rank", call.rank},
+          {"layer", call.layer},
+          {"call", call.call},
+          {"seq", call.seq},
+          {"step", call.step},
+          {"phase", phaseName(call.phase)},
+          {"fwd_seq", call.fwd_seq >= 0 ? nlohmann::json(call.fwd_seq) : nlohmann::json(nullptr)},
+          {"op", call.op},
+          {"backend", call.backend},
+          {"module", call.module},
+          {"start_ns", call.start_ns},
+          {"end_ns", call.end_ns},
+          {"kind", edgeKindName(health.kind)},
+          {"inputs_finite", health.inputs_finite},
+          {"nonfinite_inputs", health.nonfinite_inputs},
+          {"nonfinite_outputs", health.nonfinite_outputs},
+          {"injected", !call.injected.empty()},
+          {"injected_tensor", call.injected.empty() ? nlohmann::json(nullptr) : nlohmann::json(call.injected)},
+          {"counts", counts},
+          {"tensors", tensors}};
+}
+
+nlohmann::json reportJson(const RunData& run, const Findings& f) {
+  nlohmann::json ranks = nlohmann::json::array();
+  for (const RankInfo& r : run.ranks) {
+    ranks.push_back({{"rank", r.rank}, {"store", r.path}, {"steps", r.steps}, {"meta", r.meta}});
+  }
+  nlohmann::json out = {
+      {"run", run.dir},
+      {"clean", !f.first.has_value()},
+      {"summary", {{"ranks", run.ranks.size()}, {"calls", run.calls.size()}, {"steps", totalSteps(run)}}},
+      {"ranks", ranks},
+      {"first_edge", nullptr},
+      {"first_source_edge", nullptr},
+      {"propagation", {{"calls", f.propagation.calls}, {"layers", f.propagation.layers}, {"ranks", f.propagation.ranks}}},
+  };
+  if (f.first) {
+    nlohmann::json edge = callJson(run.calls[*f.first], f.first_health);
+    edge["origin"] = f.origin;
+    out["first_edge"] = edge;
+  }
+  if (f.first_source) {
+    const CallRecord& c = run.calls[*f.first_source];
+    out["first_source_edge"] = callJson(c, classify(c));
+  }
+  return out;
+}
+
+std::string reportText(const RunData& run, const Findings& f) {
+  std::ostringstream out;
+  if (!f.first) {
+    out << "clean: no non-finite attention input or output\n  " << summaryLine(run) << "\n";
+    return out.str();
+  }
+  const CallRecord& c = run.calls[*f.first];
+  const CallHealth& h = f.first_health;
+  std::string inj = c.injected.empty() ? "" : "  [injected " + c.injected + " by --inject]";
+  if (f.origin == "attention") {
+    out << callName(c) << "  first non-finite edge: finite inputs, non-finite "
+        << joined(h.nonfinite_outputs, ", ") << inj << "\n";
+  } else {
+    out << callName(c) << "  non-finite " << joined(h.nonfinite_inputs, ", ")
+        << " reached attention from upstream: the origin is outside attention" << inj << "\n";
+  }
+  out << "  step " << c.step << ", " << phaseName(c.phase) << ", " << c.op << " (" << c.backend << ")";
+  if (!c.module.empty()) out << ", module " << c.module;
+  out << "\n";
+  std::vector<std::string> finite_inputs;
+  double max_in = 0;
+  for (const TensorHealth& t : c.tensors) {
+    auto role = parseRole(t.role);
+    bool output = role && isOutputRole(c.phase, *role);
+    bool bad = std::count(h.nonfinite_inputs.begin(), h.nonfinite_inputs.end(), t.role) ||
+               std::count(h.nonfinite_outputs.begin(), h.nonfinite_outputs.end(), t.role);
+    if (bad) {
+      out << "  " << (output ? "output " : "input  ") << describeBad(t) << "\n";
+    } else if (!output && t.role != "mask") {
+      finite_inputs.push_back(t.role);
+      max_in = std::max(max_in, t.max_abs);
+    }
+    if (t.masked_rows > 0) out << "  mask: " << t.masked_rows << " fully masked query rows\n";
+  }
+  if (!finite_inputs.empty()) {
+    out << "  finite inputs " << joined(finite_inputs, " ") << " (largest |x| " << number(max_in) << ")\n";
+  }
+  if (f.origin == "upstream" && f.first_source) {
+    out << "  first source edge inside attention came later: " << callName(run.calls[*f.first_source]) << "\n";
+  }
+  out << "  after it: " << f.propagation.calls << " non-finite calls across " << f.propagation.layers
+      << (f.propagation.layers == 1 ? " layer" : " layers") << " on " << f.propagation.ranks
+      << (f.propagation.ranks == 1 ? " rank" : " ranks") << "\n";
+  out << "  " << summaryLine(run) << "\n";
+  return out.str();
+}
+
+}  // namespace nanprov

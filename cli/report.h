@@ -1,0 +1,18 @@
+// The report on a run: the first non-finite edge, what followed, as text for people and JSON for
+// scripts. Used by `nanprov report` and at the end of `nanprov run`.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "cli/edges.h"
+#include "store/reader.h"
+
+namespace nanprov {
+
+nlohmann::json callJson(const CallRecord& call, const CallHealth& health);
+nlohmann::json reportJson(const RunData& run, const Findings& findings);
+// The first line names the edge as rank<R>:layer<L>:call<C>, or says the run is clean.
+std::string reportText(const RunData& run, const Findings& findings);
+
+}  // namespace nanprov

@@ -1,0 +1,152 @@
+// `nanprov run [options] -- CMD...`: runs a training command with the probes loaded into every
+// Python process it starts, then prints the first-failure summary.
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "cli/build_info.h"
+#include "cli/child_process.h"
+#include "cli/commands.h"
+#include "cli/edges.h"
+#include "cli/python_torch.h"
+#include "cli/report.h"
+#include "probes/injection.h"
+#include "store/reader.h"
+#include "store/run_dir.h"
+
+namespace nanprov::cli {
+namespace {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+struct RunOptions {
+  std::string out;
+  std::vector<std::string> inject;
+  std::vector<std::string> command;
+};
+
+// Before anything starts: can that Python import torch, and is it the torch we were built for?
+Status preflight(const std::string& python) {
+  auto info = torchInfo(python);
+  if (!info.ok()) return info.status();
+  return checkTorchMatchesBuild(python, *info);
+}
+
+void writeRunJson(const std::string& dir, const json& doc) {
+  std::ofstream(fs::path(dir) / "run.json") << doc.dump(2) << "\n";
+}
+
+// Why nothing was recorded, from the per-process notes the bootstrap leaves.
+std::string processNotes(const std::string& dir) {
+  std::ostringstream out;
+  std::error_code ec;
+  int instrumented = 0;
+  for (const auto& entry : fs::directory_iterator(fs::path(dir) / "processes", ec)) {
+    json note = json::parse(std::ifstream(entry.path()), nullptr, false);
+    if (note.is_discarded()) continue;
+    if (note.value("status", "") == "instrumented") ++instrumented;
+    else out << "  pid " << note.value("pid", 0) << ": " << note.value("detail", std::string()) << "\n";
+  }
+  return "  " + std::to_string(instrumented) + " process(es) instrumented\n" + out.str();
+}
+
+int run(RunOptions& opts) {
+  std::vector<std::string>& cmd = opts.command;
+  if (cmd.empty()) {
+    std::cerr << "nanprov run: no command given; usage: nanprov run [options] -- python train.py\n";
+    return kUsageError;
+  }
+  std::string inject;
+  for (const std::string& spec : opts.inject) {
+    auto parsed = parseInjection(spec);
+    if (!parsed.ok()) return std::cerr << "nanprov run: " << parsed.status().message() << "\n", kUsageError;
+    inject += (inject.empty() ? "" : ";") + spec;
+  }
+  std::string resolved = findExecutable(cmd.front());
+  if (resolved.empty()) {
+    std::cerr << "nanprov run: command not found: " << cmd.front() << "\n";
+    return 127;
+  }
+  if (!fs::exists(probesLibrary())) {
+    return fail("run", Status::Error("probe library missing at " + probesLibrary() + "; build nanprov first (./scripts/test)"));
+  }
+  if (std::string python = pythonOf(resolved); !python.empty()) {
+    if (Status st = preflight(python); !st.ok()) return fail("run", st);
+  }
+
+  std::string dir = opts.out.empty() ? newRunDirName(kDefaultRunsRoot) : opts.out;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return fail("run", Status::Error("cannot create run directory " + dir + ": " + ec.message()));
+  if (!rankStorePaths(dir).empty()) {
+    return fail("run", Status::Error(dir + " already holds a run; pick a new --out"));
+  }
+  std::string abs_dir = fs::absolute(dir).string();
+  json doc = {{"command", cmd},
+              {"cwd", fs::current_path().string()},
+              {"nanprov_version", build::kVersion},
+              {"built_torch", build::kTorchVersion},
+              {"inject", opts.inject}};
+  writeRunJson(dir, doc);
+
+  std::map<std::string, std::string> env = {
+      {"PYTHONPATH", bootstrapPythonPath()},
+      {"NANPROV_RUN_DIR", abs_dir},
+      {"NANPROV_PROBES_LIB", probesLibrary()},
+      {"NANPROV_BUILT_TORCH", build::kTorchVersion},
+      {"NANPROV_BUILT_ABI", build::kCxx11Abi},
+      {"NANPROV_INJECT", inject},
+  };
+  std::cerr << "nanprov: recording into " << dir << "\n";
+  auto exit = runChild(cmd, env);
+  if (!exit.ok()) return fail("run", exit.status());
+
+  doc["exit_code"] = exit->signal ? json(nullptr) : json(exit->exit_code);
+  doc["signal"] = exit->signal ? json(strsignal(exit->signal)) : json(nullptr);
+  writeRunJson(dir, doc);
+
+  std::cerr << "\n";
+  if (exit->signal) {
+    std::cerr << "nanprov: the training process was killed by " << strsignal(exit->signal)
+              << "; what it flushed is reported below\n";
+  } else if (exit->exit_code != 0) {
+    std::cerr << "nanprov: the training process exited with code " << exit->exit_code
+              << "; what it recorded is reported below\n";
+  }
+  auto data = loadRun(dir);
+  if (!data.ok()) {
+    std::cerr << "nanprov: nothing to report: " << data.status().message() << "\n" << processNotes(dir);
+  } else {
+    std::cerr << reportText(*data, analyze(data->calls)) << "  details: nanprov report " << dir << "\n";
+  }
+  return exit->passThroughCode();
+}
+
+}  // namespace
+
+void addRunCommand(CLI::App& app, int* exit_code, std::vector<std::string> wrapped) {
+  auto opts = std::make_shared<RunOptions>();
+  CLI::App* cmd = app.add_subcommand("run", "Run a training command with nanprov's probes in every Python process");
+  cmd->footer(
+      "Examples:\n"
+      "  nanprov run -- python train.py --lr 3e-4\n"
+      "  nanprov run --out runs/nan-hunt -- torchrun --nproc-per-node=2 train.py\n"
+      "  nanprov run --inject 'layer=3,phase=bwd,tensor=dQ,step=5,value=nan' -- python train.py\n\n"
+      "Writes a run directory (default ./nanprov-runs/<UTC time>) with run.json and one\n"
+      "rank-<r>.sqlite per rank, prints the first-failure summary when the command ends,\n"
+      "and exits with the command's exit code (128+N when a signal N killed it).");
+  cmd->add_option("--out", opts->out, "Run directory to write (default: ./nanprov-runs/<UTC timestamp>)");
+  cmd->add_option("--inject", opts->inject,
+                  "Corrupt one output of matching calls after the kernel, to test the setup: "
+                  "keys tensor (O LSE dQ dK dV), value (nan inf -inf), rank, layer, step, call, phase. Repeatable.");
+  // Without "--", everything from the first positional on is the user's command.
+  cmd->prefix_command();
+  cmd->callback([opts, exit_code, cmd, wrapped] {
+    opts->command = cmd->remaining();
+    opts->command.insert(opts->command.end(), wrapped.begin(), wrapped.end());
+    *exit_code = run(*opts);
+  });
+}
+
+}  // namespace nanprov::cli

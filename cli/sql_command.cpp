@@ -1,0 +1,64 @@
+// `nanprov sql [RUN] "SELECT ..."`: read-only SQL over all rank stores of a run.
+#include <algorithm>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "store/reader.h"
+#include "store/run_dir.h"
+
+namespace nanprov::cli {
+
+void addSqlCommand(CLI::App& app, int* exit_code) {
+  struct Options {
+    std::vector<std::string> args;
+    bool json = false;
+  };
+  auto opts = std::make_shared<Options>();
+  CLI::App* cmd = app.add_subcommand("sql", "Read-only SQL over a run (tables: calls, tensors, steps, meta)");
+  cmd->footer(
+      "Examples:\n"
+      "  nanprov sql \"SELECT rank, layer, call, phase FROM calls WHERE injected IS NOT NULL\"\n"
+      "  nanprov sql runs/a \"SELECT role, SUM(nan) FROM tensors GROUP BY role\" --json\n\n"
+      "The schema is documented in store/README.md. Statements that write are refused.");
+  cmd->add_option("args", opts->args, "[RUN] QUERY")->required()->expected(1, 2);
+  cmd->add_flag("--json", opts->json, "Print rows as JSON objects");
+  cmd->callback([opts, exit_code] {
+    std::string query = opts->args.back();
+    auto dir = resolveRunDir(opts->args.size() == 2 ? opts->args.front() : "");
+    if (!dir.ok()) return void(*exit_code = fail("sql", dir.status()));
+    auto result = queryRun(*dir, query);
+    if (!result.ok()) return void(*exit_code = fail("sql", result.status()));
+    if (opts->json) {
+      nlohmann::json rows = nlohmann::json::array();
+      for (const auto& row : result->rows) {
+        nlohmann::json obj;
+        for (size_t c = 0; c < row.size(); ++c) {
+          if (!row[c]) obj[result->columns[c]] = nullptr;
+          else if (result->numeric[c]) obj[result->columns[c]] = nlohmann::json::parse(*row[c], nullptr, false);
+          else obj[result->columns[c]] = *row[c];
+        }
+        rows.push_back(obj);
+      }
+      std::cout << rows.dump(2) << "\n";
+    } else {
+      std::vector<size_t> width(result->columns.size());
+      for (size_t c = 0; c < width.size(); ++c) width[c] = result->columns[c].size();
+      for (const auto& row : result->rows) {
+        for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c] ? row[c]->size() : 4);
+      }
+      auto line = [&](auto cell) {
+        for (size_t c = 0; c < width.size(); ++c) {
+          std::string v = cell(c);
+          std::cout << v << std::string(width[c] - v.size() + (c + 1 < width.size() ? 2 : 0), ' ');
+        }
+        std::cout << "\n";
+      };
+      line([&](size_t c) { return result->columns[c]; });
+      for (const auto& row : result->rows) line([&](size_t c) { return row[c] ? *row[c] : std::string("NULL"); });
+    }
+    *exit_code = kClean;
+  });
+}
+
+}  // namespace nanprov::cli

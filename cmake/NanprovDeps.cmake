@@ -1,0 +1,46 @@
+# Every dependency is found with find_package; nothing is vendored.
+# Required everywhere: SQLite3, CLI11, nlohmann_json, Threads; GoogleTest for tests.
+# LibTorch comes from the Python environment that runs the training (pass its
+# torch.utils.cmake_prefix_path in CMAKE_PREFIX_PATH), so the C++ ABI matches.
+# Optional: the CUDA Toolkit (with CUPTI and NVTX 3) and cuDNN. Parts that need them compile
+# whenever they are found, even on a machine without a GPU, so CI builds every line.
+
+find_package(Threads REQUIRED)
+find_package(SQLite3 REQUIRED)
+find_package(CLI11 CONFIG REQUIRED)
+find_package(nlohmann_json 3.10 CONFIG REQUIRED)
+if(NANPROV_BUILD_TESTS)
+  find_package(GTest REQUIRED)
+endif()
+
+find_package(Python3 COMPONENTS Interpreter REQUIRED)
+
+# Torch's config looks for CUDA itself when the wheel is a CUDA build.
+find_package(Torch REQUIRED)
+execute_process(
+  COMMAND "${Python3_EXECUTABLE}" -c "import torch,sys; sys.stdout.write(torch.__version__ + ' ' + str(int(torch._C._GLIBCXX_USE_CXX11_ABI)))"
+  OUTPUT_VARIABLE _torch_info RESULT_VARIABLE _torch_rc)
+if(NOT _torch_rc EQUAL 0)
+  message(FATAL_ERROR "nanprov: ${Python3_EXECUTABLE} cannot import torch; pass -DPython3_EXECUTABLE=<python with torch>")
+endif()
+separate_arguments(_torch_info)
+list(GET _torch_info 0 NANPROV_TORCH_VERSION)
+list(GET _torch_info 1 NANPROV_CXX11_ABI)
+
+include(CheckLanguage)
+check_language(CUDA)
+set(NANPROV_HAVE_CUDA OFF)
+set(NANPROV_HAVE_CUPTI OFF)
+set(NANPROV_HAVE_CUDNN OFF)
+if(CMAKE_CUDA_COMPILER)
+  enable_language(CUDA)
+  find_package(CUDAToolkit REQUIRED)
+  set(NANPROV_HAVE_CUDA ON)
+  if(TARGET CUDA::cupti)
+    set(NANPROV_HAVE_CUPTI ON)
+  endif()
+  find_path(CUDNN_INCLUDE_DIR cudnn_version.h HINTS ENV CUDNN_ROOT PATH_SUFFIXES include)
+  if(CUDNN_INCLUDE_DIR)
+    set(NANPROV_HAVE_CUDNN ON)
+  endif()
+endif()

@@ -1,0 +1,34 @@
+"""A tiny random-init Hugging Face Llama trained for a few steps on the CPU with
+attn_implementation="sdpa". No weights are downloaded: the config builds the model.
+Used by the end-to-end tests to check that nanprov numbers layers from the model's module paths
+(model.layers.<i>.self_attn)."""
+import argparse
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--seq", type=int, default=16)
+    args = p.parse_args()
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=args.layers,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    model = LlamaForCausalLM._from_config(config, attn_implementation="sdpa")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    gen = torch.Generator().manual_seed(0)
+    for step in range(args.steps):
+        ids = torch.randint(0, config.vocab_size, (2, args.seq), generator=gen)
+        loss = model(input_ids=ids, labels=ids).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        print(f"step {step}: loss {loss.item():.4f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,141 @@
+"""A small real transformer trained on the CPU: the nanprov demo and the end-to-end tests' workload.
+
+It regresses the next value of multichannel sensor sequences. It is a post-LayerNorm encoder, so
+the first attention layer sees the input projection's raw activations. The data can carry a real
+sensor glitch: one sample of one batch, scaled by --glitch-scale at --glitch-step.
+  ~1e20  leaves the activations finite, but the fp32 attention logits overflow: attention itself
+         turns finite inputs into NaN (a source edge);
+  ~3e38  makes the input Linear overflow first, so attention receives Inf (upstream origin).
+Nothing here knows about nanprov.
+"""
+import argparse
+import contextlib
+import os
+import signal
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class SelfAttention(nn.Module):
+    def __init__(self, d_model, heads):
+        super().__init__()
+        self.heads = heads
+        self.q_proj = nn.Linear(d_model, d_model)
+        self.k_proj = nn.Linear(d_model, d_model)
+        self.v_proj = nn.Linear(d_model, d_model)
+        self.o_proj = nn.Linear(d_model, d_model)
+
+    def forward(self, x, mask=None):
+        b, s, d = x.shape
+        split = lambda t: t.view(b, s, self.heads, d // self.heads).transpose(1, 2)
+        q, k, v = split(self.q_proj(x)), split(self.k_proj(x)), split(self.v_proj(x))
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return self.o_proj(o.transpose(1, 2).reshape(b, s, d))
+
+
+class Block(nn.Module):
+    def __init__(self, d_model, heads):
+        super().__init__()
+        self.attn = SelfAttention(d_model, heads)
+        self.norm1 = nn.LayerNorm(d_model)
+        self.mlp = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model))
+        self.norm2 = nn.LayerNorm(d_model)
+
+    def forward(self, x, mask=None):
+        x = self.norm1(x + self.attn(x, mask))
+        return self.norm2(x + self.mlp(x))
+
+
+class SensorModel(nn.Module):
+    def __init__(self, channels, d_model, heads, layers):
+        super().__init__()
+        self.embed = nn.Linear(channels, d_model)
+        self.layers = nn.ModuleList(Block(d_model, heads) for _ in range(layers))
+        self.head = nn.Linear(d_model, channels)
+
+    def forward(self, x, mask=None):
+        h = self.embed(x)
+        for layer in self.layers:
+            h = layer(h, mask)
+        return self.head(h)
+
+
+def batches(args):
+    gen = torch.Generator().manual_seed(args.seed)
+    t = torch.arange(args.seq + 1, dtype=torch.float32)
+    for step in range(args.steps):
+        phase = torch.rand(args.batch, 1, args.channels, generator=gen) * 6.28
+        freq = 0.2 + torch.rand(args.batch, 1, args.channels, generator=gen)
+        series = torch.sin(t[None, :, None] * freq + phase)
+        series = series + 0.05 * torch.randn(series.shape, generator=gen)
+        if step == args.glitch_step:
+            series[0] = series[0] * args.glitch_scale  # one corrupted sample, as a faulty sensor gives
+        yield series[:, :-1], series[:, 1:]
+
+
+def padding_mask(args):
+    """Bool mask, True = may attend: the last quarter of each sequence is padding."""
+    keep = torch.ones(args.batch, 1, args.seq, args.seq, dtype=torch.bool)
+    keep[..., args.seq - args.seq // 4:] = False
+    return keep
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--steps", type=int, default=8)
+    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--seq", type=int, default=32)
+    p.add_argument("--channels", type=int, default=8)
+    p.add_argument("--d-model", type=int, default=64)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--glitch-step", type=int, default=-1, help="step whose batch carries the glitch (-1: none)")
+    p.add_argument("--glitch-scale", type=float, default=1e20)
+    p.add_argument("--mask", action="store_true", help="pass a bool padding mask to attention")
+    p.add_argument("--math", action="store_true", help="force the MATH SDPA backend")
+    p.add_argument("--ddp", action="store_true", help="DistributedDataParallel over gloo (run under torchrun)")
+    p.add_argument("--print-losses", action="store_true", help="print each loss as an exact hex float")
+    p.add_argument("--die-after-step", type=int, default=-1, help="SIGKILL itself after this step (tests)")
+    args = p.parse_args()
+
+    torch.manual_seed(args.seed)
+    torch.set_num_threads(1)
+    model = SensorModel(args.channels, args.d_model, args.heads, args.layers)
+    if args.ddp:
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo")
+        model = nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
+    mask = padding_mask(args) if args.mask else None
+    backend = contextlib.nullcontext()
+    if args.math:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        backend = sdpa_kernel(SDPBackend.MATH)
+
+    rank = int(os.environ.get("RANK", "0"))
+    with backend:
+        for step, (x, y) in enumerate(batches(args)):
+            loss = F.mse_loss(model(x, mask), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            if args.print_losses:
+                print(f"rank{rank} step{step} loss {loss.item().hex()}", flush=True)
+            elif rank == 0:
+                print(f"step {step}: loss {loss.item():.4g}", flush=True)
+            if step == args.die_after_step:
+                time.sleep(0.5)  # let the step's flush land, as a real job's later crash would
+                os.kill(os.getpid(), signal.SIGKILL)
+    if args.ddp:
+        torch.distributed.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,15 @@
+// Installs the attention probes into the dispatcher. Narrow by design: only the ops of the role
+// table are wrapped, so every other op of the training pays nothing (a global RecordFunction
+// observer costs 1.16-1.20x on launch-bound steps, GPU.md).
+#pragma once
+
+#include "store/status.h"
+
+namespace nanprov {
+
+// Idempotent. Wraps each op of attentionOps() present in this torch build at the
+// BackendSelect key, and aten::scaled_dot_product_attention at the Autograd keys to see the
+// MATH path, which has no fused op of its own.
+Status installAttentionProbes();
+
+}  // namespace nanprov

@@ -1,0 +1,95 @@
+#include "probes/injection.h"
+
+#include <charconv>
+#include <limits>
+#include <sstream>
+
+namespace nanprov {
+namespace {
+
+template <typename T>
+bool parseInt(const std::string& s, T* out) {
+  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
+  return ec == std::errc() && ptr == s.data() + s.size();
+}
+
+std::vector<std::string> split(const std::string& text, char sep) {
+  std::vector<std::string> parts;
+  std::stringstream in(text);
+  std::string part;
+  while (std::getline(in, part, sep)) {
+    if (!part.empty()) parts.push_back(part);
+  }
+  return parts;
+}
+
+}  // namespace
+
+bool InjectionSpec::matches(int rank_, int64_t layer_, int64_t step_, int64_t call_, Phase phase_) const {
+  return (!rank || *rank == rank_) && (!layer || *layer == layer_) && (!step || *step == step_) &&
+         (!call || *call == call_) && (!phase || *phase == phase_);
+}
+
+StatusOr<InjectionSpec> parseInjection(const std::string& text) {
+  InjectionSpec spec;
+  spec.value = std::numeric_limits<double>::quiet_NaN();
+  bool have_tensor = false;
+  auto bad = [&](const std::string& why) {
+    return Status::Error("bad --inject '" + text + "': " + why +
+                         " (example: layer=3,phase=bwd,tensor=dQ,step=5,value=nan)");
+  };
+  for (const std::string& pair : split(text, ',')) {
+    auto eq = pair.find('=');
+    if (eq == std::string::npos) return bad("'" + pair + "' is not key=value");
+    std::string key = pair.substr(0, eq), val = pair.substr(eq + 1);
+    bool ok = true;
+    if (key == "tensor") {
+      auto role = parseRole(val);
+      ok = role.has_value();
+      if (ok) spec.tensor = *role;
+      have_tensor = ok;
+    } else if (key == "value") {
+      if (val == "nan") spec.value = std::numeric_limits<double>::quiet_NaN();
+      else if (val == "inf" || val == "+inf") spec.value = std::numeric_limits<double>::infinity();
+      else if (val == "-inf") spec.value = -std::numeric_limits<double>::infinity();
+      else ok = false;
+    } else if (key == "phase") {
+      Phase p;
+      ok = parsePhase(val, &p);
+      if (ok) spec.phase = p;
+    } else if (key == "rank") {
+      int v;
+      ok = parseInt(val, &v);
+      if (ok) spec.rank = v;
+    } else if (key == "layer" || key == "step" || key == "call") {
+      int64_t v;
+      ok = parseInt(val, &v);
+      if (ok) (key == "layer" ? spec.layer : key == "step" ? spec.step : spec.call) = v;
+    } else {
+      return bad("unknown key '" + key + "'; keys are tensor, value, rank, layer, step, call, phase");
+    }
+    if (!ok) return bad("bad value for " + key + ": '" + val + "'");
+  }
+  if (!have_tensor) return bad("tensor= is required, one of O LSE dQ dK dV");
+  bool fwd_out = isOutputRole(Phase::kForward, spec.tensor);
+  bool bwd_out = isOutputRole(Phase::kBackward, spec.tensor);
+  if (!fwd_out && !bwd_out) return bad(std::string(roleName(spec.tensor)) + " is an input; inject into O, LSE, dQ, dK or dV");
+  Phase implied = fwd_out ? Phase::kForward : Phase::kBackward;
+  if (spec.phase && *spec.phase != implied) {
+    return bad(std::string(roleName(spec.tensor)) + " is not produced in phase " + phaseName(*spec.phase));
+  }
+  spec.phase = implied;
+  return spec;
+}
+
+StatusOr<std::vector<InjectionSpec>> parseInjections(const std::string& text) {
+  std::vector<InjectionSpec> specs;
+  for (const std::string& one : split(text, ';')) {
+    auto spec = parseInjection(one);
+    if (!spec.ok()) return spec.status();
+    specs.push_back(*spec);
+  }
+  return specs;
+}
+
+}  // namespace nanprov

@@ -1,0 +1,81 @@
+#include "probes/roles.h"
+
+#include <array>
+#include <utility>
+
+namespace nanprov {
+namespace {
+
+constexpr std::array<const char*, kRoleCount> kRoleNames = {"Q", "K", "V", "mask", "O",
+                                                            "LSE", "dO", "dQ", "dK", "dV"};
+
+// Schema argument names across the SDPA family (see native_functions.yaml).
+constexpr std::array<std::pair<std::string_view, Role>, 11> kArgumentRoles = {{
+    {"query", Role::kQ},
+    {"key", Role::kK},
+    {"value", Role::kV},
+    {"attn_mask", Role::kMask},
+    {"attn_bias", Role::kMask},
+    {"bias", Role::kMask},
+    {"grad_out", Role::kdO},
+    {"grad_out_", Role::kdO},
+    {"out", Role::kO},
+    {"logsumexp", Role::kLSE},
+    {"log_sumexp", Role::kLSE},
+}};
+
+using R = Role;
+constexpr Phase F = Phase::kForward;
+constexpr Phase B = Phase::kBackward;
+
+}  // namespace
+
+const char* roleName(Role r) { return kRoleNames[static_cast<int>(r)]; }
+
+std::optional<Role> parseRole(std::string_view name) {
+  for (int i = 0; i < kRoleCount; ++i) {
+    if (name == kRoleNames[i]) return static_cast<Role>(i);
+  }
+  return std::nullopt;
+}
+
+bool isOutputRole(Phase phase, Role role) {
+  if (phase == Phase::kForward) return role == Role::kO || role == Role::kLSE;
+  return role == Role::kdQ || role == Role::kdK || role == Role::kdV;
+}
+
+std::optional<Role> roleOfArgument(std::string_view schema_arg_name) {
+  for (const auto& [name, role] : kArgumentRoles) {
+    if (name == schema_arg_name) return role;
+  }
+  return std::nullopt;
+}
+
+const std::vector<AttentionOp>& attentionOps() {
+  // The SDPA-level ops come first: when one calls a lower op (flash → _flash_attention_forward),
+  // the outer call is the one recorded.
+  static const std::vector<AttentionOp> kOps = {
+      {"aten::_scaled_dot_product_flash_attention_for_cpu", "flash_cpu", F, {R::kO, R::kLSE}},
+      {"aten::_scaled_dot_product_flash_attention_for_cpu_backward", "flash_cpu", B, {R::kdQ, R::kdK, R::kdV}},
+      {"aten::_scaled_dot_product_cudnn_attention", "cudnn", F, {R::kO, R::kLSE}},
+      {"aten::_scaled_dot_product_cudnn_attention_backward", "cudnn", B, {R::kdQ, R::kdK, R::kdV}},
+      {"aten::_scaled_dot_product_flash_attention", "flash", F, {R::kO, R::kLSE}},
+      {"aten::_scaled_dot_product_flash_attention_backward", "flash", B, {R::kdQ, R::kdK, R::kdV}},
+      {"aten::_scaled_dot_product_efficient_attention", "efficient", F, {R::kO, R::kLSE}},
+      {"aten::_scaled_dot_product_efficient_attention_backward", "efficient", B, {R::kdQ, R::kdK, R::kdV}},
+      {"aten::_flash_attention_forward", "flash", F, {R::kO, R::kLSE}},
+      {"aten::_flash_attention_backward", "flash", B, {R::kdQ, R::kdK, R::kdV}},
+      {"aten::_efficient_attention_forward", "efficient", F, {R::kO, R::kLSE}},
+      {"aten::_efficient_attention_backward", "efficient", B, {R::kdQ, R::kdK, R::kdV}},
+  };
+  return kOps;
+}
+
+const AttentionOp* findAttentionOp(std::string_view name) {
+  for (const AttentionOp& op : attentionOps()) {
+    if (name == op.name) return &op;
+  }
+  return nullptr;
+}
+
+}  // namespace nanprov

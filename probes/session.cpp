@@ -1,0 +1,140 @@
+#include "probes/session.h"
+
+#include <pthread.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <set>
+
+#include "store/run_dir.h"
+#include "store/writer.h"
+
+namespace nanprov {
+namespace {
+
+int envInt(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  char* end = nullptr;
+  long x = std::strtol(v, &end, 10);
+  return (end && *end == '\0') ? static_cast<int>(x) : fallback;
+}
+
+thread_local std::string t_module_path;
+
+// A forked child (a DataLoader worker) inherits the session but not the writer thread:
+// it must not record.
+void disableInForkedChild() { Session::get().finalize(); }
+
+}  // namespace
+
+RankEnv rankFromEnvironment() {
+  RankEnv env;
+  env.rank = envInt("RANK", 0);
+  env.local_rank = envInt("LOCAL_RANK", env.rank);
+  env.world_size = envInt("WORLD_SIZE", 1);
+  return env;
+}
+
+void logOnce(const std::string& key, const std::string& message) {
+  static std::mutex mu;
+  static auto* seen = new std::set<std::string>();
+  std::lock_guard<std::mutex> lock(mu);
+  if (seen->insert(key).second) std::fprintf(stderr, "nanprov: %s\n", message.c_str());
+}
+
+int64_t wallClockNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+Session& Session::get() {
+  static Session* session = new Session();
+  return *session;
+}
+
+Status Session::start() {
+  State expected = State::kUninitialized;
+  if (!state_.compare_exchange_strong(expected, State::kActive)) return Status::Ok();
+  const char* dir = std::getenv("NANPROV_RUN_DIR");
+  if (!dir || !*dir) {
+    state_ = State::kFinalized;
+    return Status::Error("NANPROV_RUN_DIR is not set; start training under `nanprov run`");
+  }
+  run_dir_ = dir;
+  env_ = rankFromEnvironment();
+  if (const char* inject = std::getenv("NANPROV_INJECT"); inject && *inject) {
+    auto specs = parseInjections(inject);
+    if (!specs.ok()) {
+      state_ = State::kFinalized;
+      return specs.status();
+    }
+    injections_ = std::move(*specs);
+  }
+  owner_pid_ = getpid();
+  pthread_atfork(nullptr, nullptr, &disableInForkedChild);
+  return Status::Ok();
+}
+
+StoreWriter* Session::writer() {
+  std::lock_guard<std::mutex> lock(writer_mu_);
+  if (writer_ || writer_failed_) return writer_.get();
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  std::map<std::string, std::string> meta = {
+      {"rank", std::to_string(env_.rank)},
+      {"local_rank", std::to_string(env_.local_rank)},
+      {"world_size", std::to_string(env_.world_size)},
+      {"host", host},
+      {"pid", std::to_string(getpid())},
+      {"started_ns", std::to_string(wallClockNs())},
+  };
+  std::string path = (std::filesystem::path(run_dir_) / rankStoreName(env_.rank)).string();
+  auto opened = StoreWriter::open(path, meta);
+  if (!opened.ok()) {
+    writer_failed_ = true;
+    logOnce("store", "cannot write the store, training continues unrecorded: " + opened.status().message());
+    return nullptr;
+  }
+  writer_ = std::move(*opened);
+  return writer_.get();
+}
+
+void Session::record(CallRecord record) {
+  if (!active()) return;
+  record.rank = env_.rank;
+  if (StoreWriter* w = writer()) w->append(std::move(record));
+}
+
+void Session::stepEnded(int64_t step) {
+  if (!active() || !identity_.stepEnded(step)) return;
+  std::lock_guard<std::mutex> lock(writer_mu_);
+  if (writer_) writer_->stepEnded(step - 1, wallClockNs());
+}
+
+void Session::finalize() {
+  State expected = State::kActive;
+  if (!state_.compare_exchange_strong(expected, State::kFinalized)) return;
+  std::unique_ptr<StoreWriter> writer;
+  {
+    std::lock_guard<std::mutex> lock(writer_mu_);
+    writer = std::move(writer_);
+  }
+  if (!writer) return;
+  // In a forked child the writer thread does not exist: closing would join a thread that is not
+  // there. Leak the handle; the parent owns the file.
+  if (getpid() != owner_pid_) {
+    (void)writer.release();
+    return;
+  }
+  Status st = writer->close();
+  if (!st.ok()) logOnce("close", "store closed with an error: " + st.message());
+}
+
+void Session::setModulePath(const char* path) { t_module_path = path ? path : ""; }
+const std::string& Session::modulePath() { return t_module_path; }
+
+}  // namespace nanprov

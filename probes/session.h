@@ -1,0 +1,70 @@
+// Session: the probes' state inside one training process. Lifecycle:
+// uninitialized → active (start()) → finalized (finalize(), once, from exit); calls after
+// finalize are no-ops. Failures are logged once and the training carries on.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "probes/call_identity.h"
+#include "probes/injection.h"
+#include "store/call_record.h"
+#include "store/status.h"
+
+namespace nanprov {
+
+class StoreWriter;
+
+struct RankEnv {
+  int rank = 0, local_rank = 0, world_size = 1;
+};
+RankEnv rankFromEnvironment();
+
+class Session {
+ public:
+  static Session& get();  // leaked on purpose: outlives static destruction order
+
+  // Reads NANPROV_RUN_DIR, NANPROV_INJECT, RANK, LOCAL_RANK and WORLD_SIZE.
+  Status start();
+  bool active() const { return state_.load(std::memory_order_acquire) == State::kActive; }
+  void finalize();
+
+  CallIdentity& identity() { return identity_; }
+  const std::vector<InjectionSpec>& injections() const { return injections_; }
+  int rank() const { return env_.rank; }
+
+  // Queues a call for the store; the store file is created by the first call, so processes that
+  // never run attention (a torchrun launcher) leave no file behind.
+  void record(CallRecord record);
+  void stepEnded(int64_t step);
+
+  // The module path of the innermost module running on this thread.
+  static void setModulePath(const char* path);
+  static const std::string& modulePath();
+
+ private:
+  enum class State { kUninitialized, kActive, kFinalized };
+  Session() = default;
+  StoreWriter* writer();  // nullptr when the store cannot be written
+
+  std::atomic<State> state_{State::kUninitialized};
+  std::string run_dir_;
+  int owner_pid_ = 0;
+  RankEnv env_;
+  std::vector<InjectionSpec> injections_;
+  CallIdentity identity_;
+
+  std::mutex writer_mu_;
+  std::unique_ptr<StoreWriter> writer_;
+  bool writer_failed_ = false;
+};
+
+// Logs a line to stderr the first time `key` is seen; the probes never log per event.
+void logOnce(const std::string& key, const std::string& message);
+
+int64_t wallClockNs();
+
+}  // namespace nanprov

@@ -1,0 +1,10 @@
+# Shared locations for the scripts. Sourced, never run.
+# Heavy, reusable things live outside the clone so a fresh clone (CI) reuses them.
+NANPROV_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+NANPROV_TORCH="${NANPROV_TORCH:-2.13.0}"
+NANPROV_TRANSFORMERS="${NANPROV_TRANSFORMERS:-5.17.*}"
+NANPROV_SAFETENSORS="${NANPROV_SAFETENSORS:-0.8.*}"
+NANPROV_CACHE="${NANPROV_CACHE:-$HOME/.cache/nanprov}"
+NANPROV_VENV="${NANPROV_VENV:-$NANPROV_CACHE/venv-torch$NANPROV_TORCH}"
+NANPROV_BUILD="${NANPROV_BUILD:-$NANPROV_ROOT/build}"
+export NANPROV_ROOT NANPROV_TORCH NANPROV_CACHE NANPROV_VENV NANPROV_BUILD

@@ -1,0 +1,48 @@
+// What the probes observe about one attention call, in plain types. The store writes these, the
+// readers return them, and the analysis classifies them. No SQLite, no LibTorch here.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace nanprov {
+
+enum class Phase { kForward, kBackward };
+const char* phaseName(Phase p);           // "fwd" | "bwd"
+bool parsePhase(const std::string& text, Phase* out);
+
+// Health of one tensor of one call. Counts are exact.
+struct TensorHealth {
+  std::string role;        // Q K V mask O LSE dO dQ dK dV
+  std::string dtype;       // e.g. "float32"
+  std::string shape;       // e.g. "[2,4,64,32]"
+  int64_t numel = 0;
+  int64_t nan = 0;
+  int64_t posinf = 0;
+  int64_t neginf = 0;
+  double max_abs = 0.0;    // largest finite |x|
+  bool all_zero = false;
+  int64_t masked_rows = -1;  // masks only: query rows with no visible key; -1 otherwise
+
+  int64_t nonfinite() const { return nan + posinf + neginf; }
+};
+
+struct CallRecord {
+  int64_t seq = 0;          // per-rank global sequence number, from 0
+  int rank = 0;
+  int64_t step = 0;         // optimizer steps completed before the call
+  int64_t layer = -1;       // from the module path, else the ordinal within the step
+  int64_t call = 0;         // ordinal of calls of this (rank, layer), forward and backward alike
+  Phase phase = Phase::kForward;
+  int64_t fwd_seq = -1;     // backward only: seq of the forward call it differentiates
+  std::string op;           // e.g. "aten::_scaled_dot_product_flash_attention_for_cpu"
+  std::string backend;      // e.g. "flash_cpu", "math", "cudnn"
+  std::string module;       // module path, may be empty
+  int64_t start_ns = 0;     // CLOCK_REALTIME, comparable across ranks of one host
+  int64_t end_ns = 0;
+  std::string injected;     // role that was corrupted by --inject, empty when none
+  std::vector<TensorHealth> tensors;
+};
+
+}  // namespace nanprov

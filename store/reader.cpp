@@ -1,0 +1,195 @@
+#include "store/reader.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <tuple>
+
+#include "store/run_dir.h"
+#include "store/schema.h"
+#include "store/sqlite_db.h"
+
+namespace nanprov {
+namespace {
+
+std::string columnText(sqlite3_stmt* s, int i) {
+  const unsigned char* t = sqlite3_column_text(s, i);
+  return t ? reinterpret_cast<const char*>(t) : "";
+}
+
+Status notAStore(const std::string& path, const std::string& why) {
+  return Status::Error(path + ": not a readable nanprov store (" + why +
+                       "); the file is damaged or was not written by nanprov");
+}
+
+// Opens one rank store read-only and checks that it is a nanprov store of a schema we read.
+StatusOr<sqlite::Db> openRankStore(const std::string& path, RankInfo* info) {
+  std::error_code ec;
+  if (std::filesystem::file_size(path, ec) == 0 && !ec) return notAStore(path, "empty file");
+  auto db = sqlite::open(path, sqlite::Mode::kReadOnly);
+  if (!db.ok()) return notAStore(path, db.status().message());
+  auto meta = sqlite::prepare(db->get(), "SELECT key, value FROM meta");
+  if (!meta.ok()) return notAStore(path, meta.status().message());
+  int rc;
+  while ((rc = sqlite3_step(meta->get())) == SQLITE_ROW) {
+    info->meta[columnText(meta->get(), 0)] = columnText(meta->get(), 1);
+  }
+  if (rc != SQLITE_DONE) return notAStore(path, sqlite::errorOf(db->get()));
+  auto version = info->meta.find("schema_version");
+  if (version == info->meta.end()) return notAStore(path, "no schema_version");
+  if (version->second != std::to_string(kSchemaVersion)) {
+    return Status::Error(path + ": store schema version " + version->second + ", this nanprov reads " +
+                         std::to_string(kSchemaVersion) + "; use the nanprov that wrote the run");
+  }
+  info->path = path;
+  info->rank = info->meta.count("rank") ? std::stoi(info->meta["rank"]) : 0;
+  return db;
+}
+
+Status loadCalls(sqlite3* db, const std::string& path, std::vector<CallRecord>* out) {
+  auto calls = sqlite::prepare(db,
+      "SELECT seq,rank,step,layer,call,phase,IFNULL(fwd_seq,-1),op,backend,IFNULL(module,''),"
+      "start_ns,end_ns,IFNULL(injected,'') FROM calls ORDER BY seq");
+  if (!calls.ok()) return notAStore(path, calls.status().message());
+  auto tensors = sqlite::prepare(db,
+      "SELECT seq,role,dtype,shape,numel,nan,posinf,neginf,max_abs,all_zero,IFNULL(masked_rows,-1) "
+      "FROM tensors ORDER BY seq, rowid");  // rowid keeps the probes' role order
+  if (!tensors.ok()) return notAStore(path, tensors.status().message());
+
+  size_t first = out->size();
+  sqlite3_stmt* s = calls->get();
+  int rc;
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    CallRecord c;
+    c.seq = sqlite3_column_int64(s, 0);
+    c.rank = sqlite3_column_int(s, 1);
+    c.step = sqlite3_column_int64(s, 2);
+    c.layer = sqlite3_column_int64(s, 3);
+    c.call = sqlite3_column_int64(s, 4);
+    parsePhase(columnText(s, 5), &c.phase);
+    c.fwd_seq = sqlite3_column_int64(s, 6);
+    c.op = columnText(s, 7);
+    c.backend = columnText(s, 8);
+    c.module = columnText(s, 9);
+    c.start_ns = sqlite3_column_int64(s, 10);
+    c.end_ns = sqlite3_column_int64(s, 11);
+    c.injected = columnText(s, 12);
+    out->push_back(std::move(c));
+  }
+  if (rc != SQLITE_DONE) return notAStore(path, sqlite::errorOf(db));
+
+  // Both queries are ordered by seq: merge-join tensors onto their calls.
+  size_t i = first;
+  s = tensors->get();
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    int64_t seq = sqlite3_column_int64(s, 0);
+    while (i < out->size() && (*out)[i].seq < seq) ++i;
+    if (i == out->size() || (*out)[i].seq != seq) continue;  // orphan row from a torn batch
+    TensorHealth t;
+    t.role = columnText(s, 1);
+    t.dtype = columnText(s, 2);
+    t.shape = columnText(s, 3);
+    t.numel = sqlite3_column_int64(s, 4);
+    t.nan = sqlite3_column_int64(s, 5);
+    t.posinf = sqlite3_column_int64(s, 6);
+    t.neginf = sqlite3_column_int64(s, 7);
+    t.max_abs = sqlite3_column_double(s, 8);
+    t.all_zero = sqlite3_column_int(s, 9) != 0;
+    t.masked_rows = sqlite3_column_int64(s, 10);
+    (*out)[i].tensors.push_back(std::move(t));
+  }
+  if (rc != SQLITE_DONE) return notAStore(path, sqlite::errorOf(db));
+  return Status::Ok();
+}
+
+int64_t countSteps(sqlite3* db) {
+  auto st = sqlite::prepare(db, "SELECT COUNT(*) FROM steps");
+  if (!st.ok() || sqlite3_step(st->get()) != SQLITE_ROW) return 0;
+  return sqlite3_column_int64(st->get(), 0);
+}
+
+StatusOr<std::vector<std::string>> storesOf(const std::string& dir) {
+  std::vector<std::string> paths = rankStorePaths(dir);
+  if (paths.empty()) {
+    return Status::Error(dir + " holds no rank store (rank-<r>.sqlite): the run recorded no attention "
+                         "call, or it is not a nanprov run directory");
+  }
+  return paths;
+}
+
+}  // namespace
+
+StatusOr<RunData> loadRun(const std::string& dir) {
+  auto paths = storesOf(dir);
+  if (!paths.ok()) return paths.status();
+  RunData run;
+  run.dir = dir;
+  for (const std::string& path : *paths) {
+    RankInfo info;
+    auto db = openRankStore(path, &info);
+    if (!db.ok()) return db.status();
+    NANPROV_RETURN_IF_ERROR(loadCalls(db->get(), path, &run.calls));
+    info.steps = countSteps(db->get());
+    run.ranks.push_back(std::move(info));
+  }
+  std::stable_sort(run.calls.begin(), run.calls.end(), [](const CallRecord& a, const CallRecord& b) {
+    return std::tie(a.step, a.start_ns, a.rank, a.seq) < std::tie(b.step, b.start_ns, b.rank, b.seq);
+  });
+  return run;
+}
+
+StatusOr<QueryResult> queryRun(const std::string& dir, const std::string& sql) {
+  auto paths = storesOf(dir);
+  if (!paths.ok()) return paths.status();
+  auto db = sqlite::open(":memory:", sqlite::Mode::kReadWriteCreate);
+  if (!db.ok()) return db.status();
+  sqlite3* raw = db->get();
+
+  std::string calls, tensors, steps, meta;
+  for (size_t i = 0; i < paths->size(); ++i) {
+    RankInfo info;
+    auto check = openRankStore((*paths)[i], &info);
+    if (!check.ok()) return check.status();
+    std::string alias = "r" + std::to_string(i);
+    auto attach = sqlite::prepare(raw, "ATTACH DATABASE ? AS " + alias);
+    if (!attach.ok()) return attach.status();
+    std::string uri = "file:" + (*paths)[i] + "?mode=ro";
+    sqlite3_bind_text(attach->get(), 1, uri.c_str(), -1, SQLITE_TRANSIENT);
+    if (sqlite3_step(attach->get()) != SQLITE_DONE) return notAStore((*paths)[i], sqlite::errorOf(raw));
+    std::string rank = std::to_string(info.rank);
+    std::string sep = i ? " UNION ALL " : "";
+    calls += sep + "SELECT * FROM " + alias + ".calls";
+    tensors += sep + "SELECT " + rank + " AS rank, * FROM " + alias + ".tensors";
+    steps += sep + "SELECT " + rank + " AS rank, * FROM " + alias + ".steps";
+    meta += sep + "SELECT " + rank + " AS rank, * FROM " + alias + ".meta";
+  }
+  NANPROV_RETURN_IF_ERROR(sqlite::exec(raw,
+      "CREATE TEMP VIEW calls AS " + calls + "; CREATE TEMP VIEW tensors AS " + tensors +
+      "; CREATE TEMP VIEW steps AS " + steps + "; CREATE TEMP VIEW meta AS " + meta +
+      "; PRAGMA query_only=ON;"));
+
+  auto stmt = sqlite::prepare(raw, sql);
+  if (!stmt.ok()) return Status::Error("SQL error: " + stmt.status().message());
+  sqlite3_stmt* s = stmt->get();
+  if (!sqlite3_stmt_readonly(s)) {
+    return Status::Error("refused: nanprov sql is read-only; use SELECT (or WITH ... SELECT)");
+  }
+  QueryResult result;
+  int ncol = sqlite3_column_count(s);
+  for (int c = 0; c < ncol; ++c) result.columns.push_back(sqlite3_column_name(s, c));
+  result.numeric.assign(ncol, false);
+  int rc;
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    std::vector<std::optional<std::string>> row;
+    for (int c = 0; c < ncol; ++c) {
+      int type = sqlite3_column_type(s, c);
+      if (result.rows.empty()) result.numeric[c] = type == SQLITE_INTEGER || type == SQLITE_FLOAT;
+      if (type == SQLITE_NULL) row.emplace_back(std::nullopt);
+      else row.emplace_back(columnText(s, c));
+    }
+    result.rows.push_back(std::move(row));
+  }
+  if (rc != SQLITE_DONE) return Status::Error("SQL error: " + sqlite::errorOf(raw));
+  return result;
+}
+
+}  // namespace nanprov

@@ -1,0 +1,25 @@
+// Where runs live on disk: a run directory holds run.json, rank-<r>.sqlite per rank, captures/.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "store/status.h"
+
+namespace nanprov {
+
+inline constexpr const char* kDefaultRunsRoot = "nanprov-runs";
+
+// A new directory name for a run started now: <root>/<UTC timestamp>.
+std::string newRunDirName(const std::string& root);
+
+// `given` when not empty, else the newest run under ./nanprov-runs. Fails with a message that
+// says what to do when there is none or it is not a run directory.
+StatusOr<std::string> resolveRunDir(const std::string& given);
+
+std::string rankStoreName(int rank);  // "rank-<r>.sqlite"
+
+// Paths of the rank stores in `dir`, ordered by rank.
+std::vector<std::string> rankStorePaths(const std::string& dir);
+
+}  // namespace nanprov

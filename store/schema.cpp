@@ -1,0 +1,45 @@
+#include "store/schema.h"
+
+namespace nanprov {
+
+const char* const kSchemaSql = R"sql(
+CREATE TABLE IF NOT EXISTS meta (
+  key   TEXT PRIMARY KEY,
+  value TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS calls (
+  seq      INTEGER PRIMARY KEY,
+  rank     INTEGER NOT NULL,
+  step     INTEGER NOT NULL,
+  layer    INTEGER NOT NULL,
+  call     INTEGER NOT NULL,
+  phase    TEXT NOT NULL CHECK (phase IN ('fwd', 'bwd')),
+  fwd_seq  INTEGER,
+  op       TEXT NOT NULL,
+  backend  TEXT NOT NULL,
+  module   TEXT,
+  start_ns INTEGER NOT NULL,
+  end_ns   INTEGER NOT NULL,
+  injected TEXT
+);
+CREATE TABLE IF NOT EXISTS tensors (
+  seq         INTEGER NOT NULL,
+  role        TEXT NOT NULL,
+  dtype       TEXT NOT NULL,
+  shape       TEXT NOT NULL,
+  numel       INTEGER NOT NULL,
+  nan         INTEGER NOT NULL,
+  posinf      INTEGER NOT NULL,
+  neginf      INTEGER NOT NULL,
+  max_abs     REAL NOT NULL,
+  all_zero    INTEGER NOT NULL,
+  masked_rows INTEGER,
+  UNIQUE (seq, role)
+);
+CREATE TABLE IF NOT EXISTS steps (
+  step   INTEGER PRIMARY KEY,
+  end_ns INTEGER NOT NULL
+);
+)sql";
+
+}  // namespace nanprov

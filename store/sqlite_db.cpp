@@ -1,0 +1,53 @@
+#include "store/sqlite_db.h"
+
+namespace nanprov::sqlite {
+
+std::string errorOf(sqlite3* db) { return db ? sqlite3_errmsg(db) : "out of memory"; }
+
+StatusOr<Db> open(const std::string& path, Mode mode) {
+  int flags = mode == Mode::kReadOnly ? SQLITE_OPEN_READONLY
+                                      : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
+  sqlite3* raw = nullptr;
+  int rc = sqlite3_open_v2(path.c_str(), &raw, flags | SQLITE_OPEN_NOMUTEX, nullptr);
+  Db db(raw);
+  if (rc != SQLITE_OK) return Status::Error(path + ": " + errorOf(raw));
+  sqlite3_busy_timeout(raw, 5000);
+  return db;
+}
+
+Status exec(sqlite3* db, const std::string& sql) {
+  char* err = nullptr;
+  if (sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
+    std::string msg = err ? err : errorOf(db);
+    sqlite3_free(err);
+    return Status::Error(msg);
+  }
+  return Status::Ok();
+}
+
+StatusOr<Stmt> prepare(sqlite3* db, const std::string& sql) {
+  sqlite3_stmt* raw = nullptr;
+  if (sqlite3_prepare_v2(db, sql.c_str(), -1, &raw, nullptr) != SQLITE_OK) {
+    return Status::Error(errorOf(db));
+  }
+  return Stmt(raw);
+}
+
+Transaction::Transaction(sqlite3* db) : db_(db) {}
+
+Transaction::~Transaction() {
+  if (open_) exec(db_, "ROLLBACK");
+}
+
+Status Transaction::begin() {
+  NANPROV_RETURN_IF_ERROR(exec(db_, "BEGIN IMMEDIATE"));
+  open_ = true;
+  return Status::Ok();
+}
+
+Status Transaction::commit() {
+  open_ = false;
+  return exec(db_, "COMMIT");
+}
+
+}  // namespace nanprov::sqlite

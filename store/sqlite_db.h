@@ -1,0 +1,42 @@
+// Private to store/: a thin, status-returning face over sqlite3 so the rest of nanprov never
+// includes sqlite3.h.
+#pragma once
+
+#include <sqlite3.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "store/scoped_resource.h"
+#include "store/status.h"
+
+namespace nanprov::sqlite {
+
+using Db = ScopedResource<sqlite3*, &sqlite3_close_v2>;
+using Stmt = ScopedResource<sqlite3_stmt*, &sqlite3_finalize>;
+
+enum class Mode { kReadOnly, kReadWriteCreate };
+
+// Opens `path`. Read-only opens fail when the file does not exist.
+StatusOr<Db> open(const std::string& path, Mode mode);
+Status exec(sqlite3* db, const std::string& sql);
+StatusOr<Stmt> prepare(sqlite3* db, const std::string& sql);
+std::string errorOf(sqlite3* db);
+
+// Commits on commit(), rolls back when dropped without it.
+class Transaction {
+ public:
+  explicit Transaction(sqlite3* db);
+  ~Transaction();
+  Transaction(const Transaction&) = delete;
+  Transaction& operator=(const Transaction&) = delete;
+  Status begin();
+  Status commit();
+
+ private:
+  sqlite3* db_;
+  bool open_ = false;
+};
+
+}  // namespace nanprov::sqlite

@@ -1,0 +1,54 @@
+// Status and StatusOr: library code reports failure as a value, never by throwing across a
+// module boundary. The CLI turns a Status into one line and an exit code; the probes log it and
+// carry on, because they run inside someone's training job.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <variant>
+
+namespace nanprov {
+
+class Status {
+ public:
+  Status() = default;
+  static Status Ok() { return Status(); }
+  static Status Error(std::string message) { return Status(std::move(message)); }
+
+  bool ok() const { return !message_.has_value(); }
+  const std::string& message() const {
+    static const std::string kOk = "ok";
+    return message_ ? *message_ : kOk;
+  }
+
+ private:
+  explicit Status(std::string message) : message_(std::move(message)) {}
+  std::optional<std::string> message_;
+};
+
+template <typename T>
+class StatusOr {
+ public:
+  StatusOr(T value) : value_(std::move(value)) {}                  // NOLINT: implicit by design
+  StatusOr(Status status) : value_(std::move(status)) {}           // NOLINT: implicit by design
+
+  bool ok() const { return std::holds_alternative<T>(value_); }
+  Status status() const { return ok() ? Status::Ok() : std::get<Status>(value_); }
+  T& value() { return std::get<T>(value_); }
+  const T& value() const { return std::get<T>(value_); }
+  T& operator*() { return value(); }
+  T* operator->() { return &value(); }
+  const T* operator->() const { return &value(); }
+
+ private:
+  std::variant<T, Status> value_;
+};
+
+#define NANPROV_RETURN_IF_ERROR(expr)          \
+  do {                                         \
+    ::nanprov::Status _st = (expr);            \
+    if (!_st.ok()) return _st;                 \
+  } while (0)
+
+}  // namespace nanprov

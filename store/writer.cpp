@@ -1,0 +1,240 @@
+#include "store/writer.h"
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "store/schema.h"
+#include "store/sqlite_db.h"
+
+namespace nanprov {
+namespace {
+
+// A store that nobody flushes explicitly still reaches disk this often, so a hung job's
+// last minutes are readable.
+constexpr auto kIdleFlushPeriod = std::chrono::seconds(2);
+// Beyond this many pending calls the writer is not keeping up (or failed); drop, never grow.
+constexpr size_t kMaxPendingCalls = 1 << 18;
+
+struct StepRow {
+  int64_t step;
+  int64_t end_ns;
+};
+
+// Prepared statements reused for every batch.
+struct Statements {
+  sqlite::Stmt call, tensor, step;
+};
+
+StatusOr<Statements> prepareStatements(sqlite3* db) {
+  auto call = sqlite::prepare(db,
+      "INSERT OR REPLACE INTO calls(seq,rank,step,layer,call,phase,fwd_seq,op,backend,module,"
+      "start_ns,end_ns,injected) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)");
+  if (!call.ok()) return call.status();
+  auto tensor = sqlite::prepare(db,
+      "INSERT OR REPLACE INTO tensors(seq,role,dtype,shape,numel,nan,posinf,neginf,max_abs,"
+      "all_zero,masked_rows) VALUES(?,?,?,?,?,?,?,?,?,?,?)");
+  if (!tensor.ok()) return tensor.status();
+  auto step = sqlite::prepare(db, "INSERT OR REPLACE INTO steps(step,end_ns) VALUES(?,?)");
+  if (!step.ok()) return step.status();
+  return Statements{std::move(*call), std::move(*tensor), std::move(*step)};
+}
+
+void bindText(sqlite3_stmt* s, int i, const std::string& v, bool null_when_empty = false) {
+  if (null_when_empty && v.empty()) {
+    sqlite3_bind_null(s, i);
+  } else {
+    sqlite3_bind_text(s, i, v.c_str(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+  }
+}
+
+Status stepStatement(sqlite3* db, sqlite3_stmt* s) {
+  int rc = sqlite3_step(s);
+  sqlite3_reset(s);
+  sqlite3_clear_bindings(s);
+  return rc == SQLITE_DONE ? Status::Ok() : Status::Error(sqlite::errorOf(db));
+}
+
+Status insertCall(sqlite3* db, Statements& st, const CallRecord& c) {
+  sqlite3_stmt* s = st.call.get();
+  sqlite3_bind_int64(s, 1, c.seq);
+  sqlite3_bind_int(s, 2, c.rank);
+  sqlite3_bind_int64(s, 3, c.step);
+  sqlite3_bind_int64(s, 4, c.layer);
+  sqlite3_bind_int64(s, 5, c.call);
+  bindText(s, 6, phaseName(c.phase));
+  if (c.fwd_seq >= 0) sqlite3_bind_int64(s, 7, c.fwd_seq); else sqlite3_bind_null(s, 7);
+  bindText(s, 8, c.op);
+  bindText(s, 9, c.backend);
+  bindText(s, 10, c.module, true);
+  sqlite3_bind_int64(s, 11, c.start_ns);
+  sqlite3_bind_int64(s, 12, c.end_ns);
+  bindText(s, 13, c.injected, true);
+  NANPROV_RETURN_IF_ERROR(stepStatement(db, s));
+  for (const TensorHealth& t : c.tensors) {
+    sqlite3_stmt* ts = st.tensor.get();
+    sqlite3_bind_int64(ts, 1, c.seq);
+    bindText(ts, 2, t.role);
+    bindText(ts, 3, t.dtype);
+    bindText(ts, 4, t.shape);
+    sqlite3_bind_int64(ts, 5, t.numel);
+    sqlite3_bind_int64(ts, 6, t.nan);
+    sqlite3_bind_int64(ts, 7, t.posinf);
+    sqlite3_bind_int64(ts, 8, t.neginf);
+    sqlite3_bind_double(ts, 9, t.max_abs);
+    sqlite3_bind_int(ts, 10, t.all_zero ? 1 : 0);
+    if (t.masked_rows >= 0) sqlite3_bind_int64(ts, 11, t.masked_rows); else sqlite3_bind_null(ts, 11);
+    NANPROV_RETURN_IF_ERROR(stepStatement(db, ts));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+struct StoreWriter::Impl {
+  enum class State { kActive, kClosed };
+
+  sqlite::Db db;
+  Statements statements;
+
+  std::mutex mu;  // guards everything below
+  std::condition_variable wake;
+  std::vector<CallRecord> pending_calls;
+  std::vector<StepRow> pending_steps;
+  bool flush_requested = false;
+  State state = State::kActive;
+  Status first_error;
+  std::atomic<int64_t> dropped{0};
+
+  std::unique_ptr<std::thread> thread;
+
+  // Writes one batch in one transaction. Called only by the writer thread, or by close() after
+  // the thread was joined, so the database handle has a single user at a time.
+  Status writeBatch(std::vector<CallRecord>& calls, std::vector<StepRow>& steps) {
+    if (calls.empty() && steps.empty()) return Status::Ok();
+    sqlite::Transaction tx(db.get());
+    NANPROV_RETURN_IF_ERROR(tx.begin());
+    for (const CallRecord& c : calls) NANPROV_RETURN_IF_ERROR(insertCall(db.get(), statements, c));
+    for (const StepRow& s : steps) {
+      sqlite3_stmt* ss = statements.step.get();
+      sqlite3_bind_int64(ss, 1, s.step);
+      sqlite3_bind_int64(ss, 2, s.end_ns);
+      NANPROV_RETURN_IF_ERROR(stepStatement(db.get(), ss));
+    }
+    return tx.commit();
+  }
+
+  void recordFailure(const Status& st, size_t rows) {
+    if (st.ok()) return;
+    dropped += static_cast<int64_t>(rows);
+    std::lock_guard<std::mutex> lock(mu);
+    if (first_error.ok()) first_error = st;
+  }
+
+  void run() {
+    std::unique_lock<std::mutex> lock(mu);
+    while (state == State::kActive) {
+      wake.wait_for(lock, kIdleFlushPeriod, [&] { return flush_requested || state != State::kActive; });
+      if (state != State::kActive) break;
+      flush_requested = false;
+      std::vector<CallRecord> calls;
+      std::vector<StepRow> steps;
+      calls.swap(pending_calls);
+      steps.swap(pending_steps);
+      lock.unlock();
+      recordFailure(writeBatch(calls, steps), calls.size());
+      lock.lock();
+    }
+  }
+};
+
+StoreWriter::StoreWriter(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+StatusOr<std::unique_ptr<StoreWriter>> StoreWriter::open(
+    const std::string& path, const std::map<std::string, std::string>& meta) {
+  auto impl = std::make_unique<Impl>();
+  auto db = sqlite::open(path, sqlite::Mode::kReadWriteCreate);
+  if (!db.ok()) return db.status();
+  impl->db = std::move(*db);
+  sqlite3* raw = impl->db.get();
+  // WAL + NORMAL: a committed transaction survives the process dying (not a power cut), and
+  // commits do not fsync on the training's time.
+  NANPROV_RETURN_IF_ERROR(sqlite::exec(raw, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"));
+  NANPROV_RETURN_IF_ERROR(sqlite::exec(raw, kSchemaSql));
+  auto statements = prepareStatements(raw);
+  if (!statements.ok()) return statements.status();
+  impl->statements = std::move(*statements);
+
+  auto insert_meta = sqlite::prepare(raw, "INSERT OR REPLACE INTO meta(key,value) VALUES(?,?)");
+  if (!insert_meta.ok()) return insert_meta.status();
+  std::map<std::string, std::string> all = meta;
+  all["schema_version"] = std::to_string(kSchemaVersion);
+  for (const auto& [k, v] : all) {
+    bindText(insert_meta->get(), 1, k);
+    bindText(insert_meta->get(), 2, v);
+    NANPROV_RETURN_IF_ERROR(stepStatement(raw, insert_meta->get()));
+  }
+
+  Impl* p = impl.get();
+  impl->thread = std::make_unique<std::thread>([p] { p->run(); });
+  return std::unique_ptr<StoreWriter>(new StoreWriter(std::move(impl)));
+}
+
+StoreWriter::~StoreWriter() { close(); }
+
+void StoreWriter::append(CallRecord record) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  if (impl_->state != Impl::State::kActive || impl_->pending_calls.size() >= kMaxPendingCalls) {
+    ++impl_->dropped;
+    return;
+  }
+  impl_->pending_calls.push_back(std::move(record));
+}
+
+void StoreWriter::stepEnded(int64_t step, int64_t end_ns) {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    if (impl_->state != Impl::State::kActive) return;
+    impl_->pending_steps.push_back({step, end_ns});
+    impl_->flush_requested = true;
+  }
+  impl_->wake.notify_one();
+}
+
+void StoreWriter::requestFlush() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->flush_requested = true;
+  }
+  impl_->wake.notify_one();
+}
+
+Status StoreWriter::close() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    if (impl_->state == Impl::State::kClosed) return impl_->first_error;
+    impl_->state = Impl::State::kClosed;
+  }
+  impl_->wake.notify_one();
+  if (impl_->thread && impl_->thread->joinable()) impl_->thread->join();
+  // The thread is gone: this is the single place that writes the final batch.
+  impl_->recordFailure(impl_->writeBatch(impl_->pending_calls, impl_->pending_steps),
+                       impl_->pending_calls.size());
+  impl_->pending_calls.clear();
+  impl_->pending_steps.clear();
+  sqlite3* raw = impl_->db.get();
+  sqlite::exec(raw, "INSERT OR REPLACE INTO meta(key,value) VALUES('dropped_rows','" +
+                        std::to_string(impl_->dropped.load()) + "')");
+  // Fold the WAL back so a finished run is one plain file.
+  sqlite::exec(raw, "PRAGMA wal_checkpoint(TRUNCATE); PRAGMA journal_mode=DELETE;");
+  impl_->statements = {};
+  impl_->db.reset();
+  return impl_->first_error;
+}
+
+int64_t StoreWriter::droppedRows() const { return impl_->dropped.load(); }
+
+}  // namespace nanprov

@@ -1,0 +1,42 @@
+// StoreWriter: the probes' only way to persist. A background thread batches rows into WAL
+// transactions; a flush is requested at every optimizer step and done synchronously at close().
+// Whatever was committed survives the process being killed.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "store/call_record.h"
+#include "store/status.h"
+
+namespace nanprov {
+
+class StoreWriter {
+ public:
+  // Creates or opens `path`, applies the schema and writes `meta` (key → value) into it.
+  static StatusOr<std::unique_ptr<StoreWriter>> open(const std::string& path,
+                                                     const std::map<std::string, std::string>& meta);
+  ~StoreWriter();  // close()s
+  StoreWriter(const StoreWriter&) = delete;
+  StoreWriter& operator=(const StoreWriter&) = delete;
+
+  // Never blocks on disk; safe from any thread.
+  void append(CallRecord record);
+  void stepEnded(int64_t step, int64_t end_ns);
+  void requestFlush();
+
+  // Writes everything pending, stops the thread, leaves a single self-contained file.
+  // Later calls are no-ops. Returns the first error the writer met, if any.
+  Status close();
+
+  // Rows dropped because the writer failed; reported in meta at close.
+  int64_t droppedRows() const;
+
+ private:
+  struct Impl;
+  explicit StoreWriter(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace nanprov

@@ -1,0 +1,276 @@
+// End-to-end: real PyTorch training on the CPU under `nanprov run`, judged by what
+// `nanprov report --json` and the other commands say. Nothing is mocked.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+struct Result {
+  int code = -1;
+  std::string out;  // stdout, and stderr when asked
+};
+
+Result sh(const std::string& command) {
+  Result r;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (!pipe) return r;
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.out.append(buf.data(), n);
+  int status = pclose(pipe);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
+
+std::string nanprov() { return NANPROV_BIN; }
+std::string python() { return NANPROV_PYTHON; }
+std::string example(const std::string& name) { return std::string(NANPROV_EXAMPLES) + "/" + name; }
+
+fs::path runDir(const std::string& name) {
+  fs::path dir = fs::temp_directory_path() / ("nanprov-e2e-" + name + "-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  return dir;
+}
+
+// Runs the tiny transformer under nanprov and returns `nanprov report --json`.
+struct TrainedRun {
+  fs::path dir;
+  Result train;
+  Result report;
+  json doc;
+};
+
+TrainedRun train(const std::string& name, const std::string& nanprov_opts, const std::string& script_args,
+          const std::string& script = "tiny_transformer.py") {
+  TrainedRun run;
+  run.dir = runDir(name);
+  run.train = sh(nanprov() + " run --out " + run.dir.string() + " " + nanprov_opts + " -- " + python() + " " +
+                 example(script) + " " + script_args + " 2>&1");
+  run.report = sh(nanprov() + " report " + run.dir.string() + " --json");
+  run.doc = json::parse(run.report.out, nullptr, false);
+  return run;
+}
+
+std::vector<std::string> strings(const json& j) { return j.get<std::vector<std::string>>(); }
+
+TEST(EndToEnd, InjectedForwardNaN) {
+  TrainedRun r = train("inject-fwd", "--inject 'layer=1,phase=fwd,tensor=O,step=2,value=nan'", "--steps 4");
+  ASSERT_EQ(r.train.code, 0) << r.train.out;
+  ASSERT_EQ(r.report.code, 1) << r.report.out;
+  const json& e = r.doc["first_edge"];
+  EXPECT_EQ(e["name"], "rank0:layer1:call4");
+  EXPECT_EQ(e["step"], 2);
+  EXPECT_EQ(e["phase"], "fwd");
+  EXPECT_EQ(strings(e["nonfinite_outputs"]), std::vector<std::string>{"O"});
+  EXPECT_EQ(e["inputs_finite"], true);
+  EXPECT_EQ(e["origin"], "attention");
+  EXPECT_EQ(e["injected"], true);
+  EXPECT_EQ(e["counts"]["O"]["nan"], 1);
+  EXPECT_EQ(e["module"], "layers.1.attn");
+  EXPECT_NE(r.train.out.find("rank0:layer1:call4"), std::string::npos) << "run prints the summary";
+}
+
+TEST(EndToEnd, InjectedBackwardNaN) {
+  TrainedRun r = train("inject-bwd", "--inject 'layer=0,phase=bwd,tensor=dQ,step=1'", "--steps 3");
+  ASSERT_EQ(r.report.code, 1) << r.train.out;
+  const json& e = r.doc["first_edge"];
+  EXPECT_EQ(e["name"], "rank0:layer0:call3");
+  EXPECT_EQ(e["step"], 1);
+  EXPECT_EQ(e["phase"], "bwd");
+  EXPECT_EQ(e["op"], "aten::_scaled_dot_product_flash_attention_for_cpu_backward");
+  EXPECT_EQ(strings(e["nonfinite_outputs"]), std::vector<std::string>{"dQ"});
+  EXPECT_EQ(e["inputs_finite"], true);
+  EXPECT_EQ(e["injected"], true);
+  EXPECT_FALSE(e["fwd_seq"].is_null()) << "backward linked to its forward";
+}
+
+TEST(EndToEnd, RealOverflowInsideAttentionIsASourceEdge) {
+  TrainedRun r = train("overflow", "", "--steps 4 --glitch-step 2 --glitch-scale 1e20");
+  ASSERT_EQ(r.report.code, 1) << r.train.out;
+  const json& e = r.doc["first_edge"];
+  EXPECT_EQ(e["name"], "rank0:layer0:call4");
+  EXPECT_EQ(e["step"], 2);
+  EXPECT_EQ(e["phase"], "fwd");
+  EXPECT_EQ(e["origin"], "attention");
+  EXPECT_EQ(e["inputs_finite"], true);
+  EXPECT_EQ(e["injected"], false);
+  EXPECT_EQ(strings(e["nonfinite_outputs"]), (std::vector<std::string>{"O", "LSE"}));
+  EXPECT_GT(e["counts"]["O"]["nan"].get<int>(), 0);
+  EXPECT_GE(r.doc["propagation"]["layers"].get<int>(), 2);
+}
+
+TEST(EndToEnd, NonFiniteFromUpstreamIsNotBlamedOnAttention) {
+  TrainedRun r = train("upstream", "", "--steps 4 --glitch-step 2 --glitch-scale 3e38");
+  ASSERT_EQ(r.report.code, 1) << r.train.out;
+  const json& e = r.doc["first_edge"];
+  EXPECT_EQ(e["name"], "rank0:layer0:call4");
+  EXPECT_EQ(e["origin"], "upstream");
+  EXPECT_EQ(e["inputs_finite"], false);
+  EXPECT_EQ(e["phase"], "fwd");
+  Result text = sh(nanprov() + " report " + r.dir.string());
+  EXPECT_NE(text.out.find("origin is outside attention"), std::string::npos) << text.out;
+}
+
+TEST(EndToEnd, CleanRunReportsNothingAndExitsZero) {
+  TrainedRun r = train("clean", "", "--steps 3 --mask");
+  ASSERT_EQ(r.train.code, 0) << r.train.out;
+  EXPECT_EQ(r.report.code, 0) << r.report.out;
+  EXPECT_EQ(r.doc["clean"], true);
+  EXPECT_TRUE(r.doc["first_edge"].is_null());
+  EXPECT_EQ(r.doc["summary"]["calls"], 3 * 2 * 2) << "3 steps x 2 layers x (fwd + bwd)";
+  EXPECT_EQ(r.doc["summary"]["steps"], 3);
+  Result calls = sh(nanprov() + " calls " + r.dir.string() + " --phase bwd --layer 1 --json");
+  json list = json::parse(calls.out);
+  ASSERT_EQ(list.size(), 3u);
+  EXPECT_EQ(list[0]["call"], 1);
+  bool has_mask = false;
+  for (const json& t : list[0]["tensors"]) has_mask = has_mask || t["role"] == "mask";
+  EXPECT_TRUE(has_mask);
+}
+
+TEST(EndToEnd, MathBackendIsProbedThroughAutogradHooks) {
+  TrainedRun r = train("math", "--inject 'layer=1,phase=bwd,tensor=dV,step=1'", "--steps 3 --math");
+  ASSERT_EQ(r.report.code, 1) << r.train.out;
+  const json& e = r.doc["first_edge"];
+  EXPECT_EQ(e["name"], "rank0:layer1:call3");
+  EXPECT_EQ(e["backend"], "math");
+  EXPECT_EQ(strings(e["nonfinite_outputs"]), std::vector<std::string>{"dV"});
+  EXPECT_EQ(e["inputs_finite"], true);
+}
+
+TEST(EndToEnd, TorchrunTwoRanksFaultOnRankOneOnly) {
+  fs::path dir = runDir("ddp");
+  std::string torchrun = fs::path(python()).parent_path().string() + "/torchrun";
+  // Loopback only: CI sandboxes have no other interface gloo could use.
+  Result t = sh("GLOO_SOCKET_IFNAME=lo " + nanprov() + " run --out " + dir.string() +
+                " --inject 'rank=1,layer=0,phase=bwd,tensor=dK,step=1' -- " + torchrun +
+                " --standalone --nproc-per-node=2 " + example("tiny_transformer.py") + " --steps 3 --ddp 2>&1");
+  ASSERT_EQ(t.code, 0) << t.out;
+  EXPECT_TRUE(fs::exists(dir / "rank-0.sqlite"));
+  EXPECT_TRUE(fs::exists(dir / "rank-1.sqlite"));
+  Result rep = sh(nanprov() + " report " + dir.string() + " --json");
+  ASSERT_EQ(rep.code, 1) << rep.out;
+  json doc = json::parse(rep.out);
+  EXPECT_EQ(doc["summary"]["ranks"], 2);
+  EXPECT_EQ(doc["first_edge"]["name"], "rank1:layer0:call3");
+  EXPECT_EQ(doc["first_edge"]["rank"], 1);
+  EXPECT_EQ(strings(doc["first_edge"]["nonfinite_outputs"]), std::vector<std::string>{"dK"});
+  Result meta = sh(nanprov() + " sql " + dir.string() + " \"SELECT value FROM meta WHERE key='world_size' AND rank=1\"");
+  EXPECT_NE(meta.out.find("2"), std::string::npos) << meta.out;
+}
+
+TEST(EndToEnd, HuggingFaceLlamaLayersComeFromModulePaths) {
+  TrainedRun r = train("hf", "--inject 'layer=1,phase=fwd,tensor=O,step=1'", "--steps 2", "hf_llama.py");
+  ASSERT_EQ(r.report.code, 1) << r.train.out;
+  const json& e = r.doc["first_edge"];
+  EXPECT_EQ(e["name"], "rank0:layer1:call2");
+  EXPECT_EQ(e["module"], "model.layers.1.self_attn");
+  Result q = sh(nanprov() + " sql " + r.dir.string() +
+                " \"SELECT DISTINCT layer, module FROM calls WHERE phase='fwd' ORDER BY layer\" --json");
+  json rows = json::parse(q.out);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0]["module"], "model.layers.0.self_attn");
+  EXPECT_EQ(rows[1]["layer"], 1);
+}
+
+TEST(EndToEnd, LossesAreBitIdenticalWithAndWithoutNanprov) {
+  std::string args = example("tiny_transformer.py") + " --steps 5 --mask --print-losses";
+  Result plain = sh(python() + " " + args);
+  fs::path dir = runDir("identical");
+  Result probed = sh(nanprov() + " run --out " + dir.string() + " -- " + python() + " " + args + " 2>/dev/null");
+  ASSERT_EQ(plain.code, 0);
+  ASSERT_EQ(probed.code, 0);
+  EXPECT_NE(plain.out.find("step4 loss 0x"), std::string::npos) << plain.out;
+  EXPECT_EQ(plain.out, probed.out);
+  EXPECT_EQ(sh(nanprov() + " report " + dir.string()).code, 0) << "and the probes did record the run";
+}
+
+TEST(EndToEnd, KilledTrainingPassesTheSignalAndKeepsWhatWasFlushed) {
+  TrainedRun r = train("killed", "", "--steps 6 --die-after-step 2");
+  EXPECT_EQ(r.train.code, 128 + 9) << r.train.out;
+  EXPECT_NE(r.train.out.find("killed by"), std::string::npos) << r.train.out;
+  ASSERT_EQ(r.report.code, 0) << r.report.out;
+  EXPECT_GE(r.doc["summary"]["calls"].get<int>(), 3 * 2 * 2 - 2) << "steps 0-2 were flushed";
+}
+
+TEST(EndToEnd, ChildExitCodePassesThrough) {
+  fs::path dir = runDir("exit");
+  Result r = sh(nanprov() + " run --out " + dir.string() + " -- " + python() + " -c 'import sys; sys.exit(7)' 2>&1");
+  EXPECT_EQ(r.code, 7) << r.out;
+}
+
+TEST(Errors, ClearOneLineMessagesAndExitCodes) {
+  Result missing_cmd = sh(nanprov() + " run --out " + runDir("nocmd").string() + " -- no-such-command-xyz 2>&1");
+  EXPECT_EQ(missing_cmd.code, 127);
+  EXPECT_NE(missing_cmd.out.find("command not found: no-such-command-xyz"), std::string::npos);
+
+  Result no_run = sh(nanprov() + " report /nonexistent/run 2>&1");
+  EXPECT_EQ(no_run.code, 3);
+  EXPECT_NE(no_run.out.find("no such run directory"), std::string::npos);
+
+  fs::path corrupt = runDir("corrupt");
+  fs::create_directories(corrupt);
+  std::ofstream(corrupt / "rank-0.sqlite") << std::string(8192, 'z');
+  Result bad = sh(nanprov() + " report " + corrupt.string() + " 2>&1");
+  EXPECT_EQ(bad.code, 3);
+  EXPECT_NE(bad.out.find("not a readable nanprov store"), std::string::npos) << bad.out;
+  EXPECT_EQ(std::count(bad.out.begin(), bad.out.end(), '\n'), 1) << bad.out;
+
+  Result unknown = sh(nanprov() + " report --colour 2>&1");
+  EXPECT_EQ(unknown.code, 2) << unknown.out;
+
+  Result bad_inject = sh(nanprov() + " run --inject 'tensor=Q' -- true 2>&1");
+  EXPECT_EQ(bad_inject.code, 2);
+  EXPECT_NE(bad_inject.out.find("is an input"), std::string::npos) << bad_inject.out;
+
+  Result doctor = sh(nanprov() + " doctor --python " + python() + " --json");
+  json d = json::parse(doctor.out, nullptr, false);
+  ASSERT_FALSE(d.is_discarded()) << doctor.out;
+  EXPECT_EQ(doctor.code, 0) << doctor.out;
+  EXPECT_EQ(d["ok"], true);
+}
+
+TEST(Errors, PythonWithoutTorchIsRefusedBeforeTraining) {
+  fs::path venv = runDir("venv-no-torch");
+  ASSERT_EQ(sh(python() + " -m venv --without-pip " + venv.string()).code, 0);
+  Result r = sh(nanprov() + " run --out " + runDir("notorch").string() + " -- " + venv.string() +
+                "/bin/python -c pass 2>&1");
+  EXPECT_EQ(r.code, 3) << r.out;
+  EXPECT_NE(r.out.find("torch is not importable"), std::string::npos) << r.out;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+}
+
+TEST(Errors, TorchOfAnotherVersionIsRefusedBeforeTraining) {
+  // An interpreter that reports a different torch, as a CUDA venv next to the CPU build would.
+  fs::path bin = runDir("other-torch");
+  fs::create_directories(bin);
+  std::ofstream(bin / "python3") << "#!/bin/sh\n"
+                                    "echo '{\"importable\": true, \"torch\": \"2.11.0+cu130\", \"cxx11_abi\": \"1\"}'\n";
+  fs::permissions(bin / "python3", fs::perms::owner_all);
+  Result r = sh(nanprov() + " run --out " + runDir("other").string() + " -- " + (bin / "python3").string() +
+                " train.py 2>&1");
+  EXPECT_EQ(r.code, 3) << r.out;
+  EXPECT_NE(r.out.find("has torch 2.11.0+cu130"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("built against torch"), std::string::npos) << r.out;
+}
+
+TEST(Errors, SqlRefusesWrites) {
+  TrainedRun r = train("sql", "", "--steps 1");
+  Result write = sh(nanprov() + " sql " + r.dir.string() + " \"DELETE FROM r0.calls\" 2>&1");
+  EXPECT_EQ(write.code, 3);
+  EXPECT_NE(write.out.find("read-only"), std::string::npos) << write.out;
+  Result count = sh(nanprov() + " sql " + r.dir.string() + " \"SELECT COUNT(*) AS n FROM calls\" --json");
+  EXPECT_EQ(json::parse(count.out)[0]["n"], 2 * 2);
+}
+
+}  // namespace

@@ -1,0 +1,47 @@
+#include "probes/injection.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace nanprov {
+namespace {
+
+TEST(Injection, ParsesTheDocumentedExample) {
+  auto spec = parseInjection("layer=3,phase=bwd,tensor=dQ,step=5,value=nan");
+  ASSERT_TRUE(spec.ok()) << spec.status().message();
+  EXPECT_EQ(spec->tensor, Role::kdQ);
+  EXPECT_TRUE(std::isnan(spec->value));
+  EXPECT_TRUE(spec->matches(0, 3, 5, 11, Phase::kBackward));
+  EXPECT_FALSE(spec->matches(0, 3, 5, 11, Phase::kForward));
+  EXPECT_FALSE(spec->matches(0, 2, 5, 11, Phase::kBackward));
+  EXPECT_FALSE(spec->matches(0, 3, 4, 11, Phase::kBackward));
+}
+
+TEST(Injection, PhaseFollowsTheTensorAndRankFilters) {
+  auto spec = parseInjection("tensor=O,value=-inf,rank=1");
+  ASSERT_TRUE(spec.ok());
+  EXPECT_EQ(spec->phase, Phase::kForward);
+  EXPECT_TRUE(std::isinf(spec->value) && spec->value < 0);
+  EXPECT_TRUE(spec->matches(1, 0, 0, 0, Phase::kForward));
+  EXPECT_FALSE(spec->matches(0, 0, 0, 0, Phase::kForward));
+}
+
+TEST(Injection, BadSpecsSayWhatIsWrong) {
+  for (const char* bad : {"layer=3", "tensor=Q", "tensor=dQ,phase=fwd", "tensor=O,value=zero",
+                          "tensor=O,color=red", "tensor=O,step=x", "tensor"}) {
+    auto spec = parseInjection(bad);
+    ASSERT_FALSE(spec.ok()) << bad;
+    EXPECT_NE(spec.status().message().find("example"), std::string::npos);
+  }
+}
+
+TEST(Injection, SeveralSpecsSplitOnSemicolons) {
+  auto specs = parseInjections("tensor=O,layer=0;tensor=dV,layer=1");
+  ASSERT_TRUE(specs.ok());
+  ASSERT_EQ(specs->size(), 2u);
+  EXPECT_EQ((*specs)[1].tensor, Role::kdV);
+}
+
+}  // namespace
+}  // namespace nanprov

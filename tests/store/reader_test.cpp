@@ -1,0 +1,102 @@
+#include "store/reader.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "store/run_dir.h"
+#include "store/writer.h"
+
+namespace nanprov {
+namespace {
+namespace fs = std::filesystem;
+
+fs::path freshDir(const std::string& name) {
+  fs::path dir = fs::temp_directory_path() / ("nanprov-reader-" + name + "-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+void writeStore(const fs::path& dir, int rank, int calls) {
+  auto w = StoreWriter::open((dir / rankStoreName(rank)).string(), {{"rank", std::to_string(rank)}});
+  ASSERT_TRUE(w.ok());
+  for (int i = 0; i < calls; ++i) {
+    CallRecord c;
+    c.seq = i;
+    c.rank = rank;
+    c.op = "op";
+    c.backend = "flash_cpu";
+    c.start_ns = 100 * i + rank;
+    (*w)->append(c);
+  }
+  ASSERT_TRUE((*w)->close().ok());
+}
+
+TEST(RunReader, MissingRunDirectoryIsAClearError) {
+  auto dir = resolveRunDir("/nonexistent/run");
+  ASSERT_FALSE(dir.ok());
+  EXPECT_NE(dir.status().message().find("no such run directory"), std::string::npos);
+}
+
+TEST(RunReader, EmptyRunDirectoryIsAClearError) {
+  auto run = loadRun(freshDir("empty").string());
+  ASSERT_FALSE(run.ok());
+  EXPECT_NE(run.status().message().find("holds no rank store"), std::string::npos);
+}
+
+TEST(RunReader, CorruptAndEmptyStoresAreRejectedWithOneLine) {
+  fs::path dir = freshDir("corrupt");
+  std::ofstream(dir / "rank-0.sqlite") << "this is not a database, just text that is long enough to matter"
+                                       << std::string(4096, 'x');
+  auto run = loadRun(dir.string());
+  ASSERT_FALSE(run.ok());
+  EXPECT_NE(run.status().message().find("not a readable nanprov store"), std::string::npos);
+  EXPECT_EQ(run.status().message().find('\n'), std::string::npos);
+
+  fs::path empty = freshDir("zero");
+  std::ofstream(empty / "rank-0.sqlite");
+  run = loadRun(empty.string());
+  ASSERT_FALSE(run.ok());
+  EXPECT_NE(run.status().message().find("empty file"), std::string::npos);
+}
+
+TEST(RunReader, MergesRanksInStepAndTimeOrder) {
+  fs::path dir = freshDir("merge");
+  writeStore(dir, 0, 3);
+  writeStore(dir, 1, 3);
+  auto run = loadRun(dir.string());
+  ASSERT_TRUE(run.ok()) << run.status().message();
+  ASSERT_EQ(run->calls.size(), 6u);
+  ASSERT_EQ(run->ranks.size(), 2u);
+  for (size_t i = 1; i < run->calls.size(); ++i) {
+    EXPECT_LE(run->calls[i - 1].start_ns, run->calls[i].start_ns);
+  }
+  EXPECT_EQ(run->calls[0].rank, 0);
+  EXPECT_EQ(run->calls[1].rank, 1);
+}
+
+TEST(RunReader, SqlSeesAllRanksAndRefusesWrites) {
+  fs::path dir = freshDir("sql");
+  writeStore(dir, 0, 2);
+  writeStore(dir, 1, 3);
+  auto result = queryRun(dir.string(), "SELECT rank, COUNT(*) AS n FROM calls GROUP BY rank ORDER BY rank");
+  ASSERT_TRUE(result.ok()) << result.status().message();
+  ASSERT_EQ(result->rows.size(), 2u);
+  EXPECT_EQ(*result->rows[1][1], "3");
+  EXPECT_EQ(result->columns[1], "n");
+
+  for (const char* write : {"DELETE FROM calls", "DROP TABLE r0.calls", "INSERT INTO r0.meta VALUES('a','b')",
+                            "UPDATE r0.calls SET step = 9"}) {
+    auto refused = queryRun(dir.string(), write);
+    EXPECT_FALSE(refused.ok()) << write;
+  }
+  auto still = queryRun(dir.string(), "SELECT COUNT(*) FROM calls");
+  ASSERT_TRUE(still.ok());
+  EXPECT_EQ(*still->rows[0][0], "5");
+}
+
+}  // namespace
+}  // namespace nanprov
