@@ -100,6 +100,7 @@ def main():
     p.add_argument("--math", action="store_true", help="force the MATH SDPA backend")
     p.add_argument("--ddp", action="store_true", help="DistributedDataParallel over gloo (run under torchrun)")
     p.add_argument("--print-losses", action="store_true", help="print each loss as an exact hex float")
+    p.add_argument("--speed", action="store_true", help="print steady-state steps/s (steps after the first)")
     p.add_argument("--die-after-step", type=int, default=-1, help="SIGKILL itself after this step (tests)")
     args = p.parse_args()
 
@@ -120,19 +121,24 @@ def main():
         backend = sdpa_kernel(SDPBackend.MATH)
 
     rank = int(os.environ.get("RANK", "0"))
+    started = None
     with backend:
         for step, (x, y) in enumerate(batches(args)):
+            if step == 1:
+                started = time.perf_counter()
             loss = F.mse_loss(model(x, mask), y)
             opt.zero_grad()
             loss.backward()
             opt.step()
             if args.print_losses:
                 print(f"rank{rank} step{step} loss {loss.item().hex()}", flush=True)
-            elif rank == 0:
+            elif rank == 0 and not args.speed:
                 print(f"step {step}: loss {loss.item():.4g}", flush=True)
             if step == args.die_after_step:
                 time.sleep(0.5)  # let the step's flush land, as a real job's later crash would
                 os.kill(os.getpid(), signal.SIGKILL)
+    if args.speed and started is not None:
+        print(f"steps_per_sec {(args.steps - 1) / (time.perf_counter() - started):.3f}", flush=True)
     if args.ddp:
         torch.distributed.destroy_process_group()
 
