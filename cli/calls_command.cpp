@@ -5,7 +5,6 @@
 
 #include "cli/commands.h"
 #include "cli/report.h"
-#include "store/run_dir.h"
 
 namespace nanprov::cli {
 namespace {
@@ -49,10 +48,8 @@ void addCallsCommand(CLI::App& app, int* exit_code) {
   cmd->add_flag("--nonfinite", opts->nonfinite, "Only calls with a non-finite input or output");
   cmd->add_flag("--json", opts->json, "Print JSON for scripts");
   cmd->callback([opts, exit_code] {
-    auto dir = resolveRunDir(opts->run);
-    if (!dir.ok()) return void(*exit_code = fail("calls", dir.status()));
-    auto run = loadRun(*dir);
-    if (!run.ok()) return void(*exit_code = fail("calls", run.status()));
+    auto run = openRun("calls", opts->run, exit_code);
+    if (!run) return;
     nlohmann::json list = nlohmann::json::array();
     if (!opts->json) {
       std::printf("%-24s %5s %-5s %-10s %-10s %-10s %s\n", "call", "step", "phase", "backend", "kind",

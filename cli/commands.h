@@ -2,9 +2,11 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "store/reader.h"
 #include "store/status.h"
 
 namespace nanprov::cli {
@@ -16,6 +18,10 @@ enum ExitCode { kClean = 0, kEdgeFound = 1, kUsageError = 2, kInputError = 3 };
 int fail(const std::string& command, const Status& status);
 
 // `wrapped` is what followed "--" on the command line: the command to run.
+// The run named on the command line (or the newest), loaded; on failure prints the one-line
+// error for `command` and sets *exit_code.
+std::optional<RunData> openRun(const std::string& command, const std::string& given, int* exit_code);
+
 void addRunCommand(CLI::App& app, int* exit_code, std::vector<std::string> wrapped);
 void addReportCommand(CLI::App& app, int* exit_code);
 void addCallsCommand(CLI::App& app, int* exit_code);

@@ -3,12 +3,21 @@
 
 #include "cli/build_info.h"
 #include "cli/commands.h"
+#include "store/run_dir.h"
 
 namespace nanprov::cli {
 
 int fail(const std::string& command, const Status& status) {
   std::cerr << "nanprov " << command << ": " << status.message() << "\n";
   return kInputError;
+}
+
+std::optional<RunData> openRun(const std::string& command, const std::string& given, int* exit_code) {
+  auto dir = resolveRunDir(given);
+  if (!dir.ok()) return *exit_code = fail(command, dir.status()), std::nullopt;
+  auto run = loadRun(*dir);
+  if (!run.ok()) return *exit_code = fail(command, run.status()), std::nullopt;
+  return std::move(*run);
 }
 
 }  // namespace nanprov::cli

@@ -3,7 +3,6 @@
 
 #include "cli/commands.h"
 #include "cli/report.h"
-#include "store/run_dir.h"
 
 namespace nanprov::cli {
 
@@ -22,10 +21,8 @@ void addReportCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("run", opts->run, "Run directory (default: the newest under ./nanprov-runs)");
   cmd->add_flag("--json", opts->json, "Print JSON for scripts");
   cmd->callback([opts, exit_code] {
-    auto dir = resolveRunDir(opts->run);
-    if (!dir.ok()) return void(*exit_code = fail("report", dir.status()));
-    auto run = loadRun(*dir);
-    if (!run.ok()) return void(*exit_code = fail("report", run.status()));
+    auto run = openRun("report", opts->run, exit_code);
+    if (!run) return;
     Findings findings = analyze(run->calls);
     if (opts->json) std::cout << reportJson(*run, findings).dump(2) << "\n";
     else std::cout << reportText(*run, findings);

@@ -7,18 +7,13 @@
 #include <fstream>
 
 #include "store/run_dir.h"
+#include "tests/temp_dir.h"
 #include "store/writer.h"
 
 namespace nanprov {
 namespace {
 namespace fs = std::filesystem;
-
-fs::path freshDir(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() / ("nanprov-reader-" + name + "-" + std::to_string(getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
+using testing::freshDir;
 
 void writeStore(const fs::path& dir, int rank, int calls) {
   auto w = StoreWriter::open((dir / rankStoreName(rank)).string(), {{"rank", std::to_string(rank)}});

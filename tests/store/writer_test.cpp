@@ -9,17 +9,12 @@
 
 #include "store/reader.h"
 #include "store/run_dir.h"
+#include "tests/temp_dir.h"
 
 namespace nanprov {
 namespace {
 namespace fs = std::filesystem;
-
-fs::path freshDir(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() / ("nanprov-test-" + name + "-" + std::to_string(getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
+using testing::freshDir;
 
 CallRecord makeCall(int64_t seq, int64_t step, Phase phase, int64_t nan_in_o) {
   CallRecord c;
