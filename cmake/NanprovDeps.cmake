@@ -7,8 +7,20 @@
 
 find_package(Threads REQUIRED)
 find_package(SQLite3 REQUIRED)
-find_package(CLI11 CONFIG REQUIRED)
-find_package(nlohmann_json 3.10 CONFIG REQUIRED)
+# Header-only libraries: their CMake package where installed, else the headers alone (some
+# images ship /usr/include/CLI and /usr/include/nlohmann without the CMake files).
+find_package(CLI11 CONFIG QUIET)
+if(NOT TARGET CLI11::CLI11)
+  find_path(CLI11_INCLUDE_DIR CLI/CLI.hpp REQUIRED)
+  add_library(CLI11::CLI11 INTERFACE IMPORTED)
+  target_include_directories(CLI11::CLI11 INTERFACE ${CLI11_INCLUDE_DIR})
+endif()
+find_package(nlohmann_json 3.10 CONFIG QUIET)
+if(NOT TARGET nlohmann_json::nlohmann_json)
+  find_path(NLOHMANN_JSON_INCLUDE_DIR nlohmann/json.hpp REQUIRED)
+  add_library(nlohmann_json::nlohmann_json INTERFACE IMPORTED)
+  target_include_directories(nlohmann_json::nlohmann_json INTERFACE ${NLOHMANN_JSON_INCLUDE_DIR})
+endif()
 if(NANPROV_BUILD_TESTS)
   find_package(GTest REQUIRED)
 endif()

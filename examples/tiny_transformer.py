@@ -80,6 +80,8 @@ def padding_mask(args):
     """Bool mask, True = may attend: the last quarter of each sequence is padding."""
     keep = torch.ones(args.batch, 1, args.seq, args.seq, dtype=torch.bool)
     keep[..., args.seq - args.seq // 4:] = False
+    if args.mask_rows:
+        keep[..., args.seq - args.seq // 4:, :] = False
     return keep
 
 
@@ -98,6 +100,11 @@ def main():
     p.add_argument("--glitch-scale", type=float, default=1e20)
     p.add_argument("--mask", action="store_true", help="pass a bool padding mask to attention")
     p.add_argument("--math", action="store_true", help="force the MATH SDPA backend")
+    p.add_argument("--mask-rows", action="store_true",
+                   help="padding also hides whole query rows (those rows see no key)")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--no-cudnn", action="store_true", help="exclude cuDNN from SDPA (a control run)")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     p.add_argument("--ddp", action="store_true", help="DistributedDataParallel over gloo (run under torchrun)")
     p.add_argument("--print-losses", action="store_true", help="print each loss as an exact hex float")
     p.add_argument("--speed", action="store_true", help="print steady-state steps/s (steps after the first)")
@@ -106,27 +113,31 @@ def main():
 
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)
-    model = SensorModel(args.channels, args.d_model, args.heads, args.layers)
+    dtype = getattr(torch, args.dtype)
+    model = SensorModel(args.channels, args.d_model, args.heads, args.layers).to(args.device, dtype)
     if args.ddp:
         import torch.distributed as dist
 
         dist.init_process_group("gloo")
         model = nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
-    mask = padding_mask(args) if args.mask else None
+    mask = padding_mask(args).to(args.device) if (args.mask or args.mask_rows) else None
     backend = contextlib.nullcontext()
     if args.math:
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
         backend = sdpa_kernel(SDPBackend.MATH)
 
+    if args.no_cudnn:
+        torch.backends.cuda.enable_cudnn_sdp(False)
     rank = int(os.environ.get("RANK", "0"))
     started = None
     with backend:
         for step, (x, y) in enumerate(batches(args)):
             if step == 1:
                 started = time.perf_counter()
-            loss = F.mse_loss(model(x, mask), y)
+            x, y = x.to(args.device, dtype), y.to(args.device, dtype)
+            loss = F.mse_loss(model(x, mask).float(), y.float())
             opt.zero_grad()
             loss.backward()
             opt.step()

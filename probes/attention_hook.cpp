@@ -4,6 +4,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
+#include <cstdlib>
 #include <mutex>
 #include <unordered_map>
 
@@ -244,18 +245,23 @@ Status installAttentionProbes() {
   std::call_once(once, [] {
     try {
       auto& dispatcher = c10::Dispatcher::singleton();
+      // NANPROV_HOOKS=fused|sdpa narrows what is wrapped, to bisect a misbehaving torch build.
+      const char* hooks_env = std::getenv("NANPROV_HOOKS");
+      std::string hooks = hooks_env && *hooks_env ? hooks_env : "fused,sdpa";
+      bool want_fused = hooks.find("fused") != std::string::npos;
+      bool want_sdpa = hooks.find("sdpa") != std::string::npos;
       g_probed = new std::unordered_map<std::string, ProbedOp>();
       auto* fused = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::BackendSelect,
                                        __FILE__, __LINE__);
       for (const AttentionOp& desc : attentionOps()) {
         auto handle = dispatcher.findSchema({desc.name, ""});
-        if (!handle) continue;  // not in this torch build
+        if (!handle || !want_fused) continue;  // not in this torch build, or not wanted
         (*g_probed)[desc.name] = resolve(*handle, &desc);
         std::string bare = std::string(desc.name).substr(6);  // drop "aten::"
         fused->impl(bare.c_str(), torch::CppFunction::makeFromBoxedFunction<&fusedKernel>());
       }
       auto sdpa = dispatcher.findSchema({"aten::scaled_dot_product_attention", ""});
-      if (sdpa) {
+      if (sdpa && want_sdpa) {
         g_sdpa = new ProbedOp(resolve(*sdpa, &kMathOp));
         for (auto key : {c10::DispatchKey::AutogradCPU, c10::DispatchKey::AutogradCUDA}) {
           auto* lib = new torch::Library(torch::Library::IMPL, "aten", key, __FILE__, __LINE__);

@@ -1,7 +1,12 @@
 // The C entry points the Python bootstrap calls through ctypes. Tiny on purpose: each reads its
 // argument, forwards to the Session, and never lets an exception or a failure reach the
 // training process.
+#include <execinfo.h>
+#include <signal.h>
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "probes/attention_hook.h"
@@ -9,12 +14,27 @@
 
 namespace {
 thread_local std::string t_last_error;
+
+// NANPROV_DEBUG_CRASH=1: print a native backtrace on SIGSEGV/SIGABRT, for bug reports against
+// nanprov itself. Off by default: the training process owns its signal handlers.
+void printBacktrace(int sig) {
+  void* frames[64];
+  int n = backtrace(frames, 64);
+  dprintf(STDERR_FILENO, "nanprov: signal %d, native backtrace:\n", sig);
+  backtrace_symbols_fd(frames, n, STDERR_FILENO);
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
 }
 
 extern "C" {
 
 // Returns 0 when the probes are live. On failure returns 1 and nanprov_last_error() says why.
 __attribute__((visibility("default"))) int nanprov_start() {
+  if (const char* debug = std::getenv("NANPROV_DEBUG_CRASH"); debug && *debug == '1') {
+    signal(SIGSEGV, &printBacktrace);
+    signal(SIGABRT, &printBacktrace);
+  }
   nanprov::Status st = nanprov::Session::get().start();
   if (st.ok()) st = nanprov::installAttentionProbes();
   if (!st.ok()) {

@@ -3,7 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <cmath>
-#include <sstream>
+#include <string>
 
 namespace nanprov {
 namespace {
@@ -32,12 +32,12 @@ void scan(const T* p, int64_t n, TensorHealth* h) {
   h->all_zero = n > 0 && all_zero;
 }
 
+// No iostreams here: with torch 2.11's build flags an ostringstream in this library crashed
+// inside the training process (seen on the H200 machine); plain string building is also cheaper.
 std::string shapeOf(const at::Tensor& t) {
-  std::ostringstream out;
-  out << '[';
-  for (int64_t d = 0; d < t.dim(); ++d) out << (d ? "," : "") << t.size(d);
-  out << ']';
-  return out.str();
+  std::string out = "[";
+  for (int64_t d = 0; d < t.dim(); ++d) out += (d ? "," : "") + std::to_string(t.size(d));
+  return out + "]";
 }
 
 // Query rows with no visible key, counted over the mask's own (unbroadcast) shape.
