@@ -42,7 +42,25 @@ struct CallRecord {
   int64_t start_ns = 0;     // CLOCK_REALTIME, comparable across ranks of one host
   int64_t end_ns = 0;
   std::string injected;     // role that was corrupted by --inject, empty when none
+  std::string device;       // "cpu" or "cuda:<index>"
+  std::string unattributed; // why its kernels are not known; empty when they are
   std::vector<TensorHealth> tensors;
+};
+
+// One kernel that ran inside an attention call. On CUDA it is a CUPTI CONCURRENT_KERNEL record
+// joined to the call through the external correlation id; on the CPU it is the ATen op itself.
+// Field names follow Nsight Systems' CUPTI_ACTIVITY_KIND_KERNEL export where they fit.
+struct KernelRecord {
+  int rank = 0;
+  int64_t seq = -1;             // the attention call it belongs to
+  int64_t correlation_id = 0;   // CUPTI correlation id of the launch; 0 on the CPU
+  std::string name;             // demangled
+  int grid[3] = {0, 0, 0};
+  int block[3] = {0, 0, 0};
+  int64_t start_ns = 0;         // GPU timestamps from CUPTI's clock; CLOCK_REALTIME on the CPU
+  int64_t end_ns = 0;
+  int device = -1;              // -1: the CPU
+  int64_t stream = -1;
 };
 
 }  // namespace nanprov

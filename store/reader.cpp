@@ -48,7 +48,7 @@ StatusOr<sqlite::Db> openRankStore(const std::string& path, RankInfo* info) {
 Status loadCalls(sqlite3* db, const std::string& path, std::vector<CallRecord>* out) {
   auto calls = sqlite::prepare(db,
       "SELECT seq,rank,step,layer,call,phase,IFNULL(fwd_seq,-1),op,backend,IFNULL(module,''),"
-      "start_ns,end_ns,IFNULL(injected,'') FROM calls ORDER BY seq");
+      "start_ns,end_ns,IFNULL(injected,''),device,IFNULL(unattributed,'') FROM calls ORDER BY seq");
   if (!calls.ok()) return notAStore(path, calls.status().message());
   auto tensors = sqlite::prepare(db,
       "SELECT seq,role,dtype,shape,numel,nan,posinf,neginf,max_abs,all_zero,IFNULL(masked_rows,-1) "
@@ -73,6 +73,8 @@ Status loadCalls(sqlite3* db, const std::string& path, std::vector<CallRecord>* 
     c.start_ns = sqlite3_column_int64(s, 10);
     c.end_ns = sqlite3_column_int64(s, 11);
     c.injected = columnText(s, 12);
+    c.device = columnText(s, 13);
+    c.unattributed = columnText(s, 14);
     out->push_back(std::move(c));
   }
   if (rc != SQLITE_DONE) return notAStore(path, sqlite::errorOf(db));
@@ -101,6 +103,32 @@ Status loadCalls(sqlite3* db, const std::string& path, std::vector<CallRecord>* 
   return Status::Ok();
 }
 
+Status loadKernels(sqlite3* db, const std::string& path, int rank, std::vector<KernelRecord>* out) {
+  auto kernels = sqlite::prepare(db,
+      "SELECT seq,correlation_id,name,grid_x,grid_y,grid_z,block_x,block_y,block_z,start_ns,end_ns,"
+      "device,stream FROM kernels ORDER BY seq, start_ns, rowid");
+  if (!kernels.ok()) return notAStore(path, kernels.status().message());
+  sqlite3_stmt* s = kernels->get();
+  int rc;
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    KernelRecord k;
+    k.rank = rank;
+    k.seq = sqlite3_column_int64(s, 0);
+    k.correlation_id = sqlite3_column_int64(s, 1);
+    k.name = columnText(s, 2);
+    for (int d = 0; d < 3; ++d) {
+      k.grid[d] = sqlite3_column_int(s, 3 + d);
+      k.block[d] = sqlite3_column_int(s, 6 + d);
+    }
+    k.start_ns = sqlite3_column_int64(s, 9);
+    k.end_ns = sqlite3_column_int64(s, 10);
+    k.device = sqlite3_column_int(s, 11);
+    k.stream = sqlite3_column_int64(s, 12);
+    out->push_back(std::move(k));
+  }
+  return rc == SQLITE_DONE ? Status::Ok() : notAStore(path, sqlite::errorOf(db));
+}
+
 int64_t countSteps(sqlite3* db) {
   auto st = sqlite::prepare(db, "SELECT COUNT(*) FROM steps");
   if (!st.ok() || sqlite3_step(st->get()) != SQLITE_ROW) return 0;
@@ -118,6 +146,15 @@ StatusOr<std::vector<std::string>> storesOf(const std::string& dir) {
 
 }  // namespace
 
+std::vector<const KernelRecord*> RunData::kernelsOf(int rank, int64_t seq) const {
+  auto key = [](const KernelRecord& k) { return std::make_pair(k.rank, k.seq); };
+  auto lo = std::lower_bound(kernels.begin(), kernels.end(), std::make_pair(rank, seq),
+                             [&](const KernelRecord& k, const std::pair<int, int64_t>& v) { return key(k) < v; });
+  std::vector<const KernelRecord*> out;
+  for (auto it = lo; it != kernels.end() && key(*it) == std::make_pair(rank, seq); ++it) out.push_back(&*it);
+  return out;
+}
+
 StatusOr<RunData> loadRun(const std::string& dir) {
   auto paths = storesOf(dir);
   if (!paths.ok()) return paths.status();
@@ -128,11 +165,15 @@ StatusOr<RunData> loadRun(const std::string& dir) {
     auto db = openRankStore(path, &info);
     if (!db.ok()) return db.status();
     NANPROV_RETURN_IF_ERROR(loadCalls(db->get(), path, &run.calls));
+    NANPROV_RETURN_IF_ERROR(loadKernels(db->get(), path, info.rank, &run.kernels));
     info.steps = countSteps(db->get());
     run.ranks.push_back(std::move(info));
   }
   std::stable_sort(run.calls.begin(), run.calls.end(), [](const CallRecord& a, const CallRecord& b) {
     return std::tie(a.step, a.start_ns, a.rank, a.seq) < std::tie(b.step, b.start_ns, b.rank, b.seq);
+  });
+  std::stable_sort(run.kernels.begin(), run.kernels.end(), [](const KernelRecord& a, const KernelRecord& b) {
+    return std::tie(a.rank, a.seq) < std::tie(b.rank, b.seq);
   });
   return run;
 }
@@ -144,7 +185,7 @@ StatusOr<QueryResult> queryRun(const std::string& dir, const std::string& sql) {
   if (!db.ok()) return db.status();
   sqlite3* raw = db->get();
 
-  std::string calls, tensors, steps, meta;
+  std::string calls, tensors, kernels, steps, meta;
   for (size_t i = 0; i < paths->size(); ++i) {
     RankInfo info;
     auto check = openRankStore((*paths)[i], &info);
@@ -159,12 +200,13 @@ StatusOr<QueryResult> queryRun(const std::string& dir, const std::string& sql) {
     std::string sep = i ? " UNION ALL " : "";
     calls += sep + "SELECT * FROM " + alias + ".calls";
     tensors += sep + "SELECT " + rank + " AS rank, * FROM " + alias + ".tensors";
+    kernels += sep + "SELECT " + rank + " AS rank, * FROM " + alias + ".kernels";
     steps += sep + "SELECT " + rank + " AS rank, * FROM " + alias + ".steps";
     meta += sep + "SELECT " + rank + " AS rank, * FROM " + alias + ".meta";
   }
   NANPROV_RETURN_IF_ERROR(sqlite::exec(raw,
       "CREATE TEMP VIEW calls AS " + calls + "; CREATE TEMP VIEW tensors AS " + tensors +
-      "; CREATE TEMP VIEW steps AS " + steps + "; CREATE TEMP VIEW meta AS " + meta +
+      "; CREATE TEMP VIEW kernels AS " + kernels + "; CREATE TEMP VIEW steps AS " + steps + "; CREATE TEMP VIEW meta AS " + meta +
       "; PRAGMA query_only=ON;"));
 
   auto stmt = sqlite::prepare(raw, sql);

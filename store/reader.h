@@ -23,6 +23,10 @@ struct RunData {
   std::string dir;
   std::vector<RankInfo> ranks;
   std::vector<CallRecord> calls;  // all ranks, ordered by (step, start_ns, rank, seq)
+  std::vector<KernelRecord> kernels;  // ordered by rank, then seq, then start
+
+  // The kernels of one call, in launch order.
+  std::vector<const KernelRecord*> kernelsOf(int rank, int64_t seq) const;
 };
 
 StatusOr<RunData> loadRun(const std::string& dir);
@@ -34,7 +38,7 @@ struct QueryResult {
   std::vector<bool> numeric;                                    // per column, from the first row
 };
 
-// Runs `sql` over the run's stores, which appear as the tables calls, tensors, steps and meta
+// Runs `sql` over the run's stores, which appear as the tables calls, tensors, kernels, steps and meta
 // (the union of all ranks; meta gains a rank column). Statements that write are refused.
 StatusOr<QueryResult> queryRun(const std::string& dir, const std::string& sql);
 

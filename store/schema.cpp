@@ -20,7 +20,9 @@ CREATE TABLE IF NOT EXISTS calls (
   module   TEXT,
   start_ns INTEGER NOT NULL,
   end_ns   INTEGER NOT NULL,
-  injected TEXT
+  injected TEXT,
+  device   TEXT NOT NULL,
+  unattributed TEXT
 );
 CREATE TABLE IF NOT EXISTS tensors (
   seq         INTEGER NOT NULL,
@@ -36,6 +38,18 @@ CREATE TABLE IF NOT EXISTS tensors (
   masked_rows INTEGER,
   UNIQUE (seq, role)
 );
+CREATE TABLE IF NOT EXISTS kernels (
+  seq            INTEGER NOT NULL,
+  correlation_id INTEGER NOT NULL,
+  name           TEXT NOT NULL,
+  grid_x INTEGER NOT NULL, grid_y INTEGER NOT NULL, grid_z INTEGER NOT NULL,
+  block_x INTEGER NOT NULL, block_y INTEGER NOT NULL, block_z INTEGER NOT NULL,
+  start_ns INTEGER NOT NULL,
+  end_ns   INTEGER NOT NULL,
+  device   INTEGER NOT NULL,
+  stream   INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS kernels_by_call ON kernels(seq);
 CREATE TABLE IF NOT EXISTS steps (
   step   INTEGER PRIMARY KEY,
   end_ns INTEGER NOT NULL

@@ -4,7 +4,7 @@
 
 namespace nanprov {
 
-inline constexpr int kSchemaVersion = 1;
+inline constexpr int kSchemaVersion = 2;  // 2: kernels table, calls.device, calls.unattributed
 
 // Idempotent: every statement is CREATE ... IF NOT EXISTS.
 extern const char* const kSchemaSql;

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <iterator>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -18,6 +19,7 @@ namespace {
 constexpr auto kIdleFlushPeriod = std::chrono::seconds(2);
 // Beyond this many pending calls the writer is not keeping up (or failed); drop, never grow.
 constexpr size_t kMaxPendingCalls = 1 << 18;
+constexpr size_t kMaxPendingKernels = 1 << 20;
 
 struct StepRow {
   int64_t step;
@@ -26,13 +28,13 @@ struct StepRow {
 
 // Prepared statements reused for every batch.
 struct Statements {
-  sqlite::Stmt call, tensor, step;
+  sqlite::Stmt call, tensor, step, kernel, meta;
 };
 
 StatusOr<Statements> prepareStatements(sqlite3* db) {
   auto call = sqlite::prepare(db,
       "INSERT OR REPLACE INTO calls(seq,rank,step,layer,call,phase,fwd_seq,op,backend,module,"
-      "start_ns,end_ns,injected) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)");
+      "start_ns,end_ns,injected,device,unattributed) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
   if (!call.ok()) return call.status();
   auto tensor = sqlite::prepare(db,
       "INSERT OR REPLACE INTO tensors(seq,role,dtype,shape,numel,nan,posinf,neginf,max_abs,"
@@ -40,7 +42,14 @@ StatusOr<Statements> prepareStatements(sqlite3* db) {
   if (!tensor.ok()) return tensor.status();
   auto step = sqlite::prepare(db, "INSERT OR REPLACE INTO steps(step,end_ns) VALUES(?,?)");
   if (!step.ok()) return step.status();
-  return Statements{std::move(*call), std::move(*tensor), std::move(*step)};
+  auto kernel = sqlite::prepare(db,
+      "INSERT INTO kernels(seq,correlation_id,name,grid_x,grid_y,grid_z,block_x,block_y,block_z,"
+      "start_ns,end_ns,device,stream) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)");
+  if (!kernel.ok()) return kernel.status();
+  auto meta = sqlite::prepare(db, "INSERT OR REPLACE INTO meta(key,value) VALUES(?,?)");
+  if (!meta.ok()) return meta.status();
+  return Statements{std::move(*call), std::move(*tensor), std::move(*step), std::move(*kernel),
+                    std::move(*meta)};
 }
 
 void bindText(sqlite3_stmt* s, int i, const std::string& v, bool null_when_empty = false) {
@@ -73,6 +82,8 @@ Status insertCall(sqlite3* db, Statements& st, const CallRecord& c) {
   sqlite3_bind_int64(s, 11, c.start_ns);
   sqlite3_bind_int64(s, 12, c.end_ns);
   bindText(s, 13, c.injected, true);
+  bindText(s, 14, c.device);
+  bindText(s, 15, c.unattributed, true);
   NANPROV_RETURN_IF_ERROR(stepStatement(db, s));
   for (const TensorHealth& t : c.tensors) {
     sqlite3_stmt* ts = st.tensor.get();
@@ -92,7 +103,40 @@ Status insertCall(sqlite3* db, Statements& st, const CallRecord& c) {
   return Status::Ok();
 }
 
+Status insertKernel(sqlite3* db, Statements& st, const KernelRecord& k) {
+  sqlite3_stmt* s = st.kernel.get();
+  sqlite3_bind_int64(s, 1, k.seq);
+  sqlite3_bind_int64(s, 2, k.correlation_id);
+  bindText(s, 3, k.name);
+  for (int d = 0; d < 3; ++d) {
+    sqlite3_bind_int(s, 4 + d, k.grid[d]);
+    sqlite3_bind_int(s, 7 + d, k.block[d]);
+  }
+  sqlite3_bind_int64(s, 10, k.start_ns);
+  sqlite3_bind_int64(s, 11, k.end_ns);
+  sqlite3_bind_int(s, 12, k.device);
+  sqlite3_bind_int64(s, 13, k.stream);
+  return stepStatement(db, s);
+}
+
+Status insertMeta(sqlite3* db, Statements& st, const std::string& key, const std::string& value) {
+  bindText(st.meta.get(), 1, key);
+  bindText(st.meta.get(), 2, value);
+  return stepStatement(db, st.meta.get());
+}
+
 }  // namespace
+
+// Rows waiting for the writer thread; swapped out whole under the lock.
+struct PendingRows {
+  std::vector<CallRecord> calls;
+  std::vector<KernelRecord> kernels;
+  std::vector<StepRow> steps;
+  std::map<std::string, std::string> meta;
+
+  bool empty() const { return calls.empty() && kernels.empty() && steps.empty() && meta.empty(); }
+  size_t rows() const { return calls.size() + kernels.size() + steps.size() + meta.size(); }
+};
 
 struct StoreWriter::Impl {
   enum class State { kActive, kClosed };
@@ -102,8 +146,7 @@ struct StoreWriter::Impl {
 
   std::mutex mu;  // guards everything below
   std::condition_variable wake;
-  std::vector<CallRecord> pending_calls;
-  std::vector<StepRow> pending_steps;
+  PendingRows pending;
   bool flush_requested = false;
   State state = State::kActive;
   Status first_error;
@@ -113,12 +156,14 @@ struct StoreWriter::Impl {
 
   // Writes one batch in one transaction. Called only by the writer thread, or by close() after
   // the thread was joined, so the database handle has a single user at a time.
-  Status writeBatch(std::vector<CallRecord>& calls, std::vector<StepRow>& steps) {
-    if (calls.empty() && steps.empty()) return Status::Ok();
+  Status writeBatch(const PendingRows& batch) {
+    if (batch.empty()) return Status::Ok();
     sqlite::Transaction tx(db.get());
     NANPROV_RETURN_IF_ERROR(tx.begin());
-    for (const CallRecord& c : calls) NANPROV_RETURN_IF_ERROR(insertCall(db.get(), statements, c));
-    for (const StepRow& s : steps) {
+    for (const CallRecord& c : batch.calls) NANPROV_RETURN_IF_ERROR(insertCall(db.get(), statements, c));
+    for (const KernelRecord& k : batch.kernels) NANPROV_RETURN_IF_ERROR(insertKernel(db.get(), statements, k));
+    for (const auto& [k, v] : batch.meta) NANPROV_RETURN_IF_ERROR(insertMeta(db.get(), statements, k, v));
+    for (const StepRow& s : batch.steps) {
       sqlite3_stmt* ss = statements.step.get();
       sqlite3_bind_int64(ss, 1, s.step);
       sqlite3_bind_int64(ss, 2, s.end_ns);
@@ -140,12 +185,10 @@ struct StoreWriter::Impl {
       wake.wait_for(lock, kIdleFlushPeriod, [&] { return flush_requested || state != State::kActive; });
       if (state != State::kActive) break;
       flush_requested = false;
-      std::vector<CallRecord> calls;
-      std::vector<StepRow> steps;
-      calls.swap(pending_calls);
-      steps.swap(pending_steps);
+      PendingRows batch;
+      std::swap(batch, pending);
       lock.unlock();
-      recordFailure(writeBatch(calls, steps), calls.size());
+      recordFailure(writeBatch(batch), batch.rows());
       lock.lock();
     }
   }
@@ -168,15 +211,9 @@ StatusOr<std::unique_ptr<StoreWriter>> StoreWriter::open(
   if (!statements.ok()) return statements.status();
   impl->statements = std::move(*statements);
 
-  auto insert_meta = sqlite::prepare(raw, "INSERT OR REPLACE INTO meta(key,value) VALUES(?,?)");
-  if (!insert_meta.ok()) return insert_meta.status();
   std::map<std::string, std::string> all = meta;
   all["schema_version"] = std::to_string(kSchemaVersion);
-  for (const auto& [k, v] : all) {
-    bindText(insert_meta->get(), 1, k);
-    bindText(insert_meta->get(), 2, v);
-    NANPROV_RETURN_IF_ERROR(stepStatement(raw, insert_meta->get()));
-  }
+  for (const auto& [k, v] : all) NANPROV_RETURN_IF_ERROR(insertMeta(raw, impl->statements, k, v));
 
   Impl* p = impl.get();
   impl->thread = std::make_unique<std::thread>([p] { p->run(); });
@@ -187,18 +224,34 @@ StoreWriter::~StoreWriter() { close(); }
 
 void StoreWriter::append(CallRecord record) {
   std::lock_guard<std::mutex> lock(impl_->mu);
-  if (impl_->state != Impl::State::kActive || impl_->pending_calls.size() >= kMaxPendingCalls) {
+  if (impl_->state != Impl::State::kActive || impl_->pending.calls.size() >= kMaxPendingCalls) {
     ++impl_->dropped;
     return;
   }
-  impl_->pending_calls.push_back(std::move(record));
+  impl_->pending.calls.push_back(std::move(record));
+}
+
+void StoreWriter::appendKernels(std::vector<KernelRecord> kernels) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto& pending = impl_->pending.kernels;
+  if (impl_->state != Impl::State::kActive || pending.size() + kernels.size() > kMaxPendingKernels) {
+    impl_->dropped += static_cast<int64_t>(kernels.size());
+    return;
+  }
+  pending.insert(pending.end(), std::make_move_iterator(kernels.begin()),
+                 std::make_move_iterator(kernels.end()));
+}
+
+void StoreWriter::setMeta(const std::string& key, const std::string& value) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  if (impl_->state == Impl::State::kActive) impl_->pending.meta[key] = value;
 }
 
 void StoreWriter::stepEnded(int64_t step, int64_t end_ns) {
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     if (impl_->state != Impl::State::kActive) return;
-    impl_->pending_steps.push_back({step, end_ns});
+    impl_->pending.steps.push_back({step, end_ns});
     impl_->flush_requested = true;
   }
   impl_->wake.notify_one();
@@ -221,10 +274,8 @@ Status StoreWriter::close() {
   impl_->wake.notify_one();
   if (impl_->thread && impl_->thread->joinable()) impl_->thread->join();
   // The thread is gone: this is the single place that writes the final batch.
-  impl_->recordFailure(impl_->writeBatch(impl_->pending_calls, impl_->pending_steps),
-                       impl_->pending_calls.size());
-  impl_->pending_calls.clear();
-  impl_->pending_steps.clear();
+  impl_->recordFailure(impl_->writeBatch(impl_->pending), impl_->pending.rows());
+  impl_->pending = {};
   sqlite3* raw = impl_->db.get();
   sqlite::exec(raw, "INSERT OR REPLACE INTO meta(key,value) VALUES('dropped_rows','" +
                         std::to_string(impl_->dropped.load()) + "')");

@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "store/call_record.h"
 #include "store/status.h"
@@ -23,6 +24,9 @@ class StoreWriter {
 
   // Never blocks on disk; safe from any thread.
   void append(CallRecord record);
+  void appendKernels(std::vector<KernelRecord> kernels);
+  // Written with the next batch; a later value for the same key replaces it.
+  void setMeta(const std::string& key, const std::string& value);
   void stepEnded(int64_t step, int64_t end_ns);
   void requestFlush();
 

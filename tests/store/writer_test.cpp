@@ -28,6 +28,7 @@ CallRecord makeCall(int64_t seq, int64_t step, Phase phase, int64_t nan_in_o) {
   c.module = "layers." + std::to_string(c.layer) + ".attn";
   c.start_ns = 1000 + seq;
   c.end_ns = 2000 + seq;
+  c.device = "cpu";
   TensorHealth q{.role = "Q", .dtype = "float32", .shape = "[2,4,8,16]", .numel = 1024};
   TensorHealth o{.role = "O", .dtype = "float32", .shape = "[2,4,8,16]", .numel = 1024, .nan = nan_in_o};
   c.tensors = {q, o};
@@ -54,6 +55,56 @@ TEST(StoreWriter, RoundTripsCallsTensorsAndSteps) {
   ASSERT_EQ(c.tensors.size(), 2u);
   EXPECT_EQ(c.tensors[0].role, "Q") << "role order as written";
   EXPECT_EQ(c.tensors[1].nan, 7);
+}
+
+TEST(StoreWriter, RoundTripsKernelsMetaAndAttribution) {
+  fs::path dir = freshDir("kernels");
+  {
+    auto writer = StoreWriter::open((dir / rankStoreName(2)).string(), {{"rank", "2"}});
+    ASSERT_TRUE(writer.ok()) << writer.status().message();
+    CallRecord bwd = makeCall(1, 0, Phase::kBackward, 0);
+    bwd.device = "cuda:0";
+    CallRecord unattributed = makeCall(2, 0, Phase::kForward, 0);
+    unattributed.device = "cuda:0";
+    unattributed.unattributed = "torch.profiler was active";
+    (*writer)->append(bwd);
+    (*writer)->append(unattributed);
+    std::vector<KernelRecord> kernels(3);
+    const char* names[] = {"cudnn::fusion::compute_dot_do_o_specialized", "cudnn_generated_fort_native_sdpa_sm90_flash_bprop",
+                           "cudnn::fusion::convert_dq_to_16bits"};
+    for (int i = 0; i < 3; ++i) {
+      kernels[i].seq = 1;
+      kernels[i].name = names[i];
+      kernels[i].correlation_id = 100 + i;
+      kernels[i].grid[0] = 8 * (i + 1);
+      kernels[i].block[0] = 128;
+      kernels[i].start_ns = 10 * (3 - i);  // stored out of order: the reader orders by start
+      kernels[i].end_ns = kernels[i].start_ns + 5;
+      kernels[i].device = 0;
+      kernels[i].stream = 7;
+    }
+    (*writer)->appendKernels(kernels);
+    (*writer)->setMeta("host_syncs", "0");
+    (*writer)->setMeta("host_syncs", "2");  // a later value replaces the earlier
+    ASSERT_TRUE((*writer)->close().ok());
+  }
+  auto run = loadRun(dir.string());
+  ASSERT_TRUE(run.ok()) << run.status().message();
+  auto k = run->kernelsOf(2, 1);
+  ASSERT_EQ(k.size(), 3u);
+  EXPECT_EQ(k[0]->name, "cudnn::fusion::convert_dq_to_16bits") << "ordered by start time";
+  EXPECT_EQ(k[0]->rank, 2);
+  EXPECT_EQ(k[2]->grid[0], 8);
+  EXPECT_TRUE(run->kernelsOf(2, 2).empty());
+  EXPECT_TRUE(run->kernelsOf(0, 1).empty()) << "another rank's seq 1 is another call";
+  EXPECT_EQ(run->calls[0].device, "cuda:0");
+  EXPECT_EQ(run->calls[1].unattributed, "torch.profiler was active");
+  EXPECT_EQ(run->ranks[0].meta.at("host_syncs"), "2");
+  auto rows = queryRun(dir.string(), "SELECT rank, COUNT(*) FROM kernels GROUP BY rank");
+  ASSERT_TRUE(rows.ok()) << rows.status().message();
+  ASSERT_EQ(rows->rows.size(), 1u);
+  EXPECT_EQ(*rows->rows[0][0], "2");
+  EXPECT_EQ(*rows->rows[0][1], "3");
 }
 
 TEST(StoreWriter, WhatWasFlushedSurvivesSigkill) {
