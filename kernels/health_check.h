@@ -1,0 +1,59 @@
+// The fused health check: one CUDA launch measures every tensor of one attention call (NaN, +Inf,
+// -Inf, largest finite |x|, nonzero count and, for masks, fully masked query rows). Counts are
+// exact. No LibTorch and no CUDA headers here, so the probes and the tests include it freely.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace nanprov::kernels {
+
+enum class ElementType : int32_t { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2, kBool = 3 };
+
+// How a mask hides a key: bool masks allow where true; additive masks hide with -inf.
+enum class MaskKind : int32_t { kNotAMask = 0, kBoolAllow = 1, kAdditive = 2 };
+
+inline constexpr int kMaxDims = 6;
+inline constexpr int kMaxTensors = 12;  // a backward call has 9 roles, a forward 6
+
+// A tensor as the kernel reads it. Strides are in elements; a stride of 0 (broadcast) is fine.
+struct TensorView {
+  const void* data = nullptr;
+  int64_t numel = 0;
+  int64_t sizes[kMaxDims] = {};
+  int64_t strides[kMaxDims] = {};
+  int32_t ndim = 0;
+  ElementType type = ElementType::kFloat32;
+  MaskKind mask = MaskKind::kNotAMask;
+  int32_t contiguous = 0;  // dense row-major: takes the vectorised path when 16-byte aligned
+};
+
+// Final counts of one tensor, written by the device into host-mapped pinned memory.
+struct HealthCounts {
+  unsigned long long nan;
+  unsigned long long posinf;
+  unsigned long long neginf;
+  unsigned long long nonzero;
+  unsigned long long masked_rows;  // masks only
+  float max_abs;                   // largest finite |x|
+  uint32_t written;                // 1 once the device wrote this entry
+};
+
+// Device accumulators of one check. Zeroed once when allocated; the last block of every check
+// resets what it used, so a slot is ready again as soon as its check completed.
+struct CheckScratch {
+  unsigned long long counts[kMaxTensors][5];
+  unsigned int max_bits[kMaxTensors];  // bit pattern of a non-negative float: ordered like uint
+  unsigned int blocks_done;
+};
+
+// True when `view` can be read by the kernel (supported type, at most kMaxDims dimensions).
+bool checkable(const TensorView& view);
+
+// Enqueues the check of `views[0..count)` on `stream` (a cudaStream_t). `scratch` is device
+// memory, `results` host-mapped pinned memory with room for `count` entries. Returns a
+// cudaError_t value; 0 is success.
+int launchHealthCheck(const TensorView* views, int count, CheckScratch* scratch, HealthCounts* results,
+                      void* stream);
+
+}  // namespace nanprov::kernels

@@ -1,0 +1,143 @@
+#include "kernels/health_check_queue.h"
+
+#include <cuda_runtime_api.h>
+
+namespace nanprov::kernels {
+namespace {
+
+Status cudaFailure(const char* what, cudaError_t err) {
+  return Status::Error(std::string(what) + ": " + cudaGetErrorString(err));
+}
+
+// Makes `device` current for a scope and restores the caller's device.
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) {
+    if (cudaGetDevice(&previous_) == cudaSuccess && previous_ != device) {
+      switched_ = cudaSetDevice(device) == cudaSuccess;
+    }
+  }
+  ~DeviceScope() {
+    if (switched_) cudaSetDevice(previous_);
+  }
+
+ private:
+  int previous_ = -1;
+  bool switched_ = false;
+};
+
+constexpr int kAll = 1 << 30;
+
+}  // namespace
+
+struct HealthCheckQueue::Slot {
+  CheckScratch* scratch = nullptr;  // device
+  HealthCounts* results = nullptr;  // host view of the mapped results
+  HealthCounts* results_device = nullptr;
+  cudaEvent_t done = nullptr;
+  uint64_t token = 0;
+  int count = 0;
+};
+
+StatusOr<std::unique_ptr<HealthCheckQueue>> HealthCheckQueue::create(int device, int slots) {
+  int devices = 0;
+  if (cudaError_t err = cudaGetDeviceCount(&devices); err != cudaSuccess) {
+    return cudaFailure("no usable CUDA device", err);
+  }
+  if (device < 0 || device >= devices) return Status::Error("CUDA device " + std::to_string(device) + " does not exist");
+  DeviceScope scope(device);
+  std::unique_ptr<HealthCheckQueue> q(new HealthCheckQueue());
+  q->device_ = device;
+  size_t scratch_bytes = sizeof(CheckScratch) * static_cast<size_t>(slots);
+  size_t result_bytes = sizeof(HealthCounts) * kMaxTensors * static_cast<size_t>(slots);
+  if (cudaError_t err = cudaMalloc(&q->scratch_, scratch_bytes); err != cudaSuccess) return cudaFailure("cudaMalloc", err);
+  // Zeroed once; every check leaves its scratch zeroed again.
+  if (cudaError_t err = cudaMemset(q->scratch_, 0, scratch_bytes); err != cudaSuccess) return cudaFailure("cudaMemset", err);
+  if (cudaError_t err = cudaHostAlloc(&q->results_, result_bytes, cudaHostAllocMapped); err != cudaSuccess) {
+    return cudaFailure("cudaHostAlloc", err);
+  }
+  void* results_device = nullptr;
+  if (cudaError_t err = cudaHostGetDevicePointer(&results_device, q->results_, 0); err != cudaSuccess) {
+    return cudaFailure("cudaHostGetDevicePointer", err);
+  }
+  if (cudaError_t err = cudaDeviceSynchronize(); err != cudaSuccess) return cudaFailure("cudaMemset", err);
+  q->slots_.resize(static_cast<size_t>(slots));
+  for (int i = 0; i < slots; ++i) {
+    Slot& s = q->slots_[static_cast<size_t>(i)];
+    s.scratch = static_cast<CheckScratch*>(q->scratch_) + i;
+    s.results = static_cast<HealthCounts*>(q->results_) + static_cast<size_t>(i) * kMaxTensors;
+    s.results_device = static_cast<HealthCounts*>(results_device) + static_cast<size_t>(i) * kMaxTensors;
+    if (cudaError_t err = cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming); err != cudaSuccess) {
+      return cudaFailure("cudaEventCreate", err);
+    }
+  }
+  return q;
+}
+
+HealthCheckQueue::~HealthCheckQueue() {
+  // Only after drain(): nothing is in flight. Errors are ignored, the process may be exiting.
+  DeviceScope scope(device_);
+  for (Slot& s : slots_) {
+    if (s.done) cudaEventDestroy(s.done);
+  }
+  if (scratch_) cudaFree(scratch_);
+  if (results_) cudaFreeHost(results_);
+}
+
+Status HealthCheckQueue::submit(const TensorView* views, int count, void* stream, uint64_t token,
+                                const Ready& overflow) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (in_flight_ == slots_.size()) {
+    // Every slot is busy: the GPU is far behind the host. Wait for the oldest check; callers
+    // are told through forcedWaits().
+    ++forced_waits_;
+    collectLocked(overflow, /*wait=*/true, /*limit=*/1);
+  }
+  Slot& s = slots_[(head_ + in_flight_) % slots_.size()];
+  for (int i = 0; i < count; ++i) s.results[i].written = 0;
+  DeviceScope scope(device_);
+  if (int err = launchHealthCheck(views, count, s.scratch, s.results_device, stream); err != 0) {
+    return cudaFailure("health check launch", static_cast<cudaError_t>(err));
+  }
+  if (cudaError_t err = cudaEventRecord(s.done, static_cast<cudaStream_t>(stream)); err != cudaSuccess) {
+    return cudaFailure("cudaEventRecord", err);
+  }
+  s.token = token;
+  s.count = count;
+  ++in_flight_;
+  return Status::Ok();
+}
+
+int HealthCheckQueue::collectLocked(const Ready& ready, bool wait, int limit) {
+  int n = 0;
+  while (in_flight_ > 0 && n < limit) {
+    Slot& s = slots_[head_];
+    cudaError_t state = wait ? cudaEventSynchronize(s.done) : cudaEventQuery(s.done);
+    if (state == cudaErrorNotReady) break;
+    // On any other error the counts cannot be trusted: hand the slot over with count 0.
+    bool ok = state == cudaSuccess;
+    for (int i = 0; ok && i < s.count; ++i) ok = s.results[i].written == 1;
+    ready(s.token, s.results, ok ? s.count : 0);
+    head_ = (head_ + 1) % slots_.size();
+    --in_flight_;
+    ++n;
+  }
+  return n;
+}
+
+int HealthCheckQueue::collect(const Ready& ready) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return collectLocked(ready, false, kAll);
+}
+
+int HealthCheckQueue::drain(const Ready& ready) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return collectLocked(ready, true, kAll);
+}
+
+int64_t HealthCheckQueue::forcedWaits() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return forced_waits_;
+}
+
+}  // namespace nanprov::kernels

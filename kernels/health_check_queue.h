@@ -1,0 +1,58 @@
+// HealthCheckQueue: the fused checks of one CUDA device in flight. Each check gets a slot
+// (device scratch, host-mapped results, an event); results are collected once the event has
+// completed, so no check ever waits for the GPU, except when every slot is taken.
+// No LibTorch; thread-safe (forward and backward calls come from different threads).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "kernels/health_check.h"
+#include "store/status.h"
+
+namespace nanprov::kernels {
+
+class HealthCheckQueue {
+ public:
+  // Allocates `slots` slots on `device`. Fails with a reason when CUDA cannot be used.
+  static StatusOr<std::unique_ptr<HealthCheckQueue>> create(int device, int slots);
+  ~HealthCheckQueue();
+  HealthCheckQueue(const HealthCheckQueue&) = delete;
+  HealthCheckQueue& operator=(const HealthCheckQueue&) = delete;
+
+  // `count` is 0 when the check failed on the device and its counts cannot be trusted.
+  using Ready = std::function<void(uint64_t token, const HealthCounts* counts, int count)>;
+
+  // Enqueues one fused check on `stream` (a cudaStream_t of this device). `token` comes back
+  // with the results. When every slot is in flight it first waits for the oldest check and
+  // hands it to `overflow`; that is the only host synchronisation, and it is counted.
+  Status submit(const TensorView* views, int count, void* stream, uint64_t token, const Ready& overflow);
+
+  // Hands over every finished check, oldest first, without waiting. Returns how many.
+  int collect(const Ready& ready);
+  // Waits for every check in flight and hands them over (exit only).
+  int drain(const Ready& ready);
+
+  int64_t forcedWaits() const;
+  int device() const { return device_; }
+
+ private:
+  struct Slot;
+  HealthCheckQueue() = default;
+  int collectLocked(const Ready& ready, bool wait, int limit);
+
+  int device_ = 0;
+  mutable std::mutex mu_;
+  std::vector<Slot> slots_;
+  size_t head_ = 0;      // oldest slot in flight
+  size_t in_flight_ = 0;
+  int64_t forced_waits_ = 0;
+  void* scratch_ = nullptr;  // device memory of every slot's CheckScratch
+  void* results_ = nullptr;  // host-mapped pinned memory of every slot's HealthCounts
+};
+
+}  // namespace nanprov::kernels

@@ -1,0 +1,262 @@
+// The fused health kernel against a host reference, on random bit patterns (so NaN, ±Inf,
+// subnormals and zeros all occur), in every supported dtype and layout. Needs a GPU: skips
+// cleanly without one, and runs in scripts/device-check.sh.
+#include "kernels/health_check_queue.h"
+
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+namespace nanprov::kernels {
+namespace {
+
+bool haveGpu() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+#define REQUIRE_GPU() \
+  if (!haveGpu()) GTEST_SKIP() << "no CUDA device: runs in scripts/device-check.sh"
+
+float halfToFloat(uint16_t h) {
+  uint32_t sign = (h >> 15) & 1, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+  float v;
+  if (exp == 0) v = std::ldexp(static_cast<float>(mant), -24);
+  else if (exp == 31) v = mant ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity();
+  else v = std::ldexp(static_cast<float>(mant | 0x400), static_cast<int>(exp) - 25);
+  return sign ? -v : v;
+}
+
+float bitsToFloat(uint32_t b) {
+  float f;
+  std::memcpy(&f, &b, 4);
+  return f;
+}
+
+float decode(const std::vector<uint8_t>& host, int64_t i, ElementType type) {
+  switch (type) {
+    case ElementType::kFloat32: { uint32_t b; std::memcpy(&b, &host[i * 4], 4); return bitsToFloat(b); }
+    case ElementType::kFloat16: { uint16_t b; std::memcpy(&b, &host[i * 2], 2); return halfToFloat(b); }
+    case ElementType::kBFloat16: { uint16_t b; std::memcpy(&b, &host[i * 2], 2); return bitsToFloat(uint32_t{b} << 16); }
+    case ElementType::kBool: return host[i] ? 1.f : 0.f;
+  }
+  return 0;
+}
+
+int bytesOf(ElementType t) { return t == ElementType::kFloat32 ? 4 : t == ElementType::kBool ? 1 : 2; }
+
+struct Expected {
+  uint64_t nan = 0, posinf = 0, neginf = 0, nonzero = 0, masked_rows = 0;
+  float max_abs = 0;
+};
+
+// Host reference over the elements a view addresses.
+Expected reference(const std::vector<uint8_t>& host, const TensorView& v, int64_t base_offset) {
+  Expected e;
+  int64_t row_len = v.ndim ? v.sizes[v.ndim - 1] : 1;
+  bool row_visible = false;
+  for (int64_t i = 0; i < v.numel; ++i) {
+    int64_t off = 0, rest = i;
+    for (int d = v.ndim - 1; d >= 0; --d) {
+      off += (rest % v.sizes[d]) * v.strides[d];
+      rest /= v.sizes[d];
+    }
+    float x = decode(host, base_offset + off, v.type);
+    if (std::isnan(x)) ++e.nan;
+    else if (std::isinf(x)) ++(x > 0 ? e.posinf : e.neginf);
+    else e.max_abs = std::max(e.max_abs, std::fabs(x));
+    e.nonzero += x != 0.f;
+    if (v.mask != MaskKind::kNotAMask) {
+      if (i % row_len == 0) row_visible = false;
+      row_visible = row_visible || (v.mask == MaskKind::kBoolAllow ? x != 0.f : !(std::isinf(x) && x < 0));
+      if (i % row_len == row_len - 1 && !row_visible) ++e.masked_rows;
+    }
+  }
+  return e;
+}
+
+struct DeviceBuffer {
+  void* p = nullptr;
+  explicit DeviceBuffer(const std::vector<uint8_t>& host) {
+    EXPECT_EQ(cudaMalloc(&p, host.size() + 16), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(p, host.data(), host.size(), cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  ~DeviceBuffer() { cudaFree(p); }
+};
+
+std::vector<uint8_t> randomBits(size_t bytes, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<uint8_t> out(bytes);
+  for (auto& b : out) b = static_cast<uint8_t>(rng());
+  return out;
+}
+
+TensorView view(const void* data, ElementType type, std::vector<int64_t> sizes, std::vector<int64_t> strides) {
+  TensorView v;
+  v.data = data;
+  v.type = type;
+  v.ndim = static_cast<int32_t>(sizes.size());
+  v.numel = 1;
+  bool contiguous = true;
+  int64_t expect = 1;
+  for (int d = v.ndim - 1; d >= 0; --d) {
+    v.sizes[d] = sizes[d];
+    v.strides[d] = strides[d];
+    v.numel *= sizes[d];
+    contiguous = contiguous && (sizes[d] == 1 || strides[d] == expect);
+    expect *= sizes[d];
+  }
+  v.contiguous = contiguous;
+  return v;
+}
+
+// Runs one fused check of `views` and compares each against the host reference.
+void expectMatches(const std::vector<uint8_t>& host, const std::vector<TensorView>& views,
+                   const std::vector<int64_t>& base_offsets) {
+  auto queue = HealthCheckQueue::create(0, 4);
+  ASSERT_TRUE(queue.ok()) << queue.status().message();
+  std::vector<HealthCounts> got;
+  auto ready = [&](uint64_t, const HealthCounts* c, int n) { got.assign(c, c + n); };
+  ASSERT_TRUE((*queue)->submit(views.data(), static_cast<int>(views.size()), nullptr, 1, ready).ok());
+  EXPECT_EQ((*queue)->drain(ready), 1);
+  ASSERT_EQ(got.size(), views.size()) << "the check failed on the device";
+  for (size_t i = 0; i < views.size(); ++i) {
+    Expected e = reference(host, views[i], base_offsets[i]);
+    SCOPED_TRACE("tensor " + std::to_string(i));
+    EXPECT_EQ(got[i].nan, e.nan);
+    EXPECT_EQ(got[i].posinf, e.posinf);
+    EXPECT_EQ(got[i].neginf, e.neginf);
+    EXPECT_EQ(got[i].nonzero, e.nonzero);
+    EXPECT_EQ(got[i].masked_rows, e.masked_rows);
+    EXPECT_EQ(got[i].max_abs, e.max_abs);
+  }
+}
+
+class EveryType : public testing::TestWithParam<ElementType> {};
+
+TEST_P(EveryType, ContiguousStridedAndUnalignedViewsCountExactly) {
+  REQUIRE_GPU();
+  const ElementType type = GetParam();
+  const int esize = bytesOf(type);
+  const std::vector<int64_t> shape = {3, 5, 67, 33};  // odd sizes: vector tails everywhere
+  int64_t numel = 3 * 5 * 67 * 33;
+  std::vector<uint8_t> host = randomBits(static_cast<size_t>(numel + 8) * esize, 1234u + static_cast<uint32_t>(type));
+  DeviceBuffer dev(host);
+  auto* base = static_cast<uint8_t*>(dev.p);
+  std::vector<TensorView> views = {
+      view(base, type, shape, {5 * 67 * 33, 67 * 33, 33, 1}),                      // contiguous, aligned
+      view(base, type, {3, 67, 5, 33}, {5 * 67 * 33, 33, 67 * 33, 1}),             // transposed (B,S,H,D)
+      view(base + esize, type, {numel - 1}, {1}),                                   // unaligned start
+      view(base, type, {3, 5, 33, 34}, {5 * 67 * 33, 67 * 33, 1, 33}),             // last two dims swapped
+      view(base, type, {3, 5, 10, 33}, {5 * 67 * 33, 67 * 33, 66, 1}),             // every other row
+  };
+  expectMatches(host, views, {0, 0, 1, 0, 0});
+}
+
+TEST_P(EveryType, QkvSplitFromOneProjectionTakesTheRowPathExactly) {
+  REQUIRE_GPU();
+  // qkv.view(B, S, 3, H, D).permute(2, 0, 3, 1, 4): Q, K and V are strided views whose rows of
+  // D elements are dense, the layout attention sees most often.
+  const ElementType type = GetParam();
+  const int64_t B = 2, S = 48, H = 4, D = 64;
+  const int esize = bytesOf(type);
+  std::vector<uint8_t> host = randomBits(static_cast<size_t>(B * S * 3 * H * D) * esize, 99u + static_cast<uint32_t>(type));
+  DeviceBuffer dev(host);
+  auto* base = static_cast<uint8_t*>(dev.p);
+  std::vector<TensorView> views;
+  std::vector<int64_t> offsets;
+  for (int64_t which = 0; which < 3; ++which) {
+    int64_t offset = which * H * D;
+    views.push_back(view(base + offset * esize, type, {B, H, S, D}, {S * 3 * H * D, D, 3 * H * D, 1}));
+    offsets.push_back(offset);
+  }
+  ASSERT_FALSE(views[0].contiguous);
+  expectMatches(host, views, offsets);
+}
+
+INSTANTIATE_TEST_SUITE_P(HealthCheck, EveryType,
+                         testing::Values(ElementType::kFloat32, ElementType::kFloat16, ElementType::kBFloat16),
+                         [](const auto& info) {
+                           return info.param == ElementType::kFloat32 ? std::string("fp32")
+                                  : info.param == ElementType::kFloat16 ? std::string("fp16")
+                                                                        : std::string("bf16");
+                         });
+
+TEST(HealthCheck, AllZeroAndEmptyTensors) {
+  REQUIRE_GPU();
+  std::vector<uint8_t> host(4096 * 2, 0);
+  host[2 * 4000] = 0x00;
+  host[2 * 4000 + 1] = 0x80;  // bf16 -0.0: still zero
+  DeviceBuffer dev(host);
+  std::vector<TensorView> views = {view(dev.p, ElementType::kBFloat16, {4096}, {1}),
+                                   view(dev.p, ElementType::kBFloat16, {0}, {1})};
+  expectMatches(host, views, {0, 0});
+}
+
+TEST(HealthCheck, MasksCountFullyMaskedRowsThroughBroadcasts) {
+  REQUIRE_GPU();
+  const int64_t B = 2, S = 64;
+  // A bool padding mask [B,1,S,S] (True = may attend) with rows 10..25 hidden in batch 1.
+  std::vector<uint8_t> mask(B * S * S, 1);
+  for (int64_t r = 10; r < 26; ++r)
+    for (int64_t k = 0; k < S; ++k) mask[(1 * S + r) * S + k] = 0;
+  // An additive fp32 mask [S,S] with rows 0..2 all -inf and a -inf diagonal elsewhere.
+  std::vector<uint8_t> additive(S * S * 4, 0);
+  const float ninf = -std::numeric_limits<float>::infinity();
+  for (int64_t r = 0; r < S; ++r)
+    for (int64_t k = 0; k < S; ++k)
+      if (r < 3 || k == r) std::memcpy(&additive[(r * S + k) * 4], &ninf, 4);
+  DeviceBuffer bool_dev(mask), add_dev(additive);
+  TensorView bool_view = view(bool_dev.p, ElementType::kBool, {B, 4, S, S}, {S * S, 0, S, 1});  // heads broadcast
+  bool_view.mask = MaskKind::kBoolAllow;
+  TensorView add_view = view(add_dev.p, ElementType::kFloat32, {S, S}, {S, 1});
+  add_view.mask = MaskKind::kAdditive;
+  auto queue = HealthCheckQueue::create(0, 4);
+  ASSERT_TRUE(queue.ok());
+  std::vector<HealthCounts> got;
+  auto ready = [&](uint64_t, const HealthCounts* c, int n) { got.assign(c, c + n); };
+  std::vector<TensorView> views = {bool_view, add_view};
+  ASSERT_TRUE((*queue)->submit(views.data(), 2, nullptr, 1, ready).ok());
+  (*queue)->drain(ready);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].masked_rows, 16u * 4) << "16 rows, seen once per broadcast head";
+  EXPECT_EQ(got[1].masked_rows, 3u);
+  EXPECT_EQ(got[1].neginf, 3u * S + (S - 3));
+}
+
+TEST(HealthCheck, QueueReusesSlotsAndWaitsOnlyWhenFull) {
+  REQUIRE_GPU();
+  std::vector<uint8_t> host = randomBits(1 << 16, 7);
+  DeviceBuffer dev(host);
+  TensorView v = view(dev.p, ElementType::kBFloat16, {1 << 15}, {1});
+  Expected e = reference(host, v, 0);
+  auto queue = HealthCheckQueue::create(0, 2);
+  ASSERT_TRUE(queue.ok());
+  std::vector<uint64_t> tokens;
+  auto ready = [&](uint64_t token, const HealthCounts* c, int n) {
+    ASSERT_EQ(n, 1);
+    EXPECT_EQ(c[0].nan, e.nan) << "a reused slot starts from zero";
+    tokens.push_back(token);
+  };
+  for (uint64_t t = 1; t <= 5; ++t) ASSERT_TRUE((*queue)->submit(&v, 1, nullptr, t, ready).ok());
+  (*queue)->drain(ready);
+  EXPECT_EQ(tokens, (std::vector<uint64_t>{1, 2, 3, 4, 5})) << "results come back in order";
+  EXPECT_EQ((*queue)->forcedWaits(), 3) << "two slots: the 3rd, 4th and 5th checks each waited once";
+}
+
+TEST(HealthCheck, RefusesWhatItCannotRead) {
+  TensorView v;
+  v.type = static_cast<ElementType>(42);
+  EXPECT_FALSE(checkable(v));
+  v.type = ElementType::kFloat32;
+  v.ndim = kMaxDims + 1;
+  EXPECT_FALSE(checkable(v));
+}
+
+}  // namespace
+}  // namespace nanprov::kernels
