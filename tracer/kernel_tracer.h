@@ -1,0 +1,60 @@
+// KernelTracer: attributes the CUDA kernels of each attention call, through CUPTI's activity API
+// (CONCURRENT_KERNEL, never the serialising KERNEL kind) and an external correlation id per
+// call, and marks each call with an NVTX range in domain "nanprov". No LibTorch.
+//
+// CUPTI has one activity client per process. When it cannot be had (no GPU, another subscriber
+// such as torch.profiler or Nsight, an old driver, nanprov built without CUPTI), the tracer says
+// why and calls are stored as unattributed with that reason; training is never affected.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "store/call_record.h"
+#include "store/status.h"
+
+namespace nanprov {
+
+struct TracerStats {
+  int64_t attributed_kernels = 0;
+  int64_t dropped_records = 0;     // CUPTI had no buffer for them (the buffer cap was reached)
+  int64_t buffers_in_use = 0;
+  int64_t kernel_records = 0;       // CONCURRENT_KERNEL records seen, attention's or not
+  int64_t external_id_records = 0;  // our EXTERNAL_CORRELATION records seen
+  int64_t api_records = 0;          // RUNTIME and DRIVER records seen
+};
+
+class KernelTracer {
+ public:
+  static KernelTracer& get();  // leaked on purpose, like the Session
+  virtual ~KernelTracer() = default;
+
+  // Turns collection on; later calls return the first result. Never throws.
+  virtual Status start() = 0;
+
+  // Around one attention call, on the thread that runs it. Returns true when its kernels will be
+  // attributed; otherwise unattributedReason() says why.
+  virtual bool enter(int64_t seq, const std::string& label) = 0;
+  virtual void exit() = 0;
+
+  // Another profiler holds CUPTI: stop attributing until reclaim(). Calls meanwhile are
+  // unattributed with `reason`.
+  virtual void yield(const std::string& reason) = 0;
+  virtual void reclaim() = 0;
+  virtual bool yielded() const = 0;
+
+  virtual std::string unattributedReason() const = 0;
+
+  // Kernels attributed since the last collect. `at_exit` also forces out partly filled buffers.
+  virtual std::vector<KernelRecord> collect(bool at_exit) = 0;
+  virtual TracerStats stats() const = 0;
+};
+
+// NVTX ranges in domain "nanprov", so Nsight Systems shows the same rank:layer:call labels.
+// Cost nothing when no tool is attached.
+void pushCallRange(const std::string& label);
+void popCallRange();
+
+}  // namespace nanprov

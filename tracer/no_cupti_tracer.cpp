@@ -1,0 +1,32 @@
+// KernelTracer where nanprov was built without CUPTI: every call is unattributed, with the reason.
+#include "tracer/kernel_tracer.h"
+
+namespace nanprov {
+namespace {
+
+constexpr const char* kReason = "nanprov was built without CUPTI (CUDA toolkit not found at configure time)";
+
+class NoCuptiTracer final : public KernelTracer {
+ public:
+  Status start() override { return Status::Error(kReason); }
+  bool enter(int64_t, const std::string&) override { return false; }
+  void exit() override {}
+  void yield(const std::string&) override {}
+  void reclaim() override {}
+  bool yielded() const override { return false; }
+  std::string unattributedReason() const override { return kReason; }
+  std::vector<KernelRecord> collect(bool) override { return {}; }
+  TracerStats stats() const override { return {}; }
+};
+
+}  // namespace
+
+KernelTracer& KernelTracer::get() {
+  static KernelTracer* tracer = new NoCuptiTracer();
+  return *tracer;
+}
+
+void pushCallRange(const std::string&) {}
+void popCallRange() {}
+
+}  // namespace nanprov
