@@ -2,15 +2,18 @@
 
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/csrc/profiler/orchestration/observer.h>
 #include <torch/library.h>
 
 #include <cstdlib>
 #include <mutex>
 #include <unordered_map>
 
+#include "probes/device_checks.h"
 #include "probes/roles.h"
 #include "probes/session.h"
 #include "probes/tensor_health.h"
+#include "tracer/kernel_tracer.h"
 
 namespace nanprov {
 namespace {
@@ -22,7 +25,7 @@ namespace {
 // autograd kernels of ops that neither view nor mutate, such as every *_backward op.)
 const c10::DispatchKeySet kBelowProbe(c10::DispatchKeySet::FULL_AFTER, c10::DispatchKey::BackendSelect);
 using Stack = torch::jit::Stack;
-using Tensors = std::vector<std::pair<Role, at::Tensor>>;
+using Tensors = RoleTensors;
 
 // A probed op, resolved against this torch build's schema.
 struct ProbedOp {
@@ -34,6 +37,9 @@ struct ProbedOp {
 // Filled once by installAttentionProbes(), read-only afterwards.
 std::unordered_map<std::string, ProbedOp>* g_probed = nullptr;
 ProbedOp* g_sdpa = nullptr;
+// aten::_fused_sdp_choice: which backend SDPA is about to use. Lets a MATH call on CUDA be named
+// (and its kernels traced) before it runs. nullptr when this torch lacks it.
+std::optional<c10::OperatorHandle>* g_sdp_choice = nullptr;
 const AttentionOp kMathOp = {"aten::_scaled_dot_product_attention_math", "math", Phase::kForward,
                              {Role::kO}};
 
@@ -99,8 +105,65 @@ CallRecord recordFor(const CallName& name, const AttentionOp& desc, Phase phase)
   return rec;
 }
 
-// Corrupts matching outputs (only with --inject), then measures every tensor.
-CallRecord checked(CallRecord rec, const Tensors& inputs, const Tensors& outputs) {
+template <typename F>
+void guarded(const char* what, F&& body) {
+  try {
+    body();
+  } catch (const std::exception& e) {
+    logOnce(what, std::string(what) + " failed, this call is not recorded: " + e.what());
+  }
+}
+
+bool onCuda(const Tensors& tensors) {
+  for (const auto& [role, t] : tensors) {
+    if (t.is_cuda()) return true;
+  }
+  return false;
+}
+
+std::string deviceOf(const Tensors& tensors) {
+  for (const auto& [role, t] : tensors) {
+    if (t.is_cuda()) return "cuda:" + std::to_string(t.device().index());
+  }
+  return "cpu";
+}
+
+constexpr const char* kProfilerReason =
+    "torch.profiler was active: CUPTI serves one activity client per process, and the profiler had it";
+
+// Traces one CUDA call's kernels: an NVTX range and a CUPTI external correlation id for the
+// duration of the op, on the thread that runs it.
+class CallTrace {
+ public:
+  CallTrace(const CallName& name, int rank) {
+    KernelTracer& tracer = KernelTracer::get();
+    // Checked before CUPTI is touched: registering our buffers now would take the profiler's.
+    if (torch::profiler::impl::profilerEnabled()) {
+      tracer.yield(kProfilerReason);
+    } else if (!tracer.start().ok()) {
+      reason_ = tracer.unattributedReason();
+    } else if (tracer.yielded()) {
+      tracer.reclaim();
+    }
+    std::string label = "rank" + std::to_string(rank) + ":layer" + std::to_string(name.layer) + ":call" +
+                        std::to_string(name.call);
+    traced_ = tracer.enter(name.seq, label);
+    if (!traced_ && reason_.empty()) reason_ = tracer.unattributedReason();
+  }
+  ~CallTrace() { KernelTracer::get().exit(); }
+  CallTrace(const CallTrace&) = delete;
+  CallTrace& operator=(const CallTrace&) = delete;
+
+  // Empty when the call's kernels are being attributed.
+  const std::string& unattributed() const { return reason_; }
+
+ private:
+  bool traced_ = false;
+  std::string reason_;
+};
+
+// Corrupts matching outputs (only with --inject).
+void inject(CallRecord& rec, const Tensors& outputs) {
   Session& session = Session::get();
   for (const InjectionSpec& spec : session.injections()) {
     if (!spec.matches(session.rank(), rec.layer, rec.step, rec.call, rec.phase)) continue;
@@ -110,18 +173,29 @@ CallRecord checked(CallRecord rec, const Tensors& inputs, const Tensors& outputs
       rec.injected = roleName(role);
     }
   }
-  for (const auto& [role, t] : inputs) rec.tensors.push_back(measureTensor(t, role));
-  for (const auto& [role, t] : outputs) rec.tensors.push_back(measureTensor(t, role));
-  return rec;
 }
 
-template <typename F>
-void guarded(const char* what, F&& body) {
-  try {
-    body();
-  } catch (const std::exception& e) {
-    logOnce(what, std::string(what) + " failed, this call is not recorded: " + e.what());
+// Measures every tensor of a finished call and records it: asynchronously on CUDA; on the CPU
+// synchronously, with the ATen op itself as the call's kernel.
+void finish(CallRecord rec, const Tensors& tensors) {
+  rec.device = deviceOf(tensors);
+  if (rec.device != "cpu") {
+    DeviceChecks::get().submit(std::move(rec), tensors);
+    return;
   }
+  for (const auto& [role, t] : tensors) rec.tensors.push_back(measureTensor(t, role));
+  KernelRecord kernel;
+  kernel.seq = rec.seq;
+  kernel.name = rec.op;
+  kernel.start_ns = rec.start_ns;
+  kernel.end_ns = rec.end_ns;
+  Session::get().recordKernels({kernel});
+  Session::get().record(std::move(rec));
+}
+
+Tensors concat(Tensors a, const Tensors& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
 }
 
 void fusedKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack* stack) {
@@ -135,47 +209,56 @@ void fusedKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stac
     return;
   }
   ++t_fused_calls;
-  int64_t start = wallClockNs();
+  const AttentionOp& desc = *probed->desc;
   Tensors inputs = takeInputs(*probed, *stack);
+  Session& session = Session::get();
+  CallIdentity& ids = session.identity();
+  // Named before it runs, so its kernels are traced under its name.
+  CallName name = desc.phase == Phase::kForward ? ids.forward(Session::modulePath())
+                                                : ids.backward(addressOf(inputs, Role::kO));
+  std::optional<CallTrace> trace;
+  if (onCuda(inputs)) trace.emplace(name, session.rank());
+  int64_t start = wallClockNs();
   {
     DepthGuard depth;
     handle.redispatchBoxed(ks & kBelowProbe, stack);
   }
   int64_t end = wallClockNs();
+  std::string unattributed = trace ? trace->unattributed() : "";
+  trace.reset();  // the check below is nanprov's own kernel, not the call's
   guarded("attention probe", [&] {
-    const AttentionOp& desc = *probed->desc;
     Tensors outputs = takeOutputs(desc, *stack, handle.schema().returns().size());
-    CallIdentity& ids = Session::get().identity();
-    CallName name = desc.phase == Phase::kForward
-                        ? ids.forward(Session::modulePath(), addressOf(outputs, Role::kO))
-                        : ids.backward(addressOf(inputs, Role::kO));
+    if (desc.phase == Phase::kForward) ids.link(name, addressOf(outputs, Role::kO));
     CallRecord rec = recordFor(name, desc, desc.phase);
     rec.start_ns = start;
     rec.end_ns = end;
-    Session::get().record(checked(std::move(rec), inputs, outputs));
+    rec.unattributed = unattributed;
+    inject(rec, outputs);
+    finish(std::move(rec), concat(std::move(inputs), outputs));
   });
 }
 
 // The backward of one MATH-path call, assembled from autograd hooks: dO arrives on O first,
-// then dQ/dK/dV on the inputs. Recorded once every expected gradient was seen.
+// then dQ/dK/dV on the inputs. Checked once every expected gradient was seen, together with the
+// forward's Q, K, V, mask and O (held until then), so the record says whether its inputs were
+// finite.
 struct MathBackward {
   std::mutex mu;
   CallName fwd;
+  Tensors fwd_tensors;
+  Tensors grads;
   std::optional<CallRecord> rec;  // named when dO arrives
-  std::vector<TensorHealth> fwd_inputs;  // Q K V mask O, as the forward measured them
   int expected = 0;
-  int received = 0;
 
   at::Tensor receive(Role role, const at::Tensor& grad) {
     std::lock_guard<std::mutex> lock(mu);
     at::Tensor replaced;
     guarded("math backward probe", [&] {
-      if (!rec) {
-        rec = recordFor(Session::get().identity().backwardOf(fwd), kMathOp, Phase::kBackward);
-        rec->start_ns = wallClockNs();
-        rec->tensors = fwd_inputs;
-      }
       Session& session = Session::get();
+      if (!rec) {
+        rec = recordFor(session.identity().backwardOf(fwd), kMathOp, Phase::kBackward);
+        rec->start_ns = wallClockNs();
+      }
       for (const InjectionSpec& spec : session.injections()) {
         if (spec.tensor == role && spec.matches(session.rank(), rec->layer, rec->step, rec->call, Phase::kBackward)) {
           replaced = grad.clone();
@@ -183,23 +266,29 @@ struct MathBackward {
           rec->injected = roleName(role);
         }
       }
-      rec->tensors.push_back(measureTensor(replaced.defined() ? replaced : grad, role));
-      if (++received == expected) {
+      grads.emplace_back(role, replaced.defined() ? replaced : grad);
+      if (static_cast<int>(grads.size()) == expected) {
         rec->end_ns = wallClockNs();
-        session.record(std::move(*rec));
+        if (onCuda(grads)) {
+          rec->unattributed = "the MATH backward runs as separate autograd ops; its kernels are not one call's";
+        }
+        finish(std::move(*rec), concat(std::move(fwd_tensors), grads));
         rec.reset();
+        grads.clear();
       }
     });
     return replaced;  // undefined: the gradient is left as it is
   }
 };
 
-void watchMathBackward(const CallName& fwd, const CallRecord& fwd_rec, const Tensors& inputs,
-                       const at::Tensor& out) {
+void watchMathBackward(const CallName& fwd, const Tensors& inputs, const at::Tensor& out) {
   if (!out.requires_grad()) return;
   auto pending = std::make_shared<MathBackward>();
   pending->fwd = fwd;
-  pending->fwd_inputs = fwd_rec.tensors;
+  // Detached: the hooks below live in these tensors' autograd metadata, so holding the tensors
+  // themselves would make a cycle that never frees them.
+  for (const auto& [role, t] : inputs) pending->fwd_tensors.emplace_back(role, t.detach());
+  pending->fwd_tensors.emplace_back(Role::kO, out.detach());
   std::vector<std::pair<Role, at::Tensor>> watched = {{Role::kdO, out}};
   for (const auto& [role, t] : inputs) {
     if (t.requires_grad() && role != Role::kMask) {
@@ -213,28 +302,75 @@ void watchMathBackward(const CallName& fwd, const CallRecord& fwd_rec, const Ten
   }
 }
 
+// True when SDPA is about to take the MATH path on CUDA for the arguments on `stack`.
+bool mathOnCuda(const Stack& stack) {
+  if (!g_sdp_choice || !*g_sdp_choice) return false;
+  const c10::OperatorHandle& choice = **g_sdp_choice;
+  size_t n = choice.schema().arguments().size();
+  if (n != g_sdpa->num_arguments) return false;
+  Stack args(stack.end() - static_cast<std::ptrdiff_t>(n), stack.end());
+  choice.callBoxed(&args);
+  return !args.empty() && args.back().isInt() && args.back().toInt() == 0;  // sdp::SDPBackend::math
+}
+
 void sdpaKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack* stack) {
   if (t_depth > 0 || !Session::get().active()) {
     handle.redispatchBoxed(ks & c10::after_autograd_keyset, stack);
     return;
   }
   Tensors inputs = takeInputs(*g_sdpa, *stack);
+  // On CUDA a MATH call is named first, so its kernels are traced; elsewhere (the CPU, or a
+  // fused backend probed underneath) it is named after it ran, if it was MATH at all.
+  std::optional<CallName> name;
+  std::optional<CallTrace> trace;
+  if (onCuda(inputs)) {
+    bool math = false;
+    guarded("sdpa backend choice", [&] { math = mathOnCuda(*stack); });
+    if (math) {
+      name = Session::get().identity().forward(Session::modulePath());
+      trace.emplace(*name, Session::get().rank());
+    }
+  }
   int64_t fused_before = t_fused_calls;
   int64_t start = wallClockNs();
   handle.redispatchBoxed(ks & c10::after_autograd_keyset, stack);
-  if (t_fused_calls != fused_before) return;  // a fused backend was probed underneath
   int64_t end = wallClockNs();
+  std::string unattributed = trace ? trace->unattributed() : "";
+  trace.reset();
+  if (t_fused_calls != fused_before) return;  // a fused backend was probed underneath
   guarded("math attention probe", [&] {
     at::Tensor out = stack->back().toTensor();
-    Tensors outputs = {{Role::kO, out}};
-    CallName name = Session::get().identity().forward(Session::modulePath(), 0);
-    CallRecord rec = recordFor(name, kMathOp, Phase::kForward);
+    if (!name) name = Session::get().identity().forward(Session::modulePath());
+    CallRecord rec = recordFor(*name, kMathOp, Phase::kForward);
     rec.start_ns = start;
     rec.end_ns = end;
-    CallRecord done = checked(std::move(rec), inputs, outputs);
-    watchMathBackward(name, done, inputs, out);
-    Session::get().record(std::move(done));
+    rec.unattributed = unattributed;
+    inject(rec, {{Role::kO, out}});
+    watchMathBackward(*name, inputs, out);
+    finish(std::move(rec), concat(inputs, {{Role::kO, out}}));
   });
+}
+
+// At every step boundary and at exit: completes the asynchronous checks, stores the kernels
+// traced so far, and how many host synchronisations nanprov added.
+void flushDeviceWork(bool at_exit) {
+  try {
+    DeviceChecks& checks = DeviceChecks::get();
+    if (at_exit) checks.drain(); else checks.poll();
+    KernelTracer& tracer = KernelTracer::get();
+    Session& session = Session::get();
+    session.recordKernels(tracer.collect(at_exit));
+    TracerStats stats = tracer.stats();
+    session.setMeta("host_syncs", std::to_string(checks.hostSyncs()));
+    session.setMeta("kernels_attributed", std::to_string(stats.attributed_kernels));
+    session.setMeta("cupti_dropped_records", std::to_string(stats.dropped_records));
+    session.setMeta("cupti_records", "kernel " + std::to_string(stats.kernel_records) + ", external id " +
+                                         std::to_string(stats.external_id_records) + ", api " +
+                                         std::to_string(stats.api_records));
+    if (std::string why = tracer.unattributedReason(); !why.empty()) session.setMeta("kernel_tracer", why);
+  } catch (const std::exception& e) {
+    logOnce("flush", std::string("flushing device work failed: ") + e.what());
+  }
 }
 
 }  // namespace
@@ -260,6 +396,8 @@ Status installAttentionProbes() {
         std::string bare = std::string(desc.name).substr(6);  // drop "aten::"
         fused->impl(bare.c_str(), torch::CppFunction::makeFromBoxedFunction<&fusedKernel>());
       }
+      g_sdp_choice = new std::optional<c10::OperatorHandle>(dispatcher.findSchema({"aten::_fused_sdp_choice", ""}));
+      Session::get().setFlushHook(&flushDeviceWork);
       auto sdpa = dispatcher.findSchema({"aten::scaled_dot_product_attention", ""});
       if (sdpa && want_sdpa) {
         g_sdpa = new ProbedOp(resolve(*sdpa, &kMathOp));

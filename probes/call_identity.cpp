@@ -29,19 +29,27 @@ CallName CallIdentity::nameCall(int64_t layer, std::string module, int64_t fwd_s
   return name;
 }
 
-CallName CallIdentity::forward(const std::string& module_path, uintptr_t link) {
+CallName CallIdentity::forward(const std::string& module_path) {
   std::lock_guard<std::mutex> lock(mu_);
   int64_t layer = layerFromModulePath(module_path);
   if (layer < 0) layer = forward_ordinal_in_step_;
   ++forward_ordinal_in_step_;
-  CallName name = nameCall(layer, module_path, -1);
-  if (link != 0) {
-    if (pending_.size() >= kMaxPendingLinks) {
-      pending_.erase(pending_order_.front());
-      pending_order_.pop_front();
-    }
-    if (pending_.insert_or_assign(link, name).second) pending_order_.push_back(link);
+  return nameCall(layer, module_path, -1);
+}
+
+void CallIdentity::link(const CallName& fwd, uintptr_t link) {
+  if (link == 0) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (pending_.size() >= kMaxPendingLinks) {
+    pending_.erase(pending_order_.front());
+    pending_order_.pop_front();
   }
+  if (pending_.insert_or_assign(link, fwd).second) pending_order_.push_back(link);
+}
+
+CallName CallIdentity::forward(const std::string& module_path, uintptr_t link) {
+  CallName name = forward(module_path);
+  this->link(name, link);
   return name;
 }
 

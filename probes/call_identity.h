@@ -29,8 +29,11 @@ struct CallName {
 
 class CallIdentity {
  public:
-  // A forward call. `link` identifies it for its backward (the address of its output O);
-  // 0 when it cannot be linked.
+  // A forward call, named before it runs (its kernels are traced under that name).
+  CallName forward(const std::string& module_path);
+  // Makes `fwd` findable by its backward through `link` (the address of its output O).
+  void link(const CallName& fwd, uintptr_t link);
+  // Both at once, for a call whose output is already known.
   CallName forward(const std::string& module_path, uintptr_t link);
   // A backward call whose saved output O is at `link`. Unlinked calls keep layer -1.
   CallName backward(uintptr_t link);

@@ -109,13 +109,30 @@ void Session::record(CallRecord record) {
   if (StoreWriter* w = writer()) w->append(std::move(record));
 }
 
+void Session::recordKernels(std::vector<KernelRecord> kernels) {
+  if (!active() || kernels.empty()) return;
+  for (KernelRecord& k : kernels) k.rank = env_.rank;
+  if (StoreWriter* w = writer()) w->appendKernels(std::move(kernels));
+}
+
+void Session::setMeta(const std::string& key, const std::string& value) {
+  if (!active()) return;
+  if (StoreWriter* w = writer()) w->setMeta(key, value);
+}
+
 void Session::stepEnded(int64_t step) {
   if (!active() || !identity_.stepEnded(step)) return;
+  if (FlushHook hook = flush_hook_.load()) hook(false);
   std::lock_guard<std::mutex> lock(writer_mu_);
   if (writer_) writer_->stepEnded(step - 1, wallClockNs());
 }
 
 void Session::finalize() {
+  // The hook still records (the session is active): pending checks and kernels reach the store.
+  // A forked child skips it: it owns neither the GPU work nor the writer.
+  if (active() && getpid() == owner_pid_) {
+    if (FlushHook hook = flush_hook_.exchange(nullptr)) hook(true);
+  }
   State expected = State::kActive;
   if (!state_.compare_exchange_strong(expected, State::kFinalized)) return;
   std::unique_ptr<StoreWriter> writer;

@@ -39,7 +39,14 @@ class Session {
   // Queues a call for the store; the store file is created by the first call, so processes that
   // never run attention (a torchrun launcher) leave no file behind.
   void record(CallRecord record);
+  void recordKernels(std::vector<KernelRecord> kernels);
+  void setMeta(const std::string& key, const std::string& value);
   void stepEnded(int64_t step);
+
+  // Runs at every step boundary and once at exit (at_exit = true), before the store closes:
+  // where the LibTorch side completes asynchronous checks and collects traced kernels.
+  using FlushHook = void (*)(bool at_exit);
+  void setFlushHook(FlushHook hook) { flush_hook_.store(hook); }
 
   // The module path of the innermost module running on this thread.
   static void setModulePath(const char* path);
@@ -51,6 +58,7 @@ class Session {
   StoreWriter* writer();  // nullptr when the store cannot be written
 
   std::atomic<State> state_{State::kUninitialized};
+  std::atomic<FlushHook> flush_hook_{nullptr};
   std::string run_dir_;
   int owner_pid_ = 0;
   RankEnv env_;

@@ -50,12 +50,17 @@ int64_t fullyMaskedRows(const at::Tensor& mask) {
 
 }  // namespace
 
-TensorHealth measureTensor(const at::Tensor& t, Role role) {
+TensorHealth describeTensor(const at::Tensor& t, Role role) {
   TensorHealth h;
   h.role = roleName(role);
   h.dtype = std::string(c10::toString(t.scalar_type()));
   h.shape = shapeOf(t);
   h.numel = t.numel();
+  return h;
+}
+
+TensorHealth measureTensor(const at::Tensor& t, Role role) {
+  TensorHealth h = describeTensor(t, role);
   if (role == Role::kMask) h.masked_rows = fullyMaskedRows(t);
   if (!at::isFloatingType(t.scalar_type()) || t.numel() == 0) {
     h.all_zero = t.numel() > 0 && !t.any().item<bool>();

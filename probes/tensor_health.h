@@ -1,5 +1,6 @@
-// HealthCounts of one tensor, exact: NaN, +Inf, -Inf, largest finite |x|, all-zero.
-// CPU path only here; reading never changes the tensor.
+// Health of one tensor, exact: NaN, +Inf, -Inf, largest finite |x|, all-zero, and for masks
+// the fully masked rows. This is the synchronous path: CPU tensors, and CUDA tensors the fused
+// kernel cannot read (probes/device_checks.h). Reading never changes the tensor.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -7,8 +8,16 @@
 #include "probes/roles.h"
 #include "store/call_record.h"
 
+#include <utility>
+#include <vector>
+
 namespace nanprov {
 
+// The tensors of one call with their roles, in the order they are recorded.
+using RoleTensors = std::vector<std::pair<Role, at::Tensor>>;
+
+// Role, dtype, shape and element count; the counts are left for a check to fill.
+TensorHealth describeTensor(const at::Tensor& t, Role role);
 TensorHealth measureTensor(const at::Tensor& t, Role role);
 
 // Corrupts the first element of `t` in place with `value` (fault injection only).

@@ -1,0 +1,289 @@
+#include "probes/device_checks.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+
+#include <array>
+#include <atomic>
+#include <cstdlib>
+#include <map>
+#include <optional>
+#include <memory>
+#include <mutex>
+
+#include "probes/session.h"
+
+#if NANPROV_HAVE_CUDA
+#include "kernels/health_check_queue.h"
+#endif
+
+namespace nanprov {
+namespace {
+
+std::atomic<int64_t> g_sync_measures{0};
+
+// Measures every tensor on the host: the path when the fused kernel is unavailable.
+CallRecord measuredSynchronously(CallRecord rec, const RoleTensors& tensors) {
+  for (const auto& [role, t] : tensors) rec.tensors.push_back(measureTensor(t, role));
+  g_sync_measures += static_cast<int64_t>(tensors.size());
+  return rec;
+}
+
+}  // namespace
+
+#if NANPROV_HAVE_CUDA
+namespace {
+
+using kernels::HealthCheckQueue;
+using kernels::HealthCounts;
+using kernels::TensorView;
+
+constexpr int kSlotsPerDevice = 1024;
+constexpr int kMaxDevices = 64;
+// Default hold budget: enough for a few calls of a large model in flight.
+constexpr int64_t kDefaultHoldBytes = int64_t{2} << 30;
+
+int64_t holdBudget() {
+  const char* v = std::getenv("NANPROV_HOLD_BYTES");
+  if (!v || !*v) return kDefaultHoldBytes;
+  char* end = nullptr;
+  long long x = std::strtoll(v, &end, 10);
+  return end && *end == '\0' && x >= 0 ? x : kDefaultHoldBytes;
+}
+
+std::optional<kernels::ElementType> elementType(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return kernels::ElementType::kFloat32;
+    case at::kHalf: return kernels::ElementType::kFloat16;
+    case at::kBFloat16: return kernels::ElementType::kBFloat16;
+    case at::kBool: return kernels::ElementType::kBool;
+    default: return std::nullopt;
+  }
+}
+
+// The kernel's view of `t`, or nullopt when it cannot read it.
+std::optional<TensorView> viewOf(const at::Tensor& t, Role role) {
+  auto type = elementType(t.scalar_type());
+  if (!type || t.dim() > kernels::kMaxDims || !t.has_storage()) return std::nullopt;
+  TensorView v;
+  v.data = t.data_ptr();
+  v.numel = t.numel();
+  v.ndim = static_cast<int32_t>(t.dim());
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    v.sizes[d] = t.size(d);
+    v.strides[d] = t.stride(d);
+  }
+  v.type = *type;
+  v.contiguous = t.is_contiguous() ? 1 : 0;
+  if (role == Role::kMask) {
+    v.mask = *type == kernels::ElementType::kBool ? kernels::MaskKind::kBoolAllow : kernels::MaskKind::kAdditive;
+  }
+  if (!kernels::checkable(v)) return std::nullopt;
+  return v;
+}
+
+struct PendingCheck {
+  CallRecord rec;                  // tensors described; counts filled from the kernel
+  std::vector<size_t> checked;     // rec.tensors index of each kernel view
+  std::vector<at::Tensor> held;    // released once the results are known
+  int64_t held_bytes = 0;
+};
+
+class Checks {
+ public:
+  static Checks& get() {
+    static Checks* c = new Checks();  // leaked: used until the process exits
+    return *c;
+  }
+
+  void submit(CallRecord rec, const RoleTensors& tensors) {
+    const int device = tensors.front().second.device().index();
+    HealthCheckQueue* queue = queueFor(device);
+    if (!queue) {
+      Session::get().record(measuredSynchronously(std::move(rec), tensors));
+      return;
+    }
+    c10::impl::VirtualGuardImpl guard(c10::DeviceType::CUDA);
+    c10::Stream stream = guard.getStream(c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device)));
+
+    PendingCheck pending;
+    std::vector<TensorView> views;
+    for (const auto& [role, t] : tensors) {
+      std::optional<TensorView> view = t.is_cuda() && t.device().index() == device ? viewOf(t, role) : std::nullopt;
+      if (!view || views.size() == static_cast<size_t>(kernels::kMaxTensors)) {
+        rec.tensors.push_back(measureTensor(t, role));  // rare: float64, more than 6 dims
+        ++g_sync_measures;
+        continue;
+      }
+      pending.checked.push_back(rec.tensors.size());
+      rec.tensors.push_back(describeTensor(t, role));
+      views.push_back(*view);
+    }
+    pending.rec = std::move(rec);
+    if (views.empty()) {
+      Session::get().record(std::move(pending.rec));
+      return;
+    }
+    holdOrRelease(pending, tensors, stream);
+
+    uint64_t token;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      token = next_token_++;
+      in_flight_.emplace(token, std::move(pending));
+    }
+    Status st = queue->submit(views.data(), static_cast<int>(views.size()), stream.native_handle(), token,
+                              [this](uint64_t tok, const HealthCounts* c, int n) { complete(tok, c, n); });
+    if (!st.ok()) {
+      logOnce("device check", "fused health check failed, measuring on the host instead: " + st.message());
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = in_flight_.find(token);
+      if (it != in_flight_.end()) {
+        held_bytes_ -= it->second.held_bytes;
+        CallRecord fallback = std::move(it->second.rec);
+        in_flight_.erase(it);
+        fallback.tensors.clear();
+        Session::get().record(measuredSynchronously(std::move(fallback), tensors));
+      }
+    }
+  }
+
+  void collect(bool wait) {
+    for (auto& q : queues_) {
+      HealthCheckQueue* queue = q.load(std::memory_order_acquire);
+      if (!queue) continue;
+      auto ready = [this](uint64_t tok, const HealthCounts* c, int n) { complete(tok, c, n); };
+      if (wait) queue->drain(ready); else queue->collect(ready);
+    }
+  }
+
+  int64_t forcedWaits() const {
+    int64_t n = 0;
+    for (const auto& q : queues_) {
+      if (HealthCheckQueue* queue = q.load(std::memory_order_acquire)) n += queue->forcedWaits();
+    }
+    return n;
+  }
+
+  int64_t inFlight() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return static_cast<int64_t>(in_flight_.size());
+  }
+
+ private:
+  HealthCheckQueue* queueFor(int device) {
+    if (device < 0 || device >= kMaxDevices) return nullptr;
+    if (HealthCheckQueue* q = queues_[device].load(std::memory_order_acquire)) return q;
+    std::lock_guard<std::mutex> lock(create_mu_);
+    if (HealthCheckQueue* q = queues_[device].load(std::memory_order_acquire)) return q;
+    if (failed_[device]) return nullptr;
+    auto created = HealthCheckQueue::create(device, kSlotsPerDevice);
+    if (!created.ok()) {
+      failed_[device] = true;
+      logOnce("device queue", "fused health checks unavailable on cuda:" + std::to_string(device) +
+                                  ", measuring on the host (slower): " + created.status().message());
+      return nullptr;
+    }
+    HealthCheckQueue* q = created->release();  // leaked: checks may be in flight at exit
+    queues_[device].store(q, std::memory_order_release);
+    return q;
+  }
+
+  void holdOrRelease(PendingCheck& pending, const RoleTensors& tensors, const c10::Stream& stream) {
+    int64_t bytes = 0;
+    for (const auto& [role, t] : tensors) bytes += static_cast<int64_t>(t.nbytes());
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (held_bytes_ + bytes <= budget_) {
+        held_bytes_ += bytes;
+        pending.held_bytes = bytes;
+        for (const auto& [role, t] : tensors) pending.held.push_back(t);
+        return;
+      }
+    }
+    // Over budget: not held. Mark the memory as in use on the check's stream so the caching
+    // allocator waits for the check before reusing it.
+    c10::impl::VirtualGuardImpl guard(c10::DeviceType::CUDA);
+    for (const auto& [role, t] : tensors) {
+      if (t.has_storage() && t.is_cuda()) guard.recordDataPtrOnStream(t.storage().data_ptr(), stream);
+    }
+  }
+
+  void complete(uint64_t token, const HealthCounts* counts, int n) {
+    PendingCheck pending;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = in_flight_.find(token);
+      if (it == in_flight_.end()) return;
+      pending = std::move(it->second);
+      in_flight_.erase(it);
+      held_bytes_ -= pending.held_bytes;
+    }
+    if (n != static_cast<int>(pending.checked.size())) {
+      logOnce("device check result", "a fused health check failed on the device; its call is not recorded");
+      return;
+    }
+    for (int i = 0; i < n; ++i) {
+      TensorHealth& h = pending.rec.tensors[pending.checked[static_cast<size_t>(i)]];
+      const HealthCounts& c = counts[i];
+      h.nan = static_cast<int64_t>(c.nan);
+      h.posinf = static_cast<int64_t>(c.posinf);
+      h.neginf = static_cast<int64_t>(c.neginf);
+      h.max_abs = c.max_abs;
+      h.all_zero = h.numel > 0 && c.nonzero == 0;
+      if (h.role == roleName(Role::kMask)) h.masked_rows = static_cast<int64_t>(c.masked_rows);
+    }
+    Session::get().record(std::move(pending.rec));
+  }
+
+  std::array<std::atomic<HealthCheckQueue*>, kMaxDevices> queues_{};
+  std::array<bool, kMaxDevices> failed_{};
+  std::mutex create_mu_;
+  mutable std::mutex mu_;  // guards in_flight_, next_token_, held_bytes_
+  std::map<uint64_t, PendingCheck> in_flight_;
+  uint64_t next_token_ = 1;
+  int64_t held_bytes_ = 0;
+  const int64_t budget_ = holdBudget();
+};
+
+}  // namespace
+
+DeviceChecks& DeviceChecks::get() {
+  static DeviceChecks* d = new DeviceChecks();
+  return *d;
+}
+
+void DeviceChecks::submit(CallRecord rec, const RoleTensors& tensors) {
+  if (tensors.empty()) {
+    Session::get().record(std::move(rec));
+    return;
+  }
+  Checks::get().collect(false);
+  Checks::get().submit(std::move(rec), tensors);
+}
+
+void DeviceChecks::poll() { Checks::get().collect(false); }
+void DeviceChecks::drain() { Checks::get().collect(true); }
+int64_t DeviceChecks::hostSyncs() const { return g_sync_measures.load() + Checks::get().forcedWaits(); }
+int64_t DeviceChecks::checksInFlight() const { return Checks::get().inFlight(); }
+
+#else  // built without the CUDA toolkit: every CUDA call is measured on the host
+
+DeviceChecks& DeviceChecks::get() {
+  static DeviceChecks* d = new DeviceChecks();
+  return *d;
+}
+
+void DeviceChecks::submit(CallRecord rec, const RoleTensors& tensors) {
+  logOnce("no fused checks", "nanprov was built without the CUDA toolkit: CUDA tensors are measured on the host");
+  Session::get().record(measuredSynchronously(std::move(rec), tensors));
+}
+
+void DeviceChecks::poll() {}
+void DeviceChecks::drain() {}
+int64_t DeviceChecks::hostSyncs() const { return g_sync_measures.load(); }
+int64_t DeviceChecks::checksInFlight() const { return 0; }
+
+#endif
+
+}  // namespace nanprov
