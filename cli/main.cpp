@@ -30,6 +30,7 @@ int main(int argc, char** argv) {
       "  nanprov run -- python train.py      wrap a training run (torchrun works too)\n"
       "  nanprov report                      first non-finite edge of the newest run\n"
       "  nanprov calls --nonfinite           the calls that touched NaN/Inf\n"
+      "  nanprov kernels --call rank0:layer1:call1   the kernels that ran a call\n"
       "  nanprov sql \"SELECT ...\"            read-only SQL over the run's stores\n"
       "  nanprov doctor                      check torch, ABI and the probes\n",
       "nanprov"};
@@ -48,6 +49,7 @@ int main(int argc, char** argv) {
   addRunCommand(app, &exit_code, wrapped);
   addReportCommand(app, &exit_code);
   addCallsCommand(app, &exit_code);
+  addKernelsCommand(app, &exit_code);
   addSqlCommand(app, &exit_code);
   addDoctorCommand(app, &exit_code);
   try {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "cli/call_kernels.h"
 #include "probes/roles.h"
 
 namespace nanprov {
@@ -81,6 +82,8 @@ nlohmann::json callJson(const CallRecord& call, const CallHealth& health) {
           {"inputs_finite", health.inputs_finite},
           {"nonfinite_inputs", health.nonfinite_inputs},
           {"nonfinite_outputs", health.nonfinite_outputs},
+          {"device", call.device},
+          {"unattributed", call.unattributed.empty() ? nlohmann::json(nullptr) : nlohmann::json(call.unattributed)},
           {"injected", !call.injected.empty()},
           {"injected_tensor", call.injected.empty() ? nlohmann::json(nullptr) : nlohmann::json(call.injected)},
           {"counts", counts},
@@ -102,13 +105,17 @@ nlohmann::json reportJson(const RunData& run, const Findings& f) {
       {"propagation", {{"calls", f.propagation.calls}, {"layers", f.propagation.layers}, {"ranks", f.propagation.ranks}}},
   };
   if (f.first) {
-    nlohmann::json edge = callJson(run.calls[*f.first], f.first_health);
+    const CallRecord& c = run.calls[*f.first];
+    nlohmann::json edge = callJson(c, f.first_health);
     edge["origin"] = f.origin;
+    edge["kernels"] = kernelsJson(run.kernelsOf(c.rank, c.seq));
     out["first_edge"] = edge;
   }
   if (f.first_source) {
     const CallRecord& c = run.calls[*f.first_source];
-    out["first_source_edge"] = callJson(c, classify(c));
+    nlohmann::json edge = callJson(c, classify(c));
+    edge["kernels"] = kernelsJson(run.kernelsOf(c.rank, c.seq));
+    out["first_source_edge"] = edge;
   }
   return out;
 }
@@ -149,6 +156,14 @@ std::string reportText(const RunData& run, const Findings& f) {
   }
   if (!finite_inputs.empty()) {
     out << "  finite inputs " << joined(finite_inputs, " ") << " (largest |x| " << number(max_in) << ")\n";
+  }
+  CallKernels kernels = run.kernelsOf(c.rank, c.seq);
+  if (c.device != "cpu") {
+    std::vector<std::string> names;
+    const KernelRecord* main = mainKernel(kernels);
+    for (const KernelRecord* k : kernels) names.push_back(shortKernelName(k->name) + (k == main ? " (main)" : ""));
+    out << "  kernels on " << c.device << ": "
+        << (names.empty() ? attributionOf(c, kernels) : joined(names, ", ")) << "\n";
   }
   if (f.origin == "upstream" && f.first_source) {
     out << "  first source edge inside attention came later: " << callName(run.calls[*f.first_source]) << "\n";

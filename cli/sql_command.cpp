@@ -15,7 +15,7 @@ void addSqlCommand(CLI::App& app, int* exit_code) {
     bool json = false;
   };
   auto opts = std::make_shared<Options>();
-  CLI::App* cmd = app.add_subcommand("sql", "Read-only SQL over a run (tables: calls, tensors, steps, meta)");
+  CLI::App* cmd = app.add_subcommand("sql", "Read-only SQL over a run (tables: calls, tensors, kernels, steps, meta)");
   cmd->footer(
       "Examples:\n"
       "  nanprov sql \"SELECT rank, layer, call, phase FROM calls WHERE injected IS NOT NULL\"\n"

@@ -108,6 +108,7 @@ def main():
     p.add_argument("--ddp", action="store_true", help="DistributedDataParallel over gloo (run under torchrun)")
     p.add_argument("--print-losses", action="store_true", help="print each loss as an exact hex float")
     p.add_argument("--speed", action="store_true", help="print steady-state steps/s (steps after the first)")
+    p.add_argument("--profile", action="store_true", help="train inside torch.profiler (CPU and CUDA activities)")
     p.add_argument("--die-after-step", type=int, default=-1, help="SIGKILL itself after this step (tests)")
     args = p.parse_args()
 
@@ -132,7 +133,13 @@ def main():
         torch.backends.cuda.enable_cudnn_sdp(False)
     rank = int(os.environ.get("RANK", "0"))
     started = None
-    with backend:
+    profiler = contextlib.nullcontext()
+    if args.profile:
+        from torch.profiler import ProfilerActivity, profile
+
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if args.device.startswith("cuda") else [])
+        profiler = profile(activities=activities)
+    with backend, profiler as prof:
         for step, (x, y) in enumerate(batches(args)):
             if step == 1:
                 started = time.perf_counter()
@@ -148,6 +155,8 @@ def main():
             if step == args.die_after_step:
                 time.sleep(0.5)  # let the step's flush land, as a real job's later crash would
                 os.kill(os.getpid(), signal.SIGKILL)
+    if args.profile:
+        print(f"profiler events: {len(prof.events())}", flush=True)
     if args.speed and started is not None:
         print(f"steps_per_sec {(args.steps - 1) / (time.perf_counter() - started):.3f}", flush=True)
     if args.ddp:

@@ -21,7 +21,9 @@ grep "nanprov:" "$out/configure.log"
 if ! cmake --build build-device -j 16 >"$out/build.log" 2>&1; then
   grep -m 30 -B2 -A6 "error" "$out/build.log"; exit 1
 fi
-(cd build-device && ctest -j 8 --timeout 600 --output-on-failure >"$out/ctest.log" 2>&1)
+# NANPROV_CTEST_REGEX narrows the suite for a quick re-check (e.g. "Gpu|HealthCheck").
+(cd build-device && ctest -j 8 --timeout 600 --output-on-failure ${NANPROV_CTEST_REGEX:+-R "$NANPROV_CTEST_REGEX"} \
+  >"$out/ctest.log" 2>&1)
 grep -E "tests passed|\*\*\*|Failed" "$out/ctest.log"
 
 export PATH="$root/build-device/bin:$PATH"
@@ -33,8 +35,25 @@ nanprov run --out "$out/run-cudnn" -- "${train[@]}" 2>&1 | tail -15
 nanprov report "$out/run-cudnn" --json >"$out/report-cudnn.json"
 echo "report exit: $?"
 nanprov calls "$out/run-cudnn" --nonfinite | head -8
+first="$(grep -o '"name": "rank[0-9]*:layer[0-9]*:call[0-9]*"' "$out/report-cudnn.json" | head -1 | cut -d'"' -f4)"
+nanprov kernels "$out/run-cudnn" --call "$first"
+nanprov sql "$out/run-cudnn" "SELECT key, value FROM meta WHERE key IN ('host_syncs','kernels_attributed','cupti_dropped_records','cupti_records','kernel_tracer')"
 # Control: the same run with cuDNN excluded from SDPA.
 nanprov run --out "$out/run-control" -- "${train[@]}" --no-cudnn 2>&1 | tail -6
 nanprov report "$out/run-control" >/dev/null
 echo "control report exit: $?"
-nanprov calls "$out/run-control" | head -4
+nanprov kernels "$out/run-control" | head -12
+# Coexistence: the same training inside torch.profiler.
+nanprov run --out "$out/run-profiler" -- "${train[@]}" --no-cudnn --profile 2>&1 | grep -E "profiler events|clean|first"
+nanprov kernels "$out/run-profiler" | head -3
+
+# Attribution: nanprov's kernels per call against torch.profiler's, over backends x head dims x GQA x masks.
+cases=tests/gpu/attention_cases.py
+nanprov run --out "$out/run-cases" -- python3 "$cases" --out "$out/cases.json" >"$out/cases-run.log" 2>&1
+python3 "$cases" --out "$out/cases.json" --profile "$out/cases-profiler.json" >"$out/cases-profile.log" 2>&1
+python3 "$cases" --out "$out/cases.json" --profile "$out/cases-profiler.json" --compare "$out/run-cases" \
+  | tee "$out/attribution.txt"
+
+if [ "${NANPROV_BENCH:-0}" = 1 ]; then
+  PYTHON=python3 bench/gpu_overhead.sh "${NANPROV_BENCH_ROUNDS:-2}" "${NANPROV_BENCH_STEPS:-30}" | tee "$out/bench.txt"
+fi

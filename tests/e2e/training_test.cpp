@@ -1,67 +1,13 @@
 // End-to-end: real PyTorch training on the CPU under `nanprov run`, judged by what
 // `nanprov report --json` and the other commands say. Nothing is mocked.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include <array>
-#include <cstdio>
-#include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
-#include <string>
+
+#include "tests/e2e/e2e_support.h"
 
 namespace {
-namespace fs = std::filesystem;
-using nlohmann::json;
-
-struct Result {
-  int code = -1;
-  std::string out;  // stdout, and stderr when asked
-};
-
-Result sh(const std::string& command) {
-  Result r;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (!pipe) return r;
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.out.append(buf.data(), n);
-  int status = pclose(pipe);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return r;
-}
-
-std::string nanprov() { return NANPROV_BIN; }
-std::string python() { return NANPROV_PYTHON; }
-std::string example(const std::string& name) { return std::string(NANPROV_EXAMPLES) + "/" + name; }
-
-fs::path runDir(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() / ("nanprov-e2e-" + name + "-" + std::to_string(getpid()));
-  fs::remove_all(dir);
-  return dir;
-}
-
-// Runs the tiny transformer under nanprov and returns `nanprov report --json`.
-struct TrainedRun {
-  fs::path dir;
-  Result train;
-  Result report;
-  json doc;
-};
-
-TrainedRun train(const std::string& name, const std::string& nanprov_opts, const std::string& script_args,
-          const std::string& script = "tiny_transformer.py") {
-  TrainedRun run;
-  run.dir = runDir(name);
-  run.train = sh(nanprov() + " run --out " + run.dir.string() + " " + nanprov_opts + " -- " + python() + " " +
-                 example(script) + " " + script_args + " 2>&1");
-  run.report = sh(nanprov() + " report " + run.dir.string() + " --json");
-  run.doc = json::parse(run.report.out, nullptr, false);
-  return run;
-}
-
-std::vector<std::string> strings(const json& j) { return j.get<std::vector<std::string>>(); }
+using namespace e2e;
 
 TEST(EndToEnd, InjectedForwardNaN) {
   TrainedRun r = train("inject-fwd", "--inject 'layer=1,phase=fwd,tensor=O,step=2,value=nan'", "--steps 4");
@@ -262,6 +208,32 @@ TEST(Errors, TorchOfAnotherVersionIsRefusedBeforeTraining) {
   EXPECT_EQ(r.code, 3) << r.out;
   EXPECT_NE(r.out.find("has torch 0.0.1+other"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("built against torch"), std::string::npos) << r.out;
+}
+
+TEST(EndToEnd, CpuCallsListTheirAtenOpAsTheKernel) {
+  TrainedRun r = train("kernels-cpu", "", "--steps 2 --glitch-step 1");
+  ASSERT_EQ(r.report.code, 1) << r.report.out;
+  const json& edge = r.doc["first_edge"];
+  ASSERT_EQ(edge["kernels"].size(), 1u);
+  EXPECT_EQ(edge["kernels"][0]["name"], edge["op"]);
+  EXPECT_EQ(edge["kernels"][0]["device"], "cpu");
+  EXPECT_EQ(edge["device"], "cpu");
+
+  json all = commandJson("kernels", r.dir);
+  ASSERT_EQ(all.size(), 2u * 2 * 2) << "2 layers x fwd+bwd x 2 steps";
+  for (const json& call : all) {
+    EXPECT_EQ(call["attribution"], "the ATen CPU op");
+    ASSERT_EQ(call["kernels"].size(), 1u);
+    EXPECT_EQ(call["kernels"][0]["name"], call["op"]);
+  }
+  std::string name = edge["name"];
+  json one = commandJson("kernels", r.dir, "--call " + name);
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_EQ(one[0]["call"], name);
+
+  Result missing = sh(nanprov() + " kernels " + r.dir.string() + " --call rank0:layer9:call0 2>&1");
+  EXPECT_EQ(missing.code, 3);
+  EXPECT_NE(missing.out.find("no call named rank0:layer9:call0"), std::string::npos) << missing.out;
 }
 
 TEST(Errors, SqlRefusesWrites) {

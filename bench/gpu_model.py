@@ -1,0 +1,98 @@
+"""The overhead benchmark's model (shared/GPU.md): 8 layers, d_model 2048, 16 heads, S=2048, B=4,
+bf16, causal SDPA, AdamW. --batch 1 --seq 256 is the launch-bound variant.
+
+--check picks what the training itself does to find NaNs, for the anchors:
+  none     nothing (the baseline, and what runs under `nanprov run`)
+  anomaly  torch.autograd.detect_anomaly(check_nan=True)
+  naive    torch.isfinite(t).all() with a host sync on Q, K, V, O and their gradients
+Prints the median step time of the steps after --warmup, in ms.
+"""
+import argparse
+import contextlib
+import statistics
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+NAIVE_CHECKS = 0
+
+
+def naive_check(t):
+    """What people write by hand: one host sync per tensor."""
+    global NAIVE_CHECKS
+    NAIVE_CHECKS += 1
+    if not bool(torch.isfinite(t).all()):
+        raise RuntimeError("non-finite tensor")
+    return t
+
+
+class Attention(nn.Module):
+    def __init__(self, d, heads, naive):
+        super().__init__()
+        self.heads, self.naive = heads, naive
+        self.qkv = nn.Linear(d, 3 * d, bias=False)
+        self.out = nn.Linear(d, d, bias=False)
+
+    def forward(self, x):
+        b, s, d = x.shape
+        q, k, v = self.qkv(x).view(b, s, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        if self.naive:
+            for t in (q, k, v):
+                naive_check(t)
+                t.register_hook(naive_check)
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        if self.naive:
+            naive_check(o)
+            o.register_hook(naive_check)
+        return self.out(o.transpose(1, 2).reshape(b, s, d))
+
+
+class Block(nn.Module):
+    def __init__(self, d, heads, naive):
+        super().__init__()
+        self.norm1, self.norm2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.attn = Attention(d, heads, naive)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d, bias=False), nn.GELU(), nn.Linear(4 * d, d, bias=False))
+
+    def forward(self, x):
+        x = x + self.attn(self.norm1(x))
+        return x + self.mlp(self.norm2(x))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--layers", type=int, default=8)
+    p.add_argument("--d-model", type=int, default=2048)
+    p.add_argument("--heads", type=int, default=16)
+    p.add_argument("--seq", type=int, default=2048)
+    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--check", default="none", choices=["none", "anomaly", "naive"])
+    args = p.parse_args()
+
+    torch.manual_seed(0)
+    naive = args.check == "naive"
+    model = nn.Sequential(*[Block(args.d_model, args.heads, naive) for _ in range(args.layers)]).cuda().bfloat16()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    x = torch.randn(args.batch, args.seq, args.d_model, device="cuda", dtype=torch.bfloat16)
+    anomaly = torch.autograd.detect_anomaly(check_nan=True) if args.check == "anomaly" else contextlib.nullcontext()
+    times = []
+    with anomaly:
+        for step in range(args.steps):
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            loss = model(x).float().pow(2).mean()
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            torch.cuda.synchronize()
+            if step >= args.warmup:
+                times.append(time.perf_counter() - start)
+    print(f"step_ms {1e3 * statistics.median(times):.3f} naive_checks_per_step {NAIVE_CHECKS / args.steps:.0f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,61 @@
+#include "cli/call_kernels.h"
+
+namespace nanprov {
+
+std::string shortKernelName(const std::string& name) {
+  // "(anonymous namespace)" is a scope, not a parameter list.
+  std::string text = name;
+  static const std::string kAnon = "(anonymous namespace)";
+  for (size_t at; (at = text.find(kAnon)) != std::string::npos;) text.replace(at, kAnon.size(), "anon");
+  std::string out;
+  int depth = 0;
+  for (char ch : text) {
+    if (ch == '<' || ch == '(') {
+      if (ch == '(' && depth == 0) break;  // the parameter list ends the name
+      ++depth;
+    } else if (ch == '>' || ch == ')') {
+      depth = depth > 0 ? depth - 1 : 0;
+    } else if (depth == 0) {
+      out += ch;
+    }
+  }
+  // "void foo" (a demangled function's return type) → "foo"
+  if (auto space = out.rfind(' '); space != std::string::npos) out = out.substr(space + 1);
+  return out.empty() ? name : out;
+}
+
+const KernelRecord* mainKernel(const CallKernels& kernels) {
+  const KernelRecord* best = nullptr;
+  for (const KernelRecord* k : kernels) {
+    if (!best || k->end_ns - k->start_ns > best->end_ns - best->start_ns) best = k;
+  }
+  return best;
+}
+
+nlohmann::json kernelsJson(const CallKernels& kernels) {
+  nlohmann::json list = nlohmann::json::array();
+  const KernelRecord* main = mainKernel(kernels);
+  for (const KernelRecord* k : kernels) {
+    list.push_back({{"name", k->name},
+                    {"short_name", shortKernelName(k->name)},
+                    {"main", k == main},
+                    {"grid", {k->grid[0], k->grid[1], k->grid[2]}},
+                    {"block", {k->block[0], k->block[1], k->block[2]}},
+                    {"start_ns", k->start_ns},
+                    {"end_ns", k->end_ns},
+                    {"duration_ns", k->end_ns - k->start_ns},
+                    {"device", k->device < 0 ? nlohmann::json("cpu") : nlohmann::json(k->device)},
+                    {"stream", k->stream},
+                    {"correlation_id", k->correlation_id}});
+  }
+  return list;
+}
+
+std::string attributionOf(const CallRecord& call, const CallKernels& kernels) {
+  if (!call.unattributed.empty()) return "unattributed: " + call.unattributed;
+  if (call.device == "cpu") return "the ATen CPU op";
+  if (kernels.empty()) return "no kernel record arrived (the run may have ended before CUPTI flushed)";
+  return "CUPTI";
+}
+
+}  // namespace nanprov

@@ -1,0 +1,75 @@
+// `nanprov kernels [RUN] [--call ID] [--json]`: the kernels that ran each attention call.
+#include <cstdio>
+#include <iostream>
+
+#include "cli/call_kernels.h"
+#include "cli/commands.h"
+#include "cli/edges.h"
+
+namespace nanprov::cli {
+namespace {
+
+struct Options {
+  std::string run;
+  std::string call;  // rank<R>:layer<L>:call<C>
+  bool json = false;
+};
+
+void printCall(const CallRecord& c, const CallKernels& kernels) {
+  std::printf("%s  step %lld %s  %s (%s) on %s: %s\n", callName(c).c_str(), static_cast<long long>(c.step),
+              phaseName(c.phase), c.op.c_str(), c.backend.c_str(), c.device.c_str(),
+              attributionOf(c, kernels).c_str());
+  const KernelRecord* main = mainKernel(kernels);
+  for (const KernelRecord* k : kernels) {
+    if (k->device < 0) continue;  // the CPU "kernel" is the op, already printed
+    std::printf("  %s %-60s grid (%d,%d,%d) block (%d,%d,%d) %9.1f us  stream %lld\n", k == main ? "*" : " ",
+                shortKernelName(k->name).c_str(), k->grid[0], k->grid[1], k->grid[2], k->block[0], k->block[1],
+                k->block[2], static_cast<double>(k->end_ns - k->start_ns) / 1e3, static_cast<long long>(k->stream));
+  }
+}
+
+}  // namespace
+
+void addKernelsCommand(CLI::App& app, int* exit_code) {
+  auto opts = std::make_shared<Options>();
+  CLI::App* cmd = app.add_subcommand("kernels", "Show the kernels that ran each attention call");
+  cmd->footer(
+      "Kernels are attributed to calls through CUPTI on CUDA (* marks the longest, the\n"
+      "attention kernel itself); on the CPU the kernel is the ATen op. When CUPTI was\n"
+      "unavailable (torch.profiler or Nsight held it, no GPU) each call says why.\n\n"
+      "Examples:\n"
+      "  nanprov kernels --call rank0:layer1:call1\n"
+      "  nanprov kernels runs/nan-hunt --json");
+  cmd->add_option("run", opts->run, "Run directory (default: the newest under ./nanprov-runs)");
+  cmd->add_option("--call", opts->call, "Only this call, named as the report names it (rank0:layer1:call1)");
+  cmd->add_flag("--json", opts->json, "Print JSON for scripts");
+  cmd->callback([opts, exit_code] {
+    auto run = openRun("kernels", opts->run, exit_code);
+    if (!run) return;
+    nlohmann::json list = nlohmann::json::array();
+    bool found = false;
+    for (const CallRecord& c : run->calls) {
+      if (!opts->call.empty() && callName(c) != opts->call) continue;
+      found = true;
+      CallKernels kernels = run->kernelsOf(c.rank, c.seq);
+      if (opts->json) {
+        list.push_back({{"call", callName(c)}, {"rank", c.rank}, {"seq", c.seq}, {"step", c.step},
+                        {"phase", phaseName(c.phase)}, {"op", c.op}, {"backend", c.backend},
+                        {"device", c.device}, {"attribution", attributionOf(c, kernels)},
+                        {"unattributed", c.unattributed.empty() ? nlohmann::json(nullptr) : nlohmann::json(c.unattributed)},
+                        {"kernels", kernelsJson(kernels)}});
+      } else {
+        printCall(c, kernels);
+      }
+    }
+    if (!found && !opts->call.empty()) {
+      *exit_code = fail("kernels", Status::Error("no call named " + opts->call +
+                                                 " in this run; names look like rank0:layer1:call1 (see nanprov calls)"));
+      return;
+    }
+    if (opts->json) std::cout << list.dump(2) << "\n";
+    *exit_code = kClean;
+  });
+}
+
+}  // namespace nanprov::cli

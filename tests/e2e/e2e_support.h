@@ -1,0 +1,73 @@
+// Shared by the end-to-end tests: run real training under `nanprov run` and read what the
+// nanprov commands say. Nothing is mocked.
+#pragma once
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace e2e {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+struct Result {
+  int code = -1;
+  std::string out;  // stdout, and stderr when asked
+};
+
+inline Result sh(const std::string& command) {
+  Result r;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (!pipe) return r;
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.out.append(buf.data(), n);
+  int status = pclose(pipe);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
+
+inline std::string nanprov() { return NANPROV_BIN; }
+inline std::string python() { return NANPROV_PYTHON; }
+inline std::string example(const std::string& name) { return std::string(NANPROV_EXAMPLES) + "/" + name; }
+
+inline fs::path runDir(const std::string& name) {
+  fs::path dir = fs::temp_directory_path() / ("nanprov-e2e-" + name + "-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  return dir;
+}
+
+// A training run under nanprov, and `nanprov report --json` on it.
+struct TrainedRun {
+  fs::path dir;
+  Result train;
+  Result report;
+  json doc;
+};
+
+inline TrainedRun train(const std::string& name, const std::string& nanprov_opts, const std::string& script_args,
+                        const std::string& script = "tiny_transformer.py") {
+  TrainedRun run;
+  run.dir = runDir(name);
+  run.train = sh(nanprov() + " run --out " + run.dir.string() + " " + nanprov_opts + " -- " + python() + " " +
+                 example(script) + " " + script_args + " 2>&1");
+  run.report = sh(nanprov() + " report " + run.dir.string() + " --json");
+  run.doc = json::parse(run.report.out, nullptr, false);
+  return run;
+}
+
+// `nanprov <command> <run dir> <args> --json`, parsed.
+inline json commandJson(const std::string& command, const fs::path& dir, const std::string& args = "") {
+  Result r = sh(nanprov() + " " + command + " " + dir.string() + " " + args + " --json");
+  return json::parse(r.out, nullptr, false);
+}
+
+inline std::vector<std::string> strings(const json& j) { return j.get<std::vector<std::string>>(); }
+
+}  // namespace e2e
