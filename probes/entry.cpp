@@ -52,11 +52,16 @@ __attribute__((visibility("default"))) void nanprov_step(long long step) {
   nanprov::Session::get().stepEnded(step);
 }
 
-__attribute__((visibility("default"))) void nanprov_set_module(const char* path) {
-  nanprov::Session::setModulePath(path);
+// `resolve` fills a buffer with the module path of the calling thread's innermost running module
+// and returns its length; the bootstrap implements it by walking the Python stack.
+__attribute__((visibility("default"))) void nanprov_set_module_resolver(nanprov::Session::ModuleResolver resolve) {
+  nanprov::Session::setModuleResolver(resolve);
 }
 
 // Final flush; called from the interpreter's exit. Later calls are no-ops.
-__attribute__((visibility("default"))) void nanprov_shutdown() { nanprov::Session::get().finalize(); }
+__attribute__((visibility("default"))) void nanprov_shutdown() {
+  nanprov::Session::get().finalize();
+  nanprov::Session::setModuleResolver(nullptr);
+}
 
 }  // extern "C"

@@ -23,7 +23,7 @@ int envInt(const char* name, int fallback) {
   return (end && *end == '\0') ? static_cast<int>(x) : fallback;
 }
 
-thread_local std::string t_module_path;
+std::atomic<Session::ModuleResolver> g_module_resolver{nullptr};
 
 // A forked child (a DataLoader worker) inherits the session but not the writer thread:
 // it must not record.
@@ -151,7 +151,14 @@ void Session::finalize() {
   if (!st.ok()) logOnce("close", "store closed with an error: " + st.message());
 }
 
-void Session::setModulePath(const char* path) { t_module_path = path ? path : ""; }
-const std::string& Session::modulePath() { return t_module_path; }
+void Session::setModuleResolver(ModuleResolver resolve) { g_module_resolver.store(resolve); }
+
+std::string Session::modulePath() {
+  ModuleResolver resolve = g_module_resolver.load();
+  if (!resolve) return "";
+  char buffer[1024];
+  int n = resolve(buffer, sizeof buffer);
+  return n > 0 && static_cast<size_t>(n) < sizeof buffer ? std::string(buffer, static_cast<size_t>(n)) : "";
+}
 
 }  // namespace nanprov

@@ -48,9 +48,11 @@ class Session {
   using FlushHook = void (*)(bool at_exit);
   void setFlushHook(FlushHook hook) { flush_hook_.store(hook); }
 
-  // The module path of the innermost module running on this thread.
-  static void setModulePath(const char* path);
-  static const std::string& modulePath();
+  // The module path of the innermost module running on this thread, asked from Python through
+  // the resolver (empty without one). Only forward calls ask: a backward inherits its forward's.
+  using ModuleResolver = int (*)(char* buffer, size_t capacity);
+  static void setModuleResolver(ModuleResolver resolve);
+  static std::string modulePath();
 
  private:
   enum class State { kUninitialized, kActive, kFinalized };

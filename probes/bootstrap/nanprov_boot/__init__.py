@@ -2,7 +2,7 @@
 
 All logic lives in libnanprov_probes (C++). This module only: waits for `import torch`, checks
 that the torch in this process is the one nanprov was built against, loads the library, and
-feeds it what only Python sees cheaply: optimizer steps and the current module path.
+feeds it what only Python knows: optimizer steps, and on request the current module path.
 """
 import atexit
 import ctypes
@@ -12,6 +12,10 @@ import os
 import sys
 import threading
 import weakref
+
+
+# int resolve(char* buffer, size_t capacity): writes the current module path, returns its length.
+_Resolver = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t)
 
 
 def _say(message):
@@ -76,15 +80,16 @@ def _load(torch):
         lib = ctypes.CDLL(os.environ["NANPROV_PROBES_LIB"])
         lib.nanprov_last_error.restype = ctypes.c_char_p
         lib.nanprov_step.argtypes = [ctypes.c_longlong]
-        lib.nanprov_set_module.argtypes = [ctypes.c_char_p]
+        lib.nanprov_set_module_resolver.argtypes = [_Resolver]
         if lib.nanprov_start() != 0:
             message = lib.nanprov_last_error().decode(errors="replace")
             _say(f"probes not started, training continues uninstrumented: {message}")
             _report("probe-error", message)
             return
-        atexit.register(lib.nanprov_shutdown)
         _watch_steps(lib)
-        _watch_modules(lib)
+        resolver = _watch_modules(lib, torch)
+        # Shutdown drops the resolver before the interpreter (and the callback) goes away.
+        atexit.register(lambda: (lib.nanprov_shutdown(), resolver))
         _report("instrumented")
     except Exception as exc:
         _say(f"probes not loaded, training continues uninstrumented: {exc}")
@@ -106,30 +111,43 @@ def _watch_steps(lib):
     importlib.import_module("torch.optim.optimizer").register_optimizer_step_post_hook(after_step)
 
 
-def _watch_modules(lib):
-    """Tells the probes the path of the innermost running module ("model.layers.3.self_attn")."""
-    paths = weakref.WeakKeyDictionary()  # module -> path, filled per root module
-    indexed = weakref.WeakSet()
-    local = threading.local()
+def _watch_modules(lib, torch):
+    """Tells the probes which module runs an attention call ("model.layers.3.self_attn").
 
-    def enter(module, args):
-        stack = getattr(local, "stack", None)
-        if stack is None:
-            stack = local.stack = []
-        if not stack and module not in indexed:
-            indexed.add(module)
-            for name, sub in module.named_modules():
-                paths.setdefault(sub, name.encode())
-        path = paths.get(module, stack[-1] if stack else b"")
-        stack.append(path)
-        lib.nanprov_set_module(path)
+    Asked, not pushed: the probes call back on each forward attention call, and the path is
+    found by walking this thread's Python stack to the innermost frame whose `self` is a module.
+    Global module hooks would tax every module call of the model instead.
+    """
+    module_type = torch.nn.Module
+    paths = weakref.WeakKeyDictionary()  # outermost module -> WeakKeyDictionary(module -> path)
 
-    def leave(module, args, output):
-        stack = getattr(local, "stack", None)
-        if stack:
-            stack.pop()
-            lib.nanprov_set_module(stack[-1] if stack else b"")
+    def path_of(inner, root):
+        table = paths.get(root)
+        if table is None or inner not in table:  # first call, or modules were added since
+            table = weakref.WeakKeyDictionary((m, name.encode()) for name, m in root.named_modules())
+            paths[root] = table
+        return table.get(inner, b"")
 
-    modules = importlib.import_module("torch.nn.modules.module")
-    modules.register_module_forward_pre_hook(enter)
-    modules.register_module_forward_hook(leave, always_call=True)
+    def resolve(buffer, capacity):
+        try:
+            inner = root = None
+            frame = sys._getframe(1)
+            while frame is not None:
+                code = frame.f_code
+                if code.co_argcount and code.co_varnames[0] == "self":
+                    obj = frame.f_locals.get("self")
+                    if isinstance(obj, module_type):
+                        inner = inner or obj
+                        root = obj
+                frame = frame.f_back
+            if inner is None:
+                return 0
+            path = path_of(inner, root)[: capacity - 1]
+            ctypes.memmove(buffer, path, len(path))
+            return len(path)
+        except Exception:
+            return 0  # never let a lookup failure reach the training
+
+    callback = _Resolver(resolve)
+    lib.nanprov_set_module_resolver(callback)
+    return callback  # kept alive by the caller: the probes hold only its address
