@@ -2,17 +2,21 @@
 # nanprov's overhead on the GPU, measured side by side in one run (shared/GPU.md, issue 3):
 # rounds alternate every configuration, so clock and thermal drift hit all of them alike.
 #   none      no instrumentation
-#   nanprov   `nanprov run`: every role of every attention call checked, kernels attributed
-#   checks    `nanprov run` with kernel attribution off (NANPROV_KERNELS=off): checks only
+#   nanprov   `nanprov run`: every role of every call checked; kernels traced in steps 0-1 (default)
+#   exact     `nanprov run --trace-steps 0`: checked, and every call's kernels traced by CUPTI
+#   checks    `nanprov run --no-kernels`: checks only, no CUPTI
 #   anomaly   torch.autograd.detect_anomaly(check_nan=True)
 #   naive     isfinite().all() with a host sync on Q, K, V, O and their gradients
 # For each model (GPU-bound: B=4 S=2048; launch-bound: B=1 S=256) prints the median step time of
 # every configuration, its ratio to `none`, and the host synchronisations nanprov added per step.
 #   bench/gpu_overhead.sh [rounds] [steps]      (needs a CUDA GPU and a built nanprov on PATH)
+# BENCH_CONFIGS narrows the configurations, e.g. BENCH_CONFIGS="none nanprov checks".
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 rounds="${1:-2}" steps="${2:-30}"
 py="${PYTHON:-python3}"
+configs=(${BENCH_CONFIGS:-none nanprov exact checks anomaly naive})
+want() { [[ " ${configs[*]} " == *" $1 "* ]]; }
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 step_ms() { grep -o 'step_ms [0-9.]*' | awk '{print $2}'; }
@@ -24,17 +28,18 @@ bench_model() {
   declare -A ms=()
   local syncs="?"
   for r in $(seq "$rounds"); do
-    ms[none]+=" $("$py" "${args[@]}" | step_ms)"
-    ms[nanprov]+=" $(nanprov run --out "$tmp/$name-full-$r" -- "$py" "${args[@]}" 2>/dev/null | step_ms)"
-    ms[checks]+=" $(NANPROV_KERNELS=off nanprov run --out "$tmp/$name-checks-$r" -- "$py" "${args[@]}" 2>/dev/null | step_ms)"
-    ms[anomaly]+=" $("$py" "${args[@]}" --check anomaly | step_ms)"
-    ms[naive]+=" $("$py" "${args[@]}" --check naive | step_ms)"
+    want none && ms[none]+=" $("$py" "${args[@]}" | step_ms)"
+    want nanprov && ms[nanprov]+=" $(nanprov run --out "$tmp/$name-full-$r" -- "$py" "${args[@]}" 2>/dev/null | step_ms)"
+    want exact && ms[exact]+=" $(nanprov run --trace-steps 0 --out "$tmp/$name-exact-$r" -- "$py" "${args[@]}" 2>/dev/null | step_ms)"
+    want checks && ms[checks]+=" $(nanprov run --no-kernels --out "$tmp/$name-checks-$r" -- "$py" "${args[@]}" 2>/dev/null | step_ms)"
+    want anomaly && ms[anomaly]+=" $("$py" "${args[@]}" --check anomaly | step_ms)"
+    want naive && ms[naive]+=" $("$py" "${args[@]}" --check naive | step_ms)"
     syncs="$(nanprov sql "$tmp/$name-full-$r" "SELECT value FROM meta WHERE key='host_syncs'" --json |
              grep -o '"value": *"[0-9]*"' | grep -o '[0-9]*' | head -1)"
   done
   local base; base="$(median ${ms[none]})"
   echo "== $name ($*), $rounds rounds x $steps steps; median step time"
-  for c in none nanprov checks anomaly naive; do
+  for c in "${configs[@]}"; do
     local m; m="$(median ${ms[$c]})"
     awk -v c="$c" -v m="$m" -v b="$base" -v all="${ms[$c]}" 'BEGIN {printf "  %-8s %9.2f ms  %6.3fx   (rounds:%s)\n", c, m, m / b, all}'
   done

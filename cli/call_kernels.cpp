@@ -1,5 +1,7 @@
 #include "cli/call_kernels.h"
 
+#include "cli/edges.h"
+
 namespace nanprov {
 
 std::string shortKernelName(const std::string& name) {
@@ -51,10 +53,43 @@ nlohmann::json kernelsJson(const CallKernels& kernels) {
   return list;
 }
 
-std::string attributionOf(const CallRecord& call, const CallKernels& kernels) {
-  if (!call.unattributed.empty()) return "unattributed: " + call.unattributed;
+namespace {
+
+std::string signatureOf(const CallRecord& c) {
+  std::string sig = std::to_string(c.rank) + "|" + std::to_string(c.layer) + "|" + phaseName(c.phase) + "|" +
+                    c.op + "|" + c.backend;
+  for (const TensorHealth& t : c.tensors) sig += "|" + t.role + ":" + t.dtype + t.shape;
+  return sig;
+}
+
+}  // namespace
+
+CallKernelIndex::CallKernelIndex(const RunData& run) : run_(run) {
+  for (const CallRecord& c : run.calls) {  // ordered by step and time: later calls overwrite
+    if (c.device != "cpu" && !run.kernelsOf(c.rank, c.seq).empty()) traced_[signatureOf(c)] = &c;
+  }
+}
+
+KernelsOfCall CallKernelIndex::of(const CallRecord& call) const {
+  KernelsOfCall out;
+  out.kernels = run_.kernelsOf(call.rank, call.seq);
+  if (!out.kernels.empty() || call.device == "cpu") return out;
+  auto it = traced_.find(signatureOf(call));
+  if (it == traced_.end()) return out;
+  out.inferred_from = it->second;
+  out.kernels = run_.kernelsOf(it->second->rank, it->second->seq);
+  return out;
+}
+
+std::string attributionOf(const CallRecord& call, const KernelsOfCall& k) {
   if (call.device == "cpu") return "the ATen CPU op";
-  if (kernels.empty()) return "no kernel record arrived (the run may have ended before CUPTI flushed)";
+  if (k.inferred_from) {
+    return "inferred from " + callName(*k.inferred_from) + " at step " + std::to_string(k.inferred_from->step) +
+           " (same layer, op and shapes; " + (call.unattributed.empty() ? "its own records were lost" : call.unattributed) +
+           ")";
+  }
+  if (!call.unattributed.empty()) return "unattributed: " + call.unattributed;
+  if (k.kernels.empty()) return "no kernel record arrived (the run may have ended before CUPTI flushed)";
   return "CUPTI";
 }
 

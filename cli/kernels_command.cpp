@@ -15,12 +15,12 @@ struct Options {
   bool json = false;
 };
 
-void printCall(const CallRecord& c, const CallKernels& kernels) {
+void printCall(const CallRecord& c, const KernelsOfCall& found) {
   std::printf("%s  step %lld %s  %s (%s) on %s: %s\n", callName(c).c_str(), static_cast<long long>(c.step),
               phaseName(c.phase), c.op.c_str(), c.backend.c_str(), c.device.c_str(),
-              attributionOf(c, kernels).c_str());
-  const KernelRecord* main = mainKernel(kernels);
-  for (const KernelRecord* k : kernels) {
+              attributionOf(c, found).c_str());
+  const KernelRecord* main = mainKernel(found.kernels);
+  for (const KernelRecord* k : found.kernels) {
     if (k->device < 0) continue;  // the CPU "kernel" is the op, already printed
     std::printf("  %s %-60s grid (%d,%d,%d) block (%d,%d,%d) %9.1f us  stream %lld\n", k == main ? "*" : " ",
                 shortKernelName(k->name).c_str(), k->grid[0], k->grid[1], k->grid[2], k->block[0], k->block[1],
@@ -48,18 +48,20 @@ void addKernelsCommand(CLI::App& app, int* exit_code) {
     if (!run) return;
     nlohmann::json list = nlohmann::json::array();
     bool found = false;
+    CallKernelIndex index(*run);
     for (const CallRecord& c : run->calls) {
       if (!opts->call.empty() && callName(c) != opts->call) continue;
       found = true;
-      CallKernels kernels = run->kernelsOf(c.rank, c.seq);
+      KernelsOfCall k = index.of(c);
       if (opts->json) {
         list.push_back({{"call", callName(c)}, {"rank", c.rank}, {"seq", c.seq}, {"step", c.step},
                         {"phase", phaseName(c.phase)}, {"op", c.op}, {"backend", c.backend},
-                        {"device", c.device}, {"attribution", attributionOf(c, kernels)},
+                        {"device", c.device}, {"attribution", attributionOf(c, k)},
                         {"unattributed", c.unattributed.empty() ? nlohmann::json(nullptr) : nlohmann::json(c.unattributed)},
-                        {"kernels", kernelsJson(kernels)}});
+                        {"inferred_from", k.inferred_from ? nlohmann::json(callName(*k.inferred_from)) : nlohmann::json(nullptr)},
+                        {"kernels", kernelsJson(k.kernels)}});
       } else {
-        printCall(c, kernels);
+        printCall(c, k);
       }
     }
     if (!found && !opts->call.empty()) {

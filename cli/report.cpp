@@ -52,6 +52,12 @@ std::string summaryLine(const RunData& run) {
   return out.str();
 }
 
+void addKernels(const RunData& run, const CallRecord& call, nlohmann::json& edge) {
+  KernelsOfCall k = CallKernelIndex(run).of(call);
+  edge["kernels"] = kernelsJson(k.kernels);
+  edge["kernel_attribution"] = attributionOf(call, k);
+}
+
 }  // namespace
 
 nlohmann::json callJson(const CallRecord& call, const CallHealth& health) {
@@ -105,16 +111,15 @@ nlohmann::json reportJson(const RunData& run, const Findings& f) {
       {"propagation", {{"calls", f.propagation.calls}, {"layers", f.propagation.layers}, {"ranks", f.propagation.ranks}}},
   };
   if (f.first) {
-    const CallRecord& c = run.calls[*f.first];
-    nlohmann::json edge = callJson(c, f.first_health);
+    nlohmann::json edge = callJson(run.calls[*f.first], f.first_health);
     edge["origin"] = f.origin;
-    edge["kernels"] = kernelsJson(run.kernelsOf(c.rank, c.seq));
+    addKernels(run, run.calls[*f.first], edge);
     out["first_edge"] = edge;
   }
   if (f.first_source) {
     const CallRecord& c = run.calls[*f.first_source];
     nlohmann::json edge = callJson(c, classify(c));
-    edge["kernels"] = kernelsJson(run.kernelsOf(c.rank, c.seq));
+    addKernels(run, c, edge);
     out["first_source_edge"] = edge;
   }
   return out;
@@ -157,13 +162,14 @@ std::string reportText(const RunData& run, const Findings& f) {
   if (!finite_inputs.empty()) {
     out << "  finite inputs " << joined(finite_inputs, " ") << " (largest |x| " << number(max_in) << ")\n";
   }
-  CallKernels kernels = run.kernelsOf(c.rank, c.seq);
   if (c.device != "cpu") {
+    KernelsOfCall found = CallKernelIndex(run).of(c);
     std::vector<std::string> names;
-    const KernelRecord* main = mainKernel(kernels);
-    for (const KernelRecord* k : kernels) names.push_back(shortKernelName(k->name) + (k == main ? " (main)" : ""));
-    out << "  kernels on " << c.device << ": "
-        << (names.empty() ? attributionOf(c, kernels) : joined(names, ", ")) << "\n";
+    const KernelRecord* main = mainKernel(found.kernels);
+    for (const KernelRecord* k : found.kernels) names.push_back(shortKernelName(k->name) + (k == main ? " (main)" : ""));
+    out << "  kernels on " << c.device << ": " << (names.empty() ? attributionOf(c, found) : joined(names, ", "));
+    if (found.inferred_from) out << "\n    (" << attributionOf(c, found) << ")";
+    out << "\n";
   }
   if (f.origin == "upstream" && f.first_source) {
     out << "  first source edge inside attention came later: " << callName(run.calls[*f.first_source]) << "\n";

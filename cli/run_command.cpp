@@ -23,6 +23,8 @@ using nlohmann::json;
 struct RunOptions {
   std::string out;
   std::vector<std::string> inject;
+  int trace_steps = 2;
+  bool no_kernels = false;
   std::vector<std::string> command;
 };
 
@@ -87,7 +89,9 @@ int run(RunOptions& opts) {
               {"cwd", fs::current_path().string()},
               {"nanprov_version", build::kVersion},
               {"built_torch", build::kTorchVersion},
-              {"inject", opts.inject}};
+              {"inject", opts.inject},
+              {"trace_steps", opts.trace_steps},
+              {"kernels", !opts.no_kernels}};
   writeRunJson(dir, doc);
 
   std::map<std::string, std::string> env = {
@@ -97,7 +101,9 @@ int run(RunOptions& opts) {
       {"NANPROV_BUILT_TORCH", build::kTorchVersion},
       {"NANPROV_BUILT_ABI", build::kCxx11Abi},
       {"NANPROV_INJECT", inject},
+      {"NANPROV_TRACE_STEPS", std::to_string(opts.trace_steps)},
   };
+  if (opts.no_kernels) env["NANPROV_KERNELS"] = "off";
   std::cerr << "nanprov: recording into " << dir << "\n";
   auto exit = runChild(cmd, env);
   if (!exit.ok()) return fail("run", exit.status());
@@ -132,7 +138,8 @@ void addRunCommand(CLI::App& app, int* exit_code, std::vector<std::string> wrapp
       "Examples:\n"
       "  nanprov run -- python train.py --lr 3e-4\n"
       "  nanprov run --out runs/nan-hunt -- torchrun --nproc-per-node=2 train.py\n"
-      "  nanprov run --inject 'layer=3,phase=bwd,tensor=dQ,step=5,value=nan' -- python train.py\n\n"
+      "  nanprov run --inject 'layer=3,phase=bwd,tensor=dQ,step=5,value=nan' -- python train.py\n"
+      "  nanprov run --trace-steps 0 -- python train.py     attribute every call's kernels\n\n"
       "Writes a run directory (default ./nanprov-runs/<UTC time>) with run.json and one\n"
       "rank-<r>.sqlite per rank, prints the first-failure summary when the command ends,\n"
       "and exits with the command's exit code (128+N when a signal N killed it).");
@@ -142,10 +149,24 @@ void addRunCommand(CLI::App& app, int* exit_code, std::vector<std::string> wrapp
                   "keys tensor (O LSE dQ dK dV), value (nan inf -inf), rank, layer, step, call, phase. Repeatable.")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  cmd->add_option("--trace-steps", opts->trace_steps,
+                  "Attribute CUDA kernels with CUPTI during the first N optimizer steps (default 2), "
+                  "then stop tracing: later calls show the kernels of the same layer, op and shapes "
+                  "from a traced step. 0 traces every step (exact, slower on launch-bound runs)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--no-kernels", opts->no_kernels,
+                "Do not attribute kernels at all (no CUPTI): checks only, the cheapest setting");
   // Without "--", everything from the first positional on is the user's command.
   cmd->prefix_command();
   cmd->callback([opts, exit_code, cmd, wrapped] {
     opts->command = cmd->remaining();
+    // Before "--", a leading dash is a mistyped nanprov option, not a program to run.
+    if (!opts->command.empty() && opts->command.front().rfind("-", 0) == 0) {
+      std::cerr << "nanprov run: unknown option " << opts->command.front()
+                << "; see nanprov run --help, and put the training command after --\n";
+      *exit_code = kUsageError;
+      return;
+    }
     opts->command.insert(opts->command.end(), wrapped.begin(), wrapped.end());
     *exit_code = run(*opts);
   });

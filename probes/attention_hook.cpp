@@ -353,6 +353,19 @@ void sdpaKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack
 
 // At every step boundary and at exit: completes the asynchronous checks, stores the kernels
 // traced so far, and how many host synchronisations nanprov added.
+// Kernels are traced during the first NANPROV_TRACE_STEPS steps (0: always). CUPTI costs every
+// kernel launch of the process, so after the window it is switched off; later calls are matched
+// to a traced call of the same layer, op and shapes when reported.
+int64_t traceSteps() {
+  static const int64_t steps = [] {
+    const char* v = std::getenv("NANPROV_TRACE_STEPS");
+    char* end = nullptr;
+    long long n = v && *v ? std::strtoll(v, &end, 10) : 2;
+    return v && *v && (!end || *end != '\0' || n < 0) ? int64_t{2} : static_cast<int64_t>(n);
+  }();
+  return steps;
+}
+
 void flushDeviceWork(bool at_exit) {
   try {
     DeviceChecks& checks = DeviceChecks::get();
@@ -360,6 +373,10 @@ void flushDeviceWork(bool at_exit) {
     KernelTracer& tracer = KernelTracer::get();
     Session& session = Session::get();
     session.recordKernels(tracer.collect(at_exit));
+    if (!at_exit && traceSteps() > 0 && session.identity().step() >= traceSteps()) {
+      tracer.pause("kernel tracing covered the first " + std::to_string(traceSteps()) +
+                   " steps (nanprov run --trace-steps); this call ran later");
+    }
     TracerStats stats = tracer.stats();
     session.setMeta("host_syncs", std::to_string(checks.hostSyncs()));
     session.setMeta("kernels_attributed", std::to_string(stats.attributed_kernels));

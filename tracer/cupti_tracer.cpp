@@ -31,6 +31,7 @@ constexpr int64_t kMaxBuffers = 64;
 struct Cupti {
   decltype(&cuptiActivityRegisterCallbacks) registerCallbacks = nullptr;
   decltype(&cuptiActivityEnable) enable = nullptr;
+  decltype(&cuptiActivityDisable) disable = nullptr;
   decltype(&cuptiActivityEnableRuntimeApi) enableRuntimeApi = nullptr;
   decltype(&cuptiActivityEnableDriverApi) enableDriverApi = nullptr;
   decltype(&cuptiActivityPushExternalCorrelationId) push = nullptr;
@@ -66,6 +67,7 @@ StatusOr<Cupti> loadCupti() {
   Cupti c;
   bool ok = resolve(lib, "cuptiActivityRegisterCallbacks", &c.registerCallbacks) &&
             resolve(lib, "cuptiActivityEnable", &c.enable) &&
+            resolve(lib, "cuptiActivityDisable", &c.disable) &&
             resolve(lib, "cuptiActivityPushExternalCorrelationId", &c.push) &&
             resolve(lib, "cuptiActivityPopExternalCorrelationId", &c.pop) &&
             resolve(lib, "cuptiActivityFlushAll", &c.flushAll) &&
@@ -180,12 +182,26 @@ class CuptiTracer final : public KernelTracer {
 
   void reclaim() override {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!yielded_ || !started_ok_) return;
+    if (!yielded_ || !started_ok_ || paused_) return;
     // The other profiler re-registered CUPTI's buffer callbacks and, when it stopped, disabled
     // the kinds we need: take both back.
     Status st = enableCollection();
     yielded_ = !st.ok();
     if (!st.ok()) yield_reason_ = "CUPTI could not be taken back after another profiler: " + st.message();
+  }
+
+  void pause(const std::string& reason) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!started_ok_ || paused_) return;
+    paused_ = true;
+    pause_reason_ = reason;
+    if (yielded_) return;  // the other profiler owns the kinds now
+    const Cupti& c = g_shared->cupti;
+    c.flushAll(0);
+    for (CUpti_ActivityKind kind : {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION,
+                                    CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_ACTIVITY_KIND_DRIVER}) {
+      c.disable(kind);
+    }
   }
 
   bool yielded() const override {
@@ -196,6 +212,7 @@ class CuptiTracer final : public KernelTracer {
   std::string unattributedReason() const override {
     std::lock_guard<std::mutex> lock(mu_);
     if (yielded_) return yield_reason_;
+    if (paused_) return pause_reason_;
     if (!attempted_) return "";  // no CUDA call yet: nothing to explain
     if (!result_.ok()) return result_.message();
     return "";
@@ -203,6 +220,7 @@ class CuptiTracer final : public KernelTracer {
 
   std::vector<KernelRecord> collect(bool at_exit) override {
     if (!startedOk()) return {};
+    // After a pause CUPTI still holds the traced window's last buffers: flushing hands them over.
     if (!yielded()) g_shared->cupti.flushAll(at_exit ? CUPTI_ACTIVITY_FLAG_FLUSH_FORCED : 0);
     std::lock_guard<std::mutex> lock(g_shared->mu);
     std::vector<KernelRecord> out = g_shared->correlation.takeAttributed();
@@ -231,12 +249,12 @@ class CuptiTracer final : public KernelTracer {
 
   bool live() const {
     std::lock_guard<std::mutex> lock(mu_);
-    return started_ok_ && !yielded_;
+    return started_ok_ && !yielded_ && !paused_;
   }
 
   Status startOnce() {
     if (const char* off = std::getenv("NANPROV_KERNELS"); off && std::strcmp(off, "off") == 0) {
-      return Status::Error("kernel attribution turned off (NANPROV_KERNELS=off)");
+      return Status::Error("kernel attribution turned off (nanprov run --no-kernels)");
     }
     auto cupti = loadCupti();
     if (!cupti.ok()) return cupti.status();
@@ -307,6 +325,8 @@ class CuptiTracer final : public KernelTracer {
   bool started_ok_ = false;
   bool yielded_ = false;
   std::string yield_reason_;
+  bool paused_ = false;
+  std::string pause_reason_;
 };
 
 }  // namespace

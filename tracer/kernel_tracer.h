@@ -45,6 +45,10 @@ class KernelTracer {
   virtual void reclaim() = 0;
   virtual bool yielded() const = 0;
 
+  // Stops collection for good (the sampled window is over), so the process stops paying for
+  // CUPTI; calls afterwards are unattributed with `reason`. Records already traced are kept.
+  virtual void pause(const std::string& reason) = 0;
+
   virtual std::string unattributedReason() const = 0;
 
   // Kernels attributed since the last collect. `at_exit` also forces out partly filled buffers.

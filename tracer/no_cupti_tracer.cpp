@@ -14,6 +14,7 @@ class NoCuptiTracer final : public KernelTracer {
   void yield(const std::string&) override {}
   void reclaim() override {}
   bool yielded() const override { return false; }
+  void pause(const std::string&) override {}
   std::string unattributedReason() const override { return kReason; }
   std::vector<KernelRecord> collect(bool) override { return {}; }
   TracerStats stats() const override { return {}; }

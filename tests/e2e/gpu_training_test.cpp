@@ -48,7 +48,8 @@ TEST(Gpu, CudnnBackwardWritesNaNIntoDqForFullyMaskedRows) {
 
 TEST(Gpu, ControlRunWithoutCudnnIsClean) {
   REQUIRE_CUDA();
-  TrainedRun r = train("gpu-control", "", kMaskedRowsRun + " --no-cudnn");
+  // --trace-steps 0: every call of every step is traced.
+  TrainedRun r = train("gpu-control", "--trace-steps 0", kMaskedRowsRun + " --no-cudnn");
   ASSERT_EQ(r.train.code, 0) << r.train.out;
   EXPECT_EQ(r.report.code, 0) << r.report.out;
   json calls = commandJson("kernels", r.dir);
@@ -62,11 +63,17 @@ TEST(Gpu, ControlRunWithoutCudnnIsClean) {
 
 TEST(Gpu, EveryCallOfTheCudnnRunHasItsKernels) {
   REQUIRE_CUDA();
-  TrainedRun r = train("gpu-attrib", "", kMaskedRowsRun);
+  // Tracing covers step 0 only; steps 1 and 2 show the kernels of the same call site at step 0.
+  TrainedRun r = train("gpu-attrib", "--trace-steps 1", kMaskedRowsRun);
   json calls = commandJson("kernels", r.dir);
   ASSERT_FALSE(calls.empty());
   for (const json& c : calls) {
-    ASSERT_EQ(c["attribution"], "CUPTI") << c.dump(1);
+    if (c["step"] == 0) {
+      ASSERT_EQ(c["attribution"], "CUPTI") << c.dump(1);
+    } else {
+      ASSERT_FALSE(c["inferred_from"].is_null()) << c.dump(1);
+      EXPECT_NE(c["attribution"].get<std::string>().find("--trace-steps"), std::string::npos) << c.dump(1);
+    }
     std::string want = c["phase"] == "fwd" ? "sdpa_sm90_flash_fprop" : "sdpa_sm90_flash_bprop";
     EXPECT_TRUE(anyKernelContains(c["kernels"], want)) << c["call"] << " " << c["kernels"].dump(1);
     EXPECT_FALSE(anyKernelContains(c["kernels"], "healthCheckKernel")) << "nanprov's own check is not the call's";

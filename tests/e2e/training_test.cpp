@@ -175,6 +175,13 @@ TEST(Errors, ClearOneLineMessagesAndExitCodes) {
   Result unknown = sh(nanprov() + " report --colour 2>&1");
   EXPECT_EQ(unknown.code, 2) << unknown.out;
 
+  Result unknown_run_option = sh(nanprov() + " run --run-dir x -- true 2>&1");
+  EXPECT_EQ(unknown_run_option.code, 2) << unknown_run_option.out;
+  EXPECT_NE(unknown_run_option.out.find("unknown option --run-dir"), std::string::npos) << unknown_run_option.out;
+
+  Result bad_trace = sh(nanprov() + " run --trace-steps -3 -- true 2>&1");
+  EXPECT_EQ(bad_trace.code, 2) << bad_trace.out;
+
   Result bad_inject = sh(nanprov() + " run --inject 'tensor=Q' -- true 2>&1");
   EXPECT_EQ(bad_inject.code, 2);
   EXPECT_NE(bad_inject.out.find("is an input"), std::string::npos) << bad_inject.out;
