@@ -153,7 +153,7 @@ void addRunCommand(CLI::App& app, int* exit_code, std::vector<std::string> wrapp
                   "Attribute CUDA kernels with CUPTI during the first N optimizer steps (default 2), "
                   "then stop tracing: later calls show the kernels of the same layer, op and shapes "
                   "from a traced step. 0 traces every step (exact, slower on launch-bound runs)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, 1000000));
   cmd->add_flag("--no-kernels", opts->no_kernels,
                 "Do not attribute kernels at all (no CUPTI): checks only, the cheapest setting");
   // Without "--", everything from the first positional on is the user's command.
