@@ -213,11 +213,20 @@ void fusedKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stac
   Tensors inputs = takeInputs(*probed, *stack);
   Session& session = Session::get();
   CallIdentity& ids = session.identity();
-  // Named before it runs, so its kernels are traced under its name.
-  CallName name = desc.phase == Phase::kForward ? ids.forward(Session::modulePath())
-                                                : ids.backward(addressOf(inputs, Role::kO));
+  // Named before it runs, so its kernels are traced under its name. Nothing here may reach the
+  // op: on any failure the op runs unprobed.
+  CallName name;
   std::optional<CallTrace> trace;
-  if (onCuda(inputs)) trace.emplace(name, session.rank());
+  try {
+    name = desc.phase == Phase::kForward ? ids.forward(Session::modulePath())
+                                         : ids.backward(addressOf(inputs, Role::kO));
+    if (onCuda(inputs)) trace.emplace(name, session.rank());
+  } catch (const std::exception& e) {
+    logOnce("attention probe setup", std::string("attention probe failed, this call is not recorded: ") + e.what());
+    DepthGuard depth;
+    handle.redispatchBoxed(ks & kBelowProbe, stack);
+    return;
+  }
   int64_t start = wallClockNs();
   {
     DepthGuard depth;
@@ -324,12 +333,11 @@ void sdpaKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack
   std::optional<CallName> name;
   std::optional<CallTrace> trace;
   if (onCuda(inputs)) {
-    bool math = false;
-    guarded("sdpa backend choice", [&] { math = mathOnCuda(*stack); });
-    if (math) {
+    guarded("math attention probe", [&] {
+      if (!mathOnCuda(*stack)) return;
       name = Session::get().identity().forward(Session::modulePath());
       trace.emplace(*name, Session::get().rank());
-    }
+    });
   }
   int64_t fused_before = t_fused_calls;
   int64_t start = wallClockNs();
@@ -351,8 +359,6 @@ void sdpaKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack
   });
 }
 
-// At every step boundary and at exit: completes the asynchronous checks, stores the kernels
-// traced so far, and how many host synchronisations nanprov added.
 // Kernels are traced during the first NANPROV_TRACE_STEPS steps (0: always). CUPTI costs every
 // kernel launch of the process, so after the window it is switched off; later calls are matched
 // to a traced call of the same layer, op and shapes when reported.
@@ -366,6 +372,8 @@ int64_t traceSteps() {
   return steps;
 }
 
+// At every step boundary and at exit: completes the asynchronous checks, stores the kernels
+// traced so far, and how many host synchronisations nanprov added.
 void flushDeviceWork(bool at_exit) {
   try {
     DeviceChecks& checks = DeviceChecks::get();

@@ -97,7 +97,13 @@ class Checks {
   }
 
   void submit(CallRecord rec, const RoleTensors& tensors) {
-    const int device = tensors.front().second.device().index();
+    int device = -1;
+    for (const auto& [role, t] : tensors) {
+      if (t.is_cuda()) {
+        device = t.device().index();
+        break;
+      }
+    }
     HealthCheckQueue* queue = queueFor(device);
     if (!queue) {
       Session::get().record(measuredSynchronously(std::move(rec), tensors));
