@@ -1,0 +1,175 @@
+#include "store/capture_file.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+namespace nanprov {
+namespace {
+
+// A header this large is not a capture; refuse before allocating for it.
+constexpr uint64_t kMaxHeaderBytes = 100u << 20;
+
+std::string shapeText(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+Status broken(const std::string& source, const std::string& why) {
+  return Status::Error(source + ": not a readable capture (" + why + "); re-capture the call, or check the copy");
+}
+
+}  // namespace
+
+const CaptureTensor* CaptureFile::tensor(const std::string& name) const {
+  for (const CaptureTensor& t : tensors) {
+    if (t.name == name) return &t;
+  }
+  return nullptr;
+}
+
+size_t dtypeSize(const std::string& dtype) {
+  static const std::map<std::string, size_t> sizes = {
+      {"F64", 8}, {"F32", 4}, {"F16", 2}, {"BF16", 2}, {"I64", 8}, {"I32", 4}, {"I16", 2},
+      {"I8", 1},  {"U8", 1},  {"BOOL", 1}, {"U64", 8}, {"U32", 4}, {"U16", 2}, {"F8_E4M3", 1}, {"F8_E5M2", 1}};
+  auto it = sizes.find(dtype);
+  return it == sizes.end() ? 0 : it->second;
+}
+
+Status writeCapture(const std::string& path, const CaptureFile& file) {
+  nlohmann::json header = nlohmann::json::object();
+  header["__metadata__"] = file.metadata;
+  uint64_t offset = 0;
+  for (const CaptureTensor& t : file.tensors) {
+    if (t.name == "__metadata__" || t.name.empty()) return Status::Error("capture tensor with a reserved or empty name");
+    uint64_t numel = 1;
+    for (int64_t d : t.shape) numel *= static_cast<uint64_t>(d);
+    if (dtypeSize(t.dtype) == 0 || numel * dtypeSize(t.dtype) != t.bytes.size()) {
+      return Status::Error("capture tensor " + t.name + ": " + std::to_string(t.bytes.size()) +
+                           " bytes do not make shape " + shapeText(t.shape) + " of " + t.dtype);
+    }
+    header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.bytes.size()}}};
+    offset += t.bytes.size();
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');  // the data starts 8-byte aligned
+  std::string tmp = path + ".partial";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) return Status::Error("cannot write capture " + tmp);
+    uint64_t n = text.size();
+    unsigned char len[8];
+    for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
+    out.write(reinterpret_cast<const char*>(len), 8);
+    out.write(text.data(), static_cast<std::streamsize>(text.size()));
+    for (const CaptureTensor& t : file.tensors) {
+      out.write(reinterpret_cast<const char*>(t.bytes.data()), static_cast<std::streamsize>(t.bytes.size()));
+    }
+    if (!out.flush()) return Status::Error("cannot write capture " + tmp + " (disk full?)");
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) return Status::Error("cannot move capture into place at " + path + ": " + ec.message());
+  return Status::Ok();
+}
+
+StatusOr<CaptureFile> parseCapture(const std::string& bytes, const std::string& source) {
+  if (bytes.size() < 8) return broken(source, "truncated: " + std::to_string(bytes.size()) + " bytes, no header length");
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(bytes[static_cast<size_t>(i)]);
+  if (n > kMaxHeaderBytes) return broken(source, "header length " + std::to_string(n) + " is implausibly large");
+  if (n > bytes.size() - 8) {
+    return broken(source, "header length " + std::to_string(n) + " runs past the end of the file (" +
+                              std::to_string(bytes.size()) + " bytes)");
+  }
+  nlohmann::json header = nlohmann::json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<std::ptrdiff_t>(n),
+                                                nullptr, /*allow_exceptions=*/false);
+  if (header.is_discarded() || !header.is_object()) return broken(source, "the header is not a JSON object");
+  const uint64_t data_size = bytes.size() - 8 - n;
+  const size_t data_start = 8 + static_cast<size_t>(n);
+
+  CaptureFile file;
+  struct Span {
+    uint64_t begin, end;
+    std::string name;
+  };
+  std::vector<Span> spans;
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    const std::string& name = it.key();
+    const nlohmann::json& entry = it.value();
+    if (name == "__metadata__") {
+      if (!entry.is_object()) return broken(source, "__metadata__ is not an object");
+      for (auto m = entry.begin(); m != entry.end(); ++m) {
+        if (!m.value().is_string()) return broken(source, "metadata value of " + m.key() + " is not a string");
+        file.metadata[m.key()] = m.value().get<std::string>();
+      }
+      continue;
+    }
+    if (!entry.is_object() || !entry.contains("dtype") || !entry.contains("shape") || !entry.contains("data_offsets") ||
+        !entry["dtype"].is_string() || !entry["shape"].is_array() || !entry["data_offsets"].is_array() ||
+        entry["data_offsets"].size() != 2) {
+      return broken(source, "tensor " + name + " lacks dtype, shape or data_offsets");
+    }
+    CaptureTensor t;
+    t.name = name;
+    t.dtype = entry["dtype"].get<std::string>();
+    const size_t size = dtypeSize(t.dtype);
+    if (size == 0) return broken(source, "tensor " + name + " has unknown dtype '" + t.dtype + "'");
+    uint64_t numel = 1;
+    for (const nlohmann::json& d : entry["shape"]) {
+      if (!d.is_number_integer() || d.get<int64_t>() < 0) return broken(source, "tensor " + name + " has a bad dimension");
+      uint64_t dim = d.get<uint64_t>();
+      if (dim != 0 && numel > std::numeric_limits<uint64_t>::max() / 8 / dim) {
+        return broken(source, "tensor " + name + " has an impossibly large shape");
+      }
+      numel *= dim;
+      t.shape.push_back(static_cast<int64_t>(dim));
+    }
+    const nlohmann::json& off = entry["data_offsets"];
+    if (!off[0].is_number_unsigned() || !off[1].is_number_unsigned()) {
+      return broken(source, "tensor " + name + " has non-numeric data_offsets");
+    }
+    uint64_t begin = off[0].get<uint64_t>(), end = off[1].get<uint64_t>();
+    if (begin > end || end > data_size) {
+      return broken(source, "tensor " + name + " has data_offsets [" + std::to_string(begin) + "," + std::to_string(end) +
+                                "] out of range of the " + std::to_string(data_size) + "-byte data");
+    }
+    if (end - begin != numel * size) {
+      return broken(source, "tensor " + name + " has shape " + shapeText(t.shape) + " of " + t.dtype + " = " +
+                                std::to_string(numel * size) + " bytes, but its offsets span " +
+                                std::to_string(end - begin));
+    }
+    spans.push_back({begin, end, name});
+    t.bytes.assign(bytes.begin() + static_cast<std::ptrdiff_t>(data_start + begin),
+                   bytes.begin() + static_cast<std::ptrdiff_t>(data_start + end));
+    file.tensors.push_back(std::move(t));
+  }
+  // The tensors must tile the data exactly: no overlap, no hole (as safetensors itself demands).
+  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.begin < b.begin; });
+  uint64_t expected = 0;
+  for (const Span& s : spans) {
+    if (s.begin < expected) return broken(source, "tensor " + s.name + " overlaps the tensor before it");
+    if (s.begin > expected) return broken(source, "unused bytes before tensor " + s.name);
+    expected = s.end;
+  }
+  if (expected != data_size) return broken(source, "the data holds " + std::to_string(data_size - expected) + " bytes no tensor covers");
+  // Keep the writer's order (data order), not JSON's alphabetical one.
+  std::map<std::string, uint64_t> order;
+  for (const Span& s : spans) order[s.name] = s.begin;
+  std::stable_sort(file.tensors.begin(), file.tensors.end(),
+                   [&](const CaptureTensor& a, const CaptureTensor& b) { return order[a.name] < order[b.name]; });
+  return file;
+}
+
+StatusOr<CaptureFile> readCapture(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::Error(path + ": no such capture file");
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return parseCapture(bytes, path);
+}
+
+}  // namespace nanprov
