@@ -30,6 +30,12 @@ constexpr int kAll = 1 << 30;
 
 }  // namespace
 
+bool streamIsCapturing(void* stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &status) != cudaSuccess) return false;
+  return status != cudaStreamCaptureStatusNone;
+}
+
 struct HealthCheckQueue::Slot {
   CheckScratch* scratch = nullptr;  // device
   HealthCounts* results = nullptr;  // host view of the mapped results

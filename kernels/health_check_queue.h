@@ -16,6 +16,10 @@
 
 namespace nanprov::kernels {
 
+// True while `stream` (a cudaStream_t) is capturing a CUDA graph. Nothing may be enqueued or
+// queried on it then: a launch would land inside the user's graph, a query would invalidate it.
+bool streamIsCapturing(void* stream);
+
 class HealthCheckQueue {
  public:
   // Allocates `slots` slots on `device`. Fails with a reason when CUDA cannot be used.

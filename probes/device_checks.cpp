@@ -104,13 +104,24 @@ class Checks {
         break;
       }
     }
-    HealthCheckQueue* queue = queueFor(device);
-    if (!queue) {
+    if (device < 0) {
       Session::get().record(measuredSynchronously(std::move(rec), tensors));
       return;
     }
     c10::impl::VirtualGuardImpl guard(c10::DeviceType::CUDA);
     c10::Stream stream = guard.getStream(c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device)));
+    if (kernels::streamIsCapturing(stream.native_handle())) {
+      // Replays of the graph never pass through the dispatcher, so these calls cannot be checked
+      // at all; touching the stream now would break the user's capture.
+      logOnce("graph capture", "attention inside CUDA graph capture is not checked (its replays bypass the probes)");
+      return;
+    }
+    HealthCheckQueue* queue = queueFor(device);
+    if (!queue) {
+      Session::get().record(measuredSynchronously(std::move(rec), tensors));
+      return;
+    }
+    collect(false);  // earlier checks that finished meanwhile
 
     PendingCheck pending;
     std::vector<TensorView> views;
@@ -264,7 +275,6 @@ void DeviceChecks::submit(CallRecord rec, const RoleTensors& tensors) {
     Session::get().record(std::move(rec));
     return;
   }
-  Checks::get().collect(false);
   Checks::get().submit(std::move(rec), tensors);
 }
 
