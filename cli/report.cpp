@@ -52,8 +52,8 @@ std::string summaryLine(const RunData& run) {
   return out.str();
 }
 
-void addKernels(const RunData& run, const CallRecord& call, nlohmann::json& edge) {
-  KernelsOfCall k = CallKernelIndex(run).of(call);
+void addKernels(const CallKernelIndex& index, const CallRecord& call, nlohmann::json& edge) {
+  KernelsOfCall k = index.of(call);
   edge["kernels"] = kernelsJson(k.kernels);
   edge["kernel_attribution"] = attributionOf(call, k);
 }
@@ -110,16 +110,17 @@ nlohmann::json reportJson(const RunData& run, const Findings& f) {
       {"first_source_edge", nullptr},
       {"propagation", {{"calls", f.propagation.calls}, {"layers", f.propagation.layers}, {"ranks", f.propagation.ranks}}},
   };
+  const CallKernelIndex kernels(run);
   if (f.first) {
     nlohmann::json edge = callJson(run.calls[*f.first], f.first_health);
     edge["origin"] = f.origin;
-    addKernels(run, run.calls[*f.first], edge);
+    addKernels(kernels, run.calls[*f.first], edge);
     out["first_edge"] = edge;
   }
   if (f.first_source) {
     const CallRecord& c = run.calls[*f.first_source];
     nlohmann::json edge = callJson(c, classify(c));
-    addKernels(run, c, edge);
+    addKernels(kernels, c, edge);
     out["first_source_edge"] = edge;
   }
   return out;

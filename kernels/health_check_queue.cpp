@@ -66,7 +66,8 @@ StatusOr<std::unique_ptr<HealthCheckQueue>> HealthCheckQueue::create(int device,
   if (cudaError_t err = cudaHostGetDevicePointer(&results_device, q->results_, 0); err != cudaSuccess) {
     return cudaFailure("cudaHostGetDevicePointer", err);
   }
-  if (cudaError_t err = cudaDeviceSynchronize(); err != cudaSuccess) return cudaFailure("cudaMemset", err);
+  // One-time wait so the zeroed scratch is in place before any check can use it.
+  if (cudaError_t err = cudaDeviceSynchronize(); err != cudaSuccess) return cudaFailure("zeroing the check scratch", err);
   q->slots_.resize(static_cast<size_t>(slots));
   for (int i = 0; i < slots; ++i) {
     Slot& s = q->slots_[static_cast<size_t>(i)];

@@ -114,18 +114,11 @@ void guarded(const char* what, F&& body) {
   }
 }
 
-bool onCuda(const Tensors& tensors) {
-  for (const auto& [role, t] : tensors) {
-    if (t.is_cuda()) return true;
-  }
-  return false;
-}
+bool onCuda(const Tensors& tensors) { return cudaDeviceOf(tensors) >= 0; }
 
 std::string deviceOf(const Tensors& tensors) {
-  for (const auto& [role, t] : tensors) {
-    if (t.is_cuda()) return "cuda:" + std::to_string(t.device().index());
-  }
-  return "cpu";
+  int device = cudaDeviceOf(tensors);
+  return device < 0 ? "cpu" : "cuda:" + std::to_string(device);
 }
 
 constexpr const char* kProfilerReason =
@@ -363,12 +356,7 @@ void sdpaKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack
 // kernel launch of the process, so after the window it is switched off; later calls are matched
 // to a traced call of the same layer, op and shapes when reported.
 int64_t traceSteps() {
-  static const int64_t steps = [] {
-    const char* v = std::getenv("NANPROV_TRACE_STEPS");
-    char* end = nullptr;
-    long long n = v && *v ? std::strtoll(v, &end, 10) : 2;
-    return v && *v && (!end || *end != '\0' || n < 0) ? int64_t{2} : static_cast<int64_t>(n);
-  }();
+  static const int64_t steps = envInteger("NANPROV_TRACE_STEPS", 2, 0);
   return steps;
 }
 

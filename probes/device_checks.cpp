@@ -43,14 +43,6 @@ constexpr int kMaxDevices = 64;
 // Default hold budget: enough for a few calls of a large model in flight.
 constexpr int64_t kDefaultHoldBytes = int64_t{2} << 30;
 
-int64_t holdBudget() {
-  const char* v = std::getenv("NANPROV_HOLD_BYTES");
-  if (!v || !*v) return kDefaultHoldBytes;
-  char* end = nullptr;
-  long long x = std::strtoll(v, &end, 10);
-  return end && *end == '\0' && x >= 0 ? x : kDefaultHoldBytes;
-}
-
 std::optional<kernels::ElementType> elementType(at::ScalarType t) {
   switch (t) {
     case at::kFloat: return kernels::ElementType::kFloat32;
@@ -97,13 +89,7 @@ class Checks {
   }
 
   void submit(CallRecord rec, const RoleTensors& tensors) {
-    int device = -1;
-    for (const auto& [role, t] : tensors) {
-      if (t.is_cuda()) {
-        device = t.device().index();
-        break;
-      }
-    }
+    const int device = cudaDeviceOf(tensors);
     if (device < 0) {
       Session::get().record(measuredSynchronously(std::move(rec), tensors));
       return;
@@ -260,7 +246,7 @@ class Checks {
   std::map<uint64_t, PendingCheck> in_flight_;
   uint64_t next_token_ = 1;
   int64_t held_bytes_ = 0;
-  const int64_t budget_ = holdBudget();
+  const int64_t budget_ = envInteger("NANPROV_HOLD_BYTES", kDefaultHoldBytes, 0);
 };
 
 }  // namespace

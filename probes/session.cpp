@@ -15,14 +15,6 @@
 namespace nanprov {
 namespace {
 
-int envInt(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return fallback;
-  char* end = nullptr;
-  long x = std::strtol(v, &end, 10);
-  return (end && *end == '\0') ? static_cast<int>(x) : fallback;
-}
-
 std::atomic<Session::ModuleResolver> g_module_resolver{nullptr};
 
 // A forked child (a DataLoader worker) inherits the session but not the writer thread:
@@ -31,11 +23,19 @@ void disableInForkedChild() { Session::get().finalize(); }
 
 }  // namespace
 
+int64_t envInteger(const char* name, int64_t fallback, int64_t min) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  char* end = nullptr;
+  long long x = std::strtoll(v, &end, 10);
+  return end && *end == '\0' && x >= min ? static_cast<int64_t>(x) : fallback;
+}
+
 RankEnv rankFromEnvironment() {
   RankEnv env;
-  env.rank = envInt("RANK", 0);
-  env.local_rank = envInt("LOCAL_RANK", env.rank);
-  env.world_size = envInt("WORLD_SIZE", 1);
+  env.rank = static_cast<int>(envInteger("RANK", 0));
+  env.local_rank = static_cast<int>(envInteger("LOCAL_RANK", env.rank));
+  env.world_size = static_cast<int>(envInteger("WORLD_SIZE", 1));
   return env;
 }
 

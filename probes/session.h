@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -22,6 +23,9 @@ struct RankEnv {
   int rank = 0, local_rank = 0, world_size = 1;
 };
 RankEnv rankFromEnvironment();
+
+// An integer environment variable; `fallback` when unset, not a whole number, or below `min`.
+int64_t envInteger(const char* name, int64_t fallback, int64_t min = INT64_MIN);
 
 class Session {
  public:

@@ -50,6 +50,13 @@ int64_t fullyMaskedRows(const at::Tensor& mask) {
 
 }  // namespace
 
+int cudaDeviceOf(const RoleTensors& tensors) {
+  for (const auto& [role, t] : tensors) {
+    if (t.is_cuda()) return t.device().index();
+  }
+  return -1;
+}
+
 TensorHealth describeTensor(const at::Tensor& t, Role role) {
   TensorHealth h;
   h.role = roleName(role);

@@ -16,6 +16,9 @@ namespace nanprov {
 // The tensors of one call with their roles, in the order they are recorded.
 using RoleTensors = std::vector<std::pair<Role, at::Tensor>>;
 
+// The index of the first CUDA device among `tensors`; -1 when they all live on the CPU.
+int cudaDeviceOf(const RoleTensors& tensors);
+
 // Role, dtype, shape and element count; the counts are left for a check to fill.
 TensorHealth describeTensor(const at::Tensor& t, Role role);
 TensorHealth measureTensor(const at::Tensor& t, Role role);
