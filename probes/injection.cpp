@@ -1,34 +1,8 @@
 #include "probes/injection.h"
 
-#include <charconv>
 #include <limits>
-#include <sstream>
 
 namespace nanprov {
-namespace {
-
-template <typename T>
-bool parseInt(const std::string& s, T* out) {
-  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
-  return ec == std::errc() && ptr == s.data() + s.size();
-}
-
-std::vector<std::string> split(const std::string& text, char sep) {
-  std::vector<std::string> parts;
-  std::stringstream in(text);
-  std::string part;
-  while (std::getline(in, part, sep)) {
-    if (!part.empty()) parts.push_back(part);
-  }
-  return parts;
-}
-
-}  // namespace
-
-bool InjectionSpec::matches(int rank_, int64_t layer_, int64_t step_, int64_t call_, Phase phase_) const {
-  return (!rank || *rank == rank_) && (!layer || *layer == layer_) && (!step || *step == step_) &&
-         (!call || *call == call_) && (!phase || *phase == phase_);
-}
 
 StatusOr<InjectionSpec> parseInjection(const std::string& text) {
   InjectionSpec spec;
@@ -38,7 +12,7 @@ StatusOr<InjectionSpec> parseInjection(const std::string& text) {
     return Status::Error("bad --inject '" + text + "': " + why +
                          " (example: layer=3,phase=bwd,tensor=dQ,step=5,value=nan)");
   };
-  for (const std::string& pair : split(text, ',')) {
+  for (const std::string& pair : splitList(text, ',')) {
     auto eq = pair.find('=');
     if (eq == std::string::npos) return bad("'" + pair + "' is not key=value");
     std::string key = pair.substr(0, eq), val = pair.substr(eq + 1);
@@ -53,19 +27,7 @@ StatusOr<InjectionSpec> parseInjection(const std::string& text) {
       else if (val == "inf" || val == "+inf") spec.value = std::numeric_limits<double>::infinity();
       else if (val == "-inf") spec.value = -std::numeric_limits<double>::infinity();
       else ok = false;
-    } else if (key == "phase") {
-      Phase p;
-      ok = parsePhase(val, &p);
-      if (ok) spec.phase = p;
-    } else if (key == "rank") {
-      int v;
-      ok = parseInt(val, &v);
-      if (ok) spec.rank = v;
-    } else if (key == "layer" || key == "step" || key == "call") {
-      int64_t v;
-      ok = parseInt(val, &v);
-      if (ok) (key == "layer" ? spec.layer : key == "step" ? spec.step : spec.call) = v;
-    } else {
+    } else if (!readSelectorKey(&spec.where, key, val, &ok)) {
       return bad("unknown key '" + key + "'; keys are tensor, value, rank, layer, step, call, phase");
     }
     if (!ok) return bad("bad value for " + key + ": '" + val + "'");
@@ -75,16 +37,16 @@ StatusOr<InjectionSpec> parseInjection(const std::string& text) {
   bool bwd_out = isOutputRole(Phase::kBackward, spec.tensor);
   if (!fwd_out && !bwd_out) return bad(std::string(roleName(spec.tensor)) + " is an input; inject into O, LSE, dQ, dK or dV");
   Phase implied = fwd_out ? Phase::kForward : Phase::kBackward;
-  if (spec.phase && *spec.phase != implied) {
-    return bad(std::string(roleName(spec.tensor)) + " is not produced in phase " + phaseName(*spec.phase));
+  if (spec.where.phase && *spec.where.phase != implied) {
+    return bad(std::string(roleName(spec.tensor)) + " is not produced in phase " + phaseName(*spec.where.phase));
   }
-  spec.phase = implied;
+  spec.where.phase = implied;
   return spec;
 }
 
 StatusOr<std::vector<InjectionSpec>> parseInjections(const std::string& text) {
   std::vector<InjectionSpec> specs;
-  for (const std::string& one : split(text, ';')) {
+  for (const std::string& one : splitList(text, ';')) {
     auto spec = parseInjection(one);
     if (!spec.ok()) return spec.status();
     specs.push_back(*spec);

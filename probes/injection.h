@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "probes/call_selector.h"
 #include "probes/roles.h"
 #include "store/status.h"
 
@@ -16,11 +17,7 @@ namespace nanprov {
 struct InjectionSpec {
   Role tensor = Role::kO;
   double value = 0.0;                  // NaN, +Inf or -Inf
-  std::optional<int> rank;
-  std::optional<int64_t> layer, step, call;
-  std::optional<Phase> phase;
-
-  bool matches(int rank_, int64_t layer_, int64_t step_, int64_t call_, Phase phase_) const;
+  CallSelector where;
 };
 
 // One spec: comma-separated key=value pairs. Keys: tensor (required), value (nan|inf|-inf,

@@ -12,19 +12,19 @@ TEST(Injection, ParsesTheDocumentedExample) {
   ASSERT_TRUE(spec.ok()) << spec.status().message();
   EXPECT_EQ(spec->tensor, Role::kdQ);
   EXPECT_TRUE(std::isnan(spec->value));
-  EXPECT_TRUE(spec->matches(0, 3, 5, 11, Phase::kBackward));
-  EXPECT_FALSE(spec->matches(0, 3, 5, 11, Phase::kForward));
-  EXPECT_FALSE(spec->matches(0, 2, 5, 11, Phase::kBackward));
-  EXPECT_FALSE(spec->matches(0, 3, 4, 11, Phase::kBackward));
+  EXPECT_TRUE(spec->where.matches(0, 3, 5, 11, Phase::kBackward));
+  EXPECT_FALSE(spec->where.matches(0, 3, 5, 11, Phase::kForward));
+  EXPECT_FALSE(spec->where.matches(0, 2, 5, 11, Phase::kBackward));
+  EXPECT_FALSE(spec->where.matches(0, 3, 4, 11, Phase::kBackward));
 }
 
 TEST(Injection, PhaseFollowsTheTensorAndRankFilters) {
   auto spec = parseInjection("tensor=O,value=-inf,rank=1");
   ASSERT_TRUE(spec.ok());
-  EXPECT_EQ(spec->phase, Phase::kForward);
+  EXPECT_EQ(spec->where.phase, Phase::kForward);
   EXPECT_TRUE(std::isinf(spec->value) && spec->value < 0);
-  EXPECT_TRUE(spec->matches(1, 0, 0, 0, Phase::kForward));
-  EXPECT_FALSE(spec->matches(0, 0, 0, 0, Phase::kForward));
+  EXPECT_TRUE(spec->where.matches(1, 0, 0, 0, Phase::kForward));
+  EXPECT_FALSE(spec->where.matches(0, 0, 0, 0, Phase::kForward));
 }
 
 TEST(Injection, BadSpecsSayWhatIsWrong) {

@@ -1,0 +1,31 @@
+// CallSelector: which calls a --inject or --capture spec applies to, by rank, layer, step, call
+// ordinal and phase. A key left out matches every call. Shared by both specs, so they read alike.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "store/call_record.h"
+#include "store/status.h"
+
+namespace nanprov {
+
+struct CallSelector {
+  std::optional<int> rank;
+  std::optional<int64_t> layer, step, call;
+  std::optional<Phase> phase;
+
+  bool matches(int rank_, int64_t layer_, int64_t step_, int64_t call_, Phase phase_) const;
+  bool matches(const CallRecord& rec) const { return matches(rec.rank, rec.layer, rec.step, rec.call, rec.phase); }
+};
+
+// Reads one key=value of a selector (rank, layer, step, call, phase). Returns false when `key`
+// is not a selector key; *ok is false when it is one but `value` does not parse.
+bool readSelectorKey(CallSelector* selector, const std::string& key, const std::string& value, bool* ok);
+
+// "a,b,,c" split on `sep`, empty parts dropped.
+std::vector<std::string> splitList(const std::string& text, char sep);
+
+}  // namespace nanprov
