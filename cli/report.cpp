@@ -1,6 +1,7 @@
 #include "cli/report.h"
 
 #include <cstdio>
+#include <filesystem>
 #include <set>
 #include <algorithm>
 #include <sstream>
@@ -52,13 +53,21 @@ std::string summaryLine(const RunData& run) {
   return out.str();
 }
 
-void addKernels(const CallKernelIndex& index, const CallRecord& call, nlohmann::json& edge) {
+// What the report says about an edge beyond the call itself: its kernels and its capture.
+void addKernelsAndCapture(const RunData& run, const CallKernelIndex& index, const CallRecord& call, nlohmann::json& edge) {
   KernelsOfCall k = index.of(call);
   edge["kernels"] = kernelsJson(k.kernels);
   edge["kernel_attribution"] = attributionOf(call, k);
+  const CaptureRecord* capture = run.captureOf(call.rank, call.seq);
+  edge["capture"] = capture && !capture->path.empty() ? nlohmann::json(capturePath(run, *capture)) : nlohmann::json(nullptr);
+  edge["capture_skipped"] = capture && capture->path.empty() ? nlohmann::json(capture->skipped) : nlohmann::json(nullptr);
 }
 
 }  // namespace
+
+std::string capturePath(const RunData& run, const CaptureRecord& capture) {
+  return (std::filesystem::path(run.dir) / capture.path).string();
+}
 
 nlohmann::json callJson(const CallRecord& call, const CallHealth& health) {
   nlohmann::json counts = nlohmann::json::object();
@@ -114,13 +123,13 @@ nlohmann::json reportJson(const RunData& run, const Findings& f) {
   if (f.first) {
     nlohmann::json edge = callJson(run.calls[*f.first], f.first_health);
     edge["origin"] = f.origin;
-    addKernels(kernels, run.calls[*f.first], edge);
+    addKernelsAndCapture(run, kernels, run.calls[*f.first], edge);
     out["first_edge"] = edge;
   }
   if (f.first_source) {
     const CallRecord& c = run.calls[*f.first_source];
     nlohmann::json edge = callJson(c, classify(c));
-    addKernels(kernels, c, edge);
+    addKernelsAndCapture(run, kernels, c, edge);
     out["first_source_edge"] = edge;
   }
   return out;
@@ -171,6 +180,10 @@ std::string reportText(const RunData& run, const Findings& f) {
     out << "  kernels on " << c.device << ": " << (names.empty() ? attributionOf(c, found) : joined(names, ", "));
     if (found.inferred_from) out << "\n    (" << attributionOf(c, found) << ")";
     out << "\n";
+  }
+  if (const CaptureRecord* capture = run.captureOf(c.rank, c.seq)) {
+    if (capture->path.empty()) out << "  not captured: " << capture->skipped << "\n";
+    else out << "  captured: nanprov replay " << capturePath(run, *capture) << "\n";
   }
   if (f.origin == "upstream" && f.first_source) {
     out << "  first source edge inside attention came later: " << callName(run.calls[*f.first_source]) << "\n";

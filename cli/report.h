@@ -10,6 +10,9 @@
 
 namespace nanprov {
 
+// A capture's file, for `nanprov replay`: its stored path is relative to the run directory.
+std::string capturePath(const RunData& run, const CaptureRecord& capture);
+
 nlohmann::json callJson(const CallRecord& call, const CallHealth& health);
 nlohmann::json reportJson(const RunData& run, const Findings& findings);
 // The first line names the edge as rank<R>:layer<L>:call<C>, or says the run is clean.

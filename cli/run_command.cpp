@@ -11,6 +11,7 @@
 #include "cli/edges.h"
 #include "cli/python_torch.h"
 #include "cli/report.h"
+#include "probes/capture_policy.h"
 #include "probes/injection.h"
 #include "store/reader.h"
 #include "store/run_dir.h"
@@ -25,6 +26,10 @@ struct RunOptions {
   std::vector<std::string> inject;
   int trace_steps = 2;
   bool no_kernels = false;
+  std::vector<std::string> capture;
+  int64_t capture_every = 0;
+  int64_t capture_bytes = kDefaultCaptureBytes;
+  bool no_capture = false;
   std::vector<std::string> command;
 };
 
@@ -65,6 +70,12 @@ int run(RunOptions& opts) {
     if (!parsed.ok()) return std::cerr << "nanprov run: " << parsed.status().message() << "\n", kUsageError;
     inject += (inject.empty() ? "" : ";") + spec;
   }
+  std::string capture;
+  for (const std::string& spec : opts.capture) {
+    auto parsed = parseCaptureSelector(spec);
+    if (!parsed.ok()) return std::cerr << "nanprov run: " << parsed.status().message() << "\n", kUsageError;
+    capture += (capture.empty() ? "" : ";") + spec;
+  }
   std::string resolved = findExecutable(cmd.front());
   if (resolved.empty()) {
     std::cerr << "nanprov run: command not found: " << cmd.front() << "\n";
@@ -90,6 +101,10 @@ int run(RunOptions& opts) {
               {"nanprov_version", build::kVersion},
               {"built_torch", build::kTorchVersion},
               {"inject", opts.inject},
+              {"capture", {{"first_source_edge", !opts.no_capture},
+                           {"selectors", opts.capture},
+                           {"every", opts.capture_every},
+                           {"budget_bytes", opts.capture_bytes}}},
               {"trace_steps", opts.trace_steps},
               {"kernels", !opts.no_kernels}};
   writeRunJson(dir, doc);
@@ -102,6 +117,10 @@ int run(RunOptions& opts) {
       {"NANPROV_BUILT_ABI", build::kCxx11Abi},
       {"NANPROV_INJECT", inject},
       {"NANPROV_TRACE_STEPS", std::to_string(opts.trace_steps)},
+      {"NANPROV_CAPTURE", capture},
+      {"NANPROV_CAPTURE_EVERY", std::to_string(opts.capture_every)},
+      {"NANPROV_CAPTURE_BYTES", std::to_string(opts.capture_bytes)},
+      {"NANPROV_CAPTURE_FIRST_EDGE", opts.no_capture ? "0" : "1"},
   };
   if (opts.no_kernels) env["NANPROV_KERNELS"] = "off";
   std::cerr << "nanprov: recording into " << dir << "\n";
@@ -139,10 +158,12 @@ void addRunCommand(CLI::App& app, int* exit_code, std::vector<std::string> wrapp
       "  nanprov run -- python train.py --lr 3e-4\n"
       "  nanprov run --out runs/nan-hunt -- torchrun --nproc-per-node=2 train.py\n"
       "  nanprov run --inject 'layer=3,phase=bwd,tensor=dQ,step=5,value=nan' -- python train.py\n"
-      "  nanprov run --trace-steps 0 -- python train.py     attribute every call's kernels\n\n"
+      "  nanprov run --trace-steps 0 -- python train.py     attribute every call's kernels\n"
+      "  nanprov run --capture 'layer=1,phase=bwd,step=0' -- python train.py\n\n"
       "Writes a run directory (default ./nanprov-runs/<UTC time>) with run.json and one\n"
       "rank-<r>.sqlite per rank, prints the first-failure summary when the command ends,\n"
-      "and exits with the command's exit code (128+N when a signal N killed it).");
+      "and exits with the command's exit code (128+N when a signal N killed it).\n"
+      "The first source edge of each rank is captured into <run>/captures/ for nanprov replay.");
   cmd->add_option("--out", opts->out, "Run directory to write (default: ./nanprov-runs/<UTC timestamp>)");
   cmd->add_option("--inject", opts->inject,
                   "Corrupt one output of matching calls after the kernel, to test the setup: "
@@ -156,6 +177,20 @@ void addRunCommand(CLI::App& app, int* exit_code, std::vector<std::string> wrapp
       ->check(CLI::Range(0, 1000000));
   cmd->add_flag("--no-kernels", opts->no_kernels,
                 "Do not attribute kernels at all (no CUPTI): checks only, the cheapest setting");
+  cmd->add_option("--capture", opts->capture,
+                  "Also capture every call matching this selector (keys rank, layer, step, call, phase), "
+                  "for nanprov replay. Repeatable.")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  cmd->add_option("--capture-every", opts->capture_every,
+                  "Also capture every Nth attention call of each rank (audit samples; default 0: off)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--capture-bytes", opts->capture_bytes,
+                  "Tensor bytes each rank may capture in all (default 1GiB; suffixes K M G); calls "
+                  "beyond are recorded as skipped")
+      ->transform(CLI::AsSizeValue(false));
+  cmd->add_flag("--no-capture", opts->no_capture,
+                "Do not capture the first source edge (selectors and --capture-every still apply)");
   // Without "--", everything from the first positional on is the user's command.
   cmd->prefix_command();
   cmd->callback([opts, exit_code, cmd, wrapped] {

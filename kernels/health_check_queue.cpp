@@ -36,6 +36,12 @@ bool streamIsCapturing(void* stream) {
   return status != cudaStreamCaptureStatusNone;
 }
 
+std::string deviceDescription(int device) {
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) return "";
+  return std::string(prop.name) + " (sm_" + std::to_string(prop.major) + std::to_string(prop.minor) + ")";
+}
+
 struct HealthCheckQueue::Slot {
   CheckScratch* scratch = nullptr;  // device
   HealthCounts* results = nullptr;  // host view of the mapped results

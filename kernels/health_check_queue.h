@@ -20,6 +20,9 @@ namespace nanprov::kernels {
 // queried on it then: a launch would land inside the user's graph, a query would invalidate it.
 bool streamIsCapturing(void* stream);
 
+// "NVIDIA H200 (sm_90)"; empty when the device cannot be asked.
+std::string deviceDescription(int device);
+
 class HealthCheckQueue {
  public:
   // Allocates `slots` slots on `device`. Fails with a reason when CUDA cannot be used.

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "probes/call_capture.h"
 #include "probes/device_checks.h"
 #include "probes/roles.h"
 #include "probes/session.h"
@@ -31,6 +32,7 @@ using Tensors = RoleTensors;
 struct ProbedOp {
   const AttentionOp* desc = nullptr;
   std::vector<std::pair<size_t, Role>> inputs;  // argument index → role
+  std::vector<std::pair<size_t, std::string>> others;  // every other argument, for captures
   size_t num_arguments = 0;
 };
 
@@ -60,6 +62,7 @@ ProbedOp resolve(const c10::OperatorHandle& handle, const AttentionOp* desc) {
   probed.num_arguments = args.size();
   for (size_t i = 0; i < args.size(); ++i) {
     if (auto role = roleOfArgument(args[i].name())) probed.inputs.emplace_back(i, *role);
+    else probed.others.emplace_back(i, args[i].name());
   }
   return probed;
 }
@@ -72,6 +75,14 @@ Tensors takeInputs(const ProbedOp& probed, const Stack& stack) {
     if (v.isTensor() && v.toTensor().defined()) inputs.emplace_back(role, v.toTensor());
   }
   return inputs;
+}
+
+// IValue copies only (a refcount for tensors): formatted if the call is ever captured.
+CallArgs takeArgs(const ProbedOp& probed, const Stack& stack) {
+  CallArgs args;
+  auto first = stack.end() - static_cast<std::ptrdiff_t>(probed.num_arguments);
+  for (const auto& [index, name] : probed.others) args.emplace_back(name, *(first + static_cast<std::ptrdiff_t>(index)));
+  return args;
 }
 
 Tensors takeOutputs(const AttentionOp& desc, const Stack& stack, size_t num_returns) {
@@ -159,7 +170,7 @@ class CallTrace {
 void inject(CallRecord& rec, const Tensors& outputs) {
   Session& session = Session::get();
   for (const InjectionSpec& spec : session.injections()) {
-    if (!spec.matches(session.rank(), rec.layer, rec.step, rec.call, rec.phase)) continue;
+    if (!spec.where.matches(session.rank(), rec.layer, rec.step, rec.call, rec.phase)) continue;
     for (const auto& [role, t] : outputs) {
       if (role != spec.tensor) continue;
       corruptFirstElement(t, spec.value);
@@ -170,10 +181,10 @@ void inject(CallRecord& rec, const Tensors& outputs) {
 
 // Measures every tensor of a finished call and records it: asynchronously on CUDA; on the CPU
 // synchronously, with the ATen op itself as the call's kernel.
-void finish(CallRecord rec, const Tensors& tensors) {
+void finish(CallRecord rec, const Tensors& tensors, const CallArgs& args) {
   rec.device = deviceOf(tensors);
   if (rec.device != "cpu") {
-    DeviceChecks::get().submit(std::move(rec), tensors);
+    DeviceChecks::get().submit(std::move(rec), tensors, args);
     return;
   }
   for (const auto& [role, t] : tensors) rec.tensors.push_back(measureTensor(t, role));
@@ -183,7 +194,7 @@ void finish(CallRecord rec, const Tensors& tensors) {
   kernel.start_ns = rec.start_ns;
   kernel.end_ns = rec.end_ns;
   Session::get().recordKernels({kernel});
-  Session::get().record(std::move(rec));
+  recordCheckedCall(std::move(rec), tensors, args);
 }
 
 Tensors concat(Tensors a, const Tensors& b) {
@@ -204,6 +215,7 @@ void fusedKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stac
   ++t_fused_calls;
   const AttentionOp& desc = *probed->desc;
   Tensors inputs = takeInputs(*probed, *stack);
+  CallArgs args = takeArgs(*probed, *stack);
   Session& session = Session::get();
   CallIdentity& ids = session.identity();
   // Named before it runs, so its kernels are traced under its name. Nothing here may reach the
@@ -236,7 +248,7 @@ void fusedKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stac
     rec.end_ns = end;
     rec.unattributed = unattributed;
     inject(rec, outputs);
-    finish(std::move(rec), concat(std::move(inputs), outputs));
+    finish(std::move(rec), concat(std::move(inputs), outputs), args);
   });
 }
 
@@ -248,6 +260,7 @@ struct MathBackward {
   std::mutex mu;
   CallName fwd;
   Tensors fwd_tensors;
+  CallArgs fwd_args;
   Tensors grads;
   std::optional<CallRecord> rec;  // named when dO arrives
   int expected = 0;
@@ -262,7 +275,7 @@ struct MathBackward {
         rec->start_ns = wallClockNs();
       }
       for (const InjectionSpec& spec : session.injections()) {
-        if (spec.tensor == role && spec.matches(session.rank(), rec->layer, rec->step, rec->call, Phase::kBackward)) {
+        if (spec.tensor == role && spec.where.matches(session.rank(), rec->layer, rec->step, rec->call, Phase::kBackward)) {
           replaced = grad.clone();
           corruptFirstElement(replaced, spec.value);
           rec->injected = roleName(role);
@@ -274,7 +287,7 @@ struct MathBackward {
         if (onCuda(grads)) {
           rec->unattributed = "the MATH backward runs as separate autograd ops; its kernels are not one call's";
         }
-        finish(std::move(*rec), concat(std::move(fwd_tensors), grads));
+        finish(std::move(*rec), concat(std::move(fwd_tensors), grads), fwd_args);
         rec.reset();
         grads.clear();
       }
@@ -283,10 +296,11 @@ struct MathBackward {
   }
 };
 
-void watchMathBackward(const CallName& fwd, const Tensors& inputs, const at::Tensor& out) {
+void watchMathBackward(const CallName& fwd, const Tensors& inputs, const CallArgs& args, const at::Tensor& out) {
   if (!out.requires_grad()) return;
   auto pending = std::make_shared<MathBackward>();
   pending->fwd = fwd;
+  pending->fwd_args = args;
   // Detached: the hooks below live in these tensors' autograd metadata, so holding the tensors
   // themselves would make a cycle that never frees them.
   for (const auto& [role, t] : inputs) pending->fwd_tensors.emplace_back(role, t.detach());
@@ -321,6 +335,7 @@ void sdpaKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack
     return;
   }
   Tensors inputs = takeInputs(*g_sdpa, *stack);
+  CallArgs args = takeArgs(*g_sdpa, *stack);
   // On CUDA a MATH call is named first, so its kernels are traced; elsewhere (the CPU, or a
   // fused backend probed underneath) it is named after it ran, if it was MATH at all.
   std::optional<CallName> name;
@@ -347,8 +362,8 @@ void sdpaKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack
     rec.end_ns = end;
     rec.unattributed = unattributed;
     inject(rec, {{Role::kO, out}});
-    watchMathBackward(*name, inputs, out);
-    finish(std::move(rec), concat(inputs, {{Role::kO, out}}));
+    watchMathBackward(*name, inputs, args, out);
+    finish(std::move(rec), concat(inputs, {{Role::kO, out}}), args);
   });
 }
 
@@ -368,7 +383,9 @@ void flushDeviceWork(bool at_exit) {
     if (at_exit) checks.drain(); else checks.poll();
     KernelTracer& tracer = KernelTracer::get();
     Session& session = Session::get();
-    session.recordKernels(tracer.collect(at_exit));
+    std::vector<KernelRecord> kernels = tracer.collect(at_exit);
+    Captures::get().release(kernels, at_exit);  // after the checks: their captures need these names
+    session.recordKernels(std::move(kernels));
     if (!at_exit && traceSteps() > 0 && session.identity().step() >= traceSteps()) {
       tracer.pause("kernel tracing covered the first " + std::to_string(traceSteps()) +
                    " steps (nanprov run --trace-steps); this call ran later");

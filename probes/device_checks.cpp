@@ -22,11 +22,12 @@ namespace {
 
 std::atomic<int64_t> g_sync_measures{0};
 
-// Measures every tensor on the host: the path when the fused kernel is unavailable.
-CallRecord measuredSynchronously(CallRecord rec, const RoleTensors& tensors) {
+// Measures every tensor on the host and records the call: the path when the fused kernel is
+// unavailable.
+void recordMeasuredSynchronously(CallRecord rec, const RoleTensors& tensors, const CallArgs& args) {
   for (const auto& [role, t] : tensors) rec.tensors.push_back(measureTensor(t, role));
   g_sync_measures += static_cast<int64_t>(tensors.size());
-  return rec;
+  recordCheckedCall(std::move(rec), tensors, args);
 }
 
 }  // namespace
@@ -77,8 +78,9 @@ std::optional<TensorView> viewOf(const at::Tensor& t, Role role) {
 struct PendingCheck {
   CallRecord rec;                  // tensors described; counts filled from the kernel
   std::vector<size_t> checked;     // rec.tensors index of each kernel view
-  std::vector<at::Tensor> held;    // released once the results are known
+  RoleTensors held;                // released once the results are known
   int64_t held_bytes = 0;
+  CallArgs args;
 };
 
 class Checks {
@@ -88,10 +90,10 @@ class Checks {
     return *c;
   }
 
-  void submit(CallRecord rec, const RoleTensors& tensors) {
+  void submit(CallRecord rec, const RoleTensors& tensors, const CallArgs& args) {
     const int device = cudaDeviceOf(tensors);
     if (device < 0) {
-      Session::get().record(measuredSynchronously(std::move(rec), tensors));
+      recordMeasuredSynchronously(std::move(rec), tensors, args);
       return;
     }
     c10::impl::VirtualGuardImpl guard(c10::DeviceType::CUDA);
@@ -104,7 +106,7 @@ class Checks {
     }
     HealthCheckQueue* queue = queueFor(device);
     if (!queue) {
-      Session::get().record(measuredSynchronously(std::move(rec), tensors));
+      recordMeasuredSynchronously(std::move(rec), tensors, args);
       return;
     }
     collect(false);  // earlier checks that finished meanwhile
@@ -124,9 +126,10 @@ class Checks {
     }
     pending.rec = std::move(rec);
     if (views.empty()) {
-      Session::get().record(std::move(pending.rec));
+      recordCheckedCall(std::move(pending.rec), tensors, args);
       return;
     }
+    pending.args = args;
     holdOrRelease(pending, tensors, stream);
 
     uint64_t token;
@@ -139,14 +142,19 @@ class Checks {
                               [this](uint64_t tok, const HealthCounts* c, int n) { complete(tok, c, n); });
     if (!st.ok()) {
       logOnce("device check", "fused health check failed, measuring on the host instead: " + st.message());
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = in_flight_.find(token);
-      if (it != in_flight_.end()) {
-        held_bytes_ -= it->second.held_bytes;
-        CallRecord fallback = std::move(it->second.rec);
-        in_flight_.erase(it);
-        fallback.tensors.clear();
-        Session::get().record(measuredSynchronously(std::move(fallback), tensors));
+      std::optional<PendingCheck> failed;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        auto it = in_flight_.find(token);
+        if (it != in_flight_.end()) {
+          held_bytes_ -= it->second.held_bytes;
+          failed = std::move(it->second);
+          in_flight_.erase(it);
+        }
+      }
+      if (failed) {
+        failed->rec.tensors.clear();
+        recordMeasuredSynchronously(std::move(failed->rec), tensors, failed->args);
       }
     }
   }
@@ -200,7 +208,7 @@ class Checks {
       if (held_bytes_ + bytes <= budget_) {
         held_bytes_ += bytes;
         pending.held_bytes = bytes;
-        for (const auto& [role, t] : tensors) pending.held.push_back(t);
+        pending.held = tensors;
         return;
       }
     }
@@ -236,7 +244,7 @@ class Checks {
       h.all_zero = h.numel > 0 && c.nonzero == 0;
       if (h.role == roleName(Role::kMask)) h.masked_rows = static_cast<int64_t>(c.masked_rows);
     }
-    Session::get().record(std::move(pending.rec));
+    recordCheckedCall(std::move(pending.rec), pending.held, pending.args);
   }
 
   std::array<std::atomic<HealthCheckQueue*>, kMaxDevices> queues_{};
@@ -256,12 +264,12 @@ DeviceChecks& DeviceChecks::get() {
   return *d;
 }
 
-void DeviceChecks::submit(CallRecord rec, const RoleTensors& tensors) {
+void DeviceChecks::submit(CallRecord rec, const RoleTensors& tensors, const CallArgs& args) {
   if (tensors.empty()) {
     Session::get().record(std::move(rec));
     return;
   }
-  Checks::get().submit(std::move(rec), tensors);
+  Checks::get().submit(std::move(rec), tensors, args);
 }
 
 void DeviceChecks::poll() { Checks::get().collect(false); }
@@ -276,9 +284,9 @@ DeviceChecks& DeviceChecks::get() {
   return *d;
 }
 
-void DeviceChecks::submit(CallRecord rec, const RoleTensors& tensors) {
+void DeviceChecks::submit(CallRecord rec, const RoleTensors& tensors, const CallArgs& args) {
   logOnce("no fused checks", "nanprov was built without the CUDA toolkit: CUDA tensors are measured on the host");
-  Session::get().record(measuredSynchronously(std::move(rec), tensors));
+  recordMeasuredSynchronously(std::move(rec), tensors, args);
 }
 
 void DeviceChecks::poll() {}

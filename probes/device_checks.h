@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "probes/call_capture.h"
 #include "probes/tensor_health.h"
 #include "store/call_record.h"
 
@@ -17,10 +18,10 @@ class DeviceChecks {
  public:
   static DeviceChecks& get();
 
-  // Checks `tensors` (all on one CUDA device) and records `rec` with their health once known.
-  // What the fused kernel cannot read (float64, more than 6 dims) is measured synchronously,
-  // and counted as a host synchronisation.
-  void submit(CallRecord rec, const RoleTensors& tensors);
+  // Checks `tensors` (all on one CUDA device) and records `rec` with their health once known,
+  // offering it for capture with `args` (recordCheckedCall). What the fused kernel cannot read
+  // (float64, more than 6 dims) is measured synchronously, and counted as a host synchronisation.
+  void submit(CallRecord rec, const RoleTensors& tensors, const CallArgs& args);
 
   void poll();   // records every finished check; never waits
   void drain();  // waits for every check in flight (exit only)

@@ -74,6 +74,12 @@ Status Session::start() {
     }
     injections_ = std::move(*specs);
   }
+  auto plan = capturePlanFromEnvironment();
+  if (!plan.ok()) {
+    state_ = State::kFinalized;
+    return plan.status();
+  }
+  capture_policy_.configure(std::move(*plan));
   owner_pid_ = getpid();
   pthread_atfork(nullptr, nullptr, &disableInForkedChild);
   return Status::Ok();
@@ -113,6 +119,12 @@ void Session::recordKernels(std::vector<KernelRecord> kernels) {
   if (!active() || kernels.empty()) return;
   for (KernelRecord& k : kernels) k.rank = env_.rank;
   if (StoreWriter* w = writer()) w->appendKernels(std::move(kernels));
+}
+
+void Session::recordCapture(CaptureRecord capture) {
+  if (!active()) return;
+  capture.rank = env_.rank;
+  if (StoreWriter* w = writer()) w->appendCapture(std::move(capture));
 }
 
 void Session::setMeta(const std::string& key, const std::string& value) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "probes/call_identity.h"
+#include "probes/capture_policy.h"
 #include "probes/injection.h"
 #include "store/call_record.h"
 #include "store/status.h"
@@ -31,19 +32,22 @@ class Session {
  public:
   static Session& get();  // leaked on purpose: outlives static destruction order
 
-  // Reads NANPROV_RUN_DIR, NANPROV_INJECT, RANK, LOCAL_RANK and WORLD_SIZE.
+  // Reads NANPROV_RUN_DIR, NANPROV_INJECT, NANPROV_CAPTURE*, RANK, LOCAL_RANK and WORLD_SIZE.
   Status start();
   bool active() const { return state_.load(std::memory_order_acquire) == State::kActive; }
   void finalize();
 
   CallIdentity& identity() { return identity_; }
   const std::vector<InjectionSpec>& injections() const { return injections_; }
+  CapturePolicy& capturePolicy() { return capture_policy_; }
   int rank() const { return env_.rank; }
+  const std::string& runDir() const { return run_dir_; }
 
   // Queues a call for the store; the store file is created by the first call, so processes that
   // never run attention (a torchrun launcher) leave no file behind.
   void record(CallRecord record);
   void recordKernels(std::vector<KernelRecord> kernels);
+  void recordCapture(CaptureRecord capture);
   void setMeta(const std::string& key, const std::string& value);
   void stepEnded(int64_t step);
 
@@ -70,6 +74,7 @@ class Session {
   RankEnv env_;
   std::vector<InjectionSpec> injections_;
   CallIdentity identity_;
+  CapturePolicy capture_policy_;
 
   std::mutex writer_mu_;
   std::unique_ptr<StoreWriter> writer_;

@@ -63,4 +63,14 @@ struct KernelRecord {
   int64_t stream = -1;
 };
 
+// One capture decision: a capture file written for a call, or why it was skipped.
+struct CaptureRecord {
+  int rank = 0;
+  int64_t seq = -1;        // the captured call
+  std::string trigger;     // "first-source-edge", "selector" or "every"
+  std::string path;        // relative to the run directory; empty when skipped
+  int64_t bytes = 0;
+  std::string skipped;     // why no file was written; empty when it was
+};
+
 }  // namespace nanprov

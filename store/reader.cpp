@@ -129,6 +129,24 @@ Status loadKernels(sqlite3* db, const std::string& path, int rank, std::vector<K
   return rc == SQLITE_DONE ? Status::Ok() : notAStore(path, sqlite::errorOf(db));
 }
 
+Status loadCaptures(sqlite3* db, const std::string& path, int rank, std::vector<CaptureRecord>* out) {
+  auto captures = sqlite::prepare(db, "SELECT seq,trigger,path,bytes,skipped FROM captures ORDER BY rowid");
+  if (!captures.ok()) return notAStore(path, captures.status().message());
+  sqlite3_stmt* s = captures->get();
+  int rc;
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    CaptureRecord c;
+    c.rank = rank;
+    c.seq = sqlite3_column_int64(s, 0);
+    c.trigger = columnText(s, 1);
+    c.path = columnText(s, 2);
+    c.bytes = sqlite3_column_int64(s, 3);
+    c.skipped = columnText(s, 4);
+    out->push_back(std::move(c));
+  }
+  return rc == SQLITE_DONE ? Status::Ok() : notAStore(path, sqlite::errorOf(db));
+}
+
 int64_t countSteps(sqlite3* db) {
   auto st = sqlite::prepare(db, "SELECT COUNT(*) FROM steps");
   if (!st.ok() || sqlite3_step(st->get()) != SQLITE_ROW) return 0;
@@ -145,6 +163,14 @@ StatusOr<std::vector<std::string>> storesOf(const std::string& dir) {
 }
 
 }  // namespace
+
+const CaptureRecord* RunData::captureOf(int rank, int64_t seq) const {
+  const CaptureRecord* found = nullptr;
+  for (const CaptureRecord& c : captures) {
+    if (c.rank == rank && c.seq == seq && (!found || (found->path.empty() && !c.path.empty()))) found = &c;
+  }
+  return found;
+}
 
 std::vector<const KernelRecord*> RunData::kernelsOf(int rank, int64_t seq) const {
   auto key = [](const KernelRecord& k) { return std::make_pair(k.rank, k.seq); };
@@ -166,6 +192,7 @@ StatusOr<RunData> loadRun(const std::string& dir) {
     if (!db.ok()) return db.status();
     NANPROV_RETURN_IF_ERROR(loadCalls(db->get(), path, &run.calls));
     NANPROV_RETURN_IF_ERROR(loadKernels(db->get(), path, info.rank, &run.kernels));
+    NANPROV_RETURN_IF_ERROR(loadCaptures(db->get(), path, info.rank, &run.captures));
     info.steps = countSteps(db->get());
     run.ranks.push_back(std::move(info));
   }
@@ -185,7 +212,7 @@ StatusOr<QueryResult> queryRun(const std::string& dir, const std::string& sql) {
   if (!db.ok()) return db.status();
   sqlite3* raw = db->get();
 
-  std::string calls, tensors, kernels, steps, meta;
+  std::string calls, tensors, kernels, captures, steps, meta;
   for (size_t i = 0; i < paths->size(); ++i) {
     RankInfo info;
     auto check = openRankStore((*paths)[i], &info);
@@ -201,12 +228,14 @@ StatusOr<QueryResult> queryRun(const std::string& dir, const std::string& sql) {
     calls += sep + "SELECT * FROM " + alias + ".calls";
     tensors += sep + "SELECT " + rank + " AS rank, * FROM " + alias + ".tensors";
     kernels += sep + "SELECT " + rank + " AS rank, * FROM " + alias + ".kernels";
+    captures += sep + "SELECT " + rank + " AS rank, * FROM " + alias + ".captures";
     steps += sep + "SELECT " + rank + " AS rank, * FROM " + alias + ".steps";
     meta += sep + "SELECT " + rank + " AS rank, * FROM " + alias + ".meta";
   }
   NANPROV_RETURN_IF_ERROR(sqlite::exec(raw,
       "CREATE TEMP VIEW calls AS " + calls + "; CREATE TEMP VIEW tensors AS " + tensors +
-      "; CREATE TEMP VIEW kernels AS " + kernels + "; CREATE TEMP VIEW steps AS " + steps + "; CREATE TEMP VIEW meta AS " + meta +
+      "; CREATE TEMP VIEW kernels AS " + kernels + "; CREATE TEMP VIEW captures AS " + captures +
+      "; CREATE TEMP VIEW steps AS " + steps + "; CREATE TEMP VIEW meta AS " + meta +
       "; PRAGMA query_only=ON;"));
 
   auto stmt = sqlite::prepare(raw, sql);

@@ -24,6 +24,10 @@ struct RunData {
   std::vector<RankInfo> ranks;
   std::vector<CallRecord> calls;  // all ranks, ordered by (step, start_ns, rank, seq)
   std::vector<KernelRecord> kernels;  // ordered by rank, then seq, then start
+  std::vector<CaptureRecord> captures;  // per rank in the order decided
+
+  // The capture of one call: the written one when there is one, else why it was skipped.
+  const CaptureRecord* captureOf(int rank, int64_t seq) const;
 
   // The kernels of one call, in launch order.
   std::vector<const KernelRecord*> kernelsOf(int rank, int64_t seq) const;
@@ -38,7 +42,7 @@ struct QueryResult {
   std::vector<bool> numeric;                                    // per column, from the first row
 };
 
-// Runs `sql` over the run's stores, which appear as the tables calls, tensors, kernels, steps and meta
+// Runs `sql` over the run's stores, which appear as the tables calls, tensors, kernels, captures, steps and meta
 // (the union of all ranks; meta gains a rank column). Statements that write are refused.
 StatusOr<QueryResult> queryRun(const std::string& dir, const std::string& sql);
 

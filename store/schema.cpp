@@ -50,6 +50,13 @@ CREATE TABLE IF NOT EXISTS kernels (
   stream   INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS kernels_by_call ON kernels(seq);
+CREATE TABLE IF NOT EXISTS captures (
+  seq     INTEGER NOT NULL,
+  trigger TEXT NOT NULL,
+  path    TEXT,
+  bytes   INTEGER NOT NULL,
+  skipped TEXT
+);
 CREATE TABLE IF NOT EXISTS steps (
   step   INTEGER PRIMARY KEY,
   end_ns INTEGER NOT NULL

@@ -4,7 +4,7 @@
 
 namespace nanprov {
 
-inline constexpr int kSchemaVersion = 2;  // 2: kernels table, calls.device, calls.unattributed
+inline constexpr int kSchemaVersion = 3;  // 2: kernels, calls.device, calls.unattributed; 3: captures
 
 // Idempotent: every statement is CREATE ... IF NOT EXISTS.
 extern const char* const kSchemaSql;

@@ -28,7 +28,7 @@ struct StepRow {
 
 // Prepared statements reused for every batch.
 struct Statements {
-  sqlite::Stmt call, tensor, step, kernel, meta;
+  sqlite::Stmt call, tensor, step, kernel, capture, meta;
 };
 
 StatusOr<Statements> prepareStatements(sqlite3* db) {
@@ -46,10 +46,12 @@ StatusOr<Statements> prepareStatements(sqlite3* db) {
       "INSERT INTO kernels(seq,correlation_id,name,grid_x,grid_y,grid_z,block_x,block_y,block_z,"
       "start_ns,end_ns,device,stream) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)");
   if (!kernel.ok()) return kernel.status();
+  auto capture = sqlite::prepare(db, "INSERT INTO captures(seq,trigger,path,bytes,skipped) VALUES(?,?,?,?,?)");
+  if (!capture.ok()) return capture.status();
   auto meta = sqlite::prepare(db, "INSERT OR REPLACE INTO meta(key,value) VALUES(?,?)");
   if (!meta.ok()) return meta.status();
   return Statements{std::move(*call), std::move(*tensor), std::move(*step), std::move(*kernel),
-                    std::move(*meta)};
+                    std::move(*capture), std::move(*meta)};
 }
 
 void bindText(sqlite3_stmt* s, int i, const std::string& v, bool null_when_empty = false) {
@@ -119,6 +121,16 @@ Status insertKernel(sqlite3* db, Statements& st, const KernelRecord& k) {
   return stepStatement(db, s);
 }
 
+Status insertCapture(sqlite3* db, Statements& st, const CaptureRecord& c) {
+  sqlite3_stmt* s = st.capture.get();
+  sqlite3_bind_int64(s, 1, c.seq);
+  bindText(s, 2, c.trigger);
+  bindText(s, 3, c.path, true);
+  sqlite3_bind_int64(s, 4, c.bytes);
+  bindText(s, 5, c.skipped, true);
+  return stepStatement(db, s);
+}
+
 Status insertMeta(sqlite3* db, Statements& st, const std::string& key, const std::string& value) {
   bindText(st.meta.get(), 1, key);
   bindText(st.meta.get(), 2, value);
@@ -131,11 +143,12 @@ Status insertMeta(sqlite3* db, Statements& st, const std::string& key, const std
 struct PendingRows {
   std::vector<CallRecord> calls;
   std::vector<KernelRecord> kernels;
+  std::vector<CaptureRecord> captures;
   std::vector<StepRow> steps;
   std::map<std::string, std::string> meta;
 
-  bool empty() const { return calls.empty() && kernels.empty() && steps.empty() && meta.empty(); }
-  size_t rows() const { return calls.size() + kernels.size() + steps.size() + meta.size(); }
+  bool empty() const { return rows() == 0; }
+  size_t rows() const { return calls.size() + kernels.size() + captures.size() + steps.size() + meta.size(); }
 };
 
 struct StoreWriter::Impl {
@@ -162,6 +175,7 @@ struct StoreWriter::Impl {
     NANPROV_RETURN_IF_ERROR(tx.begin());
     for (const CallRecord& c : batch.calls) NANPROV_RETURN_IF_ERROR(insertCall(db.get(), statements, c));
     for (const KernelRecord& k : batch.kernels) NANPROV_RETURN_IF_ERROR(insertKernel(db.get(), statements, k));
+    for (const CaptureRecord& c : batch.captures) NANPROV_RETURN_IF_ERROR(insertCapture(db.get(), statements, c));
     for (const auto& [k, v] : batch.meta) NANPROV_RETURN_IF_ERROR(insertMeta(db.get(), statements, k, v));
     for (const StepRow& s : batch.steps) {
       sqlite3_stmt* ss = statements.step.get();
@@ -240,6 +254,19 @@ void StoreWriter::appendKernels(std::vector<KernelRecord> kernels) {
   }
   pending.insert(pending.end(), std::make_move_iterator(kernels.begin()),
                  std::make_move_iterator(kernels.end()));
+}
+
+void StoreWriter::appendCapture(CaptureRecord capture) {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    if (impl_->state != Impl::State::kActive) {
+      ++impl_->dropped;
+      return;
+    }
+    impl_->pending.captures.push_back(std::move(capture));
+    impl_->flush_requested = true;  // rare, and a user waits for it
+  }
+  impl_->wake.notify_one();
 }
 
 void StoreWriter::setMeta(const std::string& key, const std::string& value) {

@@ -25,6 +25,7 @@ class StoreWriter {
   // Never blocks on disk; safe from any thread.
   void append(CallRecord record);
   void appendKernels(std::vector<KernelRecord> kernels);
+  void appendCapture(CaptureRecord capture);
   // Written with the next batch; a later value for the same key replaces it.
   void setMeta(const std::string& key, const std::string& value);
   void stepEnded(int64_t step, int64_t end_ns);

@@ -107,6 +107,32 @@ TEST(StoreWriter, RoundTripsKernelsMetaAndAttribution) {
   EXPECT_EQ(*rows->rows[0][1], "3");
 }
 
+TEST(StoreWriter, RoundTripsCapturesWrittenAndSkipped) {
+  fs::path dir = freshDir("captures");
+  {
+    auto writer = StoreWriter::open((dir / rankStoreName(1)).string(), {{"rank", "1"}});
+    ASSERT_TRUE(writer.ok()) << writer.status().message();
+    (*writer)->append(makeCall(4, 0, Phase::kBackward, 1));
+    (*writer)->appendCapture({.rank = 1, .seq = 4, .trigger = "first-source-edge", .skipped = "over the capture budget"});
+    (*writer)->appendCapture({.rank = 1, .seq = 4, .trigger = "selector", .path = "captures/a.safetensors", .bytes = 4096});
+    (*writer)->appendCapture({.rank = 1, .seq = 7, .trigger = "every", .skipped = "writing failed: disk full"});
+    ASSERT_TRUE((*writer)->close().ok());
+  }
+  auto run = loadRun(dir.string());
+  ASSERT_TRUE(run.ok()) << run.status().message();
+  ASSERT_EQ(run->captures.size(), 3u);
+  const CaptureRecord* c = run->captureOf(1, 4);
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->path, "captures/a.safetensors") << "a written capture wins over a skipped one of the same call";
+  EXPECT_EQ(c->bytes, 4096);
+  EXPECT_EQ(run->captureOf(1, 7)->skipped, "writing failed: disk full");
+  EXPECT_EQ(run->captureOf(0, 4), nullptr) << "rank 0 captured nothing";
+  auto rows = queryRun(dir.string(), "SELECT rank, trigger FROM captures WHERE skipped IS NULL");
+  ASSERT_TRUE(rows.ok()) << rows.status().message();
+  ASSERT_EQ(rows->rows.size(), 1u);
+  EXPECT_EQ(*rows->rows[0][1], "selector");
+}
+
 TEST(StoreWriter, WhatWasFlushedSurvivesSigkill) {
   fs::path dir = freshDir("sigkill");
   std::string path = (dir / rankStoreName(3)).string();

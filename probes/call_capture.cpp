@@ -1,0 +1,304 @@
+#include "probes/call_capture.h"
+
+#include <ATen/ATen.h>
+#include <ATen/detail/CUDAHooksInterface.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "probes/call_health.h"
+#include "probes/roles.h"
+#include "probes/session.h"
+#include "store/capture_file.h"
+
+#if NANPROV_HAVE_CUDA
+#include "kernels/health_check_queue.h"
+#endif
+
+namespace nanprov {
+namespace {
+
+// Bookkeeping tensors without a role (philox seed and offset) are kept when at most this big.
+constexpr int64_t kMaxExtraElements = 64;
+// Kernel names of this many recent calls are kept: a call's kernels may be collected at an
+// earlier step boundary than its check result.
+constexpr size_t kRecentCalls = 1024;
+// At exit, how long the training process may wait for capture files still being written.
+constexpr auto kExitWait = std::chrono::seconds(120);
+
+const char* captureDtype(at::ScalarType t) {
+  switch (t) {
+    case at::kDouble: return "F64";
+    case at::kFloat: return "F32";
+    case at::kHalf: return "F16";
+    case at::kBFloat16: return "BF16";
+    case at::kBool: return "BOOL";
+    case at::kLong: return "I64";
+    case at::kInt: return "I32";
+    case at::kByte: return "U8";
+    default: return nullptr;
+  }
+}
+
+std::string listText(at::IntArrayRef values) {
+  std::string s = "[";
+  for (size_t i = 0; i < values.size(); ++i) s += (i ? "," : "") + std::to_string(values[i]);
+  return s + "]";
+}
+
+std::string doubleText(double v) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+// A dense host copy of `t` (one device-to-host copy for a CUDA tensor). Reading only.
+std::optional<CaptureTensor> hostCopy(const std::string& name, const at::Tensor& t) {
+  const char* dtype = captureDtype(t.scalar_type());
+  if (!dtype || !t.defined() || !t.has_storage()) return std::nullopt;
+  at::Tensor host = t.detach().to(at::kCPU).contiguous();
+  CaptureTensor out;
+  out.name = name;
+  out.dtype = dtype;
+  out.shape.assign(host.sizes().begin(), host.sizes().end());
+  const auto* data = static_cast<const uint8_t*>(host.data_ptr());
+  out.bytes.assign(data, data + host.nbytes());
+  return out;
+}
+
+// Where the call ran and with what: enough for replay, and for a bug report, without the run.
+void describeEnvironment(const CallRecord& rec, std::map<std::string, std::string>& meta) {
+  if (const char* torch = std::getenv("NANPROV_BUILT_TORCH")) meta["torch"] = torch;
+  if (rec.device == "cpu") return;
+  const auto& cuda = at::detail::getCUDAHooks();
+  meta["cuda_runtime"] = std::to_string(cuda.versionCUDART());
+  meta["cudnn"] = std::to_string(cuda.versionCuDNN());
+#if NANPROV_HAVE_CUDA
+  int device = std::atoi(rec.device.c_str() + std::strlen("cuda:"));
+  meta["gpu"] = kernels::deviceDescription(device);
+#endif
+}
+
+void describeArgs(const CallArgs& args, CaptureFile& file) {
+  for (const auto& [name, value] : args) {
+    std::string key = "arg." + std::string(name);
+    if (value.isNone()) file.metadata[key] = "None";
+    else if (value.isBool()) file.metadata[key] = value.toBool() ? "true" : "false";
+    else if (value.isDouble()) file.metadata[key] = doubleText(value.toDouble());
+    else if (value.isInt()) file.metadata[key] = std::to_string(value.toInt());
+    else if (value.isSymInt()) file.metadata[key] = std::to_string(value.toSymInt().guard_int(__FILE__, __LINE__));
+    else if (value.isTensor() && value.toTensor().defined() && value.toTensor().numel() <= kMaxExtraElements) {
+      if (auto t = hostCopy(std::string(name), value.toTensor())) file.tensors.push_back(std::move(*t));
+    }
+  }
+}
+
+std::string fileNameOf(const CallRecord& rec) {
+  return "rank" + std::to_string(rec.rank) + "-layer" + std::to_string(rec.layer) + "-call" +
+         std::to_string(rec.call) + "-" + phaseName(rec.phase) + "-seq" + std::to_string(rec.seq) + ".safetensors";
+}
+
+struct Job {
+  CaptureRecord row;
+  CaptureFile file;
+  std::string unattributed;  // why the call's kernels are unknown
+};
+
+// One background thread writes the files, in order, so the training thread never waits on disk.
+class FileWriter {
+ public:
+  void push(Job job) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!started_) {
+      std::thread([this] { run(); }).detach();  // lives until the process exits
+      started_ = true;
+    }
+    queue_.push_back(std::move(job));
+    wake_.notify_all();
+  }
+
+  // Waits, at most `limit`, until every queued file is written.
+  bool waitIdle(std::chrono::seconds limit) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return idle_.wait_for(lock, limit, [this] { return queue_.empty() && !busy_; });
+  }
+
+ private:
+  void run() {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      wake_.wait(lock, [this] { return !queue_.empty(); });
+      Job job = std::move(queue_.front());
+      queue_.pop_front();
+      busy_ = true;
+      lock.unlock();
+      write(job);
+      lock.lock();
+      busy_ = false;
+      if (queue_.empty()) idle_.notify_all();
+    }
+  }
+
+  static void write(Job& job) {
+    namespace fs = std::filesystem;
+    fs::path dir = fs::path(Session::get().runDir()) / "captures";
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    Status st = ec ? Status::Error("cannot create " + dir.string() + ": " + ec.message())
+                   : writeCapture((dir / job.row.path).string(), job.file);
+    if (!st.ok()) {
+      logOnce("capture write", "a capture was not written: " + st.message());
+      job.row.skipped = "writing failed: " + st.message();
+      job.row.path.clear();
+      job.row.bytes = 0;
+    } else {
+      job.row.path = "captures/" + job.row.path;
+    }
+    Session::get().recordCapture(std::move(job.row));
+  }
+
+  std::mutex mu_;
+  std::condition_variable wake_, idle_;
+  std::deque<Job> queue_;
+  bool started_ = false;
+  bool busy_ = false;
+};
+
+class CaptureState {
+ public:
+  static CaptureState& get() {
+    static CaptureState* s = new CaptureState();  // leaked: its thread runs until exit
+    return *s;
+  }
+
+  void offer(CallRecord rec, const RoleTensors& tensors, const CallArgs& args) {
+    Session& session = Session::get();
+    rec.rank = session.rank();
+    std::string trigger = session.capturePolicy().triggerFor(rec);
+    if (trigger.empty()) return;
+    CaptureRecord row;
+    row.seq = rec.seq;
+    row.trigger = trigger;
+    if (tensors.empty()) {
+      row.skipped = "its tensors were released before the check finished (over NANPROV_HOLD_BYTES)";
+      session.recordCapture(std::move(row));
+      return;
+    }
+    int64_t bytes = 0;
+    for (const auto& [role, t] : tensors) bytes += static_cast<int64_t>(t.nbytes());
+    if (!session.capturePolicy().reserve(bytes)) {
+      row.skipped = "over the capture budget (nanprov run --capture-bytes): " + std::to_string(bytes) + " bytes";
+      session.recordCapture(std::move(row));
+      return;
+    }
+    Job job;
+    job.row = std::move(row);
+    job.row.path = fileNameOf(rec);
+    job.row.bytes = bytes;
+    job.unattributed = rec.unattributed;
+    describe(rec, tensors, args, job.file);
+    if (rec.device == "cpu") {
+      job.file.metadata["kernels"] = rec.op;  // on the CPU the ATen op is the kernel
+      writer_.push(std::move(job));
+      return;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    waiting_.push_back(std::move(job));
+  }
+
+  void release(const std::vector<KernelRecord>& kernels, bool at_exit) {
+    std::vector<Job> ready;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const KernelRecord& k : kernels) recent_[k.seq].push_back(k.name);
+      while (recent_.size() > kRecentCalls) recent_.erase(recent_.begin());
+      ready.swap(waiting_);
+      for (Job& job : ready) {
+        auto it = recent_.find(job.row.seq);
+        std::string names;
+        if (it != recent_.end()) {
+          for (const std::string& n : it->second) names += (names.empty() ? "" : "\n") + n;
+        }
+        job.file.metadata["kernels"] = names;
+        if (names.empty()) job.file.metadata["kernels_unattributed"] = job.unattributed;
+      }
+    }
+    for (Job& job : ready) writer_.push(std::move(job));
+    if (at_exit && !writer_.waitIdle(kExitWait)) {
+      logOnce("capture exit", "captures still being written at exit were abandoned after 120 s");
+    }
+  }
+
+ private:
+  static void describe(const CallRecord& rec, const RoleTensors& tensors, const CallArgs& args, CaptureFile& file) {
+    auto& meta = file.metadata;
+    CallHealth health = classify(rec);
+    meta["format"] = "nanprov-capture 1";
+    meta["call"] = "rank" + std::to_string(rec.rank) + ":layer" + std::to_string(rec.layer) + ":call" +
+                   std::to_string(rec.call);
+    meta["rank"] = std::to_string(rec.rank);
+    meta["seq"] = std::to_string(rec.seq);
+    meta["step"] = std::to_string(rec.step);
+    meta["phase"] = phaseName(rec.phase);
+    meta["op"] = rec.op;
+    meta["backend"] = rec.backend;
+    meta["module"] = rec.module;
+    meta["device"] = rec.device;
+    meta["edge"] = edgeKindName(health.kind);
+    std::string bad;
+    for (const std::string& role : health.nonfinite_outputs) bad += (bad.empty() ? "" : ",") + role;
+    meta["nonfinite_outputs"] = bad;
+    if (!rec.injected.empty()) meta["injected"] = rec.injected;
+    describeEnvironment(rec, meta);
+    for (const auto& [role, t] : tensors) {
+      auto copy = hostCopy(roleName(role), t);
+      if (!copy) continue;
+      meta[std::string("stride.") + roleName(role)] = listText(t.strides());
+      file.tensors.push_back(std::move(*copy));
+    }
+    describeArgs(args, file);
+  }
+
+  std::mutex mu_;
+  std::vector<Job> waiting_;  // CUDA captures waiting for their kernels' names
+  std::map<int64_t, std::vector<std::string>> recent_;
+  FileWriter writer_;
+};
+
+}  // namespace
+
+Captures& Captures::get() {
+  static Captures* c = new Captures();
+  return *c;
+}
+
+void Captures::offer(const CallRecord& rec, const RoleTensors& tensors, const CallArgs& args) {
+  try {
+    CaptureState::get().offer(rec, tensors, args);
+  } catch (const std::exception& e) {
+    logOnce("capture", std::string("capturing a call failed, training continues: ") + e.what());
+  }
+}
+
+void Captures::release(const std::vector<KernelRecord>& kernels, bool at_exit) {
+  try {
+    CaptureState::get().release(kernels, at_exit);
+  } catch (const std::exception& e) {
+    logOnce("capture release", std::string("writing captures failed, training continues: ") + e.what());
+  }
+}
+
+void recordCheckedCall(CallRecord rec, const RoleTensors& tensors, const CallArgs& args) {
+  Captures::get().offer(rec, tensors, args);
+  Session::get().record(std::move(rec));
+}
+
+}  // namespace nanprov

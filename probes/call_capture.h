@@ -1,0 +1,43 @@
+// Captures: every tensor of a checked call, its scalar arguments and where it ran, written as a
+// safetensors file in <run>/captures/ for `nanprov replay` (store/capture_file.h). Which calls is
+// the session's CapturePolicy. The training thread only copies the tensors to host memory; a
+// background thread writes the file once the call's kernels are known (the next step boundary,
+// or exit), and records a row in the store's captures table, written or skipped with the reason.
+#pragma once
+
+#include <ATen/core/ivalue.h>
+
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "probes/tensor_health.h"
+#include "store/call_record.h"
+
+namespace nanprov {
+
+// The arguments of a call that are not role tensors, as the op received them: scale, is_causal,
+// dropout_p, enable_gqa, philox seed and offset... Held as IValues: formatted only for a capture.
+using CallArgs = std::vector<std::pair<std::string_view, c10::IValue>>;
+
+class Captures {
+ public:
+  static Captures& get();
+
+  // Called once `rec`'s health is known, with the tensors it describes. `tensors` is empty when
+  // they were not held until then; a call the policy wants is then recorded as skipped.
+  void offer(const CallRecord& rec, const RoleTensors& tensors, const CallArgs& args);
+
+  // At a step boundary, with the kernels collected since the last one: names the kernels of the
+  // captures waiting for them and hands those to the writer thread. At exit it also waits for
+  // every file to be written.
+  void release(const std::vector<KernelRecord>& kernels, bool at_exit);
+
+ private:
+  Captures() = default;
+};
+
+// Where every checked call ends: offered for capture, then recorded in the store.
+void recordCheckedCall(CallRecord rec, const RoleTensors& tensors, const CallArgs& args);
+
+}  // namespace nanprov

@@ -1,0 +1,70 @@
+#include "probes/capture_policy.h"
+
+#include <cstdlib>
+
+#include "probes/call_health.h"
+#include "probes/session.h"
+
+namespace nanprov {
+
+StatusOr<CallSelector> parseCaptureSelector(const std::string& text) {
+  auto bad = [&](const std::string& why) {
+    return Status::Error("bad --capture '" + text + "': " + why + " (example: layer=3,phase=bwd,step=5)");
+  };
+  CallSelector selector;
+  std::vector<std::string> pairs = splitList(text, ',');
+  if (pairs.empty()) return bad("empty selector");
+  for (const std::string& pair : pairs) {
+    auto eq = pair.find('=');
+    if (eq == std::string::npos) return bad("'" + pair + "' is not key=value");
+    std::string key = pair.substr(0, eq), val = pair.substr(eq + 1);
+    bool ok = true;
+    if (!readSelectorKey(&selector, key, val, &ok)) {
+      return bad("unknown key '" + key + "'; keys are rank, layer, step, call, phase");
+    }
+    if (!ok) return bad("bad value for " + key + ": '" + val + "'");
+  }
+  return selector;
+}
+
+StatusOr<CapturePlan> capturePlanFromEnvironment() {
+  CapturePlan plan;
+  if (const char* spec = std::getenv("NANPROV_CAPTURE"); spec && *spec) {
+    for (const std::string& one : splitList(spec, ';')) {
+      auto selector = parseCaptureSelector(one);
+      if (!selector.ok()) return selector.status();
+      plan.selectors.push_back(*selector);
+    }
+  }
+  plan.every = envInteger("NANPROV_CAPTURE_EVERY", 0, 0);
+  plan.budget_bytes = envInteger("NANPROV_CAPTURE_BYTES", kDefaultCaptureBytes, 0);
+  plan.first_source_edge = envInteger("NANPROV_CAPTURE_FIRST_EDGE", 1, 0) != 0;
+  return plan;
+}
+
+void CapturePolicy::configure(CapturePlan plan) {
+  std::lock_guard<std::mutex> lock(mu_);
+  plan_ = std::move(plan);
+}
+
+std::string CapturePolicy::triggerFor(const CallRecord& rec) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const CallSelector& s : plan_.selectors) {
+    if (s.matches(rec)) return "selector";
+  }
+  if (plan_.every > 0 && rec.seq % plan_.every == 0) return "every";
+  if (plan_.first_source_edge && !source_edge_taken_ && classify(rec).kind == EdgeKind::kSourceEdge) {
+    source_edge_taken_ = true;
+    return "first-source-edge";
+  }
+  return "";
+}
+
+bool CapturePolicy::reserve(int64_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (used_bytes_ + bytes > plan_.budget_bytes) return false;
+  used_bytes_ += bytes;
+  return true;
+}
+
+}  // namespace nanprov
