@@ -26,6 +26,7 @@ void addRunCommand(CLI::App& app, int* exit_code, std::vector<std::string> wrapp
 void addReportCommand(CLI::App& app, int* exit_code);
 void addCallsCommand(CLI::App& app, int* exit_code);
 void addKernelsCommand(CLI::App& app, int* exit_code);
+void addReplayCommand(CLI::App& app, int* exit_code);
 void addSqlCommand(CLI::App& app, int* exit_code);
 void addDoctorCommand(CLI::App& app, int* exit_code);
 

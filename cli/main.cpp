@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
       "  nanprov report                      first non-finite edge of the newest run\n"
       "  nanprov calls --nonfinite           the calls that touched NaN/Inf\n"
       "  nanprov kernels --call rank0:layer1:call1   the kernels that ran a call\n"
+      "  nanprov replay                      is the first edge's kernel at fault? (float64 check)\n"
       "  nanprov sql \"SELECT ...\"            read-only SQL over the run's stores\n"
       "  nanprov doctor                      check torch, ABI and the probes\n",
       "nanprov"};
@@ -50,6 +51,7 @@ int main(int argc, char** argv) {
   addReportCommand(app, &exit_code);
   addCallsCommand(app, &exit_code);
   addKernelsCommand(app, &exit_code);
+  addReplayCommand(app, &exit_code);
   addSqlCommand(app, &exit_code);
   addDoctorCommand(app, &exit_code);
   try {

@@ -1,0 +1,123 @@
+// `nanprov replay CAPTURE|RUN [--backends LIST] [--device cpu|cuda] [--json] [--emit-repro DIR]`:
+// checks the arguments and the capture here, then runs the LibTorch replay engine
+// (replay/replay_main.cpp), whose output and exit code are replay's own.
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+
+#include "cli/build_info.h"
+#include "cli/commands.h"
+#include "cli/edges.h"
+#include "cli/report.h"
+#include "store/capture_file.h"
+#include "store/run_dir.h"
+
+namespace nanprov::cli {
+namespace {
+namespace fs = std::filesystem;
+
+struct Options {
+  std::string target;
+  std::string backends;
+  std::string device = "auto";
+  bool json = false;
+  std::string emit_repro;
+};
+
+constexpr const char* kBackendNames[] = {"cudnn", "flash", "efficient", "math", "flash_cpu"};
+
+// The capture a run directory points at: its first source edge's (the default capture).
+StatusOr<std::string> captureOfRun(const std::string& dir) {
+  auto run = loadRun(dir);
+  if (!run.ok()) return run.status();
+  Findings f = analyze(run->calls);
+  if (!f.first_source) return Status::Error(dir + " has no source edge, so nothing was captured by default; pass a capture file");
+  const CallRecord& edge = run->calls[*f.first_source];
+  const CaptureRecord* capture = run->captureOf(edge.rank, edge.seq);
+  if (!capture) return Status::Error("the first source edge " + callName(edge) + " was not captured (run with nanprov run's defaults)");
+  if (capture->path.empty()) return Status::Error("the first source edge " + callName(edge) + " was not captured: " + capture->skipped);
+  return capturePath(*run, *capture);
+}
+
+// Comma list of backend names, checked; "reference" is always run and accepted for clarity.
+StatusOr<std::string> checkedBackends(const std::string& list) {
+  std::string out;
+  size_t begin = 0;
+  while (begin <= list.size() && !list.empty()) {
+    size_t end = list.find(',', begin);
+    if (end == std::string::npos) end = list.size();
+    std::string name = list.substr(begin, end - begin);
+    begin = end + 1;
+    if (name.empty() || name == "reference") continue;
+    bool known = false;
+    for (const char* k : kBackendNames) known = known || name == k;
+    if (!known) return Status::Error("unknown backend '" + name + "'; backends are cudnn, flash, efficient, math, flash_cpu");
+    out += (out.empty() ? "" : ",") + name;
+  }
+  return out;
+}
+
+int replay(const Options& opts) {
+  auto backends = checkedBackends(opts.backends);
+  if (!backends.ok()) return std::cerr << "nanprov replay: " << backends.status().message() << "\n", kUsageError;
+  std::string capture = opts.target;
+  std::error_code ec;
+  if (capture.empty() || fs::is_directory(capture, ec)) {
+    auto dir = resolveRunDir(capture);
+    if (!dir.ok()) return fail("replay", dir.status());
+    auto found = captureOfRun(*dir);
+    if (!found.ok()) return fail("replay", found.status());
+    capture = *found;
+  }
+  // Checked here too, so a broken file gets its one-line error without starting LibTorch.
+  if (auto file = readCapture(capture); !file.ok()) return fail("replay", file.status());
+  std::string engine = build::kReplayEngine;
+  if (access(engine.c_str(), X_OK) != 0) {
+    return fail("replay", Status::Error("replay engine missing at " + engine + "; build nanprov (./scripts/test)"));
+  }
+  std::vector<std::string> args = {engine, capture, opts.device, *backends, opts.json ? "1" : "0", opts.emit_repro};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::cout.flush();
+  execv(engine.c_str(), argv.data());
+  return fail("replay", Status::Error("cannot run " + engine + ": " + std::strerror(errno)));
+}
+
+}  // namespace
+
+void addReplayCommand(CLI::App& app, int* exit_code) {
+  auto opts = std::make_shared<Options>();
+  CLI::App* cmd = app.add_subcommand("replay", "Re-run a captured call through every backend and a float64 reference");
+  cmd->footer(
+      "Runs the call's forward (and its backward with the captured dO) through each SDPA\n"
+      "backend that accepts it, and through nanprov's float64 reference attention, then\n"
+      "judges every output: ok, suspect, non-finite, all-zero, silent-wrong, unsupported or\n"
+      "reference-invalid (rules in the README). The root cause is one of none,\n"
+      "backend-specific, forward-ok-backward-wrong, input-caused, precision-limit,\n"
+      "not-reproduced or reference-suspect.\n"
+      "Exit code: 0 no fault recurred (none, not-reproduced), 1 a fault recurred,\n"
+      "2 usage error, 3 unreadable capture.\n\n"
+      "Examples:\n"
+      "  nanprov replay                        the newest run's first source edge\n"
+      "  nanprov replay nanprov-runs/<run>/captures/rank0-layer1-call1-bwd-seq5.safetensors\n"
+      "  nanprov replay CAPTURE --backends efficient,math --device cuda --json\n"
+      "  nanprov replay CAPTURE --emit-repro bug/   writes bug/repro.py for an upstream report");
+  cmd->add_option("capture", opts->target,
+                  "A capture file, or a run directory for its first source edge's capture (default: the newest run)");
+  cmd->add_option("--backends", opts->backends,
+                  "Comma list from cudnn, flash, efficient, math (CUDA), flash_cpu, math (CPU); "
+                  "default: every backend of the device");
+  cmd->add_option("--device", opts->device, "cpu or cuda (default: where the call was captured, if present here)")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  cmd->add_flag("--json", opts->json, "Print JSON for scripts");
+  cmd->add_option("--emit-repro", opts->emit_repro,
+                  "Also write DIR/repro.py and DIR/inputs.safetensors: a standalone script that shows "
+                  "the failure with plain PyTorch");
+  cmd->callback([opts, exit_code] { *exit_code = replay(*opts); });
+}
+
+}  // namespace nanprov::cli

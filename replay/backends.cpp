@@ -1,0 +1,275 @@
+#include "replay/backends.h"
+
+#include <ATen/Context.h>
+#include <c10/util/Exception.h>
+#include <torch/csrc/autograd/autograd.h>
+
+#include <cmath>
+#include <limits>
+
+#include "kernels/reference_attention.h"
+
+namespace nanprov::replay {
+namespace {
+
+// SDPA's numbering of its backends (sdp::SDPBackend).
+int64_t sdpBackendNumber(const std::string& backend) {
+  if (backend == "flash" || backend == "flash_cpu") return 1;
+  if (backend == "efficient") return 2;
+  if (backend == "cudnn") return 3;
+  return 0;  // math
+}
+
+std::string firstLine(const std::string& s) { return s.substr(0, s.find('\n')); }
+
+// Collects SDPA's warnings: they say why a backend refused a call.
+class WarningCollector : public c10::WarningHandler {
+ public:
+  void process(const c10::Warning& warning) override {
+    if (!text.empty()) text += "; ";
+    text += firstLine(warning.msg());
+  }
+  std::string text;
+};
+
+// Enables exactly one SDPA backend for a scope, and restores the user's flags.
+class OnlyBackend {
+ public:
+  explicit OnlyBackend(const std::string& backend) {
+    auto& ctx = at::globalContext();
+    saved_ = {ctx.userEnabledFlashSDP(), ctx.userEnabledMemEfficientSDP(), ctx.userEnabledCuDNNSDP(), ctx.userEnabledMathSDP()};
+    ctx.setSDPUseFlash(backend == "flash" || backend == "flash_cpu");
+    ctx.setSDPUseMemEfficient(backend == "efficient");
+    ctx.setSDPUseCuDNN(backend == "cudnn");
+    ctx.setSDPUseMath(backend == "math");
+  }
+  ~OnlyBackend() {
+    auto& ctx = at::globalContext();
+    ctx.setSDPUseFlash(saved_[0]);
+    ctx.setSDPUseMemEfficient(saved_[1]);
+    ctx.setSDPUseCuDNN(saved_[2]);
+    ctx.setSDPUseMath(saved_[3]);
+  }
+
+ private:
+  std::array<bool, 4> saved_{};
+};
+
+std::optional<at::Tensor> maskOn(const CapturedCall& call, const at::Device& device) {
+  if (!call.has("mask")) return std::nullopt;
+  return call.at("mask").to(device);
+}
+
+// What SDPA's front end does to a bool mask before a fused kernel sees it. cuDNN's conversion
+// uses -65504, not -inf (aten/src/ATen/native/transformers/attention.cpp).
+at::Tensor additiveMask(const at::Tensor& mask, const std::string& backend, at::ScalarType dtype) {
+  if (mask.scalar_type() != at::kBool) return mask;
+  double hidden = backend == "cudnn" ? -65504.0 : -std::numeric_limits<double>::infinity();
+  return at::where(mask.logical_not(), at::scalar_tensor(hidden, mask.options().dtype(dtype)),
+                   at::scalar_tensor(0.0, mask.options().dtype(dtype)));
+}
+
+// The efficient kernel reads the bias with rows padded to 16 elements, as SDPA arranges it.
+at::Tensor alignedForEfficient(const at::Tensor& mask, const CapturedCall& call) {
+  at::Tensor full = mask.expand({call.batch, call.q_heads, call.s_q, call.s_kv});
+  int64_t pad = (16 - call.s_kv % 16) % 16;
+  if (pad == 0) return full;
+  return at::constant_pad_nd(full, {0, pad}).slice(-1, 0, call.s_kv);
+}
+
+at::Tensor normalizedLse(const at::Tensor& lse, const CapturedCall& call) {
+  if (!lse.defined() || lse.numel() == 0) return at::Tensor();
+  at::Tensor x = lse;
+  if (x.dim() == 4 && x.size(-1) == 1) x = x.squeeze(-1);
+  if (x.dim() != 3) return at::Tensor();
+  if (x.size(-1) > call.s_q) x = x.slice(-1, 0, call.s_q);  // efficient pads rows to 32
+  return x;
+}
+
+at::Tensor leaf(const at::Tensor& t, const at::Device& device, bool grad) {
+  return t.to(device).detach().clone().requires_grad_(grad);
+}
+
+void differentiate(Outputs& out, const at::Tensor& o, const std::vector<at::Tensor>& qkv, const CapturedCall& call,
+                   const at::Device& device) {
+  if (!call.backward) return;
+  auto grads = torch::autograd::grad({o}, qkv, {call.at("dO").to(device)});
+  out.dq = grads[0];
+  out.dk = grads[1];
+  out.dv = grads[2];
+}
+
+// The tensors of the reference's arrays: dense float64 on the CPU.
+std::vector<double> doubles(const at::Tensor& t) {
+  at::Tensor d = t.to(at::kCPU, at::kDouble).contiguous();
+  return std::vector<double>(d.data_ptr<double>(), d.data_ptr<double>() + d.numel());
+}
+
+at::Tensor tensorOf(std::vector<double> values, at::IntArrayRef shape) {
+  return at::from_blob(values.data(), shape, at::TensorOptions().dtype(at::kDouble)).clone();
+}
+
+}  // namespace
+
+const at::Tensor& Outputs::of(const std::string& role) const {
+  static const at::Tensor undefined;
+  if (role == "O") return o;
+  if (role == "LSE") return lse;
+  if (role == "dQ") return dq;
+  if (role == "dK") return dk;
+  if (role == "dV") return dv;
+  return undefined;
+}
+
+const std::vector<std::string>& knownBackends() {
+  static const std::vector<std::string> names = {"cudnn", "flash", "efficient", "math", "flash_cpu"};
+  return names;
+}
+
+std::vector<std::string> defaultBackends(const at::Device& device) {
+  if (device.is_cuda()) return {"cudnn", "flash", "efficient", "math"};
+  return {"flash_cpu", "math"};
+}
+
+std::string refusal(const std::string& backend, const CapturedCall& call, const at::Device& device) {
+  if (backend == "flash_cpu" && device.is_cuda()) return "flash_cpu runs on the CPU; use --device cpu";
+  if (backend != "flash_cpu" && backend != "math" && !device.is_cuda()) return backend + " runs on CUDA only";
+  if (call.dropout_p > 0) return "";  // the choice below would be judged on a call replay runs without dropout
+  if (backend == "math") return "";
+  at::Tensor q = call.at("Q").to(device), k = call.at("K").to(device), v = call.at("V").to(device);
+  std::optional<at::Tensor> mask = maskOn(call, device);
+  WarningCollector warnings;
+  c10::WarningUtils::WarningHandlerGuard guard(&warnings);
+  OnlyBackend only(backend);
+  try {
+    int64_t chosen = at::_fused_sdp_choice(q, k, v, mask, 0.0, call.causal, call.scale, call.kv_heads != call.q_heads);
+    if (chosen == sdpBackendNumber(backend)) return "";
+    return warnings.text.empty() ? "SDPA would not pick it for this call" : warnings.text;
+  } catch (const c10::Error& e) {
+    return warnings.text.empty() ? firstLine(e.what_without_backtrace()) : warnings.text;
+  }
+}
+
+StatusOr<Outputs> runBackend(const std::string& backend, const CapturedCall& call, const at::Device& device) {
+  try {
+    at::Tensor q = leaf(call.at("Q"), device, call.backward);
+    at::Tensor k = leaf(call.at("K"), device, call.backward);
+    at::Tensor v = leaf(call.at("V"), device, call.backward);
+    int64_t groups = call.q_heads / call.kv_heads;
+    // The fused kernels see K and V repeated per query head, as SDPA hands them over without
+    // native GQA; autograd sums the gradients back per key/value head.
+    at::Tensor kk = groups > 1 && backend != "math" ? k.repeat_interleave(groups, 1) : k;
+    at::Tensor vv = groups > 1 && backend != "math" ? v.repeat_interleave(groups, 1) : v;
+    std::optional<at::Tensor> mask = maskOn(call, device);
+    if (mask && backend != "math") mask = additiveMask(*mask, backend, q.scalar_type());
+    if (mask && backend == "efficient") mask = alignedForEfficient(*mask, call);
+    double p = call.dropout_p;
+    at::Tensor o, lse;
+    if (backend == "flash_cpu") {
+      std::tie(o, lse) = at::_scaled_dot_product_flash_attention_for_cpu(q, kk, vv, p, call.causal, mask, call.scale);
+    } else if (backend == "efficient") {
+      auto r = at::_scaled_dot_product_efficient_attention(q, kk, vv, mask, true, p, call.causal, call.scale);
+      o = std::get<0>(r);
+      lse = std::get<1>(r);
+    } else if (backend == "flash") {
+      auto r = at::_scaled_dot_product_flash_attention(q, kk, vv, p, call.causal, false, call.scale);
+      o = std::get<0>(r);
+      lse = std::get<1>(r);
+    } else if (backend == "cudnn") {
+      auto r = at::_scaled_dot_product_cudnn_attention(q, kk, vv, mask, true, p, call.causal, false, call.scale);
+      o = std::get<0>(r);
+      lse = std::get<1>(r);
+    } else if (backend == "math") {
+      o = std::get<0>(at::_scaled_dot_product_attention_math(q, k, v, mask, p, call.causal, std::nullopt, call.scale,
+                                                              groups > 1));
+    } else {
+      return Status::Error("unknown backend " + backend);
+    }
+    Outputs out;
+    out.o = o.detach();
+    out.lse = lse.defined() ? normalizedLse(lse.detach(), call) : at::Tensor();
+    differentiate(out, o, {q, k, v}, call, device);
+    return out;
+  } catch (const c10::Error& e) {
+    return Status::Error(firstLine(e.what_without_backtrace()));
+  }
+}
+
+Outputs runYardstick(const CapturedCall& call, const at::Device& device) {
+  at::Tensor q = leaf(call.at("Q"), device, call.backward);
+  at::Tensor k = leaf(call.at("K"), device, call.backward);
+  at::Tensor v = leaf(call.at("V"), device, call.backward);
+  int64_t groups = call.q_heads / call.kv_heads;
+  at::Tensor kk = groups > 1 ? k.repeat_interleave(groups, 1) : k;
+  at::Tensor vv = groups > 1 ? v.repeat_interleave(groups, 1) : v;
+  at::Tensor scores = at::matmul(q, (kk * call.softmaxScale()).transpose(-2, -1));
+  double neg_inf = -std::numeric_limits<double>::infinity();
+  if (std::optional<at::Tensor> mask = maskOn(call, device)) {
+    scores = mask->scalar_type() == at::kBool ? scores.masked_fill(mask->logical_not(), neg_inf)
+                                              : scores + mask->to(scores.scalar_type());
+  }
+  if (call.causal) {
+    at::Tensor above = at::ones({call.s_q, call.s_kv}, scores.options().dtype(at::kBool)).triu(1);
+    scores = scores.masked_fill(above, neg_inf);
+  }
+  at::Tensor logits = scores.to(at::kFloat);
+  at::Tensor lse = at::logsumexp(logits, -1);
+  // A row that sees no key gives 0, as PyTorch's safe softmax does.
+  at::Tensor hidden = at::isneginf(lse).unsqueeze(-1);
+  at::Tensor probs = at::softmax(logits, -1).masked_fill(hidden, 0.0).to(q.scalar_type());
+  at::Tensor o = at::matmul(probs, vv);
+  Outputs out;
+  out.o = o.detach();
+  out.lse = lse.detach();
+  differentiate(out, o, {q, k, v}, call, device);
+  return out;
+}
+
+StatusOr<Outputs> runReference(const CapturedCall& call) {
+  reference::AttentionShape shape{call.batch, call.q_heads, call.kv_heads, call.s_q, call.s_kv, call.head_dim, call.v_dim};
+  reference::AttentionOptions options;
+  options.scale = call.softmaxScale();
+  options.causal = call.causal;
+  reference::MaskView view;
+  at::Tensor mask_data;  // keeps the array `view` points into alive
+  if (call.has("mask")) {
+    const at::Tensor& m = call.at("mask");
+    bool is_bool = m.scalar_type() == at::kBool;
+    mask_data = (is_bool ? m.to(at::kByte) : m.to(at::kDouble)).contiguous();
+    at::Tensor full = mask_data.expand({call.batch, call.q_heads, call.s_q, call.s_kv});
+    for (int d = 0; d < 4; ++d) view.strides[d] = full.stride(d);
+    view.kind = is_bool ? reference::MaskView::Kind::kBool : reference::MaskView::Kind::kAdditive;
+    if (is_bool) view.allow = mask_data.data_ptr<uint8_t>();
+    else view.additive = mask_data.data_ptr<double>();
+  }
+  std::vector<double> q = doubles(call.at("Q")), k = doubles(call.at("K")), v = doubles(call.at("V"));
+  auto fwd = reference::forward(shape, q, k, v, view, options);
+  if (!fwd.ok()) return fwd.status();
+  Outputs out;
+  out.o = tensorOf(std::move(fwd->out), {call.batch, call.q_heads, call.s_q, call.v_dim});
+  out.lse = tensorOf(std::move(fwd->lse), {call.batch, call.q_heads, call.s_q});
+  if (call.backward) {
+    auto grads = reference::backward(shape, q, k, v, view, options, doubles(call.at("dO")));
+    if (!grads.ok()) return grads.status();
+    out.dq = tensorOf(std::move(grads->dq), call.at("Q").sizes());
+    out.dk = tensorOf(std::move(grads->dk), call.at("K").sizes());
+    out.dv = tensorOf(std::move(grads->dv), call.at("V").sizes());
+  }
+  return out;
+}
+
+Outputs capturedOutputs(const CapturedCall& call) {
+  Outputs out;
+  auto take = [&](const char* role) { return call.has(role) ? call.at(role) : at::Tensor(); };
+  if (call.backward) {
+    out.dq = take("dQ");
+    out.dk = take("dK");
+    out.dv = take("dV");
+  } else {
+    out.o = take("O");
+    out.lse = normalizedLse(take("LSE"), call);
+  }
+  return out;
+}
+
+}  // namespace nanprov::replay

@@ -1,0 +1,45 @@
+// Running a captured call again: through an SDPA backend by its own ATen op (forward, then its
+// backward with the captured dO), through the low-precision yardstick, and through the float64
+// reference. Every run starts from copies of the captured inputs; nothing is shared.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <string>
+#include <vector>
+
+#include "replay/captured_call.h"
+#include "store/status.h"
+
+namespace nanprov::replay {
+
+// What one run produced, in the layouts the comparison reads: O, dQ [B, Hq, S, D], dK, dV
+// [B, Hkv, S, D], LSE [B, Hq, S]. Undefined where the run does not produce it.
+struct Outputs {
+  at::Tensor o, lse, dq, dk, dv;
+  const at::Tensor& of(const std::string& role) const;
+};
+
+// Backends replay knows, and those it runs by default on a device.
+const std::vector<std::string>& knownBackends();  // cudnn flash efficient math flash_cpu
+std::vector<std::string> defaultBackends(const at::Device& device);
+
+// Empty when `backend` accepts this call on `device`; else why not, in SDPA's words where it
+// gave them (the same checks scaled_dot_product_attention runs before it picks a backend).
+std::string refusal(const std::string& backend, const CapturedCall& call, const at::Device& device);
+
+// Runs `backend`'s forward and, for a backward capture, its backward with the captured dO.
+StatusOr<Outputs> runBackend(const std::string& backend, const CapturedCall& call, const at::Device& device);
+
+// L: the same attention in the input's dtype with the operations reordered (FlashAttention's
+// reorder_ops: K is scaled instead of Q), softmax in float32. Its error bounds what a correct
+// low-precision kernel may be off by.
+Outputs runYardstick(const CapturedCall& call, const at::Device& device);
+
+// G: float64, bundled kernels/reference_attention, on the CPU.
+StatusOr<Outputs> runReference(const CapturedCall& call);
+
+// The captured outputs themselves, in the comparison's layouts.
+Outputs capturedOutputs(const CapturedCall& call);
+
+}  // namespace nanprov::replay

@@ -1,0 +1,104 @@
+#include "replay/captured_call.h"
+
+#include <cmath>
+#include <cstdlib>
+
+namespace nanprov::replay {
+namespace {
+
+std::optional<at::ScalarType> scalarType(const std::string& dtype) {
+  static const std::map<std::string, at::ScalarType> types = {
+      {"F64", at::kDouble}, {"F32", at::kFloat}, {"F16", at::kHalf}, {"BF16", at::kBFloat16},
+      {"BOOL", at::kBool},  {"I64", at::kLong},  {"I32", at::kInt},  {"U8", at::kByte}};
+  auto it = types.find(dtype);
+  if (it == types.end()) return std::nullopt;
+  return it->second;
+}
+
+std::string shapeText(const at::Tensor& t) {
+  std::string s = "[";
+  for (int64_t d = 0; d < t.dim(); ++d) s += (d ? "," : "") + std::to_string(t.size(d));
+  return s + "]";
+}
+
+}  // namespace
+
+std::string CapturedCall::metaOr(const std::string& key, const std::string& fallback) const {
+  auto it = meta.find(key);
+  return it == meta.end() ? fallback : it->second;
+}
+
+double CapturedCall::softmaxScale() const { return scale ? *scale : 1.0 / std::sqrt(static_cast<double>(head_dim)); }
+
+std::string dtypeName(const at::Tensor& t) {
+  std::string name = c10::toString(t.scalar_type());  // "BFloat16"
+  if (name == "BFloat16") return "bfloat16";
+  if (name == "Half") return "float16";
+  if (name == "Float") return "float32";
+  if (name == "Double") return "float64";
+  if (name == "Bool") return "bool";
+  return name;
+}
+
+StatusOr<CapturedCall> toCapturedCall(const CaptureFile& file, const std::string& source) {
+  auto bad = [&](const std::string& why) {
+    return Status::Error(source + ": not a replayable attention capture (" + why + ")");
+  };
+  CapturedCall call;
+  call.meta = file.metadata;
+  for (const CaptureTensor& t : file.tensors) {
+    auto type = scalarType(t.dtype);
+    if (!type) return bad("tensor " + t.name + " has dtype " + t.dtype + ", which replay does not read");
+    at::Tensor x = at::empty(t.shape, at::TensorOptions().dtype(*type));
+    if (static_cast<size_t>(x.nbytes()) != t.bytes.size()) return bad("tensor " + t.name + " has the wrong byte count");
+    std::memcpy(x.data_ptr(), t.bytes.data(), t.bytes.size());
+    call.tensors[t.name] = x;
+  }
+  for (const char* role : {"Q", "K", "V"}) {
+    if (!call.has(role)) return bad(std::string("no ") + role + " tensor");
+    if (call.at(role).dim() != 4) return bad(std::string(role) + " is " + shapeText(call.at(role)) + ", replay needs [batch, heads, seq, dim]");
+  }
+  const at::Tensor &q = call.at("Q"), &k = call.at("K"), &v = call.at("V");
+  call.batch = q.size(0);
+  call.q_heads = q.size(1);
+  call.s_q = q.size(2);
+  call.head_dim = q.size(3);
+  call.kv_heads = k.size(1);
+  call.s_kv = k.size(2);
+  call.v_dim = v.size(3);
+  if (k.size(0) != call.batch || v.size(0) != call.batch || v.size(1) != call.kv_heads || v.size(2) != call.s_kv ||
+      k.size(3) != call.head_dim) {
+    return bad("Q " + shapeText(q) + ", K " + shapeText(k) + " and V " + shapeText(v) + " do not make one attention call");
+  }
+  if (call.kv_heads == 0 || call.q_heads % call.kv_heads != 0) {
+    return bad(std::to_string(call.q_heads) + " query heads are not a multiple of " + std::to_string(call.kv_heads) + " key/value heads");
+  }
+  std::vector<int64_t> out_shape = {call.batch, call.q_heads, call.s_q, call.v_dim};
+  for (const char* role : {"O", "dO"}) {
+    if (call.has(role) && call.at(role).sizes() != at::IntArrayRef(out_shape)) {
+      return bad(std::string(role) + " is " + shapeText(call.at(role)) + ", not [batch, q heads, s_q, v dim]");
+    }
+  }
+  for (const auto& [grad, of] : {std::pair{"dQ", "Q"}, std::pair{"dK", "K"}, std::pair{"dV", "V"}}) {
+    if (call.has(grad) && call.at(grad).sizes() != call.at(of).sizes()) return bad(std::string(grad) + " and " + of + " differ in shape");
+  }
+  if (call.has("mask")) {
+    const at::Tensor& m = call.at("mask");
+    std::vector<int64_t> full = {call.batch, call.q_heads, call.s_q, call.s_kv};
+    bool broadcasts = m.dim() <= 4;
+    for (int64_t d = 0; broadcasts && d < m.dim(); ++d) {
+      int64_t size = m.size(m.dim() - 1 - d), want = full[3 - d];
+      broadcasts = size == want || size == 1;
+    }
+    if (!broadcasts) return bad("mask " + shapeText(m) + " does not broadcast to [batch, q heads, s_q, s_kv]");
+  }
+  call.backward = call.metaOr("phase") == "bwd";
+  if (call.backward && !call.has("dO")) return bad("a backward capture without dO");
+  std::string scale = call.metaOr("arg.scale", "None");
+  if (scale != "None") call.scale = std::strtod(scale.c_str(), nullptr);
+  call.causal = call.metaOr("arg.is_causal") == "true";
+  call.dropout_p = std::strtod(call.metaOr("arg.dropout_p", "0").c_str(), nullptr);
+  return call;
+}
+
+}  // namespace nanprov::replay

@@ -1,0 +1,37 @@
+// A capture file read back as the call it describes: its tensors as LibTorch tensors (on the
+// CPU, in the captured dtypes), its scalar arguments, and what it ran on. Checks that the
+// tensors make one attention call; a file that does not gets one clear error.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <map>
+#include <optional>
+#include <string>
+
+#include "store/capture_file.h"
+#include "store/status.h"
+
+namespace nanprov::replay {
+
+struct CapturedCall {
+  std::map<std::string, std::string> meta;
+  std::map<std::string, at::Tensor> tensors;  // by role: Q K V mask O LSE dO dQ dK dV
+  bool backward = false;
+  std::optional<double> scale;  // none: 1/sqrt(head_dim)
+  bool causal = false;
+  double dropout_p = 0;
+  int64_t batch = 0, q_heads = 0, kv_heads = 0, s_q = 0, s_kv = 0, head_dim = 0, v_dim = 0;
+
+  bool has(const std::string& role) const { return tensors.count(role) > 0; }
+  const at::Tensor& at(const std::string& role) const { return tensors.at(role); }
+  std::string metaOr(const std::string& key, const std::string& fallback = "") const;
+  double softmaxScale() const;
+};
+
+StatusOr<CapturedCall> toCapturedCall(const CaptureFile& file, const std::string& source);
+
+// "bfloat16", as torch spells dtypes.
+std::string dtypeName(const at::Tensor& t);
+
+}  // namespace nanprov::replay

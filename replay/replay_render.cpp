@@ -1,0 +1,207 @@
+// Text and JSON for a ReplayResult.
+#include <cstdio>
+
+#include "replay/replay_result.h"
+
+namespace nanprov::replay {
+namespace {
+
+using nlohmann::json;
+
+constexpr const char* kRoles[] = {"O", "LSE", "dQ", "dK", "dV"};
+
+json nullable(const std::string& s) { return s.empty() ? json(nullptr) : json(s); }
+
+std::string number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g", v);
+  return buf;
+}
+
+std::string joined(const std::vector<std::string>& parts, const char* sep) {
+  std::string s;
+  for (size_t i = 0; i < parts.size(); ++i) s += (i ? sep : "") + parts[i];
+  return s;
+}
+
+std::string padded(std::string s, size_t width) {
+  if (s.size() < width) s.append(width - s.size(), ' ');
+  return s + " ";
+}
+
+// The yardstick's errors ride on every comparison of a role; the first one that has them.
+const Comparison* yardstickOf(const ReplayResult& r, const char* role) {
+  for (const BackendRun& b : r.backends) {
+    if (const Comparison* c = b.ran ? b.tensor(role) : nullptr) return c;
+  }
+  return r.captured ? r.captured->tensor(role) : nullptr;
+}
+
+json comparisonJson(const Comparison& c) {
+  return {{"verdict", verdictName(c.verdict)},
+          {"nonfinite", c.nonfinite},
+          {"nonfinite_where", nullable(c.nonfinite_where)},
+          {"all_zero", c.all_zero},
+          {"all_zero_where", nullable(c.all_zero_where)},
+          {"max_abs_err", c.max_abs_err},
+          {"mean_abs_err", c.mean_abs_err},
+          {"rel_l2", c.rel_l2},
+          {"cosine", c.cosine},
+          {"yardstick_max_err", c.yardstick_max_err},
+          {"yardstick_mean_err", c.yardstick_mean_err},
+          {"floor", c.floor},
+          {"compared", c.compared}};
+}
+
+json backendJson(const BackendRun& b) {
+  json tensors = json::object();
+  for (const Comparison& c : b.tensors) tensors[c.role] = comparisonJson(c);
+  return {{"name", b.name},
+          {"status", b.ran ? "ran" : "unsupported"},
+          {"detail", nullable(b.detail)},
+          {"original", b.original},
+          {"tensors", tensors}};
+}
+
+json conditionsJson(const Conditions& c) {
+  return {{"fully_masked_rows", c.fully_masked_rows},
+          {"min_row_lse", c.min_row_lse ? json(*c.min_row_lse) : json(nullptr)},
+          {"lse_below_-88.7", c.lse_below_limit},
+          {"s_q", c.s_q},
+          {"s_kv", c.s_kv},
+          {"s_kv_mod_128", c.s_kv % 128},
+          {"head_dim", c.head_dim},
+          {"head_dim_above_256", c.head_dim > 256},
+          {"q_heads", c.q_heads},
+          {"kv_heads", c.kv_heads},
+          {"gqa_ratio", c.kv_heads ? c.q_heads / c.kv_heads : 0},
+          {"causal", c.causal},
+          {"window", c.window},
+          {"query_dtype", c.query_dtype},
+          {"mask_dtype", nullable(c.mask_dtype)},
+          {"mask_dtype_differs", !c.mask_dtype.empty() && c.mask_dtype != c.query_dtype},
+          {"dropout_p", c.dropout_p}};
+}
+
+std::string conditionsText(const Conditions& c) {
+  std::vector<std::string> parts;
+  parts.push_back(std::to_string(c.fully_masked_rows) + " fully masked query rows");
+  if (c.min_row_lse) {
+    parts.push_back("min row LSE " + number(*c.min_row_lse) + (c.lse_below_limit ? " (below -88.7)" : ""));
+  }
+  parts.push_back("s_kv " + std::to_string(c.s_kv) + " (s_kv % 128 = " + std::to_string(c.s_kv % 128) + ")");
+  parts.push_back("head_dim " + std::to_string(c.head_dim));
+  parts.push_back("GQA " + std::to_string(c.kv_heads ? c.q_heads / c.kv_heads : 0) + ":1 (" +
+                  std::to_string(c.q_heads) + " q heads, " + std::to_string(c.kv_heads) + " kv heads)");
+  if (c.causal) parts.push_back("causal");
+  parts.push_back("window " + c.window);
+  parts.push_back(c.mask_dtype.empty() ? "no mask"
+                                       : "mask " + c.mask_dtype + (c.mask_dtype != c.query_dtype ? " (query " + c.query_dtype + ")" : ""));
+  if (c.dropout_p > 0) parts.push_back("dropout " + number(c.dropout_p));
+  return joined(parts, "; ");
+}
+
+void verdictRow(std::string& out, const std::string& label, const BackendRun& b) {
+  out += "  " + padded(label, 20);
+  if (!b.ran) {
+    out += "unsupported: " + b.detail + "\n";
+    return;
+  }
+  for (const char* role : kRoles) {
+    const Comparison* c = b.tensor(role);
+    out += padded(c ? verdictName(c->verdict) : "-", 12);
+  }
+  out += "\n";
+}
+
+void errorRow(std::string& out, const std::string& label, const BackendRun& b) {
+  if (!b.ran) return;
+  out += "  " + padded(label, 20);
+  for (const char* role : kRoles) {
+    const Comparison* c = b.tensor(role);
+    out += padded(c ? number(c->max_abs_err) : "-", 12);
+  }
+  out += "\n";
+}
+
+}  // namespace
+
+json toJson(const ReplayResult& r) {
+  json backends = json::array();
+  for (const BackendRun& b : r.backends) backends.push_back(backendJson(b));
+  json yardstick = json::object();
+  for (const char* role : kRoles) {
+    if (const Comparison* c = yardstickOf(r, role)) {
+      yardstick[role] = {{"max_abs_err", c->yardstick_max_err}, {"mean_abs_err", c->yardstick_mean_err}};
+    }
+  }
+  return {{"capture", r.capture},
+          {"call", r.call},
+          {"phase", r.phase},
+          {"op", r.op},
+          {"backend", r.backend},
+          {"module", r.module},
+          {"captured_on", r.captured_on},
+          {"replayed_on", r.replayed_on},
+          {"dtype", r.dtype},
+          {"kernels", r.kernels},
+          {"main_kernel", nullable(r.main_kernel)},
+          {"injected", nullable(r.injected)},
+          {"captured_edge", nullable(r.captured_edge)},
+          {"reference", {{"valid", r.reference_problem.empty()}, {"problem", nullable(r.reference_problem)}, {"device", r.reference_device}}},
+          {"root_cause", {{"class", r.root_cause.cls},
+                          {"backend", nullable(r.root_cause.backend)},
+                          {"kernel", nullable(r.root_cause.kernel)},
+                          {"tensors", r.root_cause.tensors},
+                          {"explanation", r.root_cause.explanation}}},
+          {"captured", r.captured ? backendJson(*r.captured) : json(nullptr)},
+          {"backends", backends},
+          {"yardstick", yardstick},
+          {"yardstick_nonfinite", r.yardstick_nonfinite},
+          {"conditions", conditionsJson(r.conditions)},
+          {"notes", r.notes}};
+}
+
+std::string toText(const ReplayResult& r) {
+  std::string out = "replay of " + r.call + " (" + r.phase + ", " + r.op + ", " + r.backend + ", " + r.dtype + ")";
+  out += ", captured on " + r.captured_on + ", replayed on " + r.replayed_on + "\n";
+  out += "root cause: " + r.root_cause.cls;
+  if (!r.root_cause.explanation.empty()) out += ": " + r.root_cause.explanation;
+  out += "\n";
+  if (!r.root_cause.kernel.empty()) out += "  kernel: " + r.root_cause.kernel + "\n";
+  out += "conditions: " + conditionsText(r.conditions) + "\n\n";
+
+  std::string header = "  " + padded("backend", 20);
+  for (const char* role : kRoles) header += padded(role, 12);
+  out += "verdicts against the float64 reference (" + r.reference_device + ")\n" + header + "\n";
+  if (r.captured) verdictRow(out, "captured (run)", *r.captured);
+  for (const BackendRun& b : r.backends) verdictRow(out, b.name + (b.original ? " *" : ""), b);
+
+  out += "\nmax |B - reference| where both are finite\n" + header + "\n";
+  if (r.captured) errorRow(out, "captured (run)", *r.captured);
+  for (const BackendRun& b : r.backends) errorRow(out, b.name + (b.original ? " *" : ""), b);
+  out += "  " + padded("yardstick (" + r.dtype + ")", 20);
+  for (const char* role : kRoles) {
+    const Comparison* c = yardstickOf(r, role);
+    out += padded(c ? number(c->yardstick_max_err) : "-", 12);
+  }
+  out += "\n";
+  std::vector<std::string> details;
+  auto detail = [&](const std::string& name, const BackendRun& b) {
+    for (const Comparison& c : b.tensors) {
+      if (c.nonfinite) details.push_back(name + " " + c.role + ": " + std::to_string(c.nonfinite) +
+                                         " non-finite where the reference is finite, at " + c.nonfinite_where);
+      if (c.all_zero) details.push_back(name + " " + c.role + ": exactly zero over " + c.all_zero_where);
+    }
+  };
+  if (r.captured) detail("captured", *r.captured);
+  for (const BackendRun& b : r.backends) detail(b.name, b);
+  if (!details.empty()) out += "\n" + joined(details, "\n") + "\n";
+  out += "\n* the backend that ran the captured call";
+  if (!r.main_kernel.empty()) out += " (" + r.main_kernel + ")";
+  out += "\n";
+  for (const std::string& note : r.notes) out += "note: " + note + "\n";
+  return out;
+}
+
+}  // namespace nanprov::replay

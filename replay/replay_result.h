@@ -1,0 +1,76 @@
+// What one replay found: per backend and tensor, the comparison with the float64 reference; the
+// conditions in the captured data that known kernel bugs depend on; and the root cause for the
+// call. Plain data, rendered as text for people and JSON for scripts (replay_render.cpp).
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "replay/verdict.h"
+
+namespace nanprov::replay {
+
+struct BackendRun {
+  std::string name;       // cudnn, flash, efficient, math, flash_cpu; "captured" for the run's own outputs
+  bool ran = false;       // false: unsupported (or not replayable), `detail` says why
+  std::string detail;
+  bool original = false;  // the backend that ran the captured call
+  std::vector<Comparison> tensors;  // O, LSE, dQ, dK, dV as far as produced
+
+  const Comparison* tensor(const std::string& role) const;
+  std::vector<std::string> failing() const;  // roles whose verdict is a failure
+};
+
+// What the captured data looks like, in the terms known bugs are described in (seed 004:
+// cuDNN backward NaN in dQ when s_kv % 128 != 0 and a row's LSE is below about -88.7).
+struct Conditions {
+  int64_t fully_masked_rows = 0;        // query rows no key is visible to (mask, causal)
+  std::optional<double> min_row_lse;    // smallest finite row LSE of the reference
+  bool lse_below_limit = false;         // min_row_lse < -88.7: exp(-LSE) overflows float32
+  int64_t s_q = 0, s_kv = 0, head_dim = 0, q_heads = 0, kv_heads = 0;
+  bool causal = false;
+  std::string window = "none";
+  std::string query_dtype, mask_dtype;  // mask_dtype empty: no mask
+  double dropout_p = 0;
+};
+inline constexpr double kLseLimit = -88.7;  // log of float32's smallest normal, about e^-87.3
+
+struct RootCause {
+  std::string cls = "none";  // none, backend-specific, forward-ok-backward-wrong, input-caused,
+                             // precision-limit, not-reproduced, reference-suspect
+  std::string backend, kernel;
+  std::vector<std::string> tensors;
+  std::string explanation;
+};
+
+struct ReplayResult {
+  std::string capture;               // path
+  std::string call, phase, op, backend, module;
+  std::string captured_on, replayed_on;  // devices
+  std::string dtype;                 // of the query
+  std::string main_kernel;           // of the captured call, when known
+  std::vector<std::string> kernels;
+  std::string injected;              // role corrupted by --inject in the run
+  std::string captured_edge;         // clean, source, propagated (when captured)
+  std::string reference_problem;     // empty: the reference is valid
+  std::string reference_device = "cpu";
+  std::optional<BackendRun> captured;  // the outputs the run itself produced
+  std::vector<BackendRun> backends;
+  std::vector<std::string> yardstick_nonfinite;  // tensors the yardstick itself could not compute
+  Conditions conditions;
+  RootCause root_cause;
+  std::vector<std::string> notes;
+};
+
+// Applies DESIGN.md's root-cause table to the verdicts (first match wins).
+RootCause findRootCause(const ReplayResult& r);
+
+nlohmann::json toJson(const ReplayResult& r);
+std::string toText(const ReplayResult& r);
+
+// replay's exit code: 0 when no fault recurred (none, not-reproduced), 1 when one did.
+int exitCodeOf(const RootCause& cause);
+
+}  // namespace nanprov::replay

@@ -1,0 +1,120 @@
+#include "replay/repro_script.h"
+
+#include <cstdio>
+
+namespace nanprov::replay {
+namespace {
+
+std::string sdpaBackendName(const std::string& backend) {
+  if (backend == "cudnn") return "CUDNN_ATTENTION";
+  if (backend == "flash" || backend == "flash_cpu") return "FLASH_ATTENTION";
+  if (backend == "efficient") return "EFFICIENT_ATTENTION";
+  return "MATH";
+}
+
+// A Python string literal for any text (JSON strings are valid Python literals for this use).
+std::string quoted(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+std::string reproScript(const ReproSpec& spec) {
+  char scale[40] = "None";
+  if (spec.scale) std::snprintf(scale, sizeof scale, "%.17g", *spec.scale);
+  std::string s;
+  s += "#!/usr/bin/env python3\n";
+  s += "# Reproduces what `nanprov replay` found for " + spec.call + ":\n#   " + spec.finding + "\n";
+  s += "# Captured with: " + spec.versions + "\n";
+  s += "# Needs only PyTorch. Run: python repro.py [cuda|cpu]   (exit 1: reproduced, 0: not)\n";
+  s += R"py(import json
+import os
+import struct
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+)py";
+  s += "CALL = " + quoted(spec.call) + "\n";
+  s += "BACKEND = SDPBackend." + sdpaBackendName(spec.backend) + "\n";
+  s += "DEVICE = " + quoted(spec.device) + "\n";
+  s += std::string("CAUSAL = ") + (spec.causal ? "True" : "False") + "\n";
+  s += std::string("SCALE = ") + scale + "\n";
+  s += std::string("GQA = ") + (spec.gqa ? "True" : "False") + "\n";
+  s += R"py(DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16,
+          "BF16": torch.bfloat16, "BOOL": torch.bool, "I64": torch.int64}
+
+
+def load(path):
+    """A safetensors file, read with the standard library (no safetensors package needed)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    header.pop("__metadata__", None)
+    tensors = {}
+    for name, info in header.items():
+        begin, end = info["data_offsets"]
+        raw = bytearray(data[8 + n + begin:8 + n + end])
+        dtype = DTYPES[info["dtype"]]
+        flat = torch.frombuffer(raw, dtype=dtype) if raw else torch.empty(0, dtype=dtype)
+        tensors[name] = flat.reshape(info["shape"])
+    return tensors
+
+
+def attention(t, backend, device, dtype=None):
+    """O, and dQ/dK/dV for the captured dO, from one SDPA backend."""
+    q, k, v = (t[n].to(device, dtype).requires_grad_() for n in "QKV")
+    mask = t.get("mask")
+    if mask is not None:
+        mask = mask.to(device, dtype if mask.dtype != torch.bool else None)
+    with sdpa_kernel([backend]):
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=CAUSAL, scale=SCALE, enable_gqa=GQA)
+    out = {"O": o.detach()}
+    if "dO" in t:
+        dq, dk, dv = torch.autograd.grad(o, (q, k, v), t["dO"].to(device, o.dtype))
+        out.update(dQ=dq, dK=dk, dV=dv)
+    return out
+
+
+def main():
+    device = sys.argv[1] if len(sys.argv) > 1 else DEVICE
+    t = load(os.path.join(os.path.dirname(os.path.abspath(__file__)), "inputs.safetensors"))
+    print(f"{CALL}: torch {torch.__version__}, {BACKEND} on {device}, reference MATH in float64 on the CPU")
+    got = attention(t, BACKEND, device)
+    ref = attention(t, SDPBackend.MATH, "cpu", torch.float64)
+    reproduced = []
+    for name, x in got.items():
+        r = ref[name]
+        x64 = x.detach().double().cpu()
+        bad, ref_bad = int((~torch.isfinite(x64)).sum()), int((~torch.isfinite(r)).sum())
+        finite = torch.isfinite(x64) & torch.isfinite(r)
+        err = (x64 - r)[finite]
+        rel = float(err.norm() / r[finite].norm().clamp_min(1e-30)) if err.numel() else 0.0
+        print(f"  {name}: {bad} non-finite of {x.numel()} (reference: {ref_bad}), relative L2 error {rel:.3g}")
+        if (bad and not ref_bad) or rel > 0.05:
+            reproduced.append(name)
+    if reproduced:
+        print(f"REPRODUCED: {BACKEND} gets {', '.join(reproduced)} wrong")
+        sys.exit(1)
+    print("not reproduced")
+
+
+if __name__ == "__main__":
+    main()
+)py";
+  return s;
+}
+
+}  // namespace nanprov::replay

@@ -1,0 +1,116 @@
+#include <algorithm>
+
+#include "replay/replay_result.h"
+
+namespace nanprov::replay {
+namespace {
+
+bool isGradient(const std::string& role) { return role == "dQ" || role == "dK" || role == "dV"; }
+
+std::string joined(const std::vector<std::string>& parts) {
+  std::string s;
+  for (size_t i = 0; i < parts.size(); ++i) s += (i ? ", " : "") + parts[i];
+  return s;
+}
+
+}  // namespace
+
+const Comparison* BackendRun::tensor(const std::string& role) const {
+  for (const Comparison& c : tensors) {
+    if (c.role == role) return &c;
+  }
+  return nullptr;
+}
+
+std::vector<std::string> BackendRun::failing() const {
+  std::vector<std::string> roles;
+  for (const Comparison& c : tensors) {
+    if (isFailure(c.verdict)) roles.push_back(c.role);
+  }
+  return roles;
+}
+
+RootCause findRootCause(const ReplayResult& r) {
+  RootCause cause;
+  if (!r.reference_problem.empty()) {
+    cause.cls = "input-caused";
+    cause.explanation = "the float64 reference itself is not finite here (" + r.reference_problem +
+                        "): the inputs are at fault, not a kernel";
+    return cause;
+  }
+  std::vector<const BackendRun*> passing, failing;
+  for (const BackendRun& b : r.backends) {
+    if (!b.ran) continue;
+    (b.failing().empty() ? passing : failing).push_back(&b);
+  }
+  if (failing.empty()) {
+    std::vector<std::string> captured_bad = r.captured ? r.captured->failing() : std::vector<std::string>{};
+    if (captured_bad.empty()) {
+      cause.explanation = passing.empty() ? "no backend could run this call" : "every backend that ran agrees with the reference";
+      return cause;
+    }
+    cause.cls = "not-reproduced";
+    cause.tensors = captured_bad;
+    cause.backend = r.backend;
+    cause.explanation = "the run's " + joined(captured_bad) + " failed, but every backend computes this call correctly from " +
+                        "the captured inputs: ";
+    if (!r.injected.empty()) {
+      cause.explanation += r.injected + " was corrupted by nanprov run --inject, so the kernel itself is fine";
+    } else {
+      cause.explanation += "the failure is nondeterministic, or needs context the capture does not hold";
+    }
+    return cause;
+  }
+  if (!passing.empty()) {
+    // Confirmed by a backend that gets the same call right: name the original if it is among
+    // the failing, else the first.
+    const BackendRun* culprit = failing.front();
+    for (const BackendRun* b : failing) {
+      if (b->original) culprit = b;
+    }
+    cause.cls = "backend-specific";
+    cause.backend = culprit->name;
+    cause.tensors = culprit->failing();
+    if (culprit->original) cause.kernel = r.main_kernel;
+    std::vector<std::string> ok_names;
+    for (const BackendRun* b : passing) ok_names.push_back(b->name);
+    cause.explanation = culprit->name + " gets " + joined(cause.tensors) +
+                        (cause.tensors.size() == 1 ? " only" : "") + " wrong; " + joined(ok_names) +
+                        " compute the same call correctly";
+    return cause;
+  }
+  // Every backend that ran fails. Alike with the yardstick: the input's precision cannot hold
+  // this computation. Otherwise the reference's semantics are the suspect.
+  std::vector<std::string> common;  // what every failing backend gets wrong
+  for (const std::string& role : failing.front()->failing()) {
+    bool everywhere = std::all_of(failing.begin(), failing.end(), [&](const BackendRun* b) {
+      std::vector<std::string> f = b->failing();
+      return std::count(f.begin(), f.end(), role) > 0;
+    });
+    if (everywhere) common.push_back(role);
+  }
+  if (common.empty()) common = failing.front()->failing();
+  cause.tensors = common;
+  bool yardstick_fails = std::any_of(common.begin(), common.end(), [&](const std::string& role) {
+    return std::count(r.yardstick_nonfinite.begin(), r.yardstick_nonfinite.end(), role) > 0;
+  });
+  if (yardstick_fails) {
+    cause.cls = "precision-limit";
+    cause.explanation = "every backend fails alike in " + r.dtype + ", as does the reordered " + r.dtype +
+                        " yardstick, while the float64 reference is finite: the values overflow " + r.dtype;
+  } else if (std::all_of(common.begin(), common.end(), isGradient)) {
+    cause.cls = "forward-ok-backward-wrong";
+    cause.explanation = "every backend's forward agrees with the reference; its " + joined(common) + " do not";
+  } else {
+    cause.cls = "reference-suspect";
+    cause.explanation = "every backend disagrees with the reference alike while the yardstick agrees: check the "
+                        "captured semantics (mask alignment, scale, GQA mapping)";
+  }
+  return cause;
+}
+
+int exitCodeOf(const RootCause& cause) {
+  return cause.cls == "none" || cause.cls == "not-reproduced" ? 0 : 1;
+}
+
+}  // namespace nanprov::replay

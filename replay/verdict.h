@@ -1,0 +1,51 @@
+// Verdicts: how one output of one backend compares with the float64 reference G, judged against
+// the yardstick L (the same attention in the input's precision with the operations reordered),
+// with the rules of DESIGN.md "Verdict rules", which follow the tests of FlashAttention, PyTorch,
+// TransformerEngine and cudnn-frontend. Plain C++ over float64 arrays: no LibTorch.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace nanprov::replay {
+
+enum class Verdict { kOk, kSuspect, kNonFinite, kAllZero, kSilentWrong, kUnsupported, kReferenceInvalid };
+const char* verdictName(Verdict v);  // "ok", "suspect", "non-finite", ...
+// Non-finite, all-zero and silent-wrong: the backend got this tensor wrong.
+bool isFailure(Verdict v);
+
+// A dense tensor read as [batch, heads, rows, cols]; LSE has one column.
+struct Grid {
+  int64_t batch = 1, heads = 1, rows = 1, cols = 1;
+  int64_t size() const { return batch * heads * rows * cols; }
+};
+
+// Rows are grouped in tiles of this many when locating faults: the row blocks kernels work in.
+inline constexpr int64_t kRowTile = 64;
+
+// Error multipliers over the yardstick. Rule 5 (ok): DESIGN.md. Rule 6 (suspect): PyTorch's own
+// looser bounds in test/test_transformers.py.
+double okMultiplier(const std::string& role);       // O, LSE 2; dQ, dK, dV 3
+double suspectMultiplier(const std::string& role);  // O 4, LSE 4, dV 8, dK 25, dQ 180
+
+struct Comparison {
+  std::string role;
+  Verdict verdict = Verdict::kOk;
+  int64_t nonfinite = 0;        // NaN/Inf in B where G is finite
+  std::string nonfinite_where;  // "batch 0-1, head 0-3, row tile 0 (rows 0-63)"
+  bool all_zero = false;        // B exactly 0 over the tensor, a (batch, head) or a row tile
+  std::string all_zero_where;
+  double max_abs_err = 0, mean_abs_err = 0, rel_l2 = 0, cosine = 1;
+  double yardstick_max_err = 0, yardstick_mean_err = 0;
+  int64_t yardstick_nonfinite = 0;
+  double floor = 0;             // about one ulp of the dtype near max|G|
+  int64_t compared = 0;         // positions where G is finite
+};
+
+// Compares B with G (and L, which may be empty) over the positions where G is finite, and
+// applies rules 3 to 7. `floor` is 2·max|fl(G+0.3)−0.3−G| in B's dtype.
+Comparison compare(const std::string& role, const Grid& grid, const std::vector<double>& b,
+                   const std::vector<double>& g, const std::vector<double>& l, double floor);
+
+}  // namespace nanprov::replay
