@@ -1,0 +1,160 @@
+// End-to-end: capture in real CPU training under `nanprov run`, then `nanprov replay`, judged by
+// its JSON. Nothing is mocked: the captures are the run's, the verdicts the replay engine's.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "tests/e2e/e2e_support.h"
+
+namespace {
+using namespace e2e;
+
+// `nanprov replay <args> --json`, parsed, with its exit code.
+struct Replay {
+  Result result;
+  json doc;
+};
+
+Replay replay(const std::string& args) {
+  Replay r;
+  r.result = sh(nanprov() + " replay " + args + " --json");
+  r.doc = json::parse(r.result.out, nullptr, false);
+  return r;
+}
+
+const json& backend(const json& doc, const std::string& name) {
+  for (const json& b : doc["backends"]) {
+    if (b["name"] == name) return b;
+  }
+  static const json none;
+  return none;
+}
+
+TEST(Replay, DemoOverflowEdgeIsCapturedAndReplaysAsPrecisionLimit) {
+  TrainedRun r = train("replay-overflow", "", "--steps 4 --glitch-step 2 --glitch-scale 1e20");
+  ASSERT_EQ(r.report.code, 1) << r.train.out;
+  const json& e = r.doc["first_edge"];
+  ASSERT_TRUE(e["capture"].is_string()) << e.dump(1);
+  std::string capture = e["capture"];
+  ASSERT_TRUE(fs::exists(capture));
+  EXPECT_NE(r.train.out.find("captured: nanprov replay " + capture), std::string::npos) << r.train.out;
+
+  // The safetensors package opens what the probes wrote.
+  Result py = sh(python() + " -c \"from safetensors import safe_open; f = safe_open('" + capture +
+                 "', 'pt'); m = f.metadata(); print(sorted(f.keys()), m['op'], m['phase'], m['call'])\"");
+  ASSERT_EQ(py.code, 0) << py.out;
+  EXPECT_NE(py.out.find("['K', 'LSE', 'O', 'Q', 'V'] aten::_scaled_dot_product_flash_attention_for_cpu fwd "
+                        "rank0:layer0:call4"), std::string::npos) << py.out;
+
+  fs::path repro = r.dir / "repro";
+  Replay rp = replay(capture + " --emit-repro " + repro.string());
+  ASSERT_EQ(rp.result.code, 1) << rp.result.out << "\n(1: a fault recurred)";
+  const json& d = rp.doc;
+  EXPECT_EQ(d["root_cause"]["class"], "precision-limit") << d["root_cause"].dump(1);
+  EXPECT_EQ(d["reference"]["valid"], true) << "the float64 reference stays finite";
+  EXPECT_EQ(d["captured"]["tensors"]["O"]["verdict"], "non-finite");
+  for (const char* name : {"flash_cpu", "math"}) {
+    const json& b = backend(d, name);
+    ASSERT_EQ(b["status"], "ran") << name;
+    EXPECT_EQ(b["tensors"]["O"]["verdict"], "non-finite") << name;
+    EXPECT_GT(b["tensors"]["O"]["nonfinite"].get<int64_t>(), 0) << name;
+  }
+  EXPECT_EQ(backend(d, "flash_cpu")["original"], true);
+  EXPECT_NE(std::find(d["yardstick_nonfinite"].begin(), d["yardstick_nonfinite"].end(), "O"),
+            d["yardstick_nonfinite"].end()) << "the float32 yardstick overflows too";
+
+  // The emitted script shows the failure with plain PyTorch, without nanprov.
+  Result script = sh("cd / && " + python() + " " + (repro / "repro.py").string() + " 2>&1");
+  EXPECT_EQ(script.code, 1) << script.out;
+  EXPECT_NE(script.out.find("REPRODUCED"), std::string::npos) << script.out;
+
+  // Given the run directory, replay takes its first source edge's capture.
+  Replay by_run = replay(r.dir.string());
+  EXPECT_EQ(by_run.doc["capture"], capture);
+}
+
+TEST(Replay, CleanCallsCapturedBySelectorReplayOkOnEveryCpuBackend) {
+  TrainedRun r = train("replay-clean", "--capture 'layer=0,phase=bwd,step=0' --capture 'layer=1,phase=fwd,step=1'",
+                       "--steps 2 --mask-rows");
+  ASSERT_EQ(r.report.code, 0) << r.train.out;
+  json rows = json::parse(sh(nanprov() + " sql " + r.dir.string() +
+                             " \"SELECT trigger, path FROM captures ORDER BY seq\" --json").out);
+  ASSERT_EQ(rows.size(), 2u) << rows.dump(1);
+  for (const json& row : rows) {
+    EXPECT_EQ(row["trigger"], "selector");
+    Replay rp = replay((r.dir / row["path"].get<std::string>()).string());
+    ASSERT_EQ(rp.result.code, 0) << rp.result.out;
+    EXPECT_EQ(rp.doc["root_cause"]["class"], "none");
+    EXPECT_GT(rp.doc["conditions"]["fully_masked_rows"].get<int64_t>(), 0) << "--mask-rows hides whole rows";
+    bool bwd = rp.doc["phase"] == "bwd";
+    for (const char* name : {"flash_cpu", "math"}) {
+      const json& b = backend(rp.doc, name);
+      ASSERT_EQ(b["status"], "ran") << name;
+      for (const char* role : {"O", "dQ", "dK", "dV"}) {
+        if (!bwd && role[0] == 'd') continue;
+        EXPECT_EQ(b["tensors"][role]["verdict"], "ok") << name << " " << role << "\n" << b.dump(1);
+      }
+    }
+    if (bwd) EXPECT_EQ(rp.doc["captured"]["tensors"]["dQ"]["verdict"], "ok");
+  }
+}
+
+TEST(Replay, InjectedBackwardFaultIsNotReproduced) {
+  TrainedRun r = train("replay-inject", "--inject 'layer=1,phase=bwd,tensor=dQ,step=1,value=nan'", "--steps 3");
+  ASSERT_EQ(r.report.code, 1) << r.train.out;
+  ASSERT_TRUE(r.doc["first_edge"]["capture"].is_string()) << r.doc["first_edge"].dump(1);
+  Replay rp = replay(r.doc["first_edge"]["capture"].get<std::string>());
+  EXPECT_EQ(rp.result.code, 0) << rp.result.out << "\n(0: the fault did not recur)";
+  EXPECT_EQ(rp.doc["root_cause"]["class"], "not-reproduced");
+  EXPECT_EQ(rp.doc["injected"], "dQ");
+  EXPECT_NE(rp.doc["root_cause"]["explanation"].get<std::string>().find("--inject"), std::string::npos);
+  EXPECT_EQ(rp.doc["captured"]["tensors"]["dQ"]["verdict"], "non-finite");
+  EXPECT_EQ(backend(rp.doc, "flash_cpu")["tensors"]["dQ"]["verdict"], "ok");
+  Result text = sh(nanprov() + " replay " + rp.doc["capture"].get<std::string>());
+  EXPECT_NE(text.out.find("corrupted by nanprov run --inject, so the kernel itself is fine"), std::string::npos) << text.out;
+}
+
+TEST(Replay, SamplingAndTheByteBudgetAreRecordedWithReasons) {
+  TrainedRun r = train("replay-budget", "--capture-every 4 --capture-bytes 300K", "--steps 3 --glitch-step 2 --glitch-scale 1e20");
+  ASSERT_EQ(r.report.code, 1) << r.train.out;
+  json rows = json::parse(sh(nanprov() + " sql " + r.dir.string() +
+                             " \"SELECT seq, trigger, bytes, skipped FROM captures ORDER BY seq\" --json").out);
+  ASSERT_GE(rows.size(), 3u) << rows.dump(1);
+  int64_t written = 0;
+  bool skipped_for_budget = false;
+  for (const json& row : rows) {
+    if (row["skipped"].is_null()) written += row["bytes"].get<int64_t>();
+    else skipped_for_budget |= row["skipped"].get<std::string>().find("capture budget") != std::string::npos;
+  }
+  EXPECT_GT(written, 0);
+  EXPECT_LE(written, 300 * 1024) << "never beyond the budget";
+  EXPECT_TRUE(skipped_for_budget) << rows.dump(1);
+  EXPECT_EQ(rows[0]["trigger"], "every");
+}
+
+TEST(Replay, BrokenCapturesAndBadArgumentsGetOneLineErrors) {
+  TrainedRun r = train("replay-errors", "--capture 'layer=0,phase=fwd,step=0'", "--steps 1");
+  json rows = json::parse(sh(nanprov() + " sql " + r.dir.string() + " \"SELECT path FROM captures\" --json").out);
+  ASSERT_EQ(rows.size(), 1u);
+  fs::path capture = r.dir / rows[0]["path"].get<std::string>();
+  fs::path truncated = r.dir / "truncated.safetensors";
+  fs::copy_file(capture, truncated);
+  fs::resize_file(truncated, fs::file_size(capture) - 100);
+  Result cut = sh(nanprov() + " replay " + truncated.string() + " 2>&1");
+  EXPECT_EQ(cut.code, 3) << cut.out;
+  EXPECT_NE(cut.out.find("not a readable capture"), std::string::npos) << cut.out;
+  EXPECT_EQ(std::count(cut.out.begin(), cut.out.end(), '\n'), 1) << cut.out;
+
+  Result bad_backend = sh(nanprov() + " replay " + capture.string() + " --backends math,warp 2>&1");
+  EXPECT_EQ(bad_backend.code, 2) << bad_backend.out;
+  EXPECT_NE(bad_backend.out.find("unknown backend 'warp'"), std::string::npos);
+
+  Result no_edge = sh(nanprov() + " replay " + r.dir.string() + " 2>&1");
+  EXPECT_EQ(no_edge.code, 3) << no_edge.out;
+  EXPECT_NE(no_edge.out.find("has no source edge"), std::string::npos) << no_edge.out;
+
+  Result no_cuda = sh(nanprov() + " replay " + capture.string() + " --device cuda 2>&1");
+  if (no_cuda.code == 3) EXPECT_NE(no_cuda.out.find("replay with --device cpu"), std::string::npos) << no_cuda.out;
+}
+
+}  // namespace

@@ -1,0 +1,124 @@
+#include "replay/verdict.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "replay/replay_result.h"
+
+namespace nanprov::replay {
+namespace {
+
+const double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// G: a smooth [1, 2, 128, 4] tensor; L: G off by `yard` everywhere.
+struct Case {
+  Grid grid{1, 2, 128, 4};
+  std::vector<double> g, l;
+  explicit Case(double yard = 1e-3) {
+    for (int64_t i = 0; i < grid.size(); ++i) g.push_back(std::sin(0.1 * static_cast<double>(i)) + 0.5);
+    for (double x : g) l.push_back(x + yard);
+  }
+  std::vector<double> off(double by) const {
+    std::vector<double> b = g;
+    for (double& x : b) x += by;
+    return b;
+  }
+};
+
+TEST(Verdict, WithinTheYardstickIsOkAndFarOutsideIsSilentWrong) {
+  Case c;
+  EXPECT_EQ(compare("O", c.grid, c.off(1.5e-3), c.g, c.l, 1e-6).verdict, Verdict::kOk);
+  Comparison wrong = compare("O", c.grid, c.off(0.5), c.g, c.l, 1e-6);
+  EXPECT_EQ(wrong.verdict, Verdict::kSilentWrong);
+  EXPECT_NEAR(wrong.max_abs_err, 0.5, 1e-12);
+  EXPECT_NEAR(wrong.yardstick_max_err, 1e-3, 1e-12);
+}
+
+TEST(Verdict, PyTorchsLooserBoundsMakeSuspectOnlyForTheRightTensor) {
+  Case c;
+  // 10x the yardstick: beyond rule 5 for every tensor; within dQ's 180x, not O's 4x.
+  std::vector<double> b = c.off(1e-2);
+  EXPECT_EQ(compare("dQ", c.grid, b, c.g, c.l, 1e-6).verdict, Verdict::kSuspect);
+  EXPECT_EQ(compare("O", c.grid, b, c.g, c.l, 1e-6).verdict, Verdict::kSilentWrong);
+}
+
+TEST(Verdict, NonFiniteIsCountedAndLocatedOnlyWhereTheReferenceIsFinite) {
+  Case c;
+  std::vector<double> b = c.g;
+  b[1 * 128 * 4 + 70 * 4 + 2] = kNaN;  // head 1, row 70: row tile 1
+  b[1 * 128 * 4 + 71 * 4 + 0] = std::numeric_limits<double>::infinity();
+  std::vector<double> g = c.g;
+  g[0] = -std::numeric_limits<double>::infinity();  // e.g. LSE of a hidden row: not judged there
+  b[0] = kNaN;
+  Comparison r = compare("dQ", c.grid, b, g, c.l, 1e-6);
+  EXPECT_EQ(r.verdict, Verdict::kNonFinite);
+  EXPECT_EQ(r.nonfinite, 2);
+  EXPECT_EQ(r.nonfinite_where, "batch 0, head 1, rows 70-71 (row tile 1)");
+}
+
+TEST(Verdict, AZeroRowTileIsAllZeroLikeSeed002) {
+  Case c;
+  std::vector<double> b = c.off(1e-4);
+  for (int64_t i = 64 * 4; i < 128 * 4; ++i) b[i] = 0.0;  // head 0, rows 64-127 never written
+  Comparison r = compare("O", c.grid, b, c.g, c.l, 1e-6);
+  EXPECT_EQ(r.verdict, Verdict::kAllZero);
+  EXPECT_EQ(r.all_zero_where, "batch 0, head 0, rows 64-127");
+  // A reference that is itself about zero there is no finding.
+  std::vector<double> g = c.g;
+  for (int64_t i = 64 * 4; i < 128 * 4; ++i) g[i] = 1e-9;
+  EXPECT_NE(compare("O", c.grid, b, g, c.l, 1e-6).verdict, Verdict::kAllZero);
+}
+
+BackendRun run(const std::string& name, std::vector<std::pair<std::string, Verdict>> verdicts, bool original = false) {
+  BackendRun b{.name = name, .ran = true, .original = original};
+  for (const auto& [role, v] : verdicts) b.tensors.push_back(Comparison{.role = role, .verdict = v});
+  return b;
+}
+
+TEST(RootCause, OneBackendWrongWhileAnotherIsRightIsBackendSpecific) {
+  ReplayResult r;
+  r.backend = "cudnn";
+  r.main_kernel = "cudnn_generated_fort_native_sdpa_sm90_flash_bprop";
+  r.backends = {run("cudnn", {{"O", Verdict::kOk}, {"dQ", Verdict::kNonFinite}, {"dK", Verdict::kOk}}, true),
+                run("efficient", {{"O", Verdict::kOk}, {"dQ", Verdict::kOk}, {"dK", Verdict::kOk}}),
+                BackendRun{.name = "flash", .detail = "Flash attention does not support a mask"}};
+  RootCause c = findRootCause(r);
+  EXPECT_EQ(c.cls, "backend-specific");
+  EXPECT_EQ(c.backend, "cudnn");
+  EXPECT_EQ(c.kernel, r.main_kernel);
+  EXPECT_EQ(c.tensors, std::vector<std::string>{"dQ"});
+  EXPECT_NE(c.explanation.find("dQ only"), std::string::npos) << c.explanation;
+  EXPECT_EQ(exitCodeOf(c), 1);
+}
+
+TEST(RootCause, EveryBackendAlikeIsPrecisionLimitOnlyWhenTheYardstickFailsToo) {
+  ReplayResult r;
+  r.dtype = "float32";
+  r.backends = {run("flash_cpu", {{"O", Verdict::kNonFinite}}), run("math", {{"O", Verdict::kNonFinite}})};
+  r.yardstick_nonfinite = {"O"};
+  EXPECT_EQ(findRootCause(r).cls, "precision-limit");
+  r.yardstick_nonfinite.clear();
+  EXPECT_EQ(findRootCause(r).cls, "reference-suspect");
+  r.backends = {run("flash_cpu", {{"O", Verdict::kOk}, {"dV", Verdict::kSilentWrong}}),
+                run("math", {{"O", Verdict::kOk}, {"dV", Verdict::kSilentWrong}})};
+  EXPECT_EQ(findRootCause(r).cls, "forward-ok-backward-wrong");
+}
+
+TEST(RootCause, ACapturedFailureNoBackendRepeatsIsNotReproducedAndAnInvalidReferenceIsTheInput) {
+  ReplayResult r;
+  r.backends = {run("flash_cpu", {{"dQ", Verdict::kOk}})};
+  EXPECT_EQ(findRootCause(r).cls, "none");
+  r.captured = run("captured", {{"dQ", Verdict::kNonFinite}});
+  r.injected = "dQ";
+  RootCause c = findRootCause(r);
+  EXPECT_EQ(c.cls, "not-reproduced");
+  EXPECT_NE(c.explanation.find("--inject"), std::string::npos);
+  EXPECT_EQ(exitCodeOf(c), 0);
+  r.reference_problem = "Q has 3 non-finite values";
+  EXPECT_EQ(findRootCause(r).cls, "input-caused");
+}
+
+}  // namespace
+}  // namespace nanprov::replay
