@@ -61,4 +61,13 @@ StatusOr<Gradients> backward(const AttentionShape& shape, const std::vector<doub
                              const std::vector<double>& v, const MaskView& mask, const AttentionOptions& options,
                              const std::vector<double>& dout);
 
+// The same on the first CUDA device (kernels/reference_attention_cuda.cu), built where the CUDA
+// toolkit is. Results match the CPU's to rounding: each value is one sequential float64 sum.
+bool cudaReferenceAvailable();
+StatusOr<Forward> forwardCuda(const AttentionShape& shape, const std::vector<double>& q, const std::vector<double>& k,
+                              const std::vector<double>& v, const MaskView& mask, const AttentionOptions& options);
+StatusOr<Gradients> backwardCuda(const AttentionShape& shape, const std::vector<double>& q, const std::vector<double>& k,
+                                 const std::vector<double>& v, const MaskView& mask, const AttentionOptions& options,
+                                 const std::vector<double>& dout);
+
 }  // namespace nanprov::reference

@@ -225,7 +225,7 @@ Outputs runYardstick(const CapturedCall& call, const at::Device& device) {
   return out;
 }
 
-StatusOr<Outputs> runReference(const CapturedCall& call) {
+StatusOr<Outputs> runReference(const CapturedCall& call, bool on_cuda, std::string* where) {
   reference::AttentionShape shape{call.batch, call.q_heads, call.kv_heads, call.s_q, call.s_kv, call.head_dim, call.v_dim};
   reference::AttentionOptions options;
   options.scale = call.softmaxScale();
@@ -243,13 +243,22 @@ StatusOr<Outputs> runReference(const CapturedCall& call) {
     else view.additive = mask_data.data_ptr<double>();
   }
   std::vector<double> q = doubles(call.at("Q")), k = doubles(call.at("K")), v = doubles(call.at("V"));
-  auto fwd = reference::forward(shape, q, k, v, view, options);
+#if NANPROV_HAVE_CUDA
+  const bool gpu = on_cuda && reference::cudaReferenceAvailable();
+#else
+  const bool gpu = false;
+  (void)on_cuda;
+#endif
+  *where = gpu ? "cuda:0" : "cpu";
+  auto fwd = gpu ? reference::forwardCuda(shape, q, k, v, view, options) : reference::forward(shape, q, k, v, view, options);
   if (!fwd.ok()) return fwd.status();
   Outputs out;
   out.o = tensorOf(std::move(fwd->out), {call.batch, call.q_heads, call.s_q, call.v_dim});
   out.lse = tensorOf(std::move(fwd->lse), {call.batch, call.q_heads, call.s_q});
   if (call.backward) {
-    auto grads = reference::backward(shape, q, k, v, view, options, doubles(call.at("dO")));
+    std::vector<double> dout = doubles(call.at("dO"));
+    auto grads = gpu ? reference::backwardCuda(shape, q, k, v, view, options, dout)
+                     : reference::backward(shape, q, k, v, view, options, dout);
     if (!grads.ok()) return grads.status();
     out.dq = tensorOf(std::move(grads->dq), call.at("Q").sizes());
     out.dk = tensorOf(std::move(grads->dk), call.at("K").sizes());

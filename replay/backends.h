@@ -36,8 +36,9 @@ StatusOr<Outputs> runBackend(const std::string& backend, const CapturedCall& cal
 // low-precision kernel may be off by.
 Outputs runYardstick(const CapturedCall& call, const at::Device& device);
 
-// G: float64, bundled kernels/reference_attention, on the CPU.
-StatusOr<Outputs> runReference(const CapturedCall& call);
+// G: float64, bundled kernels/reference_attention; on the GPU when `on_cuda` and this build has
+// the CUDA reference, else on the CPU. *where says which ran.
+StatusOr<Outputs> runReference(const CapturedCall& call, bool on_cuda, std::string* where);
 
 // The captured outputs themselves, in the comparison's layouts.
 Outputs capturedOutputs(const CapturedCall& call);

@@ -189,7 +189,7 @@ int replayMain(const std::string& path, std::string device_name, const std::stri
                       "; the reference has none, so outputs are compared without it and differ by design");
   }
 
-  auto g = runReference(*call);
+  auto g = runReference(*call, device.is_cuda(), &r.reference_device);
   if (!g.ok()) return fail(g.status());
   r.reference_problem = referenceProblem(*call, *g);
   Outputs l = runYardstick(*call, device);
