@@ -38,6 +38,18 @@ nanprov calls "$out/run-cudnn" --nonfinite | head -8
 first="$(grep -o '"name": "rank[0-9]*:layer[0-9]*:call[0-9]*"' "$out/report-cudnn.json" | head -1 | cut -d'"' -f4)"
 nanprov kernels "$out/run-cudnn" --call "$first"
 nanprov sql "$out/run-cudnn" "SELECT key, value FROM meta WHERE key IN ('host_syncs','kernels_attributed','cupti_dropped_records','cupti_records','kernel_tracer')"
+# Replay of the captured edge: root cause, verdicts, conditions; then the standalone repro script.
+nanprov replay "$out/run-cudnn" --emit-repro "$out/repro-cudnn" | tee "$out/replay-cudnn.txt"
+python3 "$out/repro-cudnn/repro.py"
+echo "repro exit: $?"
+# No false alarms: clean bf16 calls at head_dim 256 and 512, forward and backward of layer 0.
+for d_model in 512 1024; do
+  nanprov run --out "$out/run-clean-$d_model" --capture 'layer=0,step=0' -- python3 examples/tiny_transformer.py \
+    --device cuda --dtype bfloat16 --seq 128 --heads 2 --steps 1 --d-model "$d_model" 2>&1 | tail -1
+  for capture in "$out/run-clean-$d_model"/captures/*.safetensors; do
+    nanprov replay "$capture" | sed -n '1,12p'
+  done
+done | tee "$out/replay-clean.txt"
 # Control: the same run with cuDNN excluded from SDPA.
 nanprov run --out "$out/run-control" -- "${train[@]}" --no-cudnn 2>&1 | tail -6
 nanprov report "$out/run-control" >/dev/null

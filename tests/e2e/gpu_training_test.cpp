@@ -107,4 +107,65 @@ TEST(Gpu, UnderTorchProfilerTheRunCompletesAndKernelsSayWhy) {
   }
 }
 
+json replayJson(const std::string& args, Result* result) {
+  *result = sh(nanprov() + " replay " + args + " --json");
+  return json::parse(result->out, nullptr, false);
+}
+
+TEST(Gpu, CudnnDqNaNIsCapturedAndReplaysAsBackendSpecific) {
+  REQUIRE_CUDA();
+  TrainedRun r = train("gpu-replay", "", kMaskedRowsRun);
+  ASSERT_EQ(r.report.code, 1) << r.train.out;
+  const json& e = r.doc["first_edge"];
+  ASSERT_TRUE(e["capture"].is_string()) << e.dump(1);
+  fs::path repro = r.dir / "repro";
+  Result rp;
+  json d = replayJson(e["capture"].get<std::string>() + " --emit-repro " + repro.string(), &rp);
+  ASSERT_EQ(rp.code, 1) << rp.out;
+  EXPECT_EQ(d["replayed_on"], "cuda:0");
+  EXPECT_EQ(d["reference"]["device"], "cuda:0");
+  EXPECT_EQ(d["root_cause"]["class"], "backend-specific") << d["root_cause"].dump(1);
+  EXPECT_EQ(d["root_cause"]["backend"], "cudnn");
+  EXPECT_EQ(d["root_cause"]["tensors"], json::array({"dQ"}));
+  EXPECT_NE(d["root_cause"]["kernel"].get<std::string>().find("flash_bprop"), std::string::npos) << d["root_cause"].dump(1);
+  EXPECT_EQ(d["captured"]["tensors"]["dQ"]["verdict"], "non-finite");
+  for (const json& b : d["backends"]) {
+    if (b["name"] == "efficient" || b["name"] == "math") {
+      ASSERT_EQ(b["status"], "ran") << b.dump(1);
+      for (const auto& [role, t] : b["tensors"].items()) EXPECT_EQ(t["verdict"], "ok") << b["name"] << " " << role;
+    }
+  }
+  const json& c = d["conditions"];
+  EXPECT_TRUE(c["fully_masked_rows"].get<int64_t>() > 0 || c["lse_below_-88.7"].get<bool>()) << c.dump(1);
+  EXPECT_EQ(c["s_kv_mod_128"], 64);
+  Result script = sh(python() + " " + (repro / "repro.py").string() + " 2>&1");
+  EXPECT_EQ(script.code, 1) << script.out;
+  EXPECT_NE(script.out.find("REPRODUCED"), std::string::npos) << script.out;
+}
+
+// No false alarms: clean bf16 calls at head_dim 256 and 512 replay as ok on every backend that runs them.
+TEST(Gpu, CleanBf16CallsAtHeadDim256And512ReplayOk) {
+  REQUIRE_CUDA();
+  for (const char* d_model : {"512", "1024"}) {
+    TrainedRun r = train(std::string("gpu-clean-") + d_model, "--capture 'layer=0,step=0'",
+                         std::string("--device cuda --dtype bfloat16 --seq 128 --heads 2 --steps 1 --d-model ") + d_model);
+    ASSERT_EQ(r.report.code, 0) << r.train.out;
+    json rows = json::parse(sh(nanprov() + " sql " + r.dir.string() + " \"SELECT path FROM captures\" --json").out);
+    ASSERT_EQ(rows.size(), 2u) << "the forward and the backward of layer 0";
+    for (const json& row : rows) {
+      Result rp;
+      json d = replayJson((r.dir / row["path"].get<std::string>()).string(), &rp);
+      EXPECT_EQ(rp.code, 0) << rp.out;
+      EXPECT_EQ(d["root_cause"]["class"], "none") << d.dump(1);
+      int ran = 0;
+      for (const json& b : d["backends"]) {
+        if (b["status"] != "ran") continue;
+        ++ran;
+        for (const auto& [role, t] : b["tensors"].items()) EXPECT_EQ(t["verdict"], "ok") << d_model << " " << b["name"] << " " << role;
+      }
+      EXPECT_GE(ran, 2) << d.dump(1);
+    }
+  }
+}
+
 }  // namespace
