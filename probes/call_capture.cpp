@@ -207,6 +207,7 @@ class CaptureState {
     describe(rec, tensors, args, job.file);
     if (rec.device == "cpu") {
       job.file.metadata["kernels"] = rec.op;  // on the CPU the ATen op is the kernel
+      job.file.metadata["kernel.main"] = rec.op;
       writer_.push(std::move(job));
       return;
     }
@@ -218,16 +219,21 @@ class CaptureState {
     std::vector<Job> ready;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      for (const KernelRecord& k : kernels) recent_[k.seq].push_back(k.name);
+      for (const KernelRecord& k : kernels) recent_[k.seq].push_back(k);
       while (recent_.size() > kRecentCalls) recent_.erase(recent_.begin());
       ready.swap(waiting_);
       for (Job& job : ready) {
         auto it = recent_.find(job.row.seq);
         std::string names;
+        const KernelRecord* main = nullptr;  // the longest: the attention kernel itself
         if (it != recent_.end()) {
-          for (const std::string& n : it->second) names += (names.empty() ? "" : "\n") + n;
+          for (const KernelRecord& k : it->second) {
+            names += (names.empty() ? "" : "\n") + k.name;
+            if (!main || k.end_ns - k.start_ns > main->end_ns - main->start_ns) main = &k;
+          }
         }
         job.file.metadata["kernels"] = names;
+        if (main) job.file.metadata["kernel.main"] = main->name;
         if (names.empty()) job.file.metadata["kernels_unattributed"] = job.unattributed;
       }
     }
@@ -269,7 +275,7 @@ class CaptureState {
 
   std::mutex mu_;
   std::vector<Job> waiting_;  // CUDA captures waiting for their kernels' names
-  std::map<int64_t, std::vector<std::string>> recent_;
+  std::map<int64_t, std::vector<KernelRecord>> recent_;
   FileWriter writer_;
 };
 
