@@ -22,6 +22,17 @@ int64_t sdpBackendNumber(const std::string& backend) {
 
 std::string firstLine(const std::string& s) { return s.substr(0, s.find('\n')); }
 
+// The usual reason a backend refuses a call, for when SDPA's own message says little
+// ("Invalid backend"). Limits as measured with torch 2.11 on the H200 (DESIGN.md).
+std::string likelyReason(const std::string& backend, const CapturedCall& call) {
+  if (backend == "flash" && call.has("mask")) return "flash attention takes no attention mask";
+  if ((backend == "flash" || backend == "cudnn") && call.head_dim > 256) {
+    return backend + " supports head_dim up to 256, this call has " + std::to_string(call.head_dim);
+  }
+  if (backend == "efficient" && call.kv_heads != call.q_heads) return "efficient attention takes no GQA";
+  return "SDPA's checks refused this call";
+}
+
 // Collects SDPA's warnings: they say why a backend refused a call.
 class WarningCollector : public c10::WarningHandler {
  public:
@@ -141,13 +152,15 @@ std::string refusal(const std::string& backend, const CapturedCall& call, const 
   WarningCollector warnings;
   c10::WarningUtils::WarningHandlerGuard guard(&warnings);
   OnlyBackend only(backend);
+  std::string said;
   try {
     int64_t chosen = at::_fused_sdp_choice(q, k, v, mask, 0.0, call.causal, call.scale, call.kv_heads != call.q_heads);
     if (chosen == sdpBackendNumber(backend)) return "";
-    return warnings.text.empty() ? "SDPA would not pick it for this call" : warnings.text;
   } catch (const c10::Error& e) {
-    return warnings.text.empty() ? firstLine(e.what_without_backtrace()) : warnings.text;
+    said = firstLine(e.what_without_backtrace());
   }
+  if (!warnings.text.empty()) return warnings.text;
+  return likelyReason(backend, call) + (said.empty() ? "" : " (torch: " + said + ")");
 }
 
 StatusOr<Outputs> runBackend(const std::string& backend, const CapturedCall& call, const at::Device& device) {
