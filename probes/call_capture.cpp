@@ -213,12 +213,15 @@ class CaptureState {
     }
     std::lock_guard<std::mutex> lock(mu_);
     waiting_.push_back(std::move(job));
+    ++device_copies_;
   }
 
   void release(const std::vector<KernelRecord>& kernels, bool at_exit) {
     std::vector<Job> ready;
+    int64_t copies;
     {
       std::lock_guard<std::mutex> lock(mu_);
+      copies = device_copies_;
       for (const KernelRecord& k : kernels) recent_[k.seq].push_back(k);
       while (recent_.size() > kRecentCalls) recent_.erase(recent_.begin());
       ready.swap(waiting_);
@@ -238,6 +241,7 @@ class CaptureState {
       }
     }
     for (Job& job : ready) writer_.push(std::move(job));
+    if (copies > 0) Session::get().setMeta("capture_host_copies", std::to_string(copies));
     if (at_exit && !writer_.waitIdle(kExitWait)) {
       logOnce("capture exit", "captures still being written at exit were abandoned after 120 s");
     }
@@ -275,6 +279,9 @@ class CaptureState {
 
   std::mutex mu_;
   std::vector<Job> waiting_;  // CUDA captures waiting for their kernels' names
+  // Device-to-host copies made for captures: each waited for the GPU once, on the training
+  // thread (not counted in host_syncs, which is about the checks).
+  int64_t device_copies_ = 0;
   std::map<int64_t, std::vector<KernelRecord>> recent_;
   FileWriter writer_;
 };
