@@ -1,5 +1,7 @@
 // `nanprov doctor`: is this machine ready? torch/CUDA/cuDNN versions, GPU arch, eligible SDPA
 // backends, CUPTI, and whether the Python's torch matches the one nanprov was built against.
+#include <unistd.h>
+
 #include <filesystem>
 #include <iostream>
 
@@ -38,6 +40,7 @@ void addDoctorCommand(CLI::App& app, int* exit_code) {
     nlohmann::json torch = nullptr;
     std::string lib = probesLibrary();
     checks.push_back({"probe library", std::filesystem::exists(lib), lib});
+    checks.push_back({"replay engine", access(build::kReplayEngine, X_OK) == 0, build::kReplayEngine});
     checks.push_back({"bootstrap", std::filesystem::exists(std::string(build::kBootstrapDir) + "/sitecustomize.py"),
                       build::kBootstrapDir});
     std::string python = findExecutable(opts->python);

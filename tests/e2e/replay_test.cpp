@@ -145,6 +145,17 @@ TEST(Replay, BrokenCapturesAndBadArgumentsGetOneLineErrors) {
   EXPECT_NE(cut.out.find("not a readable capture"), std::string::npos) << cut.out;
   EXPECT_EQ(std::count(cut.out.begin(), cut.out.end(), '\n'), 1) << cut.out;
 
+  // A well-formed safetensors file whose tensors do not make one attention call.
+  fs::path mismatched = r.dir / "mismatched.safetensors";
+  Result made = sh(python() + " -c \"import torch; from safetensors.torch import save_file; save_file({'Q': torch.ones(1, 2, 4, 8), "
+                   "'K': torch.ones(1, 2, 4, 16), 'V': torch.ones(1, 2, 4, 8)}, '" + mismatched.string() +
+                   "', metadata={'phase': 'fwd'})\"");
+  ASSERT_EQ(made.code, 0) << made.out;
+  Result shapes = sh(nanprov() + " replay " + mismatched.string() + " 2>&1");
+  EXPECT_EQ(shapes.code, 3) << shapes.out;
+  EXPECT_NE(shapes.out.find("do not make one attention call"), std::string::npos) << shapes.out;
+  EXPECT_EQ(std::count(shapes.out.begin(), shapes.out.end(), '\n'), 1) << shapes.out;
+
   Result bad_backend = sh(nanprov() + " replay " + capture.string() + " --backends math,warp 2>&1");
   EXPECT_EQ(bad_backend.code, 2) << bad_backend.out;
   EXPECT_NE(bad_backend.out.find("unknown backend 'warp'"), std::string::npos);
