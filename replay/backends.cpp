@@ -145,7 +145,6 @@ std::vector<std::string> defaultBackends(const at::Device& device) {
 std::string refusal(const std::string& backend, const CapturedCall& call, const at::Device& device) {
   if (backend == "flash_cpu" && device.is_cuda()) return "flash_cpu runs on the CPU; use --device cpu";
   if (backend != "flash_cpu" && backend != "math" && !device.is_cuda()) return backend + " runs on CUDA only";
-  if (call.dropout_p > 0) return "";  // the choice below would be judged on a call replay runs without dropout
   if (backend == "math") return "";
   at::Tensor q = call.at("Q").to(device), k = call.at("K").to(device), v = call.at("V").to(device);
   std::optional<at::Tensor> mask = maskOn(call, device);
@@ -176,7 +175,7 @@ StatusOr<Outputs> runBackend(const std::string& backend, const CapturedCall& cal
     std::optional<at::Tensor> mask = maskOn(call, device);
     if (mask && backend != "math") mask = additiveMask(*mask, backend, q.scalar_type());
     if (mask && backend == "efficient") mask = alignedForEfficient(*mask, call);
-    double p = call.dropout_p;
+    const double p = 0.0;  // the reference has no dropout: every backend is judged without it
     at::Tensor o, lse;
     if (backend == "flash_cpu") {
       std::tie(o, lse) = at::_scaled_dot_product_flash_attention_for_cpu(q, kk, vv, p, call.causal, mask, call.scale);

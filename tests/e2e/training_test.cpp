@@ -133,12 +133,20 @@ TEST(EndToEnd, LossesAreBitIdenticalWithAndWithoutNanprov) {
   std::string args = example("tiny_transformer.py") + " --steps 5 --mask --print-losses";
   Result plain = sh(python() + " " + args);
   fs::path dir = runDir("identical");
-  Result probed = sh(nanprov() + " run --out " + dir.string() + " -- " + python() + " " + args + " 2>/dev/null");
+  // --capture-every 1: every call is also copied out for a capture, which must only read.
+  Result probed = sh(nanprov() + " run --out " + dir.string() + " --capture-every 1 -- " + python() + " " + args +
+                     " 2>/dev/null");
   ASSERT_EQ(plain.code, 0);
   ASSERT_EQ(probed.code, 0);
   EXPECT_NE(plain.out.find("step4 loss 0x"), std::string::npos) << plain.out;
   EXPECT_EQ(plain.out, probed.out);
   EXPECT_EQ(sh(nanprov() + " report " + dir.string()).code, 0) << "and the probes did record the run";
+  json counts = json::parse(sh(nanprov() + " sql " + dir.string() +
+                               " \"SELECT (SELECT COUNT(*) FROM calls) AS calls, (SELECT COUNT(*) FROM captures "
+                               "WHERE skipped IS NULL) AS captured\" --json").out);
+  ASSERT_EQ(counts.size(), 1u);
+  EXPECT_GT(counts[0]["captured"].get<int64_t>(), 0);
+  EXPECT_EQ(counts[0]["captured"], counts[0]["calls"]) << "every call was captured";
 }
 
 TEST(EndToEnd, KilledTrainingPassesTheSignalAndKeepsWhatWasFlushed) {
