@@ -160,6 +160,11 @@ TEST(Replay, BrokenCapturesAndBadArgumentsGetOneLineErrors) {
   EXPECT_EQ(bad_backend.code, 2) << bad_backend.out;
   EXPECT_NE(bad_backend.out.find("unknown backend 'warp'"), std::string::npos);
 
+  Result bad_selector = sh(nanprov() + " run --out " + (r.dir / "again").string() + " --capture 'tensor=dQ' -- " +
+                           python() + " -c pass 2>&1");
+  EXPECT_EQ(bad_selector.code, 2) << bad_selector.out;
+  EXPECT_NE(bad_selector.out.find("bad --capture 'tensor=dQ': unknown key 'tensor'"), std::string::npos) << bad_selector.out;
+
   Result no_edge = sh(nanprov() + " replay " + r.dir.string() + " 2>&1");
   EXPECT_EQ(no_edge.code, 3) << no_edge.out;
   EXPECT_NE(no_edge.out.find("has no source edge"), std::string::npos) << no_edge.out;
