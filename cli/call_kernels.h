@@ -11,15 +11,6 @@
 
 namespace nanprov {
 
-using CallKernels = std::vector<const KernelRecord*>;
-
-// A demangled name without template arguments and parameters:
-// "cudnn::fusion::compute_dot_do_o_specialized<...>(...)" → "cudnn::fusion::compute_dot_do_o_specialized".
-std::string shortKernelName(const std::string& name);
-
-// The kernel that ran longest: the attention kernel itself, not the copies and fills around it.
-const KernelRecord* mainKernel(const CallKernels& kernels);
-
 nlohmann::json kernelsJson(const CallKernels& kernels);
 
 // The kernels shown for a call: its own, or, when it ran after kernel tracing stopped, those of

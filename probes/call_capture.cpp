@@ -228,15 +228,15 @@ class CaptureState {
       for (Job& job : ready) {
         auto it = recent_.find(job.row.seq);
         std::string names;
-        const KernelRecord* main = nullptr;  // the longest: the attention kernel itself
+        CallKernels call_kernels;
         if (it != recent_.end()) {
           for (const KernelRecord& k : it->second) {
             names += (names.empty() ? "" : "\n") + k.name;
-            if (!main || k.end_ns - k.start_ns > main->end_ns - main->start_ns) main = &k;
+            call_kernels.push_back(&k);
           }
         }
         job.file.metadata["kernels"] = names;
-        if (main) job.file.metadata["kernel.main"] = main->name;
+        if (const KernelRecord* main = mainKernel(call_kernels)) job.file.metadata["kernel.main"] = main->name;
         if (names.empty()) job.file.metadata["kernels_unattributed"] = job.unattributed;
       }
     }

@@ -110,17 +110,16 @@ void differentiate(Outputs& out, const at::Tensor& o, const std::vector<at::Tens
   out.dv = grads[2];
 }
 
-// The tensors of the reference's arrays: dense float64 on the CPU.
-std::vector<double> doubles(const at::Tensor& t) {
-  at::Tensor d = t.to(at::kCPU, at::kDouble).contiguous();
-  return std::vector<double>(d.data_ptr<double>(), d.data_ptr<double>() + d.numel());
-}
-
 at::Tensor tensorOf(std::vector<double> values, at::IntArrayRef shape) {
   return at::from_blob(values.data(), shape, at::TensorOptions().dtype(at::kDouble)).clone();
 }
 
 }  // namespace
+
+std::vector<double> doubles(const at::Tensor& t) {
+  at::Tensor d = t.detach().to(at::kCPU, at::kDouble).contiguous();
+  return std::vector<double>(d.data_ptr<double>(), d.data_ptr<double>() + d.numel());
+}
 
 const at::Tensor& Outputs::of(const std::string& role) const {
   static const at::Tensor undefined;

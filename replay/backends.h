@@ -40,6 +40,9 @@ Outputs runYardstick(const CapturedCall& call, const at::Device& device);
 // the CUDA reference, else on the CPU. *where says which ran.
 StatusOr<Outputs> runReference(const CapturedCall& call, bool on_cuda, std::string* where);
 
+// A tensor's values as dense float64 on the host: what the reference and the comparison read.
+std::vector<double> doubles(const at::Tensor& t);
+
 // The captured outputs themselves, in the comparison's layouts.
 Outputs capturedOutputs(const CapturedCall& call);
 

@@ -14,6 +14,7 @@
 #include "replay/captured_call.h"
 #include "replay/replay_result.h"
 #include "replay/repro_script.h"
+#include "store/call_record.h"
 #include "store/capture_file.h"
 
 namespace nanprov::replay {
@@ -21,11 +22,6 @@ namespace {
 
 constexpr const char* kRoles[] = {"O", "LSE", "dQ", "dK", "dV"};
 constexpr double kHiddenMask = -65504.0;  // at or below: a masked key (SDPA's cuDNN bool conversion)
-
-std::vector<double> doubles(const at::Tensor& t) {
-  at::Tensor d = t.detach().to(at::kCPU, at::kDouble).contiguous();
-  return std::vector<double>(d.data_ptr<double>(), d.data_ptr<double>() + d.numel());
-}
 
 Grid gridOf(const at::Tensor& g) {
   Grid grid;
@@ -115,8 +111,6 @@ std::vector<std::string> lines(const std::string& text) {
   }
   return out;
 }
-
-std::string shortName(const std::string& kernel) { return kernel.substr(0, kernel.find('(')); }
 
 Status emitRepro(const std::string& dir, const CaptureFile& file, const CapturedCall& call, const ReplayResult& r) {
   namespace fs = std::filesystem;
@@ -221,12 +215,8 @@ int replayMain(const std::string& path, std::string device_name, const std::stri
     r.backends.push_back(judged(run, *outputs));
   }
   r.conditions = conditionsOf(*call, *g);
+  r.main_kernel = r.main_kernel.empty() ? "" : shortKernelName(r.main_kernel);
   r.root_cause = findRootCause(r);
-  if (r.root_cause.kernel.empty() && r.root_cause.cls == "backend-specific" && r.root_cause.backend == r.backend) {
-    r.root_cause.kernel = r.main_kernel;
-  }
-  r.main_kernel = shortName(r.main_kernel);
-  r.root_cause.kernel = shortName(r.root_cause.kernel);
   if (!emit_dir.empty()) {
     if (Status st = emitRepro(emit_dir, *file, *call, r); !st.ok()) return fail(st);
     r.notes.push_back("wrote " + emit_dir + "/" + kReproScript + " and " + kReproInputs +

@@ -18,12 +18,6 @@ std::string number(double v) {
   return buf;
 }
 
-std::string joined(const std::vector<std::string>& parts, const char* sep) {
-  std::string s;
-  for (size_t i = 0; i < parts.size(); ++i) s += (i ? sep : "") + parts[i];
-  return s;
-}
-
 std::string padded(std::string s, size_t width) {
   if (s.size() < width) s.append(width - s.size(), ' ');
   return s + " ";

@@ -70,6 +70,9 @@ RootCause findRootCause(const ReplayResult& r);
 nlohmann::json toJson(const ReplayResult& r);
 std::string toText(const ReplayResult& r);
 
+// "a, b, c" (`sep` between parts); shared by the root cause and the rendering.
+std::string joined(const std::vector<std::string>& parts, const char* sep = ", ");
+
 // replay's exit code: 0 when no fault recurred (none, not-reproduced), 1 when one did.
 int exitCodeOf(const RootCause& cause);
 

@@ -7,12 +7,6 @@ namespace {
 
 bool isGradient(const std::string& role) { return role == "dQ" || role == "dK" || role == "dV"; }
 
-std::string joined(const std::vector<std::string>& parts) {
-  std::string s;
-  for (size_t i = 0; i < parts.size(); ++i) s += (i ? ", " : "") + parts[i];
-  return s;
-}
-
 }  // namespace
 
 const Comparison* BackendRun::tensor(const std::string& role) const {
@@ -107,6 +101,12 @@ RootCause findRootCause(const ReplayResult& r) {
                         "captured semantics (mask alignment, scale, GQA mapping)";
   }
   return cause;
+}
+
+std::string joined(const std::vector<std::string>& parts, const char* sep) {
+  std::string s;
+  for (size_t i = 0; i < parts.size(); ++i) s += (i ? sep : "") + parts[i];
+  return s;
 }
 
 int exitCodeOf(const RootCause& cause) {

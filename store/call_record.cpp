@@ -16,4 +16,34 @@ bool parsePhase(const std::string& text, Phase* out) {
   return false;
 }
 
+std::string shortKernelName(const std::string& name) {
+  // "(anonymous namespace)" is a scope, not a parameter list.
+  std::string text = name;
+  static const std::string kAnon = "(anonymous namespace)";
+  for (size_t at; (at = text.find(kAnon)) != std::string::npos;) text.replace(at, kAnon.size(), "anon");
+  std::string out;
+  int depth = 0;
+  for (char ch : text) {
+    if (ch == '<' || ch == '(') {
+      if (ch == '(' && depth == 0) break;  // the parameter list ends the name
+      ++depth;
+    } else if (ch == '>' || ch == ')') {
+      depth = depth > 0 ? depth - 1 : 0;
+    } else if (depth == 0) {
+      out += ch;
+    }
+  }
+  // "void foo" (a demangled function's return type) → "foo"
+  if (auto space = out.rfind(' '); space != std::string::npos) out = out.substr(space + 1);
+  return out.empty() ? name : out;
+}
+
+const KernelRecord* mainKernel(const CallKernels& kernels) {
+  const KernelRecord* best = nullptr;
+  for (const KernelRecord* k : kernels) {
+    if (!best || k->end_ns - k->start_ns > best->end_ns - best->start_ns) best = k;
+  }
+  return best;
+}
+
 }  // namespace nanprov

@@ -63,6 +63,15 @@ struct KernelRecord {
   int64_t stream = -1;
 };
 
+using CallKernels = std::vector<const KernelRecord*>;
+
+// A demangled name without template arguments and parameters:
+// "cudnn::fusion::compute_dot_do_o_specialized<...>(...)" → "cudnn::fusion::compute_dot_do_o_specialized".
+std::string shortKernelName(const std::string& name);
+
+// The kernel that ran longest: the attention kernel itself, not the copies and fills around it.
+const KernelRecord* mainKernel(const CallKernels& kernels);
+
 // One capture decision: a capture file written for a call, or why it was skipped.
 struct CaptureRecord {
   int rank = 0;
