@@ -31,11 +31,12 @@ struct TensorHealth {
 struct CallRecord {
   int64_t seq = 0;          // per-rank global sequence number, from 0
   int rank = 0;
-  int64_t step = 0;         // optimizer steps completed before the call
-  int64_t layer = -1;       // from the module path, else the ordinal within the step
+  int64_t step = 0;         // optimizer steps completed before the call (inference: forward passes)
+  int64_t layer = -1;       // one number per attention module (see CallIdentity)
   int64_t call = 0;         // ordinal of calls of this (rank, layer), forward and backward alike
   Phase phase = Phase::kForward;
-  int64_t fwd_seq = -1;     // backward only: seq of the forward call it differentiates
+  int64_t fwd_seq = -1;     // backward: seq of the forward it differentiates; recompute: the original
+  bool recompute = false;   // a forward that activation checkpointing recomputed during backward
   std::string op;           // e.g. "aten::_scaled_dot_product_flash_attention_for_cpu"
   std::string backend;      // e.g. "flash_cpu", "math", "cudnn"
   std::string module;       // module path, may be empty
@@ -80,6 +81,16 @@ struct CaptureRecord {
   std::string path;        // relative to the run directory; empty when skipped
   int64_t bytes = 0;
   std::string skipped;     // why no file was written; empty when it was
+};
+
+// The gradient sentinel's finding: a parameter whose gradient (at the end of `step`), or whose
+// value after the optimizer applied it, holds NaN or Inf. Only the first such step is recorded.
+struct SentinelRecord {
+  int rank = 0;
+  int64_t step = 0;
+  std::string tensor;      // "grad" | "param"
+  std::string parameter;   // name from named_parameters(), or "param<i>" when unknown
+  double norm = 0.0;       // max |x| over the tensor: NaN or Inf
 };
 
 }  // namespace nanprov

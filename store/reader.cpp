@@ -1,6 +1,8 @@
 #include "store/reader.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <tuple>
 
@@ -48,7 +50,7 @@ StatusOr<sqlite::Db> openRankStore(const std::string& path, RankInfo* info) {
 Status loadCalls(sqlite3* db, const std::string& path, std::vector<CallRecord>* out) {
   auto calls = sqlite::prepare(db,
       "SELECT seq,rank,step,layer,call,phase,IFNULL(fwd_seq,-1),op,backend,IFNULL(module,''),"
-      "start_ns,end_ns,IFNULL(injected,''),device,IFNULL(unattributed,'') FROM calls ORDER BY seq");
+      "start_ns,end_ns,IFNULL(injected,''),device,IFNULL(unattributed,''),recompute FROM calls ORDER BY seq");
   if (!calls.ok()) return notAStore(path, calls.status().message());
   auto tensors = sqlite::prepare(db,
       "SELECT seq,role,dtype,shape,numel,nan,posinf,neginf,max_abs,all_zero,IFNULL(masked_rows,-1) "
@@ -75,6 +77,7 @@ Status loadCalls(sqlite3* db, const std::string& path, std::vector<CallRecord>* 
     c.injected = columnText(s, 12);
     c.device = columnText(s, 13);
     c.unattributed = columnText(s, 14);
+    c.recompute = sqlite3_column_int(s, 15) != 0;
     out->push_back(std::move(c));
   }
   if (rc != SQLITE_DONE) return notAStore(path, sqlite::errorOf(db));
@@ -147,10 +150,32 @@ Status loadCaptures(sqlite3* db, const std::string& path, int rank, std::vector<
   return rc == SQLITE_DONE ? Status::Ok() : notAStore(path, sqlite::errorOf(db));
 }
 
+Status loadSentinel(sqlite3* db, const std::string& path, int rank, std::vector<SentinelRecord>* out) {
+  auto rows = sqlite::prepare(db, "SELECT step,tensor,parameter,IFNULL(norm,'nan') FROM sentinel ORDER BY rowid");
+  if (!rows.ok()) return notAStore(path, rows.status().message());
+  sqlite3_stmt* s = rows->get();
+  int rc;
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    SentinelRecord f;
+    f.rank = rank;
+    f.step = sqlite3_column_int64(s, 0);
+    f.tensor = columnText(s, 1);
+    f.parameter = columnText(s, 2);
+    f.norm = sqlite3_column_type(s, 3) == SQLITE_TEXT ? std::nan("") : sqlite3_column_double(s, 3);
+    out->push_back(std::move(f));
+  }
+  return rc == SQLITE_DONE ? Status::Ok() : notAStore(path, sqlite::errorOf(db));
+}
+
 int64_t countSteps(sqlite3* db) {
   auto st = sqlite::prepare(db, "SELECT COUNT(*) FROM steps");
   if (!st.ok() || sqlite3_step(st->get()) != SQLITE_ROW) return 0;
   return sqlite3_column_int64(st->get(), 0);
+}
+
+bool isRunDir(const std::string& dir) {
+  std::error_code ec;
+  return std::filesystem::is_regular_file(std::filesystem::path(dir) / "run.json", ec);
 }
 
 StatusOr<std::vector<std::string>> storesOf(const std::string& dir) {
@@ -181,18 +206,38 @@ std::vector<const KernelRecord*> RunData::kernelsOf(int rank, int64_t seq) const
   return out;
 }
 
+std::map<std::string, int64_t> RunData::unprobed() const {
+  std::map<std::string, int64_t> out;
+  for (const RankInfo& r : ranks) {
+    for (auto it = r.meta.lower_bound("unprobed:"); it != r.meta.end() && it->first.rfind("unprobed:", 0) == 0; ++it) {
+      out[it->first.substr(9)] += std::strtoll(it->second.c_str(), nullptr, 10);
+    }
+  }
+  return out;
+}
+
+std::string RunData::stepUnit() const {
+  for (const RankInfo& r : ranks) {
+    auto it = r.meta.find("step_unit");
+    if (it != r.meta.end() && it->second == "forward_pass") return it->second;
+  }
+  return "optimizer_step";
+}
+
 StatusOr<RunData> loadRun(const std::string& dir) {
-  auto paths = storesOf(dir);
-  if (!paths.ok()) return paths.status();
   RunData run;
   run.dir = dir;
-  for (const std::string& path : *paths) {
+  std::vector<std::string> paths = rankStorePaths(dir);
+  if (paths.empty() && isRunDir(dir)) return run;
+  if (paths.empty()) return storesOf(dir).status();
+  for (const std::string& path : paths) {
     RankInfo info;
     auto db = openRankStore(path, &info);
     if (!db.ok()) return db.status();
     NANPROV_RETURN_IF_ERROR(loadCalls(db->get(), path, &run.calls));
     NANPROV_RETURN_IF_ERROR(loadKernels(db->get(), path, info.rank, &run.kernels));
     NANPROV_RETURN_IF_ERROR(loadCaptures(db->get(), path, info.rank, &run.captures));
+    NANPROV_RETURN_IF_ERROR(loadSentinel(db->get(), path, info.rank, &run.sentinel));
     info.steps = countSteps(db->get());
     run.ranks.push_back(std::move(info));
   }
@@ -212,7 +257,7 @@ StatusOr<QueryResult> queryRun(const std::string& dir, const std::string& sql) {
   if (!db.ok()) return db.status();
   sqlite3* raw = db->get();
 
-  std::string calls, tensors, kernels, captures, steps, meta;
+  std::string calls, tensors, kernels, captures, steps, meta, sentinel;
   for (size_t i = 0; i < paths->size(); ++i) {
     RankInfo info;
     auto check = openRankStore((*paths)[i], &info);
@@ -230,12 +275,14 @@ StatusOr<QueryResult> queryRun(const std::string& dir, const std::string& sql) {
     kernels += sep + "SELECT " + rank + " AS rank, * FROM " + alias + ".kernels";
     captures += sep + "SELECT " + rank + " AS rank, * FROM " + alias + ".captures";
     steps += sep + "SELECT " + rank + " AS rank, * FROM " + alias + ".steps";
+    sentinel += sep + "SELECT " + rank + " AS rank, * FROM " + alias + ".sentinel";
     meta += sep + "SELECT " + rank + " AS rank, * FROM " + alias + ".meta";
   }
   NANPROV_RETURN_IF_ERROR(sqlite::exec(raw,
       "CREATE TEMP VIEW calls AS " + calls + "; CREATE TEMP VIEW tensors AS " + tensors +
       "; CREATE TEMP VIEW kernels AS " + kernels + "; CREATE TEMP VIEW captures AS " + captures +
       "; CREATE TEMP VIEW steps AS " + steps + "; CREATE TEMP VIEW meta AS " + meta +
+      "; CREATE TEMP VIEW sentinel AS " + sentinel +
       "; PRAGMA query_only=ON;"));
 
   auto stmt = sqlite::prepare(raw, sql);

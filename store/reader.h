@@ -25,6 +25,12 @@ struct RunData {
   std::vector<CallRecord> calls;  // all ranks, ordered by (step, start_ns, rank, seq)
   std::vector<KernelRecord> kernels;  // ordered by rank, then seq, then start
   std::vector<CaptureRecord> captures;  // per rank in the order decided
+  std::vector<SentinelRecord> sentinel;  // per rank: the first step whose gradients went non-finite
+
+  // Attention recognised but not checked, summed over ranks: what → count (meta "unprobed:*").
+  std::map<std::string, int64_t> unprobed() const;
+  // "forward_pass" when steps count inference forward passes, else "optimizer_step".
+  std::string stepUnit() const;
 
   // The capture of one call: the written one when there is one, else why it was skipped.
   const CaptureRecord* captureOf(int rank, int64_t seq) const;
@@ -33,6 +39,8 @@ struct RunData {
   std::vector<const KernelRecord*> kernelsOf(int rank, int64_t seq) const;
 };
 
+// A run directory whose processes recorded nothing (no rank store: no attention ran, or the
+// training died first) loads as a run with no ranks; a directory that is not a run is an error.
 StatusOr<RunData> loadRun(const std::string& dir);
 
 // Result of a read-only query over all ranks (`nanprov sql`).

@@ -15,6 +15,7 @@ CREATE TABLE IF NOT EXISTS calls (
   call     INTEGER NOT NULL,
   phase    TEXT NOT NULL CHECK (phase IN ('fwd', 'bwd')),
   fwd_seq  INTEGER,
+  recompute INTEGER NOT NULL DEFAULT 0,
   op       TEXT NOT NULL,
   backend  TEXT NOT NULL,
   module   TEXT,
@@ -56,6 +57,12 @@ CREATE TABLE IF NOT EXISTS captures (
   path    TEXT,
   bytes   INTEGER NOT NULL,
   skipped TEXT
+);
+CREATE TABLE IF NOT EXISTS sentinel (
+  step      INTEGER NOT NULL,
+  tensor    TEXT NOT NULL CHECK (tensor IN ('grad', 'param')),
+  parameter TEXT NOT NULL,
+  norm      REAL
 );
 CREATE TABLE IF NOT EXISTS steps (
   step   INTEGER PRIMARY KEY,

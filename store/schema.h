@@ -4,7 +4,8 @@
 
 namespace nanprov {
 
-inline constexpr int kSchemaVersion = 3;  // 2: kernels, calls.device, calls.unattributed; 3: captures
+// 2: kernels, calls.device, calls.unattributed; 3: captures; 4: calls.recompute, sentinel
+inline constexpr int kSchemaVersion = 4;
 
 // Idempotent: every statement is CREATE ... IF NOT EXISTS.
 extern const char* const kSchemaSql;

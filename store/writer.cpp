@@ -28,13 +28,13 @@ struct StepRow {
 
 // Prepared statements reused for every batch.
 struct Statements {
-  sqlite::Stmt call, tensor, step, kernel, capture, meta;
+  sqlite::Stmt call, tensor, step, kernel, capture, meta, sentinel;
 };
 
 StatusOr<Statements> prepareStatements(sqlite3* db) {
   auto call = sqlite::prepare(db,
       "INSERT OR REPLACE INTO calls(seq,rank,step,layer,call,phase,fwd_seq,op,backend,module,"
-      "start_ns,end_ns,injected,device,unattributed) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+      "start_ns,end_ns,injected,device,unattributed,recompute) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
   if (!call.ok()) return call.status();
   auto tensor = sqlite::prepare(db,
       "INSERT OR REPLACE INTO tensors(seq,role,dtype,shape,numel,nan,posinf,neginf,max_abs,"
@@ -50,8 +50,10 @@ StatusOr<Statements> prepareStatements(sqlite3* db) {
   if (!capture.ok()) return capture.status();
   auto meta = sqlite::prepare(db, "INSERT OR REPLACE INTO meta(key,value) VALUES(?,?)");
   if (!meta.ok()) return meta.status();
+  auto sentinel = sqlite::prepare(db, "INSERT INTO sentinel(step,tensor,parameter,norm) VALUES(?,?,?,?)");
+  if (!sentinel.ok()) return sentinel.status();
   return Statements{std::move(*call), std::move(*tensor), std::move(*step), std::move(*kernel),
-                    std::move(*capture), std::move(*meta)};
+                    std::move(*capture), std::move(*meta), std::move(*sentinel)};
 }
 
 void bindText(sqlite3_stmt* s, int i, const std::string& v, bool null_when_empty = false) {
@@ -86,6 +88,7 @@ Status insertCall(sqlite3* db, Statements& st, const CallRecord& c) {
   bindText(s, 13, c.injected, true);
   bindText(s, 14, c.device);
   bindText(s, 15, c.unattributed, true);
+  sqlite3_bind_int(s, 16, c.recompute ? 1 : 0);
   NANPROV_RETURN_IF_ERROR(stepStatement(db, s));
   for (const TensorHealth& t : c.tensors) {
     sqlite3_stmt* ts = st.tensor.get();
@@ -131,6 +134,15 @@ Status insertCapture(sqlite3* db, Statements& st, const CaptureRecord& c) {
   return stepStatement(db, s);
 }
 
+Status insertSentinel(sqlite3* db, Statements& st, const SentinelRecord& f) {
+  sqlite3_stmt* s = st.sentinel.get();
+  sqlite3_bind_int64(s, 1, f.step);
+  bindText(s, 2, f.tensor);
+  bindText(s, 3, f.parameter);
+  sqlite3_bind_double(s, 4, f.norm);  // SQLite stores NaN as NULL
+  return stepStatement(db, s);
+}
+
 Status insertMeta(sqlite3* db, Statements& st, const std::string& key, const std::string& value) {
   bindText(st.meta.get(), 1, key);
   bindText(st.meta.get(), 2, value);
@@ -144,11 +156,14 @@ struct PendingRows {
   std::vector<CallRecord> calls;
   std::vector<KernelRecord> kernels;
   std::vector<CaptureRecord> captures;
+  std::vector<SentinelRecord> sentinel;
   std::vector<StepRow> steps;
   std::map<std::string, std::string> meta;
 
   bool empty() const { return rows() == 0; }
-  size_t rows() const { return calls.size() + kernels.size() + captures.size() + steps.size() + meta.size(); }
+  size_t rows() const {
+    return calls.size() + kernels.size() + captures.size() + sentinel.size() + steps.size() + meta.size();
+  }
 };
 
 struct StoreWriter::Impl {
@@ -176,6 +191,7 @@ struct StoreWriter::Impl {
     for (const CallRecord& c : batch.calls) NANPROV_RETURN_IF_ERROR(insertCall(db.get(), statements, c));
     for (const KernelRecord& k : batch.kernels) NANPROV_RETURN_IF_ERROR(insertKernel(db.get(), statements, k));
     for (const CaptureRecord& c : batch.captures) NANPROV_RETURN_IF_ERROR(insertCapture(db.get(), statements, c));
+    for (const SentinelRecord& f : batch.sentinel) NANPROV_RETURN_IF_ERROR(insertSentinel(db.get(), statements, f));
     for (const auto& [k, v] : batch.meta) NANPROV_RETURN_IF_ERROR(insertMeta(db.get(), statements, k, v));
     for (const StepRow& s : batch.steps) {
       sqlite3_stmt* ss = statements.step.get();
@@ -254,6 +270,19 @@ void StoreWriter::appendKernels(std::vector<KernelRecord> kernels) {
   }
   pending.insert(pending.end(), std::make_move_iterator(kernels.begin()),
                  std::make_move_iterator(kernels.end()));
+}
+
+void StoreWriter::appendSentinel(std::vector<SentinelRecord> findings) {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    if (impl_->state != Impl::State::kActive) {
+      impl_->dropped += static_cast<int64_t>(findings.size());
+      return;
+    }
+    for (SentinelRecord& f : findings) impl_->pending.sentinel.push_back(std::move(f));
+    impl_->flush_requested = true;  // once per run at most
+  }
+  impl_->wake.notify_one();
 }
 
 void StoreWriter::appendCapture(CaptureRecord capture) {

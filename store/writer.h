@@ -26,6 +26,7 @@ class StoreWriter {
   void append(CallRecord record);
   void appendKernels(std::vector<KernelRecord> kernels);
   void appendCapture(CaptureRecord capture);
+  void appendSentinel(std::vector<SentinelRecord> findings);
   // Written with the next batch; a later value for the same key replaces it.
   void setMeta(const std::string& key, const std::string& value);
   void stepEnded(int64_t step, int64_t end_ns);
