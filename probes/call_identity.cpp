@@ -6,16 +6,24 @@ namespace nanprov {
 
 int64_t layerFromModulePath(const std::string& path) {
   int64_t layer = -1;
+  int numbers = 0;
   size_t start = 0;
   while (start <= path.size()) {
     size_t end = path.find('.', start);
     if (end == std::string::npos) end = path.size();
     bool digits = end > start && end - start < 10;
     for (size_t i = start; i < end && digits; ++i) digits = std::isdigit(static_cast<unsigned char>(path[i]));
-    if (digits) layer = std::stoll(path.substr(start, end - start));
+    if (digits) {
+      layer = std::stoll(path.substr(start, end - start));
+      ++numbers;
+    }
     start = end + 1;
   }
-  return layer;
+  return numbers == 1 ? layer : -1;
+}
+
+const char* stepUnitName(StepUnit unit) {
+  return unit == StepUnit::kForwardPass ? "forward_pass" : "optimizer_step";
 }
 
 CallName CallIdentity::nameCall(int64_t layer, std::string module, int64_t fwd_seq) {
@@ -29,12 +37,78 @@ CallName CallIdentity::nameCall(int64_t layer, std::string module, int64_t fwd_s
   return name;
 }
 
-CallName CallIdentity::forward(const std::string& module_path) {
+// The module's own number when its path spells one that no other module holds; otherwise its
+// ordinal among attention modules in first-call order, moved past numbers already held. So two
+// modules never share a layer, and `layers.33.attn` stays layer 33.
+int64_t CallIdentity::layerOf(const std::string& module) {
+  if (module.empty()) return forward_ordinal_in_step_;
+  auto known = module_layers_.find(module);
+  if (known != module_layers_.end()) return known->second;
+  int64_t layer = layerFromModulePath(module);
+  if (layer < 0 || used_layers_.count(layer)) {
+    layer = static_cast<int64_t>(module_layers_.size());
+    while (used_layers_.count(layer)) ++layer;
+  }
+  module_layers_.emplace(module, layer);
+  used_layers_.insert(layer);
+  return layer;
+}
+
+void CallIdentity::beginStep(int64_t step) {
+  for (const auto& [address, fwd] : pending_) unseen_compiled_backwards_ += fwd.compiled_training ? 1 : 0;
+  step_ = step;
+  forward_ordinal_in_step_ = 0;
+  // Every backward (and recompute) of the step has run before the optimizer stepped.
+  pending_.clear();
+  pending_order_.clear();
+  originals_.clear();
+  originals_count_ = 0;
+  pass_modules_.clear();
+}
+
+// Without optimizer steps and without gradients, a module that runs attention a second time
+// starts the next top-level forward pass. (A module that shares its weights across a pass
+// would count twice; no cheaper signal sees the outermost forward without taxing every module.)
+bool CallIdentity::opensForwardPass(const ForwardSite& site) {
+  if (site.grad_enabled || optimizer_stepped_ || site.in_backward || site.module.empty()) return false;
+  unit_ = StepUnit::kForwardPass;
+  if (pass_modules_.insert(site.module).second) return false;
+  beginStep(step_ + 1);
+  pass_modules_.insert(site.module);
+  return true;
+}
+
+CallName CallIdentity::forward(const ForwardSite& site) {
   std::lock_guard<std::mutex> lock(mu_);
-  int64_t layer = layerFromModulePath(module_path);
-  if (layer < 0) layer = forward_ordinal_in_step_;
+  bool opened = opensForwardPass(site);
+  int64_t layer = layerOf(site.module);
   ++forward_ordinal_in_step_;
-  return nameCall(layer, module_path, -1);
+  if (site.in_backward && !site.module.empty()) {
+    auto it = originals_.find(site.module);
+    if (it != originals_.end() && !it->second.empty()) {
+      CallName name = std::move(it->second.back());
+      it->second.pop_back();
+      --originals_count_;
+      name.fwd_seq = name.seq;
+      name.seq = next_seq_++;
+      name.recompute = true;
+      name.opened_step = false;
+      return name;
+    }
+  }
+  CallName name = nameCall(layer, site.module, -1);
+  name.recompute = site.in_backward;
+  name.compiled_training = site.compiled && site.grad_enabled;
+  name.opened_step = opened;
+  if (!site.in_backward && !site.module.empty()) {
+    if (originals_count_ >= kMaxPendingLinks) {
+      originals_.clear();
+      originals_count_ = 0;
+    }
+    originals_[site.module].push_back(name);
+    ++originals_count_;
+  }
+  return name;
 }
 
 void CallIdentity::link(const CallName& fwd, uintptr_t link) {
@@ -47,8 +121,8 @@ void CallIdentity::link(const CallName& fwd, uintptr_t link) {
   if (pending_.insert_or_assign(link, fwd).second) pending_order_.push_back(link);
 }
 
-CallName CallIdentity::forward(const std::string& module_path, uintptr_t link) {
-  CallName name = forward(module_path);
+CallName CallIdentity::forward(const ForwardSite& site, uintptr_t link) {
+  CallName name = forward(site);
   this->link(name, link);
   return name;
 }
@@ -68,20 +142,42 @@ CallName CallIdentity::backwardOf(const CallName& fwd) {
   return nameCall(fwd.layer, fwd.module, fwd.seq);
 }
 
-bool CallIdentity::stepEnded(int64_t step) {
+bool CallIdentity::stepEnded(int64_t optimizer_steps) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (!optimizer_stepped_) {
+    // Inference passes counted before training began keep their numbers; steps follow them.
+    optimizer_stepped_ = true;
+    passes_before_training_ = step_;
+    unit_ = StepUnit::kOptimizerStep;
+  }
+  int64_t step = passes_before_training_ + optimizer_steps;
   if (step <= step_) return false;
-  step_ = step;
-  forward_ordinal_in_step_ = 0;
-  // Every backward of the step has run before the optimizer stepped.
-  pending_.clear();
-  pending_order_.clear();
+  beginStep(step);
   return true;
 }
 
 int64_t CallIdentity::step() const {
   std::lock_guard<std::mutex> lock(mu_);
   return step_;
+}
+
+void CallIdentity::runEnded() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [address, fwd] : pending_) unseen_compiled_backwards_ += fwd.compiled_training ? 1 : 0;
+  pending_.clear();
+  pending_order_.clear();
+}
+
+int64_t CallIdentity::takeUnseenCompiledBackwards() {
+  std::lock_guard<std::mutex> lock(mu_);
+  int64_t n = unseen_compiled_backwards_;
+  unseen_compiled_backwards_ = 0;
+  return n;
+}
+
+StepUnit CallIdentity::stepUnit() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return unit_;
 }
 
 }  // namespace nanprov

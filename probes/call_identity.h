@@ -1,21 +1,25 @@
 // CallIdentity: gives every attention call its rank:layer:call name, its step and, for a
 // backward call, the forward call it differentiates. Pure bookkeeping, thread-safe: forward
-// calls come from the training thread, backward calls from autograd's threads.
+// calls come from the training thread, backward calls (and checkpoint recomputes) from
+// autograd's threads.
 #pragma once
 
 #include <cstdint>
 #include <deque>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "store/call_record.h"
 
 namespace nanprov {
 
-// The layer number in a module path: its last all-digit component
-// ("model.layers.33.self_attn" → 33). -1 when there is none.
+// The layer number a module path spells: its only all-digit component
+// ("model.layers.33.self_attn" → 33). -1 when it has none, or several
+// ("stages.1.blocks.0.attn"), because then no one number names the module.
 int64_t layerFromModulePath(const std::string& path);
 
 struct CallName {
@@ -23,31 +27,58 @@ struct CallName {
   int64_t step = 0;
   int64_t layer = -1;
   int64_t call = 0;
-  int64_t fwd_seq = -1;
+  int64_t fwd_seq = -1;     // backward: its forward; recompute: the original forward
   std::string module;
+  bool recompute = false;   // a forward recomputed by activation checkpointing
+  bool opened_step = false; // this call began a new forward pass (inference without optimizer)
+  bool compiled_training = false;  // ran inside a torch.compile'd graph with gradients on
 };
+
+// What the probe knows about a forward call when it names it.
+struct ForwardSite {
+  std::string module;          // module path; may be empty
+  bool in_backward = false;    // autograd's engine is running: checkpointing recomputes it
+  bool grad_enabled = true;    // false under no_grad / inference_mode
+  bool compiled = false;       // inside a torch.compile'd graph
+};
+
+// What `step` counts: optimizer steps, or, in a run that never steps an optimizer and runs
+// attention without gradients (inference), top-level forward passes.
+enum class StepUnit { kOptimizerStep, kForwardPass };
+const char* stepUnitName(StepUnit unit);  // "optimizer_step" | "forward_pass"
 
 class CallIdentity {
  public:
   // A forward call, named before it runs (its kernels are traced under that name).
-  CallName forward(const std::string& module_path);
+  CallName forward(const ForwardSite& site);
   // Makes `fwd` findable by its backward through `link` (the address of its output O).
   void link(const CallName& fwd, uintptr_t link);
   // Both at once, for a call whose output is already known.
-  CallName forward(const std::string& module_path, uintptr_t link);
+  CallName forward(const ForwardSite& site, uintptr_t link);
   // A backward call whose saved output O is at `link`. Unlinked calls keep layer -1.
   CallName backward(uintptr_t link);
   // A backward call already known to belong to `fwd` (autograd hooks on the MATH path).
   CallName backwardOf(const CallName& fwd);
 
-  // An optimizer step completed; `step` is the new count. Returns false when it is not new.
-  bool stepEnded(int64_t step);
+  // An optimizer step completed; `optimizer_steps` is the new count. Returns false when it is
+  // not new.
+  bool stepEnded(int64_t optimizer_steps);
   int64_t step() const;
+  StepUnit stepUnit() const;
+  // Forward calls of compiled training graphs whose backward never reached the probes by the end
+  // of their step (Inductor decomposed it into plain kernels, or ran it out of sight); taken once.
+  int64_t takeUnseenCompiledBackwards();
+  // The run ended: the last step's forwards still waiting for their backward count as unseen.
+  void runEnded();
 
  private:
   CallName nameCall(int64_t layer, std::string module, int64_t fwd_seq);
+  int64_t layerOf(const std::string& module);
+  void beginStep(int64_t step);
+  bool opensForwardPass(const ForwardSite& site);
 
-  // Forward calls awaiting their backward, bounded so forward-only loops cannot grow it.
+  // Forward calls awaiting their backward (and their recompute), bounded so forward-only loops
+  // cannot grow them.
   static constexpr size_t kMaxPendingLinks = 1 << 16;
 
   mutable std::mutex mu_;
@@ -57,6 +88,22 @@ class CallIdentity {
   std::map<int64_t, int64_t> calls_per_layer_;
   std::unordered_map<uintptr_t, CallName> pending_;
   std::deque<uintptr_t> pending_order_;
+
+  // One layer number per module path, given at its first call.
+  std::unordered_map<std::string, int64_t> module_layers_;
+  std::set<int64_t> used_layers_;
+
+  // This step's original forward calls per module, newest last: a recompute is matched to the
+  // newest one not yet recomputed (a micro-batch's backward follows its own forward).
+  std::unordered_map<std::string, std::vector<CallName>> originals_;
+  size_t originals_count_ = 0;
+
+  // Inference: the modules seen in the current forward pass; a module seen twice opens the next.
+  StepUnit unit_ = StepUnit::kOptimizerStep;
+  bool optimizer_stepped_ = false;
+  int64_t passes_before_training_ = 0;
+  std::set<std::string> pass_modules_;
+  int64_t unseen_compiled_backwards_ = 0;
 };
 
 }  // namespace nanprov
