@@ -1,16 +1,21 @@
 #include "probes/attention_hook.h"
 
 #include <ATen/ATen.h>
+#include <ATen/FunctionalTensorWrapper.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/impl/TorchDispatchModeTLS.h>
+#include <torch/csrc/autograd/graph_task.h>
 #include <torch/csrc/profiler/orchestration/observer.h>
 #include <torch/library.h>
 
 #include <cstdlib>
 #include <mutex>
+#include <typeinfo>
 #include <unordered_map>
 
 #include "probes/call_capture.h"
 #include "probes/device_checks.h"
+#include "probes/gradient_sentinel.h"
 #include "probes/roles.h"
 #include "probes/session.h"
 #include "probes/tensor_health.h"
@@ -54,6 +59,57 @@ struct DepthGuard {
   DepthGuard() { ++t_depth; }
   ~DepthGuard() { --t_depth; }
 };
+
+// Whether a tensor holds real data the probes may read. While torch.compile traces (Dynamo,
+// AOTAutograd) attention runs on FakeTensors, functional wrappers and meta tensors: they have no
+// data, and asking Python for a module path from inside the tracer recurses into it. Such calls
+// pass through untouched, as if nanprov were absent.
+bool realTensor(const at::Tensor& t) {
+  if (!t.defined()) return true;
+  c10::DispatchKeySet keys = t.key_set();
+  return !t.is_meta() && t.has_storage() && t.layout() == c10::kStrided &&
+         !keys.has(c10::DispatchKey::Python) && !keys.has(c10::DispatchKey::Functionalize) &&
+         !at::functionalization::impl::isFunctionalTensor(t);
+}
+
+bool probeable(const Stack& stack, size_t num_arguments) {
+  if (c10::impl::TorchDispatchModeTLS::any_modes_set()) return false;  // e.g. FakeTensorMode
+  for (auto it = stack.end() - static_cast<std::ptrdiff_t>(num_arguments); it != stack.end(); ++it) {
+    if (it->isTensor() && !realTensor(it->toTensor())) return false;
+    if (it->isOptionalTensorList() || it->isTensorList()) return false;  // no attention op takes lists
+  }
+  return true;
+}
+
+// The grad mode of the code around each compiled graph running on this thread, innermost last.
+thread_local std::vector<bool> t_compiled_grad;
+
+// Where a forward call runs: its module, whether autograd's engine is running it (activation
+// checkpointing recomputing the forward inside backward), and whether gradients are on.
+ForwardSite siteOfForward() {
+  ForwardSite site;
+  site.module = Session::modulePath();
+  site.in_backward = torch::autograd::get_current_graph_task_id() != -1;
+  site.grad_enabled = t_compiled_grad.empty() ? at::GradMode::is_enabled() : t_compiled_grad.back();
+  site.grad_enabled = site.grad_enabled && !c10::InferenceMode::is_enabled();
+  site.compiled = !t_compiled_grad.empty();
+  return site;
+}
+
+// A forward call's name; a call that begins the next inference forward pass closes the last.
+CallName nameForward(const ForwardSite& site) {
+  Session& session = Session::get();
+  CallName name = session.identity().forward(site);
+  if (name.opened_step) session.stepBegan(name.step);
+  return name;
+}
+
+// The reason an exception gives, or its type when it gives none (a Python error surfacing as a
+// C++ exception can have an empty message).
+std::string reasonOf(const std::exception& e) {
+  std::string what = e.what();
+  return what.empty() ? std::string("exception of type ") + typeid(e).name() : what;
+}
 
 ProbedOp resolve(const c10::OperatorHandle& handle, const AttentionOp* desc) {
   ProbedOp probed;
@@ -110,6 +166,7 @@ CallRecord recordFor(const CallName& name, const AttentionOp& desc, Phase phase)
   rec.call = name.call;
   rec.fwd_seq = name.fwd_seq;
   rec.module = name.module;
+  rec.recompute = name.recompute;
   rec.phase = phase;
   rec.op = desc.name;
   rec.backend = desc.backend;
@@ -121,7 +178,9 @@ void guarded(const char* what, F&& body) {
   try {
     body();
   } catch (const std::exception& e) {
-    logOnce(what, std::string(what) + " failed, this call is not recorded: " + e.what());
+    logOnce(what, std::string(what) + " failed, this call is not recorded: " + reasonOf(e));
+  } catch (...) {
+    logOnce(what, std::string(what) + " failed, this call is not recorded: unknown exception");
   }
 }
 
@@ -206,7 +265,7 @@ void fusedKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stac
   const ProbedOp* probed = nullptr;
   if (t_depth == 0 && Session::get().active()) {
     auto it = g_probed->find(handle.schema().name());
-    if (it != g_probed->end()) probed = &it->second;
+    if (it != g_probed->end() && probeable(*stack, it->second.num_arguments)) probed = &it->second;
   }
   if (!probed) {
     handle.redispatchBoxed(ks & kBelowProbe, stack);
@@ -222,12 +281,14 @@ void fusedKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stac
   // op: on any failure the op runs unprobed.
   CallName name;
   std::optional<CallTrace> trace;
-  try {
-    name = desc.phase == Phase::kForward ? ids.forward(Session::modulePath())
-                                         : ids.backward(addressOf(inputs, Role::kO));
+  bool named = false;
+  guarded("attention probe", [&] {
+    name = desc.phase == Phase::kForward ? nameForward(siteOfForward()) : ids.backward(addressOf(inputs, Role::kO));
     if (onCuda(inputs)) trace.emplace(name, session.rank());
-  } catch (const std::exception& e) {
-    logOnce("attention probe setup", std::string("attention probe failed, this call is not recorded: ") + e.what());
+    named = true;
+  });
+  if (!named) {
+    trace.reset();
     DepthGuard depth;
     handle.redispatchBoxed(ks & kBelowProbe, stack);
     return;
@@ -250,6 +311,28 @@ void fusedKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stac
     inject(rec, outputs);
     finish(std::move(rec), concat(std::move(inputs), outputs), args);
   });
+}
+
+// Attention ops nanprov recognises but does not check yet (PyTorch's fast paths): counted, so a
+// run that only ran these is never reported clean. A fused op probed underneath is checked
+// instead, and then nothing is counted.
+thread_local int t_unprobed_depth = 0;  // the encoder-layer op runs the attention op inside
+
+void unprobedKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack* stack) {
+  int64_t fused_before = t_fused_calls;
+  bool count = t_depth == 0 && t_unprobed_depth == 0 && Session::get().active() &&
+               probeable(*stack, handle.schema().arguments().size());
+  ++t_unprobed_depth;
+  try {
+    handle.redispatchBoxed(ks & kBelowProbe, stack);
+  } catch (...) {
+    --t_unprobed_depth;
+    throw;
+  }
+  --t_unprobed_depth;
+  if (count && t_fused_calls == fused_before) {
+    guarded("unprobed attention count", [&] { Session::get().countUnprobed(handle.schema().name()); });
+  }
 }
 
 // The backward of one MATH-path call, assembled from autograd hooks: dO arrives on O first,
@@ -330,7 +413,7 @@ bool mathOnCuda(const Stack& stack) {
 }
 
 void sdpaKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack* stack) {
-  if (t_depth > 0 || !Session::get().active()) {
+  if (t_depth > 0 || !Session::get().active() || !probeable(*stack, g_sdpa->num_arguments)) {
     handle.redispatchBoxed(ks & c10::after_autograd_keyset, stack);
     return;
   }
@@ -343,7 +426,7 @@ void sdpaKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack
   if (onCuda(inputs)) {
     guarded("math attention probe", [&] {
       if (!mathOnCuda(*stack)) return;
-      name = Session::get().identity().forward(Session::modulePath());
+      name = nameForward(siteOfForward());
       trace.emplace(*name, Session::get().rank());
     });
   }
@@ -356,7 +439,7 @@ void sdpaKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack
   if (t_fused_calls != fused_before) return;  // a fused backend was probed underneath
   guarded("math attention probe", [&] {
     at::Tensor out = stack->back().toTensor();
-    if (!name) name = Session::get().identity().forward(Session::modulePath());
+    if (!name) name = nameForward(siteOfForward());
     CallRecord rec = recordFor(*name, kMathOp, Phase::kForward);
     rec.start_ns = start;
     rec.end_ns = end;
@@ -381,6 +464,7 @@ void flushDeviceWork(bool at_exit) {
   try {
     DeviceChecks& checks = DeviceChecks::get();
     if (at_exit) checks.drain(); else checks.poll();
+    pollGradientSentinel(at_exit);
     KernelTracer& tracer = KernelTracer::get();
     Session& session = Session::get();
     std::vector<KernelRecord> kernels = tracer.collect(at_exit);
@@ -392,6 +476,7 @@ void flushDeviceWork(bool at_exit) {
     }
     TracerStats stats = tracer.stats();
     session.setMeta("host_syncs", std::to_string(checks.hostSyncs()));
+    session.setMeta("step_unit", stepUnitName(session.identity().stepUnit()));
     session.setMeta("kernels_attributed", std::to_string(stats.attributed_kernels));
     session.setMeta("cupti_dropped_records", std::to_string(stats.dropped_records));
     session.setMeta("cupti_records", "kernel " + std::to_string(stats.kernel_records) + ", external id " +
@@ -404,6 +489,11 @@ void flushDeviceWork(bool at_exit) {
 }
 
 }  // namespace
+
+void setCompiledGradMode(int mode) {
+  if (mode >= 0) t_compiled_grad.push_back(mode == 1);
+  else if (!t_compiled_grad.empty()) t_compiled_grad.pop_back();
+}
 
 Status installAttentionProbes() {
   static std::once_flag once;
@@ -426,8 +516,14 @@ Status installAttentionProbes() {
         std::string bare = std::string(desc.name).substr(6);  // drop "aten::"
         fused->impl(bare.c_str(), torch::CppFunction::makeFromBoxedFunction<&fusedKernel>());
       }
+      for (const char* op : {"aten::_native_multi_head_attention", "aten::_transformer_encoder_layer_fwd"}) {
+        if (dispatcher.findSchema({op, ""})) {
+          fused->impl(std::string(op).substr(6).c_str(), torch::CppFunction::makeFromBoxedFunction<&unprobedKernel>());
+        }
+      }
       g_sdp_choice = new std::optional<c10::OperatorHandle>(dispatcher.findSchema({"aten::_fused_sdp_choice", ""}));
       Session::get().setFlushHook(&flushDeviceWork);
+      installGradientSentinel();
       auto sdpa = dispatcher.findSchema({"aten::scaled_dot_product_attention", ""});
       if (sdpa && want_sdpa) {
         g_sdpa = new ProbedOp(resolve(*sdpa, &kMathOp));

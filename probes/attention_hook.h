@@ -12,4 +12,9 @@ namespace nanprov {
 // MATH path, which has no fused op of its own.
 Status installAttentionProbes();
 
+// Entering (mode 1: with gradients, 0: without) or leaving (-1) a torch.compile'd graph on this
+// thread. Autograd runs a compiled training graph with gradients off, so inside one the grad
+// mode of the code that called it says whether this is inference.
+void setCompiledGradMode(int mode);
+
 }  // namespace nanprov

@@ -102,6 +102,7 @@ class Checks {
       // Replays of the graph never pass through the dispatcher, so these calls cannot be checked
       // at all; touching the stream now would break the user's capture.
       logOnce("graph capture", "attention inside CUDA graph capture is not checked (its replays bypass the probes)");
+      Session::get().countUnprobed("attention captured into a CUDA graph (its replays bypass the probes)");
       return;
     }
     HealthCheckQueue* queue = queueFor(device);

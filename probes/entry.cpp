@@ -58,6 +58,19 @@ __attribute__((visibility("default"))) void nanprov_set_module_resolver(nanprov:
   nanprov::Session::setModuleResolver(resolve);
 }
 
+// Attention the bootstrap recognised but the probes cannot check (FlexAttention, attention inside
+// a compiled graph that is no ATen op): counted, so the report does not call the run clean.
+__attribute__((visibility("default"))) void nanprov_count_unprobed(const char* what, long long n) {
+  if (what && n > 0) nanprov::Session::get().countUnprobed(what, n);
+}
+
+// Around a torch.compile'd graph: whether the user's code runs it with gradients (1), without
+// (0), or -1 when it returned. Inside a compiled training graph autograd turns gradients off,
+// which must not read as inference.
+__attribute__((visibility("default"))) void nanprov_compiled_grad_mode(int mode) {
+  nanprov::setCompiledGradMode(mode);
+}
+
 // Final flush; called from the interpreter's exit. Later calls are no-ops.
 __attribute__((visibility("default"))) void nanprov_shutdown() {
   nanprov::Session::get().finalize();

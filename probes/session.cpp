@@ -127,16 +127,54 @@ void Session::recordCapture(CaptureRecord capture) {
   if (StoreWriter* w = writer()) w->appendCapture(std::move(capture));
 }
 
+void Session::recordSentinel(std::vector<SentinelRecord> findings) {
+  if (!active() || findings.empty()) return;
+  for (SentinelRecord& f : findings) f.rank = env_.rank;
+  if (StoreWriter* w = writer()) w->appendSentinel(std::move(findings));
+}
+
 void Session::setMeta(const std::string& key, const std::string& value) {
   if (!active()) return;
   if (StoreWriter* w = writer()) w->setMeta(key, value);
 }
 
-void Session::stepEnded(int64_t step) {
-  if (!active() || !identity_.stepEnded(step)) return;
+void Session::stepEnded(int64_t optimizer_steps) {
+  if (!active() || !identity_.stepEnded(optimizer_steps)) return;
+  stepBegan(identity_.step());
+}
+
+void Session::stepBegan(int64_t step) {
+  if (!active()) return;
+  countUnseenBackwards();
   if (FlushHook hook = flush_hook_.load()) hook(false);
+  writeCounters();
   std::lock_guard<std::mutex> lock(writer_mu_);
   if (writer_) writer_->stepEnded(step - 1, wallClockNs());
+}
+
+void Session::countUnseenBackwards() {
+  if (int64_t unseen = identity_.takeUnseenCompiledBackwards()) {
+    countUnprobed("attention backward of a torch.compile'd graph (Inductor ran it as plain kernels)", unseen);
+  }
+}
+
+void Session::countUnprobed(const std::string& what, int64_t n) {
+  std::lock_guard<std::mutex> lock(unprobed_mu_);
+  unprobed_[what] += n;
+  unprobed_dirty_ = true;
+}
+
+// Only what changed, and only once there is something: a process that saw no attention at all
+// (a torchrun launcher) leaves no store behind.
+void Session::writeCounters() {
+  std::map<std::string, int64_t> counts;
+  {
+    std::lock_guard<std::mutex> lock(unprobed_mu_);
+    if (!unprobed_dirty_) return;
+    unprobed_dirty_ = false;
+    counts = unprobed_;
+  }
+  for (const auto& [what, n] : counts) setMeta("unprobed:" + what, std::to_string(n));
 }
 
 void Session::finalize() {
@@ -144,6 +182,9 @@ void Session::finalize() {
   // A forked child skips it: it owns neither the GPU work nor the writer.
   if (active() && getpid() == owner_pid_) {
     if (FlushHook hook = flush_hook_.exchange(nullptr)) hook(true);
+    identity_.runEnded();
+    countUnseenBackwards();
+    writeCounters();
   }
   State expected = State::kActive;
   if (!state_.compare_exchange_strong(expected, State::kFinalized)) return;

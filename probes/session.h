@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <map>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -48,8 +49,18 @@ class Session {
   void record(CallRecord record);
   void recordKernels(std::vector<KernelRecord> kernels);
   void recordCapture(CaptureRecord capture);
+  void recordSentinel(std::vector<SentinelRecord> findings);
   void setMeta(const std::string& key, const std::string& value);
-  void stepEnded(int64_t step);
+  // An optimizer step completed; `optimizer_steps` is the count so far.
+  void stepEnded(int64_t optimizer_steps);
+  // A new step began (an optimizer step, or the next inference forward pass): device work of the
+  // step before is flushed and the step is marked in the store.
+  void stepBegan(int64_t step);
+
+  // Attention that was recognised but could not be checked, counted by what it was (e.g.
+  // "aten::_native_multi_head_attention"). Written to the store's meta as "unprobed:<what>" at
+  // step boundaries and exit, so the report never calls a run clean that it did not check.
+  void countUnprobed(const std::string& what, int64_t n = 1);
 
   // Runs at every step boundary and once at exit (at_exit = true), before the store closes:
   // where the LibTorch side completes asynchronous checks and collects traced kernels.
@@ -66,6 +77,8 @@ class Session {
   enum class State { kUninitialized, kActive, kFinalized };
   Session() = default;
   StoreWriter* writer();  // nullptr when the store cannot be written
+  void writeCounters();
+  void countUnseenBackwards();
 
   std::atomic<State> state_{State::kUninitialized};
   std::atomic<FlushHook> flush_hook_{nullptr};
@@ -79,6 +92,10 @@ class Session {
   std::mutex writer_mu_;
   std::unique_ptr<StoreWriter> writer_;
   bool writer_failed_ = false;
+
+  std::mutex unprobed_mu_;
+  std::map<std::string, int64_t> unprobed_;
+  bool unprobed_dirty_ = false;
 };
 
 // Logs a line to stderr the first time `key` is seen; the probes never log per event.

@@ -9,6 +9,7 @@ import ctypes
 import importlib.util
 import json
 import os
+import re
 import sys
 import threading
 import weakref
@@ -34,31 +35,49 @@ def _report(status, detail=""):
         pass
 
 
-class _TorchImportWatcher:
-    """A meta-path finder that runs _load() right after `torch` finished importing."""
+class _ImportWatcher:
+    """A meta-path finder that runs a callback right after a module finished importing.
+
+    Used for `torch` (to load the probes) and for torch modules nanprov hooks only when the
+    training uses them (Dynamo), so a plain run never imports them.
+    """
+
+    def __init__(self):
+        self.callbacks = {}
+
+    def watch(self, name, callback):
+        if name in sys.modules:
+            callback(sys.modules[name])
+            return
+        self.callbacks[name] = callback
+        if self not in sys.meta_path:
+            sys.meta_path.insert(0, self)
 
     def find_spec(self, name, path=None, target=None):
-        if name != "torch":
+        callback = self.callbacks.pop(name, None)
+        if callback is None:
             return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec("torch")
+        if not self.callbacks:
+            sys.meta_path.remove(self)
+        # Find the real spec without us, then run the callback after its module executed.
+        spec = importlib.util.find_spec(name)
         if spec is None or spec.loader is None:
             return spec
         exec_module = spec.loader.exec_module
 
-        def exec_then_load(module):
+        def exec_then_callback(module):
             exec_module(module)
-            _load(module)
+            callback(module)
 
-        spec.loader.exec_module = exec_then_load
+        spec.loader.exec_module = exec_then_callback
         return spec
 
 
+_watcher = _ImportWatcher()
+
+
 def arm():
-    if "torch" in sys.modules:
-        _load(sys.modules["torch"])
-    else:
-        sys.meta_path.insert(0, _TorchImportWatcher())
+    _watcher.watch("torch", _load)
 
 
 def _abi_of(torch):
@@ -81,13 +100,19 @@ def _load(torch):
         lib.nanprov_last_error.restype = ctypes.c_char_p
         lib.nanprov_step.argtypes = [ctypes.c_longlong]
         lib.nanprov_set_module_resolver.argtypes = [_Resolver]
+        lib.nanprov_count_unprobed.argtypes = [ctypes.c_char_p, ctypes.c_longlong]
+        lib.nanprov_compiled_grad_mode.argtypes = [ctypes.c_int]
         if lib.nanprov_start() != 0:
             message = lib.nanprov_last_error().decode(errors="replace")
             _say(f"probes not started, training continues uninstrumented: {message}")
             _report("probe-error", message)
             return
-        _watch_steps(lib)
-        resolver = _watch_modules(lib, torch)
+        modules = _ModulePaths(torch)
+        _watch_steps(lib, torch, modules)
+        resolver = _watch_modules(lib, modules)
+        if os.environ.get("NANPROV_COMPILED_PATHS", "1") != "0":
+            _watcher.watch("torch._dynamo.output_graph", lambda m: _watch_compiled_graphs(lib, torch, m, modules))
+        _watch_flex_attention(lib, torch, modules)
         # Shutdown drops the resolver before the interpreter (and the callback) goes away.
         atexit.register(lambda: (lib.nanprov_shutdown(), resolver))
         _report("instrumented")
@@ -96,14 +121,34 @@ def _load(torch):
         _report("probe-error", str(exc))
 
 
-def _watch_steps(lib):
-    """Step = the most steps any one optimizer has taken, so two optimizers do not count twice."""
+def _watch_steps(lib, torch, modules):
+    """Step = the most steps any one optimizer has taken, so two optimizers do not count twice.
+
+    After each optimizer step the gradient sentinel checks the gradients it applied and the
+    parameters it produced (torch.ops.nanprov.check_step: one asynchronous fused check), so a
+    NaN made outside attention is named at its own step.
+    """
     taken = weakref.WeakKeyDictionary()
     high = [0]
+    check_step = torch.ops.nanprov.check_step
+    sentinel = os.environ.get("NANPROV_SENTINEL", "1") != "0"
 
     def after_step(optimizer, args, kwargs):
         n = taken.get(optimizer, 0) + 1
         taken[optimizer] = n
+        if sentinel:
+            try:
+                grads, params, names = [], [], []
+                for group in optimizer.param_groups:
+                    for p in group["params"]:
+                        if p.grad is not None and not p.grad.is_sparse:
+                            grads.append(p.grad)
+                            params.append(p)
+                            names.append(modules.parameter_name(p))
+                if grads:
+                    check_step(grads, params, "\n".join(names), n - 1)
+            except Exception as exc:  # never reaches the training
+                _say(f"gradient sentinel skipped a step: {exc}")
         if n > high[0]:
             high[0] = n
             lib.nanprov_step(n)
@@ -111,43 +156,191 @@ def _watch_steps(lib):
     importlib.import_module("torch.optim.optimizer").register_optimizer_step_post_hook(after_step)
 
 
-def _watch_modules(lib, torch):
+def _clean_path(path):
+    """A module path as the user wrote the model: torch.compile's wrapper adds `_orig_mod`."""
+    return ".".join(part for part in path.split(".") if part and part != "_orig_mod")
+
+
+_DYNAMO_PREFIX = re.compile(r"^L\['[^']*'\]\.?")
+_DYNAMO_ITEM = re.compile(r"\._modules\['([^']*)'\]|\[(\d+)\]|\['([^']*)'\]")
+
+
+def _dynamo_path(text):
+    """`L['self'].layers[0]._modules['attn']` (Dynamo's nn_module_stack) → `layers.0.attn`."""
+    text = _DYNAMO_PREFIX.sub("", text)
+    text = _DYNAMO_ITEM.sub(lambda m: "." + next(g for g in m.groups() if g is not None), text)
+    return _clean_path(text)
+
+
+class _ModulePaths:
+    """Module paths and parameter names of the models seen running attention.
+
+    A module is named by its path from the outermost module on the stack. Under activation
+    checkpointing the recompute runs from the checkpointed block, so the outermost module is
+    the block itself: the longest path ever seen for a module object is the one kept.
+    """
+
+    def __init__(self, torch):
+        self.module_type = torch.nn.Module
+        self.graph_module_type = torch.fx.GraphModule
+        self.roots = weakref.WeakKeyDictionary()  # outermost module -> {module -> path}
+        self.best = weakref.WeakKeyDictionary()   # module -> longest path seen
+        self.parameters = {}  # id(parameter) -> (weakref, name): tensors compare elementwise
+        self.compiled = threading.local()         # stack of compiled graphs running
+
+    def _wrapper(self, obj):
+        # Frames of these run the user's modules but are not modules of the model.
+        return isinstance(obj, self.graph_module_type) or type(obj).__name__ == "OptimizedModule"
+
+    def _table(self, inner, root):
+        table = self.roots.get(root)
+        if table is None or inner not in table:  # first call, or modules were added since
+            table = weakref.WeakKeyDictionary((m, _clean_path(name)) for name, m in root.named_modules())
+            self.roots[root] = table
+            for name, p in root.named_parameters():
+                known = self.parameters.get(id(p))
+                if known is None or known[0]() is not p:
+                    self.parameters[id(p)] = (weakref.ref(p), _clean_path(name))
+        return table
+
+    def current(self, frame):
+        """The module path of the attention call running in `frame`'s thread."""
+        inner = root = None
+        while frame is not None:
+            code = frame.f_code
+            if code.co_argcount and code.co_varnames[0] == "self":
+                obj = frame.f_locals.get("self")
+                if isinstance(obj, self.module_type) and not self._wrapper(obj):
+                    inner = inner or obj
+                    root = obj
+            frame = frame.f_back
+        path = ""
+        if inner is not None:
+            path = self._table(inner, root).get(inner, "")
+            best = self.best.get(inner)
+            if best is None or len(path) > len(best):
+                self.best[inner] = path
+            else:
+                path = best
+        graphs = getattr(self.compiled, "stack", None)
+        if graphs:
+            # Inside a compiled graph: the path within it, in the order its attention runs.
+            graph = graphs[-1]
+            if graph.paths:
+                inside = graph.paths[graph.next % len(graph.paths)]
+                graph.next += 1
+                path = f"{path}.{inside}" if path and inside else (path or inside)
+        return path
+
+    def parameter_name(self, p):
+        known = self.parameters.get(id(p))
+        return known[1] if known is not None and known[0]() is p else ""
+
+
+def _watch_modules(lib, modules):
     """Tells the probes which module runs an attention call ("model.layers.3.self_attn").
 
     Asked, not pushed: the probes call back on each forward attention call, and the path is
     found by walking this thread's Python stack to the innermost frame whose `self` is a module.
     Global module hooks would tax every module call of the model instead.
     """
-    module_type = torch.nn.Module
-    paths = weakref.WeakKeyDictionary()  # outermost module -> WeakKeyDictionary(module -> path)
-
-    def path_of(inner, root):
-        table = paths.get(root)
-        if table is None or inner not in table:  # first call, or modules were added since
-            table = weakref.WeakKeyDictionary((m, name.encode()) for name, m in root.named_modules())
-            paths[root] = table
-        return table.get(inner, b"")
 
     def resolve(buffer, capacity):
         try:
-            inner = root = None
-            frame = sys._getframe(1)
-            while frame is not None:
-                code = frame.f_code
-                if code.co_argcount and code.co_varnames[0] == "self":
-                    obj = frame.f_locals.get("self")
-                    if isinstance(obj, module_type):
-                        inner = inner or obj
-                        root = obj
-                frame = frame.f_back
-            if inner is None:
-                return 0
-            path = path_of(inner, root)[: capacity - 1]
-            ctypes.memmove(buffer, path, len(path))
-            return len(path)
+            path = modules.current(sys._getframe(1)).encode()
+            # Never cut inside a UTF-8 character: drop continuation bytes at the cut.
+            cut = min(len(path), capacity - 1)
+            while 0 < cut < len(path) and (path[cut] & 0xC0) == 0x80:
+                cut -= 1
+            ctypes.memmove(buffer, path, cut)
+            return cut
         except Exception:
             return 0  # never let a lookup failure reach the training
 
     callback = _Resolver(resolve)
     lib.nanprov_set_module_resolver(callback)
     return callback  # kept alive by the caller: the probes hold only its address
+
+
+# Attention a compiled graph may hold that runs as no probed ATen op at run time.
+_UNPROBED_IN_GRAPHS = ("flex_attention",)
+
+
+class _CompiledGraph:
+    """One graph Dynamo compiled: its attention calls' module paths, in graph order."""
+
+    def __init__(self, gm):
+        self.paths, self.unprobed = [], {}
+        for node in gm.graph.nodes:
+            name = getattr(node.target, "__name__", str(node.target))
+            if node.op != "call_function":
+                continue
+            if "scaled_dot_product" in name:
+                stack = node.meta.get("nn_module_stack") or {}
+                entries = list(stack.values())
+                self.paths.append(_dynamo_path(entries[-1][0]) if entries else "")
+            elif name in _UNPROBED_IN_GRAPHS:
+                self.unprobed[name] = self.unprobed.get(name, 0) + 1
+        self.next = 0
+
+
+def _watch_compiled_graphs(lib, torch, output_graph, modules):
+    """Module paths inside torch.compile'd code, where no module frame runs.
+
+    Every graph Dynamo hands to a backend is read once for the module path of each attention
+    node (its nn_module_stack); the compiled function is wrapped so that, while it runs, the
+    attention calls it makes are named in that order. The compiled code itself is untouched.
+    """
+    cls = output_graph.OutputGraph
+    original = cls.call_user_compiler
+
+    def call_user_compiler(self, gm, *args, **kwargs):
+        compiled = original(self, gm, *args, **kwargs)
+        try:
+            graph = _CompiledGraph(gm)
+        except Exception:
+            return compiled
+        if not graph.paths and not graph.unprobed:
+            return compiled
+
+        def run(*a, **k):
+            stack = getattr(modules.compiled, "stack", None)
+            if stack is None:
+                stack = modules.compiled.stack = []
+            graph.next = 0
+            stack.append(graph)
+            lib.nanprov_compiled_grad_mode(1 if torch.is_grad_enabled() else 0)
+            try:
+                return compiled(*a, **k)
+            finally:
+                lib.nanprov_compiled_grad_mode(-1)
+                stack.pop()
+                for what, n in graph.unprobed.items():
+                    lib.nanprov_count_unprobed(what.encode(), n)
+
+        run.__wrapped__ = compiled
+        return run
+
+    cls.call_user_compiler = call_user_compiler
+
+
+def _watch_flex_attention(lib, torch, modules):
+    """FlexAttention is not probed yet: count its eager calls so a run is never called clean."""
+    try:
+        hop_module = importlib.import_module("torch._higher_order_ops.flex_attention")
+        fake = importlib.import_module("torch._subclasses.fake_tensor")
+    except Exception:
+        return
+    cls = hop_module.FlexAttentionHOP
+    original = cls.__call__
+
+    def __call__(self, query, *args, **kwargs):
+        try:
+            if (not getattr(modules.compiled, "stack", None) and not torch.compiler.is_compiling()
+                    and isinstance(query, torch.Tensor) and not fake.is_fake(query)):
+                lib.nanprov_count_unprobed(b"flex_attention", 1)
+        except Exception:
+            pass
+        return original(self, query, *args, **kwargs)
+
+    cls.__call__ = __call__
