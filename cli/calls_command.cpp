@@ -1,4 +1,6 @@
 // `nanprov calls [RUN] [filters] [--json]`: the attention calls of a run, filtered.
+#include <fnmatch.h>
+
 #include <cstdio>
 #include <iostream>
 #include <optional>
@@ -13,7 +15,7 @@ struct Options {
   std::string run;
   std::optional<int> rank;
   std::optional<int64_t> layer, step;
-  std::string phase, backend;
+  std::string phase, backend, module;
   bool nonfinite = false;
   bool json = false;
 };
@@ -21,7 +23,8 @@ struct Options {
 bool keep(const Options& o, const CallRecord& c, const CallHealth& h) {
   return (!o.rank || *o.rank == c.rank) && (!o.layer || *o.layer == c.layer) &&
          (!o.step || *o.step == c.step) && (o.phase.empty() || o.phase == phaseName(c.phase)) &&
-         (o.backend.empty() || o.backend == c.backend) && (!o.nonfinite || h.kind != EdgeKind::kClean);
+         (o.backend.empty() || o.backend == c.backend) && (!o.nonfinite || h.kind != EdgeKind::kClean) &&
+         (o.module.empty() || fnmatch(o.module.c_str(), c.module.c_str(), 0) == 0);
 }
 
 std::string roles(const std::vector<std::string>& list) {
@@ -38,13 +41,18 @@ void addCallsCommand(CLI::App& app, int* exit_code) {
   cmd->footer(
       "Examples:\n"
       "  nanprov calls --nonfinite               calls that touched NaN/Inf\n"
-      "  nanprov calls --rank 1 --layer 3 --phase bwd --json");
+      "  nanprov calls --rank 1 --layer 3 --phase bwd --json\n"
+      "  nanprov calls --module '*.blocks.0.attn'        every stage's first block\n\n"
+      "Columns: the call's name, its step (or forward pass, in inference runs), fwd/bwd (fwd* is a\n"
+      "forward recomputed by activation checkpointing), backend, clean/source/propagated, the\n"
+      "non-finite inputs and outputs, and the module path.");
   cmd->add_option("run", opts->run, "Run directory (default: the newest under ./nanprov-runs)");
   cmd->add_option("--rank", opts->rank, "Only this rank");
   cmd->add_option("--layer", opts->layer, "Only this layer");
   cmd->add_option("--step", opts->step, "Only this optimizer step");
   cmd->add_option("--phase", opts->phase, "Only fwd or bwd")->check(CLI::IsMember({"fwd", "bwd"}));
   cmd->add_option("--backend", opts->backend, "Only this backend (flash_cpu, math, cudnn, flash, efficient)");
+  cmd->add_option("--module", opts->module, "Only modules whose path matches this shell pattern (e.g. 'layers.3.*')");
   cmd->add_flag("--nonfinite", opts->nonfinite, "Only calls with a non-finite input or output");
   cmd->add_flag("--json", opts->json, "Print JSON for scripts");
   cmd->callback([opts, exit_code] {
@@ -52,8 +60,8 @@ void addCallsCommand(CLI::App& app, int* exit_code) {
     if (!run) return;
     nlohmann::json list = nlohmann::json::array();
     if (!opts->json) {
-      std::printf("%-24s %5s %-5s %-10s %-10s %-10s %s\n", "call", "step", "phase", "backend", "kind",
-                  "bad in", "bad out");
+      std::printf("%-24s %5s %-5s %-10s %-10s %-10s %-10s %s\n", "call", "step", "phase", "backend", "kind",
+                  "bad in", "bad out", "module");
     }
     for (const CallRecord& c : run->calls) {
       CallHealth h = classify(c);
@@ -61,10 +69,11 @@ void addCallsCommand(CLI::App& app, int* exit_code) {
       if (opts->json) {
         list.push_back(callJson(c, h));
       } else {
-        std::printf("%-24s %5lld %-5s %-10s %-10s %-10s %s%s\n", callName(c).c_str(),
-                    static_cast<long long>(c.step), phaseName(c.phase), c.backend.c_str(),
-                    edgeKindName(h.kind), roles(h.nonfinite_inputs).c_str(),
-                    roles(h.nonfinite_outputs).c_str(), c.injected.empty() ? "" : " (injected)");
+        std::string phase = std::string(phaseName(c.phase)) + (c.recompute ? "*" : "");
+        std::printf("%-24s %5lld %-5s %-10s %-10s %-10s %-10s %s%s\n", callName(c).c_str(),
+                    static_cast<long long>(c.step), phase.c_str(), c.backend.c_str(), edgeKindName(h.kind),
+                    roles(h.nonfinite_inputs).c_str(), roles(h.nonfinite_outputs).c_str(),
+                    c.module.empty() ? "-" : c.module.c_str(), c.injected.empty() ? "" : " (injected)");
       }
     }
     if (opts->json) std::cout << list.dump(2) << "\n";

@@ -11,8 +11,8 @@
 
 namespace nanprov::cli {
 
-// Exit codes. report: 0 clean, 1 a non-finite edge was found.
-enum ExitCode { kClean = 0, kEdgeFound = 1, kUsageError = 2, kInputError = 3 };
+// Exit codes. report: 0 clean, 1 a non-finite edge was found, 4 nothing was checked.
+enum ExitCode { kClean = 0, kEdgeFound = 1, kUsageError = 2, kInputError = 3, kNothingChecked = 4 };
 
 // Prints "nanprov <command>: <message>" on stderr and returns kInputError.
 int fail(const std::string& command, const Status& status);

@@ -48,9 +48,38 @@ int64_t totalSteps(const RunData& run) {
 
 std::string summaryLine(const RunData& run) {
   std::ostringstream out;
+  bool passes = run.stepUnit() == "forward_pass";
   out << "run " << run.dir << ": " << run.ranks.size() << (run.ranks.size() == 1 ? " rank, " : " ranks, ")
-      << run.calls.size() << " attention calls, " << totalSteps(run) << " optimizer steps";
+      << run.calls.size() << " attention calls checked, " << (passes ? totalSteps(run) + 1 : totalSteps(run))
+      << (passes ? " forward passes" : " optimizer steps");
   return out.str();
+}
+
+// "not checked: flex_attention x12, ..." or empty.
+std::string unprobedLine(const Conclusion& c) {
+  std::vector<std::string> parts;
+  for (const auto& [what, n] : c.unprobed) parts.push_back(what + " x" + std::to_string(n));
+  return parts.empty() ? "" : "attention not checked: " + joined(parts, ", ");
+}
+
+nlohmann::json coverageJson(const RunData& run, const Conclusion& c) {
+  nlohmann::json unprobed = nlohmann::json::array();
+  for (const auto& [what, n] : c.unprobed) unprobed.push_back({{"what", what}, {"count", n}});
+  return {{"attention_calls", run.calls.size()}, {"unprobed", unprobed}};
+}
+
+nlohmann::json sentinelJson(const std::optional<SentinelFinding>& s) {
+  if (!s) return nullptr;
+  std::vector<std::string> all = s->gradients;
+  for (const std::string& v : s->values) {
+    if (std::find(all.begin(), all.end(), v) == all.end()) all.push_back(v);
+  }
+  return {{"rank", s->rank},           {"step", s->step},       {"parameters", all},
+          {"nonfinite", all.size()},   {"gradients", s->gradients}, {"values", s->values}};
+}
+
+std::string listed(const std::vector<std::string>& names) {
+  return names.empty() ? "-" : joined(names, ", ");
 }
 
 // What the report says about an edge beyond the call itself: its kernels and its capture.
@@ -88,6 +117,7 @@ nlohmann::json callJson(const CallRecord& call, const CallHealth& health) {
           {"step", call.step},
           {"phase", phaseName(call.phase)},
           {"fwd_seq", call.fwd_seq >= 0 ? nlohmann::json(call.fwd_seq) : nlohmann::json(nullptr)},
+          {"recompute", call.recompute},
           {"op", call.op},
           {"backend", call.backend},
           {"module", call.module},
@@ -106,14 +136,21 @@ nlohmann::json callJson(const CallRecord& call, const CallHealth& health) {
 }
 
 nlohmann::json reportJson(const RunData& run, const Findings& f) {
+  Conclusion conclusion = conclude(run, f);
   nlohmann::json ranks = nlohmann::json::array();
   for (const RankInfo& r : run.ranks) {
     ranks.push_back({{"rank", r.rank}, {"store", r.path}, {"steps", r.steps}, {"meta", r.meta}});
   }
   nlohmann::json out = {
       {"run", run.dir},
-      {"clean", !f.first.has_value()},
+      {"clean", conclusion.outcome == Outcome::kClean},
+      {"outcome", outcomeName(conclusion.outcome)},
+      {"nothing_checked_why", conclusion.nothing_checked_why.empty() ? nlohmann::json(nullptr)
+                                                                      : nlohmann::json(conclusion.nothing_checked_why)},
+      {"step_unit", run.stepUnit()},
       {"summary", {{"ranks", run.ranks.size()}, {"calls", run.calls.size()}, {"steps", totalSteps(run)}}},
+      {"coverage", coverageJson(run, conclusion)},
+      {"gradient_sentinel", sentinelJson(conclusion.sentinel)},
       {"ranks", ranks},
       {"first_edge", nullptr},
       {"first_source_edge", nullptr},
@@ -137,8 +174,40 @@ nlohmann::json reportJson(const RunData& run, const Findings& f) {
 
 std::string reportText(const RunData& run, const Findings& f) {
   std::ostringstream out;
+  Conclusion conclusion = conclude(run, f);
+  std::string unprobed = unprobedLine(conclusion);
+  if (conclusion.outcome == Outcome::kNothingChecked) {
+    out << "nothing checked: no attention call was probed, so nanprov cannot call this run clean\n  why: "
+        << conclusion.nothing_checked_why << "\n";
+    if (!unprobed.empty()) out << "  " << unprobed << "\n";
+    out << "  " << summaryLine(run) << "\n";
+    return out.str();
+  }
+  if (conclusion.outcome == Outcome::kOutsideAttention) {
+    const SentinelFinding& s = *conclusion.sentinel;
+    out << "rank" << s.rank << ":" << stepLabel(run, s.step)
+        << "  first non-finite values were gradients, at " << stepLabel(run, s.step)
+        << ": no probed attention call made them; the origin is outside attention\n";
+    out << "  non-finite gradients: " << listed(s.gradients) << "\n";
+    out << "  non-finite parameters after the update: " << listed(s.values) << "\n";
+    if (f.first) {
+      out << "  attention first saw non-finite values later: " << callName(run.calls[*f.first]) << " ("
+          << stepLabel(run, run.calls[*f.first].step) << ", " << (f.origin == "attention" ? "source" : "propagated")
+          << ")\n";
+    } else {
+      out << "  every checked attention call was finite\n";
+    }
+    if (!unprobed.empty()) out << "  " << unprobed << "\n";
+    out << "  " << summaryLine(run) << "\n";
+    return out.str();
+  }
   if (!f.first) {
-    out << "clean: no non-finite attention input or output\n  " << summaryLine(run) << "\n";
+    out << (conclusion.outcome == Outcome::kPartial ? "no fault in what was checked, but not everything was: "
+                                                    : "clean: ")
+        << "every checked attention input and output was finite";
+    out << (conclusion.sentinel ? "\n" : ", and so were the gradients at every optimizer step\n");
+    if (!unprobed.empty()) out << "  " << unprobed << "\n";
+    out << "  " << summaryLine(run) << "\n";
     return out.str();
   }
   const CallRecord& c = run.calls[*f.first];
@@ -151,7 +220,8 @@ std::string reportText(const RunData& run, const Findings& f) {
     out << callName(c) << "  non-finite " << joined(h.nonfinite_inputs, ", ")
         << " reached attention from upstream: the origin is outside attention" << inj << "\n";
   }
-  out << "  step " << c.step << ", " << phaseName(c.phase) << ", " << c.op << " (" << c.backend << ")";
+  out << "  " << stepLabel(run, c.step) << ", " << phaseName(c.phase) << (c.recompute ? " (checkpoint recompute)" : "")
+      << ", " << c.op << " (" << c.backend << ")";
   if (!c.module.empty()) out << ", module " << c.module;
   out << "\n";
   std::vector<std::string> finite_inputs;
@@ -191,6 +261,11 @@ std::string reportText(const RunData& run, const Findings& f) {
   out << "  after it: " << f.propagation.calls << " non-finite calls across " << f.propagation.layers
       << (f.propagation.layers == 1 ? " layer" : " layers") << " on " << f.propagation.ranks
       << (f.propagation.ranks == 1 ? " rank" : " ranks") << "\n";
+  if (conclusion.sentinel) {
+    out << "  gradients went non-finite at " << stepLabel(run, conclusion.sentinel->step) << ": "
+        << listed(conclusion.sentinel->gradients) << "\n";
+  }
+  if (!unprobed.empty()) out << "  " << unprobed << "\n";
   out << "  " << summaryLine(run) << "\n";
   return out.str();
 }

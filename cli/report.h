@@ -6,6 +6,7 @@
 #include <string>
 
 #include "cli/edges.h"
+#include "cli/outcome.h"
 #include "store/reader.h"
 
 namespace nanprov {
@@ -15,7 +16,8 @@ std::string capturePath(const RunData& run, const CaptureRecord& capture);
 
 nlohmann::json callJson(const CallRecord& call, const CallHealth& health);
 nlohmann::json reportJson(const RunData& run, const Findings& findings);
-// The first line names the edge as rank<R>:layer<L>:call<C>, or says the run is clean.
+// The first line names the edge as rank<R>:layer<L>:call<C>, names the parameters whose
+// gradients went non-finite first, says the run is clean, or that nothing was checked.
 std::string reportText(const RunData& run, const Findings& findings);
 
 }  // namespace nanprov

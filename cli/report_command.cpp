@@ -5,6 +5,20 @@
 #include "cli/report.h"
 
 namespace nanprov::cli {
+namespace {
+
+int exitCodeOf(const Conclusion& c) {
+  switch (c.outcome) {
+    case Outcome::kClean:
+    case Outcome::kPartial: return kClean;
+    case Outcome::kNothingChecked: return kNothingChecked;
+    case Outcome::kEdgeFound:
+    case Outcome::kOutsideAttention: break;
+  }
+  return kEdgeFound;
+}
+
+}  // namespace
 
 void addReportCommand(CLI::App& app, int* exit_code) {
   struct Options {
@@ -17,7 +31,13 @@ void addReportCommand(CLI::App& app, int* exit_code) {
       "Examples:\n"
       "  nanprov report                          newest run under ./nanprov-runs\n"
       "  nanprov report nanprov-runs/20261130T151500.000Z --json | jq .first_edge\n\n"
-      "Exit status: 0 clean, 1 a non-finite edge was found, 2 usage error, 3 unreadable run.");
+      "The first line names the first non-finite edge (rank:layer:call), or the parameters whose\n"
+      "gradients went non-finite first when that happened before any attention edge (the gradient\n"
+      "sentinel), or says clean, or says nothing was checked and why. Every report counts the\n"
+      "attention it recognised but could not check (coverage).\n\n"
+      "Exit status: 0 no fault found (JSON outcome \"clean\": attention checked, all finite, gradients\n"
+      "finite; \"partial\": the same, but some attention was recognised and not checked), 1 a non-finite\n"
+      "edge or non-finite gradients were found, 2 usage error, 3 unreadable run, 4 nothing was checked.");
   cmd->add_option("run", opts->run, "Run directory (default: the newest under ./nanprov-runs)");
   cmd->add_flag("--json", opts->json, "Print JSON for scripts");
   cmd->callback([opts, exit_code] {
@@ -26,7 +46,7 @@ void addReportCommand(CLI::App& app, int* exit_code) {
     Findings findings = analyze(run->calls);
     if (opts->json) std::cout << reportJson(*run, findings).dump(2) << "\n";
     else std::cout << reportText(*run, findings);
-    *exit_code = findings.first ? kEdgeFound : kClean;
+    *exit_code = exitCodeOf(conclude(*run, findings));
   });
 }
 

@@ -1,0 +1,86 @@
+#include "cli/outcome.h"
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+namespace nanprov {
+namespace {
+
+// Why a run recorded no attention call, from what `nanprov run` and the bootstrap left.
+std::string whyNothingChecked(const RunData& run, const std::map<std::string, int64_t>& unprobed) {
+  namespace fs = std::filesystem;
+  if (!unprobed.empty()) {
+    return "every attention call the training made is of a kind nanprov does not check yet (listed below)";
+  }
+  nlohmann::json doc = nlohmann::json::parse(std::ifstream(fs::path(run.dir) / "run.json"), nullptr, false);
+  if (!doc.is_discarded() && doc.is_object()) {
+    if (doc.contains("signal") && doc["signal"].is_string()) {
+      return "the training was killed by " + doc["signal"].get<std::string>() + " before any attention call";
+    }
+    if (doc.contains("exit_code") && doc["exit_code"].is_number_integer() && doc["exit_code"].get<int>() != 0) {
+      return "the training exited with code " + std::to_string(doc["exit_code"].get<int>()) +
+             " before any attention call";
+    }
+  }
+  int instrumented = 0, processes = 0;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(fs::path(run.dir) / "processes", ec)) {
+    nlohmann::json note = nlohmann::json::parse(std::ifstream(entry.path()), nullptr, false);
+    if (note.is_discarded() || !note.is_object()) continue;
+    ++processes;
+    if (note.value("status", "") == "instrumented") ++instrumented;
+  }
+  if (processes > 0 && instrumented == 0) {
+    return "no process was instrumented (see " + (fs::path(run.dir) / "processes").string() + ")";
+  }
+  if (processes == 0) return "no Python process imported torch";
+  return "the model ran no attention op nanprov recognises (SDPA and its backends); "
+         "if its attention is hand-written, it is not checked yet";
+}
+
+}  // namespace
+
+std::optional<SentinelFinding> earliestSentinel(const RunData& run) {
+  std::optional<SentinelFinding> best;
+  for (const SentinelRecord& f : run.sentinel) {
+    if (best && std::make_pair(f.step, f.rank) > std::make_pair(best->step, best->rank)) continue;
+    if (!best || f.step != best->step || f.rank != best->rank) best = SentinelFinding{f.rank, f.step, {}, {}};
+    (f.tensor == "grad" ? best->gradients : best->values).push_back(f.parameter);
+  }
+  return best;
+}
+
+const char* outcomeName(Outcome o) {
+  switch (o) {
+    case Outcome::kClean: return "clean";
+    case Outcome::kPartial: return "partial";
+    case Outcome::kEdgeFound: return "edge";
+    case Outcome::kOutsideAttention: return "outside_attention";
+    case Outcome::kNothingChecked: return "nothing_checked";
+  }
+  return "clean";
+}
+
+Conclusion conclude(const RunData& run, const Findings& findings) {
+  Conclusion c;
+  c.sentinel = earliestSentinel(run);
+  c.unprobed = run.unprobed();
+  if (c.sentinel && (!findings.first || c.sentinel->step < run.calls[*findings.first].step)) {
+    c.outcome = Outcome::kOutsideAttention;
+  } else if (findings.first) {
+    c.outcome = Outcome::kEdgeFound;
+  } else if (run.calls.empty()) {
+    c.outcome = Outcome::kNothingChecked;
+    c.nothing_checked_why = whyNothingChecked(run, c.unprobed);
+  } else if (!c.unprobed.empty()) {
+    c.outcome = Outcome::kPartial;
+  }
+  return c;
+}
+
+std::string stepLabel(const RunData& run, int64_t step) {
+  return (run.stepUnit() == "forward_pass" ? "forward pass " : "step ") + std::to_string(step);
+}
+
+}  // namespace nanprov

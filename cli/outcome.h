@@ -1,0 +1,44 @@
+// What a run's report concludes: clean, a non-finite edge, non-finite gradients that started
+// outside attention (the gradient sentinel), or nothing checked at all. "Clean" means attention
+// was checked and every value was finite, never that nanprov saw nothing.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cli/edges.h"
+#include "store/reader.h"
+
+namespace nanprov {
+
+// The earliest step, across ranks, whose gradients (or parameters after the update) held NaN/Inf.
+struct SentinelFinding {
+  int rank = 0;
+  int64_t step = 0;
+  std::vector<std::string> gradients;  // parameters whose gradient was non-finite
+  std::vector<std::string> values;     // parameters whose value was non-finite after the update
+};
+std::optional<SentinelFinding> earliestSentinel(const RunData& run);
+
+// kPartial: no fault among what was checked, but some attention was recognised and not checked.
+enum class Outcome { kClean, kPartial, kEdgeFound, kOutsideAttention, kNothingChecked };
+// "clean" | "partial" | "edge" | "outside_attention" | "nothing_checked"
+const char* outcomeName(Outcome o);
+
+struct Conclusion {
+  Outcome outcome = Outcome::kClean;
+  std::optional<SentinelFinding> sentinel;
+  std::map<std::string, int64_t> unprobed;  // attention recognised but not checked
+  std::string nothing_checked_why;           // set for kNothingChecked
+};
+
+// The sentinel wins when its step comes before the first attention edge's: the gradients went
+// bad first, and attention only received them.
+Conclusion conclude(const RunData& run, const Findings& findings);
+
+// "step 3" or, for inference runs, "forward pass 3".
+std::string stepLabel(const RunData& run, int64_t step);
+
+}  // namespace nanprov
