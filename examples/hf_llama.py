@@ -13,12 +13,16 @@ def main():
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--seq", type=int, default=16)
+    p.add_argument("--gradient-checkpointing", action="store_true", help="model.gradient_checkpointing_enable()")
     args = p.parse_args()
 
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=args.layers,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
     model = LlamaForCausalLM._from_config(config, attn_implementation="sdpa")
+    if args.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+        model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     gen = torch.Generator().manual_seed(0)
     for step in range(args.steps):

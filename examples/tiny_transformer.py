@@ -49,17 +49,53 @@ class Block(nn.Module):
         return self.norm2(x + self.mlp(x))
 
 
+class MlpBlock(nn.Module):
+    """A block without attention (--no-attention): nanprov has nothing to check."""
+
+    def __init__(self, d_model, heads):
+        super().__init__()
+        self.mlp = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model))
+        self.norm = nn.LayerNorm(d_model)
+
+    def forward(self, x, mask=None):
+        return self.norm(x + self.mlp(x))
+
+
+class Stage(nn.Module):
+    def __init__(self, blocks):
+        super().__init__()
+        self.blocks = nn.ModuleList(blocks)
+
+
 class SensorModel(nn.Module):
-    def __init__(self, channels, d_model, heads, layers):
+    """`layers.<i>` blocks, or with stages > 1 `stages.<s>.blocks.<b>` (two numbers per path)."""
+
+    def __init__(self, channels, d_model, heads, layers, stages=1, block=Block, checkpoint=None):
         super().__init__()
         self.embed = nn.Linear(channels, d_model)
-        self.layers = nn.ModuleList(Block(d_model, heads) for _ in range(layers))
+        blocks = [block(d_model, heads) for _ in range(layers)]
+        if stages > 1:
+            per = layers // stages
+            self.stages = nn.ModuleList(Stage(blocks[i * per:(i + 1) * per]) for i in range(stages))
+        else:
+            self.layers = nn.ModuleList(blocks)
         self.head = nn.Linear(d_model, channels)
+        self.checkpoint = checkpoint
+
+    def blocks(self):
+        if hasattr(self, "stages"):
+            return [b for stage in self.stages for b in stage.blocks]
+        return list(self.layers)
 
     def forward(self, x, mask=None):
         h = self.embed(x)
-        for layer in self.layers:
-            h = layer(h, mask)
+        for layer in self.blocks():
+            if self.checkpoint and self.training:
+                from torch.utils.checkpoint import checkpoint
+
+                h = checkpoint(layer, h, mask, use_reentrant=self.checkpoint == "reentrant")
+            else:
+                h = layer(h, mask)
         return self.head(h)
 
 
@@ -73,7 +109,8 @@ def batches(args):
         series = series + 0.05 * torch.randn(series.shape, generator=gen)
         if step == args.glitch_step:
             series[0] = series[0] * args.glitch_scale  # one corrupted sample, as a faulty sensor gives
-        yield series[:, :-1], series[:, 1:]
+        # Contiguous, as a data loader gives them (torch.compile plans around input strides).
+        yield series[:, :-1].contiguous(), series[:, 1:].contiguous()
 
 
 def padding_mask(args):
@@ -110,17 +147,37 @@ def main():
     p.add_argument("--speed", action="store_true", help="print steady-state steps/s (steps after the first)")
     p.add_argument("--profile", action="store_true", help="train inside torch.profiler (CPU and CUDA activities)")
     p.add_argument("--die-after-step", type=int, default=-1, help="SIGKILL itself after this step (tests)")
+    p.add_argument("--compile", nargs="?", const="default", default=None,
+                   help="torch.compile the model (optionally with this mode, e.g. max-autotune-no-cudagraphs)")
+    p.add_argument("--fullgraph", action="store_true", help="torch.compile with fullgraph=True")
+    p.add_argument("--checkpoint", choices=["reentrant", "nonreentrant"],
+                   help="activation checkpointing of every block (torch.utils.checkpoint)")
+    p.add_argument("--stages", type=int, default=1, help="group the layers into stages.<s>.blocks.<b>")
+    p.add_argument("--no-attention", action="store_true", help="blocks without attention")
+    p.add_argument("--eval", action="store_true",
+                   help="inference only: model.eval() under torch.no_grad(), one forward pass per batch")
+    p.add_argument("--regulariser-nan-step", type=int, default=-1,
+                   help="add sqrt(sum((w - anchor)^2)) on the head's weight; at this step the anchor is "
+                        "reset to w, so d sqrt at 0 makes that gradient NaN outside attention")
     args = p.parse_args()
 
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)
     dtype = getattr(torch, args.dtype)
-    model = SensorModel(args.channels, args.d_model, args.heads, args.layers).to(args.device, dtype)
+    block = MlpBlock if args.no_attention else Block
+    model = SensorModel(args.channels, args.d_model, args.heads, args.layers, args.stages, block,
+                        args.checkpoint).to(args.device, dtype)
+    anchor = model.head.weight.detach().clone() + 1.0
     if args.ddp:
         import torch.distributed as dist
 
         dist.init_process_group("gloo")
         model = nn.parallel.DistributedDataParallel(model)
+    if args.compile:
+        mode = None if args.compile == "default" else args.compile
+        model = torch.compile(model, mode=mode, fullgraph=args.fullgraph)
+    if args.eval:
+        model.eval()
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
     mask = padding_mask(args).to(args.device) if (args.mask or args.mask_rows) else None
     backend = contextlib.nullcontext()
@@ -129,6 +186,7 @@ def main():
 
         backend = sdpa_kernel(SDPBackend.MATH)
 
+    head_weight = next(n for n, _ in model.named_parameters() if n.endswith("head.weight"))
     if args.no_cudnn:
         torch.backends.cuda.enable_cudnn_sdp(False)
     rank = int(os.environ.get("RANK", "0"))
@@ -144,10 +202,19 @@ def main():
             if step == 1:
                 started = time.perf_counter()
             x, y = x.to(args.device, dtype), y.to(args.device, dtype)
-            loss = F.mse_loss(model(x, mask).float(), y.float())
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
+            if args.eval:
+                with torch.no_grad():
+                    loss = F.mse_loss(model(x, mask).float(), y.float())
+            else:
+                loss = F.mse_loss(model(x, mask).float(), y.float())
+                if args.regulariser_nan_step >= 0:
+                    w = dict(model.named_parameters())[head_weight]
+                    if step == args.regulariser_nan_step:
+                        anchor.copy_(w.detach())
+                    loss = loss + 1e-3 * torch.sqrt(((w - anchor) ** 2).sum())
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
             if args.print_losses:
                 print(f"rank{rank} step{step} loss {loss.item().hex()}", flush=True)
             elif rank == 0 and not args.speed:

@@ -1,0 +1,189 @@
+// End-to-end: training as people run it (torch.compile, activation checkpointing, inference,
+// nested module paths) and runs whose NaN starts outside attention or that have no attention at
+// all. Each is real CPU training under `nanprov run`, judged by what `nanprov report` says.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "tests/e2e/e2e_support.h"
+
+namespace {
+using namespace e2e;
+
+// The facts of an edge that must not depend on how the model was run.
+json identity(const json& edge) {
+  return {{"step", edge["step"]},       {"phase", edge["phase"]},   {"layer", edge["layer"]},
+          {"module", edge["module"]},   {"origin", edge["origin"]}, {"outputs", edge["nonfinite_outputs"]}};
+}
+
+TEST(TrainingModes, CompiledForwardSourceEdgeIsTheEagerOne) {
+  std::string glitch = "--steps 4 --glitch-step 2 --glitch-scale 1e20";
+  TrainedRun eager = train("eager-fwd", "", glitch);
+  TrainedRun compiled = train("compiled-fwd", "", glitch + " --compile max-autotune-no-cudagraphs --fullgraph");
+  ASSERT_EQ(compiled.train.code, 0) << compiled.train.out;
+  ASSERT_EQ(eager.report.code, 1) << eager.train.out;
+  ASSERT_EQ(compiled.report.code, 1) << compiled.train.out;
+  EXPECT_EQ(identity(compiled.doc["first_edge"]), identity(eager.doc["first_edge"]));
+  EXPECT_EQ(compiled.doc["first_edge"]["module"], "layers.0.attn") << "from the compiled graph's module stack";
+  EXPECT_EQ(compiled.train.out.find("probe failed"), std::string::npos) << compiled.train.out;
+}
+
+TEST(TrainingModes, CompiledInjectedBackwardEdgeIsTheEagerOne) {
+  std::string inject = "--inject 'layer=1,phase=bwd,tensor=dQ,step=1'";
+  TrainedRun eager = train("eager-bwd", inject, "--steps 3");
+  // Default mode: on the CPU, max-autotune decomposes the attention backward into plain kernels.
+  TrainedRun compiled = train("compiled-bwd", inject, "--steps 3 --compile");
+  ASSERT_EQ(compiled.train.code, 0) << compiled.train.out;
+  std::map<std::string, int64_t> unprobed;
+  for (const json& u : compiled.doc["coverage"]["unprobed"]) unprobed[u["what"]] = u["count"];
+  if (compiled.doc["first_edge"].is_null()) {
+    // Some torch builds (2.11; 2.13 with max-autotune) let Inductor run the attention backward as
+    // plain kernels: nothing to probe. Then the report must say so, and never call the run clean.
+    EXPECT_EQ(unprobed["attention backward of a torch.compile'd graph (Inductor ran it as plain kernels)"], 6)
+        << compiled.report.out;
+    EXPECT_EQ(compiled.doc["outcome"], "partial") << "not clean: the backward was not checked";
+    EXPECT_EQ(compiled.doc["clean"], false);
+    return;
+  }
+  ASSERT_EQ(compiled.report.code, 1) << compiled.train.out;
+  EXPECT_EQ(identity(compiled.doc["first_edge"]), identity(eager.doc["first_edge"]));
+  EXPECT_EQ(compiled.doc["first_edge"]["name"], eager.doc["first_edge"]["name"]);
+  EXPECT_TRUE(unprobed.empty()) << compiled.report.out;
+}
+
+TEST(TrainingModes, CheckpointedLayersKeepTheirIdentityInBothModes) {
+  for (std::string mode : {"reentrant", "nonreentrant"}) {
+    SCOPED_TRACE(mode);
+    TrainedRun r = train("ckpt-" + mode, "--inject 'layer=2,phase=bwd,tensor=dQ,step=1'",
+                         "--steps 3 --layers 4 --checkpoint " + mode);
+    ASSERT_EQ(r.train.code, 0) << r.train.out;
+    ASSERT_EQ(r.report.code, 1) << r.train.out;
+    const json& e = r.doc["first_edge"];
+    EXPECT_EQ(e["layer"], 2);
+    EXPECT_EQ(e["module"], "layers.2.attn");
+    EXPECT_EQ(e["phase"], "bwd");
+    EXPECT_EQ(e["step"], 1);
+    json layers = commandJson("sql", r.dir, "\"SELECT step, COUNT(DISTINCT layer) AS n, SUM(recompute) AS recomputed, "
+                                            "COUNT(DISTINCT module) AS modules FROM calls GROUP BY step\"");
+    ASSERT_EQ(layers.size(), 3u) << layers.dump();
+    for (const json& row : layers) {
+      EXPECT_EQ(row["n"], 4) << "as many layers per step as the model has";
+      EXPECT_EQ(row["modules"], 4);
+      EXPECT_EQ(row["recomputed"], 4) << "each layer's forward recomputed once, flagged";
+    }
+  }
+}
+
+TEST(TrainingModes, CheckpointedForwardEdgeIsTheOriginalCall) {
+  TrainedRun r = train("ckpt-fwd", "", "--steps 4 --layers 4 --checkpoint nonreentrant --glitch-step 2");
+  ASSERT_EQ(r.report.code, 1) << r.train.out;
+  EXPECT_EQ(r.doc["first_edge"]["module"], "layers.0.attn");
+  EXPECT_EQ(r.doc["first_edge"]["recompute"], false);
+  EXPECT_EQ(r.doc["first_edge"]["step"], 2);
+}
+
+TEST(TrainingModes, HuggingFaceGradientCheckpointing) {
+  TrainedRun r = train("hf-ckpt", "--inject 'layer=1,phase=bwd,tensor=dK,step=1'", "--steps 2 --gradient-checkpointing",
+                       "hf_llama.py");
+  ASSERT_EQ(r.report.code, 1) << r.train.out;
+  EXPECT_EQ(r.doc["first_edge"]["module"], "model.layers.1.self_attn");
+  EXPECT_EQ(r.doc["first_edge"]["phase"], "bwd");
+  json layers = commandJson("sql", r.dir, "\"SELECT COUNT(DISTINCT layer) AS n FROM calls\"");
+  EXPECT_EQ(layers[0]["n"], 2) << layers.dump();
+}
+
+TEST(TrainingModes, InferenceNamesTheForwardPass) {
+  TrainedRun r = train("eval", "", "--steps 5 --eval --glitch-step 3");
+  ASSERT_EQ(r.train.code, 0) << r.train.out;
+  ASSERT_EQ(r.report.code, 1) << r.train.out;
+  EXPECT_EQ(r.doc["step_unit"], "forward_pass");
+  EXPECT_EQ(r.doc["first_edge"]["step"], 3) << "the bad batch is the fourth forward pass";
+  EXPECT_EQ(r.doc["first_edge"]["phase"], "fwd");
+  Result text = sh(nanprov() + " report " + r.dir.string());
+  EXPECT_NE(text.out.find("forward pass 3, fwd"), std::string::npos) << text.out;
+}
+
+TEST(TrainingModes, NestedModulePathsGetDistinctLayers) {
+  TrainedRun r = train("nested", "", "--steps 2 --layers 8 --stages 2 --glitch-step 1 --glitch-scale 1e20");
+  ASSERT_EQ(r.report.code, 1) << r.train.out;
+  json rows = commandJson("calls", r.dir, "--phase fwd --step 0");
+  std::set<int64_t> layers;
+  std::set<std::string> modules;
+  for (const json& c : rows) {
+    layers.insert(c["layer"].get<int64_t>());
+    modules.insert(c["module"].get<std::string>());
+  }
+  EXPECT_EQ(layers.size(), 8u);
+  EXPECT_EQ(modules.size(), 8u);
+  EXPECT_EQ(r.doc["first_edge"]["module"], "stages.0.blocks.0.attn");
+  json stage1 = commandJson("calls", r.dir, "--module 'stages.1.*' --phase fwd --step 0");
+  EXPECT_EQ(stage1.size(), 4u);
+}
+
+TEST(TrainingModes, GradientSentinelNamesANaNMadeOutsideAttention) {
+  TrainedRun r = train("sentinel", "", "--steps 5 --regulariser-nan-step 2");
+  ASSERT_EQ(r.train.code, 0) << r.train.out;
+  ASSERT_EQ(r.report.code, 1) << r.report.out;
+  EXPECT_EQ(r.doc["outcome"], "outside_attention");
+  const json& s = r.doc["gradient_sentinel"];
+  ASSERT_TRUE(s.is_object()) << r.report.out;
+  EXPECT_EQ(s["step"], 2);
+  EXPECT_EQ(s["rank"], 0);
+  EXPECT_EQ(strings(s["gradients"]), std::vector<std::string>{"head.weight"});
+  ASSERT_FALSE(r.doc["first_edge"].is_null()) << "attention saw the NaN only later";
+  EXPECT_GT(r.doc["first_edge"]["step"].get<int>(), 2);
+  Result text = sh(nanprov() + " report " + r.dir.string());
+  EXPECT_NE(text.out.find("origin is outside attention"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("head.weight"), std::string::npos) << text.out;
+}
+
+TEST(TrainingModes, NoAttentionIsNothingChecked) {
+  TrainedRun r = train("no-attention", "", "--steps 2 --no-attention");
+  ASSERT_EQ(r.train.code, 0) << r.train.out;
+  EXPECT_EQ(r.report.code, 4) << r.report.out;
+  EXPECT_EQ(r.doc["outcome"], "nothing_checked");
+  EXPECT_EQ(r.doc["clean"], false);
+  EXPECT_EQ(r.doc["coverage"]["attention_calls"], 0);
+  Result text = sh(nanprov() + " report " + r.dir.string());
+  EXPECT_EQ(text.out.rfind("nothing checked", 0), 0u) << text.out;
+}
+
+TEST(TrainingModes, FastPathAttentionIsCountedNotCalledClean) {
+  TrainedRun r = train("fast-path", "", "", "fast_path_encoder.py");
+  ASSERT_EQ(r.train.code, 0) << r.train.out;
+  EXPECT_EQ(r.report.code, 4) << r.report.out;
+  std::map<std::string, int64_t> unprobed;
+  for (const json& u : r.doc["coverage"]["unprobed"]) unprobed[u["what"]] = u["count"];
+  EXPECT_EQ(unprobed["aten::_transformer_encoder_layer_fwd"], 6) << r.report.out;
+  EXPECT_EQ(unprobed.count("aten::_native_multi_head_attention"), 0u) << "counted once, at the outer op";
+}
+
+TEST(TrainingModes, CrashBeforeAnyAttentionIsNothingChecked) {
+  fs::path dir = runDir("crash-early");
+  Result r = sh(nanprov() + " run --out " + dir.string() + " -- " + python() +
+                " -c 'import torch; raise SystemExit(5)' 2>&1");
+  EXPECT_EQ(r.code, 5) << r.out;
+  Result report = sh(nanprov() + " report " + dir.string());
+  EXPECT_EQ(report.code, 4) << report.out;
+  EXPECT_NE(report.out.find("exited with code 5"), std::string::npos) << report.out;
+}
+
+TEST(TrainingModes, LossesAreBitIdenticalCompiledAndCheckpointed) {
+  for (std::string mode : {"--compile", "--checkpoint nonreentrant", "--checkpoint reentrant"}) {
+    SCOPED_TRACE(mode);
+    std::string args = example("tiny_transformer.py") + " --steps 3 --print-losses " + mode;
+    // A cold Inductor cache may compile other kernels than a warm one (seen with torch 2.11): the
+    // comparison is against a plain run that, like the probed one, finds the cache warm.
+    sh(python() + " " + args + " 2>/dev/null");
+    fs::path dir = runDir("identical-modes");
+    Result probed = sh(nanprov() + " run --out " + dir.string() + " -- " + python() + " " + args + " 2>/dev/null");
+    Result plain = sh(python() + " " + args + " 2>/dev/null");
+    ASSERT_EQ(plain.code, 0);
+    ASSERT_EQ(probed.code, 0);
+    EXPECT_NE(plain.out.find("step2 loss 0x"), std::string::npos) << plain.out;
+    EXPECT_EQ(plain.out, probed.out);
+    EXPECT_EQ(sh(nanprov() + " report " + dir.string()).code, 0) << "checked, and clean";
+  }
+}
+
+}  // namespace
