@@ -5,6 +5,8 @@
 #   nanprov   `nanprov run`: every role of every call checked; kernels traced in steps 0-1 (default)
 #   exact     `nanprov run --trace-steps 0`: checked, and every call's kernels traced by CUPTI
 #   checks    `nanprov run --no-kernels`: checks only, no CUPTI
+#   nosentinel `nanprov run` without the gradient sentinel (NANPROV_SENTINEL=0): nanprov/nosentinel
+#             is what the sentinel's one fused check of all gradients and parameters costs
 #   anomaly   torch.autograd.detect_anomaly(check_nan=True)
 #   naive     isfinite().all() with a host sync on Q, K, V, O and their gradients
 # For each model (GPU-bound: B=4 S=2048; launch-bound: B=1 S=256) prints the median step time of
@@ -15,7 +17,7 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 rounds="${1:-2}" steps="${2:-30}"
 py="${PYTHON:-python3}"
-configs=(${BENCH_CONFIGS:-none nanprov exact checks anomaly naive})
+configs=(${BENCH_CONFIGS:-none nanprov nosentinel exact checks anomaly naive})
 want() { [[ " ${configs[*]} " == *" $1 "* ]]; }
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
@@ -30,6 +32,7 @@ bench_model() {
   for r in $(seq "$rounds"); do
     want none && ms[none]+=" $("$py" "${args[@]}" | step_ms)"
     want nanprov && ms[nanprov]+=" $(nanprov run --out "$tmp/$name-full-$r" -- "$py" "${args[@]}" 2>/dev/null | step_ms)"
+    want nosentinel && ms[nosentinel]+=" $(NANPROV_SENTINEL=0 nanprov run --out "$tmp/$name-nosent-$r" -- "$py" "${args[@]}" 2>/dev/null | step_ms)"
     want exact && ms[exact]+=" $(nanprov run --trace-steps 0 --out "$tmp/$name-exact-$r" -- "$py" "${args[@]}" 2>/dev/null | step_ms)"
     want checks && ms[checks]+=" $(nanprov run --no-kernels --out "$tmp/$name-checks-$r" -- "$py" "${args[@]}" 2>/dev/null | step_ms)"
     want anomaly && ms[anomaly]+=" $("$py" "${args[@]}" --check anomaly | step_ms)"

@@ -9,18 +9,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 out="${OUT:-$root/device-logs}"
 mkdir -p "$out"
 cd "$root"
-py="$(command -v python3)"
-prefix="$("$py" -c 'import torch; print(torch.utils.cmake_prefix_path)')"
-nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv,noheader | tee "$out/gpu.txt"
-if ! cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_PREFIX_PATH="$prefix" \
-    -DPython3_EXECUTABLE="$py" -DSQLite3_INCLUDE_DIR="$root/.device/include" \
-    -DSQLite3_LIBRARY=/usr/lib/x86_64-linux-gnu/libsqlite3.so.0 >"$out/configure.log" 2>&1; then
-  tail -40 "$out/configure.log"; exit 1
-fi
-grep "nanprov:" "$out/configure.log"
-if ! cmake --build build-device -j 16 >"$out/build.log" 2>&1; then
-  grep -m 30 -B2 -A6 "error" "$out/build.log"; exit 1
-fi
+source "$root/scripts/device-build.sh" || exit 1
 # NANPROV_CTEST_REGEX narrows the suite for a quick re-check (e.g. "Gpu|HealthCheck").
 (cd build-device && ctest -j 8 --timeout 600 --output-on-failure ${NANPROV_CTEST_REGEX:+-R "$NANPROV_CTEST_REGEX"} \
   >"$out/ctest.log" 2>&1)
@@ -38,6 +27,14 @@ nanprov calls "$out/run-cudnn" --nonfinite | head -8
 first="$(grep -o '"name": "rank[0-9]*:layer[0-9]*:call[0-9]*"' "$out/report-cudnn.json" | head -1 | cut -d'"' -f4)"
 nanprov kernels "$out/run-cudnn" --call "$first"
 nanprov sql "$out/run-cudnn" "SELECT key, value FROM meta WHERE key IN ('host_syncs','kernels_attributed','cupti_dropped_records','cupti_records','kernel_tracer')"
+# Training modes: the same cuDNN edge when the model is torch.compile'd and when its blocks are
+# checkpointed must be named as in the eager run (step, phase, layer, module).
+for mode in "--compile" "--compile max-autotune-no-cudagraphs" "--checkpoint nonreentrant" "--checkpoint reentrant"; do
+  tag="$(echo "$mode" | tr -c 'a-z' '-')"
+  nanprov run --out "$out/run-mode$tag" -- "${train[@]}" $mode >"$out/run-mode$tag.log" 2>&1
+  echo "== $mode (report exit $(nanprov report "$out/run-mode$tag" >/dev/null; echo $?))"
+  nanprov report "$out/run-mode$tag" | sed -n '1,3p'
+done | tee "$out/modes.txt"
 # Replay of the captured edge: root cause, verdicts, conditions; then the standalone repro script.
 nanprov replay "$out/run-cudnn" --emit-repro "$out/repro-cudnn" | tee "$out/replay-cudnn.txt"
 python3 "$out/repro-cudnn/repro.py"

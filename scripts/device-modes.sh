@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine: builds nanprov, then the training-mode checks alone (no test suite):
+# the seed-004 cuDNN dQ edge eager, compiled and checkpointed, and whether losses stay
+# bit-identical under nanprov when compiled. `NANPROV_BENCH=1` adds bench/gpu_overhead.sh with
+# BENCH_CONFIGS (default: none nanprov nosentinel checks naive). Logs go to $OUT or ./device-logs.
+set -uo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+out="${OUT:-$root/device-logs}"
+mkdir -p "$out"
+cd "$root"
+source "$root/scripts/device-build.sh" || exit 1
+export PATH="$root/build-device/bin:$PATH"
+train=(python3 examples/tiny_transformer.py --device cuda --dtype bfloat16 --seq 64 --d-model 256 --heads 2
+       --mask-rows --steps 4)
+for mode in "" "--compile" "--compile max-autotune-no-cudagraphs" "--checkpoint nonreentrant" "--checkpoint reentrant"; do
+  tag="$(echo "eager $mode" | tr -c 'a-z' '-')"
+  nanprov run --out "$out/run-$tag" -- "${train[@]}" $mode >"$out/run-$tag.log" 2>&1
+  echo "== ${mode:-eager} (report exit $(nanprov report "$out/run-$tag" >/dev/null; echo $?))"
+  nanprov report "$out/run-$tag" | sed -n '1,3p'
+done
+# Bit-identical losses, compiled, on this machine's torch: plain twice (is compiled training
+# itself repeatable here?), then under nanprov, without the sentinel, and without compiled paths.
+ident=(python3 examples/tiny_transformer.py --steps 3 --print-losses --compile)
+for how in plain plain nanprov nosentinel nopaths; do
+  case $how in
+    plain) "${ident[@]}" 2>/dev/null ;;
+    nanprov) nanprov run --out "$out/ident-$how" -- "${ident[@]}" 2>/dev/null ;;
+    nosentinel) NANPROV_SENTINEL=0 nanprov run --out "$out/ident-$how" -- "${ident[@]}" 2>/dev/null ;;
+    nopaths) NANPROV_COMPILED_PATHS=0 nanprov run --out "$out/ident-$how" -- "${ident[@]}" 2>/dev/null ;;
+  esac | tr '\n' ' ' | sed "s/^/$how: /"; echo
+done
+if [ "${NANPROV_BENCH:-0}" = 1 ]; then
+  BENCH_CONFIGS="${BENCH_CONFIGS:-none nanprov nosentinel checks naive}" PYTHON=python3 \
+    bench/gpu_overhead.sh "${NANPROV_BENCH_ROUNDS:-2}" "${NANPROV_BENCH_STEPS:-20}"
+fi
