@@ -78,8 +78,13 @@ nlohmann::json sentinelJson(const std::optional<SentinelFinding>& s) {
           {"nonfinite", all.size()},   {"gradients", s->gradients}, {"values", s->values}};
 }
 
+// The first few names, then how many more: the whole model's parameters go NaN after a step.
 std::string listed(const std::vector<std::string>& names) {
-  return names.empty() ? "-" : joined(names, ", ");
+  constexpr size_t kShown = 5;
+  if (names.empty()) return "-";
+  if (names.size() <= kShown) return joined(names, ", ");
+  std::vector<std::string> first(names.begin(), names.begin() + kShown);
+  return joined(first, ", ") + " and " + std::to_string(names.size() - kShown) + " more";
 }
 
 // What the report says about an edge beyond the call itself: its kernels and its capture.
