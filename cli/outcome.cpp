@@ -23,23 +23,34 @@ std::string whyNothingChecked(const RunData& run, const std::map<std::string, in
              " before any attention call";
     }
   }
-  int instrumented = 0, processes = 0;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(fs::path(run.dir) / "processes", ec)) {
-    nlohmann::json note = nlohmann::json::parse(std::ifstream(entry.path()), nullptr, false);
-    if (note.is_discarded() || !note.is_object()) continue;
-    ++processes;
-    if (note.value("status", "") == "instrumented") ++instrumented;
-  }
-  if (processes > 0 && instrumented == 0) {
+  ProcessNotes notes = readProcessNotes(run.dir);
+  if (notes.processes > 0 && notes.instrumented == 0) {
     return "no process was instrumented (see " + (fs::path(run.dir) / "processes").string() + ")";
   }
-  if (processes == 0) return "no Python process imported torch";
+  if (notes.processes == 0) return "no Python process imported torch";
   return "the model ran no attention op nanprov recognises (SDPA and its backends); "
          "if its attention is hand-written, it is not checked yet";
 }
 
 }  // namespace
+
+ProcessNotes readProcessNotes(const std::string& run_dir) {
+  namespace fs = std::filesystem;
+  ProcessNotes notes;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(fs::path(run_dir) / "processes", ec)) {
+    nlohmann::json note = nlohmann::json::parse(std::ifstream(entry.path()), nullptr, false);
+    if (note.is_discarded() || !note.is_object()) continue;
+    ++notes.processes;
+    if (note.value("status", "") == "instrumented") {
+      ++notes.instrumented;
+    } else {
+      notes.problems.push_back("pid " + std::to_string(note.value("pid", 0)) + ": " +
+                               note.value("detail", std::string()));
+    }
+  }
+  return notes;
+}
 
 std::optional<SentinelFinding> earliestSentinel(const RunData& run) {
   std::optional<SentinelFinding> best;

@@ -38,6 +38,14 @@ struct Conclusion {
 // bad first, and attention only received them.
 Conclusion conclude(const RunData& run, const Findings& findings);
 
+// What the bootstrap noted about each Python process of a run (processes/<pid>.json).
+struct ProcessNotes {
+  int processes = 0;
+  int instrumented = 0;
+  std::vector<std::string> problems;  // "pid 123: torch 2.9 in this process, but ..."
+};
+ProcessNotes readProcessNotes(const std::string& run_dir);
+
 // "step 3" or, for inference runs, "forward pass 3".
 std::string stepLabel(const RunData& run, int64_t step);
 

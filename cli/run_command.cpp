@@ -46,16 +46,10 @@ void writeRunJson(const std::string& dir, const json& doc) {
 
 // Why nothing was recorded, from the per-process notes the bootstrap leaves.
 std::string processNotes(const std::string& dir) {
-  std::ostringstream out;
-  std::error_code ec;
-  int instrumented = 0;
-  for (const auto& entry : fs::directory_iterator(fs::path(dir) / "processes", ec)) {
-    json note = json::parse(std::ifstream(entry.path()), nullptr, false);
-    if (note.is_discarded()) continue;
-    if (note.value("status", "") == "instrumented") ++instrumented;
-    else out << "  pid " << note.value("pid", 0) << ": " << note.value("detail", std::string()) << "\n";
-  }
-  return "  " + std::to_string(instrumented) + " process(es) instrumented\n" + out.str();
+  ProcessNotes notes = readProcessNotes(dir);
+  std::string out = "  " + std::to_string(notes.instrumented) + " process(es) instrumented\n";
+  for (const std::string& problem : notes.problems) out += "  " + problem + "\n";
+  return out;
 }
 
 int run(RunOptions& opts) {

@@ -1,7 +1,6 @@
 #include "probes/attention_hook.h"
 
 #include <ATen/ATen.h>
-#include <ATen/FunctionalTensorWrapper.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/impl/TorchDispatchModeTLS.h>
 #include <torch/csrc/autograd/graph_task.h>
@@ -68,8 +67,7 @@ bool realTensor(const at::Tensor& t) {
   if (!t.defined()) return true;
   c10::DispatchKeySet keys = t.key_set();
   return !t.is_meta() && t.has_storage() && t.layout() == c10::kStrided &&
-         !keys.has(c10::DispatchKey::Python) && !keys.has(c10::DispatchKey::Functionalize) &&
-         !at::functionalization::impl::isFunctionalTensor(t);
+         !keys.has(c10::DispatchKey::Python) && !keys.has(c10::DispatchKey::Functionalize);
 }
 
 bool probeable(const Stack& stack, size_t num_arguments) {
@@ -288,7 +286,6 @@ void fusedKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stac
     named = true;
   });
   if (!named) {
-    trace.reset();
     DepthGuard depth;
     handle.redispatchBoxed(ks & kBelowProbe, stack);
     return;

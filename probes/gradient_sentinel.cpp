@@ -21,8 +21,8 @@ constexpr size_t kMaxNamed = 64;
 
 struct PendingCheck {
   int64_t step = 0;
-  std::vector<std::string> names;  // one per tensor, gradients first, then parameters
-  size_t grads = 0;
+  std::string names;               // one line per parameter; split only if something is found
+  size_t grads = 0;                // norms[i] is gradient i, norms[grads + i] parameter i
   at::Tensor norms;                // float32 on the host (pinned on CUDA)
   std::optional<c10::Event> done;  // recorded after the copy; none on the CPU
 };
@@ -44,20 +44,17 @@ class Sentinel {
     PendingCheck pending;
     pending.step = step;
     pending.grads = grads.size();
-    std::istringstream lines(names);
-    for (std::string line; std::getline(lines, line);) pending.names.push_back(line);
-    pending.names.resize(grads.size(), "");
-    for (size_t i = 0; i < grads.size(); ++i) {
-      if (pending.names[i].empty()) pending.names[i] = "param" + std::to_string(i);
-    }
-    std::vector<std::string> param_names = pending.names;  // the same names for the values
-    pending.names.insert(pending.names.end(), param_names.begin(), param_names.end());
+    pending.names = names;
 
     std::vector<at::Tensor> all(grads);
     all.insert(all.end(), params.begin(), params.end());
     const c10::Device device = all.front().device();
     for (const at::Tensor& t : all) {
-      if (!t.defined() || t.device() != device || !t.is_floating_point()) return;  // mixed: not ours to judge
+      if (!t.defined() || t.device() != device || !t.is_floating_point()) {
+        logOnce("sentinel devices", "gradient sentinel: parameters on several devices (or not floating point) "
+                                    "are not checked yet; attention checks go on");
+        return;
+      }
     }
     // float32 norms whatever the dtype: one multi-tensor reduction, then one small copy.
     at::Tensor norms = at::stack(at::_foreach_norm(all, std::numeric_limits<double>::infinity(), at::kFloat));
@@ -94,15 +91,22 @@ class Sentinel {
   void record(const PendingCheck& p) {
     const float* norm = p.norms.data_ptr<float>();
     std::vector<SentinelRecord> findings;
+    std::vector<std::string> names;
     size_t named[2] = {0, 0};
-    for (size_t i = 0; i < p.names.size(); ++i) {
+    for (size_t i = 0; i < 2 * p.grads; ++i) {
       if (std::isfinite(norm[i])) continue;
       size_t kind = i < p.grads ? 0 : 1;
       if (named[kind]++ >= kMaxNamed) continue;
+      if (names.empty()) {
+        std::istringstream lines(p.names);
+        for (std::string line; std::getline(lines, line);) names.push_back(line);
+        names.resize(p.grads);
+      }
+      size_t param = i % p.grads;
       SentinelRecord f;
       f.step = p.step;
       f.tensor = kind == 0 ? "grad" : "param";
-      f.parameter = p.names[i];
+      f.parameter = names[param].empty() ? "param" + std::to_string(param) : names[param];
       f.norm = norm[i];
       findings.push_back(std::move(f));
     }

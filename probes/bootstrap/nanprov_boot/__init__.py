@@ -132,6 +132,7 @@ def _watch_steps(lib, torch, modules):
     high = [0]
     check_step = torch.ops.nanprov.check_step
     sentinel = os.environ.get("NANPROV_SENTINEL", "1") != "0"
+    failed = []
 
     def after_step(optimizer, args, kwargs):
         n = taken.get(optimizer, 0) + 1
@@ -147,8 +148,10 @@ def _watch_steps(lib, torch, modules):
                             names.append(modules.parameter_name(p))
                 if grads:
                     check_step(grads, params, "\n".join(names), n - 1)
-            except Exception as exc:  # never reaches the training
-                _say(f"gradient sentinel skipped a step: {exc}")
+            except Exception as exc:  # never reaches the training; said once, not every step
+                if not failed:
+                    failed.append(exc)
+                    _say(f"gradient sentinel failed, gradients are not checked: {exc}")
         if n > high[0]:
             high[0] = n
             lib.nanprov_step(n)
