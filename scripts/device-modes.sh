@@ -29,6 +29,13 @@ for how in plain plain nanprov nosentinel nopaths; do
     nopaths) NANPROV_COMPILED_PATHS=0 nanprov run --out "$out/ident-$how" -- "${ident[@]}" 2>/dev/null ;;
   esac | tr '\n' ' ' | sed "s/^/$how: /"; echo
 done
+# The gradient sentinel on CUDA: a NaN gradient made by a regulariser outside attention.
+nanprov run --out "$out/run-sentinel" -- python3 examples/tiny_transformer.py --device cuda --dtype bfloat16 \
+  --steps 5 --regulariser-nan-step 2 >/dev/null 2>&1
+echo "== sentinel on cuda (report exit $(nanprov report "$out/run-sentinel" >/dev/null; echo $?))"
+nanprov report "$out/run-sentinel" | sed -n '1,3p'
+# Where does a compiled graph run the attention backward? The ATen ops its generated code calls.
+TORCH_LOGS=output_code "${train[@]}" --compile --steps 1 2>&1 | grep -o "AOT ID: \['[0-9a-z_]*'\]\|torch\.ops\.aten\.[a-z_]*attention[a-z_]*\|aoti_torch_[a-z_]*attention[a-z_]*" | sort | uniq -c
 if [ "${NANPROV_BENCH:-0}" = 1 ]; then
   BENCH_CONFIGS="${BENCH_CONFIGS:-none nanprov nosentinel checks naive}" PYTHON=python3 \
     bench/gpu_overhead.sh "${NANPROV_BENCH_ROUNDS:-2}" "${NANPROV_BENCH_STEPS:-20}"
