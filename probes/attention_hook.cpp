@@ -409,9 +409,19 @@ bool mathOnCuda(const Stack& stack) {
   return !args.empty() && args.back().isInt() && args.back().toInt() == 0;  // sdp::SDPBackend::math
 }
 
+// SDPA is CompositeImplicitAutograd: without nanprov it decomposes at the autograd key, and the
+// keys between autograd and the backend (Python modes, functionalization) never see it whole.
+// Handing it to the backend key runs that same composite kernel, so its inner ops are recorded
+// by autograd and traced as they would be. Redispatching to the next key instead
+// (after_autograd_keyset) gives the whole op to a tracing mode, which records it without a
+// backward: torch.compile then trains attention with no gradient at all.
+void runCompositeSdpa(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack* stack) {
+  handle.redispatchBoxed(ks & kBelowProbe, stack);
+}
+
 void sdpaKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack* stack) {
   if (t_depth > 0 || !Session::get().active() || !probeable(*stack, g_sdpa->num_arguments)) {
-    handle.redispatchBoxed(ks & c10::after_autograd_keyset, stack);
+    runCompositeSdpa(handle, ks, stack);
     return;
   }
   Tensors inputs = takeInputs(*g_sdpa, *stack);
@@ -429,7 +439,7 @@ void sdpaKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack
   }
   int64_t fused_before = t_fused_calls;
   int64_t start = wallClockNs();
-  handle.redispatchBoxed(ks & c10::after_autograd_keyset, stack);
+  runCompositeSdpa(handle, ks, stack);
   int64_t end = wallClockNs();
   std::string unattributed = trace ? trace->unattributed() : "";
   trace.reset();

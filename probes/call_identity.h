@@ -66,7 +66,7 @@ class CallIdentity {
   int64_t step() const;
   StepUnit stepUnit() const;
   // Forward calls of compiled training graphs whose backward never reached the probes by the end
-  // of their step (Inductor decomposed it into plain kernels, or ran it out of sight); taken once.
+  // of their step (Inductor lowered it to its own kernels, or it never ran); taken once.
   int64_t takeUnseenCompiledBackwards();
   // The run ended: the last step's forwards still waiting for their backward count as unseen.
   void runEnded();

@@ -154,7 +154,7 @@ void Session::stepBegan(int64_t step) {
 
 void Session::countUnseenBackwards() {
   if (int64_t unseen = identity_.takeUnseenCompiledBackwards()) {
-    countUnprobed("attention backward of a torch.compile'd graph (Inductor ran it as plain kernels)", unseen);
+    countUnprobed("attention backward of a torch.compile'd graph that called no attention op", unseen);
   }
 }
 

@@ -7,8 +7,10 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,6 +44,28 @@ inline fs::path runDir(const std::string& name) {
   fs::remove_all(dir);
   return dir;
 }
+
+// While alive, every torch.compile in the commands run gets a cache of its own, cold. Inductor's
+// FX graph cache is keyed on the traced graph, not on what the dispatcher holds: a warm cache
+// filled by another run would hide a probe that changed what Dynamo and AOTAutograd traced.
+class ColdInductorCache {
+ public:
+  explicit ColdInductorCache(const std::string& name) {
+    fs::path dir = runDir("inductor-" + name);
+    const char* old = std::getenv("TORCHINDUCTOR_CACHE_DIR");
+    if (old) old_ = old;
+    setenv("TORCHINDUCTOR_CACHE_DIR", dir.c_str(), 1);
+  }
+  ~ColdInductorCache() {
+    if (old_) setenv("TORCHINDUCTOR_CACHE_DIR", old_->c_str(), 1);
+    else unsetenv("TORCHINDUCTOR_CACHE_DIR");
+  }
+  ColdInductorCache(const ColdInductorCache&) = delete;
+  ColdInductorCache& operator=(const ColdInductorCache&) = delete;
+
+ private:
+  std::optional<std::string> old_;
+};
 
 // A training run under nanprov, and `nanprov report --json` on it.
 struct TrainedRun {
