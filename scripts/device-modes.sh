@@ -12,10 +12,14 @@ source "$root/scripts/device-build.sh" || exit 1
 export PATH="$root/build-device/bin:$PATH"
 train=(python3 examples/tiny_transformer.py --device cuda --dtype bfloat16 --seq 64 --d-model 256 --heads 2
        --mask-rows --steps 4)
+# Every run compiles from a cold Inductor cache of its own: a warm one, filled by another run,
+# would hide a probe that changed what Dynamo and AOTAutograd traced.
+cold() { TORCHINDUCTOR_CACHE_DIR="$(mktemp -d)" "$@"; }
 for mode in "" "--compile" "--compile max-autotune-no-cudagraphs" "--checkpoint nonreentrant" "--checkpoint reentrant"; do
   tag="$(echo "eager $mode" | tr -c 'a-z' '-')"
-  nanprov run --out "$out/run-$tag" -- "${train[@]}" $mode >"$out/run-$tag.log" 2>&1
-  echo "== ${mode:-eager} (report exit $(nanprov report "$out/run-$tag" >/dev/null; echo $?))"
+  cold nanprov run --out "$out/run-$tag" -- "${train[@]}" $mode >"$out/run-$tag.log" 2>&1
+  echo "== ${mode:-eager} (report exit $(nanprov report "$out/run-$tag" >/dev/null; echo $?)," \
+       "$(nanprov calls "$out/run-$tag" --phase bwd --json | grep -c '"phase": "bwd"') bwd calls checked)"
   nanprov report "$out/run-$tag" | sed -n '1,3p'
 done
 # Bit-identical losses, compiled, on this machine's torch: plain twice (is compiled training
@@ -23,19 +27,17 @@ done
 ident=(python3 examples/tiny_transformer.py --steps 3 --print-losses --compile)
 for how in plain plain nanprov nosentinel nopaths; do
   case $how in
-    plain) "${ident[@]}" 2>/dev/null ;;
-    nanprov) nanprov run --out "$out/ident-$how" -- "${ident[@]}" 2>/dev/null ;;
-    nosentinel) NANPROV_SENTINEL=0 nanprov run --out "$out/ident-$how" -- "${ident[@]}" 2>/dev/null ;;
-    nopaths) NANPROV_COMPILED_PATHS=0 nanprov run --out "$out/ident-$how" -- "${ident[@]}" 2>/dev/null ;;
-  esac | tr '\n' ' ' | sed "s/^/$how: /"; echo
+    plain) cold "${ident[@]}" 2>/dev/null ;;
+    nanprov) cold nanprov run --out "$out/ident-$how" -- "${ident[@]}" 2>/dev/null ;;
+    nosentinel) NANPROV_SENTINEL=0 cold nanprov run --out "$out/ident-$how" -- "${ident[@]}" 2>/dev/null ;;
+    nopaths) NANPROV_COMPILED_PATHS=0 cold nanprov run --out "$out/ident-$how" -- "${ident[@]}" 2>/dev/null ;;
+  esac | grep "^rank" | tr '\n' ' ' | sed "s/^/$how: /"; echo
 done
 # The gradient sentinel on CUDA: a NaN gradient made by a regulariser outside attention.
 nanprov run --out "$out/run-sentinel" -- python3 examples/tiny_transformer.py --device cuda --dtype bfloat16 \
   --steps 5 --regulariser-nan-step 2 >/dev/null 2>&1
 echo "== sentinel on cuda (report exit $(nanprov report "$out/run-sentinel" >/dev/null; echo $?))"
 nanprov report "$out/run-sentinel" | sed -n '1,3p'
-# Where does a compiled graph run the attention backward? The ATen ops its generated code calls.
-TORCH_LOGS=output_code "${train[@]}" --compile --steps 1 2>&1 | grep -o "AOT ID: \['[0-9a-z_]*'\]\|torch\.ops\.aten\.[a-z_]*attention[a-z_]*\|aoti_torch_[a-z_]*attention[a-z_]*" | sort | uniq -c
 if [ "${NANPROV_BENCH:-0}" = 1 ]; then
   BENCH_CONFIGS="${BENCH_CONFIGS:-none nanprov nosentinel checks naive}" PYTHON=python3 \
     bench/gpu_overhead.sh "${NANPROV_BENCH_ROUNDS:-2}" "${NANPROV_BENCH_STEPS:-20}"
