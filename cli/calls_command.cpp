@@ -5,6 +5,7 @@
 #include <iostream>
 #include <optional>
 
+#include "base/json_text.h"
 #include "cli/commands.h"
 #include "cli/report.h"
 
@@ -76,7 +77,7 @@ void addCallsCommand(CLI::App& app, int* exit_code) {
                     c.module.empty() ? "-" : c.module.c_str(), c.injected.empty() ? "" : " (injected)");
       }
     }
-    if (opts->json) std::cout << list.dump(2) << "\n";
+    if (opts->json) std::cout << jsonText(list, 2) << "\n";
     *exit_code = kClean;
   });
 }

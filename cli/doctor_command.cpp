@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "base/json_text.h"
 #include "cli/build_info.h"
 #include "cli/child_process.h"
 #include "cli/commands.h"
@@ -54,7 +55,7 @@ void addDoctorCommand(CLI::App& app, int* exit_code) {
       checks.push_back({"torch", true, python + ": torch " + info->value("torch", "")});
       checks.push_back({"ABI match", match.ok(), match.ok() ? "built against the same torch and C++ ABI" : match.message()});
       bool cuda = info->value("cuda_available", false);
-      checks.push_back({"CUDA device", true, cuda ? info->at("devices").dump() : "none: CPU path only"});
+      checks.push_back({"CUDA device", true, cuda ? jsonText(info->at("devices")) : "none: CPU path only"});
     }
     checks.push_back({"CUPTI tracer", true, build::kHaveCupti ? "compiled in" : "not compiled (no CUDA toolkit at build time)"});
     bool all_ok = true;
@@ -70,14 +71,14 @@ void addDoctorCommand(CLI::App& app, int* exit_code) {
                             {"python_torch", torch},
                             {"checks", nlohmann::json::array()}};
       for (const Check& c : checks) out["checks"].push_back({{"name", c.name}, {"ok", c.ok}, {"detail", c.detail}});
-      std::cout << out.dump(2) << "\n";
+      std::cout << jsonText(out, 2) << "\n";
     } else {
       std::cout << "nanprov " << build::kVersion << ", built against torch " << build::kTorchVersion
                 << " (C++11 ABI " << build::kCxx11Abi << ")\n";
       for (const Check& c : checks) std::cout << (c.ok ? "  ok    " : "  FAIL  ") << c.name << ": " << c.detail << "\n";
       if (!torch.is_null()) {
         std::cout << "  info  CUDA " << (torch["cuda_build"].is_null() ? "none" : torch["cuda_build"].get<std::string>())
-                  << ", cuDNN " << torch["cudnn"].dump() << ", SDPA backends " << torch["sdpa_backends"].dump() << "\n";
+                  << ", cuDNN " << jsonText(torch["cudnn"]) << ", SDPA backends " << jsonText(torch["sdpa_backends"]) << "\n";
       }
     }
     *exit_code = all_ok ? 0 : 1;

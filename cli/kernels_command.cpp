@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "base/json_text.h"
 #include "cli/call_kernels.h"
 #include "cli/commands.h"
 #include "cli/edges.h"
@@ -69,7 +70,7 @@ void addKernelsCommand(CLI::App& app, int* exit_code) {
                                                  " in this run; names look like rank0:layer1:call1 (see nanprov calls)"));
       return;
     }
-    if (opts->json) std::cout << list.dump(2) << "\n";
+    if (opts->json) std::cout << jsonText(list, 2) << "\n";
     *exit_code = kClean;
   });
 }

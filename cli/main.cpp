@@ -20,6 +20,9 @@ std::optional<RunData> openRun(const std::string& command, const std::string& gi
   return std::move(*run);
 }
 
+// An exception's message can span lines (c10 appends a stack trace): keep the first.
+std::string oneLine(const std::string& text) { return text.substr(0, text.find('\n')); }
+
 }  // namespace nanprov::cli
 
 int main(int argc, char** argv) {
@@ -65,6 +68,14 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     std::cerr << "nanprov: " << e.what() << "\nRun 'nanprov --help' or 'nanprov <command> --help'.\n";
     return kUsageError;
+  } catch (const std::exception& e) {
+    // Whatever a damaged input provokes that a command did not foresee: one line, never abort().
+    std::cerr << "nanprov: could not read the input: " << oneLine(e.what())
+              << "; if the run is intact, this is a nanprov bug\n";
+    return kInputError;
+  } catch (...) {
+    std::cerr << "nanprov: internal error; this is a nanprov bug\n";
+    return kInputError;
   }
   return exit_code;
 }

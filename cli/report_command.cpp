@@ -1,6 +1,7 @@
 // `nanprov report [RUN] [--json]`: the first non-finite edge of a run. Exit 0 clean, 1 edge found.
 #include <iostream>
 
+#include "base/json_text.h"
 #include "cli/commands.h"
 #include "cli/report.h"
 
@@ -44,7 +45,7 @@ void addReportCommand(CLI::App& app, int* exit_code) {
     auto run = openRun("report", opts->run, exit_code);
     if (!run) return;
     Findings findings = analyze(run->calls);
-    if (opts->json) std::cout << reportJson(*run, findings).dump(2) << "\n";
+    if (opts->json) std::cout << jsonText(reportJson(*run, findings), 2) << "\n";
     else std::cout << reportText(*run, findings);
     *exit_code = exitCodeOf(conclude(*run, findings));
   });

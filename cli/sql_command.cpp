@@ -3,6 +3,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "base/json_text.h"
 #include "cli/commands.h"
 #include "store/reader.h"
 #include "store/run_dir.h"
@@ -40,7 +41,7 @@ void addSqlCommand(CLI::App& app, int* exit_code) {
         }
         rows.push_back(obj);
       }
-      std::cout << rows.dump(2) << "\n";
+      std::cout << jsonText(rows, 2) << "\n";
     } else {
       std::vector<size_t> width(result->columns.size());
       for (size_t c = 0; c < width.size(); ++c) width[c] = result->columns[c].size();

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <limits>
 
+#include "base/json_text.h"
 #include "replay/backends.h"
 #include "replay/captured_call.h"
 #include "replay/replay_result.h"
@@ -222,7 +223,7 @@ int replayMain(const std::string& path, std::string device_name, const std::stri
     r.notes.push_back("wrote " + emit_dir + "/" + kReproScript + " and " + kReproInputs +
                       ": python " + emit_dir + "/" + kReproScript + " reruns it with plain PyTorch");
   }
-  std::string out = json ? toJson(r).dump(2) + "\n" : toText(r);
+  std::string out = json ? jsonText(toJson(r), 2) + "\n" : toText(r);
   std::fwrite(out.data(), 1, out.size(), stdout);
   return exitCodeOf(r.root_cause);
 }

@@ -4,8 +4,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <set>
 #include <tuple>
 
+#include "base/numbers.h"
 #include "store/run_dir.h"
 #include "store/schema.h"
 #include "store/sqlite_db.h"
@@ -43,7 +45,12 @@ StatusOr<sqlite::Db> openRankStore(const std::string& path, RankInfo* info) {
                          std::to_string(kSchemaVersion) + "; use the nanprov that wrote the run");
   }
   info->path = path;
-  info->rank = info->meta.count("rank") ? std::stoi(info->meta["rank"]) : 0;
+  info->rank = 0;
+  if (auto it = info->meta.find("rank"); it != info->meta.end()) {
+    auto rank = parseInteger(it->second, 0, kMaxRank);
+    if (!rank) return notAStore(path, "meta.rank is not a rank number");
+    info->rank = static_cast<int>(*rank);
+  }
   return db;
 }
 
@@ -250,12 +257,76 @@ StatusOr<RunData> loadRun(const std::string& dir) {
   return run;
 }
 
+namespace {
+
+const char* const kReadOnlyRefusal = "refused: nanprov sql is read-only; use one SELECT (or WITH ... SELECT)";
+
+// What a user's query may do: read tables and views and call ordinary functions. Everything
+// else (writes, ATTACH, DETACH, pragmas that set, functions that expose internals or files) is
+// denied while the statement is prepared, so nothing runs; `denied` remembers why.
+struct QueryGuard {
+  bool denied = false;
+
+  static int authorize(void* self, int action, const char* a, const char* b, const char*, const char*) {
+    static const std::set<std::string> kInternalFunctions = {
+        "fts3_tokenizer", "load_extension", "readfile", "writefile", "edit", "sqlite_offset"};
+    static const std::set<std::string> kReadPragmas = {"table_info", "table_xinfo", "table_list", "index_list",
+                                                       "index_info", "function_list", "collation_list"};
+    bool allowed = false;
+    switch (action) {
+      case SQLITE_SELECT:
+      case SQLITE_READ:
+      case SQLITE_RECURSIVE:
+        allowed = true;
+        break;
+      case SQLITE_FUNCTION:
+        allowed = b && !kInternalFunctions.count(b);
+        break;
+      case SQLITE_PRAGMA:
+        allowed = a && kReadPragmas.count(a);
+        break;
+      default:
+        break;
+    }
+    if (!allowed) static_cast<QueryGuard*>(self)->denied = true;
+    return allowed ? SQLITE_OK : SQLITE_DENY;
+  }
+};
+
+// Exactly one statement: the text after the first must be blank or comments.
+StatusOr<sqlite::Stmt> prepareOneStatement(sqlite3* db, const std::string& sql, QueryGuard* guard) {
+  sqlite3_stmt* raw = nullptr;
+  const char* tail = nullptr;
+  int rc = sqlite3_prepare_v2(db, sql.c_str(), static_cast<int>(sql.size()), &raw, &tail);
+  sqlite::Stmt stmt(raw);
+  // A write to one of the views fails before the authorizer is asked ("cannot modify calls
+  // because it is a view"): the same refusal, worded the same.
+  std::string error = rc == SQLITE_OK ? "" : sqlite::errorOf(db);
+  if (guard->denied || error.rfind("cannot modify", 0) == 0) return Status::Error(kReadOnlyRefusal);
+  if (rc != SQLITE_OK) return Status::Error("SQL error: " + error);
+  if (!raw) return Status::Error("empty query: give one SELECT statement");
+  sqlite3_stmt* next = nullptr;
+  sqlite3_prepare_v2(db, tail, -1, &next, nullptr);
+  sqlite::Stmt rest(next);
+  if (next || guard->denied) {
+    return Status::Error("refused: one statement at a time; nanprov sql runs a single SELECT");
+  }
+  return stmt;
+}
+
+}  // namespace
+
 StatusOr<QueryResult> queryRun(const std::string& dir, const std::string& sql) {
   auto paths = storesOf(dir);
   if (!paths.ok()) return paths.status();
   auto db = sqlite::open(":memory:", sqlite::Mode::kReadWriteCreate);
   if (!db.ok()) return db.status();
   sqlite3* raw = db->get();
+  if (static_cast<int>(paths->size()) > sqlite3_limit(raw, SQLITE_LIMIT_ATTACHED, -1)) {
+    return Status::Error("this run has " + std::to_string(paths->size()) + " rank stores, and this SQLite attaches at most " +
+                         std::to_string(sqlite3_limit(raw, SQLITE_LIMIT_ATTACHED, -1)) +
+                         " at once; nanprov report, calls and kernels read them all");
+  }
 
   std::string calls, tensors, kernels, captures, steps, meta, sentinel;
   for (size_t i = 0; i < paths->size(); ++i) {
@@ -285,12 +356,12 @@ StatusOr<QueryResult> queryRun(const std::string& dir, const std::string& sql) {
       "; CREATE TEMP VIEW sentinel AS " + sentinel +
       "; PRAGMA query_only=ON;"));
 
-  auto stmt = sqlite::prepare(raw, sql);
-  if (!stmt.ok()) return Status::Error("SQL error: " + stmt.status().message());
+  QueryGuard guard;
+  sqlite3_set_authorizer(raw, &QueryGuard::authorize, &guard);
+  auto stmt = prepareOneStatement(raw, sql, &guard);
+  if (!stmt.ok()) return stmt.status();
   sqlite3_stmt* s = stmt->get();
-  if (!sqlite3_stmt_readonly(s)) {
-    return Status::Error("refused: nanprov sql is read-only; use SELECT (or WITH ... SELECT)");
-  }
+  if (!sqlite3_stmt_readonly(s)) return Status::Error(kReadOnlyRefusal);
   QueryResult result;
   int ncol = sqlite3_column_count(s);
   for (int c = 0; c < ncol; ++c) result.columns.push_back(sqlite3_column_name(s, c));

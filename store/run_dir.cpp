@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <regex>
 
+#include "base/numbers.h"
+
 namespace nanprov {
 namespace fs = std::filesystem;
 
@@ -31,7 +33,11 @@ std::vector<std::string> rankStorePaths(const std::string& dir) {
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     std::smatch m;
     std::string name = entry.path().filename().string();
-    if (std::regex_match(name, m, kName)) found.emplace_back(std::stoi(m[1]), entry.path().string());
+    if (!std::regex_match(name, m, kName)) continue;
+    // Only regular files: opening a FIFO named like a store would block every command forever.
+    std::error_code type_ec;
+    if (!entry.is_regular_file(type_ec)) continue;
+    if (auto rank = parseInteger(m[1].str(), 0, kMaxRank)) found.emplace_back(static_cast<int>(*rank), entry.path().string());
   }
   std::sort(found.begin(), found.end());
   std::vector<std::string> paths;

@@ -1,6 +1,7 @@
 // Where runs live on disk: a run directory holds run.json, rank-<r>.sqlite per rank, captures/.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -9,6 +10,8 @@
 namespace nanprov {
 
 inline constexpr const char* kDefaultRunsRoot = "nanprov-runs";
+// No job has more ranks; a larger number in a file name or in meta is not a rank.
+inline constexpr int64_t kMaxRank = 1 << 24;
 
 // A new directory name for a run started now: <root>/<UTC timestamp>.
 std::string newRunDirName(const std::string& root);
@@ -19,7 +22,7 @@ StatusOr<std::string> resolveRunDir(const std::string& given);
 
 std::string rankStoreName(int rank);  // "rank-<r>.sqlite"
 
-// Paths of the rank stores in `dir`, ordered by rank.
+// Paths of the rank stores in `dir`, ordered by rank: regular files named rank-<r>.sqlite.
 std::vector<std::string> rankStorePaths(const std::string& dir);
 
 }  // namespace nanprov
