@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "base/numbers.h"
+
 namespace nanprov::replay {
 namespace {
 
@@ -58,7 +60,17 @@ StatusOr<CapturedCall> toCapturedCall(const CaptureFile& file, const std::string
     if (!call.has(role)) return bad(std::string("no ") + role + " tensor");
     if (call.at(role).dim() != 4) return bad(std::string(role) + " is " + shapeText(call.at(role)) + ", replay needs [batch, heads, seq, dim]");
   }
+  // Attention computes in floating point: integer or bool Q/K/V/O/LSE/gradients are not a call
+  // any backend made (SDPA would fail deep inside with a stack trace). Masks may be bool.
+  for (const auto& [role, x] : call.tensors) {
+    if (role != "mask" && !at::isFloatingType(x.scalar_type())) {
+      return bad("tensor " + role + " is " + dtypeName(x) + "; attention tensors are floating point");
+    }
+  }
   const at::Tensor &q = call.at("Q"), &k = call.at("K"), &v = call.at("V");
+  if (q.scalar_type() != k.scalar_type() || q.scalar_type() != v.scalar_type()) {
+    return bad("Q, K and V differ in dtype (" + dtypeName(q) + ", " + dtypeName(k) + ", " + dtypeName(v) + ")");
+  }
   call.batch = q.size(0);
   call.q_heads = q.size(1);
   call.s_q = q.size(2);
@@ -95,9 +107,17 @@ StatusOr<CapturedCall> toCapturedCall(const CaptureFile& file, const std::string
   call.backward = call.metaOr("phase") == "bwd";
   if (call.backward && !call.has("dO")) return bad("a backward capture without dO");
   std::string scale = call.metaOr("arg.scale", "None");
-  if (scale != "None") call.scale = std::strtod(scale.c_str(), nullptr);
-  call.causal = call.metaOr("arg.is_causal") == "true";
-  call.dropout_p = std::strtod(call.metaOr("arg.dropout_p", "0").c_str(), nullptr);
+  if (scale != "None") {
+    call.scale = parseFiniteDouble(scale);
+    if (!call.scale) return bad("arg.scale '" + scale + "' is not a finite number");
+  }
+  std::string causal = call.metaOr("arg.is_causal", "false");
+  if (causal != "true" && causal != "false") return bad("arg.is_causal '" + causal + "' is not true or false");
+  call.causal = causal == "true";
+  std::string dropout = call.metaOr("arg.dropout_p", "0");
+  auto dropout_p = parseFiniteDouble(dropout);
+  if (!dropout_p || *dropout_p < 0 || *dropout_p > 1) return bad("arg.dropout_p '" + dropout + "' is not in [0, 1]");
+  call.dropout_p = *dropout_p;
   return call;
 }
 

@@ -5,7 +5,11 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <string_view>
+#include <tuple>
 #include <nlohmann/json.hpp>
+
+#include "base/json_text.h"
 
 namespace nanprov {
 namespace {
@@ -17,6 +21,35 @@ std::string shapeText(const std::vector<int64_t>& shape) {
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
   return s + "]";
+}
+
+// Deeper than any header nanprov or safetensors writes (tensor entries sit at depth 3).
+constexpr int kMaxHeaderDepth = 16;
+
+// What safetensors itself demands of the header text, checked before any JSON is parsed: it
+// begins with '{' (no BOM, no padding in front), may end in spaces only (no NULs), and nests
+// shallowly. A hostile header is refused in one pass over its bytes, before a parser would spend
+// gigabytes of memory on forty million levels of brackets.
+Status checkHeaderText(std::string_view text) {
+  if (text.empty() || text.front() != '{') return Status::Error("the header does not begin with '{'");
+  size_t last = text.find_last_not_of(' ');
+  if (text[last] != '}') return Status::Error("the header does not end with '}' (only spaces may pad it)");
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i <= last; ++i) {
+    char c = text[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      if (++depth > kMaxHeaderDepth) return Status::Error("the header nests deeper than " + std::to_string(kMaxHeaderDepth) + " levels");
+    } else if (c == '}' || c == ']') {
+      --depth;
+    }
+  }
+  return Status::Ok();
 }
 
 Status broken(const std::string& source, const std::string& why) {
@@ -55,7 +88,7 @@ Status writeCapture(const std::string& path, const CaptureFile& file) {
     header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.bytes.size()}}};
     offset += t.bytes.size();
   }
-  std::string text = header.dump();
+  std::string text = jsonText(header);
   text.append((8 - text.size() % 8) % 8, ' ');  // the data starts 8-byte aligned
   std::string tmp = path + ".partial";
   {
@@ -86,8 +119,10 @@ StatusOr<CaptureFile> parseCapture(const std::string& bytes, const std::string& 
     return broken(source, "header length " + std::to_string(n) + " runs past the end of the file (" +
                               std::to_string(bytes.size()) + " bytes)");
   }
-  nlohmann::json header = nlohmann::json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<std::ptrdiff_t>(n),
-                                                nullptr, /*allow_exceptions=*/false);
+  std::string_view text(bytes.data() + 8, static_cast<size_t>(n));
+  if (Status st = checkHeaderText(text); !st.ok()) return broken(source, st.message());
+  text = text.substr(0, text.find_last_not_of(' ') + 1);
+  nlohmann::json header = nlohmann::json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   if (header.is_discarded() || !header.is_object()) return broken(source, "the header is not a JSON object");
   const uint64_t data_size = bytes.size() - 8 - n;
   const size_t data_start = 8 + static_cast<size_t>(n);
@@ -149,7 +184,9 @@ StatusOr<CaptureFile> parseCapture(const std::string& bytes, const std::string& 
     file.tensors.push_back(std::move(t));
   }
   // The tensors must tile the data exactly: no overlap, no hole (as safetensors itself demands).
-  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.begin < b.begin; });
+  // By (begin, end): a zero-size tensor at offset x sorts before the tensor that starts at x.
+  std::sort(spans.begin(), spans.end(),
+            [](const Span& a, const Span& b) { return std::tie(a.begin, a.end) < std::tie(b.begin, b.end); });
   uint64_t expected = 0;
   for (const Span& s : spans) {
     if (s.begin < expected) return broken(source, "tensor " + s.name + " overlaps the tensor before it");
