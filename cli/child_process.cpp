@@ -2,6 +2,7 @@
 
 #include <signal.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -65,17 +66,35 @@ ChildExit waitFor(pid_t pid) {
 
 }  // namespace
 
+namespace {
+
+bool isExecutableFile(const std::string& path) {
+  struct stat st {};
+  return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(path.c_str(), X_OK) == 0;
+}
+
+}  // namespace
+
 std::string findExecutable(const std::string& name) {
   if (name.empty()) return "";
-  if (name.find('/') != std::string::npos) return access(name.c_str(), X_OK) == 0 ? name : "";
+  if (name.find('/') != std::string::npos) return isExecutableFile(name) ? name : "";
   const char* path = std::getenv("PATH");
   std::stringstream dirs(path ? path : "/usr/bin:/bin");
   std::string dir;
   while (std::getline(dirs, dir, ':')) {
     std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
-    if (access(candidate.c_str(), X_OK) == 0) return candidate;
+    if (isExecutableFile(candidate)) return candidate;
   }
   return "";
+}
+
+std::string whyNotExecutable(const std::string& name) {
+  struct stat st {};
+  if (name.find('/') == std::string::npos || stat(name.c_str(), &st) != 0) {
+    return "command not found: " + name + " (not a file here, nor on PATH)";
+  }
+  if (S_ISDIR(st.st_mode)) return name + " is a directory, not a command to run";
+  return name + " is not executable (chmod +x it, or run it through its interpreter, e.g. python " + name + ")";
 }
 
 StatusOr<ChildExit> runChild(const std::vector<std::string>& argv,

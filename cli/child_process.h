@@ -9,8 +9,11 @@
 
 namespace nanprov {
 
-// Where `name` resolves on PATH (or itself when it contains '/'); empty when not executable.
+// Where `name` resolves on PATH (or itself when it contains '/'); empty unless it is an
+// executable regular file.
 std::string findExecutable(const std::string& name);
+// When findExecutable(name) is empty, why, in one line: not found, a directory, not executable.
+std::string whyNotExecutable(const std::string& name);
 
 struct ChildExit {
   int exit_code = 0;  // valid when signal == 0

@@ -1,10 +1,16 @@
 // `nanprov run [options] -- CMD...`: runs a training command with the probes loaded into every
 // Python process it starts, then prints the first-failure summary.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "base/json_text.h"
 #include "cli/build_info.h"
 #include "cli/child_process.h"
 #include "cli/commands.h"
@@ -20,6 +26,9 @@ namespace nanprov::cli {
 namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
+
+// Beyond any real count of calls or bytes; a larger value is a typo, not a setting.
+constexpr int64_t kMaxCount = int64_t{1} << 50;
 
 struct RunOptions {
   std::string out;
@@ -41,7 +50,21 @@ Status preflight(const std::string& python) {
 }
 
 void writeRunJson(const std::string& dir, const json& doc) {
-  std::ofstream(fs::path(dir) / "run.json") << doc.dump(2) << "\n";
+  std::ofstream(fs::path(dir) / "run.json") << jsonText(doc, 2) << "\n";
+}
+
+// Claims `dir` for this run by creating its run.json exclusively (O_EXCL): of two runs started
+// into one directory, even in the same second, exactly one gets it. The other would merge its
+// rows into the first run's stores.
+Status claimRunDir(const std::string& dir) {
+  std::string taken = dir + " already holds a run; pick a new --out (or remove the directory)";
+  if (!rankStorePaths(dir).empty()) return Status::Error(taken);
+  int fd = ::open((fs::path(dir) / "run.json").c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return Status::Error(errno == EEXIST ? taken : "cannot write " + dir + "/run.json: " + std::strerror(errno));
+  }
+  ::close(fd);
+  return Status::Ok();
 }
 
 // Why nothing was recorded, from the per-process notes the bootstrap leaves.
@@ -71,9 +94,11 @@ int run(RunOptions& opts) {
     capture += (capture.empty() ? "" : ";") + spec;
   }
   std::string resolved = findExecutable(cmd.front());
-  if (resolved.empty()) {
-    std::cerr << "nanprov run: command not found: " << cmd.front() << "\n";
-    return 127;
+  if (resolved.empty()) {  // before the run directory exists: a failed start leaves nothing behind
+    std::cerr << "nanprov run: " << whyNotExecutable(cmd.front()) << "\n";
+    std::error_code exists_ec;
+    bool exists = cmd.front().find('/') != std::string::npos && fs::exists(cmd.front(), exists_ec);
+    return exists ? 126 : 127;  // as a shell answers: found but not runnable, or not found
   }
   if (!fs::exists(probesLibrary())) {
     return fail("run", Status::Error("probe library missing at " + probesLibrary() + "; build nanprov first (./scripts/test)"));
@@ -86,8 +111,9 @@ int run(RunOptions& opts) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return fail("run", Status::Error("cannot create run directory " + dir + ": " + ec.message()));
-  if (!rankStorePaths(dir).empty()) {
-    return fail("run", Status::Error(dir + " already holds a run; pick a new --out"));
+  if (Status st = claimRunDir(dir); !st.ok()) {
+    std::cerr << "nanprov run: " << st.message() << "\n";
+    return kUsageError;
   }
   std::string abs_dir = fs::absolute(dir).string();
   json doc = {{"command", cmd},
@@ -178,11 +204,12 @@ void addRunCommand(CLI::App& app, int* exit_code, std::vector<std::string> wrapp
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_option("--capture-every", opts->capture_every,
                   "Also capture every Nth attention call of each rank (audit samples; default 0: off)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(int64_t{0}, kMaxCount));
   cmd->add_option("--capture-bytes", opts->capture_bytes,
                   "Tensor bytes each rank may capture in all (default 1GiB; suffixes K M G); calls "
                   "beyond are recorded as skipped")
-      ->transform(CLI::AsSizeValue(false));
+      ->transform(CLI::AsSizeValue(false))
+      ->check(CLI::Range(int64_t{0}, kMaxCount));
   cmd->add_flag("--no-capture", opts->no_capture,
                 "Do not capture the first source edge (selectors and --capture-every still apply)");
   // Without "--", everything from the first positional on is the user's command.

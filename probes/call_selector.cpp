@@ -1,17 +1,11 @@
 #include "probes/call_selector.h"
 
-#include <charconv>
+#include <limits>
+#include <set>
+
+#include "base/numbers.h"
 
 namespace nanprov {
-namespace {
-
-template <typename T>
-bool parseInt(const std::string& s, T* out) {
-  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
-  return ec == std::errc() && ptr == s.data() + s.size();
-}
-
-}  // namespace
 
 bool CallSelector::matches(int rank_, int64_t layer_, int64_t step_, int64_t call_, Phase phase_) const {
   return (!rank || *rank == rank_) && (!layer || *layer == layer_) && (!step || *step == step_) &&
@@ -24,17 +18,30 @@ bool readSelectorKey(CallSelector* selector, const std::string& key, const std::
     *ok = parsePhase(value, &p);
     if (*ok) selector->phase = p;
   } else if (key == "rank") {
-    int v;
-    *ok = parseInt(value, &v);
-    if (*ok) selector->rank = v;
+    auto v = parseInteger(value, 0, std::numeric_limits<int>::max());  // ranks, like the rest, count from 0
+    *ok = v.has_value();
+    if (*ok) selector->rank = static_cast<int>(*v);
   } else if (key == "layer" || key == "step" || key == "call") {
-    int64_t v;
-    *ok = parseInt(value, &v);
-    if (*ok) (key == "layer" ? selector->layer : key == "step" ? selector->step : selector->call) = v;
+    auto v = parseInteger(value, 0, std::numeric_limits<int64_t>::max());
+    *ok = v.has_value();
+    if (*ok) (key == "layer" ? selector->layer : key == "step" ? selector->step : selector->call) = *v;
   } else {
     return false;
   }
   return true;
+}
+
+StatusOr<std::vector<std::pair<std::string, std::string>>> splitKeyValues(const std::string& text) {
+  std::vector<std::pair<std::string, std::string>> pairs;
+  std::set<std::string> seen;
+  for (const std::string& part : splitList(text, ',')) {
+    auto eq = part.find('=');
+    if (eq == std::string::npos) return Status::Error("'" + part + "' is not key=value");
+    std::string key = part.substr(0, eq);
+    if (!seen.insert(key).second) return Status::Error(key + "= is given twice");
+    pairs.emplace_back(key, part.substr(eq + 1));
+  }
+  return pairs;
 }
 
 std::vector<std::string> splitList(const std::string& text, char sep) {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "store/call_record.h"
@@ -24,6 +25,10 @@ struct CallSelector {
 // Reads one key=value of a selector (rank, layer, step, call, phase). Returns false when `key`
 // is not a selector key; *ok is false when it is one but `value` does not parse.
 bool readSelectorKey(CallSelector* selector, const std::string& key, const std::string& value, bool* ok);
+
+// "k=v,k2=v2" as (key, value) pairs in order, empty parts dropped. Fails, saying why, on a part
+// without '=' and on a key given twice (the second would silently win).
+StatusOr<std::vector<std::pair<std::string, std::string>>> splitKeyValues(const std::string& text);
 
 // "a,b,,c" split on `sep`, empty parts dropped.
 std::vector<std::string> splitList(const std::string& text, char sep);

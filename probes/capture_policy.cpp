@@ -12,12 +12,10 @@ StatusOr<CallSelector> parseCaptureSelector(const std::string& text) {
     return Status::Error("bad --capture '" + text + "': " + why + " (example: layer=3,phase=bwd,step=5)");
   };
   CallSelector selector;
-  std::vector<std::string> pairs = splitList(text, ',');
-  if (pairs.empty()) return bad("empty selector");
-  for (const std::string& pair : pairs) {
-    auto eq = pair.find('=');
-    if (eq == std::string::npos) return bad("'" + pair + "' is not key=value");
-    std::string key = pair.substr(0, eq), val = pair.substr(eq + 1);
+  auto pairs = splitKeyValues(text);
+  if (!pairs.ok()) return bad(pairs.status().message());
+  if (pairs->empty()) return bad("empty selector");
+  for (const auto& [key, val] : *pairs) {
     bool ok = true;
     if (!readSelectorKey(&selector, key, val, &ok)) {
       return bad("unknown key '" + key + "'; keys are rank, layer, step, call, phase");

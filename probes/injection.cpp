@@ -12,10 +12,9 @@ StatusOr<InjectionSpec> parseInjection(const std::string& text) {
     return Status::Error("bad --inject '" + text + "': " + why +
                          " (example: layer=3,phase=bwd,tensor=dQ,step=5,value=nan)");
   };
-  for (const std::string& pair : splitList(text, ',')) {
-    auto eq = pair.find('=');
-    if (eq == std::string::npos) return bad("'" + pair + "' is not key=value");
-    std::string key = pair.substr(0, eq), val = pair.substr(eq + 1);
+  auto pairs = splitKeyValues(text);
+  if (!pairs.ok()) return bad(pairs.status().message());
+  for (const auto& [key, val] : *pairs) {
     bool ok = true;
     if (key == "tensor") {
       auto role = parseRole(val);

@@ -5,10 +5,12 @@ namespace nanprov::sqlite {
 std::string errorOf(sqlite3* db) { return db ? sqlite3_errmsg(db) : "out of memory"; }
 
 StatusOr<Db> open(const std::string& path, Mode mode) {
-  int flags = mode == Mode::kReadOnly ? SQLITE_OPEN_READONLY
-                                      : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
+  int flags = mode == Mode::kReadOnly    ? SQLITE_OPEN_READONLY
+              : mode == Mode::kReadWrite ? SQLITE_OPEN_READWRITE
+                                         : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
+  // URIs on explicitly: `file:...?mode=ro` must not depend on how this SQLite was built.
   sqlite3* raw = nullptr;
-  int rc = sqlite3_open_v2(path.c_str(), &raw, flags | SQLITE_OPEN_NOMUTEX, nullptr);
+  int rc = sqlite3_open_v2(path.c_str(), &raw, flags | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_URI, nullptr);
   Db db(raw);
   if (rc != SQLITE_OK) return Status::Error(path + ": " + errorOf(raw));
   sqlite3_busy_timeout(raw, 5000);

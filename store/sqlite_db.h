@@ -16,7 +16,7 @@ namespace nanprov::sqlite {
 using Db = ScopedResource<sqlite3*, &sqlite3_close_v2>;
 using Stmt = ScopedResource<sqlite3_stmt*, &sqlite3_finalize>;
 
-enum class Mode { kReadOnly, kReadWriteCreate };
+enum class Mode { kReadOnly, kReadWrite, kReadWriteCreate };
 
 // Opens `path`. Read-only opens fail when the file does not exist.
 StatusOr<Db> open(const std::string& path, Mode mode);

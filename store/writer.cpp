@@ -1,8 +1,13 @@
 #include "store/writer.h"
 
+#include <unistd.h>
+
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
+#include <filesystem>
 #include <iterator>
 #include <mutex>
 #include <thread>
@@ -226,24 +231,55 @@ struct StoreWriter::Impl {
 
 StoreWriter::StoreWriter(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
+namespace {
+
+// Writes the schema and meta into a staging file next to `path`, then links it into place. A
+// reader therefore sees either no store or one with its schema and schema_version, never one
+// being created (that read as "damaged"). link() refuses an existing name, so a second process
+// claiming the same rank store fails instead of merging its rows into another run's.
+Status createStore(const std::string& path, const std::map<std::string, std::string>& meta) {
+  std::filesystem::path final_path(path);
+  std::string staging = (final_path.parent_path() / ("." + final_path.filename().string() + "." +
+                                                      std::to_string(getpid()) + ".creating")).string();
+  std::filesystem::remove(staging);
+  {
+    auto db = sqlite::open(staging, sqlite::Mode::kReadWriteCreate);
+    if (!db.ok()) return db.status();
+    sqlite3* raw = db->get();
+    // WAL + NORMAL: a committed transaction survives the process dying (not a power cut), and
+    // commits do not fsync on the training's time. WAL mode is stored in the file.
+    NANPROV_RETURN_IF_ERROR(sqlite::exec(raw, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"));
+    NANPROV_RETURN_IF_ERROR(sqlite::exec(raw, kSchemaSql));
+    auto statements = prepareStatements(raw);
+    if (!statements.ok()) return statements.status();
+    std::map<std::string, std::string> all = meta;
+    all["schema_version"] = std::to_string(kSchemaVersion);
+    for (const auto& [k, v] : all) NANPROV_RETURN_IF_ERROR(insertMeta(raw, *statements, k, v));
+  }  // closed: the WAL is folded into the file before it gets its name
+  int linked = link(staging.c_str(), path.c_str());
+  int link_errno = errno;
+  std::filesystem::remove(staging);
+  if (linked != 0) {
+    return Status::Error(link_errno == EEXIST ? path + " already exists: another process of this run holds this rank"
+                                              : path + ": " + std::strerror(link_errno));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 StatusOr<std::unique_ptr<StoreWriter>> StoreWriter::open(
     const std::string& path, const std::map<std::string, std::string>& meta) {
+  NANPROV_RETURN_IF_ERROR(createStore(path, meta));
   auto impl = std::make_unique<Impl>();
-  auto db = sqlite::open(path, sqlite::Mode::kReadWriteCreate);
+  auto db = sqlite::open(path, sqlite::Mode::kReadWrite);
   if (!db.ok()) return db.status();
   impl->db = std::move(*db);
   sqlite3* raw = impl->db.get();
-  // WAL + NORMAL: a committed transaction survives the process dying (not a power cut), and
-  // commits do not fsync on the training's time.
-  NANPROV_RETURN_IF_ERROR(sqlite::exec(raw, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"));
-  NANPROV_RETURN_IF_ERROR(sqlite::exec(raw, kSchemaSql));
+  NANPROV_RETURN_IF_ERROR(sqlite::exec(raw, "PRAGMA synchronous=NORMAL;"));  // per connection
   auto statements = prepareStatements(raw);
   if (!statements.ok()) return statements.status();
   impl->statements = std::move(*statements);
-
-  std::map<std::string, std::string> all = meta;
-  all["schema_version"] = std::to_string(kSchemaVersion);
-  for (const auto& [k, v] : all) NANPROV_RETURN_IF_ERROR(insertMeta(raw, impl->statements, k, v));
 
   Impl* p = impl.get();
   impl->thread = std::make_unique<std::thread>([p] { p->run(); });
