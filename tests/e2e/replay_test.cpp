@@ -174,3 +174,41 @@ TEST(Replay, BrokenCapturesAndBadArgumentsGetOneLineErrors) {
 }
 
 }  // namespace
+
+namespace {
+
+// Hostile values in well-formed safetensors files: each is refused in one line, exit 3, before
+// any backend sees it (SDPA would fail deep inside with a c10 stack trace).
+TEST(Replay, HostileCaptureValuesAreRefusedInOneLine) {
+  fs::path dir = runDir("hostile-values");
+  fs::create_directories(dir);
+  struct Case {
+    std::string name, tensors, metadata, says;
+  };
+  const std::string f32 = "torch.ones(1, 2, 4, 8)";
+  std::vector<Case> cases = {
+      {"int-qkv", "'Q': torch.ones(1, 2, 4, 8, dtype=torch.int32), 'K': torch.ones(1, 2, 4, 8, dtype=torch.int32), "
+                  "'V': torch.ones(1, 2, 4, 8, dtype=torch.int32)", "", "attention tensors are floating point"},
+      {"u8-k", "'Q': " + f32 + ", 'K': torch.ones(1, 2, 4, 8, dtype=torch.uint8), 'V': " + f32, "",
+       "attention tensors are floating point"},
+      {"bool-v", "'Q': " + f32 + ", 'K': " + f32 + ", 'V': torch.ones(1, 2, 4, 8, dtype=torch.bool)", "",
+       "attention tensors are floating point"},
+      {"mixed", "'Q': " + f32 + ", 'K': torch.ones(1, 2, 4, 8, dtype=torch.float16), 'V': " + f32, "", "differ in dtype"},
+      {"scale-nan", "'Q': " + f32 + ", 'K': " + f32 + ", 'V': " + f32, ", 'arg.scale': 'nan'", "arg.scale 'nan'"},
+      {"scale-abc", "'Q': " + f32 + ", 'K': " + f32 + ", 'V': " + f32, ", 'arg.scale': 'abc'", "arg.scale 'abc'"},
+      {"dropout", "'Q': " + f32 + ", 'K': " + f32 + ", 'V': " + f32, ", 'arg.dropout_p': '2'", "arg.dropout_p '2'"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    fs::path file = dir / (c.name + ".safetensors");
+    Result made = sh(python() + " -c \"import torch; from safetensors.torch import save_file; save_file({" + c.tensors +
+                     "}, '" + file.string() + "', metadata={'phase': 'fwd'" + c.metadata + "})\" 2>&1");
+    ASSERT_EQ(made.code, 0) << made.out;
+    Result r = sh(nanprov() + " replay " + file.string() + " 2>&1");
+    EXPECT_EQ(r.code, 3) << r.out;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+    EXPECT_NE(r.out.find(c.says), std::string::npos) << r.out;
+  }
+}
+
+}  // namespace

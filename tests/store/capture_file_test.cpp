@@ -90,7 +90,8 @@ TEST(CaptureFile, HostileHeadersAreRefusedWithTheReason) {
   expectRefused("abc", "truncated");
   expectRefused(std::string("\xe8\x03\x00\x00\x00\x00\x00\x00", 8) + "{}", "runs past the end");  // claims 1000
   expectRefused(std::string("\xff\xff\xff\xff\xff\xff\xff\x7f", 8), "implausibly large");
-  expectRefused(craft("[1,2]", 0), "not a JSON object");
+  expectRefused(craft("[1,2]", 0), "does not begin with '{'");
+  expectRefused(craft("{\"a\": }", 0), "not a JSON object");
   expectRefused(craft("{\"Q\": 3}", 0), "lacks dtype");
   expectRefused(craft(R"({"Q": {"dtype": "Q7", "shape": [1], "data_offsets": [0, 1]}})", 1), "unknown dtype 'Q7'");
   expectRefused(craft(R"({"Q": {"dtype": "F32", "shape": [2], "data_offsets": [0, 4]}})", 4), "offsets span 4");
@@ -107,6 +108,34 @@ TEST(CaptureFile, HostileHeadersAreRefusedWithTheReason) {
   auto missing = readCapture("/nonexistent/capture.safetensors");
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find("no such capture file"), std::string::npos);
+}
+
+// What safetensors refuses, nanprov refuses: text before the '{' or NULs after the '}'.
+TEST(CaptureFile, HeadersSafetensorsRefusesAreRefused) {
+  const std::string header = R"({"Q": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})";
+  expectRefused(craft(header + std::string(8, '\0'), 4), "only spaces may pad it");
+  expectRefused(craft("\xef\xbb\xbf" + header, 4), "does not begin with '{'");
+  expectRefused(craft(" " + header, 4), "does not begin with '{'");
+  EXPECT_TRUE(parseCapture(craft(header + "       ", 4), "padded").ok()) << "spaces are the padding safetensors writes";
+}
+
+// Deep or endless nesting is refused in one pass, before a JSON parser would spend gigabytes.
+TEST(CaptureFile, DeepHeadersAreRefusedBeforeParsing) {
+  expectRefused(craft("{\"a\":" + std::string(40'000'000, '[') + std::string(40'000'000, ']') + "}", 0), "nests deeper");
+  expectRefused(craft(std::string(49'000'000, '['), 0), "does not begin with '{'");
+  expectRefused(craft("{" + std::string(49'000'000, '['), 0), "does not end with '}'");
+  std::string strings = R"({"__metadata__": {"k": "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\"{{{{{{{{{{{{{{{{{{{{{{{{"}})";
+  EXPECT_TRUE(parseCapture(craft(strings, 0), "brackets in strings").ok()) << "brackets inside strings do not nest";
+}
+
+TEST(CaptureFile, ZeroSizeTensorsAreValid) {
+  auto zero_first = parseCapture(craft(R"({"E": {"dtype": "F32", "shape": [0, 4], "data_offsets": [0, 0]},
+                                           "Q": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})", 4), "zero");
+  ASSERT_TRUE(zero_first.ok()) << zero_first.status().message();
+  auto zero_after = parseCapture(craft(R"({"Q": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},
+                                           "Z": {"dtype": "F32", "shape": [0], "data_offsets": [0, 0]}})", 4), "zero");
+  ASSERT_TRUE(zero_after.ok()) << zero_after.status().message();
+  EXPECT_EQ(zero_after->tensors.size(), 2u);
 }
 
 TEST(CaptureFile, FuzzedFilesNeverCrashTheLoader) {
