@@ -203,6 +203,11 @@ StatusOr<CaptureFile> parseCapture(const std::string& bytes, const std::string& 
 }
 
 StatusOr<CaptureFile> readCapture(const std::string& path) {
+  std::error_code ec;
+  auto type = std::filesystem::status(path, ec).type();
+  if (type == std::filesystem::file_type::not_found) return Status::Error(path + ": no such capture file");
+  // Only regular files: a FIFO would block the read forever, a directory reads as nothing.
+  if (type != std::filesystem::file_type::regular) return broken(path, "not a regular file");
   std::ifstream in(path, std::ios::binary);
   if (!in) return Status::Error(path + ": no such capture file");
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
