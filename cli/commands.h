@@ -24,6 +24,7 @@ std::optional<RunData> openRun(const std::string& command, const std::string& gi
 
 void addRunCommand(CLI::App& app, int* exit_code, std::vector<std::string> wrapped);
 void addReportCommand(CLI::App& app, int* exit_code);
+void addRunsCommand(CLI::App& app, int* exit_code);
 void addCallsCommand(CLI::App& app, int* exit_code);
 void addKernelsCommand(CLI::App& app, int* exit_code);
 void addReplayCommand(CLI::App& app, int* exit_code);

@@ -78,7 +78,7 @@ void addDoctorCommand(CLI::App& app, int* exit_code) {
       for (const Check& c : checks) std::cout << (c.ok ? "  ok    " : "  FAIL  ") << c.name << ": " << c.detail << "\n";
       if (!torch.is_null()) {
         std::cout << "  info  CUDA " << (torch["cuda_build"].is_null() ? "none" : torch["cuda_build"].get<std::string>())
-                  << ", cuDNN " << jsonText(torch["cudnn"]) << ", SDPA backends " << jsonText(torch["sdpa_backends"]) << "\n";
+                  << ", cuDNN " << (torch["cudnn"].is_null() ? std::string("none") : jsonText(torch["cudnn"])) << ", SDPA backends " << jsonText(torch["sdpa_backends"]) << "\n";
       }
     }
     *exit_code = all_ok ? 0 : 1;

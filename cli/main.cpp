@@ -32,6 +32,7 @@ int main(int argc, char** argv) {
       "which kernel ran it, and whether that kernel is at fault.\n\n"
       "  nanprov run -- python train.py      wrap a training run (torchrun works too)\n"
       "  nanprov report                      first non-finite edge of the newest run\n"
+      "  nanprov runs                        the runs so far, newest first, with their outcome\n"
       "  nanprov calls --nonfinite           the calls that touched NaN/Inf\n"
       "  nanprov kernels --call rank0:layer1:call1   the kernels that ran a call\n"
       "  nanprov replay                      is the first edge's kernel at fault? (float64 check)\n"
@@ -52,6 +53,7 @@ int main(int argc, char** argv) {
   }
   addRunCommand(app, &exit_code, wrapped);
   addReportCommand(app, &exit_code);
+  addRunsCommand(app, &exit_code);
   addCallsCommand(app, &exit_code);
   addKernelsCommand(app, &exit_code);
   addReplayCommand(app, &exit_code);

@@ -111,7 +111,7 @@ void addReplayCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--backends", opts->backends,
                   "Comma list from cudnn, flash, efficient, math (CUDA), flash_cpu, math (CPU); "
                   "default: every backend of the device");
-  cmd->add_option("--device", opts->device, "cpu or cuda (default: where the call was captured, if present here)")
+  cmd->add_option("--device", opts->device, "auto, cpu or cuda (default auto: where the call was captured, if present here, else the CPU)")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   cmd->add_flag("--json", opts->json, "Print JSON for scripts");
   cmd->add_option("--emit-repro", opts->emit_repro,

@@ -172,7 +172,9 @@ int run(RunOptions& opts) {
 
 void addRunCommand(CLI::App& app, int* exit_code, std::vector<std::string> wrapped) {
   auto opts = std::make_shared<RunOptions>();
-  CLI::App* cmd = app.add_subcommand("run", "Run a training command with nanprov's probes in every Python process");
+  CLI::App* cmd = app.add_subcommand(
+      "run", "Run a training command with nanprov's probes in every Python process:\n"
+             "  nanprov run [OPTIONS] -- CMD [ARGS...]");
   cmd->footer(
       "Examples:\n"
       "  nanprov run -- python train.py --lr 3e-4\n"

@@ -22,7 +22,10 @@ void addSqlCommand(CLI::App& app, int* exit_code) {
       "  nanprov sql \"SELECT rank, layer, call, phase FROM calls WHERE injected IS NOT NULL\"\n"
       "  nanprov sql runs/a \"SELECT role, SUM(nan) FROM tensors GROUP BY role\" --json\n\n"
       "The schema is documented in store/README.md. Statements that write are refused.");
-  cmd->add_option("args", opts->args, "[RUN] QUERY")->required()->expected(1, 2);
+  cmd->add_option("args", opts->args, "[RUN] QUERY: the run directory (default: the newest), then one SELECT")
+      ->required()
+      ->expected(1, 2)
+      ->type_name("");
   cmd->add_flag("--json", opts->json, "Print rows as JSON objects");
   cmd->callback([opts, exit_code] {
     std::string query = opts->args.back();

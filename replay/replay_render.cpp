@@ -113,7 +113,9 @@ void errorRow(std::string& out, const std::string& label, const BackendRun& b) {
   out += "  " + padded(label, 20);
   for (const char* role : kRoles) {
     const Comparison* c = b.tensor(role);
-    out += padded(c ? number(c->max_abs_err) : "-", 12);
+    // Nowhere finite on both sides: there is no error to show, and 0 would read as exact.
+    bool none_finite = c && c->compared - c->nonfinite <= 0;
+    out += padded(c && !none_finite ? number(c->max_abs_err) : "-", 12);
   }
   out += "\n";
 }
@@ -171,7 +173,7 @@ std::string toText(const ReplayResult& r) {
   if (r.captured) verdictRow(out, "captured (run)", *r.captured);
   for (const BackendRun& b : r.backends) verdictRow(out, b.name + (b.original ? " *" : ""), b);
 
-  out += "\nmax |B - reference| where both are finite\n" + header + "\n";
+  out += "\nmax |B - reference| where both are finite (-: no such position, or no tensor)\n" + header + "\n";
   if (r.captured) errorRow(out, "captured (run)", *r.captured);
   for (const BackendRun& b : r.backends) errorRow(out, b.name + (b.original ? " *" : ""), b);
   out += "  " + padded("yardstick (" + r.dtype + ")", 20);

@@ -56,13 +56,20 @@ StatusOr<std::string> resolveRunDir(const std::string& given) {
   }
   std::vector<std::string> runs;
   for (const auto& entry : fs::directory_iterator(kDefaultRunsRoot, ec)) {
-    if (entry.is_directory()) runs.push_back(entry.path().string());
+    std::error_code type_ec;
+    if (entry.is_directory(type_ec)) runs.push_back(entry.path().string());
   }
   if (runs.empty()) {
     return Status::Error(std::string("no runs under ./") + kDefaultRunsRoot +
                          "; pass a run directory, or start one with `nanprov run -- python train.py`");
   }
-  return *std::max_element(runs.begin(), runs.end());  // names are UTC timestamps
+  // Names are UTC timestamps. The newest run that recorded data: a newer one whose command failed
+  // before any store existed would only answer "nothing recorded".
+  std::sort(runs.rbegin(), runs.rend());
+  for (const std::string& run : runs) {
+    if (!rankStorePaths(run).empty()) return run;
+  }
+  return runs.front();
 }
 
 }  // namespace nanprov

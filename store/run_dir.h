@@ -16,7 +16,8 @@ inline constexpr int64_t kMaxRank = 1 << 24;
 // A new directory name for a run started now: <root>/<UTC timestamp>.
 std::string newRunDirName(const std::string& root);
 
-// `given` when not empty, else the newest run under ./nanprov-runs. Fails with a message that
+// `given` when not empty, else the newest run under ./nanprov-runs that recorded data (the newest
+// of all when none did). Fails with a message that
 // says what to do when there is none or it is not a run directory.
 StatusOr<std::string> resolveRunDir(const std::string& given);
 

@@ -154,6 +154,33 @@ TEST(HardeningTraining, ReportsDuringAStartingRunNeverSayDamaged) {
   EXPECT_EQ(r.out, "") << "a report said the store was damaged while the run started";
 }
 
+// A newer run whose command failed before recording anything does not hide the run that found
+// something: reading commands default to the newest run with data, and `runs` lists both.
+TEST(HardeningTraining, TheNewestRunWithDataIsTheDefaultAndRunsListsThemAll) {
+  fs::path cwd = runDir("runs-root");
+  fs::create_directories(cwd);
+  std::string in = "cd " + cwd.string() + " && ";
+  Result edge = sh(in + nanprov() + " run -- " + python() + " " + example("tiny_transformer.py") +
+                   " --steps 2 --glitch-step 1 2>&1");
+  ASSERT_EQ(edge.code, 0) << edge.out;
+  sh("sleep 0.01");  // run directories are named by the millisecond
+  Result failed = sh(in + nanprov() + " run -- " + python() + " -c 'import sys; sys.exit(3)' 2>&1");
+  ASSERT_EQ(failed.code, 3) << failed.out;
+  Result report = sh(in + nanprov() + " report");
+  EXPECT_EQ(report.code, 1) << report.out;
+  EXPECT_NE(report.out.find("first non-finite edge"), std::string::npos) << report.out;
+  json runs = json::parse(sh(in + nanprov() + " runs --json").out, nullptr, false);
+  ASSERT_EQ(runs.size(), 2u) << runs.dump();
+  EXPECT_EQ(runs[0]["outcome"], "nothing_checked");
+  EXPECT_EQ(runs[0]["exit_code"], 3);
+  EXPECT_EQ(runs[0]["ranks"], 0);
+  EXPECT_EQ(runs[1]["outcome"], "edge");
+  EXPECT_EQ(runs[1]["calls"], 8);
+  EXPECT_NE(runs[1]["command"].get<std::string>().find("--glitch-step 1"), std::string::npos);
+  Result text = sh(in + nanprov() + " runs");
+  EXPECT_EQ(lines(text.out), 3) << text.out;
+}
+
 TEST_F(Hardening, SqlIsReadOnlyAndOneStatement) {
   fs::path dir = copy("sql");
   fs::path elsewhere = dir / "elsewhere.db";

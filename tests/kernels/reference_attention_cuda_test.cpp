@@ -92,11 +92,20 @@ AttentionOptions window() {
   return o;
 }
 
+// Readable test names ("q33_kv47_d16_nomask"), not gtest's byte dump of the struct.
+std::string caseName(const testing::TestParamInfo<Case>& info) {
+  const Case& c = info.param;
+  static const char* const kMasks[] = {"nomask", "boolmask", "additivemask"};
+  return "q" + std::to_string(c.shape.q_len) + "_kv" + std::to_string(c.shape.kv_len) + "_d" +
+         std::to_string(c.shape.head_dim) + "_" + kMasks[c.mask] + (c.options.causal ? "_causal" : "");
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Shapes, ReferenceOnCuda,
     testing::Values(Case{{2, 4, 4, 33, 47, 16, 16}, {}, 0}, Case{{1, 8, 2, 64, 64, 128, 128}, causal(), 1},
                     Case{{2, 6, 3, 17, 130, 24, 40}, window(), 2}, Case{{1, 4, 1, 40, 72, 512, 512}, {}, 1},
-                    Case{{3, 2, 2, 360, 64, 32, 32}, causal(), 2}));
+                    Case{{3, 2, 2, 360, 64, 32, 32}, causal(), 2}),
+    caseName);
 
 }  // namespace
 }  // namespace nanprov::reference

@@ -1,0 +1,96 @@
+// `nanprov runs [--root DIR] [--json]`: the runs under a root, newest first, each with what it
+// ran, how many ranks and calls it recorded, and what its report concludes.
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "base/json_text.h"
+#include "cli/commands.h"
+#include "cli/outcome.h"
+#include "store/run_dir.h"
+
+namespace nanprov::cli {
+namespace {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// One run's line: read from run.json and its stores; a damaged run says so instead of failing.
+json describeRun(const fs::path& dir) {
+  json row = {{"run", dir.string()}, {"command", ""}, {"exit_code", nullptr}};
+  json doc = json::parse(std::ifstream(dir / "run.json"), nullptr, false);
+  if (doc.is_object() && doc["command"].is_array()) {
+    std::string command;
+    for (const json& word : doc["command"]) command += (command.empty() ? "" : " ") + (word.is_string() ? word.get<std::string>() : "?");
+    row["command"] = command;
+    if (doc.contains("exit_code")) row["exit_code"] = doc["exit_code"];
+  }
+  row["ranks"] = rankStorePaths(dir.string()).size();
+  auto run = loadRun(dir.string());
+  if (!run.ok()) {
+    row["calls"] = nullptr;
+    row["outcome"] = "unreadable";
+    row["why"] = run.status().message();
+    return row;
+  }
+  row["calls"] = run->calls.size();
+  row["outcome"] = outcomeName(conclude(*run, analyze(run->calls)).outcome);
+  return row;
+}
+
+std::string shortened(const std::string& text, size_t width) {
+  return text.size() <= width ? text : text.substr(0, width - 3) + "...";
+}
+
+// A column of `width`: shortened, then padded.
+std::string fitted(const std::string& text, size_t width) {
+  std::string s = shortened(text, width);
+  return s + std::string(width - s.size(), ' ');
+}
+
+}  // namespace
+
+void addRunsCommand(CLI::App& app, int* exit_code) {
+  struct Options {
+    std::string root = kDefaultRunsRoot;
+    bool json = false;
+  };
+  auto opts = std::make_shared<Options>();
+  CLI::App* cmd = app.add_subcommand("runs", "List the runs under ./nanprov-runs, newest first, with their outcome");
+  cmd->footer(
+      "Examples:\n"
+      "  nanprov runs\n"
+      "  nanprov runs --root /scratch/nan-hunt --json | jq '.[] | select(.outcome == \"edge\")'\n\n"
+      "outcome is what `nanprov report` concludes (clean, partial, edge, outside_attention,\n"
+      "nothing_checked), or unreadable. Commands without a run default to the newest run\n"
+      "that recorded data.");
+  cmd->add_option("--root", opts->root, "Folder holding run directories (default: ./nanprov-runs)");
+  cmd->add_flag("--json", opts->json, "Print JSON for scripts");
+  cmd->callback([opts, exit_code] {
+    std::error_code ec;
+    std::vector<fs::path> dirs;
+    for (const auto& entry : fs::directory_iterator(opts->root, ec)) {
+      std::error_code type_ec;
+      if (entry.is_directory(type_ec)) dirs.push_back(entry.path());
+    }
+    if (ec) return void(*exit_code = fail("runs", Status::Error("cannot list " + opts->root + ": " + ec.message())));
+    std::sort(dirs.rbegin(), dirs.rend());  // names are UTC timestamps: newest first
+    json rows = json::array();
+    for (const fs::path& dir : dirs) rows.push_back(describeRun(dir));
+    if (opts->json) {
+      std::cout << jsonText(rows, 2) << "\n";
+    } else if (rows.empty()) {
+      std::cout << "no runs under " << opts->root << "; start one with `nanprov run -- python train.py`\n";
+    } else {
+      std::cout << fitted("run", 40) << "  ranks  calls     " << fitted("outcome", 17) << "  command\n";
+      for (const json& r : rows) {
+        std::string calls = r["calls"].is_null() ? "-" : std::to_string(r["calls"].get<int64_t>());
+        std::cout << fitted(r["run"], 40) << "  " << fitted(std::to_string(r["ranks"].get<int64_t>()), 5) << "  "
+                  << fitted(calls, 8) << "  " << fitted(r["outcome"], 17) << "  " << shortened(r["command"], 60) << "\n";
+      }
+    }
+    *exit_code = kClean;
+  });
+}
+
+}  // namespace nanprov::cli
