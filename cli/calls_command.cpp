@@ -1,9 +1,11 @@
 // `nanprov calls [RUN] [filters] [--json]`: the attention calls of a run, filtered.
 #include <fnmatch.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <optional>
+#include <set>
 
 #include "base/json_text.h"
 #include "cli/commands.h"
@@ -26,6 +28,41 @@ bool keep(const Options& o, const CallRecord& c, const CallHealth& h) {
          (!o.step || *o.step == c.step) && (o.phase.empty() || o.phase == phaseName(c.phase)) &&
          (o.backend.empty() || o.backend == c.backend) && (!o.nonfinite || h.kind != EdgeKind::kClean) &&
          (o.module.empty() || fnmatch(o.module.c_str(), c.module.c_str(), 0) == 0);
+}
+
+// A filter naming a layer or rank the run does not have matches nothing by mistake, not by
+// finding: say which exist instead of printing an empty table.
+std::string missingSelection(const Options& o, const RunData& run) {
+  std::set<int64_t> layers, ranks;
+  for (const CallRecord& c : run.calls) {
+    layers.insert(c.layer);
+    ranks.insert(c.rank);
+  }
+  auto range = [](const std::set<int64_t>& s) {
+    return s.empty() ? std::string("none") : std::to_string(*s.begin()) + "-" + std::to_string(*s.rbegin());
+  };
+  if (o.layer && !layers.count(*o.layer)) {
+    return "no layer " + std::to_string(*o.layer) + " in this run (its layers: " + range(layers) + ")";
+  }
+  if (o.rank && !ranks.count(*o.rank)) return "no rank " + std::to_string(*o.rank) + " in this run (its ranks: " + range(ranks) + ")";
+  return "";
+}
+
+// Columns as wide as their widest cell, the last one unpadded: names and role lists of real runs
+// (rank12:layer117:call40321, "Q,K,V,mask") outgrow any fixed width.
+void printTable(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> width(rows.front().size(), 0);
+  for (const auto& row : rows) {
+    for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
+  }
+  for (const auto& row : rows) {
+    std::string line;
+    for (size_t c = 0; c < row.size(); ++c) {
+      line += row[c];
+      if (c + 1 < row.size()) line += std::string(width[c] - row[c].size() + 2, ' ');
+    }
+    std::cout << line << "\n";
+  }
 }
 
 std::string roles(const std::vector<std::string>& list) {
@@ -59,25 +96,25 @@ void addCallsCommand(CLI::App& app, int* exit_code) {
   cmd->callback([opts, exit_code] {
     auto run = openRun("calls", opts->run, exit_code);
     if (!run) return;
-    nlohmann::json list = nlohmann::json::array();
-    if (!opts->json) {
-      std::printf("%-24s %5s %-5s %-10s %-10s %-10s %-10s %s\n", "call", "step", "phase", "backend", "kind",
-                  "bad in", "bad out", "module");
+    if (std::string missing = missingSelection(*opts, *run); !missing.empty()) {
+      std::cerr << "nanprov calls: " << missing << "\n";
+      return void(*exit_code = kUsageError);
     }
+    nlohmann::json list = nlohmann::json::array();
+    std::vector<std::vector<std::string>> rows = {{"call", "step", "phase", "backend", "kind", "bad in", "bad out", "module"}};
     for (const CallRecord& c : run->calls) {
       CallHealth h = classify(c);
       if (!keep(*opts, c, h)) continue;
       if (opts->json) {
         list.push_back(callJson(c, h));
       } else {
-        std::string phase = std::string(phaseName(c.phase)) + (c.recompute ? "*" : "");
-        std::printf("%-24s %5lld %-5s %-10s %-10s %-10s %-10s %s%s\n", callName(c).c_str(),
-                    static_cast<long long>(c.step), phase.c_str(), c.backend.c_str(), edgeKindName(h.kind),
-                    roles(h.nonfinite_inputs).c_str(), roles(h.nonfinite_outputs).c_str(),
-                    c.module.empty() ? "-" : c.module.c_str(), c.injected.empty() ? "" : " (injected)");
+        rows.push_back({callName(c), std::to_string(c.step), std::string(phaseName(c.phase)) + (c.recompute ? "*" : ""),
+                        c.backend, edgeKindName(h.kind), roles(h.nonfinite_inputs), roles(h.nonfinite_outputs),
+                        (c.module.empty() ? "-" : c.module) + (c.injected.empty() ? "" : " (injected)")});
       }
     }
     if (opts->json) std::cout << jsonText(list, 2) << "\n";
+    else printTable(rows);
     *exit_code = kClean;
   });
 }

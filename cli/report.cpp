@@ -140,6 +140,65 @@ nlohmann::json callJson(const CallRecord& call, const CallHealth& health) {
           {"tensors", tensors}};
 }
 
+namespace {
+
+// The largest |x| among a call's finite inputs (masks aside).
+double largestFiniteInput(const CallRecord& c) {
+  double largest = 0;
+  for (const TensorHealth& t : c.tensors) {
+    auto role = parseRole(t.role);
+    bool output = role && isOutputRole(c.phase, *role);
+    if (!output && t.role != "mask" && t.nan + t.posinf + t.neginf == 0) largest = std::max(largest, t.max_abs);
+  }
+  return largest;
+}
+
+// Where a forward edge's large inputs came from, as far as attention saw: the attention forward
+// call before it in the same step on the same rank, if any. No earlier call means the values
+// came from the batch or the modules before the first attention.
+struct InputTrail {
+  double largest = 0;
+  const CallRecord* previous = nullptr;
+  double previous_largest = 0;
+};
+
+std::optional<InputTrail> inputTrail(const RunData& run, size_t index) {
+  const CallRecord& c = run.calls[index];
+  if (c.phase != Phase::kForward) return std::nullopt;
+  InputTrail trail;
+  trail.largest = largestFiniteInput(c);
+  for (size_t i = index; i-- > 0;) {
+    const CallRecord& p = run.calls[i];
+    if (p.step != c.step) break;
+    if (p.rank == c.rank && p.phase == Phase::kForward && !p.recompute) {
+      trail.previous = &p;
+      trail.previous_largest = largestFiniteInput(p);
+      break;
+    }
+  }
+  return trail;
+}
+
+nlohmann::json trailJson(const std::optional<InputTrail>& t) {
+  if (!t) return nullptr;
+  return {{"largest_abs", t->largest},
+          {"previous_call", t->previous ? nlohmann::json(callName(*t->previous)) : nlohmann::json(nullptr)},
+          {"previous_module", t->previous ? nlohmann::json(t->previous->module) : nlohmann::json(nullptr)},
+          {"previous_largest_abs", t->previous ? nlohmann::json(t->previous_largest) : nlohmann::json(nullptr)}};
+}
+
+std::string trailText(const CallRecord& c, const InputTrail& t) {
+  std::string here = c.module.empty() ? "this call" : c.module;
+  if (!t.previous) {
+    return "it is the step's first attention call: the large inputs came with the batch or from the modules before " + here;
+  }
+  std::string before = t.previous->module.empty() ? callName(*t.previous) : t.previous->module;
+  return "the attention call before it, " + callName(*t.previous) + " (" + before + "), had inputs up to " +
+         number(t.previous_largest) + ": they grew between " + before + " and " + here;
+}
+
+}  // namespace
+
 nlohmann::json reportJson(const RunData& run, const Findings& f) {
   Conclusion conclusion = conclude(run, f);
   nlohmann::json ranks = nlohmann::json::array();
@@ -165,6 +224,7 @@ nlohmann::json reportJson(const RunData& run, const Findings& f) {
   if (f.first) {
     nlohmann::json edge = callJson(run.calls[*f.first], f.first_health);
     edge["origin"] = f.origin;
+    edge["input_trail"] = f.origin == "attention" ? trailJson(inputTrail(run, *f.first)) : nlohmann::json(nullptr);
     addKernelsAndCapture(run, kernels, run.calls[*f.first], edge);
     out["first_edge"] = edge;
   }
@@ -246,6 +306,7 @@ std::string reportText(const RunData& run, const Findings& f) {
   }
   if (!finite_inputs.empty()) {
     out << "  finite inputs " << joined(finite_inputs, " ") << " (largest |x| " << number(max_in) << ")\n";
+    if (auto trail = inputTrail(run, *f.first); trail && f.origin == "attention") out << "    " << trailText(c, *trail) << "\n";
   }
   if (c.device != "cpu") {
     KernelsOfCall found = CallKernelIndex(run).of(c);

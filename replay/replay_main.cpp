@@ -88,7 +88,9 @@ Conditions conditionsOf(const CapturedCall& call, const Outputs& g) {
   at::Tensor lse = g.lse.masked_select(at::isfinite(g.lse));
   if (lse.numel()) {
     c.min_row_lse = lse.min().item<double>();
-    c.lse_below_limit = *c.min_row_lse < kLseLimit;
+    // A low-LSE row (all its scores far below 0, as large negative biases make) is the condition;
+    // an LSE beyond float32's range only echoes logits that overflowed, which is another story.
+    c.lse_below_limit = *c.min_row_lse < kLseLimit && *c.min_row_lse > -std::numeric_limits<float>::max();
   }
   c.s_q = call.s_q;
   c.s_kv = call.s_kv;
@@ -126,6 +128,7 @@ Status emitRepro(const std::string& dir, const CaptureFile& file, const Captured
   NANPROV_RETURN_IF_ERROR(writeCapture((fs::path(dir) / kReproInputs).string(), inputs));
   ReproSpec spec;
   spec.call = r.call;
+  spec.root_cause = r.root_cause.cls;
   spec.finding = "root cause " + r.root_cause.cls + (r.root_cause.explanation.empty() ? "" : ": " + r.root_cause.explanation);
   spec.backend = r.root_cause.backend.empty() ? r.backend : r.root_cause.backend;
   if (spec.backend == "flash_cpu" || r.replayed_on == "cpu") spec.device = "cpu";

@@ -18,6 +18,9 @@ struct ReproSpec {
   std::optional<double> scale;
   bool gqa = false;
   std::string versions;     // where the capture was taken: torch, CUDA, cuDNN, GPU
+  // The root cause class; "precision-limit" makes the script say the failure is the dtype's
+  // range, shared by every backend, and not a kernel bug.
+  std::string root_cause;
 };
 
 inline constexpr const char* kReproInputs = "inputs.safetensors";

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <sstream>
 
 #include "tests/e2e/e2e_support.h"
 
@@ -179,6 +180,24 @@ TEST(HardeningTraining, TheNewestRunWithDataIsTheDefaultAndRunsListsThemAll) {
   EXPECT_NE(runs[1]["command"].get<std::string>().find("--glitch-step 1"), std::string::npos);
   Result text = sh(in + nanprov() + " runs");
   EXPECT_EQ(lines(text.out), 3) << text.out;
+}
+
+TEST_F(Hardening, CallsAlignsItsColumnsAndNamesMissingLayers) {
+  Result table = sh(nanprov() + " calls " + recorded_->dir.string());
+  ASSERT_EQ(table.code, 0) << table.out;
+  std::istringstream in(table.out);
+  std::string header, row;
+  std::getline(in, header);
+  size_t module_at = header.find("module");
+  int rows = 0;
+  while (std::getline(in, row)) {
+    EXPECT_EQ(row.find("layers."), module_at) << "columns drift:\n" << header << "\n" << row;
+    ++rows;
+  }
+  EXPECT_EQ(rows, 12);
+  Result missing = sh(nanprov() + " calls " + recorded_->dir.string() + " --layer 7 2>&1");
+  EXPECT_EQ(missing.code, 2) << missing.out;
+  EXPECT_NE(missing.out.find("no layer 7 in this run (its layers: 0-1)"), std::string::npos) << missing.out;
 }
 
 TEST_F(Hardening, SqlIsReadOnlyAndOneStatement) {

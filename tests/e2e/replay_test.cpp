@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <tuple>
 
 #include "tests/e2e/e2e_support.h"
 
@@ -66,7 +67,8 @@ TEST(Replay, DemoOverflowEdgeIsCapturedAndReplaysAsPrecisionLimit) {
   // The emitted script shows the failure with plain PyTorch, without nanprov.
   Result script = sh("cd / && " + python() + " " + (repro / "repro.py").string() + " 2>&1");
   EXPECT_EQ(script.code, 1) << script.out;
-  EXPECT_NE(script.out.find("REPRODUCED"), std::string::npos) << script.out;
+  EXPECT_NE(script.out.find("REPRODUCED, a precision limit and not a kernel bug"), std::string::npos) << script.out;
+  EXPECT_EQ(script.out.find("FLASH_ATTENTION gets"), std::string::npos) << "no backend is blamed: " << script.out;
 
   // Given the run directory, replay takes its first source edge's capture.
   Replay by_run = replay(r.dir.string());
@@ -208,6 +210,30 @@ TEST(Replay, HostileCaptureValuesAreRefusedInOneLine) {
     EXPECT_EQ(r.code, 3) << r.out;
     EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
     EXPECT_NE(r.out.find(c.says), std::string::npos) << r.out;
+  }
+}
+
+}  // namespace
+
+namespace {
+
+// The low-LSE hint belongs to rows whose scores are all far below 0 (exp(-LSE) overflows
+// float32), not to logits that overflowed float32 themselves.
+TEST(Replay, LowLseHintOnlyForLowLseRowsNotOverflow) {
+  fs::path dir = runDir("low-lse");
+  fs::create_directories(dir);
+  for (auto [name, q, expect_hint] : {std::tuple{"low", "10.0", true}, std::tuple{"overflow", "1e20", false}}) {
+    SCOPED_TRACE(name);
+    fs::path file = dir / (std::string(name) + ".safetensors");
+    std::string x = std::string("torch.full((1, 2, 4, 8), ") + q + ")";
+    Result made = sh(python() + " -c \"import torch; from safetensors.torch import save_file; save_file({'Q': " + x +
+                     ", 'K': -" + x + ", 'V': torch.ones(1, 2, 4, 8)}, '" + file.string() +
+                     "', metadata={'phase': 'fwd'})\" 2>&1");
+    ASSERT_EQ(made.code, 0) << made.out;
+    Replay r = replay(file.string() + " --backends math");
+    ASSERT_FALSE(r.doc.is_discarded()) << r.result.out;
+    EXPECT_LT(r.doc["conditions"]["min_row_lse"].get<double>(), -88.7);
+    EXPECT_EQ(r.doc["conditions"]["lse_below_-88.7"], expect_hint) << r.doc["conditions"].dump();
   }
 }
 

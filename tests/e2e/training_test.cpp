@@ -53,6 +53,13 @@ TEST(EndToEnd, RealOverflowInsideAttentionIsASourceEdge) {
   EXPECT_EQ(strings(e["nonfinite_outputs"]), (std::vector<std::string>{"O", "LSE"}));
   EXPECT_GT(e["counts"]["O"]["nan"].get<int>(), 0);
   EXPECT_GE(r.doc["propagation"]["layers"].get<int>(), 2);
+  // Where the huge inputs came from, as far as attention saw: no attention call before this one
+  // in the step, so from the batch (the glitch) or the modules before layers.0.attn.
+  EXPECT_GT(e["input_trail"]["largest_abs"].get<double>(), 1e19);
+  EXPECT_TRUE(e["input_trail"]["previous_call"].is_null()) << e["input_trail"].dump();
+  Result text = sh(nanprov() + " report " + r.dir.string());
+  EXPECT_NE(text.out.find("the large inputs came with the batch or from the modules before layers.0.attn"),
+            std::string::npos) << text.out;
 }
 
 TEST(EndToEnd, NonFiniteFromUpstreamIsNotBlamedOnAttention) {
