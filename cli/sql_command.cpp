@@ -12,24 +12,24 @@ namespace nanprov::cli {
 
 void addSqlCommand(CLI::App& app, int* exit_code) {
   struct Options {
-    std::vector<std::string> args;
+    std::string first, second;
     bool json = false;
   };
   auto opts = std::make_shared<Options>();
-  CLI::App* cmd = app.add_subcommand("sql", "Read-only SQL over a run (tables: calls, tensors, kernels, steps, meta)");
+  CLI::App* cmd = app.add_subcommand("sql", "Read-only SQL over a run (tables: calls, tensors, kernels, captures, steps, sentinel, meta)");
   cmd->footer(
       "Examples:\n"
       "  nanprov sql \"SELECT rank, layer, call, phase FROM calls WHERE injected IS NOT NULL\"\n"
       "  nanprov sql runs/a \"SELECT role, SUM(nan) FROM tensors GROUP BY role\" --json\n\n"
       "The schema is documented in store/README.md. Statements that write are refused.");
-  cmd->add_option("args", opts->args, "[RUN] QUERY: the run directory (default: the newest), then one SELECT")
-      ->required()
-      ->expected(1, 2)
-      ->type_name("");
+  // Two positionals, not one taking 1-2 values: CLI11 then prints a usage line people can read.
+  cmd->add_option("RUN_OR_QUERY", opts->first, "The run directory, or the query when the run is the newest")->required();
+  CLI::Option* second = cmd->add_option("QUERY", opts->second, "One SELECT over the run given first");
   cmd->add_flag("--json", opts->json, "Print rows as JSON objects");
-  cmd->callback([opts, exit_code] {
-    std::string query = opts->args.back();
-    auto dir = resolveRunDir(opts->args.size() == 2 ? opts->args.front() : "");
+  cmd->callback([opts, exit_code, second] {
+    bool run_given = second->count() > 0;  // `sql RUN ''` is an empty query, not a missing one
+    std::string query = run_given ? opts->second : opts->first;
+    auto dir = resolveRunDir(run_given ? opts->first : "");
     if (!dir.ok()) return void(*exit_code = fail("sql", dir.status()));
     auto result = queryRun(*dir, query);
     if (!result.ok()) return void(*exit_code = fail("sql", result.status()));

@@ -237,4 +237,24 @@ TEST(Replay, LowLseHintOnlyForLowLseRowsNotOverflow) {
   }
 }
 
+// Where no position is finite on both sides there is no error to show: "-", never a 0 that reads
+// as exact agreement.
+TEST(Replay, NoFinitePositionShowsADashNotZero) {
+  fs::path file = runDir("all-nan") / "nan.safetensors";
+  fs::create_directories(file.parent_path());
+  Result made = sh(python() + " -c \"import torch; from safetensors.torch import save_file; save_file({'Q': "
+                   "torch.full((1, 1, 4, 8), float('nan')), 'K': torch.ones(1, 1, 4, 8), 'V': torch.ones(1, 1, 4, 8)}, '" +
+                   file.string() + "', metadata={'phase': 'fwd'})\" 2>&1");
+  ASSERT_EQ(made.code, 0) << made.out;
+  Result text = sh(nanprov() + " replay " + file.string() + " --backends math");
+  size_t table = text.out.find("where both are finite");
+  ASSERT_NE(table, std::string::npos) << text.out;
+  size_t row = text.out.find("  math", table);
+  ASSERT_NE(row, std::string::npos) << text.out;
+  std::string line = text.out.substr(row, text.out.find('\n', row) - row);
+  EXPECT_EQ(line.find("0.00"), std::string::npos) << line;
+  EXPECT_EQ(line.find(" 0 "), std::string::npos) << line;
+  EXPECT_NE(line.find("-"), std::string::npos) << line;
+}
+
 }  // namespace

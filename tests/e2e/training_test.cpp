@@ -206,6 +206,21 @@ TEST(Errors, ClearOneLineMessagesAndExitCodes) {
   ASSERT_FALSE(d.is_discarded()) << doctor.out;
   EXPECT_EQ(doctor.code, 0) << doctor.out;
   EXPECT_EQ(d["ok"], true);
+  Result doctor_text = sh(nanprov() + " doctor --python " + python());
+  EXPECT_EQ(doctor_text.out.find("null"), std::string::npos) << "no JSON null in the text: " << doctor_text.out;
+}
+
+// A preflight Python killed by a signal is said to be killed, not to lack torch.
+TEST(Errors, KilledTorchPreflightSaysSo) {
+  fs::path bin = runDir("killed-python");
+  fs::create_directories(bin);
+  std::ofstream(bin / "python") << "#!/bin/sh\nkill -9 $$\n";
+  fs::permissions(bin / "python", fs::perms::owner_all);
+  Result r = sh(nanprov() + " run --out " + runDir("killed-run").string() + " -- " + (bin / "python").string() +
+                " train.py 2>&1");
+  EXPECT_EQ(r.code, 3) << r.out;
+  EXPECT_NE(r.out.find("was killed by signal 9"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("not importable"), std::string::npos) << r.out;
 }
 
 TEST(Errors, PythonWithoutTorchIsRefusedBeforeTraining) {
