@@ -89,7 +89,7 @@ void addCallsCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--layer", opts->layer, "Only this layer");
   cmd->add_option("--step", opts->step, "Only this optimizer step");
   cmd->add_option("--phase", opts->phase, "Only fwd or bwd")->check(CLI::IsMember({"fwd", "bwd"}));
-  cmd->add_option("--backend", opts->backend, "Only this backend (flash_cpu, math, cudnn, flash, efficient)");
+  cmd->add_option("--backend", opts->backend, "Only this backend (flash_cpu, math, cudnn, flash, efficient, native_mha)");
   cmd->add_option("--module", opts->module, "Only modules whose path matches this shell pattern (e.g. 'layers.3.*')");
   cmd->add_flag("--nonfinite", opts->nonfinite, "Only calls with a non-finite input or output");
   cmd->add_flag("--json", opts->json, "Print JSON for scripts");

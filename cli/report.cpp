@@ -187,10 +187,11 @@ nlohmann::json trailJson(const std::optional<InputTrail>& t) {
           {"previous_largest_abs", t->previous ? nlohmann::json(t->previous_largest) : nlohmann::json(nullptr)}};
 }
 
-std::string trailText(const CallRecord& c, const InputTrail& t) {
+std::string trailText(const RunData& run, const CallRecord& c, const InputTrail& t) {
   std::string here = c.module.empty() ? "this call" : c.module;
   if (!t.previous) {
-    return "it is the step's first attention call: the large inputs came with the batch or from the modules before " + here;
+    std::string unit = run.stepUnit() == "forward_pass" ? "forward pass" : "step";
+    return "it is the " + unit + "'s first attention call: the large inputs came with the batch or from the modules before " + here;
   }
   std::string before = t.previous->module.empty() ? callName(*t.previous) : t.previous->module;
   return "the attention call before it, " + callName(*t.previous) + " (" + before + "), had inputs up to " +
@@ -270,7 +271,9 @@ std::string reportText(const RunData& run, const Findings& f) {
     out << (conclusion.outcome == Outcome::kPartial ? "no fault in what was checked, but not everything was: "
                                                     : "clean: ")
         << "every checked attention input and output was finite";
-    out << (conclusion.sentinel ? "\n" : ", and so were the gradients at every optimizer step\n");
+    // Inference runs have no optimizer steps, and so no gradients to vouch for.
+    bool training = run.stepUnit() == "optimizer_step";
+    out << (conclusion.sentinel || !training ? "\n" : ", and so were the gradients at every optimizer step\n");
     if (!unprobed.empty()) out << "  " << unprobed << "\n";
     out << "  " << summaryLine(run) << "\n";
     return out.str();
@@ -306,7 +309,7 @@ std::string reportText(const RunData& run, const Findings& f) {
   }
   if (!finite_inputs.empty()) {
     out << "  finite inputs " << joined(finite_inputs, " ") << " (largest |x| " << number(max_in) << ")\n";
-    if (auto trail = inputTrail(run, *f.first); trail && f.origin == "attention") out << "    " << trailText(c, *trail) << "\n";
+    if (auto trail = inputTrail(run, *f.first); trail && f.origin == "attention") out << "    " << trailText(run, c, *trail) << "\n";
   }
   if (c.device != "cpu") {
     KernelsOfCall found = CallKernelIndex(run).of(c);

@@ -43,11 +43,16 @@ struct ProbedOp {
 // Filled once by installAttentionProbes(), read-only afterwards.
 std::unordered_map<std::string, ProbedOp>* g_probed = nullptr;
 ProbedOp* g_sdpa = nullptr;
+ProbedOp* g_native_mha = nullptr;
 // aten::_fused_sdp_choice: which backend SDPA is about to use. Lets a MATH call on CUDA be named
 // (and its kernels traced) before it runs. nullptr when this torch lacks it.
 std::optional<c10::OperatorHandle>* g_sdp_choice = nullptr;
 const AttentionOp kMathOp = {"aten::_scaled_dot_product_attention_math", "math", Phase::kForward,
                              {Role::kO}};
+// PyTorch's fast path (nn.MultiheadAttention and nn.TransformerEncoderLayer in inference): Q, K
+// and V are the op's inputs before its own in-projection, O its output after the out-projection.
+const AttentionOp kNativeMhaOp = {"aten::_native_multi_head_attention", "native_mha", Phase::kForward,
+                                  {Role::kO}};
 
 // >0 while this thread is inside a probed op: inner attention ops are part of the outer call.
 thread_local int t_depth = 0;
@@ -310,9 +315,37 @@ void fusedKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stac
   });
 }
 
-// Attention ops nanprov recognises but does not check yet (PyTorch's fast paths): counted, so a
-// run that only ran these is never reported clean. A fused op probed underneath is checked
-// instead, and then nothing is counted.
+// PyTorch's fast-path attention op. Where it runs SDPA inside (CUDA, head_dim % 8 == 0) the fused
+// op underneath is probed with the projected Q, K, V and nothing more is recorded; where it
+// computes attention itself (bmm, masked softmax: the CPU), the op is recorded as one call with
+// its own inputs and output, and its projection weights as arguments.
+void nativeMhaKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack* stack) {
+  if (t_depth > 0 || !Session::get().active() || !probeable(*stack, g_native_mha->num_arguments)) {
+    handle.redispatchBoxed(ks & kBelowProbe, stack);
+    return;
+  }
+  Tensors inputs = takeInputs(*g_native_mha, *stack);
+  CallArgs args = takeArgs(*g_native_mha, *stack);
+  int64_t fused_before = t_fused_calls;
+  int64_t start = wallClockNs();
+  handle.redispatchBoxed(ks & kBelowProbe, stack);
+  int64_t end = wallClockNs();
+  if (t_fused_calls != fused_before) return;  // checked underneath, as SDPA
+  ++t_fused_calls;  // an enclosing encoder-layer op ran checked attention
+  guarded("fast-path attention probe", [&] {
+    Tensors outputs = takeOutputs(kNativeMhaOp, *stack, handle.schema().returns().size());
+    CallRecord rec = recordFor(nameForward(siteOfForward()), kNativeMhaOp, Phase::kForward);
+    rec.start_ns = start;
+    rec.end_ns = end;
+    if (onCuda(inputs)) rec.unattributed = "the fast-path op ran its own kernels outside a traced call";
+    inject(rec, outputs);
+    finish(std::move(rec), concat(std::move(inputs), outputs), args);
+  });
+}
+
+// Attention nanprov recognises but cannot check: counted, so a run that only ran these is never
+// reported clean. An encoder-layer fast path whose attention was checked inside (the MHA op
+// above, or SDPA) counts nothing.
 thread_local int t_unprobed_depth = 0;  // the encoder-layer op runs the attention op inside
 
 void unprobedKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack* stack) {
@@ -523,10 +556,12 @@ Status installAttentionProbes() {
         std::string bare = std::string(desc.name).substr(6);  // drop "aten::"
         fused->impl(bare.c_str(), torch::CppFunction::makeFromBoxedFunction<&fusedKernel>());
       }
-      for (const char* op : {"aten::_native_multi_head_attention", "aten::_transformer_encoder_layer_fwd"}) {
-        if (dispatcher.findSchema({op, ""})) {
-          fused->impl(std::string(op).substr(6).c_str(), torch::CppFunction::makeFromBoxedFunction<&unprobedKernel>());
-        }
+      if (auto mha = dispatcher.findSchema({kNativeMhaOp.name, ""}); mha && want_fused) {
+        g_native_mha = new ProbedOp(resolve(*mha, &kNativeMhaOp));
+        fused->impl("_native_multi_head_attention", torch::CppFunction::makeFromBoxedFunction<&nativeMhaKernel>());
+      }
+      if (dispatcher.findSchema({"aten::_transformer_encoder_layer_fwd", ""}) && want_fused) {
+        fused->impl("_transformer_encoder_layer_fwd", torch::CppFunction::makeFromBoxedFunction<&unprobedKernel>());
       }
       g_sdp_choice = new std::optional<c10::OperatorHandle>(dispatcher.findSchema({"aten::_fused_sdp_choice", ""}));
       Session::get().setFlushHook(&flushDeviceWork);

@@ -28,6 +28,17 @@ namespace {
 
 // Bookkeeping tensors without a role (philox seed and offset) are kept when at most this big.
 constexpr int64_t kMaxExtraElements = 64;
+
+// Arguments replay cannot do without, whatever their size: the fast-path op projects Q, K and V
+// itself, so its capture holds the projection weights (aten::_native_multi_head_attention).
+bool neededForReplay(std::string_view arg) {
+  return arg == "qkv_weight" || arg == "qkv_bias" || arg == "proj_weight" || arg == "proj_bias";
+}
+
+bool capturedArgument(std::string_view name, const c10::IValue& value) {
+  if (!value.isTensor() || !value.toTensor().defined()) return false;
+  return neededForReplay(name) || value.toTensor().numel() <= kMaxExtraElements;
+}
 // Kernel names of this many recent calls are kept: a call's kernels may be collected at an
 // earlier step boundary than its check result.
 constexpr size_t kRecentCalls = 1024;
@@ -95,7 +106,7 @@ void describeArgs(const CallArgs& args, CaptureFile& file) {
     else if (value.isDouble()) file.metadata[key] = doubleText(value.toDouble());
     else if (value.isInt()) file.metadata[key] = std::to_string(value.toInt());
     else if (value.isSymInt()) file.metadata[key] = std::to_string(value.toSymInt().guard_int(__FILE__, __LINE__));
-    else if (value.isTensor() && value.toTensor().defined() && value.toTensor().numel() <= kMaxExtraElements) {
+    else if (capturedArgument(name, value)) {
       if (auto t = hostCopy(std::string(name), value.toTensor())) file.tensors.push_back(std::move(*t));
     }
   }
@@ -194,6 +205,9 @@ class CaptureState {
     }
     int64_t bytes = 0;
     for (const auto& [role, t] : tensors) bytes += static_cast<int64_t>(t.nbytes());
+    for (const auto& [name, value] : args) {
+      if (capturedArgument(name, value)) bytes += static_cast<int64_t>(value.toTensor().nbytes());
+    }
     if (!session.capturePolicy().reserve(bytes)) {
       row.skipped = "over the capture budget (nanprov run --capture-bytes): " + std::to_string(bytes) + " bytes";
       session.recordCapture(std::move(row));

@@ -10,11 +10,13 @@ constexpr std::array<const char*, kRoleCount> kRoleNames = {"Q", "K", "V", "mask
                                                             "LSE", "dO", "dQ", "dK", "dV"};
 
 // Schema argument names across the SDPA family (see native_functions.yaml).
-constexpr std::array<std::pair<std::string_view, Role>, 11> kArgumentRoles = {{
+// `mask` is the name in PyTorch's fast-path op, aten::_native_multi_head_attention.
+constexpr std::array<std::pair<std::string_view, Role>, 12> kArgumentRoles = {{
     {"query", Role::kQ},
     {"key", Role::kK},
     {"value", Role::kV},
     {"attn_mask", Role::kMask},
+    {"mask", Role::kMask},
     {"attn_bias", Role::kMask},
     {"bias", Role::kMask},
     {"grad_out", Role::kdO},

@@ -23,6 +23,54 @@ std::string shapeText(const at::Tensor& t) {
   return s + "]";
 }
 
+// PyTorch's fast path (aten::_native_multi_head_attention) captures its inputs before its own
+// in-projection and its output after the out-projection. Replay turns it into the SDPA call the op
+// computes: Q, K, V projected with the captured qkv weights and split into heads, the mask in SDPA's
+// sense (the op's bool masks say True = masked out). The run's O, after the out-projection, cannot
+// be compared with attention outputs and is set aside.
+Status unpackFastPath(CapturedCall& call) {
+  for (const char* name : {"Q", "K", "V", "qkv_weight", "qkv_bias"}) {
+    if (!call.has(name)) return Status::Error(std::string("a fast-path capture without ") + name);
+  }
+  const at::Tensor& w = call.at("qkv_weight");
+  const at::Tensor& b = call.at("qkv_bias");
+  auto heads = parseInteger(call.metaOr("arg.num_head"), 1, 1 << 16);
+  if (w.dim() != 2 || w.size(0) % 3 != 0 || b.dim() != 1 || b.size(0) != w.size(0)) {
+    return Status::Error("qkv_weight " + shapeText(w) + " and qkv_bias " + shapeText(b) + " are not a [3E, E] projection");
+  }
+  const int64_t embed = w.size(0) / 3;
+  if (!heads || embed % *heads != 0) return Status::Error("arg.num_head does not divide the embedding of " + std::to_string(embed));
+  for (const char* role : {"Q", "K", "V"}) {
+    const at::Tensor& x = call.at(role);
+    if (x.dim() != 3 || x.size(2) != w.size(1)) {
+      return Status::Error(std::string(role) + " is " + shapeText(x) + ", not [batch, seq, " + std::to_string(w.size(1)) + "]");
+    }
+  }
+  std::vector<at::Tensor> ws = w.chunk(3, 0), bs = b.chunk(3, 0);
+  std::map<std::string, at::Tensor> projected;
+  for (int i = 0; i < 3; ++i) {
+    std::string role = i == 0 ? "Q" : i == 1 ? "K" : "V";
+    const at::Tensor& x = call.at(role);
+    at::Tensor y = at::linear(x, ws[i], bs[i]);
+    projected[role] = y.view({x.size(0), x.size(1), *heads, embed / *heads}).transpose(1, 2).contiguous();
+  }
+  for (auto& [role, y] : projected) call.tensors[role] = y;
+  if (call.has("mask")) {
+    // A bool mask says True = masked out; a float one is already additive (-inf where masked).
+    at::Tensor mask = call.at("mask");
+    if (mask.scalar_type() == at::kBool) mask = mask.logical_not();
+    if (call.metaOr("arg.mask_type") == "1") {
+      if (mask.dim() != 2) return Status::Error("a key padding mask (mask_type 1) of " + shapeText(mask) + ", not [batch, seq]");
+      mask = mask.view({mask.size(0), 1, 1, mask.size(1)});
+    }
+    call.tensors["mask"] = mask;
+  }
+  call.tensors.erase("O");
+  call.meta["replay.note"] = "fast-path capture: Q, K and V projected with the captured qkv weights; the run's O "
+                             "(after the out-projection) is not compared";
+  return Status::Ok();
+}
+
 }  // namespace
 
 std::string CapturedCall::metaOr(const std::string& key, const std::string& fallback) const {
@@ -55,6 +103,9 @@ StatusOr<CapturedCall> toCapturedCall(const CaptureFile& file, const std::string
     if (static_cast<size_t>(x.nbytes()) != t.bytes.size()) return bad("tensor " + t.name + " has the wrong byte count");
     std::memcpy(x.data_ptr(), t.bytes.data(), t.bytes.size());
     call.tensors[t.name] = x;
+  }
+  if (call.metaOr("op") == "aten::_native_multi_head_attention") {
+    if (Status st = unpackFastPath(call); !st.ok()) return bad(st.message());
   }
   for (const char* role : {"Q", "K", "V"}) {
     if (!call.has(role)) return bad(std::string("no ") + role + " tensor");

@@ -173,6 +173,7 @@ int replayMain(const std::string& path, std::string device_name, const std::stri
   r.call = call->metaOr("call", "?");
   r.phase = call->metaOr("phase", "?");
   r.op = call->metaOr("op", "?");
+  r.note = call->metaOr("replay.note");
   r.backend = call->metaOr("backend", "?");
   r.module = call->metaOr("module");
   r.captured_on = captured_on;

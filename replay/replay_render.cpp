@@ -132,6 +132,7 @@ json toJson(const ReplayResult& r) {
     }
   }
   return {{"capture", r.capture},
+          {"note", r.note.empty() ? json(nullptr) : json(r.note)},
           {"call", r.call},
           {"phase", r.phase},
           {"op", r.op},
@@ -165,7 +166,9 @@ std::string toText(const ReplayResult& r) {
   if (!r.root_cause.explanation.empty()) out += ": " + r.root_cause.explanation;
   out += "\n";
   if (!r.root_cause.kernel.empty()) out += "  kernel: " + r.root_cause.kernel + "\n";
-  out += "conditions: " + conditionsText(r.conditions) + "\n\n";
+  out += "conditions: " + conditionsText(r.conditions) + "\n";
+  if (!r.note.empty()) out += "note: " + r.note + "\n";
+  out += "\n";
 
   std::string header = "  " + padded("backend", 20);
   for (const char* role : kRoles) header += padded(role, 12);

@@ -49,6 +49,7 @@ struct ReplayResult {
   std::string capture;               // path
   std::string call, phase, op, backend, module;
   std::string captured_on, replayed_on;  // devices
+  std::string note;  // how the capture was turned into the call replayed, when not as captured
   std::string dtype;                 // of the query
   std::string main_kernel;           // of the captured call, when known
   std::vector<std::string> kernels;
