@@ -490,6 +490,31 @@ void sdpaKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack
   });
 }
 
+// torch.ops.nanprov.record_call: attention that runs no ATen op nanprov can wrap (FlexAttention's
+// higher-order op), recorded by the bootstrap's wrapper right after the call ran: checked, named
+// and captured like any forward call. `bias` is the call's effective additive mask, materialised
+// by the bootstrap when it fits: it is captured for replay, not judged as an input, because the
+// call itself (its score_mod) made it. `bias_note` says why there is none.
+void recordForeignCall(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& o,
+                       const std::optional<at::Tensor>& bias, std::optional<double> scale, const std::string& op,
+                       const std::string& backend, const std::string& bias_note) {
+  if (t_depth > 0 || !Session::get().active()) return;
+  guarded("attention probe", [&] {
+    const AttentionOp desc = {op.c_str(), backend.c_str(), Phase::kForward, {Role::kO}};
+    CallRecord rec = recordFor(nameForward(siteOfForward()), desc, Phase::kForward);
+    rec.start_ns = rec.end_ns = wallClockNs();  // it ran just now; orders it among its step's calls
+    Tensors outputs = {{Role::kO, o}};
+    if (onCuda(outputs)) rec.unattributed = "the call's kernels ran before the bootstrap's wrapper could name it";
+    inject(rec, outputs);
+    CallArgs args;
+    args.emplace_back("scale", scale ? c10::IValue(*scale) : c10::IValue());
+    args.emplace_back("is_causal", c10::IValue(false));
+    if (bias) args.emplace_back("mask", *bias);
+    if (!bias_note.empty()) args.emplace_back("mask_note", c10::IValue(bias_note));
+    finish(std::move(rec), {{Role::kQ, q}, {Role::kK, k}, {Role::kV, v}, {Role::kO, o}}, args);
+  });
+}
+
 // Kernels are traced during the first NANPROV_TRACE_STEPS steps (0: always). CUPTI costs every
 // kernel launch of the process, so after the window it is switched off; later calls are matched
 // to a traced call of the same layer, op and shapes when reported.
@@ -566,6 +591,9 @@ Status installAttentionProbes() {
       g_sdp_choice = new std::optional<c10::OperatorHandle>(dispatcher.findSchema({"aten::_fused_sdp_choice", ""}));
       Session::get().setFlushHook(&flushDeviceWork);
       installGradientSentinel();
+      auto* foreign = new torch::Library(torch::Library::FRAGMENT, "nanprov", std::nullopt, __FILE__, __LINE__);
+      foreign->def("record_call(Tensor q, Tensor k, Tensor v, Tensor o, Tensor? bias, float? scale, str op, "
+                   "str backend, str bias_note) -> ()", &recordForeignCall);
       auto sdpa = dispatcher.findSchema({"aten::scaled_dot_product_attention", ""});
       if (sdpa && want_sdpa) {
         g_sdpa = new ProbedOp(resolve(*sdpa, &kMathOp));

@@ -30,9 +30,10 @@ namespace {
 constexpr int64_t kMaxExtraElements = 64;
 
 // Arguments replay cannot do without, whatever their size: the fast-path op projects Q, K and V
-// itself, so its capture holds the projection weights (aten::_native_multi_head_attention).
+// itself, so its capture holds the projection weights (aten::_native_multi_head_attention), and
+// a FlexAttention call's materialised bias stands for its score_mod and block mask.
 bool neededForReplay(std::string_view arg) {
-  return arg == "qkv_weight" || arg == "qkv_bias" || arg == "proj_weight" || arg == "proj_bias";
+  return arg == "qkv_weight" || arg == "qkv_bias" || arg == "proj_weight" || arg == "proj_bias" || arg == "mask";
 }
 
 bool capturedArgument(std::string_view name, const c10::IValue& value) {
@@ -105,6 +106,7 @@ void describeArgs(const CallArgs& args, CaptureFile& file) {
     else if (value.isBool()) file.metadata[key] = value.toBool() ? "true" : "false";
     else if (value.isDouble()) file.metadata[key] = doubleText(value.toDouble());
     else if (value.isInt()) file.metadata[key] = std::to_string(value.toInt());
+    else if (value.isString()) file.metadata[key] = value.toStringRef();
     else if (value.isSymInt()) file.metadata[key] = std::to_string(value.toSymInt().guard_int(__FILE__, __LINE__));
     else if (capturedArgument(name, value)) {
       if (auto t = hostCopy(std::string(name), value.toTensor())) file.tensors.push_back(std::move(*t));

@@ -107,6 +107,12 @@ StatusOr<CapturedCall> toCapturedCall(const CaptureFile& file, const std::string
   if (call.metaOr("op") == "aten::_native_multi_head_attention") {
     if (Status st = unpackFastPath(call); !st.ok()) return bad(st.message());
   }
+  if (call.metaOr("op") == "flex_attention") {
+    call.meta["replay.note"] = call.has("mask")
+        ? "FlexAttention capture: the mask is the additive bias its score_mod and block mask applied, materialised by nanprov"
+        : "FlexAttention capture without its bias (" + call.metaOr("arg.mask_note", "not materialised") +
+              "): replayed as plain attention, which differs from the call";
+  }
   for (const char* role : {"Q", "K", "V"}) {
     if (!call.has(role)) return bad(std::string("no ") + role + " tensor");
     if (call.at(role).dim() != 4) return bad(std::string(role) + " is " + shapeText(call.at(role)) + ", replay needs [batch, heads, seq, dim]");

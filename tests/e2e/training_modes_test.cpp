@@ -145,47 +145,6 @@ TEST(TrainingModes, NoAttentionIsNothingChecked) {
   EXPECT_EQ(text.out.rfind("nothing checked", 0), 0u) << text.out;
 }
 
-// PyTorch's fast path: nn.TransformerEncoder in eval() under no_grad runs each layer as one op,
-// whose attention is aten::_native_multi_head_attention. Checked, named by forward pass and layer.
-TEST(TrainingModes, FastPathEncoderIsCheckedAndItsCleanRunIsClean) {
-  TrainedRun r = train("fast-path", "", "", "fast_path_encoder.py");
-  ASSERT_EQ(r.train.code, 0) << r.train.out;
-  EXPECT_EQ(r.report.code, 0) << r.report.out;
-  EXPECT_EQ(r.doc["outcome"], "clean");
-  EXPECT_EQ(r.doc["coverage"]["attention_calls"], 6) << "2 layers x 3 forward passes";
-  EXPECT_TRUE(r.doc["coverage"]["unprobed"].empty()) << r.report.out;
-  std::set<std::string> modules, backends;
-  for (const json& c : commandJson("calls", r.dir)) {
-    modules.insert(c["module"].get<std::string>());
-    backends.insert(c["backend"].get<std::string>());
-  }
-  EXPECT_EQ(modules, (std::set<std::string>{"layers.0", "layers.1"}));
-  EXPECT_EQ(backends, (std::set<std::string>{"native_mha"}));
-}
-
-TEST(TrainingModes, FastPathEncoderGlitchIsFoundAtItsForwardPassAndReplays) {
-  for (std::string padding : {"", " --padding"}) {
-    SCOPED_TRACE(padding);
-    TrainedRun r = train("fast-path-glitch", "", "--glitch-pass 1" + padding, "fast_path_encoder.py");
-    ASSERT_EQ(r.report.code, 1) << r.train.out;
-    const json& e = r.doc["first_edge"];
-    EXPECT_EQ(r.doc["step_unit"], "forward_pass");
-    EXPECT_EQ(e["step"], 1);
-    EXPECT_EQ(e["layer"], 0);
-    EXPECT_EQ(e["module"], "layers.0");
-    EXPECT_EQ(e["origin"], "attention");
-    EXPECT_EQ(e["op"], "aten::_native_multi_head_attention");
-    // Replay projects the captured inputs with the captured weights: every backend overflows
-    // float32 alike while the float64 reference is finite.
-    Result replay = sh(nanprov() + " replay " + r.dir.string() + " --json");
-    json d = json::parse(replay.out, nullptr, false);
-    ASSERT_FALSE(d.is_discarded()) << replay.out;
-    EXPECT_EQ(replay.code, 1) << replay.out;
-    EXPECT_EQ(d["root_cause"]["class"], "precision-limit") << replay.out;
-    EXPECT_FALSE(d["note"].is_null());
-  }
-}
-
 TEST(TrainingModes, CrashBeforeAnyAttentionIsNothingChecked) {
   fs::path dir = runDir("crash-early");
   Result r = sh(nanprov() + " run --out " + dir.string() + " -- " + python() +

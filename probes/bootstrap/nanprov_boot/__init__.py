@@ -312,14 +312,20 @@ def _watch_compiled_graphs(lib, torch, output_graph, modules):
                 stack = modules.compiled.stack = []
             graph.next = 0
             stack.append(graph)
+            recorded_before = getattr(modules.compiled, "flex_recorded", 0)
             lib.nanprov_compiled_grad_mode(1 if torch.is_grad_enabled() else 0)
             try:
                 return compiled(*a, **k)
             finally:
                 lib.nanprov_compiled_grad_mode(-1)
                 stack.pop()
+                # FlexAttention calls the graph ran eagerly (flex_attention compiles itself with
+                # the eager backend) were recorded by _watch_flex_attention; the rest went unseen.
+                recorded = getattr(modules.compiled, "flex_recorded", 0) - recorded_before
                 for what, n in graph.unprobed.items():
-                    lib.nanprov_count_unprobed(what.encode(), n)
+                    n -= recorded if what == "flex_attention" else 0
+                    if n > 0:
+                        lib.nanprov_count_unprobed(what.encode(), n)
 
         run.__wrapped__ = compiled
         return run
@@ -327,23 +333,73 @@ def _watch_compiled_graphs(lib, torch, output_graph, modules):
     cls.call_user_compiler = call_user_compiler
 
 
+# The most bytes a FlexAttention call's materialised bias may take; above, the capture says why
+# it has none.
+_FLEX_BIAS_BYTES = 256 << 20
+
+
+def _flex_bias(torch, query, key, score_mod, block_mask, score_buffers, mask_buffers):
+    """The additive bias a FlexAttention call applied, as one [B, H, Sq, Skv] float32 tensor, and
+    an empty note; or None and why not. score_mod(0, ...) is the bias when score_mod adds to the
+    score (checked on random scores); the block mask's mask_mod adds -inf where it hides."""
+    b, h, sq, skv = query.shape[0], query.shape[1], query.shape[2], key.shape[2]
+    if b * h * sq * skv * 4 > _FLEX_BIAS_BYTES:
+        return None, f"the bias of {b}x{h}x{sq}x{skv} is over {_FLEX_BIAS_BYTES >> 20} MiB"
+    dev = query.device
+    idx = (torch.arange(b, device=dev).view(b, 1, 1, 1), torch.arange(h, device=dev).view(1, h, 1, 1),
+           torch.arange(sq, device=dev).view(1, 1, sq, 1), torch.arange(skv, device=dev).view(1, 1, 1, skv))
+    with torch.no_grad():
+        zero = torch.zeros(b, h, sq, skv, device=dev, dtype=torch.float32)
+        bias = score_mod(zero, *idx, *score_buffers).float().expand(b, h, sq, skv)
+        # A generator of our own: drawing from the global one would shift the training's dropout.
+        gen = torch.Generator(device=dev).manual_seed(0)
+        probe = torch.randn(zero.shape, generator=gen, device=dev)
+        moved = score_mod(probe, *idx, *score_buffers).float()
+        same = torch.isclose(moved, probe + bias, rtol=1e-5, atol=1e-5, equal_nan=True)
+        if not bool(same.all()):
+            return None, "score_mod does not add to the score (soft-capping, scaling): no bias stands for it"
+        mask_mod = block_mask[-1] if isinstance(block_mask, tuple) and block_mask else None
+        if callable(mask_mod):
+            allow = mask_mod(*idx, *mask_buffers).expand(b, h, sq, skv)
+            bias = bias.masked_fill(~allow.bool(), float("-inf"))
+    return bias.contiguous(), ""
+
+
 def _watch_flex_attention(lib, torch, modules):
-    """FlexAttention is not probed yet: count its eager calls so a run is never called clean."""
+    """FlexAttention runs as a higher-order op, which the dispatcher cannot wrap: its eager calls
+    are recorded from here (torch.ops.nanprov.record_call) after they ran, with the bias its
+    score_mod and block mask applied, for replay. Calls inside compiled graphs are counted as
+    unprobed where the graph is compiled (see _watch_compiled_graphs)."""
     try:
         hop_module = importlib.import_module("torch._higher_order_ops.flex_attention")
         fake = importlib.import_module("torch._subclasses.fake_tensor")
+        record = torch.ops.nanprov.record_call
     except Exception:
         return
     cls = hop_module.FlexAttentionHOP
     original = cls.__call__
+    depth = threading.local()  # the HOP re-enters itself while it dispatches: record the outermost
 
-    def __call__(self, query, *args, **kwargs):
+    def __call__(self, query, key, value, score_mod, block_mask, scale, *args, **kwargs):
+        outer = not getattr(depth, "n", 0)
+        depth.n = getattr(depth, "n", 0) + 1
         try:
-            if (not getattr(modules.compiled, "stack", None) and not torch.compiler.is_compiling()
-                    and isinstance(query, torch.Tensor) and not fake.is_fake(query)):
-                lib.nanprov_count_unprobed(b"flex_attention", 1)
-        except Exception:
-            pass
-        return original(self, query, *args, **kwargs)
+            result = original(self, query, key, value, score_mod, block_mask, scale, *args, **kwargs)
+        finally:
+            depth.n -= 1
+        try:
+            if (outer and not torch.compiler.is_compiling() and isinstance(query, torch.Tensor)
+                    and not fake.is_fake(query)):
+                buffers = list(args[1:3]) + [(), ()]  # score_mod_other_buffers, mask_mod_other_buffers
+                bias, note = _flex_bias(torch, query, key, score_mod, block_mask, tuple(buffers[0]), tuple(buffers[1]))
+                out = result[0] if isinstance(result, tuple) else result
+                record(query.detach(), key.detach(), value.detach(), out.detach(), bias,
+                       None if scale is None else float(scale), "flex_attention", "flex", note)
+                modules.compiled.flex_recorded = getattr(modules.compiled, "flex_recorded", 0) + 1
+        except Exception as e:  # never let the probe reach the training
+            if not getattr(__call__, "warned", False):
+                __call__.warned = True
+                _say(f"FlexAttention probe failed, this call is not recorded: {type(e).__name__}: {e}")
+        return result
 
     cls.__call__ = __call__

@@ -1,0 +1,104 @@
+// End-to-end: attention that is not PyTorch's SDPA entry point, in real CPU runs under `nanprov
+// run`: PyTorch's fast paths and FlexAttention. Each is found at the right forward pass and layer,
+// its clean twin is clean with every call counted, and its capture replays.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "tests/e2e/e2e_support.h"
+
+namespace {
+using namespace e2e;
+
+// PyTorch's fast path: nn.TransformerEncoder in eval() under no_grad runs each layer as one op,
+// whose attention is aten::_native_multi_head_attention. Checked, named by forward pass and layer.
+TEST(AttentionKinds, FastPathEncoderIsCheckedAndItsCleanRunIsClean) {
+  TrainedRun r = train("fast-path", "", "", "fast_path_encoder.py");
+  ASSERT_EQ(r.train.code, 0) << r.train.out;
+  EXPECT_EQ(r.report.code, 0) << r.report.out;
+  EXPECT_EQ(r.doc["outcome"], "clean");
+  EXPECT_EQ(r.doc["coverage"]["attention_calls"], 6) << "2 layers x 3 forward passes";
+  EXPECT_TRUE(r.doc["coverage"]["unprobed"].empty()) << r.report.out;
+  std::set<std::string> modules, backends;
+  for (const json& c : commandJson("calls", r.dir)) {
+    modules.insert(c["module"].get<std::string>());
+    backends.insert(c["backend"].get<std::string>());
+  }
+  EXPECT_EQ(modules, (std::set<std::string>{"layers.0", "layers.1"}));
+  EXPECT_EQ(backends, (std::set<std::string>{"native_mha"}));
+}
+
+TEST(AttentionKinds, FastPathEncoderGlitchIsFoundAtItsForwardPassAndReplays) {
+  for (std::string padding : {"", " --padding"}) {
+    SCOPED_TRACE(padding);
+    TrainedRun r = train("fast-path-glitch", "", "--glitch-pass 1" + padding, "fast_path_encoder.py");
+    ASSERT_EQ(r.report.code, 1) << r.train.out;
+    const json& e = r.doc["first_edge"];
+    EXPECT_EQ(r.doc["step_unit"], "forward_pass");
+    EXPECT_EQ(e["step"], 1);
+    EXPECT_EQ(e["layer"], 0);
+    EXPECT_EQ(e["module"], "layers.0");
+    EXPECT_EQ(e["origin"], "attention");
+    EXPECT_EQ(e["op"], "aten::_native_multi_head_attention");
+    // Replay projects the captured inputs with the captured weights: every backend overflows
+    // float32 alike while the float64 reference is finite.
+    Result replay = sh(nanprov() + " replay " + r.dir.string() + " --json");
+    json d = json::parse(replay.out, nullptr, false);
+    ASSERT_FALSE(d.is_discarded()) << replay.out;
+    EXPECT_EQ(replay.code, 1) << replay.out;
+    EXPECT_EQ(d["root_cause"]["class"], "precision-limit") << replay.out;
+    EXPECT_FALSE(d["note"].is_null());
+  }
+}
+
+// FlexAttention runs as a higher-order op; the bootstrap records each eager call after it ran,
+// with the bias its score_mod applied materialised for replay.
+TEST(AttentionKinds, FlexAttentionCleanRunIsClean) {
+  TrainedRun r = train("flex", "", "", "flex_attention_inference.py");
+  ASSERT_EQ(r.train.code, 0) << r.train.out;
+  EXPECT_EQ(r.report.code, 0) << r.report.out;
+  EXPECT_EQ(r.doc["outcome"], "clean");
+  EXPECT_EQ(r.doc["coverage"]["attention_calls"], 6) << "3 layers x 2 forward passes";
+  EXPECT_TRUE(r.doc["coverage"]["unprobed"].empty()) << r.report.out;
+  EXPECT_EQ(r.train.out.find("probe failed"), std::string::npos) << r.train.out;
+  std::set<std::string> modules;
+  for (const json& c : commandJson("calls", r.dir)) {
+    EXPECT_EQ(c["backend"], "flex");
+    modules.insert(c["module"].get<std::string>());
+  }
+  EXPECT_EQ(modules, (std::set<std::string>{"layers.0", "layers.1", "layers.2"}));
+}
+
+TEST(AttentionKinds, FlexAttentionNaNScoreModIsFoundAtItsLayerAndReplays) {
+  TrainedRun r = train("flex-bad", "", "--bad-layer 1", "flex_attention_inference.py");
+  ASSERT_EQ(r.report.code, 1) << r.train.out;
+  const json& e = r.doc["first_edge"];
+  EXPECT_EQ(r.doc["step_unit"], "forward_pass");
+  EXPECT_EQ(e["step"], 0);
+  EXPECT_EQ(e["layer"], 1);
+  EXPECT_EQ(e["module"], "layers.1");
+  EXPECT_EQ(e["op"], "flex_attention");
+  EXPECT_EQ(e["origin"], "attention") << "the score_mod is part of the call";
+  // The bias replayed is the score_mod's: it holds the NaN, so the reference fails too.
+  Result replay = sh(nanprov() + " replay " + r.dir.string() + " --json");
+  json d = json::parse(replay.out, nullptr, false);
+  ASSERT_FALSE(d.is_discarded()) << replay.out;
+  EXPECT_EQ(d["root_cause"]["class"], "input-caused") << replay.out;
+  EXPECT_NE(d["note"].get<std::string>().find("score_mod"), std::string::npos) << d["note"];
+}
+
+// The probes only read: the model's outputs are bit-identical with and without nanprov (the bias
+// is materialised with a generator of nanprov's own, never the global one).
+TEST(AttentionKinds, FlexAndFastPathOutputsAreBitIdentical) {
+  for (std::string script : {"flex_attention_inference.py --print-outputs", "fast_path_encoder.py --print-outputs"}) {
+    SCOPED_TRACE(script);
+    Result plain = sh(python() + " " + example(script) + " 2>/dev/null");
+    Result probed = sh(nanprov() + " run --out " + runDir("identical-kinds").string() + " -- " + python() + " " +
+                       example(script) + " 2>/dev/null");
+    ASSERT_EQ(plain.code, 0);
+    EXPECT_NE(plain.out.find("0x"), std::string::npos) << plain.out;
+    EXPECT_EQ(plain.out, probed.out);
+  }
+}
+
+}  // namespace
