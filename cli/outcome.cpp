@@ -29,7 +29,7 @@ std::string whyNothingChecked(const RunData& run, const std::map<std::string, in
   }
   if (notes.processes == 0) return "no Python process imported torch";
   return "the model ran no attention op nanprov recognises (SDPA and its backends); "
-         "if its attention is hand-written, it is not checked yet";
+         "if its attention is hand-written or a library's module, name it with nanprov run --probe-module CLASS";
 }
 
 }  // namespace

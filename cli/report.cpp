@@ -156,6 +156,9 @@ double largestFiniteInput(const CallRecord& c) {
 // Where a forward edge's large inputs came from, as far as attention saw: the attention forward
 // call before it in the same step on the same rank, if any. No earlier call means the values
 // came from the batch or the modules before the first attention.
+// Inputs above this are unusual for attention in any dtype, and the text says where they came from.
+constexpr double kLargeInput = 1e4;
+
 struct InputTrail {
   double largest = 0;
   const CallRecord* previous = nullptr;
@@ -309,7 +312,10 @@ std::string reportText(const RunData& run, const Findings& f) {
   }
   if (!finite_inputs.empty()) {
     out << "  finite inputs " << joined(finite_inputs, " ") << " (largest |x| " << number(max_in) << ")\n";
-    if (auto trail = inputTrail(run, *f.first); trail && f.origin == "attention") out << "    " << trailText(run, c, *trail) << "\n";
+    // Only worth a line when the inputs are large: then where they grew is the question.
+    if (auto trail = inputTrail(run, *f.first); trail && f.origin == "attention" && trail->largest >= kLargeInput) {
+      out << "    " << trailText(run, c, *trail) << "\n";
+    }
   }
   if (c.device != "cpu") {
     KernelsOfCall found = CallKernelIndex(run).of(c);

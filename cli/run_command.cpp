@@ -3,6 +3,8 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -17,6 +19,7 @@
 #include "cli/edges.h"
 #include "cli/python_torch.h"
 #include "cli/report.h"
+#include "probes/call_selector.h"
 #include "probes/capture_policy.h"
 #include "probes/injection.h"
 #include "store/reader.h"
@@ -36,6 +39,7 @@ struct RunOptions {
   int trace_steps = 2;
   bool no_kernels = false;
   std::vector<std::string> capture;
+  std::vector<std::string> probe_modules;
   int64_t capture_every = 0;
   int64_t capture_bytes = kDefaultCaptureBytes;
   bool no_capture = false;
@@ -51,6 +55,28 @@ Status preflight(const std::string& python) {
 
 void writeRunJson(const std::string& dir, const json& doc) {
   std::ofstream(fs::path(dir) / "run.json") << jsonText(doc, 2) << "\n";
+}
+
+// `PATTERN[:q=ARG,k=ARG,v=ARG]` (probes/bootstrap/nanprov_boot/module_probes.py reads it): checked
+// here, so a typo is a usage error before the training starts, not a silent no-op after.
+Status checkProbeModule(const std::string& spec) {
+  auto bad = [&](const std::string& why) {
+    return Status::Error("bad --probe-module '" + spec + "': " + why + " (example: 'SelfAttention:q=0,k=1,v=2')");
+  };
+  std::string pattern = spec.substr(0, spec.find(':'));
+  if (pattern.empty()) return bad("no class name or module path pattern");
+  if (spec.find(';') != std::string::npos) return bad("';' is not allowed; repeat --probe-module instead");
+  if (pattern.size() == spec.size()) return Status::Ok();
+  auto pairs = splitKeyValues(spec.substr(pattern.size() + 1));
+  if (!pairs.ok()) return bad(pairs.status().message());
+  for (const auto& [key, value] : *pairs) {
+    if (key != "q" && key != "k" && key != "v") return bad("unknown key '" + key + "'; keys are q, k, v");
+    bool position = !value.empty() && std::all_of(value.begin(), value.end(), ::isdigit);
+    bool name = !value.empty() && (std::isalpha(static_cast<unsigned char>(value[0])) || value[0] == '_') &&
+                std::all_of(value.begin(), value.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+    if (!position && !name) return bad(key + "=" + value + " is neither an argument position nor a name");
+  }
+  return Status::Ok();
 }
 
 // Claims `dir` for this run by creating its run.json exclusively (O_EXCL): of two runs started
@@ -93,6 +119,11 @@ int run(RunOptions& opts) {
     if (!parsed.ok()) return std::cerr << "nanprov run: " << parsed.status().message() << "\n", kUsageError;
     capture += (capture.empty() ? "" : ";") + spec;
   }
+  std::string probe_modules;
+  for (const std::string& spec : opts.probe_modules) {
+    if (Status st = checkProbeModule(spec); !st.ok()) return std::cerr << "nanprov run: " << st.message() << "\n", kUsageError;
+    probe_modules += (probe_modules.empty() ? "" : ";") + spec;
+  }
   std::string resolved = findExecutable(cmd.front());
   if (resolved.empty()) {  // before the run directory exists: a failed start leaves nothing behind
     std::cerr << "nanprov run: " << whyNotExecutable(cmd.front()) << "\n";
@@ -125,6 +156,7 @@ int run(RunOptions& opts) {
                            {"selectors", opts.capture},
                            {"every", opts.capture_every},
                            {"budget_bytes", opts.capture_bytes}}},
+              {"probe_modules", opts.probe_modules},
               {"trace_steps", opts.trace_steps},
               {"kernels", !opts.no_kernels}};
   writeRunJson(dir, doc);
@@ -141,6 +173,7 @@ int run(RunOptions& opts) {
       {"NANPROV_CAPTURE_EVERY", std::to_string(opts.capture_every)},
       {"NANPROV_CAPTURE_BYTES", std::to_string(opts.capture_bytes)},
       {"NANPROV_CAPTURE_FIRST_EDGE", opts.no_capture ? "0" : "1"},
+      {"NANPROV_PROBE_MODULES", probe_modules},
   };
   if (opts.no_kernels) env["NANPROV_KERNELS"] = "off";
   std::cerr << "nanprov: recording into " << dir << "\n";
@@ -181,7 +214,8 @@ void addRunCommand(CLI::App& app, int* exit_code, std::vector<std::string> wrapp
       "  nanprov run --out runs/nan-hunt -- torchrun --nproc-per-node=2 train.py\n"
       "  nanprov run --inject 'layer=3,phase=bwd,tensor=dQ,step=5,value=nan' -- python train.py\n"
       "  nanprov run --trace-steps 0 -- python train.py     attribute every call's kernels\n"
-      "  nanprov run --capture 'layer=1,phase=bwd,step=0' -- python train.py\n\n"
+      "  nanprov run --capture 'layer=1,phase=bwd,step=0' -- python train.py\n"
+      "  nanprov run --probe-module 'CausalSelfAttention' -- python train.py   hand-written attention\n\n"
       "Writes a run directory (default ./nanprov-runs/<UTC time>) with run.json and one\n"
       "rank-<r>.sqlite per rank, prints the first-failure summary when the command ends,\n"
       "and exits with the command's exit code (128+N when a signal N killed it).\n"
@@ -212,6 +246,13 @@ void addRunCommand(CLI::App& app, int* exit_code, std::vector<std::string> wrapp
                   "beyond are recorded as skipped")
       ->transform(CLI::AsSizeValue(false))
       ->check(CLI::Range(int64_t{0}, kMaxCount));
+  cmd->add_option("--probe-module", opts->probe_modules,
+                  "Also check attention that runs as no op nanprov wraps (hand-written softmax(QK^T)V, a "
+                  "library's module), at the boundary of modules matching PATTERN[:q=ARG,k=ARG,v=ARG]: a "
+                  "class-name glob, or a module-path glob when it holds a '.'; ARG is a forward argument "
+                  "by position or name (default q=0,k=1,v=2). Forward only. Repeatable.")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_flag("--no-capture", opts->no_capture,
                 "Do not capture the first source edge (selectors and --capture-every still apply)");
   // Without "--", everything from the first positional on is the user's command.

@@ -28,9 +28,9 @@ class FlexSelfAttention(nn.Module):
 
 
 class Model(nn.Module):
-    def __init__(self, layers, bad_layer):
+    def __init__(self, layers, heads, bad_layer):
         super().__init__()
-        self.layers = nn.ModuleList(FlexSelfAttention(32, 4, i == bad_layer) for i in range(layers))
+        self.layers = nn.ModuleList(FlexSelfAttention(32, heads, i == bad_layer) for i in range(layers))
 
     def forward(self, x, block_mask=None):
         for layer in self.layers:
@@ -41,6 +41,7 @@ class Model(nn.Module):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--layers", type=int, default=3)
+    p.add_argument("--heads", type=int, default=4, help="of d_model 32 (Inductor's flex kernels need head_dim >= 16)")
     p.add_argument("--passes", type=int, default=2)
     p.add_argument("--bad-layer", type=int, default=-1)
     p.add_argument("--causal", action="store_true", help="a causal block mask")
@@ -50,7 +51,7 @@ def main():
                    help="print each pass's output sum and a fresh random draw as exact hex floats (tests)")
     args = p.parse_args()
     torch.manual_seed(0)
-    model = Model(args.layers, args.bad_layer).eval().to(args.device)
+    model = Model(args.layers, args.heads, args.bad_layer).eval().to(args.device)
     if args.compile:
         model = torch.compile(model)
     mask = None

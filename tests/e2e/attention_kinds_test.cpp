@@ -101,4 +101,36 @@ TEST(AttentionKinds, FlexAndFastPathOutputsAreBitIdentical) {
   }
 }
 
+// Hand-written attention (softmax(q k^T) v in the model's own module) is seen only through
+// --probe-module: found at its step and layer, losses untouched, and without it nothing is checked.
+TEST(AttentionKinds, HandWrittenAttentionUnderProbeModule) {
+  TrainedRun r = train("hand", "--probe-module HandAttention", "--glitch-step 2", "handwritten_attention.py");
+  ASSERT_EQ(r.report.code, 1) << r.train.out;
+  const json& e = r.doc["first_edge"];
+  EXPECT_EQ(e["step"], 2);
+  EXPECT_EQ(e["layer"], 0);
+  EXPECT_EQ(e["module"], "layers.0.attn");
+  EXPECT_EQ(e["op"], "module:HandAttention");
+  EXPECT_EQ(e["origin"], "attention");
+  Result replay = sh(nanprov() + " replay " + r.dir.string() + " --json");
+  EXPECT_EQ(replay.code, 1) << replay.out;
+  EXPECT_NE(replay.out.find("precision-limit"), std::string::npos) << replay.out;
+
+  // Unprobed, only the gradient sentinel sees the NaN: outside any attention call it checked.
+  TrainedRun unseen = train("hand-unseen", "", "--glitch-step 2", "handwritten_attention.py");
+  EXPECT_EQ(unseen.doc["outcome"], "outside_attention") << unseen.report.out;
+  EXPECT_EQ(unseen.doc["coverage"]["attention_calls"], 0);
+  TrainedRun nothing = train("hand-nope", "--probe-module 'layers.*.nope'", "", "handwritten_attention.py");
+  EXPECT_EQ(nothing.report.code, 4) << nothing.report.out;
+  EXPECT_NE(nothing.train.out.find("--probe-module 'layers.*.nope' matched no module"), std::string::npos)
+      << nothing.train.out;
+
+  std::string args = example("handwritten_attention.py") + " --print-losses";
+  Result plain = sh(python() + " " + args + " 2>/dev/null");
+  Result probed = sh(nanprov() + " run --out " + runDir("hand-identical").string() +
+                     " --probe-module 'layers.*.attn' -- " + python() + " " + args + " 2>/dev/null");
+  EXPECT_NE(plain.out.find("step 3: loss 0x"), std::string::npos) << plain.out;
+  EXPECT_EQ(plain.out, probed.out);
+}
+
 }  // namespace

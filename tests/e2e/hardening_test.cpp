@@ -233,7 +233,8 @@ TEST(HardeningCli, BadValuesAreRefusedInOneLine) {
   fs::path dir = runDir("bad-values");
   for (std::string option : {"--capture-bytes -1", "--capture-every 99999999999999999999", "--capture-every -1",
                              "--inject 'tensor=O,tensor=dQ'", "--inject 'tensor=dQ,step=-1'",
-                             "--capture 'rank=-1'", "--capture 'layer=1,layer=2'"}) {
+                             "--capture 'rank=-1'", "--capture 'layer=1,layer=2'", "--probe-module ':q=0'",
+                             "--probe-module 'Attn:z=1'", "--probe-module 'Attn:q=1-2'"}) {
     SCOPED_TRACE(option);
     Result r = sh(nanprov() + " run --out " + dir.string() + " " + option + " -- " + python() + " -c pass 2>&1");
     EXPECT_EQ(r.code, 2) << r.out;

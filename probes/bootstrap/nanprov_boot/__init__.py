@@ -14,6 +14,8 @@ import sys
 import threading
 import weakref
 
+from . import module_probes
+
 
 # int resolve(char* buffer, size_t capacity): writes the current module path, returns its length.
 _Resolver = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t)
@@ -113,8 +115,9 @@ def _load(torch):
         if os.environ.get("NANPROV_COMPILED_PATHS", "1") != "0":
             _watcher.watch("torch._dynamo.output_graph", lambda m: _watch_compiled_graphs(lib, torch, m, modules))
         _watch_flex_attention(lib, torch, modules)
+        unmatched = module_probes.install(torch, modules, _say)
         # Shutdown drops the resolver before the interpreter (and the callback) goes away.
-        atexit.register(lambda: (lib.nanprov_shutdown(), resolver))
+        atexit.register(lambda: (unmatched and unmatched(), lib.nanprov_shutdown(), resolver))
         _report("instrumented")
     except Exception as exc:
         _say(f"probes not loaded, training continues uninstrumented: {exc}")
@@ -282,8 +285,12 @@ class _CompiledGraph:
                 stack = node.meta.get("nn_module_stack") or {}
                 entries = list(stack.values())
                 self.paths.append(_dynamo_path(entries[-1][0]) if entries else "")
-            elif name in _UNPROBED_IN_GRAPHS:
-                self.unprobed[name] = self.unprobed.get(name, 0) + 1
+            else:
+                # By name and by text: a higher-order op's __name__ differs across torch versions
+                # ("flex_attention", or only str(target) names it).
+                known = [u for u in _UNPROBED_IN_GRAPHS if u in name or u in str(node.target)]
+                if known and "backward" not in name:
+                    self.unprobed[known[0]] = self.unprobed.get(known[0], 0) + 1
         self.next = 0
 
 

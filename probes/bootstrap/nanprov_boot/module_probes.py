@@ -1,0 +1,117 @@
+"""`nanprov run --probe-module SPEC`: attention that runs as no op nanprov can wrap (hand-written
+softmax(Q K^T) V, or a library's own module) is checked at its module's boundary.
+
+SPEC is `PATTERN[:q=ARG,k=ARG,v=ARG]`. PATTERN is a shell glob over the module's class name, or,
+when it holds a '.', over its module path ("layers.*.attn"). ARG is a forward argument, by position
+(0 is the first after self) or by name; by default q=0, k=1, v=2, and a missing k or v is the one
+before it (self-attention modules take one x). O is the forward's output, or its first element.
+
+A forward hook on each matching module records the call after it ran, through
+torch.ops.nanprov.record_call: checked, named and captured like any forward call, with op
+`module:<Class>` and backend `module`. Modules are found by a global forward pre-hook that looks
+at each module object once. Gradients are not checked here (the module's backward is autograd's
+own), and a matched module that runs SDPA inside is checked twice: match the innermost module.
+"""
+import fnmatch
+import inspect
+import os
+import weakref
+
+
+class Spec:
+    def __init__(self, text):
+        self.text = text
+        self.pattern, _, mapping = text.partition(":")
+        self.args = {}
+        for pair in filter(None, mapping.split(",")):
+            key, _, value = pair.partition("=")
+            self.args[key] = int(value) if value.isdigit() else value
+        self.by_path = "." in self.pattern
+        self.matched = False
+
+
+def _pick(spec, role, args, kwargs, signature):
+    where = spec.args.get(role, {"q": 0, "k": 1, "v": 2}[role])
+    if isinstance(where, int):
+        return args[where] if where < len(args) else None
+    if where in kwargs:
+        return kwargs[where]
+    try:
+        return signature.bind_partial(*args, **kwargs).arguments.get(where) if signature else None
+    except TypeError:
+        return None
+
+
+def install(torch, modules, say):
+    text = os.environ.get("NANPROV_PROBE_MODULES", "")
+    specs = [Spec(t) for t in text.split(";") if t]
+    if not specs:
+        return
+    record = torch.ops.nanprov.record_call
+    fake = __import__("torch._subclasses.fake_tensor", fromlist=["is_fake"])
+    seen = weakref.WeakKeyDictionary()  # module -> its Spec, or None: each module is matched once
+
+    def matching(module, frame):
+        name = type(module).__name__
+        for spec in specs:
+            if not spec.by_path and fnmatch.fnmatchcase(name, spec.pattern):
+                return spec
+        if any(spec.by_path for spec in specs):
+            path = modules.current(frame)
+            for spec in specs:
+                if spec.by_path and fnmatch.fnmatchcase(path, spec.pattern):
+                    return spec
+        return None
+
+    def forward_hook_for(spec, module):
+        try:
+            signature = inspect.signature(module.forward)
+        except (TypeError, ValueError):
+            signature = None
+        op = f"module:{type(module).__name__}"
+
+        def hook(mod, args, kwargs, output):
+            try:
+                if torch.compiler.is_compiling():
+                    return
+                q = _pick(spec, "q", args, kwargs, signature)
+                k = _pick(spec, "k", args, kwargs, signature)
+                v = _pick(spec, "v", args, kwargs, signature)
+                k = q if k is None and "k" not in spec.args else k
+                v = k if v is None and "v" not in spec.args else v
+                o = output[0] if isinstance(output, (tuple, list)) and output else output
+                tensors = (q, k, v, o)
+                if not all(isinstance(t, torch.Tensor) for t in tensors) or any(fake.is_fake(t) for t in tensors):
+                    if not getattr(hook, "warned", False):
+                        hook.warned = True
+                        say(f"--probe-module '{spec.text}': {op} did not give tensors for Q, K, V and O; "
+                            f"name its arguments, e.g. '{spec.pattern}:q=query,k=key,v=value'")
+                    return
+                record(q.detach(), k.detach(), v.detach(), o.detach(), None, None, op, "module", "")
+            except Exception as e:  # never let the probe reach the training
+                if not getattr(hook, "failed", False):
+                    hook.failed = True
+                    say(f"module probe failed, this call is not recorded: {type(e).__name__}: {e}")
+
+        return hook
+
+    def pre_hook(module, args):
+        try:
+            if module in seen:
+                return
+            spec = matching(module, inspect.currentframe().f_back)
+            seen[module] = spec
+            if spec is not None:
+                spec.matched = True
+                module.register_forward_hook(forward_hook_for(spec, module), with_kwargs=True)
+        except Exception:
+            pass
+
+    torch.nn.modules.module.register_module_forward_pre_hook(pre_hook)
+
+    def unmatched():
+        for spec in specs:
+            if not spec.matched:
+                say(f"--probe-module '{spec.text}' matched no module: nothing was checked for it")
+
+    return unmatched
