@@ -397,8 +397,14 @@ def _watch_flex_attention(lib, torch, modules):
         try:
             if (outer and not torch.compiler.is_compiling() and isinstance(query, torch.Tensor)
                     and not fake.is_fake(query)):
-                buffers = list(args[1:3]) + [(), ()]  # score_mod_other_buffers, mask_mod_other_buffers
-                bias, note = _flex_bias(torch, query, key, score_mod, block_mask, tuple(buffers[0]), tuple(buffers[1]))
+                # After kernel_options: score_mod_other_buffers, mask_mod_other_buffers.
+                score_buffers = args[1] if len(args) > 1 else kwargs.get("score_mod_other_buffers", ())
+                mask_buffers = args[2] if len(args) > 2 else kwargs.get("mask_mod_other_buffers", ())
+                try:
+                    bias, note = _flex_bias(torch, query, key, score_mod, block_mask, tuple(score_buffers),
+                                            tuple(mask_buffers))
+                except Exception as e:  # the call is still checked; only its replay lacks the bias
+                    bias, note = None, f"materialising the bias failed: {type(e).__name__}: {e}"
                 out = result[0] if isinstance(result, tuple) else result
                 record(query.detach(), key.detach(), value.detach(), out.detach(), bias,
                        None if scale is None else float(scale), "flex_attention", "flex", note)
