@@ -2,19 +2,25 @@
 # Overhead of `nanprov run` on the CPU demo model, measured side by side in one run: rounds
 # alternate plain training and training under nanprov, so machine noise hits both alike.
 # Prints steady-state steps/s for each and the ratio (plain / nanprov = slowdown factor).
-#   bench/cpu_overhead.sh [rounds] [steps]
+#   bench/cpu_overhead.sh [rounds] [steps] [demo|handwritten]
+# `handwritten` is the hand-written attention model under --probe-module HandAttention: the cost
+# of the module probes (a forward pre-hook on every module call, a forward hook on the matches).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$root/scripts/activate"
-rounds="${1:-3}" steps="${2:-60}"
-args=("$root/examples/tiny_transformer.py" --steps "$steps" --mask --speed)
+rounds="${1:-3}" steps="${2:-60}" model="${3:-demo}"
+case "$model" in
+  demo) args=("$root/examples/tiny_transformer.py" --steps "$steps" --mask --speed) opts=() ;;
+  handwritten) args=("$root/examples/handwritten_attention.py" --steps "$steps" --speed) opts=(--probe-module HandAttention) ;;
+  *) echo "bench/cpu_overhead.sh: unknown model '$model' (demo or handwritten)" >&2; exit 2 ;;
+esac
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 speed() { grep -o 'steps_per_sec [0-9.]*' | awk '{print $2}'; }
 plain=() probed=()
 for r in $(seq "$rounds"); do
   plain+=("$(python "${args[@]}" | speed)")
-  probed+=("$(nanprov run --out "$tmp/r$r" -- python "${args[@]}" 2>/dev/null | speed)")
+  probed+=("$(nanprov run --out "$tmp/r$r" "${opts[@]}" -- python "${args[@]}" 2>/dev/null | speed)")
 done
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 p="$(median "${plain[@]}")" n="$(median "${probed[@]}")"

@@ -63,6 +63,7 @@ Status checkProbeModule(const std::string& spec) {
   auto bad = [&](const std::string& why) {
     return Status::Error("bad --probe-module '" + spec + "': " + why + " (example: 'SelfAttention:q=0,k=1,v=2')");
   };
+  if (spec == "te") return Status::Ok();  // a preset (module_probes.py PRESETS)
   std::string pattern = spec.substr(0, spec.find(':'));
   if (pattern.empty()) return bad("no class name or module path pattern");
   if (spec.find(';') != std::string::npos) return bad("';' is not allowed; repeat --probe-module instead");
@@ -250,7 +251,8 @@ void addRunCommand(CLI::App& app, int* exit_code, std::vector<std::string> wrapp
                   "Also check attention that runs as no op nanprov wraps (hand-written softmax(QK^T)V, a "
                   "library's module), at the boundary of modules matching PATTERN[:q=ARG,k=ARG,v=ARG]: a "
                   "class-name glob, or a module-path glob when it holds a '.'; ARG is a forward argument "
-                  "by position or name (default q=0,k=1,v=2). Forward only. Repeatable.")
+                  "by position or name (default q=0,k=1,v=2). Preset: 'te' (TransformerEngine DotProductAttention). "
+                  "Forward only. Repeatable.")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_flag("--no-capture", opts->no_capture,

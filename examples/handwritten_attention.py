@@ -3,6 +3,7 @@ in the model's own module, no SDPA. nanprov sees it only through `--probe-module
 A sensor glitch (--glitch-step) makes the logits overflow float32 in the first layer."""
 import argparse
 import math
+import time
 
 import torch
 import torch.nn as nn
@@ -50,11 +51,15 @@ def main():
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--glitch-step", type=int, default=-1)
     p.add_argument("--print-losses", action="store_true", help="print each loss as an exact hex float")
+    p.add_argument("--speed", action="store_true", help="print steady-state steps/s (steps after the first)")
     args = p.parse_args()
     torch.manual_seed(0)
     model = Model()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    started = None
     for step in range(args.steps):
+        if step == 1:
+            started = time.perf_counter()
         x = torch.randn(4, 16, 8)
         if step == args.glitch_step:
             x[0] *= 1e20  # one corrupted sample, as a faulty sensor gives
@@ -62,7 +67,10 @@ def main():
         opt.zero_grad()
         loss.backward()
         opt.step()
-        print(f"step {step}: loss {loss.item().hex() if args.print_losses else format(loss.item(), '.4g')}", flush=True)
+        if not args.speed:
+            print(f"step {step}: loss {loss.item().hex() if args.print_losses else format(loss.item(), '.4g')}", flush=True)
+    if args.speed and started is not None:
+        print(f"steps_per_sec {(args.steps - 1) / (time.perf_counter() - started):.3f}", flush=True)
 
 
 if __name__ == "__main__":

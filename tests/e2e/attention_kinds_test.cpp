@@ -133,4 +133,20 @@ TEST(AttentionKinds, HandWrittenAttentionUnderProbeModule) {
   EXPECT_EQ(plain.out, probed.out);
 }
 
+// The TransformerEngine preset, through the generic path: TE cannot be installed here, so a module
+// of DotProductAttention's class name and call signature stands in, called with keywords.
+TEST(AttentionKinds, TransformerEnginePresetFindsDotProductAttentionByKeyword) {
+  fs::path dir = runDir("te");
+  Result run = sh(nanprov() + " run --out " + dir.string() + " --probe-module te -- " + python() + " " +
+                  std::string(NANPROV_TEST_SCRIPTS) + "/te_signature_attention.py --glitch-step 1 2>&1");
+  ASSERT_EQ(run.code, 0) << run.out;
+  EXPECT_EQ(run.out.find("did not give tensors"), std::string::npos) << run.out;
+  json report = commandJson("report", dir);
+  EXPECT_EQ(report["first_edge"]["step"], 1) << report.dump();
+  EXPECT_EQ(report["first_edge"]["layer"], 0);
+  EXPECT_EQ(report["first_edge"]["module"], "layers.0.core_attention");
+  EXPECT_EQ(report["first_edge"]["op"], "module:DotProductAttention");
+  EXPECT_EQ(report["coverage"]["attention_calls"], 6);
+}
+
 }  // namespace

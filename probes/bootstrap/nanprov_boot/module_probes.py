@@ -1,7 +1,7 @@
 """`nanprov run --probe-module SPEC`: attention that runs as no op nanprov can wrap (hand-written
 softmax(Q K^T) V, or a library's own module) is checked at its module's boundary.
 
-SPEC is `PATTERN[:q=ARG,k=ARG,v=ARG]`. PATTERN is a shell glob over the module's class name, or,
+SPEC is `PATTERN[:q=ARG,k=ARG,v=ARG]`, or a preset name (PRESETS). PATTERN is a shell glob over the module's class name, or,
 when it holds a '.', over its module path ("layers.*.attn"). ARG is a forward argument, by position
 (0 is the first after self) or by name; by default q=0, k=1, v=2, and a missing k or v is the one
 before it (self-attention modules take one x). O is the forward's output, or its first element.
@@ -18,10 +18,16 @@ import os
 import weakref
 
 
+# Presets for attention modules of libraries nanprov knows the call signature of. Each assumes:
+#   te: TransformerEngine's DotProductAttention.forward(query_layer, key_layer, value_layer, ...);
+#       any qkv_format is checked, but only [B, H, S, D] replays (sbhd, bshd and thd do not).
+PRESETS = {"te": "DotProductAttention:q=query_layer,k=key_layer,v=value_layer"}
+
+
 class Spec:
     def __init__(self, text):
         self.text = text
-        self.pattern, _, mapping = text.partition(":")
+        self.pattern, _, mapping = PRESETS.get(text, text).partition(":")
         self.args = {}
         for pair in filter(None, mapping.split(",")):
             key, _, value = pair.partition("=")
