@@ -252,7 +252,7 @@ void addRunCommand(CLI::App& app, int* exit_code, std::vector<std::string> wrapp
                   "library's module), at the boundary of modules matching PATTERN[:q=ARG,k=ARG,v=ARG]: a "
                   "class-name glob, or a module-path glob when it holds a '.'; ARG is a forward argument "
                   "by position or name (default q=0,k=1,v=2). Preset: 'te' (TransformerEngine DotProductAttention). "
-                  "Forward only. Repeatable.")
+                  "Forward and, in training, backward (tensor hooks). Repeatable.")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_flag("--no-capture", opts->no_capture,

@@ -501,7 +501,9 @@ void recordForeignCall(const at::Tensor& q, const at::Tensor& k, const at::Tenso
   if (t_depth > 0 || !Session::get().active()) return;
   guarded("attention probe", [&] {
     const AttentionOp desc = {op.c_str(), backend.c_str(), Phase::kForward, {Role::kO}};
-    CallRecord rec = recordFor(nameForward(siteOfForward()), desc, Phase::kForward);
+    CallName name = nameForward(siteOfForward());
+    Session::get().identity().link(name, reinterpret_cast<uintptr_t>(o.data_ptr()));  // for its backward
+    CallRecord rec = recordFor(name, desc, Phase::kForward);
     rec.start_ns = rec.end_ns = wallClockNs();  // it ran just now; orders it among its step's calls
     Tensors outputs = {{Role::kO, o}};
     if (onCuda(outputs)) rec.unattributed = "the call's kernels ran before the bootstrap's wrapper could name it";
@@ -512,6 +514,31 @@ void recordForeignCall(const at::Tensor& q, const at::Tensor& k, const at::Tenso
     if (bias) args.emplace_back("mask", *bias);
     if (!bias_note.empty()) args.emplace_back("mask_note", c10::IValue(bias_note));
     finish(std::move(rec), {{Role::kQ, q}, {Role::kK, k}, {Role::kV, v}, {Role::kO, o}}, args);
+  });
+}
+
+// torch.ops.nanprov.record_backward: the backward of a call recorded by record_call, assembled by
+// the bootstrap from tensor hooks (dO on O, then dQ, dK, dV on the call's inputs) and linked to its
+// forward by O's address, as the ATen backward ops are.
+void recordForeignBackward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& o,
+                           const at::Tensor& grad_out, const std::optional<at::Tensor>& dq,
+                           const std::optional<at::Tensor>& dk, const std::optional<at::Tensor>& dv,
+                           const std::string& op, const std::string& backend) {
+  if (t_depth > 0 || !Session::get().active()) return;
+  guarded("attention probe", [&] {
+    const AttentionOp desc = {op.c_str(), backend.c_str(), Phase::kBackward, {Role::kdQ, Role::kdK, Role::kdV}};
+    CallRecord rec = recordFor(Session::get().identity().backward(reinterpret_cast<uintptr_t>(o.data_ptr())), desc,
+                               Phase::kBackward);
+    rec.start_ns = rec.end_ns = wallClockNs();
+    Tensors outputs;
+    for (const auto& [role, grad] : {std::pair{Role::kdQ, &dq}, std::pair{Role::kdK, &dk}, std::pair{Role::kdV, &dv}}) {
+      if (*grad) outputs.emplace_back(role, **grad);
+    }
+    if (onCuda(outputs)) rec.unattributed = "the call's kernels ran before the bootstrap's hooks could name it";
+    inject(rec, outputs);
+    CallArgs args = {{"scale", c10::IValue()}, {"is_causal", c10::IValue(false)}};
+    finish(std::move(rec), concat({{Role::kQ, q}, {Role::kK, k}, {Role::kV, v}, {Role::kO, o}, {Role::kdO, grad_out}}, outputs),
+           args);
   });
 }
 
@@ -594,6 +621,8 @@ Status installAttentionProbes() {
       auto* foreign = new torch::Library(torch::Library::FRAGMENT, "nanprov", std::nullopt, __FILE__, __LINE__);
       foreign->def("record_call(Tensor q, Tensor k, Tensor v, Tensor o, Tensor? bias, float? scale, str op, "
                    "str backend, str bias_note) -> ()", &recordForeignCall);
+      foreign->def("record_backward(Tensor q, Tensor k, Tensor v, Tensor o, Tensor grad_out, Tensor? dq, Tensor? dk, "
+                   "Tensor? dv, str op, str backend) -> ()", &recordForeignBackward);
       auto sdpa = dispatcher.findSchema({"aten::scaled_dot_product_attention", ""});
       if (sdpa && want_sdpa) {
         g_sdpa = new ProbedOp(resolve(*sdpa, &kMathOp));

@@ -116,6 +116,17 @@ TEST(AttentionKinds, HandWrittenAttentionUnderProbeModule) {
   EXPECT_EQ(replay.code, 1) << replay.out;
   EXPECT_NE(replay.out.find("precision-limit"), std::string::npos) << replay.out;
 
+  // Its backward, from tensor hooks on O and the inputs, is checked and linked to the forward.
+  TrainedRun bwd = train("hand-bwd", "--probe-module HandAttention --inject 'layer=1,phase=bwd,tensor=dQ,step=1'", "",
+                         "handwritten_attention.py");
+  ASSERT_EQ(bwd.report.code, 1) << bwd.train.out;
+  EXPECT_EQ(bwd.doc["first_edge"]["phase"], "bwd");
+  EXPECT_EQ(bwd.doc["first_edge"]["step"], 1);
+  EXPECT_EQ(bwd.doc["first_edge"]["layer"], 1);
+  EXPECT_EQ(bwd.doc["first_edge"]["module"], "layers.1.attn");
+  EXPECT_EQ(strings(bwd.doc["first_edge"]["nonfinite_outputs"]), std::vector<std::string>{"dQ"});
+  EXPECT_EQ(commandJson("calls", bwd.dir, "--phase bwd --step 0").size(), 2u) << "one backward per layer";
+
   // Unprobed, only the gradient sentinel sees the NaN: outside any attention call it checked.
   TrainedRun unseen = train("hand-unseen", "", "--glitch-step 2", "handwritten_attention.py");
   EXPECT_EQ(unseen.doc["outcome"], "outside_attention") << unseen.report.out;

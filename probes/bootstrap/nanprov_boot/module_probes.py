@@ -8,9 +8,12 @@ before it (self-attention modules take one x). O is the forward's output, or its
 
 A forward hook on each matching module records the call after it ran, through
 torch.ops.nanprov.record_call: checked, named and captured like any forward call, with op
-`module:<Class>` and backend `module`. Modules are found by a global forward pre-hook that looks
-at each module object once. Gradients are not checked here (the module's backward is autograd's
-own), and a matched module that runs SDPA inside is checked twice: match the innermost module.
+`module:<Class>` and backend `module`. In training, tensor hooks then collect dO (on O) and dQ, dK,
+dV (on the inputs, one gradient per distinct tensor: a self-attention x gives dQ only), and
+torch.ops.nanprov.record_backward records the backward call, linked to its forward. The input
+gradients are the inputs' whole gradients: if Q, K or V also feed something else, that is in them.
+Modules are found by a global forward pre-hook that looks at each module object once. A matched
+module that runs SDPA inside is checked twice: match the innermost module.
 """
 import fnmatch
 import inspect
@@ -48,12 +51,36 @@ def _pick(spec, role, args, kwargs, signature):
         return None
 
 
+def _watch_backward(record_backward, op, q, k, v, o):
+    """Records the call's backward once dO and every expected input gradient arrived. The hooks only
+    read: they return None, so autograd's gradients are untouched."""
+    inputs = [("dQ", q)]
+    if k is not q:
+        inputs.append(("dK", k))
+    if v is not q and v is not k:
+        inputs.append(("dV", v))
+    expected = {name for name, t in inputs if t.requires_grad}
+    grads = {}
+
+    def arrived(name, grad):
+        grads[name] = grad.detach()
+        if "dO" in grads and expected <= grads.keys():
+            record_backward(q.detach(), k.detach(), v.detach(), o.detach(), grads["dO"], grads.get("dQ"),
+                            grads.get("dK"), grads.get("dV"), op, "module")
+
+    o.register_hook(lambda g: arrived("dO", g))
+    for name, t in inputs:
+        if t.requires_grad:
+            t.register_hook(lambda g, name=name: arrived(name, g))
+
+
 def install(torch, modules, say):
     text = os.environ.get("NANPROV_PROBE_MODULES", "")
     specs = [Spec(t) for t in text.split(";") if t]
     if not specs:
         return
     record = torch.ops.nanprov.record_call
+    record_backward = torch.ops.nanprov.record_backward
     fake = __import__("torch._subclasses.fake_tensor", fromlist=["is_fake"])
     seen = weakref.WeakKeyDictionary()  # module -> its Spec, or None: each module is matched once
 
@@ -94,6 +121,8 @@ def install(torch, modules, say):
                             f"name its arguments, e.g. '{spec.pattern}:q=query,k=key,v=value'")
                     return
                 record(q.detach(), k.detach(), v.detach(), o.detach(), None, None, op, "module", "")
+                if torch.is_grad_enabled() and o.requires_grad:
+                    _watch_backward(record_backward, op, q, k, v, o)
             except Exception as e:  # never let the probe reach the training
                 if not getattr(hook, "failed", False):
                     hook.failed = True
