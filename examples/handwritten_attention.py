@@ -52,10 +52,13 @@ def main():
     p.add_argument("--glitch-step", type=int, default=-1)
     p.add_argument("--print-losses", action="store_true", help="print each loss as an exact hex float")
     p.add_argument("--speed", action="store_true", help="print steady-state steps/s (steps after the first)")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model")
     args = p.parse_args()
     torch.manual_seed(0)
     model = Model()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    if args.compile:
+        model = torch.compile(model)
     started = None
     for step in range(args.steps):
         if step == 1:

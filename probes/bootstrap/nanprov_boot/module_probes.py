@@ -83,6 +83,7 @@ def install(torch, modules, say):
     record_backward = torch.ops.nanprov.record_backward
     fake = __import__("torch._subclasses.fake_tensor", fromlist=["is_fake"])
     seen = weakref.WeakKeyDictionary()  # module -> its Spec, or None: each module is matched once
+    ran = {"modules": False}  # whether this process ran any module (seen forgets modules that are gone)
 
     def matching(module, frame):
         name = type(module).__name__
@@ -104,9 +105,9 @@ def install(torch, modules, say):
         op = f"module:{type(module).__name__}"
 
         def hook(mod, args, kwargs, output):
+            if torch.compiler.is_compiling():
+                return
             try:
-                if torch.compiler.is_compiling():
-                    return
                 q = _pick(spec, "q", args, kwargs, signature)
                 k = _pick(spec, "k", args, kwargs, signature)
                 v = _pick(spec, "v", args, kwargs, signature)
@@ -130,12 +131,18 @@ def install(torch, modules, say):
 
         return hook
 
+    # Both hooks return at once while Dynamo traces: it traces global module hooks into the graph,
+    # and nothing here may reach a compiled graph (the WeakKeyDictionary alone breaks tracing).
+    # Compiled modules are looked at when they run eagerly, or not at all.
     def pre_hook(module, args):
+        if torch.compiler.is_compiling():
+            return
         try:
             if module in seen:
                 return
             spec = matching(module, inspect.currentframe().f_back)
             seen[module] = spec
+            ran["modules"] = True
             if spec is not None:
                 spec.matched = True
                 module.register_forward_hook(forward_hook_for(spec, module), with_kwargs=True)
@@ -145,8 +152,11 @@ def install(torch, modules, say):
     torch.nn.modules.module.register_module_forward_pre_hook(pre_hook)
 
     def unmatched():
+        if not ran["modules"]:  # a process that ran no module (an Inductor compile worker) has nothing to say
+            return
         for spec in specs:
             if not spec.matched:
-                say(f"--probe-module '{spec.text}' matched no module: nothing was checked for it")
+                say(f"--probe-module '{spec.text}' matched no module that ran eagerly: nothing was checked for it "
+                    "(modules inside torch.compile'd code run no hooks of nanprov's)")
 
     return unmatched
