@@ -15,6 +15,7 @@ def main():
     p.add_argument("--glitch-scale", type=float, default=1e20)
     p.add_argument("--padding", action="store_true", help="pad the last 2 positions (src_key_padding_mask)")
     p.add_argument("--device", default="cpu")
+    p.add_argument("--compile", action="store_true", help="torch.compile the encoder")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     p.add_argument("--print-outputs", action="store_true",
                    help="print each pass's output sum and a fresh random draw as exact hex floats (tests)")
@@ -23,6 +24,8 @@ def main():
     layer = nn.TransformerEncoderLayer(d_model=32, nhead=4, dim_feedforward=64, batch_first=True)
     model = nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False).eval()
     model = model.to(args.device, getattr(torch, args.dtype))
+    if args.compile:
+        model = torch.compile(model)
     with torch.no_grad():
         for i in range(args.passes):
             x = torch.randn(2, 8, 32).to(args.device, getattr(torch, args.dtype))

@@ -13,19 +13,28 @@ using namespace e2e;
 // PyTorch's fast path: nn.TransformerEncoder in eval() under no_grad runs each layer as one op,
 // whose attention is aten::_native_multi_head_attention. Checked, named by forward pass and layer.
 TEST(AttentionKinds, FastPathEncoderIsCheckedAndItsCleanRunIsClean) {
-  TrainedRun r = train("fast-path", "", "", "fast_path_encoder.py");
-  ASSERT_EQ(r.train.code, 0) << r.train.out;
-  EXPECT_EQ(r.report.code, 0) << r.report.out;
-  EXPECT_EQ(r.doc["outcome"], "clean");
-  EXPECT_EQ(r.doc["coverage"]["attention_calls"], 6) << "2 layers x 3 forward passes";
-  EXPECT_TRUE(r.doc["coverage"]["unprobed"].empty()) << r.report.out;
-  std::set<std::string> modules, backends;
-  for (const json& c : commandJson("calls", r.dir)) {
-    modules.insert(c["module"].get<std::string>());
-    backends.insert(c["backend"].get<std::string>());
+  // Compiled, Inductor calls the fast-path op as an extern kernel: named from the graph's module stack.
+  for (std::string mode : {"", "--compile"}) {
+    SCOPED_TRACE(mode);
+    ColdInductorCache cold("fast-path" + mode);
+    TrainedRun r = train("fast-path", "", mode, "fast_path_encoder.py");
+    ASSERT_EQ(r.train.code, 0) << r.train.out;
+    EXPECT_EQ(r.report.code, 0) << r.report.out;
+    EXPECT_EQ(r.doc["outcome"], "clean");
+    EXPECT_EQ(r.doc["step_unit"], "forward_pass");
+    EXPECT_EQ(r.doc["coverage"]["attention_calls"], 6) << "2 layers x 3 forward passes";
+    EXPECT_TRUE(r.doc["coverage"]["unprobed"].empty()) << r.report.out;
+    std::set<std::string> modules, backends;
+    std::set<int64_t> layers;
+    for (const json& c : commandJson("calls", r.dir)) {
+      modules.insert(c["module"].get<std::string>());
+      backends.insert(c["backend"].get<std::string>());
+      layers.insert(c["layer"].get<int64_t>());
+    }
+    EXPECT_EQ(modules, (std::set<std::string>{"layers.0", "layers.1"}));
+    EXPECT_EQ(layers, (std::set<int64_t>{0, 1}));
+    EXPECT_EQ(backends, (std::set<std::string>{"native_mha"}));
   }
-  EXPECT_EQ(modules, (std::set<std::string>{"layers.0", "layers.1"}));
-  EXPECT_EQ(backends, (std::set<std::string>{"native_mha"}));
 }
 
 TEST(AttentionKinds, FastPathEncoderGlitchIsFoundAtItsForwardPassAndReplays) {

@@ -268,6 +268,9 @@ def _watch_modules(lib, modules):
     return callback  # kept alive by the caller: the probes hold only its address
 
 
+# Graph nodes that make one probed attention call each at run time (the fast-path encoder layer
+# makes its one through the MHA op inside it).
+_PROBED_IN_GRAPHS = ("scaled_dot_product", "_native_multi_head_attention", "_transformer_encoder_layer_fwd")
 # Attention a compiled graph may hold that runs as no probed ATen op at run time.
 _UNPROBED_IN_GRAPHS = ("flex_attention",)
 
@@ -281,7 +284,7 @@ class _CompiledGraph:
             name = getattr(node.target, "__name__", str(node.target))
             if node.op != "call_function":
                 continue
-            if "scaled_dot_product" in name:
+            if any(probed in name for probed in _PROBED_IN_GRAPHS):
                 stack = node.meta.get("nn_module_stack") or {}
                 entries = list(stack.values())
                 self.paths.append(_dynamo_path(entries[-1][0]) if entries else "")
