@@ -1,6 +1,7 @@
 // nanprov: finds the attention call that first turned finite inputs into non-finite outputs.
 #include <iostream>
 
+#include "base/text.h"
 #include "cli/build_info.h"
 #include "cli/commands.h"
 #include "store/run_dir.h"
@@ -19,9 +20,6 @@ std::optional<RunData> openRun(const std::string& command, const std::string& gi
   if (!run.ok()) return *exit_code = fail(command, run.status()), std::nullopt;
   return std::move(*run);
 }
-
-// An exception's message can span lines (c10 appends a stack trace): keep the first.
-std::string oneLine(const std::string& text) { return text.substr(0, text.find('\n')); }
 
 }  // namespace nanprov::cli
 
@@ -72,7 +70,7 @@ int main(int argc, char** argv) {
     return kUsageError;
   } catch (const std::exception& e) {
     // Whatever a damaged input provokes that a command did not foresee: one line, never abort().
-    std::cerr << "nanprov: could not read the input: " << oneLine(e.what())
+    std::cerr << "nanprov: could not read the input: " << nanprov::firstLine(e.what())
               << "; if the run is intact, this is a nanprov bug\n";
     return kInputError;
   } catch (...) {

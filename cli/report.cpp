@@ -296,7 +296,6 @@ std::string reportText(const RunData& run, const Findings& f) {
   if (!c.module.empty()) out << ", module " << c.module;
   out << "\n";
   std::vector<std::string> finite_inputs;
-  double max_in = 0;
   for (const TensorHealth& t : c.tensors) {
     auto role = parseRole(t.role);
     bool output = role && isOutputRole(c.phase, *role);
@@ -306,12 +305,11 @@ std::string reportText(const RunData& run, const Findings& f) {
       out << "  " << (output ? "output " : "input  ") << describeBad(t) << "\n";
     } else if (!output && t.role != "mask") {
       finite_inputs.push_back(t.role);
-      max_in = std::max(max_in, t.max_abs);
     }
     if (t.masked_rows > 0) out << "  mask: " << t.masked_rows << " fully masked query rows\n";
   }
   if (!finite_inputs.empty()) {
-    out << "  finite inputs " << joined(finite_inputs, " ") << " (largest |x| " << number(max_in) << ")\n";
+    out << "  finite inputs " << joined(finite_inputs, " ") << " (largest |x| " << number(largestFiniteInput(c)) << ")\n";
     // Only worth a line when the inputs are large: then where they grew is the question.
     if (auto trail = inputTrail(run, *f.first); trail && f.origin == "attention" && trail->largest >= kLargeInput) {
       out << "    " << trailText(run, c, *trail) << "\n";

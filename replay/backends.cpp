@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 
+#include "base/text.h"
 #include "kernels/reference_attention.h"
 
 namespace nanprov::replay {
@@ -19,8 +20,6 @@ int64_t sdpBackendNumber(const std::string& backend) {
   if (backend == "cudnn") return 3;
   return 0;  // math
 }
-
-std::string firstLine(const std::string& s) { return s.substr(0, s.find('\n')); }
 
 // The usual reason a backend refuses a call, for when SDPA's own message says little
 // ("Invalid backend"). Limits as measured with torch 2.11 on the H200 (DESIGN.md).
