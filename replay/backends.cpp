@@ -171,7 +171,8 @@ StatusOr<Outputs> runBackend(const std::string& backend, const CapturedCall& cal
     at::Tensor kk = groups > 1 && backend != "math" ? k.repeat_interleave(groups, 1) : k;
     at::Tensor vv = groups > 1 && backend != "math" ? v.repeat_interleave(groups, 1) : v;
     std::optional<at::Tensor> mask = maskOn(call, device);
-    if (mask && backend != "math") mask = additiveMask(*mask, backend, q.scalar_type());
+    // Math too: its op adds the mask to the scores, so a bool one would add 1 where True.
+    if (mask) mask = additiveMask(*mask, backend, q.scalar_type());
     if (mask && backend == "efficient") mask = alignedForEfficient(*mask, call);
     const double p = 0.0;  // the reference has no dropout: every backend is judged without it
     at::Tensor o, lse;
