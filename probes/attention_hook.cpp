@@ -13,7 +13,9 @@
 #include <unordered_map>
 
 #include "probes/call_capture.h"
+#include "probes/call_recording.h"
 #include "probes/device_checks.h"
+#include "probes/foreign_calls.h"
 #include "probes/gradient_sentinel.h"
 #include "probes/roles.h"
 #include "probes/session.h"
@@ -87,33 +89,6 @@ bool probeable(const Stack& stack, size_t num_arguments) {
 // The grad mode of the code around each compiled graph running on this thread, innermost last.
 thread_local std::vector<bool> t_compiled_grad;
 
-// Where a forward call runs: its module, whether autograd's engine is running it (activation
-// checkpointing recomputing the forward inside backward), and whether gradients are on.
-ForwardSite siteOfForward() {
-  ForwardSite site;
-  site.module = Session::modulePath();
-  site.in_backward = torch::autograd::get_current_graph_task_id() != -1;
-  site.grad_enabled = t_compiled_grad.empty() ? at::GradMode::is_enabled() : t_compiled_grad.back();
-  site.grad_enabled = site.grad_enabled && !c10::InferenceMode::is_enabled();
-  site.compiled = !t_compiled_grad.empty();
-  return site;
-}
-
-// A forward call's name; a call that begins the next inference forward pass closes the last.
-CallName nameForward(const ForwardSite& site) {
-  Session& session = Session::get();
-  CallName name = session.identity().forward(site);
-  if (name.opened_step) session.stepBegan(name.step);
-  return name;
-}
-
-// The reason an exception gives, or its type when it gives none (a Python error surfacing as a
-// C++ exception can have an empty message).
-std::string reasonOf(const std::exception& e) {
-  std::string what = e.what();
-  return what.empty() ? std::string("exception of type ") + typeid(e).name() : what;
-}
-
 ProbedOp resolve(const c10::OperatorHandle& handle, const AttentionOp* desc) {
   ProbedOp probed;
   probed.desc = desc;
@@ -161,6 +136,39 @@ uintptr_t addressOf(const Tensors& tensors, Role role) {
   return 0;
 }
 
+}  // namespace
+
+// Shared with foreign_calls.cpp (probes/call_recording.h).
+
+bool insideProbedOp() { return t_depth > 0; }
+
+// Where a forward call runs: its module, whether autograd's engine is running it (activation
+// checkpointing recomputing the forward inside backward), and whether gradients are on.
+ForwardSite siteOfForward() {
+  ForwardSite site;
+  site.module = Session::modulePath();
+  site.in_backward = torch::autograd::get_current_graph_task_id() != -1;
+  site.grad_enabled = t_compiled_grad.empty() ? at::GradMode::is_enabled() : t_compiled_grad.back();
+  site.grad_enabled = site.grad_enabled && !c10::InferenceMode::is_enabled();
+  site.compiled = !t_compiled_grad.empty();
+  return site;
+}
+
+// A forward call's name; a call that begins the next inference forward pass closes the last.
+CallName nameForward(const ForwardSite& site) {
+  Session& session = Session::get();
+  CallName name = session.identity().forward(site);
+  if (name.opened_step) session.stepBegan(name.step);
+  return name;
+}
+
+// The reason an exception gives, or its type when it gives none (a Python error surfacing as a
+// C++ exception can have an empty message).
+std::string reasonOf(const std::exception& e) {
+  std::string what = e.what();
+  return what.empty() ? std::string("exception of type ") + typeid(e).name() : what;
+}
+
 CallRecord recordFor(const CallName& name, const AttentionOp& desc, Phase phase) {
   CallRecord rec;
   rec.seq = name.seq;
@@ -176,59 +184,34 @@ CallRecord recordFor(const CallName& name, const AttentionOp& desc, Phase phase)
   return rec;
 }
 
-template <typename F>
-void guarded(const char* what, F&& body) {
-  try {
-    body();
-  } catch (const std::exception& e) {
-    logOnce(what, std::string(what) + " failed, this call is not recorded: " + reasonOf(e));
-  } catch (...) {
-    logOnce(what, std::string(what) + " failed, this call is not recorded: unknown exception");
-  }
-}
-
 bool onCuda(const Tensors& tensors) { return cudaDeviceOf(tensors) >= 0; }
 
-std::string deviceOf(const Tensors& tensors) {
+static std::string deviceOf(const Tensors& tensors) {
   int device = cudaDeviceOf(tensors);
   return device < 0 ? "cpu" : "cuda:" + std::to_string(device);
 }
 
-constexpr const char* kProfilerReason =
+static constexpr const char* kProfilerReason =
     "torch.profiler was active: CUPTI serves one activity client per process, and the profiler had it";
 
-// Traces one CUDA call's kernels: an NVTX range and a CUPTI external correlation id for the
-// duration of the op, on the thread that runs it.
-class CallTrace {
- public:
-  CallTrace(const CallName& name, int rank) {
-    KernelTracer& tracer = KernelTracer::get();
-    // Checked before CUPTI is touched: registering our buffers now would take the profiler's.
-    if (torch::profiler::impl::profilerEnabled()) {
-      tracer.yield(kProfilerReason);
-    } else if (!tracer.start().ok()) {
-      reason_ = tracer.unattributedReason();
-    } else if (tracer.yielded()) {
-      tracer.reclaim();
-    }
-    std::string label = "rank" + std::to_string(rank) + ":layer" + std::to_string(name.layer) + ":call" +
-                        std::to_string(name.call);
-    traced_ = tracer.enter(name.seq, label);
-    if (!traced_ && reason_.empty()) reason_ = tracer.unattributedReason();
+CallTrace::CallTrace(const CallName& name, int rank) {
+  KernelTracer& tracer = KernelTracer::get();
+  // Checked before CUPTI is touched: registering our buffers now would take the profiler's.
+  if (torch::profiler::impl::profilerEnabled()) {
+    tracer.yield(kProfilerReason);
+  } else if (!tracer.start().ok()) {
+    reason_ = tracer.unattributedReason();
+  } else if (tracer.yielded()) {
+    tracer.reclaim();
   }
-  ~CallTrace() { KernelTracer::get().exit(); }
-  CallTrace(const CallTrace&) = delete;
-  CallTrace& operator=(const CallTrace&) = delete;
+  std::string label = "rank" + std::to_string(rank) + ":layer" + std::to_string(name.layer) + ":call" +
+                      std::to_string(name.call);
+  traced_ = tracer.enter(name.seq, label);
+  if (!traced_ && reason_.empty()) reason_ = tracer.unattributedReason();
+}
 
-  // Empty when the call's kernels are being attributed.
-  const std::string& unattributed() const { return reason_; }
+CallTrace::~CallTrace() { KernelTracer::get().exit(); }
 
- private:
-  bool traced_ = false;
-  std::string reason_;
-};
-
-// Corrupts matching outputs (only with --inject).
 void inject(CallRecord& rec, const Tensors& outputs) {
   Session& session = Session::get();
   for (const InjectionSpec& spec : session.injections()) {
@@ -241,8 +224,6 @@ void inject(CallRecord& rec, const Tensors& outputs) {
   }
 }
 
-// Measures every tensor of a finished call and records it: asynchronously on CUDA; on the CPU
-// synchronously, with the ATen op itself as the call's kernel.
 void finish(CallRecord rec, const Tensors& tensors, const CallArgs& args) {
   rec.device = deviceOf(tensors);
   if (rec.device != "cpu") {
@@ -263,6 +244,8 @@ Tensors concat(Tensors a, const Tensors& b) {
   a.insert(a.end(), b.begin(), b.end());
   return a;
 }
+
+namespace {
 
 void fusedKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack* stack) {
   const ProbedOp* probed = nullptr;
@@ -490,58 +473,6 @@ void sdpaKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack
   });
 }
 
-// torch.ops.nanprov.record_call: attention that runs no ATen op nanprov can wrap (FlexAttention's
-// higher-order op), recorded by the bootstrap's wrapper right after the call ran: checked, named
-// and captured like any forward call. `bias` is the call's effective additive mask, materialised
-// by the bootstrap when it fits: it is captured for replay, not judged as an input, because the
-// call itself (its score_mod) made it. `bias_note` says why there is none.
-void recordForeignCall(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& o,
-                       const std::optional<at::Tensor>& bias, std::optional<double> scale, const std::string& op,
-                       const std::string& backend, const std::string& bias_note) {
-  if (t_depth > 0 || !Session::get().active()) return;
-  guarded("attention probe", [&] {
-    const AttentionOp desc = {op.c_str(), backend.c_str(), Phase::kForward, {Role::kO}};
-    CallName name = nameForward(siteOfForward());
-    Session::get().identity().link(name, reinterpret_cast<uintptr_t>(o.data_ptr()));  // for its backward
-    CallRecord rec = recordFor(name, desc, Phase::kForward);
-    rec.start_ns = rec.end_ns = wallClockNs();  // it ran just now; orders it among its step's calls
-    Tensors outputs = {{Role::kO, o}};
-    if (onCuda(outputs)) rec.unattributed = "the call's kernels ran before the bootstrap's wrapper could name it";
-    inject(rec, outputs);
-    CallArgs args;
-    args.emplace_back("scale", scale ? c10::IValue(*scale) : c10::IValue());
-    args.emplace_back("is_causal", c10::IValue(false));
-    if (bias) args.emplace_back("mask", *bias);
-    if (!bias_note.empty()) args.emplace_back("mask_note", c10::IValue(bias_note));
-    finish(std::move(rec), {{Role::kQ, q}, {Role::kK, k}, {Role::kV, v}, {Role::kO, o}}, args);
-  });
-}
-
-// torch.ops.nanprov.record_backward: the backward of a call recorded by record_call, assembled by
-// the bootstrap from tensor hooks (dO on O, then dQ, dK, dV on the call's inputs) and linked to its
-// forward by O's address, as the ATen backward ops are.
-void recordForeignBackward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& o,
-                           const at::Tensor& grad_out, const std::optional<at::Tensor>& dq,
-                           const std::optional<at::Tensor>& dk, const std::optional<at::Tensor>& dv,
-                           const std::string& op, const std::string& backend) {
-  if (t_depth > 0 || !Session::get().active()) return;
-  guarded("attention probe", [&] {
-    const AttentionOp desc = {op.c_str(), backend.c_str(), Phase::kBackward, {Role::kdQ, Role::kdK, Role::kdV}};
-    CallRecord rec = recordFor(Session::get().identity().backward(reinterpret_cast<uintptr_t>(o.data_ptr())), desc,
-                               Phase::kBackward);
-    rec.start_ns = rec.end_ns = wallClockNs();
-    Tensors outputs;
-    for (const auto& [role, grad] : {std::pair{Role::kdQ, &dq}, std::pair{Role::kdK, &dk}, std::pair{Role::kdV, &dv}}) {
-      if (*grad) outputs.emplace_back(role, **grad);
-    }
-    if (onCuda(outputs)) rec.unattributed = "the call's kernels ran before the bootstrap's hooks could name it";
-    inject(rec, outputs);
-    CallArgs args = {{"scale", c10::IValue()}, {"is_causal", c10::IValue(false)}};
-    finish(std::move(rec), concat({{Role::kQ, q}, {Role::kK, k}, {Role::kV, v}, {Role::kO, o}, {Role::kdO, grad_out}}, outputs),
-           args);
-  });
-}
-
 // Kernels are traced during the first NANPROV_TRACE_STEPS steps (0: always). CUPTI costs every
 // kernel launch of the process, so after the window it is switched off; later calls are matched
 // to a traced call of the same layer, op and shapes when reported.
@@ -556,6 +487,7 @@ void flushDeviceWork(bool at_exit) {
   try {
     DeviceChecks& checks = DeviceChecks::get();
     if (at_exit) checks.drain(); else checks.poll();
+    if (!at_exit) closeStaleForeignCalls();
     pollGradientSentinel(at_exit);
     KernelTracer& tracer = KernelTracer::get();
     Session& session = Session::get();
@@ -618,11 +550,7 @@ Status installAttentionProbes() {
       g_sdp_choice = new std::optional<c10::OperatorHandle>(dispatcher.findSchema({"aten::_fused_sdp_choice", ""}));
       Session::get().setFlushHook(&flushDeviceWork);
       installGradientSentinel();
-      auto* foreign = new torch::Library(torch::Library::FRAGMENT, "nanprov", std::nullopt, __FILE__, __LINE__);
-      foreign->def("record_call(Tensor q, Tensor k, Tensor v, Tensor o, Tensor? bias, float? scale, str op, "
-                   "str backend, str bias_note) -> ()", &recordForeignCall);
-      foreign->def("record_backward(Tensor q, Tensor k, Tensor v, Tensor o, Tensor grad_out, Tensor? dq, Tensor? dk, "
-                   "Tensor? dv, str op, str backend) -> ()", &recordForeignBackward);
+      installForeignCallOps();
       auto sdpa = dispatcher.findSchema({"aten::scaled_dot_product_attention", ""});
       if (sdpa && want_sdpa) {
         g_sdpa = new ProbedOp(resolve(*sdpa, &kMathOp));

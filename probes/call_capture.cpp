@@ -31,9 +31,11 @@ constexpr int64_t kMaxExtraElements = 64;
 
 // Arguments replay cannot do without, whatever their size: the fast-path op projects Q, K and V
 // itself, so its capture holds the projection weights (aten::_native_multi_head_attention), and
-// a FlexAttention call's materialised bias stands for its score_mod and block mask.
+// a FlexAttention call's materialised bias stands for its score_mod and block mask, and packed
+// sequences need their boundaries (cu_seqlens).
 bool neededForReplay(std::string_view arg) {
-  return arg == "qkv_weight" || arg == "qkv_bias" || arg == "proj_weight" || arg == "proj_bias" || arg == "mask";
+  return arg == "qkv_weight" || arg == "qkv_bias" || arg == "proj_weight" || arg == "proj_bias" || arg == "mask" ||
+         arg == "cu_seqlens_q" || arg == "cu_seqlens_k";
 }
 
 bool capturedArgument(std::string_view name, const c10::IValue& value) {

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "probes/attention_hook.h"
+#include "probes/foreign_calls.h"
 #include "probes/session.h"
 
 namespace {
@@ -70,6 +71,9 @@ __attribute__((visibility("default"))) void nanprov_count_unprobed(const char* w
 __attribute__((visibility("default"))) void nanprov_compiled_grad_mode(int mode) {
   nanprov::setCompiledGradMode(mode);
 }
+
+// Forward calls recorded through torch.ops.nanprov.record_call on this thread so far.
+__attribute__((visibility("default"))) long long nanprov_foreign_calls() { return nanprov::foreignCallsRecorded(); }
 
 // Final flush; called from the interpreter's exit. Later calls are no-ops.
 __attribute__((visibility("default"))) void nanprov_shutdown() {

@@ -171,6 +171,10 @@ StatusOr<Outputs> runBackend(const std::string& backend, const CapturedCall& cal
     at::Tensor kk = groups > 1 && backend != "math" ? k.repeat_interleave(groups, 1) : k;
     at::Tensor vv = groups > 1 && backend != "math" ? v.repeat_interleave(groups, 1) : v;
     std::optional<at::Tensor> mask = maskOn(call, device);
+    // A bias nanprov materialised is float32 (FlexAttention's scores are); an SDPA user would pass
+    // it in the query's dtype, which the efficient kernel requires and cuDNN silently mishandles.
+    // The reference keeps it in float32.
+    if (mask && call.materialised_bias) mask = mask->to(q.scalar_type());
     // Math too: its op adds the mask to the scores, so a bool one would add 1 where True.
     if (mask) mask = additiveMask(*mask, backend, q.scalar_type());
     if (mask && backend == "efficient") mask = alignedForEfficient(*mask, call);

@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "base/numbers.h"
+#include "replay/packed_layouts.h"
 
 namespace nanprov::replay {
 namespace {
@@ -80,6 +81,20 @@ std::string CapturedCall::metaOr(const std::string& key, const std::string& fall
 
 double CapturedCall::softmaxScale() const { return scale ? *scale : 1.0 / std::sqrt(static_cast<double>(head_dim)); }
 
+CaptureTensor toCaptureTensor(const std::string& name, const at::Tensor& t) {
+  static const std::map<at::ScalarType, std::string> names = {
+      {at::kDouble, "F64"}, {at::kFloat, "F32"}, {at::kHalf, "F16"}, {at::kBFloat16, "BF16"},
+      {at::kBool, "BOOL"},  {at::kLong, "I64"},  {at::kInt, "I32"},  {at::kByte, "U8"}};
+  at::Tensor host = t.cpu().contiguous();
+  CaptureTensor out;
+  out.name = name;
+  out.dtype = names.at(host.scalar_type());
+  out.shape = host.sizes().vec();
+  const auto* bytes = static_cast<const uint8_t*>(host.data_ptr());
+  out.bytes.assign(bytes, bytes + host.nbytes());
+  return out;
+}
+
 std::string dtypeName(const at::Tensor& t) {
   std::string name = c10::toString(t.scalar_type());  // "BFloat16"
   if (name == "BFloat16") return "bfloat16";
@@ -107,11 +122,22 @@ StatusOr<CapturedCall> toCapturedCall(const CaptureFile& file, const std::string
   if (call.metaOr("op") == "aten::_native_multi_head_attention") {
     if (Status st = unpackFastPath(call); !st.ok()) return bad(st.message());
   }
+  if (Status st = toHeadsFirst(call); !st.ok()) return bad(st.message());
+  // Why the call's semantics are not all in the capture, when the probe knew (arg.mask_note: older captures).
+  std::string note = call.metaOr("arg.note", call.metaOr("arg.mask_note"));
   if (call.metaOr("op") == "flex_attention") {
-    call.meta["replay.note"] = call.has("mask")
-        ? "FlexAttention capture: the mask is the additive bias its score_mod and block mask applied, materialised by nanprov"
-        : "FlexAttention capture without its bias (" + call.metaOr("arg.mask_note", "not materialised") +
-              "): replayed as plain attention, which differs from the call";
+    if (call.has("mask")) {
+      call.materialised_bias = true;
+      call.meta["replay.note"] = "FlexAttention capture: the mask is the additive bias its score_mod and block mask applied, "
+                                 "materialised by nanprov";
+    } else {
+      call.incomplete = note.empty() ? "its score_mod and block mask were not materialised" : note;
+      call.meta["replay.note"] = "FlexAttention capture without its bias (" + call.incomplete +
+                                 "): replayed as plain attention, which differs from the call";
+    }
+  } else if (!note.empty()) {
+    call.incomplete = note;
+    call.meta["replay.note"] = note;
   }
   for (const char* role : {"Q", "K", "V"}) {
     if (!call.has(role)) return bad(std::string("no ") + role + " tensor");

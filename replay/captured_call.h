@@ -22,6 +22,9 @@ struct CapturedCall {
   bool causal = false;
   double dropout_p = 0;
   int64_t batch = 0, q_heads = 0, kv_heads = 0, s_q = 0, s_kv = 0, head_dim = 0, v_dim = 0;
+  at::Tensor valid_q, valid_kv;  // [batch, seq] bool for packed sequences unpacked with padding
+  std::string incomplete;        // what of the call the capture lacks, so replay cannot judge it
+  bool materialised_bias = false;  // the mask is a bias nanprov computed (FlexAttention's score_mod), in float32
 
   bool has(const std::string& role) const { return tensors.count(role) > 0; }
   const at::Tensor& at(const std::string& role) const { return tensors.at(role); }
@@ -30,6 +33,9 @@ struct CapturedCall {
 };
 
 StatusOr<CapturedCall> toCapturedCall(const CaptureFile& file, const std::string& source);
+
+// A tensor as a capture file holds it (for the repro's inputs).
+CaptureTensor toCaptureTensor(const std::string& name, const at::Tensor& t);
 
 // "bfloat16", as torch spells dtypes.
 std::string dtypeName(const at::Tensor& t);

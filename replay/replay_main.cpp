@@ -13,6 +13,7 @@
 #include "base/json_text.h"
 #include "replay/backends.h"
 #include "replay/captured_call.h"
+#include "replay/packed_layouts.h"
 #include "replay/replay_result.h"
 #include "replay/repro_script.h"
 #include "store/call_record.h"
@@ -122,8 +123,9 @@ Status emitRepro(const std::string& dir, const CaptureFile& file, const Captured
   if (ec) return Status::Error("cannot create " + dir + ": " + ec.message());
   CaptureFile inputs;
   inputs.metadata = {{"call", r.call}, {"note", "inputs of a call nanprov captured; see repro.py"}};
-  for (const CaptureTensor& t : file.tensors) {
-    if (t.name == "Q" || t.name == "K" || t.name == "V" || t.name == "mask" || t.name == "dO") inputs.tensors.push_back(t);
+  // The call as replayed ([batch, heads, seq, dim], packed sequences unpacked): what the script runs.
+  for (const char* role : {"Q", "K", "V", "mask", "dO"}) {
+    if (call.has(role)) inputs.tensors.push_back(toCaptureTensor(role, call.at(role)));
   }
   NANPROV_RETURN_IF_ERROR(writeCapture((fs::path(dir) / kReproInputs).string(), inputs));
   ReproSpec spec;
@@ -174,6 +176,7 @@ int replayMain(const std::string& path, std::string device_name, const std::stri
   r.phase = call->metaOr("phase", "?");
   r.op = call->metaOr("op", "?");
   r.note = call->metaOr("replay.note");
+  r.incomplete = call->incomplete;
   r.backend = call->metaOr("backend", "?");
   r.module = call->metaOr("module");
   r.captured_on = captured_on;
@@ -190,12 +193,15 @@ int replayMain(const std::string& path, std::string device_name, const std::stri
 
   auto g = runReference(*call, device.is_cuda(), &r.reference_device);
   if (!g.ok()) return fail(g.status());
+  zeroPadding(*call, *g);
   r.reference_problem = referenceProblem(*call, *g);
   Outputs l = runYardstick(*call, device);
+  zeroPadding(*call, l);
   for (const Comparison& c : compareAll(l, *g, l)) {
     if (c.nonfinite > 0) r.yardstick_nonfinite.push_back(c.role);
   }
-  auto judged = [&](BackendRun run, const Outputs& outputs) {
+  auto judged = [&](BackendRun run, Outputs outputs) {
+    zeroPadding(*call, outputs);
     run.tensors = compareAll(outputs, *g, l);
     if (!r.reference_problem.empty()) {
       for (Comparison& c : run.tensors) c.verdict = Verdict::kReferenceInvalid;

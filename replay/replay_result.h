@@ -50,6 +50,7 @@ struct ReplayResult {
   std::string call, phase, op, backend, module;
   std::string captured_on, replayed_on;  // devices
   std::string note;  // how the capture was turned into the call replayed, when not as captured
+  std::string incomplete;  // what of the call the capture lacks (a score_mod, softcap...): empty when complete
   std::string dtype;                 // of the query
   std::string main_kernel;           // of the captured call, when known
   std::vector<std::string> kernels;

@@ -50,6 +50,9 @@ RootCause findRootCause(const ReplayResult& r) {
                         "the captured inputs: ";
     if (!r.injected.empty()) {
       cause.explanation += r.injected + " was corrupted by nanprov run --inject, so the kernel itself is fine";
+    } else if (!r.incomplete.empty()) {
+      cause.explanation += "the capture does not hold all of the call (" + r.incomplete +
+                           "), so replay cannot judge it; rerun with that part of the call captured";
     } else {
       cause.explanation += "the failure is nondeterministic, or needs context the capture does not hold";
     }

@@ -63,7 +63,7 @@ TEST(AttentionKinds, FastPathEncoderGlitchIsFoundAtItsForwardPassAndReplays) {
 // FlexAttention runs as a higher-order op; the bootstrap records each eager call after it ran,
 // with the bias its score_mod applied materialised for replay.
 TEST(AttentionKinds, FlexAttentionCleanRunIsClean) {
-  TrainedRun r = train("flex", "", "", "flex_attention_inference.py");
+  TrainedRun r = train("flex", "", "", "flex_attention.py");
   ASSERT_EQ(r.train.code, 0) << r.train.out;
   EXPECT_EQ(r.report.code, 0) << r.report.out;
   EXPECT_EQ(r.doc["outcome"], "clean");
@@ -79,7 +79,7 @@ TEST(AttentionKinds, FlexAttentionCleanRunIsClean) {
 }
 
 TEST(AttentionKinds, FlexAttentionNaNScoreModIsFoundAtItsLayerAndReplays) {
-  TrainedRun r = train("flex-bad", "", "--bad-layer 1", "flex_attention_inference.py");
+  TrainedRun r = train("flex-bad", "", "--bad-layer 1", "flex_attention.py");
   ASSERT_EQ(r.report.code, 1) << r.train.out;
   const json& e = r.doc["first_edge"];
   EXPECT_EQ(r.doc["step_unit"], "forward_pass");
@@ -99,7 +99,7 @@ TEST(AttentionKinds, FlexAttentionNaNScoreModIsFoundAtItsLayerAndReplays) {
 // The probes only read: the model's outputs are bit-identical with and without nanprov (the bias
 // is materialised with a generator of nanprov's own, never the global one).
 TEST(AttentionKinds, FlexAndFastPathOutputsAreBitIdentical) {
-  for (std::string script : {"flex_attention_inference.py --print-outputs", "fast_path_encoder.py --print-outputs"}) {
+  for (std::string script : {"flex_attention.py --print-outputs", "fast_path_encoder.py --print-outputs"}) {
     SCOPED_TRACE(script);
     Result plain = sh(python() + " " + example(script) + " 2>/dev/null");
     Result probed = sh(nanprov() + " run --out " + runDir("identical-kinds").string() + " -- " + python() + " " +

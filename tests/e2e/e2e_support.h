@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace e2e {
@@ -45,26 +46,32 @@ inline fs::path runDir(const std::string& name) {
   return dir;
 }
 
+// While alive, the environment variable `name` is `value` for every command run; then it is back.
+class ScopedEnv {
+ public:
+  ScopedEnv(std::string name, const std::string& value) : name_(std::move(name)) {
+    if (const char* old = std::getenv(name_.c_str())) old_ = old;
+    setenv(name_.c_str(), value.c_str(), 1);
+  }
+  ~ScopedEnv() {
+    if (old_) setenv(name_.c_str(), old_->c_str(), 1);
+    else unsetenv(name_.c_str());
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::string name_;
+  std::optional<std::string> old_;
+};
+
 // While alive, every torch.compile in the commands run gets a cache of its own, cold. Inductor's
 // FX graph cache is keyed on the traced graph, not on what the dispatcher holds: a warm cache
 // filled by another run would hide a probe that changed what Dynamo and AOTAutograd traced.
-class ColdInductorCache {
+class ColdInductorCache : public ScopedEnv {
  public:
-  explicit ColdInductorCache(const std::string& name) {
-    fs::path dir = runDir("inductor-" + name);
-    const char* old = std::getenv("TORCHINDUCTOR_CACHE_DIR");
-    if (old) old_ = old;
-    setenv("TORCHINDUCTOR_CACHE_DIR", dir.c_str(), 1);
-  }
-  ~ColdInductorCache() {
-    if (old_) setenv("TORCHINDUCTOR_CACHE_DIR", old_->c_str(), 1);
-    else unsetenv("TORCHINDUCTOR_CACHE_DIR");
-  }
-  ColdInductorCache(const ColdInductorCache&) = delete;
-  ColdInductorCache& operator=(const ColdInductorCache&) = delete;
-
- private:
-  std::optional<std::string> old_;
+  explicit ColdInductorCache(const std::string& name)
+      : ScopedEnv("TORCHINDUCTOR_CACHE_DIR", runDir("inductor-" + name).string()) {}
 };
 
 // A training run under nanprov, and `nanprov report --json` on it.

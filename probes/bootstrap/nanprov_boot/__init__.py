@@ -14,7 +14,7 @@ import sys
 import threading
 import weakref
 
-from . import module_probes
+from . import compiled_flex, eager_flex, fa4, module_probes
 
 
 # int resolve(char* buffer, size_t capacity): writes the current module path, returns its length.
@@ -104,6 +104,7 @@ def _load(torch):
         lib.nanprov_set_module_resolver.argtypes = [_Resolver]
         lib.nanprov_count_unprobed.argtypes = [ctypes.c_char_p, ctypes.c_longlong]
         lib.nanprov_compiled_grad_mode.argtypes = [ctypes.c_int]
+        lib.nanprov_foreign_calls.restype = ctypes.c_longlong
         if lib.nanprov_start() != 0:
             message = lib.nanprov_last_error().decode(errors="replace")
             _say(f"probes not started, training continues uninstrumented: {message}")
@@ -114,7 +115,9 @@ def _load(torch):
         resolver = _watch_modules(lib, modules)
         if os.environ.get("NANPROV_COMPILED_PATHS", "1") != "0":
             _watcher.watch("torch._dynamo.output_graph", lambda m: _watch_compiled_graphs(lib, torch, m, modules))
-        _watch_flex_attention(lib, torch, modules)
+        eager_flex.install(torch, _say)
+        _watcher.watch("torch._inductor.config", lambda config: compiled_flex.install(torch, config, _say))
+        fa4.watch(_watcher, torch, _say, lambda what: lib.nanprov_count_unprobed(what.encode(), 1))
         unmatched = module_probes.install(torch, modules, _say)
         # Shutdown drops the resolver before the interpreter (and the callback) goes away.
         atexit.register(lambda: (unmatched and unmatched(), lib.nanprov_shutdown(), resolver))
@@ -271,29 +274,30 @@ def _watch_modules(lib, modules):
 # Graph nodes that make one probed attention call each at run time (the fast-path encoder layer
 # makes its one through the MHA op inside it).
 _PROBED_IN_GRAPHS = ("scaled_dot_product", "_native_multi_head_attention", "_transformer_encoder_layer_fwd")
-# Attention a compiled graph may hold that runs as no probed ATen op at run time.
-_UNPROBED_IN_GRAPHS = ("flex_attention",)
+# Attention a compiled graph may hold that runs as no probed ATen op at run time: probed only
+# where compiled_flex's Inductor pass brackets it, counted as unprobed where it did not.
+_FOREIGN_IN_GRAPHS = ("flex_attention",)
 
 
 class _CompiledGraph:
-    """One graph Dynamo compiled: its attention calls' module paths, in graph order."""
+    """One graph Dynamo compiled: its attention calls' module paths, in graph order, and how many
+    calls of each foreign kind (FlexAttention) it holds."""
 
-    def __init__(self, gm):
-        self.paths, self.unprobed = [], {}
+    def __init__(self, gm, foreign_probed):
+        self.paths, self.foreign = [], {}
         for node in gm.graph.nodes:
             name = getattr(node.target, "__name__", str(node.target))
             if node.op != "call_function":
                 continue
-            if any(probed in name for probed in _PROBED_IN_GRAPHS):
+            # By name and by text: a higher-order op's __name__ differs across torch versions
+            # ("flex_attention", or only str(target) names it).
+            foreign = [u for u in _FOREIGN_IN_GRAPHS if u in name or u in str(node.target)]
+            if foreign and "backward" not in name:
+                self.foreign[foreign[0]] = self.foreign.get(foreign[0], 0) + 1
+            if any(probed in name for probed in _PROBED_IN_GRAPHS) or (foreign and foreign_probed):
                 stack = node.meta.get("nn_module_stack") or {}
                 entries = list(stack.values())
                 self.paths.append(_dynamo_path(entries[-1][0]) if entries else "")
-            else:
-                # By name and by text: a higher-order op's __name__ differs across torch versions
-                # ("flex_attention", or only str(target) names it).
-                known = [u for u in _UNPROBED_IN_GRAPHS if u in name or u in str(node.target)]
-                if known and "backward" not in name:
-                    self.unprobed[known[0]] = self.unprobed.get(known[0], 0) + 1
         self.next = 0
 
 
@@ -310,10 +314,10 @@ def _watch_compiled_graphs(lib, torch, output_graph, modules):
     def call_user_compiler(self, gm, *args, **kwargs):
         compiled = original(self, gm, *args, **kwargs)
         try:
-            graph = _CompiledGraph(gm)
+            graph = _CompiledGraph(gm, compiled_flex.installed())
         except Exception:
             return compiled
-        if not graph.paths and not graph.unprobed:
+        if not graph.paths and not graph.foreign:
             return compiled
 
         def run(*a, **k):
@@ -322,100 +326,23 @@ def _watch_compiled_graphs(lib, torch, output_graph, modules):
                 stack = modules.compiled.stack = []
             graph.next = 0
             stack.append(graph)
-            recorded_before = getattr(modules.compiled, "flex_recorded", 0)
+            recorded_before = lib.nanprov_foreign_calls()
             lib.nanprov_compiled_grad_mode(1 if torch.is_grad_enabled() else 0)
             try:
                 return compiled(*a, **k)
             finally:
                 lib.nanprov_compiled_grad_mode(-1)
                 stack.pop()
-                # FlexAttention calls the graph ran eagerly (flex_attention compiles itself with
-                # the eager backend) were recorded by _watch_flex_attention; the rest went unseen.
-                recorded = getattr(modules.compiled, "flex_recorded", 0) - recorded_before
-                for what, n in graph.unprobed.items():
-                    n -= recorded if what == "flex_attention" else 0
+                # FlexAttention calls recorded while the graph ran: bracketed by compiled_flex's
+                # pass, or run eagerly (the eager backend); the rest went unseen.
+                unseen = sum(graph.foreign.values()) - (lib.nanprov_foreign_calls() - recorded_before)
+                for what, n in graph.foreign.items():
+                    n = min(n, unseen)
                     if n > 0:
                         lib.nanprov_count_unprobed(what.encode(), n)
+                        unseen -= n
 
         run.__wrapped__ = compiled
         return run
 
     cls.call_user_compiler = call_user_compiler
-
-
-# The most bytes a FlexAttention call's materialised bias may take; above, the capture says why
-# it has none.
-_FLEX_BIAS_BYTES = 256 << 20
-
-
-def _flex_bias(torch, query, key, score_mod, block_mask, score_buffers, mask_buffers):
-    """The additive bias a FlexAttention call applied, as one [B, H, Sq, Skv] float32 tensor, and
-    an empty note; or None and why not. score_mod(0, ...) is the bias when score_mod adds to the
-    score (checked on random scores); the block mask's mask_mod adds -inf where it hides."""
-    b, h, sq, skv = query.shape[0], query.shape[1], query.shape[2], key.shape[2]
-    if b * h * sq * skv * 4 > _FLEX_BIAS_BYTES:
-        return None, f"the bias of {b}x{h}x{sq}x{skv} is over {_FLEX_BIAS_BYTES >> 20} MiB"
-    dev = query.device
-    idx = (torch.arange(b, device=dev).view(b, 1, 1, 1), torch.arange(h, device=dev).view(1, h, 1, 1),
-           torch.arange(sq, device=dev).view(1, 1, sq, 1), torch.arange(skv, device=dev).view(1, 1, 1, skv))
-    with torch.no_grad():
-        zero = torch.zeros(b, h, sq, skv, device=dev, dtype=torch.float32)
-        bias = score_mod(zero, *idx, *score_buffers).float().expand(b, h, sq, skv)
-        # A generator of our own: drawing from the global one would shift the training's dropout.
-        gen = torch.Generator(device=dev).manual_seed(0)
-        probe = torch.randn(zero.shape, generator=gen, device=dev)
-        moved = score_mod(probe, *idx, *score_buffers).float()
-        same = torch.isclose(moved, probe + bias, rtol=1e-5, atol=1e-5, equal_nan=True)
-        if not bool(same.all()):
-            return None, "score_mod does not add to the score (soft-capping, scaling): no bias stands for it"
-        mask_mod = block_mask[-1] if isinstance(block_mask, tuple) and block_mask else None
-        if callable(mask_mod):
-            allow = mask_mod(*idx, *mask_buffers).expand(b, h, sq, skv)
-            bias = bias.masked_fill(~allow.bool(), float("-inf"))
-    return bias.contiguous(), ""
-
-
-def _watch_flex_attention(lib, torch, modules):
-    """FlexAttention runs as a higher-order op, which the dispatcher cannot wrap: its eager calls
-    are recorded from here (torch.ops.nanprov.record_call) after they ran, with the bias its
-    score_mod and block mask applied, for replay. Calls inside compiled graphs are counted as
-    unprobed where the graph is compiled (see _watch_compiled_graphs)."""
-    try:
-        hop_module = importlib.import_module("torch._higher_order_ops.flex_attention")
-        fake = importlib.import_module("torch._subclasses.fake_tensor")
-        record = torch.ops.nanprov.record_call
-    except Exception:
-        return
-    cls = hop_module.FlexAttentionHOP
-    original = cls.__call__
-    depth = threading.local()  # the HOP re-enters itself while it dispatches: record the outermost
-
-    def __call__(self, query, key, value, score_mod, block_mask, scale, *args, **kwargs):
-        outer = not getattr(depth, "n", 0)
-        depth.n = getattr(depth, "n", 0) + 1
-        try:
-            result = original(self, query, key, value, score_mod, block_mask, scale, *args, **kwargs)
-        finally:
-            depth.n -= 1
-        try:
-            if (outer and not torch.compiler.is_compiling() and isinstance(query, torch.Tensor)
-                    and not fake.is_fake(query)):
-                # After kernel_options: score_mod_other_buffers, mask_mod_other_buffers.
-                score_buffers = args[1] if len(args) > 1 else kwargs.get("score_mod_other_buffers", ())
-                mask_buffers = args[2] if len(args) > 2 else kwargs.get("mask_mod_other_buffers", ())
-                try:
-                    bias, note = _flex_bias(torch, query, key, score_mod, block_mask, tuple(score_buffers),
-                                            tuple(mask_buffers))
-                except Exception as e:  # the call is still checked; only its replay lacks the bias
-                    bias, note = None, f"materialising the bias failed: {type(e).__name__}: {e}"
-                out = result[0] if isinstance(result, tuple) else result
-                record(query.detach(), key.detach(), value.detach(), out.detach(), bias,
-                       None if scale is None else float(scale), "flex_attention", "flex", note)
-                modules.compiled.flex_recorded = getattr(modules.compiled, "flex_recorded", 0) + 1
-        except Exception as e:  # never let the probe reach the training
-            if not getattr(__call__, "warned", False):
-                __call__.warned = True
-                _say(f"FlexAttention probe failed, this call is not recorded: {type(e).__name__}: {e}")
-        return result
-
-    cls.__call__ = __call__

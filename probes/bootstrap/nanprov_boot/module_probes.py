@@ -6,11 +6,13 @@ when it holds a '.', over its module path ("layers.*.attn"). ARG is a forward ar
 (0 is the first after self) or by name; by default q=0, k=1, v=2, and a missing k or v is the one
 before it (self-attention modules take one x). O is the forward's output, or its first element.
 
-A forward hook on each matching module records the call after it ran, through
-torch.ops.nanprov.record_call: checked, named and captured like any forward call, with op
-`module:<Class>` and backend `module`. In training, tensor hooks then collect dO (on O) and dQ, dK,
-dV (on the inputs, one gradient per distinct tensor: a self-attention x gives dQ only), and
-torch.ops.nanprov.record_backward records the backward call, linked to its forward. The input
+A forward pre-hook on each matching module opens the call (torch.ops.nanprov.begin_call: named, its
+kernels traced from here) and a forward hook records it after it ran (record_call): checked, named
+and captured like any forward call, with op `module:<Class>` and backend `module`. In training,
+tensor hooks then collect dO (on O, which opens the backward call) and dQ, dK, dV (on the inputs,
+one gradient per distinct tensor: a self-attention x gives dQ only), and record_backward records
+the backward call, linked to its forward. Kernels autograd runs between dO and the last input
+gradient are attributed to the backward, including those of other branches that interleave. The input
 gradients are the inputs' whole gradients: if Q, K or V also feed something else, that is in them.
 Modules are found by a global forward pre-hook that looks at each module object once. A matched
 module that runs SDPA inside is checked twice: match the innermost module.
@@ -51,9 +53,10 @@ def _pick(spec, role, args, kwargs, signature):
         return None
 
 
-def _watch_backward(record_backward, op, q, k, v, o):
-    """Records the call's backward once dO and every expected input gradient arrived. The hooks only
-    read: they return None, so autograd's gradients are untouched."""
+def _watch_backward(ops, op, q, k, v, o):
+    """Records the call's backward once dO and every expected input gradient arrived, bracketed from
+    dO's arrival (begin_call) so the kernels autograd runs in between are attributed to it. The
+    hooks only read: they return None, so autograd's gradients are untouched."""
     inputs = [("dQ", q)]
     if k is not q:
         inputs.append(("dK", k))
@@ -64,9 +67,11 @@ def _watch_backward(record_backward, op, q, k, v, o):
 
     def arrived(name, grad):
         grads[name] = grad.detach()
+        if name == "dO":
+            ops.begin_call(q.detach(), o.detach())
         if "dO" in grads and expected <= grads.keys():
-            record_backward(q.detach(), k.detach(), v.detach(), o.detach(), grads["dO"], grads.get("dQ"),
-                            grads.get("dK"), grads.get("dV"), op, "module")
+            ops.record_backward(q.detach(), k.detach(), v.detach(), o.detach(), grads["dO"], grads.get("dQ"),
+                                grads.get("dK"), grads.get("dV"), None, False, "bhsd", None, None, op, "module")
 
     o.register_hook(lambda g: arrived("dO", g))
     for name, t in inputs:
@@ -79,9 +84,9 @@ def install(torch, modules, say):
     specs = [Spec(t) for t in text.split(";") if t]
     if not specs:
         return
-    record = torch.ops.nanprov.record_call
-    record_backward = torch.ops.nanprov.record_backward
+    ops = torch.ops.nanprov
     fake = __import__("torch._subclasses.fake_tensor", fromlist=["is_fake"])
+    empty = torch.empty(0)  # begin_call's device when the module gives no Q: the CPU, nothing traced
     seen = weakref.WeakKeyDictionary()  # module -> its Spec, or None: each module is matched once
     ran = {"modules": False}  # whether this process ran any module (seen forgets modules that are gone)
 
@@ -97,12 +102,22 @@ def install(torch, modules, say):
                     return spec
         return None
 
-    def forward_hook_for(spec, module):
+    def forward_hooks_for(spec, module):
         try:
             signature = inspect.signature(module.forward)
         except (TypeError, ValueError):
             signature = None
         op = f"module:{type(module).__name__}"
+
+        # The forward is bracketed from its pre-hook, so the kernels it runs are attributed to it.
+        def pre_hook(mod, args, kwargs):
+            if torch.compiler.is_compiling():
+                return
+            try:
+                q = _pick(spec, "q", args, kwargs, signature)
+                ops.begin_call(q.detach() if isinstance(q, torch.Tensor) and not fake.is_fake(q) else empty, None)
+            except Exception:
+                pass
 
         def hook(mod, args, kwargs, output):
             if torch.compiler.is_compiling():
@@ -116,20 +131,23 @@ def install(torch, modules, say):
                 o = output[0] if isinstance(output, (tuple, list)) and output else output
                 tensors = (q, k, v, o)
                 if not all(isinstance(t, torch.Tensor) for t in tensors) or any(fake.is_fake(t) for t in tensors):
+                    ops.abandon_call()
                     if not getattr(hook, "warned", False):
                         hook.warned = True
                         say(f"--probe-module '{spec.text}': {op} did not give tensors for Q, K, V and O; "
                             f"name its arguments, e.g. '{spec.pattern}:q=query,k=key,v=value'")
                     return
-                record(q.detach(), k.detach(), v.detach(), o.detach(), None, None, op, "module", "")
+                ops.record_call(q.detach(), k.detach(), v.detach(), o.detach(), None, None, False, "bhsd", None, None,
+                                op, "module", "")
                 if torch.is_grad_enabled() and o.requires_grad:
-                    _watch_backward(record_backward, op, q, k, v, o)
+                    _watch_backward(ops, op, q, k, v, o)
             except Exception as e:  # never let the probe reach the training
+                ops.abandon_call()
                 if not getattr(hook, "failed", False):
                     hook.failed = True
                     say(f"module probe failed, this call is not recorded: {type(e).__name__}: {e}")
 
-        return hook
+        return pre_hook, hook
 
     # Both hooks return at once while Dynamo traces: it traces global module hooks into the graph,
     # and nothing here may reach a compiled graph (the WeakKeyDictionary alone breaks tracing).
@@ -145,7 +163,9 @@ def install(torch, modules, say):
             ran["modules"] = True
             if spec is not None:
                 spec.matched = True
-                module.register_forward_hook(forward_hook_for(spec, module), with_kwargs=True)
+                before, after = forward_hooks_for(spec, module)
+                module.register_forward_pre_hook(before, with_kwargs=True)
+                module.register_forward_hook(after, with_kwargs=True)
         except Exception:
             pass
 

@@ -1,0 +1,68 @@
+// How a probed call becomes a record: named where it ran, its kernels traced while it runs, its
+// tensors measured and offered for capture. Shared by the dispatcher probes (attention_hook.cpp)
+// and the probes of attention that runs no ATen op (foreign_calls.cpp).
+#pragma once
+
+#include <exception>
+#include <string>
+
+#include "probes/call_capture.h"
+#include "probes/call_identity.h"
+#include "probes/roles.h"
+#include "probes/session.h"
+
+namespace nanprov {
+
+// True while this thread is inside a probed op: attention inside it is part of that call.
+bool insideProbedOp();
+
+// Where a forward call runs (module, recompute, grad mode), and its name there; a call that
+// begins the next inference forward pass closes the last one.
+ForwardSite siteOfForward();
+CallName nameForward(const ForwardSite& site);
+
+CallRecord recordFor(const CallName& name, const AttentionOp& desc, Phase phase);
+bool onCuda(const RoleTensors& tensors);
+RoleTensors concat(RoleTensors a, const RoleTensors& b);
+
+// Corrupts matching outputs (only with --inject).
+void inject(CallRecord& rec, const RoleTensors& outputs);
+
+// Measures every tensor of a finished call and records it: asynchronously on CUDA; on the CPU
+// synchronously, with the op itself as the call's kernel.
+void finish(CallRecord rec, const RoleTensors& tensors, const CallArgs& args);
+
+// The reason an exception gives, or its type when it gives none.
+std::string reasonOf(const std::exception& e);
+
+// Runs `body`; an exception is logged once under `what` and goes no further: the probes never
+// reach the training.
+template <typename F>
+void guarded(const char* what, F&& body) {
+  try {
+    body();
+  } catch (const std::exception& e) {
+    logOnce(what, std::string(what) + " failed, this call is not recorded: " + reasonOf(e));
+  } catch (...) {
+    logOnce(what, std::string(what) + " failed, this call is not recorded: unknown exception");
+  }
+}
+
+// Traces one CUDA call's kernels: an NVTX range and a CUPTI external correlation id from
+// construction to destruction, on the thread that runs it.
+class CallTrace {
+ public:
+  CallTrace(const CallName& name, int rank);
+  ~CallTrace();
+  CallTrace(const CallTrace&) = delete;
+  CallTrace& operator=(const CallTrace&) = delete;
+
+  // Empty when the call's kernels are being attributed.
+  const std::string& unattributed() const { return reason_; }
+
+ private:
+  bool traced_ = false;
+  std::string reason_;
+};
+
+}  // namespace nanprov

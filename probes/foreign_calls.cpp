@@ -1,0 +1,174 @@
+#include "probes/foreign_calls.h"
+
+#include <ATen/ATen.h>
+#include <torch/library.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "probes/call_recording.h"
+
+namespace nanprov {
+namespace {
+
+// One bracket opened by begin_call on this thread. Unnamed when the call is not probed (the
+// session is off, or it runs inside a probed op): brackets stay balanced either way.
+struct OpenCall {
+  std::optional<CallName> name;
+  int64_t start_ns = 0;
+  std::unique_ptr<CallTrace> trace;  // CUDA only; destroyed first, so nanprov's own check kernels are not the call's
+};
+
+thread_local std::vector<OpenCall> t_open;
+thread_local int64_t t_recorded = 0;
+
+bool probing() { return !insideProbedOp() && Session::get().active(); }
+
+void beginCall(const at::Tensor& q, const std::optional<at::Tensor>& o) {
+  OpenCall open;
+  if (probing()) {
+    guarded("attention probe", [&] {
+      Session& session = Session::get();
+      open.name = o ? session.identity().backward(reinterpret_cast<uintptr_t>(o->data_ptr()))
+                    : nameForward(siteOfForward());
+      open.start_ns = wallClockNs();
+      if (q.is_cuda()) open.trace = std::make_unique<CallTrace>(*open.name, session.rank());
+    });
+  }
+  t_open.push_back(std::move(open));
+}
+
+void abandonCall() {
+  if (!t_open.empty()) t_open.pop_back();
+}
+
+// The name a finished call gets, and its timing and kernels: from its bracket when it had one,
+// else named now by `name_now`.
+template <typename NameNow>
+CallRecord closeCall(const AttentionOp& desc, NameNow&& name_now, const RoleTensors& outputs, CallName* named) {
+  std::optional<OpenCall> open;
+  if (!t_open.empty()) {
+    open = std::move(t_open.back());
+    t_open.pop_back();
+  }
+  bool bracketed = open && open->name;
+  *named = bracketed ? *open->name : name_now();
+  CallRecord rec = recordFor(*named, desc, desc.phase);
+  rec.end_ns = wallClockNs();
+  rec.start_ns = bracketed ? open->start_ns : rec.end_ns;
+  if (bracketed && open->trace) rec.unattributed = open->trace->unattributed();
+  else if (onCuda(outputs)) rec.unattributed = "the call's kernels ran outside a bracket nanprov could trace";
+  return rec;
+}
+
+// The arguments replay reads: how the call scaled and masked, and how its tensors are laid out
+// ("bhsd"; "bshd" for FlashAttention; "thd" for packed sequences with cu_seqlens).
+CallArgs argsOf(std::optional<double> scale, bool is_causal, const std::string& layout,
+                const std::optional<at::Tensor>& cu_seqlens_q, const std::optional<at::Tensor>& cu_seqlens_k) {
+  CallArgs args;
+  args.emplace_back("scale", scale ? c10::IValue(*scale) : c10::IValue());
+  args.emplace_back("is_causal", c10::IValue(is_causal));
+  args.emplace_back("layout", c10::IValue(layout));
+  if (cu_seqlens_q) args.emplace_back("cu_seqlens_q", *cu_seqlens_q);
+  if (cu_seqlens_k) args.emplace_back("cu_seqlens_k", *cu_seqlens_k);
+  return args;
+}
+
+void recordCall(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& o,
+                const std::optional<at::Tensor>& bias, std::optional<double> scale, bool is_causal,
+                const std::string& layout, const std::optional<at::Tensor>& cu_seqlens_q,
+                const std::optional<at::Tensor>& cu_seqlens_k, const std::string& op, const std::string& backend,
+                const std::string& note) {
+  if (!probing()) {
+    abandonCall();
+    return;
+  }
+  guarded("attention probe", [&] {
+    const AttentionOp desc = {op.c_str(), backend.c_str(), Phase::kForward, {Role::kO}};
+    RoleTensors outputs = {{Role::kO, o}};
+    CallName name;
+    CallRecord rec = closeCall(desc, [] { return nameForward(siteOfForward()); }, outputs, &name);
+    Session::get().identity().link(name, reinterpret_cast<uintptr_t>(o.data_ptr()));  // for its backward
+    ++t_recorded;
+    inject(rec, outputs);
+    CallArgs args = argsOf(scale, is_causal, layout, cu_seqlens_q, cu_seqlens_k);
+    // The bias (FlexAttention's score_mod and block mask, materialised by the bootstrap) is
+    // captured for replay, not judged as an input: the call itself made it.
+    if (bias) args.emplace_back("mask", *bias);
+    if (!note.empty()) args.emplace_back("note", c10::IValue(note));
+    finish(std::move(rec), {{Role::kQ, q}, {Role::kK, k}, {Role::kV, v}, {Role::kO, o}}, args);
+  });
+}
+
+void recordBackward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& o,
+                    const at::Tensor& grad_out, const std::optional<at::Tensor>& dq, const std::optional<at::Tensor>& dk,
+                    const std::optional<at::Tensor>& dv, std::optional<double> scale, bool is_causal,
+                    const std::string& layout, const std::optional<at::Tensor>& cu_seqlens_q,
+                    const std::optional<at::Tensor>& cu_seqlens_k, const std::string& op, const std::string& backend) {
+  if (!probing()) {
+    abandonCall();
+    return;
+  }
+  guarded("attention probe", [&] {
+    const AttentionOp desc = {op.c_str(), backend.c_str(), Phase::kBackward, {Role::kdQ, Role::kdK, Role::kdV}};
+    RoleTensors outputs;
+    for (const auto& [role, grad] : {std::pair{Role::kdQ, &dq}, std::pair{Role::kdK, &dk}, std::pair{Role::kdV, &dv}}) {
+      if (*grad) outputs.emplace_back(role, **grad);
+    }
+    CallName name;
+    auto linked = [&] { return Session::get().identity().backward(reinterpret_cast<uintptr_t>(o.data_ptr())); };
+    CallRecord rec = closeCall(desc, linked, outputs, &name);
+    inject(rec, outputs);
+    finish(std::move(rec),
+           concat({{Role::kQ, q}, {Role::kK, k}, {Role::kV, v}, {Role::kO, o}, {Role::kdO, grad_out}}, outputs),
+           argsOf(scale, is_causal, layout, cu_seqlens_q, cu_seqlens_k));
+  });
+}
+
+// What the ops do on FakeTensors and meta tensors (torch.compile tracing them): nothing.
+void beginCallMeta(const at::Tensor&, const std::optional<at::Tensor>&) {}
+void recordCallMeta(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                    const std::optional<at::Tensor>&, std::optional<double>, bool, const std::string&,
+                    const std::optional<at::Tensor>&, const std::optional<at::Tensor>&, const std::string&,
+                    const std::string&, const std::string&) {}
+void recordBackwardMeta(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                        const std::optional<at::Tensor>&, const std::optional<at::Tensor>&,
+                        const std::optional<at::Tensor>&, std::optional<double>, bool, const std::string&,
+                        const std::optional<at::Tensor>&, const std::optional<at::Tensor>&, const std::string&,
+                        const std::string&) {}
+
+}  // namespace
+
+void installForeignCallOps() {
+  // Leaked on purpose, like the dispatcher probes' libraries: dropping one deregisters its ops.
+  auto* defs = new torch::Library(torch::Library::FRAGMENT, "nanprov", std::nullopt, __FILE__, __LINE__);
+  defs->def("begin_call(Tensor q, Tensor? o) -> ()");
+  defs->def("abandon_call() -> ()");
+  defs->def("record_call(Tensor q, Tensor k, Tensor v, Tensor o, Tensor? bias, float? scale, bool is_causal, "
+            "str layout, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, str op, str backend, str note) -> ()");
+  defs->def("record_backward(Tensor q, Tensor k, Tensor v, Tensor o, Tensor grad_out, Tensor? dq, Tensor? dk, "
+            "Tensor? dv, float? scale, bool is_causal, str layout, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, "
+            "str op, str backend) -> ()");
+  for (auto key : {c10::DispatchKey::CPU, c10::DispatchKey::CUDA}) {
+    auto* impl = new torch::Library(torch::Library::IMPL, "nanprov", key, __FILE__, __LINE__);
+    impl->impl("begin_call", &beginCall);
+    impl->impl("record_call", &recordCall);
+    impl->impl("record_backward", &recordBackward);
+  }
+  // abandon_call takes no tensor to dispatch on.
+  auto* any = new torch::Library(torch::Library::IMPL, "nanprov", c10::DispatchKey::CompositeExplicitAutograd,
+                                 __FILE__, __LINE__);
+  any->impl("abandon_call", &abandonCall);
+  auto* meta = new torch::Library(torch::Library::IMPL, "nanprov", c10::DispatchKey::Meta, __FILE__, __LINE__);
+  meta->impl("begin_call", &beginCallMeta);
+  meta->impl("record_call", &recordCallMeta);
+  meta->impl("record_backward", &recordBackwardMeta);
+}
+
+int64_t foreignCallsRecorded() { return t_recorded; }
+
+void closeStaleForeignCalls() { t_open.clear(); }
+
+}  // namespace nanprov

@@ -1,0 +1,126 @@
+// End-to-end: attention whose kernels run as no ATen op, in real CPU runs under `nanprov run`.
+// FlashAttention-4 is bracketed by the bootstrap's wrappers of its autograd functions; FA4 runs
+// only on Hopper and Blackwell, so here a stand-in package of its call signature and saved-tensor
+// layout (scripts/fa4_standin) is imported instead, and the GPU tests run the real one. Compiled
+// FlexAttention is bracketed inside the graph by the bootstrap's Inductor pass.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "tests/e2e/e2e_support.h"
+
+namespace {
+using namespace e2e;
+
+std::string standIn() { return std::string(NANPROV_TEST_SCRIPTS) + "/fa4_standin"; }
+
+// A layer whose scores overflow float32 inside FA4 is found at its step and layer, in both of
+// FA4's layouts, and replay blames the values, not a kernel.
+TEST(ForeignAttention, Fa4OverflowIsFoundAtItsStepAndLayerAndReplays) {
+  ScopedEnv fa4("PYTHONPATH", standIn());
+  for (std::string layout : {"", "--varlen"}) {
+    SCOPED_TRACE(layout);
+    TrainedRun r = train("fa4", "", "--dtype float32 --overflow-layer 1 --overflow-step 2 " + layout, "fa4_training.py");
+    ASSERT_EQ(r.report.code, 1) << r.train.out;
+    const json& e = r.doc["first_edge"];
+    EXPECT_EQ(e["step"], 2);
+    EXPECT_EQ(e["layer"], 1);
+    EXPECT_EQ(e["phase"], "fwd");
+    EXPECT_EQ(e["module"], "layers.1");
+    EXPECT_EQ(e["op"], layout.empty() ? "flash_attn_func" : "flash_attn_varlen_func");
+    EXPECT_EQ(e["backend"], "fa4");
+    EXPECT_EQ(strings(e["nonfinite_outputs"]), std::vector<std::string>{"O"});
+    EXPECT_EQ(r.doc["coverage"]["attention_calls"], 24) << "3 layers x 4 steps, forward and backward";
+    Result replay = sh(nanprov() + " replay " + r.dir.string() + " --json");
+    json d = json::parse(replay.out, nullptr, false);
+    ASSERT_FALSE(d.is_discarded()) << replay.out;
+    EXPECT_EQ(d["root_cause"]["class"], "precision-limit") << replay.out;
+  }
+}
+
+// Clean, every FA4 call is checked, forward and backward, and the training is untouched. A packed
+// backward capture replays through every backend and the reference with no disagreement: replay
+// unpacked the sequences, masked the padding and FA4's causal mask as FA4 applied them.
+TEST(ForeignAttention, Fa4CleanRunIsCleanAndItsPackedBackwardReplays) {
+  ScopedEnv fa4("PYTHONPATH", standIn());
+  TrainedRun r = train("fa4-clean", "--capture-every 1", "--dtype float32 --varlen --steps 2", "fa4_training.py");
+  ASSERT_EQ(r.report.code, 0) << r.train.out;
+  EXPECT_EQ(r.doc["outcome"], "clean");
+  EXPECT_EQ(r.doc["coverage"]["attention_calls"], 12);
+  std::set<std::string> phases;
+  for (const json& c : commandJson("calls", r.dir)) {
+    EXPECT_EQ(c["backend"], "fa4");
+    phases.insert(c["phase"].get<std::string>());
+  }
+  EXPECT_EQ(phases, (std::set<std::string>{"fwd", "bwd"}));
+  fs::path backward;
+  for (const auto& f : fs::directory_iterator(r.dir / "captures")) {
+    if (f.path().filename().string().find("-layer2-call3-bwd-") != std::string::npos) backward = f.path();
+  }
+  ASSERT_FALSE(backward.empty()) << "the last layer's backward at step 1 was captured";
+  Result replay = sh(nanprov() + " replay " + backward.string() + " --json");
+  json d = json::parse(replay.out, nullptr, false);
+  ASSERT_FALSE(d.is_discarded()) << replay.out;
+  EXPECT_EQ(replay.code, 0) << replay.out;
+  EXPECT_EQ(d["root_cause"]["class"], "none") << replay.out;
+  int judged = 0;
+  for (const json& b : d["backends"]) {
+    if (b["status"] != "ran") continue;
+    for (const auto& [role, t] : b["tensors"].items()) {
+      EXPECT_EQ(t["verdict"], "ok") << b["name"] << " " << role;
+      ++judged;
+    }
+  }
+  EXPECT_GE(judged, 8) << "flash_cpu and math, O and the three gradients at least";
+
+  for (std::string layout : {"", " --varlen"}) {
+    std::string args = example("fa4_training.py") + " --dtype float32 --print-losses" + layout;
+    Result plain = sh(python() + " " + args + " 2>/dev/null");
+    Result probed = sh(nanprov() + " run --out " + runDir("fa4-identical").string() + " -- " + python() + " " + args +
+                       " 2>/dev/null");
+    EXPECT_NE(plain.out.find("step 3: loss 0x"), std::string::npos) << plain.out;
+    EXPECT_EQ(plain.out, probed.out) << layout;
+  }
+}
+
+// Compiled FlexAttention runs as Inductor's own kernels; the bracket the bootstrap's pass puts in
+// the graph checks each call, named by the graph's module stack. Its capture lacks the score_mod,
+// and replay says it cannot judge the call rather than blaming nondeterminism.
+TEST(ForeignAttention, CompiledFlexAttentionIsCheckedInsideTheGraph) {
+  ColdInductorCache cold("compiled-flex");
+  TrainedRun clean = train("flex-compiled", "", "--compile", "flex_attention.py");
+  ASSERT_EQ(clean.report.code, 0) << clean.train.out;
+  EXPECT_EQ(clean.doc["coverage"]["attention_calls"], 6) << "3 layers x 2 forward passes";
+  EXPECT_TRUE(clean.doc["coverage"]["unprobed"].empty()) << clean.report.out;
+  std::set<std::string> modules;
+  for (const json& c : commandJson("calls", clean.dir)) modules.insert(c["module"].get<std::string>());
+  EXPECT_EQ(modules, (std::set<std::string>{"layers.0", "layers.1", "layers.2"}));
+
+  TrainedRun bad = train("flex-compiled-bad", "", "--compile --bad-layer 1", "flex_attention.py");
+  ASSERT_EQ(bad.report.code, 1) << bad.train.out;
+  EXPECT_EQ(bad.doc["first_edge"]["step"], 0);
+  EXPECT_EQ(bad.doc["first_edge"]["layer"], 1);
+  EXPECT_EQ(bad.doc["first_edge"]["module"], "layers.1");
+  EXPECT_EQ(bad.doc["first_edge"]["op"], "flex_attention");
+  Result replay = sh(nanprov() + " replay " + bad.dir.string() + " --json");
+  json d = json::parse(replay.out, nullptr, false);
+  ASSERT_FALSE(d.is_discarded()) << replay.out;
+  EXPECT_NE(d["note"].get<std::string>().find("compiled FlexAttention"), std::string::npos) << d["note"];
+  EXPECT_NE(d["root_cause"]["explanation"].get<std::string>().find("cannot judge"), std::string::npos) << replay.out;
+
+  std::string args = example("flex_attention.py") + " --compile --print-outputs";
+  Result plain, probed;
+  {
+    ColdInductorCache plain_cache("compiled-flex-plain");
+    plain = sh(python() + " " + args + " 2>/dev/null");
+  }
+  {
+    ColdInductorCache probed_cache("compiled-flex-probed");
+    probed = sh(nanprov() + " run --out " + runDir("flex-compiled-identical").string() + " -- " + python() + " " + args +
+                " 2>/dev/null");
+  }
+  EXPECT_NE(plain.out.find("0x"), std::string::npos) << plain.out;
+  EXPECT_EQ(plain.out, probed.out);
+}
+
+}  // namespace
