@@ -1,5 +1,7 @@
 """The overhead benchmark's model (shared/GPU.md): 8 layers, d_model 2048, 16 heads, S=2048, B=4,
-bf16, causal SDPA, AdamW. --batch 1 --seq 256 is the launch-bound variant.
+bf16, causal SDPA, AdamW. --batch 1 --seq 256 is the launch-bound variant. --attention fa4 runs
+FlashAttention-4's flash_attn_func instead of SDPA, --attention flex a compiled FlexAttention with a
+causal block mask: the variants whose attention nanprov sees through the bootstrap, not the dispatcher.
 
 --check picks what the training itself does to find NaNs, for the anchors:
   none     nothing (the baseline, and what runs under `nanprov run`)
@@ -28,10 +30,27 @@ def naive_check(t):
     return t
 
 
+def causal_attention(kind, seq):
+    """(q, k, v) in [B, H, S, D] -> causal attention output, by SDPA, FlashAttention-4 or FlexAttention."""
+    if kind == "fa4":
+        from flash_attn.cute import flash_attn_func
+
+        def fa4(q, k, v):
+            o = flash_attn_func(*(t.transpose(1, 2) for t in (q, k, v)), causal=True)
+            return (o[0] if isinstance(o, tuple) else o).transpose(1, 2)
+        return fa4
+    if kind == "flex":
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+        mask = create_block_mask(lambda b, h, q, kv: q >= kv, None, None, seq, seq, device="cuda")
+        compiled = torch.compile(flex_attention)
+        return lambda q, k, v: compiled(q, k, v, block_mask=mask)
+    return lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
 class Attention(nn.Module):
-    def __init__(self, d, heads, naive):
+    def __init__(self, d, heads, naive, attend):
         super().__init__()
-        self.heads, self.naive = heads, naive
+        self.heads, self.naive, self.attend = heads, naive, attend
         self.qkv = nn.Linear(d, 3 * d, bias=False)
         self.out = nn.Linear(d, d, bias=False)
 
@@ -42,7 +61,7 @@ class Attention(nn.Module):
             for t in (q, k, v):
                 naive_check(t)
                 t.register_hook(naive_check)
-        o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        o = self.attend(q, k, v)
         if self.naive:
             naive_check(o)
             o.register_hook(naive_check)
@@ -50,10 +69,10 @@ class Attention(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, d, heads, naive):
+    def __init__(self, d, heads, naive, attend):
         super().__init__()
         self.norm1, self.norm2 = nn.LayerNorm(d), nn.LayerNorm(d)
-        self.attn = Attention(d, heads, naive)
+        self.attn = Attention(d, heads, naive, attend)
         self.mlp = nn.Sequential(nn.Linear(d, 4 * d, bias=False), nn.GELU(), nn.Linear(4 * d, d, bias=False))
 
     def forward(self, x):
@@ -71,11 +90,13 @@ def main():
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--check", default="none", choices=["none", "anomaly", "naive"])
+    p.add_argument("--attention", default="sdpa", choices=["sdpa", "fa4", "flex"])
     args = p.parse_args()
 
     torch.manual_seed(0)
     naive = args.check == "naive"
-    model = nn.Sequential(*[Block(args.d_model, args.heads, naive) for _ in range(args.layers)]).cuda().bfloat16()
+    attend = causal_attention(args.attention, args.seq)
+    model = nn.Sequential(*[Block(args.d_model, args.heads, naive, attend) for _ in range(args.layers)]).cuda().bfloat16()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     x = torch.randn(args.batch, args.seq, args.d_model, device="cuda", dtype=torch.bfloat16)
     anomaly = torch.autograd.detect_anomaly(check_nan=True) if args.check == "anomaly" else contextlib.nullcontext()

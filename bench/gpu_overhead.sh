@@ -13,6 +13,8 @@
 # every configuration, its ratio to `none`, and the host synchronisations nanprov added per step.
 #   bench/gpu_overhead.sh [rounds] [steps]      (needs a CUDA GPU and a built nanprov on PATH)
 # BENCH_CONFIGS narrows the configurations, e.g. BENCH_CONFIGS="none nanprov checks".
+# BENCH_ATTENTION=fa4|flex runs the model with FlashAttention-4 or compiled FlexAttention (seen
+# through the bootstrap's brackets); BENCH_MODELS="gpu-bound" skips the launch-bound model.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 rounds="${1:-2}" steps="${2:-30}"
@@ -26,7 +28,7 @@ median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1
 
 bench_model() {
   local name="$1"; shift
-  local args=("$root/bench/gpu_model.py" --steps "$steps" "$@")
+  local args=("$root/bench/gpu_model.py" --steps "$steps" --attention "${BENCH_ATTENTION:-sdpa}" "$@")
   declare -A ms=()
   local syncs="?"
   for r in $(seq "$rounds"); do
@@ -41,7 +43,7 @@ bench_model() {
              grep -o '"value": *"[0-9]*"' | grep -o '[0-9]*' | head -1)"
   done
   local base; base="$(median ${ms[none]})"
-  echo "== $name ($*), $rounds rounds x $steps steps; median step time"
+  echo "== $name ($*, attention ${BENCH_ATTENTION:-sdpa}), $rounds rounds x $steps steps; median step time"
   for c in "${configs[@]}"; do
     local m; m="$(median ${ms[$c]})"
     awk -v c="$c" -v m="$m" -v b="$base" -v all="${ms[$c]}" 'BEGIN {printf "  %-8s %9.2f ms  %6.3fx   (rounds:%s)\n", c, m, m / b, all}'
@@ -50,5 +52,7 @@ bench_model() {
   echo "  host syncs added by nanprov over the whole run: $syncs ($calls attention calls checked)"
 }
 
-bench_model gpu-bound --batch 4 --seq 2048
-bench_model launch-bound --batch 1 --seq 256
+models=(${BENCH_MODELS:-gpu-bound launch-bound})
+[[ " ${models[*]} " == *" gpu-bound "* ]] && bench_model gpu-bound --batch 4 --seq 2048
+[[ " ${models[*]} " == *" launch-bound "* ]] && bench_model launch-bound --batch 1 --seq 256
+exit 0

@@ -1,5 +1,12 @@
 # Sourced by the GPU-machine scripts: configures and builds nanprov against that machine's torch
-# into build-device/ (ninja, 16 cores). Needs $root and $out; sets $py. Returns non-zero on failure.
+# into build-device/ (ninja, 16 cores). Sets $root (the checkout, also the working directory),
+# $out ($OUT, or ./device-logs) and $py, and puts the built nanprov on PATH. Returns non-zero on
+# failure.
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+out="${OUT:-$root/device-logs}"
+mkdir -p "$out"
+cd "$root"
+export PATH="$root/build-device/bin:$PATH"
 py="$(command -v python3)"
 prefix="$("$py" -c 'import torch; print(torch.utils.cmake_prefix_path)')"
 nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv,noheader | tee "$out/gpu.txt"

@@ -5,17 +5,12 @@
 # .device/include, which git ignores: `mkdir -p .device/include && cp /usr/include/sqlite3.h
 # .device/include/` before sending the tree.
 set -uo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-out="${OUT:-$root/device-logs}"
-mkdir -p "$out"
-cd "$root"
-source "$root/scripts/device-build.sh" || exit 1
+source "$(dirname "${BASH_SOURCE[0]}")/device-build.sh" || exit 1
 # NANPROV_CTEST_REGEX narrows the suite for a quick re-check (e.g. "Gpu|HealthCheck").
 (cd build-device && ctest -j 8 --timeout 600 --output-on-failure ${NANPROV_CTEST_REGEX:+-R "$NANPROV_CTEST_REGEX"} \
   >"$out/ctest.log" 2>&1)
 grep -E "tests passed|\*\*\*|Failed" "$out/ctest.log"
 
-export PATH="$root/build-device/bin:$PATH"
 nanprov doctor --python "$py" | tee "$out/doctor.txt"
 train=(python3 examples/tiny_transformer.py --device cuda --dtype bfloat16 --seq 64 --d-model 256 --heads 2
        --mask-rows --steps 4)

@@ -4,12 +4,7 @@
 # bit-identical under nanprov when compiled. `NANPROV_BENCH=1` adds bench/gpu_overhead.sh with
 # BENCH_CONFIGS (default: none nanprov nosentinel checks naive). Logs go to $OUT or ./device-logs.
 set -uo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-out="${OUT:-$root/device-logs}"
-mkdir -p "$out"
-cd "$root"
-source "$root/scripts/device-build.sh" || exit 1
-export PATH="$root/build-device/bin:$PATH"
+source "$(dirname "${BASH_SOURCE[0]}")/device-build.sh" || exit 1
 train=(python3 examples/tiny_transformer.py --device cuda --dtype bfloat16 --seq 64 --d-model 256 --heads 2
        --mask-rows --steps 4)
 # Every run compiles from a cold Inductor cache of its own: a warm one, filled by another run,
