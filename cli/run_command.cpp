@@ -40,6 +40,7 @@ struct RunOptions {
   bool no_kernels = false;
   std::vector<std::string> capture;
   std::vector<std::string> probe_modules;
+  std::vector<std::string> probe_ops;
   int64_t capture_every = 0;
   int64_t capture_bytes = kDefaultCaptureBytes;
   bool no_capture = false;
@@ -76,6 +77,27 @@ Status checkProbeModule(const std::string& spec) {
     bool name = !value.empty() && (std::isalpha(static_cast<unsigned char>(value[0])) || value[0] == '_') &&
                 std::all_of(value.begin(), value.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
     if (!position && !name) return bad(key + "=" + value + " is neither an argument position nor a name");
+  }
+  return Status::Ok();
+}
+
+// `NAMESPACE::OP[:q=ARG,k=ARG,v=ARG,o=ARG]` or a preset (probes/bootstrap/nanprov_boot/op_probes.py).
+Status checkProbeOp(const std::string& spec) {
+  auto bad = [&](const std::string& why) {
+    return Status::Error("bad --probe-op '" + spec + "': " + why + " (example: 'mylib::attn:q=Q,k=K,v=V' or 'ffpa')");
+  };
+  if (spec == "ffpa") return Status::Ok();
+  size_t sep = spec.find("::");
+  if (sep == std::string::npos || sep == 0) return bad("not NAMESPACE::OP");
+  if (spec.find(';') != std::string::npos) return bad("';' is not allowed; repeat --probe-op instead");
+  size_t colon = spec.find(':', sep + 2);
+  if (colon == sep + 2 || spec.size() == sep + 2) return bad("no operator name after '::'");
+  if (colon == std::string::npos) return Status::Ok();
+  auto pairs = splitKeyValues(spec.substr(colon + 1));
+  if (!pairs.ok()) return bad(pairs.status().message());
+  for (const auto& [key, value] : *pairs) {
+    if (key != "q" && key != "k" && key != "v" && key != "o") return bad("unknown key '" + key + "'; keys are q, k, v, o");
+    if (value.empty()) return bad(key + "= names no argument");
   }
   return Status::Ok();
 }
@@ -125,6 +147,11 @@ int run(RunOptions& opts) {
     if (Status st = checkProbeModule(spec); !st.ok()) return std::cerr << "nanprov run: " << st.message() << "\n", kUsageError;
     probe_modules += (probe_modules.empty() ? "" : ";") + spec;
   }
+  std::string probe_ops;
+  for (const std::string& spec : opts.probe_ops) {
+    if (Status st = checkProbeOp(spec); !st.ok()) return std::cerr << "nanprov run: " << st.message() << "\n", kUsageError;
+    probe_ops += (probe_ops.empty() ? "" : ";") + spec;
+  }
   std::string resolved = findExecutable(cmd.front());
   if (resolved.empty()) {  // before the run directory exists: a failed start leaves nothing behind
     std::cerr << "nanprov run: " << whyNotExecutable(cmd.front()) << "\n";
@@ -158,6 +185,7 @@ int run(RunOptions& opts) {
                            {"every", opts.capture_every},
                            {"budget_bytes", opts.capture_bytes}}},
               {"probe_modules", opts.probe_modules},
+              {"probe_ops", opts.probe_ops},
               {"trace_steps", opts.trace_steps},
               {"kernels", !opts.no_kernels}};
   writeRunJson(dir, doc);
@@ -175,6 +203,7 @@ int run(RunOptions& opts) {
       {"NANPROV_CAPTURE_BYTES", std::to_string(opts.capture_bytes)},
       {"NANPROV_CAPTURE_FIRST_EDGE", opts.no_capture ? "0" : "1"},
       {"NANPROV_PROBE_MODULES", probe_modules},
+      {"NANPROV_PROBE_OPS", probe_ops},
   };
   if (opts.no_kernels) env["NANPROV_KERNELS"] = "off";
   std::cerr << "nanprov: recording into " << dir << "\n";
@@ -216,7 +245,8 @@ void addRunCommand(CLI::App& app, int* exit_code, std::vector<std::string> wrapp
       "  nanprov run --inject 'layer=3,phase=bwd,tensor=dQ,step=5,value=nan' -- python train.py\n"
       "  nanprov run --trace-steps 0 -- python train.py     attribute every call's kernels\n"
       "  nanprov run --capture 'layer=1,phase=bwd,step=0' -- python train.py\n"
-      "  nanprov run --probe-module 'CausalSelfAttention' -- python train.py   hand-written attention\n\n"
+      "  nanprov run --probe-module 'CausalSelfAttention' -- python train.py   hand-written attention\n"
+      "  nanprov run --probe-op ffpa -- python train.py     FFPA's attention op\n\n"
       "Writes a run directory (default ./nanprov-runs/<UTC time>) with run.json and one\n"
       "rank-<r>.sqlite per rank, prints the first-failure summary when the command ends,\n"
       "and exits with the command's exit code (128+N when a signal N killed it).\n"
@@ -253,6 +283,13 @@ void addRunCommand(CLI::App& app, int* exit_code, std::vector<std::string> wrapp
                   "class-name glob, or a module-path glob when it holds a '.'; ARG is a forward argument "
                   "by position or name (default q=0,k=1,v=2). Preset: 'te' (TransformerEngine DotProductAttention). "
                   "Forward and, in training, backward (tensor hooks). Repeatable.")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  cmd->add_option("--probe-op", opts->probe_ops,
+                  "Also check a library's own attention op in PyTorch's dispatcher, NAMESPACE::OP[:q=ARG,k=ARG,v=ARG,o=ARG] "
+                  "(ARG: a schema argument name; default query, key, value; O is the argument mapped to o, else "
+                  "the op's first result). Probed like the SDPA ops, kernels named. Preset: 'ffpa' "
+                  "(FFPA's ffpa_attn::attn). Repeatable.")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_flag("--no-capture", opts->no_capture,

@@ -9,6 +9,7 @@
 
 #include <cstdlib>
 #include <mutex>
+#include <set>
 #include <typeinfo>
 #include <unordered_map>
 
@@ -247,12 +248,8 @@ Tensors concat(Tensors a, const Tensors& b) {
 
 namespace {
 
-void fusedKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack* stack) {
-  const ProbedOp* probed = nullptr;
-  if (t_depth == 0 && Session::get().active()) {
-    auto it = g_probed->find(handle.schema().name());
-    if (it != g_probed->end() && probeable(*stack, it->second.num_arguments)) probed = &it->second;
-  }
+void probeFusedCall(const ProbedOp* probed, const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack* stack) {
+  if (probed && (t_depth > 0 || !Session::get().active() || !probeable(*stack, probed->num_arguments))) probed = nullptr;
   if (!probed) {
     handle.redispatchBoxed(ks & kBelowProbe, stack);
     return;
@@ -297,6 +294,23 @@ void fusedKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stac
     finish(std::move(rec), concat(std::move(inputs), outputs), args);
   });
 }
+
+void fusedKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack* stack) {
+  auto it = g_probed->find(handle.schema().name());
+  probeFusedCall(it == g_probed->end() ? nullptr : &it->second, handle, ks, stack);
+}
+
+// An op named by --probe-op: probed as the fused SDPA ops are, with its own role map.
+class OperatorProbe : public c10::OperatorKernel {
+ public:
+  explicit OperatorProbe(ProbedOp probed) : probed_(std::move(probed)) {}
+  void operator()(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack* stack) {
+    probeFusedCall(&probed_, handle, ks, stack);
+  }
+
+ private:
+  ProbedOp probed_;
+};
 
 // PyTorch's fast-path attention op. Where it runs SDPA inside (CUDA, head_dim % 8 == 0) the fused
 // op underneath is probed with the projected Q, K, V and nothing more is recorded; where it
@@ -565,6 +579,45 @@ Status installAttentionProbes() {
     }
   });
   return result;
+}
+
+Status probeOperator(const std::string& name, const std::vector<std::pair<std::string, Role>>& roles,
+                     const std::string& backend) {
+  static std::mutex mu;
+  static std::set<std::string> probed;
+  std::lock_guard<std::mutex> lock(mu);
+  if (probed.count(name)) return Status::Ok();
+  std::string ns = name.substr(0, name.find("::")), bare = name.substr(std::min(name.size(), ns.size() + 2));
+  if (ns.empty() || bare.empty() || ns.size() == name.size()) return Status::Error("'" + name + "' is not NAMESPACE::OP");
+  auto handle = c10::Dispatcher::singleton().findSchema({name, ""});
+  if (!handle) return Status::Error("no operator " + name + " is registered");
+  const auto& args = handle->schema().arguments();
+  ProbedOp op;
+  op.num_arguments = args.size();
+  bool output_argument = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::optional<Role> role;
+    for (const auto& [arg, r] : roles) {
+      if (arg == args[i].name()) role = r;
+    }
+    if (!role) role = roleOfArgument(args[i].name());
+    if (role) op.inputs.emplace_back(i, *role);
+    else op.others.emplace_back(i, args[i].name());
+    output_argument = output_argument || (role && *role == Role::kO);
+  }
+  for (Role need : {Role::kQ, Role::kK, Role::kV}) {
+    bool found = false;
+    for (const auto& [i, r] : op.inputs) found = found || r == need;
+    if (!found) return Status::Error(name + " has no argument for " + roleName(need) + "; name it, e.g. q=ARG");
+  }
+  // Leaked with the library below: the op's description lives as long as its kernel.
+  auto* desc = new AttentionOp{(new std::string(name))->c_str(), (new std::string(backend))->c_str(), Phase::kForward,
+                               output_argument ? std::vector<Role>{} : std::vector<Role>{Role::kO}};
+  op.desc = desc;
+  auto* lib = new torch::Library(torch::Library::IMPL, ns, c10::DispatchKey::BackendSelect, __FILE__, __LINE__);
+  lib->impl(bare.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::make_unique<OperatorProbe>(std::move(op))));
+  probed.insert(name);
+  return Status::Ok();
 }
 
 }  // namespace nanprov

@@ -3,6 +3,11 @@
 // observer costs 1.16-1.20x on launch-bound steps, GPU.md).
 #pragma once
 
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "probes/roles.h"
 #include "store/status.h"
 
 namespace nanprov {
@@ -16,5 +21,13 @@ Status installAttentionProbes();
 // thread. Autograd runs a compiled training graph with gradients off, so inside one the grad
 // mode of the code that called it says whether this is inference.
 void setCompiledGradMode(int mode);
+
+// --probe-op: probes a dispatcher op outside the role table (a library's own attention op, e.g.
+// FFPA's ffpa_attn::attn) as a forward call of `backend`. Arguments get roles from `roles` (by
+// schema argument name), else from the role table; O is the argument mapped to O (an out buffer
+// the op fills), else the op's first result. Errors when the op is not registered (yet) or lacks
+// Q, K or V. Idempotent per op.
+Status probeOperator(const std::string& name, const std::vector<std::pair<std::string, Role>>& roles,
+                     const std::string& backend);
 
 }  // namespace nanprov

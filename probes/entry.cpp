@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "probes/attention_hook.h"
 #include "probes/foreign_calls.h"
@@ -70,6 +72,32 @@ __attribute__((visibility("default"))) void nanprov_count_unprobed(const char* w
 // which must not read as inference.
 __attribute__((visibility("default"))) void nanprov_compiled_grad_mode(int mode) {
   nanprov::setCompiledGradMode(mode);
+}
+
+// --probe-op: probes the dispatcher op `name` ("ffpa_attn::attn") as backend `backend`, with
+// `roles` "q=ARG,k=ARG,v=ARG,o=ARG" naming its schema arguments (any may be left out). Returns ""
+// when it is probed, else why not (the op may not be registered yet: the bootstrap retries).
+__attribute__((visibility("default"))) const char* nanprov_probe_op(const char* name, const char* roles,
+                                                                    const char* backend) {
+  static thread_local std::string why;
+  std::vector<std::pair<std::string, nanprov::Role>> mapped;
+  std::string text = roles ? roles : "";
+  for (size_t begin = 0; begin < text.size();) {
+    size_t end = text.find(',', begin);
+    if (end == std::string::npos) end = text.size();
+    std::string pair = text.substr(begin, end - begin);
+    size_t eq = pair.find('=');
+    std::string key = pair.substr(0, eq);
+    auto role = key == "q" ? nanprov::Role::kQ : key == "k" ? nanprov::Role::kK : key == "v" ? nanprov::Role::kV
+              : nanprov::Role::kO;
+    if (eq != std::string::npos && (key == "q" || key == "k" || key == "v" || key == "o")) {
+      mapped.emplace_back(pair.substr(eq + 1), role);
+    }
+    begin = end + 1;
+  }
+  nanprov::Status st = nanprov::probeOperator(name ? name : "", mapped, backend ? backend : "op");
+  why = st.ok() ? "" : st.message();
+  return why.c_str();
 }
 
 // Forward calls recorded through torch.ops.nanprov.record_call on this thread so far.

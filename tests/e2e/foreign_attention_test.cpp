@@ -124,3 +124,43 @@ TEST(ForeignAttention, CompiledFlexAttentionIsCheckedInsideTheGraph) {
 }
 
 }  // namespace
+
+namespace {
+using namespace e2e;
+
+// --probe-op ffpa, through the generic dispatcher path: FFPA is CUDA-only and not installable here,
+// so a script defines an op of FFPA's schema (ffpa_attn::attn, O an out buffer) after torch is
+// imported, as FFPA does. Found at its forward pass and layer, replayed; the training untouched.
+TEST(ForeignAttention, FfpaPresetProbesTheLibraryOpDefinedAfterTorch) {
+  std::string script = python() + " " + std::string(NANPROV_TEST_SCRIPTS) + "/ffpa_signature_attention.py";
+  fs::path dir = runDir("ffpa");
+  Result run = sh(nanprov() + " run --out " + dir.string() + " --probe-op ffpa -- " + script + " --glitch-pass 1 2>&1");
+  ASSERT_EQ(run.code, 0) << run.out;
+  json report = commandJson("report", dir);
+  const json& e = report["first_edge"];
+  EXPECT_EQ(e["step"], 1) << report.dump();
+  EXPECT_EQ(e["layer"], 0);
+  EXPECT_EQ(e["module"], "layers.0");
+  EXPECT_EQ(e["op"], "ffpa_attn::attn");
+  EXPECT_EQ(e["backend"], "ffpa");
+  EXPECT_EQ(strings(e["nonfinite_outputs"]), std::vector<std::string>{"O"});
+  EXPECT_EQ(report["coverage"]["attention_calls"], 6) << "2 layers x 3 forward passes";
+  Result replay = sh(nanprov() + " replay " + dir.string() + " --json");
+  EXPECT_NE(replay.out.find("precision-limit"), std::string::npos) << replay.out;
+
+  Result plain = sh(script + " 2>/dev/null");
+  Result probed = sh(nanprov() + " run --out " + runDir("ffpa-identical").string() + " --probe-op ffpa -- " + script +
+                     " 2>/dev/null");
+  EXPECT_NE(plain.out.find("pass 2: "), std::string::npos) << plain.out;
+  EXPECT_EQ(plain.out, probed.out);
+
+  // An op that never appears is said at exit, and the run is not called clean.
+  fs::path none = runDir("ffpa-none");
+  Result missing = sh(nanprov() + " run --out " + none.string() + " --probe-op 'nolib::attn' -- " + script + " 2>&1");
+  EXPECT_NE(missing.out.find("--probe-op 'nolib::attn': no operator nolib::attn is registered"), std::string::npos)
+      << missing.out;
+  EXPECT_EQ(sh(nanprov() + " report " + none.string()).code, 4);
+  EXPECT_EQ(sh(nanprov() + " run --out " + runDir("ffpa-bad").string() + " --probe-op 'attn' -- true").code, 2);
+}
+
+}  // namespace

@@ -14,7 +14,7 @@ import sys
 import threading
 import weakref
 
-from . import compiled_flex, eager_flex, fa4, module_probes
+from . import compiled_flex, eager_flex, fa4, module_probes, op_probes
 
 
 # int resolve(char* buffer, size_t capacity): writes the current module path, returns its length.
@@ -105,6 +105,8 @@ def _load(torch):
         lib.nanprov_count_unprobed.argtypes = [ctypes.c_char_p, ctypes.c_longlong]
         lib.nanprov_compiled_grad_mode.argtypes = [ctypes.c_int]
         lib.nanprov_foreign_calls.restype = ctypes.c_longlong
+        lib.nanprov_probe_op.restype = ctypes.c_char_p
+        lib.nanprov_probe_op.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p]
         if lib.nanprov_start() != 0:
             message = lib.nanprov_last_error().decode(errors="replace")
             _say(f"probes not started, training continues uninstrumented: {message}")
@@ -119,8 +121,10 @@ def _load(torch):
         _watcher.watch("torch._inductor.config", lambda config: compiled_flex.install(torch, config, _say))
         fa4.watch(_watcher, torch, _say, lambda what: lib.nanprov_count_unprobed(what.encode(), 1))
         unmatched = module_probes.install(torch, modules, _say)
+        ops_unmatched = op_probes.install(torch, lib, _say)
         # Shutdown drops the resolver before the interpreter (and the callback) goes away.
-        atexit.register(lambda: (unmatched and unmatched(), lib.nanprov_shutdown(), resolver))
+        atexit.register(lambda: (unmatched and unmatched(), ops_unmatched and ops_unmatched(), lib.nanprov_shutdown(),
+                                 resolver))
         _report("instrumented")
     except Exception as exc:
         _say(f"probes not loaded, training continues uninstrumented: {exc}")
