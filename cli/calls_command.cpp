@@ -94,9 +94,11 @@ void addCallsCommand(CLI::App& app, int* exit_code) {
   cmd->add_flag("--nonfinite", opts->nonfinite, "Only calls with a non-finite input or output");
   cmd->add_flag("--json", opts->json, "Print JSON for scripts");
   cmd->callback([opts, exit_code] {
-    auto run = openRun("calls", opts->run, exit_code);
+    // --nonfinite reads only the calls that are not clean, through the store's index over them.
+    auto run = openRun("calls", opts->run, exit_code, opts->nonfinite ? RunScope::kNotClean : RunScope::kAll);
     if (!run) return;
-    if (std::string missing = missingSelection(*opts, *run); !missing.empty()) {
+    std::string missing = opts->nonfinite ? "" : missingSelection(*opts, *run);
+    if (!missing.empty()) {
       std::cerr << "nanprov calls: " << missing << "\n";
       return void(*exit_code = kUsageError);
     }

@@ -20,7 +20,8 @@ int fail(const std::string& command, const Status& status);
 // `wrapped` is what followed "--" on the command line: the command to run.
 // The run named on the command line (or the newest), loaded; on failure prints the one-line
 // error for `command` and sets *exit_code.
-std::optional<RunData> openRun(const std::string& command, const std::string& given, int* exit_code);
+std::optional<RunData> openRun(const std::string& command, const std::string& given, int* exit_code,
+                               RunScope scope = RunScope::kAll);
 
 void addRunCommand(CLI::App& app, int* exit_code, std::vector<std::string> wrapped);
 void addReportCommand(CLI::App& app, int* exit_code);

@@ -32,4 +32,14 @@ Findings analyze(const std::vector<CallRecord>& calls) {
   return f;
 }
 
+Findings analyze(const RunData& run) {
+  Findings f = analyze(run.calls);
+  if (run.scope == RunScope::kEdges) {
+    f.propagation.calls = run.not_clean.calls;
+    f.propagation.layers = static_cast<int64_t>(run.not_clean.layers.size());
+    f.propagation.ranks = static_cast<int64_t>(run.not_clean.ranks.size());
+  }
+  return f;
+}
+
 }  // namespace nanprov

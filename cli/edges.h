@@ -8,6 +8,7 @@
 
 #include "probes/call_health.h"
 #include "store/call_record.h"
+#include "store/reader.h"
 
 namespace nanprov {
 
@@ -33,5 +34,9 @@ struct Findings {
 
 // `calls` must be ordered by (step, start time), as loadRun() returns them.
 Findings analyze(const std::vector<CallRecord>& calls);
+
+// The same over a loaded run; a run read for its edges only (RunScope::kEdges) takes its
+// propagation from the store's counts over the calls that are not clean.
+Findings analyze(const RunData& run);
 
 }  // namespace nanprov

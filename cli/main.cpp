@@ -13,10 +13,10 @@ int fail(const std::string& command, const Status& status) {
   return kInputError;
 }
 
-std::optional<RunData> openRun(const std::string& command, const std::string& given, int* exit_code) {
+std::optional<RunData> openRun(const std::string& command, const std::string& given, int* exit_code, RunScope scope) {
   auto dir = resolveRunDir(given);
   if (!dir.ok()) return *exit_code = fail(command, dir.status()), std::nullopt;
-  auto run = loadRun(*dir);
+  auto run = loadRun(*dir, scope);
   if (!run.ok()) return *exit_code = fail(command, run.status()), std::nullopt;
   return std::move(*run);
 }

@@ -81,7 +81,7 @@ Conclusion conclude(const RunData& run, const Findings& findings) {
     c.outcome = Outcome::kOutsideAttention;
   } else if (findings.first) {
     c.outcome = Outcome::kEdgeFound;
-  } else if (run.calls.empty()) {
+  } else if (run.total_calls == 0) {
     c.outcome = Outcome::kNothingChecked;
     c.nothing_checked_why = whyNothingChecked(run, c.unprobed);
   } else if (!c.unprobed.empty()) {

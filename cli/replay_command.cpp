@@ -31,9 +31,9 @@ constexpr const char* kBackendNames[] = {"cudnn", "flash", "efficient", "math", 
 
 // The capture a run directory points at: its first source edge's (the default capture).
 StatusOr<std::string> captureOfRun(const std::string& dir) {
-  auto run = loadRun(dir);
+  auto run = loadRun(dir, RunScope::kEdges);
   if (!run.ok()) return run.status();
-  Findings f = analyze(run->calls);
+  Findings f = analyze(*run);
   if (!f.first_source) return Status::Error(dir + " has no source edge, so nothing was captured by default; pass a capture file");
   const CallRecord& edge = run->calls[*f.first_source];
   const CaptureRecord* capture = run->captureOf(edge.rank, edge.seq);

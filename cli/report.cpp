@@ -50,7 +50,7 @@ std::string summaryLine(const RunData& run) {
   std::ostringstream out;
   bool passes = run.stepUnit() == "forward_pass";
   out << "run " << run.dir << ": " << run.ranks.size() << (run.ranks.size() == 1 ? " rank, " : " ranks, ")
-      << run.calls.size() << " attention calls checked, " << (passes ? totalSteps(run) + 1 : totalSteps(run))
+      << run.total_calls << " attention calls checked, " << (passes ? totalSteps(run) + 1 : totalSteps(run))
       << (passes ? " forward passes" : " optimizer steps");
   return out.str();
 }
@@ -65,7 +65,7 @@ std::string unprobedLine(const Conclusion& c) {
 nlohmann::json coverageJson(const RunData& run, const Conclusion& c) {
   nlohmann::json unprobed = nlohmann::json::array();
   for (const auto& [what, n] : c.unprobed) unprobed.push_back({{"what", what}, {"count", n}});
-  return {{"attention_calls", run.calls.size()}, {"unprobed", unprobed}};
+  return {{"attention_calls", run.total_calls}, {"unprobed", unprobed}};
 }
 
 nlohmann::json sentinelJson(const std::optional<SentinelFinding>& s) {
@@ -216,7 +216,7 @@ nlohmann::json reportJson(const RunData& run, const Findings& f) {
       {"nothing_checked_why", conclusion.nothing_checked_why.empty() ? nlohmann::json(nullptr)
                                                                       : nlohmann::json(conclusion.nothing_checked_why)},
       {"step_unit", run.stepUnit()},
-      {"summary", {{"ranks", run.ranks.size()}, {"calls", run.calls.size()}, {"steps", totalSteps(run)}}},
+      {"summary", {{"ranks", run.ranks.size()}, {"calls", run.total_calls}, {"steps", totalSteps(run)}}},
       {"coverage", coverageJson(run, conclusion)},
       {"gradient_sentinel", sentinelJson(conclusion.sentinel)},
       {"ranks", ranks},

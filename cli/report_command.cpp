@@ -42,9 +42,9 @@ void addReportCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("run", opts->run, "Run directory (default: the newest under ./nanprov-runs)");
   cmd->add_flag("--json", opts->json, "Print JSON for scripts");
   cmd->callback([opts, exit_code] {
-    auto run = openRun("report", opts->run, exit_code);
+    auto run = openRun("report", opts->run, exit_code, RunScope::kEdges);
     if (!run) return;
-    Findings findings = analyze(run->calls);
+    Findings findings = analyze(*run);
     if (opts->json) std::cout << jsonText(reportJson(*run, findings), 2) << "\n";
     else std::cout << reportText(*run, findings);
     *exit_code = exitCodeOf(conclude(*run, findings));

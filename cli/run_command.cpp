@@ -222,11 +222,11 @@ int run(RunOptions& opts) {
     std::cerr << "nanprov: the training process exited with code " << exit->exit_code
               << "; what it recorded is reported below\n";
   }
-  auto data = loadRun(dir);
+  auto data = loadRun(dir, RunScope::kEdges);
   if (!data.ok()) {
     std::cerr << "nanprov: nothing to report: " << data.status().message() << "\n" << processNotes(dir);
   } else {
-    std::cerr << reportText(*data, analyze(data->calls)) << "  details: nanprov report " << dir << "\n";
+    std::cerr << reportText(*data, analyze(*data)) << "  details: nanprov report " << dir << "\n";
   }
   return exit->passThroughCode();
 }

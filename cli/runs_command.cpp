@@ -26,15 +26,15 @@ json describeRun(const fs::path& dir) {
     if (doc.contains("exit_code")) row["exit_code"] = doc["exit_code"];
   }
   row["ranks"] = rankStorePaths(dir.string()).size();
-  auto run = loadRun(dir.string());
+  auto run = loadRun(dir.string(), RunScope::kEdges);
   if (!run.ok()) {
     row["calls"] = nullptr;
     row["outcome"] = "unreadable";
     row["why"] = run.status().message();
     return row;
   }
-  row["calls"] = run->calls.size();
-  row["outcome"] = outcomeName(conclude(*run, analyze(run->calls)).outcome);
+  row["calls"] = run->total_calls;
+  row["outcome"] = outcomeName(conclude(*run, analyze(*run)).outcome);
   return row;
 }
 

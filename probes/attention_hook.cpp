@@ -231,13 +231,9 @@ void finish(CallRecord rec, const Tensors& tensors, const CallArgs& args) {
     DeviceChecks::get().submit(std::move(rec), tensors, args);
     return;
   }
+  // On the CPU the call's kernel is the op itself: readers show it from the call's own row
+  // (store/reader.h), so the store does not repeat it.
   for (const auto& [role, t] : tensors) rec.tensors.push_back(measureTensor(t, role));
-  KernelRecord kernel;
-  kernel.seq = rec.seq;
-  kernel.name = rec.op;
-  kernel.start_ns = rec.start_ns;
-  kernel.end_ns = rec.end_ns;
-  Session::get().recordKernels({kernel});
   recordCheckedCall(std::move(rec), tensors, args);
 }
 

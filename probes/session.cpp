@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <set>
 
+#include "probes/call_health.h"
 #include "store/run_dir.h"
 #include "store/writer.h"
 
@@ -112,6 +113,8 @@ StoreWriter* Session::writer() {
 void Session::record(CallRecord record) {
   if (!active()) return;
   record.rank = env_.rank;
+  // Classified here, where the tensors' health is known, so readers find edges by index.
+  record.health = static_cast<int>(classify(record).kind);
   if (StoreWriter* w = writer()) w->append(std::move(record));
 }
 

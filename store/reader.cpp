@@ -4,10 +4,12 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <set>
 #include <tuple>
 
 #include "base/numbers.h"
+#include "store/call_signature.h"
 #include "store/run_dir.h"
 #include "store/schema.h"
 #include "store/sqlite_db.h"
@@ -54,14 +56,35 @@ StatusOr<sqlite::Db> openRankStore(const std::string& path, RankInfo* info) {
   return db;
 }
 
-Status loadCalls(sqlite3* db, const std::string& path, std::vector<CallRecord>* out) {
+// The calls of one store, with their tensors, ordered by seq: every call, or those of `seqs`.
+// Compact rows get their tensors back from the signature and the stored max |x|.
+// Which calls of a store to read: all, those of a list of seqs, or those that are not clean
+// (through the index over them).
+struct CallFilter {
+  std::string calls;    // condition on `c`, the calls table; empty: every call
+  std::string tensors;  // the same condition on the tensors table
+  static CallFilter all() { return {}; }
+  static CallFilter notClean() {
+    return {"c.health != 0", "seq IN (SELECT seq FROM calls WHERE health != 0)"};
+  }
+  static CallFilter of(const std::vector<int64_t>& seqs) {
+    std::string list;
+    for (int64_t seq : seqs) list += (list.empty() ? "" : ",") + std::to_string(seq);
+    return {"c.seq IN (" + list + ")", "seq IN (" + list + ")"};
+  }
+};
+
+Status loadCalls(sqlite3* db, const std::string& path, const CallFilter& filter, std::vector<CallRecord>* out) {
   auto calls = sqlite::prepare(db,
-      "SELECT seq,rank,step,layer,call,phase,IFNULL(fwd_seq,-1),op,backend,IFNULL(module,''),"
-      "start_ns,end_ns,IFNULL(injected,''),device,IFNULL(unattributed,''),recompute FROM calls ORDER BY seq");
+      "SELECT c.seq,c.rank,c.step,c.layer,c.call,c.phase,IFNULL(c.fwd_seq,-1),s.op,s.backend,IFNULL(s.module,''),"
+      "c.start_ns,c.end_ns,IFNULL(c.injected,''),s.device,IFNULL(n.text,''),c.recompute,c.health,c.max_abs,s.tensors "
+      "FROM calls c JOIN signatures s ON s.id = c.sig LEFT JOIN notes n ON n.id = c.note" +
+      (filter.calls.empty() ? std::string() : " WHERE " + filter.calls) + " ORDER BY c.seq");
   if (!calls.ok()) return notAStore(path, calls.status().message());
   auto tensors = sqlite::prepare(db,
-      "SELECT seq,role,dtype,shape,numel,nan,posinf,neginf,max_abs,all_zero,IFNULL(masked_rows,-1) "
-      "FROM tensors ORDER BY seq, rowid");  // rowid keeps the probes' role order
+      "SELECT seq,role,dtype,shape,numel,nan,posinf,neginf,max_abs,all_zero,IFNULL(masked_rows,-1) FROM tensors" +
+      (filter.tensors.empty() ? std::string() : " WHERE " + filter.tensors) +
+      " ORDER BY seq, rowid");  // rowid keeps the probes' role order
   if (!tensors.ok()) return notAStore(path, tensors.status().message());
 
   size_t first = out->size();
@@ -85,6 +108,13 @@ Status loadCalls(sqlite3* db, const std::string& path, std::vector<CallRecord>* 
     c.device = columnText(s, 13);
     c.unattributed = columnText(s, 14);
     c.recompute = sqlite3_column_int(s, 15) != 0;
+    c.health = sqlite3_column_int(s, 16);
+    if (sqlite3_column_type(s, 17) == SQLITE_BLOB) {
+      c.tensors = tensorsFromDescription(columnText(s, 18));
+      if (!fillMaxAbs(sqlite3_column_blob(s, 17), static_cast<size_t>(sqlite3_column_bytes(s, 17)), c.tensors)) {
+        return notAStore(path, "call " + std::to_string(c.seq) + " has a max_abs that does not fit its signature");
+      }
+    }
     out->push_back(std::move(c));
   }
   if (rc != SQLITE_DONE) return notAStore(path, sqlite::errorOf(db));
@@ -113,10 +143,88 @@ Status loadCalls(sqlite3* db, const std::string& path, std::vector<CallRecord>* 
   return Status::Ok();
 }
 
-Status loadKernels(sqlite3* db, const std::string& path, int rank, std::vector<KernelRecord>* out) {
+// One integer from a query with bound integer parameters, or nullopt when it gives no row.
+StatusOr<std::optional<int64_t>> queryInteger(sqlite3* db, const std::string& sql, std::initializer_list<int64_t> args) {
+  auto st = sqlite::prepare(db, sql);
+  if (!st.ok()) return st.status();
+  int i = 1;
+  for (int64_t a : args) sqlite3_bind_int64(st->get(), i++, a);
+  int rc = sqlite3_step(st->get());
+  if (rc == SQLITE_ROW && sqlite3_column_type(st->get(), 0) != SQLITE_NULL) {
+    return std::optional<int64_t>(sqlite3_column_int64(st->get(), 0));
+  }
+  if (rc != SQLITE_ROW && rc != SQLITE_DONE) return Status::Error(sqlite::errorOf(db));
+  return std::optional<int64_t>();
+}
+
+// The forward call before `seq` in its step on this rank, not a recompute: walked back by seq,
+// which grows with time on a rank, until the step changes.
+StatusOr<std::optional<int64_t>> previousForward(sqlite3* db, int64_t seq, int64_t step) {
+  auto st = sqlite::prepare(db, "SELECT seq, step, phase, recompute FROM calls WHERE seq < ? ORDER BY seq DESC");
+  if (!st.ok()) return st.status();
+  sqlite3_bind_int64(st->get(), 1, seq);
+  while (sqlite3_step(st->get()) == SQLITE_ROW) {
+    if (sqlite3_column_int64(st->get(), 1) != step) break;
+    if (columnText(st->get(), 2) == "fwd" && sqlite3_column_int(st->get(), 3) == 0) {
+      return std::optional<int64_t>(sqlite3_column_int64(st->get(), 0));
+    }
+  }
+  return std::optional<int64_t>();
+}
+
+// What the report reads of one store: its first call that is not clean and its first source
+// edge (through the index over calls that are not clean), the call before each in its step, for
+// the input trail, and on CUDA the newest traced call of the same signature, layer and phase, for
+// kernels; plus the totals over calls that are not clean.
+Status loadEdges(sqlite3* db, const std::string& path, RunData* run, std::vector<int64_t>* loaded) {
+  std::vector<int64_t> seqs;
+  auto add = [&](StatusOr<std::optional<int64_t>> found) {
+    if (found.ok() && *found) seqs.push_back(**found);
+    return found.ok() ? Status::Ok() : notAStore(path, found.status().message());
+  };
+  const std::string by_time = " ORDER BY step, start_ns, seq LIMIT 1";
+  NANPROV_RETURN_IF_ERROR(add(queryInteger(db, "SELECT seq FROM calls WHERE health != 0" + by_time, {})));
+  NANPROV_RETURN_IF_ERROR(add(queryInteger(db, "SELECT seq FROM calls WHERE health != 0 AND health = 1" + by_time, {})));
+  std::vector<int64_t> edges = seqs;
+  for (int64_t seq : edges) {
+    auto step = queryInteger(db, "SELECT step FROM calls WHERE seq = ?", {seq});
+    if (!step.ok() || !*step) return notAStore(path, "a call vanished while it was read");
+    NANPROV_RETURN_IF_ERROR(add(previousForward(db, seq, **step)));
+    // Only the traced calls (the kernels table's) are candidates: a few steps' worth, looked up by seq.
+    auto untraced_cuda = queryInteger(db,
+        "SELECT c.seq FROM calls c JOIN signatures s ON s.id = c.sig WHERE c.seq = ? AND s.device != 'cpu' "
+        "AND NOT EXISTS (SELECT 1 FROM kernels WHERE kernels.seq = c.seq)", {seq});
+    if (!untraced_cuda.ok()) return notAStore(path, untraced_cuda.status().message());
+    if (!*untraced_cuda) continue;
+    NANPROV_RETURN_IF_ERROR(add(queryInteger(db,
+        "SELECT d.seq FROM calls d, calls c WHERE c.seq = ? AND d.seq IN (SELECT DISTINCT seq FROM kernels) "
+        "AND d.sig = c.sig AND d.layer = c.layer AND d.phase = c.phase ORDER BY d.seq DESC LIMIT 1", {seq})));
+  }
+  std::sort(seqs.begin(), seqs.end());
+  seqs.erase(std::unique(seqs.begin(), seqs.end()), seqs.end());
+  if (!seqs.empty()) NANPROV_RETURN_IF_ERROR(loadCalls(db, path, CallFilter::of(seqs), &run->calls));
+  *loaded = seqs;
+  auto count = queryInteger(db, "SELECT COUNT(*) FROM calls WHERE health != 0", {});
+  if (!count.ok()) return notAStore(path, count.status().message());
+  run->not_clean.calls += **count;
+  auto layers = sqlite::prepare(db, "SELECT DISTINCT layer FROM calls WHERE health != 0");
+  if (!layers.ok()) return notAStore(path, layers.status().message());
+  while (sqlite3_step(layers->get()) == SQLITE_ROW) run->not_clean.layers.insert(sqlite3_column_int64(layers->get(), 0));
+  return Status::Ok();
+}
+
+// The kernels of one store, or of the calls `seqs` only.
+Status loadKernels(sqlite3* db, const std::string& path, int rank, const std::vector<int64_t>* seqs,
+                   std::vector<KernelRecord>* out) {
+  std::string only;
+  if (seqs) {
+    if (seqs->empty()) return Status::Ok();
+    for (int64_t seq : *seqs) only += (only.empty() ? "" : ",") + std::to_string(seq);
+  }
   auto kernels = sqlite::prepare(db,
       "SELECT seq,correlation_id,name,grid_x,grid_y,grid_z,block_x,block_y,block_z,start_ns,end_ns,"
-      "device,stream FROM kernels ORDER BY seq, start_ns, rowid");
+      "device,stream FROM kernels" + (seqs ? " WHERE seq IN (" + only + ")" : std::string()) +
+      " ORDER BY seq, start_ns, rowid");
   if (!kernels.ok()) return notAStore(path, kernels.status().message());
   sqlite3_stmt* s = kernels->get();
   int rc;
@@ -231,9 +339,17 @@ std::string RunData::stepUnit() const {
   return "optimizer_step";
 }
 
-StatusOr<RunData> loadRun(const std::string& dir) {
+// The calls a store holds, from the writer's running count (no scan).
+static int64_t callsWritten(const RankInfo& info) {
+  auto it = info.meta.find("calls_written");
+  auto n = it == info.meta.end() ? std::optional<int64_t>(0) : parseInteger(it->second, 0, INT64_MAX);
+  return n ? *n : 0;
+}
+
+StatusOr<RunData> loadRun(const std::string& dir, RunScope scope) {
   RunData run;
   run.dir = dir;
+  run.scope = scope;
   std::vector<std::string> paths = rankStorePaths(dir);
   if (paths.empty() && isRunDir(dir)) return run;
   if (paths.empty()) return storesOf(dir).status();
@@ -241,12 +357,38 @@ StatusOr<RunData> loadRun(const std::string& dir) {
     RankInfo info;
     auto db = openRankStore(path, &info);
     if (!db.ok()) return db.status();
-    NANPROV_RETURN_IF_ERROR(loadCalls(db->get(), path, &run.calls));
-    NANPROV_RETURN_IF_ERROR(loadKernels(db->get(), path, info.rank, &run.kernels));
+    if (scope == RunScope::kEdges) {
+      std::vector<int64_t> loaded;
+      int64_t not_clean_before = run.not_clean.calls;
+      NANPROV_RETURN_IF_ERROR(loadEdges(db->get(), path, &run, &loaded));
+      if (run.not_clean.calls > not_clean_before) run.not_clean.ranks.insert(info.rank);
+      NANPROV_RETURN_IF_ERROR(loadKernels(db->get(), path, info.rank, &loaded, &run.kernels));
+      run.total_calls += callsWritten(info);
+    } else if (scope == RunScope::kNotClean) {
+      NANPROV_RETURN_IF_ERROR(loadCalls(db->get(), path, CallFilter::notClean(), &run.calls));
+      NANPROV_RETURN_IF_ERROR(loadKernels(db->get(), path, info.rank, nullptr, &run.kernels));
+      run.total_calls += callsWritten(info);
+    } else {
+      size_t before = run.calls.size();
+      NANPROV_RETURN_IF_ERROR(loadCalls(db->get(), path, CallFilter::all(), &run.calls));
+      NANPROV_RETURN_IF_ERROR(loadKernels(db->get(), path, info.rank, nullptr, &run.kernels));
+      run.total_calls += static_cast<int64_t>(run.calls.size() - before);
+    }
     NANPROV_RETURN_IF_ERROR(loadCaptures(db->get(), path, info.rank, &run.captures));
     NANPROV_RETURN_IF_ERROR(loadSentinel(db->get(), path, info.rank, &run.sentinel));
     info.steps = countSteps(db->get());
     run.ranks.push_back(std::move(info));
+  }
+  // A CPU call's kernel is its ATen op, timed by the call itself; stores do not repeat it.
+  for (const CallRecord& c : run.calls) {
+    if (c.device != "cpu") continue;
+    KernelRecord k;
+    k.rank = c.rank;
+    k.seq = c.seq;
+    k.name = c.op;
+    k.start_ns = c.start_ns;
+    k.end_ns = c.end_ns;
+    run.kernels.push_back(std::move(k));
   }
   std::stable_sort(run.calls.begin(), run.calls.end(), [](const CallRecord& a, const CallRecord& b) {
     return std::tie(a.step, a.start_ns, a.rank, a.seq) < std::tie(b.step, b.start_ns, b.rank, b.seq);
@@ -314,47 +456,113 @@ StatusOr<sqlite::Stmt> prepareOneStatement(sqlite3* db, const std::string& sql, 
   return stmt;
 }
 
+// The tables `nanprov sql` shows, each as the SELECT that gives one rank store's rows (`calls`
+// has its own rank column; the others gain one).
+const std::vector<std::pair<std::string, bool>> kQueryTables = {
+    {"calls", false}, {"tensors", true}, {"kernels", true}, {"captures", true},
+    {"steps", true},  {"meta", true},    {"sentinel", true}};
+
+std::string rowsOf(const std::string& table, bool add_rank, const std::string& alias, int rank) {
+  // The store keeps a call's signature and note once; the table users query has them inline.
+  if (table == "calls") {
+    return "SELECT c.seq, c.rank, c.step, c.layer, c.call, c.phase, c.fwd_seq, c.recompute, s.op, s.backend, "
+           "s.module, c.start_ns, c.end_ns, c.injected, s.device, n.text AS unattributed, "
+           "CASE c.health WHEN 0 THEN 'clean' WHEN 1 THEN 'source' ELSE 'propagated' END AS edge FROM " +
+           alias + ".calls c JOIN " + alias + ".signatures s ON s.id = c.sig LEFT JOIN " + alias +
+           ".notes n ON n.id = c.note";
+  }
+  return std::string("SELECT ") + (add_rank ? std::to_string(rank) + " AS rank, " : "") + "* FROM " + alias + "." + table;
+}
+
+// Attaches one rank store read-only as `alias`; its rank in *rank.
+Status attachStore(sqlite3* db, const std::string& path, const std::string& alias, int* rank) {
+  RankInfo info;
+  auto check = openRankStore(path, &info);
+  if (!check.ok()) return check.status();
+  auto attach = sqlite::prepare(db, "ATTACH DATABASE ? AS " + alias);
+  if (!attach.ok()) return attach.status();
+  std::string uri = "file:" + path + "?mode=ro";
+  sqlite3_bind_text(attach->get(), 1, uri.c_str(), -1, SQLITE_TRANSIENT);
+  if (sqlite3_step(attach->get()) != SQLITE_DONE) return notAStore(path, sqlite::errorOf(db));
+  *rank = info.rank;
+  return Status::Ok();
+}
+
+// Up to SQLite's attach limit, the tables are views over the attached stores: nothing is copied.
+Status viewsOverStores(sqlite3* db, const std::vector<std::string>& paths) {
+  std::map<std::string, std::string> unions;
+  for (size_t i = 0; i < paths.size(); ++i) {
+    std::string alias = "r" + std::to_string(i);
+    int rank = 0;
+    NANPROV_RETURN_IF_ERROR(attachStore(db, paths[i], alias, &rank));
+    for (const auto& [table, add_rank] : kQueryTables) {
+      unions[table] += (i ? " UNION ALL " : "") + rowsOf(table, add_rank, alias, rank);
+    }
+  }
+  std::string views;
+  for (const auto& [table, rows] : unions) views += "CREATE TEMP VIEW " + table + " AS " + rows + "; ";
+  return sqlite::exec(db, views);
+}
+
+// Records the tables a statement reads while it is prepared, then asks the query guard.
+struct TableReads {
+  QueryGuard guard;
+  std::set<std::string> tables;
+  static int authorize(void* self, int action, const char* a, const char* b, const char* c, const char* d) {
+    auto* reads = static_cast<TableReads*>(self);
+    if (action == SQLITE_READ && a) reads->tables.insert(a);
+    return QueryGuard::authorize(&reads->guard, action, a, b, c, d);
+  }
+};
+
+// Beyond SQLite's attach limit (10 in most builds) the tables a query reads are copied into a
+// private temporary database, attaching the stores a batch at a time. Only the tables the query
+// reads are copied, so `SELECT COUNT(*) FROM calls` over 128 ranks copies calls alone.
+Status tablesFromStores(sqlite3* db, const std::vector<std::string>& paths, const std::string& sql, int batch) {
+  int rank = 0;
+  NANPROV_RETURN_IF_ERROR(attachStore(db, paths[0], "r0", &rank));
+  std::string shapes;
+  for (const auto& [table, add_rank] : kQueryTables) {
+    shapes += "CREATE TABLE " + table + " AS " + rowsOf(table, add_rank, "r0", rank) + " LIMIT 0; ";
+  }
+  NANPROV_RETURN_IF_ERROR(sqlite::exec(db, shapes + "DETACH DATABASE r0;"));
+  TableReads reads;
+  sqlite3_set_authorizer(db, &TableReads::authorize, &reads);
+  auto probe = prepareOneStatement(db, sql, &reads.guard);
+  sqlite3_set_authorizer(db, nullptr, nullptr);
+  if (!probe.ok()) return probe.status();
+  for (size_t first = 0; first < paths.size(); first += static_cast<size_t>(batch)) {
+    size_t last = std::min(paths.size(), first + static_cast<size_t>(batch));
+    std::string copy = "BEGIN; ", detach;
+    for (size_t i = first; i < last; ++i) {
+      std::string alias = "r" + std::to_string(i - first);
+      NANPROV_RETURN_IF_ERROR(attachStore(db, paths[i], alias, &rank));
+      for (const auto& [table, add_rank] : kQueryTables) {
+        if (reads.tables.count(table)) copy += "INSERT INTO main." + table + " " + rowsOf(table, add_rank, alias, rank) + "; ";
+      }
+      detach += "DETACH DATABASE " + alias + "; ";
+    }
+    NANPROV_RETURN_IF_ERROR(sqlite::exec(db, copy + "COMMIT; " + detach));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 StatusOr<QueryResult> queryRun(const std::string& dir, const std::string& sql) {
   auto paths = storesOf(dir);
   if (!paths.ok()) return paths.status();
-  auto db = sqlite::open(":memory:", sqlite::Mode::kReadWriteCreate);
+  // "": a private temporary database on disk, for the copies a run of many ranks needs.
+  auto db = sqlite::open("", sqlite::Mode::kReadWriteCreate);
   if (!db.ok()) return db.status();
   sqlite3* raw = db->get();
-  if (static_cast<int>(paths->size()) > sqlite3_limit(raw, SQLITE_LIMIT_ATTACHED, -1)) {
-    return Status::Error("this run has " + std::to_string(paths->size()) + " rank stores, and this SQLite attaches at most " +
-                         std::to_string(sqlite3_limit(raw, SQLITE_LIMIT_ATTACHED, -1)) +
-                         " at once; nanprov report, calls and kernels read them all");
+  int attachable = sqlite3_limit(raw, SQLITE_LIMIT_ATTACHED, -1);
+  if (static_cast<int>(paths->size()) <= attachable) {
+    NANPROV_RETURN_IF_ERROR(viewsOverStores(raw, *paths));
+  } else {
+    NANPROV_RETURN_IF_ERROR(tablesFromStores(raw, *paths, sql, attachable));
   }
-
-  std::string calls, tensors, kernels, captures, steps, meta, sentinel;
-  for (size_t i = 0; i < paths->size(); ++i) {
-    RankInfo info;
-    auto check = openRankStore((*paths)[i], &info);
-    if (!check.ok()) return check.status();
-    std::string alias = "r" + std::to_string(i);
-    auto attach = sqlite::prepare(raw, "ATTACH DATABASE ? AS " + alias);
-    if (!attach.ok()) return attach.status();
-    std::string uri = "file:" + (*paths)[i] + "?mode=ro";
-    sqlite3_bind_text(attach->get(), 1, uri.c_str(), -1, SQLITE_TRANSIENT);
-    if (sqlite3_step(attach->get()) != SQLITE_DONE) return notAStore((*paths)[i], sqlite::errorOf(raw));
-    std::string rank = std::to_string(info.rank);
-    std::string sep = i ? " UNION ALL " : "";
-    calls += sep + "SELECT * FROM " + alias + ".calls";
-    tensors += sep + "SELECT " + rank + " AS rank, * FROM " + alias + ".tensors";
-    kernels += sep + "SELECT " + rank + " AS rank, * FROM " + alias + ".kernels";
-    captures += sep + "SELECT " + rank + " AS rank, * FROM " + alias + ".captures";
-    steps += sep + "SELECT " + rank + " AS rank, * FROM " + alias + ".steps";
-    sentinel += sep + "SELECT " + rank + " AS rank, * FROM " + alias + ".sentinel";
-    meta += sep + "SELECT " + rank + " AS rank, * FROM " + alias + ".meta";
-  }
-  NANPROV_RETURN_IF_ERROR(sqlite::exec(raw,
-      "CREATE TEMP VIEW calls AS " + calls + "; CREATE TEMP VIEW tensors AS " + tensors +
-      "; CREATE TEMP VIEW kernels AS " + kernels + "; CREATE TEMP VIEW captures AS " + captures +
-      "; CREATE TEMP VIEW steps AS " + steps + "; CREATE TEMP VIEW meta AS " + meta +
-      "; CREATE TEMP VIEW sentinel AS " + sentinel +
-      "; PRAGMA query_only=ON;"));
+  NANPROV_RETURN_IF_ERROR(sqlite::exec(raw, "PRAGMA query_only=ON;"));
 
   QueryGuard guard;
   sqlite3_set_authorizer(raw, &QueryGuard::authorize, &guard);

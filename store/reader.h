@@ -4,6 +4,7 @@
 
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -19,11 +20,27 @@ struct RankInfo {
   int64_t steps = 0;  // step boundaries recorded
 };
 
+// How much of a run to read. kEdges is what the report needs, at any run size: per rank the first
+// call that is not clean and the first source edge (found through the store's index), the calls
+// around them it shows, and totals. kNotClean is every call that is not clean (`calls
+// --nonfinite`); kAll is every call.
+enum class RunScope { kAll, kNotClean, kEdges };
+
+// Over the calls that are not clean, counted by the store (kEdges) rather than loaded.
+struct NotClean {
+  int64_t calls = 0;
+  std::set<int64_t> layers;
+  std::set<int> ranks;
+};
+
 struct RunData {
   std::string dir;
+  RunScope scope = RunScope::kAll;
+  int64_t total_calls = 0;  // checked calls over all ranks, loaded or not
   std::vector<RankInfo> ranks;
-  std::vector<CallRecord> calls;  // all ranks, ordered by (step, start_ns, rank, seq)
-  std::vector<KernelRecord> kernels;  // ordered by rank, then seq, then start
+  std::vector<CallRecord> calls;  // all ranks (kEdges: the edges and their context), ordered by (step, start_ns, rank, seq)
+  NotClean not_clean;             // kEdges only
+  std::vector<KernelRecord> kernels;  // ordered by rank, then seq, then start; a CPU call's is its op
   std::vector<CaptureRecord> captures;  // per rank in the order decided
   std::vector<SentinelRecord> sentinel;  // per rank: the first step whose gradients went non-finite
 
@@ -41,7 +58,7 @@ struct RunData {
 
 // A run directory whose processes recorded nothing (no rank store: no attention ran, or the
 // training died first) loads as a run with no ranks; a directory that is not a run is an error.
-StatusOr<RunData> loadRun(const std::string& dir);
+StatusOr<RunData> loadRun(const std::string& dir, RunScope scope = RunScope::kAll);
 
 // Result of a read-only query over all ranks (`nanprov sql`).
 struct QueryResult {

@@ -7,6 +7,18 @@ CREATE TABLE IF NOT EXISTS meta (
   key   TEXT PRIMARY KEY,
   value TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS signatures (
+  id       INTEGER PRIMARY KEY,
+  op       TEXT NOT NULL,
+  backend  TEXT NOT NULL,
+  module   TEXT,
+  device   TEXT NOT NULL,
+  tensors  TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS notes (
+  id   INTEGER PRIMARY KEY,
+  text TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS calls (
   seq      INTEGER PRIMARY KEY,
   rank     INTEGER NOT NULL,
@@ -16,15 +28,15 @@ CREATE TABLE IF NOT EXISTS calls (
   phase    TEXT NOT NULL CHECK (phase IN ('fwd', 'bwd')),
   fwd_seq  INTEGER,
   recompute INTEGER NOT NULL DEFAULT 0,
-  op       TEXT NOT NULL,
-  backend  TEXT NOT NULL,
-  module   TEXT,
+  sig      INTEGER NOT NULL,
   start_ns INTEGER NOT NULL,
   end_ns   INTEGER NOT NULL,
   injected TEXT,
-  device   TEXT NOT NULL,
-  unattributed TEXT
+  note     INTEGER,
+  health   INTEGER NOT NULL DEFAULT 0,
+  max_abs  BLOB
 );
+CREATE INDEX IF NOT EXISTS calls_not_clean ON calls(step, start_ns) WHERE health != 0;
 CREATE TABLE IF NOT EXISTS tensors (
   seq         INTEGER NOT NULL,
   role        TEXT NOT NULL,

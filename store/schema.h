@@ -4,8 +4,10 @@
 
 namespace nanprov {
 
-// 2: kernels, calls.device, calls.unattributed; 3: captures; 4: calls.recompute, sentinel
-inline constexpr int kSchemaVersion = 4;
+// 2: kernels, calls.device, calls.unattributed; 3: captures; 4: calls.recompute, sentinel;
+// 5: signatures and notes stored once, calls.health with an index over the calls that are not
+// clean, tensor rows only for calls that are not plain clean ones (calls.max_abs for those).
+inline constexpr int kSchemaVersion = 5;
 
 // Idempotent: every statement is CREATE ... IF NOT EXISTS.
 extern const char* const kSchemaSql;

@@ -10,9 +10,12 @@
 #include <filesystem>
 #include <iterator>
 #include <mutex>
+#include <optional>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
+#include "store/call_signature.h"
 #include "store/schema.h"
 #include "store/sqlite_db.h"
 
@@ -33,14 +36,18 @@ struct StepRow {
 
 // Prepared statements reused for every batch.
 struct Statements {
-  sqlite::Stmt call, tensor, step, kernel, capture, meta, sentinel;
+  sqlite::Stmt call, tensor, step, kernel, capture, meta, sentinel, signature, note;
 };
 
 StatusOr<Statements> prepareStatements(sqlite3* db) {
   auto call = sqlite::prepare(db,
-      "INSERT OR REPLACE INTO calls(seq,rank,step,layer,call,phase,fwd_seq,op,backend,module,"
-      "start_ns,end_ns,injected,device,unattributed,recompute) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+      "INSERT OR REPLACE INTO calls(seq,rank,step,layer,call,phase,fwd_seq,sig,start_ns,end_ns,injected,note,"
+      "recompute,health,max_abs) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
   if (!call.ok()) return call.status();
+  auto signature = sqlite::prepare(db, "INSERT INTO signatures(op,backend,module,device,tensors) VALUES(?,?,?,?,?)");
+  if (!signature.ok()) return signature.status();
+  auto note = sqlite::prepare(db, "INSERT INTO notes(text) VALUES(?)");
+  if (!note.ok()) return note.status();
   auto tensor = sqlite::prepare(db,
       "INSERT OR REPLACE INTO tensors(seq,role,dtype,shape,numel,nan,posinf,neginf,max_abs,"
       "all_zero,masked_rows) VALUES(?,?,?,?,?,?,?,?,?,?,?)");
@@ -57,8 +64,9 @@ StatusOr<Statements> prepareStatements(sqlite3* db) {
   if (!meta.ok()) return meta.status();
   auto sentinel = sqlite::prepare(db, "INSERT INTO sentinel(step,tensor,parameter,norm) VALUES(?,?,?,?)");
   if (!sentinel.ok()) return sentinel.status();
-  return Statements{std::move(*call), std::move(*tensor), std::move(*step), std::move(*kernel),
-                    std::move(*capture), std::move(*meta), std::move(*sentinel)};
+  return Statements{std::move(*call),    std::move(*tensor),   std::move(*step),
+                    std::move(*kernel),  std::move(*capture),  std::move(*meta),
+                    std::move(*sentinel), std::move(*signature), std::move(*note)};
 }
 
 void bindText(sqlite3_stmt* s, int i, const std::string& v, bool null_when_empty = false) {
@@ -76,7 +84,49 @@ Status stepStatement(sqlite3* db, sqlite3_stmt* s) {
   return rc == SQLITE_DONE ? Status::Ok() : Status::Error(sqlite::errorOf(db));
 }
 
-Status insertCall(sqlite3* db, Statements& st, const CallRecord& c) {
+// Texts stored once per store (signatures, notes), by their id there. Used by the writer thread only.
+struct Interned {
+  std::unordered_map<std::string, int64_t> signatures, notes;
+};
+
+// The id of `key` in `table`, inserting it (through `insert`, already bound but for nothing) the first time.
+StatusOr<int64_t> intern(sqlite3* db, std::unordered_map<std::string, int64_t>& ids, const std::string& key,
+                         sqlite3_stmt* insert) {
+  if (auto it = ids.find(key); it != ids.end()) {
+    sqlite3_reset(insert);
+    sqlite3_clear_bindings(insert);
+    return it->second;
+  }
+  NANPROV_RETURN_IF_ERROR(stepStatement(db, insert));
+  int64_t id = sqlite3_last_insert_rowid(db);
+  ids.emplace(key, id);
+  return id;
+}
+
+StatusOr<int64_t> signatureOf(sqlite3* db, Statements& st, Interned& interned, const CallRecord& c) {
+  sqlite3_stmt* s = st.signature.get();
+  std::string key = signatureKey(c);
+  if (!interned.signatures.count(key)) {
+    bindText(s, 1, c.op);
+    bindText(s, 2, c.backend);
+    bindText(s, 3, c.module, true);
+    bindText(s, 4, c.device);
+    bindText(s, 5, tensorsDescription(c));
+  }
+  return intern(db, interned.signatures, key, s);
+}
+
+Status insertCall(sqlite3* db, Statements& st, Interned& interned, const CallRecord& c) {
+  auto sig = signatureOf(db, st, interned, c);
+  if (!sig.ok()) return sig.status();
+  std::optional<int64_t> note;
+  if (!c.unattributed.empty()) {
+    if (!interned.notes.count(c.unattributed)) bindText(st.note.get(), 1, c.unattributed);
+    auto id = intern(db, interned.notes, c.unattributed, st.note.get());
+    if (!id.ok()) return id.status();
+    note = *id;
+  }
+  bool compact = storedCompactly(c);
   sqlite3_stmt* s = st.call.get();
   sqlite3_bind_int64(s, 1, c.seq);
   sqlite3_bind_int(s, 2, c.rank);
@@ -85,16 +135,18 @@ Status insertCall(sqlite3* db, Statements& st, const CallRecord& c) {
   sqlite3_bind_int64(s, 5, c.call);
   bindText(s, 6, phaseName(c.phase));
   if (c.fwd_seq >= 0) sqlite3_bind_int64(s, 7, c.fwd_seq); else sqlite3_bind_null(s, 7);
-  bindText(s, 8, c.op);
-  bindText(s, 9, c.backend);
-  bindText(s, 10, c.module, true);
-  sqlite3_bind_int64(s, 11, c.start_ns);
-  sqlite3_bind_int64(s, 12, c.end_ns);
-  bindText(s, 13, c.injected, true);
-  bindText(s, 14, c.device);
-  bindText(s, 15, c.unattributed, true);
-  sqlite3_bind_int(s, 16, c.recompute ? 1 : 0);
+  sqlite3_bind_int64(s, 8, *sig);
+  sqlite3_bind_int64(s, 9, c.start_ns);
+  sqlite3_bind_int64(s, 10, c.end_ns);
+  bindText(s, 11, c.injected, true);
+  if (note) sqlite3_bind_int64(s, 12, *note); else sqlite3_bind_null(s, 12);
+  sqlite3_bind_int(s, 13, c.recompute ? 1 : 0);
+  sqlite3_bind_int(s, 14, c.health);
+  std::string blob = compact ? maxAbsBlob(c) : "";
+  if (compact) sqlite3_bind_blob(s, 15, blob.data(), static_cast<int>(blob.size()), SQLITE_TRANSIENT);
+  else sqlite3_bind_null(s, 15);
   NANPROV_RETURN_IF_ERROR(stepStatement(db, s));
+  if (compact) return Status::Ok();
   for (const TensorHealth& t : c.tensors) {
     sqlite3_stmt* ts = st.tensor.get();
     sqlite3_bind_int64(ts, 1, c.seq);
@@ -176,8 +228,10 @@ struct StoreWriter::Impl {
 
   sqlite::Db db;
   Statements statements;
+  Interned interned;
+  int64_t calls_written = 0;
 
-  std::mutex mu;  // guards everything below
+  mutable std::mutex mu;  // guards everything below
   std::condition_variable wake;
   PendingRows pending;
   bool flush_requested = false;
@@ -190,10 +244,21 @@ struct StoreWriter::Impl {
   // Writes one batch in one transaction. Called only by the writer thread, or by close() after
   // the thread was joined, so the database handle has a single user at a time.
   Status writeBatch(const PendingRows& batch) {
+    Status st = writeRows(batch);
+    if (!st.ok()) interned = {};  // the rolled-back transaction may have held new signatures
+    return st;
+  }
+
+  Status writeRows(const PendingRows& batch) {
     if (batch.empty()) return Status::Ok();
     sqlite::Transaction tx(db.get());
     NANPROV_RETURN_IF_ERROR(tx.begin());
-    for (const CallRecord& c : batch.calls) NANPROV_RETURN_IF_ERROR(insertCall(db.get(), statements, c));
+    for (const CallRecord& c : batch.calls) NANPROV_RETURN_IF_ERROR(insertCall(db.get(), statements, interned, c));
+    if (!batch.calls.empty()) {
+      // A running total, so readers need no scan to say how many calls were checked.
+      NANPROV_RETURN_IF_ERROR(insertMeta(db.get(), statements, "calls_written",
+                                         std::to_string(calls_written + static_cast<int64_t>(batch.calls.size()))));
+    }
     for (const KernelRecord& k : batch.kernels) NANPROV_RETURN_IF_ERROR(insertKernel(db.get(), statements, k));
     for (const CaptureRecord& c : batch.captures) NANPROV_RETURN_IF_ERROR(insertCapture(db.get(), statements, c));
     for (const SentinelRecord& f : batch.sentinel) NANPROV_RETURN_IF_ERROR(insertSentinel(db.get(), statements, f));
@@ -204,7 +269,9 @@ struct StoreWriter::Impl {
       sqlite3_bind_int64(ss, 2, s.end_ns);
       NANPROV_RETURN_IF_ERROR(stepStatement(db.get(), ss));
     }
-    return tx.commit();
+    NANPROV_RETURN_IF_ERROR(tx.commit());
+    calls_written += static_cast<int64_t>(batch.calls.size());
+    return Status::Ok();
   }
 
   void recordFailure(const Status& st, size_t rows) {
@@ -379,5 +446,10 @@ Status StoreWriter::close() {
 }
 
 int64_t StoreWriter::droppedRows() const { return impl_->dropped.load(); }
+
+size_t StoreWriter::pendingCalls() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->pending.calls.size();
+}
 
 }  // namespace nanprov

@@ -39,6 +39,10 @@ class StoreWriter {
   // Rows dropped because the writer failed; reported in meta at close.
   int64_t droppedRows() const;
 
+  // Calls appended and not yet taken by the writer thread (the probes never wait on it; the store
+  // benchmark does, to measure the writer's sustained rate).
+  size_t pendingCalls() const;
+
  private:
   struct Impl;
   explicit StoreWriter(std::unique_ptr<Impl> impl);

@@ -238,22 +238,22 @@ void damageRun(const fs::path& dir, int kind, std::mt19937& rng) {
       break;
     }
     case 3: {
-      const char* columns[] = {"calls.module", "calls.op", "calls.backend", "calls.phase", "tensors.role",
+      const char* columns[] = {"signatures.module", "signatures.op", "signatures.tensors", "calls.phase", "tensors.role",
                                "tensors.dtype", "tensors.shape", "kernels.name"};
       std::string c = columns[pick(8)];
       sql("UPDATE " + c.substr(0, c.find('.')) + " SET " + c.substr(c.find('.') + 1) + "=CAST(x'fffe41c3' AS TEXT)");
       break;
     }
     case 4: {
-      const char* columns[] = {"calls.step", "calls.layer", "calls.seq", "calls.fwd_seq", "tensors.nan",
-                               "tensors.max_abs", "tensors.numel", "kernels.start_ns", "tensors.seq"};
+      const char* columns[] = {"calls.step", "calls.layer", "calls.seq", "calls.sig", "calls.max_abs",
+                               "calls.health", "tensors.numel", "kernels.start_ns", "tensors.seq"};
       std::string c = columns[pick(9)];
       sql("UPDATE " + c.substr(0, c.find('.')) + " SET " + c.substr(c.find('.') + 1) + "='x9'");
       break;
     }
     case 5: {
-      const char* tables[] = {"kernels", "tensors", "captures", "steps", "sentinel", "calls", "meta"};
-      sql(std::string("DROP TABLE ") + tables[pick(7)]);
+      const char* tables[] = {"kernels", "tensors", "captures", "steps", "sentinel", "calls", "meta", "signatures"};
+      sql(std::string("DROP TABLE ") + tables[pick(8)]);
       break;
     }
     case 6: {

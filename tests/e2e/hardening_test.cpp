@@ -91,7 +91,7 @@ TEST_F(Hardening, FilesNamedLikeStoresThatAreNotStoresAreIgnored) {
 
 TEST_F(Hardening, InvalidUtf8InTextColumnsStillGivesValidJson) {
   fs::path dir = copy("utf8");
-  sqlite(dir / "rank-0.sqlite", "UPDATE calls SET module=CAST(x'fffe41' AS TEXT), op=CAST(x'c3' AS TEXT)");
+  sqlite(dir / "rank-0.sqlite", "UPDATE signatures SET module=CAST(x'fffe41' AS TEXT), op=CAST(x'c3' AS TEXT)");
   for (std::string command : {"calls", "kernels", "report", "sql \"SELECT module FROM calls\""}) {
     SCOPED_TRACE(command);
     size_t space = command.find(' ');
@@ -198,6 +198,38 @@ TEST_F(Hardening, CallsAlignsItsColumnsAndNamesMissingLayers) {
   Result missing = sh(nanprov() + " calls " + recorded_->dir.string() + " --layer 7 2>&1");
   EXPECT_EQ(missing.code, 2) << missing.out;
   EXPECT_NE(missing.out.find("no layer 7 in this run (its layers: 0-1)"), std::string::npos) << missing.out;
+}
+
+// More ranks than SQLite attaches at once (10): the query's tables are copied a batch of stores at a
+// time, and joins across ranks, counts per rank and the read-only refusal behave as for one rank.
+TEST_F(Hardening, SqlReadsMoreRanksThanSqliteAttaches) {
+  fs::path dir = copy("many-ranks");
+  const int ranks = 16;
+  Result made = sh(python() + " -c \"import shutil, sqlite3, sys\n"
+                   "d = sys.argv[1]\n"
+                   "for r in range(1, int(sys.argv[2])):\n"
+                   "    p = f'{d}/rank-{r}.sqlite'; shutil.copy(f'{d}/rank-0.sqlite', p); c = sqlite3.connect(p)\n"
+                   "    c.execute('UPDATE meta SET value=? WHERE key=?', (str(r), 'rank')); c.execute('UPDATE calls SET rank=?', (r,))\n"
+                   "    c.commit()\" '" + dir.string() + "' " + std::to_string(ranks) + " 2>&1");
+  ASSERT_EQ(made.code, 0) << made.out;
+  Result one = sh(nanprov() + " sql " + recorded_->dir.string() + " \"SELECT COUNT(*) AS n FROM calls\" --json");
+  json single = json::parse(one.out, nullptr, false);
+  ASSERT_FALSE(single.is_discarded()) << one.out;
+  int64_t per_rank = single[0]["n"].get<int64_t>();
+  Result by_rank = sh(nanprov() + " sql " + dir.string() + " \"SELECT rank, COUNT(*) AS n FROM calls GROUP BY rank\" --json");
+  json rows = json::parse(by_rank.out, nullptr, false);
+  ASSERT_FALSE(rows.is_discarded()) << by_rank.out;
+  ASSERT_EQ(rows.size(), static_cast<size_t>(ranks)) << by_rank.out;
+  for (const json& row : rows) EXPECT_EQ(row["n"].get<int64_t>(), per_rank) << row.dump();
+  Result joined = sh(nanprov() + " sql " + dir.string() +
+                     " \"SELECT COUNT(DISTINCT c.rank) AS ranks FROM calls c JOIN tensors t ON t.rank = c.rank AND t.seq = c.seq\" --json");
+  json across = json::parse(joined.out, nullptr, false);
+  ASSERT_FALSE(across.is_discarded()) << joined.out;
+  EXPECT_EQ(across[0]["ranks"], ranks);
+  Result write = sh(nanprov() + " sql " + dir.string() + " \"DELETE FROM calls\" 2>&1");
+  EXPECT_EQ(write.code, 3) << write.out;
+  EXPECT_NE(write.out.find("read-only"), std::string::npos) << write.out;
+  EXPECT_EQ(sh(nanprov() + " report " + dir.string() + " >/dev/null").code, 1);
 }
 
 TEST_F(Hardening, SqlIsReadOnlyAndOneStatement) {

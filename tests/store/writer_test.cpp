@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <thread>
 
 #include "store/reader.h"
 #include "store/run_dir.h"
@@ -55,6 +56,64 @@ TEST(StoreWriter, RoundTripsCallsTensorsAndSteps) {
   ASSERT_EQ(c.tensors.size(), 2u);
   EXPECT_EQ(c.tensors[0].role, "Q") << "role order as written";
   EXPECT_EQ(c.tensors[1].nan, 7);
+}
+
+// Schema 5: a clean call is its signature plus one float32 max |x| per tensor, and reads back
+// whole; a call that is not clean keeps its tensor rows. 20,000 clean calls take well under 200
+// bytes each.
+TEST(StoreWriter, CleanCallsAreStoredCompactlyAndReadBackWhole) {
+  fs::path dir = freshDir("compact");
+  const int n = 20000;
+  {
+    auto writer = StoreWriter::open((dir / rankStoreName(0)).string(), {{"rank", "0"}});
+    ASSERT_TRUE(writer.ok()) << writer.status().message();
+    for (int i = 0; i < n; ++i) {
+      CallRecord c = makeCall(i, i / 6, i % 2 ? Phase::kBackward : Phase::kForward, i == n - 6 ? 3 : 0);
+      c.tensors[0].max_abs = 1.5 + i % 7;
+      c.tensors[0].masked_rows = -1;
+      c.health = i == n - 6 ? 1 : 0;
+      c.unattributed = i % 2 ? "kernel tracing covered the first 2 steps" : "";
+      (*writer)->append(c);
+      while ((*writer)->pendingCalls() > 50000) std::this_thread::yield();
+    }
+    ASSERT_TRUE((*writer)->close().ok());
+  }
+  int64_t bytes = static_cast<int64_t>(fs::file_size(dir / "rank-0.sqlite"));
+  EXPECT_LT(bytes / n, 200) << bytes << " bytes for " << n << " calls";
+  auto run = loadRun(dir.string());
+  ASSERT_TRUE(run.ok()) << run.status().message();
+  ASSERT_EQ(run->calls.size(), static_cast<size_t>(n));
+  EXPECT_EQ(run->total_calls, n);
+  for (int i : {0, 1, 777, n - 6}) {
+    const CallRecord& c = run->calls[static_cast<size_t>(i)];
+    CallRecord want = makeCall(i, i / 6, i % 2 ? Phase::kBackward : Phase::kForward, i == n - 6 ? 3 : 0);
+    ASSERT_EQ(c.tensors.size(), 2u) << i;
+    EXPECT_EQ(c.module, want.module);
+    EXPECT_EQ(c.unattributed, i % 2 ? "kernel tracing covered the first 2 steps" : "");
+    EXPECT_EQ(c.tensors[0].role, "Q");
+    EXPECT_EQ(c.tensors[0].shape, "[2,4,8,16]");
+    EXPECT_EQ(c.tensors[0].numel, 1024);
+    EXPECT_EQ(c.tensors[0].max_abs, 1.5 + i % 7);
+    EXPECT_EQ(c.tensors[1].nan, i == n - 6 ? 3 : 0);
+    EXPECT_EQ(c.health, i == n - 6 ? 1 : 0);
+  }
+  auto rows = queryRun(dir.string(), "SELECT COUNT(*) FROM tensors");
+  ASSERT_TRUE(rows.ok()) << rows.status().message();
+  EXPECT_EQ(*rows->rows[0][0], "2") << "only the call that is not clean has tensor rows";
+  auto view = queryRun(dir.string(), "SELECT op, module, edge FROM calls WHERE seq = " + std::to_string(n - 6));
+  ASSERT_TRUE(view.ok()) << view.status().message();
+  EXPECT_EQ(*view->rows[0][1], "layers." + std::to_string((n - 6) % 3) + ".attn");
+  EXPECT_EQ(*view->rows[0][2], "source");
+
+  // The report's read: the edge and the forward before it in its step, found through the index.
+  auto edges = loadRun(dir.string(), RunScope::kEdges);
+  ASSERT_TRUE(edges.ok()) << edges.status().message();
+  EXPECT_EQ(edges->total_calls, n);
+  EXPECT_EQ(edges->not_clean.calls, 1);
+  ASSERT_EQ(edges->calls.size(), 2u);
+  EXPECT_EQ(edges->calls[0].seq, n - 8) << "the forward before it in the same step";
+  EXPECT_EQ(edges->calls[1].seq, n - 6);
+  EXPECT_EQ(edges->kernelsOf(0, n - 6).size(), 1u) << "a CPU call's kernel is its op";
 }
 
 TEST(StoreWriter, RoundTripsKernelsMetaAndAttribution) {
