@@ -40,14 +40,55 @@ std::vector<TensorHealth> tensorsFromDescription(const std::string& text) {
   return out;
 }
 
+bool describable(const CallRecord& call) {
+  for (const TensorHealth& t : call.tensors) {
+    if (t.role.find_first_of(" ;") != std::string::npos || t.dtype.find_first_of(" ;") != std::string::npos ||
+        t.shape.find_first_of(" ;") != std::string::npos || t.role.empty() || t.dtype.empty() || t.shape.empty()) {
+      return false;
+    }
+  }
+  return true;
+}
+
 bool storedCompactly(const CallRecord& call) {
-  if (call.health != 0) return false;
+  if (call.health != 0 || !describable(call)) return false;
   for (const TensorHealth& t : call.tensors) {
     if (t.nonfinite() || t.all_zero || t.masked_rows > 0 || !(t.max_abs <= FLT_MAX)) return false;
-    if (t.role.find_first_of(" ;") != std::string::npos || t.dtype.find_first_of(" ;") != std::string::npos ||
-        t.shape.find_first_of(" ;") != std::string::npos) {
-      return false;  // a description could not hold it
+  }
+  return true;
+}
+
+namespace {
+// Per tensor: nan, posinf, neginf, masked_rows (int64), max |x| (double), all zero (one byte).
+constexpr size_t kDetailBytes = 4 * sizeof(int64_t) + sizeof(double) + 1;
+}  // namespace
+
+std::string detailBlob(const CallRecord& call) {
+  std::string blob(call.tensors.size() * kDetailBytes, '\0');
+  char* at = blob.data();
+  for (const TensorHealth& t : call.tensors) {
+    for (int64_t v : {t.nan, t.posinf, t.neginf, t.masked_rows}) {
+      std::memcpy(at, &v, sizeof v);
+      at += sizeof v;
     }
+    std::memcpy(at, &t.max_abs, sizeof t.max_abs);
+    at += sizeof t.max_abs;
+    *at++ = t.all_zero ? 1 : 0;
+  }
+  return blob;
+}
+
+bool fillDetail(const void* blob, size_t bytes, std::vector<TensorHealth>& tensors) {
+  if (bytes != tensors.size() * kDetailBytes) return false;
+  const char* at = static_cast<const char*>(blob);
+  for (TensorHealth& t : tensors) {
+    for (int64_t* v : {&t.nan, &t.posinf, &t.neginf, &t.masked_rows}) {
+      std::memcpy(v, at, sizeof *v);
+      at += sizeof *v;
+    }
+    std::memcpy(&t.max_abs, at, sizeof t.max_abs);
+    at += sizeof t.max_abs;
+    t.all_zero = *at++ != 0;
   }
   return true;
 }

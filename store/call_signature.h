@@ -26,6 +26,16 @@ std::vector<TensorHealth> tensorsFromDescription(const std::string& text);
 // no mask hiding whole rows, every max |x| a float32. Anything else keeps its full tensor rows.
 bool storedCompactly(const CallRecord& call);
 
+// Whether the signature's description can hold the call's tensors (no blank or ';' in their role,
+// dtype or shape): then a call that is not stored compactly carries its tensors' health as a
+// detail blob too, which readers use instead of its tensor rows.
+bool describable(const CallRecord& call);
+
+// Every count of each tensor (nan, posinf, neginf, masked_rows, max |x|, all zero), fixed-width
+// little-endian, and back into tensors made from the description (false on a size mismatch).
+std::string detailBlob(const CallRecord& call);
+bool fillDetail(const void* blob, size_t bytes, std::vector<TensorHealth>& tensors);
+
 // The max |x| of each tensor as little-endian float32s, and back (false on a size mismatch).
 std::string maxAbsBlob(const CallRecord& call);
 bool fillMaxAbs(const void* blob, size_t bytes, std::vector<TensorHealth>& tensors);

@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 #include <tuple>
+#include <unordered_map>
 
 #include "base/numbers.h"
 #include "store/call_signature.h"
@@ -61,33 +62,30 @@ StatusOr<sqlite::Db> openRankStore(const std::string& path, RankInfo* info) {
 // Which calls of a store to read: all, those of a list of seqs, or those that are not clean
 // (through the index over them).
 struct CallFilter {
-  std::string calls;    // condition on `c`, the calls table; empty: every call
-  std::string tensors;  // the same condition on the tensors table
+  std::string calls;  // condition on `c`, the calls table; empty: every call
+  std::string list;   // of(): the seqs, comma-separated
   static CallFilter all() { return {}; }
-  static CallFilter notClean() {
-    return {"c.health != 0", "seq IN (SELECT seq FROM calls WHERE health != 0)"};
-  }
+  static CallFilter notClean() { return {"c.health != 0", ""}; }
   static CallFilter of(const std::vector<int64_t>& seqs) {
     std::string list;
     for (int64_t seq : seqs) list += (list.empty() ? "" : ",") + std::to_string(seq);
-    return {"c.seq IN (" + list + ")", "seq IN (" + list + ")"};
+    return {"c.seq IN (" + list + ")", list};
   }
 };
 
 Status loadCalls(sqlite3* db, const std::string& path, const CallFilter& filter, std::vector<CallRecord>* out) {
   auto calls = sqlite::prepare(db,
       "SELECT c.seq,c.rank,c.step,c.layer,c.call,c.phase,IFNULL(c.fwd_seq,-1),s.op,s.backend,IFNULL(s.module,''),"
-      "c.start_ns,c.end_ns,IFNULL(c.injected,''),s.device,IFNULL(n.text,''),c.recompute,c.health,c.max_abs,s.tensors "
+      "c.start_ns,c.end_ns,IFNULL(c.injected,''),s.device,IFNULL(n.text,''),c.recompute,c.health,c.max_abs,s.tensors,"
+      "c.detail,c.sig "
       "FROM calls c JOIN signatures s ON s.id = c.sig LEFT JOIN notes n ON n.id = c.note" +
-      (filter.calls.empty() ? std::string() : " WHERE " + filter.calls) + " ORDER BY c.seq");
+      // Every call comes in rowid (seq) order; a filtered read comes in its index's order and is sorted here.
+      (filter.calls.empty() ? std::string(" ORDER BY c.seq") : " WHERE " + filter.calls));
   if (!calls.ok()) return notAStore(path, calls.status().message());
-  auto tensors = sqlite::prepare(db,
-      "SELECT seq,role,dtype,shape,numel,nan,posinf,neginf,max_abs,all_zero,IFNULL(masked_rows,-1) FROM tensors" +
-      (filter.tensors.empty() ? std::string() : " WHERE " + filter.tensors) +
-      " ORDER BY seq, rowid");  // rowid keeps the probes' role order
-  if (!tensors.ok()) return notAStore(path, tensors.status().message());
 
   size_t first = out->size();
+  std::vector<int64_t> from_rows;  // calls whose tensors come from the tensors table
+  std::unordered_map<int64_t, std::vector<TensorHealth>> described;  // signature id → its tensors, parsed once
   sqlite3_stmt* s = calls->get();
   int rc;
   while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
@@ -109,16 +107,37 @@ Status loadCalls(sqlite3* db, const std::string& path, const CallFilter& filter,
     c.unattributed = columnText(s, 14);
     c.recompute = sqlite3_column_int(s, 15) != 0;
     c.health = sqlite3_column_int(s, 16);
-    if (sqlite3_column_type(s, 17) == SQLITE_BLOB) {
-      c.tensors = tensorsFromDescription(columnText(s, 18));
-      if (!fillMaxAbs(sqlite3_column_blob(s, 17), static_cast<size_t>(sqlite3_column_bytes(s, 17)), c.tensors)) {
-        return notAStore(path, "call " + std::to_string(c.seq) + " has a max_abs that does not fit its signature");
+    bool compact = sqlite3_column_type(s, 17) == SQLITE_BLOB, detailed = sqlite3_column_type(s, 19) == SQLITE_BLOB;
+    if (compact || detailed) {
+      auto known = described.find(sqlite3_column_int64(s, 20));
+      if (known == described.end()) {
+        known = described.emplace(sqlite3_column_int64(s, 20), tensorsFromDescription(columnText(s, 18))).first;
       }
+      c.tensors = known->second;
+      int col = compact ? 17 : 19;
+      const void* blob = sqlite3_column_blob(s, col);
+      size_t bytes = static_cast<size_t>(sqlite3_column_bytes(s, col));
+      if (!(compact ? fillMaxAbs(blob, bytes, c.tensors) : fillDetail(blob, bytes, c.tensors))) {
+        return notAStore(path, "call " + std::to_string(c.seq) + " has tensor health that does not fit its signature");
+      }
+    } else {
+      from_rows.push_back(c.seq);
     }
     out->push_back(std::move(c));
   }
   if (rc != SQLITE_DONE) return notAStore(path, sqlite::errorOf(db));
+  std::sort(out->begin() + static_cast<std::ptrdiff_t>(first), out->end(),
+            [](const CallRecord& a, const CallRecord& b) { return a.seq < b.seq; });
+  std::sort(from_rows.begin(), from_rows.end());
 
+  if (from_rows.empty()) return Status::Ok();
+  auto tensors = sqlite::prepare(db,
+      "SELECT seq,role,dtype,shape,numel,nan,posinf,neginf,max_abs,all_zero,IFNULL(masked_rows,-1) FROM tensors" +
+      (from_rows.size() == static_cast<size_t>(out->size() - first) && filter.calls.empty()
+           ? std::string()
+           : " WHERE seq IN (" + CallFilter::of(from_rows).list + ")") +
+      " ORDER BY seq, rowid");  // rowid keeps the probes' role order
+  if (!tensors.ok()) return notAStore(path, tensors.status().message());
   // Both queries are ordered by seq: merge-join tensors onto their calls.
   size_t i = first;
   s = tensors->get();

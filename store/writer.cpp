@@ -42,7 +42,7 @@ struct Statements {
 StatusOr<Statements> prepareStatements(sqlite3* db) {
   auto call = sqlite::prepare(db,
       "INSERT OR REPLACE INTO calls(seq,rank,step,layer,call,phase,fwd_seq,sig,start_ns,end_ns,injected,note,"
-      "recompute,health,max_abs) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+      "recompute,health,max_abs,detail) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
   if (!call.ok()) return call.status();
   auto signature = sqlite::prepare(db, "INSERT INTO signatures(op,backend,module,device,tensors) VALUES(?,?,?,?,?)");
   if (!signature.ok()) return signature.status();
@@ -145,6 +145,11 @@ Status insertCall(sqlite3* db, Statements& st, Interned& interned, const CallRec
   std::string blob = compact ? maxAbsBlob(c) : "";
   if (compact) sqlite3_bind_blob(s, 15, blob.data(), static_cast<int>(blob.size()), SQLITE_TRANSIENT);
   else sqlite3_bind_null(s, 15);
+  // A call that is not clean also keeps its tensor rows (for nanprov sql), but readers take its
+  // health from this one blob: reading rows of millions of propagated calls was the slow part.
+  std::string detail = !compact && describable(c) ? detailBlob(c) : "";
+  if (!detail.empty()) sqlite3_bind_blob(s, 16, detail.data(), static_cast<int>(detail.size()), SQLITE_TRANSIENT);
+  else sqlite3_bind_null(s, 16);
   NANPROV_RETURN_IF_ERROR(stepStatement(db, s));
   if (compact) return Status::Ok();
   for (const TensorHealth& t : c.tensors) {
