@@ -385,7 +385,6 @@ StatusOr<RunData> loadRun(const std::string& dir, RunScope scope) {
       run.total_calls += callsWritten(info);
     } else if (scope == RunScope::kNotClean) {
       NANPROV_RETURN_IF_ERROR(loadCalls(db->get(), path, CallFilter::notClean(), &run.calls));
-      NANPROV_RETURN_IF_ERROR(loadKernels(db->get(), path, info.rank, nullptr, &run.kernels));
       run.total_calls += callsWritten(info);
     } else {
       size_t before = run.calls.size();
@@ -400,7 +399,7 @@ StatusOr<RunData> loadRun(const std::string& dir, RunScope scope) {
   }
   // A CPU call's kernel is its ATen op, timed by the call itself; stores do not repeat it.
   for (const CallRecord& c : run.calls) {
-    if (c.device != "cpu") continue;
+    if (c.device != "cpu" || scope == RunScope::kNotClean) continue;
     KernelRecord k;
     k.rank = c.rank;
     k.seq = c.seq;

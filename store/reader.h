@@ -22,8 +22,8 @@ struct RankInfo {
 
 // How much of a run to read. kEdges is what the report needs, at any run size: per rank the first
 // call that is not clean and the first source edge (found through the store's index), the calls
-// around them it shows, and totals. kNotClean is every call that is not clean (`calls
-// --nonfinite`); kAll is every call.
+// around them it shows, and totals. kNotClean is every call that is not clean, without kernels
+// (`calls --nonfinite`); kAll is every call.
 enum class RunScope { kAll, kNotClean, kEdges };
 
 // Over the calls that are not clean, counted by the store (kEdges) rather than loaded.
