@@ -144,10 +144,11 @@ StatusOr<CapturedCall> toCapturedCall(const CaptureFile& file, const std::string
     if (call.at(role).dim() != 4) return bad(std::string(role) + " is " + shapeText(call.at(role)) + ", replay needs [batch, heads, seq, dim]");
   }
   // Attention computes in floating point: integer or bool Q/K/V/O/LSE/gradients are not a call
-  // any backend made (SDPA would fail deep inside with a stack trace). Masks may be bool.
-  for (const auto& [role, x] : call.tensors) {
-    if (role != "mask" && !at::isFloatingType(x.scalar_type())) {
-      return bad("tensor " + role + " is " + dtypeName(x) + "; attention tensors are floating point");
+  // any backend made (SDPA would fail deep inside with a stack trace). Masks may be bool, and
+  // bookkeeping tensors (a CUDA call's philox seed and offset) are integers.
+  for (const char* role : {"Q", "K", "V", "O", "LSE", "dO", "dQ", "dK", "dV"}) {
+    if (call.has(role) && !at::isFloatingType(call.at(role).scalar_type())) {
+      return bad(std::string("tensor ") + role + " is " + dtypeName(call.at(role)) + "; attention tensors are floating point");
     }
   }
   const at::Tensor &q = call.at("Q"), &k = call.at("K"), &v = call.at("V");

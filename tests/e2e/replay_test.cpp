@@ -211,6 +211,16 @@ TEST(Replay, HostileCaptureValuesAreRefusedInOneLine) {
     EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
     EXPECT_NE(r.out.find(c.says), std::string::npos) << r.out;
   }
+  // Integer bookkeeping tensors are no attention tensors: a CUDA call's philox seed and offset
+  // (int64) ride along in its capture, and the call replays.
+  fs::path philox = dir / "philox.safetensors";
+  Result made = sh(python() + " -c \"import torch; from safetensors.torch import save_file; save_file({'Q': " + f32 +
+                   ", 'K': " + f32 + ", 'V': " + f32 + ", 'philox_seed': torch.zeros((), dtype=torch.int64), "
+                   "'philox_offset': torch.zeros((), dtype=torch.int64)}, '" + philox.string() +
+                   "', metadata={'phase': 'fwd'})\" 2>&1");
+  ASSERT_EQ(made.code, 0) << made.out;
+  Result r = sh(nanprov() + " replay " + philox.string() + " 2>&1");
+  EXPECT_EQ(r.code, 0) << r.out;
 }
 
 }  // namespace
