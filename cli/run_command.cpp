@@ -124,33 +124,30 @@ std::string processNotes(const std::string& dir) {
   return out;
 }
 
+struct SpecList {
+  const std::vector<std::string>* specs;
+  std::string* joined;
+  Status (*check)(const std::string&);
+};
+
 int run(RunOptions& opts) {
   std::vector<std::string>& cmd = opts.command;
   if (cmd.empty()) {
     std::cerr << "nanprov run: no command given; usage: nanprov run [options] -- python train.py\n";
     return kUsageError;
   }
-  std::string inject;
-  for (const std::string& spec : opts.inject) {
-    auto parsed = parseInjection(spec);
-    if (!parsed.ok()) return std::cerr << "nanprov run: " << parsed.status().message() << "\n", kUsageError;
-    inject += (inject.empty() ? "" : ";") + spec;
-  }
-  std::string capture;
-  for (const std::string& spec : opts.capture) {
-    auto parsed = parseCaptureSelector(spec);
-    if (!parsed.ok()) return std::cerr << "nanprov run: " << parsed.status().message() << "\n", kUsageError;
-    capture += (capture.empty() ? "" : ";") + spec;
-  }
-  std::string probe_modules;
-  for (const std::string& spec : opts.probe_modules) {
-    if (Status st = checkProbeModule(spec); !st.ok()) return std::cerr << "nanprov run: " << st.message() << "\n", kUsageError;
-    probe_modules += (probe_modules.empty() ? "" : ";") + spec;
-  }
-  std::string probe_ops;
-  for (const std::string& spec : opts.probe_ops) {
-    if (Status st = checkProbeOp(spec); !st.ok()) return std::cerr << "nanprov run: " << st.message() << "\n", kUsageError;
-    probe_ops += (probe_ops.empty() ? "" : ";") + spec;
+  // Each repeatable option is checked here, so a typo is a usage error before training starts,
+  // and handed to the probes as one ';'-joined environment variable.
+  std::string inject, capture, probe_modules, probe_ops;
+  for (auto [specs, joined, check] : {
+           SpecList{&opts.inject, &inject, [](const std::string& s) { return parseInjection(s).status(); }},
+           SpecList{&opts.capture, &capture, [](const std::string& s) { return parseCaptureSelector(s).status(); }},
+           SpecList{&opts.probe_modules, &probe_modules, &checkProbeModule},
+           SpecList{&opts.probe_ops, &probe_ops, &checkProbeOp}}) {
+    for (const std::string& spec : *specs) {
+      if (Status st = check(spec); !st.ok()) return std::cerr << "nanprov run: " << st.message() << "\n", kUsageError;
+      *joined += (joined->empty() ? "" : ";") + spec;
+    }
   }
   std::string resolved = findExecutable(cmd.front());
   if (resolved.empty()) {  // before the run directory exists: a failed start leaves nothing behind

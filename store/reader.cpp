@@ -235,14 +235,10 @@ Status loadEdges(sqlite3* db, const std::string& path, RunData* run, std::vector
 // The kernels of one store, or of the calls `seqs` only.
 Status loadKernels(sqlite3* db, const std::string& path, int rank, const std::vector<int64_t>* seqs,
                    std::vector<KernelRecord>* out) {
-  std::string only;
-  if (seqs) {
-    if (seqs->empty()) return Status::Ok();
-    for (int64_t seq : *seqs) only += (only.empty() ? "" : ",") + std::to_string(seq);
-  }
+  if (seqs && seqs->empty()) return Status::Ok();
   auto kernels = sqlite::prepare(db,
       "SELECT seq,correlation_id,name,grid_x,grid_y,grid_z,block_x,block_y,block_z,start_ns,end_ns,"
-      "device,stream FROM kernels" + (seqs ? " WHERE seq IN (" + only + ")" : std::string()) +
+      "device,stream FROM kernels" + (seqs ? " WHERE seq IN (" + CallFilter::of(*seqs).list + ")" : std::string()) +
       " ORDER BY seq, start_ns, rowid");
   if (!kernels.ok()) return notAStore(path, kernels.status().message());
   sqlite3_stmt* s = kernels->get();
