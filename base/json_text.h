@@ -3,6 +3,7 @@
 // on it when dumping; every JSON nanprov writes goes through here and gets U+FFFD instead.
 #pragma once
 
+#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -11,5 +12,23 @@ namespace nanprov {
 inline std::string jsonText(const nlohmann::json& doc, int indent = -1) {
   return doc.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
 }
+
+// A JSON array printed to stdout as it is made, one element per line: a listing of millions of
+// calls starts at once, holds one element at a time, and stays one line per call for grep.
+class JsonArrayPrinter {
+ public:
+  JsonArrayPrinter() { std::fputs("[", stdout); }
+  ~JsonArrayPrinter() { std::fputs(count_ ? "\n]\n" : "]\n", stdout); }
+  JsonArrayPrinter(const JsonArrayPrinter&) = delete;
+  JsonArrayPrinter& operator=(const JsonArrayPrinter&) = delete;
+
+  void add(const nlohmann::json& element) {
+    std::string text = (count_++ ? ",\n" : "\n") + jsonText(element);
+    std::fwrite(text.data(), 1, text.size(), stdout);
+  }
+
+ private:
+  size_t count_ = 0;
+};
 
 }  // namespace nanprov

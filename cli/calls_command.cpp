@@ -1,6 +1,4 @@
 // `nanprov calls [RUN] [filters] [--json]`: the attention calls of a run, filtered.
-#include <fnmatch.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
@@ -10,6 +8,7 @@
 #include "base/json_text.h"
 #include "cli/commands.h"
 #include "cli/report.h"
+#include "store/run_dir.h"
 
 namespace nanprov::cli {
 namespace {
@@ -23,47 +22,74 @@ struct Options {
   bool json = false;
 };
 
-bool keep(const Options& o, const CallRecord& c, const CallHealth& h) {
-  return (!o.rank || *o.rank == c.rank) && (!o.layer || *o.layer == c.layer) &&
-         (!o.step || *o.step == c.step) && (o.phase.empty() || o.phase == phaseName(c.phase)) &&
-         (o.backend.empty() || o.backend == c.backend) && (!o.nonfinite || h.kind != EdgeKind::kClean) &&
-         (o.module.empty() || fnmatch(o.module.c_str(), c.module.c_str(), 0) == 0);
+CallQuery queryOf(const Options& o) {
+  CallQuery q;
+  q.rank = o.rank;
+  q.layer = o.layer;
+  q.step = o.step;
+  if (!o.phase.empty()) q.phase.emplace(o.phase == "fwd" ? Phase::kForward : Phase::kBackward);
+  q.backend = o.backend;
+  q.module_glob = o.module;
+  q.not_clean = o.nonfinite;
+  return q;
 }
 
 // A filter naming a layer or rank the run does not have matches nothing by mistake, not by
-// finding: say which exist instead of printing an empty table.
-std::string missingSelection(const Options& o, const RunData& run) {
-  std::set<int64_t> layers, ranks;
-  for (const CallRecord& c : run.calls) {
-    layers.insert(c.layer);
-    ranks.insert(c.rank);
+// finding: say which exist instead of printing an empty table. Asked only when nothing matched.
+StatusOr<std::string> missingSelection(const Options& o, const std::string& dir) {
+  for (const auto& [name, value] : {std::pair{"rank", o.rank ? std::optional<int64_t>(*o.rank) : std::nullopt},
+                                    std::pair{"layer", o.layer}}) {
+    if (!value) continue;
+    std::string column = name;
+    auto found = queryRun(dir, "SELECT MIN(" + column + "), MAX(" + column + "), MAX(" + column + " = " +
+                                   std::to_string(*value) + ") FROM calls");
+    if (!found.ok()) return found.status();
+    const auto& row = found->rows.at(0);
+    if (row[2] && *row[2] == "1") continue;
+    std::string range = row[0] ? *row[0] + "-" + *row[1] : "none";
+    return "no " + column + " " + std::to_string(*value) + " in this run (its " + column + "s: " + range + ")";
   }
-  auto range = [](const std::set<int64_t>& s) {
-    return s.empty() ? std::string("none") : std::to_string(*s.begin()) + "-" + std::to_string(*s.rbegin());
-  };
-  if (o.layer && !layers.count(*o.layer)) {
-    return "no layer " + std::to_string(*o.layer) + " in this run (its layers: " + range(layers) + ")";
-  }
-  if (o.rank && !ranks.count(*o.rank)) return "no rank " + std::to_string(*o.rank) + " in this run (its ranks: " + range(ranks) + ")";
-  return "";
+  return std::string();
 }
 
-// Columns as wide as their widest cell, the last one unpadded: names and role lists of real runs
-// (rank12:layer117:call40321, "Q,K,V,mask") outgrow any fixed width.
-void printTable(const std::vector<std::vector<std::string>>& rows) {
-  std::vector<size_t> width(rows.front().size(), 0);
-  for (const auto& row : rows) {
-    for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
+// Rows of a table printed as they come, so a listing of millions starts at once and holds one
+// row: columns are as wide as their widest cell in the first rows (names of real runs,
+// rank12:layer117:call40321, outgrow any fixed width); a later, wider cell pushes its line only.
+class StreamedTable {
+ public:
+  explicit StreamedTable(std::vector<std::string> header) { held_.push_back(std::move(header)); }
+  ~StreamedTable() { flush(); }
+  // Drops the rows held back (the header, when nothing matched and the command fails instead).
+  void discard() { held_.clear(); }
+  void add(std::vector<std::string> row) {
+    if (width_.empty() && held_.size() < kWidthRows) return held_.push_back(std::move(row));
+    flush();
+    print(row);
   }
-  for (const auto& row : rows) {
+
+ private:
+  static constexpr size_t kWidthRows = 1000;
+  void flush() {
+    if (!width_.empty()) return;
+    width_.assign(held_.front().size(), 0);
+    for (const auto& row : held_) {
+      for (size_t c = 0; c < row.size(); ++c) width_[c] = std::max(width_[c], row[c].size());
+    }
+    for (const auto& row : held_) print(row);
+    held_.clear();
+  }
+  void print(const std::vector<std::string>& row) {
     std::string line;
     for (size_t c = 0; c < row.size(); ++c) {
       line += row[c];
-      if (c + 1 < row.size()) line += std::string(width[c] - row[c].size() + 2, ' ');
+      if (c + 1 < row.size()) line += std::string(width_[c] > row[c].size() ? width_[c] - row[c].size() + 2 : 2, ' ');
     }
-    std::cout << line << "\n";
+    line += '\n';
+    std::fwrite(line.data(), 1, line.size(), stdout);
   }
-}
+  std::vector<std::vector<std::string>> held_;
+  std::vector<size_t> width_;
+};
 
 std::string roles(const std::vector<std::string>& list) {
   std::string out;
@@ -94,30 +120,40 @@ void addCallsCommand(CLI::App& app, int* exit_code) {
   cmd->add_flag("--nonfinite", opts->nonfinite, "Only calls with a non-finite input or output");
   cmd->add_flag("--json", opts->json, "Print JSON for scripts");
   cmd->callback([opts, exit_code] {
-    // --nonfinite reads only the calls that are not clean, through the store's index over them.
-    auto run = openRun("calls", opts->run, exit_code, opts->nonfinite ? RunScope::kNotClean : RunScope::kAll);
-    if (!run) return;
-    std::string missing = opts->nonfinite ? "" : missingSelection(*opts, *run);
-    if (!missing.empty()) {
-      std::cerr << "nanprov calls: " << missing << "\n";
-      return void(*exit_code = kUsageError);
-    }
-    nlohmann::json list = nlohmann::json::array();
-    std::vector<std::vector<std::string>> rows = {{"call", "step", "phase", "backend", "kind", "bad in", "bad out", "module"}};
-    for (const CallRecord& c : run->calls) {
+    auto dir = resolveRunDir(opts->run);
+    if (!dir.ok()) return void(*exit_code = fail("calls", dir.status()));
+    // Calls stream from the stores, filtered there, and go out as they come: a listing of a
+    // 10M-call run holds one call at a time.
+    int64_t shown = 0;
+    std::optional<StreamedTable> table;
+    std::optional<JsonArrayPrinter> list;
+    if (opts->json) list.emplace();
+    else table.emplace(std::vector<std::string>{"call", "step", "phase", "backend", "kind", "bad in", "bad out", "module"});
+    Status read = forEachCall(*dir, queryOf(*opts), [&](const CallRecord& c) {
       CallHealth h = classify(c);
-      if (!keep(*opts, c, h)) continue;
-      if (opts->json) {
-        list.push_back(callJson(c, h));
+      if (list) {
+        list->add(callJson(c, h));
       } else {
-        rows.push_back({callName(c), std::to_string(c.step), std::string(phaseName(c.phase)) + (c.recompute ? "*" : ""),
-                        c.backend, edgeKindName(h.kind), roles(h.nonfinite_inputs), roles(h.nonfinite_outputs),
-                        (c.module.empty() ? "-" : c.module) + (c.injected.empty() ? "" : " (injected)")});
+        table->add({callName(c), std::to_string(c.step), std::string(phaseName(c.phase)) + (c.recompute ? "*" : ""),
+                    c.backend, edgeKindName(h.kind), roles(h.nonfinite_inputs), roles(h.nonfinite_outputs),
+                    (c.module.empty() ? "-" : c.module) + (c.injected.empty() ? "" : " (injected)")});
       }
+      ++shown;
+      return true;
+    });
+    std::string missing;
+    if (read.ok() && shown == 0) {
+      auto asked = missingSelection(*opts, *dir);
+      if (asked.ok()) missing = *asked;
+      else read = asked.status();
     }
-    if (opts->json) std::cout << jsonText(list, 2) << "\n";
-    else printTable(rows);
-    *exit_code = kClean;
+    if (table && !missing.empty()) table->discard();
+    table.reset();
+    list.reset();
+    std::fflush(stdout);
+    if (!read.ok()) return void(*exit_code = fail("calls", read));
+    if (!missing.empty()) std::cerr << "nanprov calls: " << missing << "\n";
+    *exit_code = missing.empty() ? kClean : kUsageError;
   });
 }
 

@@ -17,12 +17,12 @@ enum ExitCode { kClean = 0, kEdgeFound = 1, kUsageError = 2, kInputError = 3, kN
 // Prints "nanprov <command>: <message>" on stderr and returns kInputError.
 int fail(const std::string& command, const Status& status);
 
-// `wrapped` is what followed "--" on the command line: the command to run.
 // The run named on the command line (or the newest), loaded; on failure prints the one-line
 // error for `command` and sets *exit_code.
 std::optional<RunData> openRun(const std::string& command, const std::string& given, int* exit_code,
-                               RunScope scope = RunScope::kAll);
+                               RunScope scope);
 
+// `wrapped` is what followed "--" on the command line: the command to run.
 void addRunCommand(CLI::App& app, int* exit_code, std::vector<std::string> wrapped);
 void addReportCommand(CLI::App& app, int* exit_code);
 void addRunsCommand(CLI::App& app, int* exit_code);

@@ -6,6 +6,7 @@
 #include "cli/call_kernels.h"
 #include "cli/commands.h"
 #include "cli/edges.h"
+#include "store/run_dir.h"
 
 namespace nanprov::cli {
 namespace {
@@ -45,32 +46,56 @@ void addKernelsCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--call", opts->call, "Only this call, named as the report names it (rank0:layer1:call1)");
   cmd->add_flag("--json", opts->json, "Print JSON for scripts");
   cmd->callback([opts, exit_code] {
-    auto run = openRun("kernels", opts->run, exit_code);
-    if (!run) return;
-    nlohmann::json list = nlohmann::json::array();
+    auto dir = resolveRunDir(opts->run);
+    if (!dir.ok()) return void(*exit_code = fail("kernels", dir.status()));
+    CallQuery query;
+    if (!opts->call.empty()) {
+      auto named = parseCallName(opts->call);
+      if (!named) {
+        return void(*exit_code = fail("kernels", Status::Error("--call " + opts->call +
+                                                               ": names look like rank0:layer1:call1 (see nanprov calls)")));
+      }
+      query.rank = named->rank;
+      query.layer = named->layer;
+      query.call = named->call;
+    }
+    // What kernels are known is small (the calls CUPTI traced); the calls stream past it.
+    auto traced = loadRun(*dir, RunScope::kTraced);
+    if (!traced.ok()) return void(*exit_code = fail("kernels", traced.status()));
+    CallKernelIndex index(*traced);
     bool found = false;
-    CallKernelIndex index(*run);
-    for (const CallRecord& c : run->calls) {
-      if (!opts->call.empty() && callName(c) != opts->call) continue;
-      found = true;
+    std::optional<JsonArrayPrinter> list;
+    if (opts->json) list.emplace();
+    Status read = forEachCall(*dir, query, [&](const CallRecord& c) {
+      KernelRecord cpu_op;
       KernelsOfCall k = index.of(c);
-      if (opts->json) {
-        list.push_back({{"call", callName(c)}, {"rank", c.rank}, {"seq", c.seq}, {"step", c.step},
-                        {"phase", phaseName(c.phase)}, {"op", c.op}, {"backend", c.backend},
-                        {"device", c.device}, {"attribution", attributionOf(c, k)},
-                        {"unattributed", c.unattributed.empty() ? nlohmann::json(nullptr) : nlohmann::json(c.unattributed)},
-                        {"inferred_from", k.inferred_from ? nlohmann::json(callName(*k.inferred_from)) : nlohmann::json(nullptr)},
-                        {"kernels", kernelsJson(k.kernels)}});
+      if (c.device == "cpu") {
+        cpu_op = cpuKernelOf(c);
+        k.kernels = {&cpu_op};
+      }
+      if (list) {
+        nlohmann::json entry = {
+            {"call", callName(c)}, {"rank", c.rank}, {"seq", c.seq}, {"step", c.step},
+            {"phase", phaseName(c.phase)}, {"op", c.op}, {"backend", c.backend},
+            {"device", c.device}, {"attribution", attributionOf(c, k)},
+            {"unattributed", c.unattributed.empty() ? nlohmann::json(nullptr) : nlohmann::json(c.unattributed)},
+            {"inferred_from", k.inferred_from ? nlohmann::json(callName(*k.inferred_from)) : nlohmann::json(nullptr)},
+            {"kernels", kernelsJson(k.kernels)}};
+        list->add(entry);
       } else {
         printCall(c, k);
       }
-    }
+      found = true;
+      return true;
+    });
+    list.reset();
+    std::fflush(stdout);
+    if (!read.ok()) return void(*exit_code = fail("kernels", read));
     if (!found && !opts->call.empty()) {
       *exit_code = fail("kernels", Status::Error("no call named " + opts->call +
                                                  " in this run; names look like rank0:layer1:call1 (see nanprov calls)"));
       return;
     }
-    if (opts->json) std::cout << jsonText(list, 2) << "\n";
     *exit_code = kClean;
   });
 }

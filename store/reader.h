@@ -2,6 +2,7 @@
 // corrupt store is a Status with one clear line, never a crash.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -22,9 +23,10 @@ struct RankInfo {
 
 // How much of a run to read. kEdges is what the report needs, at any run size: per rank the first
 // call that is not clean and the first source edge (found through the store's index), the calls
-// around them it shows, and totals. kNotClean is every call that is not clean, without kernels
-// (`calls --nonfinite`); kAll is every call.
-enum class RunScope { kAll, kNotClean, kEdges };
+// around them it shows, and totals. kTraced is the calls CUPTI traced, with their kernels: a few
+// steps' worth, what `kernels` infers the others' from. kAll is every call (small runs and tests;
+// commands stream calls with forEachCall instead).
+enum class RunScope { kAll, kTraced, kEdges };
 
 // Over the calls that are not clean, counted by the store (kEdges) rather than loaded.
 struct NotClean {
@@ -38,7 +40,7 @@ struct RunData {
   RunScope scope = RunScope::kAll;
   int64_t total_calls = 0;  // checked calls over all ranks, loaded or not
   std::vector<RankInfo> ranks;
-  std::vector<CallRecord> calls;  // all ranks (kEdges: the edges and their context), ordered by (step, start_ns, rank, seq)
+  std::vector<CallRecord> calls;  // all ranks, in the scope's subset, ordered by (step, start_ns, rank, seq)
   NotClean not_clean;             // kEdges only
   std::vector<KernelRecord> kernels;  // ordered by rank, then seq, then start; a CPU call's is its op
   std::vector<CaptureRecord> captures;  // per rank in the order decided
@@ -59,6 +61,24 @@ struct RunData {
 // A run directory whose processes recorded nothing (no rank store: no attention ran, or the
 // training died first) loads as a run with no ranks; a directory that is not a run is an error.
 StatusOr<RunData> loadRun(const std::string& dir, RunScope scope = RunScope::kAll);
+
+// Which calls to stream: every condition given must hold.
+struct CallQuery {
+  std::optional<int> rank;
+  std::optional<int64_t> layer, call, step;
+  std::optional<Phase> phase;
+  std::string backend;
+  std::string module_glob;  // shell pattern over the module path ("layers.3.*"); "" matches any
+  bool not_clean = false;   // only calls that are not clean, through the store's index over them
+};
+
+// Streams the run's calls that match, with their tensors, one at a time: ranks merged by (step,
+// start_ns, rank, seq), each rank in call order. Memory stays flat at any run size. `visit`
+// returns false to stop early.
+Status forEachCall(const std::string& dir, const CallQuery& query, const std::function<bool(const CallRecord&)>& visit);
+
+// A CPU call's kernel: its ATen op, timed by the call itself (stores do not repeat it).
+KernelRecord cpuKernelOf(const CallRecord& call);
 
 // Result of a read-only query over all ranks (`nanprov sql`).
 struct QueryResult {

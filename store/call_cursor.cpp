@@ -1,0 +1,140 @@
+#include "store/call_cursor.h"
+
+#include "store/call_signature.h"
+#include "store/rank_store.h"
+
+namespace nanprov {
+
+std::string seqList(const std::vector<int64_t>& seqs) {
+  std::string list;
+  for (int64_t seq : seqs) list += (list.empty() ? "" : ",") + std::to_string(seq);
+  return list;
+}
+
+CallFilter CallFilter::of(const std::vector<int64_t>& seqs) {
+  return {{"c.seq IN (" + seqList(seqs) + ")"}, {}, false};
+}
+
+CallFilter CallFilter::matching(const CallQuery& q) {
+  CallFilter f;
+  auto equal = [&f](const char* column, std::variant<int64_t, std::string> value) {
+    f.conditions.push_back(std::string(column) + " = ?");
+    f.args.push_back(std::move(value));
+  };
+  if (q.layer) equal("c.layer", *q.layer);
+  if (q.call) equal("c.call", *q.call);
+  if (q.step) equal("c.step", *q.step);
+  if (q.phase) equal("c.phase", std::string(phaseName(*q.phase)));
+  // Backend and module live in the signatures, a few rows: find theirs once, then test an id set.
+  if (!q.backend.empty() || !q.module_glob.empty()) {
+    std::string sigs = "c.sig IN (SELECT id FROM signatures WHERE 1";
+    if (!q.backend.empty()) {
+      sigs += " AND backend = ?";
+      f.args.push_back(q.backend);
+    }
+    if (!q.module_glob.empty()) {
+      sigs += " AND IFNULL(module, '') GLOB ?";
+      f.args.push_back(q.module_glob);
+    }
+    f.conditions.push_back(sigs + ")");
+  }
+  if (q.not_clean) {
+    f.conditions.push_back("c.health != 0");
+    f.by_time = true;
+  }
+  return f;
+}
+
+StatusOr<CallCursor> CallCursor::open(sqlite3* db, const std::string& path, const CallFilter& filter) {
+  std::string where;
+  for (const std::string& c : filter.conditions) where += (where.empty() ? " WHERE " : " AND ") + c;
+  auto calls = sqlite::prepare(db,
+      "SELECT c.seq,c.rank,c.step,c.layer,c.call,c.phase,IFNULL(c.fwd_seq,-1),s.op,s.backend,IFNULL(s.module,''),"
+      "c.start_ns,c.end_ns,IFNULL(c.injected,''),s.device,IFNULL(n.text,''),c.recompute,c.health,c.max_abs,s.tensors,"
+      "c.detail,c.sig "
+      "FROM calls c JOIN signatures s ON s.id = c.sig LEFT JOIN notes n ON n.id = c.note" + where +
+      (filter.by_time ? " ORDER BY c.step, c.start_ns, c.seq" : " ORDER BY c.seq"));
+  if (!calls.ok()) return notAStore(path, calls.status().message());
+  int i = 1;
+  for (const auto& arg : filter.args) {
+    if (const int64_t* n = std::get_if<int64_t>(&arg)) {
+      sqlite3_bind_int64(calls->get(), i++, *n);
+    } else {
+      const std::string& text = std::get<std::string>(arg);
+      sqlite3_bind_text(calls->get(), i++, text.c_str(), static_cast<int>(text.size()), SQLITE_TRANSIENT);
+    }
+  }
+  auto tensors = sqlite::prepare(db,
+      "SELECT role,dtype,shape,numel,nan,posinf,neginf,max_abs,all_zero,IFNULL(masked_rows,-1) FROM tensors "
+      "WHERE seq = ? ORDER BY rowid");  // rowid keeps the probes' role order
+  if (!tensors.ok()) return notAStore(path, tensors.status().message());
+  return CallCursor(db, path, std::move(*calls), std::move(*tensors));
+}
+
+Status CallCursor::readTensorRows(CallRecord* call) {
+  sqlite3_stmt* s = tensors_.get();
+  sqlite3_reset(s);
+  sqlite3_bind_int64(s, 1, call->seq);
+  int rc;
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    TensorHealth t;
+    t.role = columnText(s, 0);
+    t.dtype = columnText(s, 1);
+    t.shape = columnText(s, 2);
+    t.numel = sqlite3_column_int64(s, 3);
+    t.nan = sqlite3_column_int64(s, 4);
+    t.posinf = sqlite3_column_int64(s, 5);
+    t.neginf = sqlite3_column_int64(s, 6);
+    t.max_abs = sqlite3_column_double(s, 7);
+    t.all_zero = sqlite3_column_int(s, 8) != 0;
+    t.masked_rows = sqlite3_column_int64(s, 9);
+    call->tensors.push_back(std::move(t));
+  }
+  return rc == SQLITE_DONE ? Status::Ok() : notAStore(path_, sqlite::errorOf(db_));
+}
+
+StatusOr<bool> CallCursor::next(CallRecord* out) {
+  sqlite3_stmt* s = calls_.get();
+  int rc = sqlite3_step(s);
+  if (rc == SQLITE_DONE) return false;
+  if (rc != SQLITE_ROW) return notAStore(path_, sqlite::errorOf(db_));
+  CallRecord c;
+  c.seq = sqlite3_column_int64(s, 0);
+  c.rank = sqlite3_column_int(s, 1);
+  c.step = sqlite3_column_int64(s, 2);
+  c.layer = sqlite3_column_int64(s, 3);
+  c.call = sqlite3_column_int64(s, 4);
+  parsePhase(columnText(s, 5), &c.phase);
+  c.fwd_seq = sqlite3_column_int64(s, 6);
+  c.op = columnText(s, 7);
+  c.backend = columnText(s, 8);
+  c.module = columnText(s, 9);
+  c.start_ns = sqlite3_column_int64(s, 10);
+  c.end_ns = sqlite3_column_int64(s, 11);
+  c.injected = columnText(s, 12);
+  c.device = columnText(s, 13);
+  c.unattributed = columnText(s, 14);
+  c.recompute = sqlite3_column_int(s, 15) != 0;
+  c.health = sqlite3_column_int(s, 16);
+  // A clean call carries max |x| per tensor, any other its detail blob; both fill the tensors its
+  // signature describes. Calls with neither have tensor rows.
+  bool compact = sqlite3_column_type(s, 17) == SQLITE_BLOB, detailed = sqlite3_column_type(s, 19) == SQLITE_BLOB;
+  if (compact || detailed) {
+    int64_t sig = sqlite3_column_int64(s, 20);
+    auto known = described_.find(sig);
+    if (known == described_.end()) known = described_.emplace(sig, tensorsFromDescription(columnText(s, 18))).first;
+    c.tensors = known->second;
+    int col = compact ? 17 : 19;
+    const void* blob = sqlite3_column_blob(s, col);
+    size_t bytes = static_cast<size_t>(sqlite3_column_bytes(s, col));
+    if (!(compact ? fillMaxAbs(blob, bytes, c.tensors) : fillDetail(blob, bytes, c.tensors))) {
+      return notAStore(path_, "call " + std::to_string(c.seq) + " has tensor health that does not fit its signature");
+    }
+  } else {
+    NANPROV_RETURN_IF_ERROR(readTensorRows(&c));
+  }
+  *out = std::move(c);
+  return true;
+}
+
+}  // namespace nanprov

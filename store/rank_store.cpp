@@ -1,0 +1,63 @@
+#include "store/rank_store.h"
+
+#include <filesystem>
+
+#include "base/numbers.h"
+#include "store/run_dir.h"
+#include "store/schema.h"
+
+namespace nanprov {
+
+std::string columnText(sqlite3_stmt* s, int i) {
+  const unsigned char* t = sqlite3_column_text(s, i);
+  return t ? reinterpret_cast<const char*>(t) : "";
+}
+
+Status notAStore(const std::string& path, const std::string& why) {
+  return Status::Error(path + ": not a readable nanprov store (" + why +
+                       "); the file is damaged or was not written by nanprov");
+}
+
+StatusOr<sqlite::Db> openRankStore(const std::string& path, RankInfo* info) {
+  std::error_code ec;
+  if (std::filesystem::file_size(path, ec) == 0 && !ec) return notAStore(path, "empty file");
+  auto db = sqlite::open(path, sqlite::Mode::kReadOnly);
+  if (!db.ok()) return notAStore(path, db.status().message());
+  auto meta = sqlite::prepare(db->get(), "SELECT key, value FROM meta");
+  if (!meta.ok()) return notAStore(path, meta.status().message());
+  int rc;
+  while ((rc = sqlite3_step(meta->get())) == SQLITE_ROW) {
+    info->meta[columnText(meta->get(), 0)] = columnText(meta->get(), 1);
+  }
+  if (rc != SQLITE_DONE) return notAStore(path, sqlite::errorOf(db->get()));
+  auto version = info->meta.find("schema_version");
+  if (version == info->meta.end()) return notAStore(path, "no schema_version");
+  if (version->second != std::to_string(kSchemaVersion)) {
+    return Status::Error(path + ": store schema version " + version->second + ", this nanprov reads " +
+                         std::to_string(kSchemaVersion) + "; use the nanprov that wrote the run");
+  }
+  info->path = path;
+  info->rank = 0;
+  if (auto it = info->meta.find("rank"); it != info->meta.end()) {
+    auto rank = parseInteger(it->second, 0, kMaxRank);
+    if (!rank) return notAStore(path, "meta.rank is not a rank number");
+    info->rank = static_cast<int>(*rank);
+  }
+  return db;
+}
+
+bool isRunDir(const std::string& dir) {
+  std::error_code ec;
+  return std::filesystem::is_regular_file(std::filesystem::path(dir) / "run.json", ec);
+}
+
+StatusOr<std::vector<std::string>> storesOf(const std::string& dir) {
+  std::vector<std::string> paths = rankStorePaths(dir);
+  if (paths.empty()) {
+    return Status::Error(dir + " holds no rank store (rank-<r>.sqlite): the run recorded no attention "
+                         "call, or it is not a nanprov run directory");
+  }
+  return paths;
+}
+
+}  // namespace nanprov

@@ -1,0 +1,200 @@
+// `nanprov sql`: one read-only SELECT over every rank store of a run.
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "store/rank_store.h"
+#include "store/reader.h"
+
+namespace nanprov {
+namespace {
+
+const char* const kReadOnlyRefusal = "refused: nanprov sql is read-only; use one SELECT (or WITH ... SELECT)";
+
+// What a user's query may do: read tables and views and call ordinary functions. Everything
+// else (writes, ATTACH, DETACH, pragmas that set, functions that expose internals or files) is
+// denied while the statement is prepared, so nothing runs; `denied` remembers why.
+struct QueryGuard {
+  bool denied = false;
+
+  static int authorize(void* self, int action, const char* a, const char* b, const char*, const char*) {
+    static const std::set<std::string> kInternalFunctions = {
+        "fts3_tokenizer", "load_extension", "readfile", "writefile", "edit", "sqlite_offset"};
+    static const std::set<std::string> kReadPragmas = {"table_info", "table_xinfo", "table_list", "index_list",
+                                                       "index_info", "function_list", "collation_list"};
+    bool allowed = false;
+    switch (action) {
+      case SQLITE_SELECT:
+      case SQLITE_READ:
+      case SQLITE_RECURSIVE:
+        allowed = true;
+        break;
+      case SQLITE_FUNCTION:
+        allowed = b && !kInternalFunctions.count(b);
+        break;
+      case SQLITE_PRAGMA:
+        allowed = a && kReadPragmas.count(a);
+        break;
+      default:
+        break;
+    }
+    if (!allowed) static_cast<QueryGuard*>(self)->denied = true;
+    return allowed ? SQLITE_OK : SQLITE_DENY;
+  }
+};
+
+// Exactly one statement: the text after the first must be blank or comments.
+StatusOr<sqlite::Stmt> prepareOneStatement(sqlite3* db, const std::string& sql, QueryGuard* guard) {
+  sqlite3_stmt* raw = nullptr;
+  const char* tail = nullptr;
+  int rc = sqlite3_prepare_v2(db, sql.c_str(), static_cast<int>(sql.size()), &raw, &tail);
+  sqlite::Stmt stmt(raw);
+  // A write to one of the views fails before the authorizer is asked ("cannot modify calls
+  // because it is a view"): the same refusal, worded the same.
+  std::string error = rc == SQLITE_OK ? "" : sqlite::errorOf(db);
+  if (guard->denied || error.rfind("cannot modify", 0) == 0) return Status::Error(kReadOnlyRefusal);
+  if (rc != SQLITE_OK) return Status::Error("SQL error: " + error);
+  if (!raw) return Status::Error("empty query: give one SELECT statement");
+  sqlite3_stmt* next = nullptr;
+  sqlite3_prepare_v2(db, tail, -1, &next, nullptr);
+  sqlite::Stmt rest(next);
+  if (next || guard->denied) {
+    return Status::Error("refused: one statement at a time; nanprov sql runs a single SELECT");
+  }
+  return stmt;
+}
+
+// The tables `nanprov sql` shows, each as the SELECT that gives one rank store's rows (`calls`
+// has its own rank column; the others gain one).
+const std::vector<std::pair<std::string, bool>> kQueryTables = {
+    {"calls", false}, {"tensors", true}, {"kernels", true}, {"captures", true},
+    {"steps", true},  {"meta", true},    {"sentinel", true}};
+
+std::string rowsOf(const std::string& table, bool add_rank, const std::string& alias, int rank) {
+  // The store keeps a call's signature and note once; the table users query has them inline.
+  if (table == "calls") {
+    return "SELECT c.seq, c.rank, c.step, c.layer, c.call, c.phase, c.fwd_seq, c.recompute, s.op, s.backend, "
+           "s.module, c.start_ns, c.end_ns, c.injected, s.device, n.text AS unattributed, "
+           "CASE c.health WHEN 0 THEN 'clean' WHEN 1 THEN 'source' ELSE 'propagated' END AS edge FROM " +
+           alias + ".calls c JOIN " + alias + ".signatures s ON s.id = c.sig LEFT JOIN " + alias +
+           ".notes n ON n.id = c.note";
+  }
+  return std::string("SELECT ") + (add_rank ? std::to_string(rank) + " AS rank, " : "") + "* FROM " + alias + "." + table;
+}
+
+// Attaches one rank store read-only as `alias`; its rank in *rank.
+Status attachStore(sqlite3* db, const std::string& path, const std::string& alias, int* rank) {
+  RankInfo info;
+  auto check = openRankStore(path, &info);
+  if (!check.ok()) return check.status();
+  auto attach = sqlite::prepare(db, "ATTACH DATABASE ? AS " + alias);
+  if (!attach.ok()) return attach.status();
+  std::string uri = "file:" + path + "?mode=ro";
+  sqlite3_bind_text(attach->get(), 1, uri.c_str(), -1, SQLITE_TRANSIENT);
+  if (sqlite3_step(attach->get()) != SQLITE_DONE) return notAStore(path, sqlite::errorOf(db));
+  *rank = info.rank;
+  return Status::Ok();
+}
+
+// Up to SQLite's attach limit, the tables are views over the attached stores: nothing is copied.
+Status viewsOverStores(sqlite3* db, const std::vector<std::string>& paths) {
+  std::map<std::string, std::string> unions;
+  for (size_t i = 0; i < paths.size(); ++i) {
+    std::string alias = "r" + std::to_string(i);
+    int rank = 0;
+    NANPROV_RETURN_IF_ERROR(attachStore(db, paths[i], alias, &rank));
+    for (const auto& [table, add_rank] : kQueryTables) {
+      unions[table] += (i ? " UNION ALL " : "") + rowsOf(table, add_rank, alias, rank);
+    }
+  }
+  std::string views;
+  for (const auto& [table, rows] : unions) views += "CREATE TEMP VIEW " + table + " AS " + rows + "; ";
+  return sqlite::exec(db, views);
+}
+
+// Records the tables a statement reads while it is prepared, then asks the query guard.
+struct TableReads {
+  QueryGuard guard;
+  std::set<std::string> tables;
+  static int authorize(void* self, int action, const char* a, const char* b, const char* c, const char* d) {
+    auto* reads = static_cast<TableReads*>(self);
+    if (action == SQLITE_READ && a) reads->tables.insert(a);
+    return QueryGuard::authorize(&reads->guard, action, a, b, c, d);
+  }
+};
+
+// Beyond SQLite's attach limit (10 in most builds) the tables a query reads are copied into a
+// private temporary database, attaching the stores a batch at a time. Only the tables the query
+// reads are copied, so `SELECT COUNT(*) FROM calls` over 128 ranks copies calls alone.
+Status tablesFromStores(sqlite3* db, const std::vector<std::string>& paths, const std::string& sql, int batch) {
+  int rank = 0;
+  NANPROV_RETURN_IF_ERROR(attachStore(db, paths[0], "r0", &rank));
+  std::string shapes;
+  for (const auto& [table, add_rank] : kQueryTables) {
+    shapes += "CREATE TABLE " + table + " AS " + rowsOf(table, add_rank, "r0", rank) + " LIMIT 0; ";
+  }
+  NANPROV_RETURN_IF_ERROR(sqlite::exec(db, shapes + "DETACH DATABASE r0;"));
+  TableReads reads;
+  sqlite3_set_authorizer(db, &TableReads::authorize, &reads);
+  auto probe = prepareOneStatement(db, sql, &reads.guard);
+  sqlite3_set_authorizer(db, nullptr, nullptr);
+  if (!probe.ok()) return probe.status();
+  for (size_t first = 0; first < paths.size(); first += static_cast<size_t>(batch)) {
+    size_t last = std::min(paths.size(), first + static_cast<size_t>(batch));
+    std::string copy = "BEGIN; ", detach;
+    for (size_t i = first; i < last; ++i) {
+      std::string alias = "r" + std::to_string(i - first);
+      NANPROV_RETURN_IF_ERROR(attachStore(db, paths[i], alias, &rank));
+      for (const auto& [table, add_rank] : kQueryTables) {
+        if (reads.tables.count(table)) copy += "INSERT INTO main." + table + " " + rowsOf(table, add_rank, alias, rank) + "; ";
+      }
+      detach += "DETACH DATABASE " + alias + "; ";
+    }
+    NANPROV_RETURN_IF_ERROR(sqlite::exec(db, copy + "COMMIT; " + detach));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<QueryResult> queryRun(const std::string& dir, const std::string& sql) {
+  auto paths = storesOf(dir);
+  if (!paths.ok()) return paths.status();
+  // "": a private temporary database on disk, for the copies a run of many ranks needs.
+  auto db = sqlite::open("", sqlite::Mode::kReadWriteCreate);
+  if (!db.ok()) return db.status();
+  sqlite3* raw = db->get();
+  int attachable = sqlite3_limit(raw, SQLITE_LIMIT_ATTACHED, -1);
+  if (static_cast<int>(paths->size()) <= attachable) {
+    NANPROV_RETURN_IF_ERROR(viewsOverStores(raw, *paths));
+  } else {
+    NANPROV_RETURN_IF_ERROR(tablesFromStores(raw, *paths, sql, attachable));
+  }
+  NANPROV_RETURN_IF_ERROR(sqlite::exec(raw, "PRAGMA query_only=ON;"));
+
+  QueryGuard guard;
+  sqlite3_set_authorizer(raw, &QueryGuard::authorize, &guard);
+  auto stmt = prepareOneStatement(raw, sql, &guard);
+  if (!stmt.ok()) return stmt.status();
+  sqlite3_stmt* s = stmt->get();
+  if (!sqlite3_stmt_readonly(s)) return Status::Error(kReadOnlyRefusal);
+  QueryResult result;
+  int ncol = sqlite3_column_count(s);
+  for (int c = 0; c < ncol; ++c) result.columns.push_back(sqlite3_column_name(s, c));
+  result.numeric.assign(ncol, false);
+  int rc;
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    std::vector<std::optional<std::string>> row;
+    for (int c = 0; c < ncol; ++c) {
+      int type = sqlite3_column_type(s, c);
+      if (result.rows.empty()) result.numeric[c] = type == SQLITE_INTEGER || type == SQLITE_FLOAT;
+      if (type == SQLITE_NULL) row.emplace_back(std::nullopt);
+      else row.emplace_back(columnText(s, c));
+    }
+    result.rows.push_back(std::move(row));
+  }
+  if (rc != SQLITE_DONE) return Status::Error("SQL error: " + sqlite::errorOf(raw));
+  return result;
+}
+
+}  // namespace nanprov
