@@ -8,7 +8,7 @@
 #include <limits>
 
 #include "base/text.h"
-#include "kernels/reference_attention.h"
+#include "replay/reference_blocks.h"
 
 namespace nanprov::replay {
 namespace {
@@ -107,10 +107,6 @@ void differentiate(Outputs& out, const at::Tensor& o, const std::vector<at::Tens
   out.dq = grads[0];
   out.dk = grads[1];
   out.dv = grads[2];
-}
-
-at::Tensor tensorOf(std::vector<double> values, at::IntArrayRef shape) {
-  return at::from_blob(values.data(), shape, at::TensorOptions().dtype(at::kDouble)).clone();
 }
 
 }  // namespace
@@ -241,43 +237,29 @@ Outputs runYardstick(const CapturedCall& call, const at::Device& device) {
 }
 
 StatusOr<Outputs> runReference(const CapturedCall& call, bool on_cuda, std::string* where) {
-  reference::AttentionShape shape{call.batch, call.q_heads, call.kv_heads, call.s_q, call.s_kv, call.head_dim, call.v_dim};
-  reference::AttentionOptions options;
-  options.scale = call.softmaxScale();
-  options.causal = call.causal;
-  reference::MaskView view;
-  at::Tensor mask_data;  // keeps the array `view` points into alive
-  if (call.has("mask")) {
-    const at::Tensor& m = call.at("mask");
-    bool is_bool = m.scalar_type() == at::kBool;
-    mask_data = (is_bool ? m.to(at::kByte) : m.to(at::kDouble)).contiguous();
-    at::Tensor full = mask_data.expand({call.batch, call.q_heads, call.s_q, call.s_kv});
-    for (int d = 0; d < 4; ++d) view.strides[d] = full.stride(d);
-    view.kind = is_bool ? reference::MaskView::Kind::kBool : reference::MaskView::Kind::kAdditive;
-    if (is_bool) view.allow = mask_data.data_ptr<uint8_t>();
-    else view.additive = mask_data.data_ptr<double>();
+  if (call.q_heads % call.kv_heads != 0) {
+    return Status::Error("reference attention: " + std::to_string(call.q_heads) + " query heads is not a multiple of " +
+                         std::to_string(call.kv_heads) + " key/value heads");
   }
-  std::vector<double> q = doubles(call.at("Q")), k = doubles(call.at("K")), v = doubles(call.at("V"));
-#if NANPROV_HAVE_CUDA
-  const bool gpu = on_cuda && reference::cudaReferenceAvailable();
-#else
-  const bool gpu = false;
-  (void)on_cuda;
-#endif
-  *where = gpu ? "cuda:0" : "cpu";
-  auto fwd = gpu ? reference::forwardCuda(shape, q, k, v, view, options) : reference::forward(shape, q, k, v, view, options);
-  if (!fwd.ok()) return fwd.status();
+  at::Device device = on_cuda && at::hasCUDA() ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
+  *where = device.str();
+  ReferenceInputs in;
+  in.q = call.at("Q");
+  in.k = call.at("K");
+  in.v = call.at("V");
+  if (call.has("mask")) in.mask = call.at("mask");
+  if (call.backward) in.dout = call.at("dO");
+  in.scale = call.softmaxScale();
+  in.causal = call.causal;
+  ReferenceOutputs g = referenceByBlocks(in, device);
+  // The comparison reads host float64.
   Outputs out;
-  out.o = tensorOf(std::move(fwd->out), {call.batch, call.q_heads, call.s_q, call.v_dim});
-  out.lse = tensorOf(std::move(fwd->lse), {call.batch, call.q_heads, call.s_q});
+  out.o = g.o.cpu();
+  out.lse = g.lse.cpu();
   if (call.backward) {
-    std::vector<double> dout = doubles(call.at("dO"));
-    auto grads = gpu ? reference::backwardCuda(shape, q, k, v, view, options, dout)
-                     : reference::backward(shape, q, k, v, view, options, dout);
-    if (!grads.ok()) return grads.status();
-    out.dq = tensorOf(std::move(grads->dq), call.at("Q").sizes());
-    out.dk = tensorOf(std::move(grads->dk), call.at("K").sizes());
-    out.dv = tensorOf(std::move(grads->dv), call.at("V").sizes());
+    out.dq = g.dq.cpu();
+    out.dk = g.dk.cpu();
+    out.dv = g.dv.cpu();
   }
   return out;
 }

@@ -36,8 +36,8 @@ StatusOr<Outputs> runBackend(const std::string& backend, const CapturedCall& cal
 // low-precision kernel may be off by.
 Outputs runYardstick(const CapturedCall& call, const at::Device& device);
 
-// G: float64, bundled kernels/reference_attention; on the GPU when `on_cuda` and this build has
-// the CUDA reference, else on the CPU. *where says which ran.
+// G: the float64 reference (replay/reference_blocks), on the GPU when `on_cuda` and one is here,
+// else on the CPU; host tensors. *where says which device ran it.
 StatusOr<Outputs> runReference(const CapturedCall& call, bool on_cuda, std::string* where);
 
 // A tensor's values as dense float64 on the host: what the reference and the comparison read.

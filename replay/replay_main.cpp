@@ -3,6 +3,7 @@
 //   nanprov-replay CAPTURE DEVICE(auto|cpu|cuda) BACKENDS(comma list or "") JSON(0|1) EMIT_DIR("" for none)
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
+#include <c10/util/Exception.h>
 
 #include <cmath>
 #include <cstdio>
@@ -14,6 +15,7 @@
 #include "replay/backends.h"
 #include "replay/captured_call.h"
 #include "replay/packed_layouts.h"
+#include "replay/progress.h"
 #include "replay/replay_result.h"
 #include "replay/repro_script.h"
 #include "store/call_record.h"
@@ -147,6 +149,18 @@ Status emitRepro(const std::string& dir, const CaptureFile& file, const Captured
   return Status::Ok();
 }
 
+// Torch warns "Attempting to run cuBLAS, but there was no current CUDA context!" when autograd's
+// device thread, which never made the primary context current, runs the first GEMM of a
+// backward. It then sets the context itself, so the warning is noise in every CUDA replay.
+// Autograd replays its threads' warnings on the caller's thread, through this handler.
+class QuietCublasContextWarning : public c10::WarningHandler {
+ public:
+  void process(const c10::Warning& warning) override {
+    if (warning.msg().find("no current CUDA context") != std::string::npos) return;
+    c10::WarningHandler::process(warning);
+  }
+};
+
 int fail(const Status& st) {
   std::fprintf(stderr, "nanprov replay: %s\n", st.message().c_str());
   return 3;
@@ -154,6 +168,10 @@ int fail(const Status& st) {
 
 int replayMain(const std::string& path, std::string device_name, const std::string& backend_list, bool json,
                const std::string& emit_dir) {
+  QuietCublasContextWarning quiet;
+  c10::WarningUtils::WarningHandlerGuard quiet_guard(&quiet);
+  Progress progress;
+  progress.stage("loading the capture");
   auto file = readCapture(path);
   if (!file.ok()) return fail(file.status());
   auto call = toCapturedCall(*file, path);
@@ -191,16 +209,19 @@ int replayMain(const std::string& path, std::string device_name, const std::stri
                       "; the reference has none, so outputs are compared without it and differ by design");
   }
 
+  progress.stage("float64 reference");
   auto g = runReference(*call, device.is_cuda(), &r.reference_device);
   if (!g.ok()) return fail(g.status());
   zeroPadding(*call, *g);
   r.reference_problem = referenceProblem(*call, *g);
+  progress.stage("yardstick");
   Outputs l = runYardstick(*call, device);
   zeroPadding(*call, l);
   for (const Comparison& c : compareAll(l, *g, l)) {
     if (c.nonfinite > 0) r.yardstick_nonfinite.push_back(c.role);
   }
   auto judged = [&](BackendRun run, Outputs outputs) {
+    progress.stage("comparing " + run.name);
     zeroPadding(*call, outputs);
     run.tensors = compareAll(outputs, *g, l);
     if (!r.reference_problem.empty()) {
@@ -216,6 +237,7 @@ int replayMain(const std::string& path, std::string device_name, const std::stri
       r.backends.push_back(run);
       continue;
     }
+    progress.stage(name);
     auto outputs = runBackend(name, *call, device);
     if (!outputs.ok()) {
       run.detail = outputs.status().message();
@@ -225,6 +247,7 @@ int replayMain(const std::string& path, std::string device_name, const std::stri
     run.ran = true;
     r.backends.push_back(judged(run, *outputs));
   }
+  progress.stage("conditions and root cause");
   r.conditions = conditionsOf(*call, *g);
   r.main_kernel = r.main_kernel.empty() ? "" : shortKernelName(r.main_kernel);
   r.root_cause = findRootCause(r);
