@@ -516,6 +516,7 @@ void flushDeviceWork(bool at_exit) {
     session.setMeta("cupti_records", "kernel " + std::to_string(stats.kernel_records) + ", external id " +
                                          std::to_string(stats.external_id_records) + ", api " +
                                          std::to_string(stats.api_records));
+    if (stats.detached) session.setMeta("cupti_detached", "1");
     if (std::string why = tracer.unattributedReason(); !why.empty()) session.setMeta("kernel_tracer", why);
   } catch (const std::exception& e) {
     logOnce("flush", std::string("flushing device work failed: ") + e.what());

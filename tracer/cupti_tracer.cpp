@@ -40,6 +40,10 @@ struct Cupti {
   decltype(&cuptiActivityGetNextRecord) nextRecord = nullptr;
   decltype(&cuptiActivityGetNumDroppedRecords) droppedRecords = nullptr;
   decltype(&cuptiGetResultString) resultString = nullptr;
+  // Optional: detaching CUPTI after the trace window (below).
+  decltype(&cuptiSubscribe) subscribe = nullptr;
+  decltype(&cuptiEnableDomain) enableDomain = nullptr;
+  decltype(&cuptiFinalize) finalize = nullptr;
 
   std::string describe(CUptiResult r) const {
     const char* s = nullptr;
@@ -78,6 +82,9 @@ StatusOr<Cupti> loadCupti() {
   // Optional (CUPTI 12.6+): collect only launch API records, far fewer than every API call.
   resolve(lib, "cuptiActivityEnableRuntimeApi", &c.enableRuntimeApi);
   resolve(lib, "cuptiActivityEnableDriverApi", &c.enableDriverApi);
+  resolve(lib, "cuptiSubscribe", &c.subscribe);
+  resolve(lib, "cuptiEnableDomain", &c.enableDomain);
+  resolve(lib, "cuptiFinalize", &c.finalize);
   return c;
 }
 
@@ -90,8 +97,20 @@ struct Shared {
   std::atomic<int64_t> dropped{0};
   // What CUPTI delivered, to tell "nothing traced" from "nothing joined" in a bug report.
   int64_t kernel_records = 0, our_external_ids = 0, api_records = 0;
+  // Set once CUPTI is detached: no CUPTI call may follow, since any would attach it again.
+  std::atomic<bool> detached{false};
 };
 Shared* g_shared = nullptr;
+
+// Detaching CUPTI (cuptiFinalize) is safe only where no other thread is inside CUPTI, which
+// NVIDIA's sample and Kineto get by calling it from a callback at the exit of a CUDA runtime
+// call: subscribe, and finalize at the first runtime call that returns. Finalizing also drops
+// the subscription.
+void CUPTIAPI detachAtApiExit(void*, CUpti_CallbackDomain, CUpti_CallbackId, const void* data) {
+  const auto* info = static_cast<const CUpti_CallbackData*>(data);
+  if (info->callbackSite != CUPTI_API_EXIT || g_shared->detached.exchange(true)) return;
+  g_shared->cupti.finalize();
+}
 
 void CUPTIAPI bufferRequested(uint8_t** buffer, size_t* size, size_t* max_records) {
   *max_records = 0;
@@ -167,7 +186,7 @@ class CuptiTracer final : public KernelTracer {
   void exit() override {
     if (t_pushed > 0) {
       uint64_t id = 0;
-      g_shared->cupti.pop(kOurKind, &id);
+      if (!g_shared->detached.load()) g_shared->cupti.pop(kOurKind, &id);
       --t_pushed;
     }
     popCallRange();
@@ -221,10 +240,21 @@ class CuptiTracer final : public KernelTracer {
   std::vector<KernelRecord> collect(bool at_exit) override {
     if (!startedOk()) return {};
     // After a pause CUPTI still holds the traced window's last buffers: flushing hands them over.
-    if (!yielded()) g_shared->cupti.flushAll(at_exit ? CUPTI_ACTIVITY_FLAG_FLUSH_FORCED : 0);
-    std::lock_guard<std::mutex> lock(g_shared->mu);
-    std::vector<KernelRecord> out = g_shared->correlation.takeAttributed();
-    g_shared->correlation.endRound();
+    // One step boundary later the window's kernels have long finished, so a forced flush loses
+    // nothing, and CUPTI is detached: traced launches cost even with every kind disabled, and a
+    // launch-bound job paid 24% for it (Kineto finalizes for the same reason).
+    bool detach = false;
+    if (!yielded() && !g_shared->detached.load()) {
+      detach = pausedFor() >= 2;
+      g_shared->cupti.flushAll(at_exit || detach ? CUPTI_ACTIVITY_FLAG_FLUSH_FORCED : 0);
+    }
+    std::vector<KernelRecord> out;
+    {
+      std::lock_guard<std::mutex> lock(g_shared->mu);
+      out = g_shared->correlation.takeAttributed();
+      g_shared->correlation.endRound();
+    }
+    if (detach) requestDetach();
     return out;
   }
 
@@ -238,6 +268,7 @@ class CuptiTracer final : public KernelTracer {
     s.kernel_records = g_shared->kernel_records;
     s.external_id_records = g_shared->our_external_ids;
     s.api_records = g_shared->api_records;
+    s.detached = g_shared->detached.load();
     return s;
   }
 
@@ -245,6 +276,23 @@ class CuptiTracer final : public KernelTracer {
   bool startedOk() const {
     std::lock_guard<std::mutex> lock(mu_);
     return started_ok_;
+  }
+
+  // Step boundaries seen since the pause (0: not paused).
+  int pausedFor() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return paused_ ? ++boundaries_since_pause_ : 0;
+  }
+
+  // Asks CUPTI to detach at the next CUDA runtime call's exit. Without the entry points, or when
+  // another tool holds the callback API, CUPTI stays attached with every kind disabled.
+  void requestDetach() {
+    const Cupti& c = g_shared->cupti;
+    if (detach_requested_ || !c.subscribe || !c.enableDomain || !c.finalize) return;
+    detach_requested_ = true;
+    CUpti_SubscriberHandle subscriber = nullptr;
+    if (c.subscribe(&subscriber, &detachAtApiExit, nullptr) != CUPTI_SUCCESS) return;
+    c.enableDomain(1, subscriber, CUPTI_CB_DOMAIN_RUNTIME_API);
   }
 
   bool live() const {
@@ -327,6 +375,8 @@ class CuptiTracer final : public KernelTracer {
   std::string yield_reason_;
   bool paused_ = false;
   std::string pause_reason_;
+  int boundaries_since_pause_ = 0;
+  bool detach_requested_ = false;  // only collect() touches it, from the step boundary
 };
 
 }  // namespace

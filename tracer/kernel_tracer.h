@@ -24,6 +24,7 @@ struct TracerStats {
   int64_t kernel_records = 0;       // CONCURRENT_KERNEL records seen, attention's or not
   int64_t external_id_records = 0;  // our EXTERNAL_CORRELATION records seen
   int64_t api_records = 0;          // RUNTIME and DRIVER records seen
+  bool detached = false;            // CUPTI was detached after the trace window
 };
 
 class KernelTracer {
@@ -46,7 +47,8 @@ class KernelTracer {
   virtual bool yielded() const = 0;
 
   // Stops collection for good (the sampled window is over), so the process stops paying for
-  // CUPTI; calls afterwards are unattributed with `reason`. Records already traced are kept.
+  // CUPTI; calls afterwards are unattributed with `reason`. Records already traced are kept, and
+  // one step boundary later CUPTI is detached from the process.
   virtual void pause(const std::string& reason) = 0;
 
   virtual std::string unattributedReason() const = 0;
