@@ -3,7 +3,6 @@
 #include <cstdio>
 #include <iostream>
 #include <optional>
-#include <set>
 
 #include "base/json_text.h"
 #include "cli/commands.h"

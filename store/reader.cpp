@@ -7,7 +7,6 @@
 #include <map>
 #include <set>
 #include <tuple>
-#include <unordered_map>
 
 #include "base/numbers.h"
 #include "store/call_cursor.h"
