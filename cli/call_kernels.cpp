@@ -1,6 +1,7 @@
 #include "cli/call_kernels.h"
 
 #include "cli/edges.h"
+#include "cli/report.h"
 
 namespace nanprov {
 
@@ -40,12 +41,34 @@ CallKernelIndex::CallKernelIndex(const RunData& run) : run_(run) {
   }
 }
 
+const ReplayedKernels* CallKernelIndex::replayedKernelsOf(const CallRecord& call) const {
+  const CaptureRecord* capture = run_.captureOf(call.rank, call.seq);
+  if (!capture || capture->path.empty()) return nullptr;
+  std::string path = capturePath(run_, *capture);
+  auto it = replayed_.find(path);
+  if (it == replayed_.end()) {
+    auto read = readReplayedKernels(path);  // an unreadable list is as good as none
+    it = replayed_.emplace(path, read.ok() ? *read : std::nullopt).first;
+  }
+  return it->second && !it->second->kernels.empty() ? &*it->second : nullptr;
+}
+
 KernelsOfCall CallKernelIndex::of(const CallRecord& call) const {
   KernelsOfCall out;
   out.kernels = run_.kernelsOf(call.rank, call.seq);
-  if (!out.kernels.empty() || call.device == "cpu") return out;
+  if (!out.kernels.empty() || call.device == "cpu") {
+    out.from = "run";
+    return out;
+  }
+  if (const ReplayedKernels* replayed = replayedKernelsOf(call)) {
+    for (const KernelRecord& k : replayed->kernels) out.kernels.push_back(&k);
+    out.from = "replay";
+    out.replayed_on = replayed->gpu;
+    return out;
+  }
   auto it = traced_.find(signatureOf(call));
   if (it == traced_.end()) return out;
+  out.from = "inferred";
   out.inferred_from = it->second;
   out.kernels = run_.kernelsOf(it->second->rank, it->second->seq);
   return out;
@@ -53,10 +76,11 @@ KernelsOfCall CallKernelIndex::of(const CallRecord& call) const {
 
 std::string attributionOf(const CallRecord& call, const KernelsOfCall& k) {
   if (call.device == "cpu") return "the ATen CPU op";
+  std::string missed = call.unattributed.empty() ? "its own records were lost" : call.unattributed;
+  if (k.from == "replay") return "traced in a replay of its capture on " + k.replayed_on + " (" + missed + ")";
   if (k.inferred_from) {
     return "inferred from " + callName(*k.inferred_from) + " at step " + std::to_string(k.inferred_from->step) +
-           " (same layer, op and shapes; " + (call.unattributed.empty() ? "its own records were lost" : call.unattributed) +
-           ")";
+           " (same layer, op and shapes; " + missed + ")";
   }
   if (!call.unattributed.empty()) return "unattributed: " + call.unattributed;
   if (k.kernels.empty()) return "no kernel record arrived (the run may have ended before CUPTI flushed)";

@@ -78,6 +78,7 @@ void addKernelsCommand(CLI::App& app, int* exit_code) {
             {"call", callName(c)}, {"rank", c.rank}, {"seq", c.seq}, {"step", c.step},
             {"phase", phaseName(c.phase)}, {"op", c.op}, {"backend", c.backend},
             {"device", c.device}, {"attribution", attributionOf(c, k)},
+            {"kernels_from", k.from.empty() ? nlohmann::json(nullptr) : nlohmann::json(k.from)},
             {"unattributed", c.unattributed.empty() ? nlohmann::json(nullptr) : nlohmann::json(c.unattributed)},
             {"inferred_from", k.inferred_from ? nlohmann::json(callName(*k.inferred_from)) : nlohmann::json(nullptr)},
             {"kernels", kernelsJson(k.kernels)}};

@@ -91,6 +91,7 @@ std::string listed(const std::vector<std::string>& names) {
 void addKernelsAndCapture(const RunData& run, const CallKernelIndex& index, const CallRecord& call, nlohmann::json& edge) {
   KernelsOfCall k = index.of(call);
   edge["kernels"] = kernelsJson(k.kernels);
+  edge["kernels_from"] = k.from.empty() ? nlohmann::json(nullptr) : nlohmann::json(k.from);
   edge["kernel_attribution"] = attributionOf(call, k);
   const CaptureRecord* capture = run.captureOf(call.rank, call.seq);
   edge["capture"] = capture && !capture->path.empty() ? nlohmann::json(capturePath(run, *capture)) : nlohmann::json(nullptr);
@@ -321,7 +322,7 @@ std::string reportText(const RunData& run, const Findings& f) {
     const KernelRecord* main = mainKernel(found.kernels);
     for (const KernelRecord* k : found.kernels) names.push_back(shortKernelName(k->name) + (k == main ? " (main)" : ""));
     out << "  kernels on " << c.device << ": " << (names.empty() ? attributionOf(c, found) : joined(names, ", "));
-    if (found.inferred_from) out << "\n    (" << attributionOf(c, found) << ")";
+    if (found.from == "inferred" || found.from == "replay") out << "\n    (" << attributionOf(c, found) << ")";
     out << "\n";
   }
   if (const CaptureRecord* capture = run.captureOf(c.rank, c.seq)) {

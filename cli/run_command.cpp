@@ -14,6 +14,7 @@
 
 #include "base/json_text.h"
 #include "cli/build_info.h"
+#include "cli/call_kernels.h"
 #include "cli/child_process.h"
 #include "cli/commands.h"
 #include "cli/edges.h"
@@ -52,6 +53,29 @@ Status preflight(const std::string& python) {
   auto info = torchInfo(python);
   if (!info.ok()) return info.status();
   return checkTorchMatchesBuild(python, *info);
+}
+
+// An edge that ran after the kernel-tracing window has no kernels of its own, yet naming its
+// kernel is half the answer. Its capture holds the call, so replaying the captured backend alone
+// on this GPU names them; the report then reads them from CAPTURE.kernels.json (kernels_from
+// "replay"). Costs one backend call per edge; --no-kernels skips it.
+void traceKernelsOfLateEdges(const RunData& run, const Findings& f) {
+  std::string engine = build::kReplayEngine;
+  if (access(engine.c_str(), X_OK) != 0) return;
+  CallKernelIndex index(run);
+  std::vector<size_t> edges;
+  for (std::optional<size_t> e : {f.first, f.first_source}) {
+    if (e && std::find(edges.begin(), edges.end(), *e) == edges.end()) edges.push_back(*e);
+  }
+  for (size_t e : edges) {
+    const CallRecord& c = run.calls[e];
+    std::string from = index.of(c).from;
+    const CaptureRecord* capture = run.captureOf(c.rank, c.seq);
+    if (c.device == "cpu" || from == "run" || from == "replay" || !capture || capture->path.empty()) continue;
+    int code = 0;
+    auto said = captureOutput({engine, capturePath(run, *capture), "cuda", "", "kernels", ""}, {}, &code);
+    if (!said.ok()) std::cerr << "nanprov: could not replay " << callName(c) << " for its kernels: " << said.status().message() << "\n";
+  }
 }
 
 void writeRunJson(const std::string& dir, const json& doc) {
@@ -223,7 +247,9 @@ int run(RunOptions& opts) {
   if (!data.ok()) {
     std::cerr << "nanprov: nothing to report: " << data.status().message() << "\n" << processNotes(dir);
   } else {
-    std::cerr << reportText(*data, analyze(*data)) << "  details: nanprov report " << dir << "\n";
+    Findings findings = analyze(*data);
+    if (!opts.no_kernels) traceKernelsOfLateEdges(*data, findings);
+    std::cerr << reportText(*data, findings) << "  details: nanprov report " << dir << "\n";
   }
   return exit->passThroughCode();
 }

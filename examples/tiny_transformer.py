@@ -113,11 +113,12 @@ def batches(args):
         yield series[:, :-1].contiguous(), series[:, 1:].contiguous()
 
 
-def padding_mask(args):
-    """Bool mask, True = may attend: the last quarter of each sequence is padding."""
+def padding_mask(args, hide_rows):
+    """Bool mask, True = may attend: the last quarter of each sequence is padding; with
+    `hide_rows` its query rows see no key at all (fully masked rows)."""
     keep = torch.ones(args.batch, 1, args.seq, args.seq, dtype=torch.bool)
     keep[..., args.seq - args.seq // 4:] = False
-    if args.mask_rows:
+    if hide_rows:
         keep[..., args.seq - args.seq // 4:, :] = False
     return keep
 
@@ -139,6 +140,8 @@ def main():
     p.add_argument("--math", action="store_true", help="force the MATH SDPA backend")
     p.add_argument("--mask-rows", action="store_true",
                    help="padding also hides whole query rows (those rows see no key)")
+    p.add_argument("--mask-rows-from", type=int, default=-1,
+                   help="pass the --mask padding mask, then from this step on the --mask-rows one")
     p.add_argument("--device", default="cpu")
     p.add_argument("--no-cudnn", action="store_true", help="exclude cuDNN from SDPA (a control run)")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
@@ -179,7 +182,10 @@ def main():
     if args.eval:
         model.eval()
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
-    mask = padding_mask(args).to(args.device) if (args.mask or args.mask_rows) else None
+    masked = args.mask or args.mask_rows or args.mask_rows_from >= 0
+    mask = padding_mask(args, args.mask_rows).to(args.device) if masked else None
+    # --mask-rows-from: a later batch brings fully masked rows, as a short sample padded out does.
+    late_mask = padding_mask(args, True).to(args.device) if args.mask_rows_from >= 0 else None
     backend = contextlib.nullcontext()
     if args.math:
         from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -202,6 +208,8 @@ def main():
             if step == 1:
                 started = time.perf_counter()
             x, y = x.to(args.device, dtype), y.to(args.device, dtype)
+            if late_mask is not None and step == args.mask_rows_from:
+                mask = late_mask
             if args.eval:
                 with torch.no_grad():
                     loss = F.mse_loss(model(x, mask).float(), y.float())

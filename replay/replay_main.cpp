@@ -1,6 +1,8 @@
 // nanprov-replay: the LibTorch half of `nanprov replay` (cli/replay_command.cpp checks the
 // arguments and the capture, then runs this). Usage, fixed by the CLI:
-//   nanprov-replay CAPTURE DEVICE(auto|cpu|cuda) BACKENDS(comma list or "") JSON(0|1) EMIT_DIR("" for none)
+//   nanprov-replay CAPTURE DEVICE(auto|cpu|cuda) BACKENDS(comma list or "") OUTPUT(0|1|kernels) EMIT_DIR("" for none)
+// OUTPUT: 0 text, 1 JSON, kernels: trace the captured backend only (nanprov run, for an edge
+// its kernel tracing missed).
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
 #include <c10/util/Exception.h>
@@ -10,8 +12,11 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
+#include <optional>
 
 #include "base/json_text.h"
+#include "replay/backend_kernels.h"
 #include "replay/backends.h"
 #include "replay/captured_call.h"
 #include "replay/packed_layouts.h"
@@ -20,6 +25,7 @@
 #include "replay/repro_script.h"
 #include "store/call_record.h"
 #include "store/capture_file.h"
+#include "store/replayed_kernels.h"
 
 namespace nanprov::replay {
 namespace {
@@ -36,24 +42,70 @@ Grid gridOf(const at::Tensor& g) {
   return grid;
 }
 
-// 2·max|fl(G+0.3)−0.3−G| in `dtype`: about one unit in the last place near max|G|.
+// A tensor as dense host float64, converted where it lives (on the GPU, before the copy).
+at::Tensor hostDoubles(const at::Tensor& t) { return t.detach().to(at::kDouble).to(at::kCPU).contiguous(); }
+
+Values valuesOf(const at::Tensor& host_doubles) {
+  return Values(host_doubles.data_ptr<double>(), static_cast<size_t>(host_doubles.numel()));
+}
+
+// 2·max|fl(G+0.3)−0.3−G| in `dtype` over G's finite values: about one unit in the last place
+// near max|G|. (Non-finite positions count as 0, which rounds no worse than G's small values.)
 double floorOf(const at::Tensor& g, at::ScalarType dtype) {
-  at::Tensor finite = g.masked_select(at::isfinite(g));
-  if (finite.numel() == 0) return 0;
+  if (g.numel() == 0) return 0;
+  at::Tensor finite = at::where(at::isfinite(g), g, at::zeros({}, g.options()));
   at::Tensor rounded = (finite + 0.3).to(dtype).to(at::kDouble);
   return 2 * (rounded - 0.3 - finite).abs().max().item<double>();
 }
 
-std::vector<Comparison> compareAll(const Outputs& b, const Outputs& g, const Outputs& l) {
-  std::vector<Comparison> out;
-  for (const char* role : kRoles) {
-    const at::Tensor &bt = b.of(role), &gt = g.of(role), &lt = l.of(role);
-    if (!bt.defined() || !gt.defined() || bt.sizes() != gt.sizes()) continue;
-    std::vector<double> lv = lt.defined() && lt.sizes() == gt.sizes() ? doubles(lt) : std::vector<double>{};
-    out.push_back(compare(role, gridOf(gt), doubles(bt), doubles(gt), lv, floorOf(gt, bt.scalar_type())));
+// What every backend is judged against, per output: G and L as host float64, the yardstick's
+// errors and G's floor per dtype. Worked out once and shared by all the backends' comparisons.
+class Judge {
+ public:
+  Judge(const Outputs& g, const Outputs& l) {
+    for (const char* role : kRoles) {
+      const at::Tensor &gt = g.of(role), &lt = l.of(role);
+      if (!gt.defined()) continue;
+      Role r;
+      r.g = hostDoubles(gt);
+      if (lt.defined() && lt.sizes() == gt.sizes()) r.l = hostDoubles(lt);
+      r.ref = referenceOf(role, gridOf(gt), valuesOf(r.g), r.l.defined() ? valuesOf(r.l) : Values());
+      r.sizes = gt.sizes().vec();
+      roles_.push_back(std::move(r));
+    }
   }
-  return out;
-}
+
+  std::vector<Comparison> compareWith(const Outputs& b) {
+    std::vector<Comparison> out;
+    for (Role& r : roles_) {
+      const at::Tensor& bt = b.of(r.ref.role);
+      if (!bt.defined() || bt.sizes().vec() != r.sizes) continue;
+      auto floor = r.floors.find(bt.scalar_type());
+      if (floor == r.floors.end()) floor = r.floors.emplace(bt.scalar_type(), floorOf(r.g, bt.scalar_type())).first;
+      at::Tensor bd = hostDoubles(bt);
+      out.push_back(compare(r.ref, valuesOf(bd), floor->second));
+    }
+    return out;
+  }
+
+  // Outputs the yardstick itself could not compute (non-finite where G is finite).
+  std::vector<std::string> yardstickNonfinite() const {
+    std::vector<std::string> out;
+    for (const Role& r : roles_) {
+      if (r.ref.has_yardstick && r.ref.yardstick.nonfinite > 0) out.push_back(r.ref.role);
+    }
+    return out;
+  }
+
+ private:
+  struct Role {
+    at::Tensor g, l;  // own the values r.ref reads
+    RoleReference ref;
+    std::vector<int64_t> sizes;
+    std::map<at::ScalarType, double> floors;
+  };
+  std::vector<Role> roles_;
+};
 
 std::string nonfiniteText(const std::string& role, const at::Tensor& t) {
   int64_t n = (~at::isfinite(t)).sum().item<int64_t>();
@@ -161,12 +213,92 @@ class QuietCublasContextWarning : public c10::WarningHandler {
   }
 };
 
+// Runs one backend on the call with its kernels traced as run number `index`; nullopt when the
+// backend refused the call or failed, which run.detail then says.
+std::optional<Outputs> runTraced(BackendRun& run, const CapturedCall& call, const at::Device& device,
+                                 BackendKernelTrace& trace, int index) {
+  if (std::string why = refusal(run.name, call, device); !why.empty()) {
+    run.detail = why;
+    return std::nullopt;
+  }
+  trace.attributeTo(index);
+  auto outputs = runBackend(run.name, call, device);
+  if (!outputs.ok()) {
+    run.detail = outputs.status().message();
+    return std::nullopt;
+  }
+  run.ran = true;
+  return std::move(*outputs);
+}
+
+// Fills backends[].kernels from the trace. When the run did not trace the captured call, its
+// kernel is named from its own backend's replay, and those kernels are kept next to the capture
+// for `nanprov report`, provided this GPU is the model the call was captured on.
+void recordKernels(BackendKernelTrace& trace, const CapturedCall& call, const std::string& capture, ReplayResult& r) {
+  Phase phase = call.backward ? Phase::kBackward : Phase::kForward;
+  r.main_kernel = r.main_kernel.empty() ? "" : shortKernelName(r.main_kernel);
+  if (!r.main_kernel.empty()) r.kernels_from = "run";
+  if (!trace.unavailable().empty()) {
+    if (r.replayed_on != "cpu") r.kernel_tracing = trace.unavailable();
+    return;
+  }
+  std::vector<KernelRecord> original;
+  for (size_t i = 0; i < r.backends.size(); ++i) {
+    std::vector<KernelRecord> traced = trace.kernelsOf(static_cast<int>(i), phase);
+    CallKernels pointers;
+    for (const KernelRecord& k : traced) pointers.push_back(&k);
+    const KernelRecord* main = mainKernel(pointers);
+    for (const KernelRecord& k : traced) {
+      r.backends[i].kernels.push_back(
+          {.name = k.name, .short_name = shortKernelName(k.name), .duration_ns = k.end_ns - k.start_ns, .main = &k == main});
+    }
+    if (r.backends[i].original) original = std::move(traced);
+  }
+  if (original.empty()) return;
+  if (r.main_kernel.empty()) {
+    for (const BackendRun& b : r.backends) {
+      if (b.original) r.main_kernel = b.mainKernel();
+    }
+    r.kernels_from = "replay";
+  }
+  std::string here = gpuModel(), captured_on = call.metaOr("gpu");
+  if (here.empty() || here != captured_on) {
+    r.notes.push_back("captured on " + (captured_on.empty() ? std::string("an unknown GPU") : captured_on) +
+                      ", replayed on " + here + ": the kernels traced here are not kept for nanprov report");
+    return;
+  }
+  ReplayedKernels kept{.gpu = here, .backend = r.backend, .phase = phaseName(phase), .kernels = std::move(original)};
+  if (Status st = writeReplayedKernels(capture, kept); !st.ok()) r.notes.push_back("kernels not kept: " + st.message());
+}
+
 int fail(const Status& st) {
   std::fprintf(stderr, "nanprov replay: %s\n", st.message().c_str());
   return 3;
 }
 
-int replayMain(const std::string& path, std::string device_name, const std::string& backend_list, bool json,
+// What the engine prints: the replay as text or JSON, or (`kernels`, for `nanprov run`) only the
+// captured backend's kernels, traced and kept next to the capture, with no judging.
+enum class Output { kText, kJson, kKernels };
+
+// The kernels mode: replays the captured backend alone, to name the kernels of a call the run's
+// trace window missed. Prints one line; exit 0 when they were kept for the report.
+int keepKernels(const CapturedCall& call, const std::string& capture, const at::Device& device, ReplayResult& r) {
+  BackendKernelTrace trace(device);
+  BackendRun run{.name = r.backend, .original = true};
+  runTraced(run, call, device, trace, 0);
+  r.backends.push_back(run);
+  r.main_kernel.clear();  // what the run traced is not the question here
+  recordKernels(trace, call, capture, r);
+  bool kept = r.kernels_from == "replay" && r.notes.empty();
+  std::string why = !run.ran ? run.detail : !r.kernel_tracing.empty() ? r.kernel_tracing
+                                          : r.notes.empty() ? "no kernel was traced" : r.notes.back();
+  std::fprintf(stderr, "nanprov: %s\n",
+               kept ? (r.call + " ran " + r.main_kernel + " (traced in a replay of its capture)").c_str()
+                    : ("the kernels of " + r.call + " are unknown: " + why).c_str());
+  return kept ? 0 : 1;
+}
+
+int replayMain(const std::string& path, std::string device_name, const std::string& backend_list, Output output,
                const std::string& emit_dir) {
   QuietCublasContextWarning quiet;
   c10::WarningUtils::WarningHandlerGuard quiet_guard(&quiet);
@@ -209,6 +341,8 @@ int replayMain(const std::string& path, std::string device_name, const std::stri
                       "; the reference has none, so outputs are compared without it and differ by design");
   }
 
+  if (output == Output::kKernels) return keepKernels(*call, path, device, r);
+
   progress.stage("float64 reference");
   auto g = runReference(*call, device.is_cuda(), &r.reference_device);
   if (!g.ok()) return fail(g.status());
@@ -217,46 +351,36 @@ int replayMain(const std::string& path, std::string device_name, const std::stri
   progress.stage("yardstick");
   Outputs l = runYardstick(*call, device);
   zeroPadding(*call, l);
-  for (const Comparison& c : compareAll(l, *g, l)) {
-    if (c.nonfinite > 0) r.yardstick_nonfinite.push_back(c.role);
-  }
+  progress.stage("preparing the comparison");
+  Judge judge(*g, l);
+  r.yardstick_nonfinite = judge.yardstickNonfinite();
   auto judged = [&](BackendRun run, Outputs outputs) {
     progress.stage("comparing " + run.name);
     zeroPadding(*call, outputs);
-    run.tensors = compareAll(outputs, *g, l);
+    run.tensors = judge.compareWith(outputs);
     if (!r.reference_problem.empty()) {
       for (Comparison& c : run.tensors) c.verdict = Verdict::kReferenceInvalid;
     }
     return run;
   };
   r.captured = judged(BackendRun{.name = "captured", .ran = true}, capturedOutputs(*call));
+  BackendKernelTrace trace(device);
   for (const std::string& name : backends) {
     BackendRun run{.name = name, .original = name == r.backend};
-    if (std::string why = refusal(name, *call, device); !why.empty()) {
-      run.detail = why;
-      r.backends.push_back(run);
-      continue;
-    }
     progress.stage(name);
-    auto outputs = runBackend(name, *call, device);
-    if (!outputs.ok()) {
-      run.detail = outputs.status().message();
-      r.backends.push_back(run);
-      continue;
-    }
-    run.ran = true;
-    r.backends.push_back(judged(run, *outputs));
+    std::optional<Outputs> outputs = runTraced(run, *call, device, trace, static_cast<int>(r.backends.size()));
+    r.backends.push_back(outputs ? judged(run, *outputs) : run);
   }
   progress.stage("conditions and root cause");
+  recordKernels(trace, *call, path, r);
   r.conditions = conditionsOf(*call, *g);
-  r.main_kernel = r.main_kernel.empty() ? "" : shortKernelName(r.main_kernel);
   r.root_cause = findRootCause(r);
   if (!emit_dir.empty()) {
     if (Status st = emitRepro(emit_dir, *file, *call, r); !st.ok()) return fail(st);
     r.notes.push_back("wrote " + emit_dir + "/" + kReproScript + " and " + kReproInputs +
                       ": python " + emit_dir + "/" + kReproScript + " reruns it with plain PyTorch");
   }
-  std::string out = json ? jsonText(toJson(r), 2) + "\n" : toText(r);
+  std::string out = output == Output::kJson ? jsonText(toJson(r), 2) + "\n" : toText(r);
   std::fwrite(out.data(), 1, out.size(), stdout);
   return exitCodeOf(r.root_cause);
 }
@@ -272,7 +396,10 @@ int main(int argc, char** argv) {
   std::string backends = argv[3];
   for (char& c : backends) c = c == ',' ? '\n' : c;
   try {
-    return nanprov::replay::replayMain(argv[1], argv[2], backends, std::string(argv[4]) == "1", argv[5]);
+    using nanprov::replay::Output;
+    std::string mode = argv[4];
+    Output output = mode == "kernels" ? Output::kKernels : mode == "1" ? Output::kJson : Output::kText;
+    return nanprov::replay::replayMain(argv[1], argv[2], backends, output, argv[5]);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "nanprov replay: replay failed: %s\n", e.what());
     return 3;

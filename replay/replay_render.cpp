@@ -50,11 +50,16 @@ json comparisonJson(const Comparison& c) {
 json backendJson(const BackendRun& b) {
   json tensors = json::object();
   for (const Comparison& c : b.tensors) tensors[c.role] = comparisonJson(c);
+  json kernels = json::array();
+  for (const ReplayedKernel& k : b.kernels) {
+    kernels.push_back({{"name", k.name}, {"short_name", k.short_name}, {"duration_ns", k.duration_ns}, {"main", k.main}});
+  }
   return {{"name", b.name},
           {"status", b.ran ? "ran" : "unsupported"},
           {"detail", nullable(b.detail)},
           {"original", b.original},
-          {"tensors", tensors}};
+          {"tensors", tensors},
+          {"kernels", kernels}};
 }
 
 json conditionsJson(const Conditions& c) {
@@ -120,6 +125,23 @@ void errorRow(std::string& out, const std::string& label, const BackendRun& b) {
   out += "\n";
 }
 
+// The main kernel each backend launched here, with its time: which kernel a verdict belongs to.
+std::string kernelsText(const ReplayResult& r) {
+  std::string out;
+  for (const BackendRun& b : r.backends) {
+    for (const ReplayedKernel& k : b.kernels) {
+      if (!k.main) continue;
+      out += "  " + padded(b.name + (b.original ? " *" : ""), 20) + k.short_name + " (" +
+             number(static_cast<double>(k.duration_ns) / 1000.0) + " us";
+      if (b.kernels.size() > 1) out += ", " + std::to_string(b.kernels.size() - 1) + " more kernels";
+      out += ")\n";
+    }
+  }
+  if (!out.empty()) out = "\nkernels each backend ran here (" + r.phase + ", CUPTI)\n" + out;
+  else if (!r.kernel_tracing.empty()) out = "\nkernels: not traced here (" + r.kernel_tracing + ")\n";
+  return out;
+}
+
 }  // namespace
 
 json toJson(const ReplayResult& r) {
@@ -143,6 +165,8 @@ json toJson(const ReplayResult& r) {
           {"dtype", r.dtype},
           {"kernels", r.kernels},
           {"main_kernel", nullable(r.main_kernel)},
+          {"kernels_from", nullable(r.kernels_from)},
+          {"kernel_tracing", nullable(r.kernel_tracing)},
           {"injected", nullable(r.injected)},
           {"captured_edge", nullable(r.captured_edge)},
           {"reference", {{"valid", r.reference_problem.empty()}, {"problem", nullable(r.reference_problem)}, {"device", r.reference_device}}},
@@ -196,8 +220,11 @@ std::string toText(const ReplayResult& r) {
   if (r.captured) detail("captured", *r.captured);
   for (const BackendRun& b : r.backends) detail(b.name, b);
   if (!details.empty()) out += "\n" + joined(details, "\n") + "\n";
+  out += kernelsText(r);
   out += "\n* the backend that ran the captured call";
-  if (!r.main_kernel.empty()) out += " (" + r.main_kernel + ")";
+  if (!r.main_kernel.empty()) {
+    out += " (" + r.main_kernel + (r.kernels_from == "replay" ? ", as traced in this replay)" : ")");
+  }
   out += "\n";
   for (const std::string& note : r.notes) out += "note: " + note + "\n";
   return out;

@@ -12,12 +12,23 @@
 
 namespace nanprov::replay {
 
+// A kernel a backend launched when replay ran it, as CUPTI traced it (CUDA only).
+struct ReplayedKernel {
+  std::string name;        // demangled
+  std::string short_name;  // without template arguments and parameters
+  int64_t duration_ns = 0;
+  bool main = false;  // the longest: the attention kernel itself
+};
+
 struct BackendRun {
   std::string name;       // cudnn, flash, efficient, math, flash_cpu; "captured" for the run's own outputs
   bool ran = false;       // false: unsupported (or not replayable), `detail` says why
   std::string detail;
   bool original = false;  // the backend that ran the captured call
   std::vector<Comparison> tensors;  // O, LSE, dQ, dK, dV as far as produced
+  std::vector<ReplayedKernel> kernels;  // of the captured phase's attention op, in launch order
+
+  std::string mainKernel() const;  // short name; empty when none was traced
 
   const Comparison* tensor(const std::string& role) const;
   std::vector<std::string> failing() const;  // roles whose verdict is a failure
@@ -54,6 +65,9 @@ struct ReplayResult {
   std::string dtype;                 // of the query
   std::string main_kernel;           // of the captured call, when known
   std::vector<std::string> kernels;
+  std::string kernels_from;          // run (traced in the run), replay (this replay traced the
+                                     // captured backend), or empty: unknown
+  std::string kernel_tracing;        // why backends[].kernels are empty on CUDA, when they are
   std::string injected;              // role corrupted by --inject in the run
   std::string captured_edge;         // clean, source, propagated (when captured)
   std::string reference_problem;     // empty: the reference is valid

@@ -24,6 +24,13 @@ std::vector<std::string> BackendRun::failing() const {
   return roles;
 }
 
+std::string BackendRun::mainKernel() const {
+  for (const ReplayedKernel& k : kernels) {
+    if (k.main) return k.short_name;
+  }
+  return "";
+}
+
 RootCause findRootCause(const ReplayResult& r) {
   RootCause cause;
   if (!r.reference_problem.empty()) {
@@ -68,7 +75,7 @@ RootCause findRootCause(const ReplayResult& r) {
     cause.cls = "backend-specific";
     cause.backend = culprit->name;
     cause.tensors = culprit->failing();
-    if (culprit->original) cause.kernel = r.main_kernel;
+    cause.kernel = culprit->original && !r.main_kernel.empty() ? r.main_kernel : culprit->mainKernel();
     std::vector<std::string> ok_names;
     for (const BackendRun* b : passing) ok_names.push_back(b->name);
     cause.explanation = culprit->name + " gets " + joined(cause.tensors) +

@@ -1,36 +1,89 @@
 #include "replay/verdict.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <map>
+#include <thread>
 
 namespace nanprov::replay {
 namespace {
 
-struct Errors {
-  double max = 0, mean = 0;
-  int64_t nonfinite = 0;
+// Splits [0, n) into fixed chunks, folds each into its own accumulator on a pool of threads,
+// then merges them in chunk order: the result does not depend on the number of cores.
+template <typename Acc, typename Fold, typename Merge>
+Acc foldInChunks(int64_t n, Fold fold, Merge merge) {
+  constexpr int64_t kChunk = int64_t{1} << 18;
+  int64_t chunks = (n + kChunk - 1) / kChunk;
+  if (chunks <= 1) {
+    Acc acc;
+    fold(acc, 0, n);
+    return acc;
+  }
+  std::vector<Acc> partial(static_cast<size_t>(chunks));
+  std::atomic<int64_t> next{0};
+  auto work = [&] {
+    for (int64_t c; (c = next.fetch_add(1)) < chunks;) fold(partial[c], c * kChunk, std::min(n, (c + 1) * kChunk));
+  };
+  int64_t threads = std::min<int64_t>(chunks, std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  for (int64_t t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+  for (std::thread& t : pool) t.join();
+  Acc total;
+  for (const Acc& p : partial) merge(total, p);
+  return total;
+}
+
+// Sums as they are folded; Errors once divided out.
+struct ErrorSums {
+  double max = 0, sum = 0;
+  int64_t n = 0, nonfinite = 0;
+  void merge(const ErrorSums& o) {
+    max = std::max(max, o.max);
+    sum += o.sum;
+    n += o.n;
+    nonfinite += o.nonfinite;
+  }
+  Errors errors() const { return {max, n ? sum / static_cast<double>(n) : 0, nonfinite}; }
 };
 
-// Max and mean |X − G| over positions where G is finite; X's own non-finite values are counted
-// apart and left out of the errors.
-Errors errorsOf(const std::vector<double>& x, const std::vector<double>& g) {
-  Errors e;
-  double sum = 0;
-  int64_t n = 0;
-  for (size_t i = 0; i < g.size() && i < x.size(); ++i) {
-    if (!std::isfinite(g[i])) continue;
-    if (!std::isfinite(x[i])) {
-      ++e.nonfinite;
-      continue;
-    }
-    double d = std::fabs(x[i] - g[i]);
-    e.max = std::max(e.max, d);
-    sum += d;
-    ++n;
+// One pass over B and G for everything compare() needs but the fault locations.
+struct Agreement {
+  ErrorSums err;
+  int64_t compared = 0;
+  double diff2 = 0, g2 = 0, b2 = 0, bg = 0;
+  void merge(const Agreement& o) {
+    err.merge(o.err);
+    compared += o.compared;
+    diff2 += o.diff2;
+    g2 += o.g2;
+    b2 += o.b2;
+    bg += o.bg;
   }
-  e.mean = n ? sum / static_cast<double>(n) : 0;
-  return e;
+};
+
+Agreement agreementOf(Values b, Values g) {
+  int64_t n = static_cast<int64_t>(std::min(b.size(), g.size()));
+  auto fold = [&](Agreement& a, int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      if (!std::isfinite(g[i])) continue;
+      if (!std::isfinite(b[i])) {
+        ++a.err.nonfinite;
+        continue;
+      }
+      double d = b[i] - g[i];
+      a.err.max = std::max(a.err.max, std::fabs(d));
+      a.err.sum += std::fabs(d);
+      ++a.err.n;
+      ++a.compared;
+      a.diff2 += d * d;
+      a.g2 += g[i] * g[i];
+      a.b2 += b[i] * b[i];
+      a.bg += b[i] * g[i];
+    }
+  };
+  return foldInChunks<Agreement>(n, fold, [](Agreement& a, const Agreement& o) { a.merge(o); });
 }
 
 std::string range(int64_t lo, int64_t hi) {
@@ -38,7 +91,7 @@ std::string range(int64_t lo, int64_t hi) {
 }
 
 // Where the non-finite values are: the span of batches, heads and row tiles they fall in.
-std::string locate(const Grid& grid, const std::vector<double>& b, const std::vector<double>& g) {
+std::string locate(const Grid& grid, Values b, Values g) {
   int64_t lo[3] = {INT64_MAX, INT64_MAX, INT64_MAX}, hi[3] = {-1, -1, -1};
   for (int64_t i = 0; i < grid.size(); ++i) {
     if (!std::isfinite(g[i]) || std::isfinite(b[i])) continue;
@@ -58,7 +111,7 @@ std::string locate(const Grid& grid, const std::vector<double>& b, const std::ve
 
 // The first region where B is exactly zero while G is not small there: the whole tensor, a
 // (batch, head) slice or a row tile. Empty when there is none.
-std::string zeroRegion(const Grid& grid, const std::vector<double>& b, const std::vector<double>& g, double floor) {
+std::string zeroRegion(const Grid& grid, Values b, Values g, double floor) {
   auto zeroOver = [&](int64_t begin, int64_t end) {
     double gmax = 0;
     for (int64_t i = begin; i < end; ++i) {
@@ -113,32 +166,39 @@ double suspectMultiplier(const std::string& role) {
   return it == m.end() ? 4 : it->second;
 }
 
-Comparison compare(const std::string& role, const Grid& grid, const std::vector<double>& b,
-                   const std::vector<double>& g, const std::vector<double>& l, double floor) {
+RoleReference referenceOf(const std::string& role, const Grid& grid, Values g, Values l) {
+  RoleReference ref{.role = role, .grid = grid, .g = g};
+  if (!l.empty()) {
+    ref.yardstick = agreementOf(l, g).err.errors();
+    ref.has_yardstick = true;
+  }
+  return ref;
+}
+
+Comparison compare(const std::string& role, const Grid& grid, Values b, Values g, Values l, double floor) {
+  return compare(referenceOf(role, grid, g, l), b, floor);
+}
+
+Comparison compare(const RoleReference& ref, Values b, double floor) {
+  const std::string& role = ref.role;
+  const Grid& grid = ref.grid;
+  Values g = ref.g;
   Comparison c;
   c.role = role;
   c.floor = floor;
-  Errors eb = errorsOf(b, g);
+  Agreement a = agreementOf(b, g);
+  Errors eb = a.err.errors();
   c.nonfinite = eb.nonfinite;
   c.max_abs_err = eb.max;
   c.mean_abs_err = eb.mean;
-  if (!l.empty()) {
-    Errors el = errorsOf(l, g);
-    c.yardstick_max_err = el.max;
-    c.yardstick_mean_err = el.mean;
-    c.yardstick_nonfinite = el.nonfinite;
+  if (ref.has_yardstick) {
+    c.yardstick_max_err = ref.yardstick.max;
+    c.yardstick_mean_err = ref.yardstick.mean;
+    c.yardstick_nonfinite = ref.yardstick.nonfinite;
   }
-  double diff2 = 0, g2 = 0, b2 = 0, bg = 0;
-  for (size_t i = 0; i < g.size(); ++i) {
-    if (!std::isfinite(g[i]) || !std::isfinite(b[i])) continue;
-    ++c.compared;
-    diff2 += (b[i] - g[i]) * (b[i] - g[i]);
-    g2 += g[i] * g[i];
-    b2 += b[i] * b[i];
-    bg += b[i] * g[i];
-  }
-  c.rel_l2 = g2 > 0 ? std::sqrt(diff2 / g2) : std::sqrt(diff2);
-  c.cosine = g2 > 0 && b2 > 0 ? bg / std::sqrt(g2 * b2) : (g2 == b2 ? 1.0 : 0.0);
+  c.compared = a.compared;
+  c.rel_l2 = a.g2 > 0 ? std::sqrt(a.diff2 / a.g2) : std::sqrt(a.diff2);
+  c.cosine = a.g2 > 0 && a.b2 > 0 ? a.bg / std::sqrt(a.g2 * a.b2) : (a.g2 == a.b2 ? 1.0 : 0.0);
 
   if (c.nonfinite > 0) {  // rule 3
     c.verdict = Verdict::kNonFinite;

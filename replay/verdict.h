@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -43,9 +44,31 @@ struct Comparison {
   int64_t compared = 0;         // positions where G is finite
 };
 
-// Compares B with G (and L, which may be empty) over the positions where G is finite, and
-// applies rules 3 to 7. `floor` is 2·max|fl(G+0.3)−0.3−G| in B's dtype.
-Comparison compare(const std::string& role, const Grid& grid, const std::vector<double>& b,
-                   const std::vector<double>& g, const std::vector<double>& l, double floor);
+// A tensor's values, dense [batch, heads, rows, cols] float64, owned elsewhere.
+using Values = std::span<const double>;
+
+// Max and mean |X − G| over the positions where G is finite; X's own non-finite values there
+// are counted apart and left out of the errors.
+struct Errors {
+  double max = 0, mean = 0;
+  int64_t nonfinite = 0;
+};
+
+// The reference side of one tensor's comparisons: G, and the yardstick's errors against it,
+// worked out once for every backend judged against them.
+struct RoleReference {
+  std::string role;
+  Grid grid;
+  Values g;
+  Errors yardstick;
+  bool has_yardstick = false;
+};
+RoleReference referenceOf(const std::string& role, const Grid& grid, Values g, Values l);  // l may be empty
+
+// Compares B with G over the positions where G is finite and applies rules 3 to 7. `floor` is
+// 2·max|fl(G+0.3)−0.3−G| in B's dtype. The passes over the values run on every core.
+Comparison compare(const RoleReference& ref, Values b, double floor);
+// The same for one comparison (L may be empty).
+Comparison compare(const std::string& role, const Grid& grid, Values b, Values g, Values l, double floor);
 
 }  // namespace nanprov::replay

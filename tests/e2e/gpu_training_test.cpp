@@ -143,6 +143,33 @@ TEST(Gpu, CudnnDqNaNIsCapturedAndReplaysAsBackendSpecific) {
   EXPECT_NE(script.out.find("REPRODUCED"), std::string::npos) << script.out;
 }
 
+// The same cuDNN dQ bug at step 3, after the default 2-step trace window: nanprov run replays the
+// edge's capture to name its kernel, and the report and replay both name the cuDNN bprop kernel.
+TEST(Gpu, LateCudnnEdgeNamesItsKernelThroughAReplayOfItsCapture) {
+  REQUIRE_CUDA();
+  TrainedRun r = train("gpu-late", "",
+                       "--device cuda --dtype bfloat16 --seq 64 --d-model 256 --heads 2 --mask-rows-from 3 --steps 5");
+  ASSERT_EQ(r.report.code, 1) << r.train.out;
+  const json& e = r.doc["first_edge"];
+  EXPECT_EQ(e["step"], 3) << e.dump(1);
+  EXPECT_EQ(e["phase"], "bwd");
+  EXPECT_EQ(e["backend"], "cudnn");
+  EXPECT_EQ(e["kernels_from"], "replay") << e.dump(1);
+  EXPECT_TRUE(anyKernelContains(e["kernels"], "cudnn_generated_fort_native_sdpa_sm90_flash_bprop")) << e["kernels"].dump(1);
+  EXPECT_NE(r.train.out.find("traced in a replay of its capture"), std::string::npos) << r.train.out;
+  ASSERT_TRUE(e["capture"].is_string()) << e.dump(1);
+  Result rp;
+  json d = replayJson(e["capture"].get<std::string>(), &rp);
+  ASSERT_EQ(rp.code, 1) << rp.out;
+  EXPECT_EQ(d["kernels_from"], "replay") << d.dump(1);
+  EXPECT_NE(d["root_cause"]["kernel"].get<std::string>().find("sdpa_sm90_flash_bprop"), std::string::npos)
+      << d["root_cause"].dump(1);
+  for (const json& b : d["backends"]) {
+    if (b["status"] != "ran" || b["name"] == "math") continue;
+    EXPECT_FALSE(b["kernels"].empty()) << b["name"] << " ran with no kernel traced";
+  }
+}
+
 // No false alarms: clean bf16 calls at head_dim 256 and 512 replay as ok on every backend that runs them.
 TEST(Gpu, CleanBf16CallsAtHeadDim256And512ReplayOk) {
   REQUIRE_CUDA();
