@@ -77,7 +77,7 @@ KernelsOfCall CallKernelIndex::of(const CallRecord& call) const {
 std::string attributionOf(const CallRecord& call, const KernelsOfCall& k) {
   if (call.device == "cpu") return "the ATen CPU op";
   std::string missed = call.unattributed.empty() ? "its own records were lost" : call.unattributed;
-  if (k.from == "replay") return "traced in a replay of its capture on " + k.replayed_on + " (" + missed + ")";
+  if (k.from == "replay") return "traced in a replay of its capture on " + k.replayed_on + "; " + missed;
   if (k.inferred_from) {
     return "inferred from " + callName(*k.inferred_from) + " at step " + std::to_string(k.inferred_from->step) +
            " (same layer, op and shapes; " + missed + ")";

@@ -317,7 +317,8 @@ std::string reportText(const RunData& run, const Findings& f) {
     }
   }
   if (c.device != "cpu") {
-    KernelsOfCall found = CallKernelIndex(run).of(c);
+    const CallKernelIndex index(run);  // owns the kernels a replay traced: outlives `found`
+    KernelsOfCall found = index.of(c);
     std::vector<std::string> names;
     const KernelRecord* main = mainKernel(found.kernels);
     for (const KernelRecord* k : found.kernels) names.push_back(shortKernelName(k->name) + (k == main ? " (main)" : ""));

@@ -210,7 +210,12 @@ StatusOr<CaptureFile> readCapture(const std::string& path) {
   if (type != std::filesystem::file_type::regular) return broken(path, "not a regular file");
   std::ifstream in(path, std::ios::binary);
   if (!in) return Status::Error(path + ": no such capture file");
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // One read of the whole file: a capture of a big call is hundreds of MB, which a stream
+  // iterator would copy a character at a time.
+  std::string bytes(static_cast<size_t>(std::filesystem::file_size(path, ec)), '\0');
+  if (ec) return broken(path, "cannot read its size: " + ec.message());
+  in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  bytes.resize(static_cast<size_t>(in.gcount()));
   return parseCapture(bytes, path);
 }
 
