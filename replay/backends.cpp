@@ -111,11 +111,6 @@ void differentiate(Outputs& out, const at::Tensor& o, const std::vector<at::Tens
 
 }  // namespace
 
-std::vector<double> doubles(const at::Tensor& t) {
-  at::Tensor d = t.detach().to(at::kCPU, at::kDouble).contiguous();
-  return std::vector<double>(d.data_ptr<double>(), d.data_ptr<double>() + d.numel());
-}
-
 const at::Tensor& Outputs::of(const std::string& role) const {
   static const at::Tensor undefined;
   if (role == "O") return o;

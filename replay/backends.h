@@ -40,9 +40,6 @@ Outputs runYardstick(const CapturedCall& call, const at::Device& device);
 // else on the CPU; host tensors. *where says which device ran it.
 StatusOr<Outputs> runReference(const CapturedCall& call, bool on_cuda, std::string* where);
 
-// A tensor's values as dense float64 on the host: what the reference and the comparison read.
-std::vector<double> doubles(const at::Tensor& t);
-
 // The captured outputs themselves, in the comparison's layouts.
 Outputs capturedOutputs(const CapturedCall& call);
 
