@@ -235,13 +235,13 @@ std::optional<Outputs> runTraced(BackendRun& run, const CapturedCall& call, cons
 // Fills backends[].kernels from the trace. When the run did not trace the captured call, its
 // kernel is named from its own backend's replay, and those kernels are kept next to the capture
 // for `nanprov report`, provided this GPU is the model the call was captured on.
-void recordKernels(BackendKernelTrace& trace, const CapturedCall& call, const std::string& capture, ReplayResult& r) {
+bool recordKernels(BackendKernelTrace& trace, const CapturedCall& call, const std::string& capture, ReplayResult& r) {
   Phase phase = call.backward ? Phase::kBackward : Phase::kForward;
   r.main_kernel = r.main_kernel.empty() ? "" : shortKernelName(r.main_kernel);
   if (!r.main_kernel.empty()) r.kernels_from = "run";
   if (!trace.unavailable().empty()) {
     if (r.replayed_on != "cpu") r.kernel_tracing = trace.unavailable();
-    return;
+    return false;
   }
   std::vector<KernelRecord> original;
   for (size_t i = 0; i < r.backends.size(); ++i) {
@@ -255,7 +255,7 @@ void recordKernels(BackendKernelTrace& trace, const CapturedCall& call, const st
     }
     if (r.backends[i].original) original = std::move(traced);
   }
-  if (original.empty()) return;
+  if (original.empty()) return false;
   if (r.main_kernel.empty()) {
     for (const BackendRun& b : r.backends) {
       if (b.original) r.main_kernel = b.mainKernel();
@@ -266,10 +266,12 @@ void recordKernels(BackendKernelTrace& trace, const CapturedCall& call, const st
   if (here.empty() || here != captured_on) {
     r.notes.push_back("captured on " + (captured_on.empty() ? std::string("an unknown GPU") : captured_on) +
                       ", replayed on " + here + ": the kernels traced here are not kept for nanprov report");
-    return;
+    return false;
   }
   ReplayedKernels kept{.gpu = here, .backend = r.backend, .phase = phaseName(phase), .kernels = std::move(original)};
-  if (Status st = writeReplayedKernels(capture, kept); !st.ok()) r.notes.push_back("kernels not kept: " + st.message());
+  Status written = writeReplayedKernels(capture, kept);
+  if (!written.ok()) r.notes.push_back("kernels not kept: " + written.message());
+  return written.ok();
 }
 
 int fail(const Status& st) {
@@ -289,8 +291,7 @@ int keepKernels(const CapturedCall& call, const std::string& capture, const at::
   runTraced(run, call, device, trace, 0);
   r.backends.push_back(run);
   r.main_kernel.clear();  // what the run traced is not the question here
-  recordKernels(trace, call, capture, r);
-  bool kept = r.kernels_from == "replay" && r.notes.empty();
+  bool kept = recordKernels(trace, call, capture, r);
   std::string why = !run.ran ? run.detail : !r.kernel_tracing.empty() ? r.kernel_tracing
                                           : r.notes.empty() ? "no kernel was traced" : r.notes.back();
   std::fprintf(stderr, "nanprov: %s\n",
