@@ -1,5 +1,7 @@
 #include "kernels/health_check.h"
 
+#include "kernels/view_layout.h"
+
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -12,18 +14,38 @@ constexpr int kWarps = kThreads / 32;
 // simply loops more.
 constexpr int kMaxBlocksPerTensor = 1024;
 constexpr int64_t kVectorsPerThreadTarget = 4;
+// 16-byte loads each thread keeps in flight: HBM needs tens of KB in flight per SM to stream.
+constexpr int kUnroll = 4;
 
 struct CheckArgs {
-  TensorView views[kMaxTensors];
-  int count;
+  TensorView views[kMaxTensors];  // distinct tensors only
+  int source[kMaxTensors];        // result i comes from views[source[i]]
+  int count;                      // results
   CheckScratch* scratch;
   HealthCounts* results;
+};
+
+// The bit layout of a float type, two 16-bit lanes or one 32-bit lane per word. On |x|'s bits
+// (sign cleared), adding `finite_gap` carries into a lane's top bit exactly when the exponent is
+// all ones (Inf or NaN), and adding `abs_mask` exactly when |x| is nonzero; lanes never carry
+// into each other. For non-negative floats, integer order of the bits is numeric order.
+template <ElementType T>
+struct Lanes {
+  static constexpr bool kHalves = T != ElementType::kFloat32;
+  static constexpr unsigned int abs_mask = kHalves ? 0x7fff7fffu : 0x7fffffffu;
+  static constexpr unsigned int top = kHalves ? 0x80008000u : 0x80000000u;
+  static constexpr unsigned int finite_gap = T == ElementType::kFloat32  ? 0x00800000u
+                                             : T == ElementType::kBFloat16 ? 0x00800080u
+                                                                           : 0x04000400u;
 };
 
 // Per-thread running counts. 32-bit is enough: no thread sees 2^32 elements.
 struct Tally {
   unsigned int nan = 0, posinf = 0, neginf = 0, nonzero = 0, masked_rows = 0;
   float max_abs = 0.f;
+  // Largest |x| bits of finite values met on the fast path: the high lane (or the only one) in
+  // `high_bits`, the low lane shifted up in `low_bits`. Turned into a float once, at the end.
+  unsigned int high_bits = 0, low_bits = 0;
 
   __device__ void add(float x) {
     if (isnan(x)) {
@@ -49,6 +71,23 @@ __device__ float widen(const void* base, int64_t offset, ElementType type) {
   return 0.f;
 }
 
+// The float a lane's bits stand for (bits in the low 16 for half types).
+template <ElementType T>
+__device__ float laneValue(unsigned int bits) {
+  if constexpr (T == ElementType::kFloat32) return __uint_as_float(bits);
+  else if constexpr (T == ElementType::kBFloat16) return __uint_as_float(bits << 16);
+  else return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
+}
+
+template <ElementType T>
+__device__ void finishLanes(Tally& t) {
+  if constexpr (Lanes<T>::kHalves) {
+    t.max_abs = fmaxf(t.max_abs, fmaxf(laneValue<T>(t.high_bits >> 16), laneValue<T>(t.low_bits >> 16)));
+  } else {
+    t.max_abs = fmaxf(t.max_abs, laneValue<T>(t.high_bits));
+  }
+}
+
 // Element offset of linear index `i` in a strided view (row-major over the first `dims` sizes).
 // Index is 32-bit whenever the tensor allows it: 64-bit division is emulated and many times slower.
 template <typename Index>
@@ -62,28 +101,70 @@ __device__ int64_t offsetOf(const TensorView& v, Index i, int dims) {
   return offset;
 }
 
-__device__ int bytesOf(ElementType type) {
-  return type == ElementType::kFloat32 ? 4 : type == ElementType::kBool ? 1 : 2;
-}
+// Division of 32-bit numbers below 2^31 by a fixed divisor as a multiply-high, add and shift
+// (Granlund and Montgomery): a hardware-less 32-bit division costs about twenty instructions.
+struct Divider {
+  unsigned int magic, shift;
+  __device__ explicit Divider(unsigned int d) {
+    shift = d > 1 ? 32 - __clz(d - 1) : 0;  // ceil(log2 d)
+    magic = static_cast<unsigned int>(((1ull << 32) * ((1ull << shift) - d)) / d + 1);
+  }
+  __device__ unsigned int quotient(unsigned int n) const { return (__umulhi(n, magic) + n) >> shift; }
+};
 
-// 16 bytes at a time: 4 fp32, or 8 fp16/bf16.
-__device__ void addVector(const uint4& raw, ElementType type, Tally& t) {
+// 16 bytes, one element at a time: the exact path, for vectors holding an Inf or a NaN.
+template <ElementType T>
+__device__ void addVectorExactly(const uint4& raw, Tally& t) {
   const unsigned int words[4] = {raw.x, raw.y, raw.z, raw.w};
   for (int w = 0; w < 4; ++w) {
-    if (type == ElementType::kFloat32) {
-      t.add(__uint_as_float(words[w]));
-    } else if (type == ElementType::kBFloat16) {
-      t.add(__uint_as_float(words[w] << 16));
-      t.add(__uint_as_float(words[w] & 0xffff0000u));
+    if constexpr (Lanes<T>::kHalves) {
+      t.add(laneValue<T>(words[w] & 0xffffu));
+      t.add(laneValue<T>(words[w] >> 16));
     } else {
-      t.add(__half2float(__ushort_as_half(static_cast<unsigned short>(words[w] & 0xffffu))));
-      t.add(__half2float(__ushort_as_half(static_cast<unsigned short>(words[w] >> 16))));
+      t.add(laneValue<T>(words[w]));
     }
   }
 }
 
-// True when the innermost dimension is dense and every row starts on a 16-byte boundary: the
-// layout of Q/K/V split from one projection, and of the fused kernels' transposed outputs.
+// 16 bytes with integer bit tricks on whole words: about ten integer operations per word, which
+// keeps the check on the memory's pace. Vectors with an Inf or a NaN (rare) are counted exactly.
+template <ElementType T>
+__device__ void addVector(const uint4& raw, Tally& t) {
+  using L = Lanes<T>;
+  const unsigned int a[4] = {raw.x & L::abs_mask, raw.y & L::abs_mask, raw.z & L::abs_mask, raw.w & L::abs_mask};
+  const unsigned int nonfinite =
+      ((a[0] + L::finite_gap) | (a[1] + L::finite_gap) | (a[2] + L::finite_gap) | (a[3] + L::finite_gap)) & L::top;
+  if (nonfinite) {
+    addVectorExactly<T>(raw, t);
+    return;
+  }
+#pragma unroll
+  for (int w = 0; w < 4; ++w) {
+    t.nonzero += __popc((a[w] + L::abs_mask) & L::top);
+    t.high_bits = max(t.high_bits, a[w]);
+    if constexpr (L::kHalves) t.low_bits = max(t.low_bits, a[w] << 16);
+  }
+}
+
+// Visits `vectors` 16-byte vectors, `kUnroll` loads in flight per thread. `address(i)` gives the
+// i-th vector; the i are this thread's share of a grid-stride loop.
+template <ElementType T, typename Index, typename Address>
+__device__ void scanVectors(Index vectors, Address address, Tally& t) {
+  const Index stride = static_cast<Index>(gridDim.x) * blockDim.x;
+  for (Index i = static_cast<Index>(blockIdx.x) * blockDim.x + threadIdx.x; i < vectors; i += stride * kUnroll) {
+    uint4 raw[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (i + u * stride < vectors) raw[u] = __ldg(address(i + u * stride));
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (i + u * stride < vectors) addVector<T>(raw[u], t);
+    }
+  }
+}
+
+// True when the view (simplified: see view_layout.h) is rows of dense, 16-byte aligned vectors.
 __device__ bool rowsVectorisable(const TensorView& v, int size) {
   if (v.ndim == 0 || v.strides[v.ndim - 1] != 1 || (v.sizes[v.ndim - 1] * size) % 16 != 0) return false;
   if ((reinterpret_cast<uintptr_t>(v.data) & 15) != 0) return false;
@@ -93,52 +174,77 @@ __device__ bool rowsVectorisable(const TensorView& v, int size) {
   return true;
 }
 
-template <typename Index>
+template <ElementType T, typename Index>
 __device__ void scanValues(const TensorView& v, Tally& t) {
   const Index stride = static_cast<Index>(gridDim.x) * blockDim.x;
   const Index first = static_cast<Index>(blockIdx.x) * blockDim.x + threadIdx.x;
   const Index numel = static_cast<Index>(v.numel);
-  const int size = bytesOf(v.type);
+  constexpr int size = T == ElementType::kFloat32 ? 4 : 2;
+  constexpr Index per_vector = 16 / size;
+  const uint4* p = static_cast<const uint4*>(v.data);
   const bool aligned = (reinterpret_cast<uintptr_t>(v.data) & 15) == 0;
-  if (v.type != ElementType::kBool && v.contiguous && aligned) {
-    const Index per_vector = 16 / size;
+  if (v.contiguous && aligned) {
     const Index vectors = numel / per_vector;
-    const uint4* p = static_cast<const uint4*>(v.data);
-    for (Index i = first; i < vectors; i += stride) addVector(__ldg(p + i), v.type, t);
-    for (Index i = vectors * per_vector + first; i < numel; i += stride) t.add(widen(v.data, i, v.type));
-  } else if (v.type != ElementType::kBool && rowsVectorisable(v, size)) {
-    // One 16-byte vector per step, found by row: only the row index goes through division.
-    const Index per_vector = 16 / size;
+    scanVectors<T>(vectors, [p](Index i) { return p + i; }, t);
+    for (Index i = vectors * per_vector + first; i < numel; i += stride) t.add(widen(v.data, i, T));
+  } else if (rowsVectorisable(v, size)) {
     const Index per_row = static_cast<Index>(v.sizes[v.ndim - 1]) / per_vector;
-    const Index vectors = numel / per_vector;
-    const uint4* p = static_cast<const uint4*>(v.data);
-    for (Index i = first; i < vectors; i += stride) {
-      Index row = i / per_row;
-      int64_t offset = offsetOf<Index>(v, row, v.ndim - 1) + static_cast<int64_t>(i - row * per_row) * per_vector;
-      addVector(__ldg(p + offset / per_vector), v.type, t);
+    if (v.ndim == 2 && sizeof(Index) == 4) {
+      // Uniform rows (Q, K, V split from one projection): a multiply-high per vector finds its row.
+      const int64_t row_stride = v.strides[0] / per_vector;
+      const Divider by_row(static_cast<unsigned int>(per_row));
+      scanVectors<T>(numel / per_vector, [p, per_row, row_stride, by_row](Index i) {
+        Index row = by_row.quotient(static_cast<unsigned int>(i));
+        return p + row * row_stride + (i - row * per_row);
+      }, t);
+    } else {
+      scanVectors<T>(numel / per_vector, [&v, p, per_row](Index i) {
+        Index row = i / per_row;
+        return p + (offsetOf<Index>(v, row, v.ndim - 1) / per_vector + (i - row * per_row));
+      }, t);
     }
   } else if (v.contiguous) {
-    for (Index i = first; i < numel; i += stride) t.add(widen(v.data, i, v.type));
+    for (Index i = first; i < numel; i += stride) t.add(widen(v.data, i, T));
   } else {
-    for (Index i = first; i < numel; i += stride) t.add(widen(v.data, offsetOf<Index>(v, i, v.ndim), v.type));
+    for (Index i = first; i < numel; i += stride) t.add(widen(v.data, offsetOf<Index>(v, i, v.ndim), T));
+  }
+  finishLanes<T>(t);
+}
+
+template <typename Index>
+__device__ void scanValuesOfType(const TensorView& v, Tally& t) {
+  switch (v.type) {
+    case ElementType::kFloat32: scanValues<ElementType::kFloat32, Index>(v, t); break;
+    case ElementType::kFloat16: scanValues<ElementType::kFloat16, Index>(v, t); break;
+    case ElementType::kBFloat16: scanValues<ElementType::kBFloat16, Index>(v, t); break;
+    case ElementType::kBool: {
+      const Index stride = static_cast<Index>(gridDim.x) * blockDim.x;
+      for (Index i = static_cast<Index>(blockIdx.x) * blockDim.x + threadIdx.x; i < static_cast<Index>(v.numel); i += stride) {
+        t.add(widen(v.data, offsetOf<Index>(v, i, v.ndim), v.type));
+      }
+      break;
+    }
   }
 }
 
 // A mask is read row by row (a row is one query against every key): a row with no visible key
-// is fully masked. Masks are small next to Q/K/V, so one thread per row is plenty.
+// is fully masked. One warp per row, so the reads of a row are coalesced.
 __device__ void scanMaskRows(const TensorView& v, Tally& t) {
   const int64_t row_len = v.ndim > 0 ? v.sizes[v.ndim - 1] : 1;
+  const int64_t key_stride = v.ndim > 0 ? v.strides[v.ndim - 1] : 0;
   if (row_len == 0) return;
   const int64_t rows = v.numel / row_len;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; r < rows; r += stride) {
+  const int lane = threadIdx.x % 32;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarps;
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32; r < rows; r += warps) {
+    const int64_t row_offset = offsetOf<int64_t>(v, r, v.ndim - 1);
     bool visible = false;
-    for (int64_t j = 0; j < row_len; ++j) {
-      float x = widen(v.data, offsetOf<int64_t>(v, r * row_len + j, v.ndim), v.type);
+    for (int64_t j = lane; j < row_len; j += 32) {
+      float x = widen(v.data, row_offset + j * key_stride, v.type);
       t.add(x);
       visible = visible || (v.mask == MaskKind::kBoolAllow ? x != 0.f : !(isinf(x) && x < 0.f));
     }
-    t.masked_rows += !visible;
+    if (__any_sync(0xffffffffu, visible) == 0 && lane == 0) ++t.masked_rows;
   }
 }
 
@@ -184,9 +290,9 @@ __global__ void __launch_bounds__(kThreads) healthCheckKernel(CheckArgs args) {
   if (v.mask != MaskKind::kNotAMask) {
     scanMaskRows(v, t);
   } else if (v.numel < (int64_t{1} << 31)) {
-    scanValues<uint32_t>(v, t);
+    scanValuesOfType<uint32_t>(v, t);
   } else {
-    scanValues<int64_t>(v, t);
+    scanValuesOfType<int64_t>(v, t);
   }
   accumulate(t, args.scratch, tensor);
 
@@ -201,17 +307,22 @@ __global__ void __launch_bounds__(kThreads) healthCheckKernel(CheckArgs args) {
   if (!last) return;
   __threadfence();
   for (int i = threadIdx.x; i < args.count; i += blockDim.x) {
-    volatile unsigned long long* counts = args.scratch->counts[i];
+    const int from = args.source[i];
+    volatile unsigned long long* counts = args.scratch->counts[from];
     HealthCounts& out = args.results[i];
     out.nan = counts[0];
     out.posinf = counts[1];
     out.neginf = counts[2];
     out.nonzero = counts[3];
     out.masked_rows = counts[4];
-    out.max_abs = __uint_as_float(*(volatile unsigned int*)&args.scratch->max_bits[i]);
+    out.max_abs = __uint_as_float(*(volatile unsigned int*)&args.scratch->max_bits[from]);
+    out.written = 1;
+  }
+  __syncthreads();  // every result is read before its accumulators are reset
+  for (int i = threadIdx.x; i < static_cast<int>(gridDim.y); i += blockDim.x) {
+    volatile unsigned long long* counts = args.scratch->counts[i];
     for (int c = 0; c < 5; ++c) counts[c] = 0;
     args.scratch->max_bits[i] = 0;
-    out.written = 1;
   }
   if (threadIdx.x == 0) args.scratch->blocks_done = 0;
   __threadfence_system();
@@ -239,14 +350,21 @@ int launchHealthCheck(const TensorView* views, int count, CheckScratch* scratch,
   args.count = count;
   args.scratch = scratch;
   args.results = results;
-  int blocks = 1;
+  // A role that aliases another (self-attention's q = k = v) is read once and reported twice.
+  int distinct = 0, blocks = 1;
   for (int i = 0; i < count; ++i) {
     if (!checkable(views[i])) return cudaErrorInvalidValue;
-    args.views[i] = views[i];
-    int b = blocksFor(views[i]);
-    blocks = b > blocks ? b : blocks;
+    const TensorView view = simplified(views[i]);
+    int from = 0;
+    while (from < distinct && !sameElements(args.views[from], view)) ++from;
+    if (from == distinct) {
+      args.views[distinct++] = view;
+      int b = blocksFor(view);
+      blocks = b > blocks ? b : blocks;
+    }
+    args.source[i] = from;
   }
-  dim3 grid(blocks, count);
+  dim3 grid(blocks, distinct);
   healthCheckKernel<<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(args);
   return cudaGetLastError();
 }

@@ -179,6 +179,29 @@ TEST_P(EveryType, QkvSplitFromOneProjectionTakesTheRowPathExactly) {
   expectMatches(host, views, offsets);
 }
 
+TEST_P(EveryType, FiniteDataTakesTheWordPathAndAliasedRolesAreReadOnce) {
+  REQUIRE_GPU();
+  // Mostly finite values (the common case, counted a whole word at a time) with a few zeros,
+  // subnormals and one Inf, in a tensor passed three times: q = k = v of self-attention.
+  const ElementType type = GetParam();
+  const int esize = bytesOf(type);
+  const int64_t numel = 1 << 16;
+  std::vector<uint8_t> host = randomBits(static_cast<size_t>(numel) * esize, 5u + static_cast<uint32_t>(type));
+  for (int64_t i = 0; i < numel; ++i) {
+    uint8_t& top = host[static_cast<size_t>(i * esize + esize - 1)];
+    top &= 0xbf;  // exponent's top bit cleared: finite, every magnitude below 2
+    if (i % 97 == 0) std::memset(&host[static_cast<size_t>(i * esize)], 0, static_cast<size_t>(esize));
+    if (i % 89 == 0) top &= 0x80;  // sign kept, exponent's high bits cleared: tiny or subnormal
+  }
+  const std::vector<uint8_t> inf = type == ElementType::kFloat32   ? std::vector<uint8_t>{0, 0, 0x80, 0x7f}
+                                   : type == ElementType::kFloat16 ? std::vector<uint8_t>{0, 0x7c}
+                                                                   : std::vector<uint8_t>{0x80, 0x7f};
+  std::memcpy(&host[static_cast<size_t>(4321 * esize)], inf.data(), inf.size());
+  DeviceBuffer dev(host);
+  TensorView v = view(dev.p, type, {numel}, {1});
+  expectMatches(host, {v, v, v}, {0, 0, 0});
+}
+
 INSTANTIATE_TEST_SUITE_P(HealthCheck, EveryType,
                          testing::Values(ElementType::kFloat32, ElementType::kFloat16, ElementType::kBFloat16),
                          [](const auto& info) {
