@@ -73,7 +73,7 @@ int replay(const Options& opts) {
     capture = *found;
   }
   // Checked here too, so a broken file gets its one-line error without starting LibTorch.
-  if (auto file = readCapture(capture); !file.ok()) return fail("replay", file.status());
+  if (Status st = checkCapture(capture); !st.ok()) return fail("replay", st);
   std::string engine = build::kReplayEngine;
   if (access(engine.c_str(), X_OK) != 0) {
     return fail("replay", Status::Error("replay engine missing at " + engine + "; build nanprov (./scripts/test)"));

@@ -22,6 +22,7 @@
 #include "replay/packed_layouts.h"
 #include "replay/progress.h"
 #include "replay/replay_result.h"
+#include "replay/tensor_measures.h"
 #include "replay/repro_script.h"
 #include "store/call_record.h"
 #include "store/capture_file.h"
@@ -59,8 +60,9 @@ double floorOf(const at::Tensor& g, at::ScalarType dtype) {
   return 2 * (rounded - 0.3 - finite).abs().max().item<double>();
 }
 
-// What every backend is judged against, per output: G and L as host float64, the yardstick's
-// errors and G's floor per dtype. Worked out once and shared by all the backends' comparisons.
+// What every backend is judged against, per output: G, the yardstick's errors and G's floor per
+// dtype, worked out once and shared by all the backends' comparisons. On a GPU, G stays there and
+// each output is measured there; on the CPU, G and each output are folded as host float64.
 class Judge {
  public:
   Judge(const Outputs& g, const Outputs& l) {
@@ -68,9 +70,17 @@ class Judge {
       const at::Tensor &gt = g.of(role), &lt = l.of(role);
       if (!gt.defined()) continue;
       Role r;
-      r.g = hostDoubles(gt);
-      if (lt.defined() && lt.sizes() == gt.sizes()) r.l = hostDoubles(lt);
-      r.ref = referenceOf(role, gridOf(gt), valuesOf(r.g), r.l.defined() ? valuesOf(r.l) : Values());
+      r.on_host = !gt.is_cuda();
+      r.g = r.on_host ? hostDoubles(gt) : gt.contiguous();
+      const bool has_l = lt.defined() && lt.sizes() == gt.sizes();
+      if (r.on_host) {
+        at::Tensor l_host = has_l ? hostDoubles(lt) : at::Tensor();
+        r.ref = referenceOf(role, gridOf(gt), valuesOf(r.g), has_l ? valuesOf(l_host) : Values());
+      } else {
+        r.ref = RoleReference{.role = role, .grid = gridOf(gt)};
+        if (has_l) r.ref.yardstick = measureTensors(r.ref.grid, lt, r.g).err;
+        r.ref.has_yardstick = has_l;
+      }
       r.sizes = gt.sizes().vec();
       roles_.push_back(std::move(r));
     }
@@ -83,8 +93,12 @@ class Judge {
       if (!bt.defined() || bt.sizes().vec() != r.sizes) continue;
       auto floor = r.floors.find(bt.scalar_type());
       if (floor == r.floors.end()) floor = r.floors.emplace(bt.scalar_type(), floorOf(r.g, bt.scalar_type())).first;
-      at::Tensor bd = hostDoubles(bt);
-      out.push_back(compare(r.ref, valuesOf(bd), floor->second));
+      if (r.on_host) {
+        at::Tensor bd = hostDoubles(bt);
+        out.push_back(compare(r.ref, valuesOf(bd), floor->second));
+      } else {
+        out.push_back(judge(r.ref, measureTensors(r.ref.grid, bt, r.g), floor->second));
+      }
     }
     return out;
   }
@@ -100,7 +114,8 @@ class Judge {
 
  private:
   struct Role {
-    at::Tensor g, l;  // own the values r.ref reads
+    bool on_host = true;
+    at::Tensor g;  // host: owns the values r.ref.g reads
     RoleReference ref;
     std::vector<int64_t> sizes;
     std::map<at::ScalarType, double> floors;
@@ -133,14 +148,19 @@ std::string referenceProblem(const CapturedCall& call, const Outputs& g) {
 
 Conditions conditionsOf(const CapturedCall& call, const Outputs& g) {
   Conditions c;
-  at::Tensor visible = at::ones({call.batch, call.q_heads, call.s_q, call.s_kv}, at::kBool);
+  // Where G is, at the mask's own broadcast shape: a [B, H, S, S] bool on the host took a third
+  // of a second for a big call. Each row then counts once per (batch, head) it stands for.
+  const at::TensorOptions bools = at::TensorOptions().dtype(at::kBool).device(g.lse.device());
+  at::Tensor visible = at::ones({1, 1, call.s_q, call.s_kv}, bools);
   if (call.has("mask")) {
-    const at::Tensor& m = call.at("mask");
+    const at::Tensor m = call.at("mask").to(g.lse.device());
     visible = visible & (m.scalar_type() == at::kBool ? m : m.to(at::kDouble) > kHiddenMask);
     c.mask_dtype = dtypeName(m);
   }
-  if (call.causal) visible = visible & at::ones({call.s_q, call.s_kv}, at::kBool).tril();
-  c.fully_masked_rows = (~visible.any(-1)).sum().item<int64_t>();
+  if (call.causal) visible = visible & at::ones({call.s_q, call.s_kv}, bools).tril();
+  at::Tensor hidden_rows = ~visible.any(-1);
+  const int64_t stands_for = hidden_rows.numel() ? call.batch * call.q_heads * call.s_q / hidden_rows.numel() : 0;
+  c.fully_masked_rows = hidden_rows.sum().item<int64_t>() * stands_for;
   at::Tensor lse = g.lse.masked_select(at::isfinite(g.lse));
   if (lse.numel()) {
     c.min_row_lse = lse.min().item<double>();

@@ -9,12 +9,11 @@
 namespace nanprov::replay {
 namespace {
 
-// Splits [0, n) into fixed chunks, folds each into its own accumulator on a pool of threads,
+// Splits [0, n) into fixed chunks of `chunk`, folds each into its own accumulator on a pool of threads,
 // then merges them in chunk order: the result does not depend on the number of cores.
 template <typename Acc, typename Fold, typename Merge>
-Acc foldInChunks(int64_t n, Fold fold, Merge merge) {
-  constexpr int64_t kChunk = int64_t{1} << 18;
-  int64_t chunks = (n + kChunk - 1) / kChunk;
+Acc foldInChunks(int64_t n, int64_t chunk, Fold fold, Merge merge) {
+  int64_t chunks = (n + chunk - 1) / chunk;
   if (chunks <= 1) {
     Acc acc;
     fold(acc, 0, n);
@@ -23,7 +22,7 @@ Acc foldInChunks(int64_t n, Fold fold, Merge merge) {
   std::vector<Acc> partial(static_cast<size_t>(chunks));
   std::atomic<int64_t> next{0};
   auto work = [&] {
-    for (int64_t c; (c = next.fetch_add(1)) < chunks;) fold(partial[c], c * kChunk, std::min(n, (c + 1) * kChunk));
+    for (int64_t c; (c = next.fetch_add(1)) < chunks;) fold(partial[c], c * chunk, std::min(n, (c + 1) * chunk));
   };
   int64_t threads = std::min<int64_t>(chunks, std::max(1u, std::thread::hardware_concurrency()));
   std::vector<std::thread> pool;
@@ -35,27 +34,15 @@ Acc foldInChunks(int64_t n, Fold fold, Merge merge) {
   return total;
 }
 
-// Sums as they are folded; Errors once divided out.
-struct ErrorSums {
-  double max = 0, sum = 0;
+// Sums as they are folded; Measures once divided out.
+struct Sums {
+  double max = 0, sum = 0, diff2 = 0, g2 = 0, b2 = 0, bg = 0;
   int64_t n = 0, nonfinite = 0;
-  void merge(const ErrorSums& o) {
+  void merge(const Sums& o) {
     max = std::max(max, o.max);
     sum += o.sum;
     n += o.n;
     nonfinite += o.nonfinite;
-  }
-  Errors errors() const { return {max, n ? sum / static_cast<double>(n) : 0, nonfinite}; }
-};
-
-// One pass over B and G for everything compare() needs but the fault locations.
-struct Agreement {
-  ErrorSums err;
-  int64_t compared = 0;
-  double diff2 = 0, g2 = 0, b2 = 0, bg = 0;
-  void merge(const Agreement& o) {
-    err.merge(o.err);
-    compared += o.compared;
     diff2 += o.diff2;
     g2 += o.g2;
     b2 += o.b2;
@@ -63,42 +50,17 @@ struct Agreement {
   }
 };
 
-Agreement agreementOf(Values b, Values g) {
-  int64_t n = static_cast<int64_t>(std::min(b.size(), g.size()));
-  auto fold = [&](Agreement& a, int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      if (!std::isfinite(g[i])) continue;
-      if (!std::isfinite(b[i])) {
-        ++a.err.nonfinite;
-        continue;
-      }
-      double d = b[i] - g[i];
-      a.err.max = std::max(a.err.max, std::fabs(d));
-      a.err.sum += std::fabs(d);
-      ++a.err.n;
-      ++a.compared;
-      a.diff2 += d * d;
-      a.g2 += g[i] * g[i];
-      a.b2 += b[i] * b[i];
-      a.bg += b[i] * g[i];
-    }
-  };
-  return foldInChunks<Agreement>(n, fold, [](Agreement& a, const Agreement& o) { a.merge(o); });
-}
-
 std::string range(int64_t lo, int64_t hi) {
   return lo == hi ? std::to_string(lo) : std::to_string(lo) + "-" + std::to_string(hi);
 }
 
 // Where the non-finite values are: the span of batches, heads and row tiles they fall in.
-std::string locate(const Grid& grid, Values b, Values g) {
+std::string locate(const Grid& grid, const Measures& m) {
   int64_t lo[3] = {INT64_MAX, INT64_MAX, INT64_MAX}, hi[3] = {-1, -1, -1};
-  for (int64_t i = 0; i < grid.size(); ++i) {
-    if (!std::isfinite(g[i]) || std::isfinite(b[i])) continue;
-    int64_t row = (i / grid.cols) % grid.rows;
-    int64_t head = (i / (grid.cols * grid.rows)) % grid.heads;
-    int64_t batch = i / (grid.cols * grid.rows * grid.heads);
-    int64_t at[3] = {batch, head, row};
+  for (size_t i = 0; i < m.row_nonfinite.size(); ++i) {
+    if (m.row_nonfinite[i] == 0) continue;
+    const int64_t r = static_cast<int64_t>(i);
+    int64_t at[3] = {r / (grid.rows * grid.heads), (r / grid.rows) % grid.heads, r % grid.rows};
     for (int k = 0; k < 3; ++k) {
       lo[k] = std::min(lo[k], at[k]);
       hi[k] = std::max(hi[k], at[k]);
@@ -111,26 +73,26 @@ std::string locate(const Grid& grid, Values b, Values g) {
 
 // The first region where B is exactly zero while G is not small there: the whole tensor, a
 // (batch, head) slice or a row tile. Empty when there is none.
-std::string zeroRegion(const Grid& grid, Values b, Values g, double floor) {
-  auto zeroOver = [&](int64_t begin, int64_t end) {
+std::string zeroRegion(const Grid& grid, const Measures& m, double floor) {
+  auto zeroOver = [&](int64_t begin, int64_t end) {  // rows [begin, end)
     double gmax = 0;
-    for (int64_t i = begin; i < end; ++i) {
-      if (b[i] != 0.0) return false;
-      if (std::isfinite(g[i])) gmax = std::max(gmax, std::fabs(g[i]));
+    for (int64_t r = begin; r < end; ++r) {
+      if (!m.row_b_zero[static_cast<size_t>(r)]) return false;
+      gmax = std::max(gmax, m.row_g_max[static_cast<size_t>(r)]);
     }
     return gmax > 10 * floor;
   };
-  if (zeroOver(0, grid.size())) return "the whole tensor";
-  int64_t slice = grid.rows * grid.cols;
-  for (int64_t s = 0; s < grid.batch * grid.heads; ++s) {
-    if (zeroOver(s * slice, (s + 1) * slice)) {
+  const int64_t slices = grid.batch * grid.heads;
+  if (zeroOver(0, slices * grid.rows)) return "the whole tensor";
+  for (int64_t s = 0; s < slices; ++s) {
+    if (zeroOver(s * grid.rows, (s + 1) * grid.rows)) {
       return "batch " + std::to_string(s / grid.heads) + ", head " + std::to_string(s % grid.heads);
     }
   }
-  for (int64_t s = 0; s < grid.batch * grid.heads; ++s) {
+  for (int64_t s = 0; s < slices; ++s) {
     for (int64_t r = 0; r < grid.rows; r += kRowTile) {
       int64_t end_row = std::min(grid.rows, r + kRowTile);
-      if (zeroOver(s * slice + r * grid.cols, s * slice + end_row * grid.cols)) {
+      if (zeroOver(s * grid.rows + r, s * grid.rows + end_row)) {
         return "batch " + std::to_string(s / grid.heads) + ", head " + std::to_string(s % grid.heads) + ", rows " +
                range(r, end_row - 1);
       }
@@ -140,6 +102,53 @@ std::string zeroRegion(const Grid& grid, Values b, Values g, double floor) {
 }
 
 }  // namespace
+
+Measures measure(const Grid& grid, Values b, Values g) {
+  const int64_t cols = std::max<int64_t>(1, grid.cols);
+  const int64_t rows = std::min<int64_t>(static_cast<int64_t>(std::min(b.size(), g.size())), grid.size()) / cols;
+  Measures m;
+  m.row_nonfinite.assign(static_cast<size_t>(rows), 0);
+  m.row_b_zero.assign(static_cast<size_t>(rows), 0);
+  m.row_g_max.assign(static_cast<size_t>(rows), 0.0);
+  // Each row is written by the one chunk that folds it; the sums merge in chunk order.
+  auto fold = [&](Sums& a, int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      int64_t nonfinite = 0;
+      bool b_zero = true;
+      double g_max = 0;
+      for (int64_t i = r * cols; i < (r + 1) * cols; ++i) {
+        b_zero = b_zero && b[i] == 0.0;
+        if (!std::isfinite(g[i])) continue;
+        g_max = std::max(g_max, std::fabs(g[i]));
+        if (!std::isfinite(b[i])) {
+          ++nonfinite;
+          continue;
+        }
+        double d = b[i] - g[i];
+        a.max = std::max(a.max, std::fabs(d));
+        a.sum += std::fabs(d);
+        ++a.n;
+        a.diff2 += d * d;
+        a.g2 += g[i] * g[i];
+        a.b2 += b[i] * b[i];
+        a.bg += b[i] * g[i];
+      }
+      a.nonfinite += nonfinite;
+      m.row_nonfinite[static_cast<size_t>(r)] = nonfinite;
+      m.row_b_zero[static_cast<size_t>(r)] = b_zero;
+      m.row_g_max[static_cast<size_t>(r)] = g_max;
+    }
+  };
+  Sums s = foldInChunks<Sums>(rows, std::max<int64_t>(1, (int64_t{1} << 18) / cols), fold,
+                              [](Sums& a, const Sums& o) { a.merge(o); });
+  m.err = {s.max, s.n ? s.sum / static_cast<double>(s.n) : 0, s.nonfinite};
+  m.compared = s.n;
+  m.diff2 = s.diff2;
+  m.g2 = s.g2;
+  m.b2 = s.b2;
+  m.bg = s.bg;
+  return m;
+}
 
 const char* verdictName(Verdict v) {
   switch (v) {
@@ -169,7 +178,7 @@ double suspectMultiplier(const std::string& role) {
 RoleReference referenceOf(const std::string& role, const Grid& grid, Values g, Values l) {
   RoleReference ref{.role = role, .grid = grid, .g = g};
   if (!l.empty()) {
-    ref.yardstick = agreementOf(l, g).err.errors();
+    ref.yardstick = measure(grid, l, g).err;
     ref.has_yardstick = true;
   }
   return ref;
@@ -180,32 +189,32 @@ Comparison compare(const std::string& role, const Grid& grid, Values b, Values g
 }
 
 Comparison compare(const RoleReference& ref, Values b, double floor) {
+  return judge(ref, measure(ref.grid, b, ref.g), floor);
+}
+
+Comparison judge(const RoleReference& ref, const Measures& m, double floor) {
   const std::string& role = ref.role;
-  const Grid& grid = ref.grid;
-  Values g = ref.g;
   Comparison c;
   c.role = role;
   c.floor = floor;
-  Agreement a = agreementOf(b, g);
-  Errors eb = a.err.errors();
-  c.nonfinite = eb.nonfinite;
-  c.max_abs_err = eb.max;
-  c.mean_abs_err = eb.mean;
+  c.nonfinite = m.err.nonfinite;
+  c.max_abs_err = m.err.max;
+  c.mean_abs_err = m.err.mean;
   if (ref.has_yardstick) {
     c.yardstick_max_err = ref.yardstick.max;
     c.yardstick_mean_err = ref.yardstick.mean;
     c.yardstick_nonfinite = ref.yardstick.nonfinite;
   }
-  c.compared = a.compared;
-  c.rel_l2 = a.g2 > 0 ? std::sqrt(a.diff2 / a.g2) : std::sqrt(a.diff2);
-  c.cosine = a.g2 > 0 && a.b2 > 0 ? a.bg / std::sqrt(a.g2 * a.b2) : (a.g2 == a.b2 ? 1.0 : 0.0);
+  c.compared = m.compared;
+  c.rel_l2 = m.g2 > 0 ? std::sqrt(m.diff2 / m.g2) : std::sqrt(m.diff2);
+  c.cosine = m.g2 > 0 && m.b2 > 0 ? m.bg / std::sqrt(m.g2 * m.b2) : (m.g2 == m.b2 ? 1.0 : 0.0);
 
   if (c.nonfinite > 0) {  // rule 3
     c.verdict = Verdict::kNonFinite;
-    c.nonfinite_where = locate(grid, b, g);
+    c.nonfinite_where = locate(ref.grid, m);
     return c;
   }
-  c.all_zero_where = zeroRegion(grid, b, g, floor);
+  c.all_zero_where = zeroRegion(ref.grid, m, floor);
   if (!c.all_zero_where.empty()) {  // rule 4
     c.all_zero = true;
     c.verdict = Verdict::kAllZero;

@@ -54,19 +54,35 @@ struct Errors {
   int64_t nonfinite = 0;
 };
 
+// What one pass over B and G measures, everything the rules decide from. Worked out on the host
+// here (measure) or by LibTorch where B and G already are (replay/tensor_measures.h): the same
+// counts, locations and maxima, and sums equal to rounding.
+struct Measures {
+  Errors err;                    // over the positions where G is finite
+  int64_t compared = 0;          // positions where both are finite
+  double diff2 = 0, g2 = 0, b2 = 0, bg = 0;
+  // One entry per row of the grid, (batch, head, row) in order: the fault locations come from these.
+  std::vector<int64_t> row_nonfinite;  // B non-finite where G is finite
+  std::vector<uint8_t> row_b_zero;     // B exactly 0 along the whole row
+  std::vector<double> row_g_max;       // largest finite |G| of the row (0 when none)
+};
+// On the host, on every core in fixed chunks: the result does not depend on the core count.
+Measures measure(const Grid& grid, Values b, Values g);
+
 // The reference side of one tensor's comparisons: G, and the yardstick's errors against it,
 // worked out once for every backend judged against them.
 struct RoleReference {
   std::string role;
   Grid grid;
-  Values g;
+  Values g;  // host float64; empty when G stays on the device
   Errors yardstick;
   bool has_yardstick = false;
 };
 RoleReference referenceOf(const std::string& role, const Grid& grid, Values g, Values l);  // l may be empty
 
-// Compares B with G over the positions where G is finite and applies rules 3 to 7. `floor` is
-// 2·max|fl(G+0.3)−0.3−G| in B's dtype. The passes over the values run on every core.
+// Applies rules 3 to 7 to what was measured. `floor` is 2·max|fl(G+0.3)−0.3−G| in B's dtype.
+Comparison judge(const RoleReference& ref, const Measures& m, double floor);
+// measure and judge, on the host.
 Comparison compare(const RoleReference& ref, Values b, double floor);
 // The same for one comparison (L may be empty).
 Comparison compare(const std::string& role, const Grid& grid, Values b, Values g, Values l, double floor);

@@ -110,24 +110,38 @@ Status writeCapture(const std::string& path, const CaptureFile& file) {
   return Status::Ok();
 }
 
-StatusOr<CaptureFile> parseCapture(const std::string& bytes, const std::string& source) {
-  if (bytes.size() < 8) return broken(source, "truncated: " + std::to_string(bytes.size()) + " bytes, no header length");
-  uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(bytes[static_cast<size_t>(i)]);
-  if (n > kMaxHeaderBytes) return broken(source, "header length " + std::to_string(n) + " is implausibly large");
-  if (n > bytes.size() - 8) {
-    return broken(source, "header length " + std::to_string(n) + " runs past the end of the file (" +
-                              std::to_string(bytes.size()) + " bytes)");
+namespace {
+
+// Where each tensor's bytes lie in the file (offsets from the file's start), with the header
+// checked: what every reader needs before touching the data.
+struct CaptureLayout {
+  CaptureFile file;  // tensors without their bytes
+  std::vector<std::pair<uint64_t, uint64_t>> spans;  // [begin, end) of file.tensors[i]
+};
+
+// `head` holds at least the file's first 8 bytes and the header after them when they exist;
+// `file_size` is the whole file's.
+StatusOr<CaptureLayout> parseLayout(std::string_view head, uint64_t file_size, const std::string& source) {
+  if (file_size < 8 || head.size() < 8) {
+    return broken(source, "truncated: " + std::to_string(file_size) + " bytes, no header length");
   }
-  std::string_view text(bytes.data() + 8, static_cast<size_t>(n));
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(head[static_cast<size_t>(i)]);
+  if (n > kMaxHeaderBytes) return broken(source, "header length " + std::to_string(n) + " is implausibly large");
+  if (n > file_size - 8 || n > head.size() - 8) {
+    return broken(source, "header length " + std::to_string(n) + " runs past the end of the file (" +
+                              std::to_string(file_size) + " bytes)");
+  }
+  std::string_view text = head.substr(8, static_cast<size_t>(n));
   if (Status st = checkHeaderText(text); !st.ok()) return broken(source, st.message());
   text = text.substr(0, text.find_last_not_of(' ') + 1);
   nlohmann::json header = nlohmann::json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   if (header.is_discarded() || !header.is_object()) return broken(source, "the header is not a JSON object");
-  const uint64_t data_size = bytes.size() - 8 - n;
-  const size_t data_start = 8 + static_cast<size_t>(n);
+  const uint64_t data_size = file_size - 8 - n;
+  const uint64_t data_start = 8 + n;
 
-  CaptureFile file;
+  CaptureLayout layout;
+  CaptureFile& file = layout.file;
   struct Span {
     uint64_t begin, end;
     std::string name;
@@ -179,8 +193,6 @@ StatusOr<CaptureFile> parseCapture(const std::string& bytes, const std::string& 
                                 std::to_string(end - begin));
     }
     spans.push_back({begin, end, name});
-    t.bytes.assign(bytes.begin() + static_cast<std::ptrdiff_t>(data_start + begin),
-                   bytes.begin() + static_cast<std::ptrdiff_t>(data_start + end));
     file.tensors.push_back(std::move(t));
   }
   // The tensors must tile the data exactly: no overlap, no hole (as safetensors itself demands).
@@ -199,24 +211,74 @@ StatusOr<CaptureFile> parseCapture(const std::string& bytes, const std::string& 
   for (const Span& s : spans) order[s.name] = s.begin;
   std::stable_sort(file.tensors.begin(), file.tensors.end(),
                    [&](const CaptureTensor& a, const CaptureTensor& b) { return order[a.name] < order[b.name]; });
-  return file;
+  for (const CaptureTensor& t : file.tensors) {
+    auto span = std::find_if(spans.begin(), spans.end(), [&](const Span& s) { return s.name == t.name; });
+    layout.spans.emplace_back(data_start + span->begin, data_start + span->end);
+  }
+  return layout;
 }
 
-StatusOr<CaptureFile> readCapture(const std::string& path) {
+// The file's layout, from its first 8 bytes and its header only. `in` is left after the header.
+StatusOr<CaptureLayout> readLayout(const std::string& path, std::ifstream& in) {
   std::error_code ec;
   auto type = std::filesystem::status(path, ec).type();
   if (type == std::filesystem::file_type::not_found) return Status::Error(path + ": no such capture file");
   // Only regular files: a FIFO would block the read forever, a directory reads as nothing.
   if (type != std::filesystem::file_type::regular) return broken(path, "not a regular file");
-  std::ifstream in(path, std::ios::binary);
+  in.open(path, std::ios::binary);
   if (!in) return Status::Error(path + ": no such capture file");
-  // One read of the whole file: a capture of a big call is hundreds of MB, which a stream
-  // iterator would copy a character at a time.
-  std::string bytes(static_cast<size_t>(std::filesystem::file_size(path, ec)), '\0');
+  const uint64_t file_size = std::filesystem::file_size(path, ec);
   if (ec) return broken(path, "cannot read its size: " + ec.message());
-  in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  bytes.resize(static_cast<size_t>(in.gcount()));
-  return parseCapture(bytes, path);
+  std::string head(8, '\0');
+  in.read(head.data(), 8);
+  head.resize(static_cast<size_t>(in.gcount()));
+  if (head.size() == 8) {
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(head[static_cast<size_t>(i)]);
+    if (n <= kMaxHeaderBytes && n <= file_size - 8) {
+      head.resize(8 + static_cast<size_t>(n));
+      in.read(head.data() + 8, static_cast<std::streamsize>(n));
+      head.resize(8 + static_cast<size_t>(in.gcount()));
+    }
+  }
+  return parseLayout(head, file_size, path);
+}
+
+}  // namespace
+
+StatusOr<CaptureFile> parseCapture(const std::string& bytes, const std::string& source) {
+  auto layout = parseLayout(bytes, bytes.size(), source);
+  if (!layout.ok()) return layout.status();
+  for (size_t i = 0; i < layout->spans.size(); ++i) {
+    auto [begin, end] = layout->spans[i];
+    layout->file.tensors[i].bytes.assign(bytes.begin() + static_cast<std::ptrdiff_t>(begin),
+                                         bytes.begin() + static_cast<std::ptrdiff_t>(end));
+  }
+  return std::move(layout->file);
+}
+
+StatusOr<CaptureFile> readCapture(const std::string& path) {
+  std::ifstream in;
+  auto layout = readLayout(path, in);
+  if (!layout.ok()) return layout.status();
+  // Each tensor read straight into its own buffer: a capture of a big call is hundreds of MB,
+  // and the data follows the header in tensor order, so this is one sequential pass.
+  for (size_t i = 0; i < layout->spans.size(); ++i) {
+    auto [begin, end] = layout->spans[i];
+    std::vector<uint8_t>& bytes = layout->file.tensors[i].bytes;
+    bytes.resize(static_cast<size_t>(end - begin));
+    in.seekg(static_cast<std::streamoff>(begin));
+    in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    if (static_cast<uint64_t>(in.gcount()) != end - begin) {
+      return broken(path, "tensor " + layout->file.tensors[i].name + " was cut short while reading (was the file truncated?)");
+    }
+  }
+  return std::move(layout->file);
+}
+
+Status checkCapture(const std::string& path) {
+  std::ifstream in;
+  return readLayout(path, in).status();
 }
 
 }  // namespace nanprov
