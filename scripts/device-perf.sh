@@ -11,7 +11,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/device-build.sh" || exit 1
 
 case "${1:-}" in
 replay)
-  (cd build-device && ctest -j 8 -R "ReferenceBlocks|HealthCheck" --output-on-failure 2>&1 | tail -4)
+  (cd build-device && ctest -j 8 -R "ReferenceBlocks|HealthCheck|TensorMeasures|ViewLayout" --output-on-failure 2>&1 | tail -6)
   big=(bench/gpu_model.py --batch 2 --seq 4096 --layers 2 --steps 1 --warmup 0)
   nanprov run --out "$out/big" --capture 'layer=0,step=0' --capture-bytes 4G -- python3 "${big[@]}" 2>&1 | tail -2
   for capture in "$out"/big/captures/*.safetensors; do
