@@ -19,6 +19,7 @@
 #include "probes/foreign_calls.h"
 #include "probes/gradient_sentinel.h"
 #include "probes/roles.h"
+#include "probes/probe_cost.h"
 #include "probes/session.h"
 #include "probes/tensor_health.h"
 #include "tracer/kernel_tracer.h"
@@ -261,8 +262,13 @@ void probeFusedCall(const ProbedOp* probed, const c10::OperatorHandle& handle, c
   CallName name;
   std::optional<CallTrace> trace;
   bool named = false;
+  ProbeCost::countCall();
   guarded("attention probe", [&] {
-    name = desc.phase == Phase::kForward ? nameForward(siteOfForward()) : ids.backward(addressOf(inputs, Role::kO));
+    {
+      ProbeCost::Scope cost(ProbeStage::kNaming);
+      name = desc.phase == Phase::kForward ? nameForward(siteOfForward()) : ids.backward(addressOf(inputs, Role::kO));
+    }
+    ProbeCost::Scope cost(ProbeStage::kTracing);
     if (onCuda(inputs)) trace.emplace(name, session.rank());
     named = true;
   });
@@ -277,9 +283,14 @@ void probeFusedCall(const ProbedOp* probed, const c10::OperatorHandle& handle, c
     handle.redispatchBoxed(ks & kBelowProbe, stack);
   }
   int64_t end = wallClockNs();
-  std::string unattributed = trace ? trace->unattributed() : "";
-  trace.reset();  // the check below is nanprov's own kernel, not the call's
+  std::string unattributed;
+  {
+    ProbeCost::Scope cost(ProbeStage::kTracing);
+    unattributed = trace ? trace->unattributed() : "";
+    trace.reset();  // the check below is nanprov's own kernel, not the call's
+  }
   guarded("attention probe", [&] {
+    ProbeCost::Scope cost(ProbeStage::kChecking);
     Tensors outputs = takeOutputs(desc, *stack, handle.schema().returns().size());
     if (desc.phase == Phase::kForward) ids.link(name, addressOf(outputs, Role::kO));
     CallRecord rec = recordFor(name, desc, desc.phase);
@@ -494,6 +505,7 @@ int64_t traceSteps() {
 // At every step boundary and at exit: completes the asynchronous checks, stores the kernels
 // traced so far, and how many host synchronisations nanprov added.
 void flushDeviceWork(bool at_exit) {
+  ProbeCost::Scope cost(ProbeStage::kCollecting);
   try {
     DeviceChecks& checks = DeviceChecks::get();
     if (at_exit) checks.drain(); else checks.poll();
@@ -517,6 +529,11 @@ void flushDeviceWork(bool at_exit) {
                                          std::to_string(stats.external_id_records) + ", api " +
                                          std::to_string(stats.api_records));
     if (stats.detached) session.setMeta("cupti_detached", "1");
+    session.setMeta("probe_cost", ProbeCost::summary());
+    for (int s = 0; s < static_cast<int>(ProbeStage::kCount); ++s) {
+      const auto stage = static_cast<ProbeStage>(s);
+      session.setMeta(std::string("probe_ns:") + ProbeCost::stageName(stage), std::to_string(ProbeCost::total(stage)));
+    }
     if (std::string why = tracer.unattributedReason(); !why.empty()) session.setMeta("kernel_tracer", why);
   } catch (const std::exception& e) {
     logOnce("flush", std::string("flushing device work failed: ") + e.what());

@@ -188,9 +188,9 @@ def _dynamo_path(text):
 class _ModulePaths:
     """Module paths and parameter names of the models seen running attention.
 
-    A module is named by its path from the outermost module on the stack. Under activation
-    checkpointing the recompute runs from the checkpointed block, so the outermost module is
-    the block itself: the longest path ever seen for a module object is the one kept.
+    A module is named by its path from the outermost module on the stack the first time it runs
+    attention. Under activation checkpointing the recompute runs from the checkpointed block, so
+    there the outermost module is the block itself: the path of the first, full forward is kept.
     """
 
     def __init__(self, torch):
@@ -200,6 +200,7 @@ class _ModulePaths:
         self.best = weakref.WeakKeyDictionary()   # module -> longest path seen
         self.parameters = {}  # id(parameter) -> (weakref, name): tensors compare elementwise
         self.compiled = threading.local()         # stack of compiled graphs running
+        self.not_modules = set()  # code objects whose `self` is not a module: never read again
 
     def _wrapper(self, obj):
         # Frames of these run the user's modules but are not modules of the model.
@@ -217,24 +218,33 @@ class _ModulePaths:
         return table
 
     def current(self, frame):
-        """The module path of the attention call running in `frame`'s thread."""
+        """The module path of the attention call running in `frame`'s thread.
+
+        Reading a frame's `self` builds a dict of all its locals (f_locals), so the walk stops at
+        the innermost module once that module's path is known: one f_locals per call instead of
+        one per frame of the stack. A module's path is thus fixed by the first call that ran it,
+        which is the full forward: activation checkpointing recomputes later, from the block.
+        """
         inner = root = None
+        path = None
         while frame is not None:
             code = frame.f_code
-            if code.co_argcount and code.co_varnames[0] == "self":
+            if code.co_argcount and code.co_varnames[0] == "self" and code not in self.not_modules:
                 obj = frame.f_locals.get("self")
-                if isinstance(obj, self.module_type) and not self._wrapper(obj):
-                    inner = inner or obj
+                if not isinstance(obj, self.module_type):
+                    self.not_modules.add(code)  # a method of a class that is not a module
+                elif not self._wrapper(obj):
+                    if inner is None:
+                        inner = obj
+                        path = self.best.get(inner)
+                        if path is not None:
+                            break
                     root = obj
             frame = frame.f_back
-        path = ""
-        if inner is not None:
+        if inner is not None and path is None:
             path = self._table(inner, root).get(inner, "")
-            best = self.best.get(inner)
-            if best is None or len(path) > len(best):
-                self.best[inner] = path
-            else:
-                path = best
+            self.best[inner] = path
+        path = path or ""
         graphs = getattr(self.compiled, "stack", None)
         if graphs:
             # Inside a compiled graph: the path within it, in the order its attention runs.
