@@ -290,7 +290,7 @@ void probeFusedCall(const ProbedOp* probed, const c10::OperatorHandle& handle, c
     trace.reset();  // the check below is nanprov's own kernel, not the call's
   }
   guarded("attention probe", [&] {
-    ProbeCost::Scope cost(ProbeStage::kChecking);
+    ProbeCost::Scope cost(ProbeStage::kDescribing);
     Tensors outputs = takeOutputs(desc, *stack, handle.schema().returns().size());
     if (desc.phase == Phase::kForward) ids.link(name, addressOf(outputs, Role::kO));
     CallRecord rec = recordFor(name, desc, desc.phase);
@@ -517,6 +517,7 @@ void flushDeviceWork(bool at_exit) {
     Captures::get().release(kernels, at_exit);  // after the checks: their captures need these names
     session.recordKernels(std::move(kernels));
     if (!at_exit && traceSteps() > 0 && session.identity().step() >= traceSteps()) {
+      ProbeCost::markSteady();
       tracer.pause("kernel tracing covered the first " + std::to_string(traceSteps()) +
                    " steps (nanprov run --trace-steps); this call ran later");
     }

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "probes/call_health.h"
+#include "probes/probe_cost.h"
 #include "probes/roles.h"
 #include "probes/session.h"
 #include "store/capture_file.h"
@@ -194,9 +195,8 @@ class CaptureState {
     return *s;
   }
 
-  void offer(CallRecord rec, const RoleTensors& tensors, const CallArgs& args) {
+  void offer(const CallRecord& rec, const RoleTensors& tensors, const CallArgs& args) {
     Session& session = Session::get();
-    rec.rank = session.rank();
     std::string trigger = session.capturePolicy().triggerFor(rec);
     if (trigger.empty()) return;
     CaptureRecord row;
@@ -328,6 +328,8 @@ void Captures::release(const std::vector<KernelRecord>& kernels, bool at_exit) {
 }
 
 void recordCheckedCall(CallRecord rec, const RoleTensors& tensors, const CallArgs& args) {
+  ProbeCost::Scope cost(ProbeStage::kRecording);
+  rec.rank = Session::get().rank();
   Captures::get().offer(rec, tensors, args);
   Session::get().record(std::move(rec));
 }

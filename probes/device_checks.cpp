@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 
+#include "probes/probe_cost.h"
 #include "probes/session.h"
 
 #if NANPROV_HAVE_CUDA
@@ -139,8 +140,12 @@ class Checks {
       token = next_token_++;
       in_flight_.emplace(token, std::move(pending));
     }
-    Status st = queue->submit(views.data(), static_cast<int>(views.size()), stream.native_handle(), token,
-                              [this](uint64_t tok, const HealthCounts* c, int n) { complete(tok, c, n); });
+    Status st = Status::Ok();
+    {
+      ProbeCost::Scope cost(ProbeStage::kLaunching);
+      st = queue->submit(views.data(), static_cast<int>(views.size()), stream.native_handle(), token,
+                         [this](uint64_t tok, const HealthCounts* c, int n) { complete(tok, c, n); });
+    }
     if (!st.ok()) {
       logOnce("device check", "fused health check failed, measuring on the host instead: " + st.message());
       std::optional<PendingCheck> failed;
