@@ -41,6 +41,7 @@ using kernels::HealthCounts;
 using kernels::TensorView;
 
 constexpr int kSlotsPerDevice = 1024;
+constexpr int64_t kPollEvery = 8;  // calls between polls for finished checks
 constexpr int kMaxDevices = 64;
 // Default hold budget: enough for a few calls of a large model in flight.
 constexpr int64_t kDefaultHoldBytes = int64_t{2} << 30;
@@ -111,7 +112,9 @@ class Checks {
       recordMeasuredSynchronously(std::move(rec), tensors, args);
       return;
     }
-    collect(false);  // earlier checks that finished meanwhile
+    // Earlier checks that finished meanwhile, every few calls or when the held tensors near the
+    // budget: each poll is a driver query, and step boundaries collect everything anyway.
+    if (++submits_ % kPollEvery == 0 || heldBytes() > budget_ / 2) collect(false);
 
     PendingCheck pending;
     std::vector<TensorView> views;
@@ -180,6 +183,11 @@ class Checks {
       if (HealthCheckQueue* queue = q.load(std::memory_order_acquire)) n += queue->forcedWaits();
     }
     return n;
+  }
+
+  int64_t heldBytes() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return held_bytes_;
   }
 
   int64_t inFlight() const {
@@ -258,6 +266,7 @@ class Checks {
   std::mutex create_mu_;
   mutable std::mutex mu_;  // guards in_flight_, next_token_, held_bytes_
   std::map<uint64_t, PendingCheck> in_flight_;
+  std::atomic<int64_t> submits_{0};
   uint64_t next_token_ = 1;
   int64_t held_bytes_ = 0;
   const int64_t budget_ = envInteger("NANPROV_HOLD_BYTES", kDefaultHoldBytes, 0);
