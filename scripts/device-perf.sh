@@ -42,7 +42,7 @@ replay)
 overhead)
   BENCH_CONFIGS="${BENCH_CONFIGS:-none nanprov checks naive}" bash bench/gpu_overhead.sh 2 15 2>&1 | tee "$out/overhead.txt"
   nanprov run --out "$out/detach" -- python3 bench/gpu_model.py --batch 1 --seq 256 --steps 6 --warmup 1 >/dev/null 2>&1
-  nanprov sql "$out/detach" "SELECT key, value FROM meta WHERE key IN ('cupti_detached','kernels_attributed','kernel_tracer','host_syncs')"
+  nanprov sql "$out/detach" "SELECT key, value FROM meta WHERE key IN ('cupti_detached','kernels_attributed','kernel_tracer','host_syncs','probe_cost')"
   ;;
 *)
   echo "usage: scripts/device-perf.sh replay|check-kernel|overhead" >&2; exit 2 ;;
