@@ -89,6 +89,13 @@ TEST(EndToEnd, CleanRunReportsNothingAndExitsZero) {
   bool has_mask = false;
   for (const json& t : list[0]["tensors"]) has_mask = has_mask || t["role"] == "mask";
   EXPECT_TRUE(has_mask);
+  // The probes' own time, by stage, for the user and for scripts.
+  const json& meta = r.doc["ranks"][0]["meta"];
+  const std::string cost = meta.value("probe_cost", "");
+  EXPECT_NE(cost.find("naming "), std::string::npos) << cost;
+  EXPECT_NE(cost.find("over 12 calls"), std::string::npos) << cost;
+  EXPECT_NE(cost.find("after the trace window"), std::string::npos) << "the window closes after 2 steps: " << cost;
+  EXPECT_GT(std::stoll(meta.value("probe_ns:describing", "0")), 0) << "every call's tensors were measured";
 }
 
 TEST(EndToEnd, MathBackendIsProbedThroughAutogradHooks) {
