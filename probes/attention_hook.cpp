@@ -220,7 +220,7 @@ void inject(CallRecord& rec, const Tensors& outputs) {
     if (!spec.where.matches(session.rank(), rec.layer, rec.step, rec.call, rec.phase)) continue;
     for (const auto& [role, t] : outputs) {
       if (role != spec.tensor) continue;
-      corruptFirstElement(t, spec.value);
+      corrupt(t, spec);
       rec.injected = roleName(role);
     }
   }
@@ -394,7 +394,7 @@ struct MathBackward {
       for (const InjectionSpec& spec : session.injections()) {
         if (spec.tensor == role && spec.where.matches(session.rank(), rec->layer, rec->step, rec->call, Phase::kBackward)) {
           replaced = grad.clone();
-          corruptFirstElement(replaced, spec.value);
+          corrupt(replaced, spec);
           rec->injected = roleName(role);
         }
       }

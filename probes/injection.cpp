@@ -1,6 +1,10 @@
 #include "probes/injection.h"
 
 #include <limits>
+#include <optional>
+#include <string_view>
+
+#include "base/numbers.h"
 
 namespace nanprov {
 
@@ -10,7 +14,8 @@ StatusOr<InjectionSpec> parseInjection(const std::string& text) {
   bool have_tensor = false;
   auto bad = [&](const std::string& why) {
     return Status::Error("bad --inject '" + text + "': " + why +
-                         " (example: layer=3,phase=bwd,tensor=dQ,step=5,value=nan)");
+                         " (example: layer=3,phase=bwd,tensor=dQ,step=5,value=nan; values: nan, inf, -inf, zero, "
+                         "scale:F)");
   };
   auto pairs = splitKeyValues(text);
   if (!pairs.ok()) return bad(pairs.status().message());
@@ -22,10 +27,19 @@ StatusOr<InjectionSpec> parseInjection(const std::string& text) {
       if (ok) spec.tensor = *role;
       have_tensor = ok;
     } else if (key == "value") {
+      spec.corruption = Corruption::kFirstElement;
       if (val == "nan") spec.value = std::numeric_limits<double>::quiet_NaN();
       else if (val == "inf" || val == "+inf") spec.value = std::numeric_limits<double>::infinity();
       else if (val == "-inf") spec.value = -std::numeric_limits<double>::infinity();
-      else ok = false;
+      else if (val == "zero") spec.corruption = Corruption::kZero;
+      else if (val.rfind("scale:", 0) == 0) {
+        std::optional<double> factor = parseFiniteDouble(std::string_view(val).substr(6));
+        ok = factor.has_value();
+        spec.corruption = Corruption::kScale;
+        spec.value = factor.value_or(1.0);
+      } else {
+        ok = false;
+      }
     } else if (!readSelectorKey(&spec.where, key, val, &ok)) {
       return bad("unknown key '" + key + "'; keys are tensor, value, rank, layer, step, call, phase");
     }

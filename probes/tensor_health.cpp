@@ -85,11 +85,17 @@ TensorHealth measureTensor(const at::Tensor& t, Role role) {
   return h;
 }
 
-void corruptFirstElement(const at::Tensor& t, double value) {
+void corrupt(const at::Tensor& t, const InjectionSpec& spec) {
   if (t.numel() == 0) return;
-  at::Tensor first = t.detach();
-  while (first.dim() > 0) first = first.select(0, 0);
-  first.fill_(value);
+  at::Tensor target = t.detach();
+  switch (spec.corruption) {
+    case Corruption::kZero: target.zero_(); return;
+    case Corruption::kScale: target.mul_(spec.value); return;
+    case Corruption::kFirstElement:
+      while (target.dim() > 0) target = target.select(0, 0);
+      target.fill_(spec.value);
+      return;
+  }
 }
 
 }  // namespace nanprov

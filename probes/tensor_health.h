@@ -5,6 +5,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "probes/injection.h"
 #include "probes/roles.h"
 #include "store/call_record.h"
 
@@ -23,7 +24,7 @@ int cudaDeviceOf(const RoleTensors& tensors);
 TensorHealth describeTensor(const at::Tensor& t, Role role);
 TensorHealth measureTensor(const at::Tensor& t, Role role);
 
-// Corrupts the first element of `t` in place with `value` (fault injection only).
-void corruptFirstElement(const at::Tensor& t, double value);
+// Corrupts `t` in place as `spec` says (fault injection only).
+void corrupt(const at::Tensor& t, const InjectionSpec& spec);
 
 }  // namespace nanprov

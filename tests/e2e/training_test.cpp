@@ -62,6 +62,32 @@ TEST(EndToEnd, RealOverflowInsideAttentionIsASourceEdge) {
             std::string::npos) << text.out;
 }
 
+// value=zero and value=scale:F corrupt a whole output and keep it finite, as the silent-wrong
+// kernels of seeds 002 and 003 do: the finite checks see nothing wrong (that is the point), and
+// the stored counts show exactly what was done.
+TEST(EndToEnd, InjectedZeroAndScaleStayFiniteAndShowInTheCounts) {
+  TrainedRun r = train("silent", "--inject 'layer=1,tensor=O,step=1,value=zero' --inject 'layer=0,tensor=dQ,step=2,value=scale:1000'",
+                       "--steps 3");
+  ASSERT_EQ(r.train.code, 0) << r.train.out;
+  EXPECT_EQ(r.report.code, 0) << "finite corruption is no non-finite edge: " << r.report.out;
+  auto tensor = [](const json& call, const std::string& role) {
+    for (const json& t : call["tensors"]) {
+      if (t["role"] == role) return t;
+    }
+    return json();
+  };
+  json fwd = commandJson("calls", r.dir, "--layer 1 --phase fwd");
+  ASSERT_EQ(fwd.size(), 3u);
+  EXPECT_EQ(fwd[1]["injected_tensor"], "O");
+  EXPECT_EQ(tensor(fwd[1], "O")["all_zero"], true);
+  EXPECT_EQ(tensor(fwd[0], "O")["all_zero"], false);
+  json bwd = commandJson("calls", r.dir, "--layer 0 --phase bwd");
+  ASSERT_EQ(bwd.size(), 3u);
+  EXPECT_EQ(bwd[2]["injected_tensor"], "dQ");
+  const double scaled = tensor(bwd[2], "dQ")["max_abs"].get<double>(), before = tensor(bwd[1], "dQ")["max_abs"].get<double>();
+  EXPECT_GT(scaled, 30 * before) << "dQ scaled by 1000 at step 2";
+}
+
 TEST(EndToEnd, NonFiniteFromUpstreamIsNotBlamedOnAttention) {
   TrainedRun r = train("upstream", "", "--steps 4 --glitch-step 2 --glitch-scale 3e38");
   ASSERT_EQ(r.report.code, 1) << r.train.out;

@@ -28,12 +28,24 @@ TEST(Injection, PhaseFollowsTheTensorAndRankFilters) {
 }
 
 TEST(Injection, BadSpecsSayWhatIsWrong) {
-  for (const char* bad : {"layer=3", "tensor=Q", "tensor=dQ,phase=fwd", "tensor=O,value=zero",
+  for (const char* bad : {"layer=3", "tensor=Q", "tensor=dQ,phase=fwd", "tensor=O,value=zeros",
+                          "tensor=O,value=scale:", "tensor=O,value=scale:nan", "tensor=O,value=scale:2x",
                           "tensor=O,color=red", "tensor=O,step=x", "tensor"}) {
     auto spec = parseInjection(bad);
     ASSERT_FALSE(spec.ok()) << bad;
     EXPECT_NE(spec.status().message().find("example"), std::string::npos);
   }
+}
+
+TEST(Injection, ZeroAndScaleCorruptTheWholeTensorAndStayFinite) {
+  auto zero = parseInjection("tensor=O,value=zero,layer=1");
+  ASSERT_TRUE(zero.ok()) << zero.status().message();
+  EXPECT_EQ(zero->corruption, Corruption::kZero);
+  auto scale = parseInjection("tensor=dQ,value=scale:0.5");
+  ASSERT_TRUE(scale.ok()) << scale.status().message();
+  EXPECT_EQ(scale->corruption, Corruption::kScale);
+  EXPECT_EQ(scale->value, 0.5);
+  EXPECT_EQ(parseInjection("tensor=O,value=inf")->corruption, Corruption::kFirstElement);
 }
 
 TEST(Injection, SeveralSpecsSplitOnSemicolons) {
