@@ -277,7 +277,7 @@ void addRunCommand(CLI::App& app, int* exit_code, std::vector<std::string> wrapp
   cmd->add_option("--out", opts->out, "Run directory to write (default: ./nanprov-runs/<UTC timestamp>)");
   cmd->add_option("--inject", opts->inject,
                   "Corrupt one output of matching calls after the kernel, to test the setup: "
-                  "keys tensor (O LSE dQ dK dV), value (nan inf -inf), rank, layer, step, call, phase. Repeatable.")
+                  "keys tensor (O LSE dQ dK dV), value (nan inf -inf zero scale:F), rank, layer, step, call, phase. Repeatable.")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_option("--trace-steps", opts->trace_steps,
