@@ -227,6 +227,7 @@ void inject(CallRecord& rec, const Tensors& outputs) {
 }
 
 void finish(CallRecord rec, const Tensors& tensors, const CallArgs& args) {
+  ProbeCost::countCall();
   rec.device = deviceOf(tensors);
   if (rec.device != "cpu") {
     DeviceChecks::get().submit(std::move(rec), tensors, args);
@@ -262,7 +263,6 @@ void probeFusedCall(const ProbedOp* probed, const c10::OperatorHandle& handle, c
   CallName name;
   std::optional<CallTrace> trace;
   bool named = false;
-  ProbeCost::countCall();
   guarded("attention probe", [&] {
     {
       ProbeCost::Scope cost(ProbeStage::kNaming);

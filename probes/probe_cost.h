@@ -1,6 +1,8 @@
 // nanprov's own time on the training threads, by stage: what a probe costs the user, measured in
 // the run itself (a steady-clock read at each stage boundary, tens of nanoseconds). Kept in the
 // store's meta as probe_cost (a line a person reads) and probe_ns:<stage> (integers for scripts).
+// Every recorded call is counted; naming, tracing and describing are timed on the dispatcher
+// probes (the SDPA ops), the path every benchmark takes.
 #pragma once
 
 #include <chrono>
