@@ -114,7 +114,7 @@ class Checks {
     }
     // Earlier checks that finished meanwhile, every few calls or when the held tensors near the
     // budget: each poll is a driver query, and step boundaries collect everything anyway.
-    if (++submits_ % kPollEvery == 0 || heldBytes() > budget_ / 2) collect(false);
+    if (++submits_ % kPollEvery == 0 || held_bytes_.load(std::memory_order_relaxed) > budget_ / 2) collect(false);
 
     PendingCheck pending;
     std::vector<TensorView> views;
@@ -183,11 +183,6 @@ class Checks {
       if (HealthCheckQueue* queue = q.load(std::memory_order_acquire)) n += queue->forcedWaits();
     }
     return n;
-  }
-
-  int64_t heldBytes() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return held_bytes_;
   }
 
   int64_t inFlight() const {
@@ -264,11 +259,11 @@ class Checks {
   std::array<std::atomic<HealthCheckQueue*>, kMaxDevices> queues_{};
   std::array<bool, kMaxDevices> failed_{};
   std::mutex create_mu_;
-  mutable std::mutex mu_;  // guards in_flight_, next_token_, held_bytes_
+  mutable std::mutex mu_;  // guards in_flight_, next_token_ and changes to held_bytes_
   std::map<uint64_t, PendingCheck> in_flight_;
   std::atomic<int64_t> submits_{0};
   uint64_t next_token_ = 1;
-  int64_t held_bytes_ = 0;
+  std::atomic<int64_t> held_bytes_{0};  // read without the lock to decide when to poll
   const int64_t budget_ = envInteger("NANPROV_HOLD_BYTES", kDefaultHoldBytes, 0);
 };
 

@@ -70,10 +70,9 @@ class Judge {
       const at::Tensor &gt = g.of(role), &lt = l.of(role);
       if (!gt.defined()) continue;
       Role r;
-      r.on_host = !gt.is_cuda();
-      r.g = r.on_host ? hostDoubles(gt) : gt.contiguous();
+      r.g = gt.is_cuda() ? gt.contiguous() : hostDoubles(gt);
       const bool has_l = lt.defined() && lt.sizes() == gt.sizes();
-      if (r.on_host) {
+      if (r.onHost()) {
         at::Tensor l_host = has_l ? hostDoubles(lt) : at::Tensor();
         r.ref = referenceOf(role, gridOf(gt), valuesOf(r.g), has_l ? valuesOf(l_host) : Values());
       } else {
@@ -93,7 +92,7 @@ class Judge {
       if (!bt.defined() || bt.sizes().vec() != r.sizes) continue;
       auto floor = r.floors.find(bt.scalar_type());
       if (floor == r.floors.end()) floor = r.floors.emplace(bt.scalar_type(), floorOf(r.g, bt.scalar_type())).first;
-      if (r.on_host) {
+      if (r.onHost()) {
         at::Tensor bd = hostDoubles(bt);
         out.push_back(compare(r.ref, valuesOf(bd), floor->second));
       } else {
@@ -114,8 +113,8 @@ class Judge {
 
  private:
   struct Role {
-    bool on_host = true;
-    at::Tensor g;  // host: owns the values r.ref.g reads
+    at::Tensor g;  // on the host, owns the values ref.g reads
+    bool onHost() const { return !g.is_cuda(); }
     RoleReference ref;
     std::vector<int64_t> sizes;
     std::map<at::ScalarType, double> floors;

@@ -33,7 +33,7 @@ Measures measureTensors(const Grid& grid, const at::Tensor& b_in, const at::Tens
   const double* s = sums.data_ptr<double>();
   Measures m;
   const int64_t n = static_cast<int64_t>(s[2]);  // exact: counts below 2^53
-  m.err = {g.numel() ? s[0] : 0, n ? s[1] / static_cast<double>(n) : 0, static_cast<int64_t>(s[3])};
+  m.err = {s[0], n ? s[1] / static_cast<double>(n) : 0, static_cast<int64_t>(s[3])};
   m.compared = n;
   m.diff2 = s[4];
   m.g2 = s[5];

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/json_text.h"
+#include "store/file_replace.h"
 
 namespace nanprov {
 namespace {
@@ -90,10 +91,7 @@ Status writeCapture(const std::string& path, const CaptureFile& file) {
   }
   std::string text = jsonText(header);
   text.append((8 - text.size() % 8) % 8, ' ');  // the data starts 8-byte aligned
-  std::string tmp = path + ".partial";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return Status::Error("cannot write capture " + tmp);
+  return replaceFile(path, "capture", [&](std::ostream& out) {
     uint64_t n = text.size();
     unsigned char len[8];
     for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
@@ -102,12 +100,7 @@ Status writeCapture(const std::string& path, const CaptureFile& file) {
     for (const CaptureTensor& t : file.tensors) {
       out.write(reinterpret_cast<const char*>(t.bytes.data()), static_cast<std::streamsize>(t.bytes.size()));
     }
-    if (!out.flush()) return Status::Error("cannot write capture " + tmp + " (disk full?)");
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) return Status::Error("cannot move capture into place at " + path + ": " + ec.message());
-  return Status::Ok();
+  });
 }
 
 namespace {

@@ -5,6 +5,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "store/file_replace.h"
+
 namespace nanprov {
 
 std::string replayedKernelsPath(const std::string& capture_path) {
@@ -27,18 +29,8 @@ Status writeReplayedKernels(const std::string& capture_path, const ReplayedKerne
   }
   nlohmann::json doc = {{"gpu", replayed.gpu}, {"backend", replayed.backend}, {"phase", replayed.phase},
                         {"kernels", kernels}};
-  // Written aside and renamed, so a reader never sees half a file.
-  std::string path = replayedKernelsPath(capture_path);
-  std::string temp = path + ".tmp";
-  {
-    std::ofstream out(temp, std::ios::trunc);
-    out << doc.dump(1) << "\n";
-    if (!out.flush()) return Status::Error("cannot write " + temp);
-  }
-  std::error_code ec;
-  std::filesystem::rename(temp, path, ec);
-  if (ec) return Status::Error("cannot write " + path + ": " + ec.message());
-  return Status::Ok();
+  return replaceFile(replayedKernelsPath(capture_path), "kernel list",
+                     [&](std::ostream& out) { out << doc.dump(1) << "\n"; }, ".tmp");
 }
 
 StatusOr<std::optional<ReplayedKernels>> readReplayedKernels(const std::string& capture_path) {
