@@ -4,6 +4,7 @@
 #include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -120,7 +121,9 @@ StatusOr<ChildExit> runChild(const std::vector<std::string>& argv,
 StatusOr<std::string> captureOutput(const std::vector<std::string>& argv,
                                     const std::map<std::string, std::string>& extra_env, int* exit_code) {
   int fds[2];
-  if (pipe(fds) != 0) return Status::Error(std::string("pipe: ") + std::strerror(errno));
+  // Close-on-exec: a child that another thread spawns meanwhile (nanprov run starts the training
+  // while its auditor runs the engine) must not hold the write end open.
+  if (pipe2(fds, O_CLOEXEC) != 0) return Status::Error(std::string("pipe: ") + std::strerror(errno));
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);

@@ -6,13 +6,19 @@
 #include <string>
 #include <vector>
 
+#include "cli/outcome.h"
 #include "store/reader.h"
 #include "store/status.h"
 
 namespace nanprov::cli {
 
-// Exit codes. report: 0 clean, 1 a non-finite edge was found, 4 nothing was checked.
-enum ExitCode { kClean = 0, kEdgeFound = 1, kUsageError = 2, kInputError = 3, kNothingChecked = 4 };
+// Exit codes. report: 0 clean, 1 a non-finite edge was found, 4 nothing was checked, 5 the audit
+// found finite but wrong outputs (and no edge).
+enum ExitCode { kClean = 0, kEdgeFound = 1, kUsageError = 2, kInputError = 3, kNothingChecked = 4, kAuditFound = 5 };
+
+// report's exit code for what it concluded: audit findings count unless the run asked for
+// warnings only (nanprov run --audit-warn-only) or `warn_only` is set.
+int reportExitCode(const Conclusion& c, bool warn_only = false);
 
 // Prints "nanprov <command>: <message>" on stderr and returns kInputError.
 int fail(const std::string& command, const Status& status);

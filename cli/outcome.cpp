@@ -69,6 +69,7 @@ const char* outcomeName(Outcome o) {
     case Outcome::kEdgeFound: return "edge";
     case Outcome::kOutsideAttention: return "outside_attention";
     case Outcome::kNothingChecked: return "nothing_checked";
+    case Outcome::kAuditFinding: return "audit_finding";
   }
   return "clean";
 }
@@ -86,6 +87,10 @@ Conclusion conclude(const RunData& run, const Findings& findings) {
     c.nothing_checked_why = whyNothingChecked(run, c.unprobed);
   } else if (!c.unprobed.empty()) {
     c.outcome = Outcome::kPartial;
+  }
+  c.audit = readAudit(run);
+  if ((c.outcome == Outcome::kClean || c.outcome == Outcome::kPartial) && !c.audit.findings.empty()) {
+    c.outcome = Outcome::kAuditFinding;
   }
   return c;
 }

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/audit_findings.h"
 #include "cli/edges.h"
 #include "store/reader.h"
 
@@ -23,8 +24,9 @@ struct SentinelFinding {
 std::optional<SentinelFinding> earliestSentinel(const RunData& run);
 
 // kPartial: no fault among what was checked, but some attention was recognised and not checked.
-enum class Outcome { kClean, kPartial, kEdgeFound, kOutsideAttention, kNothingChecked };
-// "clean" | "partial" | "edge" | "outside_attention" | "nothing_checked"
+// kAuditFinding: every value was finite, but the audit found a call whose outputs were wrong.
+enum class Outcome { kClean, kPartial, kEdgeFound, kOutsideAttention, kNothingChecked, kAuditFinding };
+// "clean" | "partial" | "edge" | "outside_attention" | "nothing_checked" | "audit_finding"
 const char* outcomeName(Outcome o);
 
 struct Conclusion {
@@ -32,6 +34,7 @@ struct Conclusion {
   std::optional<SentinelFinding> sentinel;
   std::map<std::string, int64_t> unprobed;  // attention recognised but not checked
   std::string nothing_checked_why;           // set for kNothingChecked
+  AuditSummary audit;                        // with any outcome
 };
 
 // The sentinel wins when its step comes before the first attention edge's: the gradients went

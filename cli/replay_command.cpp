@@ -24,6 +24,7 @@ struct Options {
   std::string backends;
   std::string device = "auto";
   bool json = false;
+  bool audit = false;
   std::string emit_repro;
 };
 
@@ -78,7 +79,8 @@ int replay(const Options& opts) {
   if (access(engine.c_str(), X_OK) != 0) {
     return fail("replay", Status::Error("replay engine missing at " + engine + "; build nanprov (./scripts/test)"));
   }
-  std::vector<std::string> args = {engine, capture, opts.device, *backends, opts.json ? "1" : "0", opts.emit_repro};
+  std::string mode = opts.audit ? (opts.json ? "audit-json" : "audit") : opts.json ? "1" : "0";
+  std::vector<std::string> args = {engine, capture, opts.device, *backends, mode, opts.emit_repro};
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -105,7 +107,10 @@ void addReplayCommand(CLI::App& app, int* exit_code) {
       "  nanprov replay                        the newest run's first source edge\n"
       "  nanprov replay nanprov-runs/<run>/captures/rank0-layer1-call1-bwd-seq5.safetensors\n"
       "  nanprov replay CAPTURE --backends efficient,math --device cuda --json\n"
-      "  nanprov replay CAPTURE --emit-repro bug/   writes bug/repro.py for an upstream report");
+      "  nanprov replay CAPTURE --emit-repro bug/   writes bug/repro.py for an upstream report\n"
+      "  nanprov replay CAPTURE --audit        judge only the run's own outputs, as --audit does\n\n"
+      "With --audit: exit 0 the run's outputs are ok, 1 a finding, 3 not auditable (why is printed);\n"
+      "the judgement is kept next to the capture (CAPTURE.audit.json) for nanprov report.");
   cmd->add_option("capture", opts->target,
                   "A capture file, or a run directory for its first source edge's capture (default: the newest run)");
   cmd->add_option("--backends", opts->backends,
@@ -114,9 +119,13 @@ void addReplayCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--device", opts->device, "auto, cpu or cuda (default auto: where the call was captured, if present here, else the CPU)")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   cmd->add_flag("--json", opts->json, "Print JSON for scripts");
+  CLI::Option* audit = cmd->add_flag("--audit", opts->audit,
+                                     "Judge only the outputs the run produced against the float64 reference "
+                                     "(what nanprov run --audit does with its audit captures); no other backend runs");
   cmd->add_option("--emit-repro", opts->emit_repro,
                   "Also write DIR/repro.py and DIR/inputs.safetensors: a standalone script that shows "
-                  "the failure with plain PyTorch");
+                  "the failure with plain PyTorch")
+      ->excludes(audit);
   cmd->callback([opts, exit_code] { *exit_code = replay(*opts); });
 }
 

@@ -224,6 +224,8 @@ nlohmann::json reportJson(const RunData& run, const Findings& f) {
       {"first_edge", nullptr},
       {"first_source_edge", nullptr},
       {"propagation", {{"calls", f.propagation.calls}, {"layers", f.propagation.layers}, {"ranks", f.propagation.ranks}}},
+      {"audit", auditCostJson(conclusion.audit)},
+      {"audit_findings", conclusion.audit.findings},
   };
   const CallKernelIndex kernels(run);
   if (f.first) {
@@ -267,6 +269,16 @@ std::string reportText(const RunData& run, const Findings& f) {
     } else {
       out << "  every checked attention call was finite\n";
     }
+    out << auditText(conclusion.audit);
+    if (!unprobed.empty()) out << "  " << unprobed << "\n";
+    out << "  " << summaryLine(run) << "\n";
+    return out.str();
+  }
+  if (!f.first && conclusion.outcome == Outcome::kAuditFinding) {
+    const nlohmann::json& first = conclusion.audit.findings.front();
+    out << first.value("name", "?") << "  audit finding: finite outputs that are " << first.value("verdict", "?")
+        << " against the float64 reference (no value was non-finite)\n"
+        << auditText(conclusion.audit);
     if (!unprobed.empty()) out << "  " << unprobed << "\n";
     out << "  " << summaryLine(run) << "\n";
     return out.str();
@@ -278,6 +290,7 @@ std::string reportText(const RunData& run, const Findings& f) {
     // Inference runs have no optimizer steps, and so no gradients to vouch for.
     bool training = run.stepUnit() == "optimizer_step";
     out << (conclusion.sentinel || !training ? "\n" : ", and so were the gradients at every optimizer step\n");
+    out << auditText(conclusion.audit);
     if (!unprobed.empty()) out << "  " << unprobed << "\n";
     out << "  " << summaryLine(run) << "\n";
     return out.str();
@@ -340,6 +353,7 @@ std::string reportText(const RunData& run, const Findings& f) {
     out << "  gradients went non-finite at " << stepLabel(run, conclusion.sentinel->step) << ": "
         << listed(conclusion.sentinel->gradients) << "\n";
   }
+  out << auditText(conclusion.audit);
   if (!unprobed.empty()) out << "  " << unprobed << "\n";
   out << "  " << summaryLine(run) << "\n";
   return out.str();

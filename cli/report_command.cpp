@@ -6,25 +6,24 @@
 #include "cli/report.h"
 
 namespace nanprov::cli {
-namespace {
 
-int exitCodeOf(const Conclusion& c) {
+int reportExitCode(const Conclusion& c, bool warn_only) {
   switch (c.outcome) {
     case Outcome::kClean:
     case Outcome::kPartial: return kClean;
     case Outcome::kNothingChecked: return kNothingChecked;
+    case Outcome::kAuditFinding: return warn_only || c.audit.warn_only ? kClean : kAuditFound;
     case Outcome::kEdgeFound:
     case Outcome::kOutsideAttention: break;
   }
   return kEdgeFound;
 }
 
-}  // namespace
-
 void addReportCommand(CLI::App& app, int* exit_code) {
   struct Options {
     std::string run;
     bool json = false;
+    bool audit_warn_only = false;
   };
   auto opts = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("report", "First non-finite edge of a run, what followed, and where it came from");
@@ -38,16 +37,20 @@ void addReportCommand(CLI::App& app, int* exit_code) {
       "attention it recognised but could not check (coverage).\n\n"
       "Exit status: 0 no fault found (JSON outcome \"clean\": attention checked, all finite, gradients\n"
       "finite; \"partial\": the same, but some attention was recognised and not checked), 1 a non-finite\n"
-      "edge or non-finite gradients were found, 2 usage error, 3 unreadable run, 4 nothing was checked.");
+      "edge or non-finite gradients were found, 2 usage error, 3 unreadable run, 4 nothing was checked,\n"
+      "5 the audit (nanprov run --audit) found outputs that were finite but wrong, and no edge\n"
+      "(JSON outcome \"audit_finding\"; 0 instead when the run or this report says --audit-warn-only).\n"
+      "Audit findings are listed under audit_findings in the JSON, beside the edges.");
   cmd->add_option("run", opts->run, "Run directory (default: the newest under ./nanprov-runs)");
   cmd->add_flag("--json", opts->json, "Print JSON for scripts");
+  cmd->add_flag("--audit-warn-only", opts->audit_warn_only, "Audit findings are reported, but exit 0");
   cmd->callback([opts, exit_code] {
     auto run = openRun("report", opts->run, exit_code, RunScope::kEdges);
     if (!run) return;
     Findings findings = analyze(*run);
     if (opts->json) std::cout << jsonText(reportJson(*run, findings), 2) << "\n";
     else std::cout << reportText(*run, findings);
-    *exit_code = exitCodeOf(conclude(*run, findings));
+    *exit_code = reportExitCode(conclude(*run, findings), opts->audit_warn_only);
   });
 }
 

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/json_text.h"
+#include "cli/auditor.h"
 #include "cli/build_info.h"
 #include "cli/call_kernels.h"
 #include "cli/child_process.h"
@@ -45,6 +46,11 @@ struct RunOptions {
   int64_t capture_every = 0;
   int64_t capture_bytes = kDefaultCaptureBytes;
   bool no_capture = false;
+  bool audit = false;
+  int64_t audit_every = 0;
+  int64_t audit_bytes = kDefaultAuditBytes;
+  int64_t audit_slice_bytes = kDefaultAuditSliceBytes;
+  bool audit_warn_only = false;
   std::vector<std::string> command;
 };
 
@@ -208,7 +214,12 @@ int run(RunOptions& opts) {
               {"probe_modules", opts.probe_modules},
               {"probe_ops", opts.probe_ops},
               {"trace_steps", opts.trace_steps},
-              {"kernels", !opts.no_kernels}};
+              {"kernels", !opts.no_kernels},
+              {"audit", {{"on", opts.audit},
+                         {"every_steps", opts.audit_every},
+                         {"budget_bytes", opts.audit_bytes},
+                         {"slice_bytes", opts.audit_slice_bytes},
+                         {"warn_only", opts.audit_warn_only}}}};
   writeRunJson(dir, doc);
 
   std::map<std::string, std::string> env = {
@@ -225,11 +236,18 @@ int run(RunOptions& opts) {
       {"NANPROV_CAPTURE_FIRST_EDGE", opts.no_capture ? "0" : "1"},
       {"NANPROV_PROBE_MODULES", probe_modules},
       {"NANPROV_PROBE_OPS", probe_ops},
+      {"NANPROV_AUDIT", opts.audit ? "1" : "0"},
+      {"NANPROV_AUDIT_EVERY", std::to_string(opts.audit_every)},
+      {"NANPROV_AUDIT_BYTES", std::to_string(opts.audit_bytes)},
+      {"NANPROV_AUDIT_SLICE_BYTES", std::to_string(opts.audit_slice_bytes)},
   };
   if (opts.no_kernels) env["NANPROV_KERNELS"] = "off";
-  std::cerr << "nanprov: recording into " << dir << "\n";
+  std::cerr << "nanprov: recording into " << dir << (opts.audit ? ", auditing each call signature" : "") << "\n";
+  Auditor auditor(abs_dir);
+  if (opts.audit) auditor.start();
   auto exit = runChild(cmd, env);
   if (!exit.ok()) return fail("run", exit.status());
+  if (opts.audit) auditor.finish();
 
   doc["exit_code"] = exit->signal ? json(nullptr) : json(exit->exit_code);
   doc["signal"] = exit->signal ? json(strsignal(exit->signal)) : json(nullptr);
@@ -250,6 +268,9 @@ int run(RunOptions& opts) {
     Findings findings = analyze(*data);
     if (!opts.no_kernels) traceKernelsOfLateEdges(*data, findings);
     std::cerr << reportText(*data, findings) << "  details: nanprov report " << dir << "\n";
+    // A training that ended well still fails the run on an audit finding (unless warn-only):
+    // wrong gradients are the failure the audit exists to catch.
+    if (exit->passThroughCode() == 0 && reportExitCode(conclude(*data, findings)) == kAuditFound) return kAuditFound;
   }
   return exit->passThroughCode();
 }
@@ -269,10 +290,12 @@ void addRunCommand(CLI::App& app, int* exit_code, std::vector<std::string> wrapp
       "  nanprov run --trace-steps 0 -- python train.py     attribute every call's kernels\n"
       "  nanprov run --capture 'layer=1,phase=bwd,step=0' -- python train.py\n"
       "  nanprov run --probe-module 'CausalSelfAttention' -- python train.py   hand-written attention\n"
-      "  nanprov run --probe-op ffpa -- python train.py     FFPA's attention op\n\n"
+      "  nanprov run --probe-op ffpa -- python train.py     FFPA's attention op\n"
+      "  nanprov run --audit -- python train.py          also catch finite but wrong outputs\n\n"
       "Writes a run directory (default ./nanprov-runs/<UTC time>) with run.json and one\n"
       "rank-<r>.sqlite per rank, prints the first-failure summary when the command ends,\n"
-      "and exits with the command's exit code (128+N when a signal N killed it).\n"
+      "and exits with the command's exit code (128+N when a signal N killed it; 5 when it\n"
+      "exited 0 but --audit found wrong outputs, unless --audit-warn-only).\n"
       "The first source edge of each rank is captured into <run>/captures/ for nanprov replay.");
   cmd->add_option("--out", opts->out, "Run directory to write (default: ./nanprov-runs/<UTC timestamp>)");
   cmd->add_option("--inject", opts->inject,
@@ -293,7 +316,7 @@ void addRunCommand(CLI::App& app, int* exit_code, std::vector<std::string> wrapp
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_option("--capture-every", opts->capture_every,
-                  "Also capture every Nth attention call of each rank (audit samples; default 0: off)")
+                  "Also capture every Nth attention call of each rank, for nanprov replay (default 0: off)")
       ->check(CLI::Range(int64_t{0}, kMaxCount));
   cmd->add_option("--capture-bytes", opts->capture_bytes,
                   "Tensor bytes each rank may capture in all (default 1GiB; suffixes K M G); calls "
@@ -317,6 +340,30 @@ void addRunCommand(CLI::App& app, int* exit_code, std::vector<std::string> wrapp
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_flag("--no-capture", opts->no_capture,
                 "Do not capture the first source edge (selectors and --capture-every still apply)");
+  CLI::Option* audit = cmd->add_flag("--audit", opts->audit,
+                "Also catch outputs that are finite but wrong (an all-zero O, scaled gradients): capture "
+                "the first call of each call signature (op, backend, dtypes, shapes, mask, flags), forward "
+                "and backward, and judge what the run computed against the float64 reference while the "
+                "training runs. Findings are printed, listed by nanprov report, and make the run exit 5");
+  cmd->add_option("--audit-every", opts->audit_every,
+                  "With --audit, audit each signature again every N optimizer steps (default 0: once)")
+      ->check(CLI::Range(int64_t{0}, kMaxCount))
+      ->needs(audit);
+  cmd->add_option("--audit-max-bytes", opts->audit_bytes,
+                  "Tensor bytes each rank may capture for the audit in all (default 256M; suffixes K M G); "
+                  "calls beyond are reported as not audited")
+      ->transform(CLI::AsSizeValue(false))
+      ->check(CLI::Range(int64_t{0}, kMaxCount))
+      ->needs(audit);
+  cmd->add_option("--audit-slice-bytes", opts->audit_slice_bytes,
+                  "A call whose tensors are bigger is audited on a slice: the first and last batch x the first "
+                  "and last KV head group, every row (default 16M)")
+      ->transform(CLI::AsSizeValue(false))
+      ->check(CLI::Range(int64_t{0}, kMaxCount))
+      ->needs(audit);
+  cmd->add_flag("--audit-warn-only", opts->audit_warn_only,
+                "Audit findings are printed and reported, but do not change the exit code")
+      ->needs(audit);
   // Without "--", everything from the first positional on is the user's command.
   cmd->prefix_command();
   cmd->callback([opts, exit_code, cmd, wrapped] {

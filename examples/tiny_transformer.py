@@ -20,26 +20,30 @@ import torch.nn.functional as F
 
 
 class SelfAttention(nn.Module):
-    def __init__(self, d_model, heads):
+    def __init__(self, d_model, heads, kv_heads=None):
         super().__init__()
         self.heads = heads
+        self.kv_heads = kv_heads or heads  # fewer: grouped-query attention
+        kv_width = d_model // heads * self.kv_heads
         self.q_proj = nn.Linear(d_model, d_model)
-        self.k_proj = nn.Linear(d_model, d_model)
-        self.v_proj = nn.Linear(d_model, d_model)
+        self.k_proj = nn.Linear(d_model, kv_width)
+        self.v_proj = nn.Linear(d_model, kv_width)
         self.o_proj = nn.Linear(d_model, d_model)
 
     def forward(self, x, mask=None):
         b, s, d = x.shape
-        split = lambda t: t.view(b, s, self.heads, d // self.heads).transpose(1, 2)
-        q, k, v = split(self.q_proj(x)), split(self.k_proj(x)), split(self.v_proj(x))
-        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        split = lambda t, n: t.view(b, s, n, d // self.heads).transpose(1, 2)
+        q = split(self.q_proj(x), self.heads)
+        k, v = split(self.k_proj(x), self.kv_heads), split(self.v_proj(x), self.kv_heads)
+        gqa = {"enable_gqa": True} if self.kv_heads != self.heads else {}
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, **gqa)
         return self.o_proj(o.transpose(1, 2).reshape(b, s, d))
 
 
 class Block(nn.Module):
-    def __init__(self, d_model, heads):
+    def __init__(self, d_model, heads, kv_heads=None):
         super().__init__()
-        self.attn = SelfAttention(d_model, heads)
+        self.attn = SelfAttention(d_model, heads, kv_heads)
         self.norm1 = nn.LayerNorm(d_model)
         self.mlp = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model))
         self.norm2 = nn.LayerNorm(d_model)
@@ -52,7 +56,7 @@ class Block(nn.Module):
 class MlpBlock(nn.Module):
     """A block without attention (--no-attention): nanprov has nothing to check."""
 
-    def __init__(self, d_model, heads):
+    def __init__(self, d_model, heads, kv_heads=None):
         super().__init__()
         self.mlp = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model))
         self.norm = nn.LayerNorm(d_model)
@@ -70,10 +74,10 @@ class Stage(nn.Module):
 class SensorModel(nn.Module):
     """`layers.<i>` blocks, or with stages > 1 `stages.<s>.blocks.<b>` (two numbers per path)."""
 
-    def __init__(self, channels, d_model, heads, layers, stages=1, block=Block, checkpoint=None):
+    def __init__(self, channels, d_model, heads, layers, stages=1, block=Block, checkpoint=None, kv_heads=None):
         super().__init__()
         self.embed = nn.Linear(channels, d_model)
-        blocks = [block(d_model, heads) for _ in range(layers)]
+        blocks = [block(d_model, heads, kv_heads) for _ in range(layers)]
         if stages > 1:
             per = layers // stages
             self.stages = nn.ModuleList(Stage(blocks[i * per:(i + 1) * per]) for i in range(stages))
@@ -131,6 +135,7 @@ def main():
     p.add_argument("--channels", type=int, default=8)
     p.add_argument("--d-model", type=int, default=64)
     p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--kv-heads", type=int, default=None, help="fewer key/value heads: grouped-query attention")
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--seed", type=int, default=0)
@@ -169,7 +174,7 @@ def main():
     dtype = getattr(torch, args.dtype)
     block = MlpBlock if args.no_attention else Block
     model = SensorModel(args.channels, args.d_model, args.heads, args.layers, args.stages, block,
-                        args.checkpoint).to(args.device, dtype)
+                        args.checkpoint, args.kv_heads).to(args.device, dtype)
     anchor = model.head.weight.detach().clone() + 1.0
     if args.ddp:
         import torch.distributed as dist

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/detail/CUDAHooksInterface.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -11,13 +12,16 @@
 #include <deque>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <mutex>
 #include <thread>
 
+#include "probes/audit_slice.h"
 #include "probes/call_health.h"
 #include "probes/probe_cost.h"
 #include "probes/roles.h"
 #include "probes/session.h"
+#include "store/call_signature.h"
 #include "store/capture_file.h"
 
 #if NANPROV_HAVE_CUDA
@@ -122,6 +126,83 @@ std::string fileNameOf(const CallRecord& rec) {
          std::to_string(rec.call) + "-" + phaseName(rec.phase) + "-seq" + std::to_string(rec.seq) + ".safetensors";
 }
 
+// A scalar argument as text, for the audit key (flags such as is_causal, scale, window sizes).
+std::string scalarText(const c10::IValue& v) {
+  if (v.isNone()) return "None";
+  if (v.isBool()) return v.toBool() ? "true" : "false";
+  if (v.isDouble()) return doubleText(v.toDouble());
+  if (v.isInt()) return std::to_string(v.toInt());
+  return "";
+}
+
+// A call's signature as the audit counts them: op, backend, device, every tensor's role, dtype and
+// shape (the mask's kind and dtype among them), and the scalar flags (causal, scale, window, GQA).
+std::string auditKey(const CallRecord& rec, const CallArgs& args) {
+  std::string key = rec.op + '\x1f' + rec.backend + '\x1f' + rec.device + '\x1f' + tensorsDescription(rec);
+  for (const auto& [name, value] : args) {
+    if (!value.isTensor()) key += '\x1f' + std::string(name) + '=' + scalarText(value);
+  }
+  return key;
+}
+
+// Why the audit cannot judge a call whose outputs are random by design; empty when it can.
+std::string unauditable(const CallArgs& args) {
+  for (const auto& [name, value] : args) {
+    if (name == "dropout_p" && value.isDouble() && value.toDouble() > 0) {
+      return "the call uses dropout " + doubleText(value.toDouble()) + ", which the reference cannot replay";
+    }
+  }
+  return "";
+}
+
+const at::Tensor* roleTensor(const RoleTensors& tensors, Role role) {
+  for (const auto& [r, t] : tensors) {
+    if (r == role && t.defined()) return &t;
+  }
+  return nullptr;
+}
+
+// `t` with only `index` along `dim`, laid out as `t` is (its dimensions in the same stride order),
+// so that a replay of the slice feeds the kernel the layout the run did.
+at::Tensor selectKeepingLayout(const at::Tensor& t, int64_t dim, const std::vector<int64_t>& index) {
+  at::Tensor picked = t.index_select(dim, at::tensor(index, at::TensorOptions().dtype(at::kLong)).to(t.device()));
+  std::vector<int64_t> order(static_cast<size_t>(t.dim()));
+  for (int64_t d = 0; d < t.dim(); ++d) order[static_cast<size_t>(d)] = d;
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return t.stride(a) > t.stride(b); });
+  std::vector<int64_t> strides(order.size());
+  int64_t step = 1;
+  for (size_t i = order.size(); i-- > 0;) {
+    strides[static_cast<size_t>(order[i])] = step;
+    step *= std::max<int64_t>(1, picked.size(order[i]));
+  }
+  return at::empty_strided(picked.sizes(), strides, picked.options()).copy_(picked);
+}
+
+// The slice of one role's tensor: Q-like roles by query head, K-like by KV head; a mask along the
+// dimensions it does not broadcast over ([B|1, H|1, rows, keys], or [H|1, rows, keys]).
+at::Tensor sliceRole(Role role, const at::Tensor& t, const AuditSlice& s, const AuditShape& shape) {
+  const bool kv = role == Role::kK || role == Role::kV || role == Role::kdK || role == Role::kdV;
+  at::Tensor out = t.detach();
+  if (role != Role::kMask) {
+    if (out.dim() < 2) return out;
+    return selectKeepingLayout(selectKeepingLayout(out, 0, s.batches), 1, kv ? s.kv_heads : s.q_heads);
+  }
+  const int64_t lead = out.dim() - 2;  // dimensions before [rows, keys]
+  if (lead >= 2 && out.size(lead - 2) == shape.batch && shape.batch > 1) out = selectKeepingLayout(out, lead - 2, s.batches);
+  if (lead >= 1 && out.size(lead - 1) == shape.q_heads && shape.q_heads > 1) out = selectKeepingLayout(out, lead - 1, s.q_heads);
+  return out;
+}
+
+// The part of a big call the audit keeps (audit_slice.h); nullopt to keep it whole.
+std::optional<AuditSlice> auditSliceOf(const CallRecord& rec, const RoleTensors& tensors, int64_t bytes,
+                                       int64_t slice_bytes, AuditShape* shape) {
+  const at::Tensor* q = roleTensor(tensors, Role::kQ);
+  const at::Tensor* k = roleTensor(tensors, Role::kK);
+  if (!sliceableOp(rec.op) || !q || !k || q->dim() != 4 || k->dim() != 4) return std::nullopt;
+  *shape = {.batch = q->size(0), .q_heads = q->size(1), .kv_heads = k->size(1)};
+  return chooseAuditSlice(*shape, bytes, slice_bytes);
+}
+
 struct Job {
   CaptureRecord row;
   CaptureFile file;
@@ -197,7 +278,8 @@ class CaptureState {
 
   void offer(const CallRecord& rec, const RoleTensors& tensors, const CallArgs& args) {
     Session& session = Session::get();
-    std::string trigger = session.capturePolicy().triggerFor(rec);
+    CapturePolicy& policy = session.capturePolicy();
+    std::string trigger = policy.triggerFor(rec, policy.auditing() ? auditKey(rec, args) : "");
     if (trigger.empty()) return;
     CaptureRecord row;
     row.seq = rec.seq;
@@ -212,8 +294,29 @@ class CaptureState {
     for (const auto& [name, value] : args) {
       if (capturedArgument(name, value)) bytes += static_cast<int64_t>(value.toTensor().nbytes());
     }
-    if (!session.capturePolicy().reserve(bytes)) {
-      row.skipped = "over the capture budget (nanprov run --capture-bytes): " + std::to_string(bytes) + " bytes";
+    const RoleTensors* kept = &tensors;
+    RoleTensors sliced;
+    std::optional<AuditSlice> slice;
+    if (trigger == "audit") {
+      if (std::string why = unauditable(args); !why.empty()) {
+        row.skipped = why;
+        session.recordCapture(std::move(row));
+        return;
+      }
+      AuditShape shape;
+      slice = auditSliceOf(rec, tensors, bytes, policy.auditPlan().slice_bytes, &shape);
+      if (slice) {
+        for (const auto& [role, t] : tensors) {
+          sliced.emplace_back(role, sliceRole(role, t, *slice, shape));
+          bytes -= static_cast<int64_t>(t.nbytes()) - static_cast<int64_t>(sliced.back().second.nbytes());
+        }
+        kept = &sliced;
+      }
+    }
+    if (!policy.reserve(bytes, trigger)) {
+      row.skipped = trigger == "audit"
+                        ? "over the audit budget (nanprov run --audit-max-bytes): " + std::to_string(bytes) + " bytes"
+                        : "over the capture budget (nanprov run --capture-bytes): " + std::to_string(bytes) + " bytes";
       session.recordCapture(std::move(row));
       return;
     }
@@ -222,7 +325,9 @@ class CaptureState {
     job.row.path = fileNameOf(rec);
     job.row.bytes = bytes;
     job.unattributed = rec.unattributed;
-    describe(rec, tensors, args, job.file);
+    describe(rec, *kept, args, job.file);
+    job.file.metadata["trigger"] = trigger;
+    if (slice) job.file.metadata["slice"] = slice->text;
     if (rec.device == "cpu") {
       job.file.metadata["kernels"] = rec.op;  // on the CPU the ATen op is the kernel
       job.file.metadata["kernel.main"] = rec.op;

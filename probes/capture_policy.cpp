@@ -37,15 +37,25 @@ StatusOr<CapturePlan> capturePlanFromEnvironment() {
   plan.every = envInteger("NANPROV_CAPTURE_EVERY", 0, 0);
   plan.budget_bytes = envInteger("NANPROV_CAPTURE_BYTES", kDefaultCaptureBytes, 0);
   plan.first_source_edge = envInteger("NANPROV_CAPTURE_FIRST_EDGE", 1, 0) != 0;
+  plan.audit.on = envInteger("NANPROV_AUDIT", 0, 0) != 0;
+  plan.audit.every_steps = envInteger("NANPROV_AUDIT_EVERY", 0, 0);
+  plan.audit.budget_bytes = envInteger("NANPROV_AUDIT_BYTES", kDefaultAuditBytes, 0);
+  plan.audit.slice_bytes = envInteger("NANPROV_AUDIT_SLICE_BYTES", kDefaultAuditSliceBytes, 0);
   return plan;
 }
 
 void CapturePolicy::configure(CapturePlan plan) {
   std::lock_guard<std::mutex> lock(mu_);
   plan_ = std::move(plan);
+  auditing_ = plan_.audit.on;
 }
 
-std::string CapturePolicy::triggerFor(const CallRecord& rec) {
+AuditPlan CapturePolicy::auditPlan() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return plan_.audit;
+}
+
+std::string CapturePolicy::triggerFor(const CallRecord& rec, const std::string& audit_key) {
   std::lock_guard<std::mutex> lock(mu_);
   for (const CallSelector& s : plan_.selectors) {
     if (s.matches(rec)) return "selector";
@@ -55,13 +65,25 @@ std::string CapturePolicy::triggerFor(const CallRecord& rec) {
     source_edge_taken_ = true;
     return "first-source-edge";
   }
+  // Only finite calls are audited: a non-finite one is an edge already, and the reference needs
+  // finite inputs.
+  if (plan_.audit.on && !audit_key.empty() && classify(rec).kind == EdgeKind::kClean) {
+    auto [it, first] = audited_at_.emplace(audit_key, rec.step);
+    if (first) return "audit";
+    if (plan_.audit.every_steps > 0 && rec.step - it->second >= plan_.audit.every_steps) {
+      it->second = rec.step;
+      return "audit";
+    }
+  }
   return "";
 }
 
-bool CapturePolicy::reserve(int64_t bytes) {
+bool CapturePolicy::reserve(int64_t bytes, const std::string& trigger) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (used_bytes_ + bytes > plan_.budget_bytes) return false;
-  used_bytes_ += bytes;
+  const bool audit = trigger == "audit";
+  int64_t& used = audit ? audit_used_bytes_ : used_bytes_;
+  if (used + bytes > (audit ? plan_.audit.budget_bytes : plan_.budget_bytes)) return false;
+  used += bytes;
   return true;
 }
 

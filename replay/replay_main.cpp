@@ -1,12 +1,14 @@
 // nanprov-replay: the LibTorch half of `nanprov replay` (cli/replay_command.cpp checks the
 // arguments and the capture, then runs this). Usage, fixed by the CLI:
-//   nanprov-replay CAPTURE DEVICE(auto|cpu|cuda) BACKENDS(comma list or "") OUTPUT(0|1|kernels) EMIT_DIR("" for none)
+//   nanprov-replay CAPTURE DEVICE(auto|cpu|cuda) BACKENDS(comma list or "") OUTPUT(0|1|kernels|audit|audit-json) EMIT_DIR("" for none)
 // OUTPUT: 0 text, 1 JSON, kernels: trace the captured backend only (nanprov run, for an edge
-// its kernel tracing missed).
+// its kernel tracing missed), audit: judge the run's own outputs only and keep the judgement
+// next to the capture (nanprov run --audit; audit-json prints that judgement).
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
 #include <c10/util/Exception.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -24,6 +26,7 @@
 #include "replay/replay_result.h"
 #include "replay/tensor_measures.h"
 #include "replay/repro_script.h"
+#include "store/audit_file.h"
 #include "store/call_record.h"
 #include "store/capture_file.h"
 #include "store/replayed_kernels.h"
@@ -300,7 +303,7 @@ int fail(const Status& st) {
 
 // What the engine prints: the replay as text or JSON, or (`kernels`, for `nanprov run`) only the
 // captured backend's kernels, traced and kept next to the capture, with no judging.
-enum class Output { kText, kJson, kKernels };
+enum class Output { kText, kJson, kKernels, kAudit, kAuditJson };
 
 // The kernels mode: replays the captured backend alone, to name the kernels of a call the run's
 // trace window missed. Prints one line; exit 0 when they were kept for the report.
@@ -319,8 +322,21 @@ int keepKernels(const CapturedCall& call, const std::string& capture, const at::
   return kept ? 0 : 1;
 }
 
+// The audit's judgement, kept next to the capture for `nanprov report`, and printed: one line,
+// or the JSON kept. Exit 0 when the run's outputs are ok, 1 for a finding, 3 when not judged.
+int keepAudit(const ReplayResult& r, const nlohmann::json& doc, Output output) {
+  if (Status st = writeAuditFile(r.capture, doc); !st.ok()) return fail(st);
+  std::string out = output == Output::kAuditJson ? jsonText(doc, 2) + "\n"
+                    : doc["audited"] ? auditText(r) + "\n"
+                                     : "audit " + r.call + ": not audited, " + doc["not_audited_why"].get<std::string>() + "\n";
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  return !doc["audited"] ? 3 : doc["finding"] ? 1 : 0;
+}
+
 int replayMain(const std::string& path, std::string device_name, const std::string& backend_list, Output output,
                const std::string& emit_dir) {
+  const auto started = std::chrono::steady_clock::now();
+  const bool audit = output == Output::kAudit || output == Output::kAuditJson;
   QuietCublasContextWarning quiet;
   c10::WarningUtils::WarningHandlerGuard quiet_guard(&quiet);
   Progress progress;
@@ -328,6 +344,14 @@ int replayMain(const std::string& path, std::string device_name, const std::stri
   auto file = readCapture(path);
   if (!file.ok()) return fail(file.status());
   auto call = toCapturedCall(*file, path);
+  if (!call.ok() && audit) {
+    ReplayResult unread;
+    unread.capture = path;
+    auto meta = [&](const char* key) { return file->metadata.count(key) ? file->metadata.at(key) : std::string("?"); };
+    unread.call = meta("call"), unread.step = meta("step"), unread.phase = meta("phase"), unread.op = meta("op");
+    unread.backend = meta("backend");
+    return keepAudit(unread, notAuditedJson(unread, call.status().message()), output);
+  }
   if (!call.ok()) return fail(call.status());
 
   ReplayResult r;
@@ -350,6 +374,8 @@ int replayMain(const std::string& path, std::string device_name, const std::stri
   r.incomplete = call->incomplete;
   r.backend = call->metaOr("backend", "?");
   r.module = call->metaOr("module");
+  r.step = call->metaOr("step", "?");
+  r.slice = call->metaOr("slice");
   r.captured_on = captured_on;
   r.replayed_on = device.str();
   r.dtype = dtypeName(call->at("Q"));
@@ -363,6 +389,10 @@ int replayMain(const std::string& path, std::string device_name, const std::stri
   }
 
   if (output == Output::kKernels) return keepKernels(*call, path, device, r);
+  if (audit && call->dropout_p > 0) return keepAudit(r, notAuditedJson(r, "the call used dropout, which the reference has not"), output);
+  if (audit && !call->incomplete.empty()) {
+    return keepAudit(r, notAuditedJson(r, "the capture lacks " + call->incomplete + ", which the reference needs"), output);
+  }
 
   progress.stage("float64 reference");
   auto g = runReference(*call, device.is_cuda(), &r.reference_device);
@@ -385,6 +415,11 @@ int replayMain(const std::string& path, std::string device_name, const std::stri
     return run;
   };
   r.captured = judged(BackendRun{.name = "captured", .ran = true}, capturedOutputs(*call));
+  if (audit) {
+    r.conditions = conditionsOf(*call, *g);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    return keepAudit(r, auditJson(r, seconds), output);
+  }
   BackendKernelTrace trace(device);
   for (const std::string& name : backends) {
     BackendRun run{.name = name, .original = name == r.backend};
@@ -419,7 +454,10 @@ int main(int argc, char** argv) {
   try {
     using nanprov::replay::Output;
     std::string mode = argv[4];
-    Output output = mode == "kernels" ? Output::kKernels : mode == "1" ? Output::kJson : Output::kText;
+    Output output = mode == "kernels" ? Output::kKernels
+                    : mode == "audit" ? Output::kAudit
+                    : mode == "audit-json" ? Output::kAuditJson
+                    : mode == "1" ? Output::kJson : Output::kText;
     return nanprov::replay::replayMain(argv[1], argv[2], backends, output, argv[5]);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "nanprov replay: replay failed: %s\n", e.what());

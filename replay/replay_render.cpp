@@ -2,6 +2,7 @@
 #include <cstdio>
 
 #include "replay/replay_result.h"
+#include "store/audit_file.h"
 
 namespace nanprov::replay {
 namespace {
@@ -228,6 +229,78 @@ std::string toText(const ReplayResult& r) {
   out += "\n";
   for (const std::string& note : r.notes) out += "note: " + note + "\n";
   return out;
+}
+
+namespace {
+
+// Worse first: a finding is named by its worst tensor.
+int severity(Verdict v) {
+  switch (v) {
+    case Verdict::kNonFinite: return 5;
+    case Verdict::kAllZero: return 4;
+    case Verdict::kSilentWrong: return 3;
+    case Verdict::kSuspect: return 2;
+    case Verdict::kReferenceInvalid: return 1;
+    default: return 0;
+  }
+}
+
+json auditHead(const ReplayResult& r) {
+  return {{"format", kAuditFormat}, {"call", r.call},   {"step", r.step},        {"phase", r.phase},
+          {"op", r.op},             {"backend", r.backend}, {"module", r.module}, {"kernel", nullable(r.main_kernel)},
+          {"capture", r.capture},   {"slice", nullable(r.slice)}, {"dtype", r.dtype}, {"replayed_on", r.replayed_on}};
+}
+
+}  // namespace
+
+Verdict worstVerdict(const BackendRun& run) {
+  Verdict worst = Verdict::kOk;
+  for (const Comparison& c : run.tensors) {
+    if (severity(c.verdict) > severity(worst)) worst = c.verdict;
+  }
+  return worst;
+}
+
+json auditJson(const ReplayResult& r, double seconds) {
+  json doc = auditHead(r);
+  const Verdict worst = r.captured ? worstVerdict(*r.captured) : Verdict::kOk;
+  json tensors = json::object();
+  if (r.captured) {
+    for (const Comparison& c : r.captured->tensors) tensors[c.role] = comparisonJson(c);
+  }
+  doc["audited"] = r.reference_problem.empty();
+  doc["not_audited_why"] = r.reference_problem.empty() ? json(nullptr) : json("the reference is invalid: " + r.reference_problem);
+  doc["verdict"] = verdictName(worst);
+  doc["finding"] = r.reference_problem.empty() && worst != Verdict::kOk;
+  doc["tensors"] = tensors;
+  doc["conditions"] = conditionsJson(r.conditions);
+  doc["conditions_text"] = conditionsText(r.conditions);
+  doc["seconds"] = seconds;
+  return doc;
+}
+
+json notAuditedJson(const ReplayResult& r, const std::string& why) {
+  json doc = auditHead(r);
+  doc["audited"] = false;
+  doc["not_audited_why"] = why;
+  doc["verdict"] = nullptr;
+  doc["finding"] = false;
+  return doc;
+}
+
+std::string auditText(const ReplayResult& r) {
+  std::string out = "audit " + r.call + " (step " + r.step + ", " + r.phase + ", " + r.backend + "): ";
+  if (!r.reference_problem.empty()) return out + "not audited, the reference is invalid: " + r.reference_problem;
+  std::vector<std::string> bad;
+  if (r.captured) {
+    for (const Comparison& c : r.captured->tensors) {
+      if (c.verdict == Verdict::kOk) continue;
+      std::string where = !c.all_zero_where.empty() ? c.all_zero_where : c.nonfinite_where;
+      bad.push_back(c.role + " " + verdictName(c.verdict) + " (max error " + number(c.max_abs_err) + ", yardstick " +
+                    number(c.yardstick_max_err) + (where.empty() ? "" : ", " + where) + ")");
+    }
+  }
+  return out + (bad.empty() ? "ok" : joined(bad, ", ") + "; conditions: " + conditionsText(r.conditions));
 }
 
 }  // namespace nanprov::replay

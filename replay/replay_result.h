@@ -59,6 +59,8 @@ struct RootCause {
 struct ReplayResult {
   std::string capture;               // path
   std::string call, phase, op, backend, module;
+  std::string step;                  // of the captured call, as the capture says
+  std::string slice;                 // the part of a big call an audit capture kept; empty: all of it
   std::string captured_on, replayed_on;  // devices
   std::string note;  // how the capture was turned into the call replayed, when not as captured
   std::string incomplete;  // what of the call the capture lacks (a score_mod, softcap...): empty when complete
@@ -85,6 +87,16 @@ RootCause findRootCause(const ReplayResult& r);
 
 nlohmann::json toJson(const ReplayResult& r);
 std::string toText(const ReplayResult& r);
+
+// The audit of a capture (`nanprov run --audit`, `nanprov replay --audit`): only the outputs the
+// run produced, judged against the reference. `verdict` is the worst of its tensors' (ok,
+// suspect, silent-wrong, all-zero, non-finite); anything but ok is a finding.
+Verdict worstVerdict(const BackendRun& run);
+nlohmann::json auditJson(const ReplayResult& r, double seconds);
+// An audit capture the engine could not judge, and why.
+nlohmann::json notAuditedJson(const ReplayResult& r, const std::string& why);
+// One line: "audit rank0:layer1:call0 (step 0, fwd, flash_cpu): O all-zero ..." or "... ok".
+std::string auditText(const ReplayResult& r);
 
 // "a, b, c" (`sep` between parts); shared by the root cause and the rendering.
 std::string joined(const std::vector<std::string>& parts, const char* sep = ", ");

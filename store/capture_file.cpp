@@ -269,9 +269,19 @@ StatusOr<CaptureFile> readCapture(const std::string& path) {
   return std::move(layout->file);
 }
 
-Status checkCapture(const std::string& path) {
+Status checkCapture(const std::string& path) { return readCaptureMetadata(path).status(); }
+
+StatusOr<std::map<std::string, std::string>> readCaptureMetadata(const std::string& path) {
   std::ifstream in;
-  return readLayout(path, in).status();
+  auto layout = readLayout(path, in);
+  if (!layout.ok()) return layout.status();
+  return std::move(layout->file.metadata);
+}
+
+std::string captureSidecarPath(const std::string& capture_path, const std::string& suffix) {
+  std::filesystem::path p(capture_path);
+  if (p.extension() == ".safetensors") p.replace_extension();
+  return p.string() + suffix;
 }
 
 }  // namespace nanprov

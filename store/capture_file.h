@@ -38,6 +38,10 @@ StatusOr<CaptureFile> readCapture(const std::string& path);
 // Every check readCapture makes that needs no tensor data: the header, and the offsets against
 // the file's size. Reads a few KB of a capture of any size.
 Status checkCapture(const std::string& path);
+// The same checks, and the header's metadata (the call, its trigger...).
+StatusOr<std::map<std::string, std::string>> readCaptureMetadata(const std::string& path);
+// A file kept next to a capture: CAPTURE with ".safetensors" replaced by `suffix` (".kernels.json").
+std::string captureSidecarPath(const std::string& capture_path, const std::string& suffix);
 // The same checks on bytes in memory (what the fuzz tests drive).
 StatusOr<CaptureFile> parseCapture(const std::string& bytes, const std::string& source);
 

@@ -5,14 +5,13 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "store/capture_file.h"
 #include "store/file_replace.h"
 
 namespace nanprov {
 
 std::string replayedKernelsPath(const std::string& capture_path) {
-  std::filesystem::path p(capture_path);
-  if (p.extension() == ".safetensors") p.replace_extension();
-  return p.string() + ".kernels.json";
+  return captureSidecarPath(capture_path, ".kernels.json");
 }
 
 Status writeReplayedKernels(const std::string& capture_path, const ReplayedKernels& replayed) {

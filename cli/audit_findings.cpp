@@ -1,0 +1,129 @@
+#include "cli/audit_findings.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "cli/edges.h"
+#include "cli/report.h"
+#include "store/audit_file.h"
+
+namespace nanprov {
+namespace {
+
+using nlohmann::json;
+
+std::string number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g", v);
+  return buf;
+}
+
+// The report's entry for one finding: the call by name and number, and the engine's judgement.
+json findingOf(const CaptureRecord& capture, const std::string& path, const json& doc) {
+  auto name = parseCallName(doc.value("call", ""));
+  json tensors = doc.value("tensors", json::object());
+  int64_t step = -1;
+  try {
+    step = std::stoll(doc.value("step", "-1"));
+  } catch (const std::exception&) {
+  }
+  return {{"rank", name ? name->rank : capture.rank},
+          {"layer", name ? json(name->layer) : json(nullptr)},
+          {"call", name ? json(name->call) : json(nullptr)},
+          {"name", doc.value("call", "")},
+          {"step", step},
+          {"phase", doc.value("phase", "")},
+          {"op", doc.value("op", "")},
+          {"backend", doc.value("backend", "")},
+          {"kernel", doc.value("kernel", json(nullptr))},
+          {"verdict", doc.value("verdict", json(nullptr))},
+          {"tensors", tensors},
+          {"conditions", doc.value("conditions", json(nullptr))},
+          {"conditions_text", doc.value("conditions_text", "")},
+          {"slice", doc.value("slice", json(nullptr))},
+          {"capture", path}};
+}
+
+}  // namespace
+
+AuditSummary readAudit(const RunData& run) {
+  AuditSummary a;
+  json settings = json::parse(std::ifstream(std::filesystem::path(run.dir) / "run.json"), nullptr, false);
+  if (settings.is_object() && settings.contains("audit") && settings["audit"].is_object()) {
+    a.on = settings["audit"].value("on", false);
+    a.warn_only = settings["audit"].value("warn_only", false);
+  }
+  for (const CaptureRecord& c : run.captures) {
+    if (c.trigger != "audit") continue;
+    a.on = true;
+    if (c.path.empty()) {
+      ++a.not_audited[c.skipped];
+      continue;
+    }
+    a.bytes += c.bytes;
+    const std::string path = capturePath(run, c);
+    auto doc = readAuditFile(path);
+    if (!doc.ok()) {
+      ++a.not_audited[doc.status().message()];
+      continue;
+    }
+    if (!*doc) {
+      ++a.unjudged;
+      continue;
+    }
+    const json& d = **doc;
+    a.seconds += d.value("seconds", 0.0);
+    if (!d.value("audited", false)) {
+      ++a.not_audited[d.value("not_audited_why", std::string("unknown"))];
+      continue;
+    }
+    ++a.audited;
+    if (d.value("finding", false)) a.findings.push_back(findingOf(c, path, d));
+  }
+  std::stable_sort(a.findings.begin(), a.findings.end(), [](const json& x, const json& y) {
+    return std::make_tuple(x["step"].get<int64_t>(), x["rank"].get<int>()) <
+           std::make_tuple(y["step"].get<int64_t>(), y["rank"].get<int>());
+  });
+  return a;
+}
+
+json auditCostJson(const AuditSummary& a) {
+  json not_audited = json::array();
+  for (const auto& [why, n] : a.not_audited) not_audited.push_back({{"why", why}, {"calls", n}});
+  return {{"on", a.on},           {"warn_only", a.warn_only},   {"calls", a.audited},
+          {"findings", a.findings.size()}, {"seconds", a.seconds}, {"bytes", a.bytes},
+          {"not_audited", not_audited},    {"unjudged", a.unjudged}};
+}
+
+std::string auditText(const AuditSummary& a) {
+  if (!a.on) return "";
+  std::string out;
+  for (const json& f : a.findings) {
+    out += "  audit finding " + f.value("name", "?") + " (step " + std::to_string(f["step"].get<int64_t>()) + ", " +
+           f.value("phase", "") + ", " + f.value("backend", "") + "): " + f.value("verdict", "?") + " against the float64 reference\n";
+    for (const auto& [role, c] : f["tensors"].items()) {
+      if (c.value("verdict", "ok") == "ok") continue;
+      std::string where = c.value("all_zero_where", json(nullptr)).is_string() ? c["all_zero_where"].get<std::string>()
+                          : c.value("nonfinite_where", json(nullptr)).is_string() ? c["nonfinite_where"].get<std::string>()
+                                                                                  : "";
+      out += "    " + role + " " + c.value("verdict", "") + ": max error " + number(c.value("max_abs_err", 0.0)) +
+             " (yardstick " + number(c.value("yardstick_max_err", 0.0)) + "), cosine " + number(c.value("cosine", 0.0)) +
+             (where.empty() ? "" : ", " + where) + "\n";
+    }
+    if (f["kernel"].is_string()) out += "    kernel " + f["kernel"].get<std::string>() + "\n";
+    out += "    conditions: " + f.value("conditions_text", std::string()) + "\n";
+    if (f["slice"].is_string()) out += "    audited on a slice: " + f["slice"].get<std::string>() + "\n";
+    out += "    captured: nanprov replay " + f.value("capture", "") + "\n";
+  }
+  out += "  audit: " + std::to_string(a.audited) + (a.audited == 1 ? " call" : " calls") + " judged against the float64 reference, " +
+         std::to_string(a.findings.size()) + (a.findings.size() == 1 ? " finding" : " findings") + " (" +
+         number(a.seconds) + " s judging, " + number(static_cast<double>(a.bytes) / (1 << 20)) + " MiB captured)" +
+         (a.warn_only && !a.findings.empty() ? ", warn only" : "") + "\n";
+  for (const auto& [why, n] : a.not_audited) out += "    " + std::to_string(n) + " not audited: " + why + "\n";
+  if (a.unjudged) out += "    " + std::to_string(a.unjudged) + " audit captures not judged yet\n";
+  return out;
+}
+
+}  // namespace nanprov

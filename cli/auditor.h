@@ -1,0 +1,47 @@
+// The audit's judge inside `nanprov run --audit`: while the training runs, a thread here watches
+// the run's captures/ for audit captures (the probes take one per call signature, see
+// probes/capture_policy.h) and has the replay engine judge each against the float64 reference in
+// its own process, which keeps CAPTURE.audit.json (store/audit_file.h) and prints a line. The
+// training process only copies the tensors out; all judging happens here, off its threads and
+// its streams. A finding is printed as soon as it is judged, not when the run ends.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+
+namespace nanprov::cli {
+
+class Auditor {
+ public:
+  explicit Auditor(std::string run_dir);
+  ~Auditor();  // stops the thread: what is left stays unjudged
+  Auditor(const Auditor&) = delete;
+  Auditor& operator=(const Auditor&) = delete;
+
+  void start();
+  // After the training ended: stops watching, then judges every audit capture left.
+  void finish();
+
+  int64_t findings() const { return findings_.load(); }
+
+ private:
+  void watch();
+  void sweep();
+  void judge(const std::string& capture);
+
+  std::string dir_;
+  std::string engine_;
+  std::set<std::string> seen_;
+  std::atomic<int64_t> findings_{0};
+  std::mutex mu_;
+  std::condition_variable wake_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace nanprov::cli

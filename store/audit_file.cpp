@@ -1,0 +1,32 @@
+#include "store/audit_file.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "store/capture_file.h"
+#include "store/file_replace.h"
+
+namespace nanprov {
+
+std::string auditFilePath(const std::string& capture_path) { return captureSidecarPath(capture_path, ".audit.json"); }
+
+Status writeAuditFile(const std::string& capture_path, const nlohmann::json& doc) {
+  return replaceFile(auditFilePath(capture_path), "audit result", [&](std::ostream& out) { out << doc.dump(1) << "\n"; },
+                     ".tmp");
+}
+
+StatusOr<std::optional<nlohmann::json>> readAuditFile(const std::string& capture_path) {
+  const std::string path = auditFilePath(capture_path);
+  std::ifstream in(path);
+  if (!in) return std::optional<nlohmann::json>();
+  std::stringstream text;
+  text << in.rdbuf();
+  nlohmann::json doc = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  if (!doc.is_object() || doc.value("format", "") != kAuditFormat) {
+    return Status::Error(path + " is not an audit result; delete it and audit the capture again (nanprov replay " +
+                         capture_path + ")");
+  }
+  return std::optional<nlohmann::json>(std::move(doc));
+}
+
+}  // namespace nanprov
