@@ -5,12 +5,15 @@
 #   nanprov   `nanprov run`: every role of every call checked; kernels traced in steps 0-1 (default)
 #   exact     `nanprov run --trace-steps 0`: checked, and every call's kernels traced by CUPTI
 #   checks    `nanprov run --no-kernels`: checks only, no CUPTI
+#   audit     `nanprov run --audit`: the default, plus the audit of each call signature (issue 14)
 #   nosentinel `nanprov run` without the gradient sentinel (NANPROV_SENTINEL=0): nanprov/nosentinel
 #             is what the sentinel's one fused check of all gradients and parameters costs
 #   anomaly   torch.autograd.detect_anomaly(check_nan=True)
 #   naive     isfinite().all() with a host sync on Q, K, V, O and their gradients
 # For each model (GPU-bound: B=4 S=2048; launch-bound: B=1 S=256) prints the median step time of
-# every configuration, its ratio to `none`, and the host synchronisations nanprov added per step.
+# every configuration, its ratio to `none`, the mean over every step from the first (one-time costs
+# included: the audit's first calls, autotuning) and its ratio, and the host synchronisations
+# nanprov added per step.
 #   bench/gpu_overhead.sh [rounds] [steps]      (needs a CUDA GPU and a built nanprov on PATH)
 # BENCH_CONFIGS narrows the configurations, e.g. BENCH_CONFIGS="none nanprov checks".
 # BENCH_ATTENTION=fa4|flex runs the model with FlashAttention-4 or compiled FlexAttention (seen
@@ -23,8 +26,11 @@ configs=(${BENCH_CONFIGS:-none nanprov nosentinel exact checks anomaly naive})
 want() { [[ " ${configs[*]} " == *" $1 "* ]]; }
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
-step_ms() { grep -o 'step_ms [0-9.]*' | awk '{print $2}'; }
+# "median:mean" of one run's output.
+step_ms() { awk '/step_ms/ {for (i = 1; i < NF; ++i) { if ($i == "step_ms") m = $(i + 1); if ($i == "mean_ms") a = $(i + 1) } print m ":" a}'; }
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+medians() { for x in "$@"; do echo "${x%%:*}"; done; }
+means() { for x in "$@"; do echo "${x##*:}"; done; }
 
 bench_model() {
   local name="$1"; shift
@@ -37,17 +43,23 @@ bench_model() {
     want nosentinel && ms[nosentinel]+=" $(NANPROV_SENTINEL=0 nanprov run --out "$tmp/$name-nosent-$r" -- "$py" "${args[@]}" 2>/dev/null | step_ms)"
     want exact && ms[exact]+=" $(nanprov run --trace-steps 0 --out "$tmp/$name-exact-$r" -- "$py" "${args[@]}" 2>/dev/null | step_ms)"
     want checks && ms[checks]+=" $(nanprov run --no-kernels --out "$tmp/$name-checks-$r" -- "$py" "${args[@]}" 2>/dev/null | step_ms)"
+    want audit && ms[audit]+=" $(nanprov run --audit --audit-warn-only --out "$tmp/$name-audit-$r" -- "$py" "${args[@]}" 2>/dev/null | step_ms)"
     want anomaly && ms[anomaly]+=" $("$py" "${args[@]}" --check anomaly | step_ms)"
     want naive && ms[naive]+=" $("$py" "${args[@]}" --check naive | step_ms)"
     syncs="$(nanprov sql "$tmp/$name-full-$r" "SELECT value FROM meta WHERE key='host_syncs'" --json |
              grep -o '"value": *"[0-9]*"' | grep -o '[0-9]*' | head -1)"
   done
-  local base; base="$(median ${ms[none]})"
-  echo "== $name ($*, attention ${BENCH_ATTENTION:-sdpa}), $rounds rounds x $steps steps; median step time"
+  local base base_mean; base="$(median $(medians ${ms[none]}))" base_mean="$(median $(means ${ms[none]}))"
+  echo "== $name ($*, attention ${BENCH_ATTENTION:-sdpa}), $rounds rounds x $steps steps"
+  echo "  config   steady: median step   ratio | every step: mean   ratio   (rounds median:mean ms)"
   for c in "${configs[@]}"; do
-    local m; m="$(median ${ms[$c]})"
-    awk -v c="$c" -v m="$m" -v b="$base" -v all="${ms[$c]}" 'BEGIN {printf "  %-8s %9.2f ms  %6.3fx   (rounds:%s)\n", c, m, m / b, all}'
+    local m a; m="$(median $(medians ${ms[$c]}))" a="$(median $(means ${ms[$c]}))"
+    awk -v c="$c" -v m="$m" -v b="$base" -v a="$a" -v ba="$base_mean" -v all="${ms[$c]}" \
+      'BEGIN {printf "  %-8s %13.2f ms  %6.3fx | %12.2f ms  %6.3fx   (%s)\n", c, m, m / b, a, a / ba, all}'
   done
+  if want audit; then
+    nanprov report "$tmp/$name-audit-1" --json | "$py" -c 'import json,sys; a=json.load(sys.stdin)["audit"]; print(f"  audit: {a[\"calls\"]} calls judged, {a[\"findings\"]} findings, {a[\"seconds\"]:.2f} s judging, {a[\"bytes\"]/2**20:.1f} MiB captured")'
+  fi
   local calls; calls="$(nanprov sql "$tmp/$name-full-1" "SELECT COUNT(*) AS n FROM calls" --json | grep -o '[0-9]\+' | head -1)"
   echo "  host syncs added by nanprov over the whole run: $syncs ($calls attention calls checked)"
 }

@@ -24,6 +24,7 @@ class SelfAttention(nn.Module):
         super().__init__()
         self.heads = heads
         self.kv_heads = kv_heads or heads  # fewer: grouped-query attention
+        self.causal = False
         kv_width = d_model // heads * self.kv_heads
         self.q_proj = nn.Linear(d_model, d_model)
         self.k_proj = nn.Linear(d_model, kv_width)
@@ -36,7 +37,7 @@ class SelfAttention(nn.Module):
         q = split(self.q_proj(x), self.heads)
         k, v = split(self.k_proj(x), self.kv_heads), split(self.v_proj(x), self.kv_heads)
         gqa = {"enable_gqa": True} if self.kv_heads != self.heads else {}
-        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, **gqa)
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=self.causal and mask is None, **gqa)
         return self.o_proj(o.transpose(1, 2).reshape(b, s, d))
 
 
@@ -117,6 +118,14 @@ def batches(args):
         yield series[:, :-1].contiguous(), series[:, 1:].contiguous()
 
 
+def alibi_bias(args):
+    """ALiBi's additive position bias, -slope_h * |i - j|, built in float32 whatever the model's dtype,
+    as models that make their bias once in full precision do."""
+    slopes = 2.0 ** (-8.0 * torch.arange(1, args.heads + 1) / args.heads)
+    pos = torch.arange(args.seq, dtype=torch.float32)
+    return -(slopes[:, None, None] * (pos[None, :, None] - pos[None, None, :]).abs())[None]
+
+
 def padding_mask(args, hide_rows):
     """Bool mask, True = may attend: the last quarter of each sequence is padding; with
     `hide_rows` its query rows see no key at all (fully masked rows)."""
@@ -142,6 +151,9 @@ def main():
     p.add_argument("--glitch-step", type=int, default=-1, help="step whose batch carries the glitch (-1: none)")
     p.add_argument("--glitch-scale", type=float, default=1e20)
     p.add_argument("--mask", action="store_true", help="pass a bool padding mask to attention")
+    p.add_argument("--causal", action="store_true", help="causal attention (is_causal=True; without a mask)")
+    p.add_argument("--alibi-f32", action="store_true",
+                   help="pass an ALiBi position bias, built in float32, as the attention mask")
     p.add_argument("--math", action="store_true", help="force the MATH SDPA backend")
     p.add_argument("--mask-rows", action="store_true",
                    help="padding also hides whole query rows (those rows see no key)")
@@ -175,6 +187,8 @@ def main():
     block = MlpBlock if args.no_attention else Block
     model = SensorModel(args.channels, args.d_model, args.heads, args.layers, args.stages, block,
                         args.checkpoint, args.kv_heads).to(args.device, dtype)
+    for block in model.blocks() if args.causal and not args.no_attention else []:
+        block.attn.causal = True
     anchor = model.head.weight.detach().clone() + 1.0
     if args.ddp:
         import torch.distributed as dist
@@ -189,6 +203,8 @@ def main():
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
     masked = args.mask or args.mask_rows or args.mask_rows_from >= 0
     mask = padding_mask(args, args.mask_rows).to(args.device) if masked else None
+    if args.alibi_f32:
+        mask = alibi_bias(args).to(args.device)
     # --mask-rows-from: a later batch brings fully masked rows, as a short sample padded out does.
     late_mask = padding_mask(args, True).to(args.device) if args.mask_rows_from >= 0 else None
     backend = contextlib.nullcontext()

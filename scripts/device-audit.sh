@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine: the audit (issue 14) on real backends. Logs go to $OUT.
+#   scripts/device-audit.sh findings  the silent-wrong search (tests/gpu/silent_wrong_search.py) on
+#                                     float32 and bf16 biases; clean bf16 runs under --audit over
+#                                     head_dim 64-512 (causal, bool masks, GQA), which must find
+#                                     nothing; and a run whose model passes a float32 ALiBi bias
+#   scripts/device-audit.sh cost      the audit's cost on the benchmark model, side by side with
+#                                     plain and default nanprov, over 100 steps; and the GPU tests
+set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/device-build.sh" || exit 1
+
+# One audited training run: its report's first line and audit lines, and the exit code.
+audited() {
+  local name="$1"; shift
+  nanprov run --out "$out/$name" --audit -- python3 examples/tiny_transformer.py --device cuda --dtype bfloat16 "$@" \
+    >"$out/$name.log" 2>&1
+  echo "== $name ($*): exit $?"
+  grep -E "^(clean|rank|no fault)|audit" "$out/$name.log" | grep -v "recording into" | head -12
+}
+
+case "${1:-}" in
+findings)
+  python3 tests/gpu/silent_wrong_search.py bf16 alibi_f32,alibi_same 2>/dev/null | tail -25
+  for hd in 64 128 256 512; do
+    common=(--steps 3 --batch 4 --seq 256 --heads 4 --d-model $((4 * hd)))
+    audited "clean-hd$hd-causal-gqa" "${common[@]}" --causal --kv-heads 2
+    audited "clean-hd$hd-mask-gqa" "${common[@]}" --mask --kv-heads 2
+  done
+  audited alibi-f32 --steps 3 --batch 4 --seq 256 --heads 4 --d-model 512 --alibi-f32
+  ;;
+cost)
+  BENCH_CONFIGS="none nanprov audit" BENCH_MODELS=gpu-bound bash bench/gpu_overhead.sh 2 100 2>&1 | tee "$out/audit-cost.txt"
+  (cd build-device && ctest -j 4 -R "Gpu|Audit" --output-on-failure 2>&1 | tail -15)
+  ;;
+*)
+  echo "usage: scripts/device-audit.sh findings|cost" >&2; exit 2 ;;
+esac
