@@ -313,9 +313,10 @@ class CaptureState {
         kept = &sliced;
       }
     }
+    // An audit skip has no per-call figure: the report groups calls not audited by their reason.
     if (!policy.reserve(bytes, trigger)) {
       row.skipped = trigger == "audit"
-                        ? "over the audit budget (nanprov run --audit-max-bytes): " + std::to_string(bytes) + " bytes"
+                        ? std::string("over the audit budget (nanprov run --audit-max-bytes)")
                         : "over the capture budget (nanprov run --capture-bytes): " + std::to_string(bytes) + " bytes";
       session.recordCapture(std::move(row));
       return;

@@ -220,7 +220,9 @@ Comparison judge(const RoleReference& ref, const Measures& m, double floor) {
     c.verdict = Verdict::kAllZero;
     return c;
   }
-  double el = c.yardstick_max_err;
+  // The yardstick's error counts as at least the floor: a yardstick that lands on G exactly (as
+  // it can for tiny gradients) must not make the bound tighter than the dtype's own rounding.
+  const double el = std::max(c.yardstick_max_err, floor);
   if (c.max_abs_err <= okMultiplier(role) * el + floor && c.mean_abs_err <= 1.5 * c.yardstick_mean_err + floor) {
     c.verdict = Verdict::kOk;  // rule 5
   } else if (c.max_abs_err <= suspectMultiplier(role) * el + floor && c.cosine >= 0.999) {

@@ -80,7 +80,8 @@ struct RoleReference {
 };
 RoleReference referenceOf(const std::string& role, const Grid& grid, Values g, Values l);  // l may be empty
 
-// Applies rules 3 to 7 to what was measured. `floor` is 2·max|fl(G+0.3)−0.3−G| in B's dtype.
+// Applies rules 3 to 7 to what was measured. `floor` is 2·max|fl(G+c)−c−G| in B's dtype, with
+// c = 0.3·max|G| (about one ulp near max|G|, at any scale).
 Comparison judge(const RoleReference& ref, const Measures& m, double floor);
 // measure and judge, on the host.
 Comparison compare(const RoleReference& ref, Values b, double floor);

@@ -101,4 +101,14 @@ inline json commandJson(const std::string& command, const fs::path& dir, const s
 
 inline std::vector<std::string> strings(const json& j) { return j.get<std::vector<std::string>>(); }
 
+inline bool torchHasCuda() {
+  static int have = sh(python() + " -c 'import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null").code == 0 ? 1 : 0;
+  return have == 1;
+}
+
+// GPU tests skip cleanly on the CPU (CI) and run on the H200 (scripts/device-check.sh,
+// scripts/device-audit.sh).
+#define REQUIRE_CUDA() \
+  if (!e2e::torchHasCuda()) GTEST_SKIP() << "torch sees no CUDA device: runs in scripts/device-check.sh"
+
 }  // namespace e2e

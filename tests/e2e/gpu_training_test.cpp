@@ -10,14 +10,6 @@
 namespace {
 using namespace e2e;
 
-bool torchHasCuda() {
-  static int have = sh(python() + " -c 'import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null").code == 0 ? 1 : 0;
-  return have == 1;
-}
-
-#define REQUIRE_CUDA() \
-  if (!torchHasCuda()) GTEST_SKIP() << "torch sees no CUDA device: runs in scripts/device-check.sh"
-
 // The seed-004 class (pytorch#196678): a bool padding mask hiding whole query rows, S=64, bf16,
 // default SDPA dispatch, which is cuDNN on Hopper.
 const std::string kMaskedRowsRun =

@@ -51,6 +51,40 @@ TEST(CapturePolicy, TheBudgetIsNeverExceeded) {
   EXPECT_FALSE(policy.reserve(1));
 }
 
+// The audit takes the first clean call of each signature, and again once --audit-every steps have
+// passed; edges are not audited (they are findings already), and its budget is its own.
+TEST(CapturePolicy, AuditTakesEachSignatureOnceThenEveryNSteps) {
+  CapturePlan plan;
+  plan.first_source_edge = false;
+  plan.audit.on = true;
+  plan.audit.every_steps = 2;
+  plan.audit.budget_bytes = 10;
+  plan.budget_bytes = 0;
+  CapturePolicy policy;
+  policy.configure(plan);
+  ASSERT_TRUE(policy.auditing());
+  auto at = [](int64_t seq, int64_t step, int64_t nan_out = 0) {
+    CallRecord c = call(seq, 0, Phase::kForward, nan_out);
+    c.step = step;
+    return c;
+  };
+  EXPECT_EQ(policy.triggerFor(at(0, 0), "A"), "audit");
+  EXPECT_EQ(policy.triggerFor(at(1, 0), "A"), "") << "audited this step";
+  EXPECT_EQ(policy.triggerFor(at(2, 0), "B"), "audit") << "another signature";
+  EXPECT_EQ(policy.triggerFor(at(3, 1), "A"), "") << "one step later";
+  EXPECT_EQ(policy.triggerFor(at(4, 2, 5), "C"), "") << "a source edge is not audited";
+  EXPECT_EQ(policy.triggerFor(at(5, 2), "A"), "audit") << "two steps later";
+  EXPECT_EQ(policy.triggerFor(at(6, 2), ""), "") << "no key: audits are off for this call";
+  EXPECT_TRUE(policy.reserve(10, "audit"));
+  EXPECT_FALSE(policy.reserve(1, "audit")) << "the audit budget is spent";
+  EXPECT_FALSE(policy.reserve(1, "selector")) << "and the capture budget is its own (0 here)";
+
+  CapturePolicy off;
+  off.configure(CapturePlan{});
+  EXPECT_FALSE(off.auditing());
+  EXPECT_EQ(off.triggerFor(at(0, 0), "A"), "");
+}
+
 TEST(CapturePolicy, BadSelectorsSayWhatIsWrong) {
   for (const char* text : {"", "layer", "layer=x", "tensor=dQ", "phase=sideways"}) {
     auto s = parseCaptureSelector(text);

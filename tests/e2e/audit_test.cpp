@@ -1,0 +1,159 @@
+// End-to-end: `nanprov run --audit` on real training. Finite corruption (--inject value=zero,
+// value=scale:F) stands for the silent-wrong kernels of seeds 002 and 003 on the CPU; on the H200
+// the real one is cuDNN reading a float32 bias given with bf16 queries. The audit must find them at
+// their call, find nothing on clean runs, and never change the training.
+#include <gtest/gtest.h>
+
+#include "tests/e2e/e2e_support.h"
+
+namespace {
+using namespace e2e;
+
+const json* findingNamed(const json& doc, const std::string& name) {
+  for (const json& f : doc["audit_findings"]) {
+    if (f["name"] == name) return &f;
+  }
+  return nullptr;
+}
+
+TEST(Audit, InjectedAllZeroOutputIsAFindingAtItsCall) {
+  TrainedRun r = train("audit-zero", "--audit --inject 'layer=0,tensor=O,value=zero,step=0'", "--steps 3 --mask");
+  EXPECT_EQ(r.train.code, 5) << "the training exited 0, the audit found a wrong output: " << r.train.out;
+  EXPECT_NE(r.train.out.find("nanprov: audit rank0:layer0:call0 (step 0, fwd, flash_cpu): O all-zero"), std::string::npos)
+      << "printed as soon as it was judged: " << r.train.out;
+  ASSERT_EQ(r.report.code, 5) << r.report.out;
+  EXPECT_EQ(r.doc["outcome"], "audit_finding");
+  EXPECT_EQ(r.doc["clean"], false);
+  ASSERT_EQ(r.doc["audit_findings"].size(), 1u) << r.doc["audit_findings"].dump(1);
+  const json& f = r.doc["audit_findings"][0];
+  EXPECT_EQ(f["rank"], 0);
+  EXPECT_EQ(f["layer"], 0);
+  EXPECT_EQ(f["call"], 0);
+  EXPECT_EQ(f["step"], 0);
+  EXPECT_EQ(f["phase"], "fwd");
+  EXPECT_EQ(f["backend"], "flash_cpu");
+  EXPECT_EQ(f["kernel"], "aten::_scaled_dot_product_flash_attention_for_cpu");
+  EXPECT_EQ(f["verdict"], "all-zero");
+  EXPECT_EQ(f["tensors"]["O"]["verdict"], "all-zero");
+  EXPECT_EQ(f["tensors"]["O"]["all_zero_where"], "the whole tensor");
+  EXPECT_EQ(f["tensors"]["LSE"]["verdict"], "ok") << "only O was corrupted";
+  EXPECT_EQ(f["conditions"]["query_dtype"], "float32");
+  ASSERT_TRUE(f["capture"].is_string());
+  EXPECT_TRUE(fs::exists(f["capture"].get<std::string>()));
+  EXPECT_EQ(r.doc["audit"]["calls"], 2) << "one forward and one backward signature";
+  EXPECT_TRUE(r.doc["first_edge"].is_null()) << "no value was non-finite";
+
+  // The finding's capture, audited again by hand; and the report can be told to only warn.
+  Result again = sh(nanprov() + " replay " + f["capture"].get<std::string>() + " --audit --json");
+  EXPECT_EQ(again.code, 1) << again.out;
+  json doc = json::parse(again.out, nullptr, false);
+  EXPECT_EQ(doc["verdict"], "all-zero") << again.out;
+  EXPECT_EQ(sh(nanprov() + " report " + r.dir.string() + " --audit-warn-only").code, 0);
+  Result text = sh(nanprov() + " report " + r.dir.string());
+  EXPECT_EQ(text.out.rfind("rank0:layer0:call0  audit finding: finite outputs that are all-zero", 0), 0u) << text.out;
+  EXPECT_NE(text.out.find("O all-zero: max error"), std::string::npos) << text.out;
+}
+
+// Re-audited every step, on a slice (GQA, a padding mask over three batches): dQ scaled by 4 at
+// step 1 is found at that call and no other, and its forward and the other gradients pass.
+TEST(Audit, ScaledGradientIsFoundWhenItsSignatureIsAuditedAgain) {
+  TrainedRun r = train("audit-scale",
+                       "--audit --audit-every 1 --audit-slice-bytes 1K --audit-warn-only "
+                       "--inject 'layer=1,phase=bwd,tensor=dQ,value=scale:4,step=1'",
+                       "--steps 3 --mask --kv-heads 2 --batch 3");
+  EXPECT_EQ(r.train.code, 0) << "--audit-warn-only: " << r.train.out;
+  EXPECT_EQ(r.report.code, 0) << "the run asked for warnings only: " << r.report.out;
+  ASSERT_EQ(r.doc["audit_findings"].size(), 1u) << r.doc["audit_findings"].dump(1);
+  const json* f = findingNamed(r.doc, "rank0:layer1:call3");
+  ASSERT_NE(f, nullptr) << r.doc["audit_findings"].dump(1);
+  EXPECT_EQ((*f)["step"], 1);
+  EXPECT_EQ((*f)["phase"], "bwd");
+  EXPECT_EQ((*f)["verdict"], "silent-wrong");
+  EXPECT_EQ((*f)["tensors"]["dQ"]["verdict"], "silent-wrong");
+  EXPECT_EQ((*f)["tensors"]["dK"]["verdict"], "ok");
+  EXPECT_EQ((*f)["tensors"]["dV"]["verdict"], "ok");
+  EXPECT_GT((*f)["tensors"]["dQ"]["max_abs_err"].get<double>(), 100 * (*f)["tensors"]["dQ"]["yardstick_max_err"].get<double>());
+  EXPECT_EQ((*f)["slice"], "batches 0,2 of 3; heads 0-3 of 4 (KV heads 0-1 of 2)");
+  EXPECT_EQ((*f)["conditions"]["kv_heads"], 2);
+  EXPECT_EQ(r.doc["audit"]["calls"], 6) << "a forward and a backward signature at each of 3 steps";
+}
+
+// The audit only reads: losses stay bit-identical, and a clean run has nothing to report, even
+// judged on slices of every call at every step (a wrong slice of Q, K, V or the mask would show
+// as a finding here).
+TEST(Audit, CleanRunHasNoFindingsAndLossesAreBitIdentical) {
+  std::string args = example("tiny_transformer.py") + " --steps 4 --mask --kv-heads 2 --batch 3 --print-losses";
+  Result plain = sh(python() + " " + args);
+  fs::path dir = runDir("audit-clean");
+  Result audited = sh(nanprov() + " run --out " + dir.string() + " --audit --audit-every 1 --audit-slice-bytes 1K -- " +
+                      python() + " " + args + " 2>/dev/null");
+  ASSERT_EQ(plain.code, 0) << plain.out;
+  ASSERT_EQ(audited.code, 0) << audited.out;
+  EXPECT_NE(plain.out.find("step3 loss 0x"), std::string::npos) << plain.out;
+  EXPECT_EQ(plain.out, audited.out);
+  Result report = sh(nanprov() + " report " + dir.string() + " --json");
+  EXPECT_EQ(report.code, 0) << report.out;
+  json doc = json::parse(report.out, nullptr, false);
+  EXPECT_EQ(doc["outcome"], "clean");
+  EXPECT_EQ(doc["audit_findings"].size(), 0u);
+  EXPECT_EQ(doc["audit"]["calls"], 8);
+  EXPECT_GT(doc["audit"]["bytes"].get<int64_t>(), 0);
+  EXPECT_EQ(doc["audit"]["unjudged"], 0);
+}
+
+// Calls the audit cannot take are counted with the reason, never silently dropped.
+TEST(Audit, CallsOverTheBudgetAreReportedAsNotAudited) {
+  TrainedRun r = train("audit-budget", "--audit --audit-max-bytes 1", "--steps 2");
+  ASSERT_EQ(r.report.code, 0) << r.report.out;
+  EXPECT_EQ(r.doc["audit"]["calls"], 0);
+  ASSERT_EQ(r.doc["audit"]["not_audited"].size(), 1u) << r.doc["audit"].dump(1);
+  EXPECT_EQ(r.doc["audit"]["not_audited"][0]["calls"], 2);
+  EXPECT_NE(r.doc["audit"]["not_audited"][0]["why"].get<std::string>().find("over the audit budget"), std::string::npos);
+  Result text = sh(nanprov() + " report " + r.dir.string());
+  EXPECT_NE(text.out.find("2 not audited: over the audit budget"), std::string::npos) << text.out;
+}
+
+TEST(Audit, AuditOptionsWithoutAuditAreAUsageError) {
+  Result r = sh(nanprov() + " run --audit-every 2 -- " + python() + " -c pass 2>&1");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("--audit"), std::string::npos) << r.out;
+}
+
+// The real one on the H200 (torch 2.11, cuDNN 9.19): given a float32 additive bias (ALiBi built in
+// full precision) with bf16 queries, default dispatch runs cuDNN, whose outputs are finite and
+// about 100% wrong (relative L2 error near 1). No finite check can see it; the audit does.
+TEST(Gpu, AuditFindsCudnnWrongWithAFloat32BiasAndBf16Queries) {
+  REQUIRE_CUDA();
+  TrainedRun r = train("gpu-audit-alibi", "--audit",
+                       "--device cuda --dtype bfloat16 --steps 2 --batch 4 --seq 256 --heads 4 --d-model 512 --alibi-f32");
+  EXPECT_EQ(r.train.code, 5) << r.train.out;
+  ASSERT_EQ(r.report.code, 5) << r.report.out;
+  EXPECT_TRUE(r.doc["first_edge"].is_null()) << "every value was finite";
+  const json* f = findingNamed(r.doc, "rank0:layer0:call0");
+  ASSERT_NE(f, nullptr) << r.doc["audit_findings"].dump(1);
+  EXPECT_EQ((*f)["backend"], "cudnn");
+  EXPECT_EQ((*f)["verdict"], "silent-wrong");
+  EXPECT_EQ((*f)["tensors"]["O"]["verdict"], "silent-wrong");
+  EXPECT_LT((*f)["tensors"]["O"]["cosine"].get<double>(), 0.99);
+  EXPECT_EQ((*f)["conditions"]["mask_dtype"], "float32");
+  EXPECT_EQ((*f)["conditions"]["query_dtype"], "bfloat16");
+  EXPECT_NE((*f)["kernel"].get<std::string>().find("cudnn"), std::string::npos) << (*f)["kernel"];
+}
+
+// No false alarms on real backends: clean bf16 training over head_dim 64 to 512, causal and with a
+// bool padding mask, with GQA, audited, finds nothing.
+TEST(Gpu, AuditOfCleanBf16RunsFindsNothing) {
+  REQUIRE_CUDA();
+  for (int hd : {64, 128, 256, 512}) {
+    for (const char* shape : {"--causal --kv-heads 2", "--mask --kv-heads 2"}) {
+      std::string args = "--device cuda --dtype bfloat16 --steps 2 --batch 4 --seq 256 --heads 4 --d-model " +
+                         std::to_string(4 * hd) + " " + shape;
+      TrainedRun r = train("gpu-audit-clean-" + std::to_string(hd), "--audit", args);
+      EXPECT_EQ(r.report.code, 0) << args << "\n" << r.report.out;
+      EXPECT_EQ(r.doc["audit_findings"].size(), 0u) << args << "\n" << r.doc["audit_findings"].dump(1);
+      EXPECT_EQ(r.doc["audit"]["calls"], 2) << args;
+    }
+  }
+}
+
+}  // namespace
