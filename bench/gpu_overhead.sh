@@ -58,7 +58,7 @@ bench_model() {
       'BEGIN {printf "  %-8s %13.2f ms  %6.3fx | %12.2f ms  %6.3fx   (%s)\n", c, m, m / b, a, a / ba, all}'
   done
   if want audit; then
-    nanprov report "$tmp/$name-audit-1" --json | "$py" -c 'import json,sys; a=json.load(sys.stdin)["audit"]; print(f"  audit: {a[\"calls\"]} calls judged, {a[\"findings\"]} findings, {a[\"seconds\"]:.2f} s judging, {a[\"bytes\"]/2**20:.1f} MiB captured")'
+    nanprov report "$tmp/$name-audit-1" | grep -E "^  (audit|    [0-9]+ not audited)"
   fi
   local calls; calls="$(nanprov sql "$tmp/$name-full-1" "SELECT COUNT(*) AS n FROM calls" --json | grep -o '[0-9]\+' | head -1)"
   echo "  host syncs added by nanprov over the whole run: $syncs ($calls attention calls checked)"
