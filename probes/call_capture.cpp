@@ -162,10 +162,18 @@ const at::Tensor* roleTensor(const RoleTensors& tensors, Role role) {
   return nullptr;
 }
 
-// `t` with only `index` along `dim`, laid out as `t` is (its dimensions in the same stride order),
-// so that a replay of the slice feeds the kernel the layout the run did.
+// `t` with only `index` (ascending) along `dim`, laid out as `t` is (its dimensions in the same
+// stride order), so that a replay of the slice feeds the kernel the layout the run did. Cut as
+// runs of consecutive indices (narrow, then cat): no index tensor has to reach the device.
 at::Tensor selectKeepingLayout(const at::Tensor& t, int64_t dim, const std::vector<int64_t>& index) {
-  at::Tensor picked = t.index_select(dim, at::tensor(index, at::TensorOptions().dtype(at::kLong)).to(t.device()));
+  std::vector<at::Tensor> runs;
+  for (size_t i = 0; i < index.size();) {
+    size_t j = i;
+    while (j + 1 < index.size() && index[j + 1] == index[j] + 1) ++j;
+    runs.push_back(t.narrow(dim, index[i], index[j] - index[i] + 1));
+    i = j + 1;
+  }
+  at::Tensor picked = runs.size() == 1 ? runs[0] : at::cat(runs, dim);
   std::vector<int64_t> order(static_cast<size_t>(t.dim()));
   for (int64_t d = 0; d < t.dim(); ++d) order[static_cast<size_t>(d)] = d;
   std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return t.stride(a) > t.stride(b); });

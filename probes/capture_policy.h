@@ -6,6 +6,7 @@
 // does not fit is skipped, and the store says so. No LibTorch: unit-tested on plain records.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -57,7 +58,7 @@ class CapturePolicy {
   std::string triggerFor(const CallRecord& rec, const std::string& audit_key = "");
 
   // Whether audits are on: only then is a call's audit key worth working out.
-  bool auditing() const { return auditing_; }
+  bool auditing() const { return auditing_.load(std::memory_order_relaxed); }
   AuditPlan auditPlan();
 
   // Takes `bytes` from the trigger's budget (audits have their own); false, taking nothing, when
@@ -67,7 +68,7 @@ class CapturePolicy {
  private:
   std::mutex mu_;
   CapturePlan plan_;
-  bool auditing_ = false;  // plan_.audit.on, read without the lock
+  std::atomic<bool> auditing_{false};  // plan_.audit.on, read on every call without the lock
   bool source_edge_taken_ = false;
   int64_t used_bytes_ = 0;
   int64_t audit_used_bytes_ = 0;

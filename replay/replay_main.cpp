@@ -305,8 +305,9 @@ int fail(const Status& st) {
   return 3;
 }
 
-// What the engine prints: the replay as text or JSON, or (`kernels`, for `nanprov run`) only the
-// captured backend's kernels, traced and kept next to the capture, with no judging.
+// What the engine prints: the replay as text or JSON; or, for `nanprov run`, only the captured
+// backend's kernels, traced and kept next to the capture, with no judging (`kernels`), or only
+// the run's own outputs judged, the judgement kept next to the capture (`audit`, `audit-json`).
 enum class Output { kText, kJson, kKernels, kAudit, kAuditJson };
 
 // The kernels mode: replays the captured backend alone, to name the kernels of a call the run's
@@ -395,7 +396,7 @@ int replayMain(const std::string& path, std::string device_name, const std::stri
   if (output == Output::kKernels) return keepKernels(*call, path, device, r);
   if (audit && call->dropout_p > 0) return keepAudit(r, notAuditedJson(r, "the call used dropout, which the reference has not"), output);
   if (audit && !call->incomplete.empty()) {
-    return keepAudit(r, notAuditedJson(r, "the capture lacks " + call->incomplete + ", which the reference needs"), output);
+    return keepAudit(r, notAuditedJson(r, "the reference cannot rebuild the call: " + call->incomplete), output);
   }
 
   progress.stage("float64 reference");

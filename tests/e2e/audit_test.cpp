@@ -113,6 +113,23 @@ TEST(Audit, CallsOverTheBudgetAreReportedAsNotAudited) {
   EXPECT_NE(text.out.find("2 not audited: over the audit budget"), std::string::npos) << text.out;
 }
 
+// Every kind nanprov probes is offered to the audit; what the reference cannot rebuild is said,
+// not passed as clean: compiled FlexAttention's capture lacks its score_mod. The fast path's
+// capture holds the projections, and is judged.
+TEST(Audit, SaysWhichCallsItCouldNotJudge) {
+  ColdInductorCache cold("audit-flex");
+  TrainedRun flex = train("audit-flex", "--audit", "--compile", "flex_attention.py");
+  ASSERT_EQ(flex.report.code, 0) << flex.train.out;
+  EXPECT_EQ(flex.doc["audit"]["calls"], 0);
+  ASSERT_EQ(flex.doc["audit"]["not_audited"].size(), 1u) << flex.doc["audit"].dump(1);
+  EXPECT_NE(flex.doc["audit"]["not_audited"][0]["why"].get<std::string>().find("score_mod"), std::string::npos)
+      << flex.doc["audit"].dump(1);
+  TrainedRun fast = train("audit-fastpath", "--audit", "", "fast_path_encoder.py");
+  ASSERT_EQ(fast.report.code, 0) << fast.train.out;
+  EXPECT_EQ(fast.doc["audit"]["calls"], 1) << fast.doc["audit"].dump(1);
+  EXPECT_TRUE(fast.doc["audit"]["not_audited"].empty()) << fast.doc["audit"].dump(1);
+}
+
 TEST(Audit, AuditOptionsWithoutAuditAreAUsageError) {
   Result r = sh(nanprov() + " run --audit-every 2 -- " + python() + " -c pass 2>&1");
   EXPECT_EQ(r.code, 2) << r.out;
