@@ -6,6 +6,8 @@
 #                                     nothing; and a run whose model passes a float32 ALiBi bias
 #   scripts/device-audit.sh cost      the audit's cost on the benchmark model, side by side with
 #                                     plain and default nanprov, over 100 steps; and the GPU tests
+#   scripts/device-audit.sh tests     the audit tests (CPU and GPU); the benchmark model audited,
+#                                     with the slices it judged; every finding of the float32-bias run
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/device-build.sh" || exit 1
 
@@ -32,6 +34,24 @@ cost)
   BENCH_CONFIGS="none nanprov audit" BENCH_MODELS=gpu-bound bash bench/gpu_overhead.sh 2 100 2>&1 | tee "$out/audit-cost.txt"
   (cd build-device && ctest -j 4 -R "Gpu|Audit" --output-on-failure 2>&1 | tail -15)
   ;;
+tests)
+  (cd build-device && ctest -j 4 -R "Audit|CapturePolicy" --output-on-failure 2>&1 | grep -E "Test +#|tests passed|Failure|Expected|Which is" | head -40)
+  nanprov run --out "$out/bench-audit" --audit -- python3 bench/gpu_model.py --steps 3 --warmup 1 >"$out/bench-audit.log" 2>&1
+  grep -E "audit" "$out/bench-audit.log" | grep -v "recording into"
+  python3 - "$out/bench-audit" <<'PY'
+import glob, json, sys
+for f in sorted(glob.glob(sys.argv[1] + "/captures/*.audit.json")):
+    d = json.load(open(f))
+    print(d["call"], d["phase"], d["backend"], d["verdict"], d.get("slice"),
+          {r: t["verdict"] for r, t in d.get("tensors", {}).items()}, f"{d.get('seconds', 0):.2f} s")
+PY
+  nanprov run --out "$out/alibi" --audit -- python3 examples/tiny_transformer.py --device cuda --dtype bfloat16 --steps 2 \
+    --batch 4 --seq 256 --heads 4 --d-model 512 --alibi-f32 >"$out/alibi.log" 2>&1
+  echo "alibi run exit $?"
+  nanprov report "$out/alibi" --json | python3 -c 'import json,sys
+for f in json.load(sys.stdin)["audit_findings"]:
+    print(f["name"], f["phase"], f["backend"], f["verdict"], {r: (t["verdict"], round(t["cosine"], 3)) for r, t in f["tensors"].items()})'
+  ;;
 *)
-  echo "usage: scripts/device-audit.sh findings|cost" >&2; exit 2 ;;
+  echo "usage: scripts/device-audit.sh findings|cost|tests" >&2; exit 2 ;;
 esac
