@@ -7,7 +7,8 @@
 #   scripts/device-audit.sh cost      the audit's cost on the benchmark model, side by side with
 #                                     plain and default nanprov, over 100 steps; and the GPU tests
 #   scripts/device-audit.sh tests     the audit tests (CPU and GPU); the benchmark model audited,
-#                                     with the slices it judged; every finding of the float32-bias run
+#                                     with the slices it judged; losses with and without --audit;
+#                                     every finding of the float32-bias run
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/device-build.sh" || exit 1
 
@@ -45,6 +46,12 @@ for f in sorted(glob.glob(sys.argv[1] + "/captures/*.audit.json")):
     print(d["call"], d["phase"], d["backend"], d["verdict"], d.get("slice"),
           {r: t["verdict"] for r, t in d.get("tensors", {}).items()}, f"{d.get('seconds', 0):.2f} s")
 PY
+  losses=(examples/tiny_transformer.py --device cuda --dtype bfloat16 --steps 4 --batch 4 --seq 256 --heads 4 --d-model 512
+          --mask --kv-heads 2 --print-losses)
+  python3 "${losses[@]}" >"$out/losses-plain.txt" 2>/dev/null
+  nanprov run --out "$out/losses-audit" --audit --audit-every 1 -- python3 "${losses[@]}" >"$out/losses-audit.txt" 2>/dev/null
+  cmp -s "$out/losses-plain.txt" "$out/losses-audit.txt" && echo "losses bit-identical with --audit --audit-every 1:" \
+    || echo "LOSSES DIFFER with --audit:"; tail -1 "$out/losses-plain.txt"; tail -1 "$out/losses-audit.txt"
   nanprov run --out "$out/alibi" --audit -- python3 examples/tiny_transformer.py --device cuda --dtype bfloat16 --steps 2 \
     --batch 4 --seq 256 --heads 4 --d-model 512 --alibi-f32 >"$out/alibi.log" 2>&1
   echo "alibi run exit $?"
