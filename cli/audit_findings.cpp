@@ -43,6 +43,10 @@ json findingOf(const CaptureRecord& capture, const std::string& path, const json
           {"conditions", doc.value("conditions", json(nullptr))},
           {"conditions_text", doc.value("conditions_text", "")},
           {"slice", doc.value("slice", json(nullptr))},
+          // A backward's O and LSE from its forward, judged; "received_wrong" names those that
+          // were already wrong (then the fault is in the forward, upstream of this call).
+          {"received", doc.value("received", json(nullptr))},
+          {"received_wrong", doc.value("received_wrong", json(nullptr))},
           {"capture", path}};
 }
 
@@ -111,6 +115,10 @@ std::string auditText(const AuditSummary& a) {
       out += "    " + role + " " + c.value("verdict", "") + ": max error " + number(c.value("max_abs_err", 0.0)) +
              " (yardstick " + number(c.value("yardstick_max_err", 0.0)) + "), cosine " + number(c.value("cosine", 0.0)) +
              (where.empty() ? "" : ", " + where) + "\n";
+    }
+    if (f["received_wrong"].is_string() && !f["received_wrong"].get<std::string>().empty()) {
+      out += "    its inputs from the forward were already wrong (" + f["received_wrong"].get<std::string>() +
+             "): the fault is upstream, in the forward\n";
     }
     if (f["kernel"].is_string()) out += "    kernel " + f["kernel"].get<std::string>() + "\n";
     out += "    conditions: " + f.value("conditions_text", std::string()) + "\n";

@@ -259,17 +259,23 @@ StatusOr<Outputs> runReference(const CapturedCall& call, bool on_cuda, std::stri
   return out;
 }
 
-Outputs capturedOutputs(const CapturedCall& call) {
+namespace {
+at::Tensor taken(const CapturedCall& call, const char* role) { return call.has(role) ? call.at(role) : at::Tensor(); }
+}  // namespace
+
+Outputs forwardOutputsIn(const CapturedCall& call) {
   Outputs out;
-  auto take = [&](const char* role) { return call.has(role) ? call.at(role) : at::Tensor(); };
-  if (call.backward) {
-    out.dq = take("dQ");
-    out.dk = take("dK");
-    out.dv = take("dV");
-  } else {
-    out.o = take("O");
-    out.lse = normalizedLse(take("LSE"), call);
-  }
+  out.o = taken(call, "O");
+  out.lse = normalizedLse(taken(call, "LSE"), call);
+  return out;
+}
+
+Outputs capturedOutputs(const CapturedCall& call) {
+  if (!call.backward) return forwardOutputsIn(call);
+  Outputs out;
+  out.dq = taken(call, "dQ");
+  out.dk = taken(call, "dK");
+  out.dv = taken(call, "dV");
   return out;
 }
 

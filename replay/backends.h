@@ -42,5 +42,7 @@ StatusOr<Outputs> runReference(const CapturedCall& call, bool on_cuda, std::stri
 
 // The captured outputs themselves, in the comparison's layouts.
 Outputs capturedOutputs(const CapturedCall& call);
+// O and LSE as captured: a forward's outputs, or what a backward received from its forward.
+Outputs forwardOutputsIn(const CapturedCall& call);
 
 }  // namespace nanprov::replay

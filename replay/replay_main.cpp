@@ -421,6 +421,9 @@ int replayMain(const std::string& path, std::string device_name, const std::stri
   };
   r.captured = judged(BackendRun{.name = "captured", .ran = true}, capturedOutputs(*call));
   if (audit) {
+    // A backward computes from the O and LSE its forward saved: when those were already wrong,
+    // the fault is upstream of this call, and the finding says so.
+    if (call->backward) r.received = judged(BackendRun{.name = "received", .ran = true}, forwardOutputsIn(*call));
     r.conditions = conditionsOf(*call, *g);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     return keepAudit(r, auditJson(r, seconds), output);

@@ -251,6 +251,18 @@ json auditHead(const ReplayResult& r) {
           {"capture", r.capture},   {"slice", nullable(r.slice)}, {"dtype", r.dtype}, {"replayed_on", r.replayed_on}};
 }
 
+// A backward's inputs from its forward that fail against the reference: "O silent-wrong, LSE ok"
+// → "O silent-wrong". Empty when they are right (or this is no backward).
+std::string receivedWrong(const ReplayResult& r) {
+  std::vector<std::string> wrong;
+  if (r.received) {
+    for (const Comparison& c : r.received->tensors) {
+      if (isFailure(c.verdict)) wrong.push_back(c.role + " " + verdictName(c.verdict));
+    }
+  }
+  return joined(wrong, ", ");
+}
+
 }  // namespace
 
 Verdict worstVerdict(const BackendRun& run) {
@@ -273,6 +285,12 @@ json auditJson(const ReplayResult& r, double seconds) {
   doc["verdict"] = verdictName(worst);
   doc["finding"] = r.reference_problem.empty() && worst != Verdict::kOk;
   doc["tensors"] = tensors;
+  json received = json::object();
+  if (r.received) {
+    for (const Comparison& c : r.received->tensors) received[c.role] = comparisonJson(c);
+  }
+  doc["received"] = r.received ? received : json(nullptr);
+  doc["received_wrong"] = r.received ? json(receivedWrong(r)) : json(nullptr);
   doc["conditions"] = conditionsJson(r.conditions);
   doc["conditions_text"] = conditionsText(r.conditions);
   doc["seconds"] = seconds;
@@ -300,7 +318,9 @@ std::string auditText(const ReplayResult& r) {
                     number(c.yardstick_max_err) + (where.empty() ? "" : ", " + where) + ")");
     }
   }
-  return out + (bad.empty() ? "ok" : joined(bad, ", ") + "; conditions: " + conditionsText(r.conditions));
+  std::string upstream = receivedWrong(r);
+  if (!upstream.empty()) upstream = "; the O and LSE it received from its forward were already wrong (" + upstream + "): look at the forward";
+  return out + (bad.empty() ? "ok" : joined(bad, ", ") + upstream + "; conditions: " + conditionsText(r.conditions));
 }
 
 }  // namespace nanprov::replay

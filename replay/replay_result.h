@@ -75,6 +75,7 @@ struct ReplayResult {
   std::string reference_problem;     // empty: the reference is valid
   std::string reference_device = "cpu";
   std::optional<BackendRun> captured;  // the outputs the run itself produced
+  std::optional<BackendRun> received;  // audit of a backward: the O and LSE its forward gave it
   std::vector<BackendRun> backends;
   std::vector<std::string> yardstick_nonfinite;  // tensors the yardstick itself could not compute
   Conditions conditions;

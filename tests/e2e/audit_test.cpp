@@ -78,6 +78,22 @@ TEST(Audit, ScaledGradientIsFoundWhenItsSignatureIsAuditedAgain) {
   EXPECT_EQ(r.doc["audit"]["calls"], 6) << "a forward and a backward signature at each of 3 steps";
 }
 
+// Layer 1's forward output is scaled, but its forward is not audited (layer 0 holds the same
+// signature); its backward is, and computes from that O: the finding there says its inputs from
+// the forward were already wrong, so the user looks at the forward, not at the backward kernel.
+TEST(Audit, BackwardFindingSaysWhenItsForwardGaveItWrongOutputs) {
+  TrainedRun r = train("audit-upstream", "--audit --inject 'layer=1,tensor=O,value=scale:3,step=0'", "--steps 2");
+  ASSERT_EQ(r.report.code, 5) << r.report.out;
+  ASSERT_EQ(r.doc["audit_findings"].size(), 1u) << r.doc["audit_findings"].dump(1);
+  const json& f = r.doc["audit_findings"][0];
+  EXPECT_EQ(f["name"], "rank0:layer1:call1");
+  EXPECT_EQ(f["phase"], "bwd");
+  EXPECT_EQ(f["received"]["O"]["verdict"], "silent-wrong");
+  EXPECT_EQ(f["received_wrong"], "O silent-wrong");
+  Result text = sh(nanprov() + " report " + r.dir.string());
+  EXPECT_NE(text.out.find("its inputs from the forward were already wrong (O silent-wrong)"), std::string::npos) << text.out;
+}
+
 // The audit only reads: losses stay bit-identical, and a clean run has nothing to report, even
 // judged on slices of every call at every step (a wrong slice of Q, K, V or the mask would show
 // as a finding here).
