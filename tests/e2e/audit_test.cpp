@@ -142,7 +142,10 @@ TEST(Audit, SaysWhichCallsItCouldNotJudge) {
       << flex.doc["audit"].dump(1);
   TrainedRun fast = train("audit-fastpath", "--audit", "", "fast_path_encoder.py");
   ASSERT_EQ(fast.report.code, 0) << fast.train.out;
-  EXPECT_EQ(fast.doc["audit"]["calls"], 1) << fast.doc["audit"].dump(1);
+  // One signature on torch 2.13; torch 2.11 runs the fast path's forward through more op
+  // signatures (4 on the GPU machine), each judged.
+  EXPECT_GE(fast.doc["audit"]["calls"].get<int64_t>(), 1) << fast.doc["audit"].dump(1);
+  EXPECT_EQ(fast.doc["audit_findings"].size(), 0u) << fast.doc["audit_findings"].dump(1);
   EXPECT_TRUE(fast.doc["audit"]["not_audited"].empty()) << fast.doc["audit"].dump(1);
 }
 
