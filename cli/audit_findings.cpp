@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <stdexcept>
 
 #include "cli/edges.h"
 #include "cli/report.h"
@@ -24,10 +25,15 @@ std::string number(double v) {
 json findingOf(const CaptureRecord& capture, const std::string& path, const json& doc) {
   auto name = parseCallName(doc.value("call", ""));
   json tensors = doc.value("tensors", json::object());
+  if (!tensors.is_object()) throw std::runtime_error("its tensors are not an object");
+  for (const auto& [role, c] : tensors.items()) {
+    if (!c.is_object()) throw std::runtime_error("tensor " + role + " is not an object");
+  }
   int64_t step = -1;
   try {
     step = std::stoll(doc.value("step", "-1"));
-  } catch (const std::exception&) {
+  } catch (const std::invalid_argument&) {
+  } catch (const std::out_of_range&) {
   }
   return {{"rank", name ? name->rank : capture.rank},
           {"layer", name ? json(name->layer) : json(nullptr)},
@@ -77,14 +83,21 @@ AuditSummary readAudit(const RunData& run) {
       ++a.unjudged;
       continue;
     }
-    const json& d = **doc;
-    a.seconds += d.value("seconds", 0.0);
-    if (!d.value("audited", false)) {
-      ++a.not_audited[d.value("not_audited_why", std::string("unknown"))];
-      continue;
+    // The file is the engine's, but it sits in a directory anyone can edit: a field of the wrong
+    // type makes it unreadable, counted as such, never a failed report.
+    try {
+      const json& d = **doc;
+      a.seconds += d.value("seconds", 0.0);
+      if (!d.value("audited", false)) {
+        ++a.not_audited[d.value("not_audited_why", std::string("unknown"))];
+        continue;
+      }
+      if (d.value("finding", false)) a.findings.push_back(findingOf(c, path, d));
+      ++a.audited;
+    } catch (const std::exception& e) {
+      ++a.not_audited[auditFilePath(path) + " is not an audit result (" + e.what() + "); delete it and run nanprov replay " +
+                      path + " --audit"];
     }
-    ++a.audited;
-    if (d.value("finding", false)) a.findings.push_back(findingOf(c, path, d));
   }
   std::stable_sort(a.findings.begin(), a.findings.end(), [](const json& x, const json& y) {
     return std::make_tuple(x["step"].get<int64_t>(), x["rank"].get<int>()) <

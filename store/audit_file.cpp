@@ -24,7 +24,7 @@ StatusOr<std::optional<nlohmann::json>> readAuditFile(const std::string& capture
   nlohmann::json doc = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
   if (!doc.is_object() || doc.value("format", "") != kAuditFormat) {
     return Status::Error(path + " is not an audit result; delete it and audit the capture again (nanprov replay " +
-                         capture_path + ")");
+                         capture_path + " --audit)");
   }
   return std::optional<nlohmann::json>(std::move(doc));
 }

@@ -52,6 +52,15 @@ TEST(Audit, InjectedAllZeroOutputIsAFindingAtItsCall) {
   Result text = sh(nanprov() + " report " + r.dir.string());
   EXPECT_EQ(text.out.rfind("rank0:layer0:call0  audit finding: finite outputs that are all-zero", 0), 0u) << text.out;
   EXPECT_NE(text.out.find("O all-zero: max error"), std::string::npos) << text.out;
+
+  // A judgement damaged by hand is counted as unreadable, with what to do, never a failed report.
+  const std::string judged = fs::path(f["capture"].get<std::string>()).replace_extension(".audit.json").string();
+  ASSERT_TRUE(fs::exists(judged));
+  sh("printf '{\"format\": \"nanprov-audit 1\", \"audited\": true, \"finding\": true, \"tensors\": 3}' > " + judged);
+  Result damaged = sh(nanprov() + " report " + r.dir.string() + " 2>&1");
+  EXPECT_EQ(damaged.code, 0) << damaged.out;
+  EXPECT_NE(damaged.out.find("is not an audit result"), std::string::npos) << damaged.out;
+  EXPECT_NE(damaged.out.find("--audit"), std::string::npos) << damaged.out;
 }
 
 // Re-audited every step, on a slice (GQA, a padding mask over three batches): dQ scaled by 4 at
