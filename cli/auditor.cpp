@@ -23,7 +23,9 @@ constexpr auto kWatchEvery = std::chrono::seconds(2);
 
 Auditor::Auditor(std::string run_dir) : dir_(std::move(run_dir)), engine_(build::kReplayEngine) {}
 
-Auditor::~Auditor() {
+Auditor::~Auditor() { stopWatching(); }
+
+void Auditor::stopWatching() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
@@ -42,12 +44,7 @@ void Auditor::start() {
 }
 
 void Auditor::finish() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-  }
-  wake_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  stopWatching();
   if (access(engine_.c_str(), X_OK) == 0) sweep();
 }
 
@@ -84,10 +81,7 @@ void Auditor::judge(const std::string& capture) {
   // One thread each: the judging shares the machine with the training.
   auto said = captureOutput({engine_, capture, "auto", "", "audit", ""}, {{"OMP_NUM_THREADS", "1"}}, &code);
   if (said.ok() && (code == 0 || code == 1)) {
-    if (code == 1) {
-      ++findings_;
-      std::cerr << "nanprov: " << *said;
-    }
+    if (code == 1) std::cerr << "nanprov: " << *said;  // a finding: said at once, not at the end
     return;
   }
   auto judged = readAuditFile(capture);

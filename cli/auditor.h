@@ -6,9 +6,7 @@
 // its streams. A finding is printed as soon as it is judged, not when the run ends.
 #pragma once
 
-#include <atomic>
 #include <condition_variable>
-#include <cstdint>
 #include <mutex>
 #include <set>
 #include <string>
@@ -27,17 +25,15 @@ class Auditor {
   // After the training ended: stops watching, then judges every audit capture left.
   void finish();
 
-  int64_t findings() const { return findings_.load(); }
-
  private:
+  void stopWatching();
   void watch();
   void sweep();
   void judge(const std::string& capture);
 
   std::string dir_;
   std::string engine_;
-  std::set<std::string> seen_;
-  std::atomic<int64_t> findings_{0};
+  std::set<std::string> seen_;  // capture files looked at: by the thread, then by finish() after it
   std::mutex mu_;
   std::condition_variable wake_;
   bool stop_ = false;
