@@ -1,11 +1,13 @@
 #include "cli/audit_findings.h"
 
 #include <algorithm>
-#include <cstdio>
+#include <climits>
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
 
+#include "base/numbers.h"
+#include "base/text.h"
 #include "cli/edges.h"
 #include "cli/report.h"
 #include "store/audit_file.h"
@@ -15,12 +17,6 @@ namespace {
 
 using nlohmann::json;
 
-std::string number(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3g", v);
-  return buf;
-}
-
 // The report's entry for one finding: the call by name and number, and the engine's judgement.
 json findingOf(const CaptureRecord& capture, const std::string& path, const json& doc) {
   auto name = parseCallName(doc.value("call", ""));
@@ -29,12 +25,7 @@ json findingOf(const CaptureRecord& capture, const std::string& path, const json
   for (const auto& [role, c] : tensors.items()) {
     if (!c.is_object()) throw std::runtime_error("tensor " + role + " is not an object");
   }
-  int64_t step = -1;
-  try {
-    step = std::stoll(doc.value("step", "-1"));
-  } catch (const std::invalid_argument&) {
-  } catch (const std::out_of_range&) {
-  }
+  const int64_t step = parseInteger(doc.value("step", ""), 0, INT64_MAX).value_or(-1);
   return {{"rank", name ? name->rank : capture.rank},
           {"layer", name ? json(name->layer) : json(nullptr)},
           {"call", name ? json(name->call) : json(nullptr)},
@@ -125,8 +116,8 @@ std::string auditText(const AuditSummary& a) {
       std::string where = c.value("all_zero_where", json(nullptr)).is_string() ? c["all_zero_where"].get<std::string>()
                           : c.value("nonfinite_where", json(nullptr)).is_string() ? c["nonfinite_where"].get<std::string>()
                                                                                   : "";
-      out += "    " + role + " " + c.value("verdict", "") + ": max error " + number(c.value("max_abs_err", 0.0)) +
-             " (yardstick " + number(c.value("yardstick_max_err", 0.0)) + "), cosine " + number(c.value("cosine", 0.0)) +
+      out += "    " + role + " " + c.value("verdict", "") + ": max error " + shortNumber(c.value("max_abs_err", 0.0)) +
+             " (yardstick " + shortNumber(c.value("yardstick_max_err", 0.0)) + "), cosine " + shortNumber(c.value("cosine", 0.0)) +
              (where.empty() ? "" : ", " + where) + "\n";
     }
     if (f["received_wrong"].is_string() && !f["received_wrong"].get<std::string>().empty()) {
@@ -140,7 +131,7 @@ std::string auditText(const AuditSummary& a) {
   }
   out += "  audit: " + std::to_string(a.audited) + (a.audited == 1 ? " call" : " calls") + " judged against the float64 reference, " +
          std::to_string(a.findings.size()) + (a.findings.size() == 1 ? " finding" : " findings") + " (" +
-         number(a.seconds) + " s judging, " + number(static_cast<double>(a.bytes) / (1 << 20)) + " MiB captured)" +
+         shortNumber(a.seconds) + " s judging, " + shortNumber(static_cast<double>(a.bytes) / (1 << 20)) + " MiB captured)" +
          (a.warn_only && !a.findings.empty() ? ", warn only" : "") + "\n";
   for (const auto& [why, n] : a.not_audited) out += "    " + std::to_string(n) + " not audited: " + why + "\n";
   if (a.unjudged) out += "    " + std::to_string(a.unjudged) + " audit captures not judged yet\n";

@@ -6,17 +6,12 @@
 #include <algorithm>
 #include <sstream>
 
+#include "base/text.h"
 #include "cli/call_kernels.h"
 #include "probes/roles.h"
 
 namespace nanprov {
 namespace {
-
-std::string number(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3g", v);
-  return buf;
-}
 
 std::string joined(const std::vector<std::string>& parts, const char* sep) {
   std::string out;
@@ -199,7 +194,7 @@ std::string trailText(const RunData& run, const CallRecord& c, const InputTrail&
   }
   std::string before = t.previous->module.empty() ? callName(*t.previous) : t.previous->module;
   return "the attention call before it, " + callName(*t.previous) + " (" + before + "), had inputs up to " +
-         number(t.previous_largest) + ": they grew between " + before + " and " + here;
+         shortNumber(t.previous_largest) + ": they grew between " + before + " and " + here;
 }
 
 }  // namespace
@@ -244,16 +239,24 @@ nlohmann::json reportJson(const RunData& run, const Findings& f) {
   return out;
 }
 
+namespace {
+
+// Every report ends alike: the audit's findings and totals (when it ran), the attention that was
+// not checked, and the run's size.
+std::string closing(const RunData& run, const Conclusion& conclusion) {
+  std::string unprobed = unprobedLine(conclusion);
+  return auditText(conclusion.audit) + (unprobed.empty() ? "" : "  " + unprobed + "\n") + "  " + summaryLine(run) + "\n";
+}
+
+}  // namespace
+
 std::string reportText(const RunData& run, const Findings& f) {
   std::ostringstream out;
   Conclusion conclusion = conclude(run, f);
-  std::string unprobed = unprobedLine(conclusion);
   if (conclusion.outcome == Outcome::kNothingChecked) {
     out << "nothing checked: no attention call was probed, so nanprov cannot call this run clean\n  why: "
         << conclusion.nothing_checked_why << "\n";
-    if (!unprobed.empty()) out << "  " << unprobed << "\n";
-    out << "  " << summaryLine(run) << "\n";
-    return out.str();
+    return out.str() + closing(run, conclusion);
   }
   if (conclusion.outcome == Outcome::kOutsideAttention) {
     const SentinelFinding& s = *conclusion.sentinel;
@@ -269,19 +272,13 @@ std::string reportText(const RunData& run, const Findings& f) {
     } else {
       out << "  every checked attention call was finite\n";
     }
-    out << auditText(conclusion.audit);
-    if (!unprobed.empty()) out << "  " << unprobed << "\n";
-    out << "  " << summaryLine(run) << "\n";
-    return out.str();
+    return out.str() + closing(run, conclusion);
   }
   if (!f.first && conclusion.outcome == Outcome::kAuditFinding) {
     const nlohmann::json& first = conclusion.audit.findings.front();
     out << first.value("name", "?") << "  audit finding: finite outputs that are " << first.value("verdict", "?")
-        << " against the float64 reference (no value was non-finite)\n"
-        << auditText(conclusion.audit);
-    if (!unprobed.empty()) out << "  " << unprobed << "\n";
-    out << "  " << summaryLine(run) << "\n";
-    return out.str();
+        << " against the float64 reference (no value was non-finite)\n";
+    return out.str() + closing(run, conclusion);
   }
   if (!f.first) {
     out << (conclusion.outcome == Outcome::kPartial ? "no fault in what was checked, but not everything was: "
@@ -290,10 +287,7 @@ std::string reportText(const RunData& run, const Findings& f) {
     // Inference runs have no optimizer steps, and so no gradients to vouch for.
     bool training = run.stepUnit() == "optimizer_step";
     out << (conclusion.sentinel || !training ? "\n" : ", and so were the gradients at every optimizer step\n");
-    out << auditText(conclusion.audit);
-    if (!unprobed.empty()) out << "  " << unprobed << "\n";
-    out << "  " << summaryLine(run) << "\n";
-    return out.str();
+    return out.str() + closing(run, conclusion);
   }
   const CallRecord& c = run.calls[*f.first];
   const CallHealth& h = f.first_health;
@@ -323,7 +317,7 @@ std::string reportText(const RunData& run, const Findings& f) {
     if (t.masked_rows > 0) out << "  mask: " << t.masked_rows << " fully masked query rows\n";
   }
   if (!finite_inputs.empty()) {
-    out << "  finite inputs " << joined(finite_inputs, " ") << " (largest |x| " << number(largestFiniteInput(c)) << ")\n";
+    out << "  finite inputs " << joined(finite_inputs, " ") << " (largest |x| " << shortNumber(largestFiniteInput(c)) << ")\n";
     // Only worth a line when the inputs are large: then where they grew is the question.
     if (auto trail = inputTrail(run, *f.first); trail && f.origin == "attention" && trail->largest >= kLargeInput) {
       out << "    " << trailText(run, c, *trail) << "\n";
@@ -353,10 +347,7 @@ std::string reportText(const RunData& run, const Findings& f) {
     out << "  gradients went non-finite at " << stepLabel(run, conclusion.sentinel->step) << ": "
         << listed(conclusion.sentinel->gradients) << "\n";
   }
-  out << auditText(conclusion.audit);
-  if (!unprobed.empty()) out << "  " << unprobed << "\n";
-  out << "  " << summaryLine(run) << "\n";
-  return out.str();
+  return out.str() + closing(run, conclusion);
 }
 
 }  // namespace nanprov

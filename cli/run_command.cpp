@@ -275,6 +275,11 @@ int run(RunOptions& opts) {
   return exit->passThroughCode();
 }
 
+// A byte count with K, M, G suffixes, at most kMaxCount.
+CLI::Option* addSizeOption(CLI::App* cmd, const std::string& name, int64_t& value, const std::string& help) {
+  return cmd->add_option(name, value, help)->transform(CLI::AsSizeValue(false))->check(CLI::Range(int64_t{0}, kMaxCount));
+}
+
 }  // namespace
 
 void addRunCommand(CLI::App& app, int* exit_code, std::vector<std::string> wrapped) {
@@ -318,11 +323,9 @@ void addRunCommand(CLI::App& app, int* exit_code, std::vector<std::string> wrapp
   cmd->add_option("--capture-every", opts->capture_every,
                   "Also capture every Nth attention call of each rank, for nanprov replay (default 0: off)")
       ->check(CLI::Range(int64_t{0}, kMaxCount));
-  cmd->add_option("--capture-bytes", opts->capture_bytes,
-                  "Tensor bytes each rank may capture in all (default 1GiB; suffixes K M G); calls "
-                  "beyond are recorded as skipped")
-      ->transform(CLI::AsSizeValue(false))
-      ->check(CLI::Range(int64_t{0}, kMaxCount));
+  addSizeOption(cmd, "--capture-bytes", opts->capture_bytes,
+                "Tensor bytes each rank may capture in all (default 1GiB; suffixes K M G); calls "
+                "beyond are recorded as skipped");
   cmd->add_option("--probe-module", opts->probe_modules,
                   "Also check attention that runs as no op nanprov wraps (hand-written softmax(QK^T)V, a "
                   "library's module), at the boundary of modules matching PATTERN[:q=ARG,k=ARG,v=ARG]: a "
@@ -349,17 +352,13 @@ void addRunCommand(CLI::App& app, int* exit_code, std::vector<std::string> wrapp
                   "With --audit, audit each signature again every N optimizer steps (default 0: once)")
       ->check(CLI::Range(int64_t{0}, kMaxCount))
       ->needs(audit);
-  cmd->add_option("--audit-max-bytes", opts->audit_bytes,
-                  "Tensor bytes each rank may capture for the audit in all (default 256M; suffixes K M G); "
-                  "calls beyond are reported as not audited")
-      ->transform(CLI::AsSizeValue(false))
-      ->check(CLI::Range(int64_t{0}, kMaxCount))
+  addSizeOption(cmd, "--audit-max-bytes", opts->audit_bytes,
+                "Tensor bytes each rank may capture for the audit in all (default 256M; suffixes K M G); "
+                "calls beyond are reported as not audited")
       ->needs(audit);
-  cmd->add_option("--audit-slice-bytes", opts->audit_slice_bytes,
-                  "A call whose tensors are bigger is audited on a slice: the first and last batch x the first "
-                  "and last KV head group, every row (default 16M)")
-      ->transform(CLI::AsSizeValue(false))
-      ->check(CLI::Range(int64_t{0}, kMaxCount))
+  addSizeOption(cmd, "--audit-slice-bytes", opts->audit_slice_bytes,
+                "A call whose tensors are bigger is audited on a slice: the first and last batch x the first "
+                "and last KV head group, every row (default 16M)")
       ->needs(audit);
   cmd->add_flag("--audit-warn-only", opts->audit_warn_only,
                 "Audit findings are printed and reported, but do not change the exit code")

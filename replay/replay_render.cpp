@@ -1,6 +1,7 @@
 // Text and JSON for a ReplayResult.
 #include <cstdio>
 
+#include "base/text.h"
 #include "replay/replay_result.h"
 #include "store/audit_file.h"
 
@@ -12,12 +13,6 @@ using nlohmann::json;
 constexpr const char* kRoles[] = {"O", "LSE", "dQ", "dK", "dV"};
 
 json nullable(const std::string& s) { return s.empty() ? json(nullptr) : json(s); }
-
-std::string number(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3g", v);
-  return buf;
-}
 
 std::string padded(std::string s, size_t width) {
   if (s.size() < width) s.append(width - s.size(), ' ');
@@ -87,7 +82,7 @@ std::string conditionsText(const Conditions& c) {
   std::vector<std::string> parts;
   parts.push_back(std::to_string(c.fully_masked_rows) + " fully masked query rows");
   if (c.min_row_lse) {
-    parts.push_back("min row LSE " + number(*c.min_row_lse) + (c.lse_below_limit ? " (below -88.7)" : ""));
+    parts.push_back("min row LSE " + shortNumber(*c.min_row_lse) + (c.lse_below_limit ? " (below -88.7)" : ""));
   }
   parts.push_back("s_kv " + std::to_string(c.s_kv) + " (s_kv % 128 = " + std::to_string(c.s_kv % 128) + ")");
   parts.push_back("head_dim " + std::to_string(c.head_dim));
@@ -97,7 +92,7 @@ std::string conditionsText(const Conditions& c) {
   parts.push_back("window " + c.window);
   parts.push_back(c.mask_dtype.empty() ? "no mask"
                                        : "mask " + c.mask_dtype + (c.mask_dtype != c.query_dtype ? " (query " + c.query_dtype + ")" : ""));
-  if (c.dropout_p > 0) parts.push_back("dropout " + number(c.dropout_p));
+  if (c.dropout_p > 0) parts.push_back("dropout " + shortNumber(c.dropout_p));
   return joined(parts, "; ");
 }
 
@@ -121,7 +116,7 @@ void errorRow(std::string& out, const std::string& label, const BackendRun& b) {
     const Comparison* c = b.tensor(role);
     // Nowhere finite on both sides: there is no error to show, and 0 would read as exact.
     bool none_finite = c && c->compared - c->nonfinite <= 0;
-    out += padded(c && !none_finite ? number(c->max_abs_err) : "-", 12);
+    out += padded(c && !none_finite ? shortNumber(c->max_abs_err) : "-", 12);
   }
   out += "\n";
 }
@@ -133,7 +128,7 @@ std::string kernelsText(const ReplayResult& r) {
     for (const ReplayedKernel& k : b.kernels) {
       if (!k.main) continue;
       out += "  " + padded(b.name + (b.original ? " *" : ""), 20) + k.short_name + " (" +
-             number(static_cast<double>(k.duration_ns) / 1000.0) + " us";
+             shortNumber(static_cast<double>(k.duration_ns) / 1000.0) + " us";
       if (b.kernels.size() > 1) out += ", " + std::to_string(b.kernels.size() - 1) + " more kernels";
       out += ")\n";
     }
@@ -207,7 +202,7 @@ std::string toText(const ReplayResult& r) {
   out += "  " + padded("yardstick (" + r.dtype + ")", 20);
   for (const char* role : kRoles) {
     const Comparison* c = yardstickOf(r, role);
-    out += padded(c ? number(c->yardstick_max_err) : "-", 12);
+    out += padded(c ? shortNumber(c->yardstick_max_err) : "-", 12);
   }
   out += "\n";
   std::vector<std::string> details;
@@ -314,8 +309,8 @@ std::string auditText(const ReplayResult& r) {
     for (const Comparison& c : r.captured->tensors) {
       if (c.verdict == Verdict::kOk) continue;
       std::string where = !c.all_zero_where.empty() ? c.all_zero_where : c.nonfinite_where;
-      bad.push_back(c.role + " " + verdictName(c.verdict) + " (max error " + number(c.max_abs_err) + ", yardstick " +
-                    number(c.yardstick_max_err) + (where.empty() ? "" : ", " + where) + ")");
+      bad.push_back(c.role + " " + verdictName(c.verdict) + " (max error " + shortNumber(c.max_abs_err) + ", yardstick " +
+                    shortNumber(c.yardstick_max_err) + (where.empty() ? "" : ", " + where) + ")");
     }
   }
   std::string upstream = receivedWrong(r);
