@@ -21,7 +21,6 @@
 #include "probes/probe_cost.h"
 #include "probes/roles.h"
 #include "probes/session.h"
-#include "store/call_signature.h"
 #include "store/capture_file.h"
 
 #if NANPROV_HAVE_CUDA
@@ -126,23 +125,28 @@ std::string fileNameOf(const CallRecord& rec) {
          std::to_string(rec.call) + "-" + phaseName(rec.phase) + "-seq" + std::to_string(rec.seq) + ".safetensors";
 }
 
-// A scalar argument as text, for the audit key (flags such as is_causal, scale, window sizes).
-std::string scalarText(const c10::IValue& v) {
-  if (v.isNone()) return "None";
-  if (v.isBool()) return v.toBool() ? "true" : "false";
-  if (v.isDouble()) return doubleText(v.toDouble());
-  if (v.isInt()) return std::to_string(v.toInt());
-  return "";
-}
-
-// A call's signature as the audit counts them: op, backend, device, every tensor's role, dtype and
-// shape (the mask's kind and dtype among them), and the scalar flags (causal, scale, window, GQA).
-std::string auditKey(const CallRecord& rec, const CallArgs& args) {
-  std::string key = rec.op + '\x1f' + rec.backend + '\x1f' + rec.device + '\x1f' + tensorsDescription(rec);
+// A call's signature as the audit counts them, hashed (FNV-1a) from what the record already holds,
+// so that an audited run builds no string per call: op, backend, device, every tensor's role,
+// dtype and shape (the mask's kind and dtype among them), and the scalar flags (causal, scale,
+// window, GQA).
+uint64_t auditKey(const CallRecord& rec, const CallArgs& args) {
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&h](const void* data, size_t n) {
+    for (size_t i = 0; i < n; ++i) h = (h ^ static_cast<const unsigned char*>(data)[i]) * 1099511628211ull;
+    h = (h ^ 0x1f) * 1099511628211ull;  // a separator: ("ab", "c") and ("a", "bc") differ
+  };
+  auto text = [&mix](std::string_view s) { mix(s.data(), s.size()); };
+  text(rec.op), text(rec.backend), text(rec.device);
+  for (const TensorHealth& t : rec.tensors) text(t.role), text(t.dtype), text(t.shape);
   for (const auto& [name, value] : args) {
-    if (!value.isTensor()) key += '\x1f' + std::string(name) + '=' + scalarText(value);
+    if (value.isTensor()) continue;
+    text(name);
+    if (value.isBool()) text(value.toBool() ? "true" : "false");
+    else if (value.isDouble()) { double d = value.toDouble(); mix(&d, sizeof d); }
+    else if (value.isInt()) { int64_t i = value.toInt(); mix(&i, sizeof i); }
+    else text(value.isNone() ? "None" : "?");
   }
-  return key;
+  return h;
 }
 
 // Why the audit cannot judge a call whose outputs are random by design; empty when it can.
@@ -287,7 +291,7 @@ class CaptureState {
   void offer(const CallRecord& rec, const RoleTensors& tensors, const CallArgs& args) {
     Session& session = Session::get();
     CapturePolicy& policy = session.capturePolicy();
-    std::string trigger = policy.triggerFor(rec, policy.auditing() ? auditKey(rec, args) : "");
+    std::string trigger = policy.triggerFor(rec, policy.auditing() ? std::optional(auditKey(rec, args)) : std::nullopt);
     if (trigger.empty()) return;
     CaptureRecord row;
     row.seq = rec.seq;

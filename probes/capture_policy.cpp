@@ -55,20 +55,22 @@ AuditPlan CapturePolicy::auditPlan() {
   return plan_.audit;
 }
 
-std::string CapturePolicy::triggerFor(const CallRecord& rec, const std::string& audit_key) {
+std::string CapturePolicy::triggerFor(const CallRecord& rec, std::optional<uint64_t> audit_key) {
   std::lock_guard<std::mutex> lock(mu_);
   for (const CallSelector& s : plan_.selectors) {
     if (s.matches(rec)) return "selector";
   }
   if (plan_.every > 0 && rec.seq % plan_.every == 0) return "every";
-  if (plan_.first_source_edge && !source_edge_taken_ && classify(rec).kind == EdgeKind::kSourceEdge) {
+  const bool wants_kind = (plan_.first_source_edge && !source_edge_taken_) || (plan_.audit.on && audit_key);
+  const EdgeKind kind = wants_kind ? classify(rec).kind : EdgeKind::kClean;
+  if (plan_.first_source_edge && !source_edge_taken_ && kind == EdgeKind::kSourceEdge) {
     source_edge_taken_ = true;
     return "first-source-edge";
   }
   // Only finite calls are audited: a non-finite one is an edge already, and the reference needs
   // finite inputs.
-  if (plan_.audit.on && !audit_key.empty() && classify(rec).kind == EdgeKind::kClean) {
-    auto [it, first] = audited_at_.emplace(audit_key, rec.step);
+  if (plan_.audit.on && audit_key && kind == EdgeKind::kClean) {
+    auto [it, first] = audited_at_.emplace(*audit_key, rec.step);
     if (first) return "audit";
     if (plan_.audit.every_steps > 0 && rec.step - it->second >= plan_.audit.every_steps) {
       it->second = rec.step;

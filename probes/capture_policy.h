@@ -8,7 +8,8 @@
 
 #include <atomic>
 #include <cstdint>
-#include <map>
+#include <optional>
+#include <unordered_map>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -53,9 +54,9 @@ class CapturePolicy {
 
   // Why `rec`, whose health is known, is captured: "first-source-edge", "selector", "every" or
   // "audit". Empty when it is not. The first source edge is claimed by the first call that asks;
-  // an audit by the first clean call of `audit_key` (its signature, auditKey() in
+  // an audit by the first clean call of `audit_key` (its signature, hashed: auditKey() in
   // call_capture.cpp), and again once --audit-every steps have passed since.
-  std::string triggerFor(const CallRecord& rec, const std::string& audit_key = "");
+  std::string triggerFor(const CallRecord& rec, std::optional<uint64_t> audit_key = std::nullopt);
 
   // Whether audits are on: only then is a call's audit key worth working out.
   bool auditing() const { return auditing_.load(std::memory_order_relaxed); }
@@ -72,7 +73,7 @@ class CapturePolicy {
   bool source_edge_taken_ = false;
   int64_t used_bytes_ = 0;
   int64_t audit_used_bytes_ = 0;
-  std::map<std::string, int64_t> audited_at_;  // audit key → step of its last audit
+  std::unordered_map<uint64_t, int64_t> audited_at_;  // audit key → step of its last audit
 };
 
 }  // namespace nanprov

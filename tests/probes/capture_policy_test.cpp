@@ -68,13 +68,13 @@ TEST(CapturePolicy, AuditTakesEachSignatureOnceThenEveryNSteps) {
     c.step = step;
     return c;
   };
-  EXPECT_EQ(policy.triggerFor(at(0, 0), "A"), "audit");
-  EXPECT_EQ(policy.triggerFor(at(1, 0), "A"), "") << "audited this step";
-  EXPECT_EQ(policy.triggerFor(at(2, 0), "B"), "audit") << "another signature";
-  EXPECT_EQ(policy.triggerFor(at(3, 1), "A"), "") << "one step later";
-  EXPECT_EQ(policy.triggerFor(at(4, 2, 5), "C"), "") << "a source edge is not audited";
-  EXPECT_EQ(policy.triggerFor(at(5, 2), "A"), "audit") << "two steps later";
-  EXPECT_EQ(policy.triggerFor(at(6, 2), ""), "") << "no key: audits are off for this call";
+  EXPECT_EQ(policy.triggerFor(at(0, 0), 1), "audit");
+  EXPECT_EQ(policy.triggerFor(at(1, 0), 1), "") << "audited this step";
+  EXPECT_EQ(policy.triggerFor(at(2, 0), 2), "audit") << "another signature";
+  EXPECT_EQ(policy.triggerFor(at(3, 1), 1), "") << "one step later";
+  EXPECT_EQ(policy.triggerFor(at(4, 2, 5), 3), "") << "a source edge is not audited";
+  EXPECT_EQ(policy.triggerFor(at(5, 2), 1), "audit") << "two steps later";
+  EXPECT_EQ(policy.triggerFor(at(6, 2)), "") << "no key: audits are off for this call";
   EXPECT_TRUE(policy.reserve(10, "audit"));
   EXPECT_FALSE(policy.reserve(1, "audit")) << "the audit budget is spent";
   EXPECT_FALSE(policy.reserve(1, "selector")) << "and the capture budget is its own (0 here)";
@@ -82,7 +82,7 @@ TEST(CapturePolicy, AuditTakesEachSignatureOnceThenEveryNSteps) {
   CapturePolicy off;
   off.configure(CapturePlan{});
   EXPECT_FALSE(off.auditing());
-  EXPECT_EQ(off.triggerFor(at(0, 0), "A"), "");
+  EXPECT_EQ(off.triggerFor(at(0, 0), 1), "");
 }
 
 TEST(CapturePolicy, BadSelectorsSayWhatIsWrong) {
