@@ -79,7 +79,10 @@ Conclusion conclude(const RunData& run, const Findings& findings) {
   c.sentinel = earliestSentinel(run);
   c.unprobed = run.unprobed();
   if (c.sentinel && (!findings.first || c.sentinel->step < run.calls[*findings.first].step)) {
-    c.outcome = Outcome::kOutsideAttention;
+    for (const auto& [what, step] : run.unprobedFirstSteps()) {
+      if (step <= c.sentinel->step) c.unchecked_by_sentinel_step.push_back(what);
+    }
+    c.outcome = c.unchecked_by_sentinel_step.empty() ? Outcome::kOutsideAttention : Outcome::kPartial;
   } else if (findings.first) {
     c.outcome = Outcome::kEdgeFound;
   } else if (run.total_calls == 0) {

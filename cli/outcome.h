@@ -33,12 +33,17 @@ struct Conclusion {
   Outcome outcome = Outcome::kClean;
   std::optional<SentinelFinding> sentinel;
   std::map<std::string, int64_t> unprobed;  // attention recognised but not checked
+  // With a sentinel finding whose step saw attention run unchecked: those kinds. The origin may
+  // then be that attention, so the outcome is partial, never outside_attention.
+  std::vector<std::string> unchecked_by_sentinel_step;
   std::string nothing_checked_why;           // set for kNothingChecked
   AuditSummary audit;                        // with any outcome
 };
 
 // The sentinel wins when its step comes before the first attention edge's: the gradients went
-// bad first, and attention only received them.
+// bad first, and attention only received them. It blames code outside attention only when no
+// attention ran unchecked up to its step; otherwise the outcome is partial (exit 1): nanprov
+// cannot tell whether that attention made the values.
 Conclusion conclude(const RunData& run, const Findings& findings);
 
 // What the bootstrap noted about each Python process of a run (processes/<pid>.json).

@@ -28,7 +28,18 @@ struct Options {
   std::string emit_repro;
 };
 
-constexpr const char* kBackendNames[] = {"cudnn", "flash", "efficient", "math", "flash_cpu"};
+constexpr const char* kBackendNames[] = {"cudnn", "flash", "efficient", "math", "flash_cpu", "plain_softmax"};
+
+}  // namespace
+
+bool replayCanRun(const std::string& backend) {
+  for (const char* k : kBackendNames) {
+    if (backend == k) return true;
+  }
+  return false;
+}
+
+namespace {
 
 // The capture a run directory points at: its first source edge's (the default capture).
 StatusOr<std::string> captureOfRun(const std::string& dir) {
@@ -53,9 +64,7 @@ StatusOr<std::string> checkedBackends(const std::string& list) {
     std::string name = list.substr(begin, end - begin);
     begin = end + 1;
     if (name.empty() || name == "reference") continue;
-    bool known = false;
-    for (const char* k : kBackendNames) known = known || name == k;
-    if (!known) return Status::Error("unknown backend '" + name + "'; backends are cudnn, flash, efficient, math, flash_cpu");
+    if (!replayCanRun(name)) return Status::Error("unknown backend '" + name + "'; backends are cudnn, flash, efficient, math, flash_cpu, plain_softmax");
     out += (out.empty() ? "" : ",") + name;
   }
   return out;
@@ -114,8 +123,10 @@ void addReplayCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("capture", opts->target,
                   "A capture file, or a run directory for its first source edge's capture (default: the newest run)");
   cmd->add_option("--backends", opts->backends,
-                  "Comma list from cudnn, flash, efficient, math (CUDA), flash_cpu, math (CPU); "
-                  "default: every backend of the device");
+                  "Comma list from cudnn, flash, efficient, math (CUDA), flash_cpu, math (CPU), plain_softmax "
+                  "(either: softmax(q kᵀ + mask) v with no guard for fully masked rows, as nn.MultiheadAttention "
+                  "and HF eager compute it); default: every backend of the device, plus plain_softmax for a call "
+                  "that ran it");
   cmd->add_option("--device", opts->device, "auto, cpu or cuda (default auto: where the call was captured, if present here, else the CPU)")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   cmd->add_flag("--json", opts->json, "Print JSON for scripts");

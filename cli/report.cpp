@@ -215,6 +215,7 @@ nlohmann::json reportJson(const RunData& run, const Findings& f) {
       {"summary", {{"ranks", run.ranks.size()}, {"calls", run.total_calls}, {"steps", totalSteps(run)}}},
       {"coverage", coverageJson(run, conclusion)},
       {"gradient_sentinel", sentinelJson(conclusion.sentinel)},
+      {"unchecked_attention_by_sentinel_step", conclusion.unchecked_by_sentinel_step},
       {"ranks", ranks},
       {"first_edge", nullptr},
       {"first_source_edge", nullptr},
@@ -258,11 +259,17 @@ std::string reportText(const RunData& run, const Findings& f) {
         << conclusion.nothing_checked_why << "\n";
     return out.str() + closing(run, conclusion);
   }
-  if (conclusion.outcome == Outcome::kOutsideAttention) {
+  if (conclusion.outcome == Outcome::kOutsideAttention || !conclusion.unchecked_by_sentinel_step.empty()) {
     const SentinelFinding& s = *conclusion.sentinel;
-    out << "rank" << s.rank << ":" << stepLabel(run, s.step)
-        << "  first non-finite values were gradients, at " << stepLabel(run, s.step)
-        << ": no probed attention call made them; the origin is outside attention\n";
+    out << "rank" << s.rank << ":" << stepLabel(run, s.step) << "  first non-finite values were gradients, at "
+        << stepLabel(run, s.step);
+    if (conclusion.unchecked_by_sentinel_step.empty()) {
+      out << ": no probed attention call made them; the origin is outside attention\n";
+    } else {
+      // Never "outside attention" while attention ran unchecked: it may have made them.
+      out << ", but attention ran unchecked by then, so nanprov cannot tell whether attention made them\n"
+          << "  unchecked: " << joined(conclusion.unchecked_by_sentinel_step, "; ") << "\n";
+    }
     out << "  non-finite gradients: " << listed(s.gradients) << "\n";
     out << "  non-finite parameters after the update: " << listed(s.values) << "\n";
     if (f.first) {
@@ -270,7 +277,7 @@ std::string reportText(const RunData& run, const Findings& f) {
           << stepLabel(run, run.calls[*f.first].step) << ", " << (f.origin == "attention" ? "source" : "propagated")
           << ")\n";
     } else {
-      out << "  every checked attention call was finite\n";
+      out << (run.total_calls == 0 ? "  no attention call was checked\n" : "  every checked attention call was finite\n");
     }
     return out.str() + closing(run, conclusion);
   }

@@ -9,8 +9,9 @@ namespace nanprov::cli {
 
 int reportExitCode(const Conclusion& c, bool warn_only) {
   switch (c.outcome) {
-    case Outcome::kClean:
-    case Outcome::kPartial: return kClean;
+    case Outcome::kClean: return kClean;
+    // Non-finite gradients beside unchecked attention are a fault found, its origin unknown.
+    case Outcome::kPartial: return c.unchecked_by_sentinel_step.empty() ? kClean : kEdgeFound;
     case Outcome::kNothingChecked: return kNothingChecked;
     case Outcome::kAuditFinding: return warn_only || c.audit.warn_only ? kClean : kAuditFound;
     case Outcome::kEdgeFound:

@@ -78,6 +78,9 @@ void traceKernelsOfLateEdges(const RunData& run, const Findings& f) {
     std::string from = index.of(c).from;
     const CaptureRecord* capture = run.captureOf(c.rank, c.seq);
     if (c.device == "cpu" || from == "run" || from == "replay" || !capture || capture->path.empty()) continue;
+    // FlashAttention and module probes run code replay cannot rerun: the report infers their
+    // kernels from traced calls of the same layer, op and shapes, and says so.
+    if (!replayCanRun(c.backend)) continue;
     int code = 0;
     auto said = captureOutput({engine, capturePath(run, *capture), "cuda", "", "kernels", ""}, {}, &code);
     if (!said.ok()) std::cerr << "nanprov: could not replay " << callName(c) << " for its kernels: " << said.status().message() << "\n";

@@ -21,6 +21,7 @@
 #include "probes/roles.h"
 #include "probes/probe_cost.h"
 #include "probes/session.h"
+#include "probes/softmax_attention.h"
 #include "probes/tensor_health.h"
 #include "tracer/kernel_tracer.h"
 
@@ -143,6 +144,12 @@ uintptr_t addressOf(const Tensors& tensors, Role role) {
 // Shared with foreign_calls.cpp (probes/call_recording.h).
 
 bool insideProbedOp() { return t_depth > 0; }
+
+namespace {
+thread_local int t_sdpa_depth = 0;  // inside SDPA's composite (its MATH path runs a softmax)
+}
+
+bool insideAttentionCall() { return t_depth > 0 || t_sdpa_depth > 0; }
 
 // Where a forward call runs: its module, whether autograd's engine is running it (activation
 // checkpointing recomputing the forward inside backward), and whether gradients are on.
@@ -453,6 +460,10 @@ bool mathOnCuda(const Stack& stack) {
 // (after_autograd_keyset) gives the whole op to a tracing mode, which records it without a
 // backward: torch.compile then trains attention with no gradient at all.
 void runCompositeSdpa(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack* stack) {
+  struct InSdpa {
+    InSdpa() { ++t_sdpa_depth; }
+    ~InSdpa() { --t_sdpa_depth; }
+  } in_sdpa;
   handle.redispatchBoxed(ks & kBelowProbe, stack);
 }
 
@@ -580,6 +591,7 @@ Status installAttentionProbes() {
       Session::get().setFlushHook(&flushDeviceWork);
       installGradientSentinel();
       installForeignCallOps();
+      if (want_fused) installSoftmaxAttentionCount();
       auto sdpa = dispatcher.findSchema({"aten::scaled_dot_product_attention", ""});
       if (sdpa && want_sdpa) {
         g_sdpa = new ProbedOp(resolve(*sdpa, &kMathOp));

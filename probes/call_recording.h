@@ -15,6 +15,8 @@ namespace nanprov {
 
 // True while this thread is inside a probed op: attention inside it is part of that call.
 bool insideProbedOp();
+// True while this thread runs a probed op or SDPA's composite: a softmax there is SDPA's own.
+bool insideAttentionCall();
 
 // Where a forward call runs (module, recompute, grad mode), and its name there; a call that
 // begins the next inference forward pass closes the last one.

@@ -80,7 +80,7 @@ void recordCall(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, c
                 const std::optional<at::Tensor>& bias, std::optional<double> scale, bool is_causal,
                 const std::string& layout, const std::optional<at::Tensor>& cu_seqlens_q,
                 const std::optional<at::Tensor>& cu_seqlens_k, const std::string& op, const std::string& backend,
-                const std::string& note) {
+                const std::string& note, const std::optional<at::Tensor>& mask) {
   if (!probing()) {
     abandonCall();
     return;
@@ -98,7 +98,10 @@ void recordCall(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, c
     // captured for replay, not judged as an input: the call itself made it.
     if (bias) args.emplace_back("mask", *bias);
     if (!note.empty()) args.emplace_back("note", c10::IValue(note));
-    finish(std::move(rec), {{Role::kQ, q}, {Role::kK, k}, {Role::kV, v}, {Role::kO, o}}, args);
+    RoleTensors tensors = {{Role::kQ, q}, {Role::kK, k}, {Role::kV, v}};
+    if (mask) tensors.emplace_back(Role::kMask, *mask);
+    tensors.emplace_back(Role::kO, o);
+    finish(std::move(rec), tensors, args);
   });
 }
 
@@ -106,7 +109,8 @@ void recordBackward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
                     const at::Tensor& grad_out, const std::optional<at::Tensor>& dq, const std::optional<at::Tensor>& dk,
                     const std::optional<at::Tensor>& dv, std::optional<double> scale, bool is_causal,
                     const std::string& layout, const std::optional<at::Tensor>& cu_seqlens_q,
-                    const std::optional<at::Tensor>& cu_seqlens_k, const std::string& op, const std::string& backend) {
+                    const std::optional<at::Tensor>& cu_seqlens_k, const std::string& op, const std::string& backend,
+                    const std::optional<at::Tensor>& mask) {
   if (!probing()) {
     abandonCall();
     return;
@@ -121,9 +125,10 @@ void recordBackward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
     auto linked = [&] { return Session::get().identity().backward(reinterpret_cast<uintptr_t>(o.data_ptr())); };
     CallRecord rec = closeCall(desc, linked, outputs, &name);
     inject(rec, outputs);
-    finish(std::move(rec),
-           concat({{Role::kQ, q}, {Role::kK, k}, {Role::kV, v}, {Role::kO, o}, {Role::kdO, grad_out}}, outputs),
-           argsOf(scale, is_causal, layout, cu_seqlens_q, cu_seqlens_k));
+    RoleTensors inputs = {{Role::kQ, q}, {Role::kK, k}, {Role::kV, v}};
+    if (mask) inputs.emplace_back(Role::kMask, *mask);
+    inputs.insert(inputs.end(), {{Role::kO, o}, {Role::kdO, grad_out}});
+    finish(std::move(rec), concat(std::move(inputs), outputs), argsOf(scale, is_causal, layout, cu_seqlens_q, cu_seqlens_k));
   });
 }
 
@@ -132,12 +137,12 @@ void beginCallMeta(const at::Tensor&, const std::optional<at::Tensor>&) {}
 void recordCallMeta(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
                     const std::optional<at::Tensor>&, std::optional<double>, bool, const std::string&,
                     const std::optional<at::Tensor>&, const std::optional<at::Tensor>&, const std::string&,
-                    const std::string&, const std::string&) {}
+                    const std::string&, const std::string&, const std::optional<at::Tensor>&) {}
 void recordBackwardMeta(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
                         const std::optional<at::Tensor>&, const std::optional<at::Tensor>&,
                         const std::optional<at::Tensor>&, std::optional<double>, bool, const std::string&,
                         const std::optional<at::Tensor>&, const std::optional<at::Tensor>&, const std::string&,
-                        const std::string&) {}
+                        const std::string&, const std::optional<at::Tensor>&) {}
 
 }  // namespace
 
@@ -147,10 +152,11 @@ void installForeignCallOps() {
   defs->def("begin_call(Tensor q, Tensor? o) -> ()");
   defs->def("abandon_call() -> ()");
   defs->def("record_call(Tensor q, Tensor k, Tensor v, Tensor o, Tensor? bias, float? scale, bool is_causal, "
-            "str layout, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, str op, str backend, str note) -> ()");
+            "str layout, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, str op, str backend, str note, "
+            "Tensor? mask=None) -> ()");
   defs->def("record_backward(Tensor q, Tensor k, Tensor v, Tensor o, Tensor grad_out, Tensor? dq, Tensor? dk, "
             "Tensor? dv, float? scale, bool is_causal, str layout, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, "
-            "str op, str backend) -> ()");
+            "str op, str backend, Tensor? mask=None) -> ()");
   for (auto key : {c10::DispatchKey::CPU, c10::DispatchKey::CUDA}) {
     auto* impl = new torch::Library(torch::Library::IMPL, "nanprov", key, __FILE__, __LINE__);
     impl->impl("begin_call", &beginCall);
@@ -168,6 +174,13 @@ void installForeignCallOps() {
 }
 
 int64_t foreignCallsRecorded() { return t_recorded; }
+
+bool insideRecordedCall() {
+  for (const OpenCall& open : t_open) {
+    if (open.name) return true;
+  }
+  return false;
+}
 
 void closeStaleForeignCalls() { t_open.clear(); }
 

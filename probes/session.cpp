@@ -161,23 +161,34 @@ void Session::countUnseenBackwards() {
   }
 }
 
+namespace {
+thread_local int64_t t_unprobed_counted = 0;
+}
+
+int64_t Session::unprobedCountedOnThread() { return t_unprobed_counted; }
+
 void Session::countUnprobed(const std::string& what, int64_t n) {
+  ++t_unprobed_counted;
+  int64_t step = identity_.step();
   std::lock_guard<std::mutex> lock(unprobed_mu_);
   unprobed_[what] += n;
+  unprobed_first_step_.emplace(what, step);
   unprobed_dirty_ = true;
 }
 
 // Only what changed, and only once there is something: a process that saw no attention at all
 // (a torchrun launcher) leaves no store behind.
 void Session::writeCounters() {
-  std::map<std::string, int64_t> counts;
+  std::map<std::string, int64_t> counts, first_steps;
   {
     std::lock_guard<std::mutex> lock(unprobed_mu_);
     if (!unprobed_dirty_) return;
     unprobed_dirty_ = false;
     counts = unprobed_;
+    first_steps = unprobed_first_step_;
   }
   for (const auto& [what, n] : counts) setMeta("unprobed:" + what, std::to_string(n));
+  for (const auto& [what, step] : first_steps) setMeta("unprobed_step:" + what, std::to_string(step));
 }
 
 void Session::finalize() {

@@ -59,8 +59,13 @@ class Session {
 
   // Attention that was recognised but could not be checked, counted by what it was (e.g.
   // "aten::_native_multi_head_attention"). Written to the store's meta as "unprobed:<what>" at
-  // step boundaries and exit, so the report never calls a run clean that it did not check.
+  // step boundaries and exit, so the report never calls a run clean that it did not check. The
+  // step it was first seen in goes beside it ("unprobed_step:<what>"): the gradient sentinel may
+  // blame code outside attention only for a step in which no attention ran unchecked.
   void countUnprobed(const std::string& what, int64_t n = 1);
+  // How many times countUnprobed ran on this thread: a caller tells whether a call it wrapped
+  // was counted as unchecked somewhere underneath.
+  static int64_t unprobedCountedOnThread();
 
   // Runs at every step boundary and once at exit (at_exit = true), before the store closes:
   // where the LibTorch side completes asynchronous checks and collects traced kernels.
@@ -95,6 +100,7 @@ class Session {
 
   std::mutex unprobed_mu_;
   std::map<std::string, int64_t> unprobed_;
+  std::map<std::string, int64_t> unprobed_first_step_;
   bool unprobed_dirty_ = false;
 };
 

@@ -109,6 +109,20 @@ void differentiate(Outputs& out, const at::Tensor& o, const std::vector<at::Tens
   out.dv = grads[2];
 }
 
+// softmax(q kᵀ·scale + mask) v in the input dtype, with no guard for a row that sees no key:
+// what nn.MultiheadAttention (need_weights=True) and Hugging Face's eager attention compute. A
+// fully masked row is NaN here, where SDPA's safe softmax and the reference give 0.
+at::Tensor plainSoftmaxAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                 const std::optional<at::Tensor>& mask, const CapturedCall& call) {
+  at::Tensor scores = at::matmul(q * call.softmaxScale(), k.transpose(-2, -1));
+  if (mask) scores = scores + *mask;
+  if (call.causal) {
+    at::Tensor above = at::ones({call.s_q, call.s_kv}, scores.options().dtype(at::kBool)).triu(1);
+    scores = scores.masked_fill(above, -std::numeric_limits<double>::infinity());
+  }
+  return at::matmul(at::softmax(scores, -1), v);
+}
+
 }  // namespace
 
 const at::Tensor& Outputs::of(const std::string& role) const {
@@ -122,7 +136,7 @@ const at::Tensor& Outputs::of(const std::string& role) const {
 }
 
 const std::vector<std::string>& knownBackends() {
-  static const std::vector<std::string> names = {"cudnn", "flash", "efficient", "math", "flash_cpu"};
+  static const std::vector<std::string> names = {"cudnn", "flash", "efficient", "math", "flash_cpu", "plain_softmax"};
   return names;
 }
 
@@ -133,8 +147,10 @@ std::vector<std::string> defaultBackends(const at::Device& device) {
 
 std::string refusal(const std::string& backend, const CapturedCall& call, const at::Device& device) {
   if (backend == "flash_cpu" && device.is_cuda()) return "flash_cpu runs on the CPU; use --device cpu";
-  if (backend != "flash_cpu" && backend != "math" && !device.is_cuda()) return backend + " runs on CUDA only";
-  if (backend == "math") return "";
+  if (backend != "flash_cpu" && backend != "math" && backend != "plain_softmax" && !device.is_cuda()) {
+    return backend + " runs on CUDA only";
+  }
+  if (backend == "math" || backend == "plain_softmax") return "";
   at::Tensor q = call.at("Q").to(device), k = call.at("K").to(device), v = call.at("V").to(device);
   std::optional<at::Tensor> mask = maskOn(call, device);
   WarningCollector warnings;
@@ -185,6 +201,8 @@ StatusOr<Outputs> runBackend(const std::string& backend, const CapturedCall& cal
       auto r = at::_scaled_dot_product_cudnn_attention(q, kk, vv, mask, true, p, call.causal, false, call.scale);
       o = std::get<0>(r);
       lse = std::get<1>(r);
+    } else if (backend == "plain_softmax") {
+      o = plainSoftmaxAttention(q, kk, vv, mask, call);
     } else if (backend == "math") {
       o = std::get<0>(at::_scaled_dot_product_attention_math(q, k, v, mask, p, call.causal, std::nullopt, call.scale,
                                                               groups > 1));

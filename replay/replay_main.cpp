@@ -378,6 +378,9 @@ int replayMain(const std::string& path, std::string device_name, const std::stri
   r.note = call->metaOr("replay.note");
   r.incomplete = call->incomplete;
   r.backend = call->metaOr("backend", "?");
+  // A call that ran a plain softmax (nn.MultiheadAttention's need_weights path, HF eager) is
+  // rerun as it ran, beside the SDPA backends.
+  if (backend_list.empty() && r.backend == "plain_softmax") backends.push_back("plain_softmax");
   r.module = call->metaOr("module");
   r.step = call->metaOr("step", "?");
   r.slice = call->metaOr("slice");

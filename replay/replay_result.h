@@ -50,7 +50,10 @@ inline constexpr double kLseLimit = -88.7;  // log of float32's smallest normal,
 
 struct RootCause {
   std::string cls = "none";  // none, backend-specific, forward-ok-backward-wrong, input-caused,
-                             // precision-limit, not-reproduced, reference-suspect
+                             // precision-limit, not-reproduced, reference-suspect,
+                             // captured-backend-suspect (the run's backend could not be rerun; every
+                             // other one is right), fully-masked-rows (a plain softmax over rows
+                             // with every key masked)
   std::string backend, kernel;
   std::vector<std::string> tensors;
   std::string explanation;

@@ -55,11 +55,22 @@ RootCause findRootCause(const ReplayResult& r) {
     cause.backend = r.backend;
     cause.explanation = "the run's " + joined(captured_bad) + " failed, but every backend computes this call correctly from " +
                         "the captured inputs: ";
+    bool captured_rerun = std::any_of(r.backends.begin(), r.backends.end(),
+                                      [](const BackendRun& b) { return b.original && b.ran; });
     if (!r.injected.empty()) {
       cause.explanation += r.injected + " was corrupted by nanprov run --inject, so the kernel itself is fine";
     } else if (!r.incomplete.empty()) {
       cause.explanation += "the capture does not hold all of the call (" + r.incomplete +
                            "), so replay cannot judge it; rerun with that part of the call captured";
+    } else if (!captured_rerun && !passing.empty()) {
+      // Replay never ran what the run ran (FlashAttention 2/3/4, a module's own code): every
+      // backend that could run gets the call right from the same inputs, so it is the suspect.
+      cause.cls = "captured-backend-suspect";
+      std::vector<std::string> ok_names;
+      for (const BackendRun* b : passing) ok_names.push_back(b->name);
+      cause.explanation = r.backend + " got " + joined(captured_bad) + " wrong in the run, while " + joined(ok_names) +
+                          " and the float64 reference compute the call correctly from the captured inputs; replay "
+                          "cannot rerun " + r.backend + " here, so " + r.backend + " is the suspect";
     } else {
       cause.explanation += "the failure is nondeterministic, or needs context the capture does not hold";
     }
@@ -75,6 +86,17 @@ RootCause findRootCause(const ReplayResult& r) {
     cause.cls = "backend-specific";
     cause.backend = culprit->name;
     cause.tensors = culprit->failing();
+    if (culprit->name == "plain_softmax" && r.conditions.fully_masked_rows > 0) {
+      // pytorch#41508: not a kernel fault but a mask that leaves rows with no key to attend to,
+      // which a plain softmax turns into 0/0.
+      cause.cls = "fully-masked-rows";
+      cause.explanation = std::to_string(r.conditions.fully_masked_rows) +
+                          " query rows have every key masked: a plain softmax (what " + r.op +
+                          " ran) gives NaN there, where SDPA's safe softmax and the float64 reference give 0. The mask "
+                          "is the cause (pytorch#41508): unmask one key per row, or call nn.MultiheadAttention with "
+                          "need_weights=False (SDPA)";
+      return cause;
+    }
     cause.kernel = culprit->original && !r.main_kernel.empty() ? r.main_kernel : culprit->mainKernel();
     std::vector<std::string> ok_names;
     for (const BackendRun* b : passing) ok_names.push_back(b->name);

@@ -31,7 +31,7 @@ edge() { grep -o '"name": "rank[0-9]*:layer[0-9]*:call[0-9]*"' "$1" | head -1 | 
 case "${1:-fa4}" in
 fa4)
   python3 -c "import flash_attn.cute as f; print('flash_attn.cute', f.__file__)" 2>&1 | tail -1
-  fa=(python3 examples/fa4_training.py --steps 4 --seq 256)
+  fa=(python3 examples/flash_attn_training.py --steps 4 --seq 256)
   for layout in "" "--varlen"; do
     tag="fa4${layout:+-varlen}"
     nanprov run --out "$out/$tag" -- "${fa[@]}" $layout --overflow-layer 1 --overflow-step 2 >"$out/$tag.log" 2>&1

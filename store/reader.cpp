@@ -199,6 +199,21 @@ std::map<std::string, int64_t> RunData::unprobed() const {
   return out;
 }
 
+std::map<std::string, int64_t> RunData::unprobedFirstSteps() const {
+  const std::string prefix = "unprobed_step:";
+  std::map<std::string, int64_t> seen;  // the earliest over ranks
+  for (const RankInfo& r : ranks) {
+    for (auto it = r.meta.lower_bound(prefix); it != r.meta.end() && it->first.rfind(prefix, 0) == 0; ++it) {
+      int64_t step = std::strtoll(it->second.c_str(), nullptr, 10);
+      auto [slot, fresh] = seen.emplace(it->first.substr(prefix.size()), step);
+      if (!fresh) slot->second = std::min(slot->second, step);
+    }
+  }
+  std::map<std::string, int64_t> out;
+  for (const auto& [what, n] : unprobed()) out[what] = seen.count(what) ? seen[what] : 0;
+  return out;
+}
+
 std::string RunData::stepUnit() const {
   for (const RankInfo& r : ranks) {
     auto it = r.meta.find("step_unit");

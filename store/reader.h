@@ -48,6 +48,9 @@ struct RunData {
 
   // Attention recognised but not checked, summed over ranks: what → count (meta "unprobed:*").
   std::map<std::string, int64_t> unprobed() const;
+  // The earliest step, over ranks, in which each kind of unchecked attention was first seen
+  // (meta "unprobed_step:*"); a kind a store older than that meta names is taken as step 0.
+  std::map<std::string, int64_t> unprobedFirstSteps() const;
   // "forward_pass" when steps count inference forward passes, else "optimizer_step".
   std::string stepUnit() const;
 

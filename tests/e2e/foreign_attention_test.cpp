@@ -1,7 +1,7 @@
 // End-to-end: attention whose kernels run as no ATen op, in real CPU runs under `nanprov run`.
 // FlashAttention-4 is bracketed by the bootstrap's wrappers of its autograd functions; FA4 runs
 // only on Hopper and Blackwell, so here a stand-in package of its call signature and saved-tensor
-// layout (scripts/fa4_standin) is imported instead, and the GPU tests run the real one. Compiled
+// layout (scripts/flash_attn_standin) is imported instead, and the GPU tests run the real one. Compiled
 // FlexAttention is bracketed inside the graph by the bootstrap's Inductor pass.
 #include <gtest/gtest.h>
 
@@ -12,7 +12,7 @@
 namespace {
 using namespace e2e;
 
-std::string standIn() { return std::string(NANPROV_TEST_SCRIPTS) + "/fa4_standin"; }
+std::string standIn() { return std::string(NANPROV_TEST_SCRIPTS) + "/flash_attn_standin"; }
 
 // A layer whose scores overflow float32 inside FA4 is found at its step and layer, in both of
 // FA4's layouts, and replay blames the values, not a kernel.
@@ -20,7 +20,7 @@ TEST(ForeignAttention, Fa4OverflowIsFoundAtItsStepAndLayerAndReplays) {
   ScopedEnv fa4("PYTHONPATH", standIn());
   for (std::string layout : {"", "--varlen"}) {
     SCOPED_TRACE(layout);
-    TrainedRun r = train("fa4", "", "--dtype float32 --overflow-layer 1 --overflow-step 2 " + layout, "fa4_training.py");
+    TrainedRun r = train("fa4", "", "--dtype float32 --overflow-layer 1 --overflow-step 2 " + layout, "flash_attn_training.py");
     ASSERT_EQ(r.report.code, 1) << r.train.out;
     const json& e = r.doc["first_edge"];
     EXPECT_EQ(e["step"], 2);
@@ -43,7 +43,7 @@ TEST(ForeignAttention, Fa4OverflowIsFoundAtItsStepAndLayerAndReplays) {
 // unpacked the sequences, masked the padding and FA4's causal mask as FA4 applied them.
 TEST(ForeignAttention, Fa4CleanRunIsCleanAndItsPackedBackwardReplays) {
   ScopedEnv fa4("PYTHONPATH", standIn());
-  TrainedRun r = train("fa4-clean", "--capture-every 1", "--dtype float32 --varlen --steps 2", "fa4_training.py");
+  TrainedRun r = train("fa4-clean", "--capture-every 1", "--dtype float32 --varlen --steps 2", "flash_attn_training.py");
   ASSERT_EQ(r.report.code, 0) << r.train.out;
   EXPECT_EQ(r.doc["outcome"], "clean");
   EXPECT_EQ(r.doc["coverage"]["attention_calls"], 12);
@@ -74,7 +74,7 @@ TEST(ForeignAttention, Fa4CleanRunIsCleanAndItsPackedBackwardReplays) {
   EXPECT_GE(judged, 8) << "flash_cpu and math, O and the three gradients at least";
 
   for (std::string layout : {"", " --varlen"}) {
-    std::string args = example("fa4_training.py") + " --dtype float32 --print-losses" + layout;
+    std::string args = example("flash_attn_training.py") + " --dtype float32 --print-losses" + layout;
     Result plain = sh(python() + " " + args + " 2>/dev/null");
     Result probed = sh(nanprov() + " run --out " + runDir("fa4-identical").string() + " -- " + python() + " " + args +
                        " 2>/dev/null");

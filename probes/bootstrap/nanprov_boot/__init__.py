@@ -14,7 +14,7 @@ import sys
 import threading
 import weakref
 
-from . import compiled_flex, eager_flex, fa4, module_probes, op_probes
+from . import compiled_flex, eager_flex, flash_attn_probes, module_probes, op_probes, plain_softmax
 
 
 # int resolve(char* buffer, size_t capacity): writes the current module path, returns its length.
@@ -119,7 +119,11 @@ def _load(torch):
             _watcher.watch("torch._dynamo.output_graph", lambda m: _watch_compiled_graphs(lib, torch, m, modules))
         eager_flex.install(torch, _say)
         _watcher.watch("torch._inductor.config", lambda config: compiled_flex.install(torch, config, _say))
-        fa4.watch(_watcher, torch, _say, lambda what: lib.nanprov_count_unprobed(what.encode(), 1))
+        count_unprobed = lambda what: lib.nanprov_count_unprobed(what.encode(), 1)  # noqa: E731
+        flash_attn_probes.watch(_watcher, torch, _say, count_unprobed)
+        _guarded("nn.MultiheadAttention", lambda: plain_softmax.install_mha(torch, _say, count_unprobed))
+        _watcher.watch("transformers.modeling_utils",
+                       lambda m: _guarded("Hugging Face eager attention", lambda: plain_softmax.install_hf_eager(torch, _say, m)))
         unmatched = module_probes.install(torch, modules, _say)
         ops_unmatched = op_probes.install(torch, lib, _say)
         # Shutdown drops the resolver before the interpreter (and the callback) goes away.
@@ -129,6 +133,13 @@ def _load(torch):
     except Exception as exc:
         _say(f"probes not loaded, training continues uninstrumented: {exc}")
         _report("probe-error", str(exc))
+
+
+def _guarded(what, install):
+    try:
+        install()
+    except Exception as exc:  # never reaches the training
+        _say(f"{what} is not probed ({type(exc).__name__}: {exc}); training continues")
 
 
 def _watch_steps(lib, torch, modules):
@@ -150,6 +161,8 @@ def _watch_steps(lib, torch, modules):
         if sentinel:
             try:
                 grads, params, names = [], [], []
+                if not modules.named_from_stack:
+                    modules.name_from_stack(sys._getframe(1))
                 for group in optimizer.param_groups:
                     for p in group["params"]:
                         if p.grad is not None and not p.grad.is_sparse:
@@ -201,6 +214,7 @@ class _ModulePaths:
         self.parameters = {}  # id(parameter) -> (weakref, name): tensors compare elementwise
         self.compiled = threading.local()         # stack of compiled graphs running
         self.not_modules = set()  # code objects whose `self` is not a module: never read again
+        self.named_from_stack = False
 
     def _wrapper(self, obj):
         # Frames of these run the user's modules but are not modules of the model.
@@ -254,6 +268,23 @@ class _ModulePaths:
                 graph.next += 1
                 path = f"{path}.{inside}" if path and inside else (path or inside)
         return path
+
+    def name_from_stack(self, frame):
+        """Names parameters from the models the training code holds, once, at the first optimizer
+        step: a model whose attention nanprov did not see running (MHA's eager path, hand-written
+        attention) still has its parameters named as the model names them (`layers.1.in_proj_weight`).
+        The largest model first, so a submodule held on its own does not shorten the paths."""
+        self.named_from_stack = True
+        found = {}
+        depth = 0
+        while frame is not None and depth < 32:
+            for scope in (frame.f_locals, frame.f_globals):
+                for value in list(scope.values()):
+                    if isinstance(value, self.module_type):
+                        found[id(value)] = value
+            frame, depth = frame.f_back, depth + 1
+        for root in sorted(found.values(), key=lambda m: -sum(1 for _ in m.parameters())):
+            self._table(root, root)
 
     def parameter_name(self, p):
         known = self.parameters.get(id(p))

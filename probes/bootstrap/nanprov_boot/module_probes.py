@@ -53,10 +53,15 @@ def _pick(spec, role, args, kwargs, signature):
         return None
 
 
-def _watch_backward(ops, op, q, k, v, o):
+def watch_backward(ops, op, q, k, v, o, backend="module", scale=None, mask=None, view=None):
     """Records the call's backward once dO and every expected input gradient arrived, bracketed from
     dO's arrival (begin_call) so the kernels autograd runs in between are attributed to it. The
-    hooks only read: they return None, so autograd's gradients are untouched."""
+    hooks only read: they return None, so autograd's gradients are untouched.
+
+    `view`, when given, maps each watched tensor and its gradient to the call's (B, H, S, D)
+    layout ((tensor, role) -> tensor): the tensors autograd sees may be the call's in another shape
+    (nn.MultiheadAttention projects to (L, B, E))."""
+    shape = view or (lambda t, role: t)
     inputs = [("dQ", q)]
     if k is not q:
         inputs.append(("dK", k))
@@ -64,14 +69,15 @@ def _watch_backward(ops, op, q, k, v, o):
         inputs.append(("dV", v))
     expected = {name for name, t in inputs if t.requires_grad}
     grads = {}
+    fwd = {role: shape(t.detach(), role) for role, t in (("Q", q), ("K", k), ("V", v), ("O", o))}
 
     def arrived(name, grad):
-        grads[name] = grad.detach()
+        grads[name] = shape(grad.detach(), name[1:])
         if name == "dO":
-            ops.begin_call(q.detach(), o.detach())
+            ops.begin_call(fwd["Q"], fwd["O"])
         if "dO" in grads and expected <= grads.keys():
-            ops.record_backward(q.detach(), k.detach(), v.detach(), o.detach(), grads["dO"], grads.get("dQ"),
-                                grads.get("dK"), grads.get("dV"), None, False, "bhsd", None, None, op, "module")
+            ops.record_backward(fwd["Q"], fwd["K"], fwd["V"], fwd["O"], grads["dO"], grads.get("dQ"),
+                                grads.get("dK"), grads.get("dV"), scale, False, "bhsd", None, None, op, backend, mask)
 
     o.register_hook(lambda g: arrived("dO", g))
     for name, t in inputs:
@@ -140,7 +146,7 @@ def install(torch, modules, say):
                 ops.record_call(q.detach(), k.detach(), v.detach(), o.detach(), None, None, False, "bhsd", None, None,
                                 op, "module", "")
                 if torch.is_grad_enabled() and o.requires_grad:
-                    _watch_backward(ops, op, q, k, v, o)
+                    watch_backward(ops, op, q, k, v, o)
             except Exception as e:  # never let the probe reach the training
                 ops.abandon_call()
                 if not getattr(hook, "failed", False):

@@ -1,18 +1,23 @@
-"""Training whose attention is FlashAttention-4 (`flash_attn.cute`), in its (B, S, H, D) layout or,
-with --varlen, on packed sequences of different lengths (cu_seqlens), as FA4 runs them.
+"""Training whose attention is FlashAttention (--flavour fa4: `flash_attn.cute`, the default; fa2:
+`flash_attn`; fa3: `flash_attn_interface`), in its (B, S, H, D) layout or, with --varlen, on packed
+sequences of different lengths (cu_seqlens), as FlashAttention runs them.
 
 With --overflow-layer L --overflow-step N, layer L skips its query/key normalisation at step N:
 its scores then overflow float32 inside FA4's kernel (finite Q and K, non-finite O), and the loss
-goes NaN. nanprov finds that call when the bootstrap has wrapped FA4.
+goes NaN. nanprov finds that call when the bootstrap has wrapped FlashAttention's autograd functions.
 
-FA4 runs on Hopper and Blackwell GPUs. Elsewhere put a stand-in package with FA4's call signature
-on PYTHONPATH (tests/e2e/scripts/fa4_standin does this for nanprov's CPU tests).
+FlashAttention runs on NVIDIA GPUs (FA3 on Hopper, FA4 on Hopper and Blackwell). Elsewhere put
+stand-in packages with their call signatures on PYTHONPATH (tests/e2e/scripts/flash_attn_standin
+does this for nanprov's CPU tests).
 """
 import argparse
+import importlib
 
 import torch
 import torch.nn as nn
-from flash_attn.cute import flash_attn_func, flash_attn_varlen_func
+
+FLAVOURS = {"fa2": "flash_attn", "fa3": "flash_attn_interface", "fa4": "flash_attn.cute"}
+flash_attn_func = flash_attn_varlen_func = None
 
 
 class Block(nn.Module):
@@ -61,6 +66,7 @@ def main():
     p.add_argument("--layers", type=int, default=3)
     p.add_argument("--seq", type=int, default=128)
     p.add_argument("--head-dim", type=int, default=64)
+    p.add_argument("--flavour", choices=sorted(FLAVOURS), default="fa4", help="which FlashAttention (default fa4)")
     p.add_argument("--varlen", action="store_true", help="packed sequences of different lengths (flash_attn_varlen_func)")
     p.add_argument("--overflow-layer", type=int, default=-1)
     p.add_argument("--overflow-step", type=int, default=-1)
@@ -68,6 +74,9 @@ def main():
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--print-losses", action="store_true", help="print each loss as an exact hex float")
     args = p.parse_args()
+    global flash_attn_func, flash_attn_varlen_func
+    package = importlib.import_module(FLAVOURS[args.flavour])
+    flash_attn_func, flash_attn_varlen_func = package.flash_attn_func, package.flash_attn_varlen_func
     torch.manual_seed(0)
     heads, vocab = 4, 256
     dtype = getattr(torch, args.dtype)

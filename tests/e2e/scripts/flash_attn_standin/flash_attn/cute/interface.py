@@ -3,44 +3,13 @@ on Hopper and Blackwell GPUs (the GPU tests run the real one). It keeps what nan
 relies on: two torch.autograd.Functions, FlashAttnFunc and FlashAttnVarlenFunc, with FA4's argument
 order, its (B, S, H, D) and packed (total, H, D) layouts, and the order of its saved tensors
 (q, k, v, qv, out, lse, ...; the varlen one then cu_seqlens_q and cu_seqlens_k at 11 and 12).
-Attention itself is plain PyTorch (bottom-right causal, as FA4), so nothing here is under test.
+Attention itself is plain PyTorch (standin_attention.py), so nothing here is under test.
 """
 import torch
 import torch.nn.functional as F
 
 
-def _attend(q, k, v, scale, causal):
-    """(S, H, D) sequences → (S, H, D) output and (H, S) log-sum-exp, in float32."""
-    qh, kh, vh = (t.transpose(0, 1).float() for t in (q, k, v))
-    if kh.shape[0] != qh.shape[0]:  # GQA
-        kh = kh.repeat_interleave(qh.shape[0] // kh.shape[0], 0)
-        vh = vh.repeat_interleave(qh.shape[0] // vh.shape[0], 0)
-    scores = qh @ kh.transpose(-2, -1) * (scale if scale is not None else q.shape[-1] ** -0.5)
-    if causal:
-        sq, sk = scores.shape[-2:]
-        allow = torch.ones(sq, sk, dtype=torch.bool, device=q.device).tril(sk - sq)
-        scores = scores.masked_fill(~allow, float("-inf"))
-    lse = scores.logsumexp(-1)
-    return (scores.softmax(-1) @ vh).transpose(0, 1).to(q.dtype), lse
-
-
-def _sequences(x, cu):
-    return [x[a:b] for a, b in zip(cu[:-1].tolist(), cu[1:].tolist())] if cu is not None else list(x)
-
-
-def _forward(q, k, v, scale, causal, cu_q=None, cu_k=None):
-    outs, lses = zip(*(_attend(a, b, c, scale, causal) for a, b, c in
-                       zip(_sequences(q, cu_q), _sequences(k, cu_k), _sequences(v, cu_k))))
-    if cu_q is not None:
-        return torch.cat(outs), torch.cat(lses, dim=-1)
-    return torch.stack(outs), torch.stack(lses)
-
-
-def _backward(ctx, dout, q, k, v, cu_q=None, cu_k=None):
-    with torch.enable_grad():
-        leaves = [t.detach().requires_grad_() for t in (q, k, v)]
-        out, _ = _forward(*leaves, ctx.softmax_scale, ctx.causal, cu_q, cu_k)
-        return torch.autograd.grad(out, leaves, dout)
+from standin_attention import attention_backward as _backward, attention_forward as _forward
 
 
 class FlashAttnFunc(torch.autograd.Function):
