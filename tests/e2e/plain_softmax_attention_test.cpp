@@ -1,0 +1,130 @@
+// End-to-end: attention computed with a plain softmax in ops, in real CPU runs under `nanprov run`:
+// nn.MultiheadAttention's default need_weights=True path and Hugging Face's eager attention (backend
+// plain_softmax, which replay reruns), and FlashAttention 2/3 through stand-ins of their signatures.
+// Ground truth comes from plain-PyTorch forward hooks in the training script (mha_padding.py --oracle)
+// or from where the script puts its overflow.
+#include <gtest/gtest.h>
+
+#include <regex>
+
+#include "tests/e2e/e2e_support.h"
+
+namespace {
+using namespace e2e;
+
+// pytorch#41508: a banded mask plus padding leaves query rows with no key; MHA's plain softmax makes
+// them NaN, the loss stays finite and every in_proj gradient goes NaN. Found at that forward, in the
+// module the oracle names, and replay says the fully masked rows did it.
+TEST(PlainSoftmaxAttention, MultiheadAttentionFullyMaskedRowsFoundWhereTheOracleSays) {
+  TrainedRun r = train("mha-masked", "", "--oracle", "mha_padding.py");
+  ASSERT_EQ(r.report.code, 1) << r.train.out;
+  std::smatch oracle;
+  ASSERT_TRUE(std::regex_search(r.train.out, oracle, std::regex("first non-finite forward output: (\\S+) at step (\\d+)")))
+      << r.train.out;
+  const json& e = r.doc["first_edge"];
+  EXPECT_EQ(e["module"], oracle[1].str());
+  EXPECT_EQ(e["step"], std::stoi(oracle[2].str()));
+  EXPECT_EQ(e["phase"], "fwd");
+  EXPECT_EQ(e["layer"], 0);
+  EXPECT_EQ(e["origin"], "attention");
+  EXPECT_EQ(e["op"], "multi_head_attention_forward");
+  EXPECT_EQ(e["backend"], "plain_softmax");
+  EXPECT_EQ(r.doc["outcome"], "edge");
+  const json& s = r.doc["gradient_sentinel"];
+  ASSERT_TRUE(s.is_object()) << r.report.out;
+  std::vector<std::string> params = strings(s["gradients"]);
+  EXPECT_NE(std::find(params.begin(), params.end(), "layers.0.attn.in_proj_weight"), params.end()) << s.dump();
+  for (const std::string& p : params) EXPECT_EQ(p.rfind("param", 0), std::string::npos) << p;
+
+  Result replay = sh(nanprov() + " replay " + r.dir.string() + " --json");
+  json d = json::parse(replay.out, nullptr, false);
+  ASSERT_FALSE(d.is_discarded()) << replay.out;
+  EXPECT_EQ(replay.code, 1);
+  EXPECT_EQ(d["root_cause"]["class"], "fully-masked-rows") << replay.out;
+  EXPECT_GT(d["conditions"]["fully_masked_rows"].get<int64_t>(), 0);
+  for (const json& b : d["backends"]) {
+    if (b["name"] == "plain_softmax") EXPECT_EQ(b["tensors"]["O"]["verdict"], "non-finite") << b.dump();
+    else if (b["status"] == "ran") EXPECT_EQ(b["tensors"]["O"]["verdict"], "ok") << b.dump();
+  }
+}
+
+// The backward, from tensor hooks on the projections and the out-projection's input: checked,
+// linked to its forward, and the training untouched with and without padding.
+TEST(PlainSoftmaxAttention, MultiheadAttentionBackwardIsCheckedAndLossesAreBitIdentical) {
+  TrainedRun r = train("mha-bwd", "--inject 'layer=1,phase=bwd,tensor=dK,step=1'", "--pad-step 99", "mha_padding.py");
+  ASSERT_EQ(r.report.code, 1) << r.train.out;
+  const json& e = r.doc["first_edge"];
+  EXPECT_EQ(e["phase"], "bwd");
+  EXPECT_EQ(e["step"], 1);
+  EXPECT_EQ(e["layer"], 1);
+  EXPECT_EQ(e["module"], "layers.1.attn");
+  EXPECT_EQ(strings(e["nonfinite_outputs"]), std::vector<std::string>{"dK"});
+  EXPECT_EQ(r.doc["coverage"]["attention_calls"], 16) << "2 layers x 4 steps, forward and backward";
+  EXPECT_TRUE(r.doc["coverage"]["unprobed"].empty()) << r.report.out;
+  for (std::string pad : {"--pad-step 99", "--pad-step 2"}) {
+    std::string args = example("mha_padding.py") + " --print-losses " + pad;
+    Result plain = sh(python() + " " + args + " 2>/dev/null");
+    Result probed = sh(nanprov() + " run --out " + runDir("mha-identical").string() + " -- " + python() + " " + args +
+                       " 2>/dev/null");
+    EXPECT_NE(plain.out.find("step 1: loss 0x"), std::string::npos) << plain.out;
+    EXPECT_EQ(plain.out, probed.out);
+  }
+}
+
+// The same overflow inside layer 1 of a Hugging Face Llama gives the same edge in eager and sdpa;
+// eager runs as one probed call each, its clean run is clean with every call counted.
+TEST(PlainSoftmaxAttention, HuggingFaceEagerAndSdpaGiveTheSameEdge) {
+  json edges[2];
+  int i = 0;
+  for (std::string attn : {"eager", "sdpa"}) {
+    SCOPED_TRACE(attn);
+    TrainedRun r = train("hf-" + attn, "", "--attn " + attn + " --overflow-layer 1 --overflow-step 1", "hf_llama.py");
+    ASSERT_EQ(r.report.code, 1) << r.train.out;
+    edges[i++] = r.doc["first_edge"];
+    EXPECT_EQ(r.doc["first_edge"]["origin"], "attention");
+  }
+  for (const char* key : {"step", "layer", "call", "phase", "module"}) EXPECT_EQ(edges[0][key], edges[1][key]) << key;
+  EXPECT_EQ(edges[0]["step"], 1);
+  EXPECT_EQ(edges[0]["layer"], 1);
+  EXPECT_EQ(edges[0]["module"], "model.layers.1.self_attn");
+  EXPECT_EQ(edges[0]["backend"], "plain_softmax");
+  EXPECT_EQ(edges[0]["op"], "eager_attention_forward");
+
+  TrainedRun clean = train("hf-eager-clean", "", "--attn eager", "hf_llama.py");
+  EXPECT_EQ(clean.report.code, 0) << clean.report.out;
+  EXPECT_EQ(clean.doc["outcome"], "clean");
+  EXPECT_EQ(clean.doc["coverage"]["attention_calls"], 12) << "2 layers x 3 steps, forward and backward";
+  EXPECT_TRUE(clean.doc["coverage"]["unprobed"].empty()) << clean.report.out;
+}
+
+// FlashAttention 2 and 3, wrapped like FA4: found at their step and layer in both layouts. A faulty
+// kernel (the stand-in writes NaN into a row) is the suspect when replay cannot rerun it, never
+// "nondeterministic".
+TEST(PlainSoftmaxAttention, FlashAttention2And3AreProbedAndAFaultyOneIsTheSuspect) {
+  ScopedEnv standin("PYTHONPATH", std::string(NANPROV_TEST_SCRIPTS) + "/flash_attn_standin");
+  for (std::string flavour : {"fa2", "fa3"}) {
+    for (std::string layout : {"", " --varlen"}) {
+      SCOPED_TRACE(flavour + layout);
+      TrainedRun r = train(flavour, "", "--flavour " + flavour + " --dtype float32 --overflow-layer 1 --overflow-step 2" + layout,
+                           "flash_attn_training.py");
+      ASSERT_EQ(r.report.code, 1) << r.train.out;
+      const json& e = r.doc["first_edge"];
+      EXPECT_EQ(e["step"], 2);
+      EXPECT_EQ(e["layer"], 1);
+      EXPECT_EQ(e["backend"], flavour);
+      EXPECT_EQ(e["op"], layout.empty() ? "flash_attn_func" : "flash_attn_varlen_func");
+      EXPECT_EQ(r.doc["coverage"]["attention_calls"], 24) << "3 layers x 4 steps, forward and backward";
+    }
+  }
+  ScopedEnv fault("STANDIN_FAULT", "nan-row");
+  TrainedRun r = train("fa2-fault", "", "--flavour fa2 --dtype float32 --steps 2", "flash_attn_training.py");
+  ASSERT_EQ(r.report.code, 1) << r.train.out;
+  EXPECT_EQ(r.doc["first_edge"]["origin"], "attention");
+  Result replay = sh(nanprov() + " replay " + r.dir.string() + " --json");
+  json d = json::parse(replay.out, nullptr, false);
+  ASSERT_FALSE(d.is_discarded()) << replay.out;
+  EXPECT_EQ(d["root_cause"]["class"], "captured-backend-suspect") << replay.out;
+  EXPECT_EQ(d["root_cause"]["backend"], "fa2") << replay.out;
+}
+
+}  // namespace
