@@ -17,6 +17,8 @@ def main():
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--seq", type=int, default=16)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", default="float32")
     p.add_argument("--attn", choices=["sdpa", "eager"], default="sdpa", help="attn_implementation")
     p.add_argument("--overflow-layer", type=int, default=-1)
     p.add_argument("--overflow-step", type=int, default=-1)
@@ -26,7 +28,7 @@ def main():
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=args.layers,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
-    model = LlamaForCausalLM._from_config(config, attn_implementation=args.attn)
+    model = LlamaForCausalLM._from_config(config, attn_implementation=args.attn).to(args.device, getattr(torch, args.dtype))
     current = [0]
     if args.overflow_layer >= 0:
         attn = model.model.layers[args.overflow_layer].self_attn
@@ -39,7 +41,7 @@ def main():
     gen = torch.Generator().manual_seed(0)
     for step in range(args.steps):
         current[0] = step
-        ids = torch.randint(0, config.vocab_size, (2, args.seq), generator=gen)
+        ids = torch.randint(0, config.vocab_size, (2, args.seq), generator=gen).to(args.device)
         loss = model(input_ids=ids, labels=ids).loss
         opt.zero_grad()
         loss.backward()

@@ -70,24 +70,26 @@ def main():
     p.add_argument("--band", type=int, default=2)
     p.add_argument("--pad-step", type=int, default=2, help="the first step whose batch holds short sequences")
     p.add_argument("--oracle", action="store_true")
+    p.add_argument("--device", default="cpu")
     p.add_argument("--print-losses", action="store_true", help="print each loss as an exact hex float")
     args = p.parse_args()
     torch.manual_seed(0)
     channels = 8
-    model = Model(channels, 32, 4, args.layers)
+    model = Model(channels, 32, 4, args.layers).to(args.device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     steps = [0]
     if args.oracle:
         install_oracle(model, steps)
-    positions = torch.arange(args.seq)
+    positions = torch.arange(args.seq, device=args.device)
     band = (positions[None, :] - positions[:, None]).abs() > args.band  # True: masked
     gen = torch.Generator().manual_seed(0)
     for step in range(args.steps):
         steps[0] = step
         full = [args.seq] * 4
-        lengths = torch.tensor(full if step < args.pad_step else [args.seq, args.seq * 3 // 4, args.seq // 2, 5])
+        lengths = torch.tensor(full if step < args.pad_step else [args.seq, args.seq * 3 // 4, args.seq // 2, 5],
+                               device=args.device)
         padding = positions[None, :] >= lengths[:, None]  # True: a padded key
-        x = torch.randn(4, args.seq, channels, generator=gen)
+        x = torch.randn(4, args.seq, channels, generator=gen).to(args.device)
         out = model(x, band, padding)
         valid = ~padding
         loss = (out[valid] - x[valid]).pow(2).mean()

@@ -53,7 +53,8 @@ struct RootCause {
                              // precision-limit, not-reproduced, reference-suspect,
                              // captured-backend-suspect (the run's backend could not be rerun; every
                              // other one is right), fully-masked-rows (a plain softmax over rows
-                             // with every key masked)
+                             // with every key masked), cannot-judge (the capture lacks part of
+                             // the call, e.g. a compiled score_mod)
   std::string backend, kernel;
   std::vector<std::string> tensors;
   std::string explanation;
@@ -105,7 +106,7 @@ std::string auditText(const ReplayResult& r);
 // "a, b, c" (`sep` between parts); shared by the root cause and the rendering.
 std::string joined(const std::vector<std::string>& parts, const char* sep = ", ");
 
-// replay's exit code: 0 when no fault recurred (none, not-reproduced), 1 when one did.
+// replay's exit code: 0 when no fault recurred (none, not-reproduced, cannot-judge), 1 when one did.
 int exitCodeOf(const RootCause& cause);
 
 }  // namespace nanprov::replay

@@ -60,6 +60,9 @@ RootCause findRootCause(const ReplayResult& r) {
     if (!r.injected.empty()) {
       cause.explanation += r.injected + " was corrupted by nanprov run --inject, so the kernel itself is fine";
     } else if (!r.incomplete.empty()) {
+      // Not "not reproduced": replay did not rerun the call the run made (a compiled score_mod, a
+      // softcap), so it can neither confirm nor clear the kernel.
+      cause.cls = "cannot-judge";
       cause.explanation += "the capture does not hold all of the call (" + r.incomplete +
                            "), so replay cannot judge it; rerun with that part of the call captured";
     } else if (!captured_rerun && !passing.empty()) {
@@ -142,7 +145,7 @@ std::string joined(const std::vector<std::string>& parts, const char* sep) {
 }
 
 int exitCodeOf(const RootCause& cause) {
-  return cause.cls == "none" || cause.cls == "not-reproduced" ? 0 : 1;
+  return cause.cls == "none" || cause.cls == "not-reproduced" || cause.cls == "cannot-judge" ? 0 : 1;
 }
 
 }  // namespace nanprov::replay

@@ -7,6 +7,9 @@
 #                                     step, layer and phase with Inductor's kernels named; clean twin
 #                                     clean and bit-identical; an injected backward edge; replays
 #   scripts/device-foreign.sh flex-eager  only the eager FlexAttention training and its replays
+#   scripts/device-foreign.sh plain   plain-softmax attention on CUDA: a Hugging Face Llama with the same
+#                                     overflow in eager and sdpa (same edge expected), bf16; MHA's
+#                                     need_weights path over padded batches (fully masked rows), replayed
 #   scripts/device-foreign.sh bench   the benchmark model's FA4 and FlexAttention variants, plain vs
 #                                     nanprov vs checks only, side by side
 # FA4 is not installed there: its wheels travel in .device/fa4a and .device/fa4b (shared/GPU.md,
@@ -29,6 +32,24 @@ export PYTHONPATH="$fa4:$fa4/nvidia_cutlass_dsl/dsl_packages"
 edge() { grep -o '"name": "rank[0-9]*:layer[0-9]*:call[0-9]*"' "$1" | head -1 | cut -d'"' -f4; }
 
 case "${1:-fa4}" in
+plain)
+  for attn in eager sdpa; do
+    nanprov run --out "$out/hf-$attn" -- python3 examples/hf_llama.py --device cuda --dtype bfloat16 --attn $attn \
+      --overflow-layer 1 --overflow-step 1 >"$out/hf-$attn.log" 2>&1
+    echo "== HF Llama $attn, bf16, overflow in layer 1 at step 1"
+    nanprov report "$out/hf-$attn" | sed -n '1,4p'
+    nanprov kernels "$out/hf-$attn" --call "$(nanprov report "$out/hf-$attn" --json >"$out/hf-$attn.json"; edge "$out/hf-$attn.json")" | head -4
+    nanprov replay "$out/hf-$attn" | sed -n '1,2p;5,11p'
+  done
+  nanprov run --out "$out/hf-eager-clean" -- python3 examples/hf_llama.py --device cuda --dtype bfloat16 --attn eager \
+    >/dev/null 2>&1
+  echo "== HF Llama eager clean: $(nanprov report "$out/hf-eager-clean" | head -1 | cut -c1-90)"
+  nanprov run --out "$out/mha" -- python3 examples/mha_padding.py --device cuda --oracle >"$out/mha.log" 2>&1
+  echo "== nn.MultiheadAttention need_weights=True, padded banded batches, CUDA float32"
+  grep oracle "$out/mha.log"
+  nanprov report "$out/mha" | sed -n '1,5p'
+  nanprov replay "$out/mha" | sed -n '1,2p;5,11p'
+  ;;
 fa4)
   python3 -c "import flash_attn.cute as f; print('flash_attn.cute', f.__file__)" 2>&1 | tail -1
   fa=(python3 examples/flash_attn_training.py --steps 4 --seq 256)

@@ -106,6 +106,7 @@ TEST(ForeignAttention, CompiledFlexAttentionIsCheckedInsideTheGraph) {
   json d = json::parse(replay.out, nullptr, false);
   ASSERT_FALSE(d.is_discarded()) << replay.out;
   EXPECT_NE(d["note"].get<std::string>().find("compiled FlexAttention"), std::string::npos) << d["note"];
+  EXPECT_EQ(d["root_cause"]["class"], "cannot-judge") << replay.out;
   EXPECT_NE(d["root_cause"]["explanation"].get<std::string>().find("cannot judge"), std::string::npos) << replay.out;
 
   std::string args = example("flex_attention.py") + " --compile --print-outputs";

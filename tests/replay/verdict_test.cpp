@@ -116,6 +116,19 @@ TEST(RootCause, ACapturedFailureNoBackendRepeatsIsNotReproducedAndAnInvalidRefer
   EXPECT_EQ(c.cls, "not-reproduced");
   EXPECT_NE(c.explanation.find("--inject"), std::string::npos);
   EXPECT_EQ(exitCodeOf(c), 0);
+  // Replay could not rerun the captured backend (fa4) while every backend it ran is right: the
+  // suspect is fa4, never "nondeterministic"; a capture lacking part of the call cannot be judged.
+  r.injected.clear();
+  r.backend = "fa4";
+  EXPECT_EQ(findRootCause(r).cls, "captured-backend-suspect");
+  EXPECT_EQ(findRootCause(r).backend, "fa4");
+  EXPECT_EQ(exitCodeOf(findRootCause(r)), 1);
+  r.incomplete = "its score_mod and block mask were not materialised";
+  EXPECT_EQ(findRootCause(r).cls, "cannot-judge");
+  EXPECT_EQ(exitCodeOf(findRootCause(r)), 0);
+  r.incomplete.clear();
+  r.backends.push_back(run("fa4", {{"dQ", Verdict::kNonFinite}}, true));
+  EXPECT_EQ(findRootCause(r).cls, "backend-specific") << "rerun where it imports, the captured backend is judged itself";
   r.reference_problem = "Q has 3 non-finite values";
   EXPECT_EQ(findRootCause(r).cls, "input-caused");
 }
