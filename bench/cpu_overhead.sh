@@ -5,6 +5,8 @@
 #   bench/cpu_overhead.sh [rounds] [steps] [demo|handwritten]
 # `handwritten` is the hand-written attention model under --probe-module HandAttention: the cost
 # of the module probes (a forward pre-hook on every module call, a forward hook on the matches).
+# BASELINE=/path/to/other/build/bin/nanprov adds a third column in the same rounds: another build
+# of nanprov (an earlier commit), so a change's cost is measured side by side, not across runs.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$root/scripts/activate"
@@ -17,13 +19,19 @@ esac
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 speed() { grep -o 'steps_per_sec [0-9.]*' | awk '{print $2}'; }
-plain=() probed=()
+plain=() probed=() baseline=()
 for r in $(seq "$rounds"); do
   plain+=("$(python "${args[@]}" | speed)")
   probed+=("$(nanprov run --out "$tmp/r$r" "${opts[@]}" -- python "${args[@]}" 2>/dev/null | speed)")
+  [ -z "${BASELINE:-}" ] || baseline+=("$("$BASELINE" run --out "$tmp/b$r" "${opts[@]}" -- python "${args[@]}" 2>/dev/null | speed)")
 done
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 p="$(median "${plain[@]}")" n="$(median "${probed[@]}")"
 echo "plain   steps/s: ${plain[*]} (median $p)"
 echo "nanprov steps/s: ${probed[*]} (median $n)"
 awk -v p="$p" -v n="$n" 'BEGIN {printf "nanprov step time / plain step time: %.3fx\n", p / n}'
+if [ -n "${BASELINE:-}" ]; then
+  b="$(median "${baseline[@]}")"
+  echo "baseline steps/s: ${baseline[*]} (median $b; $BASELINE)"
+  awk -v p="$p" -v b="$b" -v n="$n" 'BEGIN {printf "baseline step time / plain step time: %.3fx; nanprov / baseline: %.3fx\n", p / b, b / n}'
+fi

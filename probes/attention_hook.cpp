@@ -69,17 +69,6 @@ struct DepthGuard {
   ~DepthGuard() { --t_depth; }
 };
 
-// Whether a tensor holds real data the probes may read. While torch.compile traces (Dynamo,
-// AOTAutograd) attention runs on FakeTensors, functional wrappers and meta tensors: they have no
-// data, and asking Python for a module path from inside the tracer recurses into it. Such calls
-// pass through untouched, as if nanprov were absent.
-bool realTensor(const at::Tensor& t) {
-  if (!t.defined()) return true;
-  c10::DispatchKeySet keys = t.key_set();
-  return !t.is_meta() && t.has_storage() && t.layout() == c10::kStrided &&
-         !keys.has(c10::DispatchKey::Python) && !keys.has(c10::DispatchKey::Functionalize);
-}
-
 bool probeable(const Stack& stack, size_t num_arguments) {
   if (c10::impl::TorchDispatchModeTLS::any_modes_set()) return false;  // e.g. FakeTensorMode
   for (auto it = stack.end() - static_cast<std::ptrdiff_t>(num_arguments); it != stack.end(); ++it) {
@@ -144,6 +133,17 @@ uintptr_t addressOf(const Tensors& tensors, Role role) {
 // Shared with foreign_calls.cpp (probes/call_recording.h).
 
 bool insideProbedOp() { return t_depth > 0; }
+
+// Whether a tensor holds real data the probes may read. While torch.compile traces (Dynamo,
+// AOTAutograd) attention runs on FakeTensors, functional wrappers and meta tensors: they have no
+// data, and asking Python for a module path from inside the tracer recurses into it. Such calls
+// pass through untouched, as if nanprov were absent.
+bool realTensor(const at::Tensor& t) {
+  if (!t.defined()) return true;
+  c10::DispatchKeySet keys = t.key_set();
+  return !t.is_meta() && t.has_storage() && t.layout() == c10::kStrided &&
+         !keys.has(c10::DispatchKey::Python) && !keys.has(c10::DispatchKey::Functionalize);
+}
 
 namespace {
 thread_local int t_sdpa_depth = 0;  // inside SDPA's composite (its MATH path runs a softmax)

@@ -15,6 +15,10 @@ namespace nanprov {
 
 // True while this thread is inside a probed op: attention inside it is part of that call.
 bool insideProbedOp();
+// Whether a tensor holds real data the probes may read (not a FakeTensor, functional wrapper or
+// meta tensor of torch.compile's tracing).
+bool realTensor(const at::Tensor& t);
+
 // True while this thread runs a probed op or SDPA's composite: a softmax there is SDPA's own.
 bool insideAttentionCall();
 

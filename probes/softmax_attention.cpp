@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/impl/TorchDispatchModeTLS.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/library.h>
 
@@ -101,7 +102,7 @@ std::string patternOf(const std::string& path) {
 
 void countIfAttention(const at::Tensor& x, int64_t dim) {
   if (!x.defined() || x.dim() < 3 || (dim != -1 && dim != x.dim() - 1) || !x.requires_grad()) return;
-  if (x.is_meta() || !x.has_storage() || !madeByActivationMatmul(x)) return;
+  if (!realTensor(x) || c10::impl::TorchDispatchModeTLS::any_modes_set() || !madeByActivationMatmul(x)) return;
   std::string path = Session::modulePath();
   std::string what = path.empty() ? "attention-like softmax(q·kᵀ) outside any module: not checked"
                                   : "attention-like softmax(q·kᵀ) in " + patternOf(path) +
