@@ -47,7 +47,7 @@ bool isView(const Node& node) {
 // gradient), seen through views: a weight matmul (a Linear's logits) is not attention.
 bool isActivation(const torch::autograd::Edge& edge) {
   const Node* node = edge.function.get();
-  for (int hops = 0; node && hops < 6 && isView(*node) && node->num_inputs() > 0; ++hops) {
+  for (int hops = 0; node && hops < 6 && isView(*node); ++hops) {
     if (node->next_edges().empty()) return false;
     node = node->next_edges()[0].function.get();
   }
@@ -103,10 +103,10 @@ std::string patternOf(const std::string& path) {
 void countIfAttention(const at::Tensor& x, int64_t dim) {
   if (!x.defined() || x.dim() < 3 || (dim != -1 && dim != x.dim() - 1) || !x.requires_grad()) return;
   if (!realTensor(x) || c10::impl::TorchDispatchModeTLS::any_modes_set() || !madeByActivationMatmul(x)) return;
-  std::string path = Session::modulePath();
-  std::string what = path.empty() ? "attention-like softmax(q·kᵀ) outside any module: not checked"
-                                  : "attention-like softmax(q·kᵀ) in " + patternOf(path) +
-                                        ": not checked; --probe-module '" + patternOf(path) + "' checks it";
+  std::string pattern = patternOf(Session::modulePath());
+  std::string what = pattern.empty() ? "attention-like softmax(q·kᵀ) outside any module: not checked"
+                                     : "attention-like softmax(q·kᵀ) in " + pattern + ": not checked; --probe-module '" +
+                                           pattern + "' checks it";
   Session::get().countUnprobed(what);
 }
 

@@ -16,6 +16,8 @@ cannot be checked whole) are counted as unchecked attention instead.
 """
 import inspect
 
+from .bracket import run_bracketed
+
 
 class Flavour:
     """How one autograd function of one package takes and saves its tensors.
@@ -123,23 +125,17 @@ class _Wrapper:
             plan = (None if scale is None else float(scale), bool(a.get("causal")), layout,
                     a.get("cu_seqlens_q") if layout == "thd" else None, a.get("cu_seqlens_k") if layout == "thd" else None)
             note = _note(torch, f, a)
-            self.ops.begin_call(q.detach(), None)
         except Exception as e:
             self._fail(e)
             return self.forward(ctx, *args, **kwargs)
-        try:
-            result = self.forward(ctx, *args, **kwargs)
-        except BaseException:
-            self.ops.abandon_call()
-            raise
-        try:
+
+        def record(result):
             out = result[0] if isinstance(result, tuple) else result
             self.ops.record_call(q.detach(), k.detach(), v.detach(), out.detach(), None, *plan, f.op, f.backend, note)
             ctx._nanprov_plan = plan[:3]  # scale, causal, layout; cu_seqlens come back from saved_tensors
-        except Exception as e:
-            self.ops.abandon_call()
-            self._fail(e)
-        return result
+
+        return run_bracketed(self.ops, lambda: self.ops.begin_call(q.detach(), None),
+                             lambda: self.forward(ctx, *args, **kwargs), record, self._fail)
 
     def wrapped_backward(self, ctx, dout, *rest):
         plan, f = getattr(ctx, "_nanprov_plan", None), self.flavour
@@ -151,22 +147,16 @@ class _Wrapper:
             if out.shape[-1] > dout.shape[-1]:  # FlashAttention 2 saves head_dim padded to a multiple of 8
                 q, k, v, out = (t[..., : dout.shape[-1]] for t in (q, k, v, out))
             cu = (saved[f.saved_cu[0]], saved[f.saved_cu[1]]) if plan[2] == "thd" else (None, None)
-            self.ops.begin_call(q, out)
         except Exception as e:
             self._fail(e)
             return self.backward(ctx, dout, *rest)
-        try:
-            grads = self.backward(ctx, dout, *rest)
-        except BaseException:
-            self.ops.abandon_call()
-            raise
-        try:
+
+        def record(grads):
             dq, dk, dv = f.grads(grads)
             self.ops.record_backward(q, k, v, out, dout, dq, dk, dv, *plan, *cu, f.op, f.backend)
-        except Exception as e:
-            self.ops.abandon_call()
-            self._fail(e)
-        return grads
+
+        return run_bracketed(self.ops, lambda: self.ops.begin_call(q, out), lambda: self.backward(ctx, dout, *rest),
+                             record, self._fail)
 
 
 def _count_instead(function, what, count_unprobed):

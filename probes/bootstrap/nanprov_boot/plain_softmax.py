@@ -20,6 +20,8 @@ Everything here only reads: each wrapper returns exactly what the wrapped functi
 import inspect
 import threading
 
+from .bracket import run_bracketed
+
 # Arguments of F.multi_head_attention_forward that change K and V after the projection in ways
 # the capture does not carry: such calls are counted as unchecked.
 _MHA_UNMODELLED = ("bias_k", "bias_v", "static_k", "static_v")
@@ -101,6 +103,27 @@ def install_mha(torch, say, count_unprobed):
         if torch.is_grad_enabled() and o.requires_grad:
             module_probes.watch_backward(ops, op, q, k, v, o, "plain_softmax", None, mask, view)
 
+    def call_reading_projections(args, kwargs):
+        here.active, here.projected, here.linear_input = True, None, None
+        if swapped[0] == 0:
+            F.linear = reading_linear
+        swapped[0] += 1
+        try:
+            return original(*args, **kwargs)
+        finally:
+            here.active = False
+            swapped[0] -= 1
+            if swapped[0] == 0:
+                F.linear = linear
+
+    def record_seen(a):
+        try:
+            if here.projected is None or here.linear_input is None:
+                raise RuntimeError("the projections were not seen (a torch whose MHA differs)")
+            record(a)
+        finally:
+            here.projected = here.linear_input = None
+
     def multi_head_attention_forward(*args, **kwargs):
         if torch.compiler.is_compiling() or getattr(here, "active", False):
             return original(*args, **kwargs)
@@ -113,34 +136,11 @@ def install_mha(torch, say, count_unprobed):
             if any(a[name] is not None for name in _MHA_UNMODELLED) or a["add_zero_attn"]:
                 count_unprobed("nn.MultiheadAttention with need_weights=True and bias_k, add_zero_attn or static keys")
                 return original(*args, **kwargs)
-            ops.begin_call(a["query"].detach(), None)
         except Exception as e:
             fail(e)
             return original(*args, **kwargs)
-        here.active, here.projected, here.linear_input = True, None, None
-        if swapped[0] == 0:
-            F.linear = reading_linear
-        swapped[0] += 1
-        try:
-            result = original(*args, **kwargs)
-        except BaseException:
-            ops.abandon_call()
-            raise
-        finally:
-            here.active = False
-            swapped[0] -= 1
-            if swapped[0] == 0:
-                F.linear = linear
-        try:
-            if here.projected is None or here.linear_input is None:
-                raise RuntimeError("the projections were not seen (a torch whose MHA differs)")
-            record(a)
-        except Exception as e:
-            ops.abandon_call()
-            fail(e)
-        finally:
-            here.projected = here.linear_input = None
-        return result
+        return run_bracketed(ops, lambda: ops.begin_call(a["query"].detach(), None),
+                             lambda: call_reading_projections(args, kwargs), lambda result: record_seen(a), fail)
 
     multi_head_attention_forward.__wrapped__ = original
     F.multi_head_attention_forward = multi_head_attention_forward
@@ -157,26 +157,20 @@ def install_hf_eager(torch, say, modeling_utils):
 
     def probe(eager):
         def eager_attention(module, query, key, value, attention_mask, *args, **kwargs):
+            def call():
+                return eager(module, query, key, value, attention_mask, *args, **kwargs)
+
             if torch.compiler.is_compiling():
-                return eager(module, query, key, value, attention_mask, *args, **kwargs)
-            try:
-                scaling = kwargs.get("scaling", args[0] if args else None)
-                ops.begin_call(query.detach(), None)
-            except Exception as e:
-                fail(e)
-                return eager(module, query, key, value, attention_mask, *args, **kwargs)
-            try:
-                result = eager(module, query, key, value, attention_mask, *args, **kwargs)
-            except BaseException:
-                ops.abandon_call()
-                raise
-            try:
+                return call()
+
+            def record(result):
                 out = result[0] if isinstance(result, tuple) else result
                 mask = attention_mask
                 if mask is not None:
                     mask = _additive(torch, mask[..., : key.shape[-2]], query.dtype).detach()
                 used = [name for name in _HF_UNMODELLED if kwargs.get(name) is not None]
                 note = f"the call used {', '.join(used)}, which replay does not model" if used else ""
+                scaling = kwargs.get("scaling", args[0] if args else None)
                 scale = None if scaling is None else float(scaling)
                 op = "eager_attention_forward"
                 ops.record_call(query.detach(), key.detach(), value.detach(), out.detach().transpose(1, 2), None, scale,
@@ -184,10 +178,8 @@ def install_hf_eager(torch, say, modeling_utils):
                 if torch.is_grad_enabled() and out.requires_grad:
                     module_probes.watch_backward(ops, op, query, key, value, out, "plain_softmax", scale, mask,
                                                  lambda t, role: t.transpose(1, 2) if role == "O" else t)
-            except Exception as e:
-                ops.abandon_call()
-                fail(e)
-            return result
+
+            return run_bracketed(ops, lambda: ops.begin_call(query.detach(), None), call, record, fail)
 
         eager_attention.__wrapped__ = eager
         return eager_attention
