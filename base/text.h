@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <string>
+#include <string_view>
 
 namespace nanprov {
 
@@ -16,5 +17,28 @@ inline std::string shortNumber(double v) {
   std::snprintf(buf, sizeof buf, "%.3g", v);
   return buf;
 }
+
+// `text` safe to print on a terminal: every control character is written as an escape ("\n" as
+// \\n, ESC as \\x1b, U+009B as \\u009b), so a module name or capture field holding a newline or
+// a terminal escape cannot forge report lines or rewrite the screen. Everything else is kept.
+inline std::string printable(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    const auto next = i + 1 < text.size() ? static_cast<unsigned char>(text[i + 1]) : 0;
+    char buf[8];
+    if (c == '\n') out += "\\n";
+    else if (c == '\r') out += "\\r";
+    else if (c == '\t') out += "\\t";
+    else if (c < 0x20 || c == 0x7f) std::snprintf(buf, sizeof buf, "\\x%02x", c), out += buf;
+    else if (c == 0xc2 && next >= 0x80 && next <= 0x9f) std::snprintf(buf, sizeof buf, "\\u%04x", next), out += buf, ++i;
+    else out += static_cast<char>(c);
+  }
+  return out;
+}
+
+// "2 s", "0.5 s": a duration for people.
+inline std::string shortSeconds(double seconds) { return shortNumber(seconds) + " s"; }
 
 }  // namespace nanprov

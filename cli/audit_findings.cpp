@@ -10,7 +10,9 @@
 #include "base/text.h"
 #include "cli/edges.h"
 #include "cli/report.h"
+#include "cli/terminal_text.h"
 #include "store/audit_file.h"
+#include "store/small_file.h"
 
 namespace nanprov {
 namespace {
@@ -51,7 +53,7 @@ json findingOf(const CaptureRecord& capture, const std::string& path, const json
 
 AuditSummary readAudit(const RunData& run) {
   AuditSummary a;
-  json settings = json::parse(std::ifstream(std::filesystem::path(run.dir) / "run.json"), nullptr, false);
+  json settings = readJsonFile((std::filesystem::path(run.dir) / "run.json").string());
   if (settings.is_object() && settings.contains("audit") && settings["audit"].is_object()) {
     a.on = settings["audit"].value("on", false);
     a.warn_only = settings["audit"].value("warn_only", false);
@@ -108,8 +110,9 @@ json auditCostJson(const AuditSummary& a) {
 std::string auditText(const AuditSummary& a) {
   if (!a.on) return "";
   std::string out;
-  for (const json& f : a.findings) {
-    out += "  audit finding " + f.value("name", "?") + " (step " + std::to_string(f["step"].get<int64_t>()) + ", " +
+  for (const json& f : forTerminal(json(a.findings))) {
+    std::string step = f["step"].is_number_integer() ? std::to_string(f["step"].get<int64_t>()) : "?";
+    out += "  audit finding " + f.value("name", "?") + " (step " + step + ", " +
            f.value("phase", "") + ", " + f.value("backend", "") + "): " + f.value("verdict", "?") + " against the float64 reference\n";
     for (const auto& [role, c] : f["tensors"].items()) {
       if (c.value("verdict", "ok") == "ok") continue;
@@ -133,7 +136,7 @@ std::string auditText(const AuditSummary& a) {
          std::to_string(a.findings.size()) + (a.findings.size() == 1 ? " finding" : " findings") + " (" +
          shortNumber(a.seconds) + " s judging, " + shortNumber(static_cast<double>(a.bytes) / (1 << 20)) + " MiB captured)" +
          (a.warn_only && !a.findings.empty() ? ", warn only" : "") + "\n";
-  for (const auto& [why, n] : a.not_audited) out += "    " + std::to_string(n) + " not audited: " + why + "\n";
+  for (const auto& [why, n] : a.not_audited) out += "    " + std::to_string(n) + " not audited: " + printable(why) + "\n";
   if (a.unjudged) out += "    " + std::to_string(a.unjudged) + " audit captures not judged yet\n";
   return out;
 }

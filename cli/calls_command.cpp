@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "base/json_text.h"
+#include "base/text.h"
 #include "cli/commands.h"
 #include "cli/report.h"
 #include "store/run_dir.h"
@@ -61,6 +62,7 @@ class StreamedTable {
   // Drops the rows held back (the header, when nothing matched and the command fails instead).
   void discard() { held_.clear(); }
   void add(std::vector<std::string> row) {
+    for (std::string& cell : row) cell = printable(cell);  // a module name may hold a newline
     if (width_.empty() && held_.size() < kWidthRows) return held_.push_back(std::move(row));
     flush();
     print(row);

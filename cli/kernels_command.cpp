@@ -3,9 +3,11 @@
 #include <iostream>
 
 #include "base/json_text.h"
+#include "base/text.h"
 #include "cli/call_kernels.h"
 #include "cli/commands.h"
 #include "cli/edges.h"
+#include "cli/terminal_text.h"
 #include "store/run_dir.h"
 
 namespace nanprov::cli {
@@ -17,15 +19,16 @@ struct Options {
   bool json = false;
 };
 
-void printCall(const CallRecord& c, const KernelsOfCall& found) {
+void printCall(const CallRecord& stored, const KernelsOfCall& found) {
+  const CallRecord c = forTerminal(stored);
   std::printf("%s  step %lld %s  %s (%s) on %s: %s\n", callName(c).c_str(), static_cast<long long>(c.step),
               phaseName(c.phase), c.op.c_str(), c.backend.c_str(), c.device.c_str(),
-              attributionOf(c, found).c_str());
+              printable(attributionOf(stored, found)).c_str());
   const KernelRecord* main = mainKernel(found.kernels);
   for (const KernelRecord* k : found.kernels) {
     if (k->device < 0) continue;  // the CPU "kernel" is the op, already printed
     std::printf("  %s %-60s grid (%d,%d,%d) block (%d,%d,%d) %9.1f us  stream %lld\n", k == main ? "*" : " ",
-                shortKernelName(k->name).c_str(), k->grid[0], k->grid[1], k->grid[2], k->block[0], k->block[1],
+                printable(shortKernelName(k->name)).c_str(), k->grid[0], k->grid[1], k->grid[2], k->block[0], k->block[1],
                 k->block[2], static_cast<double>(k->end_ns - k->start_ns) / 1e3, static_cast<long long>(k->stream));
   }
 }

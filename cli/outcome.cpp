@@ -1,4 +1,5 @@
 #include "cli/outcome.h"
+#include "store/small_file.h"
 
 #include <filesystem>
 #include <fstream>
@@ -13,14 +14,22 @@ std::string whyNothingChecked(const RunData& run, const std::map<std::string, in
   if (!unprobed.empty()) {
     return "every attention call the training made is of a kind nanprov does not check yet (listed below)";
   }
-  nlohmann::json doc = nlohmann::json::parse(std::ifstream(fs::path(run.dir) / "run.json"), nullptr, false);
+  nlohmann::json doc = readJsonFile((fs::path(run.dir) / "run.json").string());
   if (!doc.is_discarded() && doc.is_object()) {
+    // `nanprov run` writes the exit status when the training has ended.
+    if (!doc.contains("exit_code") && !doc.contains("signal")) {
+      return "the run is still going: no attention call has reached the store yet (the first is stored by the "
+             "end of the first step); ask again in a moment";
+    }
+    // The tally outlives the process: whether attention ran before it ended, or not at all.
+    const int64_t begun = run.callsNotStored();
+    const std::string when = begun ? " after " + std::to_string(begun) + " attention calls began, before any reached the store"
+                                   : " before any attention call";
     if (doc.contains("signal") && doc["signal"].is_string()) {
-      return "the training was killed by " + doc["signal"].get<std::string>() + " before any attention call";
+      return "the training was killed by " + doc["signal"].get<std::string>() + when;
     }
     if (doc.contains("exit_code") && doc["exit_code"].is_number_integer() && doc["exit_code"].get<int>() != 0) {
-      return "the training exited with code " + std::to_string(doc["exit_code"].get<int>()) +
-             " before any attention call";
+      return "the training exited with code " + std::to_string(doc["exit_code"].get<int>()) + when;
     }
   }
   ProcessNotes notes = readProcessNotes(run.dir);
@@ -39,7 +48,7 @@ ProcessNotes readProcessNotes(const std::string& run_dir) {
   ProcessNotes notes;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(fs::path(run_dir) / "processes", ec)) {
-    nlohmann::json note = nlohmann::json::parse(std::ifstream(entry.path()), nullptr, false);
+    nlohmann::json note = readJsonFile(entry.path().string());
     if (note.is_discarded() || !note.is_object()) continue;
     ++notes.processes;
     if (note.value("status", "") == "instrumented") {

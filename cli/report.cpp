@@ -44,9 +44,15 @@ int64_t totalSteps(const RunData& run) {
 std::string summaryLine(const RunData& run) {
   std::ostringstream out;
   bool passes = run.stepUnit() == "forward_pass";
-  out << "run " << run.dir << ": " << run.ranks.size() << (run.ranks.size() == 1 ? " rank, " : " ranks, ")
+  out << "run " << printable(run.dir) << ": " << run.ranks.size() << (run.ranks.size() == 1 ? " rank, " : " ranks, ")
       << run.total_calls << " attention calls checked, " << (passes ? totalSteps(run) + 1 : totalSteps(run))
       << (passes ? " forward passes" : " optimizer steps");
+  // The tally outlives the process; the store keeps only what the writer committed.
+  if (int64_t lost = run.callsNotStored()) {
+    out << "\n  the last " << lost << (lost == 1 ? " call was" : " calls were")
+        << " not stored: the process ended before they reached the store (killed, or it exited "
+           "by a path that runs no exit hook)";
+  }
   return out.str();
 }
 
@@ -60,7 +66,7 @@ std::string unprobedLine(const Conclusion& c) {
 nlohmann::json coverageJson(const RunData& run, const Conclusion& c) {
   nlohmann::json unprobed = nlohmann::json::array();
   for (const auto& [what, n] : c.unprobed) unprobed.push_back({{"what", what}, {"count", n}});
-  return {{"attention_calls", run.total_calls}, {"unprobed", unprobed}};
+  return {{"attention_calls", run.total_calls}, {"calls_not_stored", run.callsNotStored()}, {"unprobed", unprobed}};
 }
 
 nlohmann::json sentinelJson(const std::optional<SentinelFinding>& s) {

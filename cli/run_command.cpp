@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/json_text.h"
+#include "base/text.h"
 #include "cli/auditor.h"
 #include "cli/build_info.h"
 #include "cli/call_kernels.h"
@@ -21,6 +22,7 @@
 #include "cli/edges.h"
 #include "cli/python_torch.h"
 #include "cli/report.h"
+#include "cli/terminal_text.h"
 #include "probes/call_selector.h"
 #include "probes/capture_policy.h"
 #include "probes/injection.h"
@@ -50,7 +52,7 @@ struct RunOptions {
   int64_t audit_every = 0;
   int64_t audit_bytes = kDefaultAuditBytes;
   int64_t audit_slice_bytes = kDefaultAuditSliceBytes;
-  bool audit_warn_only = false;
+  bool warn_only = false;
   std::vector<std::string> command;
 };
 
@@ -140,7 +142,7 @@ Status checkProbeOp(const std::string& spec) {
 // rows into the first run's stores.
 Status claimRunDir(const std::string& dir) {
   std::string taken = dir + " already holds a run; pick a new --out (or remove the directory)";
-  if (!rankStorePaths(dir).empty()) return Status::Error(taken);
+  if (holdsRankStores(dir)) return Status::Error(taken);
   int fd = ::open((fs::path(dir) / "run.json").c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) {
     return Status::Error(errno == EEXIST ? taken : "cannot write " + dir + "/run.json: " + std::strerror(errno));
@@ -222,7 +224,8 @@ int run(RunOptions& opts) {
                          {"every_steps", opts.audit_every},
                          {"budget_bytes", opts.audit_bytes},
                          {"slice_bytes", opts.audit_slice_bytes},
-                         {"warn_only", opts.audit_warn_only}}}};
+                         {"warn_only", opts.warn_only}}},
+              {"warn_only", opts.warn_only}};
   writeRunJson(dir, doc);
 
   std::map<std::string, std::string> env = {
@@ -270,10 +273,11 @@ int run(RunOptions& opts) {
   } else {
     Findings findings = analyze(*data);
     if (!opts.no_kernels) traceKernelsOfLateEdges(*data, findings);
-    std::cerr << reportText(*data, findings) << "  details: nanprov report " << dir << "\n";
-    // A training that ended well still fails the run on an audit finding (unless warn-only):
-    // wrong gradients are the failure the audit exists to catch.
-    if (exit->passThroughCode() == 0 && reportExitCode(conclude(*data, findings)) == kAuditFound) return kAuditFound;
+    std::cerr << reportText(forTerminal(*data), findings) << "  details: nanprov report " << printable(dir) << "\n";
+    // A training that ended well still fails the run on what nanprov found (unless warn-only):
+    // real training loops keep going on a NaN loss and exit 0, and a CI job must not stay green.
+    int found = reportExitCode(conclude(*data, findings), opts.warn_only);
+    if (exit->passThroughCode() == 0 && !opts.warn_only && (found == kEdgeFound || found == kAuditFound)) return found;
   }
   return exit->passThroughCode();
 }
@@ -302,8 +306,10 @@ void addRunCommand(CLI::App& app, int* exit_code, std::vector<std::string> wrapp
       "  nanprov run --audit -- python train.py          also catch finite but wrong outputs\n\n"
       "Writes a run directory (default ./nanprov-runs/<UTC time>) with run.json and one\n"
       "rank-<r>.sqlite per rank, prints the first-failure summary when the command ends,\n"
-      "and exits with the command's exit code (128+N when a signal N killed it; 5 when it\n"
-      "exited 0 but --audit found wrong outputs, unless --audit-warn-only).\n"
+      "and exits with the command's exit code (128+N when a signal N killed it). When the\n"
+      "command exits 0 but nanprov found a fault, the exit code says so, so a CI job that wraps\n"
+      "training fails: 1 a non-finite edge or non-finite gradients, 5 --audit found finite but\n"
+      "wrong outputs. --warn-only keeps the command's own code.\n"
       "The first source edge of each rank is captured into <run>/captures/ for nanprov replay.");
   cmd->add_option("--out", opts->out, "Run directory to write (default: ./nanprov-runs/<UTC timestamp>)");
   cmd->add_option("--inject", opts->inject,
@@ -363,9 +369,8 @@ void addRunCommand(CLI::App& app, int* exit_code, std::vector<std::string> wrapp
                 "A call whose tensors are bigger is audited on a slice: the first and last batch x the first "
                 "and last KV head group, every row (default 16M)")
       ->needs(audit);
-  cmd->add_flag("--audit-warn-only", opts->audit_warn_only,
-                "Audit findings are printed and reported, but do not change the exit code")
-      ->needs(audit);
+  cmd->add_flag("--warn-only,--audit-warn-only", opts->warn_only,
+                "Print and record what nanprov finds, but exit with the training's own code");
   // Without "--", everything from the first positional on is the user's command.
   cmd->prefix_command();
   cmd->callback([opts, exit_code, cmd, wrapped] {

@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "cli/outcome.h"
 #include "store/run_dir.h"
+#include "store/small_file.h"
 
 namespace nanprov::cli {
 namespace {
@@ -18,14 +19,15 @@ using nlohmann::json;
 // One run's line: read from run.json and its stores; a damaged run says so instead of failing.
 json describeRun(const fs::path& dir) {
   json row = {{"run", dir.string()}, {"command", ""}, {"exit_code", nullptr}};
-  json doc = json::parse(std::ifstream(dir / "run.json"), nullptr, false);
+  json doc = readJsonFile((dir / "run.json").string());
   if (doc.is_object() && doc["command"].is_array()) {
     std::string command;
     for (const json& word : doc["command"]) command += (command.empty() ? "" : " ") + (word.is_string() ? word.get<std::string>() : "?");
     row["command"] = command;
     if (doc.contains("exit_code")) row["exit_code"] = doc["exit_code"];
   }
-  row["ranks"] = rankStorePaths(dir.string()).size();
+  auto stores = rankStorePaths(dir.string());
+  row["ranks"] = stores.ok() ? stores->size() : 0;
   auto run = loadRun(dir.string(), RunScope::kEdges);
   if (!run.ok()) {
     row["calls"] = nullptr;

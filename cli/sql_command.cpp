@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/json_text.h"
+#include "base/text.h"
 #include "cli/commands.h"
 #include "store/reader.h"
 #include "store/run_dir.h"
@@ -14,6 +15,8 @@ void addSqlCommand(CLI::App& app, int* exit_code) {
   struct Options {
     std::string first, second;
     bool json = false;
+    double timeout = 60;
+    int64_t max_memory = int64_t{2} << 30;
   };
   auto opts = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("sql", "Read-only SQL over a run (tables: calls, tensors, kernels, captures, steps, sentinel, meta)");
@@ -26,12 +29,22 @@ void addSqlCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("RUN_OR_QUERY", opts->first, "The run directory, or the query when the run is the newest")->required();
   CLI::Option* second = cmd->add_option("QUERY", opts->second, "One SELECT over the run given first");
   cmd->add_flag("--json", opts->json, "Print rows as JSON objects");
+  cmd->add_option("--timeout", opts->timeout, "Interrupt the query after this many seconds (default 60; 0: never)")
+      ->check(CLI::Range(0.0, 1e6));
+  cmd->add_option("--max-memory", opts->max_memory,
+                  "Memory the query may use for SQLite's work and the rows it prints (default 2G; suffixes K M G)")
+      ->transform(CLI::AsSizeValue(false))
+      ->check(CLI::Range(int64_t{1} << 20, int64_t{1} << 40));
   cmd->callback([opts, exit_code, second] {
     bool run_given = second->count() > 0;  // `sql RUN ''` is an empty query, not a missing one
     std::string query = run_given ? opts->second : opts->first;
+    if (query.find_first_not_of(" \t\r\n") == std::string::npos) {
+      std::cerr << "nanprov sql: empty query: give one SELECT statement (see nanprov sql --help)\n";
+      return void(*exit_code = kUsageError);
+    }
     auto dir = resolveRunDir(run_given ? opts->first : "");
     if (!dir.ok()) return void(*exit_code = fail("sql", dir.status()));
-    auto result = queryRun(*dir, query);
+    auto result = queryRun(*dir, query, {.timeout_seconds = opts->timeout, .max_memory_bytes = opts->max_memory});
     if (!result.ok()) return void(*exit_code = fail("sql", result.status()));
     if (opts->json) {
       nlohmann::json rows = nlohmann::json::array();
@@ -46,6 +59,12 @@ void addSqlCommand(CLI::App& app, int* exit_code) {
       }
       std::cout << jsonText(rows, 2) << "\n";
     } else {
+      for (std::string& name : result->columns) name = printable(name);
+      for (auto& row : result->rows) {
+        for (auto& cell : row) {
+          if (cell) cell = printable(*cell);
+        }
+      }
       std::vector<size_t> width(result->columns.size());
       for (size_t c = 0; c < width.size(); ++c) width[c] = result->columns[c].size();
       for (const auto& row : result->rows) {

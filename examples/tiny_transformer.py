@@ -136,6 +136,27 @@ def padding_mask(args, hide_rows):
     return keep
 
 
+def die(how, forward):
+    """Ends the process the way crash handlers, DataLoader workers and launchers do: no Python
+    cleanup runs (SIGTERM's default action is the same as a kill)."""
+    if how == "sigkill-mid-step":
+        with torch.no_grad():
+            forward()
+        os.kill(os.getpid(), signal.SIGKILL)
+    if how == "sigkill":
+        time.sleep(0.5)  # let the step's flush land, as a real job's later crash would
+        os.kill(os.getpid(), signal.SIGKILL)
+    elif how == "os_exit":
+        os._exit(7)
+    elif how == "c_exit":
+        import ctypes
+
+        ctypes.CDLL(None).exit(7)
+    else:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--steps", type=int, default=8)
@@ -166,7 +187,11 @@ def main():
     p.add_argument("--print-losses", action="store_true", help="print each loss as an exact hex float")
     p.add_argument("--speed", action="store_true", help="print steady-state steps/s (steps after the first)")
     p.add_argument("--profile", action="store_true", help="train inside torch.profiler (CPU and CUDA activities)")
-    p.add_argument("--die-after-step", type=int, default=-1, help="SIGKILL itself after this step (tests)")
+    p.add_argument("--die-after-step", type=int, default=-1, help="end the process abruptly after this step (tests)")
+    p.add_argument("--die-how", default="sigkill", choices=["sigkill", "sigkill-mid-step", "os_exit", "c_exit", "sigterm"],
+                   help="how --die-after-step ends it: SIGKILL half a second later; SIGKILL at once after one "
+                        "more forward pass (its calls still queued); or at once os._exit(7), C's exit(7) (no "
+                        "Python atexit) or SIGTERM, as launchers and crash handlers do")
     p.add_argument("--compile", nargs="?", const="default", default=None,
                    help="torch.compile the model (optionally with this mode, e.g. max-autotune-no-cudagraphs)")
     p.add_argument("--fullgraph", action="store_true", help="torch.compile with fullgraph=True")
@@ -249,8 +274,7 @@ def main():
             elif rank == 0 and not args.speed:
                 print(f"step {step}: loss {loss.item():.4g}", flush=True)
             if step == args.die_after_step:
-                time.sleep(0.5)  # let the step's flush land, as a real job's later crash would
-                os.kill(os.getpid(), signal.SIGKILL)
+                die(args.die_how, lambda: model(x, mask))
     if args.profile:
         print(f"profiler events: {len(prof.events())}", flush=True)
     if args.speed and started is not None:

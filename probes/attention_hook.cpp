@@ -179,6 +179,7 @@ std::string reasonOf(const std::exception& e) {
 }
 
 CallRecord recordFor(const CallName& name, const AttentionOp& desc, Phase phase) {
+  Session::get().callBegun();
   CallRecord rec;
   rec.seq = name.seq;
   rec.step = name.step;

@@ -2,10 +2,17 @@
 // argument, forwards to the Session, and never lets an exception or a failure reach the
 // training process.
 #include <execinfo.h>
+#include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <chrono>
 #include <cstdio>
+#include <future>
+#include <memory>
+#include <thread>
 #include <cstdlib>
 #include <string>
 #include <utility>
@@ -28,6 +35,62 @@ void printBacktrace(int sig) {
   signal(sig, SIG_DFL);
   raise(sig);
 }
+
+// Ends the process without Python: C's exit() from native code or ctypes. Python's atexit has
+// not run, so the store is closed here; after a normal interpreter exit this is a no-op.
+void closeStoreAtCExit() { nanprov::Session::get().finalize(/*collect=*/false); }
+
+// SIGTERM (a launcher stopping its workers) kills by default and runs no exit hook. When the
+// training left it at the default, nanprov catches it only to close the store first: the signal
+// handler writes one byte to a pipe, a waiting thread closes the store (at most two seconds), and
+// then the process dies of SIGTERM as it would have, with the same exit status.
+int g_term_pipe[2] = {-1, -1};
+pid_t g_term_owner = 0;
+
+void onSigterm(int sig) {
+  if (getpid() != g_term_owner) {  // a forked child: behave as if nanprov were not there
+    signal(sig, SIG_DFL);
+    raise(sig);
+    return;
+  }
+  char byte = 1;
+  if (write(g_term_pipe[1], &byte, 1) < 0) {
+    signal(sig, SIG_DFL);
+    raise(sig);
+  }
+}
+
+void closeStoreThenDie() {
+  char byte;
+  while (read(g_term_pipe[0], &byte, 1) < 0 && errno == EINTR) {
+  }
+  auto closed = std::make_shared<std::promise<void>>();
+  std::future<void> done = closed->get_future();
+  std::thread([closed] {
+    nanprov::Session::get().finalize(/*collect=*/false);
+    closed->set_value();
+  }).detach();
+  done.wait_for(std::chrono::seconds(2));
+  signal(SIGTERM, SIG_DFL);
+  kill(getpid(), SIGTERM);
+}
+
+void resetSigtermInChild() { signal(SIGTERM, SIG_DFL); }
+
+void installExitHooks() {
+  std::atexit(&closeStoreAtCExit);
+  struct sigaction current {};
+  if (sigaction(SIGTERM, nullptr, &current) != 0 || current.sa_handler != SIG_DFL) return;
+  if (pipe2(g_term_pipe, O_CLOEXEC) != 0) return;
+  g_term_owner = getpid();
+  std::thread(&closeStoreThenDie).detach();
+  pthread_atfork(nullptr, nullptr, &resetSigtermInChild);
+  struct sigaction handler {};
+  handler.sa_handler = &onSigterm;
+  sigemptyset(&handler.sa_mask);
+  handler.sa_flags = SA_RESTART;
+  sigaction(SIGTERM, &handler, nullptr);
+}
 }
 
 extern "C" {
@@ -45,6 +108,7 @@ __attribute__((visibility("default"))) int nanprov_start() {
     nanprov::Session::get().finalize();
     return 1;
   }
+  installExitHooks();
   return 0;
 }
 

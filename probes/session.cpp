@@ -10,6 +10,7 @@
 #include <set>
 
 #include "probes/call_health.h"
+#include "store/call_tally.h"
 #include "store/run_dir.h"
 #include "store/writer.h"
 
@@ -110,6 +111,21 @@ StoreWriter* Session::writer() {
   return writer_.get();
 }
 
+void Session::callBegun() {
+  if (!active()) return;
+  CallTally* tally = tally_.load(std::memory_order_acquire);
+  if (!tally && !tally_failed_.load(std::memory_order_relaxed)) {
+    std::lock_guard<std::mutex> lock(writer_mu_);
+    tally = tally_.load(std::memory_order_acquire);
+    if (!tally) {
+      auto opened = CallTally::open((std::filesystem::path(run_dir_) / callTallyName(env_.rank)).string());
+      if (opened.ok()) tally_.store(tally = opened->release(), std::memory_order_release);
+      else if (!tally_failed_.exchange(true)) logOnce("tally", "calls not tallied: " + opened.status().message());
+    }
+  }
+  if (tally) tally->add();
+}
+
 void Session::record(CallRecord record) {
   if (!active()) return;
   record.rank = env_.rank;
@@ -191,15 +207,15 @@ void Session::writeCounters() {
   for (const auto& [what, step] : first_steps) setMeta("unprobed_step:" + what, std::to_string(step));
 }
 
-void Session::finalize() {
+void Session::finalize(bool collect) {
   // The hook still records (the session is active): pending checks and kernels reach the store.
   // A forked child skips it: it owns neither the GPU work nor the writer.
-  if (active() && getpid() == owner_pid_) {
+  if (collect && active() && getpid() == owner_pid_) {
     if (FlushHook hook = flush_hook_.exchange(nullptr)) hook(true);
     identity_.runEnded();
     countUnseenBackwards();
-    writeCounters();
   }
+  if (active() && getpid() == owner_pid_) writeCounters();
   State expected = State::kActive;
   if (!state_.compare_exchange_strong(expected, State::kFinalized)) return;
   std::unique_ptr<StoreWriter> writer;

@@ -19,6 +19,7 @@
 
 namespace nanprov {
 
+class CallTally;
 class StoreWriter;
 
 struct RankEnv {
@@ -36,7 +37,11 @@ class Session {
   // Reads NANPROV_RUN_DIR, NANPROV_INJECT, NANPROV_CAPTURE*, RANK, LOCAL_RANK and WORLD_SIZE.
   Status start();
   bool active() const { return state_.load(std::memory_order_acquire) == State::kActive; }
-  void finalize();
+  // Completes pending device work (when `collect`), writes what is queued and closes the store.
+  // Without `collect` only the store is closed: the path for a process that is ending without
+  // Python (C's exit(), SIGTERM), where LibTorch and CUDA may already be torn down; calls whose
+  // checks were still in flight are then counted by the tally as not stored.
+  void finalize(bool collect = true);
 
   CallIdentity& identity() { return identity_; }
   const std::vector<InjectionSpec>& injections() const { return injections_; }
@@ -50,6 +55,9 @@ class Session {
   void recordKernels(std::vector<KernelRecord> kernels);
   void recordCapture(CaptureRecord capture);
   void recordSentinel(std::vector<SentinelRecord> findings);
+  // A probed call began: counted in rank-<r>.tally, which outlives any death of the process, so
+  // the report can say how many calls never reached the store.
+  void callBegun();
   void setMeta(const std::string& key, const std::string& value);
   // An optimizer step completed; `optimizer_steps` is the count so far.
   void stepEnded(int64_t optimizer_steps);
@@ -97,6 +105,8 @@ class Session {
   std::mutex writer_mu_;
   std::unique_ptr<StoreWriter> writer_;
   bool writer_failed_ = false;
+  std::atomic<CallTally*> tally_{nullptr};  // created by the first call; never freed (calls may race exit)
+  std::atomic<bool> tally_failed_{false};
 
   std::mutex unprobed_mu_;
   std::map<std::string, int64_t> unprobed_;

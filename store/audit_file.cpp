@@ -5,6 +5,7 @@
 
 #include "store/capture_file.h"
 #include "store/file_replace.h"
+#include "store/small_file.h"
 
 namespace nanprov {
 
@@ -17,11 +18,10 @@ Status writeAuditFile(const std::string& capture_path, const nlohmann::json& doc
 
 StatusOr<std::optional<nlohmann::json>> readAuditFile(const std::string& capture_path) {
   const std::string path = auditFilePath(capture_path);
-  std::ifstream in(path);
-  if (!in) return std::optional<nlohmann::json>();
-  std::stringstream text;
-  text << in.rdbuf();
-  nlohmann::json doc = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  auto text = readSmallFile(path);
+  if (!text.ok()) return text.status();
+  if (!*text) return std::optional<nlohmann::json>();
+  nlohmann::json doc = nlohmann::json::parse(**text, nullptr, /*allow_exceptions=*/false);
   if (!doc.is_object() || doc.value("format", "") != kAuditFormat) {
     return Status::Error(path + " is not an audit result; delete it and audit the capture again (nanprov replay " +
                          capture_path + " --audit)");

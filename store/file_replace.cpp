@@ -1,5 +1,8 @@
 #include "store/file_replace.h"
 
+#include <unistd.h>
+
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 
@@ -7,16 +10,27 @@ namespace nanprov {
 
 Status replaceFile(const std::string& path, const std::string& what, const std::function<void(std::ostream&)>& write,
                    const std::string& suffix) {
-  const std::string aside = path + suffix;
+  // Named for this process and call: two writers of one file (two `replay --audit` of a capture)
+  // each rename a whole file of their own, and the last one wins.
+  static std::atomic<int64_t> writes{0};
+  const std::string aside = path + suffix + "." + std::to_string(getpid()) + "." + std::to_string(writes++);
   {
     std::ofstream out(aside, std::ios::binary | std::ios::trunc);
     if (!out) return Status::Error("cannot write " + what + " " + aside);
     write(out);
-    if (!out.flush()) return Status::Error("cannot write " + what + " " + aside + " (disk full?)");
+    if (!out.flush()) {
+      out.close();
+      std::error_code ignored;
+      std::filesystem::remove(aside, ignored);
+      return Status::Error("cannot write " + what + " " + aside + " (disk full?)");
+    }
   }
   std::error_code ec;
   std::filesystem::rename(aside, path, ec);
-  if (ec) return Status::Error("cannot move " + what + " into place at " + path + ": " + ec.message());
+  if (ec) {
+    std::filesystem::remove(aside, ec);
+    return Status::Error("cannot move " + what + " into place at " + path + ": " + ec.message());
+  }
   return Status::Ok();
 }
 

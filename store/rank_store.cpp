@@ -1,5 +1,8 @@
 #include "store/rank_store.h"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <filesystem>
 
 #include "base/numbers.h"
@@ -7,6 +10,9 @@
 #include "store/schema.h"
 
 namespace nanprov {
+namespace {
+constexpr const char* kTableList = "('meta','signatures','notes','calls','tensors','kernels','captures','sentinel','steps')";
+}  // namespace
 
 std::string columnText(sqlite3_stmt* s, int i) {
   const unsigned char* t = sqlite3_column_text(s, i);
@@ -20,9 +26,20 @@ Status notAStore(const std::string& path, const std::string& why) {
 
 StatusOr<sqlite::Db> openRankStore(const std::string& path, RankInfo* info) {
   std::error_code ec;
+  if (access(path.c_str(), R_OK) != 0 && errno == EACCES) return Status::Error(path + ": permission denied; make it readable or read the run as its owner");
   if (std::filesystem::file_size(path, ec) == 0 && !ec) return notAStore(path, "empty file");
   auto db = sqlite::open(path, sqlite::Mode::kReadOnly);
   if (!db.ok()) return notAStore(path, db.status().message());
+  // Views, virtual tables and generated columns run a query of the file's choosing on every
+  // read (an endless recursive view hangs every reader): nanprov's tables are plain tables.
+  auto shape = sqlite::prepare(db->get(),
+      "SELECT name, type FROM sqlite_master WHERE name IN " + std::string(kTableList) +
+      " AND (type != 'table' OR sql LIKE 'CREATE VIRTUAL%' OR EXISTS (SELECT 1 FROM pragma_table_xinfo(name) WHERE hidden > 1))");
+  if (!shape.ok()) return notAStore(path, shape.status().message());
+  if (sqlite3_step(shape->get()) == SQLITE_ROW) {
+    return notAStore(path, "its " + columnText(shape->get(), 0) + " is a " + columnText(shape->get(), 1) +
+                               " whose rows are computed, not a plain table");
+  }
   auto meta = sqlite::prepare(db->get(), "SELECT key, value FROM meta");
   if (!meta.ok()) return notAStore(path, meta.status().message());
   int rc;
@@ -43,6 +60,13 @@ StatusOr<sqlite::Db> openRankStore(const std::string& path, RankInfo* info) {
     if (!rank) return notAStore(path, "meta.rank is not a rank number");
     info->rank = static_cast<int>(*rank);
   }
+  // A store copied or renamed to another rank's name would be read as that rank.
+  auto named = rankOfStoreName(std::filesystem::path(path).filename().string());
+  if (named && *named != info->rank) {
+    return Status::Error(path + ": its meta.rank is " + std::to_string(info->rank) + ", but the file is named for rank " +
+                         std::to_string(*named) + "; a store was renamed or copied: give it back its name " +
+                         rankStoreName(info->rank) + " or remove it");
+  }
   return db;
 }
 
@@ -52,7 +76,9 @@ bool isRunDir(const std::string& dir) {
 }
 
 StatusOr<std::vector<std::string>> storesOf(const std::string& dir) {
-  std::vector<std::string> paths = rankStorePaths(dir);
+  auto found = rankStorePaths(dir);
+  if (!found.ok()) return found.status();
+  std::vector<std::string> paths = std::move(*found);
   if (paths.empty()) {
     return Status::Error(dir + " holds no rank store (rank-<r>.sqlite): the run recorded no attention "
                          "call, or it is not a nanprov run directory");

@@ -10,6 +10,7 @@
 
 #include "base/numbers.h"
 #include "store/call_cursor.h"
+#include "store/call_tally.h"
 #include "store/run_dir.h"
 #include "store/rank_store.h"
 
@@ -214,6 +215,17 @@ std::map<std::string, int64_t> RunData::unprobedFirstSteps() const {
   return out;
 }
 
+// Tallies looked for when a run has no store at all (beyond, a job that large stored something).
+constexpr int kMaxRanksWithoutStore = 64;
+
+int64_t RunData::callsNotStored() const {
+  int64_t lost = calls_begun_without_store;
+  for (const RankInfo& r : ranks) {
+    if (r.calls_begun && *r.calls_begun > r.calls_stored) lost += *r.calls_begun - r.calls_stored;
+  }
+  return lost;
+}
+
 std::string RunData::stepUnit() const {
   for (const RankInfo& r : ranks) {
     auto it = r.meta.find("step_unit");
@@ -248,8 +260,18 @@ StatusOr<RunData> loadRun(const std::string& dir, RunScope scope) {
   RunData run;
   run.dir = dir;
   run.scope = scope;
-  std::vector<std::string> paths = rankStorePaths(dir);
-  if (paths.empty() && isRunDir(dir)) return run;
+  auto found = rankStorePaths(dir);
+  if (!found.ok()) return found.status();
+  const std::vector<std::string>& paths = *found;
+  if (paths.empty() && isRunDir(dir)) {
+    // A rank that died before its first batch left a tally and no store.
+    for (int rank = 0; rank < kMaxRanksWithoutStore; ++rank) {
+      if (auto begun = readCallTally((std::filesystem::path(dir) / callTallyName(rank)).string())) {
+        run.calls_begun_without_store += *begun;
+      }
+    }
+    return run;
+  }
   if (paths.empty()) return storesOf(dir).status();
   for (const std::string& path : paths) {
     RankInfo info;
@@ -280,6 +302,8 @@ StatusOr<RunData> loadRun(const std::string& dir, RunScope scope) {
     NANPROV_RETURN_IF_ERROR(loadCaptures(db->get(), path, info.rank, &run.captures));
     NANPROV_RETURN_IF_ERROR(loadSentinel(db->get(), path, info.rank, &run.sentinel));
     info.steps = countSteps(db->get());
+    info.calls_stored = callsWritten(info);
+    info.calls_begun = readCallTally(path.substr(0, path.size() - std::string(".sqlite").size()) + ".tally");
     run.ranks.push_back(std::move(info));
   }
   for (const CallRecord& c : run.calls) {
@@ -304,7 +328,9 @@ struct RankStream {
 }  // namespace
 
 Status forEachCall(const std::string& dir, const CallQuery& query, const std::function<bool(const CallRecord&)>& visit) {
-  std::vector<std::string> paths = rankStorePaths(dir);
+  auto found = rankStorePaths(dir);
+  if (!found.ok()) return found.status();
+  const std::vector<std::string>& paths = *found;
   if (paths.empty() && isRunDir(dir)) return Status::Ok();
   if (paths.empty()) return storesOf(dir).status();
   CallFilter filter = CallFilter::matching(query);

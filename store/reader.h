@@ -19,6 +19,8 @@ struct RankInfo {
   std::string path;
   std::map<std::string, std::string> meta;
   int64_t steps = 0;  // step boundaries recorded
+  int64_t calls_stored = 0;             // call rows committed to the store
+  std::optional<int64_t> calls_begun;   // from rank-<r>.tally; none in runs older than it
 };
 
 // How much of a run to read. kEdges is what the report needs, at any run size: per rank the first
@@ -45,12 +47,16 @@ struct RunData {
   std::vector<KernelRecord> kernels;  // ordered by rank, then seq, then start; a CPU call's is its op
   std::vector<CaptureRecord> captures;  // per rank in the order decided
   std::vector<SentinelRecord> sentinel;  // per rank: the first step whose gradients went non-finite
+  int64_t calls_begun_without_store = 0;  // tallied by ranks that died before creating their store
 
   // Attention recognised but not checked, summed over ranks: what → count (meta "unprobed:*").
   std::map<std::string, int64_t> unprobed() const;
   // The earliest step, over ranks, in which each kind of unchecked attention was first seen
   // (meta "unprobed_step:*"); a kind a store older than that meta names is taken as step 0.
   std::map<std::string, int64_t> unprobedFirstSteps() const;
+  // Calls the probes began that never reached a store, over all ranks: the process ended (by
+  // SIGKILL, or a path that ran no exit hook) before the writer committed them.
+  int64_t callsNotStored() const;
   // "forward_pass" when steps count inference forward passes, else "optimizer_step".
   std::string stepUnit() const;
 
@@ -92,6 +98,12 @@ struct QueryResult {
 
 // Runs `sql` over the run's stores, which appear as the tables calls, tensors, kernels, captures, steps and meta
 // (the union of all ranks; meta gains a rank column). Statements that write are refused.
-StatusOr<QueryResult> queryRun(const std::string& dir, const std::string& sql);
+// What one `nanprov sql` query may take; 0 is no bound.
+struct QueryLimits {
+  double timeout_seconds = 0;
+  int64_t max_memory_bytes = 0;
+};
+
+StatusOr<QueryResult> queryRun(const std::string& dir, const std::string& sql, const QueryLimits& limits = {});
 
 }  // namespace nanprov

@@ -7,6 +7,7 @@
 
 #include "store/capture_file.h"
 #include "store/file_replace.h"
+#include "store/small_file.h"
 
 namespace nanprov {
 
@@ -34,11 +35,10 @@ Status writeReplayedKernels(const std::string& capture_path, const ReplayedKerne
 
 StatusOr<std::optional<ReplayedKernels>> readReplayedKernels(const std::string& capture_path) {
   std::string path = replayedKernelsPath(capture_path);
-  std::ifstream in(path);
-  if (!in) return std::optional<ReplayedKernels>();
-  std::stringstream text;
-  text << in.rdbuf();
-  nlohmann::json doc = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  auto text = readSmallFile(path);
+  if (!text.ok()) return text.status();
+  if (!*text) return std::optional<ReplayedKernels>();
+  nlohmann::json doc = nlohmann::json::parse(**text, nullptr, /*allow_exceptions=*/false);
   auto bad = [&] { return Status::Error(path + " is not a replay's kernel list; delete it and run nanprov replay again"); };
   if (!doc.is_object() || !doc["kernels"].is_array()) return bad();
   ReplayedKernels out;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,7 +24,16 @@ StatusOr<std::string> resolveRunDir(const std::string& given);
 
 std::string rankStoreName(int rank);  // "rank-<r>.sqlite"
 
-// Paths of the rank stores in `dir`, ordered by rank: regular files named rank-<r>.sqlite.
-std::vector<std::string> rankStorePaths(const std::string& dir);
+// Paths of the rank stores in `dir`, ordered by rank. Everything named rank-*.sqlite must be a
+// readable regular file named for exactly one rank the way nanprov names them: a FIFO, socket,
+// device or dangling link (which would block or mislead every reader), a name that is no rank
+// number, or two files claiming one rank ("rank-0" and "rank-00") fail with one line saying which.
+StatusOr<std::vector<std::string>> rankStorePaths(const std::string& dir);
+
+// The rank a store's file name claims (rank-<r>.sqlite), or nullopt when it is not so named.
+std::optional<int> rankOfStoreName(const std::string& filename);
+
+// Whether `dir` holds anything named like a rank store, readable or not.
+bool holdsRankStores(const std::string& dir);
 
 }  // namespace nanprov

@@ -1,9 +1,11 @@
 // `nanprov sql`: one read-only SELECT over every rank store of a run.
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <set>
 
 #include "store/rank_store.h"
+#include "base/text.h"
 #include "store/reader.h"
 
 namespace nanprov {
@@ -55,10 +57,12 @@ StatusOr<sqlite::Stmt> prepareOneStatement(sqlite3* db, const std::string& sql, 
   if (guard->denied || error.rfind("cannot modify", 0) == 0) return Status::Error(kReadOnlyRefusal);
   if (rc != SQLITE_OK) return Status::Error("SQL error: " + error);
   if (!raw) return Status::Error("empty query: give one SELECT statement");
+  // Anything after the first statement is refused, even what fails to prepare ("DELETE FROM
+  // calls" fails on the view before the guard is asked): it would be dropped without a word.
   sqlite3_stmt* next = nullptr;
-  sqlite3_prepare_v2(db, tail, -1, &next, nullptr);
+  int rest_rc = sqlite3_prepare_v2(db, tail, -1, &next, nullptr);
   sqlite::Stmt rest(next);
-  if (next || guard->denied) {
+  if (next || rest_rc != SQLITE_OK || guard->denied) {
     return Status::Error("refused: one statement at a time; nanprov sql runs a single SELECT");
   }
   return stmt;
@@ -155,21 +159,51 @@ Status tablesFromStores(sqlite3* db, const std::vector<std::string>& paths, cons
   return Status::Ok();
 }
 
+// Interrupts the statement once its deadline has passed (checked every few thousand VM steps).
+struct Deadline {
+  std::chrono::steady_clock::time_point at;
+  bool passed = false;
+  static int check(void* self) {
+    auto* d = static_cast<Deadline*>(self);
+    d->passed = d->passed || std::chrono::steady_clock::now() > d->at;
+    return d->passed ? 1 : 0;
+  }
+};
+
+std::string bytesText(int64_t bytes) {
+  return bytes >= (int64_t{1} << 30) ? std::to_string(bytes >> 30) + " GiB" : std::to_string(bytes >> 20) + " MiB";
+}
+
 }  // namespace
 
-StatusOr<QueryResult> queryRun(const std::string& dir, const std::string& sql) {
+StatusOr<QueryResult> queryRun(const std::string& dir, const std::string& sql, const QueryLimits& limits) {
   auto paths = storesOf(dir);
   if (!paths.ok()) return paths.status();
+  // SQLite's own memory (sorts, group_concat, joins) is capped process-wide; the rows kept for
+  // printing are counted against the same budget below.
+  if (limits.max_memory_bytes > 0) sqlite3_hard_heap_limit64(limits.max_memory_bytes);
+  const std::string over_memory = "refused: the query needs more than " + bytesText(limits.max_memory_bytes) +
+                                  " of memory (nanprov sql --max-memory)";
+  Deadline deadline{.at = std::chrono::steady_clock::now() + std::chrono::milliseconds(
+                                                                  static_cast<int64_t>(limits.timeout_seconds * 1000))};
+  auto failed = [&](sqlite3* db, const std::string& context) {
+    int code = sqlite3_errcode(db);
+    if (deadline.passed || code == SQLITE_INTERRUPT) {
+      return Status::Error("interrupted: the query ran longer than " + shortSeconds(limits.timeout_seconds) +
+                           " (nanprov sql --timeout)");
+    }
+    if (code == SQLITE_NOMEM) return Status::Error(over_memory);
+    return Status::Error(context + sqlite::errorOf(db));
+  };
   // "": a private temporary database on disk, for the copies a run of many ranks needs.
   auto db = sqlite::open("", sqlite::Mode::kReadWriteCreate);
   if (!db.ok()) return db.status();
   sqlite3* raw = db->get();
+  if (limits.timeout_seconds > 0) sqlite3_progress_handler(raw, 10000, &Deadline::check, &deadline);
   int attachable = sqlite3_limit(raw, SQLITE_LIMIT_ATTACHED, -1);
-  if (static_cast<int>(paths->size()) <= attachable) {
-    NANPROV_RETURN_IF_ERROR(viewsOverStores(raw, *paths));
-  } else {
-    NANPROV_RETURN_IF_ERROR(tablesFromStores(raw, *paths, sql, attachable));
-  }
+  Status opened = static_cast<int>(paths->size()) <= attachable ? viewsOverStores(raw, *paths)
+                                                                 : tablesFromStores(raw, *paths, sql, attachable);
+  if (!opened.ok()) return deadline.passed || sqlite3_errcode(raw) == SQLITE_NOMEM ? failed(raw, "") : opened;
   NANPROV_RETURN_IF_ERROR(sqlite::exec(raw, "PRAGMA query_only=ON;"));
 
   QueryGuard guard;
@@ -183,6 +217,7 @@ StatusOr<QueryResult> queryRun(const std::string& dir, const std::string& sql) {
   for (int c = 0; c < ncol; ++c) result.columns.push_back(sqlite3_column_name(s, c));
   result.numeric.assign(ncol, false);
   int rc;
+  int64_t kept_bytes = 0;
   while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
     std::vector<std::optional<std::string>> row;
     for (int c = 0; c < ncol; ++c) {
@@ -190,10 +225,12 @@ StatusOr<QueryResult> queryRun(const std::string& dir, const std::string& sql) {
       if (result.rows.empty()) result.numeric[c] = type == SQLITE_INTEGER || type == SQLITE_FLOAT;
       if (type == SQLITE_NULL) row.emplace_back(std::nullopt);
       else row.emplace_back(columnText(s, c));
+      kept_bytes += static_cast<int64_t>(sizeof(row.back()) + (row.back() ? row.back()->size() : 0));
     }
     result.rows.push_back(std::move(row));
+    if (limits.max_memory_bytes > 0 && kept_bytes > limits.max_memory_bytes) return Status::Error(over_memory);
   }
-  if (rc != SQLITE_DONE) return Status::Error("SQL error: " + sqlite::errorOf(raw));
+  if (rc != SQLITE_DONE) return failed(raw, "SQL error: ");
   return result;
 }
 

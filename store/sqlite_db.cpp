@@ -14,6 +14,9 @@ StatusOr<Db> open(const std::string& path, Mode mode) {
   Db db(raw);
   if (rc != SQLITE_OK) return Status::Error(path + ": " + errorOf(raw));
   sqlite3_busy_timeout(raw, 5000);
+  // No value nanprov writes comes near this; a hostile store's expression that builds a huge
+  // string or blob fails instead of taking the machine's memory.
+  if (mode == Mode::kReadOnly) sqlite3_limit(raw, SQLITE_LIMIT_LENGTH, kMaxValueBytes);
   return db;
 }
 

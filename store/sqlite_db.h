@@ -18,6 +18,9 @@ using Stmt = ScopedResource<sqlite3_stmt*, &sqlite3_finalize>;
 
 enum class Mode { kReadOnly, kReadWrite, kReadWriteCreate };
 
+// The largest string or blob a read-only connection builds.
+inline constexpr int kMaxValueBytes = 64 << 20;
+
 // Opens `path`. Read-only opens fail when the file does not exist.
 StatusOr<Db> open(const std::string& path, Mode mode);
 Status exec(sqlite3* db, const std::string& sql);

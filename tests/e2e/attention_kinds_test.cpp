@@ -18,7 +18,7 @@ TEST(AttentionKinds, FastPathEncoderIsCheckedAndItsCleanRunIsClean) {
     SCOPED_TRACE(mode);
     ColdInductorCache cold("fast-path" + mode);
     TrainedRun r = train("fast-path", "", mode, "fast_path_encoder.py");
-    ASSERT_EQ(r.train.code, 0) << r.train.out;
+    ASSERT_EQ(r.train.code, runCodeForCleanExit(r)) << r.train.out;
     EXPECT_EQ(r.report.code, 0) << r.report.out;
     EXPECT_EQ(r.doc["outcome"], "clean");
     EXPECT_EQ(r.doc["step_unit"], "forward_pass");
@@ -64,7 +64,7 @@ TEST(AttentionKinds, FastPathEncoderGlitchIsFoundAtItsForwardPassAndReplays) {
 // with the bias its score_mod applied materialised for replay.
 TEST(AttentionKinds, FlexAttentionCleanRunIsClean) {
   TrainedRun r = train("flex", "", "", "flex_attention.py");
-  ASSERT_EQ(r.train.code, 0) << r.train.out;
+  ASSERT_EQ(r.train.code, runCodeForCleanExit(r)) << r.train.out;
   EXPECT_EQ(r.report.code, 0) << r.report.out;
   EXPECT_EQ(r.doc["outcome"], "clean");
   EXPECT_EQ(r.doc["coverage"]["attention_calls"], 6) << "3 layers x 2 forward passes";

@@ -93,6 +93,12 @@ inline TrainedRun train(const std::string& name, const std::string& nanprov_opts
   return run;
 }
 
+// What `nanprov run` exits with when the training itself exited 0: the fault the report found
+// (1 an edge or non-finite gradients, 5 an audit finding), else 0.
+inline int runCodeForCleanExit(const TrainedRun& run) {
+  return run.report.code == 1 || run.report.code == 5 ? run.report.code : 0;
+}
+
 // `nanprov <command> <run dir> <args> --json`, parsed.
 inline json commandJson(const std::string& command, const fs::path& dir, const std::string& args = "") {
   Result r = sh(nanprov() + " " + command + " " + dir.string() + " " + args + " --json");

@@ -23,7 +23,7 @@ bool anyKernelContains(const json& kernels, const std::string& part) {
 TEST(Gpu, CudnnBackwardWritesNaNIntoDqForFullyMaskedRows) {
   REQUIRE_CUDA();
   TrainedRun r = train("gpu-cudnn", "", kMaskedRowsRun);
-  ASSERT_EQ(r.train.code, 0) << r.train.out;
+  ASSERT_EQ(r.train.code, runCodeForCleanExit(r)) << r.train.out;
   ASSERT_EQ(r.report.code, 1) << r.report.out;
   const json& e = r.doc["first_edge"];
   EXPECT_EQ(e["origin"], "attention");
@@ -42,7 +42,7 @@ TEST(Gpu, ControlRunWithoutCudnnIsClean) {
   REQUIRE_CUDA();
   // --trace-steps 0: every call of every step is traced.
   TrainedRun r = train("gpu-control", "--trace-steps 0", kMaskedRowsRun + " --no-cudnn");
-  ASSERT_EQ(r.train.code, 0) << r.train.out;
+  ASSERT_EQ(r.train.code, runCodeForCleanExit(r)) << r.train.out;
   EXPECT_EQ(r.report.code, 0) << r.report.out;
   json calls = commandJson("kernels", r.dir);
   ASSERT_FALSE(calls.empty());
@@ -89,7 +89,7 @@ TEST(Gpu, LossesAreBitIdenticalWithAndWithoutNanprov) {
 TEST(Gpu, UnderTorchProfilerTheRunCompletesAndKernelsSayWhy) {
   REQUIRE_CUDA();
   TrainedRun r = train("gpu-profiler", "", kMaskedRowsRun + " --no-cudnn --profile");
-  ASSERT_EQ(r.train.code, 0) << r.train.out;
+  ASSERT_EQ(r.train.code, runCodeForCleanExit(r)) << r.train.out;
   EXPECT_NE(r.train.out.find("profiler events"), std::string::npos) << "the user's profile still works\n" << r.train.out;
   json calls = commandJson("kernels", r.dir);
   ASSERT_FALSE(calls.empty());

@@ -21,7 +21,7 @@ TEST(TrainingModes, CompiledForwardSourceEdgeIsTheEagerOne) {
   TrainedRun eager = train("eager-fwd", "", glitch);
   ColdInductorCache cold("compiled-fwd");
   TrainedRun compiled = train("compiled-fwd", "", glitch + " --compile max-autotune-no-cudagraphs --fullgraph");
-  ASSERT_EQ(compiled.train.code, 0) << compiled.train.out;
+  ASSERT_EQ(compiled.train.code, runCodeForCleanExit(compiled)) << compiled.train.out;
   ASSERT_EQ(eager.report.code, 1) << eager.train.out;
   ASSERT_EQ(compiled.report.code, 1) << compiled.train.out;
   EXPECT_EQ(identity(compiled.doc["first_edge"]), identity(eager.doc["first_edge"]));
@@ -39,7 +39,7 @@ TEST(TrainingModes, CompiledInjectedBackwardEdgeIsTheEagerOne) {
     SCOPED_TRACE(mode);
     ColdInductorCache cold("compiled-bwd-" + mode);
     TrainedRun compiled = train("compiled-bwd", inject, "--steps 3 --compile " + mode);
-    ASSERT_EQ(compiled.train.code, 0) << compiled.train.out;
+    ASSERT_EQ(compiled.train.code, runCodeForCleanExit(compiled)) << compiled.train.out;
     ASSERT_EQ(compiled.report.code, 1) << compiled.train.out;
     EXPECT_EQ(identity(compiled.doc["first_edge"]), identity(eager.doc["first_edge"]));
     EXPECT_EQ(compiled.doc["first_edge"]["name"], eager.doc["first_edge"]["name"]);
@@ -53,7 +53,7 @@ TEST(TrainingModes, CheckpointedLayersKeepTheirIdentityInBothModes) {
     SCOPED_TRACE(mode);
     TrainedRun r = train("ckpt-" + mode, "--inject 'layer=2,phase=bwd,tensor=dQ,step=1'",
                          "--steps 3 --layers 4 --checkpoint " + mode);
-    ASSERT_EQ(r.train.code, 0) << r.train.out;
+    ASSERT_EQ(r.train.code, runCodeForCleanExit(r)) << r.train.out;
     ASSERT_EQ(r.report.code, 1) << r.train.out;
     const json& e = r.doc["first_edge"];
     EXPECT_EQ(e["layer"], 2);
@@ -91,7 +91,7 @@ TEST(TrainingModes, HuggingFaceGradientCheckpointing) {
 
 TEST(TrainingModes, InferenceNamesTheForwardPass) {
   TrainedRun r = train("eval", "", "--steps 5 --eval --glitch-step 3");
-  ASSERT_EQ(r.train.code, 0) << r.train.out;
+  ASSERT_EQ(r.train.code, runCodeForCleanExit(r)) << r.train.out;
   ASSERT_EQ(r.report.code, 1) << r.train.out;
   EXPECT_EQ(r.doc["step_unit"], "forward_pass");
   EXPECT_EQ(r.doc["first_edge"]["step"], 3) << "the bad batch is the fourth forward pass";
@@ -119,7 +119,7 @@ TEST(TrainingModes, NestedModulePathsGetDistinctLayers) {
 
 TEST(TrainingModes, GradientSentinelNamesANaNMadeOutsideAttention) {
   TrainedRun r = train("sentinel", "", "--steps 5 --regulariser-nan-step 2");
-  ASSERT_EQ(r.train.code, 0) << r.train.out;
+  ASSERT_EQ(r.train.code, runCodeForCleanExit(r)) << r.train.out;
   ASSERT_EQ(r.report.code, 1) << r.report.out;
   EXPECT_EQ(r.doc["outcome"], "outside_attention");
   const json& s = r.doc["gradient_sentinel"];
@@ -136,7 +136,7 @@ TEST(TrainingModes, GradientSentinelNamesANaNMadeOutsideAttention) {
 
 TEST(TrainingModes, NoAttentionIsNothingChecked) {
   TrainedRun r = train("no-attention", "", "--steps 2 --no-attention");
-  ASSERT_EQ(r.train.code, 0) << r.train.out;
+  ASSERT_EQ(r.train.code, runCodeForCleanExit(r)) << r.train.out;
   EXPECT_EQ(r.report.code, 4) << r.report.out;
   EXPECT_EQ(r.doc["outcome"], "nothing_checked");
   EXPECT_EQ(r.doc["clean"], false);

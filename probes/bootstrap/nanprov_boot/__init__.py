@@ -129,10 +129,29 @@ def _load(torch):
         # Shutdown drops the resolver before the interpreter (and the callback) goes away.
         atexit.register(lambda: (unmatched and unmatched(), ops_unmatched and ops_unmatched(), lib.nanprov_shutdown(),
                                  resolver))
+        _close_store_before_os_exit(lib)
         _report("instrumented")
     except Exception as exc:
         _say(f"probes not loaded, training continues uninstrumented: {exc}")
         _report("probe-error", str(exc))
+
+
+def _close_store_before_os_exit(lib):
+    """os._exit runs no atexit hook, and DataLoader workers, crash handlers and launchers end
+    processes with it: the store is closed first, so the calls queued for it are kept. (In a
+    forked child the shutdown does nothing: the parent owns the store.)"""
+    original = os._exit
+
+    def _exit(status):
+        try:
+            lib.nanprov_shutdown()
+        except BaseException:  # never in the way of the exit asked for
+            pass
+        original(status)
+
+    _exit.__wrapped__ = original
+    _exit.__doc__ = original.__doc__
+    os._exit = _exit
 
 
 def _guarded(what, install):
