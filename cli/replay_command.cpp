@@ -26,6 +26,7 @@ struct Options {
   bool json = false;
   bool audit = false;
   std::string emit_repro;
+  int64_t max_memory = 0;  // 0: the engine's default
 };
 
 constexpr const char* kBackendNames[] = {"cudnn", "flash", "efficient", "math", "flash_cpu", "plain_softmax"};
@@ -93,6 +94,7 @@ int replay(const Options& opts) {
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
+  if (opts.max_memory > 0) setenv("NANPROV_REPLAY_MAX_MEMORY", std::to_string(opts.max_memory).c_str(), 1);
   std::cout.flush();
   execv(engine.c_str(), argv.data());
   return fail("replay", Status::Error("cannot run " + engine + ": " + std::strerror(errno)));
@@ -137,6 +139,11 @@ void addReplayCommand(CLI::App& app, int* exit_code) {
                   "Also write DIR/repro.py and DIR/inputs.safetensors: a standalone script that shows "
                   "the failure with plain PyTorch")
       ->excludes(audit);
+  cmd->add_option("--max-memory", opts->max_memory,
+                  "Refuse, before running, a call whose replay on the CPU would need more memory than this "
+                  "(estimated from its shapes; default three quarters of the memory available; suffixes K M G)")
+      ->transform(CLI::AsSizeValue(false))
+      ->check(CLI::Range(int64_t{1} << 20, int64_t{1} << 50));
   cmd->callback([opts, exit_code] { *exit_code = replay(*opts); });
 }
 

@@ -387,7 +387,7 @@ class CaptureState {
   static void describe(const CallRecord& rec, const RoleTensors& tensors, const CallArgs& args, CaptureFile& file) {
     auto& meta = file.metadata;
     CallHealth health = classify(rec);
-    meta["format"] = "nanprov-capture 1";
+    meta["format"] = kCaptureFormat;
     meta["call"] = "rank" + std::to_string(rec.rank) + ":layer" + std::to_string(rec.layer) + ":call" +
                    std::to_string(rec.call);
     meta["rank"] = std::to_string(rec.rank);

@@ -3,6 +3,8 @@
 #include <ATen/record_function.h>
 
 #include <atomic>
+#include <map>
+#include <mutex>
 #include <string_view>
 
 #include "tracer/kernel_tracer.h"
@@ -34,6 +36,29 @@ Phase phaseOf(std::string_view name) {
 // Marks an op whose kernels are traced, so its end pops what its start pushed.
 struct Traced : at::ObserverContext {};
 
+// On the CPU the kernel is the ATen op itself (DESIGN.md): the outermost attention op of each
+// run and phase, recorded by name.
+std::mutex g_cpu_mu;
+std::map<int64_t, std::string>* g_cpu_ops = nullptr;
+thread_local int t_cpu_depth = 0;
+
+struct CpuOp : at::ObserverContext {};
+
+std::unique_ptr<at::ObserverContext> onCpuOpStart(const at::RecordFunction& fn) {
+  int run = g_run.load();
+  std::string_view name = fn.name();
+  if (run < 0 || !isAttentionOp(name)) return nullptr;
+  if (t_cpu_depth++ == 0) {
+    std::lock_guard<std::mutex> lock(g_cpu_mu);
+    if (g_cpu_ops) g_cpu_ops->emplace(callOf(run, phaseOf(name)), std::string(name));
+  }
+  return std::make_unique<CpuOp>();
+}
+
+void onCpuOpEnd(const at::RecordFunction&, at::ObserverContext* entered) {
+  if (entered) --t_cpu_depth;
+}
+
 std::unique_ptr<at::ObserverContext> onOpStart(const at::RecordFunction& fn) {
   int run = g_run.load();
   std::string_view name = fn.name();
@@ -54,7 +79,14 @@ void onOpEnd(const at::RecordFunction&, at::ObserverContext* entered) {
 
 BackendKernelTrace::BackendKernelTrace(const at::Device& device) {
   if (!device.is_cuda()) {
-    unavailable_ = "kernels are traced on CUDA only";
+    on_cpu_ = true;
+    {
+      std::lock_guard<std::mutex> lock(g_cpu_mu);
+      g_cpu_ops = &cpu_ops_;
+    }
+    at::RecordFunctionCallback callback(&onCpuOpStart, &onCpuOpEnd);
+    callback.scopes({at::RecordScope::FUNCTION});
+    callback_ = at::addGlobalCallback(callback);
     return;
   }
   if (Status st = KernelTracer::get().start(); !st.ok()) {
@@ -69,11 +101,22 @@ BackendKernelTrace::BackendKernelTrace(const at::Device& device) {
 BackendKernelTrace::~BackendKernelTrace() {
   g_run = -1;
   if (callback_) at::removeCallback(callback_);
+  std::lock_guard<std::mutex> lock(g_cpu_mu);
+  if (g_cpu_ops == &cpu_ops_) g_cpu_ops = nullptr;
 }
 
 void BackendKernelTrace::attributeTo(int run) { g_run = run; }
 
 std::vector<KernelRecord> BackendKernelTrace::kernelsOf(int run, Phase phase) {
+  if (on_cpu_) {
+    g_run = -1;
+    std::lock_guard<std::mutex> lock(g_cpu_mu);
+    auto op = cpu_ops_.find(callOf(run, phase));
+    if (op == cpu_ops_.end()) return {};
+    KernelRecord k;
+    k.name = op->second;
+    return {k};
+  }
   if (!unavailable_.empty()) return {};
   if (!collected_) {
     g_run = -1;

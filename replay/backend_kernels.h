@@ -17,8 +17,8 @@ namespace nanprov::replay {
 
 class BackendKernelTrace {
  public:
-  // Starts tracing on CUDA; on the CPU, or when CUPTI cannot be had, nothing is traced and
-  // unavailable() says why.
+  // Starts tracing on CUDA; when CUPTI cannot be had, nothing is traced and unavailable() says
+  // why. On the CPU the kernel of each run is its attention ATen op, recorded by name.
   explicit BackendKernelTrace(const at::Device& device);
   ~BackendKernelTrace();
   BackendKernelTrace(const BackendKernelTrace&) = delete;
@@ -32,12 +32,15 @@ class BackendKernelTrace {
   std::vector<KernelRecord> kernelsOf(int run, Phase phase);
 
   std::string unavailable() const { return unavailable_; }
+  bool onCpu() const { return on_cpu_; }
 
  private:
   std::string unavailable_;
   uint64_t callback_ = 0;
   bool collected_ = false;
   std::map<int64_t, std::vector<KernelRecord>> by_call_;
+  bool on_cpu_ = false;
+  std::map<int64_t, std::string> cpu_ops_;  // on the CPU: call number → outermost attention op
 };
 
 // "NVIDIA H200 (sm_90)": the model the device-side kernels are specific to; empty without CUDA.

@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "base/numbers.h"
+#include "base/text.h"
 #include "replay/packed_layouts.h"
 
 namespace nanprov::replay {
@@ -178,8 +179,22 @@ StatusOr<CapturedCall> toCapturedCall(const CaptureFile& file, const std::string
   for (const auto& [grad, of] : {std::pair{"dQ", "Q"}, std::pair{"dK", "K"}, std::pair{"dV", "V"}}) {
     if (call.has(grad) && call.at(grad).sizes() != call.at(of).sizes()) return bad(std::string(grad) + " and " + of + " differ in shape");
   }
+  if (call.has("LSE")) {
+    // [batch, q heads, s_q], or padded past s_q (efficient pads rows to 32), or with a trailing 1.
+    const at::Tensor& lse = call.at("LSE");
+    const bool trailing_one = lse.dim() == 4 && lse.size(3) == 1;
+    if (!(lse.dim() == 3 || trailing_one) || lse.size(0) != call.batch || lse.size(1) != call.q_heads ||
+        lse.size(2) < call.s_q) {
+      return bad("LSE is " + shapeText(lse) + ", not [batch, q heads, s_q]");
+    }
+  }
   if (call.has("mask")) {
     const at::Tensor& m = call.at("mask");
+    // SDPA takes a bool mask (true: may attend) or an additive float one; an integer mask is
+    // refused by every fused backend, and the MATH backend's reading of it is no call the run made.
+    if (m.scalar_type() != at::kBool && !at::isFloatingType(m.scalar_type())) {
+      return bad("mask is " + dtypeName(m) + "; attention masks are bool or floating point");
+    }
     std::vector<int64_t> full = {call.batch, call.q_heads, call.s_q, call.s_kv};
     bool broadcasts = m.dim() <= 4;
     for (int64_t d = 0; broadcasts && d < m.dim(); ++d) {
@@ -202,6 +217,11 @@ StatusOr<CapturedCall> toCapturedCall(const CaptureFile& file, const std::string
   auto dropout_p = parseFiniteDouble(dropout);
   if (!dropout_p || *dropout_p < 0 || *dropout_p > 1) return bad("arg.dropout_p '" + dropout + "' is not in [0, 1]");
   call.dropout_p = *dropout_p;
+  if (call.dropout_p > 0 && call.incomplete.empty()) {
+    // The run drew its dropout mask at random; no backend can recompute the outputs it made.
+    call.incomplete = "it used dropout p=" + shortNumber(call.dropout_p) +
+                      ", whose random mask is not in the capture, so no backend can recompute what the run computed";
+  }
   return call;
 }
 

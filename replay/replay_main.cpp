@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -18,9 +19,11 @@
 #include <optional>
 
 #include "base/json_text.h"
+#include "base/numbers.h"
 #include "replay/backend_kernels.h"
 #include "replay/backends.h"
 #include "replay/captured_call.h"
+#include "replay/memory_estimate.h"
 #include "replay/packed_layouts.h"
 #include "replay/progress.h"
 #include "replay/replay_result.h"
@@ -152,6 +155,31 @@ std::string referenceProblem(const CapturedCall& call, const Outputs& g) {
   return "";
 }
 
+// A sliding window that lives in a bool mask (HF Gemma's sliding layers): every row sees one
+// contiguous band of keys of a fixed reach, narrower than the keys. "64 (from the mask), causal"
+// for a band that ends at the row's diagonal; "-32/+32 (from the mask)" for a two-sided one;
+// "none" otherwise. Read from the mask's first (batch, head) slice.
+std::string windowOf(const at::Tensor& visible) {
+  at::Tensor v = visible;
+  while (v.dim() > 2) v = v.select(0, 0);
+  v = v.to(at::kCPU);
+  const int64_t s_q = v.size(0), s_kv = v.size(1);
+  if (s_q == 0 || s_kv == 0) return "none";
+  at::Tensor cols = at::arange(s_kv, at::TensorOptions().dtype(at::kLong)).expand({s_q, s_kv});
+  at::Tensor rows = at::arange(s_q, at::TensorOptions().dtype(at::kLong)) + (s_kv - s_q);  // bottom-right diagonal
+  at::Tensor seen = v.any(-1);
+  if (!seen.any().item<bool>()) return "none";
+  at::Tensor lo = at::where(v, cols, s_kv).amin(-1), hi = at::where(v, cols, -1).amax(-1), count = v.sum(-1);
+  if (!((count == hi - lo + 1) | ~seen).all().item<bool>()) return "none";  // not one band per row
+  const int64_t before = (rows - lo).masked_select(seen).max().item<int64_t>();
+  const int64_t after = (hi - rows).masked_select(seen).max().item<int64_t>();
+  if (before + after + 1 >= s_kv) return "none";  // every row may see every key: no window
+  at::Tensor want_lo = (rows - before).clamp_min(0), want_hi = (rows + after).clamp_max(s_kv - 1);
+  if (!(((lo == want_lo) & (hi == want_hi)) | ~seen).all().item<bool>()) return "none";
+  if (after == 0) return std::to_string(before + 1) + " (from the mask), causal";
+  return "-" + std::to_string(before) + "/+" + std::to_string(after) + " (from the mask)";
+}
+
 Conditions conditionsOf(const CapturedCall& call, const Outputs& g) {
   Conditions c;
   // Where G is, at the mask's own broadcast shape: a [B, H, S, S] bool on the host took a third
@@ -164,6 +192,7 @@ Conditions conditionsOf(const CapturedCall& call, const Outputs& g) {
     c.mask_dtype = dtypeName(m);
   }
   if (call.causal) visible = visible & at::ones({call.s_q, call.s_kv}, bools).tril();
+  if (call.has("mask")) c.window = windowOf(visible);
   at::Tensor hidden_rows = ~visible.any(-1);
   const int64_t stands_for = hidden_rows.numel() ? call.batch * call.q_heads * call.s_q / hidden_rows.numel() : 0;
   c.fully_masked_rows = hidden_rows.sum().item<int64_t>() * stands_for;
@@ -267,6 +296,16 @@ bool recordKernels(BackendKernelTrace& trace, const CapturedCall& call, const st
   if (!r.main_kernel.empty()) r.kernels_from = "run";
   if (!trace.unavailable().empty()) {
     if (r.replayed_on != "cpu") r.kernel_tracing = trace.unavailable();
+    return false;
+  }
+  if (trace.onCpu()) {
+    // The kernel is the ATen op each backend ran; nothing to keep for the report, which names
+    // a CPU call's op from the store.
+    for (size_t i = 0; i < r.backends.size(); ++i) {
+      for (const KernelRecord& k : trace.kernelsOf(static_cast<int>(i), phase)) {
+        r.backends[i].kernels.push_back({.name = k.name, .short_name = k.name, .duration_ns = 0, .main = true});
+      }
+    }
     return false;
   }
   std::vector<KernelRecord> original;
@@ -391,13 +430,26 @@ int replayMain(const std::string& path, std::string device_name, const std::stri
   r.captured_edge = call->metaOr("edge");
   r.kernels = lines(call->metaOr("kernels"));
   r.main_kernel = call->metaOr("kernel.main", r.kernels.size() == 1 ? r.kernels[0] : "");
-  if (call->dropout_p > 0) {
-    r.notes.push_back("the call used dropout " + std::to_string(call->dropout_p) +
-                      "; the reference has none, so outputs are compared without it and differ by design");
-  }
 
   if (output == Output::kKernels) return keepKernels(*call, path, device, r);
-  if (audit && call->dropout_p > 0) return keepAudit(r, notAuditedJson(r, "the call used dropout, which the reference has not"), output);
+  if (device.is_cpu()) {
+    // Before anything is allocated: a small capture can describe a call far bigger than memory.
+    CallShape shape{.batch = call->batch, .q_heads = call->q_heads, .kv_heads = call->kv_heads, .s_q = call->s_q,
+                    .s_kv = call->s_kv, .head_dim = call->head_dim, .v_dim = call->v_dim,
+                    .element_bytes = static_cast<int64_t>(call->at("Q").element_size()), .backward = call->backward};
+    for (const auto& [role, t] : call->tensors) shape.input_bytes += static_cast<int64_t>(t.nbytes());
+    MemoryNeed need = replayMemory(shape, backends, audit);
+    const char* given = std::getenv("NANPROV_REPLAY_MAX_MEMORY");  // nanprov replay --max-memory
+    const std::optional<int64_t> asked = given ? parseInteger(given, 1, INT64_MAX) : std::nullopt;
+    const int64_t budget = asked ? *asked : defaultReplayBudget();
+    if (need.bytes > budget) {
+      std::string why = "replaying it needs about " + gigabytes(need.bytes) + " of memory (largest: " + need.largest +
+                        "), more than the " + gigabytes(budget) + " allowed (nanprov replay --max-memory; default three "
+                        "quarters of the memory available)";
+      if (audit) return keepAudit(r, notAuditedJson(r, why), output);
+      return fail(Status::Error(r.call + ": " + why));
+    }
+  }
   if (audit && !call->incomplete.empty()) {
     return keepAudit(r, notAuditedJson(r, "the reference cannot rebuild the call: " + call->incomplete), output);
   }

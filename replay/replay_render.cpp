@@ -89,7 +89,7 @@ std::string conditionsText(const Conditions& c) {
   parts.push_back("GQA " + std::to_string(c.kv_heads ? c.q_heads / c.kv_heads : 0) + ":1 (" +
                   std::to_string(c.q_heads) + " q heads, " + std::to_string(c.kv_heads) + " kv heads)");
   if (c.causal) parts.push_back("causal");
-  parts.push_back("window " + c.window);
+  parts.push_back(c.window == "none" ? "window none" : "sliding window " + c.window);
   parts.push_back(c.mask_dtype.empty() ? "no mask"
                                        : "mask " + c.mask_dtype + (c.mask_dtype != c.query_dtype ? " (query " + c.query_dtype + ")" : ""));
   if (c.dropout_p > 0) parts.push_back("dropout " + shortNumber(c.dropout_p));
@@ -127,13 +127,18 @@ std::string kernelsText(const ReplayResult& r) {
   for (const BackendRun& b : r.backends) {
     for (const ReplayedKernel& k : b.kernels) {
       if (!k.main) continue;
-      out += "  " + padded(b.name + (b.original ? " *" : ""), 20) + k.short_name + " (" +
-             shortNumber(static_cast<double>(k.duration_ns) / 1000.0) + " us";
+      out += "  " + padded(b.name + (b.original ? " *" : ""), 20) + k.short_name;
+      if (r.replayed_on == "cpu") {  // the ATen op itself, untimed
+        out += "\n";
+        continue;
+      }
+      out += " (" + shortNumber(static_cast<double>(k.duration_ns) / 1000.0) + " us";
       if (b.kernels.size() > 1) out += ", " + std::to_string(b.kernels.size() - 1) + " more kernels";
       out += ")\n";
     }
   }
-  if (!out.empty()) out = "\nkernels each backend ran here (" + r.phase + ", CUPTI)\n" + out;
+  const char* how = r.replayed_on == "cpu" ? "the ATen op on the CPU" : "CUPTI";
+  if (!out.empty()) out = "\nkernels each backend ran here (" + r.phase + ", " + how + ")\n" + out;
   else if (!r.kernel_tracing.empty()) out = "\nkernels: not traced here (" + r.kernel_tracing + ")\n";
   return out;
 }
@@ -179,7 +184,40 @@ json toJson(const ReplayResult& r) {
           {"notes", r.notes}};
 }
 
-std::string toText(const ReplayResult& r) {
+namespace {
+
+// The result with every text that came from the capture made printable: a capture's metadata
+// (module, op, notes) holding a newline or terminal escape must not forge verdict lines.
+ReplayResult printableCopy(ReplayResult r) {
+  auto fix = [](std::string& s) { s = printable(s); };
+  for (std::string* s : {&r.capture, &r.call, &r.phase, &r.op, &r.backend, &r.module, &r.step, &r.slice, &r.captured_on,
+                         &r.replayed_on, &r.note, &r.incomplete, &r.dtype, &r.main_kernel, &r.kernels_from,
+                         &r.kernel_tracing, &r.injected, &r.captured_edge, &r.reference_problem,
+                         &r.root_cause.backend, &r.root_cause.kernel, &r.root_cause.explanation,
+                         &r.conditions.window, &r.conditions.query_dtype, &r.conditions.mask_dtype}) {
+    fix(*s);
+  }
+  for (auto* list : {&r.kernels, &r.notes, &r.root_cause.tensors, &r.yardstick_nonfinite}) {
+    for (std::string& s : *list) fix(s);
+  }
+  auto fixRun = [&](BackendRun& b) {
+    fix(b.name);
+    fix(b.detail);
+    for (ReplayedKernel& k : b.kernels) {
+      fix(k.name);
+      fix(k.short_name);
+    }
+  };
+  for (BackendRun& b : r.backends) fixRun(b);
+  if (r.captured) fixRun(*r.captured);
+  if (r.received) fixRun(*r.received);
+  return r;
+}
+
+}  // namespace
+
+std::string toText(const ReplayResult& stored) {
+  const ReplayResult r = printableCopy(stored);
   std::string out = "replay of " + r.call + " (" + r.phase + ", " + r.op + ", " + r.backend + ", " + r.dtype + ")";
   out += ", captured on " + r.captured_on + ", replayed on " + r.replayed_on + "\n";
   out += "root cause: " + r.root_cause.cls;
@@ -301,7 +339,8 @@ json notAuditedJson(const ReplayResult& r, const std::string& why) {
   return doc;
 }
 
-std::string auditText(const ReplayResult& r) {
+std::string auditText(const ReplayResult& stored) {
+  const ReplayResult r = printableCopy(stored);
   std::string out = "audit " + r.call + " (step " + r.step + ", " + r.phase + ", " + r.backend + "): ";
   if (!r.reference_problem.empty()) return out + "not audited, the reference is invalid: " + r.reference_problem;
   std::vector<std::string> bad;

@@ -1,5 +1,6 @@
 #include <algorithm>
 
+#include "base/text.h"
 #include "replay/replay_result.h"
 
 namespace nanprov::replay {
@@ -33,6 +34,15 @@ std::string BackendRun::mainKernel() const {
 
 RootCause findRootCause(const ReplayResult& r) {
   RootCause cause;
+  if (r.conditions.dropout_p > 0) {
+    // Every backend replays the call without the run's random dropout mask: whatever they say,
+    // it is about another call.
+    cause.cls = "cannot-judge";
+    cause.explanation = "the call used dropout p=" + shortNumber(r.conditions.dropout_p) +
+                        ", whose random mask is not in the capture, so no backend can recompute what the run "
+                        "computed; capture a call with dropout off to judge the kernel";
+    return cause;
+  }
   if (!r.reference_problem.empty()) {
     cause.cls = "input-caused";
     cause.explanation = "the float64 reference itself is not finite here (" + r.reference_problem +

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/json_text.h"
+#include "base/text.h"
 #include "store/file_replace.h"
 
 namespace nanprov {
@@ -148,6 +149,11 @@ StatusOr<CaptureLayout> parseLayout(std::string_view head, uint64_t file_size, c
       for (auto m = entry.begin(); m != entry.end(); ++m) {
         if (!m.value().is_string()) return broken(source, "metadata value of " + m.key() + " is not a string");
         file.metadata[m.key()] = m.value().get<std::string>();
+      }
+      // A newer or foreign format may mean something else by the same keys.
+      if (auto format = file.metadata.find("format"); format != file.metadata.end() && format->second != kCaptureFormat) {
+        return Status::Error(source + ": capture format '" + printable(format->second) + "', this nanprov reads '" +
+                             kCaptureFormat + "'; replay it with the nanprov that wrote it");
       }
       continue;
     }

@@ -14,6 +14,9 @@
 
 namespace nanprov {
 
+// The "format" metadata of the captures this build writes and reads.
+inline constexpr const char* kCaptureFormat = "nanprov-capture 1";
+
 struct CaptureTensor {
   std::string name;            // role: Q K V mask O LSE dO dQ dK dV
   std::string dtype;           // safetensors spelling: F64 F32 F16 BF16 BOOL I64 ...

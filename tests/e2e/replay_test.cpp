@@ -199,6 +199,14 @@ TEST(Replay, HostileCaptureValuesAreRefusedInOneLine) {
       {"scale-nan", "'Q': " + f32 + ", 'K': " + f32 + ", 'V': " + f32, ", 'arg.scale': 'nan'", "arg.scale 'nan'"},
       {"scale-abc", "'Q': " + f32 + ", 'K': " + f32 + ", 'V': " + f32, ", 'arg.scale': 'abc'", "arg.scale 'abc'"},
       {"dropout", "'Q': " + f32 + ", 'K': " + f32 + ", 'V': " + f32, ", 'arg.dropout_p': '2'", "arg.dropout_p '2'"},
+      {"format", "'Q': " + f32 + ", 'K': " + f32 + ", 'V': " + f32, ", 'format': 'nanprov-capture 9'",
+       "capture format 'nanprov-capture 9', this nanprov reads 'nanprov-capture 1'"},
+      {"lse-shape", "'Q': " + f32 + ", 'K': " + f32 + ", 'V': " + f32 + ", 'O': " + f32 + ", 'LSE': torch.zeros(3, 5)", "",
+       "LSE is [3,5], not [batch, q heads, s_q]"},
+      {"int-mask", "'Q': " + f32 + ", 'K': " + f32 + ", 'V': " + f32 + ", 'mask': torch.ones(1, 1, 4, 4, dtype=torch.int64)", "",
+       "mask is Long; attention masks are bool or floating point"},
+      {"shape-bomb", "'Q': torch.ones(1, 1, 46341, 1), 'K': torch.ones(1, 1, 46341, 1), 'V': torch.ones(1, 1, 46341, 1)", "",
+       "of memory (largest: "},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
@@ -226,6 +234,94 @@ TEST(Replay, HostileCaptureValuesAreRefusedInOneLine) {
 }  // namespace
 
 namespace {
+
+// A call that used dropout cannot be recomputed (its random mask is not in the capture): with
+// p = 1 every backend would otherwise be called right and the run's all-zero O not reproduced.
+TEST(Replay, DropoutCallsAreCannotJudge) {
+  fs::path dir = runDir("dropout-calls");
+  fs::create_directories(dir);
+  for (const char* p : {"1.0", "0.5"}) {
+    SCOPED_TRACE(p);
+    fs::path file = dir / (std::string("p") + p + ".safetensors");
+    Result made = sh(python() + " -c \"import torch; from safetensors.torch import save_file; q = torch.randn(1, 2, 4, 8); "
+                     "save_file({'Q': q, 'K': q.clone(), 'V': q.clone(), 'O': torch.zeros(1, 2, 4, 8)}, '" + file.string() +
+                     "', metadata={'phase': 'fwd', 'arg.dropout_p': '" + p + "'})\" 2>&1");
+    ASSERT_EQ(made.code, 0) << made.out;
+    Replay r = replay(file.string());
+    ASSERT_FALSE(r.doc.is_discarded()) << r.result.out;
+    EXPECT_EQ(r.result.code, 0) << r.result.out;
+    EXPECT_EQ(r.doc["root_cause"]["class"], "cannot-judge") << r.doc["root_cause"].dump();
+    EXPECT_NE(r.doc["root_cause"]["explanation"].get<std::string>().find("random mask is not in the capture"),
+              std::string::npos);
+    Result audit = sh(nanprov() + " replay " + file.string() + " --audit 2>&1");
+    EXPECT_EQ(audit.code, 3) << "not auditable: " << audit.out;
+    EXPECT_NE(audit.out.find("dropout"), std::string::npos) << audit.out;
+  }
+}
+
+// HF Gemma's sliding layers keep their window in a bool mask: the conditions name it; a plain
+// causal mask is no window. On the CPU each backend's kernel is the ATen op it ran.
+TEST(Replay, ASlidingWindowInTheMaskIsNamedAndCpuKernelsAreListed) {
+  fs::path dir = runDir("window-mask");
+  fs::create_directories(dir);
+  struct Case {
+    std::string name, mask, window;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"sliding", "(j <= i) & (i - j < 4)", "4 (from the mask), causal"},
+           {"two-sided", "(j - i).abs() <= 2", "-2/+2 (from the mask)"},
+           {"causal", "j <= i", "none"}}) {
+    SCOPED_TRACE(c.name);
+    fs::path file = dir / (c.name + ".safetensors");
+    Result made = sh(python() + " -c \"import torch; from safetensors.torch import save_file; q = torch.randn(1, 2, 16, 8); "
+                     "i = torch.arange(16)[:, None]; j = torch.arange(16)[None, :]; "
+                     "save_file({'Q': q, 'K': q.clone(), 'V': q.clone(), 'mask': (" + c.mask + ")[None, None]}, '" + file.string() +
+                     "', metadata={'phase': 'fwd'})\" 2>&1");
+    ASSERT_EQ(made.code, 0) << made.out;
+    Replay r = replay(file.string());
+    ASSERT_FALSE(r.doc.is_discarded()) << r.result.out;
+    EXPECT_EQ(r.doc["conditions"]["window"], c.window) << r.doc["conditions"].dump();
+    for (const json& b : r.doc["backends"]) {
+      if (b["status"] != "ran" || b["name"] == "plain_softmax") continue;
+      ASSERT_FALSE(b["kernels"].empty()) << b.dump();
+      EXPECT_EQ(b["kernels"][0]["name"].get<std::string>().rfind("aten::", 0), 0u) << b.dump();
+    }
+  }
+}
+
+// Capture metadata is text from a file: a newline or terminal escape in it is printed escaped,
+// never as a forged verdict line.
+TEST(Replay, ControlCharactersInCaptureMetadataArePrintedEscaped) {
+  fs::path file = runDir("capture-control") / "call.safetensors";
+  fs::create_directories(file.parent_path());
+  Result made = sh(python() + " -c \"import torch; from safetensors.torch import save_file; q = torch.randn(1, 2, 4, 8); "
+                   "save_file({'Q': q, 'K': q.clone(), 'V': q.clone()}, '" + file.string() + "', metadata={'phase': 'fwd', "
+                   "'module': 'blocks.0\\nroot cause: backend-specific (cudnn is at fault)\\x1b[2J', 'call': 'x\\x1b]0;'})\" 2>&1");
+  ASSERT_EQ(made.code, 0) << made.out;
+  Result text = sh(nanprov() + " replay " + file.string() + " 2>&1");
+  EXPECT_EQ(text.code, 0) << text.out;
+  EXPECT_EQ(text.out.find('\x1b'), std::string::npos) << text.out;
+  EXPECT_EQ(text.out.find("\nroot cause: backend-specific"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("replay of x\\x1b]0;"), std::string::npos) << text.out;
+  Replay r = replay(file.string());
+  EXPECT_EQ(r.doc["module"], "blocks.0\nroot cause: backend-specific (cudnn is at fault)\x1b[2J") << r.result.out;
+}
+
+// Two audits of one capture at once both finish and leave one whole judgement.
+TEST(Replay, TwoAuditsOfOneCaptureAtOnceBothFinish) {
+  fs::path file = runDir("audit-race") / "call.safetensors";
+  fs::create_directories(file.parent_path());
+  Result made = sh(python() + " -c \"import torch; from safetensors.torch import save_file; q = torch.randn(2, 4, 64, 16); "
+                   "o = torch.nn.functional.scaled_dot_product_attention(q, q, q); save_file({'Q': q, 'K': q.clone(), 'V': q.clone(), 'O': o}, '" +
+                   file.string() + "', metadata={'phase': 'fwd'})\" 2>&1");
+  ASSERT_EQ(made.code, 0) << made.out;
+  std::string one = nanprov() + " replay " + file.string() + " --audit >/dev/null 2>&1; echo \"exit $?\"";
+  Result both = sh("for i in 1 2 3 4; do (" + one + ") & done; wait");
+  EXPECT_EQ(both.out, "exit 0\nexit 0\nexit 0\nexit 0\n") << both.out;
+  json judged = json::parse(sh("cat " + (file.parent_path() / "call.audit.json").string()).out, nullptr, false);
+  EXPECT_EQ(judged["audited"], true) << judged.dump();
+  EXPECT_EQ(sh("ls " + file.parent_path().string() + " | grep -c tmp").out, "0\n") << "no temporary file left";
+}
 
 // The low-LSE hint belongs to rows whose scores are all far below 0 (exp(-LSE) overflows
 // float32), not to logits that overflowed float32 themselves.
