@@ -17,6 +17,7 @@ inline std::optional<int64_t> parseInteger(std::string_view text, int64_t min, i
   const char* end = text.data() + text.size();
   auto [ptr, ec] = std::from_chars(text.data(), end, value);
   if (text.empty() || ec != std::errc() || ptr != end || value < min || value > max) return std::nullopt;
+  if (value == 0 && text.front() == '-') return std::nullopt;  // "-0" is a typo, not a rank
   return value;
 }
 

@@ -112,9 +112,9 @@ void addCallsCommand(CLI::App& app, int* exit_code) {
       "forward recomputed by activation checkpointing), backend, clean/source/propagated, the\n"
       "non-finite inputs and outputs, and the module path.");
   cmd->add_option("run", opts->run, "Run directory (default: the newest under ./nanprov-runs)");
-  cmd->add_option("--rank", opts->rank, "Only this rank");
-  cmd->add_option("--layer", opts->layer, "Only this layer");
-  cmd->add_option("--step", opts->step, "Only this optimizer step");
+  cmd->add_option("--rank", opts->rank, "Only this rank")->check(wholeNumber());
+  cmd->add_option("--layer", opts->layer, "Only this layer")->check(wholeNumber());
+  cmd->add_option("--step", opts->step, "Only this optimizer step")->check(wholeNumber());
   cmd->add_option("--phase", opts->phase, "Only fwd or bwd")->check(CLI::IsMember({"fwd", "bwd"}));
   cmd->add_option("--backend", opts->backend, "Only this backend (flash_cpu, math, cudnn, flash, efficient, native_mha)");
   cmd->add_option("--module", opts->module, "Only modules whose path matches this shell pattern (e.g. 'layers.3.*')");

@@ -20,6 +20,10 @@ enum ExitCode { kClean = 0, kEdgeFound = 1, kUsageError = 2, kInputError = 3, kN
 // warnings only (nanprov run --audit-warn-only) or `warn_only` is set.
 int reportExitCode(const Conclusion& c, bool warn_only = false);
 
+// Option text checks for numbers people type: digits only ("3"), and sizes ("512M", "1G").
+CLI::Validator wholeNumber();
+CLI::Validator sizeText();
+
 // Prints "nanprov <command>: <message>" on stderr and returns kInputError.
 int fail(const std::string& command, const Status& status);
 

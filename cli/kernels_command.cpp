@@ -55,8 +55,9 @@ void addKernelsCommand(CLI::App& app, int* exit_code) {
     if (!opts->call.empty()) {
       auto named = parseCallName(opts->call);
       if (!named) {
-        return void(*exit_code = fail("kernels", Status::Error("--call " + opts->call +
-                                                               ": names look like rank0:layer1:call1 (see nanprov calls)")));
+        std::cerr << "nanprov kernels: --call " << printable(opts->call)
+                  << ": names look like rank0:layer1:call1 (see nanprov calls)\n";
+        return void(*exit_code = kUsageError);
       }
       query.rank = named->rank;
       query.layer = named->layer;

@@ -57,6 +57,32 @@ int main(int argc, char** argv) {
   addReplayCommand(app, &exit_code);
   addSqlCommand(app, &exit_code);
   addDoctorCommand(app, &exit_code);
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+    for (CLI::Option* opt : sub->get_options()) {
+      // A flag given twice (`report --json --json`) is a typo, not a count.
+      if (opt->get_items_expected_max() == 0 && opt->get_name() != "--help") opt->multi_option_policy(CLI::MultiOptionPolicy::Throw);
+      // Help for people: "--capture-bytes SIZE", not CLI11's "INT:SIZE [b, kb(=1024b), ...]:INT in
+      // [0 - 1125899906842624]"; the option's own text says the range and the units.
+      for (int i = 0;; ++i) {
+        try {
+          opt->get_validator(i)->description("");
+        } catch (const CLI::OptionNotFound&) {
+          break;
+        }
+      }
+      const std::string name = opt->get_name(), type = opt->get_type_name();
+      if (name.find("bytes") != std::string::npos || name.find("memory") != std::string::npos) opt->type_name("SIZE");
+      else if (name == "--timeout") opt->type_name("SECONDS");
+      else if (type.rfind("INT", 0) == 0 || type.rfind("UINT", 0) == 0) opt->type_name("N");
+    }
+  }
+  // The command a usage error belongs to, for the one line that points at its --help.
+  std::string command;
+  for (int i = 1; i < argc && command.empty(); ++i) {
+    for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+      if (sub->get_name() == argv[i]) command = argv[i];
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -66,7 +92,11 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::cerr << "nanprov: " << e.what() << "\nRun 'nanprov --help' or 'nanprov <command> --help'.\n";
+    // One line, always: CLI11's own message, then where the help is.
+    std::string what = nanprov::firstLine(e.what());
+    while (!what.empty() && (what.back() == '.' || what.back() == ' ')) what.pop_back();
+    std::cerr << "nanprov" << (command.empty() ? "" : " " + command) << ": " << nanprov::printable(what) << "; see nanprov "
+              << (command.empty() ? "" : command + " ") << "--help\n";
     return kUsageError;
   } catch (const std::exception& e) {
     // Whatever a damaged input provokes that a command did not foresee: one line, never abort().

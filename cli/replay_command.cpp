@@ -27,6 +27,7 @@ struct Options {
   bool audit = false;
   std::string emit_repro;
   int64_t max_memory = 0;  // 0: the engine's default
+  bool backends_given = false;
 };
 
 constexpr const char* kBackendNames[] = {"cudnn", "flash", "efficient", "math", "flash_cpu", "plain_softmax"};
@@ -56,7 +57,8 @@ StatusOr<std::string> captureOfRun(const std::string& dir) {
 }
 
 // Comma list of backend names, checked; "reference" is always run and accepted for clarity.
-StatusOr<std::string> checkedBackends(const std::string& list) {
+StatusOr<std::string> checkedBackends(const std::string& list, bool given) {
+  if (given && list.empty()) return Status::Error("--backends '' names no backend; leave it out for every backend of the device");
   std::string out;
   size_t begin = 0;
   while (begin <= list.size() && !list.empty()) {
@@ -64,7 +66,8 @@ StatusOr<std::string> checkedBackends(const std::string& list) {
     if (end == std::string::npos) end = list.size();
     std::string name = list.substr(begin, end - begin);
     begin = end + 1;
-    if (name.empty() || name == "reference") continue;
+    if (name.empty()) return Status::Error("--backends '" + list + "' has an empty name (two commas, or one at an end)");
+    if (name == "reference") continue;
     if (!replayCanRun(name)) return Status::Error("unknown backend '" + name + "'; backends are cudnn, flash, efficient, math, flash_cpu, plain_softmax");
     out += (out.empty() ? "" : ",") + name;
   }
@@ -72,7 +75,7 @@ StatusOr<std::string> checkedBackends(const std::string& list) {
 }
 
 int replay(const Options& opts) {
-  auto backends = checkedBackends(opts.backends);
+  auto backends = checkedBackends(opts.backends, opts.backends_given);
   if (!backends.ok()) return std::cerr << "nanprov replay: " << backends.status().message() << "\n", kUsageError;
   std::string capture = opts.target;
   std::error_code ec;
@@ -142,9 +145,13 @@ void addReplayCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--max-memory", opts->max_memory,
                   "Refuse, before running, a call whose replay on the CPU would need more memory than this "
                   "(estimated from its shapes; default three quarters of the memory available; suffixes K M G)")
+      ->check(sizeText())
       ->transform(CLI::AsSizeValue(false))
       ->check(CLI::Range(int64_t{1} << 20, int64_t{1} << 50));
-  cmd->callback([opts, exit_code] { *exit_code = replay(*opts); });
+  cmd->callback([opts, exit_code, cmd] {
+    opts->backends_given = cmd->count("--backends") > 0;
+    *exit_code = replay(*opts);
+  });
 }
 
 }  // namespace nanprov::cli

@@ -53,6 +53,7 @@ struct RunOptions {
   int64_t audit_bytes = kDefaultAuditBytes;
   int64_t audit_slice_bytes = kDefaultAuditSliceBytes;
   bool warn_only = false;
+  bool out_given = false;
   std::vector<std::string> command;
 };
 
@@ -108,7 +109,7 @@ Status checkProbeModule(const std::string& spec) {
   if (!pairs.ok()) return bad(pairs.status().message());
   for (const auto& [key, value] : *pairs) {
     if (key != "q" && key != "k" && key != "v") return bad("unknown key '" + key + "'; keys are q, k, v");
-    bool position = !value.empty() && std::all_of(value.begin(), value.end(), ::isdigit);
+    bool position = !value.empty() && value.size() <= 6 && std::all_of(value.begin(), value.end(), ::isdigit);
     bool name = !value.empty() && (std::isalpha(static_cast<unsigned char>(value[0])) || value[0] == '_') &&
                 std::all_of(value.begin(), value.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
     if (!position && !name) return bad(key + "=" + value + " is neither an argument position nor a name");
@@ -132,7 +133,9 @@ Status checkProbeOp(const std::string& spec) {
   if (!pairs.ok()) return bad(pairs.status().message());
   for (const auto& [key, value] : *pairs) {
     if (key != "q" && key != "k" && key != "v" && key != "o") return bad("unknown key '" + key + "'; keys are q, k, v, o");
-    if (value.empty()) return bad(key + "= names no argument");
+    bool name = !value.empty() && (std::isalpha(static_cast<unsigned char>(value[0])) || value[0] == '_') &&
+                std::all_of(value.begin(), value.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+    if (!name) return bad(key + "=" + value + " is not a schema argument name");
   }
   return Status::Ok();
 }
@@ -169,6 +172,10 @@ int run(RunOptions& opts) {
   std::vector<std::string>& cmd = opts.command;
   if (cmd.empty()) {
     std::cerr << "nanprov run: no command given; usage: nanprov run [options] -- python train.py\n";
+    return kUsageError;
+  }
+  if (opts.out_given && opts.out.empty()) {
+    std::cerr << "nanprov run: --out '' names no directory; leave --out out for ./nanprov-runs/<UTC time>\n";
     return kUsageError;
   }
   // Each repeatable option is checked here, so a typo is a usage error before training starts,
@@ -284,7 +291,7 @@ int run(RunOptions& opts) {
 
 // A byte count with K, M, G suffixes, at most kMaxCount.
 CLI::Option* addSizeOption(CLI::App* cmd, const std::string& name, int64_t& value, const std::string& help) {
-  return cmd->add_option(name, value, help)->transform(CLI::AsSizeValue(false))->check(CLI::Range(int64_t{0}, kMaxCount));
+  return cmd->add_option(name, value, help)->check(sizeText())->transform(CLI::AsSizeValue(false))->check(CLI::Range(int64_t{0}, kMaxCount));
 }
 
 }  // namespace
@@ -321,6 +328,7 @@ void addRunCommand(CLI::App& app, int* exit_code, std::vector<std::string> wrapp
                   "Attribute CUDA kernels with CUPTI during the first N optimizer steps (default 2), "
                   "then stop tracing: later calls show the kernels of the same layer, op and shapes "
                   "from a traced step. 0 traces every step (exact, slower on launch-bound runs)")
+      ->check(wholeNumber())
       ->check(CLI::Range(0, 1000000));
   cmd->add_flag("--no-kernels", opts->no_kernels,
                 "Do not attribute kernels at all (no CUPTI): checks only, the cheapest setting");
@@ -331,6 +339,7 @@ void addRunCommand(CLI::App& app, int* exit_code, std::vector<std::string> wrapp
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_option("--capture-every", opts->capture_every,
                   "Also capture every Nth attention call of each rank, for nanprov replay (default 0: off)")
+      ->check(wholeNumber())
       ->check(CLI::Range(int64_t{0}, kMaxCount));
   addSizeOption(cmd, "--capture-bytes", opts->capture_bytes,
                 "Tensor bytes each rank may capture in all (default 1GiB; suffixes K M G); calls "
@@ -383,6 +392,7 @@ void addRunCommand(CLI::App& app, int* exit_code, std::vector<std::string> wrapp
       return;
     }
     opts->command.insert(opts->command.end(), wrapped.begin(), wrapped.end());
+    opts->out_given = cmd->count("--out") > 0;
     *exit_code = run(*opts);
   });
 }

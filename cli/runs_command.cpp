@@ -69,6 +69,10 @@ void addRunsCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--root", opts->root, "Folder holding run directories (default: ./nanprov-runs)");
   cmd->add_flag("--json", opts->json, "Print JSON for scripts");
   cmd->callback([opts, exit_code] {
+    if (opts->root.empty()) {
+      std::cerr << "nanprov runs: --root '' names no folder; leave it out for ./" << kDefaultRunsRoot << "\n";
+      return void(*exit_code = kUsageError);
+    }
     std::error_code ec;
     std::vector<fs::path> dirs;
     for (const auto& entry : fs::directory_iterator(opts->root, ec)) {

@@ -1,5 +1,7 @@
 #include "probes/call_selector.h"
 
+#include <algorithm>
+
 #include <limits>
 #include <set>
 
@@ -34,7 +36,13 @@ bool readSelectorKey(CallSelector* selector, const std::string& key, const std::
 StatusOr<std::vector<std::pair<std::string, std::string>>> splitKeyValues(const std::string& text) {
   std::vector<std::pair<std::string, std::string>> pairs;
   std::set<std::string> seen;
-  for (const std::string& part : splitList(text, ',')) {
+  // Every item between commas is a key=value: "tensor=O,,layer=1" or a trailing comma is a typo
+  // that would otherwise drop a key without a word.
+  for (size_t begin = 0; begin <= text.size();) {
+    size_t end = std::min(text.find(',', begin), text.size());
+    std::string part = text.substr(begin, end - begin);
+    begin = end + 1;
+    if (part.empty()) return Status::Error("an empty item in '" + text + "' (two commas, or one at an end)");
     auto eq = part.find('=');
     if (eq == std::string::npos) return Status::Error("'" + part + "' is not key=value");
     std::string key = part.substr(0, eq);

@@ -417,13 +417,30 @@ TEST(HardeningCli, BadValuesAreRefusedInOneLine) {
   for (std::string option : {"--capture-bytes -1", "--capture-every 99999999999999999999", "--capture-every -1",
                              "--inject 'tensor=O,tensor=dQ'", "--inject 'tensor=dQ,step=-1'",
                              "--capture 'rank=-1'", "--capture 'layer=1,layer=2'", "--probe-module ':q=0'",
-                             "--probe-module 'Attn:z=1'", "--probe-module 'Attn:q=1-2'"}) {
+                             "--probe-module 'Attn:z=1'", "--probe-module 'Attn:q=1-2'",
+                             "--inject 'tensor=O,,layer=1'", "--inject 'tensor=O,layer=1,'", "--inject 'tensor=O,rank=-0'",
+                             "--capture-bytes 0x10", "--capture-every ' 3'", "--probe-module 'Attn:q=99999999999999999999'",
+                             "--probe-op 'ns::op:q=in put'", "--out ''", "--no-such-option", "--audit --audit"}) {
     SCOPED_TRACE(option);
     Result r = sh(nanprov() + " run --out " + dir.string() + " " + option + " -- " + python() + " -c pass 2>&1");
     EXPECT_EQ(r.code, 2) << r.out;
-    EXPECT_LE(lines(r.out), 2) << r.out;
+    EXPECT_EQ(lines(r.out), 1) << r.out;
     EXPECT_LT(r.out.size(), 300u) << "no 309-digit bounds: " << r.out;
     EXPECT_FALSE(fs::exists(dir)) << "a refused run leaves no directory";
+  }
+}
+
+// The reading commands refuse malformed values as usage errors (exit 2), in one line.
+TEST_F(Hardening, ReadersRefuseMalformedValuesInOneLine) {
+  const std::string dir = recorded_->dir.string();
+  for (std::string command : {"calls " + dir + " --step -1", "calls " + dir + " --layer ' 1'",
+                              "replay " + dir + " --backends ''", "replay " + dir + " --backends 'math,,'",
+                              "report " + dir + " --json --json", "kernels " + dir + " --call rank0:layerX:call1",
+                              std::string("runs --root ''"), "sql " + dir + " ''", "report " + dir + " --bogus"}) {
+    SCOPED_TRACE(command);
+    Result r = sh(nanprov() + " " + command + " 2>&1 >/dev/null");
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_EQ(lines(r.out), 1) << r.out;
   }
 }
 
