@@ -176,7 +176,7 @@ TEST(AttentionKinds, TransformerEnginePresetFindsDotProductAttentionByKeyword) {
   fs::path dir = runDir("te");
   Result run = sh(nanprov() + " run --out " + dir.string() + " --probe-module te -- " + python() + " " +
                   std::string(NANPROV_TEST_SCRIPTS) + "/te_signature_attention.py --glitch-step 1 2>&1");
-  ASSERT_EQ(run.code, 0) << run.out;
+  ASSERT_EQ(run.code, 1) << "the script exits 0; nanprov found the edge: " << run.out;
   EXPECT_EQ(run.out.find("did not give tensors"), std::string::npos) << run.out;
   json report = commandJson("report", dir);
   EXPECT_EQ(report["first_edge"]["step"], 1) << report.dump();

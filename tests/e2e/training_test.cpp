@@ -141,7 +141,7 @@ TEST(EndToEnd, TorchrunTwoRanksFaultOnRankOneOnly) {
   Result t = sh("GLOO_SOCKET_IFNAME=lo " + nanprov() + " run --out " + dir.string() +
                 " --inject 'rank=1,layer=0,phase=bwd,tensor=dK,step=1' -- " + torchrun +
                 " --standalone --nproc-per-node=2 " + example("tiny_transformer.py") + " --steps 3 --ddp 2>&1");
-  ASSERT_EQ(t.code, 0) << t.out;
+  ASSERT_EQ(t.code, 1) << "torchrun exits 0; nanprov found the injected edge: " << t.out;
   EXPECT_TRUE(fs::exists(dir / "rank-0.sqlite"));
   EXPECT_TRUE(fs::exists(dir / "rank-1.sqlite"));
   Result rep = sh(nanprov() + " report " + dir.string() + " --json");
