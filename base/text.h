@@ -24,16 +24,26 @@ inline std::string shortNumber(double v) {
 inline std::string printable(std::string_view text) {
   std::string out;
   out.reserve(text.size());
+  char buf[8];
   for (size_t i = 0; i < text.size(); ++i) {
     const auto c = static_cast<unsigned char>(text[i]);
     const auto next = i + 1 < text.size() ? static_cast<unsigned char>(text[i + 1]) : 0;
-    char buf[8];
-    if (c == '\n') out += "\\n";
-    else if (c == '\r') out += "\\r";
-    else if (c == '\t') out += "\\t";
-    else if (c < 0x20 || c == 0x7f) std::snprintf(buf, sizeof buf, "\\x%02x", c), out += buf;
-    else if (c == 0xc2 && next >= 0x80 && next <= 0x9f) std::snprintf(buf, sizeof buf, "\\u%04x", next), out += buf, ++i;
-    else out += static_cast<char>(c);
+    if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c < 0x20 || c == 0x7f) {
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    } else if (c == 0xc2 && next >= 0x80 && next <= 0x9f) {  // a C1 control (U+0080-U+009F) in UTF-8
+      std::snprintf(buf, sizeof buf, "\\u%04x", next);
+      out += buf;
+      ++i;
+    } else {
+      out += static_cast<char>(c);
+    }
   }
   return out;
 }

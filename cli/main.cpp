@@ -57,7 +57,8 @@ int main(int argc, char** argv) {
   addReplayCommand(app, &exit_code);
   addSqlCommand(app, &exit_code);
   addDoctorCommand(app, &exit_code);
-  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+  const std::vector<CLI::App*> commands = app.get_subcommands([](CLI::App*) { return true; });
+  for (CLI::App* sub : commands) {
     for (CLI::Option* opt : sub->get_options()) {
       // A flag given twice (`report --json --json`) is a typo, not a count.
       if (opt->get_items_expected_max() == 0 && opt->get_name() != "--help") opt->multi_option_policy(CLI::MultiOptionPolicy::Throw);
@@ -79,7 +80,7 @@ int main(int argc, char** argv) {
   // The command a usage error belongs to, for the one line that points at its --help.
   std::string command;
   for (int i = 1; i < argc && command.empty(); ++i) {
-    for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+    for (CLI::App* sub : commands) {
       if (sub->get_name() == argv[i]) command = argv[i];
     }
   }

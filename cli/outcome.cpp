@@ -1,9 +1,9 @@
 #include "cli/outcome.h"
-#include "store/small_file.h"
 
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
+
+#include "store/small_file.h"
 
 namespace nanprov {
 namespace {

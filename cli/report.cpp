@@ -8,6 +8,7 @@
 
 #include "base/text.h"
 #include "cli/call_kernels.h"
+#include "cli/terminal_text.h"
 #include "probes/roles.h"
 
 namespace nanprov {
@@ -257,9 +258,12 @@ std::string closing(const RunData& run, const Conclusion& conclusion) {
 
 }  // namespace
 
-std::string reportText(const RunData& run, const Findings& f) {
+std::string reportText(const RunData& stored, const Findings& f) {
   std::ostringstream out;
-  Conclusion conclusion = conclude(run, f);
+  // Concluded from the run as stored (it reads the run's files by their paths), rendered from a
+  // copy whose texts are safe to print.
+  Conclusion conclusion = conclude(stored, f);
+  const RunData run = forTerminal(stored);
   if (conclusion.outcome == Outcome::kNothingChecked) {
     out << "nothing checked: no attention call was probed, so nanprov cannot call this run clean\n  why: "
         << conclusion.nothing_checked_why << "\n";

@@ -17,7 +17,8 @@ std::string capturePath(const RunData& run, const CaptureRecord& capture);
 nlohmann::json callJson(const CallRecord& call, const CallHealth& health);
 nlohmann::json reportJson(const RunData& run, const Findings& findings);
 // The first line names the edge as rank<R>:layer<L>:call<C>, names the parameters whose
-// gradients went non-finite first, says the run is clean, or that nothing was checked.
+// gradients went non-finite first, says the run is clean, or that nothing was checked. Texts from
+// the store are printed escaped (cli/terminal_text.h).
 std::string reportText(const RunData& run, const Findings& findings);
 
 }  // namespace nanprov

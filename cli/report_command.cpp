@@ -4,7 +4,6 @@
 #include "base/json_text.h"
 #include "cli/commands.h"
 #include "cli/report.h"
-#include "cli/terminal_text.h"
 
 namespace nanprov::cli {
 
@@ -54,7 +53,7 @@ void addReportCommand(CLI::App& app, int* exit_code) {
     if (!run) return;
     Findings findings = analyze(*run);
     if (opts->json) std::cout << jsonText(reportJson(*run, findings), 2) << "\n";
-    else std::cout << reportText(forTerminal(*run), findings);
+    else std::cout << reportText(*run, findings);
     *exit_code = reportExitCode(conclude(*run, findings), opts->audit_warn_only);
   });
 }

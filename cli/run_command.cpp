@@ -22,7 +22,6 @@
 #include "cli/edges.h"
 #include "cli/python_torch.h"
 #include "cli/report.h"
-#include "cli/terminal_text.h"
 #include "probes/call_selector.h"
 #include "probes/capture_policy.h"
 #include "probes/injection.h"
@@ -94,6 +93,12 @@ void writeRunJson(const std::string& dir, const json& doc) {
   std::ofstream(fs::path(dir) / "run.json") << jsonText(doc, 2) << "\n";
 }
 
+// A Python identifier or schema argument name: "query", "_q1".
+bool isIdentifier(const std::string& s) {
+  return !s.empty() && (std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_') &&
+         std::all_of(s.begin(), s.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+}
+
 // `PATTERN[:q=ARG,k=ARG,v=ARG]` (probes/bootstrap/nanprov_boot/module_probes.py reads it): checked
 // here, so a typo is a usage error before the training starts, not a silent no-op after.
 Status checkProbeModule(const std::string& spec) {
@@ -110,9 +115,7 @@ Status checkProbeModule(const std::string& spec) {
   for (const auto& [key, value] : *pairs) {
     if (key != "q" && key != "k" && key != "v") return bad("unknown key '" + key + "'; keys are q, k, v");
     bool position = !value.empty() && value.size() <= 6 && std::all_of(value.begin(), value.end(), ::isdigit);
-    bool name = !value.empty() && (std::isalpha(static_cast<unsigned char>(value[0])) || value[0] == '_') &&
-                std::all_of(value.begin(), value.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
-    if (!position && !name) return bad(key + "=" + value + " is neither an argument position nor a name");
+    if (!position && !isIdentifier(value)) return bad(key + "=" + value + " is neither an argument position nor a name");
   }
   return Status::Ok();
 }
@@ -133,9 +136,7 @@ Status checkProbeOp(const std::string& spec) {
   if (!pairs.ok()) return bad(pairs.status().message());
   for (const auto& [key, value] : *pairs) {
     if (key != "q" && key != "k" && key != "v" && key != "o") return bad("unknown key '" + key + "'; keys are q, k, v, o");
-    bool name = !value.empty() && (std::isalpha(static_cast<unsigned char>(value[0])) || value[0] == '_') &&
-                std::all_of(value.begin(), value.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
-    if (!name) return bad(key + "=" + value + " is not a schema argument name");
+    if (!isIdentifier(value)) return bad(key + "=" + value + " is not a schema argument name");
   }
   return Status::Ok();
 }
@@ -231,8 +232,7 @@ int run(RunOptions& opts) {
                          {"every_steps", opts.audit_every},
                          {"budget_bytes", opts.audit_bytes},
                          {"slice_bytes", opts.audit_slice_bytes},
-                         {"warn_only", opts.warn_only}}},
-              {"warn_only", opts.warn_only}};
+                         {"warn_only", opts.warn_only}}}};
   writeRunJson(dir, doc);
 
   std::map<std::string, std::string> env = {
@@ -280,11 +280,13 @@ int run(RunOptions& opts) {
   } else {
     Findings findings = analyze(*data);
     if (!opts.no_kernels) traceKernelsOfLateEdges(*data, findings);
-    std::cerr << reportText(forTerminal(*data), findings) << "  details: nanprov report " << printable(dir) << "\n";
+    std::cerr << reportText(*data, findings) << "  details: nanprov report " << printable(dir) << "\n";
     // A training that ended well still fails the run on what nanprov found (unless warn-only):
     // real training loops keep going on a NaN loss and exit 0, and a CI job must not stay green.
-    int found = reportExitCode(conclude(*data, findings), opts.warn_only);
-    if (exit->passThroughCode() == 0 && !opts.warn_only && (found == kEdgeFound || found == kAuditFound)) return found;
+    if (exit->passThroughCode() == 0 && !opts.warn_only) {
+      int found = reportExitCode(conclude(*data, findings));
+      if (found == kEdgeFound || found == kAuditFound) return found;
+    }
   }
   return exit->passThroughCode();
 }

@@ -1,7 +1,6 @@
 // `nanprov runs [--root DIR] [--json]`: the runs under a root, newest first, each with what it
 // ran, how many ranks and calls it recorded, and what its report concludes.
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 

@@ -140,6 +140,7 @@ def die(how, forward):
     """Ends the process the way crash handlers, DataLoader workers and launchers do: no Python
     cleanup runs (SIGTERM's default action is the same as a kill)."""
     if how == "sigkill-mid-step":
+        time.sleep(0.5)  # the step's own flush lands first; only the forward pass below is in flight
         with torch.no_grad():
             forward()
         os.kill(os.getpid(), signal.SIGKILL)
@@ -189,7 +190,7 @@ def main():
     p.add_argument("--profile", action="store_true", help="train inside torch.profiler (CPU and CUDA activities)")
     p.add_argument("--die-after-step", type=int, default=-1, help="end the process abruptly after this step (tests)")
     p.add_argument("--die-how", default="sigkill", choices=["sigkill", "sigkill-mid-step", "os_exit", "c_exit", "sigterm"],
-                   help="how --die-after-step ends it: SIGKILL half a second later; SIGKILL at once after one "
+                   help="how --die-after-step ends it: SIGKILL half a second later; SIGKILL half a second later, right after one "
                         "more forward pass (its calls still queued); or at once os._exit(7), C's exit(7) (no "
                         "Python atexit) or SIGTERM, as launchers and crash handlers do")
     p.add_argument("--compile", nargs="?", const="default", default=None,

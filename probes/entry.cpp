@@ -10,11 +10,11 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <future>
 #include <memory>
-#include <thread>
-#include <cstdlib>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 

@@ -210,12 +210,13 @@ void Session::writeCounters() {
 void Session::finalize(bool collect) {
   // The hook still records (the session is active): pending checks and kernels reach the store.
   // A forked child skips it: it owns neither the GPU work nor the writer.
-  if (collect && active() && getpid() == owner_pid_) {
+  const bool owner = active() && getpid() == owner_pid_;
+  if (owner && collect) {
     if (FlushHook hook = flush_hook_.exchange(nullptr)) hook(true);
     identity_.runEnded();
     countUnseenBackwards();
   }
-  if (active() && getpid() == owner_pid_) writeCounters();
+  if (owner) writeCounters();
   State expected = State::kActive;
   if (!state_.compare_exchange_strong(expected, State::kFinalized)) return;
   std::unique_ptr<StoreWriter> writer;

@@ -217,10 +217,10 @@ StatusOr<CapturedCall> toCapturedCall(const CaptureFile& file, const std::string
   auto dropout_p = parseFiniteDouble(dropout);
   if (!dropout_p || *dropout_p < 0 || *dropout_p > 1) return bad("arg.dropout_p '" + dropout + "' is not in [0, 1]");
   call.dropout_p = *dropout_p;
-  if (call.dropout_p > 0 && call.incomplete.empty()) {
+  if (call.dropout_p > 0) {
     // The run drew its dropout mask at random; no backend can recompute the outputs it made.
-    call.incomplete = "it used dropout p=" + shortNumber(call.dropout_p) +
-                      ", whose random mask is not in the capture, so no backend can recompute what the run computed";
+    call.incomplete += (call.incomplete.empty() ? "" : "; ") + std::string("dropout p=") + shortNumber(call.dropout_p) +
+                       ", whose random mask is not in the capture";
   }
   return call;
 }

@@ -377,6 +377,25 @@ int keepAudit(const ReplayResult& r, const nlohmann::json& doc, Output output) {
   return !doc["audited"] ? 3 : doc["finding"] ? 1 : 0;
 }
 
+// Why a replay on the CPU would not fit in the memory allowed (NANPROV_REPLAY_MAX_MEMORY, set by
+// nanprov replay --max-memory), worked out from the shapes before anything is allocated; "" when
+// it fits or runs on a GPU.
+std::string memoryRefusal(const CapturedCall& call, const at::Device& device, const std::vector<std::string>& backends,
+                          bool audit) {
+  if (!device.is_cpu()) return "";
+  CallShape shape{.batch = call.batch, .q_heads = call.q_heads, .kv_heads = call.kv_heads, .s_q = call.s_q,
+                  .s_kv = call.s_kv, .head_dim = call.head_dim, .v_dim = call.v_dim,
+                  .element_bytes = static_cast<int64_t>(call.at("Q").element_size()), .backward = call.backward};
+  for (const auto& [role, t] : call.tensors) shape.input_bytes += static_cast<int64_t>(t.nbytes());
+  MemoryNeed need = replayMemory(shape, backends, audit);
+  const char* given = std::getenv("NANPROV_REPLAY_MAX_MEMORY");
+  const std::optional<int64_t> asked = given ? parseInteger(given, 1, INT64_MAX) : std::nullopt;
+  const int64_t budget = asked ? *asked : defaultReplayBudget();
+  if (need.bytes <= budget) return "";
+  return "replaying it needs about " + gigabytes(need.bytes) + " of memory (largest: " + need.largest + "), more than the " +
+         gigabytes(budget) + " allowed (nanprov replay --max-memory; default three quarters of the memory available)";
+}
+
 int replayMain(const std::string& path, std::string device_name, const std::string& backend_list, Output output,
                const std::string& emit_dir) {
   const auto started = std::chrono::steady_clock::now();
@@ -432,23 +451,9 @@ int replayMain(const std::string& path, std::string device_name, const std::stri
   r.main_kernel = call->metaOr("kernel.main", r.kernels.size() == 1 ? r.kernels[0] : "");
 
   if (output == Output::kKernels) return keepKernels(*call, path, device, r);
-  if (device.is_cpu()) {
-    // Before anything is allocated: a small capture can describe a call far bigger than memory.
-    CallShape shape{.batch = call->batch, .q_heads = call->q_heads, .kv_heads = call->kv_heads, .s_q = call->s_q,
-                    .s_kv = call->s_kv, .head_dim = call->head_dim, .v_dim = call->v_dim,
-                    .element_bytes = static_cast<int64_t>(call->at("Q").element_size()), .backward = call->backward};
-    for (const auto& [role, t] : call->tensors) shape.input_bytes += static_cast<int64_t>(t.nbytes());
-    MemoryNeed need = replayMemory(shape, backends, audit);
-    const char* given = std::getenv("NANPROV_REPLAY_MAX_MEMORY");  // nanprov replay --max-memory
-    const std::optional<int64_t> asked = given ? parseInteger(given, 1, INT64_MAX) : std::nullopt;
-    const int64_t budget = asked ? *asked : defaultReplayBudget();
-    if (need.bytes > budget) {
-      std::string why = "replaying it needs about " + gigabytes(need.bytes) + " of memory (largest: " + need.largest +
-                        "), more than the " + gigabytes(budget) + " allowed (nanprov replay --max-memory; default three "
-                        "quarters of the memory available)";
-      if (audit) return keepAudit(r, notAuditedJson(r, why), output);
-      return fail(Status::Error(r.call + ": " + why));
-    }
+  if (std::string why = memoryRefusal(*call, device, backends, audit); !why.empty()) {
+    if (audit) return keepAudit(r, notAuditedJson(r, why), output);
+    return fail(Status::Error(r.call + ": " + why));
   }
   if (audit && !call->incomplete.empty()) {
     return keepAudit(r, notAuditedJson(r, "the reference cannot rebuild the call: " + call->incomplete), output);

@@ -1,12 +1,17 @@
 #include <algorithm>
 
-#include "base/text.h"
 #include "replay/replay_result.h"
 
 namespace nanprov::replay {
 namespace {
 
 bool isGradient(const std::string& role) { return role == "dQ" || role == "dK" || role == "dV"; }
+
+// Why a call replay did not rerun as the run made it cannot be judged, in the capture's words.
+std::string cannotJudge(const ReplayResult& r) {
+  return "the capture does not hold all of the call (" + r.incomplete +
+         "), so replay cannot judge it; rerun with that part of the call captured";
+}
 
 }  // namespace
 
@@ -38,9 +43,7 @@ RootCause findRootCause(const ReplayResult& r) {
     // Every backend replays the call without the run's random dropout mask: whatever they say,
     // it is about another call.
     cause.cls = "cannot-judge";
-    cause.explanation = "the call used dropout p=" + shortNumber(r.conditions.dropout_p) +
-                        ", whose random mask is not in the capture, so no backend can recompute what the run "
-                        "computed; capture a call with dropout off to judge the kernel";
+    cause.explanation = cannotJudge(r);
     return cause;
   }
   if (!r.reference_problem.empty()) {
@@ -73,8 +76,7 @@ RootCause findRootCause(const ReplayResult& r) {
       // Not "not reproduced": replay did not rerun the call the run made (a compiled score_mod, a
       // softcap), so it can neither confirm nor clear the kernel.
       cause.cls = "cannot-judge";
-      cause.explanation += "the capture does not hold all of the call (" + r.incomplete +
-                           "), so replay cannot judge it; rerun with that part of the call captured";
+      cause.explanation += cannotJudge(r);
     } else if (!captured_rerun && !passing.empty()) {
       // Replay never ran what the run ran (FlashAttention 2/3/4, a module's own code): every
       // backend that could run gets the call right from the same inputs, so it is the suspect.

@@ -1,7 +1,6 @@
 #include "store/audit_file.h"
 
-#include <fstream>
-#include <sstream>
+#include <ostream>
 
 #include "store/capture_file.h"
 #include "store/file_replace.h"

@@ -11,8 +11,6 @@
 
 namespace nanprov {
 
-std::string callTallyName(int rank) { return "rank-" + std::to_string(rank) + ".tally"; }
-
 StatusOr<std::unique_ptr<CallTally>> CallTally::open(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
   if (fd < 0) return Status::Error(path + ": " + std::strerror(errno));

@@ -13,8 +13,7 @@
 
 namespace nanprov {
 
-std::string callTallyName(int rank);  // "rank-<r>.tally"
-
+// Named by callTallyName() in store/run_dir.h.
 class CallTally {
  public:
   // Creates `path` (8 bytes, zero) or reopens it, and maps it.

@@ -26,7 +26,9 @@ Status notAStore(const std::string& path, const std::string& why) {
 
 StatusOr<sqlite::Db> openRankStore(const std::string& path, RankInfo* info) {
   std::error_code ec;
-  if (access(path.c_str(), R_OK) != 0 && errno == EACCES) return Status::Error(path + ": permission denied; make it readable or read the run as its owner");
+  if (access(path.c_str(), R_OK) != 0 && errno == EACCES) {
+    return Status::Error(path + ": permission denied; make it readable (chmod u+r) or read the run as its owner");
+  }
   if (std::filesystem::file_size(path, ec) == 0 && !ec) return notAStore(path, "empty file");
   auto db = sqlite::open(path, sqlite::Mode::kReadOnly);
   if (!db.ok()) return notAStore(path, db.status().message());

@@ -215,9 +215,6 @@ std::map<std::string, int64_t> RunData::unprobedFirstSteps() const {
   return out;
 }
 
-// Tallies looked for when a run has no store at all (beyond, a job that large stored something).
-constexpr int kMaxRanksWithoutStore = 64;
-
 int64_t RunData::callsNotStored() const {
   int64_t lost = calls_begun_without_store;
   for (const RankInfo& r : ranks) {
@@ -265,11 +262,7 @@ StatusOr<RunData> loadRun(const std::string& dir, RunScope scope) {
   const std::vector<std::string>& paths = *found;
   if (paths.empty() && isRunDir(dir)) {
     // A rank that died before its first batch left a tally and no store.
-    for (int rank = 0; rank < kMaxRanksWithoutStore; ++rank) {
-      if (auto begun = readCallTally((std::filesystem::path(dir) / callTallyName(rank)).string())) {
-        run.calls_begun_without_store += *begun;
-      }
-    }
+    for (const std::string& tally : callTallyPaths(dir)) run.calls_begun_without_store += readCallTally(tally).value_or(0);
     return run;
   }
   if (paths.empty()) return storesOf(dir).status();
@@ -303,7 +296,7 @@ StatusOr<RunData> loadRun(const std::string& dir, RunScope scope) {
     NANPROV_RETURN_IF_ERROR(loadSentinel(db->get(), path, info.rank, &run.sentinel));
     info.steps = countSteps(db->get());
     info.calls_stored = callsWritten(info);
-    info.calls_begun = readCallTally(path.substr(0, path.size() - std::string(".sqlite").size()) + ".tally");
+    info.calls_begun = readCallTally((std::filesystem::path(dir) / callTallyName(info.rank)).string());
     run.ranks.push_back(std::move(info));
   }
   for (const CallRecord& c : run.calls) {

@@ -1,9 +1,8 @@
 #include "store/replayed_kernels.h"
 
 #include <filesystem>
-#include <fstream>
+#include <ostream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "store/capture_file.h"
 #include "store/file_replace.h"

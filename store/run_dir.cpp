@@ -7,8 +7,6 @@
 #include <map>
 #include <string_view>
 
-#include <unistd.h>
-
 #include "base/numbers.h"
 
 namespace nanprov {
@@ -27,15 +25,25 @@ std::string newRunDirName(const std::string& root) {
   return (fs::path(root) / full).string();
 }
 
-std::string rankStoreName(int rank) { return "rank-" + std::to_string(rank) + ".sqlite"; }
-
 namespace {
 
-constexpr std::string_view kStorePrefix = "rank-", kStoreSuffix = ".sqlite";
+constexpr std::string_view kRankPrefix = "rank-", kStoreSuffix = ".sqlite", kTallySuffix = ".tally";
 
-bool namedLikeStore(const std::string& name) {
-  return name.size() > kStorePrefix.size() + kStoreSuffix.size() && name.starts_with(kStorePrefix) &&
-         name.ends_with(kStoreSuffix);
+std::string rankFileName(int rank, std::string_view suffix) { return std::string(kRankPrefix) + std::to_string(rank) + std::string(suffix); }
+
+bool namedForRank(const std::string& name, std::string_view suffix) {
+  return name.size() > kRankPrefix.size() + suffix.size() && name.starts_with(kRankPrefix) && name.ends_with(suffix);
+}
+
+bool namedLikeStore(const std::string& name) { return namedForRank(name, kStoreSuffix); }
+
+// The rank in "rank-<r><suffix>", spelt as nanprov spells it: "rank-00" is not rank 0's.
+std::optional<int> rankOfName(const std::string& name, std::string_view suffix) {
+  if (!namedForRank(name, suffix)) return std::nullopt;
+  std::string digits = name.substr(kRankPrefix.size(), name.size() - kRankPrefix.size() - suffix.size());
+  auto rank = parseInteger(digits, 0, kMaxRank);
+  if (!rank || std::to_string(*rank) != digits) return std::nullopt;
+  return static_cast<int>(*rank);
 }
 
 // What a path is when it is not a regular file, in words; "" for a regular file.
@@ -57,13 +65,21 @@ std::string notRegularFile(const fs::path& path) {
 
 }  // namespace
 
-std::optional<int> rankOfStoreName(const std::string& filename) {
-  if (!namedLikeStore(filename)) return std::nullopt;
-  std::string digits = filename.substr(kStorePrefix.size(), filename.size() - kStorePrefix.size() - kStoreSuffix.size());
-  auto rank = parseInteger(digits, 0, kMaxRank);
-  // Only the name nanprov writes: "rank-00" is not rank 0's store, whatever it holds.
-  if (!rank || std::to_string(*rank) != digits) return std::nullopt;
-  return static_cast<int>(*rank);
+std::string rankStoreName(int rank) { return rankFileName(rank, kStoreSuffix); }
+std::string callTallyName(int rank) { return rankFileName(rank, kTallySuffix); }
+
+std::optional<int> rankOfStoreName(const std::string& filename) { return rankOfName(filename, kStoreSuffix); }
+
+std::vector<std::string> callTallyPaths(const std::string& dir) {
+  std::vector<std::string> paths;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    std::error_code type_ec;
+    if (rankOfName(entry.path().filename().string(), kTallySuffix) && entry.is_regular_file(type_ec)) {
+      paths.push_back(entry.path().string());
+    }
+  }
+  return paths;
 }
 
 bool holdsRankStores(const std::string& dir) {
@@ -91,9 +107,6 @@ StatusOr<std::vector<std::string>> rankStorePaths(const std::string& dir) {
     if (!rank) {
       return Status::Error(path + " is named like a rank store, but not as nanprov names them (rank-<r>.sqlite, r a "
                            "rank number without leading zeros); rename or remove it");
-    }
-    if (access(path.c_str(), R_OK) != 0 && errno == EACCES) {
-      return Status::Error(path + ": permission denied; make it readable (chmod u+r) or read the run as its owner");
     }
     found.emplace(*rank, path);
   }

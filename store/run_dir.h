@@ -23,6 +23,7 @@ std::string newRunDirName(const std::string& root);
 StatusOr<std::string> resolveRunDir(const std::string& given);
 
 std::string rankStoreName(int rank);  // "rank-<r>.sqlite"
+std::string callTallyName(int rank);  // "rank-<r>.tally" (store/call_tally.h)
 
 // Paths of the rank stores in `dir`, ordered by rank. Everything named rank-*.sqlite must be a
 // readable regular file named for exactly one rank the way nanprov names them: a FIFO, socket,
@@ -32,6 +33,9 @@ StatusOr<std::vector<std::string>> rankStorePaths(const std::string& dir);
 
 // The rank a store's file name claims (rank-<r>.sqlite), or nullopt when it is not so named.
 std::optional<int> rankOfStoreName(const std::string& filename);
+
+// Paths of the call tallies in `dir` (regular files named rank-<r>.tally).
+std::vector<std::string> callTallyPaths(const std::string& dir);
 
 // Whether `dir` holds anything named like a rank store, readable or not.
 bool holdsRankStores(const std::string& dir);

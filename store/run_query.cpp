@@ -4,8 +4,8 @@
 #include <map>
 #include <set>
 
-#include "store/rank_store.h"
 #include "base/text.h"
+#include "store/rank_store.h"
 #include "store/reader.h"
 
 namespace nanprov {
