@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/build_info.h"
-#include "cli/child_process.h"
+#include "base/child_process.h"
 #include "store/audit_file.h"
 #include "store/capture_file.h"
 

@@ -8,7 +8,7 @@
 
 #include "cli/outcome.h"
 #include "store/reader.h"
-#include "store/status.h"
+#include "base/status.h"
 
 namespace nanprov::cli {
 

@@ -7,7 +7,7 @@
 
 #include "base/json_text.h"
 #include "cli/build_info.h"
-#include "cli/child_process.h"
+#include "base/child_process.h"
 #include "cli/commands.h"
 #include "cli/python_torch.h"
 

@@ -5,7 +5,7 @@
 #include <sstream>
 
 #include "cli/build_info.h"
-#include "cli/child_process.h"
+#include "base/child_process.h"
 
 namespace nanprov {
 namespace fs = std::filesystem;

@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "store/status.h"
+#include "base/status.h"
 
 namespace nanprov {
 

@@ -17,7 +17,7 @@
 #include "cli/auditor.h"
 #include "cli/build_info.h"
 #include "cli/call_kernels.h"
-#include "cli/child_process.h"
+#include "base/child_process.h"
 #include "cli/commands.h"
 #include "cli/edges.h"
 #include "cli/python_torch.h"

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "kernels/health_check.h"
-#include "store/status.h"
+#include "base/status.h"
 
 namespace nanprov::kernels {
 

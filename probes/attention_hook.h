@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "probes/roles.h"
-#include "store/status.h"
+#include "base/status.h"
 
 namespace nanprov {
 

@@ -16,7 +16,7 @@
 
 #include "probes/call_selector.h"
 #include "store/call_record.h"
-#include "store/status.h"
+#include "base/status.h"
 
 namespace nanprov {
 

@@ -12,7 +12,7 @@
 
 #include "probes/call_selector.h"
 #include "probes/roles.h"
-#include "store/status.h"
+#include "base/status.h"
 
 namespace nanprov {
 

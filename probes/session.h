@@ -15,7 +15,7 @@
 #include "probes/capture_policy.h"
 #include "probes/injection.h"
 #include "store/call_record.h"
-#include "store/status.h"
+#include "base/status.h"
 
 namespace nanprov {
 

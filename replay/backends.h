@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "replay/captured_call.h"
-#include "store/status.h"
+#include "base/status.h"
 
 namespace nanprov::replay {
 

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "store/capture_file.h"
-#include "store/status.h"
+#include "base/status.h"
 
 namespace nanprov::replay {
 

@@ -7,7 +7,7 @@
 
 #include "replay/backends.h"
 #include "replay/captured_call.h"
-#include "store/status.h"
+#include "base/status.h"
 
 namespace nanprov::replay {
 

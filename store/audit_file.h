@@ -8,7 +8,7 @@
 #include <optional>
 #include <string>
 
-#include "store/status.h"
+#include "base/status.h"
 
 namespace nanprov {
 

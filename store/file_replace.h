@@ -6,7 +6,7 @@
 #include <ostream>
 #include <string>
 
-#include "store/status.h"
+#include "base/status.h"
 
 namespace nanprov {
 

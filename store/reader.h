@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "store/call_record.h"
-#include "store/status.h"
+#include "base/status.h"
 
 namespace nanprov {
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "store/scoped_resource.h"
-#include "store/status.h"
+#include "base/status.h"
 
 namespace nanprov::sqlite {
 

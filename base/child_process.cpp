@@ -1,4 +1,4 @@
-#include "cli/child_process.h"
+#include "base/child_process.h"
 
 #include <signal.h>
 #include <spawn.h>

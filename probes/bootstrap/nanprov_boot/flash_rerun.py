@@ -1,0 +1,78 @@
+"""Reruns a captured FlashAttention 2/3/4 call through the package that ran it, for `nanprov replay`.
+
+FlashAttention's kernels are reachable only through its Python packages, so the replay engine (C++)
+runs this in a child process of the Python nanprov was built against:
+
+    python -m nanprov_boot.flash_rerun CAPTURE OUTPUT DEVICE
+
+It reads Q, K, V (and dO, cu_seqlens) from the capture in the layout the run used, calls the
+package's public function with the captured scale and causal flag, and writes O (and dQ, dK, dV for
+a backward capture) to OUTPUT as safetensors, in that same layout. Exit 0 when it ran; 3, with one
+line on stderr, when the package does not import here (the engine then names the captured backend
+the suspect); 1, with one line, when the call failed.
+"""
+import importlib
+import sys
+
+from .flash_attn_probes import FLAVOURS
+
+
+def _function(backend, varlen):
+    """The package's public entry point for a (backend, varlen) call; ImportError when absent."""
+    name = "flash_attn_varlen_func" if varlen else "flash_attn_func"
+    for module_name, (flavours, _unchecked) in FLAVOURS.items():
+        if flavours[0].backend == backend:
+            module = importlib.import_module(module_name)
+            function = getattr(module, name, None)
+            if function is None:
+                raise ImportError(f"{module_name} has no {name}")
+            return function
+    raise ImportError(f"no FlashAttention package is known for backend {backend}")
+
+
+def rerun(capture, output, device):
+    import torch
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    with safe_open(capture, "pt") as f:
+        meta = f.metadata() or {}
+        tensors = {name: f.get_tensor(name) for name in f.keys()}
+    varlen = meta.get("arg.layout") == "thd"
+    function = _function(meta.get("backend", ""), varlen)
+    backward = meta.get("phase") == "bwd"
+    scale = None if meta.get("arg.scale", "None") == "None" else float(meta["arg.scale"])
+    causal = meta.get("arg.is_causal") == "true"
+    q, k, v = (tensors[r].to(device).requires_grad_(backward) for r in ("Q", "K", "V"))
+    kwargs = {"softmax_scale": scale, "causal": causal}
+    if varlen:
+        cu_q, cu_k = (tensors[n].to(device=device, dtype=torch.int32) for n in ("cu_seqlens_q", "cu_seqlens_k"))
+        kwargs.update(cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=int((cu_q[1:] - cu_q[:-1]).max()),
+                      max_seqlen_k=int((cu_k[1:] - cu_k[:-1]).max()))
+    with torch.enable_grad():
+        result = function(q, k, v, **kwargs)
+        out = result[0] if isinstance(result, tuple) else result
+        written = {"O": out.detach()}
+        if backward:
+            dq, dk, dv = torch.autograd.grad(out, (q, k, v), tensors["dO"].to(device))
+            written = {"dQ": dq, "dK": dk, "dV": dv}
+    save_file({role: t.detach().cpu().contiguous() for role, t in written.items()}, output)
+
+
+def main(argv):
+    if len(argv) != 4:
+        sys.stderr.write("usage: python -m nanprov_boot.flash_rerun CAPTURE OUTPUT DEVICE (run by nanprov replay)\n")
+        return 2
+    try:
+        rerun(argv[1], argv[2], argv[3])
+    except ImportError as e:
+        sys.stderr.write(f"{e}\n")
+        return 3
+    except Exception as e:  # one line for the engine, never a traceback
+        sys.stderr.write(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}\n")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
