@@ -3,6 +3,7 @@
 // (replay/replay_main.cpp), whose output and exit code are replay's own.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -28,9 +29,12 @@ struct Options {
   std::string emit_repro;
   int64_t max_memory = 0;  // 0: the engine's default
   bool backends_given = false;
+  std::string python = build::kPython;
 };
 
 constexpr const char* kBackendNames[] = {"cudnn", "flash", "efficient", "math", "flash_cpu", "plain_softmax"};
+// Rerun through their own Python package, and only for calls that ran them.
+constexpr const char* kPackageBackends[] = {"fa2", "fa3", "fa4"};
 
 }  // namespace
 
@@ -68,7 +72,10 @@ StatusOr<std::string> checkedBackends(const std::string& list, bool given) {
     begin = end + 1;
     if (name.empty()) return Status::Error("--backends '" + list + "' has an empty name (two commas, or one at an end)");
     if (name == "reference") continue;
-    if (!replayCanRun(name)) return Status::Error("unknown backend '" + name + "'; backends are cudnn, flash, efficient, math, flash_cpu, plain_softmax");
+    bool package = std::find(std::begin(kPackageBackends), std::end(kPackageBackends), name) != std::end(kPackageBackends);
+    if (!replayCanRun(name) && !package) {
+      return Status::Error("unknown backend '" + name + "'; backends are cudnn, flash, efficient, math, flash_cpu, plain_softmax, fa2, fa3, fa4");
+    }
     out += (out.empty() ? "" : ",") + name;
   }
   return out;
@@ -98,6 +105,9 @@ int replay(const Options& opts) {
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
   if (opts.max_memory > 0) setenv("NANPROV_REPLAY_MAX_MEMORY", std::to_string(opts.max_memory).c_str(), 1);
+  // For a FlashAttention call: the Python that reruns it through its package (replay/flash_rerun.h).
+  setenv("NANPROV_REPLAY_PYTHON", opts.python.c_str(), 1);
+  setenv("NANPROV_BOOTSTRAP_DIR", build::kBootstrapDir, 1);
   std::cout.flush();
   execv(engine.c_str(), argv.data());
   return fail("replay", Status::Error("cannot run " + engine + ": " + std::strerror(errno)));
@@ -114,8 +124,12 @@ void addReplayCommand(CLI::App& app, int* exit_code) {
       "judges every output: ok, suspect, non-finite, all-zero, silent-wrong, unsupported or\n"
       "reference-invalid (rules in the README). The root cause is one of none,\n"
       "backend-specific, forward-ok-backward-wrong, input-caused, precision-limit,\n"
-      "not-reproduced or reference-suspect.\n"
-      "Exit code: 0 no fault recurred (none, not-reproduced), 1 a fault recurred,\n"
+      "fully-masked-rows, captured-backend-suspect, cannot-judge, not-reproduced or\n"
+      "reference-suspect.\n"
+      "A FlashAttention 2/3/4 call is also rerun through its own package, in --python, where\n"
+      "it imports (FlashAttention 4 needs a Hopper or Blackwell GPU); where it cannot be rerun,\n"
+      "the root cause is captured-backend-suspect when every other backend gets the call right.\n"
+      "Exit code: 0 no fault recurred (none, not-reproduced, cannot-judge), 1 a fault recurred,\n"
       "2 usage error, 3 unreadable capture.\n\n"
       "Examples:\n"
       "  nanprov replay                        the newest run's first source edge\n"
@@ -130,8 +144,11 @@ void addReplayCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--backends", opts->backends,
                   "Comma list from cudnn, flash, efficient, math (CUDA), flash_cpu, math (CPU), plain_softmax "
                   "(either: softmax(q kᵀ + mask) v with no guard for fully masked rows, as nn.MultiheadAttention "
-                  "and HF eager compute it); default: every backend of the device, plus plain_softmax for a call "
-                  "that ran it");
+                  "and HF eager compute it), fa2, fa3, fa4 (a FlashAttention call, rerun through its package); "
+                  "default: every backend of the device, plus the call's own backend when it is one of the last four");
+  cmd->add_option("--python", opts->python,
+                  "The Python that reruns a FlashAttention call through its package (default: the one nanprov was "
+                  "built against, " + std::string(build::kPython) + ")");
   cmd->add_option("--device", opts->device, "auto, cpu or cuda (default auto: where the call was captured, if present here, else the CPU)")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   cmd->add_flag("--json", opts->json, "Print JSON for scripts");

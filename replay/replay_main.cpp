@@ -23,6 +23,7 @@
 #include "replay/backend_kernels.h"
 #include "replay/backends.h"
 #include "replay/captured_call.h"
+#include "replay/flash_rerun.h"
 #include "replay/memory_estimate.h"
 #include "replay/packed_layouts.h"
 #include "replay/progress.h"
@@ -287,6 +288,23 @@ std::optional<Outputs> runTraced(BackendRun& run, const CapturedCall& call, cons
   return std::move(*outputs);
 }
 
+// Reruns a FlashAttention call through its own package (replay/flash_rerun.h); nullopt when it
+// cannot run here, which run.detail then says. Its kernels run in the helper's process, untraced.
+std::optional<Outputs> runFlashPackage(BackendRun& run, const CaptureFile& file, const std::string& capture,
+                                       const std::string& captured_backend, const at::Device& device) {
+  if (run.name != captured_backend) {
+    run.detail = run.name + " reruns only calls that ran it (this call ran " + captured_backend + ")";
+    return std::nullopt;
+  }
+  auto outputs = rerunFlashAttention(file, capture, device);
+  if (!outputs.ok()) {
+    run.detail = outputs.status().message();
+    return std::nullopt;
+  }
+  run.ran = true;
+  return std::move(*outputs);
+}
+
 // Fills backends[].kernels from the trace. When the run did not trace the captured call, its
 // kernel is named from its own backend's replay, and those kernels are kept next to the capture
 // for `nanprov report`, provided this GPU is the model the call was captured on.
@@ -438,7 +456,10 @@ int replayMain(const std::string& path, std::string device_name, const std::stri
   r.backend = call->metaOr("backend", "?");
   // A call that ran a plain softmax (nn.MultiheadAttention's need_weights path, HF eager) is
   // rerun as it ran, beside the SDPA backends.
-  if (backend_list.empty() && r.backend == "plain_softmax") backends.push_back("plain_softmax");
+  // FlashAttention 2/3/4 calls too, through their own package where it imports.
+  if (backend_list.empty() && (r.backend == "plain_softmax" || isFlashAttentionBackend(r.backend))) {
+    backends.push_back(r.backend);
+  }
   r.module = call->metaOr("module");
   r.step = call->metaOr("step", "?");
   r.slice = call->metaOr("slice");
@@ -492,7 +513,9 @@ int replayMain(const std::string& path, std::string device_name, const std::stri
   for (const std::string& name : backends) {
     BackendRun run{.name = name, .original = name == r.backend};
     progress.stage(name);
-    std::optional<Outputs> outputs = runTraced(run, *call, device, trace, static_cast<int>(r.backends.size()));
+    std::optional<Outputs> outputs = isFlashAttentionBackend(name)
+                                         ? runFlashPackage(run, *file, path, r.backend, device)
+                                         : runTraced(run, *call, device, trace, static_cast<int>(r.backends.size()));
     r.backends.push_back(outputs ? judged(run, *outputs) : run);
   }
   progress.stage("conditions and root cause");

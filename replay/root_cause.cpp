@@ -83,9 +83,13 @@ RootCause findRootCause(const ReplayResult& r) {
       cause.cls = "captured-backend-suspect";
       std::vector<std::string> ok_names;
       for (const BackendRun* b : passing) ok_names.push_back(b->name);
+      std::string why;  // why the captured backend did not run, when replay tried it
+      for (const BackendRun& b : r.backends) {
+        if (b.original && !b.ran && !b.detail.empty()) why = " (" + b.detail + ")";
+      }
       cause.explanation = r.backend + " got " + joined(captured_bad) + " wrong in the run, while " + joined(ok_names) +
                           " and the float64 reference compute the call correctly from the captured inputs; replay "
-                          "cannot rerun " + r.backend + " here, so " + r.backend + " is the suspect";
+                          "cannot rerun " + r.backend + " here" + why + ", so " + r.backend + " is the suspect";
     } else {
       cause.explanation += "the failure is nondeterministic, or needs context the capture does not hold";
     }

@@ -120,11 +120,23 @@ TEST(PlainSoftmaxAttention, FlashAttention2And3AreProbedAndAFaultyOneIsTheSuspec
   TrainedRun r = train("fa2-fault", "", "--flavour fa2 --dtype float32 --steps 2", "flash_attn_training.py");
   ASSERT_EQ(r.report.code, 1) << r.train.out;
   EXPECT_EQ(r.doc["first_edge"]["origin"], "attention");
+  // Where the package imports, replay reruns the call through it, and the fault recurs there only.
   Result replay = sh(nanprov() + " replay " + r.dir.string() + " --json");
   json d = json::parse(replay.out, nullptr, false);
   ASSERT_FALSE(d.is_discarded()) << replay.out;
-  EXPECT_EQ(d["root_cause"]["class"], "captured-backend-suspect") << replay.out;
+  EXPECT_EQ(replay.code, 1) << replay.out;
+  EXPECT_EQ(d["root_cause"]["class"], "backend-specific") << replay.out;
   EXPECT_EQ(d["root_cause"]["backend"], "fa2") << replay.out;
+  EXPECT_EQ(strings(d["root_cause"]["tensors"]), std::vector<std::string>{"O"}) << replay.out;
+  // Where it does not import, every backend replay can run gets the call right: fa2 is the
+  // suspect, and the explanation says why it was not rerun.
+  ScopedEnv no_package("PYTHONPATH", "");
+  Result unrun = sh(nanprov() + " replay " + r.dir.string() + " --json");
+  json u = json::parse(unrun.out, nullptr, false);
+  ASSERT_FALSE(u.is_discarded()) << unrun.out;
+  EXPECT_EQ(u["root_cause"]["class"], "captured-backend-suspect") << unrun.out;
+  EXPECT_EQ(u["root_cause"]["backend"], "fa2") << unrun.out;
+  EXPECT_NE(u["root_cause"]["explanation"].get<std::string>().find("not importable"), std::string::npos) << unrun.out;
 }
 
 }  // namespace

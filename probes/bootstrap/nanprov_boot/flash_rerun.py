@@ -8,8 +8,8 @@ runs this in a child process of the Python nanprov was built against:
 It reads Q, K, V (and dO, cu_seqlens) from the capture in the layout the run used, calls the
 package's public function with the captured scale and causal flag, and writes O (and dQ, dK, dV for
 a backward capture) to OUTPUT as safetensors, in that same layout. Exit 0 when it ran; 3, with one
-line on stderr, when the package does not import here (the engine then names the captured backend
-the suspect); 1, with one line, when the call failed.
+line on stdout, when the package does not import here (the engine then names the captured backend
+the suspect); 1, with one line, when the call failed. Stdout carries only that line.
 """
 import importlib
 import sys
@@ -59,6 +59,11 @@ def rerun(capture, output, device):
     save_file({role: t.detach().cpu().contiguous() for role, t in written.items()}, output)
 
 
+def _first_line(e):
+    text = str(e)
+    return text.splitlines()[0] if text else ""
+
+
 def main(argv):
     if len(argv) != 4:
         sys.stderr.write("usage: python -m nanprov_boot.flash_rerun CAPTURE OUTPUT DEVICE (run by nanprov replay)\n")
@@ -66,10 +71,10 @@ def main(argv):
     try:
         rerun(argv[1], argv[2], argv[3])
     except ImportError as e:
-        sys.stderr.write(f"{e}\n")
+        print(f"{type(e).__name__}: {_first_line(e)}")
         return 3
     except Exception as e:  # one line for the engine, never a traceback
-        sys.stderr.write(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}\n")
+        print(f"{type(e).__name__}: {_first_line(e)}")
         return 1
     return 0
 

@@ -1,0 +1,83 @@
+#include "replay/flash_rerun.h"
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "base/child_process.h"
+#include "base/text.h"
+
+namespace nanprov::replay {
+namespace {
+namespace fs = std::filesystem;
+
+const char* const kOutputRoles[] = {"O", "LSE", "dQ", "dK", "dV"};
+
+// A private directory for the helper's output, removed when the rerun is done.
+class ScratchDir {
+ public:
+  ScratchDir() {
+    std::string pattern = (fs::temp_directory_path() / "nanprov-flash-rerun-XXXXXX").string();
+    if (mkdtemp(pattern.data())) path_ = pattern;
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    if (!path_.empty()) fs::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+}  // namespace
+
+bool isFlashAttentionBackend(const std::string& backend) {
+  return backend == "fa2" || backend == "fa3" || backend == "fa4";
+}
+
+StatusOr<Outputs> rerunFlashAttention(const CaptureFile& file, const std::string& capture_path, const at::Device& device) {
+  const char* python = std::getenv("NANPROV_REPLAY_PYTHON");
+  const char* bootstrap = std::getenv("NANPROV_BOOTSTRAP_DIR");
+  if (!python || !*python || !bootstrap || !*bootstrap) {
+    return Status::Error("no Python to rerun it in (run through nanprov replay, or set NANPROV_REPLAY_PYTHON)");
+  }
+  ScratchDir scratch;
+  if (scratch.path().empty()) return Status::Error("cannot make a temporary directory for the rerun");
+  const std::string output = scratch.path() + "/outputs.safetensors";
+  // The helper imports nanprov_boot from the bootstrap folder, and the package from wherever the
+  // user's PYTHONPATH says; NANPROV_RUN_DIR unset keeps the probes from arming in it.
+  std::string path = bootstrap;
+  if (const char* user = std::getenv("PYTHONPATH"); user && *user) path += std::string(":") + user;
+  unsetenv("NANPROV_RUN_DIR");
+  int code = 0;
+  auto said = captureOutput({python, "-m", "nanprov_boot.flash_rerun", capture_path, output, device.str()},
+                            {{"PYTHONPATH", path}}, &code);
+  if (!said.ok()) return said.status();
+  if (code != 0) {
+    std::string why = firstLine(*said);
+    if (why.empty()) why = "the rerun exited with code " + std::to_string(code);
+    return Status::Error((code == 3 ? "not importable with " : "failed with ") + std::string(python) + ": " + why);
+  }
+  auto rerun = readCapture(output);
+  if (!rerun.ok()) return rerun.status();
+  // The capture with the rerun's outputs in place of the run's: read back through the same
+  // layout code, so both are compared in the same [batch, heads, seq, dim] form.
+  CaptureFile replaced = file;
+  std::erase_if(replaced.tensors, [](const CaptureTensor& t) {
+    for (const char* role : kOutputRoles) {
+      if (t.name == role) return true;
+    }
+    return false;
+  });
+  for (CaptureTensor& t : rerun->tensors) replaced.tensors.push_back(std::move(t));
+  auto call = toCapturedCall(replaced, capture_path);
+  if (!call.ok()) return call.status();
+  Outputs out = capturedOutputs(*call);
+  if (!out.o.defined() && !out.dq.defined()) return Status::Error("the rerun wrote no output");
+  for (at::Tensor* t : {&out.o, &out.lse, &out.dq, &out.dk, &out.dv}) {
+    if (t->defined()) *t = t->to(device);  // compared where the reference is
+  }
+  return out;
+}
+
+}  // namespace nanprov::replay
