@@ -97,6 +97,27 @@ TEST(PlainSoftmaxAttention, HuggingFaceEagerAndSdpaGiveTheSameEdge) {
   EXPECT_TRUE(clean.doc["coverage"]["unprobed"].empty()) << clean.report.out;
 }
 
+// Hugging Face's FlashAttention path (flash_attention_3, through a stand-in of its package: HF's own
+// availability checks want a GPU and are skipped) is probed under the FlashAttention function HF
+// calls, once per call, with HF's module path: the same edge as sdpa.
+TEST(PlainSoftmaxAttention, HuggingFaceFlashAttentionIsProbedOnceWithItsModule) {
+  ScopedEnv standin("PYTHONPATH", std::string(NANPROV_TEST_SCRIPTS) + "/flash_attn_standin");
+  TrainedRun r = train("hf-fa3", "", "--attn flash_attention_3 --attn-after-build --overflow-layer 1 --overflow-step 1",
+                       "hf_llama.py");
+  ASSERT_EQ(r.report.code, 1) << r.train.out;
+  const json& e = r.doc["first_edge"];
+  EXPECT_EQ(e["step"], 1);
+  EXPECT_EQ(e["layer"], 1);
+  EXPECT_EQ(e["phase"], "fwd");
+  EXPECT_EQ(e["module"], "model.layers.1.self_attn");
+  EXPECT_EQ(e["backend"], "fa3");
+  EXPECT_EQ(e["origin"], "attention");
+  TrainedRun clean = train("hf-fa3-clean", "", "--attn flash_attention_3 --attn-after-build", "hf_llama.py");
+  EXPECT_EQ(clean.report.code, 0) << clean.report.out;
+  EXPECT_EQ(clean.doc["coverage"]["attention_calls"], 12) << "2 layers x 3 steps, forward and backward, each once";
+  EXPECT_TRUE(clean.doc["coverage"]["unprobed"].empty()) << clean.report.out;
+}
+
 // FlashAttention 2 and 3, wrapped like FA4: found at their step and layer in both layouts. A faulty
 // kernel (the stand-in writes NaN into a row) is the suspect when replay cannot rerun it, never
 // "nondeterministic".

@@ -55,3 +55,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=Non
                            seqused_k=None, softmax_scale=None, causal=False, **kwargs):
     return FlashAttnVarlenFunc.apply(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q,
                                      max_seqlen_k, softmax_scale, causal)
+
+
+def flash_attn_with_kvcache(*args, **kwargs):
+    """Present because Hugging Face imports it with the others; the stand-in serves no kv-cache."""
+    raise NotImplementedError("the FlashAttention 3 stand-in has no kv-cache path")
