@@ -1,5 +1,6 @@
 #include "base/child_process.h"
 
+#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/stat.h>
@@ -144,6 +145,74 @@ StatusOr<std::string> captureOutput(const std::vector<std::string>& argv,
   close(fds[0]);
   *exit_code = waitFor(*pid).passThroughCode();
   return out;
+}
+
+StatusOr<std::unique_ptr<LineChild>> LineChild::start(const std::vector<std::string>& argv,
+                                                      const std::map<std::string, std::string>& extra_env) {
+  int in[2], out[2];
+  // Close-on-exec, as in captureOutput: other children started meanwhile must not hold our ends.
+  if (pipe2(in, O_CLOEXEC) != 0) return Status::Error(std::string("pipe: ") + std::strerror(errno));
+  if (pipe2(out, O_CLOEXEC) != 0) {
+    close(in[0]), close(in[1]);
+    return Status::Error(std::string("pipe: ") + std::strerror(errno));
+  }
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, in[0], STDIN_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
+  auto pid = spawn(argv, extra_env, &actions);
+  posix_spawn_file_actions_destroy(&actions);
+  close(in[0]);
+  close(out[1]);
+  if (!pid.ok()) {
+    close(in[1]), close(out[0]);
+    return pid.status();
+  }
+  return std::unique_ptr<LineChild>(new LineChild(*pid, in[1], out[0]));
+}
+
+LineChild::~LineChild() {
+  close(to_);  // end of input: the child finishes and exits
+  close(from_);
+  waitFor(pid_);
+}
+
+StatusOr<std::string> LineChild::ask(const std::string& line) {
+  std::string sent = line + "\n";
+  // A write to a pipe whose reader died raises SIGPIPE, which would end nanprov itself: blocked on
+  // this thread for the write, and a pending one taken back, so the write just fails with EPIPE.
+  sigset_t pipe_only, old;
+  sigemptyset(&pipe_only);
+  sigaddset(&pipe_only, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe_only, &old);
+  int error = 0;
+  for (size_t done = 0; done < sent.size();) {
+    ssize_t n = write(to_, sent.data() + done, sent.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      error = n < 0 ? errno : EPIPE;
+      break;
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (error == EPIPE) {
+    const timespec none{};
+    sigtimedwait(&pipe_only, nullptr, &none);
+  }
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  if (error) return Status::Error(std::string("the helper stopped reading: ") + std::strerror(error));
+  for (;;) {
+    if (size_t end = buffered_.find('\n'); end != std::string::npos) {
+      std::string answer = buffered_.substr(0, end);
+      buffered_.erase(0, end + 1);
+      return answer;
+    }
+    char buf[4096];
+    ssize_t n = read(from_, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return Status::Error("the helper ended before it answered");
+    buffered_.append(buf, static_cast<size_t>(n));
+  }
 }
 
 }  // namespace nanprov

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -31,5 +32,24 @@ StatusOr<ChildExit> runChild(const std::vector<std::string>& argv,
 // Runs argv to completion and returns its stdout; for short helper commands.
 StatusOr<std::string> captureOutput(const std::vector<std::string>& argv,
                                     const std::map<std::string, std::string>& extra_env, int* exit_code);
+
+// A child that answers one line per line it is sent (the replay engine's audit-serve mode): a
+// long-lived helper, so what it loads at start is paid once. Its stderr is the caller's.
+class LineChild {
+ public:
+  static StatusOr<std::unique_ptr<LineChild>> start(const std::vector<std::string>& argv,
+                                                    const std::map<std::string, std::string>& extra_env);
+  ~LineChild();  // closes its stdin and waits for it to end
+  LineChild(const LineChild&) = delete;
+  LineChild& operator=(const LineChild&) = delete;
+
+  // Sends `line` and waits for the answer; an error when the child has ended (it crashed).
+  StatusOr<std::string> ask(const std::string& line);
+
+ private:
+  LineChild(int pid, int to, int from) : pid_(pid), to_(to), from_(from) {}
+  int pid_, to_, from_;
+  std::string buffered_;
+};
 
 }  // namespace nanprov

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <climits>
 #include <filesystem>
+#include <set>
+#include <tuple>
 #include <stdexcept>
 
 #include "base/numbers.h"
@@ -54,14 +56,36 @@ AuditSummary readAudit(const RunData& run) {
   AuditSummary a;
   json settings = readJsonFile((std::filesystem::path(run.dir) / "run.json").string());
   if (settings.is_object() && settings.contains("audit") && settings["audit"].is_object()) {
-    a.on = settings["audit"].value("on", false);
-    a.warn_only = settings["audit"].value("warn_only", false);
+    const json& audit = settings["audit"];
+    a.on = audit.value("on", false);
+    a.warn_only = audit.value("warn_only", false);
+    a.coverage.every_steps = audit.value("every_steps", int64_t{0});
+    a.coverage.budget_percent = audit.value("budget_percent", 0.0);
   }
+  for (const RankInfo& r : run.ranks) {
+    // "rotations held_back", written by the probes' capture policy.
+    auto it = r.meta.find("audit_rotation");
+    if (it == r.meta.end()) continue;
+    size_t space = it->second.find(' ');
+    a.coverage.rotations += parseInteger(it->second.substr(0, space), 0, INT64_MAX).value_or(0);
+    if (space != std::string::npos) a.coverage.held_back += parseInteger(it->second.substr(space + 1), 0, INT64_MAX).value_or(0);
+  }
+  std::map<std::tuple<int, int64_t, std::string>, AuditCoverage::Key> keys;
+  auto keyOf = [&](const CaptureRecord& c) -> AuditCoverage::Key* {
+    if (c.layer < 0) return nullptr;  // its call row never reached the store
+    AuditCoverage::Key& k = keys[{c.rank, c.layer, c.phase}];
+    k.rank = c.rank, k.layer = c.layer, k.phase = c.phase;
+    return &k;
+  };
+  auto notJudged = [&](const CaptureRecord& c, const std::string& why) {
+    if (AuditCoverage::Key* k = keyOf(c)) ++k->not_judged[why];
+  };
   for (const CaptureRecord& c : run.captures) {
     if (c.trigger != "audit") continue;
     a.on = true;
     if (c.path.empty()) {
       ++a.not_audited[c.skipped];
+      notJudged(c, c.skipped);
       continue;
     }
     a.bytes += c.bytes;
@@ -69,10 +93,12 @@ AuditSummary readAudit(const RunData& run) {
     auto doc = readAuditFile(path);
     if (!doc.ok()) {
       ++a.not_audited[doc.status().message()];
+      notJudged(c, doc.status().message());
       continue;
     }
     if (!*doc) {
       ++a.unjudged;
+      notJudged(c, "not judged yet");
       continue;
     }
     // The file is the engine's, but it sits in a directory anyone can edit: a field of the wrong
@@ -82,15 +108,21 @@ AuditSummary readAudit(const RunData& run) {
       a.seconds += d.value("seconds", 0.0);
       if (!d.value("audited", false)) {
         ++a.not_audited[d.value("not_audited_why", std::string("unknown"))];
+        notJudged(c, d.value("not_audited_why", std::string("unknown")));
         continue;
       }
       if (d.value("finding", false)) a.findings.push_back(findingOf(c, path, d));
       ++a.audited;
+      if (AuditCoverage::Key* k = keyOf(c)) {
+        ++k->judged;
+        k->last_step = std::max(k->last_step, c.step);
+      }
     } catch (const std::exception& e) {
       ++a.not_audited[auditFilePath(path) + " is not an audit result (" + e.what() + "); delete it and run nanprov replay " +
                       path + " --audit"];
     }
   }
+  for (auto& [where, k] : keys) a.coverage.keys.push_back(std::move(k));
   std::stable_sort(a.findings.begin(), a.findings.end(), [](const json& x, const json& y) {
     return std::make_tuple(x["step"].get<int64_t>(), x["rank"].get<int>()) <
            std::make_tuple(y["step"].get<int64_t>(), y["rank"].get<int>());
@@ -98,12 +130,99 @@ AuditSummary readAudit(const RunData& run) {
   return a;
 }
 
+namespace {
+
+json coverageJson(const AuditSummary& a) {
+  std::set<int64_t> layers;
+  json per_layer = json::array(), never = json::array();
+  for (const AuditCoverage::Key& k : a.coverage.keys) {
+    layers.insert(k.layer);
+    if (k.judged > 0) {
+      per_layer.push_back({{"rank", k.rank}, {"layer", k.layer}, {"phase", k.phase}, {"judged", k.judged}, {"last_step", k.last_step}});
+      continue;
+    }
+    std::string why;
+    for (const auto& [reason, n] : k.not_judged) why += (why.empty() ? "" : "; ") + reason;
+    never.push_back({{"rank", k.rank}, {"layer", k.layer}, {"phase", k.phase}, {"why", why}});
+  }
+  return {{"layers", layers},
+          {"calls_judged", a.audited},
+          {"per_layer", per_layer},
+          {"never_judged", never},
+          {"rotation", {{"every_steps", a.coverage.every_steps},
+                        {"budget_percent", a.coverage.budget_percent},
+                        {"rotations", a.coverage.rotations},
+                        {"held_back", a.coverage.held_back}}}};
+}
+
+// "0-3, 5, 7-8"
+std::string rangesText(const std::set<int64_t>& values) {
+  std::string out;
+  for (auto it = values.begin(); it != values.end();) {
+    int64_t first = *it, last = *it;
+    while (++it != values.end() && *it == last + 1) last = *it;
+    out += (out.empty() ? "" : ", ") + std::to_string(first) + (last > first ? "-" + std::to_string(last) : "");
+  }
+  return out;
+}
+
+// The coverage lines under the audit's totals: what was judged, how recently, and what never was.
+std::string coverageText(const AuditSummary& a) {
+  const AuditCoverage& cov = a.coverage;
+  if (cov.keys.empty()) return "";
+  std::map<int, std::set<int64_t>> judged_layers;  // rank → layers with every phase judged
+  std::map<int, std::map<int64_t, int64_t>> oldest;  // rank → layer → the older of its phases' last steps
+  std::string never;
+  for (const AuditCoverage::Key& k : cov.keys) {
+    if (k.judged == 0) {
+      std::string why;
+      for (const auto& [reason, n] : k.not_judged) why += (why.empty() ? "" : "; ") + reason;
+      never += "    never judged: rank " + std::to_string(k.rank) + " layer " + std::to_string(k.layer) + " " + k.phase +
+               (why.empty() ? "" : " (" + printable(why) + ")") + "\n";
+      continue;
+    }
+    auto [it, first] = oldest[k.rank].emplace(k.layer, k.last_step);
+    if (!first) it->second = std::min(it->second, k.last_step);
+  }
+  std::string out;
+  for (const auto& [rank, layers] : oldest) {
+    std::set<int64_t> judged;
+    std::string last;
+    for (const auto& [layer, step] : layers) {
+      judged.insert(layer);
+      last += (last.empty() ? "" : ", ") + std::to_string(layer) + " at " + std::to_string(step);
+    }
+    out += "    coverage, rank " + std::to_string(rank) + ": layers " + rangesText(judged) + " judged; last judged (layer at step): " +
+           last + "\n";
+  }
+  if (cov.every_steps > 0) {
+    out += "    every call of every " + std::to_string(cov.every_steps) + (cov.every_steps == 1 ? "" : "th") + " step judged (--audit-every)\n";
+  } else if (const int64_t steps = cov.rotations + cov.held_back; steps > 0) {
+    size_t layers = 0;
+    for (const auto& [rank, of_rank] : oldest) layers = std::max(layers, of_rank.size());
+    out += "    rotation: ran at " + std::to_string(cov.rotations) + " of " + std::to_string(steps) +
+           " steps after the first pass";
+    if (cov.rotations > 0) {
+      const int64_t every = (static_cast<int64_t>(layers) * steps + cov.rotations - 1) / cov.rotations;
+      out += ", so each layer was judged again about every " + std::to_string(every) + (every == 1 ? " step" : " steps");
+    }
+    if (cov.held_back > 0) {
+      out += "; --audit-budget " + shortNumber(cov.budget_percent) + "% held it back at " + std::to_string(cov.held_back) +
+             " (it counts the judge's time and the training thread's copies)";
+    }
+    out += "\n";
+  }
+  return out + never;
+}
+
+}  // namespace
+
 json auditCostJson(const AuditSummary& a) {
   json not_audited = json::array();
   for (const auto& [why, n] : a.not_audited) not_audited.push_back({{"why", why}, {"calls", n}});
   return {{"on", a.on},           {"warn_only", a.warn_only},   {"calls", a.audited},
           {"findings", a.findings.size()}, {"seconds", a.seconds}, {"bytes", a.bytes},
-          {"not_audited", not_audited},    {"unjudged", a.unjudged}};
+          {"not_audited", not_audited},    {"unjudged", a.unjudged}, {"coverage", coverageJson(a)}};
 }
 
 std::string auditText(const AuditSummary& a) {
@@ -137,7 +256,7 @@ std::string auditText(const AuditSummary& a) {
          (a.warn_only && !a.findings.empty() ? ", warn only" : "") + "\n";
   for (const auto& [why, n] : a.not_audited) out += "    " + std::to_string(n) + " not audited: " + printable(why) + "\n";
   if (a.unjudged) out += "    " + std::to_string(a.unjudged) + " audit captures not judged yet\n";
-  return out;
+  return out + coverageText(a);
 }
 
 }  // namespace nanprov

@@ -13,6 +13,23 @@
 
 namespace nanprov {
 
+// What the audit judged, per (rank, layer, phase) it met (DESIGN.md, "Audit": every layer, through
+// the whole run), from the audit's capture rows and their judgements.
+struct AuditCoverage {
+  struct Key {
+    int rank = 0;
+    int64_t layer = 0;
+    std::string phase;
+    int64_t judged = 0;                           // calls judged
+    int64_t last_step = -1;                       // the latest judged, -1: never
+    std::map<std::string, int64_t> not_judged;   // why → calls met but not judged
+  };
+  std::vector<Key> keys;  // by rank, layer, phase
+  int64_t every_steps = 0;
+  double budget_percent = 0;
+  int64_t rotations = 0, held_back = 0;  // steps whose rotation ran, and steps the budget held it back
+};
+
 struct AuditSummary {
   bool on = false;         // the run audited (run.json), or holds audit captures
   bool warn_only = false;  // --audit-warn-only: findings do not fail the run
@@ -22,11 +39,14 @@ struct AuditSummary {
   std::map<std::string, int64_t> not_audited;  // why → calls
   int64_t unjudged = 0;    // audit captures with no judgement (the run ended before, or is running)
   std::vector<nlohmann::json> findings;  // report's audit_findings, ordered by step, rank, call
+  AuditCoverage coverage;
 };
 
 AuditSummary readAudit(const RunData& run);
 
-// {"on", "calls", "findings", "seconds", "bytes", "not_audited": [{why, calls}], "unjudged"}.
+// {"on", "calls", "findings", "seconds", "bytes", "not_audited": [{why, calls}], "unjudged",
+//  "coverage": {layers, calls_judged, per_layer: [{rank, layer, phase, judged, last_step}],
+//               never_judged: [{rank, layer, phase, why}], rotation: {...}}}.
 nlohmann::json auditCostJson(const AuditSummary& audit);
 // The report's lines on the audit: each finding, and one line of totals. Empty when it was off.
 std::string auditText(const AuditSummary& audit);

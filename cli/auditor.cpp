@@ -11,6 +11,9 @@
 #include "base/child_process.h"
 #include "store/audit_file.h"
 #include "store/capture_file.h"
+#include "store/mapped_counters.h"
+#include "store/run_dir.h"
+#include "base/numbers.h"
 
 namespace nanprov::cli {
 namespace {
@@ -74,25 +77,67 @@ void Auditor::sweep() {
   }
 }
 
-// One engine process per call: a failure in one (a kind the reference cannot rebuild, a crash)
-// costs that call only, and is kept as its judgement so the report can say why.
+// One engine for the whole run, judging one capture per request (its audit-serve mode), so
+// LibTorch loads once. An engine that dies on a capture costs that capture only: the next request
+// starts a new one. Each judgement is counted in the rank's audit progress, which the probes read
+// to pace the rotation; a clean call's capture is then deleted (its judgement stays), so a run
+// that audits for days does not fill the disk.
 void Auditor::judge(const std::string& capture) {
-  int code = 0;
-  // One thread each: the judging shares the machine with the training.
-  auto said = captureOutput({engine_, capture, "auto", "", "audit", ""}, {{"OMP_NUM_THREADS", "1"}}, &code);
-  if (said.ok() && (code == 0 || code == 1)) {
-    if (code == 1) std::cerr << "nanprov: " << *said;  // a finding: said at once, not at the end
+  auto meta = readCaptureMetadata(capture);
+  int code = 3;
+  int64_t took_ns = 0;
+  std::string said, failure;
+  if (!engine_child_) {
+    auto child = LineChild::start({engine_, "-", "auto", "", "audit-serve", ""}, {{"OMP_NUM_THREADS", "1"}});
+    if (child.ok()) engine_child_ = std::move(*child);
+    else failure = "the replay engine did not start: " + child.status().message();
+  }
+  if (engine_child_) {
+    auto answer = engine_child_->ask(capture);
+    if (!answer.ok()) {
+      engine_child_.reset();  // it crashed on this capture; the next one gets a new engine
+      failure = "the replay engine failed on it: " + answer.status().message();
+    } else {
+      // "<exit code>\t<nanoseconds>\t<text>" (replay_main.cpp, serveAudits).
+      size_t tab = answer->find('\t'), tab2 = tab == std::string::npos ? tab : answer->find('\t', tab + 1);
+      code = parseInteger(answer->substr(0, tab), 0, 255).value_or(3);
+      if (tab2 != std::string::npos) {
+        took_ns = parseInteger(answer->substr(tab + 1, tab2 - tab - 1), 0, INT64_MAX).value_or(0);
+        said = answer->substr(tab2 + 1);
+      }
+    }
+  }
+  countJudged(meta.ok() && meta->count("rank") ? meta->at("rank") : "", took_ns);
+  if (failure.empty() && code == 0) {
+    std::error_code ec;
+    std::filesystem::remove(capture, ec);  // ok: the judgement says so; nothing to replay
+    return;
+  }
+  if (failure.empty() && code == 1) {
+    std::cerr << "nanprov: " << said << "\n";  // a finding: said at once, not at the end
     return;
   }
   auto judged = readAuditFile(capture);
   if (judged.ok() && *judged) return;  // not audited, and the engine said why
-  auto meta = readCaptureMetadata(capture);
-  std::string why = said.ok() ? "the replay engine failed (exit " + std::to_string(code) + ")"
-                              : "the replay engine did not start: " + said.status().message();
+  std::string why = failure.empty() ? "the replay engine failed (exit " + std::to_string(code) + ")" : failure;
   nlohmann::json doc = {{"format", kAuditFormat}, {"call", meta.ok() ? (*meta)["call"] : "?"},
                         {"step", meta.ok() ? (*meta)["step"] : "?"}, {"phase", meta.ok() ? (*meta)["phase"] : "?"},
                         {"capture", capture}, {"audited", false}, {"not_audited_why", why}, {"finding", false}};
   if (Status st = writeAuditFile(capture, doc); !st.ok()) std::cerr << "nanprov: " << st.message() << "\n";
+}
+
+void Auditor::countJudged(const std::string& rank_text, int64_t took_ns) {
+  auto rank = parseInteger(rank_text, 0, kMaxRank);
+  if (!rank) return;
+  auto& counters = progress_[static_cast<int>(*rank)];
+  if (!counters) {
+    auto opened = MappedCounters::open((fs::path(dir_) / auditProgressName(static_cast<int>(*rank))).string(),
+                                       kAuditProgressSlots);
+    if (!opened.ok()) return;  // the rotation then waits: it never sees this judged
+    counters = std::move(*opened);
+  }
+  counters->add(kAuditJudgeNs, took_ns);
+  counters->add(kAuditsJudged);
 }
 
 }  // namespace nanprov::cli

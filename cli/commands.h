@@ -23,6 +23,7 @@ int reportExitCode(const Conclusion& c, bool warn_only = false);
 // Option text checks for numbers people type: digits only ("3"), and sizes ("512M", "1G").
 CLI::Validator wholeNumber();
 CLI::Validator sizeText();
+CLI::Validator percentText();  // "1", "0.5", "100"
 
 // Prints "nanprov <command>: <message>" on stderr and returns kInputError.
 int fail(const std::string& command, const Status& status);

@@ -33,4 +33,14 @@ CLI::Validator sizeText() {
       "SIZE", "size");
 }
 
+CLI::Validator percentText() {
+  return CLI::Validator(
+      [](std::string& s) {
+        size_t dot = s.find('.');
+        bool ok = dot == std::string::npos ? allDigits(s) : allDigits(s.substr(0, dot)) && allDigits(s.substr(dot + 1));
+        return ok ? std::string() : "'" + s + "' is not a percentage (digits, with at most one '.': 1, 0.5, 100)";
+      },
+      "PERCENT", "percentage");
+}
+
 }  // namespace nanprov::cli

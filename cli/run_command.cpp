@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -49,6 +50,7 @@ struct RunOptions {
   bool no_capture = false;
   bool audit = false;
   int64_t audit_every = 0;
+  double audit_budget = kDefaultAuditPercent;
   int64_t audit_bytes = kDefaultAuditBytes;
   int64_t audit_slice_bytes = kDefaultAuditSliceBytes;
   bool warn_only = false;
@@ -230,6 +232,7 @@ int run(RunOptions& opts) {
               {"kernels", !opts.no_kernels},
               {"audit", {{"on", opts.audit},
                          {"every_steps", opts.audit_every},
+                         {"budget_percent", opts.audit_budget},
                          {"budget_bytes", opts.audit_bytes},
                          {"slice_bytes", opts.audit_slice_bytes},
                          {"warn_only", opts.warn_only}}}};
@@ -251,11 +254,12 @@ int run(RunOptions& opts) {
       {"NANPROV_PROBE_OPS", probe_ops},
       {"NANPROV_AUDIT", opts.audit ? "1" : "0"},
       {"NANPROV_AUDIT_EVERY", std::to_string(opts.audit_every)},
+      {"NANPROV_AUDIT_BUDGET_CENTIPERCENT", std::to_string(std::llround(opts.audit_budget * 100))},
       {"NANPROV_AUDIT_BYTES", std::to_string(opts.audit_bytes)},
       {"NANPROV_AUDIT_SLICE_BYTES", std::to_string(opts.audit_slice_bytes)},
   };
   if (opts.no_kernels) env["NANPROV_KERNELS"] = "off";
-  std::cerr << "nanprov: recording into " << dir << (opts.audit ? ", auditing each call signature" : "") << "\n";
+  std::cerr << "nanprov: recording into " << dir << (opts.audit ? ", auditing every layer" : "") << "\n";
   Auditor auditor(abs_dir);
   if (opts.audit) auditor.start();
   auto exit = runChild(cmd, env);
@@ -323,7 +327,7 @@ void addRunCommand(CLI::App& app, int* exit_code, std::vector<std::string> wrapp
   cmd->add_option("--out", opts->out, "Run directory to write (default: ./nanprov-runs/<UTC timestamp>)");
   cmd->add_option("--inject", opts->inject,
                   "Corrupt one output of matching calls after the kernel, to test the setup: "
-                  "keys tensor (O LSE dQ dK dV), value (nan inf -inf zero scale:F), rank, layer, step, call, phase. Repeatable.")
+                  "keys tensor (O LSE dQ dK dV), value (nan inf -inf zero scale:F), rank, layer, step, from-step, call, phase. Repeatable.")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_option("--trace-steps", opts->trace_steps,
@@ -335,7 +339,7 @@ void addRunCommand(CLI::App& app, int* exit_code, std::vector<std::string> wrapp
   cmd->add_flag("--no-kernels", opts->no_kernels,
                 "Do not attribute kernels at all (no CUPTI): checks only, the cheapest setting");
   cmd->add_option("--capture", opts->capture,
-                  "Also capture every call matching this selector (keys rank, layer, step, call, phase), "
+                  "Also capture every call matching this selector (keys rank, layer, step, from-step, call, phase), "
                   "for nanprov replay. Repeatable.")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
@@ -364,17 +368,27 @@ void addRunCommand(CLI::App& app, int* exit_code, std::vector<std::string> wrapp
   cmd->add_flag("--no-capture", opts->no_capture,
                 "Do not capture the first source edge (selectors and --capture-every still apply)");
   CLI::Option* audit = cmd->add_flag("--audit", opts->audit,
-                "Also catch outputs that are finite but wrong (an all-zero O, scaled gradients): capture "
-                "the first call of each call signature (op, backend, dtypes, shapes, mask, flags), forward "
-                "and backward, and judge what the run computed against the float64 reference while the "
-                "training runs. Findings are printed, listed by nanprov report, and make the run exit 5");
+                "Also catch outputs that are finite but wrong (an all-zero O, scaled gradients): judge what "
+                "the run computed against the float64 reference while the training runs. Every (call "
+                "signature, layer, phase) is judged at its first call; then, step after step, the layer judged "
+                "least recently, within --audit-budget. Findings are printed, listed by nanprov report with "
+                "the coverage (which layers were judged, when last), and make the run exit 5");
   cmd->add_option("--audit-every", opts->audit_every,
-                  "With --audit, audit each signature again every N optimizer steps (default 0: once)")
+                  "With --audit, judge every call of every N-th optimizer step instead of rotating: a complete "
+                  "audit, for debugging (default 0: the rotation)")
+      ->check(wholeNumber())
       ->check(CLI::Range(int64_t{0}, kMaxCount))
       ->needs(audit);
+  cmd->add_option("--audit-budget", opts->audit_budget,
+                  "With --audit, the share of the run's time the rotation may take, in percent: the training "
+                  "thread copying calls out plus the judge judging them (default 1; 100: one layer every step, "
+                  "whatever it costs). The first pass is not limited")
+      ->check(percentText())
+      ->check(CLI::Range(0.01, 100.0))
+      ->needs(audit);
   addSizeOption(cmd, "--audit-max-bytes", opts->audit_bytes,
-                "Tensor bytes each rank may capture for the audit in all (default 256M; suffixes K M G); "
-                "calls beyond are reported as not audited")
+                "Tensor bytes of each rank's audit captures that may wait for the judge at once (default 256M; "
+                "suffixes K M G); calls beyond are reported as not audited, and tried again later")
       ->needs(audit);
   addSizeOption(cmd, "--audit-slice-bytes", opts->audit_slice_bytes,
                 "A call whose tensors are bigger is audited on a slice: the first and last batch x the first "

@@ -20,7 +20,16 @@ std::string indexText(const std::vector<int64_t>& v) {
 
 }  // namespace
 
-bool sliceableOp(std::string_view op) { return op.starts_with("aten::_scaled_dot_product_"); }
+std::optional<SliceAxes> sliceAxesOf(std::string_view op, std::string_view layout) {
+  if (op.starts_with("aten::")) {
+    if (op.starts_with("aten::_scaled_dot_product_")) return SliceAxes{};
+    return std::nullopt;  // the fast path, and the lower-level flash/efficient ops
+  }
+  if (layout == "bhsd") return SliceAxes{};
+  if (layout == "bshd") return SliceAxes{.batch_dim = 0, .heads_dim = 2};
+  if (layout == "thd") return SliceAxes{.batch_dim = -1, .heads_dim = 1};
+  return std::nullopt;
+}
 
 std::optional<AuditSlice> chooseAuditSlice(const AuditShape& shape, int64_t bytes, int64_t slice_bytes) {
   if (bytes <= slice_bytes || shape.batch < 1 || shape.kv_heads < 1 || shape.q_heads % shape.kv_heads != 0) {

@@ -27,9 +27,18 @@ struct AuditShape {
   int64_t batch = 0, q_heads = 0, kv_heads = 0;
 };
 
-// Whether an op's tensors are [batch, heads, ...] in that order (the scaled_dot_product ops); the
-// others (packed sequences, [batch, seq, heads, dim] layouts) are audited whole or not at all.
-bool sliceableOp(std::string_view op);
+// Where a call's tensors hold their batch and head dimensions.
+struct SliceAxes {
+  int64_t batch_dim = 0;  // -1: packed sequences (thd), sliced by head only
+  int64_t heads_dim = 1;
+};
+
+// The axes of a call of `op` whose tensors are in `layout` (the layout its probe recorded, "" for
+// the ATen ops): "bhsd" [batch, heads, seq, dim] (the scaled_dot_product ops, FlexAttention, the
+// plain-softmax paths, module probes), "bshd" [batch, seq, heads, dim] (FlashAttention), "thd"
+// [total, heads, dim] (packed: heads only). nullopt for calls audited whole: the fast path, whose
+// capture holds its inputs before the in-projection, and ops of unknown layout.
+std::optional<SliceAxes> sliceAxesOf(std::string_view op, std::string_view layout);
 
 // The slice to audit of a call of `shape` whose tensors hold `bytes`; nullopt when the call is
 // audited whole: it fits in `slice_bytes`, or the slice would be the whole call.

@@ -125,10 +125,10 @@ std::string fileNameOf(const CallRecord& rec) {
          std::to_string(rec.call) + "-" + phaseName(rec.phase) + "-seq" + std::to_string(rec.seq) + ".safetensors";
 }
 
-// A call's signature as the audit counts them, hashed (FNV-1a) from what the record already holds,
-// so that an audited run builds no string per call: op, backend, device, every tensor's role,
-// dtype and shape (the mask's kind and dtype among them), and the scalar flags (causal, scale,
-// window, GQA).
+// A call's (signature, layer, phase) as the audit counts them, hashed (FNV-1a) from what the record
+// already holds, so that an audited run builds no string per call: op, backend, device, layer,
+// phase, every tensor's role, dtype and shape (the mask's kind and dtype among them), and the
+// scalar flags (causal, scale, window, GQA).
 uint64_t auditKey(const CallRecord& rec, const CallArgs& args) {
   uint64_t h = 1469598103934665603ull;
   auto mix = [&h](const void* data, size_t n) {
@@ -137,6 +137,8 @@ uint64_t auditKey(const CallRecord& rec, const CallArgs& args) {
   };
   auto text = [&mix](std::string_view s) { mix(s.data(), s.size()); };
   text(rec.op), text(rec.backend), text(rec.device);
+  mix(&rec.layer, sizeof rec.layer);  // per layer and phase: a fault can depend on one layer's data
+  mix(&rec.phase, sizeof rec.phase);
   for (const TensorHealth& t : rec.tensors) text(t.role), text(t.dtype), text(t.shape);
   for (const auto& [name, value] : args) {
     if (value.isTensor()) continue;
@@ -190,29 +192,49 @@ at::Tensor selectKeepingLayout(const at::Tensor& t, int64_t dim, const std::vect
   return at::empty_strided(picked.sizes(), strides, picked.options()).copy_(picked);
 }
 
-// The slice of one role's tensor: Q-like roles by query head, K-like by KV head; a mask along the
-// dimensions it does not broadcast over ([B|1, H|1, rows, keys], or [H|1, rows, keys]).
-at::Tensor sliceRole(Role role, const at::Tensor& t, const AuditSlice& s, const AuditShape& shape) {
+// The slice of one role's tensor, along the call's own axes (audit_slice.h): Q-like roles by query
+// head, K-like by KV head; LSE is [batch, heads, rows] (or [heads, total] when packed); a mask along
+// the dimensions it does not broadcast over ([B|1, H|1, rows, keys], or [H|1, rows, keys]).
+at::Tensor sliceRole(Role role, const at::Tensor& t, const AuditSlice& s, const AuditShape& shape, const SliceAxes& axes) {
   const bool kv = role == Role::kK || role == Role::kV || role == Role::kdK || role == Role::kdV;
   at::Tensor out = t.detach();
-  if (role != Role::kMask) {
-    if (out.dim() < 2) return out;
-    return selectKeepingLayout(selectKeepingLayout(out, 0, s.batches), 1, kv ? s.kv_heads : s.q_heads);
+  if (role == Role::kMask) {
+    const int64_t lead = out.dim() - 2;  // dimensions before [rows, keys]
+    if (lead >= 2 && out.size(lead - 2) == shape.batch && shape.batch > 1) out = selectKeepingLayout(out, lead - 2, s.batches);
+    if (lead >= 1 && out.size(lead - 1) == shape.q_heads && shape.q_heads > 1) out = selectKeepingLayout(out, lead - 1, s.q_heads);
+    return out;
   }
-  const int64_t lead = out.dim() - 2;  // dimensions before [rows, keys]
-  if (lead >= 2 && out.size(lead - 2) == shape.batch && shape.batch > 1) out = selectKeepingLayout(out, lead - 2, s.batches);
-  if (lead >= 1 && out.size(lead - 1) == shape.q_heads && shape.q_heads > 1) out = selectKeepingLayout(out, lead - 1, s.q_heads);
-  return out;
+  if (role == Role::kLSE) {
+    if (axes.batch_dim < 0) return out.dim() >= 1 ? selectKeepingLayout(out, 0, s.q_heads) : out;
+    return out.dim() < 2 ? out : selectKeepingLayout(selectKeepingLayout(out, 0, s.batches), 1, s.q_heads);
+  }
+  if (out.dim() <= axes.heads_dim) return out;
+  if (axes.batch_dim >= 0) out = selectKeepingLayout(out, axes.batch_dim, s.batches);
+  return selectKeepingLayout(out, axes.heads_dim, kv ? s.kv_heads : s.q_heads);
+}
+
+std::string stringArg(const CallArgs& args, std::string_view name) {
+  for (const auto& [arg, value] : args) {
+    if (arg == name && value.isString()) return value.toStringRef();
+  }
+  return "";
 }
 
 // The part of a big call the audit keeps (audit_slice.h); nullopt to keep it whole.
-std::optional<AuditSlice> auditSliceOf(const CallRecord& rec, const RoleTensors& tensors, int64_t bytes,
-                                       int64_t slice_bytes, AuditShape* shape) {
+std::optional<AuditSlice> auditSliceOf(const CallRecord& rec, const RoleTensors& tensors, const CallArgs& args,
+                                       int64_t bytes, int64_t slice_bytes, AuditShape* shape, SliceAxes* axes) {
   const at::Tensor* q = roleTensor(tensors, Role::kQ);
   const at::Tensor* k = roleTensor(tensors, Role::kK);
-  if (!sliceableOp(rec.op) || !q || !k || q->dim() != 4 || k->dim() != 4) return std::nullopt;
-  *shape = {.batch = q->size(0), .q_heads = q->size(1), .kv_heads = k->size(1)};
-  return chooseAuditSlice(*shape, bytes, slice_bytes);
+  auto found = sliceAxesOf(rec.op, stringArg(args, "layout"));
+  if (!found || !q || !k) return std::nullopt;
+  *axes = *found;
+  const bool packed = axes->batch_dim < 0;
+  if (q->dim() != (packed ? 3 : 4) || k->dim() != q->dim()) return std::nullopt;
+  *shape = {.batch = packed ? 1 : q->size(axes->batch_dim), .q_heads = q->size(axes->heads_dim),
+            .kv_heads = k->size(axes->heads_dim)};
+  auto slice = chooseAuditSlice(*shape, bytes, slice_bytes);
+  if (slice && packed) slice->text.replace(0, slice->text.find(';'), "every sequence");  // not "batches 0 of 1"
+  return slice;
 }
 
 struct Job {
@@ -265,6 +287,7 @@ class FileWriter {
                    : writeCapture((dir / job.row.path).string(), job.file);
     if (!st.ok()) {
       logOnce("capture write", "a capture was not written: " + st.message());
+      if (job.row.trigger == "audit") Session::get().capturePolicy().auditLost();  // never to be judged
       job.row.skipped = "writing failed: " + st.message();
       job.row.path.clear();
       job.row.bytes = 0;
@@ -289,10 +312,22 @@ class CaptureState {
   }
 
   void offer(const CallRecord& rec, const RoleTensors& tensors, const CallArgs& args) {
+    CapturePolicy& policy = Session::get().capturePolicy();
+    const std::optional<uint64_t> key = policy.auditing() ? std::optional(auditKey(rec, args)) : std::nullopt;
+    std::string trigger = policy.triggerFor(rec, key);
+    if (trigger.empty()) return;
+    if (trigger != "audit") return take(rec, tensors, args, trigger, key);
+    // The audit's own cost on the training thread (slicing, the copy to the host), which its
+    // budget counts.
+    const auto started = std::chrono::steady_clock::now();
+    take(rec, tensors, args, trigger, key);
+    policy.addAuditCost(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - started).count());
+  }
+
+  void take(const CallRecord& rec, const RoleTensors& tensors, const CallArgs& args, const std::string& trigger,
+            std::optional<uint64_t> key) {
     Session& session = Session::get();
     CapturePolicy& policy = session.capturePolicy();
-    std::string trigger = policy.triggerFor(rec, policy.auditing() ? std::optional(auditKey(rec, args)) : std::nullopt);
-    if (trigger.empty()) return;
     CaptureRecord row;
     row.seq = rec.seq;
     row.trigger = trigger;
@@ -316,19 +351,20 @@ class CaptureState {
         return;
       }
       AuditShape shape;
-      slice = auditSliceOf(rec, tensors, bytes, policy.auditPlan().slice_bytes, &shape);
+      SliceAxes axes;
+      slice = auditSliceOf(rec, tensors, args, bytes, policy.auditPlan().slice_bytes, &shape, &axes);
       if (slice) {
         for (const auto& [role, t] : tensors) {
-          sliced.emplace_back(role, sliceRole(role, t, *slice, shape));
+          sliced.emplace_back(role, sliceRole(role, t, *slice, shape, axes));
           bytes -= static_cast<int64_t>(t.nbytes()) - static_cast<int64_t>(sliced.back().second.nbytes());
         }
         kept = &sliced;
       }
     }
     // An audit skip has no per-call figure: the report groups calls not audited by their reason.
-    if (!policy.reserve(bytes, trigger)) {
+    if (!policy.reserve(bytes, trigger, key)) {
       row.skipped = trigger == "audit"
-                        ? std::string("over the audit budget (nanprov run --audit-max-bytes)")
+                        ? std::string("over the audit budget: the judge was behind by --audit-max-bytes of captures")
                         : "over the capture budget (nanprov run --capture-bytes): " + std::to_string(bytes) + " bytes";
       session.recordCapture(std::move(row));
       return;
@@ -378,6 +414,11 @@ class CaptureState {
     }
     for (Job& job : ready) writer_.push(std::move(job));
     if (copies > 0) Session::get().setMeta("capture_host_copies", std::to_string(copies));
+    if (CapturePolicy& policy = Session::get().capturePolicy(); policy.auditing()) {
+      // How often the rotation ran, and how often its budget held it back: the report's coverage.
+      CapturePolicy::RotationCounts r = policy.rotationCounts();
+      Session::get().setMeta("audit_rotation", std::to_string(r.rotations) + " " + std::to_string(r.held_back));
+    }
     if (at_exit && !writer_.waitIdle(kExitWait)) {
       logOnce("capture exit", "captures still being written at exit were abandoned after 120 s");
     }

@@ -11,6 +11,7 @@ namespace nanprov {
 
 bool CallSelector::matches(int rank_, int64_t layer_, int64_t step_, int64_t call_, Phase phase_) const {
   return (!rank || *rank == rank_) && (!layer || *layer == layer_) && (!step || *step == step_) &&
+         (!from_step || step_ >= *from_step) &&
          (!call || *call == call_) && (!phase || *phase == phase_);
 }
 
@@ -23,10 +24,12 @@ bool readSelectorKey(CallSelector* selector, const std::string& key, const std::
     auto v = parseInteger(value, 0, std::numeric_limits<int>::max());  // ranks, like the rest, count from 0
     *ok = v.has_value();
     if (*ok) selector->rank = static_cast<int>(*v);
-  } else if (key == "layer" || key == "step" || key == "call") {
+  } else if (key == "layer" || key == "step" || key == "call" || key == "from-step") {
     auto v = parseInteger(value, 0, std::numeric_limits<int64_t>::max());
     *ok = v.has_value();
-    if (*ok) (key == "layer" ? selector->layer : key == "step" ? selector->step : selector->call) = *v;
+    if (*ok) {
+      (key == "layer" ? selector->layer : key == "step" ? selector->step : key == "call" ? selector->call : selector->from_step) = *v;
+    }
   } else {
     return false;
   }

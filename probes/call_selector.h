@@ -16,13 +16,14 @@ namespace nanprov {
 struct CallSelector {
   std::optional<int> rank;
   std::optional<int64_t> layer, step, call;
+  std::optional<int64_t> from_step;  // from-step=N: step N and every one after it
   std::optional<Phase> phase;
 
   bool matches(int rank_, int64_t layer_, int64_t step_, int64_t call_, Phase phase_) const;
   bool matches(const CallRecord& rec) const { return matches(rec.rank, rec.layer, rec.step, rec.call, rec.phase); }
 };
 
-// Reads one key=value of a selector (rank, layer, step, call, phase). Returns false when `key`
+// Reads one key=value of a selector (rank, layer, step, from-step, call, phase). Returns false when `key`
 // is not a selector key; *ok is false when it is one but `value` does not parse.
 bool readSelectorKey(CallSelector* selector, const std::string& key, const std::string& value, bool* ok);
 

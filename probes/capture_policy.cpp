@@ -1,6 +1,9 @@
 #include "probes/capture_policy.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
+#include <tuple>
 
 #include "probes/call_health.h"
 #include "probes/session.h"
@@ -18,7 +21,7 @@ StatusOr<CallSelector> parseCaptureSelector(const std::string& text) {
   for (const auto& [key, val] : *pairs) {
     bool ok = true;
     if (!readSelectorKey(&selector, key, val, &ok)) {
-      return bad("unknown key '" + key + "'; keys are rank, layer, step, call, phase");
+      return bad("unknown key '" + key + "'; keys are rank, layer, step, from-step, call, phase");
     }
     if (!ok) return bad("bad value for " + key + ": '" + val + "'");
   }
@@ -39,14 +42,21 @@ StatusOr<CapturePlan> capturePlanFromEnvironment() {
   plan.first_source_edge = envInteger("NANPROV_CAPTURE_FIRST_EDGE", 1, 0) != 0;
   plan.audit.on = envInteger("NANPROV_AUDIT", 0, 0) != 0;
   plan.audit.every_steps = envInteger("NANPROV_AUDIT_EVERY", 0, 0);
+  // Hundredths of a percent, so the environment carries a whole number.
+  plan.audit.budget_percent =
+      static_cast<double>(envInteger("NANPROV_AUDIT_BUDGET_CENTIPERCENT", static_cast<int64_t>(kDefaultAuditPercent * 100), 0)) / 100;
   plan.audit.budget_bytes = envInteger("NANPROV_AUDIT_BYTES", kDefaultAuditBytes, 0);
   plan.audit.slice_bytes = envInteger("NANPROV_AUDIT_SLICE_BYTES", kDefaultAuditSliceBytes, 0);
   return plan;
 }
 
-void CapturePolicy::configure(CapturePlan plan) {
+void CapturePolicy::configure(CapturePlan plan, ProgressReader progress, Clock clock) {
   std::lock_guard<std::mutex> lock(mu_);
   plan_ = std::move(plan);
+  progress_ = std::move(progress);
+  clock_ = clock ? std::move(clock) : Clock([] {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  });
   auditing_ = plan_.audit.on;
 }
 
@@ -69,24 +79,93 @@ std::string CapturePolicy::triggerFor(const CallRecord& rec, std::optional<uint6
   }
   // Only finite calls are audited: a non-finite one is an edge already, and the reference needs
   // finite inputs.
-  if (plan_.audit.on && audit_key && kind == EdgeKind::kClean) {
-    auto [it, first] = audited_at_.emplace(*audit_key, rec.step);
-    if (first) return "audit";
-    if (plan_.audit.every_steps > 0 && rec.step - it->second >= plan_.audit.every_steps) {
-      it->second = rec.step;
-      return "audit";
-    }
+  if (!plan_.audit.on || !audit_key || kind != EdgeKind::kClean) return "";
+  if (started_ns_ < 0) started_ns_ = clock_();
+  AuditedKey& key = audited_.try_emplace(*audit_key, AuditedKey{.layer = rec.layer}).first->second;
+  auto take = [&] {
+    key.previous_step = key.last_step;
+    key.last_step = rec.step;
+    return std::string("audit");
+  };
+  if (key.last_step < 0) return take();  // the first pass
+  if (plan_.audit.every_steps > 0) {
+    return rec.step % plan_.audit.every_steps == 0 ? take() : std::string();
   }
+  if (rec.step != rotation_step_) decideRotation(rec.step);
+  if (rotation_layer_ && *rotation_layer_ == rec.layer && key.last_step < rec.step) return take();
   return "";
 }
 
-bool CapturePolicy::reserve(int64_t bytes, const std::string& trigger) {
+void CapturePolicy::decideRotation(int64_t step) {
+  rotation_step_ = step;
+  rotation_layer_.reset();
+  const AuditedKey* stalest = nullptr;
+  for (const auto& [hash, key] : audited_) {
+    if (key.last_step < 0) continue;  // waiting for its first pass
+    if (!stalest || std::tie(key.last_step, key.layer) < std::tie(stalest->last_step, stalest->layer)) stalest = &key;
+  }
+  if (!stalest || stalest->last_step >= step) return;
+  if (!rotationAffordable()) {
+    ++counts_.held_back;
+    return;
+  }
+  rotation_layer_ = stalest->layer;
+  ++counts_.rotations;
+}
+
+void CapturePolicy::catchUp() {
+  if (!progress_) return;
+  const int64_t judged = std::min(progress_().judged + lost_, written_);
+  for (; judged_seen_ < judged && !outstanding_bytes_.empty(); ++judged_seen_) {
+    outstanding_total_ -= outstanding_bytes_.front();
+    outstanding_bytes_.pop_front();
+  }
+}
+
+bool CapturePolicy::rotationAffordable() {
+  if (plan_.audit.budget_percent >= kUnboundedAuditPercent) return true;
+  if (!progress_) return false;
+  catchUp();
+  if (judged_seen_ < written_) return false;  // the judge has not caught up with the last rotation
+  const AuditProgress done = progress_();
+  const double elapsed = static_cast<double>(clock_() - started_ns_);
+  return static_cast<double>(audit_cost_ns_ + done.judge_ns) <= plan_.audit.budget_percent / 100 * elapsed;
+}
+
+bool CapturePolicy::reserve(int64_t bytes, const std::string& trigger, std::optional<uint64_t> audit_key) {
   std::lock_guard<std::mutex> lock(mu_);
-  const bool audit = trigger == "audit";
-  int64_t& used = audit ? audit_used_bytes_ : used_bytes_;
-  if (used + bytes > (audit ? plan_.audit.budget_bytes : plan_.budget_bytes)) return false;
-  used += bytes;
+  if (trigger != "audit") {
+    if (used_bytes_ + bytes > plan_.budget_bytes) return false;
+    used_bytes_ += bytes;
+    return true;
+  }
+  catchUp();
+  if (outstanding_total_ + bytes > plan_.audit.budget_bytes) {
+    if (audit_key) {
+      auto it = audited_.find(*audit_key);
+      if (it != audited_.end()) it->second.last_step = it->second.previous_step;  // tried again later
+    }
+    return false;
+  }
+  outstanding_bytes_.push_back(bytes);
+  outstanding_total_ += bytes;
+  ++written_;
   return true;
+}
+
+void CapturePolicy::addAuditCost(int64_t ns) {
+  std::lock_guard<std::mutex> lock(mu_);
+  audit_cost_ns_ += ns;
+}
+
+void CapturePolicy::auditLost() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++lost_;
+}
+
+CapturePolicy::RotationCounts CapturePolicy::rotationCounts() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return counts_;
 }
 
 }  // namespace nanprov

@@ -1,12 +1,23 @@
 // CapturePolicy: which checked calls are captured (DESIGN.md, "Capture and replay"). By default
-// the first source edge of this rank; also every call a --capture selector matches, every Nth
-// call with --capture-every N, and with --audit the first clean call of each call signature (again
-// every --audit-every steps), which `nanprov run` then judges against the float64 reference
-// (DESIGN.md, "Audit"). Each within a byte budget per rank (audits have their own): a call that
-// does not fit is skipped, and the store says so. No LibTorch: unit-tested on plain records.
+// the first source edge of this rank; also every call a --capture selector matches, and every Nth
+// call with --capture-every N. With --audit, the calls `nanprov run` judges against the float64
+// reference while the training runs (DESIGN.md, "Audit"):
+//  - the first pass: every (call signature, layer, phase) at its first clean call;
+//  - the rotation: then, at each optimizer step, every clean call of the layer judged least
+//    recently (ties: the lowest layer), so each layer is judged again every (layers) steps, while
+//    the audit's own cost stays within --audit-budget percent of the run's time: the training
+//    thread's time taking audit captures plus the judge's time judging them, which the judge
+//    counts in rank-<r>.audit-progress (store/mapped_counters.h). Under budget, a new rotation
+//    starts only once the judge has caught up;
+//  - or, with --audit-every N, every clean call of every N-th step (a complete audit).
+// Each within a byte budget per rank (audits: bytes captured and not judged yet): a call that does
+// not fit is skipped, and the store says so; an audit skipped so is tried again later. No
+// LibTorch: unit-tested on plain records.
 #pragma once
 
 #include <atomic>
+#include <deque>
+#include <functional>
 #include <cstdint>
 #include <optional>
 #include <unordered_map>
@@ -25,11 +36,23 @@ inline constexpr int64_t kDefaultAuditBytes = int64_t{256} << 20;
 // A call whose tensors are bigger is audited on a slice of its (batch, head) pairs (audit_slice.h).
 inline constexpr int64_t kDefaultAuditSliceBytes = int64_t{16} << 20;
 
+// The audit's default share of the run's time (--audit-budget, in percent); at or above
+// kUnboundedAuditPercent the rotation judges one layer at every step, whatever it costs.
+inline constexpr double kDefaultAuditPercent = 1.0;
+inline constexpr double kUnboundedAuditPercent = 100.0;
+
 struct AuditPlan {
   bool on = false;                                  // --audit
-  int64_t every_steps = 0;                          // --audit-every; 0: each signature once
-  int64_t budget_bytes = kDefaultAuditBytes;        // --audit-max-bytes
+  int64_t every_steps = 0;                          // --audit-every; 0: first pass, then the rotation
+  double budget_percent = kDefaultAuditPercent;     // --audit-budget
+  int64_t budget_bytes = kDefaultAuditBytes;        // --audit-max-bytes: captured, not judged yet
   int64_t slice_bytes = kDefaultAuditSliceBytes;    // --audit-slice-bytes
+};
+
+// What the judge has done with this rank's audit captures so far.
+struct AuditProgress {
+  int64_t judged = 0;    // captures judged (or given up on)
+  int64_t judge_ns = 0;  // time spent judging them
 };
 
 struct CapturePlan {
@@ -40,7 +63,7 @@ struct CapturePlan {
   AuditPlan audit;
 };
 
-// One --capture selector: comma-separated key=value pairs of rank, layer, step, call, phase.
+// One --capture selector: comma-separated key=value pairs of rank, layer, step, from-step, call, phase.
 StatusOr<CallSelector> parseCaptureSelector(const std::string& text);
 
 // From NANPROV_CAPTURE (selectors separated by ';'), NANPROV_CAPTURE_EVERY,
@@ -50,30 +73,68 @@ StatusOr<CapturePlan> capturePlanFromEnvironment();
 
 class CapturePolicy {
  public:
-  void configure(CapturePlan plan);
+  using ProgressReader = std::function<AuditProgress()>;
+  using Clock = std::function<int64_t()>;  // monotonic nanoseconds
+  // `progress` reads the judge's counts (none: the rotation never sees a judgement, so it runs
+  // only unbounded); `clock` is for tests.
+  void configure(CapturePlan plan, ProgressReader progress = {}, Clock clock = {});
 
   // Why `rec`, whose health is known, is captured: "first-source-edge", "selector", "every" or
   // "audit". Empty when it is not. The first source edge is claimed by the first call that asks;
-  // an audit by the first clean call of `audit_key` (its signature, hashed: auditKey() in
-  // call_capture.cpp), and again once --audit-every steps have passed since.
+  // audits as the header says, `audit_key` naming the call's (signature, layer, phase), hashed
+  // (auditKey() in call_capture.cpp).
   std::string triggerFor(const CallRecord& rec, std::optional<uint64_t> audit_key = std::nullopt);
 
   // Whether audits are on: only then is a call's audit key worth working out.
   bool auditing() const { return auditing_.load(std::memory_order_relaxed); }
   AuditPlan auditPlan();
 
-  // Takes `bytes` from the trigger's budget (audits have their own); false, taking nothing, when
-  // they do not fit.
-  bool reserve(int64_t bytes, const std::string& trigger = "");
+  // Takes `bytes` from the trigger's budget (audits have their own, given back as the judge
+  // catches up); false, taking nothing, when they do not fit. An audit that does not fit is
+  // tried again at a later call of its key.
+  bool reserve(int64_t bytes, const std::string& trigger = "", std::optional<uint64_t> audit_key = std::nullopt);
+  // Time the training thread spent taking one audit capture.
+  void addAuditCost(int64_t ns);
+  // An audit capture that will never be judged (its file could not be written).
+  void auditLost();
+
+  // What the rotation did, for the store's meta: rotations run, and steps whose rotation the
+  // budget (or a judge behind) held back.
+  struct RotationCounts {
+    int64_t rotations = 0, held_back = 0;
+  };
+  RotationCounts rotationCounts();
 
  private:
+  struct AuditedKey {
+    int64_t layer = 0;
+    int64_t last_step = -1, previous_step = -1;  // -1: never judged
+  };
+  // At the first call of a new step: which layer's calls, if any, this step's rotation audits.
+  void decideRotation(int64_t step);
+  bool rotationAffordable();
+  // Gives back the audit bytes of captures the judge has judged since the last look.
+  void catchUp();
+
   std::mutex mu_;
   CapturePlan plan_;
+  ProgressReader progress_;
+  Clock clock_;
   std::atomic<bool> auditing_{false};  // plan_.audit.on, read on every call without the lock
   bool source_edge_taken_ = false;
   int64_t used_bytes_ = 0;
-  int64_t audit_used_bytes_ = 0;
-  std::unordered_map<uint64_t, int64_t> audited_at_;  // audit key → step of its last audit
+
+  std::unordered_map<uint64_t, AuditedKey> audited_;  // audit key → its layer and last audit
+  int64_t rotation_step_ = -1;                        // the step whose rotation is decided
+  std::optional<int64_t> rotation_layer_;             // this step's, when one runs
+  RotationCounts counts_;
+  int64_t started_ns_ = -1;     // the first audit: the budget counts the run's time from there
+  int64_t audit_cost_ns_ = 0;   // the training thread's, over the run
+  int64_t written_ = 0;         // audit captures handed over to be judged
+  int64_t judged_seen_ = 0;     // of them, judged (or lost) as of the last look
+  std::deque<int64_t> outstanding_bytes_;  // bytes of each capture not judged yet, oldest first
+  int64_t outstanding_total_ = 0;
+  int64_t lost_ = 0;
 };
 
 }  // namespace nanprov

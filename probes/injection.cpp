@@ -41,7 +41,7 @@ StatusOr<InjectionSpec> parseInjection(const std::string& text) {
         ok = false;
       }
     } else if (!readSelectorKey(&spec.where, key, val, &ok)) {
-      return bad("unknown key '" + key + "'; keys are tensor, value, rank, layer, step, call, phase");
+      return bad("unknown key '" + key + "'; keys are tensor, value, rank, layer, step, from-step, call, phase");
     }
     if (!ok) return bad("bad value for " + key + ": '" + val + "'");
   }

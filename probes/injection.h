@@ -30,7 +30,7 @@ struct InjectionSpec {
 };
 
 // One spec: comma-separated key=value pairs. Keys: tensor (required), value (nan|inf|-inf|zero|
-// scale:F with F finite, default nan), rank, layer, step, call, phase (fwd|bwd). The tensor must be an output of the
+// scale:F with F finite, default nan), rank, layer, step, from-step, call, phase (fwd|bwd). The tensor must be an output of the
 // phase, because injection corrupts what the kernel produced.
 StatusOr<InjectionSpec> parseInjection(const std::string& text);
 

@@ -10,7 +10,7 @@
 #include <set>
 
 #include "probes/call_health.h"
-#include "store/call_tally.h"
+#include "store/mapped_counters.h"
 #include "store/run_dir.h"
 #include "store/writer.h"
 
@@ -81,7 +81,21 @@ Status Session::start() {
     state_ = State::kFinalized;
     return plan.status();
   }
-  capture_policy_.configure(std::move(*plan));
+  CapturePolicy::ProgressReader progress;
+  if (plan->audit.on) {
+    // The judge in `nanprov run` counts what it judged of this rank's audit captures here; the
+    // rotation paces itself by it (probes/capture_policy.h).
+    auto counters = MappedCounters::open((std::filesystem::path(run_dir_) / auditProgressName(env_.rank)).string(),
+                                         kAuditProgressSlots);
+    if (counters.ok()) {
+      std::shared_ptr<MappedCounters> shared = std::move(*counters);
+      progress = [shared] { return AuditProgress{shared->get(kAuditsJudged), shared->get(kAuditJudgeNs)}; };
+    } else {
+      logOnce("audit progress", "the audit cannot pace its rotation (" + counters.status().message() +
+                                    "): after the first pass it judges only with --audit-every or --audit-budget 100");
+    }
+  }
+  capture_policy_.configure(std::move(*plan), std::move(progress));
   owner_pid_ = getpid();
   pthread_atfork(nullptr, nullptr, &disableInForkedChild);
   return Status::Ok();
@@ -113,17 +127,17 @@ StoreWriter* Session::writer() {
 
 void Session::callBegun() {
   if (!active()) return;
-  CallTally* tally = tally_.load(std::memory_order_acquire);
+  MappedCounters* tally = tally_.load(std::memory_order_acquire);
   if (!tally && !tally_failed_.load(std::memory_order_relaxed)) {
     std::lock_guard<std::mutex> lock(writer_mu_);
     tally = tally_.load(std::memory_order_acquire);
     if (!tally) {
-      auto opened = CallTally::open((std::filesystem::path(run_dir_) / callTallyName(env_.rank)).string());
+      auto opened = MappedCounters::open((std::filesystem::path(run_dir_) / callTallyName(env_.rank)).string());
       if (opened.ok()) tally_.store(tally = opened->release(), std::memory_order_release);
       else if (!tally_failed_.exchange(true)) logOnce("tally", "calls not tallied: " + opened.status().message());
     }
   }
-  if (tally) tally->add();
+  if (tally) tally->add(0);
 }
 
 void Session::record(CallRecord record) {

@@ -19,7 +19,7 @@
 
 namespace nanprov {
 
-class CallTally;
+class MappedCounters;
 class StoreWriter;
 
 struct RankEnv {
@@ -105,7 +105,7 @@ class Session {
   std::mutex writer_mu_;
   std::unique_ptr<StoreWriter> writer_;
   bool writer_failed_ = false;
-  std::atomic<CallTally*> tally_{nullptr};  // created by the first call; never freed (calls may race exit)
+  std::atomic<MappedCounters*> tally_{nullptr};  // created by the first call; never freed (calls may race exit)
   std::atomic<bool> tally_failed_{false};
 
   std::mutex unprobed_mu_;

@@ -3,8 +3,10 @@
 //   nanprov-replay CAPTURE DEVICE(auto|cpu|cuda) BACKENDS(comma list or "") OUTPUT(0|1|kernels|audit|audit-json) EMIT_DIR("" for none)
 // OUTPUT: 0 text, 1 JSON, kernels: trace the captured backend only (nanprov run, for an edge
 // its kernel tracing missed), audit: judge the run's own outputs only and keep the judgement
-// next to the capture (nanprov run --audit; audit-json prints that judgement).
+// next to the capture (nanprov run --audit; audit-json prints that judgement), audit-serve: the
+// same for every capture path read from stdin, one answer line each (CAPTURE is "-").
 #include <ATen/ATen.h>
+#include <sys/resource.h>
 #include <ATen/Context.h>
 #include <c10/util/Exception.h>
 
@@ -14,6 +16,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <limits>
 #include <map>
 #include <optional>
@@ -386,12 +389,11 @@ int keepKernels(const CapturedCall& call, const std::string& capture, const at::
 
 // The audit's judgement, kept next to the capture for `nanprov report`, and printed: one line,
 // or the JSON kept. Exit 0 when the run's outputs are ok, 1 for a finding, 3 when not judged.
-int keepAudit(const ReplayResult& r, const nlohmann::json& doc, Output output) {
+int keepAudit(const ReplayResult& r, const nlohmann::json& doc, Output output, std::string* printed) {
   if (Status st = writeAuditFile(r.capture, doc); !st.ok()) return fail(st);
-  std::string out = output == Output::kAuditJson ? jsonText(doc, 2) + "\n"
-                    : doc["audited"] ? auditText(r) + "\n"
-                                     : "audit " + r.call + ": not audited, " + doc["not_audited_why"].get<std::string>() + "\n";
-  std::fwrite(out.data(), 1, out.size(), stdout);
+  *printed += output == Output::kAuditJson ? jsonText(doc, 2) + "\n"
+              : doc["audited"] ? auditText(r) + "\n"
+                               : "audit " + r.call + ": not audited, " + doc["not_audited_why"].get<std::string>() + "\n";
   return !doc["audited"] ? 3 : doc["finding"] ? 1 : 0;
 }
 
@@ -414,8 +416,9 @@ std::string memoryRefusal(const CapturedCall& call, const at::Device& device, co
          gigabytes(budget) + " allowed (nanprov replay --max-memory; default three quarters of the memory available)";
 }
 
+// Replays (or audits) the capture at `path`; what it has to say is appended to *printed.
 int replayMain(const std::string& path, std::string device_name, const std::string& backend_list, Output output,
-               const std::string& emit_dir) {
+               const std::string& emit_dir, std::string* printed) {
   const auto started = std::chrono::steady_clock::now();
   const bool audit = output == Output::kAudit || output == Output::kAuditJson;
   QuietCublasContextWarning quiet;
@@ -431,7 +434,7 @@ int replayMain(const std::string& path, std::string device_name, const std::stri
     auto meta = [&](const char* key) { return file->metadata.count(key) ? file->metadata.at(key) : std::string("?"); };
     unread.call = meta("call"), unread.step = meta("step"), unread.phase = meta("phase"), unread.op = meta("op");
     unread.backend = meta("backend");
-    return keepAudit(unread, notAuditedJson(unread, call.status().message()), output);
+    return keepAudit(unread, notAuditedJson(unread, call.status().message()), output, printed);
   }
   if (!call.ok()) return fail(call.status());
 
@@ -473,11 +476,11 @@ int replayMain(const std::string& path, std::string device_name, const std::stri
 
   if (output == Output::kKernels) return keepKernels(*call, path, device, r);
   if (std::string why = memoryRefusal(*call, device, backends, audit); !why.empty()) {
-    if (audit) return keepAudit(r, notAuditedJson(r, why), output);
+    if (audit) return keepAudit(r, notAuditedJson(r, why), output, printed);
     return fail(Status::Error(r.call + ": " + why));
   }
   if (audit && !call->incomplete.empty()) {
-    return keepAudit(r, notAuditedJson(r, "the reference cannot rebuild the call: " + call->incomplete), output);
+    return keepAudit(r, notAuditedJson(r, "the reference cannot rebuild the call: " + call->incomplete), output, printed);
   }
 
   progress.stage("float64 reference");
@@ -507,7 +510,7 @@ int replayMain(const std::string& path, std::string device_name, const std::stri
     if (call->backward) r.received = judged(BackendRun{.name = "received", .ran = true}, forwardOutputsIn(*call));
     r.conditions = conditionsOf(*call, *g);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    return keepAudit(r, auditJson(r, seconds), output);
+    return keepAudit(r, auditJson(r, seconds), output, printed);
   }
   BackendKernelTrace trace(device);
   for (const std::string& name : backends) {
@@ -527,9 +530,34 @@ int replayMain(const std::string& path, std::string device_name, const std::stri
     r.notes.push_back("wrote " + emit_dir + "/" + kReproScript + " and " + kReproInputs +
                       ": python " + emit_dir + "/" + kReproScript + " reruns it with plain PyTorch");
   }
-  std::string out = output == Output::kJson ? jsonText(toJson(r), 2) + "\n" : toText(r);
-  std::fwrite(out.data(), 1, out.size(), stdout);
+  *printed += output == Output::kJson ? jsonText(toJson(r), 2) + "\n" : toText(r);
   return exitCodeOf(r.root_cause);
+}
+
+// The audit's judge for the length of a run (`nanprov run --audit`, cli/auditor.cpp): reads one
+// capture path per line on stdin and answers each with one line, "<exit code>\t<nanoseconds it
+// took>\t<what audit mode printed, newlines as spaces>", so LibTorch loads once per run, not once
+// per call (the time excludes that load: it is the audit's steady-state cost). Judging yields the
+// CPU to the training (nice 10).
+int serveAudits(const std::string& device) {
+  setpriority(PRIO_PROCESS, 0, 10);
+  std::string path;
+  while (std::getline(std::cin, path)) {
+    std::string printed;
+    int code = 3;
+    const auto started = std::chrono::steady_clock::now();
+    try {
+      code = replayMain(path, device, "", Output::kAudit, "", &printed);
+    } catch (const std::exception& e) {
+      printed = std::string("replay failed: ") + e.what();
+    }
+    const auto took = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - started);
+    while (!printed.empty() && printed.back() == '\n') printed.pop_back();
+    for (char& c : printed) c = c == '\n' || c == '\t' ? ' ' : c;
+    // Flushed: the auditor waits for it.
+    std::cout << code << '\t' << took.count() << '\t' << printed << std::endl;
+  }
+  return 0;
 }
 
 }  // namespace
@@ -545,11 +573,15 @@ int main(int argc, char** argv) {
   try {
     using nanprov::replay::Output;
     std::string mode = argv[4];
+    if (mode == "audit-serve") return nanprov::replay::serveAudits(argv[2]);
     Output output = mode == "kernels" ? Output::kKernels
                     : mode == "audit" ? Output::kAudit
                     : mode == "audit-json" ? Output::kAuditJson
                     : mode == "1" ? Output::kJson : Output::kText;
-    return nanprov::replay::replayMain(argv[1], argv[2], backends, output, argv[5]);
+    std::string printed;
+    int code = nanprov::replay::replayMain(argv[1], argv[2], backends, output, argv[5], &printed);
+    std::fwrite(printed.data(), 1, printed.size(), stdout);
+    return code;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "nanprov replay: replay failed: %s\n", e.what());
     return 3;

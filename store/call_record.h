@@ -78,10 +78,13 @@ const KernelRecord* mainKernel(const CallKernels& kernels);
 struct CaptureRecord {
   int rank = 0;
   int64_t seq = -1;        // the captured call
-  std::string trigger;     // "first-source-edge", "selector" or "every"
+  std::string trigger;     // "first-source-edge", "selector", "every" or "audit"
   std::string path;        // relative to the run directory; empty when skipped
   int64_t bytes = 0;
   std::string skipped;     // why no file was written; empty when it was
+  // The captured call's, as the reader finds it in the calls table (-1 and "" when it is not there).
+  int64_t step = -1, layer = -1;
+  std::string phase;
 };
 
 // The gradient sentinel's finding: a parameter whose gradient (at the end of `step`), or whose

@@ -10,7 +10,7 @@
 
 #include "base/numbers.h"
 #include "store/call_cursor.h"
-#include "store/call_tally.h"
+#include "store/mapped_counters.h"
 #include "store/run_dir.h"
 #include "store/rank_store.h"
 
@@ -131,7 +131,10 @@ Status loadKernels(sqlite3* db, const std::string& path, int rank, const std::ve
 }
 
 Status loadCaptures(sqlite3* db, const std::string& path, int rank, std::vector<CaptureRecord>* out) {
-  auto captures = sqlite::prepare(db, "SELECT seq,trigger,path,bytes,skipped FROM captures ORDER BY rowid");
+  // With the captured call's step, layer and phase, for the audit's coverage (calls.seq is the key).
+  auto captures = sqlite::prepare(db,
+                                  "SELECT c.seq,c.trigger,c.path,c.bytes,c.skipped,k.step,k.layer,k.phase FROM captures c "
+                                  "LEFT JOIN calls k ON k.seq = c.seq ORDER BY c.rowid");
   if (!captures.ok()) return notAStore(path, captures.status().message());
   sqlite3_stmt* s = captures->get();
   int rc;
@@ -143,6 +146,11 @@ Status loadCaptures(sqlite3* db, const std::string& path, int rank, std::vector<
     c.path = columnText(s, 2);
     c.bytes = sqlite3_column_int64(s, 3);
     c.skipped = columnText(s, 4);
+    if (sqlite3_column_type(s, 5) != SQLITE_NULL) {
+      c.step = sqlite3_column_int64(s, 5);
+      c.layer = sqlite3_column_int64(s, 6);
+      c.phase = columnText(s, 7);
+    }
     out->push_back(std::move(c));
   }
   return rc == SQLITE_DONE ? Status::Ok() : notAStore(path, sqlite::errorOf(db));
@@ -169,6 +177,12 @@ int64_t countSteps(sqlite3* db) {
   auto st = sqlite::prepare(db, "SELECT COUNT(*) FROM steps");
   if (!st.ok() || sqlite3_step(st->get()) != SQLITE_ROW) return 0;
   return sqlite3_column_int64(st->get(), 0);
+}
+
+// A rank's call tally (store/mapped_counters.h); nullopt when there is none.
+std::optional<int64_t> tallyOf(const std::string& path) {
+  auto counts = readMappedCounters(path);
+  return counts ? std::optional((*counts)[0]) : std::nullopt;
 }
 
 }  // namespace
@@ -262,7 +276,7 @@ StatusOr<RunData> loadRun(const std::string& dir, RunScope scope) {
   const std::vector<std::string>& paths = *found;
   if (paths.empty() && isRunDir(dir)) {
     // A rank that died before its first batch left a tally and no store.
-    for (const std::string& tally : callTallyPaths(dir)) run.calls_begun_without_store += readCallTally(tally).value_or(0);
+    for (const std::string& tally : callTallyPaths(dir)) run.calls_begun_without_store += tallyOf(tally).value_or(0);
     return run;
   }
   if (paths.empty()) return storesOf(dir).status();
@@ -296,7 +310,7 @@ StatusOr<RunData> loadRun(const std::string& dir, RunScope scope) {
     NANPROV_RETURN_IF_ERROR(loadSentinel(db->get(), path, info.rank, &run.sentinel));
     info.steps = countSteps(db->get());
     info.calls_stored = callsWritten(info);
-    info.calls_begun = readCallTally((std::filesystem::path(dir) / callTallyName(info.rank)).string());
+    info.calls_begun = tallyOf((std::filesystem::path(dir) / callTallyName(info.rank)).string());
     run.ranks.push_back(std::move(info));
   }
   for (const CallRecord& c : run.calls) {

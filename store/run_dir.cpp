@@ -27,7 +27,8 @@ std::string newRunDirName(const std::string& root) {
 
 namespace {
 
-constexpr std::string_view kRankPrefix = "rank-", kStoreSuffix = ".sqlite", kTallySuffix = ".tally";
+constexpr std::string_view kRankPrefix = "rank-", kStoreSuffix = ".sqlite", kTallySuffix = ".tally",
+                           kAuditProgressSuffix = ".audit-progress";
 
 std::string rankFileName(int rank, std::string_view suffix) { return std::string(kRankPrefix) + std::to_string(rank) + std::string(suffix); }
 
@@ -67,6 +68,7 @@ std::string notRegularFile(const fs::path& path) {
 
 std::string rankStoreName(int rank) { return rankFileName(rank, kStoreSuffix); }
 std::string callTallyName(int rank) { return rankFileName(rank, kTallySuffix); }
+std::string auditProgressName(int rank) { return rankFileName(rank, kAuditProgressSuffix); }
 
 std::optional<int> rankOfStoreName(const std::string& filename) { return rankOfName(filename, kStoreSuffix); }
 

@@ -23,7 +23,8 @@ std::string newRunDirName(const std::string& root);
 StatusOr<std::string> resolveRunDir(const std::string& given);
 
 std::string rankStoreName(int rank);  // "rank-<r>.sqlite"
-std::string callTallyName(int rank);  // "rank-<r>.tally" (store/call_tally.h)
+std::string callTallyName(int rank);  // "rank-<r>.tally" (store/mapped_counters.h)
+std::string auditProgressName(int rank);  // "rank-<r>.audit-progress" (store/mapped_counters.h)
 
 // Paths of the rank stores in `dir`, ordered by rank. Everything named rank-*.sqlite must be a
 // readable regular file named for exactly one rank the way nanprov names them: a FIFO, socket,

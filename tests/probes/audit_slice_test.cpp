@@ -32,11 +32,26 @@ TEST(AuditSlice, GroupedQueryAttentionKeepsWholeGroups) {
   EXPECT_EQ(s->text, "batches 0 of 1; heads 0-3,28-31 of 32 (KV heads 0,7 of 8)");
 }
 
-TEST(AuditSlice, OnlyTheScaledDotProductOpsAreSliced) {
-  EXPECT_TRUE(sliceableOp("aten::_scaled_dot_product_cudnn_attention_backward"));
-  EXPECT_TRUE(sliceableOp("aten::_scaled_dot_product_flash_attention_for_cpu"));
-  EXPECT_FALSE(sliceableOp("aten::_flash_attention_forward")) << "[batch, seq, heads, dim] or packed";
-  EXPECT_FALSE(sliceableOp("flash_attn.cute::flash_attn_func"));
+TEST(AuditSlice, EveryKindWithAKnownLayoutIsSlicedAlongItsOwnAxes) {
+  auto sdpa = sliceAxesOf("aten::_scaled_dot_product_cudnn_attention_backward", "");
+  ASSERT_TRUE(sdpa);
+  EXPECT_EQ(sdpa->batch_dim, 0);
+  EXPECT_EQ(sdpa->heads_dim, 1);
+  for (const char* op : {"flex_attention", "eager_attention_forward", "multi_head_attention_forward", "module:HandAttention"}) {
+    auto axes = sliceAxesOf(op, "bhsd");
+    ASSERT_TRUE(axes) << op;
+    EXPECT_EQ(axes->heads_dim, 1) << op;
+  }
+  auto fa = sliceAxesOf("flash_attn_func", "bshd");
+  ASSERT_TRUE(fa);
+  EXPECT_EQ(fa->batch_dim, 0);
+  EXPECT_EQ(fa->heads_dim, 2) << "[batch, seq, heads, dim]";
+  auto packed = sliceAxesOf("flash_attn_varlen_func", "thd");
+  ASSERT_TRUE(packed);
+  EXPECT_EQ(packed->batch_dim, -1) << "packed sequences are cut by head only";
+  EXPECT_FALSE(sliceAxesOf("aten::_native_multi_head_attention", "")) << "inputs before the in-projection";
+  EXPECT_FALSE(sliceAxesOf("aten::_flash_attention_forward", ""));
+  EXPECT_FALSE(sliceAxesOf("ffpa_attn::attn", "")) << "an op of unknown layout";
 }
 
 }  // namespace

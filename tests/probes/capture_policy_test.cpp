@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+#include <string>
+#include <vector>
+
 namespace nanprov {
 namespace {
 
@@ -51,13 +55,12 @@ TEST(CapturePolicy, TheBudgetIsNeverExceeded) {
   EXPECT_FALSE(policy.reserve(1));
 }
 
-// The audit takes the first clean call of each signature, and again once --audit-every steps have
-// passed; edges are not audited (they are findings already), and its budget is its own.
-TEST(CapturePolicy, AuditTakesEachSignatureOnceThenEveryNSteps) {
+// The audit's first pass takes every key (signature, layer, phase: auditKey() hashes them) at its
+// first clean call; edges are not audited (they are findings already); its budget is its own.
+TEST(CapturePolicy, AuditTakesEveryKeyAtItsFirstCleanCall) {
   CapturePlan plan;
   plan.first_source_edge = false;
   plan.audit.on = true;
-  plan.audit.every_steps = 2;
   plan.audit.budget_bytes = 10;
   plan.budget_bytes = 0;
   CapturePolicy policy;
@@ -68,21 +71,91 @@ TEST(CapturePolicy, AuditTakesEachSignatureOnceThenEveryNSteps) {
     c.step = step;
     return c;
   };
-  EXPECT_EQ(policy.triggerFor(at(0, 0), 1), "audit");
-  EXPECT_EQ(policy.triggerFor(at(1, 0), 1), "") << "audited this step";
-  EXPECT_EQ(policy.triggerFor(at(2, 0), 2), "audit") << "another signature";
-  EXPECT_EQ(policy.triggerFor(at(3, 1), 1), "") << "one step later";
-  EXPECT_EQ(policy.triggerFor(at(4, 2, 5), 3), "") << "a source edge is not audited";
-  EXPECT_EQ(policy.triggerFor(at(5, 2), 1), "audit") << "two steps later";
-  EXPECT_EQ(policy.triggerFor(at(6, 2)), "") << "no key: audits are off for this call";
-  EXPECT_TRUE(policy.reserve(10, "audit"));
-  EXPECT_FALSE(policy.reserve(1, "audit")) << "the audit budget is spent";
+  EXPECT_EQ(policy.triggerFor(at(0, 0, 5), 1), "") << "a source edge is not audited";
+  EXPECT_EQ(policy.triggerFor(at(1, 0), 1), "audit") << "the key's first clean call";
+  EXPECT_EQ(policy.triggerFor(at(2, 0), 1), "") << "judged already";
+  EXPECT_EQ(policy.triggerFor(at(3, 0), 2), "audit") << "another key";
+  EXPECT_EQ(policy.triggerFor(at(4, 1), 1), "") << "no rotation without the judge's progress";
+  EXPECT_EQ(policy.triggerFor(at(5, 2)), "") << "no key: audits are off for this call";
+  EXPECT_TRUE(policy.reserve(10, "audit", 1));
+  EXPECT_FALSE(policy.reserve(1, "audit", 2)) << "the judge has not caught up with the 10 bytes waiting";
+  EXPECT_EQ(policy.triggerFor(at(6, 1), 2), "audit") << "a key whose audit did not fit is tried again";
   EXPECT_FALSE(policy.reserve(1, "selector")) << "and the capture budget is its own (0 here)";
 
   CapturePolicy off;
   off.configure(CapturePlan{});
   EXPECT_FALSE(off.auditing());
   EXPECT_EQ(off.triggerFor(at(0, 0), 1), "");
+}
+
+// After the first pass, each step audits the layer judged least recently (both its phases), so
+// every layer comes round every (layers) steps; --audit-every N instead takes every call of every
+// N-th step.
+TEST(CapturePolicy, AuditRotatesThroughTheLayersOrTakesEveryNthStep) {
+  auto at = [](int64_t seq, int64_t step, int64_t layer, Phase phase) {
+    CallRecord c = call(seq, layer, phase, 0);
+    c.step = step;
+    return c;
+  };
+  auto keyOf = [](int64_t layer, Phase phase) { return static_cast<uint64_t>(layer * 2 + (phase == Phase::kBackward)); };
+  CapturePlan plan;
+  plan.first_source_edge = false;
+  plan.audit.on = true;
+  plan.audit.budget_percent = kUnboundedAuditPercent;
+  CapturePolicy rotating;
+  rotating.configure(plan);
+  int64_t seq = 0;
+  std::map<int64_t, std::vector<int64_t>> layers_by_step;  // step → layers audited in it
+  for (int64_t step = 0; step < 7; ++step) {
+    for (int64_t layer : {0, 1, 2}) {
+      for (Phase phase : {Phase::kForward, Phase::kBackward}) {
+        if (rotating.triggerFor(at(seq++, step, layer, phase), keyOf(layer, phase)) == "audit" && phase == Phase::kForward) {
+          layers_by_step[step].push_back(layer);
+        }
+      }
+    }
+  }
+  EXPECT_EQ(layers_by_step[0], (std::vector<int64_t>{0, 1, 2})) << "the first pass";
+  for (int64_t step = 1; step < 7; ++step) {
+    EXPECT_EQ(layers_by_step[step], std::vector<int64_t>{(step - 1) % 3}) << "step " << step;
+  }
+  EXPECT_EQ(rotating.rotationCounts().rotations, 6);
+
+  plan.audit.every_steps = 2;
+  CapturePolicy every;
+  every.configure(plan);
+  std::vector<std::string> got;
+  for (int64_t step = 0; step < 5; ++step) got.push_back(every.triggerFor(at(seq++, step, 1, Phase::kForward), 7));
+  EXPECT_EQ(got, (std::vector<std::string>{"audit", "", "audit", "", "audit"}));
+}
+
+// Under a budget, a rotation starts only when the judge has judged everything handed over and the
+// audit's time (the training thread's copies plus the judge's) is within its share of the run.
+TEST(CapturePolicy, TheBudgetHoldsTheRotationBackUntilTheJudgeAndTheTimeAllow) {
+  AuditProgress progress;
+  int64_t now = 0;
+  CapturePlan plan;
+  plan.first_source_edge = false;
+  plan.audit.on = true;
+  plan.audit.budget_percent = 1;
+  CapturePolicy policy;
+  policy.configure(plan, [&] { return progress; }, [&] { return now; });
+  auto at = [](int64_t seq, int64_t step) {
+    CallRecord c = call(seq, 0, Phase::kForward, 0);
+    c.step = step;
+    return c;
+  };
+  ASSERT_EQ(policy.triggerFor(at(0, 0), 1), "audit");
+  ASSERT_TRUE(policy.reserve(100, "audit", 1));
+  policy.addAuditCost(1'000'000);  // 1 ms on the training thread
+  now = 1'000'000'000;             // 1 s later
+  EXPECT_EQ(policy.triggerFor(at(1, 1), 1), "") << "the judge has not judged the first capture yet";
+  progress = {.judged = 1, .judge_ns = 20'000'000};  // judged, in 20 ms: 21 ms > 1% of 1 s
+  EXPECT_EQ(policy.triggerFor(at(2, 2), 1), "");
+  now = 3'000'000'000;  // 21 ms <= 1% of 3 s
+  EXPECT_EQ(policy.triggerFor(at(3, 3), 1), "audit");
+  EXPECT_EQ(policy.rotationCounts().held_back, 2);
+  EXPECT_EQ(policy.rotationCounts().rotations, 1);
 }
 
 TEST(CapturePolicy, BadSelectorsSayWhatIsWrong) {

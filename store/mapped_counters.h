@@ -1,0 +1,47 @@
+// MappedCounters: a few int64 counters kept in a small file of their own through a shared memory
+// mapping. Every update is in the kernel's page cache the moment it is made, so the counts survive
+// the process ending by any path, SIGKILL included, and another process that maps the same file
+// sees them at once, without a system call on either side. Two uses:
+//  - the call tally (rank-<r>.tally, 1 counter): how many attention calls a rank's probes began,
+//    so the report can say how many of the last calls never reached the store;
+//  - the audit's progress (rank-<r>.audit-progress, kAuditProgressSlots): how many of the rank's
+//    audit captures `nanprov run`'s judge has judged, and how long judging them took, which the
+//    probes read to pace the audit's rotation (probes/capture_policy.h).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+
+namespace nanprov {
+
+// Slots of the audit-progress file.
+enum AuditProgressSlot : size_t { kAuditsJudged = 0, kAuditJudgeNs = 1, kAuditProgressSlots = 2 };
+
+class MappedCounters {
+ public:
+  // Creates `path` (slots × 8 bytes, zero) or reopens it, and maps it.
+  static StatusOr<std::unique_ptr<MappedCounters>> open(const std::string& path, size_t slots = 1);
+  ~MappedCounters();
+  MappedCounters(const MappedCounters&) = delete;
+  MappedCounters& operator=(const MappedCounters&) = delete;
+
+  void add(size_t slot, int64_t n = 1);  // one atomic add to the mapping: no system call
+  int64_t get(size_t slot) const;
+
+ private:
+  MappedCounters(int64_t* counts, size_t slots) : counts_(counts), slots_(slots) {}
+  int64_t* counts_;
+  size_t slots_;
+};
+
+// The counters in `path`, read with one pread; nullopt when there is no such file (older runs)
+// or it is not `slots` non-negative counters.
+std::optional<std::vector<int64_t>> readMappedCounters(const std::string& path, size_t slots = 1);
+
+}  // namespace nanprov
