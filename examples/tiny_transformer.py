@@ -94,13 +94,14 @@ class SensorModel(nn.Module):
 
     def forward(self, x, mask=None):
         h = self.embed(x)
-        for layer in self.blocks():
+        for i, layer in enumerate(self.blocks()):
+            layer_mask = mask[i] if isinstance(mask, list) else mask  # a list: one mask per layer
             if self.checkpoint and self.training:
                 from torch.utils.checkpoint import checkpoint
 
-                h = checkpoint(layer, h, mask, use_reentrant=self.checkpoint == "reentrant")
+                h = checkpoint(layer, h, layer_mask, use_reentrant=self.checkpoint == "reentrant")
             else:
-                h = layer(h, mask)
+                h = layer(h, layer_mask)
         return self.head(h)
 
 
@@ -174,6 +175,10 @@ def main():
     p.add_argument("--glitch-scale", type=float, default=1e20)
     p.add_argument("--mask", action="store_true", help="pass a bool padding mask to attention")
     p.add_argument("--causal", action="store_true", help="causal attention (is_causal=True; without a mask)")
+    p.add_argument("--alibi-f32-layer", type=int, default=-1,
+                   help="ALiBi in every layer, in the model's dtype, except this layer's: float32 from "
+                        "--alibi-f32-from-step on (cuDNN's silent-wrong case, in one layer, mid-run)")
+    p.add_argument("--alibi-f32-from-step", type=int, default=0)
     p.add_argument("--alibi-f32", action="store_true",
                    help="pass an ALiBi position bias, built in float32, as the attention mask")
     p.add_argument("--math", action="store_true", help="force the MATH SDPA backend")
@@ -257,6 +262,11 @@ def main():
             x, y = x.to(args.device, dtype), y.to(args.device, dtype)
             if late_mask is not None and step == args.mask_rows_from:
                 mask = late_mask
+            if args.alibi_f32_layer >= 0:
+                bias = alibi_bias(args).to(args.device)
+                mask = [bias.to(dtype)] * args.layers
+                if step >= args.alibi_f32_from_step:
+                    mask[args.alibi_f32_layer] = bias
             if args.eval:
                 with torch.no_grad():
                     loss = F.mse_loss(model(x, mask).float(), y.float())

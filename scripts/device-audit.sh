@@ -6,6 +6,10 @@
 #                                     nothing; and a run whose model passes a float32 ALiBi bias
 #   scripts/device-audit.sh cost      the audit's cost on the benchmark model, side by side with
 #                                     plain and default nanprov, over 100 steps; and the GPU tests
+#   scripts/device-audit.sh coverage  the audit's coverage: a float32 bias in one deep layer from mid-run
+#                                     found there; clean bf16 runs over head_dim 64-512 rotated through
+#                                     200 steps (--audit-budget 100) find nothing; the benchmark model
+#                                     under the default budget, with its coverage
 #   scripts/device-audit.sh tests     the audit tests (CPU and GPU); the benchmark model audited,
 #                                     with the slices it judged; losses with and without --audit;
 #                                     every finding of the float32-bias run
@@ -30,6 +34,20 @@ findings)
     audited "clean-hd$hd-mask-gqa" "${common[@]}" --mask --kv-heads 2
   done
   audited alibi-f32 --steps 3 --batch 4 --seq 256 --heads 4 --d-model 512 --alibi-f32
+  ;;
+coverage)
+  audited deep-f32 --steps 4 --batch 4 --seq 256 --heads 4 --d-model 512 --layers 4 --alibi-f32-layer 2 \
+    --alibi-f32-from-step 2
+  nanprov report "$out/deep-f32" | grep -E "audit finding|coverage|rotation"
+  for hd in 64 128 256 512; do
+    nanprov run --out "$out/rot-hd$hd" --audit --audit-budget 100 -- python3 examples/tiny_transformer.py --device cuda \
+      --dtype bfloat16 --steps 200 --batch 2 --seq 256 --heads 4 --d-model $((4 * hd)) --layers 4 --mask --kv-heads 2 \
+      >"$out/rot-hd$hd.log" 2>&1
+    echo "== rotation hd$hd, 200 steps: exit $?"
+    nanprov report "$out/rot-hd$hd" | grep -E "^(clean|rank)|audit:|coverage|rotation"
+  done
+  nanprov run --out "$out/bench-cov" --audit -- python3 bench/gpu_model.py --steps 60 --warmup 1 >"$out/bench-cov.log" 2>&1
+  nanprov report "$out/bench-cov" | grep -E "audit|coverage|rotation|not audited"
   ;;
 cost)
   BENCH_CONFIGS="none nanprov audit" BENCH_MODELS=gpu-bound bash bench/gpu_overhead.sh 2 100 2>&1 | tee "$out/audit-cost.txt"

@@ -264,6 +264,27 @@ TEST(Gpu, AuditFindsCudnnWrongWithAFloat32BiasAndBf16Queries) {
   EXPECT_NE((*f)["kernel"].get<std::string>().find("cudnn"), std::string::npos) << (*f)["kernel"];
 }
 
+// The same cuDNN fault confined to one deep layer that starts mid-run: layer 2 of 4 gets its bias
+// in float32 from step 2 on (the others in bf16, which cuDNN reads right). Found there, at its
+// first call, and in no other layer.
+TEST(Gpu, AuditFindsTheCudnnFaultInOneDeepLayerFromMidRun) {
+  REQUIRE_CUDA();
+  TrainedRun r = train("gpu-audit-deep", "--audit",
+                       "--device cuda --dtype bfloat16 --steps 4 --batch 4 --seq 256 --heads 4 --d-model 512 --layers 4 "
+                       "--alibi-f32-layer 2 --alibi-f32-from-step 2");
+  ASSERT_EQ(r.report.code, 5) << r.report.out;
+  ASSERT_FALSE(r.doc["audit_findings"].empty());
+  for (const json& f : r.doc["audit_findings"]) {
+    EXPECT_EQ(f["layer"], 2) << f.dump();
+    EXPECT_GE(f["step"].get<int64_t>(), 2) << f.dump();
+  }
+  const json& first = r.doc["audit_findings"][0];
+  EXPECT_EQ(first["step"], 2);
+  EXPECT_EQ(first["backend"], "cudnn");
+  EXPECT_EQ(first["conditions"]["mask_dtype"], "float32");
+  EXPECT_EQ(r.doc["audit"]["coverage"]["layers"], json::parse("[0, 1, 2, 3]"));
+}
+
 // No false alarms on real backends: clean bf16 training over head_dim 64 to 512, causal and with a
 // bool padding mask, with GQA, audited, finds nothing.
 TEST(Gpu, AuditOfCleanBf16RunsFindsNothing) {
