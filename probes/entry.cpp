@@ -1,7 +1,6 @@
 // The C entry points the Python bootstrap calls through ctypes. Tiny on purpose: each reads its
 // argument, forwards to the Session, and never lets an exception or a failure reach the
 // training process.
-#include <execinfo.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -18,23 +17,13 @@
 #include <utility>
 #include <vector>
 
+#include "base/crash_backtrace.h"
 #include "probes/attention_hook.h"
 #include "probes/foreign_calls.h"
 #include "probes/session.h"
 
 namespace {
 thread_local std::string t_last_error;
-
-// NANPROV_DEBUG_CRASH=1: print a native backtrace on SIGSEGV/SIGABRT, for bug reports against
-// nanprov itself. Off by default: the training process owns its signal handlers.
-void printBacktrace(int sig) {
-  void* frames[64];
-  int n = backtrace(frames, 64);
-  dprintf(STDERR_FILENO, "nanprov: signal %d, native backtrace:\n", sig);
-  backtrace_symbols_fd(frames, n, STDERR_FILENO);
-  signal(sig, SIG_DFL);
-  raise(sig);
-}
 
 // Ends the process without Python: C's exit() from native code or ctypes. Python's atexit has
 // not run, so the store is closed here; after a normal interpreter exit this is a no-op.
@@ -98,8 +87,7 @@ extern "C" {
 // Returns 0 when the probes are live. On failure returns 1 and nanprov_last_error() says why.
 __attribute__((visibility("default"))) int nanprov_start() {
   if (const char* debug = std::getenv("NANPROV_DEBUG_CRASH"); debug && *debug == '1') {
-    signal(SIGSEGV, &printBacktrace);
-    signal(SIGABRT, &printBacktrace);
+    nanprov::printBacktraceOnCrash();  // for bug reports; off by default: the training owns its handlers
   }
   nanprov::Status st = nanprov::Session::get().start();
   if (st.ok()) st = nanprov::installAttentionProbes();

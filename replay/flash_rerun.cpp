@@ -45,13 +45,13 @@ StatusOr<Outputs> rerunFlashAttention(const CaptureFile& file, const std::string
   if (scratch.path().empty()) return Status::Error("cannot make a temporary directory for the rerun");
   const std::string output = scratch.path() + "/outputs.safetensors";
   // The helper imports nanprov_boot from the bootstrap folder, and the package from wherever the
-  // user's PYTHONPATH says; NANPROV_RUN_DIR unset keeps the probes from arming in it.
+  // user's PYTHONPATH says; an empty NANPROV_RUN_DIR keeps the probes from arming in it (set in the
+  // child's environment only: other threads here may read ours).
   std::string path = bootstrap;
   if (const char* user = std::getenv("PYTHONPATH"); user && *user) path += std::string(":") + user;
-  unsetenv("NANPROV_RUN_DIR");
   int code = 0;
   auto said = captureOutput({python, "-m", "nanprov_boot.flash_rerun", capture_path, output, device.str()},
-                            {{"PYTHONPATH", path}}, &code);
+                            {{"PYTHONPATH", path}, {"NANPROV_RUN_DIR", ""}}, &code);
   if (!said.ok()) return said.status();
   if (code != 0) {
     std::string why = firstLine(*said);

@@ -21,6 +21,7 @@
 #include <map>
 #include <optional>
 
+#include "base/crash_backtrace.h"
 #include "base/json_text.h"
 #include "base/numbers.h"
 #include "replay/backend_kernels.h"
@@ -564,6 +565,7 @@ int serveAudits(const std::string& device) {
 }  // namespace nanprov::replay
 
 int main(int argc, char** argv) {
+  nanprov::printBacktraceOnCrash();
   if (argc != 6) {
     std::fprintf(stderr, "nanprov-replay is run by `nanprov replay`; see nanprov replay --help\n");
     return 2;

@@ -35,7 +35,7 @@ def attention_forward(q, k, v, scale, causal, cu_q=None, cu_k=None):
     outs, lses = zip(*(_attend(a, b, c, scale, causal) for a, b, c in
                        zip(_sequences(q, cu_q), _sequences(k, cu_k), _sequences(v, cu_k))))
     if os.environ.get("STANDIN_FAULT") == "nan-row":
-        outs = (outs[0].index_fill(0, torch.tensor([0]), float("nan")),) + outs[1:]
+        outs = (outs[0].index_fill(0, torch.tensor([0], device=q.device), float("nan")),) + outs[1:]
     if cu_q is not None:
         return torch.cat(outs), torch.cat(lses, dim=-1)
     return torch.stack(outs), torch.stack(lses)
