@@ -112,6 +112,7 @@ AuditSummary readAudit(const RunData& run) {
         continue;
       }
       if (d.value("finding", false)) a.findings.push_back(findingOf(c, path, d));
+      if (d.value("verdict", json(nullptr)) == "suspect") ++a.suspect;
       ++a.audited;
       if (AuditCoverage::Key* k = keyOf(c)) {
         ++k->judged;
@@ -222,7 +223,8 @@ json auditCostJson(const AuditSummary& a) {
   for (const auto& [why, n] : a.not_audited) not_audited.push_back({{"why", why}, {"calls", n}});
   return {{"on", a.on},           {"warn_only", a.warn_only},   {"calls", a.audited},
           {"findings", a.findings.size()}, {"seconds", a.seconds}, {"bytes", a.bytes},
-          {"not_audited", not_audited},    {"unjudged", a.unjudged}, {"coverage", coverageJson(a)}};
+          {"suspect", a.suspect},          {"not_audited", not_audited},    {"unjudged", a.unjudged},
+          {"coverage", coverageJson(a)}};
 }
 
 std::string auditText(const AuditSummary& a) {
@@ -254,6 +256,10 @@ std::string auditText(const AuditSummary& a) {
          std::to_string(a.findings.size()) + (a.findings.size() == 1 ? " finding" : " findings") + " (" +
          shortNumber(a.seconds) + " s judging, " + shortNumber(static_cast<double>(a.bytes) / (1 << 20)) + " MiB captured)" +
          (a.warn_only && !a.findings.empty() ? ", warn only" : "") + "\n";
+  if (a.suspect) {
+    out += "    " + std::to_string(a.suspect) + (a.suspect == 1 ? " call" : " calls") +
+           " within only PyTorch's looser tolerances (suspect, not findings; their judgements are kept as *.audit.json)\n";
+  }
   for (const auto& [why, n] : a.not_audited) out += "    " + std::to_string(n) + " not audited: " + printable(why) + "\n";
   if (a.unjudged) out += "    " + std::to_string(a.unjudged) + " audit captures not judged yet\n";
   return out + coverageText(a);

@@ -34,6 +34,7 @@ struct AuditSummary {
   bool on = false;         // the run audited (run.json), or holds audit captures
   bool warn_only = false;  // --audit-warn-only: findings do not fail the run
   int64_t audited = 0;     // calls judged
+  int64_t suspect = 0;     // judged calls within only PyTorch's looser tolerances: not findings
   int64_t bytes = 0;       // captured for the audit, over all ranks
   double seconds = 0;      // judging, summed over calls
   std::map<std::string, int64_t> not_audited;  // why → calls
@@ -44,7 +45,7 @@ struct AuditSummary {
 
 AuditSummary readAudit(const RunData& run);
 
-// {"on", "calls", "findings", "seconds", "bytes", "not_audited": [{why, calls}], "unjudged",
+// {"on", "calls", "findings", "seconds", "bytes", "suspect", "not_audited": [{why, calls}], "unjudged",
 //  "coverage": {layers, calls_judged, per_layer: [{rank, layer, phase, judged, last_step}],
 //               never_judged: [{rank, layer, phase, why}], rotation: {...}}}.
 nlohmann::json auditCostJson(const AuditSummary& audit);
