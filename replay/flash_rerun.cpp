@@ -1,27 +1,38 @@
 #include "replay/flash_rerun.h"
 
+#include <dirent.h>
+#include <unistd.h>
+
 #include <cstdlib>
-#include <filesystem>
+#include <cstring>
 
 #include "base/child_process.h"
 #include "base/text.h"
 
 namespace nanprov::replay {
 namespace {
-namespace fs = std::filesystem;
-
 const char* const kOutputRoles[] = {"O", "LSE", "dQ", "dK", "dV"};
 
-// A private directory for the helper's output, removed when the rerun is done.
+// A private directory for the helper's output, removed when the rerun is done. Plain POSIX calls,
+// not std::filesystem: torch 2.11's CUDA libtorch.so exports its own std::filesystem::remove_all,
+// which the engine's call bound to and which jumped to address 0 on the H200.
 class ScratchDir {
  public:
   ScratchDir() {
-    std::string pattern = (fs::temp_directory_path() / "nanprov-flash-rerun-XXXXXX").string();
+    const char* tmp = std::getenv("TMPDIR");
+    std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/nanprov-flash-rerun-XXXXXX";
     if (mkdtemp(pattern.data())) path_ = pattern;
   }
   ~ScratchDir() {
-    std::error_code ec;
-    if (!path_.empty()) fs::remove_all(path_, ec);
+    if (path_.empty()) return;
+    // Flat: the helper writes its output (and perhaps a temporary beside it) and nothing else.
+    if (DIR* dir = opendir(path_.c_str())) {
+      while (const dirent* e = readdir(dir)) {
+        if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) unlink((path_ + "/" + e->d_name).c_str());
+      }
+      closedir(dir);
+    }
+    rmdir(path_.c_str());
   }
   const std::string& path() const { return path_; }
 
