@@ -51,4 +51,14 @@ class StatusOr {
     if (!_st.ok()) return _st;                 \
   } while (0)
 
+// NANPROV_ASSIGN_OR_RETURN(auto rows, readRows(db)): declares `rows` from a StatusOr's value, or
+// returns its Status from the enclosing function.
+#define NANPROV_CONCAT_INNER(a, b) a##b
+#define NANPROV_CONCAT(a, b) NANPROV_CONCAT_INNER(a, b)
+#define NANPROV_ASSIGN_OR_RETURN(lhs, expr) NANPROV_ASSIGN_OR_RETURN_IMPL(NANPROV_CONCAT(_statusor_, __LINE__), lhs, expr)
+#define NANPROV_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
+  auto tmp = (expr);                                  \
+  if (!tmp.ok()) return tmp.status();                 \
+  lhs = std::move(tmp.value())
+
 }  // namespace nanprov

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "store/call_record.h"
+#include "base/records/call_record.h"
 #include "store/reader.h"
 #include "store/replayed_kernels.h"
 

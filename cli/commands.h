@@ -6,15 +6,12 @@
 #include <string>
 #include <vector>
 
+#include "base/exit_codes.h"
 #include "cli/outcome.h"
 #include "store/reader.h"
 #include "base/status.h"
 
 namespace nanprov::cli {
-
-// Exit codes. report: 0 clean, 1 a non-finite edge was found, 4 nothing was checked, 5 the audit
-// found finite but wrong outputs (and no edge).
-enum ExitCode { kClean = 0, kEdgeFound = 1, kUsageError = 2, kInputError = 3, kNothingChecked = 4, kAuditFound = 5 };
 
 // report's exit code for what it concluded: audit findings count unless the run asked for
 // warnings only (nanprov run --audit-warn-only) or `warn_only` is set.

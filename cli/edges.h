@@ -6,22 +6,13 @@
 #include <string>
 #include <vector>
 
-#include "probes/call_health.h"
-#include "store/call_record.h"
+#include "base/records/call_health.h"
+#include "base/records/call_name.h"
+#include "base/records/call_record.h"
 #include "store/reader.h"
 
 namespace nanprov {
 
-// "rank1:layer33:call45", the name the seeds use.
-std::string callName(const CallRecord& call);
-
-// A call's name read back: (rank, layer, call), or nullopt when `name` is not rank<R>:layer<L>:call<C>.
-struct CallName {
-  int rank = 0;
-  int64_t layer = 0;
-  int64_t call = 0;
-};
-std::optional<CallName> parseCallName(const std::string& name);
 
 struct Propagation {
   int64_t calls = 0;   // non-finite calls from the first edge on, the edge included

@@ -10,7 +10,7 @@ namespace nanprov::cli {
 
 int fail(const std::string& command, const Status& status) {
   std::cerr << "nanprov " << command << ": " << status.message() << "\n";
-  return kInputError;
+  return nanprov::kInputError;
 }
 
 std::optional<RunData> openRun(const std::string& command, const std::string& given, int* exit_code, RunScope scope) {
@@ -98,15 +98,15 @@ int main(int argc, char** argv) {
     while (!what.empty() && (what.back() == '.' || what.back() == ' ')) what.pop_back();
     std::cerr << "nanprov" << (command.empty() ? "" : " " + command) << ": " << nanprov::printable(what) << "; see nanprov "
               << (command.empty() ? "" : command + " ") << "--help\n";
-    return kUsageError;
+    return nanprov::kUsageError;
   } catch (const std::exception& e) {
     // Whatever a damaged input provokes that a command did not foresee: one line, never abort().
     std::cerr << "nanprov: could not read the input: " << nanprov::firstLine(e.what())
               << "; if the run is intact, this is a nanprov bug\n";
-    return kInputError;
+    return nanprov::kInputError;
   } catch (...) {
     std::cerr << "nanprov: internal error; this is a nanprov bug\n";
-    return kInputError;
+    return nanprov::kInputError;
   }
   return exit_code;
 }

@@ -9,7 +9,7 @@
 #include "base/text.h"
 #include "cli/call_kernels.h"
 #include "cli/terminal_text.h"
-#include "probes/roles.h"
+#include "base/records/roles.h"
 
 namespace nanprov {
 namespace {

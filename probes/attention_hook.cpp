@@ -13,12 +13,14 @@
 #include <typeinfo>
 #include <unordered_map>
 
+#include "base/env.h"
+#include "base/records/call_name.h"
 #include "probes/call_capture.h"
 #include "probes/call_recording.h"
 #include "probes/device_checks.h"
 #include "probes/foreign_calls.h"
 #include "probes/gradient_sentinel.h"
-#include "probes/roles.h"
+#include "base/records/roles.h"
 #include "probes/probe_cost.h"
 #include "probes/session.h"
 #include "probes/softmax_attention.h"
@@ -214,8 +216,7 @@ CallTrace::CallTrace(const CallName& name, int rank) {
   } else if (tracer.yielded()) {
     tracer.reclaim();
   }
-  std::string label = "rank" + std::to_string(rank) + ":layer" + std::to_string(name.layer) + ":call" +
-                      std::to_string(name.call);
+  std::string label = callName(rank, name.layer, name.call);
   traced_ = tracer.enter(name.seq, label);
   if (!traced_ && reason_.empty()) reason_ = tracer.unattributedReason();
 }

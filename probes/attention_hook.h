@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "probes/roles.h"
+#include "base/records/roles.h"
 #include "base/status.h"
 
 namespace nanprov {

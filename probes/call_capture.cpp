@@ -16,10 +16,12 @@
 #include <mutex>
 #include <thread>
 
+#include "base/records/call_name.h"
+#include "base/records/torch_dtype.h"
 #include "probes/audit_slice.h"
-#include "probes/call_health.h"
+#include "base/records/call_health.h"
 #include "probes/probe_cost.h"
-#include "probes/roles.h"
+#include "base/records/roles.h"
 #include "probes/session.h"
 #include "store/capture_file.h"
 
@@ -52,20 +54,6 @@ constexpr size_t kRecentCalls = 1024;
 // At exit, how long the training process may wait for capture files still being written.
 constexpr auto kExitWait = std::chrono::seconds(120);
 
-const char* captureDtype(at::ScalarType t) {
-  switch (t) {
-    case at::kDouble: return "F64";
-    case at::kFloat: return "F32";
-    case at::kHalf: return "F16";
-    case at::kBFloat16: return "BF16";
-    case at::kBool: return "BOOL";
-    case at::kLong: return "I64";
-    case at::kInt: return "I32";
-    case at::kByte: return "U8";
-    default: return nullptr;
-  }
-}
-
 std::string listText(at::IntArrayRef values) {
   std::string s = "[";
   for (size_t i = 0; i < values.size(); ++i) s += (i ? "," : "") + std::to_string(values[i]);
@@ -80,7 +68,7 @@ std::string doubleText(double v) {
 
 // A dense host copy of `t` (one device-to-host copy for a CUDA tensor). Reading only.
 std::optional<CaptureTensor> hostCopy(const std::string& name, const at::Tensor& t) {
-  const char* dtype = captureDtype(t.scalar_type());
+  const char* dtype = captureDtypeOf(t.scalar_type());
   if (!dtype || !t.defined() || !t.has_storage()) return std::nullopt;
   at::Tensor host = t.detach().to(at::kCPU).contiguous();
   CaptureTensor out;
@@ -429,8 +417,7 @@ class CaptureState {
     auto& meta = file.metadata;
     CallHealth health = classify(rec);
     meta["format"] = kCaptureFormat;
-    meta["call"] = "rank" + std::to_string(rec.rank) + ":layer" + std::to_string(rec.layer) + ":call" +
-                   std::to_string(rec.call);
+    meta["call"] = callName(rec);
     meta["rank"] = std::to_string(rec.rank);
     meta["seq"] = std::to_string(rec.seq);
     meta["step"] = std::to_string(rec.step);

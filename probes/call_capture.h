@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "probes/tensor_health.h"
-#include "store/call_record.h"
+#include "base/records/call_record.h"
 
 namespace nanprov {
 

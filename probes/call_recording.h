@@ -8,7 +8,7 @@
 
 #include "probes/call_capture.h"
 #include "probes/call_identity.h"
-#include "probes/roles.h"
+#include "base/records/roles.h"
 #include "probes/session.h"
 
 namespace nanprov {

@@ -5,8 +5,8 @@
 #include <cstdlib>
 #include <tuple>
 
-#include "probes/call_health.h"
-#include "probes/session.h"
+#include "base/env.h"
+#include "base/records/call_health.h"
 
 namespace nanprov {
 

@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "probes/call_selector.h"
-#include "store/call_record.h"
+#include "base/records/call_record.h"
 #include "base/status.h"
 
 namespace nanprov {

@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 
+#include "base/env.h"
 #include "probes/probe_cost.h"
 #include "probes/session.h"
 

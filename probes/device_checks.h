@@ -10,7 +10,7 @@
 
 #include "probes/call_capture.h"
 #include "probes/tensor_health.h"
-#include "store/call_record.h"
+#include "base/records/call_record.h"
 
 namespace nanprov {
 

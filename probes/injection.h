@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "probes/call_selector.h"
-#include "probes/roles.h"
+#include "base/records/roles.h"
 #include "base/status.h"
 
 namespace nanprov {

@@ -9,7 +9,8 @@
 #include <filesystem>
 #include <set>
 
-#include "probes/call_health.h"
+#include "base/env.h"
+#include "base/records/call_health.h"
 #include "store/mapped_counters.h"
 #include "store/run_dir.h"
 #include "store/writer.h"
@@ -24,14 +25,6 @@ std::atomic<Session::ModuleResolver> g_module_resolver{nullptr};
 void disableInForkedChild() { Session::get().finalize(); }
 
 }  // namespace
-
-int64_t envInteger(const char* name, int64_t fallback, int64_t min) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return fallback;
-  char* end = nullptr;
-  long long x = std::strtoll(v, &end, 10);
-  return end && *end == '\0' && x >= min ? static_cast<int64_t>(x) : fallback;
-}
 
 RankEnv rankFromEnvironment() {
   RankEnv env;

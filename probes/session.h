@@ -14,7 +14,7 @@
 #include "probes/call_identity.h"
 #include "probes/capture_policy.h"
 #include "probes/injection.h"
-#include "store/call_record.h"
+#include "base/records/call_record.h"
 #include "base/status.h"
 
 namespace nanprov {
@@ -26,9 +26,6 @@ struct RankEnv {
   int rank = 0, local_rank = 0, world_size = 1;
 };
 RankEnv rankFromEnvironment();
-
-// An integer environment variable; `fallback` when unset, not a whole number, or below `min`.
-int64_t envInteger(const char* name, int64_t fallback, int64_t min = INT64_MIN);
 
 class Session {
  public:

@@ -6,8 +6,8 @@
 #include <ATen/core/Tensor.h>
 
 #include "probes/injection.h"
-#include "probes/roles.h"
-#include "store/call_record.h"
+#include "base/records/roles.h"
+#include "base/records/call_record.h"
 
 #include <utility>
 #include <vector>

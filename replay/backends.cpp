@@ -125,16 +125,6 @@ at::Tensor plainSoftmaxAttention(const at::Tensor& q, const at::Tensor& k, const
 
 }  // namespace
 
-const at::Tensor& Outputs::of(const std::string& role) const {
-  static const at::Tensor undefined;
-  if (role == "O") return o;
-  if (role == "LSE") return lse;
-  if (role == "dQ") return dq;
-  if (role == "dK") return dk;
-  if (role == "dV") return dv;
-  return undefined;
-}
-
 const std::vector<std::string>& knownBackends() {
   static const std::vector<std::string> names = {"cudnn", "flash", "efficient", "math", "flash_cpu", "plain_softmax"};
   return names;
@@ -246,6 +236,50 @@ Outputs runYardstick(const CapturedCall& call, const at::Device& device) {
   out.o = o.detach();
   out.lse = lse.detach();
   differentiate(out, o, {q, k, v}, call, device);
+  return out;
+}
+
+Outputs runFlashOrderedYardstick(const CapturedCall& call, const at::Tensor& reference_o, const at::Device& device) {
+  Outputs out;
+  if (!call.backward || !reference_o.defined() || !call.has("dO")) return out;
+  const at::ScalarType dtype = call.at("Q").scalar_type();
+  // The kernel's operands are the input dtype's values; it multiplies them with float32 sums.
+  auto widened = [&](const char* role) { return call.at(role).to(device).to(at::kFloat); };
+  at::Tensor q = widened("Q"), k = widened("K"), v = widened("V"), d_o = widened("dO");
+  // A right forward's O as it is stored, in the input dtype; not the O the call was given, which
+  // may itself be wrong (then the backward's finding says so, received_wrong).
+  at::Tensor o = reference_o.to(device).to(dtype).to(at::kFloat);
+  const int64_t groups = call.q_heads / call.kv_heads;
+  at::Tensor kk = groups > 1 ? k.repeat_interleave(groups, 1) : k;
+  at::Tensor vv = groups > 1 ? v.repeat_interleave(groups, 1) : v;
+  const double scale = call.softmaxScale();
+  at::Tensor scores = at::matmul(q, kk.transpose(-2, -1)) * scale;
+  const double neg_inf = -std::numeric_limits<double>::infinity();
+  if (std::optional<at::Tensor> mask = maskOn(call, device)) {
+    scores = mask->scalar_type() == at::kBool ? scores.masked_fill(mask->logical_not(), neg_inf)
+                                              : scores + mask->to(at::kFloat);
+  }
+  if (call.causal) {
+    at::Tensor above = at::ones({call.s_q, call.s_kv}, scores.options().dtype(at::kBool)).triu(1);
+    scores = scores.masked_fill(above, neg_inf);
+  }
+  at::Tensor lse = at::logsumexp(scores, -1, true);
+  at::Tensor probs = at::exp(scores - lse).masked_fill(at::isneginf(lse), 0.0);
+  // D = rowsum(dO ∘ O) from O rounded to the input dtype, as the kernel is handed it: where P is
+  // near uniform and the keys share a large mean, dQ = Σ P (dP − D) k is a small difference of
+  // large terms, and that rounding alone moves it far from float64 (seen: PyTorch's CPU flash
+  // kernel at cosine 0.997, cuDNN on the H200 lower, both computing as designed).
+  at::Tensor delta = (d_o * o).sum(-1, true);
+  at::Tensor dp = at::matmul(d_o, vv.transpose(-2, -1));
+  at::Tensor ds = (probs * (dp - delta)).to(dtype).to(at::kFloat);  // dS is stored in the input dtype
+  auto perKvHead = [&](const at::Tensor& t) {  // the query heads of a group summed onto their KV head
+    if (groups == 1) return t;
+    auto sizes = t.sizes().vec();
+    return t.view({sizes[0], call.kv_heads, groups, sizes[2], sizes[3]}).sum(2);
+  };
+  out.dq = (at::matmul(ds, kk) * scale).to(dtype);
+  out.dk = perKvHead(at::matmul(ds.transpose(-2, -1), q) * scale).to(dtype);
+  out.dv = perKvHead(at::matmul(probs.to(dtype).to(at::kFloat).transpose(-2, -1), d_o)).to(dtype);
   return out;
 }
 

@@ -9,16 +9,10 @@
 #include <vector>
 
 #include "replay/captured_call.h"
+#include "replay/outputs.h"
 #include "base/status.h"
 
 namespace nanprov::replay {
-
-// What one run produced, in the layouts the comparison reads: O, dQ [B, Hq, S, D], dK, dV
-// [B, Hkv, S, D], LSE [B, Hq, S]. Undefined where the run does not produce it.
-struct Outputs {
-  at::Tensor o, lse, dq, dk, dv;
-  const at::Tensor& of(const std::string& role) const;
-};
 
 // Backends replay knows, and those it runs by default on a device.
 const std::vector<std::string>& knownBackends();  // cudnn flash efficient math flash_cpu
@@ -35,6 +29,13 @@ StatusOr<Outputs> runBackend(const std::string& backend, const CapturedCall& cal
 // reorder_ops: K is scaled instead of Q), softmax in float32. Its error bounds what a correct
 // low-precision kernel may be off by.
 Outputs runYardstick(const CapturedCall& call, const at::Device& device);
+
+// A backward's second yardstick: the gradients in the order FlashAttention-style kernels (cuDNN,
+// flash, efficient, FA2/3/4, FlexAttention) compute them, from a right O stored in the input dtype
+// (`reference_o`, G's, rounded) and the scores recomputed: P = exp(S − lse), dS = P ∘ (dO·Vᵀ −
+// rowsum(dO ∘ O)) in float32, dS and P rounded to the input dtype before their products. Empty for
+// a forward.
+Outputs runFlashOrderedYardstick(const CapturedCall& call, const at::Tensor& reference_o, const at::Device& device);
 
 // G: the float64 reference (replay/reference_blocks), on the GPU when `on_cuda` and one is here,
 // else on the CPU; host tensors. *where says which device ran it.

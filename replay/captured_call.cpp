@@ -5,19 +5,11 @@
 
 #include "base/numbers.h"
 #include "base/text.h"
+#include "base/records/torch_dtype.h"
 #include "replay/packed_layouts.h"
 
 namespace nanprov::replay {
 namespace {
-
-std::optional<at::ScalarType> scalarType(const std::string& dtype) {
-  static const std::map<std::string, at::ScalarType> types = {
-      {"F64", at::kDouble}, {"F32", at::kFloat}, {"F16", at::kHalf}, {"BF16", at::kBFloat16},
-      {"BOOL", at::kBool},  {"I64", at::kLong},  {"I32", at::kInt},  {"U8", at::kByte}};
-  auto it = types.find(dtype);
-  if (it == types.end()) return std::nullopt;
-  return it->second;
-}
 
 std::string shapeText(const at::Tensor& t) {
   std::string s = "[";
@@ -83,13 +75,10 @@ std::string CapturedCall::metaOr(const std::string& key, const std::string& fall
 double CapturedCall::softmaxScale() const { return scale ? *scale : 1.0 / std::sqrt(static_cast<double>(head_dim)); }
 
 CaptureTensor toCaptureTensor(const std::string& name, const at::Tensor& t) {
-  static const std::map<at::ScalarType, std::string> names = {
-      {at::kDouble, "F64"}, {at::kFloat, "F32"}, {at::kHalf, "F16"}, {at::kBFloat16, "BF16"},
-      {at::kBool, "BOOL"},  {at::kLong, "I64"},  {at::kInt, "I32"},  {at::kByte, "U8"}};
   at::Tensor host = t.cpu().contiguous();
   CaptureTensor out;
   out.name = name;
-  out.dtype = names.at(host.scalar_type());
+  out.dtype = captureDtypeOf(host.scalar_type());
   out.shape = host.sizes().vec();
   const auto* bytes = static_cast<const uint8_t*>(host.data_ptr());
   out.bytes.assign(bytes, bytes + host.nbytes());
@@ -113,7 +102,7 @@ StatusOr<CapturedCall> toCapturedCall(const CaptureFile& file, const std::string
   CapturedCall call;
   call.meta = file.metadata;
   for (const CaptureTensor& t : file.tensors) {
-    auto type = scalarType(t.dtype);
+    auto type = scalarTypeOfCapture(t.dtype);
     if (!type) return bad("tensor " + t.name + " has dtype " + t.dtype + ", which replay does not read");
     at::Tensor x = at::empty(t.shape, at::TensorOptions().dtype(*type));
     if (static_cast<size_t>(x.nbytes()) != t.bytes.size()) return bad("tensor " + t.name + " has the wrong byte count");

@@ -22,12 +22,14 @@
 #include <optional>
 
 #include "base/crash_backtrace.h"
+#include "base/exit_codes.h"
 #include "base/json_text.h"
 #include "base/numbers.h"
 #include "replay/backend_kernels.h"
 #include "replay/backends.h"
 #include "replay/captured_call.h"
 #include "replay/flash_rerun.h"
+#include "replay/judge.h"
 #include "replay/memory_estimate.h"
 #include "replay/packed_layouts.h"
 #include "replay/progress.h"
@@ -35,7 +37,7 @@
 #include "replay/tensor_measures.h"
 #include "replay/repro_script.h"
 #include "store/audit_file.h"
-#include "store/call_record.h"
+#include "base/records/call_record.h"
 #include "store/capture_file.h"
 #include "store/replayed_kernels.h"
 
@@ -45,97 +47,6 @@ namespace {
 constexpr const char* kRoles[] = {"O", "LSE", "dQ", "dK", "dV"};
 constexpr double kHiddenMask = -65504.0;  // at or below: a masked key (SDPA's cuDNN bool conversion)
 
-Grid gridOf(const at::Tensor& g) {
-  Grid grid;
-  grid.batch = g.size(0);
-  grid.heads = g.size(1);
-  grid.rows = g.size(2);
-  grid.cols = g.dim() == 4 ? g.size(3) : 1;
-  return grid;
-}
-
-// A tensor as dense host float64: copied in its own dtype (a quarter of the bytes for bf16),
-// then widened on the CPU's cores.
-at::Tensor hostDoubles(const at::Tensor& t) { return t.detach().to(at::kCPU).to(at::kDouble).contiguous(); }
-
-Values valuesOf(const at::Tensor& host_doubles) {
-  return Values(host_doubles.data_ptr<double>(), static_cast<size_t>(host_doubles.numel()));
-}
-
-// 2·max|fl(G+c)−c−G| in `dtype` over G's finite values, c = 0.3·max|G|: about one unit in the last
-// place near max|G|, at any scale. (DESIGN.md's c = 0.3 is the same for tensors of order 1; for
-// the gradients of a mean loss, about 1e-6, it would be a thousand times their size, and every
-// backward, even an all-zero one, would pass.) Non-finite positions count as 0.
-double floorOf(const at::Tensor& g, at::ScalarType dtype) {
-  if (g.numel() == 0) return 0;
-  at::Tensor finite = at::where(at::isfinite(g), g, at::zeros({}, g.options()));
-  const double largest = finite.abs().max().item<double>();
-  const double c = largest > 0 ? 0.3 * largest : 0.3;
-  at::Tensor rounded = (finite + c).to(dtype).to(at::kDouble);
-  return 2 * (rounded - c - finite).abs().max().item<double>();
-}
-
-// What every backend is judged against, per output: G, the yardstick's errors and G's floor per
-// dtype, worked out once and shared by all the backends' comparisons. On a GPU, G stays there and
-// each output is measured there; on the CPU, G and each output are folded as host float64.
-class Judge {
- public:
-  Judge(const Outputs& g, const Outputs& l) {
-    for (const char* role : kRoles) {
-      const at::Tensor &gt = g.of(role), &lt = l.of(role);
-      if (!gt.defined()) continue;
-      Role r;
-      r.g = gt.is_cuda() ? gt.contiguous() : hostDoubles(gt);
-      const bool has_l = lt.defined() && lt.sizes() == gt.sizes();
-      if (r.onHost()) {
-        at::Tensor l_host = has_l ? hostDoubles(lt) : at::Tensor();
-        r.ref = referenceOf(role, gridOf(gt), valuesOf(r.g), has_l ? valuesOf(l_host) : Values());
-      } else {
-        r.ref = RoleReference{.role = role, .grid = gridOf(gt)};
-        if (has_l) r.ref.yardstick = measureTensors(r.ref.grid, lt, r.g).err;
-        r.ref.has_yardstick = has_l;
-      }
-      r.sizes = gt.sizes().vec();
-      roles_.push_back(std::move(r));
-    }
-  }
-
-  std::vector<Comparison> compareWith(const Outputs& b) {
-    std::vector<Comparison> out;
-    for (Role& r : roles_) {
-      const at::Tensor& bt = b.of(r.ref.role);
-      if (!bt.defined() || bt.sizes().vec() != r.sizes) continue;
-      auto floor = r.floors.find(bt.scalar_type());
-      if (floor == r.floors.end()) floor = r.floors.emplace(bt.scalar_type(), floorOf(r.g, bt.scalar_type())).first;
-      if (r.onHost()) {
-        at::Tensor bd = hostDoubles(bt);
-        out.push_back(compare(r.ref, valuesOf(bd), floor->second));
-      } else {
-        out.push_back(judge(r.ref, measureTensors(r.ref.grid, bt, r.g), floor->second));
-      }
-    }
-    return out;
-  }
-
-  // Outputs the yardstick itself could not compute (non-finite where G is finite).
-  std::vector<std::string> yardstickNonfinite() const {
-    std::vector<std::string> out;
-    for (const Role& r : roles_) {
-      if (r.ref.has_yardstick && r.ref.yardstick.nonfinite > 0) out.push_back(r.ref.role);
-    }
-    return out;
-  }
-
- private:
-  struct Role {
-    at::Tensor g;  // on the host, owns the values ref.g reads
-    bool onHost() const { return !g.is_cuda(); }
-    RoleReference ref;
-    std::vector<int64_t> sizes;
-    std::map<at::ScalarType, double> floors;
-  };
-  std::vector<Role> roles_;
-};
 
 std::string nonfiniteText(const std::string& role, const at::Tensor& t) {
   int64_t n = (~at::isfinite(t)).sum().item<int64_t>();
@@ -363,7 +274,7 @@ bool recordKernels(BackendKernelTrace& trace, const CapturedCall& call, const st
 
 int fail(const Status& st) {
   std::fprintf(stderr, "nanprov replay: %s\n", st.message().c_str());
-  return 3;
+  return kInputError;
 }
 
 // What the engine prints: the replay as text or JSON; or, for `nanprov run`, only the captured
@@ -385,7 +296,7 @@ int keepKernels(const CapturedCall& call, const std::string& capture, const at::
   std::fprintf(stderr, "nanprov: %s\n",
                kept ? (r.call + " ran " + r.main_kernel + " (traced in a replay of its capture)").c_str()
                     : ("the kernels of " + r.call + " are unknown: " + why).c_str());
-  return kept ? 0 : 1;
+  return kept ? kClean : kEdgeFound;
 }
 
 // The audit's judgement, kept next to the capture for `nanprov report`, and printed: one line,
@@ -395,7 +306,7 @@ int keepAudit(const ReplayResult& r, const nlohmann::json& doc, Output output, s
   *printed += output == Output::kAuditJson ? jsonText(doc, 2) + "\n"
               : doc["audited"] ? auditText(r) + "\n"
                                : "audit " + r.call + ": not audited, " + doc["not_audited_why"].get<std::string>() + "\n";
-  return !doc["audited"] ? 3 : doc["finding"] ? 1 : 0;
+  return !doc["audited"] ? kInputError : doc["finding"] ? kEdgeFound : kClean;
 }
 
 // Why a replay on the CPU would not fit in the memory allowed (NANPROV_REPLAY_MAX_MEMORY, set by
@@ -492,8 +403,10 @@ int replayMain(const std::string& path, std::string device_name, const std::stri
   progress.stage("yardstick");
   Outputs l = runYardstick(*call, device);
   zeroPadding(*call, l);
+  Outputs flash_ordered = runFlashOrderedYardstick(*call, g->o, device);
+  zeroPadding(*call, flash_ordered);
   progress.stage("preparing the comparison");
-  Judge judge(*g, l);
+  Judge judge(*g, {&l, &flash_ordered});
   r.yardstick_nonfinite = judge.yardstickNonfinite();
   auto judged = [&](BackendRun run, Outputs outputs) {
     progress.stage("comparing " + run.name);
@@ -545,7 +458,7 @@ int serveAudits(const std::string& device) {
   std::string path;
   while (std::getline(std::cin, path)) {
     std::string printed;
-    int code = 3;
+    int code = kInputError;
     const auto started = std::chrono::steady_clock::now();
     try {
       code = replayMain(path, device, "", Output::kAudit, "", &printed);
@@ -568,7 +481,7 @@ int main(int argc, char** argv) {
   nanprov::printBacktraceOnCrash();
   if (argc != 6) {
     std::fprintf(stderr, "nanprov-replay is run by `nanprov replay`; see nanprov replay --help\n");
-    return 2;
+    return nanprov::kUsageError;
   }
   std::string backends = argv[3];
   for (char& c : backends) c = c == ',' ? '\n' : c;
@@ -586,6 +499,6 @@ int main(int argc, char** argv) {
     return code;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "nanprov replay: replay failed: %s\n", e.what());
-    return 3;
+    return nanprov::kInputError;
   }
 }

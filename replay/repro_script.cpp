@@ -2,6 +2,8 @@
 
 #include <cstdio>
 
+#include "base/records/dtype.h"
+
 namespace nanprov::replay {
 namespace {
 
@@ -53,8 +55,11 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
   s += std::string("SCALE = ") + scale + "\n";
   s += std::string("GQA = ") + (spec.gqa ? "True" : "False") + "\n";
   s += std::string("PRECISION_LIMIT = ") + (spec.root_cause == "precision-limit" ? "True" : "False") + "\n";
-  s += R"py(DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16,
-          "BF16": torch.bfloat16, "BOOL": torch.bool, "I64": torch.int64}
+  s += "DTYPES = {";
+  for (const DtypeInfo& d : captureDtypes()) {
+    s += std::string(&d == &captureDtypes().front() ? "" : ", ") + quoted(d.safetensors) + ": torch." + d.torch;
+  }
+  s += R"py(}
 
 
 def load(path):

@@ -1,5 +1,6 @@
 #include <algorithm>
 
+#include "base/exit_codes.h"
 #include "replay/replay_result.h"
 
 namespace nanprov::replay {
@@ -161,7 +162,7 @@ std::string joined(const std::vector<std::string>& parts, const char* sep) {
 }
 
 int exitCodeOf(const RootCause& cause) {
-  return cause.cls == "none" || cause.cls == "not-reproduced" || cause.cls == "cannot-judge" ? 0 : 1;
+  return cause.cls == "none" || cause.cls == "not-reproduced" || cause.cls == "cannot-judge" ? kClean : kEdgeFound;
 }
 
 }  // namespace nanprov::replay

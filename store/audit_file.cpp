@@ -17,10 +17,9 @@ Status writeAuditFile(const std::string& capture_path, const nlohmann::json& doc
 
 StatusOr<std::optional<nlohmann::json>> readAuditFile(const std::string& capture_path) {
   const std::string path = auditFilePath(capture_path);
-  auto text = readSmallFile(path);
-  if (!text.ok()) return text.status();
-  if (!*text) return std::optional<nlohmann::json>();
-  nlohmann::json doc = nlohmann::json::parse(**text, nullptr, /*allow_exceptions=*/false);
+  NANPROV_ASSIGN_OR_RETURN(std::optional<std::string> text, readSmallFile(path));
+  if (!text) return std::optional<nlohmann::json>();
+  nlohmann::json doc = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
   if (!doc.is_object() || doc.value("format", "") != kAuditFormat) {
     return Status::Error(path + " is not an audit result; delete it and audit the capture again (nanprov replay " +
                          capture_path + " --audit)");

@@ -8,7 +8,7 @@
 #include <variant>
 #include <vector>
 
-#include "store/call_record.h"
+#include "base/records/call_record.h"
 #include "store/reader.h"
 #include "store/sqlite_db.h"
 

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/json_text.h"
+#include "base/records/dtype.h"
 #include "base/text.h"
 #include "store/file_replace.h"
 
@@ -65,14 +66,6 @@ const CaptureTensor* CaptureFile::tensor(const std::string& name) const {
     if (t.name == name) return &t;
   }
   return nullptr;
-}
-
-size_t dtypeSize(const std::string& dtype) {
-  static const std::map<std::string, size_t> sizes = {
-      {"F64", 8}, {"F32", 4}, {"F16", 2}, {"BF16", 2}, {"I64", 8}, {"I32", 4}, {"I16", 2},
-      {"I8", 1},  {"U8", 1},  {"BOOL", 1}, {"U64", 8}, {"U32", 4}, {"U16", 2}, {"F8_E4M3", 1}, {"F8_E5M2", 1}};
-  auto it = sizes.find(dtype);
-  return it == sizes.end() ? 0 : it->second;
 }
 
 Status writeCapture(const std::string& path, const CaptureFile& file) {

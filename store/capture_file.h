@@ -31,9 +31,6 @@ struct CaptureFile {
   const CaptureTensor* tensor(const std::string& name) const;
 };
 
-// Bytes per element of a safetensors dtype; 0 when the dtype is unknown.
-size_t dtypeSize(const std::string& dtype);
-
 // Writes `file` to `path` through a temporary file and a rename, so a reader never sees half.
 Status writeCapture(const std::string& path, const CaptureFile& file);
 

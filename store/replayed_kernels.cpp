@@ -34,10 +34,9 @@ Status writeReplayedKernels(const std::string& capture_path, const ReplayedKerne
 
 StatusOr<std::optional<ReplayedKernels>> readReplayedKernels(const std::string& capture_path) {
   std::string path = replayedKernelsPath(capture_path);
-  auto text = readSmallFile(path);
-  if (!text.ok()) return text.status();
-  if (!*text) return std::optional<ReplayedKernels>();
-  nlohmann::json doc = nlohmann::json::parse(**text, nullptr, /*allow_exceptions=*/false);
+  NANPROV_ASSIGN_OR_RETURN(std::optional<std::string> text, readSmallFile(path));
+  if (!text) return std::optional<ReplayedKernels>();
+  nlohmann::json doc = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
   auto bad = [&] { return Status::Error(path + " is not a replay's kernel list; delete it and run nanprov replay again"); };
   if (!doc.is_object() || !doc["kernels"].is_array()) return bad();
   ReplayedKernels out;

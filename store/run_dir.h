@@ -6,13 +6,12 @@
 #include <string>
 #include <vector>
 
+#include "base/records/call_name.h"
 #include "base/status.h"
 
 namespace nanprov {
 
 inline constexpr const char* kDefaultRunsRoot = "nanprov-runs";
-// No job has more ranks; a larger number in a file name or in meta is not a rank.
-inline constexpr int64_t kMaxRank = 1 << 24;
 
 // A new directory name for a run started now: <root>/<UTC timestamp>.
 std::string newRunDirName(const std::string& root);

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "store/scoped_resource.h"
+#include "base/scoped_resource.h"
 #include "base/status.h"
 
 namespace nanprov::sqlite {

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "store/call_record.h"
+#include "base/records/call_record.h"
 #include "base/status.h"
 
 namespace nanprov {

@@ -13,7 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "store/call_record.h"
+#include "base/records/call_record.h"
 
 namespace nanprov {
 

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "store/call_record.h"
+#include "base/records/call_record.h"
 #include "base/status.h"
 
 namespace nanprov {

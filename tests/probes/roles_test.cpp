@@ -1,4 +1,4 @@
-#include "probes/roles.h"
+#include "base/records/roles.h"
 
 #include <gtest/gtest.h>
 

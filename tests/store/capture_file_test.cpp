@@ -1,6 +1,7 @@
 // The capture format: round trip, the bytes on disk, Python's safetensors opening it, and a
 // loader that turns every hostile or broken file into one clear error (fuzzed).
 #include "store/capture_file.h"
+#include "base/records/dtype.h"
 
 #include <gtest/gtest.h>
 

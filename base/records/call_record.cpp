@@ -1,4 +1,4 @@
-#include "store/call_record.h"
+#include "base/records/call_record.h"
 
 namespace nanprov {
 

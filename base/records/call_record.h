@@ -45,7 +45,7 @@ struct CallRecord {
   std::string injected;     // role that was corrupted by --inject, empty when none
   std::string device;       // "cpu" or "cuda:<index>"
   std::string unattributed; // why its kernels are not known; empty when they are
-  int health = 0;           // 0 clean, 1 source edge, 2 propagated (probes/call_health.h EdgeKind), set by the probes
+  int health = 0;           // 0 clean, 1 source edge, 2 propagated (base/records/call_health.h EdgeKind), set by the probes
   std::vector<TensorHealth> tensors;
 };
 

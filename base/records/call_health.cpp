@@ -1,6 +1,6 @@
-#include "probes/call_health.h"
+#include "base/records/call_health.h"
 
-#include "probes/roles.h"
+#include "base/records/roles.h"
 
 namespace nanprov {
 

@@ -1,0 +1,27 @@
+// The element types a capture file holds, in one table: safetensors' spelling (what the file says),
+// torch's name (what the repro script and the report say) and the bytes per element. The LibTorch
+// side of the same table (at::ScalarType) is base/records/torch_dtype.h.
+#pragma once
+
+#include <cstddef>
+#include <string_view>
+#include <vector>
+
+namespace nanprov {
+
+struct DtypeInfo {
+  const char* safetensors;  // "BF16"
+  const char* torch;        // "bfloat16", as torch.<name> spells it
+  size_t bytes;             // per element
+};
+
+// Every dtype a capture may hold, in the order the table lists them.
+const std::vector<DtypeInfo>& captureDtypes();
+
+// The entry for a safetensors spelling; nullptr when the capture format has no such dtype.
+const DtypeInfo* dtypeOfCapture(std::string_view safetensors);
+
+// Bytes per element of a safetensors dtype; 0 when the dtype is unknown.
+size_t dtypeSize(std::string_view safetensors);
+
+}  // namespace nanprov
