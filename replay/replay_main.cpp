@@ -156,8 +156,8 @@ Status emitRepro(const std::string& dir, const CaptureFile& file, const Captured
   NANPROV_RETURN_IF_ERROR(writeCapture((fs::path(dir) / kReproInputs).string(), inputs));
   ReproSpec spec;
   spec.call = r.call;
-  spec.root_cause = r.root_cause.cls;
-  spec.finding = "root cause " + r.root_cause.cls + (r.root_cause.explanation.empty() ? "" : ": " + r.root_cause.explanation);
+  spec.root_cause = causeName(r.root_cause.cls);
+  spec.finding = "root cause " + std::string(causeName(r.root_cause.cls)) + (r.root_cause.explanation.empty() ? "" : ": " + r.root_cause.explanation);
   spec.backend = r.root_cause.backend.empty() ? r.backend : r.root_cause.backend;
   if (spec.backend == "flash_cpu" || r.replayed_on == "cpu") spec.device = "cpu";
   else spec.device = "cuda";

@@ -171,7 +171,7 @@ json toJson(const ReplayResult& r) {
           {"injected", nullable(r.injected)},
           {"captured_edge", nullable(r.captured_edge)},
           {"reference", {{"valid", r.reference_problem.empty()}, {"problem", nullable(r.reference_problem)}, {"device", r.reference_device}}},
-          {"root_cause", {{"class", r.root_cause.cls},
+          {"root_cause", {{"class", causeName(r.root_cause.cls)},
                           {"backend", nullable(r.root_cause.backend)},
                           {"kernel", nullable(r.root_cause.kernel)},
                           {"tensors", r.root_cause.tensors},
@@ -220,7 +220,7 @@ std::string toText(const ReplayResult& stored) {
   const ReplayResult r = printableCopy(stored);
   std::string out = "replay of " + r.call + " (" + r.phase + ", " + r.op + ", " + r.backend + ", " + r.dtype + ")";
   out += ", captured on " + r.captured_on + ", replayed on " + r.replayed_on + "\n";
-  out += "root cause: " + r.root_cause.cls;
+  out += std::string("root cause: ") + causeName(r.root_cause.cls);
   if (!r.root_cause.explanation.empty()) out += ": " + r.root_cause.explanation;
   out += "\n";
   if (!r.root_cause.kernel.empty()) out += "  kernel: " + r.root_cause.kernel + "\n";

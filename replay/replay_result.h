@@ -48,13 +48,26 @@ struct Conditions {
 };
 inline constexpr double kLseLimit = -88.7;  // log of float32's smallest normal, about e^-87.3
 
+// The root cause classes of DESIGN.md, plus three of nanprov's own: captured-backend-suspect (the
+// run's backend could not be rerun; every other one is right), fully-masked-rows (a plain softmax
+// over rows with every key masked) and cannot-judge (the capture lacks part of the call, e.g. a
+// compiled score_mod).
+enum class CauseClass {
+  kNone,
+  kBackendSpecific,
+  kForwardOkBackwardWrong,
+  kInputCaused,
+  kPrecisionLimit,
+  kNotReproduced,
+  kReferenceSuspect,
+  kCapturedBackendSuspect,
+  kFullyMaskedRows,
+  kCannotJudge,
+};
+const char* causeName(CauseClass c);  // "none", "backend-specific", ... as the JSON spells them
+
 struct RootCause {
-  std::string cls = "none";  // none, backend-specific, forward-ok-backward-wrong, input-caused,
-                             // precision-limit, not-reproduced, reference-suspect,
-                             // captured-backend-suspect (the run's backend could not be rerun; every
-                             // other one is right), fully-masked-rows (a plain softmax over rows
-                             // with every key masked), cannot-judge (the capture lacks part of
-                             // the call, e.g. a compiled score_mod)
+  CauseClass cls = CauseClass::kNone;
   std::string backend, kernel;
   std::vector<std::string> tensors;
   std::string explanation;

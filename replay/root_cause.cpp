@@ -43,12 +43,12 @@ RootCause findRootCause(const ReplayResult& r) {
   if (r.conditions.dropout_p > 0) {
     // Every backend replays the call without the run's random dropout mask: whatever they say,
     // it is about another call.
-    cause.cls = "cannot-judge";
+    cause.cls = CauseClass::kCannotJudge;
     cause.explanation = cannotJudge(r);
     return cause;
   }
   if (!r.reference_problem.empty()) {
-    cause.cls = "input-caused";
+    cause.cls = CauseClass::kInputCaused;
     cause.explanation = "the float64 reference itself is not finite here (" + r.reference_problem +
                         "): the inputs are at fault, not a kernel";
     return cause;
@@ -64,7 +64,7 @@ RootCause findRootCause(const ReplayResult& r) {
       cause.explanation = passing.empty() ? "no backend could run this call" : "every backend that ran agrees with the reference";
       return cause;
     }
-    cause.cls = "not-reproduced";
+    cause.cls = CauseClass::kNotReproduced;
     cause.tensors = captured_bad;
     cause.backend = r.backend;
     cause.explanation = "the run's " + joined(captured_bad) + " failed, but every backend computes this call correctly from " +
@@ -76,12 +76,12 @@ RootCause findRootCause(const ReplayResult& r) {
     } else if (!r.incomplete.empty()) {
       // Not "not reproduced": replay did not rerun the call the run made (a compiled score_mod, a
       // softcap), so it can neither confirm nor clear the kernel.
-      cause.cls = "cannot-judge";
+      cause.cls = CauseClass::kCannotJudge;
       cause.explanation += cannotJudge(r);
     } else if (!captured_rerun && !passing.empty()) {
       // Replay never ran what the run ran (FlashAttention 2/3/4, a module's own code): every
       // backend that could run gets the call right from the same inputs, so it is the suspect.
-      cause.cls = "captured-backend-suspect";
+      cause.cls = CauseClass::kCapturedBackendSuspect;
       std::vector<std::string> ok_names;
       for (const BackendRun* b : passing) ok_names.push_back(b->name);
       std::string why;  // why the captured backend did not run, when replay tried it
@@ -103,13 +103,13 @@ RootCause findRootCause(const ReplayResult& r) {
     for (const BackendRun* b : failing) {
       if (b->original) culprit = b;
     }
-    cause.cls = "backend-specific";
+    cause.cls = CauseClass::kBackendSpecific;
     cause.backend = culprit->name;
     cause.tensors = culprit->failing();
     if (culprit->name == "plain_softmax" && r.conditions.fully_masked_rows > 0) {
       // pytorch#41508: not a kernel fault but a mask that leaves rows with no key to attend to,
       // which a plain softmax turns into 0/0.
-      cause.cls = "fully-masked-rows";
+      cause.cls = CauseClass::kFullyMaskedRows;
       cause.explanation = std::to_string(r.conditions.fully_masked_rows) +
                           " query rows have every key masked: a plain softmax (what " + r.op +
                           " ran) gives NaN there, where SDPA's safe softmax and the float64 reference give 0. The mask "
@@ -141,14 +141,14 @@ RootCause findRootCause(const ReplayResult& r) {
     return std::count(r.yardstick_nonfinite.begin(), r.yardstick_nonfinite.end(), role) > 0;
   });
   if (yardstick_fails) {
-    cause.cls = "precision-limit";
+    cause.cls = CauseClass::kPrecisionLimit;
     cause.explanation = "every backend fails alike in " + r.dtype + ", as does the reordered " + r.dtype +
                         " yardstick, while the float64 reference is finite: the values overflow " + r.dtype;
   } else if (std::all_of(common.begin(), common.end(), isGradient)) {
-    cause.cls = "forward-ok-backward-wrong";
+    cause.cls = CauseClass::kForwardOkBackwardWrong;
     cause.explanation = "every backend's forward agrees with the reference; its " + joined(common) + " do not";
   } else {
-    cause.cls = "reference-suspect";
+    cause.cls = CauseClass::kReferenceSuspect;
     cause.explanation = "every backend disagrees with the reference alike while the yardstick agrees: check the "
                         "captured semantics (mask alignment, scale, GQA mapping)";
   }
@@ -161,8 +161,26 @@ std::string joined(const std::vector<std::string>& parts, const char* sep) {
   return s;
 }
 
+const char* causeName(CauseClass c) {
+  switch (c) {
+    case CauseClass::kNone: return "none";
+    case CauseClass::kBackendSpecific: return "backend-specific";
+    case CauseClass::kForwardOkBackwardWrong: return "forward-ok-backward-wrong";
+    case CauseClass::kInputCaused: return "input-caused";
+    case CauseClass::kPrecisionLimit: return "precision-limit";
+    case CauseClass::kNotReproduced: return "not-reproduced";
+    case CauseClass::kReferenceSuspect: return "reference-suspect";
+    case CauseClass::kCapturedBackendSuspect: return "captured-backend-suspect";
+    case CauseClass::kFullyMaskedRows: return "fully-masked-rows";
+    case CauseClass::kCannotJudge: return "cannot-judge";
+  }
+  return "?";
+}
+
 int exitCodeOf(const RootCause& cause) {
-  return cause.cls == "none" || cause.cls == "not-reproduced" || cause.cls == "cannot-judge" ? kClean : kEdgeFound;
+  const bool recurred = cause.cls != CauseClass::kNone && cause.cls != CauseClass::kNotReproduced &&
+                        cause.cls != CauseClass::kCannotJudge;
+  return recurred ? kEdgeFound : kClean;
 }
 
 }  // namespace nanprov::replay

@@ -85,7 +85,7 @@ TEST(RootCause, OneBackendWrongWhileAnotherIsRightIsBackendSpecific) {
                 run("efficient", {{"O", Verdict::kOk}, {"dQ", Verdict::kOk}, {"dK", Verdict::kOk}}),
                 BackendRun{.name = "flash", .detail = "Flash attention does not support a mask"}};
   RootCause c = findRootCause(r);
-  EXPECT_EQ(c.cls, "backend-specific");
+  EXPECT_EQ(c.cls, CauseClass::kBackendSpecific);
   EXPECT_EQ(c.backend, "cudnn");
   EXPECT_EQ(c.kernel, r.main_kernel);
   EXPECT_EQ(c.tensors, std::vector<std::string>{"dQ"});
@@ -98,39 +98,39 @@ TEST(RootCause, EveryBackendAlikeIsPrecisionLimitOnlyWhenTheYardstickFailsToo) {
   r.dtype = "float32";
   r.backends = {run("flash_cpu", {{"O", Verdict::kNonFinite}}), run("math", {{"O", Verdict::kNonFinite}})};
   r.yardstick_nonfinite = {"O"};
-  EXPECT_EQ(findRootCause(r).cls, "precision-limit");
+  EXPECT_EQ(findRootCause(r).cls, CauseClass::kPrecisionLimit);
   r.yardstick_nonfinite.clear();
-  EXPECT_EQ(findRootCause(r).cls, "reference-suspect");
+  EXPECT_EQ(findRootCause(r).cls, CauseClass::kReferenceSuspect);
   r.backends = {run("flash_cpu", {{"O", Verdict::kOk}, {"dV", Verdict::kSilentWrong}}),
                 run("math", {{"O", Verdict::kOk}, {"dV", Verdict::kSilentWrong}})};
-  EXPECT_EQ(findRootCause(r).cls, "forward-ok-backward-wrong");
+  EXPECT_EQ(findRootCause(r).cls, CauseClass::kForwardOkBackwardWrong);
 }
 
 TEST(RootCause, ACapturedFailureNoBackendRepeatsIsNotReproducedAndAnInvalidReferenceIsTheInput) {
   ReplayResult r;
   r.backends = {run("flash_cpu", {{"dQ", Verdict::kOk}})};
-  EXPECT_EQ(findRootCause(r).cls, "none");
+  EXPECT_EQ(findRootCause(r).cls, CauseClass::kNone);
   r.captured = run("captured", {{"dQ", Verdict::kNonFinite}});
   r.injected = "dQ";
   RootCause c = findRootCause(r);
-  EXPECT_EQ(c.cls, "not-reproduced");
+  EXPECT_EQ(c.cls, CauseClass::kNotReproduced);
   EXPECT_NE(c.explanation.find("--inject"), std::string::npos);
   EXPECT_EQ(exitCodeOf(c), 0);
   // Replay could not rerun the captured backend (fa4) while every backend it ran is right: the
   // suspect is fa4, never "nondeterministic"; a capture lacking part of the call cannot be judged.
   r.injected.clear();
   r.backend = "fa4";
-  EXPECT_EQ(findRootCause(r).cls, "captured-backend-suspect");
+  EXPECT_EQ(findRootCause(r).cls, CauseClass::kCapturedBackendSuspect);
   EXPECT_EQ(findRootCause(r).backend, "fa4");
   EXPECT_EQ(exitCodeOf(findRootCause(r)), 1);
   r.incomplete = "its score_mod and block mask were not materialised";
-  EXPECT_EQ(findRootCause(r).cls, "cannot-judge");
+  EXPECT_EQ(findRootCause(r).cls, CauseClass::kCannotJudge);
   EXPECT_EQ(exitCodeOf(findRootCause(r)), 0);
   r.incomplete.clear();
   r.backends.push_back(run("fa4", {{"dQ", Verdict::kNonFinite}}, true));
-  EXPECT_EQ(findRootCause(r).cls, "backend-specific") << "rerun where it imports, the captured backend is judged itself";
+  EXPECT_EQ(findRootCause(r).cls, CauseClass::kBackendSpecific) << "rerun where it imports, the captured backend is judged itself";
   r.reference_problem = "Q has 3 non-finite values";
-  EXPECT_EQ(findRootCause(r).cls, "input-caused");
+  EXPECT_EQ(findRootCause(r).cls, CauseClass::kInputCaused);
 }
 
 }  // namespace
