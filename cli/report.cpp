@@ -206,8 +206,18 @@ std::string trailText(const RunData& run, const CallRecord& c, const InputTrail&
 
 }  // namespace
 
-nlohmann::json reportJson(const RunData& run, const Findings& f) {
-  Conclusion conclusion = conclude(run, f);
+Report buildReport(const RunData& run) { return buildReport(run, analyze(run)); }
+
+Report buildReport(const RunData& run, Findings findings) {
+  Report r{.run = &run, .findings = std::move(findings)};
+  r.conclusion = conclude(run, r.findings);
+  return r;
+}
+
+nlohmann::json reportJson(const Report& report) {
+  const RunData& run = *report.run;
+  const Findings& f = report.findings;
+  const Conclusion& conclusion = report.conclusion;
   nlohmann::json ranks = nlohmann::json::array();
   for (const RankInfo& r : run.ranks) {
     ranks.push_back({{"rank", r.rank}, {"store", r.path}, {"steps", r.steps}, {"meta", r.meta}});
@@ -258,12 +268,13 @@ std::string closing(const RunData& run, const Conclusion& conclusion) {
 
 }  // namespace
 
-std::string reportText(const RunData& stored, const Findings& f) {
+std::string reportText(const Report& report) {
   std::ostringstream out;
   // Concluded from the run as stored (it reads the run's files by their paths), rendered from a
   // copy whose texts are safe to print.
-  Conclusion conclusion = conclude(stored, f);
-  const RunData run = forTerminal(stored);
+  const Findings& f = report.findings;
+  const Conclusion& conclusion = report.conclusion;
+  const RunData run = forTerminal(*report.run);
   if (conclusion.outcome == Outcome::kNothingChecked) {
     out << "nothing checked: no attention call was probed, so nanprov cannot call this run clean\n  why: "
         << conclusion.nothing_checked_why << "\n";

@@ -15,10 +15,21 @@ namespace nanprov {
 std::string capturePath(const RunData& run, const CaptureRecord& capture);
 
 nlohmann::json callJson(const CallRecord& call, const CallHealth& health);
-nlohmann::json reportJson(const RunData& run, const Findings& findings);
+
+// The report on a loaded run, worked out once: its edges (analyze) and what they conclude
+// (conclude: the sentinel, coverage, the audit). Text, JSON and the exit code only render it.
+struct Report {
+  const RunData* run = nullptr;  // the run it was built from, which must outlive it
+  Findings findings;
+  Conclusion conclusion;
+};
+Report buildReport(const RunData& run);
+Report buildReport(const RunData& run, Findings findings);  // edges already analyzed
+
+nlohmann::json reportJson(const Report& report);
 // The first line names the edge as rank<R>:layer<L>:call<C>, names the parameters whose
 // gradients went non-finite first, says the run is clean, or that nothing was checked. Texts from
 // the store are printed escaped (cli/terminal_text.h).
-std::string reportText(const RunData& run, const Findings& findings);
+std::string reportText(const Report& report);
 
 }  // namespace nanprov

@@ -51,10 +51,10 @@ void addReportCommand(CLI::App& app, int* exit_code) {
   cmd->callback([opts, exit_code] {
     auto run = openRun("report", opts->run, exit_code, RunScope::kEdges);
     if (!run) return;
-    Findings findings = analyze(*run);
-    if (opts->json) std::cout << jsonText(reportJson(*run, findings), 2) << "\n";
-    else std::cout << reportText(*run, findings);
-    *exit_code = reportExitCode(conclude(*run, findings), opts->audit_warn_only);
+    const Report report = buildReport(*run);
+    if (opts->json) std::cout << jsonText(reportJson(report), 2) << "\n";
+    else std::cout << reportText(report);
+    *exit_code = reportExitCode(report.conclusion, opts->audit_warn_only);
   });
 }
 

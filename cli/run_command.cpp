@@ -284,11 +284,12 @@ int run(RunOptions& opts) {
   } else {
     Findings findings = analyze(*data);
     if (!opts.no_kernels) traceKernelsOfLateEdges(*data, findings);
-    std::cerr << reportText(*data, findings) << "  details: nanprov report " << printable(dir) << "\n";
+    const Report report = buildReport(*data, std::move(findings));
+    std::cerr << reportText(report) << "  details: nanprov report " << printable(dir) << "\n";
     // A training that ended well still fails the run on what nanprov found (unless warn-only):
     // real training loops keep going on a NaN loss and exit 0, and a CI job must not stay green.
     if (exit->passThroughCode() == 0 && !opts.warn_only) {
-      int found = reportExitCode(conclude(*data, findings));
+      int found = reportExitCode(report.conclusion);
       if (found == kEdgeFound || found == kAuditFound) return found;
     }
   }

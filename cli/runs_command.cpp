@@ -7,6 +7,7 @@
 #include "base/json_text.h"
 #include "cli/commands.h"
 #include "cli/outcome.h"
+#include "cli/report.h"
 #include "store/run_dir.h"
 #include "store/small_file.h"
 
@@ -35,7 +36,7 @@ json describeRun(const fs::path& dir) {
     return row;
   }
   row["calls"] = run->total_calls;
-  row["outcome"] = outcomeName(conclude(*run, analyze(*run)).outcome);
+  row["outcome"] = outcomeName(buildReport(*run).conclusion.outcome);
   return row;
 }
 
