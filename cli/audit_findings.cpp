@@ -54,14 +54,10 @@ json findingOf(const CaptureRecord& capture, const std::string& path, const json
 
 AuditSummary readAudit(const RunData& run) {
   AuditSummary a;
-  json settings = readJsonFile((std::filesystem::path(run.dir) / "run.json").string());
-  if (settings.is_object() && settings.contains("audit") && settings["audit"].is_object()) {
-    const json& audit = settings["audit"];
-    a.on = audit.value("on", false);
-    a.warn_only = audit.value("warn_only", false);
-    a.coverage.every_steps = audit.value("every_steps", int64_t{0});
-    a.coverage.budget_percent = audit.value("budget_percent", 0.0);
-  }
+  a.on = run.settings.audit.on;
+  a.warn_only = run.settings.audit.warn_only;
+  a.coverage.every_steps = run.settings.audit.every_steps;
+  a.coverage.budget_percent = run.settings.audit.budget_percent;
   for (const RankInfo& r : run.ranks) {
     // "rotations held_back", written by the probes' capture policy.
     auto it = r.meta.find("audit_rotation");

@@ -14,10 +14,10 @@ std::string whyNothingChecked(const RunData& run, const std::map<std::string, in
   if (!unprobed.empty()) {
     return "every attention call the training made is of a kind nanprov does not check yet (listed below)";
   }
-  nlohmann::json doc = readJsonFile((fs::path(run.dir) / "run.json").string());
-  if (!doc.is_discarded() && doc.is_object()) {
+  const RunFile& settings = run.settings;
+  if (settings.readable) {
     // `nanprov run` writes the exit status when the training has ended.
-    if (!doc.contains("exit_code") && !doc.contains("signal")) {
+    if (!settings.ended()) {
       return "the run is still going: no attention call has reached the store yet (the first is stored by the "
              "end of the first step); ask again in a moment";
     }
@@ -25,11 +25,9 @@ std::string whyNothingChecked(const RunData& run, const std::map<std::string, in
     const int64_t begun = run.callsNotStored();
     const std::string when = begun ? " after " + std::to_string(begun) + " attention calls began, before any reached the store"
                                    : " before any attention call";
-    if (doc.contains("signal") && doc["signal"].is_string()) {
-      return "the training was killed by " + doc["signal"].get<std::string>() + when;
-    }
-    if (doc.contains("exit_code") && doc["exit_code"].is_number_integer() && doc["exit_code"].get<int>() != 0) {
-      return "the training exited with code " + std::to_string(doc["exit_code"].get<int>()) + when;
+    if (settings.signal) return "the training was killed by " + *settings.signal + when;
+    if (settings.exit_code && *settings.exit_code != 0) {
+      return "the training exited with code " + std::to_string(*settings.exit_code) + when;
     }
   }
   ProcessNotes notes = readProcessNotes(run.dir);

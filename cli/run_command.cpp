@@ -1,15 +1,11 @@
 // `nanprov run [options] -- CMD...`: runs a training command with the probes loaded into every
 // Python process it starts, then prints the first-failure summary.
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
-#include <cerrno>
 #include <cmath>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -28,6 +24,7 @@
 #include "probes/injection.h"
 #include "store/reader.h"
 #include "store/run_dir.h"
+#include "store/run_file.h"
 
 namespace nanprov::cli {
 namespace {
@@ -91,10 +88,6 @@ void traceKernelsOfLateEdges(const RunData& run, const Findings& f) {
   }
 }
 
-void writeRunJson(const std::string& dir, const json& doc) {
-  std::ofstream(fs::path(dir) / "run.json") << jsonText(doc, 2) << "\n";
-}
-
 // A Python identifier or schema argument name: "query", "_q1".
 bool isIdentifier(const std::string& s) {
   return !s.empty() && (std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_') &&
@@ -149,12 +142,9 @@ Status checkProbeOp(const std::string& spec) {
 Status claimRunDir(const std::string& dir) {
   std::string taken = dir + " already holds a run; pick a new --out (or remove the directory)";
   if (holdsRankStores(dir)) return Status::Error(taken);
-  int fd = ::open((fs::path(dir) / "run.json").c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    return Status::Error(errno == EEXIST ? taken : "cannot write " + dir + "/run.json: " + std::strerror(errno));
-  }
-  ::close(fd);
-  return Status::Ok();
+  auto claimed = claimRunFile(dir);
+  if (!claimed.ok()) return claimed.status();
+  return *claimed ? Status::Ok() : Status::Error(taken);
 }
 
 // Why nothing was recorded, from the per-process notes the bootstrap leaves.
@@ -236,7 +226,7 @@ int run(RunOptions& opts) {
                          {"budget_bytes", opts.audit_bytes},
                          {"slice_bytes", opts.audit_slice_bytes},
                          {"warn_only", opts.warn_only}}}};
-  writeRunJson(dir, doc);
+  writeRunFile(dir, doc);
 
   std::map<std::string, std::string> env = {
       {"PYTHONPATH", bootstrapPythonPath()},
@@ -268,7 +258,7 @@ int run(RunOptions& opts) {
 
   doc["exit_code"] = exit->signal ? json(nullptr) : json(exit->exit_code);
   doc["signal"] = exit->signal ? json(strsignal(exit->signal)) : json(nullptr);
-  writeRunJson(dir, doc);
+  writeRunFile(dir, doc);
 
   std::cerr << "\n";
   if (exit->signal) {

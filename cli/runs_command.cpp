@@ -19,12 +19,12 @@ using nlohmann::json;
 // One run's line: read from run.json and its stores; a damaged run says so instead of failing.
 json describeRun(const fs::path& dir) {
   json row = {{"run", dir.string()}, {"command", ""}, {"exit_code", nullptr}};
-  json doc = readJsonFile((dir / "run.json").string());
-  if (doc.is_object() && doc["command"].is_array()) {
+  const RunFile settings = readRunFile(dir.string());
+  if (settings.readable) {
     std::string command;
-    for (const json& word : doc["command"]) command += (command.empty() ? "" : " ") + (word.is_string() ? word.get<std::string>() : "?");
+    for (const std::string& word : settings.command) command += (command.empty() ? "" : " ") + word;
     row["command"] = command;
-    if (doc.contains("exit_code")) row["exit_code"] = doc["exit_code"];
+    if (settings.exit_code) row["exit_code"] = *settings.exit_code;
   }
   auto stores = rankStorePaths(dir.string());
   row["ranks"] = stores.ok() ? stores->size() : 0;

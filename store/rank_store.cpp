@@ -74,7 +74,7 @@ StatusOr<sqlite::Db> openRankStore(const std::string& path, RankInfo* info) {
 
 bool isRunDir(const std::string& dir) {
   std::error_code ec;
-  return std::filesystem::is_regular_file(std::filesystem::path(dir) / "run.json", ec);
+  return std::filesystem::is_regular_file(std::filesystem::path(dir) / kRunFileName, ec);
 }
 
 StatusOr<std::vector<std::string>> storesOf(const std::string& dir) {

@@ -271,6 +271,7 @@ StatusOr<RunData> loadRun(const std::string& dir, RunScope scope) {
   RunData run;
   run.dir = dir;
   run.scope = scope;
+  run.settings = readRunFile(dir);
   auto found = rankStorePaths(dir);
   if (!found.ok()) return found.status();
   const std::vector<std::string>& paths = *found;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "store/run_file.h"
 #include "base/records/call_record.h"
 #include "base/status.h"
 
@@ -39,6 +40,7 @@ struct NotClean {
 
 struct RunData {
   std::string dir;
+  RunFile settings;  // run.json: the command, the audit's settings, how the training ended
   RunScope scope = RunScope::kAll;
   int64_t total_calls = 0;  // checked calls over all ranks, loaded or not
   std::vector<RankInfo> ranks;
