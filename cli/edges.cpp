@@ -7,6 +7,15 @@
 
 namespace nanprov {
 
+const char* originName(Origin o) {
+  switch (o) {
+    case Origin::kAttention: return "attention";
+    case Origin::kUpstream: return "upstream";
+    case Origin::kNone: break;
+  }
+  return "";
+}
+
 Findings analyze(const std::vector<CallRecord>& calls) {
   Findings f;
   std::set<int64_t> layers;
@@ -17,7 +26,7 @@ Findings analyze(const std::vector<CallRecord>& calls) {
     if (!f.first) {
       f.first = i;
       f.first_health = h;
-      f.origin = h.kind == EdgeKind::kSourceEdge ? "attention" : "upstream";
+      f.origin = h.kind == EdgeKind::kSourceEdge ? Origin::kAttention : Origin::kUpstream;
     }
     if (!f.first_source && h.kind == EdgeKind::kSourceEdge) f.first_source = i;
     ++f.propagation.calls;

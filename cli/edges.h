@@ -20,12 +20,16 @@ struct Propagation {
   int64_t ranks = 0;
 };
 
+// Where the first non-finite values came from: attention made them (the first edge is a source
+// edge), or they reached attention from upstream (its inputs were already bad).
+enum class Origin { kNone, kAttention, kUpstream };
+const char* originName(Origin o);  // "attention" | "upstream" (JSON); kNone has no edge to name
+
 struct Findings {
   // The earliest call, across ranks by (step, time), that touched a non-finite value.
   std::optional<size_t> first;        // index into RunData::calls
   CallHealth first_health;
-  // "attention" when `first` is a source edge, "upstream" when its inputs were already bad.
-  std::string origin;
+  Origin origin = Origin::kNone;
   // The earliest source edge; differs from `first` when the origin is upstream.
   std::optional<size_t> first_source;
   Propagation propagation;

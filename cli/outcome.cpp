@@ -106,7 +106,7 @@ Conclusion conclude(const RunData& run, const Findings& findings) {
 }
 
 std::string stepLabel(const RunData& run, int64_t step) {
-  return (run.stepUnit() == "forward_pass" ? "forward pass " : "step ") + std::to_string(step);
+  return (run.stepUnit() == StepUnit::kForwardPass ? "forward pass " : "step ") + std::to_string(step);
 }
 
 }  // namespace nanprov

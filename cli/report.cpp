@@ -44,7 +44,7 @@ int64_t totalSteps(const RunData& run) {
 
 std::string summaryLine(const RunData& run) {
   std::ostringstream out;
-  bool passes = run.stepUnit() == "forward_pass";
+  bool passes = run.stepUnit() == StepUnit::kForwardPass;
   out << "run " << printable(run.dir) << ": " << run.ranks.size() << (run.ranks.size() == 1 ? " rank, " : " ranks, ")
       << run.total_calls << " attention calls checked, " << (passes ? totalSteps(run) + 1 : totalSteps(run))
       << (passes ? " forward passes" : " optimizer steps");
@@ -196,7 +196,7 @@ nlohmann::json trailJson(const std::optional<InputTrail>& t) {
 std::string trailText(const RunData& run, const CallRecord& c, const InputTrail& t) {
   std::string here = c.module.empty() ? "this call" : c.module;
   if (!t.previous) {
-    std::string unit = run.stepUnit() == "forward_pass" ? "forward pass" : "step";
+    std::string unit = run.stepUnit() == StepUnit::kForwardPass ? "forward pass" : "step";
     return "it is the " + unit + "'s first attention call: the large inputs came with the batch or from the modules before " + here;
   }
   std::string before = t.previous->module.empty() ? callName(*t.previous) : t.previous->module;
@@ -228,7 +228,7 @@ nlohmann::json reportJson(const Report& report) {
       {"outcome", outcomeName(conclusion.outcome)},
       {"nothing_checked_why", conclusion.nothing_checked_why.empty() ? nlohmann::json(nullptr)
                                                                       : nlohmann::json(conclusion.nothing_checked_why)},
-      {"step_unit", run.stepUnit()},
+      {"step_unit", stepUnitName(run.stepUnit())},
       {"summary", {{"ranks", run.ranks.size()}, {"calls", run.total_calls}, {"steps", totalSteps(run)}}},
       {"coverage", coverageJson(run, conclusion)},
       {"gradient_sentinel", sentinelJson(conclusion.sentinel)},
@@ -243,8 +243,8 @@ nlohmann::json reportJson(const Report& report) {
   const CallKernelIndex kernels(run);
   if (f.first) {
     nlohmann::json edge = callJson(run.calls[*f.first], f.first_health);
-    edge["origin"] = f.origin;
-    edge["input_trail"] = f.origin == "attention" ? trailJson(inputTrail(run, *f.first)) : nlohmann::json(nullptr);
+    edge["origin"] = originName(f.origin);
+    edge["input_trail"] = f.origin == Origin::kAttention ? trailJson(inputTrail(run, *f.first)) : nlohmann::json(nullptr);
     addKernelsAndCapture(run, kernels, run.calls[*f.first], edge);
     out["first_edge"] = edge;
   }
@@ -295,7 +295,7 @@ std::string reportText(const Report& report) {
     out << "  non-finite parameters after the update: " << listed(s.values) << "\n";
     if (f.first) {
       out << "  attention first saw non-finite values later: " << callName(run.calls[*f.first]) << " ("
-          << stepLabel(run, run.calls[*f.first].step) << ", " << (f.origin == "attention" ? "source" : "propagated")
+          << stepLabel(run, run.calls[*f.first].step) << ", " << (f.origin == Origin::kAttention ? "source" : "propagated")
           << ")\n";
     } else {
       out << (run.total_calls == 0 ? "  no attention call was checked\n" : "  every checked attention call was finite\n");
@@ -313,14 +313,14 @@ std::string reportText(const Report& report) {
                                                     : "clean: ")
         << "every checked attention input and output was finite";
     // Inference runs have no optimizer steps, and so no gradients to vouch for.
-    bool training = run.stepUnit() == "optimizer_step";
+    bool training = run.stepUnit() == StepUnit::kOptimizerStep;
     out << (conclusion.sentinel || !training ? "\n" : ", and so were the gradients at every optimizer step\n");
     return out.str() + closing(run, conclusion);
   }
   const CallRecord& c = run.calls[*f.first];
   const CallHealth& h = f.first_health;
   std::string inj = c.injected.empty() ? "" : "  [injected " + c.injected + " by --inject]";
-  if (f.origin == "attention") {
+  if (f.origin == Origin::kAttention) {
     out << callName(c) << "  first non-finite edge: finite inputs, non-finite "
         << joined(h.nonfinite_outputs, ", ") << inj << "\n";
   } else {
@@ -347,7 +347,7 @@ std::string reportText(const Report& report) {
   if (!finite_inputs.empty()) {
     out << "  finite inputs " << joined(finite_inputs, " ") << " (largest |x| " << shortNumber(largestFiniteInput(c)) << ")\n";
     // Only worth a line when the inputs are large: then where they grew is the question.
-    if (auto trail = inputTrail(run, *f.first); trail && f.origin == "attention" && trail->largest >= kLargeInput) {
+    if (auto trail = inputTrail(run, *f.first); trail && f.origin == Origin::kAttention && trail->largest >= kLargeInput) {
       out << "    " << trailText(run, c, *trail) << "\n";
     }
   }
@@ -365,7 +365,7 @@ std::string reportText(const Report& report) {
     if (capture->path.empty()) out << "  not captured: " << capture->skipped << "\n";
     else out << "  captured: nanprov replay " << capturePath(run, *capture) << "\n";
   }
-  if (f.origin == "upstream" && f.first_source) {
+  if (f.origin == Origin::kUpstream && f.first_source) {
     out << "  first source edge inside attention came later: " << callName(run.calls[*f.first_source]) << "\n";
   }
   out << "  after it: " << f.propagation.calls << " non-finite calls across " << f.propagation.layers

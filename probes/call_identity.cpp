@@ -22,9 +22,6 @@ int64_t layerFromModulePath(const std::string& path) {
   return numbers == 1 ? layer : -1;
 }
 
-const char* stepUnitName(StepUnit unit) {
-  return unit == StepUnit::kForwardPass ? "forward_pass" : "optimizer_step";
-}
 
 CallName CallIdentity::nameCall(int64_t layer, std::string module, int64_t fwd_seq) {
   CallName name;

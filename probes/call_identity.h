@@ -44,8 +44,6 @@ struct ForwardSite {
 
 // What `step` counts: optimizer steps, or, in a run that never steps an optimizer and runs
 // attention without gradients (inference), top-level forward passes.
-enum class StepUnit { kOptimizerStep, kForwardPass };
-const char* stepUnitName(StepUnit unit);  // "optimizer_step" | "forward_pass"
 
 class CallIdentity {
  public:

@@ -237,12 +237,12 @@ int64_t RunData::callsNotStored() const {
   return lost;
 }
 
-std::string RunData::stepUnit() const {
+StepUnit RunData::stepUnit() const {
   for (const RankInfo& r : ranks) {
     auto it = r.meta.find("step_unit");
-    if (it != r.meta.end() && it->second == "forward_pass") return it->second;
+    if (it != r.meta.end() && it->second == stepUnitName(StepUnit::kForwardPass)) return StepUnit::kForwardPass;
   }
-  return "optimizer_step";
+  return StepUnit::kOptimizerStep;
 }
 
 // The calls a store holds, from the writer's running count (no scan).

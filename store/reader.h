@@ -59,8 +59,8 @@ struct RunData {
   // Calls the probes began that never reached a store, over all ranks: the process ended (by
   // SIGKILL, or a path that ran no exit hook) before the writer committed them.
   int64_t callsNotStored() const;
-  // "forward_pass" when steps count inference forward passes, else "optimizer_step".
-  std::string stepUnit() const;
+  // What a step counts: optimizer steps (training), or forward passes (inference, no optimizer).
+  StepUnit stepUnit() const;
 
   // The capture of one call: the written one when there is one, else why it was skipped.
   const CaptureRecord* captureOf(int rank, int64_t seq) const;

@@ -2,6 +2,8 @@
 
 namespace nanprov {
 
+const char* stepUnitName(StepUnit u) { return u == StepUnit::kForwardPass ? "forward_pass" : "optimizer_step"; }
+
 const char* phaseName(Phase p) { return p == Phase::kForward ? "fwd" : "bwd"; }
 
 bool parsePhase(const std::string& text, Phase* out) {

@@ -8,6 +8,10 @@
 
 namespace nanprov {
 
+// What a step counts: optimizer steps (training), or forward passes (inference, no optimizer).
+enum class StepUnit { kOptimizerStep, kForwardPass };
+const char* stepUnitName(StepUnit u);  // "optimizer_step" | "forward_pass", in the store's meta and the JSON
+
 enum class Phase { kForward, kBackward };
 const char* phaseName(Phase p);           // "fwd" | "bwd"
 bool parsePhase(const std::string& text, Phase* out);

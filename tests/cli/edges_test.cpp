@@ -68,7 +68,7 @@ TEST(FirstEdge, EarliestAcrossRanksByStepThenTime) {
   Findings f = analyze(calls);
   ASSERT_TRUE(f.first.has_value());
   EXPECT_EQ(*f.first, 2u);
-  EXPECT_EQ(f.origin, "attention");
+  EXPECT_EQ(f.origin, Origin::kAttention);
   EXPECT_EQ(f.propagation.calls, 3);
   EXPECT_EQ(f.propagation.ranks, 2);
   EXPECT_EQ(callName(calls[2]), "rank1:layer0:call0");
@@ -81,7 +81,7 @@ TEST(FirstEdge, UpstreamOriginWhenTheFirstBadValueArrivesAsInput) {
   };
   Findings f = analyze(calls);
   EXPECT_EQ(*f.first, 0u);
-  EXPECT_EQ(f.origin, "upstream");
+  EXPECT_EQ(f.origin, Origin::kUpstream);
   EXPECT_FALSE(f.first_health.inputs_finite);
   EXPECT_EQ(*f.first_source, 1u);
 }
