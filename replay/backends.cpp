@@ -268,7 +268,8 @@ Outputs runFlashOrderedYardstick(const CapturedCall& call, const at::Tensor& ref
   // D = rowsum(dO ∘ O) from O rounded to the input dtype, as the kernel is handed it: where P is
   // near uniform and the keys share a large mean, dQ = Σ P (dP − D) k is a small difference of
   // large terms, and that rounding alone moves it far from float64 (seen: PyTorch's CPU flash
-  // kernel at cosine 0.997, cuDNN on the H200 lower, both computing as designed).
+  // kernel at cosine 0.997; whether cuDNN's lower cosines on the H200 are this is open,
+  // docs/validation.md).
   at::Tensor delta = (d_o * o).sum(-1, true);
   at::Tensor dp = at::matmul(d_o, vv.transpose(-2, -1));
   at::Tensor ds = (probs * (dp - delta)).to(dtype).to(at::kFloat);  // dS is stored in the input dtype
