@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <climits>
-#include <filesystem>
 #include <set>
 #include <tuple>
 #include <stdexcept>
@@ -13,7 +12,6 @@
 #include "cli/report.h"
 #include "cli/terminal_text.h"
 #include "store/audit_file.h"
-#include "store/small_file.h"
 
 namespace nanprov {
 namespace {

@@ -9,7 +9,6 @@
 #include "cli/outcome.h"
 #include "cli/report.h"
 #include "store/run_dir.h"
-#include "store/small_file.h"
 
 namespace nanprov::cli {
 namespace {

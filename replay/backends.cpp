@@ -96,6 +96,21 @@ at::Tensor normalizedLse(const at::Tensor& lse, const CapturedCall& call) {
   return x;
 }
 
+// The call's mask and causal mask applied to its scores, in the scores' dtype: a bool mask hides
+// keys with -inf, a float mask is added.
+at::Tensor masked(at::Tensor scores, const CapturedCall& call, const at::Device& device) {
+  const double neg_inf = -std::numeric_limits<double>::infinity();
+  if (std::optional<at::Tensor> mask = maskOn(call, device)) {
+    scores = mask->scalar_type() == at::kBool ? scores.masked_fill(mask->logical_not(), neg_inf)
+                                              : scores + mask->to(scores.scalar_type());
+  }
+  if (call.causal) {
+    at::Tensor above = at::ones({call.s_q, call.s_kv}, scores.options().dtype(at::kBool)).triu(1);
+    scores = scores.masked_fill(above, neg_inf);
+  }
+  return scores;
+}
+
 at::Tensor leaf(const at::Tensor& t, const at::Device& device, bool grad) {
   return t.to(device).detach().clone().requires_grad_(grad);
 }
@@ -216,16 +231,7 @@ Outputs runYardstick(const CapturedCall& call, const at::Device& device) {
   int64_t groups = call.q_heads / call.kv_heads;
   at::Tensor kk = groups > 1 ? k.repeat_interleave(groups, 1) : k;
   at::Tensor vv = groups > 1 ? v.repeat_interleave(groups, 1) : v;
-  at::Tensor scores = at::matmul(q, (kk * call.softmaxScale()).transpose(-2, -1));
-  double neg_inf = -std::numeric_limits<double>::infinity();
-  if (std::optional<at::Tensor> mask = maskOn(call, device)) {
-    scores = mask->scalar_type() == at::kBool ? scores.masked_fill(mask->logical_not(), neg_inf)
-                                              : scores + mask->to(scores.scalar_type());
-  }
-  if (call.causal) {
-    at::Tensor above = at::ones({call.s_q, call.s_kv}, scores.options().dtype(at::kBool)).triu(1);
-    scores = scores.masked_fill(above, neg_inf);
-  }
+  at::Tensor scores = masked(at::matmul(q, (kk * call.softmaxScale()).transpose(-2, -1)), call, device);
   at::Tensor logits = scores.to(at::kFloat);
   at::Tensor lse = at::logsumexp(logits, -1);
   // A row that sees no key gives 0, as PyTorch's safe softmax does.
@@ -253,16 +259,7 @@ Outputs runFlashOrderedYardstick(const CapturedCall& call, const at::Tensor& ref
   at::Tensor kk = groups > 1 ? k.repeat_interleave(groups, 1) : k;
   at::Tensor vv = groups > 1 ? v.repeat_interleave(groups, 1) : v;
   const double scale = call.softmaxScale();
-  at::Tensor scores = at::matmul(q, kk.transpose(-2, -1)) * scale;
-  const double neg_inf = -std::numeric_limits<double>::infinity();
-  if (std::optional<at::Tensor> mask = maskOn(call, device)) {
-    scores = mask->scalar_type() == at::kBool ? scores.masked_fill(mask->logical_not(), neg_inf)
-                                              : scores + mask->to(at::kFloat);
-  }
-  if (call.causal) {
-    at::Tensor above = at::ones({call.s_q, call.s_kv}, scores.options().dtype(at::kBool)).triu(1);
-    scores = scores.masked_fill(above, neg_inf);
-  }
+  at::Tensor scores = masked(at::matmul(q, kk.transpose(-2, -1)) * scale, call, device);
   at::Tensor lse = at::logsumexp(scores, -1, true);
   at::Tensor probs = at::exp(scores - lse).masked_fill(at::isneginf(lse), 0.0);
   // D = rowsum(dO ∘ O) from O rounded to the input dtype, as the kernel is handed it: where P is

@@ -44,7 +44,6 @@
 namespace nanprov::replay {
 namespace {
 
-constexpr const char* kRoles[] = {"O", "LSE", "dQ", "dK", "dV"};
 constexpr double kHiddenMask = -65504.0;  // at or below: a masked key (SDPA's cuDNN bool conversion)
 
 
