@@ -277,7 +277,7 @@ std::string reportText(const Report& report) {
   const RunData run = forTerminal(*report.run);
   if (conclusion.outcome == Outcome::kNothingChecked) {
     out << "nothing checked: no attention call was probed, so nanprov cannot call this run clean\n  why: "
-        << conclusion.nothing_checked_why << "\n";
+        << printable(conclusion.nothing_checked_why) << "\n";
     return out.str() + closing(run, conclusion);
   }
   if (conclusion.outcome == Outcome::kOutsideAttention || !conclusion.unchecked_by_sentinel_step.empty()) {
