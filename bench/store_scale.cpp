@@ -48,7 +48,7 @@ CallRecord callOf(int rank, int64_t seq, int64_t layers, int64_t edge_seq, int64
                  : "aten::_scaled_dot_product_flash_attention_for_cpu_backward";
   c.backend = "flash_cpu";
   c.module = "model.layers." + std::to_string(c.layer) + ".self_attn";
-  c.device = "cpu";
+  c.device = nanprov::Device::cpu();
   c.start_ns = 1'700'000'000'000'000'000 + seq * 1000;
   c.end_ns = c.start_ns + 800;
   if (forward) fwd_seqs[c.layer] = seq;

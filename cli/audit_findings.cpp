@@ -75,7 +75,7 @@ AuditSummary readAudit(const RunData& run) {
     if (AuditCoverage::Key* k = keyOf(c)) ++k->not_judged[why];
   };
   for (const CaptureRecord& c : run.captures) {
-    if (c.trigger != "audit") continue;
+    if (c.trigger != CaptureTrigger::kAudit) continue;
     a.on = true;
     if (c.path.empty()) {
       ++a.not_audited[c.skipped];

@@ -14,6 +14,7 @@
 #include "store/mapped_counters.h"
 #include "store/run_dir.h"
 #include "base/numbers.h"
+#include "replay/engine_request.h"
 
 namespace nanprov::cli {
 namespace {
@@ -70,7 +71,7 @@ void Auditor::sweep() {
     if (entry.path().extension() != ".safetensors" || seen_.count(path)) continue;
     seen_.insert(path);
     auto meta = readCaptureMetadata(path);
-    if (!meta.ok() || meta->count("trigger") == 0 || meta->at("trigger") != "audit") continue;
+    if (!meta.ok() || meta->count("trigger") == 0 || meta->at("trigger") != captureTriggerName(CaptureTrigger::kAudit)) continue;
     auto judged = readAuditFile(path);
     if (judged.ok() && *judged) continue;
     judge(path);
@@ -88,7 +89,8 @@ void Auditor::judge(const std::string& capture) {
   int64_t took_ns = 0;
   std::string said, failure;
   if (!engine_child_) {
-    auto child = LineChild::start({engine_, "-", "auto", "", "audit-serve", ""}, {{"OMP_NUM_THREADS", "1"}});
+    auto child = LineChild::start(replay::engineArgv(engine_, {.output = replay::EngineOutput::kAuditServe}),
+                                  {{"OMP_NUM_THREADS", "1"}});
     if (child.ok()) engine_child_ = std::move(*child);
     else failure = "the replay engine did not start: " + child.status().message();
   }

@@ -37,7 +37,7 @@ std::string signatureOf(const CallRecord& c) {
 
 CallKernelIndex::CallKernelIndex(const RunData& run) : run_(run) {
   for (const CallRecord& c : run.calls) {  // ordered by step and time: later calls overwrite
-    if (c.device != "cpu" && !run.kernelsOf(c.rank, c.seq).empty()) traced_[signatureOf(c)] = &c;
+    if (!c.device.isCpu() && !run.kernelsOf(c.rank, c.seq).empty()) traced_[signatureOf(c)] = &c;
   }
 }
 
@@ -56,7 +56,7 @@ const ReplayedKernels* CallKernelIndex::replayedKernelsOf(const CallRecord& call
 KernelsOfCall CallKernelIndex::of(const CallRecord& call) const {
   KernelsOfCall out;
   out.kernels = run_.kernelsOf(call.rank, call.seq);
-  if (!out.kernels.empty() || call.device == "cpu") {
+  if (!out.kernels.empty() || call.device.isCpu()) {
     out.from = "run";
     return out;
   }
@@ -75,7 +75,7 @@ KernelsOfCall CallKernelIndex::of(const CallRecord& call) const {
 }
 
 std::string attributionOf(const CallRecord& call, const KernelsOfCall& k) {
-  if (call.device == "cpu") return "the ATen CPU op";
+  if (call.device.isCpu()) return "the ATen CPU op";
   std::string missed = call.unattributed.empty() ? "its own records were lost" : call.unattributed;
   if (k.from == "replay") return "traced in a replay of its capture on " + k.replayed_on + "; " + missed;
   if (k.inferred_from) {

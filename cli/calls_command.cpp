@@ -111,7 +111,7 @@ void addCallsCommand(CLI::App& app, int* exit_code) {
       "Columns: the call's name, its step (or forward pass, in inference runs), fwd/bwd (fwd* is a\n"
       "forward recomputed by activation checkpointing), backend, clean/source/propagated, the\n"
       "non-finite inputs and outputs, and the module path.");
-  cmd->add_option("run", opts->run, "Run directory (default: the newest under ./nanprov-runs)");
+  addRunArgument(cmd, &opts->run);
   cmd->add_option("--rank", opts->rank, "Only this rank")->check(wholeNumber());
   cmd->add_option("--layer", opts->layer, "Only this layer")->check(wholeNumber());
   cmd->add_option("--step", opts->step, "Only this optimizer step")->check(wholeNumber());
@@ -119,7 +119,7 @@ void addCallsCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--backend", opts->backend, "Only this backend (flash_cpu, math, cudnn, flash, efficient, native_mha)");
   cmd->add_option("--module", opts->module, "Only modules whose path matches this shell pattern (e.g. 'layers.3.*')");
   cmd->add_flag("--nonfinite", opts->nonfinite, "Only calls with a non-finite input or output");
-  cmd->add_flag("--json", opts->json, "Print JSON for scripts");
+  addJsonFlag(cmd, &opts->json);
   cmd->callback([opts, exit_code] {
     auto dir = resolveRunDir(opts->run);
     if (!dir.ok()) return void(*exit_code = fail("calls", dir.status()));

@@ -22,6 +22,11 @@ CLI::Validator wholeNumber();
 CLI::Validator sizeText();
 CLI::Validator percentText();  // "1", "0.5", "100"
 
+// The options most commands share, with one wording: the run directory argument (default: the
+// newest run under ./nanprov-runs) and --json.
+CLI::Option* addRunArgument(CLI::App* cmd, std::string* run);
+CLI::Option* addJsonFlag(CLI::App* cmd, bool* json);
+
 // Prints "nanprov <command>: <message>" on stderr and returns kInputError.
 int fail(const std::string& command, const Status& status);
 

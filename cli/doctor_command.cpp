@@ -35,7 +35,7 @@ void addDoctorCommand(CLI::App& app, int* exit_code) {
       "  nanprov doctor --python /opt/venv/bin/python --json\n\n"
       "Exit status: 0 ready, 1 a check failed.");
   cmd->add_option("--python", opts->python, "Interpreter that will run the training (default: python3 on PATH)");
-  cmd->add_flag("--json", opts->json, "Print JSON for scripts");
+  addJsonFlag(cmd, &opts->json);
   cmd->callback([opts, exit_code] {
     std::vector<Check> checks;
     nlohmann::json torch = nullptr;

@@ -22,7 +22,7 @@ struct Options {
 void printCall(const CallRecord& stored, const KernelsOfCall& found) {
   const CallRecord c = forTerminal(stored);
   std::printf("%s  step %lld %s  %s (%s) on %s: %s\n", callName(c).c_str(), static_cast<long long>(c.step),
-              phaseName(c.phase), c.op.c_str(), c.backend.c_str(), c.device.c_str(),
+              phaseName(c.phase), c.op.c_str(), c.backend.c_str(), c.device.name().c_str(),
               printable(attributionOf(stored, found)).c_str());
   const KernelRecord* main = mainKernel(found.kernels);
   for (const KernelRecord* k : found.kernels) {
@@ -45,9 +45,9 @@ void addKernelsCommand(CLI::App& app, int* exit_code) {
       "Examples:\n"
       "  nanprov kernels --call rank0:layer1:call1\n"
       "  nanprov kernels runs/nan-hunt --json");
-  cmd->add_option("run", opts->run, "Run directory (default: the newest under ./nanprov-runs)");
+  addRunArgument(cmd, &opts->run);
   cmd->add_option("--call", opts->call, "Only this call, named as the report names it (rank0:layer1:call1)");
-  cmd->add_flag("--json", opts->json, "Print JSON for scripts");
+  addJsonFlag(cmd, &opts->json);
   cmd->callback([opts, exit_code] {
     auto dir = resolveRunDir(opts->run);
     if (!dir.ok()) return void(*exit_code = fail("kernels", dir.status()));
@@ -73,7 +73,7 @@ void addKernelsCommand(CLI::App& app, int* exit_code) {
     Status read = forEachCall(*dir, query, [&](const CallRecord& c) {
       KernelRecord cpu_op;
       KernelsOfCall k = index.of(c);
-      if (c.device == "cpu") {
+      if (c.device.isCpu()) {
         cpu_op = cpuKernelOf(c);
         k.kernels = {&cpu_op};
       }
@@ -81,7 +81,7 @@ void addKernelsCommand(CLI::App& app, int* exit_code) {
         nlohmann::json entry = {
             {"call", callName(c)}, {"rank", c.rank}, {"seq", c.seq}, {"step", c.step},
             {"phase", phaseName(c.phase)}, {"op", c.op}, {"backend", c.backend},
-            {"device", c.device}, {"attribution", attributionOf(c, k)},
+            {"device", c.device.name()}, {"attribution", attributionOf(c, k)},
             {"kernels_from", k.from.empty() ? nlohmann::json(nullptr) : nlohmann::json(k.from)},
             {"unattributed", c.unattributed.empty() ? nlohmann::json(nullptr) : nlohmann::json(c.unattributed)},
             {"inferred_from", k.inferred_from ? nlohmann::json(callName(*k.inferred_from)) : nlohmann::json(nullptr)},

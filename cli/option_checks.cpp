@@ -12,6 +12,12 @@ bool allDigits(const std::string& s) {
 
 }  // namespace
 
+CLI::Option* addRunArgument(CLI::App* cmd, std::string* run) {
+  return cmd->add_option("run", *run, "Run directory (default: the newest under ./nanprov-runs)");
+}
+
+CLI::Option* addJsonFlag(CLI::App* cmd, bool* json) { return cmd->add_flag("--json", *json, "Print JSON for scripts"); }
+
 // Typed by people: " 3", "+3", "0x10" and "3.0" are typos that CLI11's own parsing would accept.
 CLI::Validator wholeNumber() {
   return CLI::Validator(

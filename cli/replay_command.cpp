@@ -13,6 +13,7 @@
 #include "cli/commands.h"
 #include "cli/edges.h"
 #include "cli/report.h"
+#include "replay/engine_request.h"
 #include "store/capture_file.h"
 #include "store/run_dir.h"
 
@@ -99,8 +100,14 @@ int replay(const Options& opts) {
   if (access(engine.c_str(), X_OK) != 0) {
     return fail("replay", Status::Error("replay engine missing at " + engine + "; build nanprov (./scripts/test)"));
   }
-  std::string mode = opts.audit ? (opts.json ? "audit-json" : "audit") : opts.json ? "1" : "0";
-  std::vector<std::string> args = {engine, capture, opts.device, *backends, mode, opts.emit_repro};
+  using replay::EngineOutput;
+  std::vector<std::string> args = replay::engineArgv(
+      engine, {.capture = capture,
+               .device = opts.device,
+               .backends = *backends,
+               .output = opts.audit ? (opts.json ? EngineOutput::kAuditJson : EngineOutput::kAudit)
+                         : opts.json ? EngineOutput::kJson : EngineOutput::kText,
+               .emit_repro = opts.emit_repro});
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -151,7 +158,7 @@ void addReplayCommand(CLI::App& app, int* exit_code) {
                   "built against, " + std::string(build::kPython) + ")");
   cmd->add_option("--device", opts->device, "auto, cpu or cuda (default auto: where the call was captured, if present here, else the CPU)")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
-  cmd->add_flag("--json", opts->json, "Print JSON for scripts");
+  addJsonFlag(cmd, &opts->json);
   CLI::Option* audit = cmd->add_flag("--audit", opts->audit,
                                      "Judge only the outputs the run produced against the float64 reference "
                                      "(what nanprov run --audit does with its audit captures); no other backend runs");

@@ -135,7 +135,7 @@ nlohmann::json callJson(const CallRecord& call, const CallHealth& health) {
           {"inputs_finite", health.inputs_finite},
           {"nonfinite_inputs", health.nonfinite_inputs},
           {"nonfinite_outputs", health.nonfinite_outputs},
-          {"device", call.device},
+          {"device", call.device.name()},
           {"unattributed", call.unattributed.empty() ? nlohmann::json(nullptr) : nlohmann::json(call.unattributed)},
           {"injected", !call.injected.empty()},
           {"injected_tensor", call.injected.empty() ? nlohmann::json(nullptr) : nlohmann::json(call.injected)},
@@ -351,13 +351,13 @@ std::string reportText(const Report& report) {
       out << "    " << trailText(run, c, *trail) << "\n";
     }
   }
-  if (c.device != "cpu") {
+  if (!c.device.isCpu()) {
     const CallKernelIndex index(run);  // owns the kernels a replay traced: outlives `found`
     KernelsOfCall found = index.of(c);
     std::vector<std::string> names;
     const KernelRecord* main = mainKernel(found.kernels);
     for (const KernelRecord* k : found.kernels) names.push_back(shortKernelName(k->name) + (k == main ? " (main)" : ""));
-    out << "  kernels on " << c.device << ": " << (names.empty() ? attributionOf(c, found) : joined(names, ", "));
+    out << "  kernels on " << c.device.name() << ": " << (names.empty() ? attributionOf(c, found) : joined(names, ", "));
     if (found.from == "inferred" || found.from == "replay") out << "\n    (" << attributionOf(c, found) << ")";
     out << "\n";
   }

@@ -45,8 +45,8 @@ void addReportCommand(CLI::App& app, int* exit_code) {
       "5 the audit (nanprov run --audit) found outputs that were finite but wrong, and no edge\n"
       "(JSON outcome \"audit_finding\"; 0 instead when the run or this report says --audit-warn-only).\n"
       "Audit findings are listed under audit_findings in the JSON, beside the edges.");
-  cmd->add_option("run", opts->run, "Run directory (default: the newest under ./nanprov-runs)");
-  cmd->add_flag("--json", opts->json, "Print JSON for scripts");
+  addRunArgument(cmd, &opts->run);
+  addJsonFlag(cmd, &opts->json);
   cmd->add_flag("--audit-warn-only", opts->audit_warn_only, "Audit findings are reported, but exit 0");
   cmd->callback([opts, exit_code] {
     auto run = openRun("report", opts->run, exit_code, RunScope::kEdges);

@@ -22,6 +22,7 @@
 #include "probes/call_selector.h"
 #include "probes/capture_policy.h"
 #include "probes/injection.h"
+#include "replay/engine_request.h"
 #include "store/reader.h"
 #include "store/run_dir.h"
 #include "store/run_file.h"
@@ -78,12 +79,15 @@ void traceKernelsOfLateEdges(const RunData& run, const Findings& f) {
     const CallRecord& c = run.calls[e];
     std::string from = index.of(c).from;
     const CaptureRecord* capture = run.captureOf(c.rank, c.seq);
-    if (c.device == "cpu" || from == "run" || from == "replay" || !capture || capture->path.empty()) continue;
+    if (c.device.isCpu() || from == "run" || from == "replay" || !capture || capture->path.empty()) continue;
     // FlashAttention and module probes run code replay cannot rerun: the report infers their
     // kernels from traced calls of the same layer, op and shapes, and says so.
     if (!replayCanRun(c.backend)) continue;
     int code = 0;
-    auto said = captureOutput({engine, capturePath(run, *capture), "cuda", "", "kernels", ""}, {}, &code);
+    auto said = captureOutput(
+        replay::engineArgv(engine, {.capture = capturePath(run, *capture), .device = "cuda",
+                                    .output = replay::EngineOutput::kKernels}),
+        {}, &code);
     if (!said.ok()) std::cerr << "nanprov: could not replay " << callName(c) << " for its kernels: " << said.status().message() << "\n";
   }
 }

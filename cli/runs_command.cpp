@@ -66,7 +66,7 @@ void addRunsCommand(CLI::App& app, int* exit_code) {
       "nothing_checked), or unreadable. Commands without a run default to the newest run\n"
       "that recorded data.");
   cmd->add_option("--root", opts->root, "Folder holding run directories (default: ./nanprov-runs)");
-  cmd->add_flag("--json", opts->json, "Print JSON for scripts");
+  addJsonFlag(cmd, &opts->json);
   cmd->callback([opts, exit_code] {
     if (opts->root.empty()) {
       std::cerr << "nanprov runs: --root '' names no folder; leave it out for ./" << kDefaultRunsRoot << "\n";

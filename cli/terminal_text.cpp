@@ -10,7 +10,7 @@ void escape(std::string& s) { s = printable(s); }
 }  // namespace
 
 CallRecord forTerminal(CallRecord call) {
-  for (std::string* s : {&call.op, &call.backend, &call.module, &call.injected, &call.device, &call.unattributed}) escape(*s);
+  for (std::string* s : {&call.op, &call.backend, &call.module, &call.injected, &call.unattributed}) escape(*s);
   for (TensorHealth& t : call.tensors) {
     for (std::string* s : {&t.role, &t.dtype, &t.shape}) escape(*s);
   }
@@ -22,7 +22,7 @@ RunData forTerminal(RunData run) {
   for (CallRecord& c : run.calls) c = forTerminal(std::move(c));
   for (KernelRecord& k : run.kernels) escape(k.name);
   for (CaptureRecord& c : run.captures) {
-    for (std::string* s : {&c.trigger, &c.path, &c.skipped}) escape(*s);
+    for (std::string* s : {&c.path, &c.skipped}) escape(*s);
   }
   for (SentinelRecord& s : run.sentinel) {
     escape(s.tensor);

@@ -198,11 +198,6 @@ CallRecord recordFor(const CallName& name, const AttentionOp& desc, Phase phase)
 
 bool onCuda(const Tensors& tensors) { return cudaDeviceOf(tensors) >= 0; }
 
-static std::string deviceOf(const Tensors& tensors) {
-  int device = cudaDeviceOf(tensors);
-  return device < 0 ? "cpu" : "cuda:" + std::to_string(device);
-}
-
 static constexpr const char* kProfilerReason =
     "torch.profiler was active: CUPTI serves one activity client per process, and the profiler had it";
 
@@ -237,8 +232,8 @@ void inject(CallRecord& rec, const Tensors& outputs) {
 
 void finish(CallRecord rec, const Tensors& tensors, const CallArgs& args) {
   ProbeCost::countCall();
-  rec.device = deviceOf(tensors);
-  if (rec.device != "cpu") {
+  rec.device = Device::fromIndex(cudaDeviceOf(tensors));
+  if (!rec.device.isCpu()) {
     DeviceChecks::get().submit(std::move(rec), tensors, args);
     return;
   }

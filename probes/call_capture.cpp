@@ -83,13 +83,12 @@ std::optional<CaptureTensor> hostCopy(const std::string& name, const at::Tensor&
 // Where the call ran and with what: enough for replay, and for a bug report, without the run.
 void describeEnvironment(const CallRecord& rec, std::map<std::string, std::string>& meta) {
   if (const char* torch = std::getenv("NANPROV_BUILT_TORCH")) meta["torch"] = torch;
-  if (rec.device == "cpu") return;
+  if (rec.device.isCpu()) return;
   const auto& cuda = at::detail::getCUDAHooks();
   meta["cuda_runtime"] = std::to_string(cuda.versionCUDART());
   meta["cudnn"] = std::to_string(cuda.versionCuDNN());
 #if NANPROV_HAVE_CUDA
-  int device = std::atoi(rec.device.c_str() + std::strlen("cuda:"));
-  meta["gpu"] = kernels::deviceDescription(device);
+  meta["gpu"] = kernels::deviceDescription(rec.device.index);
 #endif
 }
 
@@ -124,7 +123,8 @@ uint64_t auditKey(const CallRecord& rec, const CallArgs& args) {
     h = (h ^ 0x1f) * 1099511628211ull;  // a separator: ("ab", "c") and ("a", "bc") differ
   };
   auto text = [&mix](std::string_view s) { mix(s.data(), s.size()); };
-  text(rec.op), text(rec.backend), text(rec.device);
+  text(rec.op), text(rec.backend);
+  mix(&rec.device.index, sizeof rec.device.index);
   mix(&rec.layer, sizeof rec.layer);  // per layer and phase: a fault can depend on one layer's data
   mix(&rec.phase, sizeof rec.phase);
   for (const TensorHealth& t : rec.tensors) text(t.role), text(t.dtype), text(t.shape);
@@ -275,7 +275,7 @@ class FileWriter {
                    : writeCapture((dir / job.row.path).string(), job.file);
     if (!st.ok()) {
       logOnce("capture write", "a capture was not written: " + st.message());
-      if (job.row.trigger == "audit") Session::get().capturePolicy().auditLost();  // never to be judged
+      if (job.row.trigger == CaptureTrigger::kAudit) Session::get().capturePolicy().auditLost();  // never to be judged
       job.row.skipped = "writing failed: " + st.message();
       job.row.path.clear();
       job.row.bytes = 0;
@@ -302,17 +302,17 @@ class CaptureState {
   void offer(const CallRecord& rec, const RoleTensors& tensors, const CallArgs& args) {
     CapturePolicy& policy = Session::get().capturePolicy();
     const std::optional<uint64_t> key = policy.auditing() ? std::optional(auditKey(rec, args)) : std::nullopt;
-    std::string trigger = policy.triggerFor(rec, key);
-    if (trigger.empty()) return;
-    if (trigger != "audit") return take(rec, tensors, args, trigger, key);
+    const std::optional<CaptureTrigger> trigger = policy.triggerFor(rec, key);
+    if (!trigger) return;
+    if (*trigger != CaptureTrigger::kAudit) return take(rec, tensors, args, *trigger, key);
     // The audit's own cost on the training thread (slicing, the copy to the host), which its
     // budget counts.
     const auto started = std::chrono::steady_clock::now();
-    take(rec, tensors, args, trigger, key);
+    take(rec, tensors, args, *trigger, key);
     policy.addAuditCost(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - started).count());
   }
 
-  void take(const CallRecord& rec, const RoleTensors& tensors, const CallArgs& args, const std::string& trigger,
+  void take(const CallRecord& rec, const RoleTensors& tensors, const CallArgs& args, CaptureTrigger trigger,
             std::optional<uint64_t> key) {
     Session& session = Session::get();
     CapturePolicy& policy = session.capturePolicy();
@@ -332,7 +332,7 @@ class CaptureState {
     const RoleTensors* kept = &tensors;
     RoleTensors sliced;
     std::optional<AuditSlice> slice;
-    if (trigger == "audit") {
+    if (trigger == CaptureTrigger::kAudit) {
       if (std::string why = unauditable(args); !why.empty()) {
         row.skipped = why;
         session.recordCapture(std::move(row));
@@ -351,7 +351,7 @@ class CaptureState {
     }
     // An audit skip has no per-call figure: the report groups calls not audited by their reason.
     if (!policy.reserve(bytes, trigger, key)) {
-      row.skipped = trigger == "audit"
+      row.skipped = trigger == CaptureTrigger::kAudit
                         ? std::string("over the audit budget: the judge was behind by --audit-max-bytes of captures")
                         : "over the capture budget (nanprov run --capture-bytes): " + std::to_string(bytes) + " bytes";
       session.recordCapture(std::move(row));
@@ -363,9 +363,9 @@ class CaptureState {
     job.row.bytes = bytes;
     job.unattributed = rec.unattributed;
     describe(rec, *kept, args, job.file);
-    job.file.metadata["trigger"] = trigger;
+    job.file.metadata["trigger"] = captureTriggerName(trigger);
     if (slice) job.file.metadata["slice"] = slice->text;
-    if (rec.device == "cpu") {
+    if (rec.device.isCpu()) {
       job.file.metadata["kernels"] = rec.op;  // on the CPU the ATen op is the kernel
       job.file.metadata["kernel.main"] = rec.op;
       writer_.push(std::move(job));
@@ -425,7 +425,7 @@ class CaptureState {
     meta["op"] = rec.op;
     meta["backend"] = rec.backend;
     meta["module"] = rec.module;
-    meta["device"] = rec.device;
+    meta["device"] = rec.device.name();
     meta["edge"] = edgeKindName(health.kind);
     std::string bad;
     for (const std::string& role : health.nonfinite_outputs) bad += (bad.empty() ? "" : ",") + role;

@@ -65,35 +65,35 @@ AuditPlan CapturePolicy::auditPlan() {
   return plan_.audit;
 }
 
-std::string CapturePolicy::triggerFor(const CallRecord& rec, std::optional<uint64_t> audit_key) {
+std::optional<CaptureTrigger> CapturePolicy::triggerFor(const CallRecord& rec, std::optional<uint64_t> audit_key) {
   std::lock_guard<std::mutex> lock(mu_);
   for (const CallSelector& s : plan_.selectors) {
-    if (s.matches(rec)) return "selector";
+    if (s.matches(rec)) return CaptureTrigger::kSelector;
   }
-  if (plan_.every > 0 && rec.seq % plan_.every == 0) return "every";
+  if (plan_.every > 0 && rec.seq % plan_.every == 0) return CaptureTrigger::kEvery;
   const bool wants_kind = (plan_.first_source_edge && !source_edge_taken_) || (plan_.audit.on && audit_key);
   const EdgeKind kind = wants_kind ? classify(rec).kind : EdgeKind::kClean;
   if (plan_.first_source_edge && !source_edge_taken_ && kind == EdgeKind::kSourceEdge) {
     source_edge_taken_ = true;
-    return "first-source-edge";
+    return CaptureTrigger::kFirstSourceEdge;
   }
   // Only finite calls are audited: a non-finite one is an edge already, and the reference needs
   // finite inputs.
-  if (!plan_.audit.on || !audit_key || kind != EdgeKind::kClean) return "";
+  if (!plan_.audit.on || !audit_key || kind != EdgeKind::kClean) return std::nullopt;
   if (started_ns_ < 0) started_ns_ = clock_();
   AuditedKey& key = audited_.try_emplace(*audit_key, AuditedKey{.layer = rec.layer}).first->second;
-  auto take = [&] {
+  auto take = [&]() -> std::optional<CaptureTrigger> {
     key.previous_step = key.last_step;
     key.last_step = rec.step;
-    return std::string("audit");
+    return CaptureTrigger::kAudit;
   };
   if (key.last_step < 0) return take();  // the first pass
   if (plan_.audit.every_steps > 0) {
-    return rec.step % plan_.audit.every_steps == 0 ? take() : std::string();
+    return rec.step % plan_.audit.every_steps == 0 ? take() : std::nullopt;
   }
   if (rec.step != rotation_step_) decideRotation(rec.step);
   if (rotation_layer_ && *rotation_layer_ == rec.layer && key.last_step < rec.step) return take();
-  return "";
+  return std::nullopt;
 }
 
 void CapturePolicy::decideRotation(int64_t step) {
@@ -132,9 +132,9 @@ bool CapturePolicy::rotationAffordable() {
   return static_cast<double>(audit_cost_ns_ + done.judge_ns) <= plan_.audit.budget_percent / 100 * elapsed;
 }
 
-bool CapturePolicy::reserve(int64_t bytes, const std::string& trigger, std::optional<uint64_t> audit_key) {
+bool CapturePolicy::reserve(int64_t bytes, CaptureTrigger trigger, std::optional<uint64_t> audit_key) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (trigger != "audit") {
+  if (trigger != CaptureTrigger::kAudit) {
     if (used_bytes_ + bytes > plan_.budget_bytes) return false;
     used_bytes_ += bytes;
     return true;

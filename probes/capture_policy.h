@@ -79,11 +79,10 @@ class CapturePolicy {
   // only unbounded); `clock` is for tests.
   void configure(CapturePlan plan, ProgressReader progress = {}, Clock clock = {});
 
-  // Why `rec`, whose health is known, is captured: "first-source-edge", "selector", "every" or
-  // "audit". Empty when it is not. The first source edge is claimed by the first call that asks;
+  // Why `rec`, whose health is known, is captured; nullopt when it is not. The first source edge is claimed by the first call that asks;
   // audits as the header says, `audit_key` naming the call's (signature, layer, phase), hashed
   // (auditKey() in call_capture.cpp).
-  std::string triggerFor(const CallRecord& rec, std::optional<uint64_t> audit_key = std::nullopt);
+  std::optional<CaptureTrigger> triggerFor(const CallRecord& rec, std::optional<uint64_t> audit_key = std::nullopt);
 
   // Whether audits are on: only then is a call's audit key worth working out.
   bool auditing() const { return auditing_.load(std::memory_order_relaxed); }
@@ -92,7 +91,8 @@ class CapturePolicy {
   // Takes `bytes` from the trigger's budget (audits have their own, given back as the judge
   // catches up); false, taking nothing, when they do not fit. An audit that does not fit is
   // tried again at a later call of its key.
-  bool reserve(int64_t bytes, const std::string& trigger = "", std::optional<uint64_t> audit_key = std::nullopt);
+  bool reserve(int64_t bytes, CaptureTrigger trigger = CaptureTrigger::kSelector,
+               std::optional<uint64_t> audit_key = std::nullopt);
   // Time the training thread spent taking one audit capture.
   void addAuditCost(int64_t ns);
   // An audit capture that will never be judged (its file could not be written).

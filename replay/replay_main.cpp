@@ -1,14 +1,12 @@
 // nanprov-replay: the LibTorch half of `nanprov replay` (cli/replay_command.cpp checks the
-// arguments and the capture, then runs this). Usage, fixed by the CLI:
-//   nanprov-replay CAPTURE DEVICE(auto|cpu|cuda) BACKENDS(comma list or "") OUTPUT(0|1|kernels|audit|audit-json) EMIT_DIR("" for none)
-// OUTPUT: 0 text, 1 JSON, kernels: trace the captured backend only (nanprov run, for an edge
-// its kernel tracing missed), audit: judge the run's own outputs only and keep the judgement
-// next to the capture (nanprov run --audit; audit-json prints that judgement), audit-serve: the
-// same for every capture path read from stdin, one answer line each (CAPTURE is "-").
+// arguments and the capture, then runs this). Its flags are defined once, in
+// replay/engine_request.h, with what each --output prints.
 #include <ATen/ATen.h>
 #include <sys/resource.h>
 #include <ATen/Context.h>
 #include <c10/util/Exception.h>
+
+#include <CLI/CLI.hpp>
 
 #include <chrono>
 #include <cmath>
@@ -28,6 +26,7 @@
 #include "replay/backend_kernels.h"
 #include "replay/backends.h"
 #include "replay/captured_call.h"
+#include "replay/engine_request.h"
 #include "replay/flash_rerun.h"
 #include "replay/judge.h"
 #include "replay/memory_estimate.h"
@@ -276,10 +275,7 @@ int fail(const Status& st) {
   return kInputError;
 }
 
-// What the engine prints: the replay as text or JSON; or, for `nanprov run`, only the captured
-// backend's kernels, traced and kept next to the capture, with no judging (`kernels`), or only
-// the run's own outputs judged, the judgement kept next to the capture (`audit`, `audit-json`).
-enum class Output { kText, kJson, kKernels, kAudit, kAuditJson };
+using Output = EngineOutput;
 
 // The kernels mode: replays the captured backend alone, to name the kernels of a call the run's
 // trace window missed. Prints one line; exit 0 when they were kept for the report.
@@ -478,22 +474,37 @@ int serveAudits(const std::string& device) {
 
 int main(int argc, char** argv) {
   nanprov::printBacktraceOnCrash();
-  if (argc != 6) {
-    std::fprintf(stderr, "nanprov-replay is run by `nanprov replay`; see nanprov replay --help\n");
+  using nanprov::replay::EngineOutput;
+  nanprov::replay::EngineRequest request;
+  std::string output = "text";
+  CLI::App app{"nanprov-replay: the replay engine that `nanprov replay` and `nanprov run` start; "
+               "see nanprov replay --help"};
+  app.add_option("--capture", request.capture, "a .safetensors capture (not with audit-serve)");
+  app.add_option("--device", request.device, "auto, cpu or cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  app.add_option("--backends", request.backends, "comma list of backends; default: all");
+  app.add_option("--output", output, nanprov::replay::engineOutputNames());
+  app.add_option("--emit-repro", request.emit_repro, "folder for repro.py and its inputs");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? nanprov::kClean : nanprov::kUsageError;
+  }
+  auto named = nanprov::replay::engineOutputNamed(output);
+  if (!named) {
+    std::fprintf(stderr, "nanprov-replay: --output must be one of %s, not '%s'\n",
+                 nanprov::replay::engineOutputNames().c_str(), output.c_str());
     return nanprov::kUsageError;
   }
-  std::string backends = argv[3];
+  if (*named != EngineOutput::kAuditServe && request.capture.empty()) {
+    std::fprintf(stderr, "nanprov-replay: --capture is required; it is run by `nanprov replay` (see nanprov replay --help)\n");
+    return nanprov::kUsageError;
+  }
+  std::string backends = request.backends;
   for (char& c : backends) c = c == ',' ? '\n' : c;
   try {
-    using nanprov::replay::Output;
-    std::string mode = argv[4];
-    if (mode == "audit-serve") return nanprov::replay::serveAudits(argv[2]);
-    Output output = mode == "kernels" ? Output::kKernels
-                    : mode == "audit" ? Output::kAudit
-                    : mode == "audit-json" ? Output::kAuditJson
-                    : mode == "1" ? Output::kJson : Output::kText;
+    if (*named == EngineOutput::kAuditServe) return nanprov::replay::serveAudits(request.device);
     std::string printed;
-    int code = nanprov::replay::replayMain(argv[1], argv[2], backends, output, argv[5], &printed);
+    int code = nanprov::replay::replayMain(request.capture, request.device, backends, *named, request.emit_repro, &printed);
     std::fwrite(printed.data(), 1, printed.size(), stdout);
     return code;
   } catch (const std::exception& e) {

@@ -1,7 +1,9 @@
 #include "store/call_cursor.h"
 
 #include "store/call_signature.h"
+#include "base/text.h"
 #include "store/rank_store.h"
+#include "store/sqlite_rows.h"
 
 namespace nanprov {
 
@@ -75,22 +77,12 @@ Status CallCursor::readTensorRows(CallRecord* call) {
   sqlite3_stmt* s = tensors_.get();
   sqlite3_reset(s);
   sqlite3_bind_int64(s, 1, call->seq);
-  int rc;
-  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-    TensorHealth t;
-    t.role = columnText(s, 0);
-    t.dtype = columnText(s, 1);
-    t.shape = columnText(s, 2);
-    t.numel = sqlite3_column_int64(s, 3);
-    t.nan = sqlite3_column_int64(s, 4);
-    t.posinf = sqlite3_column_int64(s, 5);
-    t.neginf = sqlite3_column_int64(s, 6);
-    t.max_abs = sqlite3_column_double(s, 7);
-    t.all_zero = sqlite3_column_int(s, 8) != 0;
-    t.masked_rows = sqlite3_column_int64(s, 9);
-    call->tensors.push_back(std::move(t));
-  }
-  return rc == SQLITE_DONE ? Status::Ok() : notAStore(path_, sqlite::errorOf(db_));
+  return sqlite::eachRow(db_, s, path_, [call](sqlite3_stmt* row) {
+    TensorHealth& t = call->tensors.emplace_back();
+    sqlite::readRow(row, 0, t.role, t.dtype, t.shape, t.numel, t.nan, t.posinf, t.neginf, t.max_abs, t.all_zero,
+                    t.masked_rows);
+    return Status::Ok();
+  });
 }
 
 StatusOr<bool> CallCursor::next(CallRecord* out) {
@@ -99,23 +91,12 @@ StatusOr<bool> CallCursor::next(CallRecord* out) {
   if (rc == SQLITE_DONE) return false;
   if (rc != SQLITE_ROW) return notAStore(path_, sqlite::errorOf(db_));
   CallRecord c;
-  c.seq = sqlite3_column_int64(s, 0);
-  c.rank = sqlite3_column_int(s, 1);
-  c.step = sqlite3_column_int64(s, 2);
-  c.layer = sqlite3_column_int64(s, 3);
-  c.call = sqlite3_column_int64(s, 4);
-  parsePhase(columnText(s, 5), &c.phase);
-  c.fwd_seq = sqlite3_column_int64(s, 6);
-  c.op = columnText(s, 7);
-  c.backend = columnText(s, 8);
-  c.module = columnText(s, 9);
-  c.start_ns = sqlite3_column_int64(s, 10);
-  c.end_ns = sqlite3_column_int64(s, 11);
-  c.injected = columnText(s, 12);
-  c.device = columnText(s, 13);
-  c.unattributed = columnText(s, 14);
-  c.recompute = sqlite3_column_int(s, 15) != 0;
-  c.health = sqlite3_column_int(s, 16);
+  std::string phase, device;
+  sqlite::readRow(s, 0, c.seq, c.rank, c.step, c.layer, c.call, phase, c.fwd_seq, c.op, c.backend, c.module, c.start_ns,
+                  c.end_ns, c.injected, device, c.unattributed, c.recompute, c.health);
+  parsePhase(phase, &c.phase);
+  if (auto parsed = Device::parse(device)) c.device = *parsed;
+  else return notAStore(path_, "call " + std::to_string(c.seq) + " ran on an unknown device '" + printable(device) + "'");
   // A clean call carries max |x| per tensor, any other its detail blob; both fill the tensors its
   // signature describes. Calls with neither have tensor rows.
   bool compact = sqlite3_column_type(s, 17) == SQLITE_BLOB, detailed = sqlite3_column_type(s, 19) == SQLITE_BLOB;

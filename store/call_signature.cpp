@@ -20,7 +20,7 @@ std::string tensorsDescription(const CallRecord& call) {
 
 std::string signatureKey(const CallRecord& call) {
   const char sep = '\x1f';
-  return call.op + sep + call.backend + sep + call.module + sep + call.device + sep + tensorsDescription(call);
+  return call.op + sep + call.backend + sep + call.module + sep + call.device.name() + sep + tensorsDescription(call);
 }
 
 std::vector<TensorHealth> tensorsFromDescription(const std::string& text) {

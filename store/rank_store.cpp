@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "base/numbers.h"
+#include "store/sqlite_rows.h"
 #include "store/run_dir.h"
 #include "store/schema.h"
 
@@ -44,11 +45,10 @@ StatusOr<sqlite::Db> openRankStore(const std::string& path, RankInfo* info) {
   }
   auto meta = sqlite::prepare(db->get(), "SELECT key, value FROM meta");
   if (!meta.ok()) return notAStore(path, meta.status().message());
-  int rc;
-  while ((rc = sqlite3_step(meta->get())) == SQLITE_ROW) {
-    info->meta[columnText(meta->get(), 0)] = columnText(meta->get(), 1);
-  }
-  if (rc != SQLITE_DONE) return notAStore(path, sqlite::errorOf(db->get()));
+  NANPROV_RETURN_IF_ERROR(sqlite::eachRow(db->get(), meta->get(), path, [info](sqlite3_stmt* s) {
+    info->meta[columnText(s, 0)] = columnText(s, 1);
+    return Status::Ok();
+  }));
   auto version = info->meta.find("schema_version");
   if (version == info->meta.end()) return notAStore(path, "no schema_version");
   if (version->second != std::to_string(kSchemaVersion)) {

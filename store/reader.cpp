@@ -9,7 +9,9 @@
 #include <tuple>
 
 #include "base/numbers.h"
+#include "base/text.h"
 #include "store/call_cursor.h"
+#include "store/sqlite_rows.h"
 #include "store/mapped_counters.h"
 #include "store/run_dir.h"
 #include "store/rank_store.h"
@@ -109,25 +111,13 @@ Status loadKernels(sqlite3* db, const std::string& path, int rank, const std::ve
       "device,stream FROM kernels" + (seqs ? " WHERE seq IN (" + seqList(*seqs) + ")" : std::string()) +
       " ORDER BY seq, start_ns, rowid");
   if (!kernels.ok()) return notAStore(path, kernels.status().message());
-  sqlite3_stmt* s = kernels->get();
-  int rc;
-  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-    KernelRecord k;
+  return sqlite::eachRow(db, kernels->get(), path, [&](sqlite3_stmt* s) {
+    KernelRecord& k = out->emplace_back();
     k.rank = rank;
-    k.seq = sqlite3_column_int64(s, 0);
-    k.correlation_id = sqlite3_column_int64(s, 1);
-    k.name = columnText(s, 2);
-    for (int d = 0; d < 3; ++d) {
-      k.grid[d] = sqlite3_column_int(s, 3 + d);
-      k.block[d] = sqlite3_column_int(s, 6 + d);
-    }
-    k.start_ns = sqlite3_column_int64(s, 9);
-    k.end_ns = sqlite3_column_int64(s, 10);
-    k.device = sqlite3_column_int(s, 11);
-    k.stream = sqlite3_column_int64(s, 12);
-    out->push_back(std::move(k));
-  }
-  return rc == SQLITE_DONE ? Status::Ok() : notAStore(path, sqlite::errorOf(db));
+    sqlite::readRow(s, 0, k.seq, k.correlation_id, k.name, k.grid[0], k.grid[1], k.grid[2], k.block[0], k.block[1],
+                    k.block[2], k.start_ns, k.end_ns, k.device, k.stream);
+    return Status::Ok();
+  });
 }
 
 Status loadCaptures(sqlite3* db, const std::string& path, int rank, std::vector<CaptureRecord>* out) {
@@ -136,41 +126,28 @@ Status loadCaptures(sqlite3* db, const std::string& path, int rank, std::vector<
                                   "SELECT c.seq,c.trigger,c.path,c.bytes,c.skipped,k.step,k.layer,k.phase FROM captures c "
                                   "LEFT JOIN calls k ON k.seq = c.seq ORDER BY c.rowid");
   if (!captures.ok()) return notAStore(path, captures.status().message());
-  sqlite3_stmt* s = captures->get();
-  int rc;
-  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-    CaptureRecord c;
+  return sqlite::eachRow(db, captures->get(), path, [&](sqlite3_stmt* s) {
+    CaptureRecord& c = out->emplace_back();
     c.rank = rank;
-    c.seq = sqlite3_column_int64(s, 0);
-    c.trigger = columnText(s, 1);
-    c.path = columnText(s, 2);
-    c.bytes = sqlite3_column_int64(s, 3);
-    c.skipped = columnText(s, 4);
-    if (sqlite3_column_type(s, 5) != SQLITE_NULL) {
-      c.step = sqlite3_column_int64(s, 5);
-      c.layer = sqlite3_column_int64(s, 6);
-      c.phase = columnText(s, 7);
-    }
-    out->push_back(std::move(c));
-  }
-  return rc == SQLITE_DONE ? Status::Ok() : notAStore(path, sqlite::errorOf(db));
+    std::string trigger;
+    sqlite::readRow(s, 0, c.seq, trigger, c.path, c.bytes, c.skipped);
+    if (auto named = captureTriggerNamed(trigger)) c.trigger = *named;
+    else return notAStore(path, "capture of call " + std::to_string(c.seq) + " has an unknown trigger '" + printable(trigger) + "'");
+    if (sqlite3_column_type(s, 5) != SQLITE_NULL) sqlite::readRow(s, 5, c.step, c.layer, c.phase);
+    return Status::Ok();
+  });
 }
 
 Status loadSentinel(sqlite3* db, const std::string& path, int rank, std::vector<SentinelRecord>* out) {
   auto rows = sqlite::prepare(db, "SELECT step,tensor,parameter,IFNULL(norm,'nan') FROM sentinel ORDER BY rowid");
   if (!rows.ok()) return notAStore(path, rows.status().message());
-  sqlite3_stmt* s = rows->get();
-  int rc;
-  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-    SentinelRecord f;
+  return sqlite::eachRow(db, rows->get(), path, [&](sqlite3_stmt* s) {
+    SentinelRecord& f = out->emplace_back();
     f.rank = rank;
-    f.step = sqlite3_column_int64(s, 0);
-    f.tensor = columnText(s, 1);
-    f.parameter = columnText(s, 2);
+    sqlite::readRow(s, 0, f.step, f.tensor, f.parameter);
     f.norm = sqlite3_column_type(s, 3) == SQLITE_TEXT ? std::nan("") : sqlite3_column_double(s, 3);
-    out->push_back(std::move(f));
-  }
-  return rc == SQLITE_DONE ? Status::Ok() : notAStore(path, sqlite::errorOf(db));
+    return Status::Ok();
+  });
 }
 
 int64_t countSteps(sqlite3* db) {
@@ -315,7 +292,7 @@ StatusOr<RunData> loadRun(const std::string& dir, RunScope scope) {
     run.ranks.push_back(std::move(info));
   }
   for (const CallRecord& c : run.calls) {
-    if (c.device == "cpu") run.kernels.push_back(cpuKernelOf(c));
+    if (c.device.isCpu()) run.kernels.push_back(cpuKernelOf(c));
   }
   std::stable_sort(run.calls.begin(), run.calls.end(), byStepAndTime);
   std::stable_sort(run.kernels.begin(), run.kernels.end(), [](const KernelRecord& a, const KernelRecord& b) {

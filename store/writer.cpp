@@ -18,6 +18,7 @@
 #include "store/call_signature.h"
 #include "store/schema.h"
 #include "store/sqlite_db.h"
+#include "store/sqlite_rows.h"
 
 namespace nanprov {
 namespace {
@@ -40,41 +41,28 @@ struct Statements {
 };
 
 StatusOr<Statements> prepareStatements(sqlite3* db) {
-  auto call = sqlite::prepare(db,
-      "INSERT OR REPLACE INTO calls(seq,rank,step,layer,call,phase,fwd_seq,sig,start_ns,end_ns,injected,note,"
-      "recompute,health,max_abs,detail) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
-  if (!call.ok()) return call.status();
-  auto signature = sqlite::prepare(db, "INSERT INTO signatures(op,backend,module,device,tensors) VALUES(?,?,?,?,?)");
-  if (!signature.ok()) return signature.status();
-  auto note = sqlite::prepare(db, "INSERT INTO notes(text) VALUES(?)");
-  if (!note.ok()) return note.status();
-  auto tensor = sqlite::prepare(db,
-      "INSERT OR REPLACE INTO tensors(seq,role,dtype,shape,numel,nan,posinf,neginf,max_abs,"
-      "all_zero,masked_rows) VALUES(?,?,?,?,?,?,?,?,?,?,?)");
-  if (!tensor.ok()) return tensor.status();
-  auto step = sqlite::prepare(db, "INSERT OR REPLACE INTO steps(step,end_ns) VALUES(?,?)");
-  if (!step.ok()) return step.status();
-  auto kernel = sqlite::prepare(db,
-      "INSERT INTO kernels(seq,correlation_id,name,grid_x,grid_y,grid_z,block_x,block_y,block_z,"
-      "start_ns,end_ns,device,stream) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)");
-  if (!kernel.ok()) return kernel.status();
-  auto capture = sqlite::prepare(db, "INSERT INTO captures(seq,trigger,path,bytes,skipped) VALUES(?,?,?,?,?)");
-  if (!capture.ok()) return capture.status();
-  auto meta = sqlite::prepare(db, "INSERT OR REPLACE INTO meta(key,value) VALUES(?,?)");
-  if (!meta.ok()) return meta.status();
-  auto sentinel = sqlite::prepare(db, "INSERT INTO sentinel(step,tensor,parameter,norm) VALUES(?,?,?,?)");
-  if (!sentinel.ok()) return sentinel.status();
-  return Statements{std::move(*call),    std::move(*tensor),   std::move(*step),
-                    std::move(*kernel),  std::move(*capture),  std::move(*meta),
-                    std::move(*sentinel), std::move(*signature), std::move(*note)};
-}
-
-void bindText(sqlite3_stmt* s, int i, const std::string& v, bool null_when_empty = false) {
-  if (null_when_empty && v.empty()) {
-    sqlite3_bind_null(s, i);
-  } else {
-    sqlite3_bind_text(s, i, v.c_str(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+  Statements st;
+  const std::pair<sqlite::Stmt*, const char*> sql[] = {
+      {&st.call,
+       "INSERT OR REPLACE INTO calls(seq,rank,step,layer,call,phase,fwd_seq,sig,start_ns,end_ns,injected,note,"
+       "recompute,health,max_abs,detail) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"},
+      {&st.signature, "INSERT INTO signatures(op,backend,module,device,tensors) VALUES(?,?,?,?,?)"},
+      {&st.note, "INSERT INTO notes(text) VALUES(?)"},
+      {&st.tensor,
+       "INSERT OR REPLACE INTO tensors(seq,role,dtype,shape,numel,nan,posinf,neginf,max_abs,"
+       "all_zero,masked_rows) VALUES(?,?,?,?,?,?,?,?,?,?,?)"},
+      {&st.step, "INSERT OR REPLACE INTO steps(step,end_ns) VALUES(?,?)"},
+      {&st.kernel,
+       "INSERT INTO kernels(seq,correlation_id,name,grid_x,grid_y,grid_z,block_x,block_y,block_z,"
+       "start_ns,end_ns,device,stream) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)"},
+      {&st.capture, "INSERT INTO captures(seq,trigger,path,bytes,skipped) VALUES(?,?,?,?,?)"},
+      {&st.meta, "INSERT OR REPLACE INTO meta(key,value) VALUES(?,?)"},
+      {&st.sentinel, "INSERT INTO sentinel(step,tensor,parameter,norm) VALUES(?,?,?,?)"},
+  };
+  for (const auto& [stmt, text] : sql) {
+    NANPROV_ASSIGN_OR_RETURN(*stmt, sqlite::prepare(db, text));
   }
+  return st;
 }
 
 Status stepStatement(sqlite3* db, sqlite3_stmt* s) {
@@ -107,11 +95,7 @@ StatusOr<int64_t> signatureOf(sqlite3* db, Statements& st, Interned& interned, c
   sqlite3_stmt* s = st.signature.get();
   std::string key = signatureKey(c);
   if (!interned.signatures.count(key)) {
-    bindText(s, 1, c.op);
-    bindText(s, 2, c.backend);
-    bindText(s, 3, c.module, true);
-    bindText(s, 4, c.device);
-    bindText(s, 5, tensorsDescription(c));
+    sqlite::bindRow(s, c.op, c.backend, sqlite::nullIfEmpty(c.module), c.device.name(), tensorsDescription(c));
   }
   return intern(db, interned.signatures, key, s);
 }
@@ -121,27 +105,15 @@ Status insertCall(sqlite3* db, Statements& st, Interned& interned, const CallRec
   if (!sig.ok()) return sig.status();
   std::optional<int64_t> note;
   if (!c.unattributed.empty()) {
-    if (!interned.notes.count(c.unattributed)) bindText(st.note.get(), 1, c.unattributed);
+    if (!interned.notes.count(c.unattributed)) sqlite::bindRow(st.note.get(), c.unattributed);
     auto id = intern(db, interned.notes, c.unattributed, st.note.get());
     if (!id.ok()) return id.status();
     note = *id;
   }
   bool compact = storedCompactly(c);
   sqlite3_stmt* s = st.call.get();
-  sqlite3_bind_int64(s, 1, c.seq);
-  sqlite3_bind_int(s, 2, c.rank);
-  sqlite3_bind_int64(s, 3, c.step);
-  sqlite3_bind_int64(s, 4, c.layer);
-  sqlite3_bind_int64(s, 5, c.call);
-  bindText(s, 6, phaseName(c.phase));
-  if (c.fwd_seq >= 0) sqlite3_bind_int64(s, 7, c.fwd_seq); else sqlite3_bind_null(s, 7);
-  sqlite3_bind_int64(s, 8, *sig);
-  sqlite3_bind_int64(s, 9, c.start_ns);
-  sqlite3_bind_int64(s, 10, c.end_ns);
-  bindText(s, 11, c.injected, true);
-  if (note) sqlite3_bind_int64(s, 12, *note); else sqlite3_bind_null(s, 12);
-  sqlite3_bind_int(s, 13, c.recompute ? 1 : 0);
-  sqlite3_bind_int(s, 14, c.health);
+  sqlite::bindRow(s, c.seq, c.rank, c.step, c.layer, c.call, phaseName(c.phase), sqlite::nullIfNegative(c.fwd_seq), *sig,
+                  c.start_ns, c.end_ns, sqlite::nullIfEmpty(c.injected), note, c.recompute, c.health);
   std::string blob = compact ? maxAbsBlob(c) : "";
   if (compact) sqlite3_bind_blob(s, 15, blob.data(), static_cast<int>(blob.size()), SQLITE_TRANSIENT);
   else sqlite3_bind_null(s, 15);
@@ -154,17 +126,8 @@ Status insertCall(sqlite3* db, Statements& st, Interned& interned, const CallRec
   if (compact) return Status::Ok();
   for (const TensorHealth& t : c.tensors) {
     sqlite3_stmt* ts = st.tensor.get();
-    sqlite3_bind_int64(ts, 1, c.seq);
-    bindText(ts, 2, t.role);
-    bindText(ts, 3, t.dtype);
-    bindText(ts, 4, t.shape);
-    sqlite3_bind_int64(ts, 5, t.numel);
-    sqlite3_bind_int64(ts, 6, t.nan);
-    sqlite3_bind_int64(ts, 7, t.posinf);
-    sqlite3_bind_int64(ts, 8, t.neginf);
-    sqlite3_bind_double(ts, 9, t.max_abs);
-    sqlite3_bind_int(ts, 10, t.all_zero ? 1 : 0);
-    if (t.masked_rows >= 0) sqlite3_bind_int64(ts, 11, t.masked_rows); else sqlite3_bind_null(ts, 11);
+    sqlite::bindRow(ts, c.seq, t.role, t.dtype, t.shape, t.numel, t.nan, t.posinf, t.neginf, t.max_abs, t.all_zero,
+                    sqlite::nullIfNegative(t.masked_rows));
     NANPROV_RETURN_IF_ERROR(stepStatement(db, ts));
   }
   return Status::Ok();
@@ -172,42 +135,26 @@ Status insertCall(sqlite3* db, Statements& st, Interned& interned, const CallRec
 
 Status insertKernel(sqlite3* db, Statements& st, const KernelRecord& k) {
   sqlite3_stmt* s = st.kernel.get();
-  sqlite3_bind_int64(s, 1, k.seq);
-  sqlite3_bind_int64(s, 2, k.correlation_id);
-  bindText(s, 3, k.name);
-  for (int d = 0; d < 3; ++d) {
-    sqlite3_bind_int(s, 4 + d, k.grid[d]);
-    sqlite3_bind_int(s, 7 + d, k.block[d]);
-  }
-  sqlite3_bind_int64(s, 10, k.start_ns);
-  sqlite3_bind_int64(s, 11, k.end_ns);
-  sqlite3_bind_int(s, 12, k.device);
-  sqlite3_bind_int64(s, 13, k.stream);
+  sqlite::bindRow(s, k.seq, k.correlation_id, k.name, k.grid[0], k.grid[1], k.grid[2], k.block[0], k.block[1], k.block[2],
+                  k.start_ns, k.end_ns, k.device, k.stream);
   return stepStatement(db, s);
 }
 
 Status insertCapture(sqlite3* db, Statements& st, const CaptureRecord& c) {
   sqlite3_stmt* s = st.capture.get();
-  sqlite3_bind_int64(s, 1, c.seq);
-  bindText(s, 2, c.trigger);
-  bindText(s, 3, c.path, true);
-  sqlite3_bind_int64(s, 4, c.bytes);
-  bindText(s, 5, c.skipped, true);
+  sqlite::bindRow(s, c.seq, captureTriggerName(c.trigger), sqlite::nullIfEmpty(c.path), c.bytes,
+                  sqlite::nullIfEmpty(c.skipped));
   return stepStatement(db, s);
 }
 
 Status insertSentinel(sqlite3* db, Statements& st, const SentinelRecord& f) {
   sqlite3_stmt* s = st.sentinel.get();
-  sqlite3_bind_int64(s, 1, f.step);
-  bindText(s, 2, f.tensor);
-  bindText(s, 3, f.parameter);
-  sqlite3_bind_double(s, 4, f.norm);  // SQLite stores NaN as NULL
+  sqlite::bindRow(s, f.step, f.tensor, f.parameter, f.norm);  // SQLite stores a NaN norm as NULL
   return stepStatement(db, s);
 }
 
 Status insertMeta(sqlite3* db, Statements& st, const std::string& key, const std::string& value) {
-  bindText(st.meta.get(), 1, key);
-  bindText(st.meta.get(), 2, value);
+  sqlite::bindRow(st.meta.get(), key, value);
   return stepStatement(db, st.meta.get());
 }
 
@@ -269,10 +216,8 @@ struct StoreWriter::Impl {
     for (const SentinelRecord& f : batch.sentinel) NANPROV_RETURN_IF_ERROR(insertSentinel(db.get(), statements, f));
     for (const auto& [k, v] : batch.meta) NANPROV_RETURN_IF_ERROR(insertMeta(db.get(), statements, k, v));
     for (const StepRow& s : batch.steps) {
-      sqlite3_stmt* ss = statements.step.get();
-      sqlite3_bind_int64(ss, 1, s.step);
-      sqlite3_bind_int64(ss, 2, s.end_ns);
-      NANPROV_RETURN_IF_ERROR(stepStatement(db.get(), ss));
+      sqlite::bindRow(statements.step.get(), s.step, s.end_ns);
+      NANPROV_RETURN_IF_ERROR(stepStatement(db.get(), statements.step.get()));
     }
     NANPROV_RETURN_IF_ERROR(tx.commit());
     calls_written += static_cast<int64_t>(batch.calls.size());

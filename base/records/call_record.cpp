@@ -1,8 +1,33 @@
 #include "base/records/call_record.h"
 
+#include <utility>
+
 namespace nanprov {
 
 const char* stepUnitName(StepUnit u) { return u == StepUnit::kForwardPass ? "forward_pass" : "optimizer_step"; }
+
+namespace {
+constexpr std::pair<CaptureTrigger, std::string_view> kTriggers[] = {
+    {CaptureTrigger::kFirstSourceEdge, "first-source-edge"},
+    {CaptureTrigger::kSelector, "selector"},
+    {CaptureTrigger::kEvery, "every"},
+    {CaptureTrigger::kAudit, "audit"},
+};
+}  // namespace
+
+const char* captureTriggerName(CaptureTrigger t) {
+  for (const auto& [value, name] : kTriggers) {
+    if (value == t) return name.data();
+  }
+  return "selector";
+}
+
+std::optional<CaptureTrigger> captureTriggerNamed(std::string_view name) {
+  for (const auto& [value, known] : kTriggers) {
+    if (known == name) return value;
+  }
+  return std::nullopt;
+}
 
 const char* phaseName(Phase p) { return p == Phase::kForward ? "fwd" : "bwd"; }
 

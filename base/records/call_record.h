@@ -3,8 +3,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
+
+#include "base/records/device.h"
 
 namespace nanprov {
 
@@ -47,7 +51,7 @@ struct CallRecord {
   int64_t start_ns = 0;     // CLOCK_REALTIME, comparable across ranks of one host
   int64_t end_ns = 0;
   std::string injected;     // role that was corrupted by --inject, empty when none
-  std::string device;       // "cpu" or "cuda:<index>"
+  Device device;            // the CPU or a CUDA device
   std::string unattributed; // why its kernels are not known; empty when they are
   int health = 0;           // 0 clean, 1 source edge, 2 propagated (base/records/call_health.h EdgeKind), set by the probes
   std::vector<TensorHealth> tensors;
@@ -78,11 +82,17 @@ std::string shortKernelName(const std::string& name);
 // The kernel that ran longest: the attention kernel itself, not the copies and fills around it.
 const KernelRecord* mainKernel(const CallKernels& kernels);
 
+// Why a call was captured: the first call that turned finite inputs non-finite, a --capture
+// selector, --capture-every, or the audit.
+enum class CaptureTrigger { kFirstSourceEdge, kSelector, kEvery, kAudit };
+const char* captureTriggerName(CaptureTrigger t);  // "first-source-edge" | "selector" | "every" | "audit"
+std::optional<CaptureTrigger> captureTriggerNamed(std::string_view name);
+
 // One capture decision: a capture file written for a call, or why it was skipped.
 struct CaptureRecord {
   int rank = 0;
   int64_t seq = -1;        // the captured call
-  std::string trigger;     // "first-source-edge", "selector", "every" or "audit"
+  CaptureTrigger trigger = CaptureTrigger::kSelector;
   std::string path;        // relative to the run directory; empty when skipped
   int64_t bytes = 0;
   std::string skipped;     // why no file was written; empty when it was

@@ -9,6 +9,9 @@
 namespace nanprov {
 namespace {
 
+// The trigger's name, "" for none: what the store would say.
+std::string said(std::optional<CaptureTrigger> trigger) { return trigger ? captureTriggerName(*trigger) : ""; }
+
 CallRecord call(int64_t seq, int64_t layer, Phase phase, int64_t nan_out, int64_t nan_in = 0) {
   CallRecord c;
   c.seq = seq;
@@ -23,10 +26,10 @@ CallRecord call(int64_t seq, int64_t layer, Phase phase, int64_t nan_out, int64_
 TEST(CapturePolicy, TakesOnlyTheFirstSourceEdgeByDefault) {
   CapturePolicy policy;
   policy.configure(CapturePlan{});
-  EXPECT_EQ(policy.triggerFor(call(0, 0, Phase::kForward, 0)), "") << "clean";
-  EXPECT_EQ(policy.triggerFor(call(1, 0, Phase::kForward, 3, 1)), "") << "propagated: its input was bad";
-  EXPECT_EQ(policy.triggerFor(call(2, 1, Phase::kBackward, 3)), "first-source-edge");
-  EXPECT_EQ(policy.triggerFor(call(3, 1, Phase::kBackward, 3)), "") << "only the first";
+  EXPECT_EQ(said(policy.triggerFor(call(0, 0, Phase::kForward, 0))), "") << "clean";
+  EXPECT_EQ(said(policy.triggerFor(call(1, 0, Phase::kForward, 3, 1))), "") << "propagated: its input was bad";
+  EXPECT_EQ(said(policy.triggerFor(call(2, 1, Phase::kBackward, 3))), "first-source-edge");
+  EXPECT_EQ(said(policy.triggerFor(call(3, 1, Phase::kBackward, 3))), "") << "only the first";
 }
 
 TEST(CapturePolicy, SelectorsAndSamplingAddCallsAndTheFirstEdgeCanBeTurnedOff) {
@@ -38,10 +41,10 @@ TEST(CapturePolicy, SelectorsAndSamplingAddCallsAndTheFirstEdgeCanBeTurnedOff) {
   plan.selectors.push_back(*selector);
   CapturePolicy policy;
   policy.configure(plan);
-  EXPECT_EQ(policy.triggerFor(call(5, 1, Phase::kBackward, 3)), "") << "first edge is off";
-  EXPECT_EQ(policy.triggerFor(call(6, 2, Phase::kBackward, 0)), "selector");
-  EXPECT_EQ(policy.triggerFor(call(7, 2, Phase::kForward, 0)), "") << "wrong phase";
-  EXPECT_EQ(policy.triggerFor(call(20, 0, Phase::kForward, 0)), "every");
+  EXPECT_EQ(said(policy.triggerFor(call(5, 1, Phase::kBackward, 3))), "") << "first edge is off";
+  EXPECT_EQ(said(policy.triggerFor(call(6, 2, Phase::kBackward, 0))), "selector");
+  EXPECT_EQ(said(policy.triggerFor(call(7, 2, Phase::kForward, 0))), "") << "wrong phase";
+  EXPECT_EQ(said(policy.triggerFor(call(20, 0, Phase::kForward, 0))), "every");
 }
 
 TEST(CapturePolicy, TheBudgetIsNeverExceeded) {
@@ -71,21 +74,21 @@ TEST(CapturePolicy, AuditTakesEveryKeyAtItsFirstCleanCall) {
     c.step = step;
     return c;
   };
-  EXPECT_EQ(policy.triggerFor(at(0, 0, 5), 1), "") << "a source edge is not audited";
-  EXPECT_EQ(policy.triggerFor(at(1, 0), 1), "audit") << "the key's first clean call";
-  EXPECT_EQ(policy.triggerFor(at(2, 0), 1), "") << "judged already";
-  EXPECT_EQ(policy.triggerFor(at(3, 0), 2), "audit") << "another key";
-  EXPECT_EQ(policy.triggerFor(at(4, 1), 1), "") << "no rotation without the judge's progress";
-  EXPECT_EQ(policy.triggerFor(at(5, 2)), "") << "no key: audits are off for this call";
-  EXPECT_TRUE(policy.reserve(10, "audit", 1));
-  EXPECT_FALSE(policy.reserve(1, "audit", 2)) << "the judge has not caught up with the 10 bytes waiting";
-  EXPECT_EQ(policy.triggerFor(at(6, 1), 2), "audit") << "a key whose audit did not fit is tried again";
-  EXPECT_FALSE(policy.reserve(1, "selector")) << "and the capture budget is its own (0 here)";
+  EXPECT_EQ(said(policy.triggerFor(at(0, 0, 5), 1)), "") << "a source edge is not audited";
+  EXPECT_EQ(said(policy.triggerFor(at(1, 0), 1)), "audit") << "the key's first clean call";
+  EXPECT_EQ(said(policy.triggerFor(at(2, 0), 1)), "") << "judged already";
+  EXPECT_EQ(said(policy.triggerFor(at(3, 0), 2)), "audit") << "another key";
+  EXPECT_EQ(said(policy.triggerFor(at(4, 1), 1)), "") << "no rotation without the judge's progress";
+  EXPECT_EQ(said(policy.triggerFor(at(5, 2))), "") << "no key: audits are off for this call";
+  EXPECT_TRUE(policy.reserve(10, CaptureTrigger::kAudit, 1));
+  EXPECT_FALSE(policy.reserve(1, CaptureTrigger::kAudit, 2)) << "the judge has not caught up with the 10 bytes waiting";
+  EXPECT_EQ(said(policy.triggerFor(at(6, 1), 2)), "audit") << "a key whose audit did not fit is tried again";
+  EXPECT_FALSE(policy.reserve(1, CaptureTrigger::kSelector)) << "and the capture budget is its own (0 here)";
 
   CapturePolicy off;
   off.configure(CapturePlan{});
   EXPECT_FALSE(off.auditing());
-  EXPECT_EQ(off.triggerFor(at(0, 0), 1), "");
+  EXPECT_EQ(said(off.triggerFor(at(0, 0), 1)), "");
 }
 
 // After the first pass, each step audits the layer judged least recently (both its phases), so
@@ -109,7 +112,7 @@ TEST(CapturePolicy, AuditRotatesThroughTheLayersOrTakesEveryNthStep) {
   for (int64_t step = 0; step < 7; ++step) {
     for (int64_t layer : {0, 1, 2}) {
       for (Phase phase : {Phase::kForward, Phase::kBackward}) {
-        if (rotating.triggerFor(at(seq++, step, layer, phase), keyOf(layer, phase)) == "audit" && phase == Phase::kForward) {
+        if (said(rotating.triggerFor(at(seq++, step, layer, phase), keyOf(layer, phase))) == "audit" && phase == Phase::kForward) {
           layers_by_step[step].push_back(layer);
         }
       }
@@ -125,7 +128,7 @@ TEST(CapturePolicy, AuditRotatesThroughTheLayersOrTakesEveryNthStep) {
   CapturePolicy every;
   every.configure(plan);
   std::vector<std::string> got;
-  for (int64_t step = 0; step < 5; ++step) got.push_back(every.triggerFor(at(seq++, step, 1, Phase::kForward), 7));
+  for (int64_t step = 0; step < 5; ++step) got.push_back(said(every.triggerFor(at(seq++, step, 1, Phase::kForward), 7)));
   EXPECT_EQ(got, (std::vector<std::string>{"audit", "", "audit", "", "audit"}));
 }
 
@@ -145,15 +148,15 @@ TEST(CapturePolicy, TheBudgetHoldsTheRotationBackUntilTheJudgeAndTheTimeAllow) {
     c.step = step;
     return c;
   };
-  ASSERT_EQ(policy.triggerFor(at(0, 0), 1), "audit");
-  ASSERT_TRUE(policy.reserve(100, "audit", 1));
+  ASSERT_EQ(said(policy.triggerFor(at(0, 0), 1)), "audit");
+  ASSERT_TRUE(policy.reserve(100, CaptureTrigger::kAudit, 1));
   policy.addAuditCost(1'000'000);  // 1 ms on the training thread
   now = 1'000'000'000;             // 1 s later
-  EXPECT_EQ(policy.triggerFor(at(1, 1), 1), "") << "the judge has not judged the first capture yet";
+  EXPECT_EQ(said(policy.triggerFor(at(1, 1), 1)), "") << "the judge has not judged the first capture yet";
   progress = {.judged = 1, .judge_ns = 20'000'000};  // judged, in 20 ms: 21 ms > 1% of 1 s
-  EXPECT_EQ(policy.triggerFor(at(2, 2), 1), "");
+  EXPECT_EQ(said(policy.triggerFor(at(2, 2), 1)), "");
   now = 3'000'000'000;  // 21 ms <= 1% of 3 s
-  EXPECT_EQ(policy.triggerFor(at(3, 3), 1), "audit");
+  EXPECT_EQ(said(policy.triggerFor(at(3, 3), 1)), "audit");
   EXPECT_EQ(policy.rotationCounts().held_back, 2);
   EXPECT_EQ(policy.rotationCounts().rotations, 1);
 }

@@ -1,6 +1,7 @@
 #include "store/reader.h"
 
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -56,6 +57,24 @@ TEST(RunReader, CorruptAndEmptyStoresAreRejectedWithOneLine) {
   run = loadRun(empty.string());
   ASSERT_FALSE(run.ok());
   EXPECT_NE(run.status().message().find("empty file"), std::string::npos);
+}
+
+// A store that another program edited: a device or a capture trigger nanprov never writes is one
+// clear line (printed escaped), not a guess.
+TEST(RunReader, UnknownDeviceAndTriggerAreRejectedWithOneLine) {
+  for (const char* edit : {"UPDATE signatures SET device = 'tpu:0'",
+                           "INSERT INTO captures(seq,trigger,path,bytes) VALUES(0,'whim\x1b[31m','',0)"}) {
+    fs::path dir = freshDir("edited");
+    writeStore(dir, 0, 2);
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open((dir / rankStoreName(0)).c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db, edit, nullptr, nullptr, nullptr), SQLITE_OK) << edit;
+    sqlite3_close(db);
+    auto run = loadRun(dir.string());
+    ASSERT_FALSE(run.ok()) << edit;
+    EXPECT_NE(run.status().message().find("unknown"), std::string::npos) << run.status().message();
+    EXPECT_EQ(run.status().message().find_first_of("\n\x1b"), std::string::npos) << run.status().message();
+  }
 }
 
 TEST(RunReader, MergesRanksInStepAndTimeOrder) {

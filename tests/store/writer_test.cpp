@@ -29,7 +29,7 @@ CallRecord makeCall(int64_t seq, int64_t step, Phase phase, int64_t nan_in_o) {
   c.module = "layers." + std::to_string(c.layer) + ".attn";
   c.start_ns = 1000 + seq;
   c.end_ns = 2000 + seq;
-  c.device = "cpu";
+  c.device = Device::cpu();
   TensorHealth q{.role = "Q", .dtype = "float32", .shape = "[2,4,8,16]", .numel = 1024};
   TensorHealth o{.role = "O", .dtype = "float32", .shape = "[2,4,8,16]", .numel = 1024, .nan = nan_in_o};
   c.tensors = {q, o};
@@ -122,9 +122,9 @@ TEST(StoreWriter, RoundTripsKernelsMetaAndAttribution) {
     auto writer = StoreWriter::open((dir / rankStoreName(2)).string(), {{"rank", "2"}});
     ASSERT_TRUE(writer.ok()) << writer.status().message();
     CallRecord bwd = makeCall(1, 0, Phase::kBackward, 0);
-    bwd.device = "cuda:0";
+    bwd.device = Device::cuda(0);
     CallRecord unattributed = makeCall(2, 0, Phase::kForward, 0);
-    unattributed.device = "cuda:0";
+    unattributed.device = Device::cuda(0);
     unattributed.unattributed = "torch.profiler was active";
     (*writer)->append(bwd);
     (*writer)->append(unattributed);
@@ -156,7 +156,7 @@ TEST(StoreWriter, RoundTripsKernelsMetaAndAttribution) {
   EXPECT_EQ(k[2]->grid[0], 8);
   EXPECT_TRUE(run->kernelsOf(2, 2).empty());
   EXPECT_TRUE(run->kernelsOf(0, 1).empty()) << "another rank's seq 1 is another call";
-  EXPECT_EQ(run->calls[0].device, "cuda:0");
+  EXPECT_EQ(run->calls[0].device, Device::cuda(0));
   EXPECT_EQ(run->calls[1].unattributed, "torch.profiler was active");
   EXPECT_EQ(run->ranks[0].meta.at("host_syncs"), "2");
   auto rows = queryRun(dir.string(), "SELECT rank, COUNT(*) FROM kernels GROUP BY rank");
@@ -172,9 +172,9 @@ TEST(StoreWriter, RoundTripsCapturesWrittenAndSkipped) {
     auto writer = StoreWriter::open((dir / rankStoreName(1)).string(), {{"rank", "1"}});
     ASSERT_TRUE(writer.ok()) << writer.status().message();
     (*writer)->append(makeCall(4, 0, Phase::kBackward, 1));
-    (*writer)->appendCapture({.rank = 1, .seq = 4, .trigger = "first-source-edge", .skipped = "over the capture budget"});
-    (*writer)->appendCapture({.rank = 1, .seq = 4, .trigger = "selector", .path = "captures/a.safetensors", .bytes = 4096});
-    (*writer)->appendCapture({.rank = 1, .seq = 7, .trigger = "every", .skipped = "writing failed: disk full"});
+    (*writer)->appendCapture({.rank = 1, .seq = 4, .trigger = CaptureTrigger::kFirstSourceEdge, .skipped = "over the capture budget"});
+    (*writer)->appendCapture({.rank = 1, .seq = 4, .trigger = CaptureTrigger::kSelector, .path = "captures/a.safetensors", .bytes = 4096});
+    (*writer)->appendCapture({.rank = 1, .seq = 7, .trigger = CaptureTrigger::kEvery, .skipped = "writing failed: disk full"});
     ASSERT_TRUE((*writer)->close().ok());
   }
   auto run = loadRun(dir.string());

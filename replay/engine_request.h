@@ -1,0 +1,40 @@
+// What `nanprov` asks of its replay engine, nanprov-replay: the one definition of the engine's
+// command line, shared by the callers (cli/replay_command, cli/run_command's kernel replays,
+// cli/auditor) and the engine's own parser (replay_main.cpp), so the two cannot drift apart.
+// LibTorch-free: the nanprov command builds requests without linking the engine.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace nanprov::replay {
+
+// What the engine prints.
+//  text, json:  the replay (nanprov replay, nanprov replay --json);
+//  kernels:     only the captured backend, traced, its kernels kept next to the capture, no
+//               judging (nanprov run, for an edge its kernel tracing missed);
+//  audit, audit-json: only the run's own outputs judged, the judgement kept next to the
+//               capture (nanprov replay --audit; audit-json prints that judgement);
+//  audit-serve: the same for every capture path read from stdin, one answer line each, so
+//               LibTorch loads once per run (nanprov run --audit).
+enum class EngineOutput { kText, kJson, kKernels, kAudit, kAuditJson, kAuditServe };
+
+std::string_view engineOutputName(EngineOutput output);
+std::optional<EngineOutput> engineOutputNamed(std::string_view name);
+// Every name engineOutputNamed accepts, "text|json|…", for the engine's --help.
+std::string engineOutputNames();
+
+struct EngineRequest {
+  std::string capture;     // a .safetensors capture; unused by audit-serve
+  std::string device = "auto";  // auto, cpu or cuda
+  std::string backends;    // comma list; empty: every backend the call's device has
+  EngineOutput output = EngineOutput::kText;
+  std::string emit_repro;  // a folder for repro.py and its inputs; empty: none
+};
+
+// The argv that runs `engine` for `request` (argv[0] is `engine`).
+std::vector<std::string> engineArgv(const std::string& engine, const EngineRequest& request);
+
+}  // namespace nanprov::replay
