@@ -51,16 +51,18 @@ Judge::Judge(const Outputs& g, const std::vector<const Outputs*>& yardsticks) {
     for (const Outputs* l : yardsticks) {
       const at::Tensor& lt = l->of(role);
       if (!lt.defined() || lt.sizes() != gt.sizes()) continue;
-      const Errors e = r.onHost() ? measure(r.ref.grid, valuesOf(hostDoubles(lt)), valuesOf(r.g)).err
-                                 : measureTensors(r.ref.grid, lt, r.g).err;
+      const Measures m = r.onHost() ? measure(r.ref.grid, valuesOf(hostDoubles(lt)), valuesOf(r.g))
+                                    : measureTensors(r.ref.grid, lt, r.g);
       if (first) {
-        r.ref.yardstick = e;
+        r.ref.yardstick = m.err;
+        r.ref.yardstick_rel_l2 = relL2(m);
         r.ref.has_yardstick = true;
         first = false;
         continue;
       }
-      r.ref.yardstick.max = std::max(r.ref.yardstick.max, e.max);
-      r.ref.yardstick.mean = std::max(r.ref.yardstick.mean, e.mean);
+      r.ref.yardstick.max = std::max(r.ref.yardstick.max, m.err.max);
+      r.ref.yardstick.mean = std::max(r.ref.yardstick.mean, m.err.mean);
+      r.ref.yardstick_rel_l2 = std::max(r.ref.yardstick_rel_l2, relL2(m));
     }
     r.sizes = gt.sizes().vec();
     roles_.push_back(std::move(r));

@@ -39,6 +39,7 @@ json comparisonJson(const Comparison& c) {
           {"cosine", c.cosine},
           {"yardstick_max_err", c.yardstick_max_err},
           {"yardstick_mean_err", c.yardstick_mean_err},
+          {"yardstick_rel_l2", c.yardstick_rel_l2},
           {"floor", c.floor},
           {"compared", c.compared}};
 }
@@ -151,7 +152,9 @@ json toJson(const ReplayResult& r) {
   json yardstick = json::object();
   for (const char* role : kRoles) {
     if (const Comparison* c = yardstickOf(r, role)) {
-      yardstick[role] = {{"max_abs_err", c->yardstick_max_err}, {"mean_abs_err", c->yardstick_mean_err}};
+      yardstick[role] = {{"max_abs_err", c->yardstick_max_err},
+                         {"mean_abs_err", c->yardstick_mean_err},
+                         {"rel_l2", c->yardstick_rel_l2}};
     }
   }
   return {{"capture", r.capture},

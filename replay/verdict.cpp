@@ -175,10 +175,14 @@ double suspectMultiplier(const std::string& role) {
   return it == m.end() ? 4 : it->second;
 }
 
+double relL2(const Measures& m) { return m.g2 > 0 ? std::sqrt(m.diff2 / m.g2) : std::sqrt(m.diff2); }
+
 RoleReference referenceOf(const std::string& role, const Grid& grid, Values g, Values l) {
   RoleReference ref{.role = role, .grid = grid, .g = g};
   if (!l.empty()) {
-    ref.yardstick = measure(grid, l, g).err;
+    const Measures m = measure(grid, l, g);
+    ref.yardstick = m.err;
+    ref.yardstick_rel_l2 = relL2(m);
     ref.has_yardstick = true;
   }
   return ref;
@@ -204,9 +208,10 @@ Comparison judge(const RoleReference& ref, const Measures& m, double floor) {
     c.yardstick_max_err = ref.yardstick.max;
     c.yardstick_mean_err = ref.yardstick.mean;
     c.yardstick_nonfinite = ref.yardstick.nonfinite;
+    c.yardstick_rel_l2 = ref.yardstick_rel_l2;
   }
   c.compared = m.compared;
-  c.rel_l2 = m.g2 > 0 ? std::sqrt(m.diff2 / m.g2) : std::sqrt(m.diff2);
+  c.rel_l2 = relL2(m);
   c.cosine = m.g2 > 0 && m.b2 > 0 ? m.bg / std::sqrt(m.g2 * m.b2) : (m.g2 == m.b2 ? 1.0 : 0.0);
 
   if (c.nonfinite > 0) {  // rule 3
@@ -225,7 +230,9 @@ Comparison judge(const RoleReference& ref, const Measures& m, double floor) {
   const double el = std::max(c.yardstick_max_err, floor);
   if (c.max_abs_err <= okMultiplier(role) * el + floor && c.mean_abs_err <= 1.5 * c.yardstick_mean_err + floor) {
     c.verdict = Verdict::kOk;  // rule 5
-  } else if (c.max_abs_err <= suspectMultiplier(role) * el + floor && c.cosine >= 0.999) {
+  } else if (c.max_abs_err <= suspectMultiplier(role) * el + floor &&
+             (c.cosine >= 0.999 || (c.yardstick_rel_l2 >= kUnresolvedRelL2 &&
+                                    c.rel_l2 <= okMultiplier(role) * c.yardstick_rel_l2))) {
     c.verdict = Verdict::kSuspect;  // rule 6
   } else {
     c.verdict = Verdict::kSilentWrong;  // rule 7

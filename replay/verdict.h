@@ -38,7 +38,7 @@ struct Comparison {
   bool all_zero = false;        // B exactly 0 over the tensor, a (batch, head) or a row tile
   std::string all_zero_where;
   double max_abs_err = 0, mean_abs_err = 0, rel_l2 = 0, cosine = 1;
-  double yardstick_max_err = 0, yardstick_mean_err = 0;
+  double yardstick_max_err = 0, yardstick_mean_err = 0, yardstick_rel_l2 = 0;
   int64_t yardstick_nonfinite = 0;
   double floor = 0;             // about one ulp of the dtype near max|G|
   int64_t compared = 0;         // positions where G is finite
@@ -76,8 +76,16 @@ struct RoleReference {
   Grid grid;
   Values g;  // host float64; empty when G stays on the device
   Errors yardstick;
+  // The yardstick's relative L2 error against G. Where even the yardstick is this far off
+  // (≥ kUnresolvedRelL2: its cosine would be below 0.999), G's direction is below what the dtype
+  // resolves, as for a gradient that nearly cancels: cosine cannot tell a fault from rounding
+  // there, and rule 6 compares B's relative L2 error with the yardstick's instead.
+  double yardstick_rel_l2 = 0;
   bool has_yardstick = false;
 };
+inline constexpr double kUnresolvedRelL2 = 0.045;
+// ‖B−G‖/‖G‖ (‖B−G‖ where G is all zero).
+double relL2(const Measures& m);
 RoleReference referenceOf(const std::string& role, const Grid& grid, Values g, Values l);  // l may be empty
 
 // Applies rules 3 to 7 to what was measured. `floor` is 2·max|fl(G+c)−c−G| in B's dtype, with

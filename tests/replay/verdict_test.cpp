@@ -44,6 +44,38 @@ TEST(Verdict, PyTorchsLooserBoundsMakeSuspectOnlyForTheRightTensor) {
   EXPECT_EQ(compare("O", c.grid, b, c.g, c.l, 1e-6).verdict, Verdict::kSilentWrong);
 }
 
+// A gradient that nearly cancels (the H200's clean hd256 dQ): G is 1e-12 while the rounding of any
+// bf16 computation, the yardstick's too, is 1e-9. Cosine against G is noise there, so a kernel as
+// far from G as two yardsticks is suspect, not wrong; four yardsticks away it is silent-wrong.
+TEST(Verdict, CosineDoesNotJudgeAGradientBelowTheDtypesResolution) {
+  Grid grid{1, 2, 128, 4};
+  std::vector<double> g, l, b;
+  for (int64_t i = 0; i < grid.size(); ++i) {
+    const double x = static_cast<double>(i);
+    g.push_back(1e-12 * std::sin(0.1 * x));
+    l.push_back(g.back() + 7e-10 * std::sin(0.37 * x));
+    b.push_back(g.back() + 1.4e-9 * std::cos(0.53 * x));  // 2x the yardstick, unrelated to G
+  }
+  Comparison near = compare("dQ", grid, b, g, l, 1e-14);
+  EXPECT_LT(near.cosine, 0.5);
+  EXPECT_GT(near.yardstick_rel_l2, kUnresolvedRelL2);
+  EXPECT_EQ(near.verdict, Verdict::kSuspect);
+  for (double& x : b) x *= 2;
+  EXPECT_EQ(compare("dQ", grid, b, g, l, 1e-14).verdict, Verdict::kSilentWrong) << "4x the yardstick";
+  // Where the yardstick resolves G, the cosine rule stands: an error within dQ's 180x bound (100x
+  // here) but 10% of a G that the yardstick follows to 0.1% is wrong.
+  for (int64_t i = 0; i < grid.size(); ++i) {
+    const double x = static_cast<double>(i);
+    g[i] = 1e-9 * std::sin(0.1 * x);
+    l[i] = g[i] + 1e-12 * std::sin(0.37 * x);
+    b[i] = g[i] + 1e-10 * std::cos(0.53 * x);
+  }
+  Comparison resolved = compare("dQ", grid, b, g, l, 1e-16);
+  EXPECT_LT(resolved.cosine, 0.999);
+  EXPECT_LT(resolved.yardstick_rel_l2, kUnresolvedRelL2);
+  EXPECT_EQ(resolved.verdict, Verdict::kSilentWrong);
+}
+
 TEST(Verdict, NonFiniteIsCountedAndLocatedOnlyWhereTheReferenceIsFinite) {
   Case c;
   std::vector<double> b = c.g;
