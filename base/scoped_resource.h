@@ -1,5 +1,6 @@
-// One RAII owner for every C handle the project holds (sqlite3*, sqlite3_stmt*, and later CUDA
-// events and the CUPTI subscriber), after perfetto's ScopedResource.
+// One RAII owner for every C handle the project holds (sqlite3*, sqlite3_stmt*, CUDA events and
+// device and host-mapped memory), after perfetto's ScopedResource. The CUPTI subscriber is the one
+// exception, and tracer/cupti_tracer.cpp says why.
 #pragma once
 
 #include <utility>

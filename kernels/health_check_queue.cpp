@@ -2,6 +2,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include "base/scoped_resource.h"
+
 namespace nanprov::kernels {
 namespace {
 
@@ -28,7 +30,18 @@ class DeviceScope {
 
 constexpr int kAll = 1 << 30;
 
+// Owners of what a queue allocates. Each frees on the device that is current when it is
+// dropped, so the queue's destructor drops them inside a DeviceScope.
+using DeviceMemory = ScopedResource<void*, &cudaFree>;
+using MappedHostMemory = ScopedResource<void*, &cudaFreeHost>;
+using Event = ScopedResource<cudaEvent_t, &cudaEventDestroy>;
+
 }  // namespace
+
+struct HealthCheckQueue::Buffers {
+  DeviceMemory scratch;       // every slot's CheckScratch
+  MappedHostMemory results;   // every slot's HealthCounts, mapped into the device
+};
 
 bool streamIsCapturing(void* stream) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
@@ -46,7 +59,7 @@ struct HealthCheckQueue::Slot {
   CheckScratch* scratch = nullptr;  // device
   HealthCounts* results = nullptr;  // host view of the mapped results
   HealthCounts* results_device = nullptr;
-  cudaEvent_t done = nullptr;
+  Event done;
   uint64_t token = 0;
   int count = 0;
 };
@@ -60,16 +73,21 @@ StatusOr<std::unique_ptr<HealthCheckQueue>> HealthCheckQueue::create(int device,
   DeviceScope scope(device);
   std::unique_ptr<HealthCheckQueue> q(new HealthCheckQueue());
   q->device_ = device;
+  q->buffers_ = std::make_unique<Buffers>();
   size_t scratch_bytes = sizeof(CheckScratch) * static_cast<size_t>(slots);
   size_t result_bytes = sizeof(HealthCounts) * kMaxTensors * static_cast<size_t>(slots);
-  if (cudaError_t err = cudaMalloc(&q->scratch_, scratch_bytes); err != cudaSuccess) return cudaFailure("cudaMalloc", err);
+  void* scratch = nullptr;
+  if (cudaError_t err = cudaMalloc(&scratch, scratch_bytes); err != cudaSuccess) return cudaFailure("cudaMalloc", err);
+  q->buffers_->scratch.reset(scratch);
   // Zeroed once; every check leaves its scratch zeroed again.
-  if (cudaError_t err = cudaMemset(q->scratch_, 0, scratch_bytes); err != cudaSuccess) return cudaFailure("cudaMemset", err);
-  if (cudaError_t err = cudaHostAlloc(&q->results_, result_bytes, cudaHostAllocMapped); err != cudaSuccess) {
+  if (cudaError_t err = cudaMemset(scratch, 0, scratch_bytes); err != cudaSuccess) return cudaFailure("cudaMemset", err);
+  void* results = nullptr;
+  if (cudaError_t err = cudaHostAlloc(&results, result_bytes, cudaHostAllocMapped); err != cudaSuccess) {
     return cudaFailure("cudaHostAlloc", err);
   }
+  q->buffers_->results.reset(results);
   void* results_device = nullptr;
-  if (cudaError_t err = cudaHostGetDevicePointer(&results_device, q->results_, 0); err != cudaSuccess) {
+  if (cudaError_t err = cudaHostGetDevicePointer(&results_device, results, 0); err != cudaSuccess) {
     return cudaFailure("cudaHostGetDevicePointer", err);
   }
   // One-time wait so the zeroed scratch is in place before any check can use it.
@@ -77,24 +95,24 @@ StatusOr<std::unique_ptr<HealthCheckQueue>> HealthCheckQueue::create(int device,
   q->slots_.resize(static_cast<size_t>(slots));
   for (int i = 0; i < slots; ++i) {
     Slot& s = q->slots_[static_cast<size_t>(i)];
-    s.scratch = static_cast<CheckScratch*>(q->scratch_) + i;
-    s.results = static_cast<HealthCounts*>(q->results_) + static_cast<size_t>(i) * kMaxTensors;
+    s.scratch = static_cast<CheckScratch*>(scratch) + i;
+    s.results = static_cast<HealthCounts*>(results) + static_cast<size_t>(i) * kMaxTensors;
     s.results_device = static_cast<HealthCounts*>(results_device) + static_cast<size_t>(i) * kMaxTensors;
-    if (cudaError_t err = cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming); err != cudaSuccess) {
+    cudaEvent_t done = nullptr;
+    if (cudaError_t err = cudaEventCreateWithFlags(&done, cudaEventDisableTiming); err != cudaSuccess) {
       return cudaFailure("cudaEventCreate", err);
     }
+    s.done.reset(done);
   }
   return q;
 }
 
 HealthCheckQueue::~HealthCheckQueue() {
   // Only after drain(): nothing is in flight. Errors are ignored, the process may be exiting.
+  // Dropped here, not as members after this body, so they are freed on the queue's device.
   DeviceScope scope(device_);
-  for (Slot& s : slots_) {
-    if (s.done) cudaEventDestroy(s.done);
-  }
-  if (scratch_) cudaFree(scratch_);
-  if (results_) cudaFreeHost(results_);
+  slots_.clear();
+  buffers_.reset();
 }
 
 Status HealthCheckQueue::submit(const TensorView* views, int count, void* stream, uint64_t token,
@@ -112,7 +130,7 @@ Status HealthCheckQueue::submit(const TensorView* views, int count, void* stream
   if (int err = launchHealthCheck(views, count, s.scratch, s.results_device, stream); err != 0) {
     return cudaFailure("health check launch", static_cast<cudaError_t>(err));
   }
-  if (cudaError_t err = cudaEventRecord(s.done, static_cast<cudaStream_t>(stream)); err != cudaSuccess) {
+  if (cudaError_t err = cudaEventRecord(s.done.get(), static_cast<cudaStream_t>(stream)); err != cudaSuccess) {
     return cudaFailure("cudaEventRecord", err);
   }
   s.token = token;
@@ -125,7 +143,7 @@ int HealthCheckQueue::collectLocked(const Ready& ready, bool wait, int limit) {
   int n = 0;
   while (in_flight_ > 0 && n < limit) {
     Slot& s = slots_[head_];
-    cudaError_t state = wait ? cudaEventSynchronize(s.done) : cudaEventQuery(s.done);
+    cudaError_t state = wait ? cudaEventSynchronize(s.done.get()) : cudaEventQuery(s.done.get());
     if (state == cudaErrorNotReady) break;
     // On any other error the counts cannot be trusted: hand the slot over with count 0.
     bool ok = state == cudaSuccess;

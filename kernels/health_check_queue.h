@@ -53,13 +53,15 @@ class HealthCheckQueue {
   int collectLocked(const Ready& ready, bool wait, int limit);
 
   int device_ = 0;
+  // Guards the slots. Held while `ready`/`overflow` run, so those must not call back into this
+  // queue; they may take their own locks (the callers' locks come after this one).
   mutable std::mutex mu_;
   std::vector<Slot> slots_;
   size_t head_ = 0;      // oldest slot in flight
   size_t in_flight_ = 0;
   int64_t forced_waits_ = 0;
-  void* scratch_ = nullptr;  // device memory of every slot's CheckScratch
-  void* results_ = nullptr;  // host-mapped pinned memory of every slot's HealthCounts
+  struct Buffers;
+  std::unique_ptr<Buffers> buffers_;  // device scratch and host-mapped results of every slot
 };
 
 }  // namespace nanprov::kernels

@@ -259,8 +259,12 @@ class Checks {
 
   std::array<std::atomic<HealthCheckQueue*>, kMaxDevices> queues_{};
   std::array<bool, kMaxDevices> failed_{};
-  std::mutex create_mu_;
-  mutable std::mutex mu_;  // guards in_flight_, next_token_ and changes to held_bytes_
+  std::mutex create_mu_;  // only around creating a queue; no other lock is taken inside it
+  // Guards in_flight_, next_token_ and changes to held_bytes_. Lock order: a queue's own lock
+  // before this one: HealthCheckQueue::submit/collect hold theirs while calling complete(), which
+  // takes mu_. So mu_ is never held across a queue call, and it is released before a checked
+  // call is recorded (the session's locks come after both).
+  mutable std::mutex mu_;
   std::map<uint64_t, PendingCheck> in_flight_;
   std::atomic<int64_t> submits_{0};
   uint64_t next_token_ = 1;

@@ -91,7 +91,10 @@ StatusOr<Cupti> loadCupti() {
 // State shared with CUPTI's buffer callbacks, which are plain functions.
 struct Shared {
   Cupti cupti;
-  std::mutex mu;  // guards correlation
+  // Guards correlation. Lock order: CuptiTracer::mu_ before this one, never the reverse. CUPTI
+  // calls bufferCompleted (which takes it) from inside flushAll, and pause() flushes under mu_;
+  // nothing that holds this lock calls into the tracer.
+  std::mutex mu;
   KernelCorrelation correlation;
   std::atomic<int64_t> buffers{0};
   std::atomic<int64_t> dropped{0};
@@ -216,7 +219,7 @@ class CuptiTracer final : public KernelTracer {
     pause_reason_ = reason;
     if (yielded_) return;  // the other profiler owns the kinds now
     const Cupti& c = g_shared->cupti;
-    c.flushAll(0);
+    c.flushAll(0);  // may run bufferCompleted here, taking g_shared->mu inside mu_ (the lock order)
     for (CUpti_ActivityKind kind : {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION,
                                     CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_ACTIVITY_KIND_DRIVER}) {
       c.disable(kind);
@@ -290,6 +293,9 @@ class CuptiTracer final : public KernelTracer {
     const Cupti& c = g_shared->cupti;
     if (detach_requested_ || !c.subscribe || !c.enableDomain || !c.finalize) return;
     detach_requested_ = true;
+    // Not held by an RAII owner on purpose: the subscription's end is cuptiFinalize inside
+    // detachAtApiExit, which drops it. Unsubscribing from a destructor, on whatever thread runs
+    // it, is the cross-thread CUPTI call that finalizing from the callback exists to avoid.
     CUpti_SubscriberHandle subscriber = nullptr;
     if (c.subscribe(&subscriber, &detachAtApiExit, nullptr) != CUPTI_SUCCESS) return;
     c.enableDomain(1, subscriber, CUPTI_CB_DOMAIN_RUNTIME_API);
@@ -368,6 +374,7 @@ class CuptiTracer final : public KernelTracer {
 
   std::once_flag started_;
   Status result_ = Status::Error("kernel tracer not started");
+  // Guards the flags below. Taken first: g_shared->mu may be taken inside it (see Shared::mu).
   mutable std::mutex mu_;
   bool attempted_ = false;
   bool started_ok_ = false;
