@@ -44,11 +44,11 @@ TEST(AttentionKinds, FastPathEncoderGlitchIsFoundAtItsForwardPassAndReplays) {
     ASSERT_EQ(r.report.code, 1) << r.train.out;
     const json& e = r.doc["first_edge"];
     EXPECT_EQ(r.doc["step_unit"], "forward_pass");
-    EXPECT_EQ(e["step"], 1);
-    EXPECT_EQ(e["layer"], 0);
-    EXPECT_EQ(e["module"], "layers.0");
-    EXPECT_EQ(e["origin"], "attention");
-    EXPECT_EQ(e["op"], "aten::_native_multi_head_attention");
+    expectFields(e, {{"step", 1},
+                     {"layer", 0},
+                     {"module", "layers.0"},
+                     {"origin", "attention"},
+                     {"op", "aten::_native_multi_head_attention"}});
     // Replay projects the captured inputs with the captured weights: every backend overflows
     // float32 alike while the float64 reference is finite.
     Result replay = sh(nanprov() + " replay " + r.dir.string() + " --json");
@@ -83,10 +83,7 @@ TEST(AttentionKinds, FlexAttentionNaNScoreModIsFoundAtItsLayerAndReplays) {
   ASSERT_EQ(r.report.code, 1) << r.train.out;
   const json& e = r.doc["first_edge"];
   EXPECT_EQ(r.doc["step_unit"], "forward_pass");
-  EXPECT_EQ(e["step"], 0);
-  EXPECT_EQ(e["layer"], 1);
-  EXPECT_EQ(e["module"], "layers.1");
-  EXPECT_EQ(e["op"], "flex_attention");
+  expectFields(e, {{"step", 0}, {"layer", 1}, {"module", "layers.1"}, {"op", "flex_attention"}});
   EXPECT_EQ(e["origin"], "attention") << "the score_mod is part of the call";
   // The bias replayed is the score_mod's: it holds the NaN, so the reference fails too.
   Result replay = sh(nanprov() + " replay " + r.dir.string() + " --json");
@@ -116,11 +113,11 @@ TEST(AttentionKinds, HandWrittenAttentionUnderProbeModule) {
   TrainedRun r = train("hand", "--probe-module HandAttention", "--glitch-step 2", "handwritten_attention.py");
   ASSERT_EQ(r.report.code, 1) << r.train.out;
   const json& e = r.doc["first_edge"];
-  EXPECT_EQ(e["step"], 2);
-  EXPECT_EQ(e["layer"], 0);
-  EXPECT_EQ(e["module"], "layers.0.attn");
-  EXPECT_EQ(e["op"], "module:HandAttention");
-  EXPECT_EQ(e["origin"], "attention");
+  expectFields(e, {{"step", 2},
+                   {"layer", 0},
+                   {"module", "layers.0.attn"},
+                   {"op", "module:HandAttention"},
+                   {"origin", "attention"}});
   Result replay = sh(nanprov() + " replay " + r.dir.string() + " --json");
   EXPECT_EQ(replay.code, 1) << replay.out;
   EXPECT_NE(replay.out.find("precision-limit"), std::string::npos) << replay.out;
@@ -180,9 +177,9 @@ TEST(AttentionKinds, TransformerEnginePresetFindsDotProductAttentionByKeyword) {
   EXPECT_EQ(run.out.find("did not give tensors"), std::string::npos) << run.out;
   json report = commandJson("report", dir);
   EXPECT_EQ(report["first_edge"]["step"], 1) << report.dump();
-  EXPECT_EQ(report["first_edge"]["layer"], 0);
-  EXPECT_EQ(report["first_edge"]["module"], "layers.0.core_attention");
-  EXPECT_EQ(report["first_edge"]["op"], "module:DotProductAttention");
+  expectFields(report["first_edge"], {{"layer", 0},
+                                      {"module", "layers.0.core_attention"},
+                                      {"op", "module:DotProductAttention"}});
   EXPECT_EQ(report["coverage"]["attention_calls"], 12) << "2 layers x 3 steps, forward and backward";
 }
 

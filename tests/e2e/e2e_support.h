@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -103,6 +104,28 @@ inline int runCodeForCleanExit(const TrainedRun& run) {
 inline json commandJson(const std::string& command, const fs::path& dir, const std::string& args = "") {
   Result r = sh(nanprov() + " " + command + " " + dir.string() + " " + args + " --json");
   return json::parse(r.out, nullptr, false);
+}
+
+// Writes a capture-shaped safetensors file with plain PyTorch: `setup` is Python run first (may be
+// empty), `tensors` the dict's entries ("'Q': q, 'K': k"), `metadata` its header entries.
+inline Result saveCapture(const fs::path& file, const std::string& setup, const std::string& tensors,
+                          const std::string& metadata = "'phase': 'fwd'") {
+  fs::create_directories(file.parent_path());
+  return sh(python() + " -c \"import torch; from safetensors.torch import save_file; " + setup + (setup.empty() ? "" : "; ") +
+            "save_file({" + tensors + "}, '" + file.string() + "', metadata={" + metadata + "})\" 2>&1");
+}
+
+// An executable shell script at dir/name, for a stand-in interpreter or tool.
+inline fs::path fakeExecutable(const fs::path& dir, const std::string& name, const std::string& script) {
+  fs::create_directories(dir);
+  std::ofstream(dir / name) << script;
+  fs::permissions(dir / name, fs::perms::owner_all);
+  return dir / name;
+}
+
+// The fields of a report's edge, finding or replay a test pins, each compared as JSON.
+inline void expectFields(const json& j, std::initializer_list<std::pair<const char*, json>> want) {
+  for (const auto& [key, value] : want) EXPECT_EQ(j[key], value) << key << " in " << j.dump(1);
 }
 
 inline std::vector<std::string> strings(const json& j) { return j.get<std::vector<std::string>>(); }

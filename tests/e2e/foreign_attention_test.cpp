@@ -23,12 +23,12 @@ TEST(ForeignAttention, Fa4OverflowIsFoundAtItsStepAndLayerAndReplays) {
     TrainedRun r = train("fa4", "", "--dtype float32 --overflow-layer 1 --overflow-step 2 " + layout, "flash_attn_training.py");
     ASSERT_EQ(r.report.code, 1) << r.train.out;
     const json& e = r.doc["first_edge"];
-    EXPECT_EQ(e["step"], 2);
-    EXPECT_EQ(e["layer"], 1);
-    EXPECT_EQ(e["phase"], "fwd");
-    EXPECT_EQ(e["module"], "layers.1");
-    EXPECT_EQ(e["op"], layout.empty() ? "flash_attn_func" : "flash_attn_varlen_func");
-    EXPECT_EQ(e["backend"], "fa4");
+    expectFields(e, {{"step", 2},
+                     {"layer", 1},
+                     {"phase", "fwd"},
+                     {"module", "layers.1"},
+                     {"op", layout.empty() ? "flash_attn_func" : "flash_attn_varlen_func"},
+                     {"backend", "fa4"}});
     EXPECT_EQ(strings(e["nonfinite_outputs"]), std::vector<std::string>{"O"});
     EXPECT_EQ(r.doc["coverage"]["attention_calls"], 24) << "3 layers x 4 steps, forward and backward";
     Result replay = sh(nanprov() + " replay " + r.dir.string() + " --json");
@@ -140,10 +140,7 @@ TEST(ForeignAttention, FfpaPresetProbesTheLibraryOpDefinedAfterTorch) {
   json report = commandJson("report", dir);
   const json& e = report["first_edge"];
   EXPECT_EQ(e["step"], 1) << report.dump();
-  EXPECT_EQ(e["layer"], 0);
-  EXPECT_EQ(e["module"], "layers.0");
-  EXPECT_EQ(e["op"], "ffpa_attn::attn");
-  EXPECT_EQ(e["backend"], "ffpa");
+  expectFields(e, {{"layer", 0}, {"module", "layers.0"}, {"op", "ffpa_attn::attn"}, {"backend", "ffpa"}});
   EXPECT_EQ(strings(e["nonfinite_outputs"]), std::vector<std::string>{"O"});
   EXPECT_EQ(report["coverage"]["attention_calls"], 6) << "2 layers x 3 forward passes";
   Result replay = sh(nanprov() + " replay " + dir.string() + " --json");

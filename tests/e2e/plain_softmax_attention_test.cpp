@@ -22,13 +22,13 @@ TEST(PlainSoftmaxAttention, MultiheadAttentionFullyMaskedRowsFoundWhereTheOracle
   ASSERT_TRUE(std::regex_search(r.train.out, oracle, std::regex("first non-finite forward output: (\\S+) at step (\\d+)")))
       << r.train.out;
   const json& e = r.doc["first_edge"];
-  EXPECT_EQ(e["module"], oracle[1].str());
-  EXPECT_EQ(e["step"], std::stoi(oracle[2].str()));
-  EXPECT_EQ(e["phase"], "fwd");
-  EXPECT_EQ(e["layer"], 0);
-  EXPECT_EQ(e["origin"], "attention");
-  EXPECT_EQ(e["op"], "multi_head_attention_forward");
-  EXPECT_EQ(e["backend"], "plain_softmax");
+  expectFields(e, {{"module", oracle[1].str()},
+                   {"step", std::stoi(oracle[2].str())},
+                   {"phase", "fwd"},
+                   {"layer", 0},
+                   {"origin", "attention"},
+                   {"op", "multi_head_attention_forward"},
+                   {"backend", "plain_softmax"}});
   EXPECT_EQ(r.doc["outcome"], "edge");
   const json& s = r.doc["gradient_sentinel"];
   ASSERT_TRUE(s.is_object()) << r.report.out;
@@ -54,10 +54,7 @@ TEST(PlainSoftmaxAttention, MultiheadAttentionBackwardIsCheckedAndLossesAreBitId
   TrainedRun r = train("mha-bwd", "--inject 'layer=1,phase=bwd,tensor=dK,step=1'", "--pad-step 99", "mha_padding.py");
   ASSERT_EQ(r.report.code, 1) << r.train.out;
   const json& e = r.doc["first_edge"];
-  EXPECT_EQ(e["phase"], "bwd");
-  EXPECT_EQ(e["step"], 1);
-  EXPECT_EQ(e["layer"], 1);
-  EXPECT_EQ(e["module"], "layers.1.attn");
+  expectFields(e, {{"phase", "bwd"}, {"step", 1}, {"layer", 1}, {"module", "layers.1.attn"}});
   EXPECT_EQ(strings(e["nonfinite_outputs"]), std::vector<std::string>{"dK"});
   EXPECT_EQ(r.doc["coverage"]["attention_calls"], 16) << "2 layers x 4 steps, forward and backward";
   EXPECT_TRUE(r.doc["coverage"]["unprobed"].empty()) << r.report.out;
@@ -84,11 +81,11 @@ TEST(PlainSoftmaxAttention, HuggingFaceEagerAndSdpaGiveTheSameEdge) {
     EXPECT_EQ(r.doc["first_edge"]["origin"], "attention");
   }
   for (const char* key : {"step", "layer", "call", "phase", "module"}) EXPECT_EQ(edges[0][key], edges[1][key]) << key;
-  EXPECT_EQ(edges[0]["step"], 1);
-  EXPECT_EQ(edges[0]["layer"], 1);
-  EXPECT_EQ(edges[0]["module"], "model.layers.1.self_attn");
-  EXPECT_EQ(edges[0]["backend"], "plain_softmax");
-  EXPECT_EQ(edges[0]["op"], "eager_attention_forward");
+  expectFields(edges[0], {{"step", 1},
+                          {"layer", 1},
+                          {"module", "model.layers.1.self_attn"},
+                          {"backend", "plain_softmax"},
+                          {"op", "eager_attention_forward"}});
 
   TrainedRun clean = train("hf-eager-clean", "", "--attn eager", "hf_llama.py");
   EXPECT_EQ(clean.report.code, 0) << clean.report.out;
@@ -106,12 +103,12 @@ TEST(PlainSoftmaxAttention, HuggingFaceFlashAttentionIsProbedOnceWithItsModule) 
                        "hf_llama.py");
   ASSERT_EQ(r.report.code, 1) << r.train.out;
   const json& e = r.doc["first_edge"];
-  EXPECT_EQ(e["step"], 1);
-  EXPECT_EQ(e["layer"], 1);
-  EXPECT_EQ(e["phase"], "fwd");
-  EXPECT_EQ(e["module"], "model.layers.1.self_attn");
-  EXPECT_EQ(e["backend"], "fa3");
-  EXPECT_EQ(e["origin"], "attention");
+  expectFields(e, {{"step", 1},
+                   {"layer", 1},
+                   {"phase", "fwd"},
+                   {"module", "model.layers.1.self_attn"},
+                   {"backend", "fa3"},
+                   {"origin", "attention"}});
   TrainedRun clean = train("hf-fa3-clean", "", "--attn flash_attention_3 --attn-after-build", "hf_llama.py");
   EXPECT_EQ(clean.report.code, 0) << clean.report.out;
   EXPECT_EQ(clean.doc["coverage"]["attention_calls"], 12) << "2 layers x 3 steps, forward and backward, each once";
@@ -130,10 +127,10 @@ TEST(PlainSoftmaxAttention, FlashAttention2And3AreProbedAndAFaultyOneIsTheSuspec
                            "flash_attn_training.py");
       ASSERT_EQ(r.report.code, 1) << r.train.out;
       const json& e = r.doc["first_edge"];
-      EXPECT_EQ(e["step"], 2);
-      EXPECT_EQ(e["layer"], 1);
-      EXPECT_EQ(e["backend"], flavour);
-      EXPECT_EQ(e["op"], layout.empty() ? "flash_attn_func" : "flash_attn_varlen_func");
+      expectFields(e, {{"step", 2},
+                       {"layer", 1},
+                       {"backend", flavour},
+                       {"op", layout.empty() ? "flash_attn_func" : "flash_attn_varlen_func"}});
       EXPECT_EQ(r.doc["coverage"]["attention_calls"], 24) << "3 layers x 4 steps, forward and backward";
     }
   }

@@ -319,10 +319,8 @@ TEST(Replay, ControlCharactersInCaptureMetadataArePrintedEscaped) {
 // Two audits of one capture at once both finish and leave one whole judgement.
 TEST(Replay, TwoAuditsOfOneCaptureAtOnceBothFinish) {
   fs::path file = runDir("audit-race") / "call.safetensors";
-  fs::create_directories(file.parent_path());
-  Result made = sh(python() + " -c \"import torch; from safetensors.torch import save_file; q = torch.randn(2, 4, 64, 16); "
-                   "o = torch.nn.functional.scaled_dot_product_attention(q, q, q); save_file({'Q': q, 'K': q.clone(), 'V': q.clone(), 'O': o}, '" +
-                   file.string() + "', metadata={'phase': 'fwd'})\" 2>&1");
+  Result made = saveCapture(file, "q = torch.randn(2, 4, 64, 16); o = torch.nn.functional.scaled_dot_product_attention(q, q, q)",
+                            "'Q': q, 'K': q.clone(), 'V': q.clone(), 'O': o");
   ASSERT_EQ(made.code, 0) << made.out;
   std::string one = nanprov() + " replay " + file.string() + " --audit >/dev/null 2>&1; echo \"exit $?\"";
   Result both = sh("for i in 1 2 3 4; do (" + one + ") & done; wait");
@@ -341,9 +339,7 @@ TEST(Replay, LowLseHintOnlyForLowLseRowsNotOverflow) {
     SCOPED_TRACE(name);
     fs::path file = dir / (std::string(name) + ".safetensors");
     std::string x = std::string("torch.full((1, 2, 4, 8), ") + q + ")";
-    Result made = sh(python() + " -c \"import torch; from safetensors.torch import save_file; save_file({'Q': " + x +
-                     ", 'K': -" + x + ", 'V': torch.ones(1, 2, 4, 8)}, '" + file.string() +
-                     "', metadata={'phase': 'fwd'})\" 2>&1");
+    Result made = saveCapture(file, "", "'Q': " + x + ", 'K': -" + x + ", 'V': torch.ones(1, 2, 4, 8)");
     ASSERT_EQ(made.code, 0) << made.out;
     Replay r = replay(file.string() + " --backends math");
     ASSERT_FALSE(r.doc.is_discarded()) << r.result.out;
@@ -356,10 +352,8 @@ TEST(Replay, LowLseHintOnlyForLowLseRowsNotOverflow) {
 // as exact agreement.
 TEST(Replay, NoFinitePositionShowsADashNotZero) {
   fs::path file = runDir("all-nan") / "nan.safetensors";
-  fs::create_directories(file.parent_path());
-  Result made = sh(python() + " -c \"import torch; from safetensors.torch import save_file; save_file({'Q': "
-                   "torch.full((1, 1, 4, 8), float('nan')), 'K': torch.ones(1, 1, 4, 8), 'V': torch.ones(1, 1, 4, 8)}, '" +
-                   file.string() + "', metadata={'phase': 'fwd'})\" 2>&1");
+  Result made = saveCapture(file, "", "'Q': torch.full((1, 1, 4, 8), float('nan')), 'K': torch.ones(1, 1, 4, 8), "
+                                      "'V': torch.ones(1, 1, 4, 8)");
   ASSERT_EQ(made.code, 0) << made.out;
   Result text = sh(nanprov() + " replay " + file.string() + " --backends math");
   size_t table = text.out.find("where both are finite");

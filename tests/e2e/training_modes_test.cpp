@@ -56,10 +56,7 @@ TEST(TrainingModes, CheckpointedLayersKeepTheirIdentityInBothModes) {
     ASSERT_EQ(r.train.code, runCodeForCleanExit(r)) << r.train.out;
     ASSERT_EQ(r.report.code, 1) << r.train.out;
     const json& e = r.doc["first_edge"];
-    EXPECT_EQ(e["layer"], 2);
-    EXPECT_EQ(e["module"], "layers.2.attn");
-    EXPECT_EQ(e["phase"], "bwd");
-    EXPECT_EQ(e["step"], 1);
+    expectFields(e, {{"layer", 2}, {"module", "layers.2.attn"}, {"phase", "bwd"}, {"step", 1}});
     json layers = commandJson("sql", r.dir, "\"SELECT step, COUNT(DISTINCT layer) AS n, SUM(recompute) AS recomputed, "
                                             "COUNT(DISTINCT module) AS modules FROM calls GROUP BY step\"");
     ASSERT_EQ(layers.size(), 3u) << layers.dump();

@@ -2,6 +2,8 @@
 // `nanprov report --json` and the other commands say. Nothing is mocked.
 #include <gtest/gtest.h>
 
+#include <regex>
+
 #include <fstream>
 
 #include "tests/e2e/e2e_support.h"
@@ -14,13 +16,9 @@ TEST(EndToEnd, InjectedForwardNaN) {
   ASSERT_EQ(r.train.code, runCodeForCleanExit(r)) << r.train.out;
   ASSERT_EQ(r.report.code, 1) << r.report.out;
   const json& e = r.doc["first_edge"];
-  EXPECT_EQ(e["name"], "rank0:layer1:call4");
-  EXPECT_EQ(e["step"], 2);
-  EXPECT_EQ(e["phase"], "fwd");
+  expectFields(e, {{"name", "rank0:layer1:call4"}, {"step", 2}, {"phase", "fwd"}});
   EXPECT_EQ(strings(e["nonfinite_outputs"]), std::vector<std::string>{"O"});
-  EXPECT_EQ(e["inputs_finite"], true);
-  EXPECT_EQ(e["origin"], "attention");
-  EXPECT_EQ(e["injected"], true);
+  expectFields(e, {{"inputs_finite", true}, {"origin", "attention"}, {"injected", true}});
   EXPECT_EQ(e["counts"]["O"]["nan"], 1);
   EXPECT_EQ(e["module"], "layers.1.attn");
   EXPECT_NE(r.train.out.find("rank0:layer1:call4"), std::string::npos) << "run prints the summary";
@@ -30,10 +28,10 @@ TEST(EndToEnd, InjectedBackwardNaN) {
   TrainedRun r = train("inject-bwd", "--inject 'layer=0,phase=bwd,tensor=dQ,step=1'", "--steps 3");
   ASSERT_EQ(r.report.code, 1) << r.train.out;
   const json& e = r.doc["first_edge"];
-  EXPECT_EQ(e["name"], "rank0:layer0:call3");
-  EXPECT_EQ(e["step"], 1);
-  EXPECT_EQ(e["phase"], "bwd");
-  EXPECT_EQ(e["op"], "aten::_scaled_dot_product_flash_attention_for_cpu_backward");
+  expectFields(e, {{"name", "rank0:layer0:call3"},
+                   {"step", 1},
+                   {"phase", "bwd"},
+                   {"op", "aten::_scaled_dot_product_flash_attention_for_cpu_backward"}});
   EXPECT_EQ(strings(e["nonfinite_outputs"]), std::vector<std::string>{"dQ"});
   EXPECT_EQ(e["inputs_finite"], true);
   EXPECT_EQ(e["injected"], true);
@@ -44,12 +42,12 @@ TEST(EndToEnd, RealOverflowInsideAttentionIsASourceEdge) {
   TrainedRun r = train("overflow", "", "--steps 4 --glitch-step 2 --glitch-scale 1e20");
   ASSERT_EQ(r.report.code, 1) << r.train.out;
   const json& e = r.doc["first_edge"];
-  EXPECT_EQ(e["name"], "rank0:layer0:call4");
-  EXPECT_EQ(e["step"], 2);
-  EXPECT_EQ(e["phase"], "fwd");
-  EXPECT_EQ(e["origin"], "attention");
-  EXPECT_EQ(e["inputs_finite"], true);
-  EXPECT_EQ(e["injected"], false);
+  expectFields(e, {{"name", "rank0:layer0:call4"},
+                   {"step", 2},
+                   {"phase", "fwd"},
+                   {"origin", "attention"},
+                   {"inputs_finite", true},
+                   {"injected", false}});
   EXPECT_EQ(strings(e["nonfinite_outputs"]), (std::vector<std::string>{"O", "LSE"}));
   EXPECT_GT(e["counts"]["O"]["nan"].get<int>(), 0);
   EXPECT_GE(r.doc["propagation"]["layers"].get<int>(), 2);
@@ -92,10 +90,7 @@ TEST(EndToEnd, NonFiniteFromUpstreamIsNotBlamedOnAttention) {
   TrainedRun r = train("upstream", "", "--steps 4 --glitch-step 2 --glitch-scale 3e38");
   ASSERT_EQ(r.report.code, 1) << r.train.out;
   const json& e = r.doc["first_edge"];
-  EXPECT_EQ(e["name"], "rank0:layer0:call4");
-  EXPECT_EQ(e["origin"], "upstream");
-  EXPECT_EQ(e["inputs_finite"], false);
-  EXPECT_EQ(e["phase"], "fwd");
+  expectFields(e, {{"name", "rank0:layer0:call4"}, {"origin", "upstream"}, {"inputs_finite", false}, {"phase", "fwd"}});
   Result text = sh(nanprov() + " report " + r.dir.string());
   EXPECT_NE(text.out.find("origin is outside attention"), std::string::npos) << text.out;
 }
@@ -245,15 +240,24 @@ TEST(Errors, ClearOneLineMessagesAndExitCodes) {
 
 // A preflight Python killed by a signal is said to be killed, not to lack torch.
 TEST(Errors, KilledTorchPreflightSaysSo) {
-  fs::path bin = runDir("killed-python");
-  fs::create_directories(bin);
-  std::ofstream(bin / "python") << "#!/bin/sh\nkill -9 $$\n";
-  fs::permissions(bin / "python", fs::perms::owner_all);
-  Result r = sh(nanprov() + " run --out " + runDir("killed-run").string() + " -- " + (bin / "python").string() +
-                " train.py 2>&1");
+  fs::path killed = fakeExecutable(runDir("killed-python"), "python", "#!/bin/sh\nkill -9 $$\n");
+  Result r = sh(nanprov() + " run --out " + runDir("killed-run").string() + " -- " + killed.string() + " train.py 2>&1");
   EXPECT_EQ(r.code, 3) << r.out;
   EXPECT_NE(r.out.find("was killed by signal 9"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("not importable"), std::string::npos) << r.out;
+}
+
+// What a bug report quotes: the version and commit, and the torch, CUDA, cuDNN and CUPTI nanprov
+// was built against ("none" for what this build lacks).
+TEST(Cli, VersionNamesTheCommitAndWhatItWasBuiltAgainst) {
+  Result r = sh(nanprov() + " --version 2>&1");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const std::string torch = sh(python() + " -c 'import torch; print(torch.__version__, end=\"\")'").out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex("^nanprov [0-9]+\\.[0-9]+\\.[0-9]+ \\(commit [0-9a-f]{12}(-dirty)?\\)\n")))
+      << r.out;
+  EXPECT_NE(r.out.find("built against torch " + torch + " (C++11 ABI "), std::string::npos) << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex("\nCUDA (none|[0-9.]+), cuDNN (none|[0-9.]+), CUPTI (none|API [0-9]+)\n$")))
+      << r.out;
 }
 
 TEST(Errors, PythonWithoutTorchIsRefusedBeforeTraining) {
@@ -268,13 +272,9 @@ TEST(Errors, PythonWithoutTorchIsRefusedBeforeTraining) {
 
 TEST(Errors, TorchOfAnotherVersionIsRefusedBeforeTraining) {
   // An interpreter that reports a different torch, as a CUDA venv next to the CPU build would.
-  fs::path bin = runDir("other-torch");
-  fs::create_directories(bin);
-  std::ofstream(bin / "python3") << "#!/bin/sh\n"
-                                    "echo '{\"importable\": true, \"torch\": \"0.0.1+other\", \"cxx11_abi\": \"1\"}'\n";
-  fs::permissions(bin / "python3", fs::perms::owner_all);
-  Result r = sh(nanprov() + " run --out " + runDir("other").string() + " -- " + (bin / "python3").string() +
-                " train.py 2>&1");
+  fs::path other = fakeExecutable(runDir("other-torch"), "python3",
+                                  "#!/bin/sh\necho '{\"importable\": true, \"torch\": \"0.0.1+other\", \"cxx11_abi\": \"1\"}'\n");
+  Result r = sh(nanprov() + " run --out " + runDir("other").string() + " -- " + other.string() + " train.py 2>&1");
   EXPECT_EQ(r.code, 3) << r.out;
   EXPECT_NE(r.out.find("has torch 0.0.1+other"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("built against torch"), std::string::npos) << r.out;

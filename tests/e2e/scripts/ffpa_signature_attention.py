@@ -11,6 +11,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from script_support import Stack
+
 torch.library.define("ffpa_attn::attn", "(Tensor Q, Tensor K, Tensor V, Tensor(a!) O, int stages, int acc) -> Tensor(a!)")
 
 
@@ -40,24 +42,13 @@ class Layer(nn.Module):
         return x + self.out(ffpa_attn_func(q, k, v).transpose(1, 2).reshape(b, s, d))
 
 
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.layers = nn.ModuleList(Layer(64, 4) for _ in range(2))
-
-    def forward(self, x):
-        for layer in self.layers:
-            x = layer(x)
-        return x
-
-
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--passes", type=int, default=3)
     p.add_argument("--glitch-pass", type=int, default=-1)
     args = p.parse_args()
     torch.manual_seed(0)
-    model = Model().eval()
+    model = Stack(Layer(64, 4) for _ in range(2)).eval()
     with torch.no_grad():
         for i in range(args.passes):
             model.layers[0].glitch = i == args.glitch_pass

@@ -6,6 +6,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from script_support import train
+
 
 class Attention(nn.Module):
     def __init__(self, d):
@@ -31,15 +33,7 @@ class Model(nn.Module):
 
 def main():
     torch.manual_seed(0)
-    model = Model()
-    opt = torch.optim.SGD(model.parameters(), lr=1e-2)
-    for step in range(2):
-        x = torch.randn(2, 8, 16)
-        loss = model(x).square().mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        print(f"step {step}: loss {loss.item():.4g}", flush=True)
+    train(Model(), (2, 8, 16), steps=2, lr=1e-2)
 
 
 if __name__ == "__main__":

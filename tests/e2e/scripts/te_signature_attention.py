@@ -8,6 +8,8 @@ import math
 import torch
 import torch.nn as nn
 
+from script_support import Stack, train
+
 
 class DotProductAttention(nn.Module):
     def forward(self, query_layer, key_layer, value_layer, attention_mask=None, qkv_format="bhsd"):
@@ -27,33 +29,12 @@ class Layer(nn.Module):
         return x + o.transpose(1, 2).reshape(b, s, d)
 
 
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.layers = nn.ModuleList(Layer() for _ in range(2))
-
-    def forward(self, x):
-        for layer in self.layers:
-            x = layer(x)
-        return x
-
-
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--glitch-step", type=int, default=-1)
     args = p.parse_args()
     torch.manual_seed(0)
-    model = Model()
-    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-    for step in range(3):
-        x = torch.randn(2, 8, 32)
-        if step == args.glitch_step:
-            x[0] *= 1e20
-        loss = model(x).square().mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        print(f"step {step}: loss {loss.item():.4g}", flush=True)
+    train(Stack(Layer() for _ in range(2)), (2, 8, 32), steps=3, lr=1e-3, glitch_step=args.glitch_step)
 
 
 if __name__ == "__main__":
