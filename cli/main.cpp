@@ -3,6 +3,7 @@
 
 #include "base/text.h"
 #include "cli/build_info.h"
+#include "cli/commit.h"
 #include "cli/commands.h"
 #include "store/run_dir.h"
 
@@ -37,7 +38,13 @@ int main(int argc, char** argv) {
       "  nanprov sql \"SELECT ...\"            read-only SQL over the run's stores\n"
       "  nanprov doctor                      check torch, ABI and the probes\n",
       "nanprov"};
-  app.set_version_flag("--version", std::string(nanprov::build::kVersion));
+  // What a bug report needs to say which nanprov ran: the version and commit, and what it was
+  // built against (the probes refuse a training process whose torch differs).
+  namespace build = nanprov::build;
+  app.set_version_flag("--version", std::string("nanprov ") + build::kVersion + " (commit " + build::kCommit + ")\n" +
+                                        "built against torch " + build::kTorchVersion + " (C++11 ABI " +
+                                        build::kCxx11Abi + ")\nCUDA " + build::kCudaVersion + ", cuDNN " +
+                                        build::kCudnnVersion + ", CUPTI " + build::kCuptiVersion);
   app.require_subcommand(1);
   int exit_code = 0;
   // Everything after the first "--" is the command `nanprov run` wraps; CLI11 never sees it.
