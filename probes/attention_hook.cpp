@@ -182,18 +182,9 @@ std::string reasonOf(const std::exception& e) {
 
 CallRecord recordFor(const CallName& name, const AttentionOp& desc, Phase phase) {
   Session::get().callBegun();
-  CallRecord rec;
-  rec.seq = name.seq;
-  rec.step = name.step;
-  rec.layer = name.layer;
-  rec.call = name.call;
-  rec.fwd_seq = name.fwd_seq;
-  rec.module = name.module;
-  rec.recompute = name.recompute;
-  rec.phase = phase;
-  rec.op = desc.name;
-  rec.backend = desc.backend;
-  return rec;
+  return CallRecord{.seq = name.seq, .step = name.step, .layer = name.layer, .call = name.call, .phase = phase,
+                    .fwd_seq = name.fwd_seq, .recompute = name.recompute, .op = desc.name, .backend = desc.backend,
+                    .module = name.module};
 }
 
 bool onCuda(const Tensors& tensors) { return cudaDeviceOf(tensors) >= 0; }

@@ -235,13 +235,7 @@ static bool byStepAndTime(const CallRecord& a, const CallRecord& b) {
 }
 
 KernelRecord cpuKernelOf(const CallRecord& call) {
-  KernelRecord k;
-  k.rank = call.rank;
-  k.seq = call.seq;
-  k.name = call.op;
-  k.start_ns = call.start_ns;
-  k.end_ns = call.end_ns;
-  return k;
+  return KernelRecord{.rank = call.rank, .seq = call.seq, .name = call.op, .start_ns = call.start_ns, .end_ns = call.end_ns};
 }
 
 StatusOr<RunData> loadRun(const std::string& dir, RunScope scope) {

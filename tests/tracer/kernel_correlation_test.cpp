@@ -20,11 +20,17 @@ LaunchedKernel kernel(uint32_t correlation, const std::string& name, int64_t sta
   return k;
 }
 
+// The mapping of `correlation` to call `seq`, then its kernel: what the join attributes.
+std::vector<KernelRecord> mappedThenLaunched(KernelCorrelation& c, uint32_t correlation, int64_t seq,
+                                             const std::string& name) {
+  c.onExternalId(correlation, externalIdOfCall(seq));
+  c.onKernel(kernel(correlation, name));
+  return c.takeAttributed();
+}
+
 TEST(KernelCorrelation, MappingBeforeKernelAttributesToTheCall) {
   KernelCorrelation c;
-  c.onExternalId(11, externalIdOfCall(5));
-  c.onKernel(kernel(11, "fmha_cutlassB_bf16_aligned_64x64_k128_sm80"));
-  auto out = c.takeAttributed();
+  auto out = mappedThenLaunched(c, 11, 5, "fmha_cutlassB_bf16_aligned_64x64_k128_sm80");
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].seq, 5);
   EXPECT_EQ(out[0].correlation_id, 11);
@@ -82,16 +88,14 @@ TEST(KernelCorrelation, MappingsWaitForKernelBuffersThatArriveManyStepsLater) {
 
 TEST(KernelCorrelation, ExternalIdZeroNamesNoCall) {
   KernelCorrelation c;
-  c.onExternalId(50, 0);
+  c.onExternalId(50, 0);  // not externalIdOfCall(anything)
   c.onKernel(kernel(50, "k"));
   EXPECT_TRUE(c.takeAttributed().empty());
 }
 
 TEST(KernelCorrelation, NamesAreDemangled) {
   KernelCorrelation c;
-  c.onExternalId(60, externalIdOfCall(2));
-  c.onKernel(kernel(60, "_ZN5cudnn6fusion28compute_dot_do_o_specializedEv"));
-  auto out = c.takeAttributed();
+  auto out = mappedThenLaunched(c, 60, 2, "_ZN5cudnn6fusion28compute_dot_do_o_specializedEv");
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].name, "cudnn::fusion::compute_dot_do_o_specialized()");
   EXPECT_EQ(demangleKernelName("cudnn_generated_fort_native_sdpa_sm90_flash_bprop"),
