@@ -79,9 +79,9 @@ class CapturePolicy {
   // only unbounded); `clock` is for tests.
   void configure(CapturePlan plan, ProgressReader progress = {}, Clock clock = {});
 
-  // Why `rec`, whose health is known, is captured; nullopt when it is not. The first source edge is claimed by the first call that asks;
-  // audits as the header says, `audit_key` naming the call's (signature, layer, phase), hashed
-  // (auditKey() in call_capture.cpp).
+  // Why `rec`, whose health is known, is captured; nullopt when it is not. The first source
+  // edge is claimed by the first call that asks; audits as the header says, `audit_key` naming
+  // the call's (signature, layer, phase), hashed (auditKey() in call_capture.cpp).
   std::optional<CaptureTrigger> triggerFor(const CallRecord& rec, std::optional<uint64_t> audit_key = std::nullopt);
 
   // Whether audits are on: only then is a call's audit key worth working out.
