@@ -1,5 +1,5 @@
 // The audit's judge inside `nanprov run --audit`: while the training runs, a thread here watches
-// the run's captures/ for audit captures (which calls, see probes/capture_policy.h) and has the
+// the run's captures/ for audit captures (which calls, see probes/core/capture_policy.h) and has the
 // replay engine, one long-lived process, judge each against the float64 reference, which keeps
 // CAPTURE.audit.json (store/audit_file.h) and prints a line. The
 // training process only copies the tensors out; all judging happens here, off its threads and

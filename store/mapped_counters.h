@@ -6,7 +6,7 @@
 //    so the report can say how many of the last calls never reached the store;
 //  - the audit's progress (rank-<r>.audit-progress, kAuditProgressSlots): how many of the rank's
 //    audit captures `nanprov run`'s judge has judged, and how long judging them took, which the
-//    probes read to pace the audit's rotation (probes/capture_policy.h).
+//    probes read to pace the audit's rotation (probes/core/capture_policy.h).
 #pragma once
 
 #include <cstddef>

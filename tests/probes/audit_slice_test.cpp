@@ -1,4 +1,4 @@
-#include "probes/audit_slice.h"
+#include "probes/core/audit_slice.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "probes/capture_policy.h"
+#include "probes/core/capture_policy.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // The probes' own clock: stages are exclusive (an inner stage pauses the outer one), and the
 // steady state is told apart from the trace window.
-#include "probes/probe_cost.h"
+#include "probes/core/probe_cost.h"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 // The probes' synchronous check (CPU tensors, and CUDA tensors the fused kernel cannot take)
 // against ATen's own ops, on the layouts training hands it: transposed and sliced views, stride-0
 // broadcasts, bf16/fp16/fp32/fp64, NaN and ±Inf, bool and additive masks.
-#include "probes/tensor_health.h"
+#include "probes/libtorch/tensor_health.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>

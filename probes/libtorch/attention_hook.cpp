@@ -1,4 +1,4 @@
-#include "probes/attention_hook.h"
+#include "probes/libtorch/attention_hook.h"
 
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -15,16 +15,16 @@
 
 #include "base/env.h"
 #include "base/records/call_name.h"
-#include "probes/call_capture.h"
-#include "probes/call_recording.h"
-#include "probes/device_checks.h"
-#include "probes/foreign_calls.h"
-#include "probes/gradient_sentinel.h"
+#include "probes/libtorch/call_capture.h"
+#include "probes/libtorch/call_recording.h"
+#include "probes/libtorch/device_checks.h"
+#include "probes/libtorch/foreign_calls.h"
+#include "probes/libtorch/gradient_sentinel.h"
 #include "base/records/roles.h"
-#include "probes/probe_cost.h"
-#include "probes/session.h"
-#include "probes/softmax_attention.h"
-#include "probes/tensor_health.h"
+#include "probes/core/probe_cost.h"
+#include "probes/core/session.h"
+#include "probes/libtorch/softmax_attention.h"
+#include "probes/libtorch/tensor_health.h"
 #include "tracer/kernel_tracer.h"
 
 namespace nanprov {
@@ -132,7 +132,7 @@ uintptr_t addressOf(const Tensors& tensors, Role role) {
 
 }  // namespace
 
-// Shared with foreign_calls.cpp (probes/call_recording.h).
+// Shared with foreign_calls.cpp (probes/libtorch/call_recording.h).
 
 bool insideProbedOp() { return t_depth > 0; }
 

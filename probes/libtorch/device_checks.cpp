@@ -1,4 +1,4 @@
-#include "probes/device_checks.h"
+#include "probes/libtorch/device_checks.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
@@ -12,8 +12,8 @@
 #include <mutex>
 
 #include "base/env.h"
-#include "probes/probe_cost.h"
-#include "probes/session.h"
+#include "probes/core/probe_cost.h"
+#include "probes/core/session.h"
 
 #if NANPROV_HAVE_CUDA
 #include "kernels/health_check_queue.h"

@@ -1,4 +1,4 @@
-#include "probes/call_selector.h"
+#include "probes/core/call_selector.h"
 
 #include <algorithm>
 

@@ -1,6 +1,6 @@
-// The C entry points the Python bootstrap calls through ctypes. Tiny on purpose: each reads its
-// argument, forwards to the Session, and never lets an exception or a failure reach the
-// training process.
+// The C entry points the Python bootstrap calls through ctypes (declared in c_abi.h). Tiny on
+// purpose: each reads its argument, forwards to the Session, and never lets an exception or a
+// failure reach the training process.
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -18,9 +18,10 @@
 #include <vector>
 
 #include "base/crash_backtrace.h"
-#include "probes/attention_hook.h"
-#include "probes/foreign_calls.h"
-#include "probes/session.h"
+#include "probes/libtorch/c_abi.h"
+#include "probes/libtorch/attention_hook.h"
+#include "probes/libtorch/foreign_calls.h"
+#include "probes/core/session.h"
 
 namespace {
 thread_local std::string t_last_error;
@@ -82,10 +83,9 @@ void installExitHooks() {
 }
 }
 
-extern "C" {
+// The C ABI (probes/libtorch/c_abi.h says what each function does).
 
-// Returns 0 when the probes are live. On failure returns 1 and nanprov_last_error() says why.
-__attribute__((visibility("default"))) int nanprov_start() {
+int nanprov_start(void) {
   if (const char* debug = std::getenv("NANPROV_DEBUG_CRASH"); debug && *debug == '1') {
     nanprov::printBacktraceOnCrash();  // for bug reports; off by default: the training owns its handlers
   }
@@ -100,37 +100,25 @@ __attribute__((visibility("default"))) int nanprov_start() {
   return 0;
 }
 
-__attribute__((visibility("default"))) const char* nanprov_last_error() { return t_last_error.c_str(); }
+const char* nanprov_last_error(void) { return t_last_error.c_str(); }
 
-// `step` is the number of optimizer steps completed so far.
-__attribute__((visibility("default"))) void nanprov_step(long long step) {
+void nanprov_step(long long step) {
   nanprov::Session::get().stepEnded(step);
 }
 
-// `resolve` fills a buffer with the module path of the calling thread's innermost running module
-// and returns its length; the bootstrap implements it by walking the Python stack.
-__attribute__((visibility("default"))) void nanprov_set_module_resolver(nanprov::Session::ModuleResolver resolve) {
+void nanprov_set_module_resolver(nanprov_module_resolver resolve) {
   nanprov::Session::setModuleResolver(resolve);
 }
 
-// Attention the bootstrap recognised but the probes cannot check (FlexAttention, attention inside
-// a compiled graph that is no ATen op): counted, so the report does not call the run clean.
-__attribute__((visibility("default"))) void nanprov_count_unprobed(const char* what, long long n) {
+void nanprov_count_unprobed(const char* what, long long n) {
   if (what && n > 0) nanprov::Session::get().countUnprobed(what, n);
 }
 
-// Around a torch.compile'd graph: whether the user's code runs it with gradients (1), without
-// (0), or -1 when it returned. Inside a compiled training graph autograd turns gradients off,
-// which must not read as inference.
-__attribute__((visibility("default"))) void nanprov_compiled_grad_mode(int mode) {
+void nanprov_compiled_grad_mode(int mode) {
   nanprov::setCompiledGradMode(mode);
 }
 
-// --probe-op: probes the dispatcher op `name` ("ffpa_attn::attn") as backend `backend`, with
-// `roles` "q=ARG,k=ARG,v=ARG,o=ARG" naming its schema arguments (any may be left out). Returns ""
-// when it is probed, else why not (the op may not be registered yet: the bootstrap retries).
-__attribute__((visibility("default"))) const char* nanprov_probe_op(const char* name, const char* roles,
-                                                                    const char* backend) {
+const char* nanprov_probe_op(const char* name, const char* roles, const char* backend) {
   static thread_local std::string why;
   std::vector<std::pair<std::string, nanprov::Role>> mapped;
   std::string text = roles ? roles : "";
@@ -152,13 +140,11 @@ __attribute__((visibility("default"))) const char* nanprov_probe_op(const char* 
   return why.c_str();
 }
 
-// Forward calls recorded through torch.ops.nanprov.record_call on this thread so far.
-__attribute__((visibility("default"))) long long nanprov_foreign_calls() { return nanprov::foreignCallsRecorded(); }
+long long nanprov_foreign_calls(void) { return nanprov::foreignCallsRecorded(); }
 
-// Final flush; called from the interpreter's exit. Later calls are no-ops.
-__attribute__((visibility("default"))) void nanprov_shutdown() {
+void nanprov_shutdown(void) {
   nanprov::Session::get().finalize();
   nanprov::Session::setModuleResolver(nullptr);
 }
 
-}  // extern "C"
+

@@ -1,4 +1,4 @@
-#include "probes/softmax_attention.h"
+#include "probes/libtorch/softmax_attention.h"
 
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -10,9 +10,9 @@
 #include <string>
 #include <string_view>
 
-#include "probes/call_recording.h"
-#include "probes/foreign_calls.h"
-#include "probes/session.h"
+#include "probes/libtorch/call_recording.h"
+#include "probes/libtorch/foreign_calls.h"
+#include "probes/core/session.h"
 
 namespace nanprov {
 namespace {

@@ -1,4 +1,4 @@
-#include "probes/call_identity.h"
+#include "probes/core/call_identity.h"
 
 #include <cctype>
 

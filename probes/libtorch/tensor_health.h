@@ -1,11 +1,11 @@
 // Health of one tensor, exact: NaN, +Inf, -Inf, largest finite |x|, all-zero, and for masks
 // the fully masked rows. This is the synchronous path: CPU tensors, and CUDA tensors the fused
-// kernel cannot read (probes/device_checks.h). Reading never changes the tensor.
+// kernel cannot read (probes/libtorch/device_checks.h). Reading never changes the tensor.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
-#include "probes/injection.h"
+#include "probes/core/injection.h"
 #include "base/records/roles.h"
 #include "base/records/call_record.h"
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "probes/call_selector.h"
+#include "probes/core/call_selector.h"
 #include "base/records/roles.h"
 #include "base/status.h"
 

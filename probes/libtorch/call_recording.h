@@ -6,10 +6,10 @@
 #include <exception>
 #include <string>
 
-#include "probes/call_capture.h"
-#include "probes/call_identity.h"
+#include "probes/libtorch/call_capture.h"
+#include "probes/core/call_identity.h"
 #include "base/records/roles.h"
-#include "probes/session.h"
+#include "probes/core/session.h"
 
 namespace nanprov {
 

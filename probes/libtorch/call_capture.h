@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "probes/tensor_health.h"
+#include "probes/libtorch/tensor_health.h"
 #include "base/records/call_record.h"
 
 namespace nanprov {

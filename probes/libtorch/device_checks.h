@@ -8,8 +8,8 @@
 
 #include <cstdint>
 
-#include "probes/call_capture.h"
-#include "probes/tensor_health.h"
+#include "probes/libtorch/call_capture.h"
+#include "probes/libtorch/tensor_health.h"
 #include "base/records/call_record.h"
 
 namespace nanprov {

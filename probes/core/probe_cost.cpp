@@ -1,4 +1,4 @@
-#include "probes/probe_cost.h"
+#include "probes/core/probe_cost.h"
 
 #include <array>
 #include <atomic>

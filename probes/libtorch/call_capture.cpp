@@ -1,4 +1,4 @@
-#include "probes/call_capture.h"
+#include "probes/libtorch/call_capture.h"
 
 #include <ATen/ATen.h>
 #include <ATen/detail/CUDAHooksInterface.h>
@@ -18,11 +18,11 @@
 
 #include "base/records/call_name.h"
 #include "base/records/torch_dtype.h"
-#include "probes/audit_slice.h"
+#include "probes/core/audit_slice.h"
 #include "base/records/call_health.h"
-#include "probes/probe_cost.h"
+#include "probes/core/probe_cost.h"
 #include "base/records/roles.h"
-#include "probes/session.h"
+#include "probes/core/session.h"
 #include "store/capture_file.h"
 
 #if NANPROV_HAVE_CUDA

@@ -1,4 +1,4 @@
-#include "probes/session.h"
+#include "probes/core/session.h"
 
 #include <pthread.h>
 #include <unistd.h>
@@ -77,7 +77,7 @@ Status Session::start() {
   CapturePolicy::ProgressReader progress;
   if (plan->audit.on) {
     // The judge in `nanprov run` counts what it judged of this rank's audit captures here; the
-    // rotation paces itself by it (probes/capture_policy.h).
+    // rotation paces itself by it (probes/core/capture_policy.h).
     auto counters = MappedCounters::open((std::filesystem::path(run_dir_) / auditProgressName(env_.rank)).string(),
                                          kAuditProgressSlots);
     if (counters.ok()) {

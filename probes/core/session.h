@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "probes/call_identity.h"
-#include "probes/capture_policy.h"
-#include "probes/injection.h"
+#include "probes/core/call_identity.h"
+#include "probes/core/capture_policy.h"
+#include "probes/core/injection.h"
 #include "base/records/call_record.h"
 #include "base/status.h"
 

@@ -1,4 +1,4 @@
-#include "probes/foreign_calls.h"
+#include "probes/libtorch/foreign_calls.h"
 
 #include <ATen/ATen.h>
 #include <torch/library.h>
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "probes/call_recording.h"
+#include "probes/libtorch/call_recording.h"
 
 namespace nanprov {
 namespace {

@@ -1,4 +1,4 @@
-#include "probes/gradient_sentinel.h"
+#include "probes/libtorch/gradient_sentinel.h"
 
 #include <c10/core/Event.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
@@ -10,7 +10,7 @@
 #include <mutex>
 #include <sstream>
 
-#include "probes/session.h"
+#include "probes/core/session.h"
 
 namespace nanprov {
 namespace {

@@ -1,4 +1,4 @@
-#include "probes/tensor_health.h"
+#include "probes/libtorch/tensor_health.h"
 
 #include <ATen/ATen.h>
 

@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "probes/call_selector.h"
+#include "probes/core/call_selector.h"
 #include "base/records/call_record.h"
 #include "base/status.h"
 

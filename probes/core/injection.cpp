@@ -1,4 +1,4 @@
-#include "probes/injection.h"
+#include "probes/core/injection.h"
 
 #include <limits>
 #include <optional>

@@ -1,0 +1,80 @@
+"""Module paths inside torch.compile'd code, and FlexAttention a compiled graph ran unseen."""
+from . import compiled_flex
+from .module_paths import dynamo_path
+
+
+# Graph nodes that make one probed attention call each at run time (the fast-path encoder layer
+# makes its one through the MHA op inside it).
+_PROBED_IN_GRAPHS = ("scaled_dot_product", "_native_multi_head_attention", "_transformer_encoder_layer_fwd")
+# Attention a compiled graph may hold that runs as no probed ATen op at run time: probed only
+# where compiled_flex's Inductor pass brackets it, counted as unprobed where it did not.
+_FOREIGN_IN_GRAPHS = ("flex_attention",)
+
+
+class _CompiledGraph:
+    """One graph Dynamo compiled: its attention calls' module paths, in graph order, and how many
+    calls of each foreign kind (FlexAttention) it holds."""
+
+    def __init__(self, gm, foreign_probed):
+        self.paths, self.foreign = [], {}
+        for node in gm.graph.nodes:
+            name = getattr(node.target, "__name__", str(node.target))
+            if node.op != "call_function":
+                continue
+            # By name and by text: a higher-order op's __name__ differs across torch versions
+            # ("flex_attention", or only str(target) names it).
+            foreign = [u for u in _FOREIGN_IN_GRAPHS if u in name or u in str(node.target)]
+            if foreign and "backward" not in name:
+                self.foreign[foreign[0]] = self.foreign.get(foreign[0], 0) + 1
+            if any(probed in name for probed in _PROBED_IN_GRAPHS) or (foreign and foreign_probed):
+                stack = node.meta.get("nn_module_stack") or {}
+                entries = list(stack.values())
+                self.paths.append(dynamo_path(entries[-1][0]) if entries else "")
+        self.next = 0
+
+
+def watch(lib, torch, output_graph, modules):
+    """Module paths inside torch.compile'd code, where no module frame runs.
+
+    Every graph Dynamo hands to a backend is read once for the module path of each attention
+    node (its nn_module_stack); the compiled function is wrapped so that, while it runs, the
+    attention calls it makes are named in that order. The compiled code itself is untouched.
+    """
+    cls = output_graph.OutputGraph
+    original = cls.call_user_compiler
+
+    def call_user_compiler(self, gm, *args, **kwargs):
+        compiled = original(self, gm, *args, **kwargs)
+        try:
+            graph = _CompiledGraph(gm, compiled_flex.installed())
+        except Exception:
+            return compiled
+        if not graph.paths and not graph.foreign:
+            return compiled
+
+        def run(*a, **k):
+            stack = getattr(modules.compiled, "stack", None)
+            if stack is None:
+                stack = modules.compiled.stack = []
+            graph.next = 0
+            stack.append(graph)
+            recorded_before = lib.nanprov_foreign_calls()
+            lib.nanprov_compiled_grad_mode(1 if torch.is_grad_enabled() else 0)
+            try:
+                return compiled(*a, **k)
+            finally:
+                lib.nanprov_compiled_grad_mode(-1)
+                stack.pop()
+                # FlexAttention calls recorded while the graph ran: bracketed by compiled_flex's
+                # pass, or run eagerly (the eager backend); the rest went unseen.
+                unseen = sum(graph.foreign.values()) - (lib.nanprov_foreign_calls() - recorded_before)
+                for what, n in graph.foreign.items():
+                    n = min(n, unseen)
+                    if n > 0:
+                        lib.nanprov_count_unprobed(what.encode(), n)
+                        unseen -= n
+
+        run.__wrapped__ = compiled
+        return run
+
+    cls.call_user_compiler = call_user_compiler

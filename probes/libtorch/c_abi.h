@@ -1,0 +1,42 @@
+// The C ABI of libnanprov_probes: all the Python bootstrap calls, through ctypes. The bootstrap's
+// table of the same functions (probes/bootstrap/nanprov_boot/probe_library.py) is checked
+// against this header by tests/probes/abi_table_test.py, so keep one declaration per line.
+#pragma once
+
+#include <stddef.h>
+
+#define NANPROV_API __attribute__((visibility("default")))
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// Fills `buffer` with the module path of the calling thread's innermost running module and
+// returns its length; the bootstrap implements it by walking the Python stack.
+typedef int (*nanprov_module_resolver)(char* buffer, size_t capacity);
+
+// Returns 0 when the probes are live. On failure returns 1 and nanprov_last_error() says why.
+NANPROV_API int nanprov_start(void);
+NANPROV_API const char* nanprov_last_error(void);
+// `step` is the number of optimizer steps completed so far.
+NANPROV_API void nanprov_step(long long step);
+NANPROV_API void nanprov_set_module_resolver(nanprov_module_resolver resolve);
+// Attention the bootstrap recognised but the probes cannot check (FlexAttention, attention inside
+// a compiled graph that is no ATen op): counted, so the report does not call the run clean.
+NANPROV_API void nanprov_count_unprobed(const char* what, long long n);
+// Around a torch.compile'd graph: whether the user's code runs it with gradients (1), without
+// (0), or -1 when it returned. Inside a compiled training graph autograd turns gradients off,
+// which must not read as inference.
+NANPROV_API void nanprov_compiled_grad_mode(int mode);
+// --probe-op: probes the dispatcher op `name` ("ffpa_attn::attn") as backend `backend`, with
+// `roles` "q=ARG,k=ARG,v=ARG,o=ARG" naming its schema arguments (any may be left out). Returns ""
+// when it is probed, else why not (the op may not be registered yet: the bootstrap retries).
+NANPROV_API const char* nanprov_probe_op(const char* name, const char* roles, const char* backend);
+// Forward calls recorded through torch.ops.nanprov.record_call on this thread so far.
+NANPROV_API long long nanprov_foreign_calls(void);
+// Final flush; called from the interpreter's exit. Later calls are no-ops.
+NANPROV_API void nanprov_shutdown(void);
+
+#ifdef __cplusplus
+}  // extern "C"
+#endif
