@@ -1,6 +1,7 @@
 // NVTX 3 is header-only: without an attached tool every call is a check of a null pointer.
 #include <nvtx3/nvToolsExt.h>
 
+#include <cstdlib>
 #include <string>
 
 #include "tracer/kernel_tracer.h"
@@ -25,5 +26,13 @@ void pushCallRange(const std::string& label) {
 }
 
 void popCallRange() { nvtxDomainRangePop(domain()); }
+
+bool nvtxToolAttached() {
+  static const bool attached = [] {
+    const char* path = std::getenv("NVTX_INJECTION64_PATH");
+    return path && *path;
+  }();
+  return attached;
+}
 
 }  // namespace nanprov

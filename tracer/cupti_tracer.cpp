@@ -186,6 +186,8 @@ class CuptiTracer final : public KernelTracer {
     return true;
   }
 
+  bool wantsLabel() const override { return live() || nvtxToolAttached(); }
+
   void exit() override {
     if (t_pushed > 0) {
       uint64_t id = 0;
@@ -200,6 +202,7 @@ class CuptiTracer final : public KernelTracer {
     if (yielded_) return;
     yielded_ = true;
     yield_reason_ = reason;
+    refreshLive();
   }
 
   void reclaim() override {
@@ -210,6 +213,7 @@ class CuptiTracer final : public KernelTracer {
     Status st = enableCollection();
     yielded_ = !st.ok();
     if (!st.ok()) yield_reason_ = "CUPTI could not be taken back after another profiler: " + st.message();
+    refreshLive();
   }
 
   void pause(const std::string& reason) override {
@@ -217,6 +221,7 @@ class CuptiTracer final : public KernelTracer {
     if (!started_ok_ || paused_) return;
     paused_ = true;
     pause_reason_ = reason;
+    refreshLive();
     if (yielded_) return;  // the other profiler owns the kinds now
     const Cupti& c = g_shared->cupti;
     c.flushAll(0);  // may run bufferCompleted here, taking g_shared->mu inside mu_ (the lock order)
@@ -301,10 +306,9 @@ class CuptiTracer final : public KernelTracer {
     c.enableDomain(1, subscriber, CUPTI_CB_DOMAIN_RUNTIME_API);
   }
 
-  bool live() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return started_ok_ && !yielded_ && !paused_;
-  }
+  // Read on every call, so without the lock: the flags' writers publish it under mu_.
+  bool live() const { return live_.load(std::memory_order_acquire); }
+  void refreshLive() { live_.store(started_ok_ && !yielded_ && !paused_, std::memory_order_release); }
 
   Status startOnce() {
     if (const char* off = std::getenv("NANPROV_KERNELS"); off && std::strcmp(off, "off") == 0) {
@@ -317,6 +321,7 @@ class CuptiTracer final : public KernelTracer {
     std::lock_guard<std::mutex> lock(mu_);
     Status st = enableCollection();
     started_ok_ = st.ok();
+    refreshLive();
     return st;  // result_ is set by start(), which holds no lock while this runs
   }
 
@@ -381,6 +386,7 @@ class CuptiTracer final : public KernelTracer {
   bool yielded_ = false;
   std::string yield_reason_;
   bool paused_ = false;
+  std::atomic<bool> live_{false};  // started_ok_ && !yielded_ && !paused_
   std::string pause_reason_;
   int boundaries_since_pause_ = 0;
   bool detach_requested_ = false;  // only collect() touches it, from the step boundary

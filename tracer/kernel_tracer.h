@@ -36,8 +36,12 @@ class KernelTracer {
   virtual Status start() = 0;
 
   // Around one attention call, on the thread that runs it. Returns true when its kernels will be
-  // attributed; otherwise unattributedReason() says why.
+  // attributed; otherwise unattributedReason() says why. `label` names the NVTX range; it may be
+  // empty when wantsLabel() said no.
   virtual bool enter(int64_t seq, const std::string& label) = 0;
+  // Whether a call's label is read: while kernels are traced, or while an NVTX tool (Nsight) is
+  // attached. After the trace window a call then builds no string for the tracer.
+  virtual bool wantsLabel() const = 0;
   virtual void exit() = 0;
 
   // Another profiler holds CUPTI: stop attributing until reclaim(). Calls meanwhile are
@@ -61,6 +65,8 @@ class KernelTracer {
 // NVTX ranges in domain "nanprov", so Nsight Systems shows the same rank:layer:call labels.
 // Cost nothing when no tool is attached.
 void pushCallRange(const std::string& label);
+// An NVTX tool was injected into this process (NVTX_INJECTION64_PATH, as Nsight sets it).
+bool nvtxToolAttached();
 void popCallRange();
 
 }  // namespace nanprov

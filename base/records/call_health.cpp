@@ -18,6 +18,18 @@ int64_t faultyValues(const TensorHealth& t, bool call_masks_rows) {
   return t.nan + t.posinf + (neginf_legal ? 0 : t.neginf);
 }
 
+EdgeKind edgeKindOf(const CallRecord& call) {
+  bool masks_rows = false, bad_output = false;
+  for (const TensorHealth& t : call.tensors) masks_rows = masks_rows || t.masked_rows > 0;
+  for (const TensorHealth& t : call.tensors) {
+    if (faultyValues(t, masks_rows) == 0) continue;
+    auto role = parseRole(t.role);
+    if (!(role && isOutputRole(call.phase, *role))) return EdgeKind::kPropagated;
+    bad_output = true;
+  }
+  return bad_output ? EdgeKind::kSourceEdge : EdgeKind::kClean;
+}
+
 CallHealth classify(const CallRecord& call) {
   bool masks_rows = false;
   for (const TensorHealth& t : call.tensors) masks_rows = masks_rows || t.masked_rows > 0;

@@ -26,5 +26,7 @@ int64_t faultyValues(const TensorHealth& t, bool call_masks_rows);
 
 // Source edge: every checked input finite, some output not. Propagated: some input not finite.
 CallHealth classify(const CallRecord& call);
+// classify(call).kind without naming the roles: what the probes store with every call.
+EdgeKind edgeKindOf(const CallRecord& call);
 
 }  // namespace nanprov

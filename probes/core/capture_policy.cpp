@@ -72,7 +72,7 @@ std::optional<CaptureTrigger> CapturePolicy::triggerFor(const CallRecord& rec, s
   }
   if (plan_.every > 0 && rec.seq % plan_.every == 0) return CaptureTrigger::kEvery;
   const bool wants_kind = (plan_.first_source_edge && !source_edge_taken_) || (plan_.audit.on && audit_key);
-  const EdgeKind kind = wants_kind ? classify(rec).kind : EdgeKind::kClean;
+  const EdgeKind kind = wants_kind ? static_cast<EdgeKind>(rec.health) : EdgeKind::kClean;
   if (plan_.first_source_edge && !source_edge_taken_ && kind == EdgeKind::kSourceEdge) {
     source_edge_taken_ = true;
     return CaptureTrigger::kFirstSourceEdge;

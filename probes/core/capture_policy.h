@@ -79,7 +79,7 @@ class CapturePolicy {
   // only unbounded); `clock` is for tests.
   void configure(CapturePlan plan, ProgressReader progress = {}, Clock clock = {});
 
-  // Why `rec`, whose health is known, is captured; nullopt when it is not. The first source
+  // Why `rec`, whose health is known and classified (rec.health), is captured; nullopt when it is not. The first source
   // edge is claimed by the first call that asks; audits as the header says, `audit_key` naming
   // the call's (signature, layer, phase), hashed (auditKey() in call_capture.cpp).
   std::optional<CaptureTrigger> triggerFor(const CallRecord& rec, std::optional<uint64_t> audit_key = std::nullopt);

@@ -135,9 +135,6 @@ void Session::callBegun() {
 
 void Session::record(CallRecord record) {
   if (!active()) return;
-  record.rank = env_.rank;
-  // Classified here, where the tensors' health is known, so readers find edges by index.
-  record.health = static_cast<int>(classify(record).kind);
   if (StoreWriter* w = writer()) w->append(std::move(record));
 }
 

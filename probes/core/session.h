@@ -46,8 +46,9 @@ class Session {
   int rank() const { return env_.rank; }
   const std::string& runDir() const { return run_dir_; }
 
-  // Queues a call for the store; the store file is created by the first call, so processes that
-  // never run attention (a torchrun launcher) leave no file behind.
+  // Queues a call for the store, as its maker left it (rank and health set: recordFor and
+  // recordCheckedCall in probes/libtorch). The store file is created by the first call, so
+  // processes that never run attention (a torchrun launcher) leave no file behind.
   void record(CallRecord record);
   void recordKernels(std::vector<KernelRecord> kernels);
   void recordCapture(CaptureRecord capture);

@@ -20,6 +20,7 @@
 #include "probes/libtorch/device_checks.h"
 #include "probes/libtorch/foreign_calls.h"
 #include "probes/libtorch/gradient_sentinel.h"
+#include "probes/libtorch/module_path_cache.h"
 #include "base/records/roles.h"
 #include "probes/core/probe_cost.h"
 #include "probes/core/session.h"
@@ -123,6 +124,13 @@ Tensors takeOutputs(const AttentionOp& desc, const Stack& stack, size_t num_retu
   return outputs;
 }
 
+at::Tensor tensorOf(const Tensors& tensors, Role role) {
+  for (const auto& [r, t] : tensors) {
+    if (r == role) return t;
+  }
+  return {};
+}
+
 uintptr_t addressOf(const Tensors& tensors, Role role) {
   for (const auto& [r, t] : tensors) {
     if (r == role && t.has_storage()) return reinterpret_cast<uintptr_t>(t.data_ptr());
@@ -155,13 +163,16 @@ bool insideAttentionCall() { return t_depth > 0 || t_sdpa_depth > 0; }
 
 // Where a forward call runs: its module, whether autograd's engine is running it (activation
 // checkpointing recomputing the forward inside backward), and whether gradients are on.
-ForwardSite siteOfForward() {
+ForwardSite siteOfForward(const at::Tensor& q) {
+  static auto* module_paths = new ModulePathCache();  // leaked, as the dispatcher's kernels that use it
   ForwardSite site;
-  site.module = Session::modulePath();
+  site.compiled = !t_compiled_grad.empty();
+  // Inside a compiled graph the bootstrap names calls in graph order: every call must ask it.
+  site.module = site.compiled ? Session::modulePath()
+                              : module_paths->path(ModulePathCache::sourceParameter(q), [] { return Session::modulePath(); });
   site.in_backward = torch::autograd::get_current_graph_task_id() != -1;
   site.grad_enabled = t_compiled_grad.empty() ? at::GradMode::is_enabled() : t_compiled_grad.back();
   site.grad_enabled = site.grad_enabled && !c10::InferenceMode::is_enabled();
-  site.compiled = !t_compiled_grad.empty();
   return site;
 }
 
@@ -180,9 +191,11 @@ std::string reasonOf(const std::exception& e) {
   return what.empty() ? std::string("exception of type ") + typeid(e).name() : what;
 }
 
+// The rank is set here, once: every record begins here.
 CallRecord recordFor(const CallName& name, const AttentionOp& desc, Phase phase) {
-  Session::get().callBegun();
-  return CallRecord{.seq = name.seq, .step = name.step, .layer = name.layer, .call = name.call, .phase = phase,
+  Session& session = Session::get();
+  session.callBegun();
+  return CallRecord{.seq = name.seq, .rank = session.rank(), .step = name.step, .layer = name.layer, .call = name.call, .phase = phase,
                     .fwd_seq = name.fwd_seq, .recompute = name.recompute, .op = desc.name, .backend = desc.backend,
                     .module = name.module};
 }
@@ -202,8 +215,7 @@ CallTrace::CallTrace(const CallName& name, int rank) {
   } else if (tracer.yielded()) {
     tracer.reclaim();
   }
-  std::string label = callName(rank, name.layer, name.call);
-  traced_ = tracer.enter(name.seq, label);
+  traced_ = tracer.enter(name.seq, tracer.wantsLabel() ? callName(rank, name.layer, name.call) : std::string());
   if (!traced_ && reason_.empty()) reason_ = tracer.unattributedReason();
 }
 
@@ -261,7 +273,8 @@ void probeFusedCall(const ProbedOp* probed, const c10::OperatorHandle& handle, c
   guarded("attention probe", [&] {
     {
       ProbeCost::Scope cost(ProbeStage::kNaming);
-      name = desc.phase == Phase::kForward ? nameForward(siteOfForward()) : ids.backward(addressOf(inputs, Role::kO));
+      name = desc.phase == Phase::kForward ? nameForward(siteOfForward(tensorOf(inputs, Role::kQ)))
+                                           : ids.backward(addressOf(inputs, Role::kO));
     }
     ProbeCost::Scope cost(ProbeStage::kTracing);
     if (onCuda(inputs)) trace.emplace(name, session.rank());
@@ -333,7 +346,7 @@ void nativeMhaKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, 
   ++t_fused_calls;  // an enclosing encoder-layer op ran checked attention
   guarded("fast-path attention probe", [&] {
     Tensors outputs = takeOutputs(kNativeMhaOp, *stack, handle.schema().returns().size());
-    CallRecord rec = recordFor(nameForward(siteOfForward()), kNativeMhaOp, Phase::kForward);
+    CallRecord rec = recordFor(nameForward(siteOfForward(tensorOf(inputs, Role::kQ))), kNativeMhaOp, Phase::kForward);
     rec.start_ns = start;
     rec.end_ns = end;
     if (onCuda(inputs)) rec.unattributed = "the fast-path op ran its own kernels outside a traced call";
@@ -469,7 +482,7 @@ void sdpaKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack
   if (onCuda(inputs)) {
     guarded("math attention probe", [&] {
       if (!mathOnCuda(*stack)) return;
-      name = nameForward(siteOfForward());
+      name = nameForward(siteOfForward(tensorOf(inputs, Role::kQ)));
       trace.emplace(*name, Session::get().rank());
     });
   }
@@ -482,7 +495,7 @@ void sdpaKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack
   if (t_fused_calls != fused_before) return;  // a fused backend was probed underneath
   guarded("math attention probe", [&] {
     at::Tensor out = stack->back().toTensor();
-    if (!name) name = nameForward(siteOfForward());
+    if (!name) name = nameForward(siteOfForward(tensorOf(inputs, Role::kQ)));
     CallRecord rec = recordFor(*name, kMathOp, Phase::kForward);
     rec.start_ns = start;
     rec.end_ns = end;

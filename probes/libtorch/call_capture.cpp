@@ -475,7 +475,9 @@ void Captures::release(const std::vector<KernelRecord>& kernels, bool at_exit) {
 
 void recordCheckedCall(CallRecord rec, const RoleTensors& tensors, const CallArgs& args) {
   ProbeCost::Scope cost(ProbeStage::kRecording);
-  rec.rank = Session::get().rank();
+  // Classified once, here, where the tensors' health is complete: the capture policy and the
+  // store both read it (readers find edges by it).
+  rec.health = static_cast<int>(edgeKindOf(rec));
   Captures::get().offer(rec, tensors, args);
   Session::get().record(std::move(rec));
 }

@@ -23,8 +23,9 @@ bool realTensor(const at::Tensor& t);
 bool insideAttentionCall();
 
 // Where a forward call runs (module, recompute, grad mode), and its name there; a call that
-// begins the next inference forward pass closes the last one.
-ForwardSite siteOfForward();
+// begins the next inference forward pass closes the last one. Given the call's Q, the module is
+// found from the parameter behind Q once that is trusted (probes/libtorch/module_path_cache.h).
+ForwardSite siteOfForward(const at::Tensor& q = {});
 CallName nameForward(const ForwardSite& site);
 
 CallRecord recordFor(const CallName& name, const AttentionOp& desc, Phase phase);

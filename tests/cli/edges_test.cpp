@@ -57,6 +57,21 @@ TEST(EdgeClassification, MaskMinusInfAndMaskedRowLseAreLegal) {
   EXPECT_EQ(h.kind, EdgeKind::kPropagated);
 }
 
+TEST(EdgeClassification, TheKindTheProbesStoreIsClassifysKind) {
+  TensorHealth mask = tensor("mask", 0, 0, 40);
+  mask.masked_rows = 2;
+  const std::vector<CallRecord> calls = {
+      call(0, 0, 0, Phase::kForward, {tensor("Q"), tensor("K"), tensor("V"), tensor("O", 3)}),
+      call(0, 0, 0, Phase::kBackward, {tensor("dO", 1), tensor("Q"), tensor("dQ", 5)}),
+      call(0, 0, 0, Phase::kBackward, {tensor("O", 2), tensor("dQ", 2)}),
+      call(0, 0, 0, Phase::kForward, {tensor("Q"), mask, tensor("O"), tensor("LSE", 0, 0, 8)}),
+      call(0, 0, 0, Phase::kForward, {tensor("Q"), tensor("LSE", 0, 0, 8)}),
+      call(0, 0, 0, Phase::kForward, {tensor("mask", 1), tensor("O")}),
+      call(0, 0, 0, Phase::kForward, {tensor("Q"), tensor("O")}),
+  };
+  for (const CallRecord& c : calls) EXPECT_EQ(edgeKindOf(c), classify(c).kind);
+}
+
 TEST(FirstEdge, EarliestAcrossRanksByStepThenTime) {
   std::vector<CallRecord> calls = {
       call(0, 0, 10, Phase::kForward, {tensor("Q"), tensor("O")}),

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "base/records/call_health.h"
+
 namespace nanprov {
 namespace {
 
@@ -20,6 +22,7 @@ CallRecord call(int64_t seq, int64_t layer, Phase phase, int64_t nan_out, int64_
   std::string in = phase == Phase::kForward ? "Q" : "dO";
   std::string out = phase == Phase::kForward ? "O" : "dQ";
   c.tensors = {TensorHealth{.role = in, .numel = 8, .nan = nan_in}, TensorHealth{.role = out, .numel = 8, .nan = nan_out}};
+  c.health = static_cast<int>(edgeKindOf(c));  // as the probes classify a call before offering it
   return c;
 }
 
