@@ -2,6 +2,9 @@
 bf16, causal SDPA, AdamW. --batch 1 --seq 256 is the launch-bound variant. --attention fa4 runs
 FlashAttention-4's flash_attn_func instead of SDPA, --attention flex a compiled FlexAttention with a
 causal block mask: the variants whose attention nanprov sees through the bootstrap, not the dispatcher.
+--model hf-llama trains a random-init Hugging Face Llama of about 1B parameters instead (16 layers,
+d_model 2048, GQA 16/4, vocab 32000; built from a config, nothing is downloaded), B=2, S=2048 by
+default, bf16, SDPA: the model shape users run.
 
 --check picks what the training itself does to find NaNs, for the anchors:
   none     nothing (the baseline, and what runs under `nanprov run`)
@@ -80,6 +83,18 @@ class Block(nn.Module):
         return x + self.mlp(self.norm2(x))
 
 
+def hf_llama(args):
+    """A ~1B Llama from a config (transformers' SDPA attention), and its training step's loss."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=32000, hidden_size=args.d_model, intermediate_size=4 * args.d_model,
+                         num_hidden_layers=args.layers, num_attention_heads=args.heads,
+                         num_key_value_heads=max(1, args.heads // 4), max_position_embeddings=args.seq)
+    model = LlamaForCausalLM._from_config(config, attn_implementation="sdpa", dtype=torch.bfloat16).cuda()
+    tokens = torch.randint(0, config.vocab_size, (args.batch, args.seq), device="cuda")
+    return model, lambda: model(input_ids=tokens, labels=tokens).loss
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--layers", type=int, default=8)
@@ -91,21 +106,28 @@ def main():
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--check", default="none", choices=["none", "anomaly", "naive"])
     p.add_argument("--attention", default="sdpa", choices=["sdpa", "fa4", "flex"])
+    p.add_argument("--model", default="blocks", choices=["blocks", "hf-llama"])
     args = p.parse_args()
+    if args.model == "hf-llama" and (args.check == "naive" or args.attention != "sdpa"):
+        p.error("--model hf-llama runs transformers' own SDPA attention: no --check naive, no --attention")
 
     torch.manual_seed(0)
     naive = args.check == "naive"
-    attend = causal_attention(args.attention, args.seq)
-    model = nn.Sequential(*[Block(args.d_model, args.heads, naive, attend) for _ in range(args.layers)]).cuda().bfloat16()
+    if args.model == "hf-llama":
+        model, forward = hf_llama(args)
+    else:
+        attend = causal_attention(args.attention, args.seq)
+        model = nn.Sequential(*[Block(args.d_model, args.heads, naive, attend) for _ in range(args.layers)]).cuda().bfloat16()
+        x = torch.randn(args.batch, args.seq, args.d_model, device="cuda", dtype=torch.bfloat16)
+        forward = lambda: model(x).float().pow(2).mean()  # noqa: E731
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    x = torch.randn(args.batch, args.seq, args.d_model, device="cuda", dtype=torch.bfloat16)
     anomaly = torch.autograd.detect_anomaly(check_nan=True) if args.check == "anomaly" else contextlib.nullcontext()
     times, every = [], []
     with anomaly:
         for step in range(args.steps):
             torch.cuda.synchronize()
             start = time.perf_counter()
-            loss = model(x).float().pow(2).mean()
+            loss = forward()
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()

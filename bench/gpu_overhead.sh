@@ -10,14 +10,15 @@
 #             is what the sentinel's one fused check of all gradients and parameters costs
 #   anomaly   torch.autograd.detect_anomaly(check_nan=True)
 #   naive     isfinite().all() with a host sync on Q, K, V, O and their gradients
-# For each model (GPU-bound: B=4 S=2048; launch-bound: B=1 S=256) prints the median step time of
+# For each model (GPU-bound: B=4 S=2048; launch-bound: B=1 S=256; hf-llama: a random-init ~1B Hugging
+# Face Llama, 16 layers, d 2048, GQA 16/4, B=2 S=2048, bf16, AdamW) prints the median step time of
 # every configuration, its ratio to `none`, the mean over every step from the first (one-time costs
 # included: the audit's first calls, autotuning) and its ratio, and the host synchronisations
 # nanprov added per step.
 #   bench/gpu_overhead.sh [rounds] [steps]      (needs a CUDA GPU and a built nanprov on PATH)
 # BENCH_CONFIGS narrows the configurations, e.g. BENCH_CONFIGS="none nanprov checks".
 # BENCH_ATTENTION=fa4|flex runs the model with FlashAttention-4 or compiled FlexAttention (seen
-# through the bootstrap's brackets); BENCH_MODELS="gpu-bound" skips the launch-bound model.
+# through the bootstrap's brackets); BENCH_MODELS="gpu-bound" runs only that model (of gpu-bound, launch-bound, hf-llama).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 rounds="${1:-2}" steps="${2:-30}"
@@ -62,9 +63,16 @@ bench_model() {
   fi
   local calls; calls="$(nanprov sql "$tmp/$name-full-1" "SELECT COUNT(*) AS n FROM calls" --json | grep -o '[0-9]\+' | head -1)"
   echo "  host syncs added by nanprov over the whole run: $syncs ($calls attention calls checked)"
+  # The probes' own time on the training thread, by stage (meta probe_cost, first nanprov round).
+  want nanprov && echo "  probe_cost: $(nanprov sql "$tmp/$name-full-1" "SELECT value FROM meta WHERE key='probe_cost'" | tail -n +2 | sed 's/ *$//')"
 }
 
-models=(${BENCH_MODELS:-gpu-bound launch-bound})
+models=(${BENCH_MODELS:-gpu-bound launch-bound hf-llama})
 [[ " ${models[*]} " == *" gpu-bound "* ]] && bench_model gpu-bound --batch 4 --seq 2048
 [[ " ${models[*]} " == *" launch-bound "* ]] && bench_model launch-bound --batch 1 --seq 256
+# The anchors (anomaly, naive) are the hand-written model's; the HF model runs the rest.
+if [[ " ${models[*]} " == *" hf-llama "* ]]; then
+  configs=($(for c in "${configs[@]}"; do [[ "$c" == anomaly || "$c" == naive ]] || echo "$c"; done))
+  bench_model hf-llama --model hf-llama --layers 16 --batch 2 --seq 2048
+fi
 exit 0
