@@ -316,7 +316,9 @@ __global__ void __launch_bounds__(kThreads) healthCheckKernel(CheckArgs args) {
   }
   accumulate(t, args.scratch, tensor);
 
-  // The last block of the whole grid publishes every tensor's counts and resets the scratch.
+  // The last block of the whole grid publishes every tensor's counts and resets the scratch; the
+  // `written` flags come last, once both are visible to the host, so a host that sees them may
+  // take the counts and reuse the slot without asking the driver (health_check_queue.cpp).
   __shared__ bool last;
   if (threadIdx.x == 0) {
     __threadfence();
@@ -336,7 +338,6 @@ __global__ void __launch_bounds__(kThreads) healthCheckKernel(CheckArgs args) {
     out.nonzero = counts[3];
     out.masked_rows = counts[4];
     out.max_abs = __uint_as_float(*(volatile unsigned int*)&args.scratch->max_bits[from]);
-    out.written = 1;
   }
   __syncthreads();  // every result is read before its accumulators are reset
   for (int i = threadIdx.x; i < args.distinct; i += blockDim.x) {
@@ -345,6 +346,11 @@ __global__ void __launch_bounds__(kThreads) healthCheckKernel(CheckArgs args) {
     args.scratch->max_bits[i] = 0;
   }
   if (threadIdx.x == 0) args.scratch->blocks_done = 0;
+  __threadfence_system();  // this thread's counts and resets reach the host before any flag
+  __syncthreads();         // ... and every thread's
+  for (int i = threadIdx.x; i < args.count; i += blockDim.x) {
+    *static_cast<volatile uint32_t*>(&args.results[i].written) = 1;
+  }
   __threadfence_system();
 }
 

@@ -2,6 +2,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <atomic>
+
 #include "base/scoped_resource.h"
 
 namespace nanprov::kernels {
@@ -63,6 +65,16 @@ struct HealthCheckQueue::Slot {
   uint64_t token = 0;
   int count = 0;
 };
+
+// Whether the device flagged every result of `s` (health_check.cu sets the flags last). The
+// fence keeps the counts' reads after the flags' on this side.
+bool HealthCheckQueue::flagged(const Slot& s) {
+  for (int i = 0; i < s.count; ++i) {
+    if (*static_cast<const volatile uint32_t*>(&s.results[i].written) != 1) return false;
+  }
+  std::atomic_thread_fence(std::memory_order_acquire);
+  return true;
+}
 
 StatusOr<std::unique_ptr<HealthCheckQueue>> HealthCheckQueue::create(int device, int slots) {
   int devices = 0;
@@ -143,11 +155,17 @@ int HealthCheckQueue::collectLocked(const Ready& ready, bool wait, int limit) {
   int n = 0;
   while (in_flight_ > 0 && n < limit) {
     Slot& s = slots_[head_];
-    cudaError_t state = wait ? cudaEventSynchronize(s.done.get()) : cudaEventQuery(s.done.get());
-    if (state == cudaErrorNotReady) break;
-    // On any other error the counts cannot be trusted: hand the slot over with count 0.
-    bool ok = state == cudaSuccess;
-    for (int i = 0; ok && i < s.count; ++i) ok = s.results[i].written == 1;
+    // The check's own flags first: its last block sets them once its counts and scratch resets
+    // are visible here, so a finished check costs no driver call (cudaEventQuery: 1.3 us on the
+    // H200, bench/check_completion.cpp). The event is asked only for a check not yet flagged:
+    // still running, or failed on the device (it never flags then).
+    bool ok = flagged(s);
+    if (!ok) {
+      cudaError_t state = wait ? cudaEventSynchronize(s.done.get()) : cudaEventQuery(s.done.get());
+      if (state == cudaErrorNotReady) break;
+      // On any other error the counts cannot be trusted: hand the slot over with count 0.
+      ok = state == cudaSuccess && flagged(s);
+    }
     ready(s.token, s.results, ok ? s.count : 0);
     head_ = (head_ + 1) % slots_.size();
     --in_flight_;

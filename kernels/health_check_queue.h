@@ -1,6 +1,7 @@
 // HealthCheckQueue: the fused checks of one CUDA device in flight. Each check gets a slot
-// (device scratch, host-mapped results, an event); results are collected once the event has
-// completed, so no check ever waits for the GPU, except when every slot is taken.
+// (device scratch, host-mapped results, an event); results are collected once the check has
+// flagged them in the mapped results (the event is asked only about checks not yet flagged), so
+// no check ever waits for the GPU, except when every slot is taken.
 // No LibTorch; thread-safe (forward and backward calls come from different threads).
 #pragma once
 
@@ -49,6 +50,7 @@ class HealthCheckQueue {
 
  private:
   struct Slot;
+  static bool flagged(const Slot& s);
   HealthCheckQueue() = default;
   int collectLocked(const Ready& ready, bool wait, int limit);
 
