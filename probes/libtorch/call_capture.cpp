@@ -5,16 +5,13 @@
 
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
 #include <filesystem>
 #include <map>
 #include <optional>
 #include <mutex>
-#include <thread>
 
 #include "base/records/call_name.h"
 #include "base/records/torch_dtype.h"
@@ -225,241 +222,16 @@ std::optional<AuditSlice> auditSliceOf(const CallRecord& rec, const RoleTensors&
   return slice;
 }
 
-struct Job {
-  CaptureRecord row;
-  CaptureFile file;
-  std::string unattributed;  // why the call's kernels are unknown
-};
-
-// One background thread writes the files, in order, so the training thread never waits on disk.
-class FileWriter {
- public:
-  void push(Job job) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!started_) {
-      std::thread([this] { run(); }).detach();  // lives until the process exits
-      started_ = true;
-    }
-    queue_.push_back(std::move(job));
-    wake_.notify_all();
-  }
-
-  // Waits, at most `limit`, until every queued file is written.
-  bool waitIdle(std::chrono::seconds limit) {
-    std::unique_lock<std::mutex> lock(mu_);
-    return idle_.wait_for(lock, limit, [this] { return queue_.empty() && !busy_; });
-  }
-
- private:
-  void run() {
-    std::unique_lock<std::mutex> lock(mu_);
-    for (;;) {
-      wake_.wait(lock, [this] { return !queue_.empty(); });
-      Job job = std::move(queue_.front());
-      queue_.pop_front();
-      busy_ = true;
-      lock.unlock();
-      write(job);
-      lock.lock();
-      busy_ = false;
-      if (queue_.empty()) idle_.notify_all();
-    }
-  }
-
-  static void write(Job& job) {
-    namespace fs = std::filesystem;
-    fs::path dir = fs::path(Session::get().runDir()) / "captures";
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    Status st = ec ? Status::Error("cannot create " + dir.string() + ": " + ec.message())
-                   : writeCapture((dir / job.row.path).string(), job.file);
-    if (!st.ok()) {
-      logOnce("capture write", "a capture was not written: " + st.message());
-      if (job.row.trigger == CaptureTrigger::kAudit) Session::get().capturePolicy().auditLost();  // never to be judged
-      job.row.skipped = "writing failed: " + st.message();
-      job.row.path.clear();
-      job.row.bytes = 0;
-    } else {
-      job.row.path = "captures/" + job.row.path;
-    }
-    Session::get().recordCapture(std::move(job.row));
-  }
-
-  std::mutex mu_;
-  std::condition_variable wake_, idle_;
-  std::deque<Job> queue_;
-  bool started_ = false;
-  bool busy_ = false;
-};
-
-class CaptureState {
- public:
-  static CaptureState& get() {
-    static CaptureState* s = new CaptureState();  // leaked: its thread runs until exit
-    return *s;
-  }
-
-  void offer(const CallRecord& rec, const RoleTensors& tensors, const CallArgs& args) {
-    CapturePolicy& policy = Session::get().capturePolicy();
-    const std::optional<uint64_t> key = policy.auditing() ? std::optional(auditKey(rec, args)) : std::nullopt;
-    const std::optional<CaptureTrigger> trigger = policy.triggerFor(rec, key);
-    if (!trigger) return;
-    if (*trigger != CaptureTrigger::kAudit) return take(rec, tensors, args, *trigger, key);
-    // The audit's own cost on the training thread (slicing, the copy to the host), which its
-    // budget counts.
-    const auto started = std::chrono::steady_clock::now();
-    take(rec, tensors, args, *trigger, key);
-    policy.addAuditCost(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - started).count());
-  }
-
-  void take(const CallRecord& rec, const RoleTensors& tensors, const CallArgs& args, CaptureTrigger trigger,
-            std::optional<uint64_t> key) {
-    Session& session = Session::get();
-    CapturePolicy& policy = session.capturePolicy();
-    CaptureRecord row;
-    row.seq = rec.seq;
-    row.trigger = trigger;
-    if (tensors.empty()) {
-      row.skipped = "its tensors were released before the check finished (over NANPROV_HOLD_BYTES)";
-      session.recordCapture(std::move(row));
-      return;
-    }
-    int64_t bytes = 0;
-    for (const auto& [role, t] : tensors) bytes += static_cast<int64_t>(t.nbytes());
-    for (const auto& [name, value] : args) {
-      if (capturedArgument(name, value)) bytes += static_cast<int64_t>(value.toTensor().nbytes());
-    }
-    const RoleTensors* kept = &tensors;
-    RoleTensors sliced;
-    std::optional<AuditSlice> slice;
-    if (trigger == CaptureTrigger::kAudit) {
-      if (std::string why = unauditable(args); !why.empty()) {
-        row.skipped = why;
-        session.recordCapture(std::move(row));
-        return;
-      }
-      AuditShape shape;
-      SliceAxes axes;
-      slice = auditSliceOf(rec, tensors, args, bytes, policy.auditPlan().slice_bytes, &shape, &axes);
-      if (slice) {
-        for (const auto& [role, t] : tensors) {
-          sliced.emplace_back(role, sliceRole(role, t, *slice, shape, axes));
-          bytes -= static_cast<int64_t>(t.nbytes()) - static_cast<int64_t>(sliced.back().second.nbytes());
-        }
-        kept = &sliced;
-      }
-    }
-    // An audit skip has no per-call figure: the report groups calls not audited by their reason.
-    if (!policy.reserve(bytes, trigger, key)) {
-      row.skipped = trigger == CaptureTrigger::kAudit
-                        ? std::string("over the audit budget: the judge was behind by --audit-max-bytes of captures")
-                        : "over the capture budget (nanprov run --capture-bytes): " + std::to_string(bytes) + " bytes";
-      session.recordCapture(std::move(row));
-      return;
-    }
-    Job job;
-    job.row = std::move(row);
-    job.row.path = fileNameOf(rec);
-    job.row.bytes = bytes;
-    job.unattributed = rec.unattributed;
-    describe(rec, *kept, args, job.file);
-    job.file.metadata["trigger"] = captureTriggerName(trigger);
-    if (slice) job.file.metadata["slice"] = slice->text;
-    if (rec.device.isCpu()) {
-      job.file.metadata["kernels"] = rec.op;  // on the CPU the ATen op is the kernel
-      job.file.metadata["kernel.main"] = rec.op;
-      writer_.push(std::move(job));
-      return;
-    }
-    std::lock_guard<std::mutex> lock(mu_);
-    waiting_.push_back(std::move(job));
-    ++device_copies_;
-  }
-
-  void release(const std::vector<KernelRecord>& kernels, bool at_exit) {
-    std::vector<Job> ready;
-    int64_t copies;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      copies = device_copies_;
-      for (const KernelRecord& k : kernels) recent_[k.seq].push_back(k);
-      while (recent_.size() > kRecentCalls) recent_.erase(recent_.begin());
-      ready.swap(waiting_);
-      for (Job& job : ready) {
-        auto it = recent_.find(job.row.seq);
-        std::string names;
-        CallKernels call_kernels;
-        if (it != recent_.end()) {
-          for (const KernelRecord& k : it->second) {
-            names += (names.empty() ? "" : "\n") + k.name;
-            call_kernels.push_back(&k);
-          }
-        }
-        job.file.metadata["kernels"] = names;
-        if (const KernelRecord* main = mainKernel(call_kernels)) job.file.metadata["kernel.main"] = main->name;
-        if (names.empty()) job.file.metadata["kernels_unattributed"] = job.unattributed;
-      }
-    }
-    for (Job& job : ready) writer_.push(std::move(job));
-    if (copies > 0) Session::get().setMeta("capture_host_copies", std::to_string(copies));
-    if (CapturePolicy& policy = Session::get().capturePolicy(); policy.auditing()) {
-      // How often the rotation ran, and how often its budget held it back: the report's coverage.
-      CapturePolicy::RotationCounts r = policy.rotationCounts();
-      Session::get().setMeta("audit_rotation", std::to_string(r.rotations) + " " + std::to_string(r.held_back));
-    }
-    if (at_exit && !writer_.waitIdle(kExitWait)) {
-      logOnce("capture exit", "captures still being written at exit were abandoned after 120 s");
-    }
-  }
-
- private:
-  static void describe(const CallRecord& rec, const RoleTensors& tensors, const CallArgs& args, CaptureFile& file) {
-    auto& meta = file.metadata;
-    CallHealth health = classify(rec);
-    meta["format"] = kCaptureFormat;
-    meta["call"] = callName(rec);
-    meta["rank"] = std::to_string(rec.rank);
-    meta["seq"] = std::to_string(rec.seq);
-    meta["step"] = std::to_string(rec.step);
-    meta["phase"] = phaseName(rec.phase);
-    meta["op"] = rec.op;
-    meta["backend"] = rec.backend;
-    meta["module"] = rec.module;
-    meta["device"] = rec.device.name();
-    meta["edge"] = edgeKindName(health.kind);
-    std::string bad;
-    for (const std::string& role : health.nonfinite_outputs) bad += (bad.empty() ? "" : ",") + role;
-    meta["nonfinite_outputs"] = bad;
-    if (!rec.injected.empty()) meta["injected"] = rec.injected;
-    describeEnvironment(rec, meta);
-    for (const auto& [role, t] : tensors) {
-      auto copy = hostCopy(roleName(role), t);
-      if (!copy) continue;
-      meta[std::string("stride.") + roleName(role)] = listText(t.strides());
-      file.tensors.push_back(std::move(*copy));
-    }
-    describeArgs(args, file);
-  }
-
-  std::mutex mu_;
-  std::vector<Job> waiting_;  // CUDA captures waiting for their kernels' names
-  // Device-to-host copies made for captures: each waited for the GPU once, on the training
-  // thread (not counted in host_syncs, which is about the checks).
-  int64_t device_copies_ = 0;
-  std::map<int64_t, std::vector<KernelRecord>> recent_;
-  FileWriter writer_;
-};
-
 }  // namespace
 
 Captures& Captures::get() {
-  static Captures* c = new Captures();
+  static Captures* c = new Captures();  // leaked: calls may race the process's exit
   return *c;
 }
 
 void Captures::offer(const CallRecord& rec, const RoleTensors& tensors, const CallArgs& args) {
   try {
-    CaptureState::get().offer(rec, tensors, args);
+    offerGuarded(rec, tensors, args);
   } catch (const std::exception& e) {
     logOnce("capture", std::string("capturing a call failed, training continues: ") + e.what());
   }
@@ -467,10 +239,153 @@ void Captures::offer(const CallRecord& rec, const RoleTensors& tensors, const Ca
 
 void Captures::release(const std::vector<KernelRecord>& kernels, bool at_exit) {
   try {
-    CaptureState::get().release(kernels, at_exit);
+    releaseGuarded(kernels, at_exit);
   } catch (const std::exception& e) {
     logOnce("capture release", std::string("writing captures failed, training continues: ") + e.what());
   }
+}
+
+void Captures::offerGuarded(const CallRecord& rec, const RoleTensors& tensors, const CallArgs& args) {
+  CapturePolicy& policy = Session::get().capturePolicy();
+  const std::optional<uint64_t> key = policy.auditing() ? std::optional(auditKey(rec, args)) : std::nullopt;
+  const std::optional<CaptureTrigger> trigger = policy.triggerFor(rec, key);
+  if (!trigger) return;
+  if (*trigger != CaptureTrigger::kAudit) return take(rec, tensors, args, *trigger, key);
+  // The audit's own cost on the training thread (slicing, the copy to the host), which its
+  // budget counts.
+  const auto started = std::chrono::steady_clock::now();
+  take(rec, tensors, args, *trigger, key);
+  policy.addAuditCost(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - started).count());
+}
+
+void Captures::take(const CallRecord& rec, const RoleTensors& tensors, const CallArgs& args, CaptureTrigger trigger,
+                    std::optional<uint64_t> key) {
+  Session& session = Session::get();
+  CapturePolicy& policy = session.capturePolicy();
+  CaptureRecord row;
+  row.seq = rec.seq;
+  row.trigger = trigger;
+  if (tensors.empty()) {
+    row.skipped = "its tensors were released before the check finished (over NANPROV_HOLD_BYTES)";
+    session.recordCapture(std::move(row));
+    return;
+  }
+  int64_t bytes = 0;
+  for (const auto& [role, t] : tensors) bytes += static_cast<int64_t>(t.nbytes());
+  for (const auto& [name, value] : args) {
+    if (capturedArgument(name, value)) bytes += static_cast<int64_t>(value.toTensor().nbytes());
+  }
+  const RoleTensors* kept = &tensors;
+  RoleTensors sliced;
+  std::optional<AuditSlice> slice;
+  if (trigger == CaptureTrigger::kAudit) {
+    if (std::string why = unauditable(args); !why.empty()) {
+      row.skipped = why;
+      session.recordCapture(std::move(row));
+      return;
+    }
+    AuditShape shape;
+    SliceAxes axes;
+    slice = auditSliceOf(rec, tensors, args, bytes, policy.auditPlan().slice_bytes, &shape, &axes);
+    if (slice) {
+      for (const auto& [role, t] : tensors) {
+        sliced.emplace_back(role, sliceRole(role, t, *slice, shape, axes));
+        bytes -= static_cast<int64_t>(t.nbytes()) - static_cast<int64_t>(sliced.back().second.nbytes());
+      }
+      kept = &sliced;
+    }
+  }
+  // An audit skip has no per-call figure: the report groups calls not audited by their reason.
+  if (!policy.reserve(bytes, trigger, key)) {
+    row.skipped = trigger == CaptureTrigger::kAudit
+                      ? std::string("over the audit budget: the judge was behind by --audit-max-bytes of captures")
+                      : "over the capture budget (nanprov run --capture-bytes): " + std::to_string(bytes) + " bytes";
+    session.recordCapture(std::move(row));
+    return;
+  }
+  CaptureJob job;
+  job.row = std::move(row);
+  job.row.path = fileNameOf(rec);
+  job.row.bytes = bytes;
+  job.unattributed = rec.unattributed;
+  describe(rec, *kept, args, job.file);
+  job.file.metadata["trigger"] = captureTriggerName(trigger);
+  if (slice) job.file.metadata["slice"] = slice->text;
+  if (rec.device.isCpu()) {
+    job.file.metadata["kernels"] = rec.op;  // on the CPU the ATen op is the kernel
+    job.file.metadata["kernel.main"] = rec.op;
+    writer_.push(std::move(job));
+    return;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  waiting_.push_back(std::move(job));
+  ++device_copies_;
+}
+
+void Captures::releaseGuarded(const std::vector<KernelRecord>& kernels, bool at_exit) {
+  std::vector<CaptureJob> ready;
+  int64_t copies;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    copies = device_copies_;
+    for (const KernelRecord& k : kernels) recent_[k.seq].push_back(k);
+    while (recent_.size() > kRecentCalls) recent_.erase(recent_.begin());
+    ready.swap(waiting_);
+    for (CaptureJob& job : ready) {
+      auto it = recent_.find(job.row.seq);
+      std::string names;
+      CallKernels call_kernels;
+      if (it != recent_.end()) {
+        for (const KernelRecord& k : it->second) {
+          names += (names.empty() ? "" : "\n") + k.name;
+          call_kernels.push_back(&k);
+        }
+      }
+      job.file.metadata["kernels"] = names;
+      if (const KernelRecord* main = mainKernel(call_kernels)) job.file.metadata["kernel.main"] = main->name;
+      if (names.empty()) job.file.metadata["kernels_unattributed"] = job.unattributed;
+    }
+  }
+  for (CaptureJob& job : ready) writer_.push(std::move(job));
+  if (copies > 0) Session::get().setMeta("capture_host_copies", std::to_string(copies));
+  if (CapturePolicy& policy = Session::get().capturePolicy(); policy.auditing()) {
+    // How often the rotation ran, and how often its budget held it back: the report's coverage.
+    CapturePolicy::RotationCounts r = policy.rotationCounts();
+    Session::get().setMeta("audit_rotation", std::to_string(r.rotations) + " " + std::to_string(r.held_back));
+  }
+  if (!at_exit) return;
+  // The writer thread is joined once it has written everything; one stuck on a file is left to
+  // the process's end rather than hang the training's exit.
+  if (writer_.waitIdle(kExitWait)) writer_.stop();
+  else logOnce("capture exit", "captures still being written at exit were abandoned after 120 s");
+}
+
+void Captures::describe(const CallRecord& rec, const RoleTensors& tensors, const CallArgs& args, CaptureFile& file) {
+  auto& meta = file.metadata;
+  CallHealth health = classify(rec);
+  meta["format"] = kCaptureFormat;
+  meta["call"] = callName(rec);
+  meta["rank"] = std::to_string(rec.rank);
+  meta["seq"] = std::to_string(rec.seq);
+  meta["step"] = std::to_string(rec.step);
+  meta["phase"] = phaseName(rec.phase);
+  meta["op"] = rec.op;
+  meta["backend"] = rec.backend;
+  meta["module"] = rec.module;
+  meta["device"] = rec.device.name();
+  meta["edge"] = edgeKindName(health.kind);
+  std::string bad;
+  for (const std::string& role : health.nonfinite_outputs) bad += (bad.empty() ? "" : ",") + role;
+  meta["nonfinite_outputs"] = bad;
+  if (!rec.injected.empty()) meta["injected"] = rec.injected;
+  describeEnvironment(rec, meta);
+  for (const auto& [role, t] : tensors) {
+    auto copy = hostCopy(roleName(role), t);
+    if (!copy) continue;
+    meta[std::string("stride.") + roleName(role)] = listText(t.strides());
+    file.tensors.push_back(std::move(*copy));
+  }
+  describeArgs(args, file);
 }
 
 void recordCheckedCall(CallRecord rec, const RoleTensors& tensors, const CallArgs& args) {

@@ -7,12 +7,17 @@
 
 #include <ATen/core/ivalue.h>
 
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
 #include <string_view>
 #include <utility>
 #include <vector>
 
-#include "probes/libtorch/tensor_health.h"
 #include "base/records/call_record.h"
+#include "probes/core/capture_writer.h"
+#include "probes/libtorch/tensor_health.h"
 
 namespace nanprov {
 
@@ -35,6 +40,20 @@ class Captures {
 
  private:
   Captures() = default;
+  // offer() and release() without their guard: an exception stops at the guard, never the training.
+  void offerGuarded(const CallRecord& rec, const RoleTensors& tensors, const CallArgs& args);
+  void releaseGuarded(const std::vector<KernelRecord>& kernels, bool at_exit);
+  void take(const CallRecord& rec, const RoleTensors& tensors, const CallArgs& args, CaptureTrigger trigger,
+            std::optional<uint64_t> key);
+  static void describe(const CallRecord& rec, const RoleTensors& tensors, const CallArgs& args, CaptureFile& file);
+
+  std::mutex mu_;
+  std::vector<CaptureJob> waiting_;  // CUDA captures waiting for their kernels' names
+  // Device-to-host copies made for captures: each waited for the GPU once, on the training
+  // thread (not counted in host_syncs, which is about the checks).
+  int64_t device_copies_ = 0;
+  std::map<int64_t, std::vector<KernelRecord>> recent_;
+  CaptureWriter writer_;
 };
 
 // Where every checked call ends: offered for capture, then recorded in the store.
