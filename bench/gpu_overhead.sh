@@ -8,6 +8,8 @@
 #   audit     `nanprov run --audit`: the default, plus the audit of each call signature (issue 14)
 #   nosentinel `nanprov run` without the gradient sentinel (NANPROV_SENTINEL=0): nanprov/nosentinel
 #             is what the sentinel's one fused check of all gradients and parameters costs
+#   bootstrap `nanprov run` with no attention probe installed (NANPROV_HOOKS=none): the bootstrap, the
+#             store and the gradient sentinel only; nanprov/bootstrap is what probing attention costs
 #   anomaly   torch.autograd.detect_anomaly(check_nan=True)
 #   naive     isfinite().all() with a host sync on Q, K, V, O and their gradients
 # For each model (GPU-bound: B=4 S=2048; launch-bound: B=1 S=256; hf-llama: a random-init ~1B Hugging
@@ -43,6 +45,7 @@ bench_model() {
     want nanprov && ms[nanprov]+=" $(nanprov run --out "$tmp/$name-full-$r" -- "$py" "${args[@]}" 2>/dev/null | step_ms)"
     want nosentinel && ms[nosentinel]+=" $(NANPROV_SENTINEL=0 nanprov run --out "$tmp/$name-nosent-$r" -- "$py" "${args[@]}" 2>/dev/null | step_ms)"
     want exact && ms[exact]+=" $(nanprov run --trace-steps 0 --out "$tmp/$name-exact-$r" -- "$py" "${args[@]}" 2>/dev/null | step_ms)"
+    want bootstrap && ms[bootstrap]+=" $(NANPROV_HOOKS=none nanprov run --out "$tmp/$name-boot-$r" -- "$py" "${args[@]}" 2>/dev/null | step_ms)"
     want checks && ms[checks]+=" $(nanprov run --no-kernels --out "$tmp/$name-checks-$r" -- "$py" "${args[@]}" 2>/dev/null | step_ms)"
     want audit && ms[audit]+=" $(nanprov run --audit --audit-warn-only --out "$tmp/$name-audit-$r" -- "$py" "${args[@]}" 2>/dev/null | step_ms)"
     want anomaly && ms[anomaly]+=" $("$py" "${args[@]}" --check anomaly | step_ms)"
