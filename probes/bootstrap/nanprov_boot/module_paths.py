@@ -121,9 +121,11 @@ class ModulePaths:
 def install_resolver(lib, modules):
     """Tells the probes which module runs an attention call ("model.layers.3.self_attn").
 
-    Asked, not pushed: the probes call back on each forward attention call, and the path is
-    found by walking this thread's Python stack to the innermost frame whose `self` is a module.
-    Global module hooks would tax every module call of the model instead.
+    Asked, not pushed: the probes call back for a forward attention call, and the path is found
+    by walking this thread's Python stack to the innermost frame whose `self` is a module. Once
+    the probes trust the parameter behind a call's Q to name its module, they stop asking
+    (probes/libtorch/module_path_cache.h). Module hooks would tax every module call instead, and
+    a hook in a module's hook dict would make torch.save(model) fail to pickle it.
     """
 
     def resolve(buffer, capacity):
