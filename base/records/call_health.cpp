@@ -18,31 +18,39 @@ int64_t faultyValues(const TensorHealth& t, bool call_masks_rows) {
   return t.nan + t.posinf + (neginf_legal ? 0 : t.neginf);
 }
 
-EdgeKind edgeKindOf(const CallRecord& call) {
-  bool masks_rows = false, bad_output = false;
+namespace {
+
+// Calls `fault(t, is_output)` for every tensor of `call` whose non-finite values count as a fault.
+template <typename Fault>
+void forEachFault(const CallRecord& call, Fault&& fault) {
+  bool masks_rows = false;
   for (const TensorHealth& t : call.tensors) masks_rows = masks_rows || t.masked_rows > 0;
   for (const TensorHealth& t : call.tensors) {
     if (faultyValues(t, masks_rows) == 0) continue;
     auto role = parseRole(t.role);
-    if (!(role && isOutputRole(call.phase, *role))) return EdgeKind::kPropagated;
-    bad_output = true;
+    fault(t, role && isOutputRole(call.phase, *role));
   }
-  return bad_output ? EdgeKind::kSourceEdge : EdgeKind::kClean;
+}
+
+EdgeKind kindOf(bool bad_input, bool bad_output) {
+  return bad_input ? EdgeKind::kPropagated : bad_output ? EdgeKind::kSourceEdge : EdgeKind::kClean;
+}
+
+}  // namespace
+
+EdgeKind edgeKindOf(const CallRecord& call) {
+  bool bad_input = false, bad_output = false;
+  forEachFault(call, [&](const TensorHealth&, bool output) { (output ? bad_output : bad_input) = true; });
+  return kindOf(bad_input, bad_output);
 }
 
 CallHealth classify(const CallRecord& call) {
-  bool masks_rows = false;
-  for (const TensorHealth& t : call.tensors) masks_rows = masks_rows || t.masked_rows > 0;
   CallHealth h;
-  for (const TensorHealth& t : call.tensors) {
-    if (faultyValues(t, masks_rows) == 0) continue;
-    auto role = parseRole(t.role);
-    bool output = role && isOutputRole(call.phase, *role);
+  forEachFault(call, [&](const TensorHealth& t, bool output) {
     (output ? h.nonfinite_outputs : h.nonfinite_inputs).push_back(t.role);
-  }
+  });
   h.inputs_finite = h.nonfinite_inputs.empty();
-  if (!h.inputs_finite) h.kind = EdgeKind::kPropagated;
-  else if (!h.nonfinite_outputs.empty()) h.kind = EdgeKind::kSourceEdge;
+  h.kind = kindOf(!h.inputs_finite, !h.nonfinite_outputs.empty());
   return h;
 }
 
