@@ -10,7 +10,8 @@ default, bf16, SDPA: the model shape users run.
   none     nothing (the baseline, and what runs under `nanprov run`)
   anomaly  torch.autograd.detect_anomaly(check_nan=True)
   naive    torch.isfinite(t).all() with a host sync on Q, K, V, O and their gradients
-Prints the median step time of the steps after --warmup, in ms.
+Prints the median step time of the steps after --warmup, in ms. --phases also times the forward,
+the backward and the optimizer step apart (a synchronisation after each: where a fixed cost sits).
 """
 import argparse
 import contextlib
@@ -107,6 +108,7 @@ def main():
     p.add_argument("--check", default="none", choices=["none", "anomaly", "naive"])
     p.add_argument("--attention", default="sdpa", choices=["sdpa", "fa4", "flex"])
     p.add_argument("--model", default="blocks", choices=["blocks", "hf-llama"])
+    p.add_argument("--phases", action="store_true", help="also time forward, backward and optimizer step apart")
     args = p.parse_args()
     if args.model == "hf-llama" and (args.check == "naive" or args.attention != "sdpa"):
         p.error("--model hf-llama runs transformers' own SDPA attention: no --check naive, no --attention")
@@ -123,18 +125,30 @@ def main():
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     anomaly = torch.autograd.detect_anomaly(check_nan=True) if args.check == "anomaly" else contextlib.nullcontext()
     times, every = [], []
+    phases = {"fwd": [], "bwd": [], "opt": []}
+    # With --phases each phase ends in a synchronisation: how long its host side and its GPU work took.
+    mark = torch.cuda.synchronize if args.phases else (lambda: None)
     with anomaly:
         for step in range(args.steps):
             torch.cuda.synchronize()
             start = time.perf_counter()
             loss = forward()
+            mark()
+            t_fwd = time.perf_counter()
             opt.zero_grad(set_to_none=True)
             loss.backward()
+            mark()
+            t_bwd = time.perf_counter()
             opt.step()
             torch.cuda.synchronize()
-            every.append(time.perf_counter() - start)
+            end = time.perf_counter()
+            every.append(end - start)
             if step >= args.warmup:
                 times.append(every[-1])
+                for name, took in (("fwd", t_fwd - start), ("bwd", t_bwd - t_fwd), ("opt", end - t_bwd)):
+                    phases[name].append(took)
+    if args.phases:
+        print(" ".join(f"{name}_ms {1e3 * statistics.median(t):.3f}" for name, t in phases.items()))
     # step_ms: the steady state (median after the warmup); mean_ms: every step from the first,
     # what one-time costs (autotuning, the audit's first calls) weigh on a short run.
     print(f"step_ms {1e3 * statistics.median(times):.3f} mean_ms {1e3 * statistics.mean(every):.3f} "

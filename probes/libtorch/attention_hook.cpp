@@ -522,7 +522,6 @@ void flushDeviceWork(bool at_exit) {
     DeviceChecks& checks = DeviceChecks::get();
     if (at_exit) checks.drain(); else checks.poll();
     if (!at_exit) closeStaleForeignCalls();
-    pollGradientSentinel(at_exit);
     KernelTracer& tracer = KernelTracer::get();
     Session& session = Session::get();
     std::vector<KernelRecord> kernels = tracer.collect(at_exit);

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdlib>
@@ -57,8 +58,10 @@ std::optional<kernels::ElementType> elementType(at::ScalarType t) {
   }
 }
 
+static_assert(DeviceChecks::kMaxMeasured <= kernels::kMaxTensors);
+
 // The kernel's view of `t`, or nullopt when it cannot read it.
-std::optional<TensorView> viewOf(const at::Tensor& t, Role role) {
+std::optional<TensorView> viewOf(const at::Tensor& t, bool mask) {
   auto type = elementType(t.scalar_type());
   if (!type || t.dim() > kernels::kMaxDims || !t.has_storage()) return std::nullopt;
   TensorView v;
@@ -71,19 +74,23 @@ std::optional<TensorView> viewOf(const at::Tensor& t, Role role) {
   }
   v.type = *type;
   v.contiguous = t.is_contiguous() ? 1 : 0;
-  if (role == Role::kMask) {
+  if (mask) {
     v.mask = *type == kernels::ElementType::kBool ? kernels::MaskKind::kBoolAllow : kernels::MaskKind::kAdditive;
   }
   if (!kernels::checkable(v)) return std::nullopt;
   return v;
 }
 
+// A check in flight: an attention call's (recorded once its counts are known), or tensors
+// measured for the gradient sentinel (`measured` set: handed their counts, nothing recorded).
 struct PendingCheck {
   CallRecord rec;                  // tensors described; counts filled from the kernel
   std::vector<size_t> checked;     // rec.tensors index of each kernel view
   RoleTensors held;                // released once the results are known
   int64_t held_bytes = 0;
   CallArgs args;
+  DeviceChecks::Measured measured = nullptr;
+  uint64_t context = 0;
 };
 
 class Checks {
@@ -120,7 +127,8 @@ class Checks {
     PendingCheck pending;
     std::vector<TensorView> views;
     for (const auto& [role, t] : tensors) {
-      std::optional<TensorView> view = t.is_cuda() && t.device().index() == device ? viewOf(t, role) : std::nullopt;
+      std::optional<TensorView> view =
+          t.is_cuda() && t.device().index() == device ? viewOf(t, role == Role::kMask) : std::nullopt;
       if (!view || views.size() == static_cast<size_t>(kernels::kMaxTensors)) {
         rec.tensors.push_back(measureTensor(t, role));  // rare: float64, more than 6 dims
         ++g_sync_measures;
@@ -137,36 +145,42 @@ class Checks {
     }
     pending.args = args;
     holdOrRelease(pending, tensors, stream);
+    std::optional<PendingCheck> failed = enqueue(*queue, std::move(pending), views, stream);
+    if (failed) {
+      failed->rec.tensors.clear();
+      recordMeasuredSynchronously(std::move(failed->rec), tensors, failed->args);
+    }
+  }
 
-    uint64_t token;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      token = next_token_++;
-      in_flight_.emplace(token, std::move(pending));
-    }
-    Status st = Status::Ok();
-    {
-      ProbeCost::Scope cost(ProbeStage::kLaunching);
-      st = queue->submit(views.data(), static_cast<int>(views.size()), stream.native_handle(), token,
-                         [this](uint64_t tok, const HealthCounts* c, int n) { complete(tok, c, n); });
-    }
-    if (!st.ok()) {
-      logOnce("device check", "fused health check failed, measuring on the host instead: " + st.message());
-      std::optional<PendingCheck> failed;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        auto it = in_flight_.find(token);
-        if (it != in_flight_.end()) {
-          held_bytes_ -= it->second.held_bytes;
-          failed = std::move(it->second);
-          in_flight_.erase(it);
-        }
+  void measure(const std::vector<at::Tensor>& tensors, DeviceChecks::Measured done, uint64_t context) {
+    std::vector<DeviceChecks::Counts> counts(tensors.size());
+    auto onHost = [&] {
+      for (size_t i = 0; i < tensors.size(); ++i) {
+        TensorHealth h = measureValues(tensors[i]);
+        counts[i] = {h.nan, h.posinf, h.neginf};
       }
-      if (failed) {
-        failed->rec.tensors.clear();
-        recordMeasuredSynchronously(std::move(failed->rec), tensors, failed->args);
-      }
+      g_sync_measures += static_cast<int64_t>(tensors.size());
+      done(context, counts.data(), static_cast<int>(counts.size()));
+    };
+    const int device = tensors.empty() ? -1 : cudaDeviceOf({{Role::kQ, tensors.front()}});
+    HealthCheckQueue* queue = device < 0 || tensors.size() > DeviceChecks::kMaxMeasured ? nullptr : queueFor(device);
+    std::vector<TensorView> views;
+    for (const at::Tensor& t : tensors) {
+      std::optional<TensorView> view = t.is_cuda() && t.device().index() == device ? viewOf(t, false) : std::nullopt;
+      if (!view) break;
+      views.push_back(*view);
     }
+    if (!queue || views.size() != tensors.size()) return onHost();  // rare: float64, more than 6 dims
+    c10::impl::VirtualGuardImpl guard(c10::DeviceType::CUDA);
+    c10::Stream stream = guard.getStream(c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device)));
+    if (kernels::streamIsCapturing(stream.native_handle())) {
+      logOnce("measure in graph capture", "tensors inside CUDA graph capture are not checked (gradient sentinel)");
+      return;
+    }
+    PendingCheck pending;
+    pending.measured = done;
+    pending.context = context;
+    if (enqueue(*queue, std::move(pending), views, stream)) onHost();
   }
 
   void collect(bool wait) {
@@ -210,6 +224,32 @@ class Checks {
     return q;
   }
 
+  // Puts `pending` in flight and launches its check; gives it back when the launch failed.
+  std::optional<PendingCheck> enqueue(HealthCheckQueue& queue, PendingCheck pending, const std::vector<TensorView>& views,
+                                      const c10::Stream& stream) {
+    uint64_t token;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      token = next_token_++;
+      in_flight_.emplace(token, std::move(pending));
+    }
+    Status st = Status::Ok();
+    {
+      ProbeCost::Scope cost(ProbeStage::kLaunching);
+      st = queue.submit(views.data(), static_cast<int>(views.size()), stream.native_handle(), token,
+                        [this](uint64_t tok, const HealthCounts* c, int n) { complete(tok, c, n); });
+    }
+    if (st.ok()) return std::nullopt;
+    logOnce("device check", "fused health check failed, measuring on the host instead: " + st.message());
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = in_flight_.find(token);
+    if (it == in_flight_.end()) return std::nullopt;  // completed through the overflow path meanwhile
+    held_bytes_ -= it->second.held_bytes;
+    std::optional<PendingCheck> failed = std::move(it->second);
+    in_flight_.erase(it);
+    return failed;
+  }
+
   void holdOrRelease(PendingCheck& pending, const RoleTensors& tensors, const c10::Stream& stream) {
     int64_t bytes = 0;
     for (const auto& [role, t] : tensors) bytes += static_cast<int64_t>(t.nbytes());
@@ -239,6 +279,15 @@ class Checks {
       pending = std::move(it->second);
       in_flight_.erase(it);
       held_bytes_ -= pending.held_bytes;
+    }
+    if (pending.measured) {
+      std::vector<DeviceChecks::Counts> measured(static_cast<size_t>(std::max(n, 0)));
+      for (int i = 0; i < n; ++i) {
+        measured[i] = {static_cast<int64_t>(counts[i].nan), static_cast<int64_t>(counts[i].posinf),
+                       static_cast<int64_t>(counts[i].neginf)};
+      }
+      pending.measured(pending.context, measured.data(), n);
+      return;
     }
     if (n != static_cast<int>(pending.checked.size())) {
       logOnce("device check result", "a fused health check failed on the device; its call is not recorded");
@@ -287,6 +336,10 @@ void DeviceChecks::submit(CallRecord rec, const RoleTensors& tensors, const Call
   Checks::get().submit(std::move(rec), tensors, args);
 }
 
+void DeviceChecks::measure(const std::vector<at::Tensor>& tensors, Measured done, uint64_t context) {
+  Checks::get().measure(tensors, done, context);
+}
+
 void DeviceChecks::poll() { Checks::get().collect(false); }
 void DeviceChecks::drain() { Checks::get().collect(true); }
 int64_t DeviceChecks::hostSyncs() const { return g_sync_measures.load() + Checks::get().forcedWaits(); }
@@ -302,6 +355,16 @@ DeviceChecks& DeviceChecks::get() {
 void DeviceChecks::submit(CallRecord rec, const RoleTensors& tensors, const CallArgs& args) {
   logOnce("no fused checks", "nanprov was built without the CUDA toolkit: CUDA tensors are measured on the host");
   recordMeasuredSynchronously(std::move(rec), tensors, args);
+}
+
+void DeviceChecks::measure(const std::vector<at::Tensor>& tensors, Measured done, uint64_t context) {
+  std::vector<Counts> counts;
+  for (const at::Tensor& t : tensors) {
+    TensorHealth h = measureValues(t);
+    counts.push_back({h.nan, h.posinf, h.neginf});
+  }
+  g_sync_measures += static_cast<int64_t>(tensors.size());
+  done(context, counts.data(), static_cast<int>(counts.size()));
 }
 
 void DeviceChecks::poll() {}

@@ -1,26 +1,23 @@
 // GradientSentinel: at every optimizer step, one check of all gradients and of the parameters
 // after the update. It finds NaN/Inf that start outside attention (a loss term, a regulariser,
 // an optimizer) at their true step, so they are not first seen one step later as an attention
-// input. The infinity norm of each tensor (one fused multi-tensor reduction; parameters spread
-// over several devices are not checked yet) is
-// non-finite exactly when the tensor holds NaN or Inf; on CUDA the norms come back through
-// pinned memory and an event, read at later step boundaries: no host synchronisation.
+// input.
+//
+// The bootstrap hands each optimizer's parameters over once (watch_parameters), so a step costs
+// Python one call with two integers. On CUDA the tensors are read by the attention checks' own
+// fused kernel (DeviceChecks::measure), twelve to a launch, and the counts come back through the
+// same mapped results at later step boundaries: no host synchronisation, no copy, no event. On the
+// CPU one multi-tensor infinity norm per step (non-finite exactly when the tensor holds NaN or Inf).
 #pragma once
-
-#include <ATen/ATen.h>
-
-#include <string>
-#include <vector>
 
 namespace nanprov {
 
-// Registers the op the bootstrap calls after each optimizer step:
-//   torch.ops.nanprov.check_step(grads, params, names, step)
-// `grads[i]` is the gradient of `params[i]`, named by line i of `names`; `step` is the step
-// that produced the gradients.
+// Registers the ops the bootstrap calls:
+//   torch.ops.nanprov.watch_parameters(key, params, names): the parameters an optimizer steps,
+//     `names` one line per parameter; replaces what `key` (the optimizer's id) watched before;
+//   torch.ops.nanprov.check_step(key, step) -> bool: checks their gradients and values after
+//     `step` (the step that produced the gradients). False when `key` is not watched (never
+//     was, or forgotten to bound memory): the bootstrap then watches it again.
 void installGradientSentinel();
-
-// Records finished checks; at exit (`wait`) waits for the last ones.
-void pollGradientSentinel(bool wait);
 
 }  // namespace nanprov

@@ -123,25 +123,43 @@ TensorHealth describeTensor(const at::Tensor& t, Role role) {
   return h;
 }
 
-TensorHealth measureTensor(const at::Tensor& t, Role role) {
-  TensorHealth h = describeTensor(t, role);
-  // Read where it lies (a CUDA tensor the fused check could not take is copied once).
-  const at::Tensor host = t.is_cpu() ? t.detach() : t.detach().to(at::kCPU);
-  if (role == Role::kMask) h.masked_rows = fullyMaskedRows(host);
+namespace {
+
+// Counts of `host` (a CPU tensor) into `h`, whose numel is set.
+void countValues(const at::Tensor& host, TensorHealth* h) {
   if (!at::isFloatingType(host.scalar_type()) || host.numel() == 0) {
-    h.all_zero = host.numel() > 0 && !host.any().item<bool>();
-    return h;
+    h->all_zero = host.numel() > 0 && !host.any().item<bool>();
+    return;
   }
   switch (host.scalar_type()) {
-    case at::kFloat: scan<float>(host, &h); break;
-    case at::kDouble: scan<double>(host, &h); break;
-    case at::kBFloat16: scan<c10::BFloat16>(host, &h); break;
-    case at::kHalf: scan<c10::Half>(host, &h); break;
+    case at::kFloat: scan<float>(host, h); break;
+    case at::kDouble: scan<double>(host, h); break;
+    case at::kBFloat16: scan<c10::BFloat16>(host, h); break;
+    case at::kHalf: scan<c10::Half>(host, h); break;
     default: {  // other floating types (float8...): widened to float32 exactly
       const at::Tensor wide = host.to(at::kFloat);
-      scan<float>(wide, &h);
+      scan<float>(wide, h);
     }
   }
+}
+
+// Read where it lies (a CUDA tensor the fused check could not take is copied once).
+at::Tensor onHost(const at::Tensor& t) { return t.is_cpu() ? t.detach() : t.detach().to(at::kCPU); }
+
+}  // namespace
+
+TensorHealth measureTensor(const at::Tensor& t, Role role) {
+  TensorHealth h = describeTensor(t, role);
+  const at::Tensor host = onHost(t);
+  if (role == Role::kMask) h.masked_rows = fullyMaskedRows(host);
+  countValues(host, &h);
+  return h;
+}
+
+TensorHealth measureValues(const at::Tensor& t) {
+  TensorHealth h;
+  h.numel = t.numel();
+  countValues(onHost(t), &h);
   return h;
 }
 

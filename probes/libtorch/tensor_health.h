@@ -23,6 +23,8 @@ int cudaDeviceOf(const RoleTensors& tensors);
 // Role, dtype, shape and element count; the counts are left for a check to fill.
 TensorHealth describeTensor(const at::Tensor& t, Role role);
 TensorHealth measureTensor(const at::Tensor& t, Role role);
+// The counts alone (no role, dtype or shape, and no masked rows): what the gradient sentinel reads.
+TensorHealth measureValues(const at::Tensor& t);
 
 // Corrupts `t` in place as `spec` says (fault injection only).
 void corrupt(const at::Tensor& t, const InjectionSpec& spec);

@@ -86,6 +86,22 @@ TEST(Gpu, LossesAreBitIdenticalWithAndWithoutNanprov) {
   EXPECT_NE(probed.out.find(plain1.out), std::string::npos) << "plain:\n" << plain1.out << "probed:\n" << probed.out;
 }
 
+// The gradient sentinel on CUDA: gradients and parameters read by the fused check kernel, their
+// counts collected at later step boundaries, and still no host synchronisation.
+TEST(Gpu, GradientSentinelNamesANaNMadeOutsideAttention) {
+  REQUIRE_CUDA();
+  TrainedRun r = train("gpu-sentinel", "", "--device cuda --dtype bfloat16 --seq 64 --d-model 128 --no-cudnn "
+                                           "--steps 5 --regulariser-nan-step 2");
+  ASSERT_EQ(r.train.code, runCodeForCleanExit(r)) << r.train.out;
+  ASSERT_EQ(r.report.code, 1) << r.report.out;
+  EXPECT_EQ(r.doc["outcome"], "outside_attention");
+  const json& s = r.doc["gradient_sentinel"];
+  ASSERT_TRUE(s.is_object()) << r.report.out;
+  EXPECT_EQ(s["step"], 2);
+  EXPECT_EQ(strings(s["gradients"]), std::vector<std::string>{"head.weight"});
+  EXPECT_EQ(r.doc["ranks"][0]["meta"]["host_syncs"], "0") << "the sentinel never synchronised the host";
+}
+
 TEST(Gpu, UnderTorchProfilerTheRunCompletesAndKernelsSayWhy) {
   REQUIRE_CUDA();
   TrainedRun r = train("gpu-profiler", "", kMaskedRowsRun + " --no-cudnn --profile");
