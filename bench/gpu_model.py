@@ -91,7 +91,8 @@ def hf_llama(args):
     config = LlamaConfig(vocab_size=32000, hidden_size=args.d_model, intermediate_size=4 * args.d_model,
                          num_hidden_layers=args.layers, num_attention_heads=args.heads,
                          num_key_value_heads=max(1, args.heads // 4), max_position_embeddings=args.seq)
-    model = LlamaForCausalLM._from_config(config, attn_implementation="sdpa", dtype=torch.bfloat16).cuda()
+    with torch.device("cuda"):  # initialised on the GPU: on the host a 1B model takes tens of seconds
+        model = LlamaForCausalLM._from_config(config, attn_implementation="sdpa", dtype=torch.bfloat16)
     tokens = torch.randint(0, config.vocab_size, (args.batch, args.seq), device="cuda")
     return model, lambda: model(input_ids=tokens, labels=tokens).loss
 
