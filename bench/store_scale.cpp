@@ -24,9 +24,9 @@ using nanprov::TensorHealth;
 
 TensorHealth tensor(const char* role, double max_abs, bool nan = false) {
   TensorHealth t;
-  t.role = role;
-  t.dtype = "float32";
-  t.shape = role == std::string("LSE") ? "[4,8,256]" : "[4,8,256,64]";
+  t.role = *nanprov::parseRole(role);
+  t.dtype = nanprov::DtypeName::intern("Float");
+  t.shape = *nanprov::TensorShape::parse(role == std::string("LSE") ? "[4,8,256]" : "[4,8,256,64]");
   t.numel = role == std::string("LSE") ? 8192 : 524288;
   t.max_abs = max_abs;
   t.nan = nan ? 1024 : 0;

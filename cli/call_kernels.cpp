@@ -29,7 +29,7 @@ namespace {
 std::string signatureOf(const CallRecord& c) {
   std::string sig = std::to_string(c.rank) + "|" + std::to_string(c.layer) + "|" + phaseName(c.phase) + "|" +
                     c.op + "|" + c.backend;
-  for (const TensorHealth& t : c.tensors) sig += "|" + t.role + ":" + t.dtype + t.shape;
+  for (const TensorHealth& t : c.tensors) sig += std::string("|") + roleName(t.role) + ":" + t.dtype.c_str() + t.shape.text();
   return sig;
 }
 

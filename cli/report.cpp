@@ -20,20 +20,13 @@ std::string joined(const std::vector<std::string>& parts, const char* sep) {
   return out;
 }
 
-const TensorHealth* tensorOf(const CallRecord& call, const std::string& role) {
-  for (const TensorHealth& t : call.tensors) {
-    if (t.role == role) return &t;
-  }
-  return nullptr;
-}
-
 // "O: 4096 NaN of 4096" / "Q: 12 +Inf, 3 -Inf of 8192"
 std::string describeBad(const TensorHealth& t) {
   std::vector<std::string> parts;
   if (t.nan) parts.push_back(std::to_string(t.nan) + " NaN");
   if (t.posinf) parts.push_back(std::to_string(t.posinf) + " +Inf");
   if (t.neginf) parts.push_back(std::to_string(t.neginf) + " -Inf");
-  return t.role + ": " + joined(parts, ", ") + " of " + std::to_string(t.numel);
+  return std::string(roleName(t.role)) + ": " + joined(parts, ", ") + " of " + std::to_string(t.numel);
 }
 
 int64_t totalSteps(const RunData& run) {
@@ -110,8 +103,8 @@ nlohmann::json callJson(const CallRecord& call, const CallHealth& health) {
   nlohmann::json counts = nlohmann::json::object();
   nlohmann::json tensors = nlohmann::json::array();
   for (const TensorHealth& t : call.tensors) {
-    counts[t.role] = {{"nan", t.nan}, {"posinf", t.posinf}, {"neginf", t.neginf}, {"numel", t.numel}};
-    nlohmann::json tj = {{"role", t.role},       {"dtype", t.dtype},   {"shape", t.shape},
+    counts[roleName(t.role)] = {{"nan", t.nan}, {"posinf", t.posinf}, {"neginf", t.neginf}, {"numel", t.numel}};
+    nlohmann::json tj = {{"role", roleName(t.role)}, {"dtype", t.dtype.str()}, {"shape", t.shape.text()},
                          {"numel", t.numel},     {"nan", t.nan},       {"posinf", t.posinf},
                          {"neginf", t.neginf},   {"max_abs", t.max_abs}, {"all_zero", t.all_zero}};
     if (t.masked_rows >= 0) tj["masked_rows"] = t.masked_rows;
@@ -149,9 +142,8 @@ namespace {
 double largestFiniteInput(const CallRecord& c) {
   double largest = 0;
   for (const TensorHealth& t : c.tensors) {
-    auto role = parseRole(t.role);
-    bool output = role && isOutputRole(c.phase, *role);
-    if (!output && t.role != "mask" && t.nan + t.posinf + t.neginf == 0) largest = std::max(largest, t.max_abs);
+    bool output = isOutputRole(c.phase, t.role);
+    if (!output && t.role != Role::kMask && t.nan + t.posinf + t.neginf == 0) largest = std::max(largest, t.max_abs);
   }
   return largest;
 }
@@ -333,14 +325,14 @@ std::string reportText(const Report& report) {
   out << "\n";
   std::vector<std::string> finite_inputs;
   for (const TensorHealth& t : c.tensors) {
-    auto role = parseRole(t.role);
-    bool output = role && isOutputRole(c.phase, *role);
-    bool bad = std::count(h.nonfinite_inputs.begin(), h.nonfinite_inputs.end(), t.role) ||
-               std::count(h.nonfinite_outputs.begin(), h.nonfinite_outputs.end(), t.role);
+    bool output = isOutputRole(c.phase, t.role);
+    const std::string role = roleName(t.role);
+    bool bad = std::count(h.nonfinite_inputs.begin(), h.nonfinite_inputs.end(), role) ||
+               std::count(h.nonfinite_outputs.begin(), h.nonfinite_outputs.end(), role);
     if (bad) {
       out << "  " << (output ? "output " : "input  ") << describeBad(t) << "\n";
-    } else if (!output && t.role != "mask") {
-      finite_inputs.push_back(t.role);
+    } else if (!output && t.role != Role::kMask) {
+      finite_inputs.push_back(role);
     }
     if (t.masked_rows > 0) out << "  mask: " << t.masked_rows << " fully masked query rows\n";
   }

@@ -12,7 +12,7 @@ void escape(std::string& s) { s = printable(s); }
 CallRecord forTerminal(CallRecord call) {
   for (std::string* s : {&call.op, &call.backend, &call.module, &call.injected, &call.unattributed}) escape(*s);
   for (TensorHealth& t : call.tensors) {
-    for (std::string* s : {&t.role, &t.dtype, &t.shape}) escape(*s);
+    t.dtype = DtypeName::intern(printable(t.dtype.c_str()));  // a store may say anything; role and shape are parsed
   }
   return call;
 }

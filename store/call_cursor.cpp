@@ -77,10 +77,20 @@ Status CallCursor::readTensorRows(CallRecord* call) {
   sqlite3_stmt* s = tensors_.get();
   sqlite3_reset(s);
   sqlite3_bind_int64(s, 1, call->seq);
-  return sqlite::eachRow(db_, s, path_, [call](sqlite3_stmt* row) {
+  return sqlite::eachRow(db_, s, path_, [this, call](sqlite3_stmt* row) {
     TensorHealth& t = call->tensors.emplace_back();
-    sqlite::readRow(row, 0, t.role, t.dtype, t.shape, t.numel, t.nan, t.posinf, t.neginf, t.max_abs, t.all_zero,
+    std::string role, dtype, shape;
+    sqlite::readRow(row, 0, role, dtype, shape, t.numel, t.nan, t.posinf, t.neginf, t.max_abs, t.all_zero,
                     t.masked_rows);
+    auto r = parseRole(role);
+    auto s = TensorShape::parse(shape);
+    if (!r || !s) {
+      return notAStore(path_, "call " + std::to_string(call->seq) + " has a tensor with role '" + printable(role) +
+                                  "' and shape '" + printable(shape) + "', which nanprov never writes");
+    }
+    t.role = *r;
+    t.dtype = DtypeName::intern(dtype);
+    t.shape = *s;
     return Status::Ok();
   });
 }

@@ -13,7 +13,7 @@ std::string tensorsDescription(const CallRecord& call) {
   std::string out;
   for (const TensorHealth& t : call.tensors) {
     if (!out.empty()) out += ';';
-    out += t.role + ' ' + t.dtype + ' ' + t.shape + ' ' + std::to_string(t.numel);
+    out += std::string(roleName(t.role)) + ' ' + t.dtype.c_str() + ' ' + t.shape.text() + ' ' + std::to_string(t.numel);
   }
   return out;
 }
@@ -30,10 +30,15 @@ std::vector<TensorHealth> tensorsFromDescription(const std::string& text) {
   while (std::getline(all, item, ';')) {
     std::stringstream fields(item);
     TensorHealth t;
-    std::string numel;
-    if (!(fields >> t.role >> t.dtype >> t.shape >> numel)) return {};
+    std::string role, dtype, shape, numel;
+    if (!(fields >> role >> dtype >> shape >> numel)) return {};
+    auto r = parseRole(role);
+    auto s = TensorShape::parse(shape);
     auto n = parseInteger(numel, 0, INT64_MAX);
-    if (!n) return {};
+    if (!r || !s || !n) return {};
+    t.role = *r;
+    t.dtype = DtypeName::intern(dtype);
+    t.shape = *s;
     t.numel = *n;
     out.push_back(std::move(t));
   }
@@ -42,10 +47,8 @@ std::vector<TensorHealth> tensorsFromDescription(const std::string& text) {
 
 bool describable(const CallRecord& call) {
   for (const TensorHealth& t : call.tensors) {
-    if (t.role.find_first_of(" ;") != std::string::npos || t.dtype.find_first_of(" ;") != std::string::npos ||
-        t.shape.find_first_of(" ;") != std::string::npos || t.role.empty() || t.dtype.empty() || t.shape.empty()) {
-      return false;
-    }
+    // Role and shape are typed; only a dtype read back from somewhere else could break the format.
+    if (t.dtype.empty() || std::strpbrk(t.dtype.c_str(), " ;")) return false;
   }
   return true;
 }

@@ -126,7 +126,7 @@ Status insertCall(sqlite3* db, Statements& st, Interned& interned, const CallRec
   if (compact) return Status::Ok();
   for (const TensorHealth& t : c.tensors) {
     sqlite3_stmt* ts = st.tensor.get();
-    sqlite::bindRow(ts, c.seq, t.role, t.dtype, t.shape, t.numel, t.nan, t.posinf, t.neginf, t.max_abs, t.all_zero,
+    sqlite::bindRow(ts, c.seq, std::string(roleName(t.role)), std::string(t.dtype.c_str()), t.shape.text(), t.numel, t.nan, t.posinf, t.neginf, t.max_abs, t.all_zero,
                     sqlite::nullIfNegative(t.masked_rows));
     NANPROV_RETURN_IF_ERROR(stepStatement(db, ts));
   }

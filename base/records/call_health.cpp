@@ -14,7 +14,7 @@ const char* edgeKindName(EdgeKind k) {
 }
 
 int64_t faultyValues(const TensorHealth& t, bool call_masks_rows) {
-  bool neginf_legal = t.role == "mask" || (t.role == "LSE" && call_masks_rows);
+  bool neginf_legal = t.role == Role::kMask || (t.role == Role::kLSE && call_masks_rows);
   return t.nan + t.posinf + (neginf_legal ? 0 : t.neginf);
 }
 
@@ -27,8 +27,7 @@ void forEachFault(const CallRecord& call, Fault&& fault) {
   for (const TensorHealth& t : call.tensors) masks_rows = masks_rows || t.masked_rows > 0;
   for (const TensorHealth& t : call.tensors) {
     if (faultyValues(t, masks_rows) == 0) continue;
-    auto role = parseRole(t.role);
-    fault(t, role && isOutputRole(call.phase, *role));
+    fault(t, isOutputRole(call.phase, t.role));
   }
 }
 
@@ -47,7 +46,7 @@ EdgeKind edgeKindOf(const CallRecord& call) {
 CallHealth classify(const CallRecord& call) {
   CallHealth h;
   forEachFault(call, [&](const TensorHealth& t, bool output) {
-    (output ? h.nonfinite_outputs : h.nonfinite_inputs).push_back(t.role);
+    (output ? h.nonfinite_outputs : h.nonfinite_inputs).push_back(roleName(t.role));
   });
   h.inputs_finite = h.nonfinite_inputs.empty();
   h.kind = kindOf(!h.inputs_finite, !h.nonfinite_outputs.empty());

@@ -9,6 +9,9 @@
 #include <vector>
 
 #include "base/records/device.h"
+#include "base/records/dtype_name.h"
+#include "base/records/role.h"
+#include "base/records/tensor_shape.h"
 
 namespace nanprov {
 
@@ -20,11 +23,12 @@ enum class Phase { kForward, kBackward };
 const char* phaseName(Phase p);           // "fwd" | "bwd"
 bool parsePhase(const std::string& text, Phase* out);
 
-// Health of one tensor of one call. Counts are exact.
+// Health of one tensor of one call. Counts are exact. Plain values, no strings: the probes fill
+// one per tensor on the training thread, and only the store's writer thread spells them out.
 struct TensorHealth {
-  std::string role;        // Q K V mask O LSE dO dQ dK dV
-  std::string dtype;       // e.g. "float32"
-  std::string shape;       // e.g. "[2,4,64,32]"
+  Role role = Role::kQ;
+  DtypeName dtype;         // e.g. "BFloat16"
+  TensorShape shape;       // e.g. [2,4,64,32]
   int64_t numel = 0;
   int64_t nan = 0;
   int64_t posinf = 0;

@@ -6,9 +6,6 @@
 namespace nanprov {
 namespace {
 
-constexpr std::array<const char*, kRoleCount> kRoleNames = {"Q", "K", "V", "mask", "O",
-                                                            "LSE", "dO", "dQ", "dK", "dV"};
-
 // Schema argument names across the SDPA family (see native_functions.yaml).
 // `mask` is the name in PyTorch's fast-path op, aten::_native_multi_head_attention.
 constexpr std::array<std::pair<std::string_view, Role>, 12> kArgumentRoles = {{
@@ -31,15 +28,6 @@ constexpr Phase F = Phase::kForward;
 constexpr Phase B = Phase::kBackward;
 
 }  // namespace
-
-const char* roleName(Role r) { return kRoleNames[static_cast<int>(r)]; }
-
-std::optional<Role> parseRole(std::string_view name) {
-  for (int i = 0; i < kRoleCount; ++i) {
-    if (name == kRoleNames[i]) return static_cast<Role>(i);
-  }
-  return std::nullopt;
-}
 
 bool isOutputRole(Phase phase, Role role) {
   if (phase == Phase::kForward) return role == Role::kO || role == Role::kLSE;

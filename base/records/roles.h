@@ -9,14 +9,9 @@
 #include <vector>
 
 #include "base/records/call_record.h"
+#include "base/records/role.h"
 
 namespace nanprov {
-
-enum class Role { kQ, kK, kV, kMask, kO, kLSE, kdO, kdQ, kdK, kdV };
-inline constexpr int kRoleCount = 10;
-
-const char* roleName(Role r);
-std::optional<Role> parseRole(std::string_view name);
 
 // True when `role` is produced by a call of `phase` (O/LSE forward, dQ/dK/dV backward).
 bool isOutputRole(Phase phase, Role role);

@@ -236,6 +236,7 @@ void inject(CallRecord& rec, const Tensors& outputs) {
 void finish(CallRecord rec, const Tensors& tensors, const CallArgs& args) {
   ProbeCost::countCall();
   rec.device = Device::fromIndex(cudaDeviceOf(tensors));
+  rec.tensors.reserve(tensors.size());
   if (!rec.device.isCpu()) {
     DeviceChecks::get().submit(std::move(rec), tensors, args);
     return;

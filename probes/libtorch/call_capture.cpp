@@ -124,7 +124,10 @@ uint64_t auditKey(const CallRecord& rec, const CallArgs& args) {
   mix(&rec.device.index, sizeof rec.device.index);
   mix(&rec.layer, sizeof rec.layer);  // per layer and phase: a fault can depend on one layer's data
   mix(&rec.phase, sizeof rec.phase);
-  for (const TensorHealth& t : rec.tensors) text(t.role), text(t.dtype), text(t.shape);
+  for (const TensorHealth& t : rec.tensors) {
+    text(roleName(t.role)), text(t.dtype.c_str());
+    mix(t.shape.dims.data(), sizeof(int64_t) * static_cast<size_t>(t.shape.ndim));
+  }
   for (const auto& [name, value] : args) {
     if (value.isTensor()) continue;
     text(name);

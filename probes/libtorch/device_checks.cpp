@@ -301,7 +301,7 @@ class Checks {
       h.neginf = static_cast<int64_t>(c.neginf);
       h.max_abs = c.max_abs;
       h.all_zero = h.numel > 0 && c.nonzero == 0;
-      if (h.role == roleName(Role::kMask)) h.masked_rows = static_cast<int64_t>(c.masked_rows);
+      if (h.role == Role::kMask) h.masked_rows = static_cast<int64_t>(c.masked_rows);
     }
     recordCheckedCall(std::move(pending.rec), pending.held, pending.args);
   }

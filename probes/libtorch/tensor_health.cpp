@@ -66,14 +66,6 @@ void scan(const at::Tensor& t, TensorHealth* h) {
   h->all_zero = h->numel > 0 && all_zero;
 }
 
-// No iostreams here: with torch 2.11's build flags an ostringstream in this library crashed
-// inside the training process (seen on the H200 machine); plain string building is also cheaper.
-std::string shapeOf(const at::Tensor& t) {
-  std::string out = "[";
-  for (int64_t d = 0; d < t.dim(); ++d) out += (d ? "," : "") + std::to_string(t.size(d));
-  return out + "]";
-}
-
 // Query rows with no visible key, counted over the mask's own (unbroadcast) shape.
 // A bool mask is True where attention is allowed; an additive mask hides with -inf.
 template <typename T>
@@ -116,9 +108,10 @@ int cudaDeviceOf(const RoleTensors& tensors) {
 
 TensorHealth describeTensor(const at::Tensor& t, Role role) {
   TensorHealth h;
-  h.role = roleName(role);
-  h.dtype = std::string(c10::toString(t.scalar_type()));
-  h.shape = shapeOf(t);
+  h.role = role;
+  h.dtype = DtypeName::ofStatic(c10::toString(t.scalar_type()));
+  const auto sizes = t.sizes();
+  h.shape = TensorShape::of(sizes.data(), static_cast<int>(sizes.size()));
   h.numel = t.numel();
   return h;
 }

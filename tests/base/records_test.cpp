@@ -20,6 +20,33 @@ TEST(Device, NamesAndParsesPyTorchsForm) {
   }
 }
 
+TEST(TensorShape, TextParsesBackAndJunkIsRefused) {
+  const int64_t sizes[] = {2, 4, 64, 32};
+  TensorShape s = TensorShape::of(sizes, 4);
+  EXPECT_EQ(s.text(), "[2,4,64,32]");
+  EXPECT_EQ(TensorShape::parse(s.text()), s);
+  EXPECT_EQ(TensorShape::parse("[]")->ndim, 0) << "a 0-dim tensor";
+  for (const char* bad : {"", "[", "2,4", "[2,,4]", "[2,4,]", "[-1]", "[2, 4]", "[a]", "[1,2,3,4,5,6,7,8,9]"}) {
+    EXPECT_FALSE(TensorShape::parse(bad).has_value()) << bad;
+  }
+  const int64_t deep[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+  TensorShape folded = TensorShape::of(deep, 10);
+  EXPECT_EQ(folded.text(), "[1,2,3,4,5,6,7,720]") << "the dims past the eighth fold into the last: numel stays";
+}
+
+TEST(DtypeName, InternedNamesCompareByText) {
+  static const char kFloat[] = "Float";
+  EXPECT_EQ(DtypeName::ofStatic(kFloat), DtypeName::intern(std::string("Float")));
+  EXPECT_EQ(DtypeName::intern("BFloat16").c_str(), DtypeName::intern(std::string("BFloat16")).c_str());
+  EXPECT_FALSE(DtypeName::intern("Half") == DtypeName::intern("Float"));
+  EXPECT_TRUE(DtypeName().empty());
+}
+
+TEST(Role, EveryNameParsesBack) {
+  for (int i = 0; i < kRoleCount; ++i) EXPECT_EQ(parseRole(roleName(static_cast<Role>(i))), static_cast<Role>(i));
+  EXPECT_FALSE(parseRole("q").has_value());
+}
+
 TEST(CaptureTrigger, EveryNameParsesBack) {
   for (CaptureTrigger t : {CaptureTrigger::kFirstSourceEdge, CaptureTrigger::kSelector, CaptureTrigger::kEvery,
                            CaptureTrigger::kAudit}) {

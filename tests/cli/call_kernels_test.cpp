@@ -36,7 +36,7 @@ CallRecord cudaCall(int64_t seq, int64_t step, int64_t layer, const std::string&
   c.op = "aten::_scaled_dot_product_cudnn_attention_backward";
   c.backend = "cudnn";
   c.device = Device::cuda(0);
-  c.tensors = {TensorHealth{.role = "Q", .dtype = "bfloat16", .shape = q_shape}};
+  c.tensors = {TensorHealth{.role = Role::kQ, .dtype = DtypeName::intern("BFloat16"), .shape = *TensorShape::parse(q_shape)}};
   return c;
 }
 

@@ -7,7 +7,7 @@ namespace {
 
 TensorHealth tensor(const std::string& role, int64_t nan = 0, int64_t posinf = 0, int64_t neginf = 0) {
   TensorHealth t;
-  t.role = role;
+  t.role = *parseRole(role);
   t.numel = 64;
   t.nan = nan;
   t.posinf = posinf;

@@ -19,8 +19,8 @@ CallRecord call(int64_t seq, int64_t layer, Phase phase, int64_t nan_out, int64_
   c.seq = seq;
   c.layer = layer;
   c.phase = phase;
-  std::string in = phase == Phase::kForward ? "Q" : "dO";
-  std::string out = phase == Phase::kForward ? "O" : "dQ";
+  Role in = phase == Phase::kForward ? Role::kQ : Role::kdO;
+  Role out = phase == Phase::kForward ? Role::kO : Role::kdQ;
   c.tensors = {TensorHealth{.role = in, .numel = 8, .nan = nan_in}, TensorHealth{.role = out, .numel = 8, .nan = nan_out}};
   c.health = static_cast<int>(edgeKindOf(c));  // as the probes classify a call before offering it
   return c;

@@ -30,8 +30,10 @@ CallRecord makeCall(int64_t seq, int64_t step, Phase phase, int64_t nan_in_o) {
   c.start_ns = 1000 + seq;
   c.end_ns = 2000 + seq;
   c.device = Device::cpu();
-  TensorHealth q{.role = "Q", .dtype = "float32", .shape = "[2,4,8,16]", .numel = 1024};
-  TensorHealth o{.role = "O", .dtype = "float32", .shape = "[2,4,8,16]", .numel = 1024, .nan = nan_in_o};
+  const TensorShape shape = *TensorShape::parse("[2,4,8,16]");
+  const DtypeName float32 = DtypeName::intern("Float");
+  TensorHealth q{.role = Role::kQ, .dtype = float32, .shape = shape, .numel = 1024};
+  TensorHealth o{.role = Role::kO, .dtype = float32, .shape = shape, .numel = 1024, .nan = nan_in_o};
   c.tensors = {q, o};
   return c;
 }
@@ -54,7 +56,7 @@ TEST(StoreWriter, RoundTripsCallsTensorsAndSteps) {
   EXPECT_EQ(c.seq, 4);
   EXPECT_EQ(c.module, "layers.1.attn");
   ASSERT_EQ(c.tensors.size(), 2u);
-  EXPECT_EQ(c.tensors[0].role, "Q") << "role order as written";
+  EXPECT_EQ(c.tensors[0].role, Role::kQ) << "role order as written";
   EXPECT_EQ(c.tensors[1].nan, 7);
 }
 
@@ -90,8 +92,8 @@ TEST(StoreWriter, CleanCallsAreStoredCompactlyAndReadBackWhole) {
     ASSERT_EQ(c.tensors.size(), 2u) << i;
     EXPECT_EQ(c.module, want.module);
     EXPECT_EQ(c.unattributed, i % 2 ? "kernel tracing covered the first 2 steps" : "");
-    EXPECT_EQ(c.tensors[0].role, "Q");
-    EXPECT_EQ(c.tensors[0].shape, "[2,4,8,16]");
+    EXPECT_EQ(c.tensors[0].role, Role::kQ);
+    EXPECT_EQ(c.tensors[0].shape.text(), "[2,4,8,16]");
     EXPECT_EQ(c.tensors[0].numel, 1024);
     EXPECT_EQ(c.tensors[0].max_abs, 1.5 + i % 7);
     EXPECT_EQ(c.tensors[1].nan, i == n - 6 ? 3 : 0);

@@ -1,0 +1,22 @@
+#include "base/records/dtype_name.h"
+
+#include <cstring>
+#include <mutex>
+#include <set>
+
+namespace nanprov {
+
+DtypeName DtypeName::intern(std::string_view name) {
+  static std::mutex mu;
+  static auto* names = new std::set<std::string, std::less<>>();  // leaked: names live as long as the process
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = names->find(name);
+  if (it == names->end()) it = names->emplace(name).first;
+  return DtypeName(it->c_str());
+}
+
+bool DtypeName::operator==(const DtypeName& other) const {
+  return name_ == other.name_ || std::strcmp(name_, other.name_) == 0;
+}
+
+}  // namespace nanprov
