@@ -130,6 +130,19 @@ inline void expectFields(const json& j, std::initializer_list<std::pair<const ch
 
 inline std::vector<std::string> strings(const json& j) { return j.get<std::vector<std::string>>(); }
 
+// A run of examples/tiny_transformer.py with --regulariser-nan-step 2: the gradient sentinel names
+// head.weight at step 2, and the report says the origin is outside attention.
+inline void expectSentinelNamesTheRegulariser(const TrainedRun& r) {
+  ASSERT_EQ(r.train.code, runCodeForCleanExit(r)) << r.train.out;
+  ASSERT_EQ(r.report.code, 1) << r.report.out;
+  EXPECT_EQ(r.doc["outcome"], "outside_attention");
+  const json& s = r.doc["gradient_sentinel"];
+  ASSERT_TRUE(s.is_object()) << r.report.out;
+  EXPECT_EQ(s["step"], 2);
+  EXPECT_EQ(s["rank"], 0);
+  EXPECT_EQ(strings(s["gradients"]), std::vector<std::string>{"head.weight"});
+}
+
 inline bool torchHasCuda() {
   static int have = sh(python() + " -c 'import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null").code == 0 ? 1 : 0;
   return have == 1;
