@@ -15,6 +15,12 @@
 namespace nanprov::replay {
 namespace {
 
+// The replay engine's tracer: one per process (CUPTI serves one client), kept until it exits.
+KernelTracer& engineTracer() {
+  static KernelTracer* tracer = KernelTracer::create().release();
+  return *tracer;
+}
+
 std::atomic<int> g_run{-1};
 
 // The tracer's call number of run `run`'s ops of one phase.
@@ -63,7 +69,7 @@ std::unique_ptr<at::ObserverContext> onOpStart(const at::RecordFunction& fn) {
   int run = g_run.load();
   std::string_view name = fn.name();
   if (run < 0 || !isAttentionOp(name)) return nullptr;
-  KernelTracer& tracer = KernelTracer::get();
+  KernelTracer& tracer = engineTracer();
   if (!tracer.enter(callOf(run, phaseOf(name)), std::string(name))) {
     tracer.exit();  // enter() pushed its NVTX range even when it did not trace
     return nullptr;
@@ -72,7 +78,7 @@ std::unique_ptr<at::ObserverContext> onOpStart(const at::RecordFunction& fn) {
 }
 
 void onOpEnd(const at::RecordFunction&, at::ObserverContext* entered) {
-  if (entered) KernelTracer::get().exit();
+  if (entered) engineTracer().exit();
 }
 
 }  // namespace
@@ -89,7 +95,7 @@ BackendKernelTrace::BackendKernelTrace(const at::Device& device) {
     callback_ = at::addGlobalCallback(callback);
     return;
   }
-  if (Status st = KernelTracer::get().start(); !st.ok()) {
+  if (Status st = engineTracer().start(); !st.ok()) {
     unavailable_ = st.message();
     return;
   }
@@ -120,7 +126,7 @@ std::vector<KernelRecord> BackendKernelTrace::kernelsOf(int run, Phase phase) {
   if (!unavailable_.empty()) return {};
   if (!collected_) {
     g_run = -1;
-    for (KernelRecord& k : KernelTracer::get().collect(/*at_exit=*/true)) by_call_[k.seq].push_back(std::move(k));
+    for (KernelRecord& k : engineTracer().collect(/*at_exit=*/true)) by_call_[k.seq].push_back(std::move(k));
     collected_ = true;
   }
   auto it = by_call_.find(callOf(run, phase));

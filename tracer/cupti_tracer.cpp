@@ -394,9 +394,6 @@ class CuptiTracer final : public KernelTracer {
 
 }  // namespace
 
-KernelTracer& KernelTracer::get() {
-  static KernelTracer* tracer = new CuptiTracer();
-  return *tracer;
-}
+std::unique_ptr<KernelTracer> KernelTracer::create() { return std::make_unique<CuptiTracer>(); }
 
 }  // namespace nanprov

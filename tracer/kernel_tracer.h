@@ -29,7 +29,9 @@ struct TracerStats {
 
 class KernelTracer {
  public:
-  static KernelTracer& get();  // leaked on purpose, like the Session
+  // The tracer of this build (CUPTI, or one that says why not). One per process: CUPTI serves
+  // one activity client, so its owner (the probes' Probes, or replay's engine) makes it once.
+  static std::unique_ptr<KernelTracer> create();
   virtual ~KernelTracer() = default;
 
   // Turns collection on; later calls return the first result. Never throws.

@@ -20,7 +20,7 @@ void CaptureWriter::push(CaptureJob job) {
   job.row.skipped = "the process was exiting: capture files were no longer written";
   job.row.path.clear();
   job.row.bytes = 0;
-  Session::get().recordCapture(std::move(job.row));
+  session_.recordCapture(std::move(job.row));
 }
 
 bool CaptureWriter::waitIdle(std::chrono::seconds limit) {
@@ -55,7 +55,7 @@ void CaptureWriter::run() {
 
 void CaptureWriter::write(CaptureJob& job) {
   namespace fs = std::filesystem;
-  Session& session = Session::get();
+  Session& session = session_;
   fs::path dir = fs::path(session.runDir()) / "captures";
   std::error_code ec;
   fs::create_directories(dir, ec);

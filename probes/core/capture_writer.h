@@ -21,9 +21,12 @@ struct CaptureJob {
   std::string unattributed;  // why the call's kernels are unknown
 };
 
+class Session;
+
 class CaptureWriter {
  public:
-  CaptureWriter() = default;
+  // Rows go to `session`'s store, files under its run directory.
+  explicit CaptureWriter(Session& session) : session_(session) {}
   CaptureWriter(const CaptureWriter&) = delete;
   CaptureWriter& operator=(const CaptureWriter&) = delete;
   // Only reached stopped: the owner stops it at exit, or leaks it when a write is stuck.
@@ -39,8 +42,9 @@ class CaptureWriter {
 
  private:
   void run();
-  static void write(CaptureJob& job);
+  void write(CaptureJob& job);
 
+  Session& session_;
   std::mutex mu_;
   std::condition_variable wake_, idle_;
   std::deque<CaptureJob> queue_;

@@ -18,11 +18,12 @@
 namespace nanprov {
 namespace {
 
-std::atomic<Session::ModuleResolver> g_module_resolver{nullptr};
-
-// A forked child (a DataLoader worker) inherits the session but not the writer thread:
-// it must not record.
-void disableInForkedChild() { Session::get().finalize(); }
+// The session that started in this process: a forked child (a DataLoader worker) inherits it but
+// not the writer thread, and must not record.
+std::atomic<Session*> g_started{nullptr};
+void disableInForkedChild() {
+  if (Session* s = g_started.load()) s->finalize();
+}
 
 }  // namespace
 
@@ -46,10 +47,8 @@ int64_t wallClockNs() {
              std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-Session& Session::get() {
-  static Session* session = new Session();
-  return *session;
-}
+Session::Session() = default;
+Session::~Session() = default;
 
 Status Session::start() {
   State expected = State::kUninitialized;
@@ -90,7 +89,7 @@ Status Session::start() {
   }
   capture_policy_.configure(std::move(*plan), std::move(progress));
   owner_pid_ = getpid();
-  pthread_atfork(nullptr, nullptr, &disableInForkedChild);
+  if (g_started.exchange(this) == nullptr) pthread_atfork(nullptr, nullptr, &disableInForkedChild);
   return Status::Ok();
 }
 
@@ -239,10 +238,8 @@ void Session::finalize(bool collect) {
   if (!st.ok()) logOnce("close", "store closed with an error: " + st.message());
 }
 
-void Session::setModuleResolver(ModuleResolver resolve) { g_module_resolver.store(resolve); }
-
-std::string Session::modulePath() {
-  ModuleResolver resolve = g_module_resolver.load();
+std::string Session::modulePath() const {
+  ModuleResolver resolve = module_resolver_.load();
   if (!resolve) return "";
   char buffer[1024];
   int n = resolve(buffer, sizeof buffer);

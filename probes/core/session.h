@@ -1,6 +1,10 @@
-// Session: the probes' state inside one training process. Lifecycle:
-// uninitialized → active (start()) → finalized (finalize(), once, from exit); calls after
-// finalize are no-ops. Failures are logged once and the training carries on.
+// Session: the LibTorch-free part of the probes' state inside one training process: where the
+// run is recorded (the store, the call tally, the unprobed counts), how calls are named
+// (CallIdentity), and which are captured (CapturePolicy). Its owner is the process's Probes
+// (probes/libtorch/probes.h), which also holds the tracer, the device checks, the captures and the
+// gradient sentinel; unit tests make their own. Lifecycle: uninitialized → active (start()) →
+// finalized (finalize(), once, from exit); calls after finalize are no-ops. Failures are logged
+// once and the training carries on.
 #pragma once
 
 #include <atomic>
@@ -29,7 +33,10 @@ RankEnv rankFromEnvironment();
 
 class Session {
  public:
-  static Session& get();  // leaked on purpose: outlives static destruction order
+  Session();
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
 
   // Reads NANPROV_RUN_DIR, NANPROV_INJECT, NANPROV_CAPTURE*, RANK, LOCAL_RANK and WORLD_SIZE.
   Status start();
@@ -81,18 +88,18 @@ class Session {
   // The module path of the innermost module running on this thread, asked from Python through
   // the resolver (empty without one). Only forward calls ask: a backward inherits its forward's.
   using ModuleResolver = int (*)(char* buffer, size_t capacity);
-  static void setModuleResolver(ModuleResolver resolve);
-  static std::string modulePath();
+  void setModuleResolver(ModuleResolver resolve) { module_resolver_.store(resolve); }
+  std::string modulePath() const;
 
  private:
   enum class State { kUninitialized, kActive, kFinalized };
-  Session() = default;
   StoreWriter* writer();  // nullptr when the store cannot be written
   void writeCounters();
   void countUnseenBackwards();
 
   std::atomic<State> state_{State::kUninitialized};
   std::atomic<FlushHook> flush_hook_{nullptr};
+  std::atomic<ModuleResolver> module_resolver_{nullptr};
   std::string run_dir_;
   int owner_pid_ = 0;
   RankEnv env_;

@@ -21,6 +21,7 @@
 #include "probes/libtorch/foreign_calls.h"
 #include "probes/libtorch/gradient_sentinel.h"
 #include "probes/libtorch/module_path_cache.h"
+#include "probes/libtorch/probes.h"
 #include "base/records/roles.h"
 #include "probes/core/probe_cost.h"
 #include "probes/core/session.h"
@@ -164,12 +165,12 @@ bool insideAttentionCall() { return t_depth > 0 || t_sdpa_depth > 0; }
 // Where a forward call runs: its module, whether autograd's engine is running it (activation
 // checkpointing recomputing the forward inside backward), and whether gradients are on.
 ForwardSite siteOfForward(const at::Tensor& q) {
-  static auto* module_paths = new ModulePathCache();  // leaked, as the dispatcher's kernels that use it
+  Probes& p = probes();
   ForwardSite site;
   site.compiled = !t_compiled_grad.empty();
   // Inside a compiled graph the bootstrap names calls in graph order: every call must ask it.
-  site.module = site.compiled ? Session::modulePath()
-                              : module_paths->path(ModulePathCache::sourceParameter(q), [] { return Session::modulePath(); });
+  site.module = site.compiled ? p.session().modulePath()
+                              : p.modulePaths().path(ModulePathCache::sourceParameter(q), [&p] { return p.session().modulePath(); });
   site.in_backward = torch::autograd::get_current_graph_task_id() != -1;
   site.grad_enabled = t_compiled_grad.empty() ? at::GradMode::is_enabled() : t_compiled_grad.back();
   site.grad_enabled = site.grad_enabled && !c10::InferenceMode::is_enabled();
@@ -178,7 +179,7 @@ ForwardSite siteOfForward(const at::Tensor& q) {
 
 // A forward call's name; a call that begins the next inference forward pass closes the last.
 CallName nameForward(const ForwardSite& site) {
-  Session& session = Session::get();
+  Session& session = probes().session();
   CallName name = session.identity().forward(site);
   if (name.opened_step) session.stepBegan(name.step);
   return name;
@@ -193,7 +194,7 @@ std::string reasonOf(const std::exception& e) {
 
 // The rank is set here, once: every record begins here.
 CallRecord recordFor(const CallName& name, const AttentionOp& desc, Phase phase) {
-  Session& session = Session::get();
+  Session& session = probes().session();
   session.callBegun();
   return CallRecord{.seq = name.seq, .rank = session.rank(), .step = name.step, .layer = name.layer, .call = name.call, .phase = phase,
                     .fwd_seq = name.fwd_seq, .recompute = name.recompute, .op = desc.name, .backend = desc.backend,
@@ -206,7 +207,7 @@ static constexpr const char* kProfilerReason =
     "torch.profiler was active: CUPTI serves one activity client per process, and the profiler had it";
 
 CallTrace::CallTrace(const CallName& name, int rank) {
-  KernelTracer& tracer = KernelTracer::get();
+  KernelTracer& tracer = probes().tracer();
   // Checked before CUPTI is touched: registering our buffers now would take the profiler's.
   if (torch::profiler::impl::profilerEnabled()) {
     tracer.yield(kProfilerReason);
@@ -219,10 +220,10 @@ CallTrace::CallTrace(const CallName& name, int rank) {
   if (!traced_ && reason_.empty()) reason_ = tracer.unattributedReason();
 }
 
-CallTrace::~CallTrace() { KernelTracer::get().exit(); }
+CallTrace::~CallTrace() { probes().tracer().exit(); }
 
 void inject(CallRecord& rec, const Tensors& outputs) {
-  Session& session = Session::get();
+  Session& session = probes().session();
   for (const InjectionSpec& spec : session.injections()) {
     if (!spec.where.matches(session.rank(), rec.layer, rec.step, rec.call, rec.phase)) continue;
     for (const auto& [role, t] : outputs) {
@@ -238,7 +239,7 @@ void finish(CallRecord rec, const Tensors& tensors, const CallArgs& args) {
   rec.device = Device::fromIndex(cudaDeviceOf(tensors));
   rec.tensors.reserve(tensors.size());
   if (!rec.device.isCpu()) {
-    DeviceChecks::get().submit(std::move(rec), tensors, args);
+    probes().checks().submit(std::move(rec), tensors, args);
     return;
   }
   // On the CPU the call's kernel is the op itself: readers show it from the call's own row
@@ -255,7 +256,7 @@ Tensors concat(Tensors a, const Tensors& b) {
 namespace {
 
 void probeFusedCall(const ProbedOp* probed, const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack* stack) {
-  if (probed && (t_depth > 0 || !Session::get().active() || !probeable(*stack, probed->num_arguments))) probed = nullptr;
+  if (probed && (t_depth > 0 || !probes().session().active() || !probeable(*stack, probed->num_arguments))) probed = nullptr;
   if (!probed) {
     handle.redispatchBoxed(ks & kBelowProbe, stack);
     return;
@@ -264,7 +265,7 @@ void probeFusedCall(const ProbedOp* probed, const c10::OperatorHandle& handle, c
   const AttentionOp& desc = *probed->desc;
   Tensors inputs = takeInputs(*probed, *stack);
   CallArgs args = takeArgs(*probed, *stack);
-  Session& session = Session::get();
+  Session& session = probes().session();
   CallIdentity& ids = session.identity();
   // Named before it runs, so its kernels are traced under its name. Nothing here may reach the
   // op: on any failure the op runs unprobed.
@@ -333,7 +334,7 @@ class OperatorProbe : public c10::OperatorKernel {
 // computes attention itself (bmm, masked softmax: the CPU), the op is recorded as one call with
 // its own inputs and output, and its projection weights as arguments.
 void nativeMhaKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack* stack) {
-  if (t_depth > 0 || !Session::get().active() || !probeable(*stack, g_native_mha->num_arguments)) {
+  if (t_depth > 0 || !probes().session().active() || !probeable(*stack, g_native_mha->num_arguments)) {
     handle.redispatchBoxed(ks & kBelowProbe, stack);
     return;
   }
@@ -363,7 +364,7 @@ thread_local int t_unprobed_depth = 0;  // the encoder-layer op runs the attenti
 
 void unprobedKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack* stack) {
   int64_t fused_before = t_fused_calls;
-  bool count = t_depth == 0 && t_unprobed_depth == 0 && Session::get().active() &&
+  bool count = t_depth == 0 && t_unprobed_depth == 0 && probes().session().active() &&
                probeable(*stack, handle.schema().arguments().size());
   ++t_unprobed_depth;
   try {
@@ -374,7 +375,7 @@ void unprobedKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, S
   }
   --t_unprobed_depth;
   if (count && t_fused_calls == fused_before) {
-    guarded("unprobed attention count", [&] { Session::get().countUnprobed(handle.schema().name()); });
+    guarded("unprobed attention count", [&] { probes().session().countUnprobed(handle.schema().name()); });
   }
 }
 
@@ -395,7 +396,7 @@ struct MathBackward {
     std::lock_guard<std::mutex> lock(mu);
     at::Tensor replaced;
     guarded("math backward probe", [&] {
-      Session& session = Session::get();
+      Session& session = probes().session();
       if (!rec) {
         rec = recordFor(session.identity().backwardOf(fwd), kMathOp, Phase::kBackward);
         rec->start_ns = wallClockNs();
@@ -470,7 +471,7 @@ void runCompositeSdpa(const c10::OperatorHandle& handle, c10::DispatchKeySet ks,
 }
 
 void sdpaKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack* stack) {
-  if (t_depth > 0 || !Session::get().active() || !probeable(*stack, g_sdpa->num_arguments)) {
+  if (t_depth > 0 || !probes().session().active() || !probeable(*stack, g_sdpa->num_arguments)) {
     runCompositeSdpa(handle, ks, stack);
     return;
   }
@@ -484,7 +485,7 @@ void sdpaKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack
     guarded("math attention probe", [&] {
       if (!mathOnCuda(*stack)) return;
       name = nameForward(siteOfForward(tensorOf(inputs, Role::kQ)));
-      trace.emplace(*name, Session::get().rank());
+      trace.emplace(*name, probes().session().rank());
     });
   }
   int64_t fused_before = t_fused_calls;
@@ -505,52 +506,6 @@ void sdpaKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack
     watchMathBackward(*name, inputs, args, out);
     finish(std::move(rec), concat(inputs, {{Role::kO, out}}), args);
   });
-}
-
-// Kernels are traced during the first NANPROV_TRACE_STEPS steps (0: always). CUPTI costs every
-// kernel launch of the process, so after the window it is switched off; later calls are matched
-// to a traced call of the same layer, op and shapes when reported.
-int64_t traceSteps() {
-  static const int64_t steps = envInteger("NANPROV_TRACE_STEPS", 2, 0);
-  return steps;
-}
-
-// At every step boundary and at exit: completes the asynchronous checks, stores the kernels
-// traced so far, and how many host synchronisations nanprov added.
-void flushDeviceWork(bool at_exit) {
-  ProbeCost::Scope cost(ProbeStage::kCollecting);
-  try {
-    DeviceChecks& checks = DeviceChecks::get();
-    if (at_exit) checks.drain(); else checks.poll();
-    if (!at_exit) closeStaleForeignCalls();
-    KernelTracer& tracer = KernelTracer::get();
-    Session& session = Session::get();
-    std::vector<KernelRecord> kernels = tracer.collect(at_exit);
-    Captures::get().release(kernels, at_exit);  // after the checks: their captures need these names
-    session.recordKernels(std::move(kernels));
-    if (!at_exit && traceSteps() > 0 && session.identity().step() >= traceSteps()) {
-      ProbeCost::markSteady();
-      tracer.pause("kernel tracing covered the first " + std::to_string(traceSteps()) +
-                   " steps (nanprov run --trace-steps); this call ran later");
-    }
-    TracerStats stats = tracer.stats();
-    session.setMeta("host_syncs", std::to_string(checks.hostSyncs()));
-    session.setMeta("step_unit", stepUnitName(session.identity().stepUnit()));
-    session.setMeta("kernels_attributed", std::to_string(stats.attributed_kernels));
-    session.setMeta("cupti_dropped_records", std::to_string(stats.dropped_records));
-    session.setMeta("cupti_records", "kernel " + std::to_string(stats.kernel_records) + ", external id " +
-                                         std::to_string(stats.external_id_records) + ", api " +
-                                         std::to_string(stats.api_records));
-    if (stats.detached) session.setMeta("cupti_detached", "1");
-    session.setMeta("probe_cost", ProbeCost::summary());
-    for (int s = 0; s < static_cast<int>(ProbeStage::kCount); ++s) {
-      const auto stage = static_cast<ProbeStage>(s);
-      session.setMeta(std::string("probe_ns:") + ProbeCost::stageName(stage), std::to_string(ProbeCost::total(stage)));
-    }
-    if (std::string why = tracer.unattributedReason(); !why.empty()) session.setMeta("kernel_tracer", why);
-  } catch (const std::exception& e) {
-    logOnce("flush", std::string("flushing device work failed: ") + e.what());
-  }
 }
 
 }  // namespace
@@ -589,7 +544,6 @@ Status installAttentionProbes() {
         fused->impl("_transformer_encoder_layer_fwd", torch::CppFunction::makeFromBoxedFunction<&unprobedKernel>());
       }
       g_sdp_choice = new std::optional<c10::OperatorHandle>(dispatcher.findSchema({"aten::_fused_sdp_choice", ""}));
-      Session::get().setFlushHook(&flushDeviceWork);
       installGradientSentinel();
       installForeignCallOps();
       if (want_fused) installSoftmaxAttentionCount();

@@ -20,6 +20,7 @@
 #include "probes/core/probe_cost.h"
 #include "base/records/roles.h"
 #include "probes/core/session.h"
+#include "probes/libtorch/probes.h"
 #include "store/capture_file.h"
 
 #if NANPROV_HAVE_CUDA
@@ -227,11 +228,6 @@ std::optional<AuditSlice> auditSliceOf(const CallRecord& rec, const RoleTensors&
 
 }  // namespace
 
-Captures& Captures::get() {
-  static Captures* c = new Captures();  // leaked: calls may race the process's exit
-  return *c;
-}
-
 void Captures::offer(const CallRecord& rec, const RoleTensors& tensors, const CallArgs& args) {
   try {
     offerGuarded(rec, tensors, args);
@@ -249,7 +245,7 @@ void Captures::release(const std::vector<KernelRecord>& kernels, bool at_exit) {
 }
 
 void Captures::offerGuarded(const CallRecord& rec, const RoleTensors& tensors, const CallArgs& args) {
-  CapturePolicy& policy = Session::get().capturePolicy();
+  CapturePolicy& policy = session_.capturePolicy();
   const std::optional<uint64_t> key = policy.auditing() ? std::optional(auditKey(rec, args)) : std::nullopt;
   const std::optional<CaptureTrigger> trigger = policy.triggerFor(rec, key);
   if (!trigger) return;
@@ -263,7 +259,7 @@ void Captures::offerGuarded(const CallRecord& rec, const RoleTensors& tensors, c
 
 void Captures::take(const CallRecord& rec, const RoleTensors& tensors, const CallArgs& args, CaptureTrigger trigger,
                     std::optional<uint64_t> key) {
-  Session& session = Session::get();
+  Session& session = session_;
   CapturePolicy& policy = session.capturePolicy();
   CaptureRecord row;
   row.seq = rec.seq;
@@ -350,11 +346,11 @@ void Captures::releaseGuarded(const std::vector<KernelRecord>& kernels, bool at_
     }
   }
   for (CaptureJob& job : ready) writer_.push(std::move(job));
-  if (copies > 0) Session::get().setMeta("capture_host_copies", std::to_string(copies));
-  if (CapturePolicy& policy = Session::get().capturePolicy(); policy.auditing()) {
+  if (copies > 0) session_.setMeta("capture_host_copies", std::to_string(copies));
+  if (CapturePolicy& policy = session_.capturePolicy(); policy.auditing()) {
     // How often the rotation ran, and how often its budget held it back: the report's coverage.
     CapturePolicy::RotationCounts r = policy.rotationCounts();
-    Session::get().setMeta("audit_rotation", std::to_string(r.rotations) + " " + std::to_string(r.held_back));
+    session_.setMeta("audit_rotation", std::to_string(r.rotations) + " " + std::to_string(r.held_back));
   }
   if (!at_exit) return;
   // The writer thread is joined once it has written everything; one stuck on a file is left to
@@ -396,8 +392,8 @@ void recordCheckedCall(CallRecord rec, const RoleTensors& tensors, const CallArg
   // Classified once, here, where the tensors' health is complete: the capture policy and the
   // store both read it (readers find edges by it).
   rec.health = static_cast<int>(edgeKindOf(rec));
-  Captures::get().offer(rec, tensors, args);
-  Session::get().record(std::move(rec));
+  probes().captures().offer(rec, tensors, args);
+  probes().session().record(std::move(rec));
 }
 
 }  // namespace nanprov

@@ -21,13 +21,17 @@
 
 namespace nanprov {
 
+class Session;
+
 // The arguments of a call that are not role tensors, as the op received them: scale, is_causal,
 // dropout_p, enable_gqa, philox seed and offset... Held as IValues: formatted only for a capture.
 using CallArgs = std::vector<std::pair<std::string_view, c10::IValue>>;
 
 class Captures {
  public:
-  static Captures& get();
+  explicit Captures(Session& session) : session_(session), writer_(session) {}
+  Captures(const Captures&) = delete;
+  Captures& operator=(const Captures&) = delete;
 
   // Called once `rec`'s health is known, with the tensors it describes. `tensors` is empty when
   // they were not held until then; a call the policy wants is then recorded as skipped.
@@ -39,7 +43,6 @@ class Captures {
   void release(const std::vector<KernelRecord>& kernels, bool at_exit);
 
  private:
-  Captures() = default;
   // offer() and release() without their guard: an exception stops at the guard, never the training.
   void offerGuarded(const CallRecord& rec, const RoleTensors& tensors, const CallArgs& args);
   void releaseGuarded(const std::vector<KernelRecord>& kernels, bool at_exit);
@@ -47,6 +50,7 @@ class Captures {
             std::optional<uint64_t> key);
   static void describe(const CallRecord& rec, const RoleTensors& tensors, const CallArgs& args, CaptureFile& file);
 
+  Session& session_;
   std::mutex mu_;
   std::vector<CaptureJob> waiting_;  // CUDA captures waiting for their kernels' names
   // Device-to-host copies made for captures: each waited for the GPU once, on the training

@@ -3,21 +3,38 @@
 // once the results are back, collected without waiting at later calls and step boundaries.
 // Tensors are held until their results are known, within a byte budget (NANPROV_HOLD_BYTES);
 // beyond it they are released early and the caching allocator is told the check still reads
-// them, so their memory is not reused under it.
+// them, so their memory is not reused under it. Built without the CUDA toolkit, or where a
+// device's queue cannot be made, every tensor is measured on the host (a counted host sync).
 #pragma once
 
+#include <array>
+#include <atomic>
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
 #include <vector>
 
+#include "kernels/health_check.h"
 #include "probes/libtorch/call_capture.h"
 #include "probes/libtorch/tensor_health.h"
 #include "base/records/call_record.h"
 
+namespace c10 {
+class Stream;
+}
+
 namespace nanprov {
+
+namespace kernels {
+class HealthCheckQueue;
+}
 
 class DeviceChecks {
  public:
-  static DeviceChecks& get();
+  DeviceChecks();
+  DeviceChecks(const DeviceChecks&) = delete;
+  DeviceChecks& operator=(const DeviceChecks&) = delete;
 
   // Checks `tensors` (all on one CUDA device) and records `rec` with their health once known,
   // offering it for capture with `args` (recordCheckedCall). What the fused kernel cannot read
@@ -45,7 +62,42 @@ class DeviceChecks {
   int64_t checksInFlight() const;
 
  private:
-  DeviceChecks() = default;
+  // A check in flight: an attention call's (recorded once its counts are known), or tensors
+  // measured for the gradient sentinel (`measured` set: handed their counts, nothing recorded).
+  struct Pending {
+    CallRecord rec;               // tensors described; counts filled from the kernel
+    std::vector<size_t> checked;  // rec.tensors index of each kernel view
+    RoleTensors held;             // released once the results are known
+    int64_t held_bytes = 0;
+    CallArgs args;
+    Measured measured = nullptr;
+    uint64_t context = 0;
+  };
+  static constexpr int kMaxDevices = 64;
+
+  kernels::HealthCheckQueue* queueFor(int device);
+  void collect(bool wait);
+  std::optional<Pending> enqueue(kernels::HealthCheckQueue& queue, Pending pending,
+                                 const std::vector<kernels::TensorView>& views, const c10::Stream& stream);
+  void holdOrRelease(Pending& pending, const RoleTensors& tensors, const c10::Stream& stream);
+  void complete(uint64_t token, const kernels::HealthCounts* counts, int n);
+  void recordMeasuredSynchronously(CallRecord rec, const RoleTensors& tensors, const CallArgs& args);
+  void measureOnHost(const std::vector<at::Tensor>& tensors, Measured done, uint64_t context);
+
+  std::array<std::atomic<kernels::HealthCheckQueue*>, kMaxDevices> queues_{};  // leaked: checks may be in flight at exit
+  std::array<bool, kMaxDevices> failed_{};
+  std::mutex create_mu_;  // only around creating a queue; no other lock is taken inside it
+  // Guards in_flight_, next_token_ and changes to held_bytes_. Lock order: a queue's own lock
+  // before this one: HealthCheckQueue::submit/collect hold theirs while calling complete(), which
+  // takes mu_. So mu_ is never held across a queue call, and it is released before a checked
+  // call is recorded (the session's locks come after both).
+  mutable std::mutex mu_;
+  std::map<uint64_t, Pending> in_flight_;
+  std::atomic<int64_t> submits_{0};
+  uint64_t next_token_ = 1;
+  std::atomic<int64_t> held_bytes_{0};  // read without the lock to decide when to poll
+  std::atomic<int64_t> sync_measures_{0};
+  const int64_t budget_;
 };
 
 }  // namespace nanprov

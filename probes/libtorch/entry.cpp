@@ -22,13 +22,14 @@
 #include "probes/libtorch/attention_hook.h"
 #include "probes/libtorch/foreign_calls.h"
 #include "probes/core/session.h"
+#include "probes/libtorch/probes.h"
 
 namespace {
 thread_local std::string t_last_error;
 
 // Ends the process without Python: C's exit() from native code or ctypes. Python's atexit has
 // not run, so the store is closed here; after a normal interpreter exit this is a no-op.
-void closeStoreAtCExit() { nanprov::Session::get().finalize(/*collect=*/false); }
+void closeStoreAtCExit() { nanprov::probes().session().finalize(/*collect=*/false); }
 
 // SIGTERM (a launcher stopping its workers) kills by default and runs no exit hook. When the
 // training left it at the default, nanprov catches it only to close the store first: the signal
@@ -57,7 +58,7 @@ void closeStoreThenDie() {
   auto closed = std::make_shared<std::promise<void>>();
   std::future<void> done = closed->get_future();
   std::thread([closed] {
-    nanprov::Session::get().finalize(/*collect=*/false);
+    nanprov::probes().session().finalize(/*collect=*/false);
     closed->set_value();
   }).detach();
   done.wait_for(std::chrono::seconds(2));
@@ -89,11 +90,11 @@ int nanprov_start(void) {
   if (const char* debug = std::getenv("NANPROV_DEBUG_CRASH"); debug && *debug == '1') {
     nanprov::printBacktraceOnCrash();  // for bug reports; off by default: the training owns its handlers
   }
-  nanprov::Status st = nanprov::Session::get().start();
+  nanprov::Status st = nanprov::probes().session().start();
   if (st.ok()) st = nanprov::installAttentionProbes();
   if (!st.ok()) {
     t_last_error = st.message();
-    nanprov::Session::get().finalize();
+    nanprov::probes().session().finalize();
     return 1;
   }
   installExitHooks();
@@ -103,15 +104,15 @@ int nanprov_start(void) {
 const char* nanprov_last_error(void) { return t_last_error.c_str(); }
 
 void nanprov_step(long long step) {
-  nanprov::Session::get().stepEnded(step);
+  nanprov::probes().session().stepEnded(step);
 }
 
 void nanprov_set_module_resolver(nanprov_module_resolver resolve) {
-  nanprov::Session::setModuleResolver(resolve);
+  nanprov::probes().session().setModuleResolver(resolve);
 }
 
 void nanprov_count_unprobed(const char* what, long long n) {
-  if (what && n > 0) nanprov::Session::get().countUnprobed(what, n);
+  if (what && n > 0) nanprov::probes().session().countUnprobed(what, n);
 }
 
 void nanprov_compiled_grad_mode(int mode) {
@@ -143,8 +144,8 @@ const char* nanprov_probe_op(const char* name, const char* roles, const char* ba
 long long nanprov_foreign_calls(void) { return nanprov::foreignCallsRecorded(); }
 
 void nanprov_shutdown(void) {
-  nanprov::Session::get().finalize();
-  nanprov::Session::setModuleResolver(nullptr);
+  nanprov::probes().session().finalize();
+  nanprov::probes().session().setModuleResolver(nullptr);
 }
 
 

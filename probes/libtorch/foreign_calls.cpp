@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "probes/libtorch/call_recording.h"
+#include "probes/libtorch/probes.h"
 
 namespace nanprov {
 namespace {
@@ -24,13 +25,13 @@ struct OpenCall {
 thread_local std::vector<OpenCall> t_open;
 thread_local int64_t t_recorded = 0;
 
-bool probing() { return !insideProbedOp() && Session::get().active(); }
+bool probing() { return !insideProbedOp() && probes().session().active(); }
 
 void beginCall(const at::Tensor& q, const std::optional<at::Tensor>& o) {
   OpenCall open;
   if (probing()) {
     guarded("attention probe", [&] {
-      Session& session = Session::get();
+      Session& session = probes().session();
       open.name = o ? session.identity().backward(reinterpret_cast<uintptr_t>(o->data_ptr()))
                     : nameForward(siteOfForward());
       open.start_ns = wallClockNs();
@@ -90,7 +91,7 @@ void recordCall(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, c
     RoleTensors outputs = {{Role::kO, o}};
     CallName name;
     CallRecord rec = closeCall(desc, [] { return nameForward(siteOfForward()); }, outputs, &name);
-    Session::get().identity().link(name, reinterpret_cast<uintptr_t>(o.data_ptr()));  // for its backward
+    probes().session().identity().link(name, reinterpret_cast<uintptr_t>(o.data_ptr()));  // for its backward
     ++t_recorded;
     inject(rec, outputs);
     CallArgs args = argsOf(scale, is_causal, layout, cu_seqlens_q, cu_seqlens_k);
@@ -122,7 +123,7 @@ void recordBackward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
       if (*grad) outputs.emplace_back(role, **grad);
     }
     CallName name;
-    auto linked = [&] { return Session::get().identity().backward(reinterpret_cast<uintptr_t>(o.data_ptr())); };
+    auto linked = [&] { return probes().session().identity().backward(reinterpret_cast<uintptr_t>(o.data_ptr())); };
     CallRecord rec = closeCall(desc, linked, outputs, &name);
     inject(rec, outputs);
     RoleTensors inputs = {{Role::kQ, q}, {Role::kK, k}, {Role::kV, v}};

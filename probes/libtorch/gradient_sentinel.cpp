@@ -13,7 +13,7 @@
 #include <mutex>
 
 #include "probes/core/session.h"
-#include "probes/libtorch/device_checks.h"
+#include "probes/libtorch/probes.h"
 
 namespace nanprov {
 namespace {
@@ -25,189 +25,159 @@ constexpr size_t kMaxNamed = 64;
 // the table without bound; a forgotten one is watched again on its next step (check_step's false).
 constexpr size_t kMaxWatched = 64;
 
-enum class Kind : uint8_t { kGrad = 0, kParam = 1 };
+}  // namespace
 
-// The parameters one optimizer steps. Held weakly: the sentinel never keeps a model alive.
-struct Watched {
-  std::vector<c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>> params;
-  std::vector<std::string> names;  // "" where the bootstrap knew none
-  uint64_t order = 0;              // when it was watched, to forget the oldest first
-};
-
-// Which parameter, and which of its tensors, each count of one measured batch is.
-struct Slice {
-  int64_t step = 0;
-  std::shared_ptr<const Watched> watched;  // its names outlive the batch in flight
-  int n = 0;
-  std::array<std::pair<size_t, Kind>, DeviceChecks::kMaxMeasured> of{};
-};
-
-class Sentinel {
- public:
-  static Sentinel& get() {
-    static Sentinel* s = new Sentinel();  // leaked: checks may complete while the process exits
-    return *s;
+void GradientSentinel::watch(int64_t key, const std::vector<at::Tensor>& params, const std::string& names) {
+  auto w = std::make_shared<Watched>();
+  for (const at::Tensor& p : params) w->params.emplace_back(p.getIntrusivePtr());
+  size_t from = 0;
+  while (w->names.size() < params.size()) {
+    size_t end = std::min(names.find('\n', from), names.size());
+    w->names.push_back(from < names.size() ? names.substr(from, end - from) : std::string());
+    from = end + 1;
   }
+  for (size_t i = 0; i < w->names.size(); ++i) {
+    if (w->names[i].empty()) w->names[i] = "param" + std::to_string(i);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  w->order = next_order_++;
+  watched_[key] = std::move(w);
+  if (watched_.size() > kMaxWatched) {
+    auto oldest = watched_.begin();
+    for (auto it = watched_.begin(); it != watched_.end(); ++it) {
+      if (it->second->order < oldest->second->order) oldest = it;
+    }
+    watched_.erase(oldest);
+  }
+}
 
-  void watch(int64_t key, const std::vector<at::Tensor>& params, const std::string& names) {
-    auto w = std::make_shared<Watched>();
-    for (const at::Tensor& p : params) w->params.emplace_back(p.getIntrusivePtr());
-    size_t from = 0;
-    while (w->names.size() < params.size()) {
-      size_t end = std::min(names.find('\n', from), names.size());
-      w->names.push_back(from < names.size() ? names.substr(from, end - from) : std::string());
-      from = end + 1;
-    }
-    for (size_t i = 0; i < w->names.size(); ++i) {
-      if (w->names[i].empty()) w->names[i] = "param" + std::to_string(i);
-    }
+bool GradientSentinel::check(int64_t key, int64_t step) {
+  std::shared_ptr<const Watched> w;
+  {
     std::lock_guard<std::mutex> lock(mu_);
-    w->order = next_order_++;
-    watched_[key] = std::move(w);
-    if (watched_.size() > kMaxWatched) {
-      auto oldest = watched_.begin();
-      for (auto it = watched_.begin(); it != watched_.end(); ++it) {
-        if (it->second->order < oldest->second->order) oldest = it;
-      }
-      watched_.erase(oldest);
-    }
+    auto it = watched_.find(key);
+    if (it == watched_.end()) return false;
+    if (found_step_ >= 0 && step > found_step_) return true;  // the first non-finite step is what the report needs
+    w = it->second;
   }
-
-  bool check(int64_t key, int64_t step) {
-    std::shared_ptr<const Watched> w;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = watched_.find(key);
-      if (it == watched_.end()) return false;
-      if (found_step_ >= 0 && step > found_step_) return true;  // the first non-finite step is what the report needs
-      w = it->second;
-    }
-    // Gradients and parameters by device: the CPU's in one norm, each GPU's in batches.
-    std::vector<at::Tensor> cpu;
-    std::vector<std::pair<size_t, Kind>> cpu_of;
-    std::map<int, std::pair<std::vector<at::Tensor>, Slice>> cuda;
-    auto add = [&](const at::Tensor& t, size_t param, Kind kind) {
-      if (t.is_cpu()) {
-        cpu.push_back(t);
-        cpu_of.emplace_back(param, kind);
-        return;
-      }
-      auto& [batch, slice] = cuda[t.device().index()];
-      batch.push_back(t);
-      slice.of[static_cast<size_t>(slice.n++)] = {param, kind};
-      if (slice.n == DeviceChecks::kMaxMeasured) {
-        submit(batch, slice, step, w);
-        batch.clear();
-        slice = Slice{};
-      }
-    };
-    for (size_t i = 0; i < w->params.size(); ++i) {
-      c10::intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl> impl = w->params[i].lock();
-      if (!impl) continue;
-      const at::Tensor p(std::move(impl));
-      const at::Tensor& g = p.grad();
-      if (!g.defined() || g.is_sparse() || !g.is_floating_point() || !p.is_floating_point()) continue;
-      add(g, i, Kind::kGrad);
-      add(p, i, Kind::kParam);
-    }
-    for (auto& [device, entry] : cuda) {
-      if (entry.second.n > 0) submit(entry.first, entry.second, step, w);
-    }
-    if (!cpu.empty()) {
-      // float32 norms whatever the dtype: one multi-tensor reduction, read at once.
-      at::Tensor norms = at::stack(at::_foreach_norm(cpu, std::numeric_limits<double>::infinity(), at::kFloat));
-      const float* norm = norms.data_ptr<float>();
-      for (size_t i = 0; i < cpu.size(); ++i) {
-        if (!std::isfinite(norm[i])) found(step, w->names[cpu_of[i].first], cpu_of[i].second, norm[i]);
-      }
-    }
-    return true;
-  }
-
-  void measured(uint64_t context, const DeviceChecks::Counts* counts, int n) {
-    Slice slice;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = in_flight_.find(context);
-      if (it == in_flight_.end()) return;
-      slice = it->second;
-      in_flight_.erase(it);
-    }
-    if (n != slice.n) {
-      logOnce("sentinel device", "a gradient sentinel check failed on the device; that step's gradients are not judged");
+  // Gradients and parameters by device: the CPU's in one norm, each GPU's in batches.
+  std::vector<at::Tensor> cpu;
+  std::vector<std::pair<size_t, Kind>> cpu_of;
+  std::map<int, std::pair<std::vector<at::Tensor>, Slice>> cuda;
+  auto add = [&](const at::Tensor& t, size_t param, Kind kind) {
+    if (t.is_cpu()) {
+      cpu.push_back(t);
+      cpu_of.emplace_back(param, kind);
       return;
     }
-    for (int i = 0; i < n; ++i) {
-      const DeviceChecks::Counts& c = counts[i];
-      if (c.nan + c.posinf + c.neginf == 0) continue;
-      const double norm = c.nan ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
-      const auto& [param, kind] = slice.of[static_cast<size_t>(i)];
-      found(slice.step, slice.watched->names[param], kind, norm);
+    auto& [batch, slice] = cuda[t.device().index()];
+    batch.push_back(t);
+    slice.of[static_cast<size_t>(slice.n++)] = {param, kind};
+    if (slice.n == DeviceChecks::kMaxMeasured) {
+      submit(batch, slice, step, w);
+      batch.clear();
+      slice = Slice{};
+    }
+  };
+  for (size_t i = 0; i < w->params.size(); ++i) {
+    c10::intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl> impl = w->params[i].lock();
+    if (!impl) continue;
+    const at::Tensor p(std::move(impl));
+    const at::Tensor& g = p.grad();
+    if (!g.defined() || g.is_sparse() || !g.is_floating_point() || !p.is_floating_point()) continue;
+    add(g, i, Kind::kGrad);
+    add(p, i, Kind::kParam);
+  }
+  for (auto& [device, entry] : cuda) {
+    if (entry.second.n > 0) submit(entry.first, entry.second, step, w);
+  }
+  if (!cpu.empty()) {
+    // float32 norms whatever the dtype: one multi-tensor reduction, read at once.
+    at::Tensor norms = at::stack(at::_foreach_norm(cpu, std::numeric_limits<double>::infinity(), at::kFloat));
+    const float* norm = norms.data_ptr<float>();
+    for (size_t i = 0; i < cpu.size(); ++i) {
+      if (!std::isfinite(norm[i])) found(step, w->names[cpu_of[i].first], cpu_of[i].second, norm[i]);
     }
   }
+  return true;
+}
 
- private:
-  static void onMeasured(uint64_t context, const DeviceChecks::Counts* counts, int n) {
-    Sentinel::get().measured(context, counts, n);
+void GradientSentinel::measured(uint64_t context, const DeviceChecks::Counts* counts, int n) {
+  Slice slice;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = in_flight_.find(context);
+    if (it == in_flight_.end()) return;
+    slice = it->second;
+    in_flight_.erase(it);
   }
-
-  void submit(const std::vector<at::Tensor>& batch, Slice slice, int64_t step, std::shared_ptr<const Watched> watched) {
-    slice.step = step;
-    slice.watched = std::move(watched);
-    uint64_t context;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      context = next_context_++;
-      in_flight_.emplace(context, std::move(slice));
-    }
-    DeviceChecks::get().measure(batch, &onMeasured, context);
+  if (n != slice.n) {
+    logOnce("sentinel device", "a gradient sentinel check failed on the device; that step's gradients are not judged");
+    return;
   }
-
-  // Records one non-finite tensor of `step`, if `step` is the first step that had any. Batches
-  // complete in the order they were submitted, so the first step found is the first step.
-  void found(int64_t step, const std::string& parameter, Kind kind, double norm) {
-    size_t named;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (found_step_ >= 0 && step != found_step_) return;
-      found_step_ = step;
-      named = ++named_[static_cast<int>(kind)];
-    }
-    Session& session = Session::get();
-    session.setMeta(kind == Kind::kGrad ? "sentinel_nonfinite_grads" : "sentinel_nonfinite_params", std::to_string(named));
-    if (named > kMaxNamed) return;
-    SentinelRecord f;
-    f.step = step;
-    f.tensor = kind == Kind::kGrad ? "grad" : "param";
-    f.parameter = parameter;
-    f.norm = norm;
-    session.recordSentinel({std::move(f)});
+  for (int i = 0; i < n; ++i) {
+    const DeviceChecks::Counts& c = counts[i];
+    if (c.nan + c.posinf + c.neginf == 0) continue;
+    const double norm = c.nan ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
+    const auto& [param, kind] = slice.of[static_cast<size_t>(i)];
+    found(slice.step, slice.watched->names[param], kind, norm);
   }
+}
 
-  std::mutex mu_;
-  std::map<int64_t, std::shared_ptr<Watched>> watched_;  // by the bootstrap's key: the optimizer's id
-  uint64_t next_order_ = 0;
-  std::map<uint64_t, Slice> in_flight_;
-  uint64_t next_context_ = 1;
-  int64_t found_step_ = -1;
-  size_t named_[2] = {0, 0};
-};
+void GradientSentinel::onMeasured(uint64_t context, const DeviceChecks::Counts* counts, int n) {
+  probes().sentinel().measured(context, counts, n);
+}
+
+void GradientSentinel::submit(const std::vector<at::Tensor>& batch, Slice slice, int64_t step, std::shared_ptr<const Watched> watched) {
+  slice.step = step;
+  slice.watched = std::move(watched);
+  uint64_t context;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    context = next_context_++;
+    in_flight_.emplace(context, std::move(slice));
+  }
+  checks_.measure(batch, &onMeasured, context);
+}
+
+// Records one non-finite tensor of `step`, if `step` is the first step that had any. Batches
+// complete in the order they were submitted, so the first step found is the first step.
+void GradientSentinel::found(int64_t step, const std::string& parameter, Kind kind, double norm) {
+  size_t named;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (found_step_ >= 0 && step != found_step_) return;
+    found_step_ = step;
+    named = ++named_[static_cast<int>(kind)];
+  }
+  Session& session = session_;
+  session.setMeta(kind == Kind::kGrad ? "sentinel_nonfinite_grads" : "sentinel_nonfinite_params", std::to_string(named));
+  if (named > kMaxNamed) return;
+  SentinelRecord f;
+  f.step = step;
+  f.tensor = kind == Kind::kGrad ? "grad" : "param";
+  f.parameter = parameter;
+  f.norm = norm;
+  session.recordSentinel({std::move(f)});
+}
+
+namespace {
 
 // The ops' bodies: nothing reaches the training.
 void watchParameters(int64_t key, const std::vector<at::Tensor>& params, const std::string& names) {
-  if (!Session::get().active()) return;
+  if (!probes().session().active()) return;
   try {
-    Sentinel::get().watch(key, params, names);
+    probes().sentinel().watch(key, params, names);
   } catch (const std::exception& e) {
     logOnce("sentinel", std::string("gradient sentinel failed, gradients are not checked: ") + e.what());
   }
 }
 
 bool checkStep(int64_t key, int64_t step) {
-  if (!Session::get().active()) return true;
+  if (!probes().session().active()) return true;
   try {
     at::NoGradGuard no_grad;
-    return Sentinel::get().check(key, step);
+    return probes().sentinel().check(key, step);
   } catch (const std::exception& e) {
     logOnce("sentinel", std::string("gradient sentinel failed, gradients are not checked: ") + e.what());
     return true;

@@ -10,14 +10,71 @@
 // CPU one multi-tensor infinity norm per step (non-finite exactly when the tensor holds NaN or Inf).
 #pragma once
 
+#include <ATen/core/Tensor.h>
+#include <c10/util/intrusive_ptr.h>
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "probes/libtorch/device_checks.h"
+
 namespace nanprov {
 
-// Registers the ops the bootstrap calls:
-//   torch.ops.nanprov.watch_parameters(key, params, names): the parameters an optimizer steps,
-//     `names` one line per parameter; replaces what `key` (the optimizer's id) watched before;
-//   torch.ops.nanprov.check_step(key, step) -> bool: checks their gradients and values after
-//     `step` (the step that produced the gradients). False when `key` is not watched (never
-//     was, or forgotten to bound memory): the bootstrap then watches it again.
+class Session;
+
+class GradientSentinel {
+ public:
+  GradientSentinel(Session& session, DeviceChecks& checks) : session_(session), checks_(checks) {}
+  GradientSentinel(const GradientSentinel&) = delete;
+  GradientSentinel& operator=(const GradientSentinel&) = delete;
+
+  // The parameters an optimizer steps, `names` one line per parameter; replaces what `key` (the
+  // optimizer's id) watched before.
+  void watch(int64_t key, const std::vector<at::Tensor>& params, const std::string& names);
+  // Checks their gradients and their values after `step` (the step that produced the gradients).
+  // False when `key` is not watched (never was, or forgotten to bound memory).
+  bool check(int64_t key, int64_t step);
+
+ private:
+  enum class Kind : uint8_t { kGrad = 0, kParam = 1 };
+  // The parameters one optimizer steps. Held weakly: the sentinel never keeps a model alive.
+  struct Watched {
+    std::vector<c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>> params;
+    std::vector<std::string> names;  // "param<i>" where the bootstrap knew none
+    uint64_t order = 0;              // when it was watched, to forget the oldest first
+  };
+  // Which parameter, and which of its tensors, each count of one measured batch is.
+  struct Slice {
+    int64_t step = 0;
+    std::shared_ptr<const Watched> watched;  // its names outlive the batch in flight
+    int n = 0;
+    std::array<std::pair<size_t, Kind>, DeviceChecks::kMaxMeasured> of{};
+  };
+
+  static void onMeasured(uint64_t context, const DeviceChecks::Counts* counts, int n);
+  void measured(uint64_t context, const DeviceChecks::Counts* counts, int n);
+  void submit(const std::vector<at::Tensor>& batch, Slice slice, int64_t step, std::shared_ptr<const Watched> watched);
+  void found(int64_t step, const std::string& parameter, Kind kind, double norm);
+
+  Session& session_;
+  DeviceChecks& checks_;
+  std::mutex mu_;
+  std::map<int64_t, std::shared_ptr<Watched>> watched_;  // by the bootstrap's key: the optimizer's id
+  uint64_t next_order_ = 0;
+  std::map<uint64_t, Slice> in_flight_;
+  uint64_t next_context_ = 1;
+  int64_t found_step_ = -1;
+  size_t named_[2] = {0, 0};
+};
+
+// Registers the ops the bootstrap calls, served by the process's sentinel (probes().sentinel()):
+//   torch.ops.nanprov.watch_parameters(key, params, names)
+//   torch.ops.nanprov.check_step(key, step) -> bool   (false: watch `key` again)
 void installGradientSentinel();
 
 }  // namespace nanprov

@@ -13,6 +13,7 @@
 #include "probes/libtorch/call_recording.h"
 #include "probes/libtorch/foreign_calls.h"
 #include "probes/core/session.h"
+#include "probes/libtorch/probes.h"
 
 namespace nanprov {
 namespace {
@@ -103,16 +104,16 @@ std::string patternOf(const std::string& path) {
 void countIfAttention(const at::Tensor& x, int64_t dim) {
   if (!x.defined() || x.dim() < 3 || (dim != -1 && dim != x.dim() - 1) || !x.requires_grad()) return;
   if (!realTensor(x) || c10::impl::TorchDispatchModeTLS::any_modes_set() || !madeByActivationMatmul(x)) return;
-  std::string pattern = patternOf(Session::modulePath());
+  std::string pattern = patternOf(probes().session().modulePath());
   std::string what = pattern.empty() ? "attention-like softmax(q·kᵀ) outside any module: not checked"
                                      : "attention-like softmax(q·kᵀ) in " + pattern + ": not checked; --probe-module '" +
                                            pattern + "' checks it";
-  Session::get().countUnprobed(what);
+  probes().session().countUnprobed(what);
 }
 
 void softmaxKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
   // _softmax(Tensor self, int dim, bool half_to_float)
-  if (!insideAttentionCall() && !insideRecordedCall() && stack->size() >= 3 && Session::get().active()) {
+  if (!insideAttentionCall() && !insideRecordedCall() && stack->size() >= 3 && probes().session().active()) {
     const c10::IValue& self = (*stack)[stack->size() - 3];
     const c10::IValue& dim = (*stack)[stack->size() - 2];
     if (self.isTensor() && dim.isInt()) {

@@ -1,0 +1,68 @@
+#include "probes/libtorch/probes.h"
+
+#include <string>
+#include <vector>
+
+#include "base/env.h"
+#include "probes/core/probe_cost.h"
+#include "probes/libtorch/foreign_calls.h"
+
+namespace nanprov {
+namespace {
+
+// Kernels are traced during the first NANPROV_TRACE_STEPS steps (0: always). CUPTI costs every
+// kernel launch of the process, so after the window it is switched off; later calls are matched
+// to a traced call of the same layer, op and shapes when reported.
+int64_t traceSteps() {
+  static const int64_t steps = envInteger("NANPROV_TRACE_STEPS", 2, 0);
+  return steps;
+}
+
+void flushProbes(bool at_exit) { probes().flush(at_exit); }
+
+}  // namespace
+
+Probes::Probes()
+    : tracer_(KernelTracer::create()), captures_(session_), sentinel_(session_, checks_) {
+  session_.setFlushHook(&flushProbes);
+}
+
+Probes& probes() {
+  static Probes* instance = new Probes();  // never destroyed: see probes.h
+  return *instance;
+}
+
+void Probes::flush(bool at_exit) {
+  ProbeCost::Scope cost(ProbeStage::kCollecting);
+  try {
+    if (at_exit) checks_.drain(); else checks_.poll();
+    if (!at_exit) closeStaleForeignCalls();
+    std::vector<KernelRecord> kernels = tracer_->collect(at_exit);
+    captures_.release(kernels, at_exit);  // after the checks: their captures need these names
+    session_.recordKernels(std::move(kernels));
+    if (!at_exit && traceSteps() > 0 && session_.identity().step() >= traceSteps()) {
+      ProbeCost::markSteady();
+      tracer_->pause("kernel tracing covered the first " + std::to_string(traceSteps()) +
+                     " steps (nanprov run --trace-steps); this call ran later");
+    }
+    TracerStats stats = tracer_->stats();
+    session_.setMeta("host_syncs", std::to_string(checks_.hostSyncs()));
+    session_.setMeta("step_unit", stepUnitName(session_.identity().stepUnit()));
+    session_.setMeta("kernels_attributed", std::to_string(stats.attributed_kernels));
+    session_.setMeta("cupti_dropped_records", std::to_string(stats.dropped_records));
+    session_.setMeta("cupti_records", "kernel " + std::to_string(stats.kernel_records) + ", external id " +
+                                          std::to_string(stats.external_id_records) + ", api " +
+                                          std::to_string(stats.api_records));
+    if (stats.detached) session_.setMeta("cupti_detached", "1");
+    session_.setMeta("probe_cost", ProbeCost::summary());
+    for (int s = 0; s < static_cast<int>(ProbeStage::kCount); ++s) {
+      const auto stage = static_cast<ProbeStage>(s);
+      session_.setMeta(std::string("probe_ns:") + ProbeCost::stageName(stage), std::to_string(ProbeCost::total(stage)));
+    }
+    if (std::string why = tracer_->unattributedReason(); !why.empty()) session_.setMeta("kernel_tracer", why);
+  } catch (const std::exception& e) {
+    logOnce("flush", std::string("flushing device work failed: ") + e.what());
+  }
+}
+
+}  // namespace nanprov

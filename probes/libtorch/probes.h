@@ -1,0 +1,51 @@
+// Probes: everything nanprov runs inside one training process, owned in one place. The session
+// (the store, call names, the capture policy), the kernel tracer, the device checks, the captures
+// and their writer thread, the gradient sentinel and the module path cache are members, built in
+// dependency order, and flush() is where the order of a step boundary and of exit is written.
+//
+// probes() is the process's one instance, made on first use and never destroyed: the dispatcher's
+// kernels, CUPTI's callbacks and exit hooks may still reach it while static destructors run.
+#pragma once
+
+#include <memory>
+
+#include "probes/core/session.h"
+#include "probes/libtorch/call_capture.h"
+#include "probes/libtorch/device_checks.h"
+#include "probes/libtorch/gradient_sentinel.h"
+#include "probes/libtorch/module_path_cache.h"
+#include "tracer/kernel_tracer.h"
+
+namespace nanprov {
+
+class Probes {
+ public:
+  Probes();
+  Probes(const Probes&) = delete;
+  Probes& operator=(const Probes&) = delete;
+
+  Session& session() { return session_; }
+  KernelTracer& tracer() { return *tracer_; }
+  DeviceChecks& checks() { return checks_; }
+  Captures& captures() { return captures_; }
+  GradientSentinel& sentinel() { return sentinel_; }
+  ModulePathCache& modulePaths() { return module_paths_; }
+
+  // At every step boundary and at exit (the session's flush hook): completes the checks, which
+  // records their calls and the sentinel's findings; stores the kernels traced so far; hands the
+  // captures waiting for those kernels' names to the writer (at exit: waits for the files); closes
+  // the trace window; writes the run's counters to the store's meta.
+  void flush(bool at_exit);
+
+ private:
+  Session session_;  // first: every other member records through it
+  std::unique_ptr<KernelTracer> tracer_;
+  DeviceChecks checks_;
+  Captures captures_;
+  GradientSentinel sentinel_;
+  ModulePathCache module_paths_;
+};
+
+Probes& probes();
+
+}  // namespace nanprov
