@@ -46,5 +46,6 @@ void addReplayCommand(CLI::App& app, int* exit_code);
 bool replayCanRun(const std::string& backend);
 void addSqlCommand(CLI::App& app, int* exit_code);
 void addDoctorCommand(CLI::App& app, int* exit_code);
+void addKnownIssuesCommand(CLI::App& app, int* exit_code);
 
 }  // namespace nanprov::cli

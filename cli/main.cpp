@@ -64,6 +64,7 @@ int main(int argc, char** argv) {
   addReplayCommand(app, &exit_code);
   addSqlCommand(app, &exit_code);
   addDoctorCommand(app, &exit_code);
+  addKnownIssuesCommand(app, &exit_code);
   const std::vector<CLI::App*> commands = app.get_subcommands([](CLI::App*) { return true; });
   for (CLI::App* sub : commands) {
     for (CLI::Option* opt : sub->get_options()) {

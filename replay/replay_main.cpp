@@ -380,6 +380,9 @@ int replayMain(const std::string& path, std::string device_name, const std::stri
   r.captured_edge = call->metaOr("edge");
   r.kernels = lines(call->metaOr("kernels"));
   r.main_kernel = call->metaOr("kernel.main", r.kernels.size() == 1 ? r.kernels[0] : "");
+  for (const char* key : {"torch", "cudnn", "gpu"}) {
+    if (std::string value = call->metaOr(key); !value.empty()) r.environment[key] = value;
+  }
 
   if (output == Output::kKernels) return keepKernels(*call, path, device, r);
   if (std::string why = memoryRefusal(*call, device, backends, audit); !why.empty()) {

@@ -2,6 +2,7 @@
 #include <cstdio>
 
 #include "base/text.h"
+#include "replay/replay_issues.h"
 #include "replay/replay_result.h"
 #include "store/audit_file.h"
 
@@ -184,6 +185,7 @@ json toJson(const ReplayResult& r) {
           {"yardstick", yardstick},
           {"yardstick_nonfinite", r.yardstick_nonfinite},
           {"conditions", conditionsJson(r.conditions)},
+          {"known_issues", matchesJson(knownIssuesOf(r))},
           {"notes", r.notes}};
 }
 
@@ -228,6 +230,7 @@ std::string toText(const ReplayResult& stored) {
   out += "\n";
   if (!r.root_cause.kernel.empty()) out += "  kernel: " + r.root_cause.kernel + "\n";
   out += "conditions: " + conditionsText(r.conditions) + "\n";
+  for (const IssueMatch& m : knownIssuesOf(stored)) out += "known issue: " + matchText(m) + "\n";
   if (!r.note.empty()) out += "note: " + r.note + "\n";
   out += "\n";
 
@@ -331,6 +334,7 @@ json auditJson(const ReplayResult& r, double seconds) {
   doc["received_wrong"] = r.received ? json(receivedWrong(r)) : json(nullptr);
   doc["conditions"] = conditionsJson(r.conditions);
   doc["conditions_text"] = conditionsText(r.conditions);
+  doc["known_issues"] = matchesJson(knownIssuesOf(r));
   doc["seconds"] = seconds;
   return doc;
 }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -98,6 +99,9 @@ struct ReplayResult {
   Conditions conditions;
   RootCause root_cause;
   std::vector<std::string> notes;
+  // Where the call ran, as its capture says: "torch" (version), "cudnn" (cuDNN's integer
+  // version), "gpu" ("NVIDIA H200 (sm_90)"). What the known-issue matcher checks versions against.
+  std::map<std::string, std::string> environment;
 };
 
 // Applies DESIGN.md's root-cause table to the verdicts (first match wins).

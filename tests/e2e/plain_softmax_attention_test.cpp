@@ -46,6 +46,13 @@ TEST(PlainSoftmaxAttention, MultiheadAttentionFullyMaskedRowsFoundWhereTheOracle
     if (b["name"] == "plain_softmax") EXPECT_EQ(b["tensors"]["O"]["verdict"], "non-finite") << b.dump();
     else if (b["status"] == "ran") EXPECT_EQ(b["tensors"]["O"]["verdict"], "ok") << b.dump();
   }
+  // The public report of this very bug (open since 2020) is named, with its workaround.
+  ASSERT_TRUE(d["known_issues"].is_array()) << replay.out;
+  std::vector<std::string> known;
+  for (const json& k : d["known_issues"]) known.push_back(k["id"]);
+  EXPECT_NE(std::find(known.begin(), known.end(), "pytorch#41508"), known.end()) << d["known_issues"].dump(1);
+  Result text = sh(nanprov() + " replay " + r.dir.string());
+  EXPECT_NE(text.out.find("known issue: matches pytorch#41508"), std::string::npos) << text.out;
 }
 
 // The backward, from tensor hooks on the projections and the out-projection's input: checked,

@@ -367,3 +367,31 @@ TEST(Replay, NoFinitePositionShowsADashNotZero) {
 }
 
 }  // namespace
+
+namespace {
+using namespace e2e;
+
+// The database report and replay match against, as a user lists it: every entry with its link,
+// conditions, symptom, versions and workaround, in text and as JSON a script can read.
+TEST(KnownIssuesCommand, ListsEveryEntryInTextAndJson) {
+  Result listed = sh(nanprov() + " known-issues --json");
+  ASSERT_EQ(listed.code, 0) << listed.out;
+  json entries = json::parse(listed.out, nullptr, false);
+  ASSERT_TRUE(entries.is_array()) << listed.out;
+  EXPECT_GE(entries.size(), 12u);
+  for (const json& e : entries) {
+    for (const char* field : {"id", "url", "title", "op", "backend", "phase", "conditions", "symptom", "affected",
+                              "fixed_in", "status", "workaround"}) {
+      EXPECT_TRUE(e.contains(field)) << field << " missing in " << e.dump();
+    }
+  }
+  Result text = sh(nanprov() + " known-issues");
+  ASSERT_EQ(text.code, 0) << text.out;
+  EXPECT_NE(text.out.find("pytorch#196678"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find(std::to_string(entries.size()) + " known issues"), std::string::npos) << text.out;
+  Result bad = sh(nanprov() + " known-issues --cudnn 9.19 2>&1");
+  EXPECT_NE(bad.code, 0) << bad.out;
+  EXPECT_EQ(std::count(bad.out.begin(), bad.out.end(), '\n'), 1) << "one line: " << bad.out;
+}
+
+}  // namespace

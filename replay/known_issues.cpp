@@ -1,0 +1,234 @@
+#include "replay/known_issues.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <functional>
+
+namespace nanprov::replay {
+
+extern const char* const kKnownIssuesJson;  // generated from known_issues.json (CMake)
+
+namespace {
+
+// The display names of the components a fix or a version names.
+std::string componentName(const std::string& key) {
+  if (key == "cudnn") return "cuDNN";
+  if (key == "cudnn-frontend") return "cudnn-frontend";
+  if (key == "torch") return "torch";
+  return key;
+}
+
+std::vector<long long> versionParts(const std::string& text) {
+  std::vector<long long> parts;
+  size_t i = 0;
+  while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) {
+    size_t end = i;
+    while (end < text.size() && std::isdigit(static_cast<unsigned char>(text[end]))) ++end;
+    parts.push_back(std::strtoll(text.substr(i, end - i).c_str(), nullptr, 10));
+    if (end >= text.size() || text[end] != '.') break;  // "+cu130", "a0", "rc1": the rest is a build tag
+    i = end + 1;
+  }
+  return parts;
+}
+
+// -1, 0, 1 over the components both name ("9.12" and "9.12.3" compare equal when `prefix`).
+int compareVersions(const std::vector<long long>& a, const std::vector<long long>& b, bool prefix) {
+  const size_t n = prefix ? std::min(a.size(), b.size()) : std::max(a.size(), b.size());
+  for (size_t i = 0; i < n; ++i) {
+    const long long x = i < a.size() ? a[i] : 0, y = i < b.size() ? b[i] : 0;
+    if (x != y) return x < y ? -1 : 1;
+  }
+  return 0;
+}
+
+bool listHas(const nlohmann::json& list, const nlohmann::json& value) {
+  return list.is_array() && std::find(list.begin(), list.end(), value) != list.end();
+}
+
+// One condition of an entry against the facts; false when the fact it needs is unknown.
+bool conditionHolds(const std::string& name, const nlohmann::json& want, const IssueFacts& f) {
+  auto integer = [](const std::optional<int64_t>& v, const nlohmann::json& w) {
+    return v && w.is_number_integer() && *v == w.get<int64_t>();
+  };
+  if (name == "dtype") return !f.dtype.empty() && listHas(want, f.dtype);
+  if (name == "mask") {
+    if (!f.mask_dtype) return false;
+    return want == "present" ? !f.mask_dtype->empty() : want == "none" && f.mask_dtype->empty();
+  }
+  if (name == "mask_dtype") return f.mask_dtype && !f.mask_dtype->empty() && listHas(want, *f.mask_dtype);
+  if (name == "s_q") return integer(f.s_q, want);
+  if (name == "s_kv") return integer(f.s_kv, want);
+  if (name == "s_kv_mod_128") return f.s_kv && want.is_number_integer() && *f.s_kv % 128 == want.get<int64_t>();
+  if (name == "s_kv_mod_32") return f.s_kv && want.is_number_integer() && *f.s_kv % 32 == want.get<int64_t>();
+  if (name == "s_kv_mod_128_nonzero") return f.s_kv && want.is_boolean() && (*f.s_kv % 128 != 0) == want.get<bool>();
+  if (name == "row_lse_below") return f.min_row_lse && want.is_number() && *f.min_row_lse < want.get<double>();
+  if (name == "head_dim") return f.head_dim && listHas(want, *f.head_dim);
+  if (name == "causal") return f.causal && want.is_boolean() && *f.causal == want.get<bool>();
+  if (name == "dropout") return f.dropout_p && want.is_boolean() && (*f.dropout_p > 0) == want.get<bool>();
+  if (name == "fully_masked_rows") {
+    return f.fully_masked_rows && want.is_boolean() && (*f.fully_masked_rows > 0) == want.get<bool>();
+  }
+  if (name == "gqa") return f.q_heads && f.kv_heads && want.is_boolean() && (*f.kv_heads < *f.q_heads) == want.get<bool>();
+  if (name == "kv_heads_below") return f.kv_heads && want.is_number_integer() && *f.kv_heads < want.get<int64_t>();
+  if (name == "arch") return !f.arch.empty() && listHas(want, f.arch);
+  return false;  // a condition the matcher does not know: never a match
+}
+
+// The symptom's tensors are faulty the way it says; with "only", no other output is.
+bool symptomHolds(const nlohmann::json& symptom, const IssueFacts& f) {
+  const std::string kind = symptom.value("kind", "");
+  std::set<std::string> faulty;
+  if (kind == "nan") faulty = f.nonfinite;
+  else if (kind == "wrong") faulty = f.wrong;
+  else if (kind == "zeros") faulty = f.zero;
+  else if (kind == "wrong-or-nan") {
+    faulty = f.nonfinite;
+    faulty.insert(f.wrong.begin(), f.wrong.end());
+  } else {
+    return false;
+  }
+  if (faulty.empty()) return false;
+  std::set<std::string> listed;
+  for (const auto& t : symptom.value("tensors", nlohmann::json::array())) listed.insert(t.get<std::string>());
+  for (const std::string& t : listed) {
+    if (!faulty.count(t)) return false;
+  }
+  return !symptom.value("only", false) || faulty == listed;
+}
+
+bool versionsHold(const nlohmann::json& affected, const IssueFacts& f) {
+  if (!affected.is_object()) return true;
+  for (const auto& [component, constraint] : affected.items()) {
+    auto have = f.versions.find(component);
+    if (have == f.versions.end() || have->second.empty() || !constraint.is_string()) return false;
+    if (!versionSatisfies(have->second, constraint.get<std::string>())) return false;
+  }
+  return true;
+}
+
+std::string fixText(const KnownIssue& issue, const IssueFacts& f) {
+  if (issue.fixed_in.is_object() && !issue.fixed_in.empty()) {
+    std::string out;
+    for (const auto& [component, version] : issue.fixed_in.items()) {
+      out += (out.empty() ? "fixed in " : ", ") + componentName(component) + " " + version.get<std::string>();
+      auto have = f.versions.find(component);
+      if (have != f.versions.end() && !have->second.empty()) out += ", this run has " + have->second;
+    }
+    return out;
+  }
+  return issue.status == "open" ? "no fix released" : issue.status + ", no fixed version named";
+}
+
+StatusOr<std::vector<KnownIssue>> parse() {
+  nlohmann::json doc = nlohmann::json::parse(kKnownIssuesJson, nullptr, /*allow_exceptions=*/false);
+  if (!doc.is_array()) return Status::Error("the built-in known-issue database is not a JSON array");
+  std::vector<KnownIssue> out;
+  for (const nlohmann::json& e : doc) {
+    if (!e.is_object() || !e.contains("id") || !e["id"].is_string()) {
+      return Status::Error("a known-issue entry has no id");
+    }
+    KnownIssue k;
+    k.id = e["id"];
+    auto text = [&e](const char* key) { return e.contains(key) && e[key].is_string() ? e[key].get<std::string>() : ""; };
+    k.url = text("url"), k.title = text("title"), k.op = text("op"), k.backend = text("backend"), k.phase = text("phase");
+    k.status = text("status"), k.workaround = text("workaround");
+    k.conditions = e.value("conditions", nlohmann::json::object());
+    k.symptom = e.value("symptom", nlohmann::json::object());
+    k.affected = e.value("affected", nlohmann::json::object());
+    k.fixed_in = e.contains("fixed_in") ? e["fixed_in"] : nlohmann::json();
+    out.push_back(std::move(k));
+  }
+  return out;
+}
+
+}  // namespace
+
+const StatusOr<std::vector<KnownIssue>>& knownIssues() {
+  static const StatusOr<std::vector<KnownIssue>> issues = parse();
+  return issues;
+}
+
+const std::set<std::string>& knownConditions() {
+  static const std::set<std::string> names = {
+      "arch", "causal", "dropout", "dtype", "fully_masked_rows", "gqa", "head_dim", "kv_heads_below", "mask",
+      "mask_dtype", "row_lse_below", "s_kv", "s_kv_mod_128", "s_kv_mod_128_nonzero", "s_kv_mod_32", "s_q"};
+  return names;
+}
+
+bool matches(const KnownIssue& issue, const IssueFacts& f) {
+  if (issue.backend != "any" && issue.backend != f.backend) return false;
+  if (issue.phase != "any" && issue.phase != f.phase) return false;
+  if (!issue.conditions.is_object()) return false;
+  for (const auto& [name, want] : issue.conditions.items()) {
+    if (!conditionHolds(name, want, f)) return false;
+  }
+  return symptomHolds(issue.symptom, f) && versionsHold(issue.affected, f);
+}
+
+std::vector<IssueMatch> matchKnownIssues(const IssueFacts& facts) {
+  std::vector<IssueMatch> out;
+  const auto& issues = knownIssues();
+  if (!issues.ok()) return out;
+  for (const KnownIssue& k : issues.value()) {
+    if (matches(k, facts)) out.push_back({&k, fixText(k, facts)});
+  }
+  return out;
+}
+
+std::string matchText(const IssueMatch& m) {
+  std::string out = "matches " + m.issue->id + " (" + m.issue->title + "); " + m.fix;
+  if (!m.issue->workaround.empty()) out += "; workaround: " + m.issue->workaround;
+  return out + " " + m.issue->url;
+}
+
+nlohmann::json issueJson(const KnownIssue& k) {
+  return {{"id", k.id},         {"url", k.url},         {"title", k.title},         {"op", k.op},
+          {"backend", k.backend}, {"phase", k.phase},   {"conditions", k.conditions}, {"symptom", k.symptom},
+          {"affected", k.affected}, {"fixed_in", k.fixed_in}, {"status", k.status}, {"workaround", k.workaround}};
+}
+
+nlohmann::json matchesJson(const std::vector<IssueMatch>& matches) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const IssueMatch& m : matches) {
+    out.push_back({{"id", m.issue->id}, {"url", m.issue->url}, {"title", m.issue->title}, {"fix", m.fix},
+                   {"status", m.issue->status}, {"workaround", m.issue->workaround}});
+  }
+  return out;
+}
+
+bool versionSatisfies(const std::string& version, const std::string& constraint) {
+  const std::vector<long long> have = versionParts(version);
+  if (have.empty()) return false;
+  size_t begin = 0;
+  while (begin <= constraint.size()) {
+    size_t end = constraint.find(',', begin);
+    if (end == std::string::npos) end = constraint.size();
+    std::string one = constraint.substr(begin, end - begin);
+    one.erase(std::remove(one.begin(), one.end(), ' '), one.end());
+    bool ok;
+    if (one.rfind(">=", 0) == 0) ok = compareVersions(have, versionParts(one.substr(2)), false) >= 0;
+    else if (one.rfind("==", 0) == 0) ok = compareVersions(have, versionParts(one.substr(2)), true) == 0;
+    else if (one.rfind("<", 0) == 0) ok = compareVersions(have, versionParts(one.substr(1)), false) < 0;
+    else ok = false;  // a constraint this reader does not know holds for nothing
+    if (!ok) return false;
+    begin = end + 1;
+  }
+  return true;
+}
+
+std::string cudnnVersionText(long long v) {
+  if (v <= 0) return "";
+  // cuDNN 9 counts major * 10000 + minor * 100 + patch; cuDNN 8 counted major * 1000.
+  if (v < 10000) return std::to_string(v / 1000) + "." + std::to_string(v / 100 % 10) + "." + std::to_string(v % 100);
+  return std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
+}
+
+std::string archOf(const std::string& gpu) {
+  const size_t at = gpu.find("(sm_");
+  if (at == std::string::npos) return "";
+  const size_t end = gpu.find(')', at);
+  return end == std::string::npos ? "" : gpu.substr(at + 1, end - at - 1);
+}
+
+}  // namespace nanprov::replay

@@ -1,0 +1,46 @@
+#include "replay/replay_issues.h"
+
+#include <cstdlib>
+
+namespace nanprov::replay {
+
+IssueFacts factsOf(const ReplayResult& r) {
+  IssueFacts f;
+  f.backend = r.backend;
+  f.phase = r.phase;
+  f.dtype = r.conditions.query_dtype;
+  f.mask_dtype = r.conditions.mask_dtype;
+  const Conditions& c = r.conditions;
+  if (c.s_q > 0) f.s_q = c.s_q;
+  if (c.s_kv > 0) f.s_kv = c.s_kv;
+  if (c.q_heads > 0) f.q_heads = c.q_heads, f.kv_heads = c.kv_heads;
+  // head_dim 0 is a real (degenerate) call only when the capture had its tensors.
+  if (c.head_dim > 0 || (c.s_q > 0 && c.s_kv > 0)) f.head_dim = c.head_dim;
+  f.causal = c.causal;
+  f.dropout_p = c.dropout_p;
+  f.fully_masked_rows = c.fully_masked_rows;
+  f.min_row_lse = c.min_row_lse;
+  // What the run itself produced, judged against the reference: a replay's other backends say
+  // whether the fault is the backend's, not what the run saw.
+  if (r.captured) {
+    for (const Comparison& t : r.captured->tensors) {
+      if (t.verdict == Verdict::kNonFinite) f.nonfinite.insert(t.role);
+      else if (t.verdict == Verdict::kSilentWrong) f.wrong.insert(t.role);
+      else if (t.verdict == Verdict::kAllZero) f.zero.insert(t.role);
+    }
+  }
+  if (auto gpu = r.environment.find("gpu"); gpu != r.environment.end()) f.arch = archOf(gpu->second);
+  if (auto torch = r.environment.find("torch"); torch != r.environment.end()) f.versions["torch"] = torch->second;
+  if (auto cudnn = r.environment.find("cudnn"); cudnn != r.environment.end()) {
+    f.versions["cudnn"] = cudnnVersionText(std::strtoll(cudnn->second.c_str(), nullptr, 10));
+  }
+  return f;
+}
+
+std::vector<IssueMatch> knownIssuesOf(const ReplayResult& r) {
+  // An invalid reference judges nothing, so nothing can be matched against its verdicts.
+  if (!r.reference_problem.empty()) return {};
+  return matchKnownIssues(factsOf(r));
+}
+
+}  // namespace nanprov::replay

@@ -1,0 +1,219 @@
+// The known-issue database and its matcher: the built-in data is well formed, every entry matches
+// the facts its own conditions describe and no other entry matches them, a fact nanprov does not
+// know never counts as a match, and a replay's result reaches the matcher with its versions.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "replay/known_issues.h"
+#include "replay/replay_issues.h"
+
+namespace nanprov::replay {
+namespace {
+
+using nlohmann::json;
+
+const std::vector<KnownIssue>& database() {
+  const auto& issues = knownIssues();
+  EXPECT_TRUE(issues.ok()) << issues.status().message();
+  static const std::vector<KnownIssue> empty;
+  return issues.ok() ? issues.value() : empty;
+}
+
+// The lowest version a constraint such as ">=2.11" or "<9.26,>=9.15" allows.
+std::string versionWithin(const std::string& constraint) {
+  std::string low = "9.0", below;
+  for (size_t begin = 0; begin <= constraint.size();) {
+    size_t end = std::min(constraint.find(',', begin), constraint.size());
+    std::string one = constraint.substr(begin, end - begin);
+    if (one.rfind(">=", 0) == 0 || one.rfind("==", 0) == 0) low = one.substr(2);
+    else if (one.rfind("<", 0) == 0) below = one.substr(1);
+    begin = end + 1;
+  }
+  if (constraint.find(">=") == std::string::npos && constraint.find("==") == std::string::npos && !below.empty()) {
+    low = below.substr(0, below.find('.')) + ".0";  // "<9.26": 9.0
+  }
+  return low;
+}
+
+// The facts an entry describes: exactly what it lists, nothing more.
+IssueFacts factsFor(const KnownIssue& k) {
+  IssueFacts f;
+  f.backend = k.backend == "any" ? "math" : k.backend;
+  f.phase = k.phase == "any" ? "fwd" : k.phase;
+  const json& c = k.conditions;
+  if (c.contains("dtype")) f.dtype = c["dtype"][0];
+  if (c.contains("mask")) f.mask_dtype = c["mask"] == "present" ? "bool" : "";
+  if (c.contains("mask_dtype")) f.mask_dtype = c["mask_dtype"][0].get<std::string>();
+  if (c.contains("s_q")) f.s_q = c["s_q"].get<int64_t>();
+  if (c.contains("s_kv")) f.s_kv = c["s_kv"].get<int64_t>();
+  if (c.contains("s_kv_mod_128")) f.s_kv = 3 * 128 + c["s_kv_mod_128"].get<int64_t>();
+  if (c.contains("s_kv_mod_32")) f.s_kv = 5 * 32 + c["s_kv_mod_32"].get<int64_t>();
+  if (c.contains("s_kv_mod_128_nonzero")) f.s_kv = c["s_kv_mod_128_nonzero"].get<bool>() ? 257 : 256;
+  if (c.contains("row_lse_below")) f.min_row_lse = c["row_lse_below"].get<double>() - 10;
+  if (c.contains("head_dim")) f.head_dim = c["head_dim"][0].get<int64_t>();
+  if (c.contains("causal")) f.causal = c["causal"].get<bool>();
+  if (c.contains("dropout")) f.dropout_p = c["dropout"].get<bool>() ? 0.1 : 0.0;
+  if (c.contains("fully_masked_rows")) f.fully_masked_rows = c["fully_masked_rows"].get<bool>() ? 4 : 0;
+  if (c.contains("gqa") || c.contains("kv_heads_below")) {
+    f.q_heads = 16;
+    f.kv_heads = c.contains("kv_heads_below") ? c["kv_heads_below"].get<int64_t>() - 1 : 2;
+  }
+  if (c.contains("arch")) f.arch = c["arch"][0];
+  for (const auto& [component, constraint] : k.affected.items()) f.versions[component] = versionWithin(constraint);
+  std::set<std::string> faulty;
+  for (const json& t : k.symptom.value("tensors", json::array())) faulty.insert(t.get<std::string>());
+  if (faulty.empty()) faulty.insert(f.phase == "bwd" ? "dQ" : "O");
+  const std::string kind = k.symptom.value("kind", "");
+  (kind == "wrong" ? f.wrong : kind == "zeros" ? f.zero : f.nonfinite) = faulty;
+  return f;
+}
+
+TEST(KnownIssues, TheDatabaseIsWellFormed) {
+  const auto& issues = database();
+  EXPECT_GE(issues.size(), 12u);
+  std::set<std::string> ids;
+  for (const KnownIssue& k : issues) {
+    EXPECT_TRUE(ids.insert(k.id).second) << "duplicate id " << k.id;
+    EXPECT_EQ(k.url.rfind("https://github.com/", 0), 0u) << k.id;
+    EXPECT_FALSE(k.title.empty()) << k.id;
+    EXPECT_FALSE(k.workaround.empty()) << k.id;
+    EXPECT_TRUE(k.status == "fixed" || k.status == "open" || k.status == "closed") << k.id << " " << k.status;
+    EXPECT_EQ(k.status == "fixed", k.fixed_in.is_object()) << k.id << ": a fixed entry names its fix, no other does";
+    for (const auto& [name, want] : k.conditions.items()) {
+      EXPECT_TRUE(knownConditions().count(name)) << k.id << " lists a condition the matcher does not know: " << name;
+    }
+    const std::string kind = k.symptom.value("kind", "");
+    EXPECT_TRUE(kind == "nan" || kind == "wrong" || kind == "zeros" || kind == "wrong-or-nan") << k.id << " " << kind;
+    for (const auto& [component, constraint] : k.affected.items()) {
+      EXPECT_TRUE(versionSatisfies(versionWithin(constraint), constraint)) << k.id << " " << component << " " << constraint;
+    }
+  }
+}
+
+TEST(KnownIssues, EachEntryMatchesItsOwnConditionsAndNoOther) {
+  for (const KnownIssue& k : database()) {
+    const IssueFacts f = factsFor(k);
+    EXPECT_TRUE(matches(k, f)) << k.id << " does not match the facts it describes";
+    for (const KnownIssue& other : database()) {
+      if (&other != &k) EXPECT_FALSE(matches(other, f)) << other.id << " matches the facts of " << k.id;
+    }
+  }
+}
+
+TEST(KnownIssues, EveryListedConditionMustHoldAndBeKnown) {
+  for (const KnownIssue& k : database()) {
+    for (const auto& [name, want] : k.conditions.items()) {
+      IssueFacts f = factsFor(k);
+      // Forget the one fact this condition needs: the entry must no longer match.
+      if (name == "dtype") f.dtype.clear();
+      else if (name == "mask" || name == "mask_dtype") f.mask_dtype.reset();
+      else if (name == "s_q") f.s_q.reset();
+      else if (name.rfind("s_kv", 0) == 0) f.s_kv.reset();
+      else if (name == "row_lse_below") f.min_row_lse.reset();
+      else if (name == "head_dim") f.head_dim.reset();
+      else if (name == "causal") f.causal.reset();
+      else if (name == "dropout") f.dropout_p.reset();
+      else if (name == "fully_masked_rows") f.fully_masked_rows.reset();
+      else if (name == "gqa" || name == "kv_heads_below") f.kv_heads.reset();
+      else if (name == "arch") f.arch.clear();
+      EXPECT_FALSE(matches(k, f)) << k.id << " matched without knowing " << name;
+    }
+    IssueFacts versions = factsFor(k);
+    if (!k.affected.empty()) {
+      versions.versions.clear();
+      EXPECT_FALSE(matches(k, versions)) << k.id << " matched without knowing the run's versions";
+    }
+  }
+  KnownIssue bogus;
+  bogus.backend = bogus.phase = "any";
+  bogus.conditions = {{"moon_phase", "full"}};
+  bogus.symptom = {{"kind", "nan"}};
+  IssueFacts f;
+  f.nonfinite = {"O"};
+  EXPECT_FALSE(matches(bogus, f)) << "a condition the matcher does not know never holds";
+}
+
+// A float32 forward on the CPU whose O went non-finite, as replay describes it.
+IssueFacts cpuForward(const std::string& backend, std::optional<std::string> mask_dtype, int64_t fully_masked_rows) {
+  IssueFacts f;
+  f.backend = backend;
+  f.phase = "fwd";
+  f.dtype = "float32";
+  f.mask_dtype = std::move(mask_dtype);
+  f.s_q = f.s_kv = 16;
+  f.head_dim = 8;
+  f.q_heads = f.kv_heads = 4;
+  f.causal = false;
+  f.dropout_p = 0;
+  f.fully_masked_rows = fully_masked_rows;
+  f.nonfinite = {"O"};
+  f.versions["torch"] = "2.13.0+cpu";
+  return f;
+}
+
+TEST(KnownIssues, AFloat32OverflowOnTheCpuMatchesNothing) {
+  IssueFacts f = cpuForward("flash_cpu", "", 0);
+  f.min_row_lse = 3.5;
+  f.nonfinite.insert("LSE");
+  EXPECT_TRUE(matchKnownIssues(f).empty());
+}
+
+TEST(KnownIssues, AnMhaRowWithEveryKeyMaskedMatchesTheMhaReport) {
+  // What replay says of nn.MultiheadAttention's need_weights path (its mask merged to float32).
+  std::vector<IssueMatch> found = matchKnownIssues(cpuForward("plain_softmax", "float32", 12));
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].issue->id, "pytorch#41508");
+  EXPECT_NE(matchText(found[0]).find("need_weights=False"), std::string::npos) << matchText(found[0]);
+}
+
+TEST(KnownIssues, TheCudnnMaskBugNamesItsFixAgainstTheRunsVersion) {
+  ReplayResult r;  // the replay of the H200's cuDNN dQ edge, as the engine fills it
+  r.backend = "cudnn";
+  r.phase = "bwd";
+  r.conditions.query_dtype = "bfloat16";
+  r.conditions.mask_dtype = "bool";
+  r.conditions.s_q = r.conditions.s_kv = 64;
+  r.conditions.head_dim = 64;
+  r.conditions.q_heads = r.conditions.kv_heads = 2;
+  r.conditions.fully_masked_rows = 4;
+  r.conditions.min_row_lse = -120;
+  r.captured = BackendRun{};
+  r.captured->tensors = {Comparison{.role = "dQ", .verdict = Verdict::kNonFinite},
+                         Comparison{.role = "dK", .verdict = Verdict::kOk}, Comparison{.role = "dV", .verdict = Verdict::kOk}};
+  r.environment = {{"torch", "2.11.0+cu130"}, {"cudnn", "91900"}, {"gpu", "NVIDIA H200 (sm_90)"}};
+  std::vector<IssueMatch> found = knownIssuesOf(r);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].issue->id, "pytorch#196678");
+  EXPECT_EQ(found[0].fix, "fixed in cuDNN 9.26, this run has 9.19.0");
+  EXPECT_EQ(toJson(r)["known_issues"][0]["id"], "pytorch#196678");
+  EXPECT_NE(toText(r).find("known issue: matches pytorch#196678"), std::string::npos) << toText(r);
+
+  r.environment["cudnn"] = "92600";
+  EXPECT_TRUE(knownIssuesOf(r).empty()) << "a run whose cuDNN has the fix does not match";
+  r.environment["cudnn"] = "91900";
+  r.captured->tensors[1].verdict = Verdict::kNonFinite;
+  EXPECT_TRUE(knownIssuesOf(r).empty()) << "the report names dQ alone; dK NaN as well is another fault";
+}
+
+TEST(KnownIssues, VersionsCompareByTheirNumbers) {
+  EXPECT_TRUE(versionSatisfies("2.11.0+cu130", ">=2.11"));
+  EXPECT_TRUE(versionSatisfies("2.13.0", ">=2.11"));
+  EXPECT_FALSE(versionSatisfies("2.10.1", ">=2.11"));
+  EXPECT_TRUE(versionSatisfies("9.19.0", "<9.26"));
+  EXPECT_FALSE(versionSatisfies("9.26.0", "<9.26"));
+  EXPECT_TRUE(versionSatisfies("9.12.3", "==9.12"));
+  EXPECT_FALSE(versionSatisfies("9.13.0", "==9.12"));
+  EXPECT_TRUE(versionSatisfies("9.20.0", ">=9.15,<9.26"));
+  EXPECT_FALSE(versionSatisfies("9.14.0", ">=9.15,<9.26"));
+  EXPECT_FALSE(versionSatisfies("", ">=2.11"));
+  EXPECT_FALSE(versionSatisfies("2.11", "~2.11")) << "an operator the reader does not know holds for nothing";
+  EXPECT_EQ(cudnnVersionText(91900), "9.19.0");
+  EXPECT_EQ(cudnnVersionText(8907), "8.9.7");
+  EXPECT_EQ(cudnnVersionText(0), "");
+  EXPECT_EQ(archOf("NVIDIA H200 (sm_90)"), "sm_90");
+  EXPECT_EQ(archOf("NVIDIA H200"), "");
+}
+
+}  // namespace
+}  // namespace nanprov::replay
