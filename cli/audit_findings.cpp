@@ -27,6 +27,22 @@ json findingOf(const CaptureRecord& capture, const std::string& path, const json
     if (!c.is_object()) throw std::runtime_error("tensor " + role + " is not an object");
   }
   const int64_t step = parseInteger(doc.value("step", ""), 0, INT64_MAX).value_or(-1);
+  // The public bugs the judgement matched (replay/known_issues.h): entries whose fields are all
+  // text, and only those fields; anything else in a judgement file is not shown.
+  json known = json::array();
+  for (const json& k : doc.value("known_issues", json::array())) {
+    if (!k.is_object()) continue;
+    json kept = json::object();
+    for (const char* field : {"id", "url", "title", "fix", "status", "workaround"}) {
+      json value = k.value(field, json(""));
+      if (!value.is_string()) {
+        kept = nullptr;
+        break;
+      }
+      kept[field] = std::move(value);
+    }
+    if (kept.is_object()) known.push_back(std::move(kept));
+  }
   return {{"rank", name ? name->rank : capture.rank},
           {"layer", name ? json(name->layer) : json(nullptr)},
           {"call", name ? json(name->call) : json(nullptr)},
@@ -45,6 +61,7 @@ json findingOf(const CaptureRecord& capture, const std::string& path, const json
           // were already wrong (then the fault is in the forward, upstream of this call).
           {"received", doc.value("received", json(nullptr))},
           {"received_wrong", doc.value("received_wrong", json(nullptr))},
+          {"known_issues", known},
           {"capture", path}};
 }
 
@@ -243,6 +260,10 @@ std::string auditText(const AuditSummary& a) {
     }
     if (f["kernel"].is_string()) out += "    kernel " + f["kernel"].get<std::string>() + "\n";
     out += "    conditions: " + f.value("conditions_text", std::string()) + "\n";
+    for (const json& k : f["known_issues"]) {
+      out += "    known issue: " + k.value("id", "") + " (" + k.value("title", "") + "); " + k.value("fix", "") +
+             (k.value("workaround", "").empty() ? "" : "; workaround: " + k.value("workaround", "")) + "\n";
+    }
     if (f["slice"].is_string()) out += "    audited on a slice: " + f["slice"].get<std::string>() + "\n";
     out += "    captured: nanprov replay " + f.value("capture", "") + "\n";
   }
