@@ -48,7 +48,10 @@ int64_t wallClockNs() {
 }
 
 Session::Session() = default;
-Session::~Session() = default;
+Session::~Session() {
+  Session* self = this;
+  g_started.compare_exchange_strong(self, nullptr);  // a fork after this must not reach freed memory
+}
 
 Status Session::start() {
   State expected = State::kUninitialized;

@@ -2,7 +2,7 @@
 // run is recorded (the store, the call tally, the unprobed counts), how calls are named
 // (CallIdentity), and which are captured (CapturePolicy). Its owner is the process's Probes
 // (probes/libtorch/probes.h), which also holds the tracer, the device checks, the captures and the
-// gradient sentinel; unit tests make their own. Lifecycle: uninitialized → active (start()) →
+// gradient sentinel; a test can make its own. Lifecycle: uninitialized → active (start()) →
 // finalized (finalize(), once, from exit); calls after finalize are no-ops. Failures are logged
 // once and the training carries on.
 #pragma once

@@ -92,17 +92,21 @@ void DeviceChecks::submit(CallRecord rec, const RoleTensors& tensors, const Call
     return;
   }
   const int device = cudaDeviceOf(tensors);
-  HealthCheckQueue* queue = device < 0 ? nullptr : queueFor(device);
-  if (!queue) {
+  if (device < 0) {
     recordMeasuredSynchronously(std::move(rec), tensors, args);
     return;
   }
   c10::Stream stream = currentStream(device);
   if (capturing(stream)) {
     // Replays of the graph never pass through the dispatcher, so these calls cannot be checked
-    // at all; touching the stream now would break the user's capture.
+    // at all; touching the stream now (even a copy to the host) would break the user's capture.
     logOnce("graph capture", "attention inside CUDA graph capture is not checked (its replays bypass the probes)");
     probes().session().countUnprobed("attention captured into a CUDA graph (its replays bypass the probes)");
+    return;
+  }
+  HealthCheckQueue* queue = queueFor(device);
+  if (!queue) {
+    recordMeasuredSynchronously(std::move(rec), tensors, args);
     return;
   }
   // Earlier checks that finished meanwhile, every few calls or when the held tensors near the
@@ -147,8 +151,16 @@ void DeviceChecks::measureOnHost(const std::vector<at::Tensor>& tensors, Measure
   done(context, counts.data(), static_cast<int>(counts.size()));
 }
 
-void DeviceChecks::measure(const std::vector<at::Tensor>& tensors, Measured done, uint64_t context) {
+bool DeviceChecks::measure(const std::vector<at::Tensor>& tensors, Measured done, uint64_t context) {
   const int device = tensors.empty() ? -1 : cudaDeviceOf({{Role::kQ, tensors.front()}});
+  std::optional<c10::Stream> stream;
+  if (device >= 0) {
+    stream = currentStream(device);
+    if (capturing(*stream)) {
+      logOnce("measure in graph capture", "tensors inside CUDA graph capture are not checked (gradient sentinel)");
+      return false;
+    }
+  }
   HealthCheckQueue* queue = device < 0 || tensors.size() > kMaxMeasured ? nullptr : queueFor(device);
   std::vector<TensorView> views;
   for (const at::Tensor& t : tensors) {
@@ -156,16 +168,15 @@ void DeviceChecks::measure(const std::vector<at::Tensor>& tensors, Measured done
     if (!view) break;
     views.push_back(*view);
   }
-  if (!queue || views.size() != tensors.size()) return measureOnHost(tensors, done, context);  // rare: float64
-  c10::Stream stream = currentStream(device);
-  if (capturing(stream)) {
-    logOnce("measure in graph capture", "tensors inside CUDA graph capture are not checked (gradient sentinel)");
-    return;
+  if (!queue || !stream || views.size() != tensors.size()) {  // rare: float64, no queue on the device
+    measureOnHost(tensors, done, context);
+    return true;
   }
   Pending pending;
   pending.measured = done;
   pending.context = context;
-  if (enqueue(*queue, std::move(pending), views, stream)) measureOnHost(tensors, done, context);
+  if (enqueue(*queue, std::move(pending), views, *stream)) measureOnHost(tensors, done, context);
+  return true;
 }
 
 void DeviceChecks::poll() { collect(false); }

@@ -45,15 +45,16 @@ class DeviceChecks {
   // and Inf counts only. At most kMaxMeasured tensors, all on one CUDA device, checked by the
   // same fused kernel on the device's current stream, and not held: the caller enqueues them after
   // the work that made them, so stream order keeps their memory valid until the check ran.
-  // `done(context, counts, n)` runs at a later poll, on the polling thread, in submission order;
-  // a check that failed on the device gives n = 0. What the kernel cannot read is measured on the
-  // host at once (a counted host synchronisation).
+  // `done(context, counts, n)` runs at a later poll, on the polling thread; a check that failed
+  // on the device gives n = 0. What the kernel cannot read is measured on the host at once, `done`
+  // called before measure returns (a counted host synchronisation). Returns false when `done` will
+  // never be called: the device's stream is capturing a CUDA graph, so nothing may touch it.
   struct Counts {
     int64_t nan = 0, posinf = 0, neginf = 0;
   };
   using Measured = void (*)(uint64_t context, const Counts* counts, int n);
   static constexpr int kMaxMeasured = 12;
-  void measure(const std::vector<at::Tensor>& tensors, Measured done, uint64_t context);
+  bool measure(const std::vector<at::Tensor>& tensors, Measured done, uint64_t context);
 
   void poll();   // records every finished check; never waits
   void drain();  // waits for every check in flight (exit only)

@@ -70,6 +70,13 @@ bool GradientSentinel::check(int64_t key, int64_t step) {
       cpu_of.emplace_back(param, kind);
       return;
     }
+    // What the fused kernel cannot read would cost a copy to the host every step: not checked.
+    const auto type = t.scalar_type();
+    if (!t.is_cuda() || t.dim() > 6 || (type != at::kFloat && type != at::kHalf && type != at::kBFloat16)) {
+      logOnce("sentinel unreadable", "gradient sentinel: parameters that are not float32/float16/bfloat16 CUDA tensors "
+                                     "of at most 6 dims are not checked (reading them would synchronise every step)");
+      return;
+    }
     auto& [batch, slice] = cuda[t.device().index()];
     batch.push_back(t);
     slice.of[static_cast<size_t>(slice.n++)] = {param, kind};
@@ -137,17 +144,33 @@ void GradientSentinel::submit(const std::vector<at::Tensor>& batch, Slice slice,
     context = next_context_++;
     in_flight_.emplace(context, std::move(slice));
   }
-  checks_.measure(batch, &onMeasured, context);
+  bool pending = false;
+  try {
+    pending = checks_.measure(batch, &onMeasured, context);
+  } catch (...) {
+    forget(context);
+    throw;
+  }
+  if (!pending) forget(context);
 }
 
-// Records one non-finite tensor of `step`, if `step` is the first step that had any. Batches
-// complete in the order they were submitted, so the first step found is the first step.
+void GradientSentinel::forget(uint64_t context) {
+  std::lock_guard<std::mutex> lock(mu_);
+  in_flight_.erase(context);
+}
+
+// Records one non-finite tensor of `step`, unless an earlier step already had one. Results do not
+// arrive in step order (the CPU's at once, each GPU's at a later poll), so an earlier step found
+// later starts the count again; readers take the earliest step the store holds.
 void GradientSentinel::found(int64_t step, const std::string& parameter, Kind kind, double norm) {
   size_t named;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (found_step_ >= 0 && step != found_step_) return;
-    found_step_ = step;
+    if (found_step_ >= 0 && step > found_step_) return;
+    if (step != found_step_) {
+      found_step_ = step;
+      named_[0] = named_[1] = 0;
+    }
     named = ++named_[static_cast<int>(kind)];
   }
   Session& session = session_;

@@ -6,7 +6,8 @@
 // The bootstrap hands each optimizer's parameters over once (watch_parameters), so a step costs
 // Python one call with two integers. On CUDA the tensors are read by the attention checks' own
 // fused kernel (DeviceChecks::measure), twelve to a launch, and the counts come back through the
-// same mapped results at later step boundaries: no host synchronisation, no copy, no event. On the
+// same mapped results at later step boundaries: no host synchronisation, no copy, no event; what
+// that kernel cannot read (float64, more than 6 dims) is left unchecked rather than copied. On the
 // CPU one multi-tensor infinity norm per step (non-finite exactly when the tensor holds NaN or Inf).
 #pragma once
 
@@ -59,6 +60,7 @@ class GradientSentinel {
   static void onMeasured(uint64_t context, const DeviceChecks::Counts* counts, int n);
   void measured(uint64_t context, const DeviceChecks::Counts* counts, int n);
   void submit(const std::vector<at::Tensor>& batch, Slice slice, int64_t step, std::shared_ptr<const Watched> watched);
+  void forget(uint64_t context);  // a batch whose check will never call back
   void found(int64_t step, const std::string& parameter, Kind kind, double norm);
 
   Session& session_;
