@@ -42,6 +42,15 @@ int compareVersions(const std::vector<long long>& a, const std::vector<long long
   return 0;
 }
 
+// The op an entry names against the op the call recorded.
+bool opMatches(const std::string& wanted, const IssueFacts& f) {
+  if (wanted == "any") return true;
+  if (f.op.empty()) return false;
+  if (wanted == "mha") return f.op.find("multi_head_attention") != std::string::npos;
+  if (wanted == "sdpa") return f.op.rfind("aten::", 0) == 0 && f.op.find("multi_head") == std::string::npos;
+  return wanted == f.backend;  // a library's own kernels: fa4, flex
+}
+
 bool listHas(const nlohmann::json& list, const nlohmann::json& value) {
   return list.is_array() && std::find(list.begin(), list.end(), value) != list.end();
 }
@@ -132,7 +141,7 @@ StatusOr<std::vector<KnownIssue>> parse() {
     k.id = e["id"];
     auto text = [&e](const char* key) { return e.contains(key) && e[key].is_string() ? e[key].get<std::string>() : ""; };
     k.url = text("url"), k.title = text("title"), k.op = text("op"), k.backend = text("backend"), k.phase = text("phase");
-    k.status = text("status"), k.workaround = text("workaround");
+    k.status = text("status"), k.workaround = text("workaround"), k.narrower_than = text("narrower_than");
     k.conditions = e.value("conditions", nlohmann::json::object());
     k.symptom = e.value("symptom", nlohmann::json::object());
     k.affected = e.value("affected", nlohmann::json::object());
@@ -157,6 +166,7 @@ const std::set<std::string>& knownConditions() {
 }
 
 bool matches(const KnownIssue& issue, const IssueFacts& f) {
+  if (!opMatches(issue.op, f)) return false;
   if (issue.backend != "any" && issue.backend != f.backend) return false;
   if (issue.phase != "any" && issue.phase != f.phase) return false;
   if (!issue.conditions.is_object()) return false;
@@ -185,7 +195,8 @@ std::string matchText(const IssueMatch& m) {
 nlohmann::json issueJson(const KnownIssue& k) {
   return {{"id", k.id},         {"url", k.url},         {"title", k.title},         {"op", k.op},
           {"backend", k.backend}, {"phase", k.phase},   {"conditions", k.conditions}, {"symptom", k.symptom},
-          {"affected", k.affected}, {"fixed_in", k.fixed_in}, {"status", k.status}, {"workaround", k.workaround}};
+          {"affected", k.affected}, {"fixed_in", k.fixed_in}, {"status", k.status}, {"workaround", k.workaround},
+          {"narrower_than", k.narrower_than.empty() ? nlohmann::json(nullptr) : nlohmann::json(k.narrower_than)}};
 }
 
 nlohmann::json matchesJson(const std::vector<IssueMatch>& matches) {

@@ -19,18 +19,24 @@ namespace nanprov::replay {
 
 struct KnownIssue {
   std::string id, url, title;
-  std::string op, backend, phase;  // backend and phase as nanprov names them; "any" matches every one
+  // op: "sdpa" (PyTorch's scaled-dot-product ops), "mha" (nn.MultiheadAttention's own softmax
+  // path) or a backend's name (fa4); backend and phase as nanprov names them; "any" matches all.
+  std::string op, backend, phase;
   nlohmann::json conditions;       // see knownConditions()
   nlohmann::json symptom;          // {"kind": nan|wrong|zeros|wrong-or-nan, "tensors": [...], "only": bool}
   nlohmann::json affected;         // {"torch": ">=2.11", "cudnn": "<9.26"}: every constraint must hold
   nlohmann::json fixed_in;         // {"cudnn": "9.26"} or null
   std::string status;              // fixed | open | closed
   std::string workaround;
+  // A special case of another entry (the same mechanism under more conditions): where it matches,
+  // that one does too, and both are named.
+  std::string narrower_than;
 };
 
 // What nanprov knows of one call: its replay's conditions, the verdicts of its outputs and the
 // versions it ran with. Unset optionals and empty strings are unknown.
 struct IssueFacts {
+  std::string op;              // as recorded: "aten::_scaled_dot_product_cudnn_attention_backward"
   std::string backend, phase;  // "cudnn", "bwd"
   std::string dtype;           // the query's, as torch names it: "bfloat16"
   std::optional<std::string> mask_dtype;  // "" without a mask

@@ -6,6 +6,7 @@ namespace nanprov::replay {
 
 IssueFacts factsOf(const ReplayResult& r) {
   IssueFacts f;
+  f.op = r.op;
   f.backend = r.backend;
   f.phase = r.phase;
   f.dtype = r.conditions.query_dtype;
@@ -17,7 +18,12 @@ IssueFacts factsOf(const ReplayResult& r) {
   // head_dim 0 is a real (degenerate) call only when the capture had its tensors.
   if (c.head_dim > 0 || (c.s_q > 0 && c.s_kv > 0)) f.head_dim = c.head_dim;
   f.causal = c.causal;
-  f.dropout_p = c.dropout_p;
+  // Only PyTorch's own attention ops carry dropout_p in their capture; for the others (MHA's
+  // softmax path, FlashAttention, FlexAttention) the replay's 0 is a default, not a fact.
+  static const char* const kSdpaBackends[] = {"cudnn", "flash", "efficient", "math", "flash_cpu"};
+  for (const char* b : kSdpaBackends) {
+    if (r.backend == b) f.dropout_p = c.dropout_p;
+  }
   f.fully_masked_rows = c.fully_masked_rows;
   f.min_row_lse = c.min_row_lse;
   // What the run itself produced, judged against the reference: a replay's other backends say
@@ -38,9 +44,13 @@ IssueFacts factsOf(const ReplayResult& r) {
 }
 
 std::vector<IssueMatch> knownIssuesOf(const ReplayResult& r) {
-  // An invalid reference judges nothing, so nothing can be matched against its verdicts.
-  if (!r.reference_problem.empty()) return {};
-  return matchKnownIssues(factsOf(r));
+  // An invalid reference judges nothing, and a fault --inject planted is nobody's bug.
+  if (!r.reference_problem.empty() || !r.injected.empty()) return {};
+  IssueFacts f = factsOf(r);
+  // A capture that lacks part of the call (a score_mod, a softcap) makes the reference differ on
+  // purpose: only non-finite outputs, which the reference does not decide, still count.
+  if (!r.incomplete.empty()) f.wrong.clear(), f.zero.clear();
+  return matchKnownIssues(f);
 }
 
 }  // namespace nanprov::replay

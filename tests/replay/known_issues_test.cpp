@@ -3,6 +3,7 @@
 // know never counts as a match, and a replay's result reaches the matcher with its versions.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
 
 #include "replay/known_issues.h"
@@ -39,6 +40,9 @@ std::string versionWithin(const std::string& constraint) {
 // The facts an entry describes: exactly what it lists, nothing more.
 IssueFacts factsFor(const KnownIssue& k) {
   IssueFacts f;
+  f.op = k.op == "sdpa" || k.op == "any" ? "aten::_scaled_dot_product_attention_math"
+         : k.op == "mha"               ? "multi_head_attention_forward"
+                                       : k.op;
   f.backend = k.backend == "any" ? "math" : k.backend;
   f.phase = k.phase == "any" ? "fwd" : k.phase;
   const json& c = k.conditions;
@@ -80,6 +84,14 @@ TEST(KnownIssues, TheDatabaseIsWellFormed) {
     EXPECT_FALSE(k.workaround.empty()) << k.id;
     EXPECT_TRUE(k.status == "fixed" || k.status == "open" || k.status == "closed") << k.id << " " << k.status;
     EXPECT_EQ(k.status == "fixed", k.fixed_in.is_object()) << k.id << ": a fixed entry names its fix, no other does";
+    EXPECT_TRUE(k.op == "sdpa" || k.op == "mha" || k.op == k.backend) << k.id << " names op " << k.op;
+    if (!k.narrower_than.empty()) {
+      auto broad = std::find_if(issues.begin(), issues.end(), [&](const KnownIssue& b) { return b.id == k.narrower_than; });
+      ASSERT_NE(broad, issues.end()) << k.id << " is narrower than an entry that does not exist";
+      for (const auto& [name, want] : broad->conditions.items()) {
+        EXPECT_EQ(k.conditions.value(name, json()), want) << k.id << " must keep every condition of " << broad->id;
+      }
+    }
     for (const auto& [name, want] : k.conditions.items()) {
       EXPECT_TRUE(knownConditions().count(name)) << k.id << " lists a condition the matcher does not know: " << name;
     }
@@ -96,7 +108,8 @@ TEST(KnownIssues, EachEntryMatchesItsOwnConditionsAndNoOther) {
     const IssueFacts f = factsFor(k);
     EXPECT_TRUE(matches(k, f)) << k.id << " does not match the facts it describes";
     for (const KnownIssue& other : database()) {
-      if (&other != &k) EXPECT_FALSE(matches(other, f)) << other.id << " matches the facts of " << k.id;
+      if (&other == &k || other.id == k.narrower_than) continue;  // a special case names its general report too
+      EXPECT_FALSE(matches(other, f)) << other.id << " matches the facts of " << k.id;
     }
   }
 }
@@ -135,8 +148,10 @@ TEST(KnownIssues, EveryListedConditionMustHoldAndBeKnown) {
 }
 
 // A float32 forward on the CPU whose O went non-finite, as replay describes it.
-IssueFacts cpuForward(const std::string& backend, std::optional<std::string> mask_dtype, int64_t fully_masked_rows) {
+IssueFacts cpuForward(const std::string& op, const std::string& backend, std::optional<std::string> mask_dtype,
+                      int64_t fully_masked_rows) {
   IssueFacts f;
+  f.op = op;
   f.backend = backend;
   f.phase = "fwd";
   f.dtype = "float32";
@@ -145,7 +160,6 @@ IssueFacts cpuForward(const std::string& backend, std::optional<std::string> mas
   f.head_dim = 8;
   f.q_heads = f.kv_heads = 4;
   f.causal = false;
-  f.dropout_p = 0;
   f.fully_masked_rows = fully_masked_rows;
   f.nonfinite = {"O"};
   f.versions["torch"] = "2.13.0+cpu";
@@ -153,22 +167,32 @@ IssueFacts cpuForward(const std::string& backend, std::optional<std::string> mas
 }
 
 TEST(KnownIssues, AFloat32OverflowOnTheCpuMatchesNothing) {
-  IssueFacts f = cpuForward("flash_cpu", "", 0);
+  IssueFacts f = cpuForward("aten::_scaled_dot_product_flash_attention_for_cpu", "flash_cpu", "", 0);
+  f.dropout_p = 0;
   f.min_row_lse = 3.5;
   f.nonfinite.insert("LSE");
   EXPECT_TRUE(matchKnownIssues(f).empty());
 }
 
 TEST(KnownIssues, AnMhaRowWithEveryKeyMaskedMatchesTheMhaReport) {
-  // What replay says of nn.MultiheadAttention's need_weights path (its mask merged to float32).
-  std::vector<IssueMatch> found = matchKnownIssues(cpuForward("plain_softmax", "float32", 12));
+  // What replay says of nn.MultiheadAttention's need_weights path (its mask merged to float32,
+  // dropout unknown: the softmax path's capture does not carry it).
+  std::vector<IssueMatch> found =
+      matchKnownIssues(cpuForward("multi_head_attention_forward", "plain_softmax", "float32", 12));
   ASSERT_EQ(found.size(), 1u);
   EXPECT_EQ(found[0].issue->id, "pytorch#41508");
   EXPECT_NE(matchText(found[0]).find("need_weights=False"), std::string::npos) << matchText(found[0]);
 }
 
+TEST(KnownIssues, HuggingFaceEagerAttentionIsNotNamedAsAnMhaBug) {
+  // The same plain softmax over a fully masked row, but in HF's eager attention: the MHA reports
+  // (and their need_weights=False workaround) do not apply.
+  EXPECT_TRUE(matchKnownIssues(cpuForward("eager_attention_forward", "plain_softmax", "float32", 12)).empty());
+}
+
 TEST(KnownIssues, TheCudnnMaskBugNamesItsFixAgainstTheRunsVersion) {
   ReplayResult r;  // the replay of the H200's cuDNN dQ edge, as the engine fills it
+  r.op = "aten::_scaled_dot_product_cudnn_attention_backward";
   r.backend = "cudnn";
   r.phase = "bwd";
   r.conditions.query_dtype = "bfloat16";
@@ -192,6 +216,9 @@ TEST(KnownIssues, TheCudnnMaskBugNamesItsFixAgainstTheRunsVersion) {
   r.environment["cudnn"] = "92600";
   EXPECT_TRUE(knownIssuesOf(r).empty()) << "a run whose cuDNN has the fix does not match";
   r.environment["cudnn"] = "91900";
+  r.injected = "dQ";
+  EXPECT_TRUE(knownIssuesOf(r).empty()) << "a NaN --inject planted is nobody's bug";
+  r.injected.clear();
   r.captured->tensors[1].verdict = Verdict::kNonFinite;
   EXPECT_TRUE(knownIssuesOf(r).empty()) << "the report names dQ alone; dK NaN as well is another fault";
 }
