@@ -55,22 +55,21 @@ void CaptureWriter::run() {
 
 void CaptureWriter::write(CaptureJob& job) {
   namespace fs = std::filesystem;
-  Session& session = session_;
-  fs::path dir = fs::path(session.runDir()) / "captures";
+  fs::path dir = fs::path(session_.runDir()) / "captures";
   std::error_code ec;
   fs::create_directories(dir, ec);
   Status st = ec ? Status::Error("cannot create " + dir.string() + ": " + ec.message())
                  : writeCapture((dir / job.row.path).string(), job.file);
   if (!st.ok()) {
     logOnce("capture write", "a capture was not written: " + st.message());
-    if (job.row.trigger == CaptureTrigger::kAudit) session.capturePolicy().auditLost();  // never to be judged
+    if (job.row.trigger == CaptureTrigger::kAudit) session_.capturePolicy().auditLost();  // never to be judged
     job.row.skipped = "writing failed: " + st.message();
     job.row.path.clear();
     job.row.bytes = 0;
   } else {
     job.row.path = "captures/" + job.row.path;
   }
-  session.recordCapture(std::move(job.row));
+  session_.recordCapture(std::move(job.row));
 }
 
 }  // namespace nanprov

@@ -259,14 +259,13 @@ void Captures::offerGuarded(const CallRecord& rec, const RoleTensors& tensors, c
 
 void Captures::take(const CallRecord& rec, const RoleTensors& tensors, const CallArgs& args, CaptureTrigger trigger,
                     std::optional<uint64_t> key) {
-  Session& session = session_;
-  CapturePolicy& policy = session.capturePolicy();
+  CapturePolicy& policy = session_.capturePolicy();
   CaptureRecord row;
   row.seq = rec.seq;
   row.trigger = trigger;
   if (tensors.empty()) {
     row.skipped = "its tensors were released before the check finished (over NANPROV_HOLD_BYTES)";
-    session.recordCapture(std::move(row));
+    session_.recordCapture(std::move(row));
     return;
   }
   int64_t bytes = 0;
@@ -280,7 +279,7 @@ void Captures::take(const CallRecord& rec, const RoleTensors& tensors, const Cal
   if (trigger == CaptureTrigger::kAudit) {
     if (std::string why = unauditable(args); !why.empty()) {
       row.skipped = why;
-      session.recordCapture(std::move(row));
+      session_.recordCapture(std::move(row));
       return;
     }
     AuditShape shape;
@@ -299,7 +298,7 @@ void Captures::take(const CallRecord& rec, const RoleTensors& tensors, const Cal
     row.skipped = trigger == CaptureTrigger::kAudit
                       ? std::string("over the audit budget: the judge was behind by --audit-max-bytes of captures")
                       : "over the capture budget (nanprov run --capture-bytes): " + std::to_string(bytes) + " bytes";
-    session.recordCapture(std::move(row));
+    session_.recordCapture(std::move(row));
     return;
   }
   CaptureJob job;

@@ -152,7 +152,7 @@ void DeviceChecks::measureOnHost(const std::vector<at::Tensor>& tensors, Measure
 }
 
 bool DeviceChecks::measure(const std::vector<at::Tensor>& tensors, Measured done, uint64_t context) {
-  const int device = tensors.empty() ? -1 : cudaDeviceOf({{Role::kQ, tensors.front()}});
+  const int device = !tensors.empty() && tensors.front().is_cuda() ? tensors.front().device().index() : -1;
   std::optional<c10::Stream> stream;
   if (device >= 0) {
     stream = currentStream(device);

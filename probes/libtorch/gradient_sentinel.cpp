@@ -173,15 +173,14 @@ void GradientSentinel::found(int64_t step, const std::string& parameter, Kind ki
     }
     named = ++named_[static_cast<int>(kind)];
   }
-  Session& session = session_;
-  session.setMeta(kind == Kind::kGrad ? "sentinel_nonfinite_grads" : "sentinel_nonfinite_params", std::to_string(named));
+  session_.setMeta(kind == Kind::kGrad ? "sentinel_nonfinite_grads" : "sentinel_nonfinite_params", std::to_string(named));
   if (named > kMaxNamed) return;
   SentinelRecord f;
   f.step = step;
   f.tensor = kind == Kind::kGrad ? "grad" : "param";
   f.parameter = parameter;
   f.norm = norm;
-  session.recordSentinel({std::move(f)});
+  session_.recordSentinel({std::move(f)});
 }
 
 namespace {
