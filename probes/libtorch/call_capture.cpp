@@ -78,18 +78,6 @@ std::optional<CaptureTensor> hostCopy(const std::string& name, const at::Tensor&
   return out;
 }
 
-// Where the call ran and with what: enough for replay, and for a bug report, without the run.
-void describeEnvironment(const CallRecord& rec, std::map<std::string, std::string>& meta) {
-  if (const char* torch = std::getenv("NANPROV_BUILT_TORCH")) meta["torch"] = torch;
-  if (rec.device.isCpu()) return;
-  const auto& cuda = at::detail::getCUDAHooks();
-  meta["cuda_runtime"] = std::to_string(cuda.versionCUDART());
-  meta["cudnn"] = std::to_string(cuda.versionCuDNN());
-#if NANPROV_HAVE_CUDA
-  meta["gpu"] = kernels::deviceDescription(rec.device.index);
-#endif
-}
-
 void describeArgs(const CallArgs& args, CaptureFile& file) {
   for (const auto& [name, value] : args) {
     std::string key = "arg." + std::string(name);
@@ -376,7 +364,7 @@ void Captures::describe(const CallRecord& rec, const RoleTensors& tensors, const
   for (const std::string& role : health.nonfinite_outputs) bad += (bad.empty() ? "" : ",") + role;
   meta["nonfinite_outputs"] = bad;
   if (!rec.injected.empty()) meta["injected"] = rec.injected;
-  describeEnvironment(rec, meta);
+  for (auto& [key, value] : environmentOf(rec.device)) meta[key] = std::move(value);
   for (const auto& [role, t] : tensors) {
     auto copy = hostCopy(roleName(role), t);
     if (!copy) continue;
@@ -393,6 +381,19 @@ void recordCheckedCall(CallRecord rec, const RoleTensors& tensors, const CallArg
   rec.health = static_cast<int>(edgeKindOf(rec));
   probes().captures().offer(rec, tensors, args);
   probes().session().record(std::move(rec));
+}
+
+std::map<std::string, std::string> environmentOf(const Device& device) {
+  std::map<std::string, std::string> meta;
+  if (const char* torch = std::getenv("NANPROV_BUILT_TORCH")) meta["torch"] = torch;
+  if (device.isCpu()) return meta;
+  const auto& cuda = at::detail::getCUDAHooks();
+  meta["cuda_runtime"] = std::to_string(cuda.versionCUDART());
+  meta["cudnn"] = std::to_string(cuda.versionCuDNN());
+#if NANPROV_HAVE_CUDA
+  meta["gpu"] = kernels::deviceDescription(device.index);
+#endif
+  return meta;
 }
 
 }  // namespace nanprov

@@ -63,4 +63,9 @@ class Captures {
 // Where every checked call ends: offered for capture, then recorded in the store.
 void recordCheckedCall(CallRecord rec, const RoleTensors& tensors, const CallArgs& args);
 
+// Where the training runs and with what: the torch nanprov was built for and, on a CUDA device,
+// the CUDA runtime, cuDNN and the GPU ("NVIDIA H200 (sm_90)"). Captures carry it, for replay and
+// bug reports without the run; the store's meta carries it for the report's known-issue matcher.
+std::map<std::string, std::string> environmentOf(const Device& device);
+
 }  // namespace nanprov

@@ -182,6 +182,13 @@ bool DeviceChecks::measure(const std::vector<at::Tensor>& tensors, Measured done
 void DeviceChecks::poll() { collect(false); }
 void DeviceChecks::drain() { collect(true); }
 
+int DeviceChecks::firstDevice() const {
+  for (int d = 0; d < kMaxDevices; ++d) {
+    if (queues_[d].load(std::memory_order_acquire)) return d;
+  }
+  return -1;
+}
+
 int64_t DeviceChecks::hostSyncs() const {
   int64_t n = sync_measures_.load();
 #if NANPROV_HAVE_CUDA

@@ -60,6 +60,7 @@ class DeviceChecks {
   void drain();  // waits for every check in flight (exit only)
 
   int64_t hostSyncs() const;  // synchronisations nanprov added (fallbacks, full queues)
+  int firstDevice() const;    // the lowest CUDA device checks ran on; -1 while none has
   int64_t checksInFlight() const;
 
  private:

@@ -45,6 +45,7 @@ void Probes::flush(bool at_exit) {
       tracer_->pause("kernel tracing covered the first " + std::to_string(traceSteps()) +
                      " steps (nanprov run --trace-steps); this call ran later");
     }
+    describeEnvironment();
     TracerStats stats = tracer_->stats();
     session_.setMeta("host_syncs", std::to_string(checks_.hostSyncs()));
     session_.setMeta("step_unit", stepUnitName(session_.identity().stepUnit()));
@@ -63,6 +64,13 @@ void Probes::flush(bool at_exit) {
   } catch (const std::exception& e) {
     logOnce("flush", std::string("flushing device work failed: ") + e.what());
   }
+}
+
+void Probes::describeEnvironment() {
+  const int device = checks_.firstDevice();
+  if (device == described_device_ || (device < 0 && described_device_ == -1)) return;
+  for (const auto& [key, value] : environmentOf(Device::fromIndex(device))) session_.setMeta(key, value);
+  described_device_ = device;
 }
 
 }  // namespace nanprov

@@ -38,12 +38,17 @@ class Probes {
   void flush(bool at_exit);
 
  private:
+  // The environment (environmentOf) into the store's meta: once with the torch version, once
+  // more when checks first ran on a GPU, whose runtime is then up, so asking it starts nothing.
+  void describeEnvironment();
+
   Session session_;  // first: every other member records through it
   std::unique_ptr<KernelTracer> tracer_;
   DeviceChecks checks_;
   Captures captures_;
   GradientSentinel sentinel_;
   ModulePathCache module_paths_;
+  int described_device_ = -2;  // the device describeEnvironment last wrote; -2: nothing written yet
 };
 
 Probes& probes();
