@@ -203,6 +203,14 @@ Report buildReport(const RunData& run) { return buildReport(run, analyze(run)); 
 Report buildReport(const RunData& run, Findings findings) {
   Report r{.run = &run, .findings = std::move(findings)};
   r.conclusion = conclude(run, r.findings);
+  if (r.findings.first_source) {
+    const CallRecord& c = run.calls[*r.findings.first_source];
+    std::map<std::string, std::string> meta;
+    for (const RankInfo& rank : run.ranks) {
+      if (rank.rank == c.rank) meta = rank.meta;
+    }
+    r.source_issues = knownIssuesOfCall(c, meta);
+  }
   return r;
 }
 
@@ -231,6 +239,8 @@ nlohmann::json reportJson(const Report& report) {
       {"propagation", {{"calls", f.propagation.calls}, {"layers", f.propagation.layers}, {"ranks", f.propagation.ranks}}},
       {"audit", auditCostJson(conclusion.audit)},
       {"audit_findings", conclusion.audit.findings},
+      {"known_issues", replay::matchesJson(report.source_issues.matches)},
+      {"possible_known_issues", possibleJson(report.source_issues.possible)},
   };
   const CallKernelIndex kernels(run);
   if (f.first) {
@@ -360,6 +370,8 @@ std::string reportText(const Report& report) {
   if (f.origin == Origin::kUpstream && f.first_source) {
     out << "  first source edge inside attention came later: " << callName(run.calls[*f.first_source]) << "\n";
   }
+  for (const replay::IssueMatch& m : report.source_issues.matches) out << "  known issue: " << printable(replay::matchText(m)) << "\n";
+  for (const replay::IssueMatch& m : report.source_issues.possible) out << "  known issue: " << printable(possibleText(m)) << "\n";
   out << "  after it: " << f.propagation.calls << " non-finite calls across " << f.propagation.layers
       << (f.propagation.layers == 1 ? " layer" : " layers") << " on " << f.propagation.ranks
       << (f.propagation.ranks == 1 ? " rank" : " ranks") << "\n";

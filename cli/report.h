@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "cli/call_issues.h"
 #include "cli/edges.h"
 #include "cli/outcome.h"
 #include "store/reader.h"
@@ -22,6 +23,7 @@ struct Report {
   const RunData* run = nullptr;  // the run it was built from, which must outlive it
   Findings findings;
   Conclusion conclusion;
+  CallIssues source_issues;  // the known issues the first source edge matches, or may match
 };
 Report buildReport(const RunData& run);
 Report buildReport(const RunData& run, Findings findings);  // edges already analyzed

@@ -71,7 +71,11 @@ bool conditionHolds(const std::string& name, const nlohmann::json& want, const I
   if (name == "s_kv_mod_128") return f.s_kv && want.is_number_integer() && *f.s_kv % 128 == want.get<int64_t>();
   if (name == "s_kv_mod_32") return f.s_kv && want.is_number_integer() && *f.s_kv % 32 == want.get<int64_t>();
   if (name == "s_kv_mod_128_nonzero") return f.s_kv && want.is_boolean() && (*f.s_kv % 128 != 0) == want.get<bool>();
-  if (name == "row_lse_below") return f.min_row_lse && want.is_number() && *f.min_row_lse < want.get<double>();
+  if (name == "row_lse_below") {
+    // A row with no visible key has a log-sum-exp of log(0) = -inf, below any bound.
+    if (f.fully_masked_rows && *f.fully_masked_rows > 0 && want.is_number()) return true;
+    return f.min_row_lse && want.is_number() && *f.min_row_lse < want.get<double>();
+  }
   if (name == "head_dim") return f.head_dim && listHas(want, *f.head_dim);
   if (name == "causal") return f.causal && want.is_boolean() && *f.causal == want.get<bool>();
   if (name == "dropout") return f.dropout_p && want.is_boolean() && (*f.dropout_p > 0) == want.get<bool>();
@@ -82,6 +86,23 @@ bool conditionHolds(const std::string& name, const nlohmann::json& want, const I
   if (name == "kv_heads_below") return f.kv_heads && want.is_number_integer() && *f.kv_heads < want.get<int64_t>();
   if (name == "arch") return !f.arch.empty() && listHas(want, f.arch);
   return false;  // a condition the matcher does not know: never a match
+}
+
+// Whether the facts say anything about what a condition needs.
+bool factKnown(const std::string& name, const IssueFacts& f) {
+  if (name == "dtype") return !f.dtype.empty();
+  if (name == "mask" || name == "mask_dtype") return f.mask_dtype.has_value();
+  if (name == "s_q") return f.s_q.has_value();
+  if (name == "s_kv" || name.rfind("s_kv_mod_", 0) == 0) return f.s_kv.has_value();
+  if (name == "row_lse_below") return f.min_row_lse || (f.fully_masked_rows && *f.fully_masked_rows > 0);
+  if (name == "head_dim") return f.head_dim.has_value();
+  if (name == "causal") return f.causal.has_value();
+  if (name == "dropout") return f.dropout_p.has_value();
+  if (name == "fully_masked_rows") return f.fully_masked_rows.has_value();
+  if (name == "gqa") return f.q_heads && f.kv_heads;
+  if (name == "kv_heads_below") return f.kv_heads.has_value();
+  if (name == "arch") return !f.arch.empty();
+  return true;  // a condition the matcher does not know is decided: it fails
 }
 
 // The symptom's tensors are faulty the way it says; with "only", no other output is.
@@ -166,14 +187,42 @@ const std::set<std::string>& knownConditions() {
 }
 
 bool matches(const KnownIssue& issue, const IssueFacts& f) {
-  if (!opMatches(issue.op, f)) return false;
-  if (issue.backend != "any" && issue.backend != f.backend) return false;
-  if (issue.phase != "any" && issue.phase != f.phase) return false;
-  if (!issue.conditions.is_object()) return false;
+  auto undecided = undecidedConditions(issue, f);
+  return undecided && undecided->empty();
+}
+
+std::optional<std::vector<std::string>> undecidedConditions(const KnownIssue& issue, const IssueFacts& f) {
+  if (!opMatches(issue.op, f)) return std::nullopt;
+  if (issue.backend != "any" && issue.backend != f.backend) return std::nullopt;
+  if (issue.phase != "any" && issue.phase != f.phase) return std::nullopt;
+  if (!issue.conditions.is_object()) return std::nullopt;
+  std::vector<std::string> undecided;
   for (const auto& [name, want] : issue.conditions.items()) {
-    if (!conditionHolds(name, want, f)) return false;
+    if (!factKnown(name, f)) undecided.push_back(name);
+    else if (!conditionHolds(name, want, f)) return std::nullopt;
   }
-  return symptomHolds(issue.symptom, f) && versionsHold(issue.affected, f);
+  // Without a reference only non-finite outputs are facts: a finite wrong or zero output is
+  // undecided, and a call whose outputs went non-finite is not the silent kind of fault.
+  const std::string kind = issue.symptom.value("kind", "");
+  if (!f.judged && (kind == "wrong" || kind == "zeros")) {
+    if (!f.nonfinite.empty()) return std::nullopt;
+    undecided.push_back("symptom");
+  } else if (!symptomHolds(issue.symptom, f)) {
+    return std::nullopt;
+  }
+  if (!versionsHold(issue.affected, f)) return std::nullopt;
+  return undecided;
+}
+
+std::vector<IssueMatch> possibleKnownIssues(const IssueFacts& facts) {
+  std::vector<IssueMatch> out;
+  const auto& issues = knownIssues();
+  if (!issues.ok()) return out;
+  for (const KnownIssue& k : issues.value()) {
+    auto undecided = undecidedConditions(k, facts);
+    if (undecided && !undecided->empty()) out.push_back({&k, fixText(k, facts), std::move(*undecided)});
+  }
+  return out;
 }
 
 std::vector<IssueMatch> matchKnownIssues(const IssueFacts& facts) {

@@ -46,6 +46,7 @@ struct IssueFacts {
   std::optional<int64_t> fully_masked_rows;
   std::optional<double> min_row_lse;
   std::set<std::string> nonfinite, wrong, zero;  // outputs by what is wrong with them
+  bool judged = false;  // against a reference: wrong and zero are facts (non-finite always is)
   std::string arch;                               // "sm_90"; empty: unknown or the CPU
   std::map<std::string, std::string> versions;    // "torch" -> "2.11.0+cu130", "cudnn" -> "9.19.0"
 };
@@ -58,9 +59,15 @@ const std::set<std::string>& knownConditions();
 struct IssueMatch {
   const KnownIssue* issue = nullptr;
   std::string fix;  // "fixed in cuDNN 9.26, this run has 9.19.0" / "open" / ...
+  std::vector<std::string> undecided;  // possible matches only: the conditions facts lack
 };
 std::vector<IssueMatch> matchKnownIssues(const IssueFacts& facts);
 bool matches(const KnownIssue& issue, const IssueFacts& facts);
+// Entries every known fact agrees with, but which need facts these lack (a row's log-sum-exp, a
+// verdict against the reference): what a replay of the call would decide. nullopt: a known fact
+// rules the entry out; empty: it matches.
+std::optional<std::vector<std::string>> undecidedConditions(const KnownIssue& issue, const IssueFacts& facts);
+std::vector<IssueMatch> possibleKnownIssues(const IssueFacts& facts);
 
 // "matches pytorch#196678 (title); fixed in cuDNN 9.26, this run has 9.19.0; workaround: ..."
 std::string matchText(const IssueMatch& m);

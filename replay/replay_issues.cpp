@@ -29,6 +29,7 @@ IssueFacts factsOf(const ReplayResult& r) {
   // What the run itself produced, judged against the reference: a replay's other backends say
   // whether the fault is the backend's, not what the run saw.
   if (r.captured) {
+    f.judged = true;
     for (const Comparison& t : r.captured->tensors) {
       if (t.verdict == Verdict::kNonFinite) f.nonfinite.insert(t.role);
       else if (t.verdict == Verdict::kSilentWrong) f.wrong.insert(t.role);

@@ -262,6 +262,9 @@ TEST(Gpu, AuditFindsCudnnWrongWithAFloat32BiasAndBf16Queries) {
   EXPECT_EQ((*f)["conditions"]["mask_dtype"], "float32");
   EXPECT_EQ((*f)["conditions"]["query_dtype"], "bfloat16");
   EXPECT_NE((*f)["kernel"].get<std::string>().find("cudnn"), std::string::npos) << (*f)["kernel"];
+  bool named = false;
+  for (const json& k : (*f)["known_issues"]) named = named || k["id"] == "pytorch#191612";
+  EXPECT_TRUE(named) << "the finding names the public report of this bug: " << (*f)["known_issues"].dump(1);
 }
 
 // The same cuDNN fault confined to one deep layer that starts mid-run: layer 2 of 4 gets its bias

@@ -15,6 +15,17 @@ using namespace e2e;
 const std::string kMaskedRowsRun =
     "--device cuda --dtype bfloat16 --seq 64 --d-model 256 --heads 2 --mask-rows --steps 3";
 
+std::vector<std::string> issueIds(const json& issues) {
+  std::vector<std::string> ids;
+  for (const json& k : issues) ids.push_back(k.value("id", ""));
+  return ids;
+}
+
+bool names(const json& issues, const std::string& id) {
+  std::vector<std::string> ids = issueIds(issues);
+  return std::find(ids.begin(), ids.end(), id) != ids.end();
+}
+
 bool anyKernelContains(const json& kernels, const std::string& part) {
   return std::any_of(kernels.begin(), kernels.end(),
                      [&](const json& k) { return k["name"].get<std::string>().find(part) != std::string::npos; });
@@ -36,6 +47,13 @@ TEST(Gpu, CudnnBackwardWritesNaNIntoDqForFullyMaskedRows) {
   EXPECT_GT(e["counts"]["dQ"]["nan"].get<int64_t>(), 0);
   EXPECT_TRUE(anyKernelContains(e["kernels"], "cudnn_generated_fort_native_sdpa_sm90_flash_bprop")) << e["kernels"].dump(1);
   EXPECT_EQ(r.doc["ranks"][0]["meta"]["host_syncs"], "0") << "the checks never synchronised the host";
+  // The store knows the versions and the GPU, and the mask's fully masked row: enough to name the
+  // public report of this bug without a replay.
+  const json& meta = r.doc["ranks"][0]["meta"];
+  EXPECT_NE(meta.value("gpu", "").find("(sm_"), std::string::npos) << meta.dump(1);
+  EXPECT_FALSE(meta.value("cudnn", "").empty()) << meta.dump(1);
+  EXPECT_TRUE(names(r.doc["known_issues"], "pytorch#196678")) << r.doc["known_issues"].dump(1)
+                                                                << r.doc["possible_known_issues"].dump(1);
 }
 
 TEST(Gpu, ControlRunWithoutCudnnIsClean) {
@@ -140,6 +158,7 @@ TEST(Gpu, CudnnDqNaNIsCapturedAndReplaysAsBackendSpecific) {
   const json& c = d["conditions"];
   EXPECT_TRUE(c["fully_masked_rows"].get<int64_t>() > 0 || c["lse_below_-88.7"].get<bool>()) << c.dump(1);
   EXPECT_EQ(c["s_kv_mod_128"], 64);
+  EXPECT_TRUE(names(d["known_issues"], "pytorch#196678")) << d["known_issues"].dump(1);
   Result script = sh(python() + " " + (repro / "repro.py").string() + " 2>&1");
   EXPECT_EQ(script.code, 1) << script.out;
   EXPECT_NE(script.out.find("REPRODUCED"), std::string::npos) << script.out;
@@ -170,6 +189,31 @@ TEST(Gpu, LateCudnnEdgeNamesItsKernelThroughAReplayOfItsCapture) {
     if (b["status"] != "ran" || b["name"] == "math") continue;
     EXPECT_FALSE(b["kernels"].empty()) << b["name"] << " ran with no kernel traced";
   }
+}
+
+// cudnn-frontend#1072: one query row (decoder cross-attention to a memory of 128 keys sharing a
+// large component), head_dim 64, bf16, no mask: cuDNN's backward writes NaN into all of dK and dV,
+// dQ and O stay finite. The report names the call and, since causality and the row LSE are facts
+// only a replay has, a possible match; the replay decides it.
+TEST(Gpu, CudnnOneQueryBackwardNaNsDkDvAndReplayNamesItsReport) {
+  REQUIRE_CUDA();
+  TrainedRun r = train("gpu-one-query", "", "--device cuda --dtype bfloat16 --steps 2", "cross_attention_decoder.py");
+  ASSERT_EQ(r.report.code, 1) << r.train.out;
+  const json& e = r.doc["first_edge"];
+  expectFields(e, {{"origin", "attention"}, {"phase", "bwd"}, {"step", 0}, {"backend", "cudnn"}, {"inputs_finite", true}});
+  EXPECT_EQ(strings(e["nonfinite_outputs"]), (std::vector<std::string>{"dK", "dV"})) << e.dump(1);
+  EXPECT_TRUE(names(r.doc["possible_known_issues"], "cudnn-frontend#1072") || names(r.doc["known_issues"], "cudnn-frontend#1072"))
+      << r.doc["possible_known_issues"].dump(1);
+  ASSERT_TRUE(e["capture"].is_string()) << e.dump(1);
+  Result rp;
+  json d = replayJson(e["capture"].get<std::string>(), &rp);
+  EXPECT_EQ(rp.code, 1) << rp.out;
+  EXPECT_EQ(d["root_cause"]["class"], "backend-specific") << d["root_cause"].dump(1);
+  EXPECT_EQ(d["conditions"]["s_q"], 1) << d["conditions"].dump(1);
+  EXPECT_TRUE(names(d["known_issues"], "cudnn-frontend#1072")) << d["known_issues"].dump(1) << d["conditions"].dump(1);
+  Result control = sh(nanprov() + " run --out " + runDir("gpu-two-queries").string() + " -- " + python() + " " +
+                      example("cross_attention_decoder.py") + " --device cuda --dtype bfloat16 --steps 2 --queries 2 2>&1");
+  EXPECT_EQ(control.code, 0) << "s_q = 2 is clean\n" << control.out;
 }
 
 // No false alarms: clean bf16 calls at head_dim 256 and 512 replay as ok on every backend that runs them.

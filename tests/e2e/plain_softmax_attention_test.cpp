@@ -53,6 +53,17 @@ TEST(PlainSoftmaxAttention, MultiheadAttentionFullyMaskedRowsFoundWhereTheOracle
   EXPECT_NE(std::find(known.begin(), known.end(), "pytorch#41508"), known.end()) << d["known_issues"].dump(1);
   Result text = sh(nanprov() + " replay " + r.dir.string());
   EXPECT_NE(text.out.find("known issue: matches pytorch#41508"), std::string::npos) << text.out;
+  // The report knows as much from the store alone (the mask's fully masked rows); whether dropout
+  // was on, which pytorch#152028 needs, only the capture says.
+  std::vector<std::string> reported;
+  for (const json& k : r.doc["known_issues"]) reported.push_back(k["id"]);
+  EXPECT_NE(std::find(reported.begin(), reported.end(), "pytorch#41508"), reported.end()) << r.doc["known_issues"].dump(1);
+  Result report = sh(nanprov() + " report " + r.dir.string());
+  EXPECT_NE(report.out.find("known issue: matches pytorch#41508"), std::string::npos) << report.out;
+  for (const json& k : r.doc["possible_known_issues"]) {
+    EXPECT_FALSE(k["undecided"].empty()) << k.dump();
+    EXPECT_EQ(std::find(reported.begin(), reported.end(), k["id"]), reported.end()) << "matched and possible: " << k.dump();
+  }
 }
 
 // The backward, from tensor hooks on the projections and the out-projection's input: checked,

@@ -37,9 +37,10 @@ std::string versionWithin(const std::string& constraint) {
   return low;
 }
 
-// The facts an entry describes: exactly what it lists, nothing more.
+// The facts an entry describes, as a replay knows them: exactly what it lists, nothing more.
 IssueFacts factsFor(const KnownIssue& k) {
   IssueFacts f;
+  f.judged = true;
   f.op = k.op == "sdpa" || k.op == "any" ? "aten::_scaled_dot_product_attention_math"
          : k.op == "mha"               ? "multi_head_attention_forward"
                                        : k.op;
@@ -145,6 +146,36 @@ TEST(KnownIssues, EveryListedConditionMustHoldAndBeKnown) {
   IssueFacts f;
   f.nonfinite = {"O"};
   EXPECT_FALSE(matches(bogus, f)) << "a condition the matcher does not know never holds";
+}
+
+// What the store alone says of a call: some facts unknown, no verdict against a reference.
+TEST(KnownIssues, UnknownFactsMakeAPossibleMatchThatAReplayDecides) {
+  auto find = [](const std::string& id) {
+    const auto& all = database();
+    return std::find_if(all.begin(), all.end(), [&](const KnownIssue& k) { return k.id == id; });
+  };
+  auto cudnn = find("pytorch#196678");
+  ASSERT_NE(cudnn, database().end());
+  IssueFacts f = factsFor(*cudnn);
+  f.judged = false;
+  f.min_row_lse.reset();
+  EXPECT_FALSE(matches(*cudnn, f));
+  EXPECT_EQ(undecidedConditions(*cudnn, f), std::vector<std::string>{"row_lse_below"});
+  // A fully masked row's log-sum-exp is log(0): the condition holds without measuring it.
+  f.fully_masked_rows = 3;
+  EXPECT_TRUE(matches(*cudnn, f));
+  // A known fact that contradicts rules the entry out, however much else is unknown.
+  f.s_kv = 128;
+  EXPECT_FALSE(undecidedConditions(*cudnn, f).has_value());
+  // Unjudged, a silent-wrong entry is undecided for finite outputs and ruled out for a NaN call.
+  auto wrong = find("pytorch#191937");
+  ASSERT_NE(wrong, database().end());
+  IssueFacts w = factsFor(*wrong);
+  w.judged = false;
+  w.wrong.clear();
+  EXPECT_EQ(undecidedConditions(*wrong, w), std::vector<std::string>{"symptom"});
+  w.nonfinite = {"O"};
+  EXPECT_FALSE(undecidedConditions(*wrong, w).has_value());
 }
 
 // A float32 forward on the CPU whose O went non-finite, as replay describes it.

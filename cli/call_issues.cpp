@@ -1,0 +1,85 @@
+#include "cli/call_issues.h"
+
+#include <cstdlib>
+
+#include "base/records/dtype.h"
+#include "base/records/roles.h"
+
+namespace nanprov {
+namespace {
+
+const TensorHealth* tensorOf(const CallRecord& call, Role role) {
+  for (const TensorHealth& t : call.tensors) {
+    if (t.role == role) return &t;
+  }
+  return nullptr;
+}
+
+std::string torchDtype(const TensorHealth& t) {
+  const DtypeInfo* d = dtypeOfCppName(t.dtype.c_str());
+  return d ? d->torch : "";
+}
+
+// PyTorch's own scaled-dot-product ops take Q as [B, H, S_q, D] and K as [B, H_kv, S_kv, D], and
+// name their mask when they have one. Other ops (MHA's, FlashAttention's packed layouts) keep
+// their shapes' meaning to themselves.
+bool isSdpaOp(const std::string& op) { return op.rfind("aten::_scaled_dot_product", 0) == 0; }
+
+}  // namespace
+
+replay::IssueFacts factsOfCall(const CallRecord& call, const std::map<std::string, std::string>& rank_meta) {
+  replay::IssueFacts f;
+  f.op = call.op;
+  f.backend = call.backend;
+  f.phase = phaseName(call.phase);
+  const TensorHealth* q = tensorOf(call, Role::kQ);
+  const TensorHealth* k = tensorOf(call, Role::kK);
+  const TensorHealth* mask = tensorOf(call, Role::kMask);
+  if (q) f.dtype = torchDtype(*q);
+  if (mask) {
+    f.mask_dtype = torchDtype(*mask);
+    if (mask->masked_rows >= 0) f.fully_masked_rows = mask->masked_rows;
+  } else if (isSdpaOp(call.op)) {
+    f.mask_dtype = "";
+  }
+  if (isSdpaOp(call.op) && q && k && q->shape.ndim == 4 && k->shape.ndim == 4) {
+    f.q_heads = q->shape.dims[1], f.s_q = q->shape.dims[2], f.head_dim = q->shape.dims[3];
+    f.kv_heads = k->shape.dims[1], f.s_kv = k->shape.dims[2];
+  }
+  for (const TensorHealth& t : call.tensors) {
+    if (isOutputRole(call.phase, t.role) && t.nonfinite() > 0) f.nonfinite.insert(roleName(t.role));
+  }
+  // Written by the probes once the rank ran on a GPU (probes/libtorch/environment.h).
+  auto meta = [&](const char* key) {
+    auto it = rank_meta.find(key);
+    return it == rank_meta.end() ? std::string() : it->second;
+  };
+  f.arch = replay::archOf(meta("gpu"));
+  if (std::string torch = meta("torch"); !torch.empty()) f.versions["torch"] = torch;
+  if (std::string cudnn = meta("cudnn"); !cudnn.empty()) {
+    f.versions["cudnn"] = replay::cudnnVersionText(std::strtoll(cudnn.c_str(), nullptr, 10));
+  }
+  return f;
+}
+
+CallIssues knownIssuesOfCall(const CallRecord& call, const std::map<std::string, std::string>& rank_meta) {
+  if (!call.injected.empty()) return {};
+  const replay::IssueFacts facts = factsOfCall(call, rank_meta);
+  return {replay::matchKnownIssues(facts), replay::possibleKnownIssues(facts)};
+}
+
+std::string possibleText(const replay::IssueMatch& m) {
+  std::string undecided;
+  for (const std::string& c : m.undecided) undecided += (undecided.empty() ? "" : ", ") + c;
+  return "may match " + m.issue->id + " (" + m.issue->title + "): a replay of the capture decides " + undecided;
+}
+
+nlohmann::json possibleJson(const std::vector<replay::IssueMatch>& possible) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const replay::IssueMatch& m : possible) {
+    out.push_back({{"id", m.issue->id}, {"url", m.issue->url}, {"title", m.issue->title}, {"undecided", m.undecided}});
+  }
+  return out;
+}
+
+}  // namespace nanprov
