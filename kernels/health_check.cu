@@ -260,7 +260,7 @@ __device__ void scanMaskRows(const Share& share, const TensorView& v, Tally& t) 
     for (int64_t j = lane; j < row_len; j += 32) {
       float x = widen(v.data, row_offset + j * key_stride, v.type);
       t.add(x);
-      visible = visible || (v.mask == MaskKind::kBoolAllow ? x != 0.f : !(isinf(x) && x < 0.f));
+      visible = visible || (v.mask == MaskKind::kBoolAllow ? x != 0.f : !(x <= kHiddenBias));
     }
     if (__any_sync(0xffffffffu, visible) == 0 && lane == 0) ++t.masked_rows;
   }

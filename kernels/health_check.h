@@ -10,8 +10,14 @@ namespace nanprov::kernels {
 
 enum class ElementType : int32_t { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2, kBool = 3 };
 
-// How a mask hides a key: bool masks allow where true; additive masks hide with -inf.
+// How a mask hides a key: bool masks allow where true; additive masks hide with a bias at or
+// below kHiddenBias.
 enum class MaskKind : int32_t { kNotAMask = 0, kBoolAllow = 1, kAdditive = 2 };
+
+// An additive bias that gives its key exactly zero weight: -inf, or any value this negative.
+// SDPA hands cuDNN a bool mask converted to a bf16 bias of -65536, not -inf; -65504 is float16's
+// lowest, so one bound serves every mask dtype. A NaN bias hides nothing.
+inline constexpr float kHiddenBias = -65504.0f;
 
 inline constexpr int kMaxDims = 6;
 inline constexpr int kMaxTensors = 12;  // a backward call has 9 roles, a forward 6

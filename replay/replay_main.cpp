@@ -23,6 +23,7 @@
 #include "base/exit_codes.h"
 #include "base/json_text.h"
 #include "base/numbers.h"
+#include "kernels/health_check.h"
 #include "replay/backend_kernels.h"
 #include "replay/backends.h"
 #include "replay/captured_call.h"
@@ -43,7 +44,6 @@
 namespace nanprov::replay {
 namespace {
 
-constexpr double kHiddenMask = -65504.0;  // at or below: a masked key (SDPA's cuDNN bool conversion)
 
 
 std::string nonfiniteText(const std::string& role, const at::Tensor& t) {
@@ -102,7 +102,7 @@ Conditions conditionsOf(const CapturedCall& call, const Outputs& g) {
   at::Tensor visible = at::ones({1, 1, call.s_q, call.s_kv}, bools);
   if (call.has("mask")) {
     const at::Tensor m = call.at("mask").to(g.lse.device());
-    visible = visible & (m.scalar_type() == at::kBool ? m : m.to(at::kDouble) > kHiddenMask);
+    visible = visible & (m.scalar_type() == at::kBool ? m : m.to(at::kDouble) > kernels::kHiddenBias);
     c.mask_dtype = dtypeName(m);
   }
   if (call.causal) visible = visible & at::ones({call.s_q, call.s_kv}, bools).tril();

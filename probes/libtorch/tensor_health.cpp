@@ -12,6 +12,8 @@
 #include <type_traits>
 #include <string>
 
+#include "kernels/health_check.h"
+
 namespace nanprov {
 namespace {
 
@@ -67,7 +69,8 @@ void scan(const at::Tensor& t, TensorHealth* h) {
 }
 
 // Query rows with no visible key, counted over the mask's own (unbroadcast) shape.
-// A bool mask is True where attention is allowed; an additive mask hides with -inf.
+// A bool mask is True where attention is allowed; an additive mask hides with a bias at or below
+// kernels::kHiddenBias (-inf, or SDPA's conversion of a bool mask for cuDNN).
 template <typename T>
 int64_t hiddenRows(const at::Tensor& mask) {
   int64_t rows = 0;
@@ -75,7 +78,7 @@ int64_t hiddenRows(const at::Tensor& mask) {
     bool hidden = true;
     for (int64_t i = 0; i < n && hidden; ++i) {
       if constexpr (std::is_same_v<T, bool>) hidden = !p[i * stride];
-      else hidden = static_cast<double>(p[i * stride]) == -INFINITY;
+      else hidden = static_cast<double>(p[i * stride]) <= kernels::kHiddenBias;
     }
     rows += hidden;
   });
@@ -91,7 +94,7 @@ int64_t fullyMaskedRows(const at::Tensor& mask) {
     case at::kBFloat16: return hiddenRows<c10::BFloat16>(mask);
     case at::kHalf: return hiddenRows<c10::Half>(mask);
     default: {
-      at::Tensor hidden = mask.eq(-INFINITY);
+      at::Tensor hidden = mask.le(kernels::kHiddenBias);
       return hidden.all(-1).sum().item<int64_t>();
     }
   }

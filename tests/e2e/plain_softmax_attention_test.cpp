@@ -62,7 +62,7 @@ TEST(PlainSoftmaxAttention, MultiheadAttentionFullyMaskedRowsFoundWhereTheOracle
   EXPECT_NE(report.out.find("known issue: matches pytorch#41508"), std::string::npos) << report.out;
   for (const json& k : r.doc["possible_known_issues"]) {
     EXPECT_FALSE(k["undecided"].empty()) << k.dump();
-    EXPECT_EQ(std::find(reported.begin(), reported.end(), k["id"]), reported.end()) << "matched and possible: " << k.dump();
+    EXPECT_EQ(std::find(reported.begin(), reported.end(), k["id"].get<std::string>()), reported.end()) << "matched and possible: " << k.dump();
   }
 }
 

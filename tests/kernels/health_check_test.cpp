@@ -73,7 +73,7 @@ Expected reference(const std::vector<uint8_t>& host, const TensorView& v, int64_
     e.nonzero += x != 0.f;
     if (v.mask != MaskKind::kNotAMask) {
       if (i % row_len == 0) row_visible = false;
-      row_visible = row_visible || (v.mask == MaskKind::kBoolAllow ? x != 0.f : !(std::isinf(x) && x < 0));
+      row_visible = row_visible || (v.mask == MaskKind::kBoolAllow ? x != 0.f : !(x <= kHiddenBias));
       if (i % row_len == row_len - 1 && !row_visible) ++e.masked_rows;
     }
   }
@@ -228,12 +228,16 @@ TEST(HealthCheck, MasksCountFullyMaskedRowsThroughBroadcasts) {
   std::vector<uint8_t> mask(B * S * S, 1);
   for (int64_t r = 10; r < 26; ++r)
     for (int64_t k = 0; k < S; ++k) mask[(1 * S + r) * S + k] = 0;
-  // An additive fp32 mask [S,S] with rows 0..2 all -inf and a -inf diagonal elsewhere.
+  // An additive fp32 mask [S,S] with rows 0..2 all -inf and a -inf diagonal elsewhere; rows 3..4
+  // hidden by -65536, as SDPA converts a bool mask for cuDNN, and row 5 by a bias of -1e4 only,
+  // which leaves its keys a weight: not hidden.
   std::vector<uint8_t> additive(S * S * 4, 0);
-  const float ninf = -std::numeric_limits<float>::infinity();
+  const float ninf = -std::numeric_limits<float>::infinity(), converted = -65536.f, large = -1e4f;
   for (int64_t r = 0; r < S; ++r)
-    for (int64_t k = 0; k < S; ++k)
-      if (r < 3 || k == r) std::memcpy(&additive[(r * S + k) * 4], &ninf, 4);
+    for (int64_t k = 0; k < S; ++k) {
+      const float* bias = r < 3 || k == r ? &ninf : r < 5 ? &converted : r == 5 ? &large : nullptr;
+      if (bias) std::memcpy(&additive[(r * S + k) * 4], bias, 4);
+    }
   DeviceBuffer bool_dev(mask), add_dev(additive);
   TensorView bool_view = view(bool_dev.p, ElementType::kBool, {B, 4, S, S}, {S * S, 0, S, 1});  // heads broadcast
   bool_view.mask = MaskKind::kBoolAllow;
@@ -248,7 +252,7 @@ TEST(HealthCheck, MasksCountFullyMaskedRowsThroughBroadcasts) {
   (*queue)->drain(ready);
   ASSERT_EQ(got.size(), 2u);
   EXPECT_EQ(got[0].masked_rows, 16u * 4) << "16 rows, seen once per broadcast head";
-  EXPECT_EQ(got[1].masked_rows, 3u);
+  EXPECT_EQ(got[1].masked_rows, 5u);
   EXPECT_EQ(got[1].neginf, 3u * S + (S - 3));
 }
 
