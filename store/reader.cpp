@@ -156,6 +156,17 @@ int64_t countSteps(sqlite3* db) {
   return sqlite3_column_int64(st->get(), 0);
 }
 
+Status loadStepEnds(sqlite3* db, const std::string& path, std::map<int64_t, int64_t>* out) {
+  auto rows = sqlite::prepare(db, "SELECT step, end_ns FROM steps");
+  if (!rows.ok()) return notAStore(path, rows.status().message());
+  return sqlite::eachRow(db, rows->get(), path, [&](sqlite3_stmt* s) {
+    int64_t step = 0, end_ns = 0;
+    sqlite::readRow(s, 0, step, end_ns);
+    (*out)[step] = end_ns;
+    return Status::Ok();
+  });
+}
+
 // A rank's call tally (store/mapped_counters.h); nullopt when there is none.
 std::optional<int64_t> tallyOf(const std::string& path) {
   auto counts = readMappedCounters(path);
@@ -276,6 +287,7 @@ StatusOr<RunData> loadRun(const std::string& dir, RunScope scope) {
       size_t before = run.calls.size();
       NANPROV_RETURN_IF_ERROR(loadCalls(db->get(), path, CallFilter::all(), &run.calls));
       NANPROV_RETURN_IF_ERROR(loadKernels(db->get(), path, info.rank, nullptr, &run.kernels));
+      NANPROV_RETURN_IF_ERROR(loadStepEnds(db->get(), path, &info.step_ends_ns));
       run.total_calls += static_cast<int64_t>(run.calls.size() - before);
     }
     NANPROV_RETURN_IF_ERROR(loadCaptures(db->get(), path, info.rank, &run.captures));

@@ -20,6 +20,9 @@ struct RankInfo {
   std::string path;
   std::map<std::string, std::string> meta;
   int64_t steps = 0;  // step boundaries recorded
+  // RunScope::kAll only: when each step ended (the steps table: the optimizer's step post hook,
+  // or in inference the start of the next forward pass), step → CLOCK_REALTIME ns.
+  std::map<int64_t, int64_t> step_ends_ns;
   int64_t calls_stored = 0;             // call rows committed to the store
   std::optional<int64_t> calls_begun;   // from rank-<r>.tally; none in runs older than it
 };
