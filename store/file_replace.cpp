@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -16,7 +18,9 @@ Status replaceFile(const std::string& path, const std::string& what, const std::
   const std::string aside = path + suffix + "." + std::to_string(getpid()) + "." + std::to_string(writes++);
   {
     std::ofstream out(aside, std::ios::binary | std::ios::trunc);
-    if (!out) return Status::Error("cannot write " + what + " " + aside);
+    // Named by the path asked for: the name aside is ours, the reason (a missing folder, no
+    // permission) is the same for both.
+    if (!out) return Status::Error("cannot write " + what + " " + path + ": " + std::strerror(errno));
     write(out);
     if (!out.flush()) {
       out.close();
@@ -28,7 +32,8 @@ Status replaceFile(const std::string& path, const std::string& what, const std::
   std::error_code ec;
   std::filesystem::rename(aside, path, ec);
   if (ec) {
-    std::filesystem::remove(aside, ec);
+    std::error_code ignored;  // the rename's reason is the one to give
+    std::filesystem::remove(aside, ignored);
     return Status::Error("cannot move " + what + " into place at " + path + ": " + ec.message());
   }
   return Status::Ok();
