@@ -47,5 +47,6 @@ bool replayCanRun(const std::string& backend);
 void addSqlCommand(CLI::App& app, int* exit_code);
 void addDoctorCommand(CLI::App& app, int* exit_code);
 void addKnownIssuesCommand(CLI::App& app, int* exit_code);
+void addTraceCommand(CLI::App& app, int* exit_code);
 
 }  // namespace nanprov::cli
