@@ -36,6 +36,11 @@ struct Slice {
   json event;  // name, cat, args; ph, pid, tid, ts and dur are added when written
 };
 
+// Start order, enclosing slices first: a step before the call that starts with it.
+bool startsFirst(const Slice* a, const Slice* b) {
+  return std::tuple(a->start_ns, a->depth, -a->end_ns) < std::tuple(b->start_ns, b->depth, -b->end_ns);
+}
+
 // Perfetto draws a track as a stack: a slice must end before the next one at its depth starts and
 // lie inside the one it starts in, or it is dropped or drawn misplaced. Stored times can break
 // that by a little: kernels that overlap on a stream (programmatic dependent launch), calls of two
@@ -44,9 +49,7 @@ struct Slice {
 // one that starts inside an enclosing slice lies within it (that slice may itself have been moved
 // to start later). Their stored times stay in their args.
 void fitTrack(std::vector<Slice*>& track) {
-  std::sort(track.begin(), track.end(), [](const Slice* a, const Slice* b) {
-    return std::tuple(a->start_ns, a->depth, -a->end_ns) < std::tuple(b->start_ns, b->depth, -b->end_ns);
-  });
+  std::sort(track.begin(), track.end(), startsFirst);
   std::vector<Slice*> open;
   for (Slice* s : track) {
     while (!open.empty()) {
@@ -104,8 +107,9 @@ class TraceBuilder {
     // chrome://tracing's reserved colours; Perfetto colours by name.
     if (h.kind == EdgeKind::kSourceEdge) event["cname"] = "terrible";
     if (h.kind == EdgeKind::kPropagated) event["cname"] = "bad";
-    // No thread id is stored: the autograd engine runs backward calls, and the forwards that
-    // activation checkpointing recomputes inside them, on a thread of its own on CUDA.
+    // No thread id is stored, so the phase picks the track: the autograd engine runs backward
+    // calls, and the forwards activation checkpointing recomputes inside them, on a thread of its
+    // own on CUDA (on the CPU, on the thread that called backward()).
     const bool in_backward = c.phase == Phase::kBackward || c.recompute;
     call_slice_[index] = addSlice(c.rank, in_backward ? kAutogradSlot : kTrainingSlot, 1, c.start_ns, c.end_ns, std::move(event));
     addKernels(c, call_slice_[index]);
@@ -194,9 +198,7 @@ class TraceBuilder {
     // timestamps then opens a step before its first call.
     std::vector<const Slice*> order;
     for (const Slice& s : slices_) order.push_back(&s);
-    std::stable_sort(order.begin(), order.end(), [](const Slice* a, const Slice* b) {
-      return std::tuple(a->start_ns, a->depth, -a->end_ns) < std::tuple(b->start_ns, b->depth, -b->end_ns);
-    });
+    std::stable_sort(order.begin(), order.end(), startsFirst);
     for (const Slice* s : order) {
       json e = s->event;
       e["ph"] = "X";
