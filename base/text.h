@@ -4,12 +4,20 @@
 #include <cstdio>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace nanprov {
 
 // The first line of a message: c10 and other libraries append stack traces after a newline, and
 // nanprov prints one line per error.
 inline std::string firstLine(const std::string& text) { return text.substr(0, text.find('\n')); }
+
+// "a, b, c": the parts with `sep` between them.
+inline std::string joined(const std::vector<std::string>& parts, const char* sep = ", ") {
+  std::string out;
+  for (size_t i = 0; i < parts.size(); ++i) out += (i ? sep : "") + parts[i];
+  return out;
+}
 
 // A figure for people: three significant digits ("0.000353", "1.5e-11", "44.7").
 inline std::string shortNumber(double v) {

@@ -14,12 +14,6 @@
 namespace nanprov {
 namespace {
 
-std::string joined(const std::vector<std::string>& parts, const char* sep) {
-  std::string out;
-  for (size_t i = 0; i < parts.size(); ++i) out += (i ? sep : "") + parts[i];
-  return out;
-}
-
 // "O: 4096 NaN of 4096" / "Q: 12 +Inf, 3 -Inf of 8192"
 std::string describeBad(const TensorHealth& t) {
   std::vector<std::string> parts;

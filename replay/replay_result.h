@@ -120,9 +120,6 @@ nlohmann::json notAuditedJson(const ReplayResult& r, const std::string& why);
 // One line: "audit rank0:layer1:call0 (step 0, fwd, flash_cpu): O all-zero ..." or "... ok".
 std::string auditText(const ReplayResult& r);
 
-// "a, b, c" (`sep` between parts); shared by the root cause and the rendering.
-std::string joined(const std::vector<std::string>& parts, const char* sep = ", ");
-
 // replay's exit code: 0 when no fault recurred (none, not-reproduced, cannot-judge), 1 when one did.
 int exitCodeOf(const RootCause& cause);
 

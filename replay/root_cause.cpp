@@ -1,6 +1,7 @@
 #include <algorithm>
 
 #include "base/exit_codes.h"
+#include "base/text.h"
 #include "replay/replay_result.h"
 
 namespace nanprov::replay {
@@ -153,12 +154,6 @@ RootCause findRootCause(const ReplayResult& r) {
                         "captured semantics (mask alignment, scale, GQA mapping)";
   }
   return cause;
-}
-
-std::string joined(const std::vector<std::string>& parts, const char* sep) {
-  std::string s;
-  for (size_t i = 0; i < parts.size(); ++i) s += (i ? sep : "") + parts[i];
-  return s;
 }
 
 const char* causeName(CauseClass c) {
