@@ -17,10 +17,10 @@ Status replaceFile(const std::string& path, const std::string& what, const std::
   static std::atomic<int64_t> writes{0};
   const std::string aside = path + suffix + "." + std::to_string(getpid()) + "." + std::to_string(writes++);
   {
+    errno = 0;
     std::ofstream out(aside, std::ios::binary | std::ios::trunc);
-    // Named by the path asked for: the name aside is ours, the reason (a missing folder, no
-    // permission) is the same for both.
-    if (!out) return Status::Error("cannot write " + what + " " + path + ": " + std::strerror(errno));
+    // The path asked for, and why: the name of the file aside is nanprov's business.
+    if (!out) return Status::Error("cannot write " + what + " " + path + (errno ? std::string(": ") + std::strerror(errno) : ""));
     write(out);
     if (!out.flush()) {
       out.close();
@@ -32,7 +32,7 @@ Status replaceFile(const std::string& path, const std::string& what, const std::
   std::error_code ec;
   std::filesystem::rename(aside, path, ec);
   if (ec) {
-    std::error_code ignored;  // the rename's reason is the one to give
+    std::error_code ignored;  // the rename's error is the one to tell
     std::filesystem::remove(aside, ignored);
     return Status::Error("cannot move " + what + " into place at " + path + ": " + ec.message());
   }
