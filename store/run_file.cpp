@@ -26,6 +26,7 @@ RunFile readRunFile(const std::string& dir) {
   if (doc.contains("command") && doc["command"].is_array()) {
     for (const nlohmann::json& word : doc["command"]) f.command.push_back(word.is_string() ? word.get<std::string>() : "?");
   }
+  if (doc.contains("built_torch") && doc["built_torch"].is_string()) f.torch = doc["built_torch"].get<std::string>();
   if (doc.contains("exit_code") && doc["exit_code"].is_number_integer()) f.exit_code = doc["exit_code"].get<int>();
   if (doc.contains("signal") && doc["signal"].is_string()) f.signal = doc["signal"].get<std::string>();
   if (doc.contains("audit") && doc["audit"].is_object()) {

@@ -18,6 +18,7 @@ inline constexpr const char* kRunFileName = "run.json";
 struct RunFile {
   bool readable = false;              // false: missing, damaged or not an object
   std::vector<std::string> command;   // a word that is not text reads "?"
+  std::string torch;                  // the torch nanprov was built against, which the run's processes had to import
   std::optional<int> exit_code;       // set when the training exited
   std::optional<std::string> signal;  // set when a signal ended it ("SIGKILL")
   struct Audit {
