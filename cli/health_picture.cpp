@@ -1,0 +1,124 @@
+#include "cli/health_picture.h"
+
+#include <algorithm>
+
+#include "base/records/call_health.h"
+#include "base/records/call_name.h"
+#include "base/text.h"
+
+namespace nanprov {
+namespace {
+
+// "rank0:layer1:call4: non-finite O, LSE" or "...: non-finite input Q"
+std::string badCallText(const CallRecord& call, const CallHealth& health) {
+  if (health.kind == EdgeKind::kPropagated) return callName(call) + ": non-finite input " + joined(health.nonfinite_inputs);
+  return callName(call) + ": non-finite " + joined(health.nonfinite_outputs);
+}
+
+// Steps per column: one, unless the run is longer than the picture's columns (steps recorded
+// per rank bound the calls' steps, up to the calls after the last boundary).
+int64_t stepsPerColumn(const RunData& run) {
+  int64_t steps = 0;
+  for (const RankInfo& r : run.ranks) steps = std::max(steps, r.steps + 1);
+  return std::max<int64_t>(1, (steps + HealthPicture::kMaxColumns - 1) / HealthPicture::kMaxColumns);
+}
+
+RankPicture& rankOf(HealthPicture& picture, int rank) {
+  for (RankPicture& r : picture.ranks) {
+    if (r.rank == rank) return r;
+  }
+  picture.ranks.push_back({.rank = rank});
+  return picture.ranks.back();
+}
+
+// The cell of a call the report names, if the picture has it.
+PictureCell* cellAt(HealthPicture& picture, int rank, int64_t layer, Phase phase, int64_t step) {
+  RankPicture& r = rankOf(picture, rank);
+  auto it = r.cells.find({layer, phase, step / picture.steps_per_column});
+  return it == r.cells.end() ? nullptr : &it->second;
+}
+
+}  // namespace
+
+const char* cellHealthName(CellHealth h) {
+  switch (h) {
+    case CellHealth::kUnprobed: return "unprobed";
+    case CellHealth::kClean: return "clean";
+    case CellHealth::kPropagated: return "propagated";
+    case CellHealth::kAuditFinding: return "audit-finding";
+    case CellHealth::kSourceEdge: return "source-edge";
+    case CellHealth::kInjected: return "injected";
+  }
+  return "unprobed";
+}
+
+const PictureCell& RankPicture::cell(int64_t layer, Phase phase, int64_t column) const {
+  static const PictureCell kUnprobedCell;
+  auto it = cells.find({layer, phase, column});
+  return it == cells.end() ? kUnprobedCell : it->second;
+}
+
+StatusOr<HealthPicture> drawHealthPicture(const Report& report) {
+  const RunData& run = *report.run;
+  HealthPicture picture;
+  picture.steps_per_column = stepsPerColumn(run);
+  // Every rank that left a store gets its rows, even one that checked nothing.
+  for (const RankInfo& r : run.ranks) rankOf(picture, r.rank);
+  bool phase_seen[2] = {false, false};
+  Status read = forEachCall(run.dir, CallQuery{}, [&](const CallRecord& c) {
+    RankPicture& r = rankOf(picture, c.rank);
+    r.layers.emplace(c.layer, c.module);
+    const int64_t column = std::max<int64_t>(c.step, 0) / picture.steps_per_column;
+    picture.columns = std::max(picture.columns, column + 1);
+    phase_seen[c.phase == Phase::kBackward] = true;
+    PictureCell& cell = r.cells[{c.layer, c.phase, column}];
+    ++cell.calls;
+    CellHealth health = CellHealth::kClean;
+    const CallHealth h = classify(c);
+    if (h.kind != EdgeKind::kClean) {
+      ++(h.kind == EdgeKind::kSourceEdge ? cell.sources : cell.propagated);
+      health = h.kind == EdgeKind::kSourceEdge ? CellHealth::kSourceEdge : CellHealth::kPropagated;
+      if (cell.first_bad.empty()) cell.first_bad = badCallText(c, h);
+    }
+    if (!c.injected.empty()) {
+      health = CellHealth::kInjected;
+      cell.injected.push_back(callName(c) + " " + c.injected);
+    }
+    cell.health = std::max(cell.health, health);
+    return true;
+  });
+  if (!read.ok()) return read;
+  for (Phase p : {Phase::kForward, Phase::kBackward}) {
+    if (phase_seen[p == Phase::kBackward]) picture.phases.push_back(p);
+  }
+  // Audit findings name their call by (rank, layer, step, phase), as the report lists them.
+  for (const nlohmann::json& f : report.conclusion.audit.findings) {
+    Phase phase;
+    const nlohmann::json& layer = f.contains("layer") ? f["layer"] : nlohmann::json();
+    const nlohmann::json& step = f.contains("step") ? f["step"] : nlohmann::json();
+    const nlohmann::json& rank = f.contains("rank") ? f["rank"] : nlohmann::json();
+    if (!layer.is_number_integer() || !step.is_number_integer() || !rank.is_number_integer() ||
+        !f.contains("phase") || !f["phase"].is_string() || !parsePhase(f["phase"].get<std::string>(), &phase)) {
+      continue;  // a finding whose call is not known: listed in the findings table only
+    }
+    if (PictureCell* cell = cellAt(picture, rank.get<int>(), layer.get<int64_t>(), phase, step.get<int64_t>())) {
+      const std::string verdict = f.contains("verdict") && f["verdict"].is_string() ? f["verdict"].get<std::string>() : "?";
+      const std::string name = f.contains("name") && f["name"].is_string() ? f["name"].get<std::string>() : "?";
+      cell->audit_findings.push_back(name + " " + verdict);
+      cell->health = std::max(cell->health, CellHealth::kAuditFinding);
+    }
+  }
+  const Findings& findings = report.findings;
+  if (findings.first) {
+    const CallRecord& c = run.calls[*findings.first];
+    if (PictureCell* cell = cellAt(picture, c.rank, c.layer, c.phase, c.step)) cell->first_edge = true;
+  }
+  if (findings.first_source && findings.first_source != findings.first) {
+    const CallRecord& c = run.calls[*findings.first_source];
+    if (PictureCell* cell = cellAt(picture, c.rank, c.layer, c.phase, c.step)) cell->first_source_edge = true;
+  }
+  std::sort(picture.ranks.begin(), picture.ranks.end(), [](const RankPicture& a, const RankPicture& b) { return a.rank < b.rank; });
+  return picture;
+}
+
+}  // namespace nanprov
