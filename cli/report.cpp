@@ -29,21 +29,6 @@ int64_t totalSteps(const RunData& run) {
   return steps;
 }
 
-std::string summaryLine(const RunData& run) {
-  std::ostringstream out;
-  bool passes = run.stepUnit() == StepUnit::kForwardPass;
-  out << "run " << printable(run.dir) << ": " << run.ranks.size() << (run.ranks.size() == 1 ? " rank, " : " ranks, ")
-      << run.total_calls << " attention calls checked, " << (passes ? totalSteps(run) + 1 : totalSteps(run))
-      << (passes ? " forward passes" : " optimizer steps");
-  // The tally outlives the process; the store keeps only what the writer committed.
-  if (int64_t lost = run.callsNotStored()) {
-    out << "\n  the last " << lost << (lost == 1 ? " call was" : " calls were")
-        << " not stored: the process ended before they reached the store (killed, or it exited "
-           "by a path that runs no exit hook)";
-  }
-  return out.str();
-}
-
 // "not checked: flex_attention x12, ..." or empty.
 std::string unprobedLine(const Conclusion& c) {
   std::vector<std::string> parts;
@@ -91,6 +76,21 @@ void addKernelsAndCapture(const RunData& run, const CallKernelIndex& index, cons
 
 std::string capturePath(const RunData& run, const CaptureRecord& capture) {
   return (std::filesystem::path(run.dir) / capture.path).string();
+}
+
+std::string summaryLine(const RunData& run) {
+  std::ostringstream out;
+  bool passes = run.stepUnit() == StepUnit::kForwardPass;
+  out << "run " << printable(run.dir) << ": " << run.ranks.size() << (run.ranks.size() == 1 ? " rank, " : " ranks, ")
+      << run.total_calls << " attention calls checked, " << (passes ? totalSteps(run) + 1 : totalSteps(run))
+      << (passes ? " forward passes" : " optimizer steps");
+  // The tally outlives the process; the store keeps only what the writer committed.
+  if (int64_t lost = run.callsNotStored()) {
+    out << "\n  the last " << lost << (lost == 1 ? " call was" : " calls were")
+        << " not stored: the process ended before they reached the store (killed, or it exited "
+           "by a path that runs no exit hook)";
+  }
+  return out.str();
 }
 
 nlohmann::json callJson(const CallRecord& call, const CallHealth& health) {

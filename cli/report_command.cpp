@@ -1,9 +1,11 @@
-// `nanprov report [RUN] [--json]`: the first non-finite edge of a run. Exit 0 clean, 1 edge found.
+// `nanprov report [RUN] [--json] [--html FILE]`: the first non-finite edge of a run. Exit 0 clean,
+// 1 edge found.
 #include <iostream>
 
 #include "base/json_text.h"
 #include "cli/commands.h"
 #include "cli/report.h"
+#include "cli/report_html.h"
 
 namespace nanprov::cli {
 
@@ -24,6 +26,7 @@ void addReportCommand(CLI::App& app, int* exit_code) {
   struct Options {
     std::string run;
     bool json = false;
+    std::string html;
     bool audit_warn_only = false;
   };
   auto opts = std::make_shared<Options>();
@@ -44,14 +47,29 @@ void addReportCommand(CLI::App& app, int* exit_code) {
       "edge or non-finite gradients were found, 2 usage error, 3 unreadable run, 4 nothing was checked,\n"
       "5 the audit (nanprov run --audit) found outputs that were finite but wrong, and no edge\n"
       "(JSON outcome \"audit_finding\"; 0 instead when the run or this report says --audit-warn-only).\n"
-      "Audit findings are listed under audit_findings in the JSON, beside the edges.");
+      "Audit findings are listed under audit_findings in the JSON, beside the edges.\n\n"
+      "With --html FILE it also writes the report as one self-contained page, to open offline or\n"
+      "attach to a bug report (it fetches nothing): the verdict and the first edge, the gradient\n"
+      "sentinel, coverage and audit findings; a layer x step picture per rank, forward and backward,\n"
+      "each cell coloured by the worst health of its calls (hover a cell for them); the edge's\n"
+      "kernels; the replay verdicts of every backend when the capture's replay is kept next to it\n"
+      "(nanprov replay CAPTURE --json > CAPTURE-without-.safetensors.replay.json; the page gives the\n"
+      "exact line); and the run's command, ranks and versions. The text report (or the JSON with\n"
+      "--json) still goes to stdout, and the exit status is the same; when the page cannot be\n"
+      "written, one line says why and the exit status is 3.\n"
+      "  nanprov report --html report.html");
   addRunArgument(cmd, &opts->run);
   addJsonFlag(cmd, &opts->json);
+  cmd->add_option("--html", opts->html, "Also write the report as one self-contained HTML page to FILE")->type_name("FILE");
   cmd->add_flag("--audit-warn-only", opts->audit_warn_only, "Audit findings are reported, but exit 0");
   cmd->callback([opts, exit_code] {
     auto run = openRun("report", opts->run, exit_code, RunScope::kEdges);
     if (!run) return;
     const Report report = buildReport(*run);
+    // The page first: when it cannot be written, the one line saying so is the whole answer.
+    if (!opts->html.empty()) {
+      if (Status st = writeReportHtml(report, opts->html); !st.ok()) return void(*exit_code = fail("report", st));
+    }
     if (opts->json) std::cout << jsonText(reportJson(report), 2) << "\n";
     else std::cout << reportText(report);
     *exit_code = reportExitCode(report.conclusion, opts->audit_warn_only);
