@@ -106,7 +106,8 @@ table.picture{border-collapse:separate;border-spacing:1px;margin:2px 0 10px}
 table.picture caption{text-align:left;font-weight:600;padding:4px 0}
 table.picture td.cell{width:var(--cell);height:var(--cell);min-width:var(--cell);padding:0;position:relative}
 table.picture th{font-weight:400;font-size:11px;color:#5f6368;padding:0 6px 0 0;text-align:right;white-space:nowrap}
-table.picture thead th{text-align:left;padding:0;height:14px;overflow:visible;max-width:var(--cell)}
+table.picture thead th{text-align:left;padding:0;height:14px;position:relative}
+table.picture thead th span{position:absolute;left:0;bottom:0}
 table.picture th .module{font-family:ui-monospace,Menlo,Consolas,monospace;margin-left:6px}
 .h-clean{background:#cfe8d5}.h-propagated{background:#f4b860}.h-source-edge{background:#d93025}
 .h-injected{background:#8e44ad}.h-audit-finding{background:#1967d2}
@@ -152,8 +153,9 @@ std::string firstEdgeSection(const Report& report) {
   const RunData& run = *report.run;
   const Findings& f = report.findings;
   if (!f.first) {
-    return "<section id=\"first-edge\" data-name=\"\">\n<h2>First non-finite edge</h2>\n<p>No attention call had a "
-           "non-finite input or output.</p>\n</section>\n";
+    return std::string("<section id=\"first-edge\" data-name=\"\">\n<h2>First non-finite edge</h2>\n<p>") +
+           (run.total_calls == 0 ? "No attention call was checked, so none can be named." : "No checked attention call had a non-finite input or output.") +
+           "</p>\n</section>\n";
   }
   const CallRecord& c = run.calls[*f.first];
   const CallHealth& h = f.first_health;
@@ -200,9 +202,11 @@ std::string sentinelSection(const Report& report) {
   std::string out = "<section id=\"sentinel\">\n<h2>Gradient sentinel</h2>\n";
   if (!conclusion.sentinel) {
     bool training = run.stepUnit() == StepUnit::kOptimizerStep;
+    // The sentinel runs in the probes: without a rank store, nothing was checked at all.
     return out + "<p>" +
-           (training ? "Every gradient, and every parameter after its update, was finite at every optimizer step."
-                     : "An inference run: no optimizer step, so no gradients to check.") +
+           (run.ranks.empty() ? "No process left a store: the gradients were not checked either."
+            : training        ? "Every gradient, and every parameter after its update, was finite at every optimizer step."
+                              : "An inference run: no optimizer step, so no gradients to check.") +
            "</p>\n</section>\n";
   }
   const SentinelFinding& s = *conclusion.sentinel;
@@ -367,13 +371,21 @@ std::string phaseTable(const HealthPicture& picture, const RankPicture& rank, Ph
   const int64_t spc = picture.steps_per_column;
   // Cells shrink with the number of columns, so that a long run still fits the page's width.
   const int cell_px = static_cast<int>(std::clamp<int64_t>(880 / std::max<int64_t>(picture.columns, 1), 6, 22));
-  const int64_t label_every = (18 + cell_px - 1) / cell_px;
+  // Step labels every 1, 2, 5, 10, 20, ... columns, as far apart as the widest label needs.
+  const int64_t label_px = 7 * static_cast<int64_t>(std::to_string(picture.columns * spc).size()) + 6;
+  int64_t label_every = 1;
+  for (int64_t scale = 1; label_every * (cell_px + 1) < label_px; scale *= 10) {
+    for (int64_t m : {1, 2, 5}) {
+      label_every = m * scale;
+      if (label_every * (cell_px + 1) >= label_px) break;
+    }
+  }
   const std::string phase_name = phaseName(phase);
   std::string out = "<table class=\"picture\" data-rank=\"" + std::to_string(rank.rank) + "\" data-phase=\"" + phase_name +
                     "\" style=\"--cell:" + std::to_string(cell_px) + "px\">\n<caption>" +
                     (phase == Phase::kForward ? "forward" : "backward") + "</caption>\n<thead><tr><th>layer \\ step</th>";
   for (int64_t col = 0; col < picture.columns; ++col) {
-    out += "<th>" + (col % label_every == 0 ? std::to_string(col * spc) : "") + "</th>";
+    out += "<th>" + (col % label_every == 0 ? "<span>" + std::to_string(col * spc) + "</span>" : "") + "</th>";
   }
   out += "</tr></thead>\n<tbody>\n";
   for (const auto& [layer, module] : rank.layers) {
