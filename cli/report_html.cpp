@@ -133,7 +133,7 @@ std::string verdictSection(const Report& report, const std::string& headline) {
          escapedHtml(headline) + "</h1>\n<p class=\"sub\">" + sub + "</p>\n</header>\n";
 }
 
-std::string callLink(const CallRecord& c) { return "<span class=\"mono\">" + shown(callName(c)) + "</span>"; }
+std::string shownCallName(const CallRecord& c) { return "<span class=\"mono\">" + shown(callName(c)) + "</span>"; }
 
 std::string rolesTable(const CallRecord& c) {
   std::string out = "<table class=\"list roles\"><tr><th>role</th><th>side</th><th>dtype</th><th>shape</th><th>NaN</th>"
@@ -178,7 +178,7 @@ std::string firstEdgeSection(const Report& report) {
                                                 : "<code>nanprov replay " + shown(capturePath(run, *capture)) + "</code>");
   }
   if (f.origin == Origin::kUpstream && f.first_source) {
-    out += row("first source edge", callLink(run.calls[*f.first_source]) + " (later, inside attention)");
+    out += row("first source edge", shownCallName(run.calls[*f.first_source]) + " (later, inside attention)");
   }
   out += row("after it", plural(f.propagation.calls, "non-finite call", "non-finite calls") + " across " +
                              plural(f.propagation.layers, "layer", "layers") + " on " + plural(f.propagation.ranks, "rank", "ranks"));
@@ -443,7 +443,7 @@ std::string kernelsSection(const Report& report) {
   const CallRecord& c = run.calls[*report.findings.first];
   const CallKernelIndex index(run);  // owns the kernels a replay traced: outlives `found`
   const KernelsOfCall found = index.of(c);
-  out += "<p>" + callLink(c) + " on " + shown(c.device.name()) + ": " + shown(attributionOf(c, found)) + ".</p>\n";
+  out += "<p>" + shownCallName(c) + " on " + shown(c.device.name()) + ": " + shown(attributionOf(c, found)) + ".</p>\n";
   if (found.kernels.empty()) return out + "</section>\n";
   const KernelRecord* main = mainKernel(found.kernels);
   out += "<table class=\"list kernels\"><tr><th>kernel</th><th>grid</th><th>block</th><th>time</th><th>device</th><th>stream</th></tr>\n";
