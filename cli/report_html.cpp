@@ -180,6 +180,10 @@ std::string firstEdgeSection(const Report& report) {
   if (f.origin == Origin::kUpstream && f.first_source) {
     out += row("first source edge", shownCallName(run.calls[*f.first_source]) + " (later, inside attention)");
   }
+  // The first source edge's: the call whose conditions were matched (it is this one unless the
+  // origin is upstream).
+  for (const replay::IssueMatch& m : report.source_issues.matches) out += row("known issue", shown(replay::matchText(m)));
+  for (const replay::IssueMatch& m : report.source_issues.possible) out += row("known issue?", shown(possibleText(m)));
   out += row("after it", plural(f.propagation.calls, "non-finite call", "non-finite calls") + " across " +
                              plural(f.propagation.layers, "layer", "layers") + " on " + plural(f.propagation.ranks, "rank", "ranks"));
   out += "</table>\n<h3>Roles</h3>\n" + rolesTable(c) + "</section>\n";
@@ -554,7 +558,7 @@ std::string factsSection(const Report& report, const PageSources& sources) {
   out += row("torch", settings.torch.empty() ? "not recorded" : shown(settings.torch));
   const auto& env = sources.captured_environment;
   auto from_capture = [&](const char* key, const std::string& text) -> std::string {
-    return env.count(key) ? text : "not recorded (no capture of a CUDA call)";
+    return env.count(key) ? text : "not recorded (no CUDA call was checked)";
   };
   out += row("CUDA runtime", from_capture("cuda_runtime", env.count("cuda_runtime") ? cudaVersionText(env.at("cuda_runtime")) : ""));
   out += row("cuDNN", from_capture("cudnn", env.count("cudnn") ? shown(replay::cudnnVersionText(std::atoll(env.at("cudnn").c_str()))) : ""));
@@ -583,8 +587,17 @@ StatusOr<PageSources> readPageSources(const Report& report) {
     if (replay.ok()) sources.replay = std::move(*replay);
     else sources.replay_problem = replay.status().message();
   }
-  // The versions a CUDA call ran with live in its capture; any capture of the run tells them.
+  // The versions and GPU a rank ran with are in its store's meta (probes/libtorch/probes.h); a
+  // store older than that meta leaves them to a capture's own.
+  for (const RankInfo& r : run.ranks) {
+    if (!r.meta.count("gpu")) continue;
+    for (const char* key : {"cuda_runtime", "cudnn", "gpu"}) {
+      if (r.meta.count(key)) sources.captured_environment[key] = r.meta.at(key);
+    }
+    break;
+  }
   for (const CaptureRecord& c : run.captures) {
+    if (!sources.captured_environment.empty()) break;
     if (c.path.empty()) continue;
     auto meta = readCaptureMetadata(capturePath(run, c));
     if (!meta.ok() || !meta->count("gpu")) continue;

@@ -22,7 +22,7 @@ struct PageSources {
   std::string capture;                         // the edge's capture file; empty: none was written
   std::optional<nlohmann::json> replay;        // its replay's JSON, when kept next to it (CAPTURE.replay.json)
   std::string replay_problem;                  // why a kept replay could not be read
-  std::map<std::string, std::string> captured_environment;  // a capture's torch, cuda_runtime, cudnn, gpu
+  std::map<std::string, std::string> captured_environment;  // cuda_runtime, cudnn, gpu: a rank's meta, else a capture's
 };
 StatusOr<PageSources> readPageSources(const Report& report);
 
