@@ -8,7 +8,7 @@
 // fused kernel (DeviceChecks::measure), twelve to a launch, and the counts come back through the
 // same mapped results at later step boundaries: no host synchronisation, no copy, no event; what
 // that kernel cannot read (float64, more than 6 dims) is left unchecked rather than copied. On the
-// CPU one multi-tensor infinity norm per step (non-finite exactly when the tensor holds NaN or Inf).
+// CPU each tensor is scanned on the host by the checks' own bit-level pass (measureValues).
 #pragma once
 
 #include <ATen/core/Tensor.h>

