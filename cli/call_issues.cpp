@@ -37,8 +37,16 @@ replay::IssueFacts factsOfCall(const CallRecord& call, const std::map<std::strin
   const TensorHealth* mask = tensorOf(call, Role::kMask);
   if (q) f.dtype = torchDtype(*q);
   if (mask) {
-    f.mask_dtype = torchDtype(*mask);
-    if (mask->masked_rows >= 0) f.fully_masked_rows = mask->masked_rows;
+    // A dtype the table does not name is unknown, not "no mask".
+    if (std::string dtype = torchDtype(*mask); !dtype.empty()) f.mask_dtype = dtype;
+    // The probes count a row as fully masked when every key's bias is at or below -65504, which
+    // is how SDPA hands cuDNN a bool mask. A plain softmax over a row of equal finite biases
+    // gives uniform weights, not NaN: there only a mask holding -inf (or a bool one) says so.
+    const bool plain_softmax = call.backend == "plain_softmax";
+    const bool infinite = f.mask_dtype == "bool" || mask->neginf > 0;
+    if (mask->masked_rows >= 0 && (!plain_softmax || infinite || mask->masked_rows == 0)) {
+      f.fully_masked_rows = mask->masked_rows;
+    }
   } else if (isSdpaOp(call.op)) {
     f.mask_dtype = "";
   }
@@ -46,19 +54,13 @@ replay::IssueFacts factsOfCall(const CallRecord& call, const std::map<std::strin
     f.q_heads = q->shape.dims[1], f.s_q = q->shape.dims[2], f.head_dim = q->shape.dims[3];
     f.kv_heads = k->shape.dims[1], f.s_kv = k->shape.dims[2];
   }
+  // The entries this matcher reads describe NaN: an output that only overflowed to Inf is
+  // another fault, so it does not count (the store keeps NaN apart from Inf).
   for (const TensorHealth& t : call.tensors) {
-    if (isOutputRole(call.phase, t.role) && t.nonfinite() > 0) f.nonfinite.insert(roleName(t.role));
+    if (isOutputRole(call.phase, t.role) && t.nan > 0) f.nonfinite.insert(roleName(t.role));
   }
-  // Written by the probes once the rank ran on a GPU (probes/libtorch/environment.h).
-  auto meta = [&](const char* key) {
-    auto it = rank_meta.find(key);
-    return it == rank_meta.end() ? std::string() : it->second;
-  };
-  f.arch = replay::archOf(meta("gpu"));
-  if (std::string torch = meta("torch"); !torch.empty()) f.versions["torch"] = torch;
-  if (std::string cudnn = meta("cudnn"); !cudnn.empty()) {
-    f.versions["cudnn"] = replay::cudnnVersionText(std::strtoll(cudnn.c_str(), nullptr, 10));
-  }
+  // Written by the probes once the rank ran on a GPU (Probes::describeEnvironment).
+  replay::addEnvironment(rank_meta, f);
   return f;
 }
 
@@ -71,7 +73,8 @@ CallIssues knownIssuesOfCall(const CallRecord& call, const std::map<std::string,
 std::string possibleText(const replay::IssueMatch& m) {
   std::string undecided;
   for (const std::string& c : m.undecided) undecided += (undecided.empty() ? "" : ", ") + c;
-  return "may match " + m.issue->id + " (" + m.issue->title + "): a replay of the capture decides " + undecided;
+  // Which of these a replay measures depends on the backend; the text promises no more.
+  return "may match " + m.issue->id + " (" + m.issue->title + "); the store does not say " + undecided;
 }
 
 nlohmann::json possibleJson(const std::vector<replay::IssueMatch>& possible) {

@@ -31,11 +31,14 @@ RankPicture& rankOf(HealthPicture& picture, int rank) {
   return picture.ranks.back();
 }
 
-// The cell of a call the report names, if the picture has it.
-PictureCell* cellAt(HealthPicture& picture, int rank, int64_t layer, Phase phase, int64_t step) {
-  RankPicture& r = rankOf(picture, rank);
-  auto it = r.cells.find({layer, phase, step / picture.steps_per_column});
-  return it == r.cells.end() ? nullptr : &it->second;
+// The cell of a call the report names, if the picture has it (a rank it does not draw has none).
+PictureCell* cellAt(HealthPicture& picture, int64_t rank, int64_t layer, Phase phase, int64_t step) {
+  for (RankPicture& r : picture.ranks) {
+    if (r.rank != rank) continue;
+    auto it = r.cells.find({layer, phase, std::max<int64_t>(step, 0) / picture.steps_per_column});
+    return it == r.cells.end() ? nullptr : &it->second;
+  }
+  return nullptr;
 }
 
 }  // namespace
@@ -65,7 +68,18 @@ StatusOr<HealthPicture> drawHealthPicture(const Report& report) {
   // Every rank that left a store gets its rows, even one that checked nothing.
   for (const RankInfo& r : run.ranks) rankOf(picture, r.rank);
   bool phase_seen[2] = {false, false};
+  std::map<int, int64_t> steps_of;
+  for (const RankInfo& r : run.ranks) steps_of[r.rank] = r.steps;
+  Status damaged = Status::Ok();
   Status read = forEachCall(run.dir, CallQuery{}, [&](const CallRecord& c) {
+    // A call's step counts the boundaries its rank recorded before it, so a step far past them
+    // is a damaged store; drawing up to it would make a page of any size.
+    auto recorded = steps_of.find(c.rank);
+    if (recorded == steps_of.end() || c.step > recorded->second + 1) {
+      damaged = Status::Error("rank " + std::to_string(c.rank) + " holds a call at step " + std::to_string(c.step) +
+                              " past the steps it recorded: the store is damaged");
+      return false;
+    }
     RankPicture& r = rankOf(picture, c.rank);
     r.layers.emplace(c.layer, c.module);
     const int64_t column = std::max<int64_t>(c.step, 0) / picture.steps_per_column;
@@ -88,6 +102,7 @@ StatusOr<HealthPicture> drawHealthPicture(const Report& report) {
     return true;
   });
   if (!read.ok()) return read;
+  if (!damaged.ok()) return damaged;
   for (Phase p : {Phase::kForward, Phase::kBackward}) {
     if (phase_seen[p == Phase::kBackward]) picture.phases.push_back(p);
   }
@@ -101,7 +116,7 @@ StatusOr<HealthPicture> drawHealthPicture(const Report& report) {
         !f.contains("phase") || !f["phase"].is_string() || !parsePhase(f["phase"].get<std::string>(), &phase)) {
       continue;  // a finding whose call is not known: listed in the findings table only
     }
-    if (PictureCell* cell = cellAt(picture, rank.get<int>(), layer.get<int64_t>(), phase, step.get<int64_t>())) {
+    if (PictureCell* cell = cellAt(picture, rank.get<int64_t>(), layer.get<int64_t>(), phase, step.get<int64_t>())) {
       const std::string verdict = f.contains("verdict") && f["verdict"].is_string() ? f["verdict"].get<std::string>() : "?";
       const std::string name = f.contains("name") && f["name"].is_string() ? f["name"].get<std::string>() : "?";
       cell->audit_findings.push_back(name + " " + verdict);

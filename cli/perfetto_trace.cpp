@@ -293,4 +293,25 @@ class TraceBuilder {
 
 json perfettoTrace(const RunData& run, const Findings& findings) { return TraceBuilder(run, findings).build(); }
 
+Status checkTraceTimes(const RunData& run) {
+  constexpr int64_t kYearNs = 366LL * 24 * 3600 * 1000000000LL;
+  int64_t earliest = INT64_MAX, latest = 0;
+  auto check = [&](const std::string& what, int64_t start, int64_t end) {
+    if (start <= 0 || end < start || end - start > kYearNs) {
+      return Status::Error(what + " has times " + std::to_string(start) + ".." + std::to_string(end) +
+                           " ns that no timeline can hold: the store is damaged");
+    }
+    earliest = std::min(earliest, start), latest = std::max(latest, end);
+    return Status::Ok();
+  };
+  for (const CallRecord& c : run.calls) NANPROV_RETURN_IF_ERROR(check(callName(c), c.start_ns, c.end_ns));
+  for (const KernelRecord& k : run.kernels) {
+    NANPROV_RETURN_IF_ERROR(check("rank " + std::to_string(k.rank) + " kernel " + k.name, k.start_ns, k.end_ns));
+  }
+  if (latest > earliest && latest - earliest > kYearNs) {
+    return Status::Error("the run's times span more than a year: the store is damaged");
+  }
+  return Status::Ok();
+}
+
 }  // namespace nanprov

@@ -21,4 +21,9 @@ inline constexpr const char* kAutogradTrack = "autograd";
 // hold every call (RunScope::kAll); `findings` is analyze(run).
 nlohmann::json perfettoTrace(const RunData& run, const Findings& findings);
 
+// Whether the run's times make a timeline: every call and kernel ends after it starts, after the
+// epoch, and the whole run spans less than a year. A damaged store's times would otherwise
+// overflow the arithmetic and give a trace no viewer can place.
+Status checkTraceTimes(const RunData& run);
+
 }  // namespace nanprov

@@ -40,6 +40,7 @@ void addTraceCommand(CLI::App& app, int* exit_code) {
   cmd->callback([opts, exit_code] {
     auto run = openRun("trace", opts->run, exit_code, RunScope::kAll);
     if (!run) return;
+    if (Status times = checkTraceTimes(*run); !times.ok()) return void(*exit_code = fail("trace", times));
     const Findings findings = analyze(*run);
     const nlohmann::json trace = perfettoTrace(*run, findings);
     // Written aside and renamed: a viewer never opens half a trace.

@@ -291,4 +291,16 @@ std::string archOf(const std::string& gpu) {
   return end == std::string::npos ? "" : gpu.substr(at + 1, end - at - 1);
 }
 
+void addEnvironment(const std::map<std::string, std::string>& environment, IssueFacts& f) {
+  auto entry = [&](const char* key) {
+    auto it = environment.find(key);
+    return it == environment.end() ? std::string() : it->second;
+  };
+  f.arch = archOf(entry("gpu"));
+  if (std::string torch = entry("torch"); !torch.empty()) f.versions["torch"] = torch;
+  if (std::string cudnn = entry("cudnn"); !cudnn.empty()) {
+    f.versions["cudnn"] = cudnnVersionText(std::strtoll(cudnn.c_str(), nullptr, 10));
+  }
+}
+
 }  // namespace nanprov::replay

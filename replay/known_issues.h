@@ -81,5 +81,8 @@ bool versionSatisfies(const std::string& version, const std::string& constraint)
 std::string cudnnVersionText(long long version);
 // "sm_90" from a GPU description such as "NVIDIA H200 (sm_90)"; empty when it names none.
 std::string archOf(const std::string& gpu);
+// The architecture and versions an environment names (the "torch", "cudnn" and "gpu" entries a
+// capture's metadata or a rank store's meta hold) into the facts.
+void addEnvironment(const std::map<std::string, std::string>& environment, IssueFacts& facts);
 
 }  // namespace nanprov::replay

@@ -36,11 +36,7 @@ IssueFacts factsOf(const ReplayResult& r) {
       else if (t.verdict == Verdict::kAllZero) f.zero.insert(t.role);
     }
   }
-  if (auto gpu = r.environment.find("gpu"); gpu != r.environment.end()) f.arch = archOf(gpu->second);
-  if (auto torch = r.environment.find("torch"); torch != r.environment.end()) f.versions["torch"] = torch->second;
-  if (auto cudnn = r.environment.find("cudnn"); cudnn != r.environment.end()) {
-    f.versions["cudnn"] = cudnnVersionText(std::strtoll(cudnn->second.c_str(), nullptr, 10));
-  }
+  addEnvironment(r.environment, f);
   return f;
 }
 

@@ -68,7 +68,7 @@ void Probes::flush(bool at_exit) {
 
 void Probes::describeEnvironment() {
   const int device = checks_.firstDevice();
-  if (device == described_device_ || (device < 0 && described_device_ == -1)) return;
+  if (device == described_device_) return;
   for (const auto& [key, value] : environmentOf(Device::fromIndex(device))) session_.setMeta(key, value);
   described_device_ = device;
 }

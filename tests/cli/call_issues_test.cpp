@@ -76,11 +76,38 @@ TEST(CallIssues, WhatTheStoreDoesNotSayLeavesAPossibleMatchNotAMatch) {
   EXPECT_TRUE(found.matches.empty());
   ASSERT_EQ(ids(found.possible), std::vector<std::string>{"pytorch#196678"});
   EXPECT_EQ(found.possible[0].undecided, std::vector<std::string>{"row_lse_below"});
-  EXPECT_NE(possibleText(found.possible[0]).find("a replay of the capture decides row_lse_below"), std::string::npos);
+  EXPECT_NE(possibleText(found.possible[0]).find("the store does not say row_lse_below"), std::string::npos);
   // A rank that never said which GPU it ran on: the architecture is undecided too.
   std::map<std::string, std::string> no_gpu = kH200;
   no_gpu.erase("gpu");
   EXPECT_TRUE(knownIssuesOfCall(cudnnMaskedRowsBackward(), no_gpu).matches.empty());
+}
+
+// The review's false matches: a dQ that only overflowed to Inf is not the NaN bug; a mask whose
+// dtype the store spells oddly is not "no mask"; for a plain softmax, rows hidden by a finite
+// bias (uniform weights, not NaN) are not fully masked.
+TEST(CallIssues, InfIsNotNaNAndWhatTheStoreCannotSayStaysUnknown) {
+  CallRecord inf = cudnnMaskedRowsBackward();
+  for (TensorHealth& t : inf.tensors) {
+    if (t.role == Role::kdQ) t.posinf = t.nan, t.nan = 0;
+  }
+  EXPECT_TRUE(knownIssuesOfCall(inf, kH200).matches.empty());
+  CallRecord odd = cudnnMaskedRowsBackward();
+  for (TensorHealth& t : odd.tensors) {
+    if (t.role == Role::kMask) t.dtype = DtypeName::intern("Float9000");
+  }
+  EXPECT_FALSE(factsOfCall(odd, kH200).mask_dtype.has_value());
+  CallRecord mha;
+  mha.op = "multi_head_attention_forward";
+  mha.backend = "plain_softmax";
+  mha.tensors.push_back(tensor(Role::kQ, "Float", {4, 16, 64}));
+  TensorHealth finite_bias = tensor(Role::kMask, "Float", {16, 16});
+  finite_bias.masked_rows = 3;  // rows of -3.4e38 (finfo.min), as Hugging Face builds them
+  mha.tensors.push_back(finite_bias);
+  mha.tensors.push_back(tensor(Role::kO, "Float", {4, 16, 64}, /*nan=*/64));
+  EXPECT_FALSE(factsOfCall(mha, {}).fully_masked_rows.has_value());
+  mha.tensors[1].neginf = 48;  // rows of -inf: a plain softmax makes them NaN
+  EXPECT_EQ(factsOfCall(mha, {}).fully_masked_rows, 3);
 }
 
 TEST(CallIssues, AnOverflowOnTheCpuAndAnInjectedFaultMatchNothing) {

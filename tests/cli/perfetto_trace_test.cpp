@@ -265,3 +265,22 @@ TEST(TraceEvents, AnEmptyRunIsAnEmptyTimeline) {
 
 }  // namespace
 }  // namespace nanprov
+
+namespace nanprov {
+namespace {
+
+// Damaged times are refused in one line before any arithmetic on them can overflow.
+TEST(TraceEvents, TimesNoTimelineCanHoldAreRefused) {
+  EXPECT_TRUE(checkTraceTimes(twoRankRun()).ok());
+  for (auto [start, end] : {std::pair<int64_t, int64_t>{-9223372036854775807LL, 9223372036854775807LL},
+                            {5'000'000'000LL, 0}, {0, 10}}) {
+    RunData run = twoRankRun();
+    run.calls[0].start_ns = start, run.calls[0].end_ns = end;
+    Status checked = checkTraceTimes(run);
+    EXPECT_FALSE(checked.ok()) << start << ".." << end;
+    EXPECT_NE(checked.message().find("the store is damaged"), std::string::npos) << checked.message();
+  }
+}
+
+}  // namespace
+}  // namespace nanprov

@@ -278,9 +278,13 @@ void damageRun(const fs::path& dir, int kind, std::mt19937& rng) {
 
 TEST_F(Fuzz, HundredMutatedRunsGetAnAnswerFromEveryReader) {
   std::mt19937 rng(5678);
+  const std::string page = (runDir("fuzz-page") / "page.html").string();
+  const std::string trace = (runDir("fuzz-trace") / "trace.json").string();
+  fs::create_directories(fs::path(page).parent_path());
+  fs::create_directories(fs::path(trace).parent_path());
   const std::vector<std::vector<std::string>> readers = {
-      {"report"}, {"report", "--json"}, {"calls", "--json"}, {"kernels", "--json"}, {"sql", "SELECT * FROM calls"},
-      {"replay"}};
+      {"report"}, {"report", "--json"}, {"report", "--html", page}, {"calls", "--json"}, {"kernels", "--json"},
+      {"trace", "--out", trace}, {"sql", "SELECT * FROM calls"}, {"replay"}};
   fs::path err = runDir("fuzz-stderr");
   for (int i = 0; i < 100; ++i) {
     fs::path dir = runDir("fuzz-run");
