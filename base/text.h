@@ -26,6 +26,22 @@ inline std::string shortNumber(double v) {
   return buf;
 }
 
+// One word of a shell command, as the user will paste it: unchanged when it holds only characters
+// no shell treats specially, else in single quotes (a run directory named "my runs" or "$(x)"
+// must reach nanprov as one word and run nothing).
+inline std::string shellWord(std::string_view word) {
+  bool plain = !word.empty();
+  for (char c : word) {
+    const bool safe = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                      std::string_view("_./:=@%+,-").find(c) != std::string_view::npos;
+    plain = plain && safe;
+  }
+  if (plain) return std::string(word);
+  std::string out = "'";
+  for (char c : word) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
 // `text` safe to print on a terminal: every control character is written as an escape ("\n" as
 // \\n, ESC as \\x1b, U+009B as \\u009b), so a module name or capture field holding a newline or
 // a terminal escape cannot forge report lines or rewrite the screen. Everything else is kept.

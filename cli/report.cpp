@@ -359,7 +359,7 @@ std::string reportText(const Report& report) {
   }
   if (const CaptureRecord* capture = run.captureOf(c.rank, c.seq)) {
     if (capture->path.empty()) out << "  not captured: " << capture->skipped << "\n";
-    else out << "  captured: nanprov replay " << capturePath(run, *capture) << "\n";
+    else out << "  captured: nanprov replay " << shellWord(capturePath(run, *capture)) << "\n";
   }
   if (f.origin == Origin::kUpstream && f.first_source) {
     out << "  first source edge inside attention came later: " << callName(run.calls[*f.first_source]) << "\n";

@@ -10,7 +10,6 @@
 #include "base/text.h"
 #include "cli/call_kernels.h"
 #include "replay/known_issues.h"
-#include "store/capture_file.h"
 #include "store/file_replace.h"
 #include "store/replay_verdicts.h"
 
@@ -68,17 +67,6 @@ std::string row(const std::string& header, const std::string& value) {
 
 std::string plural(int64_t n, const char* one, const char* many) { return std::to_string(n) + " " + (n == 1 ? one : many); }
 
-// The capture whose replay the page shows: the first edge's, else (when attention was not the
-// origin) the first source edge's, which is what nanprov run captures by default.
-const CaptureRecord* edgeCapture(const Report& report) {
-  const RunData& run = *report.run;
-  for (const std::optional<size_t>& at : {report.findings.first, report.findings.first_source}) {
-    if (!at) continue;
-    const CallRecord& c = run.calls[*at];
-    if (const CaptureRecord* capture = run.captureOf(c.rank, c.seq); capture && !capture->path.empty()) return capture;
-  }
-  return nullptr;
-}
 
 const char* kStyle = R"(
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0 auto;max-width:1240px;padding:16px 20px;color:#202124}
@@ -175,7 +163,7 @@ std::string firstEdgeSection(const Report& report) {
   if (!c.injected.empty()) out += row("injected", shown(c.injected) + " was corrupted by <code>--inject</code>");
   if (const CaptureRecord* capture = run.captureOf(c.rank, c.seq)) {
     out += row("capture", capture->path.empty() ? "not captured: " + shown(capture->skipped)
-                                                : "<code>nanprov replay " + shown(capturePath(run, *capture)) + "</code>");
+                                                : "<code>nanprov replay " + shown(shellWord(capturePath(run, *capture))) + "</code>");
   }
   if (f.origin == Origin::kUpstream && f.first_source) {
     out += row("first source edge", shownCallName(run.calls[*f.first_source]) + " (later, inside attention)");
@@ -263,7 +251,7 @@ std::string judgedTensors(const json& tensors) {
 }
 
 // Known issues as text: their URLs stay unlinked, since the page fetches and links nothing.
-std::string knownIssues(const json& issues) {
+std::string knownIssuesText(const json& issues) {
   std::vector<std::string> lines;
   if (!issues.is_array()) return "";
   for (const json& k : issues) {
@@ -296,9 +284,9 @@ std::string auditSection(const Report& report) {
         details += "<br>its inputs from the forward were already wrong (" + shownValue(field(f, "received_wrong")) +
                    "): the fault is upstream, in the forward";
       }
-      if (std::string issues = knownIssues(field(f, "known_issues")); !issues.empty()) details += "<br>" + issues;
+      if (std::string issues = knownIssuesText(field(f, "known_issues")); !issues.empty()) details += "<br>" + issues;
       if (field(f, "slice").is_string()) details += "<br>audited on a slice: " + shownValue(field(f, "slice"));
-      details += "<br><code>nanprov replay " + shownValue(field(f, "capture")) + "</code>";
+      details += "<br><code>nanprov replay " + (field(f, "capture").is_string() ? shown(shellWord(field(f, "capture").get<std::string>())) : shownValue(field(f, "capture"))) + "</code>";
       out += "<tr class=\"finding\" data-name=\"" + shownValue(field(f, "name")) + "\"><td class=\"name\">" + shownValue(field(f, "name")) +
              "</td><td>" + shownValue(field(f, "step")) + "</td><td>" + shownValue(field(f, "phase")) + "</td><td>" + shownValue(field(f, "backend")) +
              "</td><td><b>" + shownValue(field(f, "verdict")) + "</b></td><td>" + judgedTensors(field(f, "tensors")) + "</td><td>" +
@@ -511,7 +499,7 @@ std::string replayMatrix(const json& replay) {
     out += "</tr>\n";
   }
   out += "</table>\n";
-  if (std::string issues = knownIssues(field(replay, "known_issues")); !issues.empty()) out += "<p>" + issues + "</p>\n";
+  if (std::string issues = knownIssuesText(field(replay, "known_issues")); !issues.empty()) out += "<p>" + issues + "</p>\n";
   return out;
 }
 
@@ -528,7 +516,7 @@ std::string replaySection(const Report& report, const PageSources& sources) {
   if (!sources.replay_problem.empty()) out += "<p>The kept replay could not be read: " + shown(sources.replay_problem) + "</p>\n";
   return out + "<p>The run holds no replay of its capture. For the verdict of every backend against the float64 reference, "
                "replay it, keep its JSON next to the capture, and write this page again:</p>\n<pre class=\"box\"><code>nanprov replay " +
-         shown(sources.capture) + " --json &gt; " + shown(kept) + "\nnanprov report " + shown(report.run->dir) +
+         shown(shellWord(sources.capture)) + " --json &gt; " + shown(shellWord(kept)) + "\nnanprov report " + shown(shellWord(report.run->dir)) +
          " --html PAGE.html</code></pre>\n</section>\n";
 }
 
@@ -547,7 +535,7 @@ std::string factsSection(const Report& report, const PageSources& sources) {
   std::string out = "<section id=\"facts\">\n<h2>The run</h2>\n<table class=\"facts\">\n";
   out += row("directory", "<span class=\"mono\">" + shown(run.dir) + "</span>");
   std::vector<std::string> words;
-  for (const std::string& w : settings.command) words.push_back(w);
+  for (const std::string& w : settings.command) words.push_back(shellWord(w));
   out += row("command", settings.command.empty() ? "not recorded" : "<code>" + shown(joined(words, " ")) + "</code>");
   std::string ended = settings.signal ? "killed by " + shown(*settings.signal)
                       : settings.exit_code ? "exited with code " + std::to_string(*settings.exit_code)
@@ -556,7 +544,7 @@ std::string factsSection(const Report& report, const PageSources& sources) {
   out += row("training", ended);
   out += row("a step is", run.stepUnit() == StepUnit::kForwardPass ? "a forward pass (no optimizer ran: inference)" : "an optimizer step");
   out += row("torch", settings.torch.empty() ? "not recorded" : shown(settings.torch));
-  const auto& env = sources.captured_environment;
+  const auto& env = sources.environment;
   auto from_capture = [&](const char* key, const std::string& text) -> std::string {
     return env.count(key) ? text : "not recorded (no CUDA call was checked)";
   };
@@ -576,38 +564,6 @@ std::string factsSection(const Report& report, const PageSources& sources) {
 
 }  // namespace
 
-StatusOr<PageSources> readPageSources(const Report& report) {
-  PageSources sources;
-  NANPROV_ASSIGN_OR_RETURN(sources.picture, drawHealthPicture(report));
-  const RunData& run = *report.run;
-  if (const CaptureRecord* capture = edgeCapture(report)) {
-    sources.capture = capturePath(run, *capture);
-    // A damaged kept replay costs the page its matrix, not the whole page.
-    auto replay = readReplayVerdicts(sources.capture);
-    if (replay.ok()) sources.replay = std::move(*replay);
-    else sources.replay_problem = replay.status().message();
-  }
-  // The versions and GPU a rank ran with are in its store's meta (probes/libtorch/probes.h); a
-  // store older than that meta leaves them to a capture's own.
-  for (const RankInfo& r : run.ranks) {
-    if (!r.meta.count("gpu")) continue;
-    for (const char* key : {"cuda_runtime", "cudnn", "gpu"}) {
-      if (r.meta.count(key)) sources.captured_environment[key] = r.meta.at(key);
-    }
-    break;
-  }
-  for (const CaptureRecord& c : run.captures) {
-    if (!sources.captured_environment.empty()) break;
-    if (c.path.empty()) continue;
-    auto meta = readCaptureMetadata(capturePath(run, c));
-    if (!meta.ok() || !meta->count("gpu")) continue;
-    for (const char* key : {"cuda_runtime", "cudnn", "gpu"}) {
-      if (meta->count(key)) sources.captured_environment[key] = meta->at(key);
-    }
-    break;
-  }
-  return sources;
-}
 
 std::string reportHtml(const Report& report, const PageSources& sources) {
   const std::string headline = firstLine(reportText(report));

@@ -2,29 +2,16 @@
 // report. Inline CSS only, no script and nothing fetched: its Content-Security-Policy forbids
 // both, so even a text that slipped past the escaping could neither run nor call out. Rendered
 // from the same Report as the text and the JSON, plus what only the run's files hold: the
-// layer × step picture, the edge's replay verdicts, the capture's versions.
+// layer × step picture, the edge's replay verdicts, the versions (cli/page_sources.h).
 #pragma once
 
-#include <map>
-#include <nlohmann/json.hpp>
-#include <optional>
 #include <string>
 
 #include "base/status.h"
-#include "cli/health_picture.h"
+#include "cli/page_sources.h"
 #include "cli/report.h"
 
 namespace nanprov {
-
-// What the page shows beyond the report, read from the run's files.
-struct PageSources {
-  HealthPicture picture;
-  std::string capture;                         // the edge's capture file; empty: none was written
-  std::optional<nlohmann::json> replay;        // its replay's JSON, when kept next to it (CAPTURE.replay.json)
-  std::string replay_problem;                  // why a kept replay could not be read
-  std::map<std::string, std::string> captured_environment;  // cuda_runtime, cudnn, gpu: a rank's meta, else a capture's
-};
-StatusOr<PageSources> readPageSources(const Report& report);
 
 // The page. Every text from the store, the captures or the command line is escaped: a module
 // name is any ModuleDict key, and must stay text.

@@ -4,6 +4,7 @@
 
 #include "base/records/call_record.h"
 #include "base/records/device.h"
+#include "base/text.h"
 #include "replay/engine_request.h"
 
 namespace nanprov {
@@ -68,6 +69,22 @@ TEST(EngineRequest, ArgvNamesEveryFieldAndOutputsParseBack) {
                                             "c.safetensors", "--backends", "math,cudnn", "--emit-repro", "out"}));
   EXPECT_EQ(replay::engineArgv("e", {.output = EngineOutput::kAuditServe}),
             (std::vector<std::string>{"e", "--output", "audit-serve", "--device", "auto"}));
+}
+
+}  // namespace
+}  // namespace nanprov
+
+namespace nanprov {
+namespace {
+
+// A path the report tells the user to paste reaches nanprov as one word and runs nothing.
+TEST(ShellWord, PlainWordsStayAndOthersAreSingleQuoted) {
+  EXPECT_EQ(shellWord("runs/nan-hunt/captures/rank0-layer1-call3-fwd-seq7.safetensors"),
+            "runs/nan-hunt/captures/rank0-layer1-call3-fwd-seq7.safetensors");
+  EXPECT_EQ(shellWord("my runs"), "'my runs'");
+  EXPECT_EQ(shellWord("$(rm -rf ~)"), "'$(rm -rf ~)'");
+  EXPECT_EQ(shellWord("it's"), "'it'\\''s'");
+  EXPECT_EQ(shellWord(""), "''");
 }
 
 }  // namespace
