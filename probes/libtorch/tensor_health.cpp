@@ -22,10 +22,11 @@ namespace {
 // Calls row(p, n, stride) for every innermost row of `t` (sizes and strides as they are: views,
 // transposes and stride-0 broadcasts alike), so a tensor is read once, in place, with no copy and
 // no ATen op: on the CPU a call's tensors are small and an op's fixed cost would dominate. With
-// `longest_rows`, dims laid out one after the other are read as one row (a contiguous tensor is a
-// single row, a [B, S, H, D] view of a [B, H, S, D] output rows of H·D): the counts do not care
-// where a row ends, and long rows are what the bit-level pass is fast on. Masks keep their rows:
-// a row is one query against every key.
+// `longest_rows` the dims are walked in memory order (broadcast dims outermost) and those laid
+// out one after the other read as one row: SDPA's Q, a [B, H, S, D] view of a [B, S, H, D]
+// projection, is then one row of B·S·H·D, not B·H·S rows of D. The counts do not care about the
+// order or where a row ends, and long rows are what the bit-level pass is fast on. Masks keep
+// their rows: a row is one query against every key.
 template <typename T, typename Row>
 void forEachRow(const at::Tensor& t, Row&& row, bool longest_rows = false) {
   const T* base = static_cast<const T*>(t.const_data_ptr());
@@ -33,6 +34,15 @@ void forEachRow(const at::Tensor& t, Row&& row, bool longest_rows = false) {
   c10::SmallVector<int64_t, 8> sizes(t.sizes().begin(), t.sizes().end());
   c10::SmallVector<int64_t, 8> strides(t.strides().begin(), t.strides().end());
   if (longest_rows) {
+    c10::SmallVector<std::pair<int64_t, int64_t>, 8> dims;  // (size, stride), size-1 dims dropped
+    for (size_t d = 0; d < sizes.size(); ++d) {
+      if (sizes[d] != 1) dims.emplace_back(sizes[d], strides[d]);
+    }
+    if (dims.empty()) return row(base, 1, 1);
+    auto outer = [](int64_t stride) { return stride == 0 ? std::numeric_limits<int64_t>::max() : stride; };
+    std::stable_sort(dims.begin(), dims.end(), [&](const auto& a, const auto& b) { return outer(a.second) > outer(b.second); });
+    sizes.clear(), strides.clear();
+    for (const auto& [size, stride] : dims) sizes.push_back(size), strides.push_back(stride);
     for (size_t d = sizes.size() - 1; d > 0; --d) {
       if (strides[d - 1] != strides[d] * sizes[d]) continue;
       sizes[d - 1] *= sizes[d];
@@ -217,14 +227,16 @@ void countValues(const at::Tensor& host, TensorHealth* h) {
     case at::kBFloat16: scan<c10::BFloat16>(host, h); break;
     case at::kHalf: scan<c10::Half>(host, h); break;
     default: {  // other floating types (float8...): widened to float32 exactly
-      const at::Tensor wide = host.to(at::kFloat);
+      const at::Tensor wide = host.detach().to(at::kFloat);  // no autograd node for a tensor that needs grad
       scan<float>(wide, h);
     }
   }
 }
 
-// Read where it lies (a CUDA tensor the fused check could not take is copied once).
-at::Tensor onHost(const at::Tensor& t) { return t.is_cpu() ? t.detach() : t.detach().to(at::kCPU); }
+// Read where it lies (a CUDA tensor the fused check could not take is copied once). A CPU tensor
+// is read through its data pointer only, so it needs no detached alias (a TensorImpl per tensor
+// per call).
+at::Tensor onHost(const at::Tensor& t) { return t.is_cpu() ? t : t.detach().to(at::kCPU); }
 
 }  // namespace
 
