@@ -214,11 +214,17 @@ class TraceBuilder {
     }
 
     // Flow arrows from each call to its kernels (v1 events: "s" binds to the slice open at its
-    // time on its track, "f" with "bp":"e" to the slice enclosing it). Midpoints lie inside.
-    int64_t flow_id = 0;
+    // time on its track, "f" with "bp":"e" to the slice enclosing it). Midpoints lie inside a
+    // slice that lasts; one that fitting shrank to nothing has no inside, and its arrow would bind
+    // to its parent or neighbour, so it gets none (counted in otherData).
+    int64_t flow_id = 0, flows_dropped = 0;
     for (const auto& [call, kernel] : launches_) {
       const Slice& from = slices_[call];
       const Slice& to = slices_[kernel];
+      if (from.end_ns <= from.start_ns || to.end_ns <= to.start_ns) {
+        ++flows_dropped;
+        continue;
+      }
       ++flow_id;
       events.push_back({{"ph", "s"}, {"id", flow_id}, {"cat", "launch"}, {"name", "launch"}, {"pid", from.pid},
                         {"tid", from.tid}, {"ts", micros(midpoint(from), origin)}});
@@ -231,6 +237,7 @@ class TraceBuilder {
 
     json other = {{"generator", "nanprov trace"}, {"run", run_.dir}, {"time_origin_ns", origin}, {"clock", "CLOCK_REALTIME"}};
     if (findings_.first) other["first_edge"] = callName(run_.calls[*findings_.first]);
+    if (flows_dropped) other["flows_without_room"] = flows_dropped;
     return {{"traceEvents", std::move(events)}, {"otherData", std::move(other)}};
   }
 

@@ -269,6 +269,15 @@ TEST(TraceEvents, AnEmptyRunIsAnEmptyTimeline) {
 namespace nanprov {
 namespace {
 
+// An arrow needs a slice with room inside: a kernel of no duration gets none, and says so.
+TEST(TraceEvents, AKernelOfNoDurationGetsNoArrow) {
+  RunData run = twoRankRun();
+  run.kernels[0].end_ns = run.kernels[0].start_ns;
+  const json trace = traceOf(run);
+  EXPECT_EQ(expectFlowsPair(trace).size(), 3u);
+  EXPECT_EQ(trace["otherData"]["flows_without_room"], 1);
+}
+
 // Damaged times are refused in one line before any arithmetic on them can overflow.
 TEST(TraceEvents, TimesNoTimelineCanHoldAreRefused) {
   EXPECT_TRUE(checkTraceTimes(twoRankRun()).ok());
