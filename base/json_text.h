@@ -13,6 +13,15 @@ inline std::string jsonText(const nlohmann::json& doc, int indent = -1) {
   return doc.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
+// A field of a document read from a file (audit findings, a kept replay): null when the document
+// is not an object or lacks it, so a damaged file reads as missing fields and never throws.
+inline const nlohmann::json& jsonField(const nlohmann::json& doc, const char* key) {
+  static const nlohmann::json kNull;
+  if (!doc.is_object()) return kNull;
+  auto it = doc.find(key);
+  return it == doc.end() ? kNull : *it;
+}
+
 // A JSON array printed to stdout as it is made, one element per line: a listing of millions of
 // calls starts at once, holds one element at a time, and stays one line per call for grep.
 class JsonArrayPrinter {

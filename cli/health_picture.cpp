@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "base/records/call_health.h"
+#include "base/json_text.h"
 #include "base/records/call_name.h"
 #include "base/text.h"
 
@@ -109,16 +110,17 @@ StatusOr<HealthPicture> drawHealthPicture(const Report& report) {
   // Audit findings name their call by (rank, layer, step, phase), as the report lists them.
   for (const nlohmann::json& f : report.conclusion.audit.findings) {
     Phase phase;
-    const nlohmann::json& layer = f.contains("layer") ? f["layer"] : nlohmann::json();
-    const nlohmann::json& step = f.contains("step") ? f["step"] : nlohmann::json();
-    const nlohmann::json& rank = f.contains("rank") ? f["rank"] : nlohmann::json();
+    const nlohmann::json& layer = jsonField(f, "layer");
+    const nlohmann::json& step = jsonField(f, "step");
+    const nlohmann::json& rank = jsonField(f, "rank");
+    const nlohmann::json& phase_name = jsonField(f, "phase");
     if (!layer.is_number_integer() || !step.is_number_integer() || !rank.is_number_integer() ||
-        !f.contains("phase") || !f["phase"].is_string() || !parsePhase(f["phase"].get<std::string>(), &phase)) {
+        !phase_name.is_string() || !parsePhase(phase_name.get<std::string>(), &phase)) {
       continue;  // a finding whose call is not known: listed in the findings table only
     }
     if (PictureCell* cell = cellAt(picture, rank.get<int64_t>(), layer.get<int64_t>(), phase, step.get<int64_t>())) {
-      const std::string verdict = f.contains("verdict") && f["verdict"].is_string() ? f["verdict"].get<std::string>() : "?";
-      const std::string name = f.contains("name") && f["name"].is_string() ? f["name"].get<std::string>() : "?";
+      auto text = [&](const char* key) { const auto& v = jsonField(f, key); return v.is_string() ? v.get<std::string>() : "?"; };
+      const std::string verdict = text("verdict"), name = text("name");
       cell->audit_findings.push_back(name + " " + verdict);
       cell->health = std::max(cell->health, CellHealth::kAuditFinding);
     }

@@ -39,16 +39,7 @@ std::string escapedHtml(std::string_view text) {
 // characters written as escapes, as the text report prints them, then escaped for HTML.
 std::string shown(std::string_view text) { return escapedHtml(printable(text)); }
 
-// A field of a document read from a file (audit findings, a replay): null when the document is
-// not an object or lacks it, so a damaged file renders as dashes and never throws.
-const json& field(const json& doc, const char* key) {
-  static const json kNull;
-  if (!doc.is_object()) return kNull;
-  auto it = doc.find(key);
-  return it == doc.end() ? kNull : *it;
-}
-
-// A value of such a document, shown: numbers short, null as a dash.
+// A value of a document read from a file (through jsonField), shown: numbers short, null as a dash.
 std::string shownValue(const json& v) {
   if (v.is_string()) return shown(v.get<std::string>());
   if (v.is_number_integer()) return std::to_string(v.get<int64_t>());
@@ -239,12 +230,12 @@ std::string judgedTensors(const json& tensors) {
   std::vector<std::string> lines;
   if (!tensors.is_object()) return "&ndash;";
   for (const auto& [role, c] : tensors.items()) {
-    const json& verdict = field(c, "verdict");
+    const json& verdict = jsonField(c, "verdict");
     if (verdict == "ok") continue;
-    std::string where = field(c, "all_zero_where").is_string() ? shownValue(field(c, "all_zero_where"))
-                        : field(c, "nonfinite_where").is_string() ? shownValue(field(c, "nonfinite_where")) : "";
-    lines.push_back(shown(role) + " <b>" + shownValue(verdict) + "</b>: max error " + shownValue(field(c, "max_abs_err")) + " (yardstick " +
-                    shownValue(field(c, "yardstick_max_err")) + "), cosine " + shownValue(field(c, "cosine")) +
+    std::string where = jsonField(c, "all_zero_where").is_string() ? shownValue(jsonField(c, "all_zero_where"))
+                        : jsonField(c, "nonfinite_where").is_string() ? shownValue(jsonField(c, "nonfinite_where")) : "";
+    lines.push_back(shown(role) + " <b>" + shownValue(verdict) + "</b>: max error " + shownValue(jsonField(c, "max_abs_err")) + " (yardstick " +
+                    shownValue(jsonField(c, "yardstick_max_err")) + "), cosine " + shownValue(jsonField(c, "cosine")) +
                     (where.empty() ? "" : ", " + where));
   }
   return lines.empty() ? "every tensor ok" : joined(lines, "<br>");
@@ -255,10 +246,10 @@ std::string knownIssuesText(const json& issues) {
   std::vector<std::string> lines;
   if (!issues.is_array()) return "";
   for (const json& k : issues) {
-    std::string workaround = field(k, "workaround").is_string() ? shownValue(field(k, "workaround")) : "";
-    lines.push_back("known issue " + shownValue(field(k, "id")) + " (" + shownValue(field(k, "title")) + "); " + shownValue(field(k, "fix")) +
+    std::string workaround = jsonField(k, "workaround").is_string() ? shownValue(jsonField(k, "workaround")) : "";
+    lines.push_back("known issue " + shownValue(jsonField(k, "id")) + " (" + shownValue(jsonField(k, "title")) + "); " + shownValue(jsonField(k, "fix")) +
                     (workaround.empty() ? "" : "; workaround: " + workaround) +
-                    (field(k, "url").is_string() ? " <span class=\"mono\">" + shownValue(field(k, "url")) + "</span>" : ""));
+                    (jsonField(k, "url").is_string() ? " <span class=\"mono\">" + shownValue(jsonField(k, "url")) + "</span>" : ""));
   }
   return joined(lines, "<br>");
 }
@@ -278,18 +269,18 @@ std::string auditSection(const Report& report) {
     out += "<table class=\"list findings\"><tr><th>call</th><th>step</th><th>phase</th><th>backend</th><th>verdict</th>"
            "<th>tensors</th><th>kernel, conditions, capture</th></tr>\n";
     for (const json& f : a.findings) {
-      std::string details = (field(f, "kernel").is_string() ? "kernel <span class=\"mono\">" + shownValue(field(f, "kernel")) + "</span><br>" : "") +
-                            "conditions: " + shownValue(field(f, "conditions_text"));
-      if (field(f, "received_wrong").is_string() && !field(f, "received_wrong").get<std::string>().empty()) {
-        details += "<br>its inputs from the forward were already wrong (" + shownValue(field(f, "received_wrong")) +
+      std::string details = (jsonField(f, "kernel").is_string() ? "kernel <span class=\"mono\">" + shownValue(jsonField(f, "kernel")) + "</span><br>" : "") +
+                            "conditions: " + shownValue(jsonField(f, "conditions_text"));
+      if (jsonField(f, "received_wrong").is_string() && !jsonField(f, "received_wrong").get<std::string>().empty()) {
+        details += "<br>its inputs from the forward were already wrong (" + shownValue(jsonField(f, "received_wrong")) +
                    "): the fault is upstream, in the forward";
       }
-      if (std::string issues = knownIssuesText(field(f, "known_issues")); !issues.empty()) details += "<br>" + issues;
-      if (field(f, "slice").is_string()) details += "<br>audited on a slice: " + shownValue(field(f, "slice"));
-      details += "<br><code>nanprov replay " + (field(f, "capture").is_string() ? shown(shellWord(field(f, "capture").get<std::string>())) : shownValue(field(f, "capture"))) + "</code>";
-      out += "<tr class=\"finding\" data-name=\"" + shownValue(field(f, "name")) + "\"><td class=\"name\">" + shownValue(field(f, "name")) +
-             "</td><td>" + shownValue(field(f, "step")) + "</td><td>" + shownValue(field(f, "phase")) + "</td><td>" + shownValue(field(f, "backend")) +
-             "</td><td><b>" + shownValue(field(f, "verdict")) + "</b></td><td>" + judgedTensors(field(f, "tensors")) + "</td><td>" +
+      if (std::string issues = knownIssuesText(jsonField(f, "known_issues")); !issues.empty()) details += "<br>" + issues;
+      if (jsonField(f, "slice").is_string()) details += "<br>audited on a slice: " + shownValue(jsonField(f, "slice"));
+      details += "<br><code>nanprov replay " + (jsonField(f, "capture").is_string() ? shown(shellWord(jsonField(f, "capture").get<std::string>())) : shownValue(jsonField(f, "capture"))) + "</code>";
+      out += "<tr class=\"finding\" data-name=\"" + shownValue(jsonField(f, "name")) + "\"><td class=\"name\">" + shownValue(jsonField(f, "name")) +
+             "</td><td>" + shownValue(jsonField(f, "step")) + "</td><td>" + shownValue(jsonField(f, "phase")) + "</td><td>" + shownValue(jsonField(f, "backend")) +
+             "</td><td><b>" + shownValue(jsonField(f, "verdict")) + "</b></td><td>" + judgedTensors(jsonField(f, "tensors")) + "</td><td>" +
              details + "</td></tr>\n";
     }
     out += "</table>\n";
@@ -453,31 +444,31 @@ std::string kernelsSection(const Report& report) {
 
 std::string verdictCell(const json& comparison) {
   if (!comparison.is_object()) return "<td>&ndash;</td>";
-  const json& verdict = field(comparison, "verdict");
+  const json& verdict = jsonField(comparison, "verdict");
   std::string name = verdict.is_string() ? verdict.get<std::string>() : "?";
-  std::vector<std::string> tip = {"max error " + shownValue(field(comparison, "max_abs_err")) + " (yardstick " +
-                                  shownValue(field(comparison, "yardstick_max_err")) + ", floor " + shownValue(field(comparison, "floor")) + ")",
-                                  "relative L2 " + shownValue(field(comparison, "rel_l2")) + ", cosine " + shownValue(field(comparison, "cosine"))};
-  if (field(comparison, "nonfinite").is_number_integer() && field(comparison, "nonfinite").get<int64_t>() > 0) {
-    tip.push_back(shownValue(field(comparison, "nonfinite")) + " non-finite " + shownValue(field(comparison, "nonfinite_where")));
+  std::vector<std::string> tip = {"max error " + shownValue(jsonField(comparison, "max_abs_err")) + " (yardstick " +
+                                  shownValue(jsonField(comparison, "yardstick_max_err")) + ", floor " + shownValue(jsonField(comparison, "floor")) + ")",
+                                  "relative L2 " + shownValue(jsonField(comparison, "rel_l2")) + ", cosine " + shownValue(jsonField(comparison, "cosine"))};
+  if (jsonField(comparison, "nonfinite").is_number_integer() && jsonField(comparison, "nonfinite").get<int64_t>() > 0) {
+    tip.push_back(shownValue(jsonField(comparison, "nonfinite")) + " non-finite " + shownValue(jsonField(comparison, "nonfinite_where")));
   }
-  if (field(comparison, "all_zero_where").is_string()) tip.push_back("all zero: " + shownValue(field(comparison, "all_zero_where")));
+  if (jsonField(comparison, "all_zero_where").is_string()) tip.push_back("all zero: " + shownValue(jsonField(comparison, "all_zero_where")));
   return "<td class=\"v-" + shown(name) + "\" title=\"" + tooltip(tip) + "\">" + shown(name) + "</td>";
 }
 
 std::string replayMatrix(const json& replay) {
-  const json& cause = field(replay, "root_cause");
-  std::string out = "<p>Replayed on " + shownValue(field(replay, "replayed_on")) + " (captured on " + shownValue(field(replay, "captured_on")) +
-                    "), root cause <b>" + shownValue(field(cause, "class")) + "</b>: " + shownValue(field(cause, "explanation")) + "</p>\n";
+  const json& cause = jsonField(replay, "root_cause");
+  std::string out = "<p>Replayed on " + shownValue(jsonField(replay, "replayed_on")) + " (captured on " + shownValue(jsonField(replay, "captured_on")) +
+                    "), root cause <b>" + shownValue(jsonField(cause, "class")) + "</b>: " + shownValue(jsonField(cause, "explanation")) + "</p>\n";
   // The tensors any backend was judged on, in the verdict rules' order.
   std::vector<std::string> roles;
-  const json& backends = field(replay, "backends");
+  const json& backends = jsonField(replay, "backends");
   std::vector<const json*> rows;
-  if (field(replay, "captured").is_object()) rows.push_back(&field(replay, "captured"));
+  if (jsonField(replay, "captured").is_object()) rows.push_back(&jsonField(replay, "captured"));
   for (const json& b : backends) rows.push_back(&b);
   for (const char* role : {"O", "LSE", "dQ", "dK", "dV"}) {
     for (const json* b : rows) {
-      if (field(field(*b, "tensors"), role).is_object()) {
+      if (jsonField(jsonField(*b, "tensors"), role).is_object()) {
         roles.emplace_back(role);
         break;
       }
@@ -487,19 +478,19 @@ std::string replayMatrix(const json& replay) {
   for (const std::string& r : roles) out += "<th>" + r + "</th>";
   out += "</tr>\n";
   for (const json* b : rows) {
-    bool captured = b == &field(replay, "captured");
-    std::string label = captured ? "the run's own outputs" : shownValue(field(*b, "name")) + (field(*b, "original") == true ? " (the run's backend)" : "");
-    out += "<tr data-backend=\"" + (captured ? std::string("captured") : shownValue(field(*b, "name"))) + "\"><th>" + label + "</th>";
-    if (field(*b, "status") == "unsupported") {
+    bool captured = b == &jsonField(replay, "captured");
+    std::string label = captured ? "the run's own outputs" : shownValue(jsonField(*b, "name")) + (jsonField(*b, "original") == true ? " (the run's backend)" : "");
+    out += "<tr data-backend=\"" + (captured ? std::string("captured") : shownValue(jsonField(*b, "name"))) + "\"><th>" + label + "</th>";
+    if (jsonField(*b, "status") == "unsupported") {
       out += "<td class=\"v-unsupported\" colspan=\"" + std::to_string(std::max<size_t>(roles.size(), 1)) + "\">unsupported: " +
-             shownValue(field(*b, "detail")) + "</td></tr>\n";
+             shownValue(jsonField(*b, "detail")) + "</td></tr>\n";
       continue;
     }
-    for (const std::string& r : roles) out += verdictCell(field(field(*b, "tensors"), r.c_str()));
+    for (const std::string& r : roles) out += verdictCell(jsonField(jsonField(*b, "tensors"), r.c_str()));
     out += "</tr>\n";
   }
   out += "</table>\n";
-  if (std::string issues = knownIssuesText(field(replay, "known_issues")); !issues.empty()) out += "<p>" + issues + "</p>\n";
+  if (std::string issues = knownIssuesText(jsonField(replay, "known_issues")); !issues.empty()) out += "<p>" + issues + "</p>\n";
   return out;
 }
 
