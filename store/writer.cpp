@@ -15,6 +15,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/bounded_queue.h"
+#include "base/records/call_event.h"
 #include "store/call_signature.h"
 #include "store/schema.h"
 #include "store/sqlite_db.h"
@@ -28,6 +30,9 @@ namespace {
 constexpr auto kIdleFlushPeriod = std::chrono::seconds(2);
 // Beyond this many pending calls the writer is not keeping up (or failed); drop, never grow.
 constexpr size_t kMaxPendingCalls = 1 << 18;
+// Calls handed over without a lock (base/bounded_queue.h); past it, they wait under the lock. The
+// writer drains it at every flush, and as soon as it is half full.
+constexpr size_t kQueuedCalls = 2048;
 constexpr size_t kMaxPendingKernels = 1 << 20;
 
 struct StepRow {
@@ -162,7 +167,7 @@ Status insertMeta(sqlite3* db, Statements& st, const std::string& key, const std
 
 // Rows waiting for the writer thread; swapped out whole under the lock.
 struct PendingRows {
-  std::vector<CallRecord> calls;
+  std::vector<CallEvent> calls;
   std::vector<KernelRecord> kernels;
   std::vector<CaptureRecord> captures;
   std::vector<SentinelRecord> sentinel;
@@ -182,6 +187,10 @@ struct StoreWriter::Impl {
   Statements statements;
   Interned interned;
   int64_t calls_written = 0;
+
+  // Checked calls from the training threads, taken without a lock; `accepting` turns false at close.
+  BoundedQueue<CallEvent> queued{kQueuedCalls};
+  std::atomic<bool> accepting{true};
 
   mutable std::mutex mu;  // guards everything below
   std::condition_variable wake;
@@ -205,7 +214,7 @@ struct StoreWriter::Impl {
     if (batch.empty()) return Status::Ok();
     sqlite::Transaction tx(db.get());
     NANPROV_RETURN_IF_ERROR(tx.begin());
-    for (const CallRecord& c : batch.calls) NANPROV_RETURN_IF_ERROR(insertCall(db.get(), statements, interned, c));
+    for (const CallEvent& c : batch.calls) NANPROV_RETURN_IF_ERROR(insertCall(db.get(), statements, interned, c.record()));
     if (!batch.calls.empty()) {
       // A running total, so readers need no scan to say how many calls were checked.
       NANPROV_RETURN_IF_ERROR(insertMeta(db.get(), statements, "calls_written",
@@ -224,6 +233,11 @@ struct StoreWriter::Impl {
     return Status::Ok();
   }
 
+  void takeQueued(PendingRows* batch) {
+    CallEvent event;
+    while (queued.pop(&event)) batch->calls.push_back(event);
+  }
+
   void recordFailure(const Status& st, size_t rows) {
     if (st.ok()) return;
     dropped += static_cast<int64_t>(rows);
@@ -234,11 +248,14 @@ struct StoreWriter::Impl {
   void run() {
     std::unique_lock<std::mutex> lock(mu);
     while (state == State::kActive) {
-      wake.wait_for(lock, kIdleFlushPeriod, [&] { return flush_requested || state != State::kActive; });
+      wake.wait_for(lock, kIdleFlushPeriod, [&] {
+        return flush_requested || state != State::kActive || queued.size() >= queued.capacity() / 2;
+      });
       if (state != State::kActive) break;
       flush_requested = false;
       PendingRows batch;
       std::swap(batch, pending);
+      takeQueued(&batch);
       lock.unlock();
       recordFailure(writeBatch(batch), batch.rows());
       lock.lock();
@@ -305,14 +322,26 @@ StatusOr<std::unique_ptr<StoreWriter>> StoreWriter::open(
 
 StoreWriter::~StoreWriter() { close(); }
 
-void StoreWriter::append(CallRecord record) {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+void StoreWriter::append(const CallEvent& call) {
+  if (!impl_->accepting.load(std::memory_order_acquire)) {
+    ++impl_->dropped;
+    return;
+  }
+  BoundedQueue<CallEvent>& queued = impl_->queued;
+  if (queued.push(call)) {
+    // Without the lock: a wake-up the writer misses is made up at its next period or flush.
+    if (queued.size() >= queued.capacity() / 2) impl_->wake.notify_one();
+    return;
+  }
+  std::lock_guard<std::mutex> lock(impl_->mu);  // the queue is full: the writer is behind
   if (impl_->state != Impl::State::kActive || impl_->pending.calls.size() >= kMaxPendingCalls) {
     ++impl_->dropped;
     return;
   }
-  impl_->pending.calls.push_back(std::move(record));
+  impl_->pending.calls.push_back(call);
 }
+
+void StoreWriter::append(const CallRecord& record) { append(CallEvent::of(record)); }
 
 void StoreWriter::appendKernels(std::vector<KernelRecord> kernels) {
   std::lock_guard<std::mutex> lock(impl_->mu);
@@ -379,9 +408,11 @@ Status StoreWriter::close() {
     std::lock_guard<std::mutex> lock(impl_->mu);
     if (impl_->state == Impl::State::kClosed) return impl_->first_error;
     impl_->state = Impl::State::kClosed;
+    impl_->accepting.store(false, std::memory_order_release);
   }
   impl_->wake.notify_one();
   if (impl_->thread && impl_->thread->joinable()) impl_->thread->join();
+  impl_->takeQueued(&impl_->pending);
   // The thread is gone: this is the single place that writes the final batch.
   impl_->recordFailure(impl_->writeBatch(impl_->pending), impl_->pending.rows());
   impl_->pending = {};
@@ -399,7 +430,7 @@ int64_t StoreWriter::droppedRows() const { return impl_->dropped.load(); }
 
 size_t StoreWriter::pendingCalls() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
-  return impl_->pending.calls.size();
+  return impl_->pending.calls.size() + impl_->queued.size();
 }
 
 }  // namespace nanprov

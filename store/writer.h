@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "base/records/call_event.h"
 #include "base/records/call_record.h"
 #include "base/status.h"
 
@@ -22,8 +23,10 @@ class StoreWriter {
   StoreWriter(const StoreWriter&) = delete;
   StoreWriter& operator=(const StoreWriter&) = delete;
 
-  // Never blocks on disk; safe from any thread.
-  void append(CallRecord record);
+  // Never blocks on disk; safe from any thread. A call takes no lock and allocates nothing while
+  // the writer keeps up (the probes' steady state).
+  void append(const CallEvent& call);
+  void append(const CallRecord& record);  // tests and the store benchmark
   void appendKernels(std::vector<KernelRecord> kernels);
   void appendCapture(CaptureRecord capture);
   void appendSentinel(std::vector<SentinelRecord> findings);

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <set>
 
+#include "base/interned_text.h"
 #include "tracer/kernel_correlation.h"
 #include "tracer/kernel_tracer.h"
 
@@ -174,6 +175,7 @@ class CuptiTracer final : public KernelTracer {
       std::lock_guard<std::mutex> lock(mu_);
       result_ = st;
       attempted_ = true;
+      refreshLive();
     });
     return result_;
   }
@@ -231,19 +233,9 @@ class CuptiTracer final : public KernelTracer {
     }
   }
 
-  bool yielded() const override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return yielded_;
-  }
+  bool yielded() const override { return yielded_now_.load(std::memory_order_acquire); }
 
-  std::string unattributedReason() const override {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (yielded_) return yield_reason_;
-    if (paused_) return pause_reason_;
-    if (!attempted_) return "";  // no CUDA call yet: nothing to explain
-    if (!result_.ok()) return result_.message();
-    return "";
-  }
+  const char* unattributedReason() const override { return reason_.load(std::memory_order_acquire); }
 
   std::vector<KernelRecord> collect(bool at_exit) override {
     if (!startedOk()) return {};
@@ -308,7 +300,16 @@ class CuptiTracer final : public KernelTracer {
 
   // Read on every call, so without the lock: the flags' writers publish it under mu_.
   bool live() const { return live_.load(std::memory_order_acquire); }
-  void refreshLive() { live_.store(started_ok_ && !yielded_ && !paused_, std::memory_order_release); }
+  // After every change of the flags below, with mu_ held: what calls read without the lock.
+  void refreshLive() {
+    live_.store(started_ok_ && !yielded_ && !paused_, std::memory_order_release);
+    yielded_now_.store(yielded_, std::memory_order_release);
+    const char* reason = "";  // before the first CUDA call (!attempted_) there is nothing to explain
+    if (yielded_) reason = internText(yield_reason_);
+    else if (paused_) reason = internText(pause_reason_);
+    else if (attempted_ && !result_.ok()) reason = internText(result_.message());
+    reason_.store(reason, std::memory_order_release);
+  }
 
   Status startOnce() {
     if (const char* off = std::getenv("NANPROV_KERNELS"); off && std::strcmp(off, "off") == 0) {
@@ -387,6 +388,8 @@ class CuptiTracer final : public KernelTracer {
   std::string yield_reason_;
   bool paused_ = false;
   std::atomic<bool> live_{false};  // started_ok_ && !yielded_ && !paused_
+  std::atomic<bool> yielded_now_{false};
+  std::atomic<const char*> reason_{""};
   std::string pause_reason_;
   int boundaries_since_pause_ = 0;
   bool detach_requested_ = false;  // only collect() touches it, from the step boundary

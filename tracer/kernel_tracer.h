@@ -57,7 +57,8 @@ class KernelTracer {
   // one step boundary later CUPTI is detached from the process.
   virtual void pause(const std::string& reason) = 0;
 
-  virtual std::string unattributedReason() const = 0;
+  // Interned (base/interned_text.h), so a call keeps it without copying; read without a lock.
+  virtual const char* unattributedReason() const = 0;
 
   // Kernels attributed since the last collect. `at_exit` also forces out partly filled buffers.
   virtual std::vector<KernelRecord> collect(bool at_exit) = 0;

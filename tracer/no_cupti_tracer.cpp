@@ -16,7 +16,7 @@ class NoCuptiTracer final : public KernelTracer {
   void reclaim() override {}
   bool yielded() const override { return false; }
   void pause(const std::string&) override {}
-  std::string unattributedReason() const override { return kReason; }
+  const char* unattributedReason() const override { return kReason; }
   std::vector<KernelRecord> collect(bool) override { return {}; }
   TracerStats stats() const override { return {}; }
 };

@@ -20,9 +20,10 @@ int64_t faultyValues(const TensorHealth& t, bool call_masks_rows) {
 
 namespace {
 
-// Calls `fault(t, is_output)` for every tensor of `call` whose non-finite values count as a fault.
-template <typename Fault>
-void forEachFault(const CallRecord& call, Fault&& fault) {
+// Calls `fault(t, is_output)` for every tensor of `call` (a CallRecord or a CallEvent) whose
+// non-finite values count as a fault.
+template <typename Call, typename Fault>
+void forEachFault(const Call& call, Fault&& fault) {
   bool masks_rows = false;
   for (const TensorHealth& t : call.tensors) masks_rows = masks_rows || t.masked_rows > 0;
   for (const TensorHealth& t : call.tensors) {
@@ -35,13 +36,17 @@ EdgeKind kindOf(bool bad_input, bool bad_output) {
   return bad_input ? EdgeKind::kPropagated : bad_output ? EdgeKind::kSourceEdge : EdgeKind::kClean;
 }
 
-}  // namespace
-
-EdgeKind edgeKindOf(const CallRecord& call) {
+template <typename Call>
+EdgeKind kindOfCall(const Call& call) {
   bool bad_input = false, bad_output = false;
   forEachFault(call, [&](const TensorHealth&, bool output) { (output ? bad_output : bad_input) = true; });
   return kindOf(bad_input, bad_output);
 }
+
+}  // namespace
+
+EdgeKind edgeKindOf(const CallRecord& call) { return kindOfCall(call); }
+EdgeKind edgeKindOf(const CallEvent& call) { return kindOfCall(call); }
 
 CallHealth classify(const CallRecord& call) {
   CallHealth h;

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "base/records/call_event.h"
 #include "base/records/call_record.h"
 
 namespace nanprov {
@@ -28,5 +29,6 @@ int64_t faultyValues(const TensorHealth& t, bool call_masks_rows);
 CallHealth classify(const CallRecord& call);
 // classify(call).kind without naming the roles: what the probes store with every call.
 EdgeKind edgeKindOf(const CallRecord& call);
+EdgeKind edgeKindOf(const CallEvent& call);  // the same, on the training thread
 
 }  // namespace nanprov

@@ -5,14 +5,15 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <map>
 #include <mutex>
 #include <set>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
+#include "base/interned_text.h"
 #include "base/records/call_record.h"
 
 namespace nanprov {
@@ -20,7 +21,7 @@ namespace nanprov {
 // The layer number a module path spells: its only all-digit component
 // ("model.layers.33.self_attn" → 33). -1 when it has none, or several
 // ("stages.1.blocks.0.attn"), because then no one number names the module.
-int64_t layerFromModulePath(const std::string& path);
+int64_t layerFromModulePath(std::string_view path);
 
 struct CallName {
   int64_t seq = 0;
@@ -28,7 +29,7 @@ struct CallName {
   int64_t layer = -1;
   int64_t call = 0;
   int64_t fwd_seq = -1;     // backward: its forward; recompute: the original forward
-  std::string module;
+  InternedText module;      // copied with the name, never reallocated
   bool recompute = false;   // a forward recomputed by activation checkpointing
   bool opened_step = false; // this call began a new forward pass (inference without optimizer)
   bool compiled_training = false;  // ran inside a torch.compile'd graph with gradients on
@@ -36,7 +37,7 @@ struct CallName {
 
 // What the probe knows about a forward call when it names it.
 struct ForwardSite {
-  std::string module;          // module path; may be empty
+  InternedText module;         // module path; may be empty
   bool in_backward = false;    // autograd's engine is running: checkpointing recomputes it
   bool grad_enabled = true;    // false under no_grad / inference_mode
   bool compiled = false;       // inside a torch.compile'd graph
@@ -70,37 +71,45 @@ class CallIdentity {
   void runEnded();
 
  private:
-  CallName nameCall(int64_t layer, std::string module, int64_t fwd_seq);
-  int64_t layerOf(const std::string& module);
+  CallName nameCall(int64_t layer, InternedText module, int64_t fwd_seq);
+  CallName forwardLocked(const ForwardSite& site);
+  void linkLocked(const CallName& fwd, uintptr_t link);
+  void forgetPending();  // nodes kept for reuse
+  int64_t layerOf(InternedText module);
   void beginStep(int64_t step);
   bool opensForwardPass(const ForwardSite& site);
 
   // Forward calls awaiting their backward (and their recompute), bounded so forward-only loops
   // cannot grow them.
   static constexpr size_t kMaxPendingLinks = 1 << 16;
+  static constexpr size_t kMaxFreeNodes = 4096;
 
   mutable std::mutex mu_;
   int64_t next_seq_ = 0;
   int64_t step_ = 0;
   int64_t forward_ordinal_in_step_ = 0;
   std::map<int64_t, int64_t> calls_per_layer_;
-  std::unordered_map<uintptr_t, CallName> pending_;
-  std::deque<uintptr_t> pending_order_;
+  // Map nodes are recycled (extract, then insert again): linking and finding a call's forward
+  // allocate nothing in steady state.
+  using Pending = std::unordered_map<uintptr_t, CallName>;
+  Pending pending_;
+  std::vector<Pending::node_type> free_pending_;
 
   // One layer number per module path, given at its first call.
-  std::unordered_map<std::string, int64_t> module_layers_;
+  std::unordered_map<const char*, int64_t> module_layers_;  // keyed by the interned path
   std::set<int64_t> used_layers_;
 
   // This step's original forward calls per module, newest last: a recompute is matched to the
-  // newest one not yet recomputed (a micro-batch's backward follows its own forward).
-  std::unordered_map<std::string, std::vector<CallName>> originals_;
+  // newest one not yet recomputed (a micro-batch's backward follows its own forward). Emptied,
+  // not erased, at each step: the vectors keep their room.
+  std::unordered_map<const char*, std::vector<CallName>> originals_;
   size_t originals_count_ = 0;
 
   // Inference: the modules seen in the current forward pass; a module seen twice opens the next.
   StepUnit unit_ = StepUnit::kOptimizerStep;
   bool optimizer_stepped_ = false;
   int64_t passes_before_training_ = 0;
-  std::set<std::string> pass_modules_;
+  std::set<const char*> pass_modules_;
   int64_t unseen_compiled_backwards_ = 0;
 };
 

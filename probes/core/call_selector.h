@@ -20,7 +20,8 @@ struct CallSelector {
   std::optional<Phase> phase;
 
   bool matches(int rank_, int64_t layer_, int64_t step_, int64_t call_, Phase phase_) const;
-  bool matches(const CallRecord& rec) const { return matches(rec.rank, rec.layer, rec.step, rec.call, rec.phase); }
+  template <typename Call>  // a CallRecord or a CallEvent
+  bool matches(const Call& c) const { return matches(c.rank, c.layer, c.step, c.call, c.phase); }
 };
 
 // Reads one key=value of a selector (rank, layer, step, from-step, call, phase). Returns false when `key`

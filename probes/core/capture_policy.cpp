@@ -58,6 +58,7 @@ void CapturePolicy::configure(CapturePlan plan, ProgressReader progress, Clock c
     return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
   });
   auditing_ = plan_.audit.on;
+  edges_only_ = plan_.selectors.empty() && plan_.every == 0 && !plan_.audit.on;
 }
 
 AuditPlan CapturePolicy::auditPlan() {
@@ -65,7 +66,10 @@ AuditPlan CapturePolicy::auditPlan() {
   return plan_.audit;
 }
 
-std::optional<CaptureTrigger> CapturePolicy::triggerFor(const CallRecord& rec, std::optional<uint64_t> audit_key) {
+std::optional<CaptureTrigger> CapturePolicy::triggerFor(const CallEvent& rec, std::optional<uint64_t> audit_key) {
+  if (edges_only_.load(std::memory_order_relaxed) && static_cast<EdgeKind>(rec.health) != EdgeKind::kSourceEdge) {
+    return std::nullopt;
+  }
   std::lock_guard<std::mutex> lock(mu_);
   for (const CallSelector& s : plan_.selectors) {
     if (s.matches(rec)) return CaptureTrigger::kSelector;

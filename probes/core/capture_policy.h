@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "probes/core/call_selector.h"
+#include "base/records/call_event.h"
 #include "base/records/call_record.h"
 #include "base/status.h"
 
@@ -82,7 +83,9 @@ class CapturePolicy {
   // Why `rec`, whose health is known and classified (rec.health), is captured; nullopt when it is not. The first source
   // edge is claimed by the first call that asks; audits as the header says, `audit_key` naming
   // the call's (signature, layer, phase), hashed (auditKey() in call_capture.cpp).
-  std::optional<CaptureTrigger> triggerFor(const CallRecord& rec, std::optional<uint64_t> audit_key = std::nullopt);
+  // Takes no lock when only the first source edge is wanted and `rec` is none (every call of a
+  // default run but that one).
+  std::optional<CaptureTrigger> triggerFor(const CallEvent& rec, std::optional<uint64_t> audit_key = std::nullopt);
 
   // Whether audits are on: only then is a call's audit key worth working out.
   bool auditing() const { return auditing_.load(std::memory_order_relaxed); }
@@ -121,6 +124,8 @@ class CapturePolicy {
   ProgressReader progress_;
   Clock clock_;
   std::atomic<bool> auditing_{false};  // plan_.audit.on, read on every call without the lock
+  // No selector, no --capture-every, no audit: only a source edge can be captured.
+  std::atomic<bool> edges_only_{false};
   bool source_edge_taken_ = false;
   int64_t used_bytes_ = 0;
 

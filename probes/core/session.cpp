@@ -97,6 +97,7 @@ Status Session::start() {
 }
 
 StoreWriter* Session::writer() {
+  if (StoreWriter* w = open_writer_.load(std::memory_order_acquire)) return w;  // every call after the first
   std::lock_guard<std::mutex> lock(writer_mu_);
   if (writer_ || writer_failed_) return writer_.get();
   char host[256] = {0};
@@ -117,6 +118,7 @@ StoreWriter* Session::writer() {
     return nullptr;
   }
   writer_ = std::move(*opened);
+  open_writer_.store(writer_.get(), std::memory_order_release);
   return writer_.get();
 }
 
@@ -135,9 +137,9 @@ void Session::callBegun() {
   if (tally) tally->add(0);
 }
 
-void Session::record(CallRecord record) {
+void Session::record(const CallEvent& call) {
   if (!active()) return;
-  if (StoreWriter* w = writer()) w->append(std::move(record));
+  if (StoreWriter* w = writer()) w->append(call);
 }
 
 void Session::recordKernels(std::vector<KernelRecord> kernels) {
@@ -225,16 +227,19 @@ void Session::finalize(bool collect) {
   if (owner) writeCounters();
   State expected = State::kActive;
   if (!state_.compare_exchange_strong(expected, State::kFinalized)) return;
-  std::unique_ptr<StoreWriter> writer;
+  // Closed, not freed: a thread that took the writer a moment ago may still append (and be
+  // dropped); the Session frees it.
+  StoreWriter* writer;
   {
     std::lock_guard<std::mutex> lock(writer_mu_);
-    writer = std::move(writer_);
+    writer = writer_.get();
   }
   if (!writer) return;
   // In a forked child the writer thread does not exist: closing would join a thread that is not
   // there. Leak the handle; the parent owns the file.
   if (getpid() != owner_pid_) {
-    (void)writer.release();
+    (void)writer_.release();
+    open_writer_.store(nullptr);
     return;
   }
   Status st = writer->close();

@@ -18,6 +18,7 @@
 #include "probes/core/call_identity.h"
 #include "probes/core/capture_policy.h"
 #include "probes/core/injection.h"
+#include "base/records/call_event.h"
 #include "base/records/call_record.h"
 #include "base/status.h"
 
@@ -56,7 +57,7 @@ class Session {
   // Queues a call for the store, as its maker left it (rank and health set: recordFor and
   // recordCheckedCall in probes/libtorch). The store file is created by the first call, so
   // processes that never run attention (a torchrun launcher) leave no file behind.
-  void record(CallRecord record);
+  void record(const CallEvent& call);
   void recordKernels(std::vector<KernelRecord> kernels);
   void recordCapture(CaptureRecord capture);
   void recordSentinel(std::vector<SentinelRecord> findings);
@@ -107,8 +108,9 @@ class Session {
   CallIdentity identity_;
   CapturePolicy capture_policy_;
 
-  std::mutex writer_mu_;
+  std::mutex writer_mu_;  // taken to open the store, once; calls read open_writer_
   std::unique_ptr<StoreWriter> writer_;
+  std::atomic<StoreWriter*> open_writer_{nullptr};
   bool writer_failed_ = false;
   std::atomic<MappedCounters*> tally_{nullptr};  // created by the first call; never freed (calls may race exit)
   std::atomic<bool> tally_failed_{false};

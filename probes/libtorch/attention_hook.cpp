@@ -169,7 +169,7 @@ ForwardSite siteOfForward(const at::Tensor& q) {
   ForwardSite site;
   site.compiled = !t_compiled_grad.empty();
   // Inside a compiled graph the bootstrap names calls in graph order: every call must ask it.
-  site.module = site.compiled ? p.session().modulePath()
+  site.module = site.compiled ? InternedText(p.session().modulePath())
                               : p.modulePaths().path(ModulePathCache::sourceParameter(q), [&p] { return p.session().modulePath(); });
   site.in_backward = torch::autograd::get_current_graph_task_id() != -1;
   site.grad_enabled = t_compiled_grad.empty() ? at::GradMode::is_enabled() : t_compiled_grad.back();
@@ -178,9 +178,11 @@ ForwardSite siteOfForward(const at::Tensor& q) {
 }
 
 // A forward call's name; a call that begins the next inference forward pass closes the last.
-CallName nameForward(const ForwardSite& site) {
+CallName nameForward(const ForwardSite& site) { return nameForward(site, 0); }
+
+CallName nameForward(const ForwardSite& site, uintptr_t link) {
   Session& session = probes().session();
-  CallName name = session.identity().forward(site);
+  CallName name = session.identity().forward(site, link);
   if (name.opened_step) session.stepBegan(name.step);
   return name;
 }
@@ -193,12 +195,12 @@ std::string reasonOf(const std::exception& e) {
 }
 
 // The rank is set here, once: every record begins here.
-CallRecord recordFor(const CallName& name, const AttentionOp& desc, Phase phase) {
+CallEvent recordFor(const CallName& name, const AttentionOp& desc, Phase phase) {
   Session& session = probes().session();
   session.callBegun();
-  return CallRecord{.seq = name.seq, .rank = session.rank(), .step = name.step, .layer = name.layer, .call = name.call, .phase = phase,
-                    .fwd_seq = name.fwd_seq, .recompute = name.recompute, .op = desc.name, .backend = desc.backend,
-                    .module = name.module};
+  return CallEvent{.seq = name.seq, .rank = session.rank(), .step = name.step, .layer = name.layer, .call = name.call, .phase = phase,
+                   .fwd_seq = name.fwd_seq, .recompute = name.recompute, .op = desc.name, .backend = desc.backend,
+                   .module = name.module.c_str()};
 }
 
 bool onCuda(const Tensors& tensors) { return cudaDeviceOf(tensors) >= 0; }
@@ -217,12 +219,12 @@ CallTrace::CallTrace(const CallName& name, int rank) {
     tracer.reclaim();
   }
   traced_ = tracer.enter(name.seq, tracer.wantsLabel() ? callName(rank, name.layer, name.call) : std::string());
-  if (!traced_ && reason_.empty()) reason_ = tracer.unattributedReason();
+  if (!traced_ && *reason_ == '\0') reason_ = tracer.unattributedReason();
 }
 
 CallTrace::~CallTrace() { probes().tracer().exit(); }
 
-void inject(CallRecord& rec, const Tensors& outputs) {
+void inject(CallEvent& rec, const Tensors& outputs) {
   Session& session = probes().session();
   for (const InjectionSpec& spec : session.injections()) {
     if (!spec.where.matches(session.rank(), rec.layer, rec.step, rec.call, rec.phase)) continue;
@@ -234,10 +236,9 @@ void inject(CallRecord& rec, const Tensors& outputs) {
   }
 }
 
-void finish(CallRecord rec, const Tensors& tensors, const CallArgs& args) {
+void finish(CallEvent rec, const Tensors& tensors, const CallArgs& args) {
   ProbeCost::countCall();
   rec.device = Device::fromIndex(cudaDeviceOf(tensors));
-  rec.tensors.reserve(tensors.size());
   if (!rec.device.isCpu()) {
     probes().checks().submit(std::move(rec), tensors, args);
     return;
@@ -267,21 +268,26 @@ void probeFusedCall(const ProbedOp* probed, const c10::OperatorHandle& handle, c
   CallArgs args = takeArgs(*probed, *stack);
   Session& session = probes().session();
   CallIdentity& ids = session.identity();
-  // Named before it runs, so its kernels are traced under its name. Nothing here may reach the
-  // op: on any failure the op runs unprobed.
+  const bool forward = desc.phase == Phase::kForward;
+  // On CUDA a call is named before it runs, so its kernels are traced under its name. On the
+  // CPU there is nothing to trace: a forward is named after it ran, with its output's address
+  // for its backward, under one lock. Nothing here may reach the op: on any failure the op runs
+  // unprobed.
+  const bool name_first = onCuda(inputs) || !forward;
   CallName name;
   std::optional<CallTrace> trace;
-  bool named = false;
-  guarded("attention probe", [&] {
-    {
-      ProbeCost::Scope cost(ProbeStage::kNaming);
-      name = desc.phase == Phase::kForward ? nameForward(siteOfForward(tensorOf(inputs, Role::kQ)))
-                                           : ids.backward(addressOf(inputs, Role::kO));
-    }
-    ProbeCost::Scope cost(ProbeStage::kTracing);
-    if (onCuda(inputs)) trace.emplace(name, session.rank());
-    named = true;
-  });
+  bool named = !name_first;
+  if (name_first) {
+    guarded("attention probe", [&] {
+      {
+        ProbeCost::Scope cost(ProbeStage::kNaming);
+        name = forward ? nameForward(siteOfForward(tensorOf(inputs, Role::kQ))) : ids.backward(addressOf(inputs, Role::kO));
+      }
+      ProbeCost::Scope cost(ProbeStage::kTracing);
+      if (onCuda(inputs)) trace.emplace(name, session.rank());
+      named = true;
+    });
+  }
   if (!named) {
     DepthGuard depth;
     handle.redispatchBoxed(ks & kBelowProbe, stack);
@@ -293,17 +299,26 @@ void probeFusedCall(const ProbedOp* probed, const c10::OperatorHandle& handle, c
     handle.redispatchBoxed(ks & kBelowProbe, stack);
   }
   int64_t end = wallClockNs();
-  std::string unattributed;
-  {
+  const char* unattributed = "";
+  if (trace) {
     ProbeCost::Scope cost(ProbeStage::kTracing);
-    unattributed = trace ? trace->unattributed() : "";
+    unattributed = trace->unattributed();
     trace.reset();  // the check below is nanprov's own kernel, not the call's
   }
   guarded("attention probe", [&] {
+    Tensors outputs;
+    {
+      ProbeCost::Scope cost(ProbeStage::kDescribing);
+      outputs = takeOutputs(desc, *stack, handle.schema().returns().size());
+    }
+    if (forward) {
+      ProbeCost::Scope cost(ProbeStage::kNaming);
+      uintptr_t link = addressOf(outputs, Role::kO);
+      if (name_first) ids.link(name, link);
+      else name = nameForward(siteOfForward(tensorOf(inputs, Role::kQ)), link);
+    }
     ProbeCost::Scope cost(ProbeStage::kDescribing);
-    Tensors outputs = takeOutputs(desc, *stack, handle.schema().returns().size());
-    if (desc.phase == Phase::kForward) ids.link(name, addressOf(outputs, Role::kO));
-    CallRecord rec = recordFor(name, desc, desc.phase);
+    CallEvent rec = recordFor(name, desc, desc.phase);
     rec.start_ns = start;
     rec.end_ns = end;
     rec.unattributed = unattributed;
@@ -348,7 +363,7 @@ void nativeMhaKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, 
   ++t_fused_calls;  // an enclosing encoder-layer op ran checked attention
   guarded("fast-path attention probe", [&] {
     Tensors outputs = takeOutputs(kNativeMhaOp, *stack, handle.schema().returns().size());
-    CallRecord rec = recordFor(nameForward(siteOfForward(tensorOf(inputs, Role::kQ))), kNativeMhaOp, Phase::kForward);
+    CallEvent rec = recordFor(nameForward(siteOfForward(tensorOf(inputs, Role::kQ))), kNativeMhaOp, Phase::kForward);
     rec.start_ns = start;
     rec.end_ns = end;
     if (onCuda(inputs)) rec.unattributed = "the fast-path op ran its own kernels outside a traced call";
@@ -389,7 +404,7 @@ struct MathBackward {
   Tensors fwd_tensors;
   CallArgs fwd_args;
   Tensors grads;
-  std::optional<CallRecord> rec;  // named when dO arrives
+  std::optional<CallEvent> rec;  // named when dO arrives
   int expected = 0;
 
   at::Tensor receive(Role role, const at::Tensor& grad) {
@@ -492,13 +507,13 @@ void sdpaKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack
   int64_t start = wallClockNs();
   runCompositeSdpa(handle, ks, stack);
   int64_t end = wallClockNs();
-  std::string unattributed = trace ? trace->unattributed() : "";
+  const char* unattributed = trace ? trace->unattributed() : "";
   trace.reset();
   if (t_fused_calls != fused_before) return;  // a fused backend was probed underneath
   guarded("math attention probe", [&] {
     at::Tensor out = stack->back().toTensor();
     if (!name) name = nameForward(siteOfForward(tensorOf(inputs, Role::kQ)));
-    CallRecord rec = recordFor(*name, kMathOp, Phase::kForward);
+    CallEvent rec = recordFor(*name, kMathOp, Phase::kForward);
     rec.start_ns = start;
     rec.end_ns = end;
     rec.unattributed = unattributed;

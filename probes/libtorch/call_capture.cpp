@@ -93,7 +93,7 @@ void describeArgs(const CallArgs& args, CaptureFile& file) {
   }
 }
 
-std::string fileNameOf(const CallRecord& rec) {
+std::string fileNameOf(const CallEvent& rec) {
   return "rank" + std::to_string(rec.rank) + "-layer" + std::to_string(rec.layer) + "-call" +
          std::to_string(rec.call) + "-" + phaseName(rec.phase) + "-seq" + std::to_string(rec.seq) + ".safetensors";
 }
@@ -102,7 +102,7 @@ std::string fileNameOf(const CallRecord& rec) {
 // already holds, so that an audited run builds no string per call: op, backend, device, layer,
 // phase, every tensor's role, dtype and shape (the mask's kind and dtype among them), and the
 // scalar flags (causal, scale, window, GQA).
-uint64_t auditKey(const CallRecord& rec, const CallArgs& args) {
+uint64_t auditKey(const CallEvent& rec, const CallArgs& args) {
   uint64_t h = 1469598103934665603ull;
   auto mix = [&h](const void* data, size_t n) {
     for (size_t i = 0; i < n; ++i) h = (h ^ static_cast<const unsigned char*>(data)[i]) * 1099511628211ull;
@@ -198,7 +198,7 @@ std::string stringArg(const CallArgs& args, std::string_view name) {
 }
 
 // The part of a big call the audit keeps (audit_slice.h); nullopt to keep it whole.
-std::optional<AuditSlice> auditSliceOf(const CallRecord& rec, const RoleTensors& tensors, const CallArgs& args,
+std::optional<AuditSlice> auditSliceOf(const CallEvent& rec, const RoleTensors& tensors, const CallArgs& args,
                                        int64_t bytes, int64_t slice_bytes, AuditShape* shape, SliceAxes* axes) {
   const at::Tensor* q = roleTensor(tensors, Role::kQ);
   const at::Tensor* k = roleTensor(tensors, Role::kK);
@@ -216,7 +216,7 @@ std::optional<AuditSlice> auditSliceOf(const CallRecord& rec, const RoleTensors&
 
 }  // namespace
 
-void Captures::offer(const CallRecord& rec, const RoleTensors& tensors, const CallArgs& args) {
+void Captures::offer(const CallEvent& rec, const RoleTensors& tensors, const CallArgs& args) {
   try {
     offerGuarded(rec, tensors, args);
   } catch (const std::exception& e) {
@@ -232,7 +232,7 @@ void Captures::release(const std::vector<KernelRecord>& kernels, bool at_exit) {
   }
 }
 
-void Captures::offerGuarded(const CallRecord& rec, const RoleTensors& tensors, const CallArgs& args) {
+void Captures::offerGuarded(const CallEvent& rec, const RoleTensors& tensors, const CallArgs& args) {
   CapturePolicy& policy = session_.capturePolicy();
   const std::optional<uint64_t> key = policy.auditing() ? std::optional(auditKey(rec, args)) : std::nullopt;
   const std::optional<CaptureTrigger> trigger = policy.triggerFor(rec, key);
@@ -245,7 +245,7 @@ void Captures::offerGuarded(const CallRecord& rec, const RoleTensors& tensors, c
   policy.addAuditCost(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - started).count());
 }
 
-void Captures::take(const CallRecord& rec, const RoleTensors& tensors, const CallArgs& args, CaptureTrigger trigger,
+void Captures::take(const CallEvent& rec, const RoleTensors& tensors, const CallArgs& args, CaptureTrigger trigger,
                     std::optional<uint64_t> key) {
   CapturePolicy& policy = session_.capturePolicy();
   CaptureRecord row;
@@ -294,7 +294,7 @@ void Captures::take(const CallRecord& rec, const RoleTensors& tensors, const Cal
   job.row.path = fileNameOf(rec);
   job.row.bytes = bytes;
   job.unattributed = rec.unattributed;
-  describe(rec, *kept, args, job.file);
+  describe(rec.record(), *kept, args, job.file);  // strings for the file: this call is captured
   job.file.metadata["trigger"] = captureTriggerName(trigger);
   if (slice) job.file.metadata["slice"] = slice->text;
   if (rec.device.isCpu()) {
@@ -374,13 +374,13 @@ void Captures::describe(const CallRecord& rec, const RoleTensors& tensors, const
   describeArgs(args, file);
 }
 
-void recordCheckedCall(CallRecord rec, const RoleTensors& tensors, const CallArgs& args) {
+void recordCheckedCall(CallEvent rec, const RoleTensors& tensors, const CallArgs& args) {
   ProbeCost::Scope cost(ProbeStage::kRecording);
   // Classified once, here, where the tensors' health is complete: the capture policy and the
   // store both read it (readers find edges by it).
   rec.health = static_cast<int>(edgeKindOf(rec));
   probes().captures().offer(rec, tensors, args);
-  probes().session().record(std::move(rec));
+  probes().session().record(rec);
 }
 
 std::map<std::string, std::string> environmentOf(const Device& device) {

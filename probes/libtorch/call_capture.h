@@ -25,7 +25,8 @@ class Session;
 
 // The arguments of a call that are not role tensors, as the op received them: scale, is_causal,
 // dropout_p, enable_gqa, philox seed and offset... Held as IValues: formatted only for a capture.
-using CallArgs = std::vector<std::pair<std::string_view, c10::IValue>>;
+// Inline, for the same reason as RoleTensors; the names are the probed op's own (they outlive it).
+using CallArgs = c10::SmallVector<std::pair<std::string_view, c10::IValue>, 16>;
 
 class Captures {
  public:
@@ -35,7 +36,7 @@ class Captures {
 
   // Called once `rec`'s health is known, with the tensors it describes. `tensors` is empty when
   // they were not held until then; a call the policy wants is then recorded as skipped.
-  void offer(const CallRecord& rec, const RoleTensors& tensors, const CallArgs& args);
+  void offer(const CallEvent& rec, const RoleTensors& tensors, const CallArgs& args);
 
   // At a step boundary, with the kernels collected since the last one: names the kernels of the
   // captures waiting for them and hands those to the writer thread. At exit it also waits for
@@ -44,9 +45,9 @@ class Captures {
 
  private:
   // offer() and release() without their guard: an exception stops at the guard, never the training.
-  void offerGuarded(const CallRecord& rec, const RoleTensors& tensors, const CallArgs& args);
+  void offerGuarded(const CallEvent& rec, const RoleTensors& tensors, const CallArgs& args);
   void releaseGuarded(const std::vector<KernelRecord>& kernels, bool at_exit);
-  void take(const CallRecord& rec, const RoleTensors& tensors, const CallArgs& args, CaptureTrigger trigger,
+  void take(const CallEvent& rec, const RoleTensors& tensors, const CallArgs& args, CaptureTrigger trigger,
             std::optional<uint64_t> key);
   static void describe(const CallRecord& rec, const RoleTensors& tensors, const CallArgs& args, CaptureFile& file);
 
@@ -61,7 +62,7 @@ class Captures {
 };
 
 // Where every checked call ends: offered for capture, then recorded in the store.
-void recordCheckedCall(CallRecord rec, const RoleTensors& tensors, const CallArgs& args);
+void recordCheckedCall(CallEvent rec, const RoleTensors& tensors, const CallArgs& args);
 
 // Where the training runs and with what: the torch nanprov was built for and, on a CUDA device,
 // the CUDA runtime, cuDNN and the GPU ("NVIDIA H200 (sm_90)"). Captures carry it, for replay and

@@ -27,17 +27,21 @@ bool insideAttentionCall();
 // found from the parameter behind Q once that is trusted (probes/libtorch/module_path_cache.h).
 ForwardSite siteOfForward(const at::Tensor& q = {});
 CallName nameForward(const ForwardSite& site);
+// The same, for a call that already ran: made findable by its backward through `link` (the
+// address of its output O) under the same lock.
+CallName nameForward(const ForwardSite& site, uintptr_t link);
 
-CallRecord recordFor(const CallName& name, const AttentionOp& desc, Phase phase);
+// `desc`'s name and backend must outlive the process (the probed ops' tables, or interned).
+CallEvent recordFor(const CallName& name, const AttentionOp& desc, Phase phase);
 bool onCuda(const RoleTensors& tensors);
 RoleTensors concat(RoleTensors a, const RoleTensors& b);
 
 // Corrupts matching outputs (only with --inject).
-void inject(CallRecord& rec, const RoleTensors& outputs);
+void inject(CallEvent& rec, const RoleTensors& outputs);
 
 // Measures every tensor of a finished call and records it: asynchronously on CUDA; on the CPU
 // synchronously, with the op itself as the call's kernel.
-void finish(CallRecord rec, const RoleTensors& tensors, const CallArgs& args);
+void finish(CallEvent rec, const RoleTensors& tensors, const CallArgs& args);
 
 // The reason an exception gives, or its type when it gives none.
 std::string reasonOf(const std::exception& e);
@@ -64,12 +68,12 @@ class CallTrace {
   CallTrace(const CallTrace&) = delete;
   CallTrace& operator=(const CallTrace&) = delete;
 
-  // Empty when the call's kernels are being attributed.
-  const std::string& unattributed() const { return reason_; }
+  // Empty when the call's kernels are being attributed; interned (base/interned_text.h).
+  const char* unattributed() const { return reason_; }
 
  private:
   bool traced_ = false;
-  std::string reason_;
+  const char* reason_ = "";
 };
 
 }  // namespace nanprov

@@ -80,15 +80,15 @@ bool capturing(const c10::Stream& stream) {
 
 DeviceChecks::DeviceChecks() : budget_(envInteger("NANPROV_HOLD_BYTES", kDefaultHoldBytes, 0)) {}
 
-void DeviceChecks::recordMeasuredSynchronously(CallRecord rec, const RoleTensors& tensors, const CallArgs& args) {
+void DeviceChecks::recordMeasuredSynchronously(CallEvent rec, const RoleTensors& tensors, const CallArgs& args) {
   for (const auto& [role, t] : tensors) rec.tensors.push_back(measureTensor(t, role));
   sync_measures_ += static_cast<int64_t>(tensors.size());
   recordCheckedCall(std::move(rec), tensors, args);
 }
 
-void DeviceChecks::submit(CallRecord rec, const RoleTensors& tensors, const CallArgs& args) {
+void DeviceChecks::submit(CallEvent rec, const RoleTensors& tensors, const CallArgs& args) {
   if (tensors.empty()) {
-    probes().session().record(std::move(rec));
+    probes().session().record(rec);
     return;
   }
   const int device = cudaDeviceOf(tensors);
@@ -114,27 +114,26 @@ void DeviceChecks::submit(CallRecord rec, const RoleTensors& tensors, const Call
   if (++submits_ % kPollEvery == 0 || held_bytes_.load(std::memory_order_relaxed) > budget_ / 2) collect(false);
 
   Pending pending;
-  std::vector<TensorView> views;
+  Views views;
   for (const auto& [role, t] : tensors) {
     std::optional<TensorView> view =
         t.is_cuda() && t.device().index() == device ? viewOf(t, role == Role::kMask) : std::nullopt;
-    if (!view || views.size() == static_cast<size_t>(kernels::kMaxTensors)) {
+    if (!view || views.size() == views.capacity()) {
       rec.tensors.push_back(measureTensor(t, role));  // rare: float64, more than 6 dims
       ++sync_measures_;
       continue;
     }
-    pending.checked.push_back(rec.tensors.size());
+    pending.checked.push_back(static_cast<uint8_t>(rec.tensors.size()));
     rec.tensors.push_back(describeTensor(t, role));
     views.push_back(*view);
   }
-  pending.rec = std::move(rec);
+  pending.rec = rec;
   if (views.empty()) {
-    recordCheckedCall(std::move(pending.rec), tensors, args);
+    recordCheckedCall(pending.rec, tensors, args);
     return;
   }
   pending.args = args;
-  holdOrRelease(pending, tensors, stream);
-  std::optional<Pending> failed = enqueue(*queue, std::move(pending), views, stream);
+  std::optional<Pending> failed = enqueue(*queue, std::move(pending), views, stream, &tensors);
   if (failed) {
     failed->rec.tensors.clear();
     recordMeasuredSynchronously(std::move(failed->rec), tensors, failed->args);
@@ -162,7 +161,7 @@ bool DeviceChecks::measure(const std::vector<at::Tensor>& tensors, Measured done
     }
   }
   HealthCheckQueue* queue = device < 0 || tensors.size() > kMaxMeasured ? nullptr : queueFor(device);
-  std::vector<TensorView> views;
+  Views views;
   for (const at::Tensor& t : tensors) {
     std::optional<TensorView> view = t.is_cuda() && t.device().index() == device ? viewOf(t, false) : std::nullopt;
     if (!view) break;
@@ -241,15 +240,34 @@ HealthCheckQueue* DeviceChecks::queueFor(int device) {
 #endif
 }
 
-std::optional<DeviceChecks::Pending> DeviceChecks::enqueue(HealthCheckQueue& queue, Pending pending,
-                                                           const std::vector<TensorView>& views,
-                                                           const c10::Stream& stream) {
+std::optional<DeviceChecks::Pending> DeviceChecks::enqueue(HealthCheckQueue& queue, Pending pending, const Views& views,
+                                                           const c10::Stream& stream, const RoleTensors* tensors) {
   uint64_t token;
+  bool held = true;
   {
     std::lock_guard<std::mutex> lock(mu_);
     token = next_token_++;
-    in_flight_.emplace(token, std::move(pending));
+    if (tensors) {
+      int64_t bytes = 0;
+      for (const auto& [role, t] : *tensors) bytes += static_cast<int64_t>(t.nbytes());
+      held = held_bytes_ + bytes <= budget_;
+      if (held) {
+        held_bytes_ += bytes;
+        pending.held_bytes = bytes;
+        pending.held = *tensors;
+      }
+    }
+    if (free_nodes_.empty()) {
+      in_flight_.emplace(token, std::move(pending));
+    } else {
+      InFlight::node_type node = std::move(free_nodes_.back());
+      free_nodes_.pop_back();
+      node.key() = token;
+      node.mapped() = std::move(pending);
+      in_flight_.insert(std::move(node));
+    }
   }
+  if (!held) markInUse(*tensors, stream);
   Status st = Status::Ok();
 #if NANPROV_HAVE_CUDA
   {
@@ -272,20 +290,9 @@ std::optional<DeviceChecks::Pending> DeviceChecks::enqueue(HealthCheckQueue& que
   return failed;
 }
 
-void DeviceChecks::holdOrRelease(Pending& pending, const RoleTensors& tensors, const c10::Stream& stream) {
-  int64_t bytes = 0;
-  for (const auto& [role, t] : tensors) bytes += static_cast<int64_t>(t.nbytes());
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (held_bytes_ + bytes <= budget_) {
-      held_bytes_ += bytes;
-      pending.held_bytes = bytes;
-      pending.held = tensors;
-      return;
-    }
-  }
-  // Over budget: not held. Mark the memory as in use on the check's stream so the caching
-  // allocator waits for the check before reusing it.
+// Over the hold budget: the tensors are not held. Their memory is marked in use on the check's
+// stream, so the caching allocator waits for the check before reusing it.
+void DeviceChecks::markInUse(const RoleTensors& tensors, const c10::Stream& stream) {
   c10::impl::VirtualGuardImpl guard(c10::DeviceType::CUDA);
   for (const auto& [role, t] : tensors) {
     if (t.has_storage() && t.is_cuda()) guard.recordDataPtrOnStream(t.storage().data_ptr(), stream);
@@ -298,12 +305,14 @@ void DeviceChecks::complete(uint64_t token, const HealthCounts* counts, int n) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = in_flight_.find(token);
     if (it == in_flight_.end()) return;
-    pending = std::move(it->second);
-    in_flight_.erase(it);
+    InFlight::node_type node = in_flight_.extract(it);
+    pending = std::move(node.mapped());
     held_bytes_ -= pending.held_bytes;
+    if (free_nodes_.size() < static_cast<size_t>(kSlotsPerDevice)) free_nodes_.push_back(std::move(node));
   }
   if (pending.measured) {
-    std::vector<Counts> measured(static_cast<size_t>(std::max(n, 0)));
+    std::array<Counts, kMaxMeasured> measured{};
+    n = std::min(n, kMaxMeasured);
     for (int i = 0; i < n; ++i) {
       measured[static_cast<size_t>(i)] = {static_cast<int64_t>(counts[i].nan), static_cast<int64_t>(counts[i].posinf),
                                           static_cast<int64_t>(counts[i].neginf)};
@@ -325,7 +334,7 @@ void DeviceChecks::complete(uint64_t token, const HealthCounts* counts, int n) {
     h.all_zero = h.numel > 0 && c.nonzero == 0;
     if (h.role == Role::kMask) h.masked_rows = static_cast<int64_t>(c.masked_rows);
   }
-  recordCheckedCall(std::move(pending.rec), pending.held, pending.args);
+  recordCheckedCall(pending.rec, pending.held, pending.args);
 }
 
 }  // namespace nanprov

@@ -18,6 +18,8 @@
 #include "kernels/health_check.h"
 #include "probes/libtorch/call_capture.h"
 #include "probes/libtorch/tensor_health.h"
+#include "base/inline_vector.h"
+#include "base/records/call_event.h"
 #include "base/records/call_record.h"
 
 namespace c10 {
@@ -39,7 +41,7 @@ class DeviceChecks {
   // Checks `tensors` (all on one CUDA device) and records `rec` with their health once known,
   // offering it for capture with `args` (recordCheckedCall). What the fused kernel cannot read
   // (float64, more than 6 dims) is measured synchronously, and counted as a host synchronisation.
-  void submit(CallRecord rec, const RoleTensors& tensors, const CallArgs& args);
+  void submit(CallEvent rec, const RoleTensors& tensors, const CallArgs& args);
 
   // Tensors measured for something other than an attention call (the gradient sentinel): NaN
   // and Inf counts only. At most kMaxMeasured tensors, all on one CUDA device, checked by the
@@ -67,8 +69,8 @@ class DeviceChecks {
   // A check in flight: an attention call's (recorded once its counts are known), or tensors
   // measured for the gradient sentinel (`measured` set: handed their counts, nothing recorded).
   struct Pending {
-    CallRecord rec;               // tensors described; counts filled from the kernel
-    std::vector<size_t> checked;  // rec.tensors index of each kernel view
+    CallEvent rec;                // tensors described; counts filled from the kernel
+    InlineVector<uint8_t, kMaxCallTensors> checked;  // rec.tensors index of each kernel view
     RoleTensors held;             // released once the results are known
     int64_t held_bytes = 0;
     CallArgs args;
@@ -79,11 +81,13 @@ class DeviceChecks {
 
   kernels::HealthCheckQueue* queueFor(int device);
   void collect(bool wait);
-  std::optional<Pending> enqueue(kernels::HealthCheckQueue& queue, Pending pending,
-                                 const std::vector<kernels::TensorView>& views, const c10::Stream& stream);
-  void holdOrRelease(Pending& pending, const RoleTensors& tensors, const c10::Stream& stream);
+  using Views = InlineVector<kernels::TensorView, kernels::kMaxTensors>;
+  // Holds `tensors` (when given and within the budget) in `pending` and launches its check.
+  std::optional<Pending> enqueue(kernels::HealthCheckQueue& queue, Pending pending, const Views& views,
+                                 const c10::Stream& stream, const RoleTensors* tensors = nullptr);
+  void markInUse(const RoleTensors& tensors, const c10::Stream& stream);
   void complete(uint64_t token, const kernels::HealthCounts* counts, int n);
-  void recordMeasuredSynchronously(CallRecord rec, const RoleTensors& tensors, const CallArgs& args);
+  void recordMeasuredSynchronously(CallEvent rec, const RoleTensors& tensors, const CallArgs& args);
   void measureOnHost(const std::vector<at::Tensor>& tensors, Measured done, uint64_t context);
 
   std::array<std::atomic<kernels::HealthCheckQueue*>, kMaxDevices> queues_{};  // leaked: checks may be in flight at exit
@@ -94,7 +98,10 @@ class DeviceChecks {
   // takes mu_. So mu_ is never held across a queue call, and it is released before a checked
   // call is recorded (the session's locks come after both).
   mutable std::mutex mu_;
-  std::map<uint64_t, Pending> in_flight_;
+  // Map nodes are recycled (extract, then insert again): a check allocates nothing in steady state.
+  using InFlight = std::map<uint64_t, Pending>;
+  InFlight in_flight_;
+  std::vector<InFlight::node_type> free_nodes_;
   std::atomic<int64_t> submits_{0};
   uint64_t next_token_ = 1;
   std::atomic<int64_t> held_bytes_{0};  // read without the lock to decide when to poll

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "base/interned_text.h"
 #include "probes/libtorch/call_recording.h"
 #include "probes/libtorch/probes.h"
 
@@ -48,7 +49,7 @@ void abandonCall() {
 // The name a finished call gets, and its timing and kernels: from its bracket when it had one,
 // else named now by `name_now`.
 template <typename NameNow>
-CallRecord closeCall(const AttentionOp& desc, NameNow&& name_now, const RoleTensors& outputs, CallName* named) {
+CallEvent closeCall(const AttentionOp& desc, NameNow&& name_now, const RoleTensors& outputs, CallName* named) {
   std::optional<OpenCall> open;
   if (!t_open.empty()) {
     open = std::move(t_open.back());
@@ -56,7 +57,7 @@ CallRecord closeCall(const AttentionOp& desc, NameNow&& name_now, const RoleTens
   }
   bool bracketed = open && open->name;
   *named = bracketed ? *open->name : name_now();
-  CallRecord rec = recordFor(*named, desc, desc.phase);
+  CallEvent rec = recordFor(*named, desc, desc.phase);
   rec.end_ns = wallClockNs();
   rec.start_ns = bracketed ? open->start_ns : rec.end_ns;
   if (bracketed && open->trace) rec.unattributed = open->trace->unattributed();
@@ -87,10 +88,11 @@ void recordCall(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, c
     return;
   }
   guarded("attention probe", [&] {
-    const AttentionOp desc = {op.c_str(), backend.c_str(), Phase::kForward, {Role::kO}};
+    // Interned: the event outlives this call's strings.
+    const AttentionOp desc = {internText(op), internText(backend), Phase::kForward, {Role::kO}};
     RoleTensors outputs = {{Role::kO, o}};
     CallName name;
-    CallRecord rec = closeCall(desc, [] { return nameForward(siteOfForward()); }, outputs, &name);
+    CallEvent rec = closeCall(desc, [] { return nameForward(siteOfForward()); }, outputs, &name);
     probes().session().identity().link(name, reinterpret_cast<uintptr_t>(o.data_ptr()));  // for its backward
     ++t_recorded;
     inject(rec, outputs);
@@ -117,14 +119,14 @@ void recordBackward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
     return;
   }
   guarded("attention probe", [&] {
-    const AttentionOp desc = {op.c_str(), backend.c_str(), Phase::kBackward, {Role::kdQ, Role::kdK, Role::kdV}};
+    const AttentionOp desc = {internText(op), internText(backend), Phase::kBackward, {Role::kdQ, Role::kdK, Role::kdV}};
     RoleTensors outputs;
     for (const auto& [role, grad] : {std::pair{Role::kdQ, &dq}, std::pair{Role::kdK, &dk}, std::pair{Role::kdV, &dv}}) {
       if (*grad) outputs.emplace_back(role, **grad);
     }
     CallName name;
     auto linked = [&] { return probes().session().identity().backward(reinterpret_cast<uintptr_t>(o.data_ptr())); };
-    CallRecord rec = closeCall(desc, linked, outputs, &name);
+    CallEvent rec = closeCall(desc, linked, outputs, &name);
     inject(rec, outputs);
     RoleTensors inputs = {{Role::kQ, q}, {Role::kK, k}, {Role::kV, v}};
     if (mask) inputs.emplace_back(Role::kMask, *mask);

@@ -28,7 +28,45 @@ at::Tensor ModulePathCache::sourceParameter(const at::Tensor& q) {
   return {};
 }
 
-bool ModulePathCache::trusted(const at::Tensor& parameter, std::string* path) const {
+namespace {
+
+// A thread's trusted paths, direct-mapped by the parameter's address. Each slot holds its
+// parameter weakly, as the cache does: a freed parameter's address cannot be taken by another
+// while a slot names it, and the slot reads as empty once it expired.
+struct Recalled {
+  const void* cache = nullptr;
+  const c10::TensorImpl* key = nullptr;
+  c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl> parameter{
+      c10::intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>()};
+  InternedText path;
+};
+constexpr size_t kRecalledSlots = 64;
+thread_local Recalled t_recalled[kRecalledSlots];
+
+Recalled& slotOf(const c10::TensorImpl* key) {
+  return t_recalled[(reinterpret_cast<uintptr_t>(key) >> 4) % kRecalledSlots];
+}
+
+}  // namespace
+
+bool ModulePathCache::recalled(const at::Tensor& parameter, InternedText* path) const {
+  const c10::TensorImpl* key = parameter.unsafeGetTensorImpl();
+  const Recalled& slot = slotOf(key);
+  if (slot.cache != this || slot.key != key || slot.parameter.expired()) return false;
+  *path = slot.path;
+  return true;
+}
+
+void ModulePathCache::remember(const at::Tensor& parameter, InternedText path) const {
+  const c10::TensorImpl* key = parameter.unsafeGetTensorImpl();
+  Recalled& slot = slotOf(key);
+  slot.cache = this;
+  slot.key = key;
+  slot.parameter = c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>(parameter.getIntrusivePtr());
+  slot.path = path;
+}
+
+bool ModulePathCache::trusted(const at::Tensor& parameter, InternedText* path) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = entries_.find(parameter.unsafeGetTensorImpl());
   if (it == entries_.end() || it->second.ambiguous || it->second.confirmations < kConfirmations) return false;
@@ -36,7 +74,7 @@ bool ModulePathCache::trusted(const at::Tensor& parameter, std::string* path) co
   return true;
 }
 
-void ModulePathCache::learn(const at::Tensor& parameter, const std::string& path) {
+void ModulePathCache::learn(const at::Tensor& parameter, InternedText path) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = entries_.find(parameter.unsafeGetTensorImpl());
   if (it == entries_.end()) {

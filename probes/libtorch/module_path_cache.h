@@ -13,6 +13,8 @@
 
 #include <ATen/ATen.h>
 
+#include "base/interned_text.h"
+
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -33,13 +35,19 @@ class ModulePathCache {
   static at::Tensor sourceParameter(const at::Tensor& q);
 
   // The module path of a call whose Q came from `parameter`: remembered when trusted, else
-  // `resolve()`'s answer (the stack walk), which also teaches the cache.
+  // `resolve()`'s answer (the stack walk), which also teaches the cache. A trusted path is
+  // final (trusted entries are never asked again), so each thread also keeps the ones it used
+  // last where it reads them without the lock.
   template <typename Resolve>
-  std::string path(const at::Tensor& parameter, Resolve&& resolve) {
-    if (!parameter.defined()) return resolve();
-    std::string resolved;
-    if (trusted(parameter, &resolved)) return resolved;
-    resolved = resolve();
+  InternedText path(const at::Tensor& parameter, Resolve&& resolve) {
+    if (!parameter.defined()) return InternedText(resolve());
+    InternedText resolved;
+    if (recalled(parameter, &resolved)) return resolved;
+    if (trusted(parameter, &resolved)) {
+      remember(parameter, resolved);
+      return resolved;
+    }
+    resolved = InternedText(resolve());
     learn(parameter, resolved);
     return resolved;
   }
@@ -51,12 +59,15 @@ class ModulePathCache {
   using Held = c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>;
   struct Entry {
     Held parameter;
-    std::string path;
+    InternedText path;
     int confirmations = 0;
     bool ambiguous = false;
   };
-  bool trusted(const at::Tensor& parameter, std::string* path) const;
-  void learn(const at::Tensor& parameter, const std::string& path);
+  bool trusted(const at::Tensor& parameter, InternedText* path) const;
+  void learn(const at::Tensor& parameter, InternedText path);
+  // This thread's recently used trusted paths (no lock).
+  bool recalled(const at::Tensor& parameter, InternedText* path) const;
+  void remember(const at::Tensor& parameter, InternedText path) const;
 
   mutable std::mutex mu_;
   std::unordered_map<const c10::TensorImpl*, Entry> entries_;

@@ -4,9 +4,11 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/util/SmallVector.h>
 
 #include "probes/core/injection.h"
 #include "base/records/roles.h"
+#include "base/records/call_event.h"
 #include "base/records/call_record.h"
 
 #include <utility>
@@ -14,8 +16,9 @@
 
 namespace nanprov {
 
-// The tensors of one call with their roles, in the order they are recorded.
-using RoleTensors = std::vector<std::pair<Role, at::Tensor>>;
+// The tensors of one call with their roles, in the order they are recorded. Inline: filling one
+// per call allocates nothing.
+using RoleTensors = c10::SmallVector<std::pair<Role, at::Tensor>, kMaxCallTensors>;
 
 // The index of the first CUDA device among `tensors`; -1 when they all live on the CPU.
 int cudaDeviceOf(const RoleTensors& tensors);

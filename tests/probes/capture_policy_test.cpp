@@ -14,8 +14,8 @@ namespace {
 // The trigger's name, "" for none: what the store would say.
 std::string said(std::optional<CaptureTrigger> trigger) { return trigger ? captureTriggerName(*trigger) : ""; }
 
-CallRecord call(int64_t seq, int64_t layer, Phase phase, int64_t nan_out, int64_t nan_in = 0) {
-  CallRecord c;
+CallEvent call(int64_t seq, int64_t layer, Phase phase, int64_t nan_out, int64_t nan_in = 0) {
+  CallEvent c;
   c.seq = seq;
   c.layer = layer;
   c.phase = phase;
@@ -73,7 +73,7 @@ TEST(CapturePolicy, AuditTakesEveryKeyAtItsFirstCleanCall) {
   policy.configure(plan);
   ASSERT_TRUE(policy.auditing());
   auto at = [](int64_t seq, int64_t step, int64_t nan_out = 0) {
-    CallRecord c = call(seq, 0, Phase::kForward, nan_out);
+    CallEvent c = call(seq, 0, Phase::kForward, nan_out);
     c.step = step;
     return c;
   };
@@ -99,7 +99,7 @@ TEST(CapturePolicy, AuditTakesEveryKeyAtItsFirstCleanCall) {
 // N-th step.
 TEST(CapturePolicy, AuditRotatesThroughTheLayersOrTakesEveryNthStep) {
   auto at = [](int64_t seq, int64_t step, int64_t layer, Phase phase) {
-    CallRecord c = call(seq, layer, phase, 0);
+    CallEvent c = call(seq, layer, phase, 0);
     c.step = step;
     return c;
   };
@@ -147,7 +147,7 @@ TEST(CapturePolicy, TheBudgetHoldsTheRotationBackUntilTheJudgeAndTheTimeAllow) {
   CapturePolicy policy;
   policy.configure(plan, [&] { return progress; }, [&] { return now; });
   auto at = [](int64_t seq, int64_t step) {
-    CallRecord c = call(seq, 0, Phase::kForward, 0);
+    CallEvent c = call(seq, 0, Phase::kForward, 0);
     c.step = step;
     return c;
   };
