@@ -113,7 +113,7 @@ def batches(args):
         freq = 0.2 + torch.rand(args.batch, 1, args.channels, generator=gen)
         series = torch.sin(t[None, :, None] * freq + phase)
         series = series + 0.05 * torch.randn(series.shape, generator=gen)
-        if step == args.glitch_step:
+        if step == args.glitch_step and args.glitch_rank in (-1, int(os.environ.get("RANK", "0"))):
             series[0] = series[0] * args.glitch_scale  # one corrupted sample, as a faulty sensor gives
         # Contiguous, as a data loader gives them (torch.compile plans around input strides).
         yield series[:, :-1].contiguous(), series[:, 1:].contiguous()
@@ -173,6 +173,7 @@ def main():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--glitch-step", type=int, default=-1, help="step whose batch carries the glitch (-1: none)")
     p.add_argument("--glitch-scale", type=float, default=1e20)
+    p.add_argument("--glitch-rank", type=int, default=-1, help="only this rank's batch carries the glitch (-1: every rank's)")
     p.add_argument("--mask", action="store_true", help="pass a bool padding mask to attention")
     p.add_argument("--causal", action="store_true", help="causal attention (is_causal=True; without a mask)")
     p.add_argument("--alibi-f32-layer", type=int, default=-1,
@@ -190,6 +191,8 @@ def main():
     p.add_argument("--no-cudnn", action="store_true", help="exclude cuDNN from SDPA (a control run)")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     p.add_argument("--ddp", action="store_true", help="DistributedDataParallel over gloo (run under torchrun)")
+    p.add_argument("--fsdp2", action="store_true",
+                   help="FSDP2 (fully_shard per block, then the whole model) over gloo (run under torchrun)")
     p.add_argument("--print-losses", action="store_true", help="print each loss as an exact hex float")
     p.add_argument("--speed", action="store_true", help="print steady-state steps/s (steps after the first)")
     p.add_argument("--profile", action="store_true", help="train inside torch.profiler (CPU and CUDA activities)")
@@ -226,6 +229,15 @@ def main():
 
         dist.init_process_group("gloo")
         model = nn.parallel.DistributedDataParallel(model)
+    if args.fsdp2:
+        import torch.distributed as dist
+        from torch.distributed.fsdp import fully_shard
+
+        dist.init_process_group("gloo")
+        # Parameters become DTensors sharded over the ranks; the names stay the model's.
+        for block in model.blocks():
+            fully_shard(block)
+        fully_shard(model)
     if args.compile:
         mode = None if args.compile == "default" else args.compile
         model = torch.compile(model, mode=mode, fullgraph=args.fullgraph)
@@ -290,7 +302,7 @@ def main():
         print(f"profiler events: {len(prof.events())}", flush=True)
     if args.speed and started is not None:
         print(f"steps_per_sec {(args.steps - 1) / (time.perf_counter() - started):.3f}", flush=True)
-    if args.ddp:
+    if args.ddp or args.fsdp2:
         torch.distributed.destroy_process_group()
 
 

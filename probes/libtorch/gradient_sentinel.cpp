@@ -7,6 +7,7 @@
 #include <c10/util/intrusive_ptr.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <limits>
@@ -29,9 +30,14 @@ constexpr size_t kMaxWatched = 64;
 
 }  // namespace
 
-void GradientSentinel::watch(int64_t key, const std::vector<at::Tensor>& params, const std::string& names) {
+void GradientSentinel::watch(int64_t key, const std::vector<at::Tensor>& params, const std::string& names,
+                             const std::vector<int64_t>& sharded) {
   auto w = std::make_shared<Watched>();
   for (const at::Tensor& p : params) w->params.emplace_back(p.getIntrusivePtr());
+  w->sharded.assign(params.size(), false);
+  for (int64_t i : sharded) {
+    if (i >= 0 && static_cast<size_t>(i) < params.size()) w->sharded[static_cast<size_t>(i)] = true;
+  }
   size_t from = 0;
   while (w->names.size() < params.size()) {
     size_t end = std::min(names.find('\n', from), names.size());
@@ -53,7 +59,7 @@ void GradientSentinel::watch(int64_t key, const std::vector<at::Tensor>& params,
   }
 }
 
-bool GradientSentinel::check(int64_t key, int64_t step) {
+bool GradientSentinel::check(int64_t key, int64_t step, const std::vector<std::optional<at::Tensor>>& shards) {
   std::shared_ptr<const Watched> w;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -88,12 +94,38 @@ bool GradientSentinel::check(int64_t key, int64_t step) {
       slice = Slice{};
     }
   };
+  // A tensor subclass (a DTensor, a float8 wrapper) is read only through the local shard the
+  // bootstrap hands over: its own TensorImpl may have no storage to read.
+  auto readable = [](const at::Tensor& t) {
+    return t.defined() && !t.unsafeGetTensorImpl()->is_python_dispatch() && !t.is_sparse() && t.is_floating_point();
+  };
+  const size_t sharded_count = static_cast<size_t>(std::count(w->sharded.begin(), w->sharded.end(), true));
+  const bool shards_match = shards.size() == 2 * sharded_count;
+  if (!shards_match) {
+    logOnce("sentinel shards", "gradient sentinel: the local shards handed over do not match the sharded parameters; "
+                               "sharded parameters are not checked");
+  }
+  size_t shard = 0;
   for (size_t i = 0; i < w->params.size(); ++i) {
-    c10::intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl> impl = w->params[i].lock();
-    if (!impl) continue;
-    const at::Tensor p(std::move(impl));
-    const at::Tensor& g = p.grad();
-    if (!g.defined() || g.is_sparse() || !g.is_floating_point() || !p.is_floating_point()) continue;
+    at::Tensor p, g;
+    if (w->sharded[i]) {
+      if (!shards_match) continue;
+      p = shards[2 * shard].value_or(at::Tensor());
+      g = shards[2 * shard + 1].value_or(at::Tensor());
+      ++shard;
+    } else {
+      c10::intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl> impl = w->params[i].lock();
+      if (!impl) continue;
+      p = at::Tensor(std::move(impl));
+      g = p.grad();
+    }
+    if (!g.defined()) continue;
+    if (!readable(g) || !readable(p)) {
+      if (p.unsafeGetTensorImpl()->is_python_dispatch() || g.unsafeGetTensorImpl()->is_python_dispatch()) {
+        logOnce("sentinel subclass", "gradient sentinel: parameters of a tensor subclass without a local shard are not checked");
+      }
+      continue;
+    }
     add(g, i, Kind::kGrad);
     add(p, i, Kind::kParam);
   }
@@ -188,20 +220,22 @@ void GradientSentinel::found(int64_t step, const std::string& parameter, Kind ki
 namespace {
 
 // The ops' bodies: nothing reaches the training.
-void watchParameters(int64_t key, const std::vector<at::Tensor>& params, const std::string& names) {
+void watchParameters(int64_t key, const std::vector<at::Tensor>& params, const std::string& names,
+                     const std::vector<int64_t>& sharded) {
   if (!probes().session().active()) return;
   try {
-    probes().sentinel().watch(key, params, names);
+    probes().sentinel().watch(key, params, names, sharded);
   } catch (const std::exception& e) {
     logOnce("sentinel", std::string("gradient sentinel failed, gradients are not checked: ") + e.what());
   }
 }
 
-bool checkStep(int64_t key, int64_t step) {
+bool checkStep(int64_t key, int64_t step, const c10::List<std::optional<at::Tensor>>& shards) {
   if (!probes().session().active()) return true;
   try {
     at::NoGradGuard no_grad;
-    return probes().sentinel().check(key, step);
+    std::vector<std::optional<at::Tensor>> local(shards.begin(), shards.end());
+    return probes().sentinel().check(key, step, local);
   } catch (const std::exception& e) {
     logOnce("sentinel", std::string("gradient sentinel failed, gradients are not checked: ") + e.what());
     return true;
@@ -215,8 +249,8 @@ void installGradientSentinel() {
   std::call_once(once, [] {
     // Leaked on purpose: dropping the Library deregisters the ops.
     auto* library = new torch::Library(torch::Library::DEF, "nanprov", std::nullopt, __FILE__, __LINE__);
-    library->def("watch_parameters(int key, Tensor[] params, str names) -> ()", &watchParameters);
-    library->def("check_step(int key, int step) -> bool", &checkStep);
+    library->def("watch_parameters(int key, Tensor[] params, str names, int[] sharded) -> ()", &watchParameters);
+    library->def("check_step(int key, int step, Tensor?[] shards) -> bool", &checkStep);
   });
 }
 

@@ -9,6 +9,12 @@
 // same mapped results at later step boundaries: no host synchronisation, no copy, no event; what
 // that kernel cannot read (float64, more than 6 dims) is left unchecked rather than copied. On the
 // CPU each tensor is scanned on the host by the checks' own bit-level pass (measureValues).
+//
+// Sharded parameters (FSDP2's DTensors) are checked on this rank's local shard, handed over by the
+// bootstrap at each step with its gradient's: no collective, and named by the parameter's fully
+// qualified name. The C++ side never reads a tensor subclass itself: a DTensor is a wrapper
+// without storage (reading it as a plain tensor crashed the process), and any op on it would
+// dispatch to Python and may start a collective.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -19,6 +25,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,11 +42,14 @@ class GradientSentinel {
   GradientSentinel& operator=(const GradientSentinel&) = delete;
 
   // The parameters an optimizer steps, `names` one line per parameter; replaces what `key` (the
-  // optimizer's id) watched before.
-  void watch(int64_t key, const std::vector<at::Tensor>& params, const std::string& names);
+  // optimizer's id) watched before. `sharded`: the positions of the parameters whose local shards
+  // each check is given (in that order).
+  void watch(int64_t key, const std::vector<at::Tensor>& params, const std::string& names,
+             const std::vector<int64_t>& sharded);
   // Checks their gradients and their values after `step` (the step that produced the gradients).
-  // False when `key` is not watched (never was, or forgotten to bound memory).
-  bool check(int64_t key, int64_t step);
+  // `shards` holds, per sharded parameter, its local shard and its gradient's (undefined when it
+  // has none). False when `key` is not watched (never was, or forgotten to bound memory).
+  bool check(int64_t key, int64_t step, const std::vector<std::optional<at::Tensor>>& shards);
 
  private:
   enum class Kind : uint8_t { kGrad = 0, kParam = 1 };
@@ -47,6 +57,7 @@ class GradientSentinel {
   struct Watched {
     std::vector<c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>> params;
     std::vector<std::string> names;  // "param<i>" where the bootstrap knew none
+    std::vector<bool> sharded;       // read from the check's local shards, never from the parameter
     uint64_t order = 0;              // when it was watched, to forget the oldest first
   };
   // Which parameter, and which of its tensors, each count of one measured batch is.
@@ -75,8 +86,8 @@ class GradientSentinel {
 };
 
 // Registers the ops the bootstrap calls, served by the process's sentinel (probes().sentinel()):
-//   torch.ops.nanprov.watch_parameters(key, params, names)
-//   torch.ops.nanprov.check_step(key, step) -> bool   (false: watch `key` again)
+//   torch.ops.nanprov.watch_parameters(key, params, names, sharded)
+//   torch.ops.nanprov.check_step(key, step, shards) -> bool   (false: watch `key` again)
 void installGradientSentinel();
 
 }  // namespace nanprov

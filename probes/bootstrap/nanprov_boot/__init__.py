@@ -9,7 +9,7 @@ import json
 import os
 import sys
 
-from . import (compiled_graphs, compiled_flex, eager_flex, flash_attn_probes, module_paths, module_probes,
+from . import (compiled_graphs, compiled_flex, eager_flex, flash_attn_probes, launchers, module_paths, module_probes,
                op_probes, optimizer_steps, plain_softmax, probe_library)
 from .import_watcher import ImportWatcher
 
@@ -24,7 +24,8 @@ def _report(status, detail=""):
         folder = os.path.join(os.environ["NANPROV_RUN_DIR"], "processes")
         os.makedirs(folder, exist_ok=True)
         with open(os.path.join(folder, f"{os.getpid()}.json"), "w") as f:
-            json.dump({"pid": os.getpid(), "rank": int(os.environ.get("RANK", "0") or 0),
+            rank = os.environ.get("RANK")
+            json.dump({"pid": os.getpid(), "rank": int(rank) if rank else None,
                        "status": status, "detail": detail, "argv": sys.argv}, f)
     except Exception:
         pass
@@ -34,6 +35,10 @@ _watcher = ImportWatcher()
 
 
 def arm():
+    launcher = launchers.launcher_name()
+    if launcher:  # it would claim rank 0's store (launchers.py)
+        _report("launcher", f"{launcher} starts the workers and trains nothing: not instrumented")
+        return
     _watcher.watch("torch", _load)
 
 

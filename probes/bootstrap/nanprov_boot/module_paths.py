@@ -52,11 +52,14 @@ class ModulePaths:
         if table is None or inner not in table:  # first call, or modules were added since
             table = weakref.WeakKeyDictionary((m, clean_path(name)) for name, m in root.named_modules())
             self.roots[root] = table
-            for name, p in root.named_parameters():
-                known = self.parameters.get(id(p))
-                if known is None or known[0]() is not p:
-                    self.parameters[id(p)] = (weakref.ref(p), clean_path(name))
+            self._name_parameters(root)
         return table
+
+    def _name_parameters(self, root):
+        for name, p in root.named_parameters():
+            known = self.parameters.get(id(p))
+            if known is None or known[0]() is not p:
+                self.parameters[id(p)] = (weakref.ref(p), clean_path(name))
 
     def current(self, frame):
         """The module path of the attention call running in `frame`'s thread.
@@ -100,7 +103,9 @@ class ModulePaths:
         """Names parameters from the models the training code holds, once, at the first optimizer
         step: a model whose attention nanprov did not see running (MHA's eager path, hand-written
         attention) still has its parameters named as the model names them (`layers.1.in_proj_weight`).
-        The largest model first, so a submodule held on its own does not shorten the paths."""
+        Asked again when parameters have no name yet: FSDP2 puts its sharded parameters (DTensors)
+        on the model after the model first ran, and during a forward the model holds its unsharded
+        ones. The largest model first, so a submodule held on its own does not shorten the paths."""
         self.named_from_stack = True
         found = {}
         depth = 0
@@ -112,6 +117,7 @@ class ModulePaths:
             frame, depth = frame.f_back, depth + 1
         for root in sorted(found.values(), key=lambda m: -sum(1 for _ in m.parameters())):
             self._table(root, root)
+            self._name_parameters(root)
 
     def parameter_name(self, p):
         known = self.parameters.get(id(p))
