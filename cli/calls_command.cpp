@@ -14,7 +14,7 @@ namespace nanprov::cli {
 namespace {
 
 struct Options {
-  std::string run;
+  std::vector<std::string> run;
   std::optional<int> rank;
   std::optional<int64_t> layer, step;
   std::string phase, backend, module;
@@ -36,7 +36,7 @@ CallQuery queryOf(const Options& o) {
 
 // A filter naming a layer or rank the run does not have matches nothing by mistake, not by
 // finding: say which exist instead of printing an empty table. Asked only when nothing matched.
-StatusOr<std::string> missingSelection(const Options& o, const std::string& dir) {
+StatusOr<std::string> missingSelection(const Options& o, const RunDirs& dir) {
   for (const auto& [name, value] : {std::pair{"rank", o.rank ? std::optional<int64_t>(*o.rank) : std::nullopt},
                                     std::pair{"layer", o.layer}}) {
     if (!value) continue;
@@ -121,8 +121,8 @@ void addCallsCommand(CLI::App& app, int* exit_code) {
   cmd->add_flag("--nonfinite", opts->nonfinite, "Only calls with a non-finite input or output");
   addJsonFlag(cmd, &opts->json);
   cmd->callback([opts, exit_code] {
-    auto dir = resolveRunDir(opts->run);
-    if (!dir.ok()) return void(*exit_code = fail("calls", dir.status()));
+    auto dir = resolveRunDirs("calls", opts->run, exit_code);
+    if (!dir) return;
     // Calls stream from the stores, filtered there, and go out as they come: a listing of a
     // 10M-call run holds one call at a time.
     int64_t shown = 0;

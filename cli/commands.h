@@ -22,17 +22,22 @@ CLI::Validator wholeNumber();
 CLI::Validator sizeText();
 CLI::Validator percentText();  // "1", "0.5", "100"
 
-// The options most commands share, with one wording: the run directory argument (default: the
-// newest run under ./nanprov-runs) and --json.
-CLI::Option* addRunArgument(CLI::App* cmd, std::string* run);
+// The options most commands share, with one wording: the run directory arguments (default: the
+// newest run under ./nanprov-runs; several: one job's directories, one per node) and --json.
+CLI::Option* addRunArgument(CLI::App* cmd, std::vector<std::string>* runs);
 CLI::Option* addJsonFlag(CLI::App* cmd, bool* json);
 
 // Prints "nanprov <command>: <message>" on stderr and returns kInputError.
 int fail(const std::string& command, const Status& status);
 
+// The run directories named on the command line (or the newest run); several are checked to be
+// one job's (store/job.h). On failure prints the one-line error for `command` and sets
+// *exit_code (kNotOneJob when they are not one job's).
+std::optional<RunDirs> resolveRunDirs(const std::string& command, const std::vector<std::string>& given, int* exit_code);
+
 // The run named on the command line (or the newest), loaded; on failure prints the one-line
 // error for `command` and sets *exit_code.
-std::optional<RunData> openRun(const std::string& command, const std::string& given, int* exit_code,
+std::optional<RunData> openRun(const std::string& command, const std::vector<std::string>& given, int* exit_code,
                                RunScope scope);
 
 // `wrapped` is what followed "--" on the command line: the command to run.

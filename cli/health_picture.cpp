@@ -72,7 +72,7 @@ StatusOr<HealthPicture> drawHealthPicture(const Report& report) {
   std::map<int, int64_t> steps_of;
   for (const RankInfo& r : run.ranks) steps_of[r.rank] = r.steps;
   Status damaged = Status::Ok();
-  Status read = forEachCall(run.dir, CallQuery{}, [&](const CallRecord& c) {
+  Status read = forEachCall(RunDirs(run.dirs), CallQuery{}, [&](const CallRecord& c) {
     // A call's step counts the boundaries its rank recorded before it, so a step far past them
     // is a damaged store; drawing up to it would make a page of any size.
     auto recorded = steps_of.find(c.rank);

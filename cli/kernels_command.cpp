@@ -14,7 +14,7 @@ namespace nanprov::cli {
 namespace {
 
 struct Options {
-  std::string run;
+  std::vector<std::string> run;
   std::string call;  // rank<R>:layer<L>:call<C>
   bool json = false;
 };
@@ -49,8 +49,8 @@ void addKernelsCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--call", opts->call, "Only this call, named as the report names it (rank0:layer1:call1)");
   addJsonFlag(cmd, &opts->json);
   cmd->callback([opts, exit_code] {
-    auto dir = resolveRunDir(opts->run);
-    if (!dir.ok()) return void(*exit_code = fail("kernels", dir.status()));
+    auto dir = resolveRunDirs("kernels", opts->run, exit_code);
+    if (!dir) return;
     CallQuery query;
     if (!opts->call.empty()) {
       auto named = parseCallName(opts->call);

@@ -5,6 +5,7 @@
 #include "cli/build_info.h"
 #include "cli/commit.h"
 #include "cli/commands.h"
+#include "store/job.h"
 #include "store/run_dir.h"
 
 namespace nanprov::cli {
@@ -14,10 +15,28 @@ int fail(const std::string& command, const Status& status) {
   return nanprov::kInputError;
 }
 
-std::optional<RunData> openRun(const std::string& command, const std::string& given, int* exit_code, RunScope scope) {
-  auto dir = resolveRunDir(given);
-  if (!dir.ok()) return *exit_code = fail(command, dir.status()), std::nullopt;
-  auto run = loadRun(*dir, scope);
+std::optional<RunDirs> resolveRunDirs(const std::string& command, const std::vector<std::string>& given, int* exit_code) {
+  std::vector<std::string> dirs;
+  for (const std::string& one : given.empty() ? std::vector<std::string>{""} : given) {
+    auto dir = resolveRunDir(one);
+    if (!dir.ok()) return *exit_code = fail(command, dir.status()), std::nullopt;
+    dirs.push_back(*dir);
+  }
+  RunDirs run(std::move(dirs));
+  if (run.all.size() > 1) {
+    if (Status one_job = checkOneJob(run); !one_job.ok()) {
+      fail(command, one_job);
+      return *exit_code = nanprov::kNotOneJob, std::nullopt;
+    }
+  }
+  return run;
+}
+
+std::optional<RunData> openRun(const std::string& command, const std::vector<std::string>& given, int* exit_code,
+                               RunScope scope) {
+  auto dirs = resolveRunDirs(command, given, exit_code);
+  if (!dirs) return std::nullopt;
+  auto run = loadRun(*dirs, scope);
   if (!run.ok()) return *exit_code = fail(command, run.status()), std::nullopt;
   return std::move(*run);
 }

@@ -12,8 +12,11 @@ bool allDigits(const std::string& s) {
 
 }  // namespace
 
-CLI::Option* addRunArgument(CLI::App* cmd, std::string* run) {
-  return cmd->add_option("run", *run, "Run directory (default: the newest under ./nanprov-runs)");
+CLI::Option* addRunArgument(CLI::App* cmd, std::vector<std::string>* runs) {
+  return cmd->add_option("run", *runs,
+                         "Run directory (default: the newest under ./nanprov-runs); several directories of one "
+                         "multi-node job (one per node) are read as one run")
+      ->expected(0, -1);
 }
 
 CLI::Option* addJsonFlag(CLI::App* cmd, bool* json) { return cmd->add_flag("--json", *json, "Print JSON for scripts"); }

@@ -30,7 +30,7 @@ std::string whyNothingChecked(const RunData& run, const std::map<std::string, in
       return "the training exited with code " + std::to_string(*settings.exit_code) + when;
     }
   }
-  ProcessNotes notes = readProcessNotes(run.dir);
+  ProcessNotes notes = readProcessNotes(RunDirs(run.dirs));
   if (notes.processes > 0 && notes.instrumented == 0) {
     return "no process was instrumented (see " + (fs::path(run.dir) / "processes").string() + ")";
   }
@@ -41,19 +41,23 @@ std::string whyNothingChecked(const RunData& run, const std::map<std::string, in
 
 }  // namespace
 
-ProcessNotes readProcessNotes(const std::string& run_dir) {
+ProcessNotes readProcessNotes(const RunDirs& dirs) {
   namespace fs = std::filesystem;
   ProcessNotes notes;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(fs::path(run_dir) / "processes", ec)) {
-    nlohmann::json note = readJsonFile(entry.path().string());
-    if (note.is_discarded() || !note.is_object()) continue;
-    ++notes.processes;
-    if (note.value("status", "") == "instrumented") {
-      ++notes.instrumented;
-    } else {
-      notes.problems.push_back("pid " + std::to_string(note.value("pid", 0)) + ": " +
-                               note.value("detail", std::string()));
+  for (const std::string& run_dir : dirs.all) {
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(fs::path(run_dir) / "processes", ec)) {
+      nlohmann::json note = readJsonFile(entry.path().string());
+      if (note.is_discarded() || !note.is_object()) continue;
+      const std::string status = note.value("status", "");
+      if (status == "launcher") continue;
+      ++notes.processes;
+      if (status == "instrumented") {
+        ++notes.instrumented;
+      } else {
+        notes.problems.push_back("pid " + std::to_string(note.value("pid", 0)) + ": " +
+                                 note.value("detail", std::string()));
+      }
     }
   }
   return notes;
@@ -89,14 +93,18 @@ Conclusion conclude(const RunData& run, const Findings& findings) {
     for (const auto& [what, step] : run.unprobedFirstSteps()) {
       if (step <= c.sentinel->step) c.unchecked_by_sentinel_step.push_back(what);
     }
+    // A rank not read may have made them in its attention (and sent them in a collective).
+    for (int rank : run.missingRanks()) {
+      c.unchecked_by_sentinel_step.push_back("the attention of rank " + std::to_string(rank) + " (its store was not read)");
+    }
     c.outcome = c.unchecked_by_sentinel_step.empty() ? Outcome::kOutsideAttention : Outcome::kPartial;
   } else if (findings.first) {
     c.outcome = Outcome::kEdgeFound;
   } else if (run.total_calls == 0) {
     c.outcome = Outcome::kNothingChecked;
     c.nothing_checked_why = whyNothingChecked(run, c.unprobed);
-  } else if (!c.unprobed.empty()) {
-    c.outcome = Outcome::kPartial;
+  } else if (!c.unprobed.empty() || !run.missingRanks().empty()) {
+    c.outcome = Outcome::kPartial;  // attention unchecked, or ranks of the job not read
   }
   c.audit = readAudit(run);
   if ((c.outcome == Outcome::kClean || c.outcome == Outcome::kPartial) && !c.audit.findings.empty()) {

@@ -33,8 +33,9 @@ struct Conclusion {
   Outcome outcome = Outcome::kClean;
   std::optional<SentinelFinding> sentinel;
   std::map<std::string, int64_t> unprobed;  // attention recognised but not checked
-  // With a sentinel finding whose step saw attention run unchecked: those kinds. The origin may
-  // then be that attention, so the outcome is partial, never outside_attention.
+  // With a sentinel finding whose step saw attention run unchecked: those kinds, and the ranks of
+  // the job not read. The origin may then be that attention, so the outcome is partial, never
+  // outside_attention.
   std::vector<std::string> unchecked_by_sentinel_step;
   std::string nothing_checked_why;           // set for kNothingChecked
   AuditSummary audit;                        // with any outcome
@@ -46,13 +47,14 @@ struct Conclusion {
 // cannot tell whether that attention made the values.
 Conclusion conclude(const RunData& run, const Findings& findings);
 
-// What the bootstrap noted about each Python process of a run (processes/<pid>.json).
+// What the bootstrap noted about each Python process of a run (processes/<pid>.json). Launchers
+// (torchrun's agent and the like: they train nothing and are not instrumented) are not counted.
 struct ProcessNotes {
   int processes = 0;
   int instrumented = 0;
   std::vector<std::string> problems;  // "pid 123: torch 2.9 in this process, but ..."
 };
-ProcessNotes readProcessNotes(const std::string& run_dir);
+ProcessNotes readProcessNotes(const RunDirs& dirs);
 
 // "step 3" or, for inference runs, "forward pass 3".
 std::string stepLabel(const RunData& run, int64_t step);

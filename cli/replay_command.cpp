@@ -22,7 +22,7 @@ namespace {
 namespace fs = std::filesystem;
 
 struct Options {
-  std::string target;
+  std::vector<std::string> targets;  // one capture file, or run directories (one job's)
   std::string backends;
   std::string device = "auto";
   bool json = false;
@@ -49,11 +49,11 @@ bool replayCanRun(const std::string& backend) {
 namespace {
 
 // The capture a run directory points at: its first source edge's (the default capture).
-StatusOr<std::string> captureOfRun(const std::string& dir) {
-  auto run = loadRun(dir, RunScope::kEdges);
+StatusOr<std::string> captureOfRun(const RunDirs& dirs) {
+  auto run = loadRun(dirs, RunScope::kEdges);
   if (!run.ok()) return run.status();
   Findings f = analyze(*run);
-  if (!f.first_source) return Status::Error(dir + " has no source edge, so nothing was captured by default; pass a capture file");
+  if (!f.first_source) return Status::Error(run->dir + " has no source edge, so nothing was captured by default; pass a capture file");
   const CallRecord& edge = run->calls[*f.first_source];
   const CaptureRecord* capture = run->captureOf(edge.rank, edge.seq);
   if (!capture) return Status::Error("the first source edge " + callName(edge) + " was not captured (run with nanprov run's defaults)");
@@ -85,12 +85,16 @@ StatusOr<std::string> checkedBackends(const std::string& list, bool given) {
 int replay(const Options& opts) {
   auto backends = checkedBackends(opts.backends, opts.backends_given);
   if (!backends.ok()) return std::cerr << "nanprov replay: " << backends.status().message() << "\n", kUsageError;
-  std::string capture = opts.target;
+  std::string capture = opts.targets.size() == 1 ? opts.targets.front() : "";
   std::error_code ec;
+  if (opts.targets.size() > 1 && !fs::is_directory(opts.targets.front(), ec)) {
+    return std::cerr << "nanprov replay: give one capture file, or run directories\n", kUsageError;
+  }
   if (capture.empty() || fs::is_directory(capture, ec)) {
-    auto dir = resolveRunDir(capture);
-    if (!dir.ok()) return fail("replay", dir.status());
-    auto found = captureOfRun(*dir);
+    int code = kClean;
+    auto dirs = resolveRunDirs("replay", opts.targets, &code);
+    if (!dirs) return code;
+    auto found = captureOfRun(*dirs);
     if (!found.ok()) return fail("replay", found.status());
     capture = *found;
   }
@@ -146,8 +150,10 @@ void addReplayCommand(CLI::App& app, int* exit_code) {
       "  nanprov replay CAPTURE --audit        judge only the run's own outputs, as --audit does\n\n"
       "With --audit: exit 0 the run's outputs are ok, 1 a finding, 3 not auditable (why is printed);\n"
       "the judgement is kept next to the capture (CAPTURE.audit.json) for nanprov report.");
-  cmd->add_option("capture", opts->target,
-                  "A capture file, or a run directory for its first source edge's capture (default: the newest run)");
+  cmd->add_option("capture", opts->targets,
+                  "A capture file, or a run directory for its first source edge's capture (default: the newest run); "
+                  "several directories of one multi-node job are read as one run")
+      ->expected(0, -1);
   cmd->add_option("--backends", opts->backends,
                   "Comma list from cudnn, flash, efficient, math (CUDA), flash_cpu, math (CPU), plain_softmax "
                   "(either: softmax(q kᵀ + mask) v with no guard for fully masked rows, as nn.MultiheadAttention "

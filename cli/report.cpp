@@ -42,6 +42,40 @@ nlohmann::json coverageJson(const RunData& run, const Conclusion& c) {
   return {{"attention_calls", run.total_calls}, {"calls_not_stored", run.callsNotStored()}, {"unprobed", unprobed}};
 }
 
+// The ranks whose workers could not write their store, and why. With the ranks absent from the
+// directories given they are the job's missing ranks, which make the report partial.
+nlohmann::json unrecordedJson(const RunData& run) {
+  nlohmann::json unrecorded = nlohmann::json::array();
+  for (const auto& [rank, why] : run.unrecorded) unrecorded.push_back({{"rank", rank}, {"why", why}});
+  return unrecorded;
+}
+
+// Lines for the ranks not read, and for a job read from several directories; "" when neither.
+std::string ranksNotReadText(const RunData& run) {
+  std::string out;
+  std::vector<std::string> unrecorded, absent;
+  for (int rank : run.missingRanks()) {
+    auto it = run.unrecorded.find(rank);
+    if (it == run.unrecorded.end()) absent.push_back(std::to_string(rank));
+    else unrecorded.push_back(std::to_string(rank) + " (" + printable(it->second) + ")");
+  }
+  if (!unrecorded.empty()) {
+    out += "  NOT RECORDED: rank " + joined(unrecorded, ", rank ") + ": its worker trained without a store\n";
+  }
+  if (!absent.empty()) {
+    out += "  partial: rank" + std::string(absent.size() == 1 ? " " : "s ") + joined(absent, ", ") + " of world size " +
+           std::to_string(run.worldSize()) + (absent.size() == 1 ? " has" : " have") +
+           " no store in the directories given (another node's run directory?)\n";
+  }
+  if (run.dirs.size() > 1) {
+    std::vector<std::string> dirs;
+    for (const std::string& d : run.dirs) dirs.push_back(printable(d));
+    out += "  one job from " + std::to_string(run.dirs.size()) + " run directories (" + joined(dirs, ", ") +
+           "): calls are ordered by step first, then by time; clocks differ between hosts\n";
+  }
+  return out;
+}
+
 nlohmann::json sentinelJson(const std::optional<SentinelFinding>& s) {
   if (!s) return nullptr;
   std::vector<std::string> all = s->gradients;
@@ -75,7 +109,7 @@ void addKernelsAndCapture(const RunData& run, const CallKernelIndex& index, cons
 }  // namespace
 
 std::string capturePath(const RunData& run, const CaptureRecord& capture) {
-  return (std::filesystem::path(run.dir) / capture.path).string();
+  return (std::filesystem::path(run.dirOf(capture.rank)) / capture.path).string();
 }
 
 std::string summaryLine(const RunData& run) {
@@ -228,6 +262,11 @@ nlohmann::json reportJson(const Report& report) {
       {"gradient_sentinel", sentinelJson(conclusion.sentinel)},
       {"unchecked_attention_by_sentinel_step", conclusion.unchecked_by_sentinel_step},
       {"ranks", ranks},
+      {"run_dirs", run.dirs},
+      {"clocks_differ", run.acrossHosts()},
+      {"world_size", run.worldSize()},
+      {"missing_ranks", run.missingRanks()},
+      {"unrecorded_ranks", unrecordedJson(run)},
       {"first_edge", nullptr},
       {"first_source_edge", nullptr},
       {"propagation", {{"calls", f.propagation.calls}, {"layers", f.propagation.layers}, {"ranks", f.propagation.ranks}}},
@@ -259,7 +298,8 @@ namespace {
 // not checked, and the run's size.
 std::string closing(const RunData& run, const Conclusion& conclusion) {
   std::string unprobed = unprobedLine(conclusion);
-  return auditText(conclusion.audit) + (unprobed.empty() ? "" : "  " + unprobed + "\n") + "  " + summaryLine(run) + "\n";
+  return auditText(conclusion.audit) + (unprobed.empty() ? "" : "  " + unprobed + "\n") + ranksNotReadText(run) + "  " +
+         summaryLine(run) + "\n";
 }
 
 }  // namespace

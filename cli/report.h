@@ -12,7 +12,7 @@
 
 namespace nanprov {
 
-// A capture's file, for `nanprov replay`: its stored path is relative to the run directory.
+// A capture's file, for `nanprov replay`: its stored path is relative to its rank's run directory.
 std::string capturePath(const RunData& run, const CaptureRecord& capture);
 
 // "run DIR: 2 ranks, 48 attention calls checked, 4 optimizer steps", and a second line when the

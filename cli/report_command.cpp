@@ -24,7 +24,7 @@ int reportExitCode(const Conclusion& c, bool warn_only) {
 
 void addReportCommand(CLI::App& app, int* exit_code) {
   struct Options {
-    std::string run;
+    std::vector<std::string> run;
     bool json = false;
     std::string html;
     bool audit_warn_only = false;

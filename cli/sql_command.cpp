@@ -13,7 +13,8 @@ namespace nanprov::cli {
 
 void addSqlCommand(CLI::App& app, int* exit_code) {
   struct Options {
-    std::string first, second;
+    std::string first;
+    std::vector<std::string> rest;  // more run directories of one job, then the query
     bool json = false;
     double timeout = 60;
     int64_t max_memory = int64_t{2} << 30;
@@ -23,11 +24,15 @@ void addSqlCommand(CLI::App& app, int* exit_code) {
   cmd->footer(
       "Examples:\n"
       "  nanprov sql \"SELECT rank, layer, call, phase FROM calls WHERE injected IS NOT NULL\"\n"
-      "  nanprov sql runs/a \"SELECT role, SUM(nan) FROM tensors GROUP BY role\" --json\n\n"
+      "  nanprov sql runs/a \"SELECT role, SUM(nan) FROM tensors GROUP BY role\" --json\n"
+      "  nanprov sql node0/run node1/run \"SELECT rank, COUNT(*) FROM calls GROUP BY rank\"   one job, two nodes\n\n"
       "The schema is documented in store/README.md. Statements that write are refused.");
   // Two positionals, not one taking 1-2 values: CLI11 then prints a usage line people can read.
   cmd->add_option("RUN_OR_QUERY", opts->first, "The run directory, or the query when the run is the newest")->required();
-  CLI::Option* second = cmd->add_option("QUERY", opts->second, "One SELECT over the run given first");
+  CLI::Option* second = cmd->add_option("QUERY", opts->rest,
+                                        "One SELECT over the run given first (several directories of one multi-node "
+                                        "job may come before it)")
+                            ->expected(0, -1);
   cmd->add_flag("--json", opts->json, "Print rows as JSON objects");
   cmd->add_option("--timeout", opts->timeout, "Interrupt the query after this many seconds (default 60; 0: never)")
       ->check(CLI::Range(0.0, 1e6));
@@ -38,13 +43,18 @@ void addSqlCommand(CLI::App& app, int* exit_code) {
       ->check(CLI::Range(int64_t{1} << 20, int64_t{1} << 40));
   cmd->callback([opts, exit_code, second] {
     bool run_given = second->count() > 0;  // `sql RUN ''` is an empty query, not a missing one
-    std::string query = run_given ? opts->second : opts->first;
+    std::string query = run_given ? opts->rest.back() : opts->first;
     if (query.find_first_not_of(" \t\r\n") == std::string::npos) {
       std::cerr << "nanprov sql: empty query: give one SELECT statement (see nanprov sql --help)\n";
       return void(*exit_code = kUsageError);
     }
-    auto dir = resolveRunDir(run_given ? opts->first : "");
-    if (!dir.ok()) return void(*exit_code = fail("sql", dir.status()));
+    std::vector<std::string> given;
+    if (run_given) {
+      given.push_back(opts->first);
+      given.insert(given.end(), opts->rest.begin(), opts->rest.end() - 1);
+    }
+    auto dir = resolveRunDirs("sql", given, exit_code);
+    if (!dir) return;
     auto result = queryRun(*dir, query, {.timeout_seconds = opts->timeout, .max_memory_bytes = opts->max_memory});
     if (!result.ok()) return void(*exit_code = fail("sql", result.status()));
     if (opts->json) {

@@ -11,7 +11,7 @@ namespace nanprov::cli {
 namespace {
 
 struct Options {
-  std::string run;
+  std::vector<std::string> run;
   std::string out;
 };
 

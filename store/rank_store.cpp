@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <filesystem>
 
@@ -77,12 +78,18 @@ bool isRunDir(const std::string& dir) {
   return std::filesystem::is_regular_file(std::filesystem::path(dir) / kRunFileName, ec);
 }
 
-StatusOr<std::vector<std::string>> storesOf(const std::string& dir) {
-  auto found = rankStorePaths(dir);
+bool areRunDirs(const RunDirs& dirs) {
+  return std::all_of(dirs.all.begin(), dirs.all.end(), [](const std::string& dir) { return isRunDir(dir); });
+}
+
+StatusOr<std::vector<std::string>> storesOf(const RunDirs& dirs) {
+  auto found = rankStorePaths(dirs);
   if (!found.ok()) return found.status();
   std::vector<std::string> paths = std::move(*found);
   if (paths.empty()) {
-    return Status::Error(dir + " holds no rank store (rank-<r>.sqlite): the run recorded no attention "
+    std::string named;
+    for (const std::string& dir : dirs.all) named += (named.empty() ? "" : " and ") + dir;
+    return Status::Error(named + (dirs.all.size() == 1 ? " holds" : " hold") + " no rank store (rank-<r>.sqlite): the run recorded no attention "
                          "call, or it is not a nanprov run directory");
   }
   return paths;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "store/reader.h"
+#include "store/run_dir.h"
 #include "store/sqlite_db.h"
 
 namespace nanprov {
@@ -23,7 +24,10 @@ StatusOr<sqlite::Db> openRankStore(const std::string& path, RankInfo* info);
 // Whether `dir` is a run directory (it has run.json), with or without rank stores.
 bool isRunDir(const std::string& dir);
 
-// The rank stores of a run, or an error that says the directory holds none.
-StatusOr<std::vector<std::string>> storesOf(const std::string& dir);
+// The rank stores of a run, or an error that says the directories hold none.
+StatusOr<std::vector<std::string>> storesOf(const RunDirs& dirs);
+
+// Whether every one of `dirs` is a run directory.
+bool areRunDirs(const RunDirs& dirs);
 
 }  // namespace nanprov

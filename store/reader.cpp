@@ -225,6 +225,43 @@ int64_t RunData::callsNotStored() const {
   return lost;
 }
 
+int RunData::worldSize() const {
+  int64_t size = 0;
+  for (const RankInfo& r : ranks) {
+    auto it = r.meta.find("world_size");
+    if (it == r.meta.end()) continue;
+    if (auto n = parseInteger(it->second, 1, kMaxRank + 1)) size = std::max(size, *n);
+  }
+  return static_cast<int>(size);
+}
+
+std::vector<int> RunData::missingRanks() const {
+  std::set<int> present, missing;
+  for (const RankInfo& r : ranks) present.insert(r.rank);
+  for (int r = 0; r < worldSize(); ++r) {
+    if (!present.count(r)) missing.insert(r);
+  }
+  for (const auto& [rank, why] : unrecorded) {
+    if (!present.count(rank)) missing.insert(rank);
+  }
+  return {missing.begin(), missing.end()};
+}
+
+bool RunData::acrossHosts() const {
+  std::set<std::string> hosts;
+  for (const RankInfo& r : ranks) {
+    if (auto it = r.meta.find("host"); it != r.meta.end()) hosts.insert(it->second);
+  }
+  return hosts.size() > 1 || dirs.size() > 1;
+}
+
+std::string RunData::dirOf(int rank) const {
+  for (const RankInfo& r : ranks) {
+    if (r.rank == rank) return std::filesystem::path(r.path).parent_path().string();
+  }
+  return dir;
+}
+
 StepUnit RunData::stepUnit() const {
   for (const RankInfo& r : ranks) {
     auto it = r.meta.find("step_unit");
@@ -249,20 +286,24 @@ KernelRecord cpuKernelOf(const CallRecord& call) {
   return KernelRecord{.rank = call.rank, .seq = call.seq, .name = call.op, .start_ns = call.start_ns, .end_ns = call.end_ns};
 }
 
-StatusOr<RunData> loadRun(const std::string& dir, RunScope scope) {
+StatusOr<RunData> loadRun(const RunDirs& dirs, RunScope scope) {
   RunData run;
-  run.dir = dir;
+  run.dirs = dirs.all;
+  run.dir = dirs.all.front();
   run.scope = scope;
-  run.settings = readRunFile(dir);
-  auto found = rankStorePaths(dir);
+  run.settings = readRunFile(run.dir);
+  for (const std::string& dir : dirs.all) run.unrecorded.merge(unrecordedRanks(dir));
+  auto found = rankStorePaths(dirs);
   if (!found.ok()) return found.status();
   const std::vector<std::string>& paths = *found;
-  if (paths.empty() && isRunDir(dir)) {
+  if (paths.empty() && areRunDirs(dirs)) {
     // A rank that died before its first batch left a tally and no store.
-    for (const std::string& tally : callTallyPaths(dir)) run.calls_begun_without_store += tallyOf(tally).value_or(0);
+    for (const std::string& dir : dirs.all) {
+      for (const std::string& tally : callTallyPaths(dir)) run.calls_begun_without_store += tallyOf(tally).value_or(0);
+    }
     return run;
   }
-  if (paths.empty()) return storesOf(dir).status();
+  if (paths.empty()) return storesOf(dirs).status();
   for (const std::string& path : paths) {
     RankInfo info;
     auto db = openRankStore(path, &info);
@@ -294,7 +335,7 @@ StatusOr<RunData> loadRun(const std::string& dir, RunScope scope) {
     NANPROV_RETURN_IF_ERROR(loadSentinel(db->get(), path, info.rank, &run.sentinel));
     info.steps = countSteps(db->get());
     info.calls_stored = callsWritten(info);
-    info.calls_begun = tallyOf((std::filesystem::path(dir) / callTallyName(info.rank)).string());
+    info.calls_begun = tallyOf((std::filesystem::path(path).parent_path() / callTallyName(info.rank)).string());
     run.ranks.push_back(std::move(info));
   }
   for (const CallRecord& c : run.calls) {
@@ -318,12 +359,12 @@ struct RankStream {
 
 }  // namespace
 
-Status forEachCall(const std::string& dir, const CallQuery& query, const std::function<bool(const CallRecord&)>& visit) {
-  auto found = rankStorePaths(dir);
+Status forEachCall(const RunDirs& dirs, const CallQuery& query, const std::function<bool(const CallRecord&)>& visit) {
+  auto found = rankStorePaths(dirs);
   if (!found.ok()) return found.status();
   const std::vector<std::string>& paths = *found;
-  if (paths.empty() && isRunDir(dir)) return Status::Ok();
-  if (paths.empty()) return storesOf(dir).status();
+  if (paths.empty() && areRunDirs(dirs)) return Status::Ok();
+  if (paths.empty()) return storesOf(dirs).status();
   CallFilter filter = CallFilter::matching(query);
   std::vector<std::unique_ptr<RankStream>> streams;
   auto advance = [](RankStream& r) -> StatusOr<bool> { return r.cursor->next(&r.head); };

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "store/run_dir.h"
 #include "store/run_file.h"
 #include "base/records/call_record.h"
 #include "base/status.h"
@@ -42,7 +43,8 @@ struct NotClean {
 };
 
 struct RunData {
-  std::string dir;
+  std::string dir;                // the first directory given: the run's name in what is printed
+  std::vector<std::string> dirs;  // every directory of the job (one per node); dir is dirs[0]
   RunFile settings;  // run.json: the command, the audit's settings, how the training ended
   RunScope scope = RunScope::kAll;
   int64_t total_calls = 0;  // checked calls over all ranks, loaded or not
@@ -53,6 +55,17 @@ struct RunData {
   std::vector<CaptureRecord> captures;  // per rank in the order decided
   std::vector<SentinelRecord> sentinel;  // per rank: the first step whose gradients went non-finite
   int64_t calls_begun_without_store = 0;  // tallied by ranks that died before creating their store
+  std::map<int, std::string> unrecorded;  // ranks whose workers could not write their store → why
+
+  // The job's world size as its ranks recorded it (the largest; 0 when no store says).
+  int worldSize() const;
+  // Ranks of the job with no store read: below the world size and absent, or noted unrecorded.
+  std::vector<int> missingRanks() const;
+  // Whether the ranks ran on more than one host: their clocks then differ, and calls of two hosts
+  // are ordered by step first, by time only within a step.
+  bool acrossHosts() const;
+  // The directory holding `rank`'s store (its captures and tally are beside it).
+  std::string dirOf(int rank) const;
 
   // Attention recognised but not checked, summed over ranks: what → count (meta "unprobed:*").
   std::map<std::string, int64_t> unprobed() const;
@@ -74,7 +87,8 @@ struct RunData {
 
 // A run directory whose processes recorded nothing (no rank store: no attention ran, or the
 // training died first) loads as a run with no ranks; a directory that is not a run is an error.
-StatusOr<RunData> loadRun(const std::string& dir, RunScope scope = RunScope::kAll);
+// Several directories (one job's, one per node) load as one run, their ranks merged.
+StatusOr<RunData> loadRun(const RunDirs& dirs, RunScope scope = RunScope::kAll);
 
 // Which calls to stream: every condition given must hold.
 struct CallQuery {
@@ -89,7 +103,7 @@ struct CallQuery {
 // Streams the run's calls that match, with their tensors, one at a time: ranks merged by (step,
 // start_ns, rank, seq), each rank in call order. Memory stays flat at any run size. `visit`
 // returns false to stop early.
-Status forEachCall(const std::string& dir, const CallQuery& query, const std::function<bool(const CallRecord&)>& visit);
+Status forEachCall(const RunDirs& dirs, const CallQuery& query, const std::function<bool(const CallRecord&)>& visit);
 
 // A CPU call's kernel: its ATen op, timed by the call itself (stores do not repeat it).
 KernelRecord cpuKernelOf(const CallRecord& call);
@@ -109,6 +123,6 @@ struct QueryLimits {
   int64_t max_memory_bytes = 0;
 };
 
-StatusOr<QueryResult> queryRun(const std::string& dir, const std::string& sql, const QueryLimits& limits = {});
+StatusOr<QueryResult> queryRun(const RunDirs& dirs, const std::string& sql, const QueryLimits& limits = {});
 
 }  // namespace nanprov

@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "base/numbers.h"
+#include "store/small_file.h"
 
 namespace nanprov {
 namespace fs = std::filesystem;
@@ -28,7 +29,7 @@ std::string newRunDirName(const std::string& root) {
 namespace {
 
 constexpr std::string_view kRankPrefix = "rank-", kStoreSuffix = ".sqlite", kTallySuffix = ".tally",
-                           kAuditProgressSuffix = ".audit-progress";
+                           kAuditProgressSuffix = ".audit-progress", kUnrecordedSuffix = ".unrecorded";
 
 std::string rankFileName(int rank, std::string_view suffix) { return std::string(kRankPrefix) + std::to_string(rank) + std::string(suffix); }
 
@@ -69,6 +70,21 @@ std::string notRegularFile(const fs::path& path) {
 std::string rankStoreName(int rank) { return rankFileName(rank, kStoreSuffix); }
 std::string callTallyName(int rank) { return rankFileName(rank, kTallySuffix); }
 std::string auditProgressName(int rank) { return rankFileName(rank, kAuditProgressSuffix); }
+std::string unrecordedNoteName(int rank) { return rankFileName(rank, kUnrecordedSuffix); }
+
+std::map<int, std::string> unrecordedRanks(const std::string& dir) {
+  std::map<int, std::string> out;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    auto rank = rankOfName(entry.path().filename().string(), kUnrecordedSuffix);
+    if (!rank) continue;
+    auto text = readSmallFile(entry.path().string(), 4096);
+    std::string why = text.ok() && *text ? **text : "";
+    while (!why.empty() && (why.back() == '\n' || why.back() == '\r')) why.pop_back();
+    out[*rank] = why.empty() ? "its store could not be written" : why;
+  }
+  return out;
+}
 
 std::optional<int> rankOfStoreName(const std::string& filename) { return rankOfName(filename, kStoreSuffix); }
 
@@ -92,25 +108,37 @@ bool holdsRankStores(const std::string& dir) {
   return false;
 }
 
-StatusOr<std::vector<std::string>> rankStorePaths(const std::string& dir) {
+StatusOr<std::vector<std::string>> rankStorePaths(const RunDirs& dirs) {
   std::map<int, std::string> found;
-  std::error_code ec;
-  fs::directory_iterator it(dir, ec);
-  if (ec == std::errc::permission_denied) return Status::Error("cannot read " + dir + ": permission denied");
-  if (ec) return std::vector<std::string>{};
-  for (const auto& entry : it) {
-    std::string name = entry.path().filename().string();
-    if (!namedLikeStore(name)) continue;
-    std::string path = entry.path().string();
-    if (std::string what = notRegularFile(entry.path()); !what.empty()) {
-      return Status::Error(path + " is " + what + ", not a store file; remove it (nanprov writes regular files)");
+  for (const std::string& dir : dirs.all) {
+    std::error_code ec;
+    fs::directory_iterator it(dir, ec);
+    if (ec == std::errc::permission_denied) return Status::Error("cannot read " + dir + ": permission denied");
+    if (ec) continue;
+    const std::map<int, std::string> unrecorded = unrecordedRanks(dir);
+    std::map<int, std::string> here;
+    for (const auto& entry : it) {
+      std::string name = entry.path().filename().string();
+      if (!namedLikeStore(name)) continue;
+      std::string path = entry.path().string();
+      if (std::string what = notRegularFile(entry.path()); !what.empty()) {
+        return Status::Error(path + " is " + what + ", not a store file; remove it (nanprov writes regular files)");
+      }
+      auto rank = rankOfStoreName(name);
+      if (!rank) {
+        return Status::Error(path + " is named like a rank store, but not as nanprov names them (rank-<r>.sqlite, r a "
+                             "rank number without leading zeros); rename or remove it");
+      }
+      if (unrecorded.count(*rank)) continue;  // its worker said the file under its name is not its own
+      here.emplace(*rank, path);
     }
-    auto rank = rankOfStoreName(name);
-    if (!rank) {
-      return Status::Error(path + " is named like a rank store, but not as nanprov names them (rank-<r>.sqlite, r a "
-                           "rank number without leading zeros); rename or remove it");
+    for (auto& [rank, path] : here) {
+      auto [slot, fresh] = found.emplace(rank, path);
+      if (!fresh) {
+        return Status::Error("rank " + std::to_string(rank) + " is in two of the directories given (" + slot->second +
+                             " and " + path + "): they are not the directories of one job");
+      }
     }
-    found.emplace(*rank, path);
   }
   std::vector<std::string> paths;
   for (auto& [rank, path] : found) paths.push_back(path);

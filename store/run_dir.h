@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -12,6 +13,15 @@
 namespace nanprov {
 
 inline constexpr const char* kDefaultRunsRoot = "nanprov-runs";
+
+// The run directories read as one run: one, or one per node of a multi-node job, each written by
+// that node's own `nanprov run` on its local disk (store/job.h checks that they are one job's).
+struct RunDirs {
+  RunDirs(std::string dir) : all{std::move(dir)} {}  // NOLINT: one directory is the usual run
+  RunDirs(const char* dir) : all{std::string(dir)} {}  // NOLINT
+  explicit RunDirs(std::vector<std::string> dirs) : all(std::move(dirs)) {}
+  std::vector<std::string> all;
+};
 
 // A new directory name for a run started now: <root>/<UTC timestamp>.
 std::string newRunDirName(const std::string& root);
@@ -24,12 +34,19 @@ StatusOr<std::string> resolveRunDir(const std::string& given);
 std::string rankStoreName(int rank);  // "rank-<r>.sqlite"
 std::string callTallyName(int rank);  // "rank-<r>.tally" (store/mapped_counters.h)
 std::string auditProgressName(int rank);  // "rank-<r>.audit-progress" (store/mapped_counters.h)
+// "rank-<r>.unrecorded": left by a worker that could not create its store, holding why. The file
+// under that rank's store name, if any, is then another process's, and readers leave it out.
+std::string unrecordedNoteName(int rank);
 
-// Paths of the rank stores in `dir`, ordered by rank. Everything named rank-*.sqlite must be a
+// The ranks whose workers trained unrecorded, from their notes in `dir`: rank → why.
+std::map<int, std::string> unrecordedRanks(const std::string& dir);
+
+// Paths of the rank stores in `dirs`, ordered by rank. Everything named rank-*.sqlite must be a
 // readable regular file named for exactly one rank the way nanprov names them: a FIFO, socket,
 // device or dangling link (which would block or mislead every reader), a name that is no rank
-// number, or two files claiming one rank ("rank-0" and "rank-00") fail with one line saying which.
-StatusOr<std::vector<std::string>> rankStorePaths(const std::string& dir);
+// number, or two files claiming one rank ("rank-0" and "rank-00", or one rank in two of the
+// directories) fail with one line saying which. A rank with an unrecorded note is left out.
+StatusOr<std::vector<std::string>> rankStorePaths(const RunDirs& dirs);
 
 // The rank a store's file name claims (rank-<r>.sqlite), or nullopt when it is not so named.
 std::optional<int> rankOfStoreName(const std::string& filename);

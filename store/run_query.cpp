@@ -176,8 +176,8 @@ std::string bytesText(int64_t bytes) {
 
 }  // namespace
 
-StatusOr<QueryResult> queryRun(const std::string& dir, const std::string& sql, const QueryLimits& limits) {
-  auto paths = storesOf(dir);
+StatusOr<QueryResult> queryRun(const RunDirs& dirs, const std::string& sql, const QueryLimits& limits) {
+  auto paths = storesOf(dirs);
   if (!paths.ok()) return paths.status();
   // SQLite's own memory (sorts, group_concat, joins) is capped process-wide; the rows kept for
   // printing are counted against the same budget below.

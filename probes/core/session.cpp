@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <set>
 
 #include "base/env.h"
@@ -110,16 +111,38 @@ StoreWriter* Session::writer() {
       {"pid", std::to_string(getpid())},
       {"started_ns", std::to_string(wallClockNs())},
   };
+  // Which job the rank belongs to, for readers given one run directory per node: the launcher's
+  // run id (torchrun's --rdzv-id) and the rendezvous master every rank of the job shares.
+  if (const char* id = std::getenv("TORCHELASTIC_RUN_ID"); id && *id) meta["launcher_run_id"] = id;
+  const char* master_addr = std::getenv("MASTER_ADDR");
+  const char* master_port = std::getenv("MASTER_PORT");
+  if (master_addr && *master_addr && master_port && *master_port) {
+    meta["master"] = std::string(master_addr) + ":" + master_port;
+  }
   std::string path = (std::filesystem::path(run_dir_) / rankStoreName(env_.rank)).string();
   auto opened = StoreWriter::open(path, meta);
   if (!opened.ok()) {
     writer_failed_ = true;
-    logOnce("store", "cannot write the store, training continues unrecorded: " + opened.status().message());
+    storeRefused(opened.status().message());
     return nullptr;
   }
   writer_ = std::move(*opened);
   open_writer_.store(writer_.get(), std::memory_order_release);
   return writer_.get();
+}
+
+// Said once and loudly: a rank that trains unrecorded leaves a hole in the run that a quiet line
+// in a busy log would hide. The note beside the stores lets the report name the rank and why.
+void Session::storeRefused(const std::string& why) {
+  const std::string rank = std::to_string(env_.rank);
+  std::fprintf(stderr,
+               "nanprov: ==================================================================\n"
+               "nanprov: RANK %s IS NOT RECORDED: cannot write its store; training continues unrecorded\n"
+               "nanprov:   %s\n"
+               "nanprov: ==================================================================\n",
+               rank.c_str(), why.c_str());
+  std::ofstream note(std::filesystem::path(run_dir_) / unrecordedNoteName(env_.rank), std::ios::trunc);
+  note << why << "\n";
 }
 
 void Session::callBegun() {

@@ -95,6 +95,7 @@ class Session {
  private:
   enum class State { kUninitialized, kActive, kFinalized };
   StoreWriter* writer();  // nullptr when the store cannot be written
+  void storeRefused(const std::string& why);
   void writeCounters();
   void countUnseenBackwards();
 

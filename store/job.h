@@ -1,0 +1,16 @@
+// One job's run directories: a multi-node job run under `nanprov run` on each node leaves one
+// run directory per node (each on its node's local disk). Readers take them together only when
+// they are one job's: the same launcher run id (torchrun's --rdzv-id, TORCHELASTIC_RUN_ID), the
+// same rendezvous master and world size, and no rank in two of them.
+#pragma once
+
+#include "base/status.h"
+#include "store/run_dir.h"
+
+namespace nanprov {
+
+// Ok when `dirs` can be read as one job; otherwise one line naming the directory that is another
+// job's and what differs. A directory without stores has nothing to compare and is accepted.
+Status checkOneJob(const RunDirs& dirs);
+
+}  // namespace nanprov
