@@ -1,0 +1,169 @@
+// Distributed training as people run it, on the CPU over gloo: FSDP2 (fully_shard) under torchrun
+// with a real overflow on rank 1 only, a worker that cannot write its store, and a two-node job
+// (two torchrun launches on localhost, each under its own `nanprov run`) read as one job.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+
+#include "tests/e2e/e2e_support.h"
+
+namespace {
+using namespace e2e;
+
+std::string torchrun() { return (fs::path(python()).parent_path() / "torchrun").string(); }
+
+// A TCP port nothing listens on now: the kernel's pick for port 0, released for torchrun's store.
+int freePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  int port = 0;
+  if (fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  if (fd >= 0) close(fd);
+  return port;
+}
+
+// Loopback only: CI sandboxes have no other interface gloo could use. The glitch (a batch scaled
+// by 1e20) reaches rank 1 only, at step 2: its first attention's fp32 logits overflow.
+const std::string kGloo = "GLOO_SOCKET_IFNAME=lo ";
+const std::string kOverflowOnRankOne = " --steps 4 --fsdp2 --glitch-step 2 --glitch-rank 1";
+
+bool contains(const json& list, const std::string& item) {
+  return std::find(list.begin(), list.end(), json(item)) != list.end();
+}
+
+// FSDP2 over `ranks` ranks: rank 1's overflow is the first edge, the gradient sentinel names the
+// sharded parameters by their fully qualified names, and the launcher claims no store.
+void expectFsdp2FindsRankOne(int ranks) {
+  fs::path dir = runDir("fsdp2-" + std::to_string(ranks));
+  Result t = sh(kGloo + nanprov() + " run --out " + dir.string() + " -- " + torchrun() +
+                " --standalone --nproc-per-node=" + std::to_string(ranks) + " " + example("tiny_transformer.py") +
+                kOverflowOnRankOne + " 2>&1");
+  ASSERT_EQ(t.code, 1) << "the training exits 0; nanprov found the edge: " << t.out;
+  EXPECT_EQ(t.out.find("already exists"), std::string::npos) << t.out;
+  EXPECT_EQ(t.out.find("cannot write the store"), std::string::npos) << t.out;
+  EXPECT_EQ(t.out.find("NOT RECORDED"), std::string::npos) << t.out;
+  Result rep = sh(nanprov() + " report " + dir.string() + " --json");
+  ASSERT_EQ(rep.code, 1) << rep.out;
+  json doc = json::parse(rep.out);
+  EXPECT_EQ(doc["summary"]["ranks"], ranks);
+  EXPECT_EQ(doc["world_size"], ranks);
+  EXPECT_EQ(doc["missing_ranks"], json::array());
+  const json& e = doc["first_edge"];
+  expectFields(e, {{"rank", 1}, {"step", 2}, {"phase", "fwd"}, {"layer", 0}, {"module", "layers.0.attn"},
+                   {"origin", "attention"}, {"inputs_finite", true}});
+  // Every gradient went NaN after the reduce-scatter; each rank checked its own shards.
+  const json& s = doc["gradient_sentinel"];
+  ASSERT_TRUE(s.is_object()) << rep.out;
+  EXPECT_EQ(s["step"], 2);
+  for (const char* name : {"embed.weight", "layers.0.attn.q_proj.weight", "layers.1.mlp.2.bias", "head.weight"}) {
+    EXPECT_TRUE(contains(s["gradients"], name)) << name << " in " << s.dump();
+  }
+  for (const json& name : s["parameters"]) EXPECT_EQ(name.get<std::string>().rfind("param", 0), std::string::npos) << s.dump();
+  // Under FSDP2 attention keeps its module paths and layers on every rank.
+  Result q = sh(nanprov() + " sql " + dir.string() +
+                " \"SELECT DISTINCT layer, module FROM calls WHERE phase='fwd' ORDER BY layer\" --json");
+  json rows = json::parse(q.out, nullptr, false);
+  ASSERT_EQ(rows.size(), 2u) << q.out;
+  EXPECT_EQ(rows[0]["module"], "layers.0.attn");
+  EXPECT_EQ(rows[1]["module"], "layers.1.attn");
+  EXPECT_EQ(rows[1]["layer"], 1);
+}
+
+TEST(Distributed, Fsdp2TwoRanksOverflowOnRankOne) { expectFsdp2FindsRankOne(2); }
+
+TEST(Distributed, Fsdp2FourRanksOverflowOnRankOne) { expectFsdp2FindsRankOne(4); }
+
+// A stray process took rank 1's store name before its worker made its store: the worker says so
+// loudly, trains on, and the report names the rank that was not recorded (and is no longer clean).
+TEST(Distributed, WorkerThatCannotWriteItsStoreIsNamedInTheReport) {
+  fs::path dir = runDir("unrecorded");
+  Result t = sh(kGloo + nanprov() + " run --out " + dir.string() + " -- " + torchrun() +
+                " --standalone --nproc-per-node=2 " + std::string(NANPROV_TEST_SCRIPTS) + "/taken_rank_store.py 1 " +
+                example("tiny_transformer.py") + " --steps 2 --fsdp2 2>&1");
+  ASSERT_EQ(t.code, 0) << t.out;
+  EXPECT_NE(t.out.find("RANK 1 IS NOT RECORDED"), std::string::npos) << t.out;
+  Result rep = sh(nanprov() + " report " + dir.string() + " --json");
+  ASSERT_EQ(rep.code, 0) << rep.out;
+  json doc = json::parse(rep.out);
+  EXPECT_EQ(doc["outcome"], "partial");
+  EXPECT_EQ(doc["summary"]["ranks"], 1);
+  EXPECT_EQ(doc["missing_ranks"], json::array({1}));
+  ASSERT_EQ(doc["unrecorded_ranks"].size(), 1u) << rep.out;
+  EXPECT_EQ(doc["unrecorded_ranks"][0]["rank"], 1);
+  EXPECT_NE(doc["unrecorded_ranks"][0]["why"].get<std::string>().find("already exists"), std::string::npos);
+  Result text = sh(nanprov() + " report " + dir.string());
+  EXPECT_NE(text.out.find("NOT RECORDED: rank 1"), std::string::npos) << text.out;
+}
+
+// Two nodes on localhost, one rank each, each under its own `nanprov run`: each directory alone
+// is partial; together they are one job whose first edge is rank 1's; another job's directory is
+// refused in one line.
+TEST(Distributed, TwoNodesReadAsOneJob) {
+  const int port = freePort();
+  ASSERT_GT(port, 0);
+  fs::path node[2] = {runDir("node0"), runDir("node1")};
+  const std::string job = "nanprov-e2e-" + std::to_string(getpid());
+  std::string both;
+  for (int n = 0; n < 2; ++n) {
+    both += "(" + kGloo + nanprov() + " run --out " + node[n].string() + " -- " + torchrun() +
+            " --nnodes=2 --node-rank=" + std::to_string(n) + " --nproc-per-node=1 --rdzv-id=" + job +
+            " --rdzv-endpoint=localhost:" + std::to_string(port) + " " + example("tiny_transformer.py") +
+            kOverflowOnRankOne + " > " + node[n].string() + ".log 2>&1; echo $? > " + node[n].string() + ".code) & ";
+  }
+  Result launched = sh(both + "wait");
+  ASSERT_EQ(launched.code, 0);
+  for (const fs::path& n : node) {
+    std::ifstream log(n.string() + ".log");
+    std::string out((std::istreambuf_iterator<char>(log)), {});
+    EXPECT_TRUE(fs::exists(n / "run.json")) << out;
+    EXPECT_EQ(out.find("already exists"), std::string::npos) << out;
+  }
+  EXPECT_TRUE(fs::exists(node[0] / "rank-0.sqlite"));
+  EXPECT_TRUE(fs::exists(node[1] / "rank-1.sqlite"));
+
+  Result alone = sh(nanprov() + " report " + node[0].string() + " --json");
+  json one = json::parse(alone.out, nullptr, false);
+  EXPECT_EQ(one["outcome"], "partial") << alone.out;
+  EXPECT_EQ(one["missing_ranks"], json::array({1}));
+
+  Result rep = sh(nanprov() + " report " + node[0].string() + " " + node[1].string() + " --json");
+  ASSERT_EQ(rep.code, 1) << rep.out;
+  json doc = json::parse(rep.out);
+  EXPECT_EQ(doc["summary"]["ranks"], 2);
+  EXPECT_EQ(doc["missing_ranks"], json::array());
+  EXPECT_EQ(doc["clocks_differ"], true);
+  EXPECT_EQ(doc["run_dirs"].size(), 2u);
+  expectFields(doc["first_edge"], {{"rank", 1}, {"step", 2}, {"phase", "fwd"}, {"module", "layers.0.attn"}});
+  // The capture lies in rank 1's own directory.
+  EXPECT_EQ(doc["first_edge"]["capture"].get<std::string>().rfind(node[1].string(), 0), 0u) << doc["first_edge"].dump();
+  Result text = sh(nanprov() + " report " + node[0].string() + " " + node[1].string());
+  EXPECT_NE(text.out.find("clocks differ between hosts"), std::string::npos) << text.out;
+  // The other readers take the two directories too.
+  Result calls = sh(nanprov() + " calls " + node[0].string() + " " + node[1].string() + " --rank 1 --nonfinite --json");
+  json listed = json::parse(calls.out, nullptr, false);
+  ASSERT_TRUE(listed.is_array() && !listed.empty()) << calls.out;
+  EXPECT_EQ(listed[0]["name"], doc["first_edge"]["name"]);
+  Result sql = sh(nanprov() + " sql " + node[0].string() + " " + node[1].string() +
+                  " \"SELECT COUNT(DISTINCT rank) AS ranks FROM calls\" --json");
+  EXPECT_EQ(json::parse(sql.out, nullptr, false)[0]["ranks"], 2) << sql.out;
+
+  // Another job (a single-process run): refused in one line, with its own exit code.
+  TrainedRun other = train("not-this-job", "", "--steps 1");
+  ASSERT_EQ(other.report.code, 0) << other.train.out;
+  Result refused = sh(nanprov() + " report " + node[0].string() + " " + other.dir.string() + " 2>&1");
+  EXPECT_EQ(refused.code, 6) << refused.out;
+  EXPECT_EQ(std::count(refused.out.begin(), refused.out.end(), '\n'), 1) << refused.out;
+  EXPECT_NE(refused.out.find("another job"), std::string::npos) << refused.out;
+  Result refused_calls = sh(nanprov() + " calls " + node[1].string() + " " + other.dir.string() + " 2>&1");
+  EXPECT_EQ(refused_calls.code, 6) << refused_calls.out;
+}
+
+}  // namespace

@@ -1,0 +1,89 @@
+#include "store/job.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "store/reader.h"
+#include "store/run_dir.h"
+#include "store/writer.h"
+#include "tests/temp_dir.h"
+
+namespace nanprov {
+namespace {
+namespace fs = std::filesystem;
+using testing::freshDir;
+
+// One rank's store of a job, as a worker of that job writes it (one call, so readers load it).
+void writeRank(const fs::path& dir, int rank, const std::string& run_id, int world_size = 2) {
+  auto w = StoreWriter::open((dir / rankStoreName(rank)).string(),
+                             {{"rank", std::to_string(rank)}, {"world_size", std::to_string(world_size)},
+                              {"launcher_run_id", run_id}, {"master", "localhost:29500"}});
+  ASSERT_TRUE(w.ok()) << w.status().message();
+  CallRecord c;
+  c.rank = rank;
+  c.op = "op";
+  c.backend = "flash_cpu";
+  (*w)->append(c);
+  ASSERT_TRUE((*w)->close().ok());
+}
+
+TEST(Job, DirectoriesOfOneJobReadAsOneRun) {
+  fs::path node0 = freshDir("job-node0"), node1 = freshDir("job-node1");
+  writeRank(node0, 0, "jobA");
+  writeRank(node1, 1, "jobA");
+  RunDirs both(std::vector<std::string>{node0.string(), node1.string()});
+  EXPECT_TRUE(checkOneJob(both).ok()) << checkOneJob(both).message();
+  auto run = loadRun(both);
+  ASSERT_TRUE(run.ok()) << run.status().message();
+  EXPECT_EQ(run->ranks.size(), 2u);
+  EXPECT_EQ(run->dirOf(1), node1.string());
+  EXPECT_TRUE(run->missingRanks().empty());
+  EXPECT_TRUE(run->acrossHosts());
+  auto alone = loadRun(node0.string());
+  ASSERT_TRUE(alone.ok());
+  EXPECT_EQ(alone->missingRanks(), std::vector<int>{1});
+}
+
+TEST(Job, AnotherJobsDirectoryIsRefusedInOneLine) {
+  fs::path mine = freshDir("job-mine"), other = freshDir("job-other");
+  writeRank(mine, 0, "jobA");
+  writeRank(other, 1, "jobB");
+  Status st = checkOneJob(RunDirs(std::vector<std::string>{mine.string(), other.string()}));
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("another job"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("jobB"), std::string::npos) << st.message();
+  EXPECT_EQ(st.message().find('\n'), std::string::npos);
+}
+
+TEST(Job, ARankInTwoDirectoriesOrOneDirectoryTwiceIsRefused) {
+  fs::path a = freshDir("job-a"), b = freshDir("job-b");
+  writeRank(a, 0, "jobA");
+  writeRank(b, 0, "jobA");
+  Status twice = checkOneJob(RunDirs(std::vector<std::string>{a.string(), b.string()}));
+  ASSERT_FALSE(twice.ok());
+  EXPECT_NE(twice.message().find("rank 0 is in two"), std::string::npos) << twice.message();
+  Status same = checkOneJob(RunDirs(std::vector<std::string>{a.string(), a.string()}));
+  ASSERT_FALSE(same.ok());
+  EXPECT_NE(same.message().find("given twice"), std::string::npos) << same.message();
+}
+
+// A worker that could not create its store leaves a note: the file under its rank's name is not
+// its own and is not read, and the rank is missing with the reason.
+TEST(Job, AnUnrecordedRankIsMissingWithItsReason) {
+  fs::path dir = freshDir("job-unrecorded");
+  writeRank(dir, 0, "jobA");
+  std::ofstream(dir / rankStoreName(1));  // another process's empty file under rank 1's name
+  std::ofstream(dir / unrecordedNoteName(1)) << "rank-1.sqlite already exists\n";
+  auto run = loadRun(dir.string());
+  ASSERT_TRUE(run.ok()) << run.status().message();
+  EXPECT_EQ(run->ranks.size(), 1u);
+  EXPECT_EQ(run->missingRanks(), std::vector<int>{1});
+  ASSERT_EQ(run->unrecorded.count(1), 1u);
+  EXPECT_EQ(run->unrecorded.at(1), "rank-1.sqlite already exists");
+}
+
+}  // namespace
+}  // namespace nanprov
