@@ -81,6 +81,16 @@ TEST(Distributed, Fsdp2TwoRanksOverflowOnRankOne) { expectFsdp2FindsRankOne(2); 
 
 TEST(Distributed, Fsdp2FourRanksOverflowOnRankOne) { expectFsdp2FindsRankOne(4); }
 
+// The sentinel reads the local shards only: FSDP2's losses are bit-identical with and without nanprov.
+TEST(Distributed, Fsdp2LossesAreBitIdenticalWithAndWithoutNanprov) {
+  const std::string training = torchrun() + " --standalone --nproc-per-node=2 " + example("tiny_transformer.py") +
+                               " --steps 3 --fsdp2 --print-losses 2>/dev/null | grep '^rank.* loss ' | sort";
+  Result plain = sh(kGloo + training);
+  Result probed = sh(kGloo + nanprov() + " run --out " + runDir("fsdp2-losses").string() + " -- " + training);
+  ASSERT_EQ(std::count(plain.out.begin(), plain.out.end(), '\n'), 6) << plain.out;
+  EXPECT_EQ(plain.out, probed.out);
+}
+
 // A stray process took rank 1's store name before its worker made its store: the worker says so
 // loudly, trains on, and the report names the rank that was not recorded (and is no longer clean).
 TEST(Distributed, WorkerThatCannotWriteItsStoreIsNamedInTheReport) {
