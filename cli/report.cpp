@@ -65,7 +65,8 @@ std::string ranksNotReadText(const RunData& run) {
   if (!absent.empty()) {
     out += "  partial: rank" + std::string(absent.size() == 1 ? " " : "s ") + joined(absent, ", ") + " of world size " +
            std::to_string(run.worldSize()) + (absent.size() == 1 ? " has" : " have") +
-           " no store in the directories given (another node's run directory?)\n";
+           " no store in the directories given (it recorded no attention call, or it ran on a node whose "
+           "run directory was not given)\n";
   }
   if (run.dirs.size() > 1) {
     std::vector<std::string> dirs;

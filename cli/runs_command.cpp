@@ -17,7 +17,7 @@ using nlohmann::json;
 
 // One run's line: read from run.json and its stores; a damaged run says so instead of failing.
 json describeRun(const fs::path& dir) {
-  json row = {{"run", dir.string()}, {"command", ""}, {"exit_code", nullptr}};
+  json row = {{"run", dir.string()}, {"command", ""}, {"exit_code", nullptr}, {"job", nullptr}};
   const RunFile settings = readRunFile(dir.string());
   if (settings.readable) {
     std::string command;
@@ -35,6 +35,11 @@ json describeRun(const fs::path& dir) {
     return row;
   }
   row["calls"] = run->total_calls;
+  // The launcher's run id: the directories of one multi-node job share it (nanprov report DIR...).
+  if (!run->ranks.empty()) {
+    const auto& meta = run->ranks.front().meta;
+    if (auto it = meta.find("launcher_run_id"); it != meta.end()) row["job"] = it->second;
+  }
   row["outcome"] = outcomeName(buildReport(*run).conclusion.outcome);
   return row;
 }
@@ -62,6 +67,8 @@ void addRunsCommand(CLI::App& app, int* exit_code) {
       "Examples:\n"
       "  nanprov runs\n"
       "  nanprov runs --root /scratch/nan-hunt --json | jq '.[] | select(.outcome == \"edge\")'\n\n"
+      "job (JSON) is the launcher's run id (torchrun's --rdzv-id): the run directories of one\n"
+      "multi-node job share it, and nanprov report DIR1 DIR2 reads them as one run.\n"
       "outcome is what `nanprov report` concludes (clean, partial, edge, outside_attention,\n"
       "nothing_checked), or unreadable. Commands without a run default to the newest run\n"
       "that recorded data.");
