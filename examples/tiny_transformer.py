@@ -231,13 +231,19 @@ def main():
         model = nn.parallel.DistributedDataParallel(model)
     if args.fsdp2:
         import torch.distributed as dist
+        from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
 
-        dist.init_process_group("gloo")
+        device_type = torch.device(args.device).type
+        if device_type == "cuda":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        dist.init_process_group("nccl" if device_type == "cuda" else "gloo")
+        # The mesh on the model's device: FSDP2's default is the accelerator's, even for a CPU model.
+        mesh = init_device_mesh(device_type, (dist.get_world_size(),))
         # Parameters become DTensors sharded over the ranks; the names stay the model's.
         for block in model.blocks():
-            fully_shard(block)
-        fully_shard(model)
+            fully_shard(block, mesh=mesh)
+        fully_shard(model, mesh=mesh)
     if args.compile:
         mode = None if args.compile == "default" else args.compile
         model = torch.compile(model, mode=mode, fullgraph=args.fullgraph)

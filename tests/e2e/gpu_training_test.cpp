@@ -114,6 +114,24 @@ TEST(Gpu, GradientSentinelNamesANaNMadeOutsideAttention) {
   EXPECT_EQ(r.doc["ranks"][0]["meta"]["host_syncs"], "0") << "the sentinel never synchronised the host";
 }
 
+// FSDP2 on one GPU (NCCL): the sentinel reads the local shards of the DTensor parameters and their
+// gradients through the device checks, with no host synchronisation, and names them by their FQNs.
+TEST(Gpu, GradientSentinelChecksFsdp2ShardsOnTheDevice) {
+  REQUIRE_CUDA();
+  fs::path dir = runDir("gpu-fsdp2");
+  std::string torchrun = fs::path(python()).parent_path().string() + "/torchrun";
+  Result t = sh(nanprov() + " run --out " + dir.string() + " -- " + torchrun + " --standalone --nproc-per-node=1 " +
+                example("tiny_transformer.py") + " --device cuda --fsdp2 --steps 4 --glitch-step 2 2>&1");
+  ASSERT_EQ(t.code, 1) << t.out;
+  json doc = commandJson("report", dir);
+  const json& s = doc["gradient_sentinel"];
+  ASSERT_TRUE(s.is_object()) << doc.dump(1);
+  EXPECT_EQ(s["step"], 2);
+  const json& grads = s["gradients"];
+  EXPECT_NE(std::find(grads.begin(), grads.end(), json("layers.0.attn.q_proj.weight")), grads.end()) << s.dump();
+  EXPECT_EQ(doc["ranks"][0]["meta"]["host_syncs"], "0") << "the sentinel never synchronised the host";
+}
+
 TEST(Gpu, UnderTorchProfilerTheRunCompletesAndKernelsSayWhy) {
   REQUIRE_CUDA();
   TrainedRun r = train("gpu-profiler", "", kMaskedRowsRun + " --no-cudnn --profile");
