@@ -121,8 +121,9 @@ TEST(Gpu, GradientSentinelChecksFsdp2ShardsOnTheDevice) {
   fs::path dir = runDir("gpu-fsdp2");
   std::string torchrun = fs::path(python()).parent_path().string() + "/torchrun";
   // --no-capture: copying the edge out for a capture is not the sentinel's work.
-  Result t = sh(nanprov() + " run --out " + dir.string() + " --no-capture -- " + torchrun + " --standalone --nproc-per-node=1 " +
-                example("tiny_transformer.py") + " --device cuda --fsdp2 --steps 4 --glitch-step 2 2>&1");
+  Result t = sh(nanprov() + " run --out " + dir.string() + " --no-capture -- " + torchrun +
+                " --standalone --nproc-per-node=1 " + example("tiny_transformer.py") +
+                " --device cuda --fsdp2 --steps 4 --glitch-step 2 2>&1");
   ASSERT_EQ(t.code, 1) << t.out;
   json doc = commandJson("report", dir);
   const json& s = doc["gradient_sentinel"];
