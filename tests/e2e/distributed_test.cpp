@@ -81,6 +81,26 @@ TEST(Distributed, Fsdp2TwoRanksOverflowOnRankOne) { expectFsdp2FindsRankOne(2); 
 
 TEST(Distributed, Fsdp2FourRanksOverflowOnRankOne) { expectFsdp2FindsRankOne(4); }
 
+// `python -m torch.distributed.run` imports torch before its argv names the module: the launcher
+// is still told from its workers, loads no probes, and both workers record.
+TEST(Distributed, ModuleLaunchedTorchrunRecordsOnlyItsWorkers) {
+  fs::path dir = runDir("python-m-torchrun");
+  Result t = sh(kGloo + nanprov() + " run --out " + dir.string() + " -- " + python() +
+                " -m torch.distributed.run --standalone --nproc-per-node=2 " + example("tiny_transformer.py") +
+                " --steps 2 --ddp 2>&1");
+  ASSERT_EQ(t.code, 0) << t.out;
+  EXPECT_EQ(t.out.find("NOT RECORDED"), std::string::npos) << t.out;
+  json doc = commandJson("report", dir);
+  EXPECT_EQ(doc["outcome"], "clean") << doc.dump(1);
+  EXPECT_EQ(doc["summary"]["ranks"], 2);
+  int launchers = 0;
+  for (const auto& note : fs::directory_iterator(dir / "processes")) {
+    std::ifstream in(note.path());
+    launchers += json::parse(in, nullptr, false).value("status", "") == "launcher";
+  }
+  EXPECT_EQ(launchers, 1);
+}
+
 // The sentinel reads the local shards only: FSDP2's losses are bit-identical with and without nanprov.
 TEST(Distributed, Fsdp2LossesAreBitIdenticalWithAndWithoutNanprov) {
   const std::string training = torchrun() + " --standalone --nproc-per-node=2 " + example("tiny_transformer.py") +

@@ -37,12 +37,25 @@ def main():
         (["/home/me/torchrun_experiments/train.py"], {}, None),
         ([], {}, None),
     ]
+    # `python -m MODULE`: torch is imported while argv[0] is still "-m"; the interpreter's command
+    # line says which module runs.
+    modules = [
+        (["python", "-m", "torch.distributed.run", "--nproc-per-node=2", "train.py"], "torchrun"),
+        (["python", "-u", "-X", "dev", "-m", "torch.distributed.launch", "train.py"], "torch.distributed.launch"),
+        (["python", "-maccelerate.commands.launch", "train.py"], "accelerate launch"),
+        (["python", "-m", "my_trainer", "--nproc-per-node=2"], None),
+        (["python", "train.py", "-m", "torch.distributed.run"], None),
+        (["python", "-c", "import torch"], None),
+    ]
+    cases = [(argv, environ, want, ["python", "train.py"]) for argv, environ, want in cases]
+    cases += [(["-m"], {}, want, orig) for orig, want in modules]
+    cases.append((["-m"], {"RANK": "0"}, None, ["python", "-m", "torch.distributed.run", "train.py"]))
     failed = 0
-    for argv, environ, want in cases:
-        got = name(argv, environ)
+    for argv, environ, want, orig in cases:
+        got = name(argv, environ, orig)
         if got != want:
             failed += 1
-            print(f"FAIL: {argv} {environ}: {got!r}, want {want!r}")
+            print(f"FAIL: {argv} {environ} {orig}: {got!r}, want {want!r}")
     print(f"{len(cases) - failed}/{len(cases)} passed")
     return 1 if failed else 0
 

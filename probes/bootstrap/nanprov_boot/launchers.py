@@ -25,14 +25,49 @@ _ENTRY_POINTS = (
 )
 
 
-def launcher_name(argv=None, environ=None):
+# `python -m MODULE`: the launchers' modules by name. `-m` imports the module's package (and so
+# torch) before argv[0] names the module's file: then only the interpreter's own command line,
+# sys.orig_argv, says what runs.
+_MODULES = {
+    "torch.distributed.run": "torchrun",
+    "torch.distributed.launch": "torch.distributed.launch",
+    "accelerate.commands.launch": "accelerate launch",
+    "deepspeed.launcher.runner": "deepspeed",
+    "deepspeed.launcher.launch": "deepspeed",
+}
+_OPTIONS_WITH_VALUE = ("-X", "-W", "--check-hash-based-pycs")
+
+
+def main_module(orig_argv):
+    """The module of `python [options] -m MODULE ...`, or None when the interpreter runs a script,
+    a -c command or standard input."""
+    words = list(orig_argv[1:])
+    while words:
+        word = words.pop(0)
+        if word == "-m":
+            return words[0] if words else None
+        if word.startswith("-m") and not word.startswith("--"):
+            return word[2:]
+        if word in _OPTIONS_WITH_VALUE:
+            words = words[1:]
+        elif word == "-c" or word == "-" or not word.startswith("-"):
+            return None
+    return None
+
+
+def launcher_name(argv=None, environ=None, orig_argv=None):
     """The launcher this process is ("torchrun"), or None for a process that may train."""
     argv = sys.argv if argv is None else argv
     environ = os.environ if environ is None else environ
-    if environ.get("RANK") or not argv:
+    orig_argv = getattr(sys, "orig_argv", []) if orig_argv is None else orig_argv
+    if environ.get("RANK"):
         return None
-    entry = (argv[0] or "").replace("\\", "/")
+    module = main_module(orig_argv)
+    if module in _MODULES:
+        return _MODULES[module]
+    entry = (argv[0] if argv else "").replace("\\", "/")
     for suffix, command, name in _ENTRY_POINTS:
-        if (entry == suffix.lstrip("/") or entry.endswith(suffix)) and (command is None or command in argv[1:2]):
+        named = entry and (entry == suffix.lstrip("/") or entry.endswith(suffix))
+        if named and (command is None or command in argv[1:2]):
             return name
     return None
