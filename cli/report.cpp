@@ -46,7 +46,11 @@ nlohmann::json coverageJson(const RunData& run, const Conclusion& c) {
 // directories given they are the job's missing ranks, which make the report partial.
 nlohmann::json unrecordedJson(const RunData& run) {
   nlohmann::json unrecorded = nlohmann::json::array();
-  for (const auto& [rank, why] : run.unrecorded) unrecorded.push_back({{"rank", rank}, {"why", why}});
+  const std::vector<int> missing = run.missingRanks();
+  for (const auto& [rank, why] : run.unrecorded) {
+    bool read = std::find(missing.begin(), missing.end(), rank) == missing.end();
+    unrecorded.push_back({{"rank", rank}, {"why", why}, {"store_read", read}});
+  }
   return unrecorded;
 }
 
@@ -54,13 +58,19 @@ nlohmann::json unrecordedJson(const RunData& run) {
 std::string ranksNotReadText(const RunData& run) {
   std::string out;
   std::vector<std::string> unrecorded, absent;
-  for (int rank : run.missingRanks()) {
+  const std::vector<int> missing = run.missingRanks();
+  for (int rank : missing) {
     auto it = run.unrecorded.find(rank);
     if (it == run.unrecorded.end()) absent.push_back(std::to_string(rank));
     else unrecorded.push_back(std::to_string(rank) + " (" + printable(it->second) + ")");
   }
   if (!unrecorded.empty()) {
     out += "  NOT RECORDED: rank " + joined(unrecorded, ", rank ") + ": its worker trained without a store\n";
+  }
+  for (const auto& [rank, why] : run.unrecorded) {
+    if (std::find(missing.begin(), missing.end(), rank) != missing.end()) continue;
+    out += "  NOT RECORDED: a second process of rank " + std::to_string(rank) + " (" + printable(why) +
+           "); the rank's store read is the first process's\n";
   }
   if (!absent.empty()) {
     out += "  partial: rank" + std::string(absent.size() == 1 ? " " : "s ") + joined(absent, ", ") + " of world size " +

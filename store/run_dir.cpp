@@ -4,6 +4,7 @@
 #include <chrono>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <string_view>
 
@@ -63,6 +64,14 @@ std::string notRegularFile(const fs::path& path) {
     case fs::file_type::not_found: return "gone";
     default: return "not a regular file";
   }
+}
+
+// Whether the file starts as every SQLite database does.
+bool holdsDatabase(const fs::path& path) {
+  static constexpr char kHeader[] = "SQLite format 3";  // and its terminating NUL: 16 bytes
+  char head[sizeof kHeader] = {};
+  std::ifstream in(path, std::ios::binary);
+  return in.read(head, sizeof head) && std::equal(head, head + sizeof head, kHeader);
 }
 
 }  // namespace
@@ -129,7 +138,9 @@ StatusOr<std::vector<std::string>> rankStorePaths(const RunDirs& dirs) {
         return Status::Error(path + " is named like a rank store, but not as nanprov names them (rank-<r>.sqlite, r a "
                              "rank number without leading zeros); rename or remove it");
       }
-      if (unrecorded.count(*rank)) continue;  // its worker said the file under its name is not its own
+      // A worker of this rank could not create its store because this file was there first: when
+      // it is no database at all it is nobody's store, and the rank is read as unrecorded.
+      if (unrecorded.count(*rank) && !holdsDatabase(entry.path())) continue;
       here.emplace(*rank, path);
     }
     for (auto& [rank, path] : here) {

@@ -34,8 +34,10 @@ StatusOr<std::string> resolveRunDir(const std::string& given);
 std::string rankStoreName(int rank);  // "rank-<r>.sqlite"
 std::string callTallyName(int rank);  // "rank-<r>.tally" (store/mapped_counters.h)
 std::string auditProgressName(int rank);  // "rank-<r>.audit-progress" (store/mapped_counters.h)
-// "rank-<r>.unrecorded": left by a worker that could not create its store, holding why. The file
-// under that rank's store name, if any, is then another process's, and readers leave it out.
+// "rank-<r>.unrecorded": left by a process of rank r that could not create its store, holding
+// its pid and why. When the file under that rank's store name is no database, readers leave it
+// out and the rank is unrecorded; when it is a store (another process of the same rank made it
+// first), it is read, and the note says what that process lost.
 std::string unrecordedNoteName(int rank);
 
 // The ranks whose workers trained unrecorded, from their notes in `dir`: rank → why.
@@ -45,7 +47,8 @@ std::map<int, std::string> unrecordedRanks(const std::string& dir);
 // readable regular file named for exactly one rank the way nanprov names them: a FIFO, socket,
 // device or dangling link (which would block or mislead every reader), a name that is no rank
 // number, or two files claiming one rank ("rank-0" and "rank-00", or one rank in two of the
-// directories) fail with one line saying which. A rank with an unrecorded note is left out.
+// directories) fail with one line saying which. A file of a rank with an unrecorded note is left
+// out when it is no database.
 StatusOr<std::vector<std::string>> rankStorePaths(const RunDirs& dirs);
 
 // The rank a store's file name claims (rank-<r>.sqlite), or nullopt when it is not so named.

@@ -111,6 +111,8 @@ StoreWriter* Session::writer() {
       {"pid", std::to_string(getpid())},
       {"started_ns", std::to_string(wallClockNs())},
   };
+  meta.merge(pending_meta_);  // what was said before there was a store (the keys above win)
+  pending_meta_.clear();
   // Which job the rank belongs to, for readers given one run directory per node: the launcher's
   // run id (torchrun's --rdzv-id) and the rendezvous master every rank of the job shares.
   if (const char* id = std::getenv("TORCHELASTIC_RUN_ID"); id && *id) meta["launcher_run_id"] = id;
@@ -142,7 +144,7 @@ void Session::storeRefused(const std::string& why) {
                "nanprov: ==================================================================\n",
                rank.c_str(), why.c_str());
   std::ofstream note(std::filesystem::path(run_dir_) / unrecordedNoteName(env_.rank), std::ios::trunc);
-  note << why << "\n";
+  note << "pid " << getpid() << ": " << why << "\n";
 }
 
 void Session::callBegun() {
@@ -185,7 +187,10 @@ void Session::recordSentinel(std::vector<SentinelRecord> findings) {
 
 void Session::setMeta(const std::string& key, const std::string& value) {
   if (!active()) return;
-  if (StoreWriter* w = writer()) w->setMeta(key, value);
+  if (StoreWriter* w = open_writer_.load(std::memory_order_acquire)) return w->setMeta(key, value);
+  std::lock_guard<std::mutex> lock(writer_mu_);
+  if (writer_) writer_->setMeta(key, value);
+  else if (!writer_failed_) pending_meta_[key] = value;  // into the store's first meta when it is made
 }
 
 void Session::stepEnded(int64_t optimizer_steps) {
@@ -234,8 +239,11 @@ void Session::writeCounters() {
     counts = unprobed_;
     first_steps = unprobed_first_step_;
   }
-  for (const auto& [what, n] : counts) setMeta("unprobed:" + what, std::to_string(n));
-  for (const auto& [what, step] : first_steps) setMeta("unprobed_step:" + what, std::to_string(step));
+  // Unchecked attention is worth a store of its own: without one the report would say nothing ran.
+  StoreWriter* w = writer();
+  if (!w) return;
+  for (const auto& [what, n] : counts) w->setMeta("unprobed:" + what, std::to_string(n));
+  for (const auto& [what, step] : first_steps) w->setMeta("unprobed_step:" + what, std::to_string(step));
 }
 
 void Session::finalize(bool collect) {

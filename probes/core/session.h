@@ -64,6 +64,10 @@ class Session {
   // A probed call began: counted in rank-<r>.tally, which outlives any death of the process, so
   // the report can say how many calls never reached the store.
   void callBegun();
+  // A fact about the store's rank. It creates no store: until the first call, capture, kernel,
+  // sentinel finding or unchecked attention is recorded it waits, and a process that records none
+  // of those (a DataLoader worker started with spawn, a helper process of the same rank) leaves
+  // no store and takes no rank's store name.
   void setMeta(const std::string& key, const std::string& value);
   // An optimizer step completed; `optimizer_steps` is the count so far.
   void stepEnded(int64_t optimizer_steps);
@@ -94,7 +98,7 @@ class Session {
 
  private:
   enum class State { kUninitialized, kActive, kFinalized };
-  StoreWriter* writer();  // nullptr when the store cannot be written
+  StoreWriter* writer();  // nullptr when the store cannot be written; creates it on first use
   void storeRefused(const std::string& why);
   void writeCounters();
   void countUnseenBackwards();
@@ -110,6 +114,7 @@ class Session {
   CapturePolicy capture_policy_;
 
   std::mutex writer_mu_;  // taken to open the store, once; calls read open_writer_
+  std::map<std::string, std::string> pending_meta_;  // setMeta before the store exists (writer_mu_)
   std::unique_ptr<StoreWriter> writer_;
   std::atomic<StoreWriter*> open_writer_{nullptr};
   bool writer_failed_ = false;
