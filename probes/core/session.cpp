@@ -160,6 +160,12 @@ void Session::recordSentinel(std::vector<SentinelRecord> findings) {
   if (StoreWriter* w = writer()) w->appendSentinel(std::move(findings));
 }
 
+void Session::recordModuleChecks(std::vector<ModuleCheckRecord> checks) {
+  if (!active() || checks.empty()) return;
+  for (ModuleCheckRecord& m : checks) m.rank = env_.rank;
+  if (StoreWriter* w = writer()) w->appendModuleChecks(std::move(checks));
+}
+
 void Session::setMeta(const std::string& key, const std::string& value) {
   if (!active()) return;
   if (StoreWriter* w = writer()) w->setMeta(key, value);

@@ -61,6 +61,7 @@ class Session {
   void recordKernels(std::vector<KernelRecord> kernels);
   void recordCapture(CaptureRecord capture);
   void recordSentinel(std::vector<SentinelRecord> findings);
+  void recordModuleChecks(std::vector<ModuleCheckRecord> checks);
   // A probed call began: counted in rank-<r>.tally, which outlives any death of the process, so
   // the report can say how many calls never reached the store.
   void callBegun();
