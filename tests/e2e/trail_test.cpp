@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <regex>
+#include <tuple>
 
 #include "tests/e2e/e2e_support.h"
 
@@ -80,6 +81,20 @@ TEST(Trail, NamesTheActivationWhoseBackwardMadeInf) {
   EXPECT_EQ(r.doc["first_module"]["module"], "transformer.h.0.mlp.act");
   EXPECT_EQ(r.doc["first_module"]["step"], 2);
   EXPECT_EQ(r.doc["first_edge"]["phase"], "bwd");
+}
+
+// Under activation checkpointing, both kinds, the answer is the eager one: the recomputed forward
+// is not a second first module, and the backward is judged where autograd runs it.
+TEST(Trail, CheckpointedBlocksGiveTheEagerAnswer) {
+  for (std::string mode : {"reentrant", "non-reentrant"}) {
+    for (auto [fault, module, phase] : {std::tuple{"ln", "transformer.h.0.ln_1", "fwd"},
+                                        std::tuple{"act-backward", "transformer.h.0.mlp.act", "bwd"}}) {
+      SCOPED_TRACE(mode + " " + fault);
+      TrainedRun r = trained(std::string("trail-ckpt-") + fault, "--trail", std::string("--fault ") + fault + " --checkpoint " + mode);
+      ASSERT_EQ(r.report.code, 1) << r.train.out;
+      expectFields(r.doc["first_module"], {{"step", 2}, {"phase", phase}, {"module", module}, {"inputs_finite", true}});
+    }
+  }
 }
 
 // The trail only reads: every loss is bit for bit what the script prints without nanprov.

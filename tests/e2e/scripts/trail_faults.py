@@ -8,6 +8,8 @@ With --oracle, plain-PyTorch hooks (nothing of nanprov's) find the answer and pr
   oracle: step S phase fwd|bwd module PATH
 the first module call whose output was non-finite from finite inputs (forward), or whose backward
 sent a non-finite gradient to an input while every gradient it received was finite (backward).
+--checkpoint recomputes each block in the backward (torch.utils.checkpoint); the oracle's
+forward hooks then also see the recompute, whose values are the original forward's.
 Each step prints its loss exactly (repr), so two runs compare bit for bit.
 """
 import argparse
@@ -85,8 +87,9 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, d=16, heads=2, layers=2, channels=4):
+    def __init__(self, d=16, heads=2, layers=2, channels=4, checkpoint=None):
         super().__init__()
+        self.checkpoint = checkpoint  # None, "reentrant" or "non-reentrant": each block recomputed in backward
         self.transformer = nn.ModuleDict(dict(wte=nn.Linear(channels, d), h=nn.ModuleList(Block(d, heads) for _ in range(layers)),
                                               ln_f=nn.LayerNorm(d)))
         self.head = nn.Linear(d, channels)
@@ -94,7 +97,12 @@ class GPT(nn.Module):
     def forward(self, x):
         h = self.transformer.wte(x)
         for block in self.transformer.h:
-            h = block(h)
+            if self.checkpoint:
+                from torch.utils.checkpoint import checkpoint
+
+                h = checkpoint(block, h, use_reentrant=self.checkpoint == "reentrant")
+            else:
+                h = block(h)
         return self.head(self.transformer.ln_f(h))
 
 
@@ -140,9 +148,10 @@ def main():
     p.add_argument("--fault-step", type=int, default=2)
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--oracle", action="store_true")
+    p.add_argument("--checkpoint", choices=["reentrant", "non-reentrant"])
     args = p.parse_args()
     torch.manual_seed(0)
-    model = GPT()
+    model = GPT(checkpoint=args.checkpoint)
     oracle = Oracle(model) if args.oracle else None
     opt = torch.optim.SGD(model.parameters(), lr=1e-2)
     block = model.transformer.h[0]
