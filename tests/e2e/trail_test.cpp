@@ -140,3 +140,25 @@ TEST(Trail, NamesNoModuleWhenAttentionMadeIt) {
 }
 
 }  // namespace
+
+namespace {
+using namespace e2e;
+
+// On CUDA (the H200; skipped without a GPU): a bf16 model that diverges by itself at a high
+// learning rate, no fault planted. The checks run on the device, asynchronously; the first module
+// named is the one the script's hooks find.
+TEST(TrailGpu, Bf16DivergenceNamesTheFirstModuleAsHooksDo) {
+  if (!torchHasCuda()) GTEST_SKIP() << "torch has no CUDA device here";
+  for (std::string lr : {"1e2", "1e3"}) {
+    SCOPED_TRACE("lr " + lr);
+    TrainedRun r = trained("trail-gpu-" + lr, "--trail",
+                           "--oracle --device cuda --dtype bfloat16 --d-model 64 --steps 5 --lr " + lr);
+    ASSERT_EQ(r.report.code, 1) << r.train.out;
+    const json oracle = oracleOf(r.train.out);
+    ASSERT_TRUE(oracle.is_object()) << "the training did not diverge: " << r.train.out;
+    expectFields(r.doc["first_module"], {{"step", oracle["step"]}, {"phase", oracle["phase"]}, {"module", oracle["module"]}});
+    EXPECT_EQ(r.doc["ranks"][0]["meta"].value("host_syncs", "0"), "0") << "the trail's checks never wait for the GPU";
+  }
+}
+
+}  // namespace

@@ -10,6 +10,7 @@ the first module call whose output was non-finite from finite inputs (forward), 
 sent a non-finite gradient to an input while every gradient it received was finite (backward).
 --checkpoint recomputes each block in the backward (torch.utils.checkpoint); the oracle's
 forward hooks then also see the recompute, whose values are the original forward's.
+--device cuda --dtype bfloat16 --lr LARGE is the GPU case: a bf16 model that diverges by itself.
 Each step prints its loss exactly (repr), so two runs compare bit for bit.
 """
 import argparse
@@ -149,11 +150,16 @@ def main():
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--oracle", action="store_true")
     p.add_argument("--checkpoint", choices=["reentrant", "non-reentrant"])
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    p.add_argument("--lr", type=float, default=1e-2, help="large: the training diverges by itself, no fault needed")
+    p.add_argument("--d-model", type=int, default=16)
     args = p.parse_args()
     torch.manual_seed(0)
-    model = GPT(checkpoint=args.checkpoint)
+    dtype = getattr(torch, args.dtype)
+    model = GPT(d=args.d_model, checkpoint=args.checkpoint).to(args.device, dtype)
     oracle = Oracle(model) if args.oracle else None
-    opt = torch.optim.SGD(model.parameters(), lr=1e-2)
+    opt = torch.optim.SGD(model.parameters(), lr=args.lr)
     block = model.transformer.h[0]
     for step in range(args.steps):
         if oracle:
@@ -168,7 +174,7 @@ def main():
                 block.mlp.act.scale = 1e39
         else:
             block.mlp.act.scale = 1.0
-        x = torch.randn(2, 8, 4)
+        x = torch.randn(2, 8, 4).to(args.device, dtype)
         loss = (model(x) - x).square().mean()
         opt.zero_grad()
         loss.backward()
