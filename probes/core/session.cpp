@@ -63,6 +63,9 @@ Status Session::start() {
   }
   run_dir_ = dir;
   env_ = rankFromEnvironment();
+  // --trail: in the store's meta from its creation, so a run whose modules all ran compiled (no
+  // module checked) still reads as one that asked for the trail.
+  if (const char* trail = std::getenv("NANPROV_TRAIL"); trail && std::string(trail) == "1") trail_ = true;
   if (const char* inject = std::getenv("NANPROV_INJECT"); inject && *inject) {
     auto specs = parseInjections(inject);
     if (!specs.ok()) {
@@ -110,6 +113,7 @@ StoreWriter* Session::writer() {
       {"pid", std::to_string(getpid())},
       {"started_ns", std::to_string(wallClockNs())},
   };
+  if (trail_) meta["trail"] = "1";
   std::string path = (std::filesystem::path(run_dir_) / rankStoreName(env_.rank)).string();
   auto opened = StoreWriter::open(path, meta);
   if (!opened.ok()) {

@@ -46,13 +46,9 @@ void ModuleTrail::Tally::add(const DeviceChecks::Counts& c) {
 
 void ModuleTrail::name(int64_t id, const std::string& path, const std::string& module_class) {
   if (id < 0 || id > (int64_t{1} << 24)) return;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (names_.size() <= static_cast<size_t>(id)) names_.resize(static_cast<size_t>(id) + 1);
-    names_[static_cast<size_t>(id)] = {path, module_class};
-    if (id != 0) return;
-  }
-  session_.setMeta("trail", "1");  // the first module named: this rank ran with --trail
+  std::lock_guard<std::mutex> lock(mu_);
+  if (names_.size() <= static_cast<size_t>(id)) names_.resize(static_cast<size_t>(id) + 1);
+  names_[static_cast<size_t>(id)] = {path, module_class};
 }
 
 ModuleTrail::Site ModuleTrail::site(int64_t module, Phase phase) {

@@ -97,6 +97,19 @@ TEST(Trail, CheckpointedBlocksGiveTheEagerAnswer) {
   }
 }
 
+// Modules inside torch.compile'd code run no hooks: the trail names no module there, and the
+// report says why instead of implying that no module made the value.
+TEST(Trail, CompiledRunSaysItsModulesWereNotChecked) {
+  ColdInductorCache cache("trail-compiled");
+  TrainedRun r = trained("trail-compiled", "--trail", "--fault ln --compile");
+  ASSERT_EQ(r.report.code, 1) << r.train.out;
+  EXPECT_EQ(r.doc["first_edge"]["origin"], "upstream");
+  EXPECT_EQ(r.doc["first_module"], nullptr);
+  expectFields(r.doc["trail"], {{"on", true}, {"compiled_code_unchecked", true}});
+  Result text = sh(nanprov() + " report " + r.dir.string());
+  EXPECT_NE(text.out.find("modules inside torch.compile'd code are not checked"), std::string::npos) << text.out;
+}
+
 // The trail only reads: every loss is bit for bit what the script prints without nanprov.
 TEST(Trail, LeavesTheLossesBitIdentical) {
   for (std::string fault : {"none", "act-backward"}) {

@@ -150,6 +150,7 @@ def main():
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--oracle", action="store_true")
     p.add_argument("--checkpoint", choices=["reentrant", "non-reentrant"])
+    p.add_argument("--compile", action="store_true", help="train torch.compile(model)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     p.add_argument("--lr", type=float, default=1e-2, help="large: the training diverges by itself, no fault needed")
@@ -160,6 +161,7 @@ def main():
     model = GPT(d=args.d_model, checkpoint=args.checkpoint).to(args.device, dtype)
     oracle = Oracle(model) if args.oracle else None
     opt = torch.optim.SGD(model.parameters(), lr=args.lr)
+    run = torch.compile(model) if args.compile else model
     block = model.transformer.h[0]
     for step in range(args.steps):
         if oracle:
@@ -175,7 +177,7 @@ def main():
         else:
             block.mlp.act.scale = 1.0
         x = torch.randn(2, 8, 4).to(args.device, dtype)
-        loss = (model(x) - x).square().mean()
+        loss = (run(x) - x).square().mean()
         opt.zero_grad()
         loss.backward()
         opt.step()
