@@ -44,7 +44,18 @@ std::optional<ModuleCheckRecord> firstModule(const RunData& run, const Findings&
   return *chosen;
 }
 
-nlohmann::json firstModuleJson(const std::optional<ModuleCheckRecord>& m) {
+std::vector<std::string> sharingItsGradient(const RunData& run, const ModuleCheckRecord& m) {
+  std::vector<std::string> out;
+  if (m.phase != Phase::kBackward || m.gradient == 0) return out;
+  for (const ModuleCheckRecord& o : run.module_checks) {
+    if (o.rank != m.rank || o.step != m.step || o.phase != m.phase || o.gradient != m.gradient || !o.inputs_finite) continue;
+    if (encloses(o.module, m.module) || encloses(m.module, o.module)) continue;
+    out.push_back(o.module);
+  }
+  return out;
+}
+
+nlohmann::json firstModuleJson(const RunData& run, const std::optional<ModuleCheckRecord>& m) {
   if (!m) return nullptr;
   return {{"rank", m->rank},
           {"step", m->step},
@@ -53,7 +64,8 @@ nlohmann::json firstModuleJson(const std::optional<ModuleCheckRecord>& m) {
           {"class", m->module_class},
           {"inputs_finite", m->inputs_finite},
           {"nonfinite", m->nonfinite()},
-          {"largest_input", m->largest_input}};
+          {"largest_input", m->largest_input},
+          {"shares_gradient_with", sharingItsGradient(run, *m)}};
 }
 
 std::string firstModuleText(const RunData& run, const ModuleCheckRecord& m, bool at) {
@@ -65,10 +77,16 @@ std::string firstModuleText(const RunData& run, const ModuleCheckRecord& m, bool
                             : ", whose inputs were already non-finite: they came from outside any module (the batch, "
                               "or code between modules)");
   }
-  return "the gradient that the backward of " + moduleName(m) + " sent to its input" + when +
-         (m.inputs_finite ? ", from finite incoming gradients" + largest
-                          : ", whose incoming gradients were already non-finite: they came from outside any module "
-                            "(the loss, or code between modules)");
+  std::string text = "the gradient that the backward of " + moduleName(m) + " sent to its input" + when +
+                     (m.inputs_finite ? ", from finite incoming gradients" + largest
+                                      : ", whose incoming gradients were already non-finite: they came from outside any "
+                                        "module (the loss, or code between modules)");
+  if (std::vector<std::string> shared = sharingItsGradient(run, m); !shared.empty()) {
+    for (std::string& s : shared) s = printable(s);
+    text += "; that input also feeds " + joined(shared, ", ") +
+            ", whose gradients add up there: any of them may have made it";
+  }
+  return text;
 }
 
 bool trailMissedCompiledCode(const RunData& run) {

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "base/records/call_record.h"
 #include "cli/edges.h"
@@ -20,8 +21,14 @@ namespace nanprov {
 // a source edge, and the module is its attention module or one around it).
 std::optional<ModuleCheckRecord> firstModule(const RunData& run, const Findings& findings);
 
-// {rank, step, phase, module, class, inputs_finite, nonfinite, largest_input}, or null.
-nlohmann::json firstModuleJson(const std::optional<ModuleCheckRecord>& m);
+// Backward: the other modules that take the input `m` sent its non-finite gradient to and were
+// judged on the same gradient (the sum of theirs) with finite gradients received: any of them may
+// have made it. Modules around `m` or inside it are not listed.
+std::vector<std::string> sharingItsGradient(const RunData& run, const ModuleCheckRecord& m);
+
+// {rank, step, phase, module, class, inputs_finite, nonfinite, largest_input, shares_gradient_with},
+// or null.
+nlohmann::json firstModuleJson(const RunData& run, const std::optional<ModuleCheckRecord>& m);
 
 // What the first non-finite value was, for people: "the output of transformer.h.0.ln_1
 // (LayerNorm), from finite inputs (largest |x| 3.4e+38)". `at` adds its step and phase. Texts from

@@ -230,7 +230,7 @@ nlohmann::json reportJson(const Report& report) {
       {"unchecked_attention_by_sentinel_step", conclusion.unchecked_by_sentinel_step},
       {"ranks", ranks},
       {"trail", {{"on", run.trailOn()}, {"compiled_code_unchecked", trailMissedCompiledCode(run)}}},
-      {"first_module", firstModuleJson(report.first_module)},
+      {"first_module", firstModuleJson(run, report.first_module)},
       {"first_edge", nullptr},
       {"first_source_edge", nullptr},
       {"propagation", {{"calls", f.propagation.calls}, {"layers", f.propagation.layers}, {"ranks", f.propagation.ranks}}},

@@ -156,7 +156,7 @@ Status loadModuleChecks(sqlite3* db, const std::string& path, int rank, std::vec
   if (!exists.ok()) return notAStore(path, exists.status().message());
   if (!*exists) return Status::Ok();
   auto rows = sqlite::prepare(db,
-      "SELECT step,phase,module,class,inputs_finite,nan,posinf,neginf,largest_input,ord,time_ns FROM module_checks "
+      "SELECT step,phase,module,class,inputs_finite,nan,posinf,neginf,largest_input,ord,time_ns,gradient FROM module_checks "
       "ORDER BY ord");
   if (!rows.ok()) return notAStore(path, rows.status().message());
   return sqlite::eachRow(db, rows->get(), path, [&](sqlite3_stmt* s) {
@@ -164,7 +164,7 @@ Status loadModuleChecks(sqlite3* db, const std::string& path, int rank, std::vec
     m.rank = rank;
     std::string phase;
     sqlite::readRow(s, 0, m.step, phase, m.module, m.module_class, m.inputs_finite, m.nan, m.posinf, m.neginf,
-                    m.largest_input, m.order, m.time_ns);
+                    m.largest_input, m.order, m.time_ns, m.gradient);
     if (!parsePhase(phase, &m.phase)) return notAStore(path, "a module check has an unknown phase '" + printable(phase) + "'");
     return Status::Ok();
   });

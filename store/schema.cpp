@@ -88,7 +88,8 @@ CREATE TABLE IF NOT EXISTS module_checks (
   neginf        INTEGER NOT NULL,
   largest_input REAL NOT NULL,
   ord           INTEGER NOT NULL,
-  time_ns       INTEGER NOT NULL
+  time_ns       INTEGER NOT NULL,
+  gradient      INTEGER NOT NULL
 );
 CREATE TABLE IF NOT EXISTS steps (
   step   INTEGER PRIMARY KEY,

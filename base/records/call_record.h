@@ -129,6 +129,9 @@ struct ModuleCheckRecord {
   double largest_input = 0.0;  // largest finite |x| among its inputs (backward: received gradients)
   int64_t order = 0;        // per rank, in the order the module calls ended (inner modules first)
   int64_t time_ns = 0;      // CLOCK_REALTIME when it ended, to order ranks of one host
+  // Backward: which gradient it sent (an identity, equal for the modules that share that input
+  // tensor and so were all handed the sum of their gradients); 0 in the forward.
+  int64_t gradient = 0;
 
   int64_t nonfinite() const { return nan + posinf + neginf; }
 };

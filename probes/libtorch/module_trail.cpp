@@ -114,7 +114,8 @@ void ModuleTrail::received(GradWatch& watch, const at::Tensor& grad) {
 }
 
 // The gradient of an input is the sum over everything that used it: when several modules take
-// the same tensor, each is judged on that sum.
+// the same tensor, each is judged on that sum, and the rows say which gradient it was (the same
+// tensor is handed to every hook on it in turn), so the report can name them together.
 void ModuleTrail::sent(GradWatch& watch, const at::Tensor& grad) {
   try {
     if (!session_.active() || !checkable(grad)) return;
@@ -126,7 +127,9 @@ void ModuleTrail::sent(GradWatch& watch, const at::Tensor& grad) {
     }
     const size_t received = tensors.size();
     tensors.push_back(grad);
-    check(site(watch.module, Phase::kBackward), tensors, received);
+    Site s = site(watch.module, Phase::kBackward);
+    s.gradient = static_cast<int64_t>(reinterpret_cast<intptr_t>(grad.unsafeGetTensorImpl()));
+    check(s, tensors, received);
   } catch (const std::exception& e) {
     logOnce("trail backward", std::string("--trail: a module's gradients are not checked: ") + e.what());
   }
@@ -234,6 +237,7 @@ void ModuleTrail::judge(const Site& s, const Tally& in, const Tally& out) {
   r.largest_input = in.largest;
   r.order = s.order;
   r.time_ns = s.time_ns;
+  r.gradient = s.gradient;
   session_.recordModuleChecks({std::move(r)});
 }
 

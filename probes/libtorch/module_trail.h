@@ -64,6 +64,7 @@ class ModuleTrail {
     Phase phase = Phase::kForward;
     int64_t order = 0;
     int64_t time_ns = 0;
+    int64_t gradient = 0;  // backward: the gradient sent (ModuleCheckRecord::gradient)
   };
   // Counts over a set of tensors: the inputs' or the outputs' of one check.
   struct Tally {

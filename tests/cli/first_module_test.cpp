@@ -65,6 +65,27 @@ TEST(FirstModule, NoneWhenAttentionMadeTheValue) {
   EXPECT_FALSE(firstModule(RunData{}, f));
 }
 
+// q_proj, k_proj and v_proj take the same x, so each was handed the sum of their gradients: the
+// first is named, and the text says that its siblings may have made it as well (not the modules
+// around them, which take x too).
+TEST(FirstModule, SiblingsJudgedOnTheSameGradientAreNamedWithIt) {
+  RunData run;
+  for (const char* module : {"l.0.attn.q_proj", "l.0.attn.k_proj", "l.0.attn.v_proj", "l.0.attn", "l.0"}) {
+    ModuleCheckRecord m = check(1, static_cast<int64_t>(run.module_checks.size()), module, true, Phase::kBackward);
+    m.gradient = 42;
+    run.module_checks.push_back(m);
+  }
+  ModuleCheckRecord other = check(1, 9, "l.0.mlp", true, Phase::kBackward);
+  other.gradient = 7;
+  run.module_checks.push_back(other);
+  std::optional<ModuleCheckRecord> m = firstModule(run, Findings{});
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->module, "l.0.attn.q_proj");
+  EXPECT_EQ(sharingItsGradient(run, *m), (std::vector<std::string>{"l.0.attn.k_proj", "l.0.attn.v_proj"}));
+  EXPECT_NE(firstModuleText(run, *m, false).find("that input also feeds l.0.attn.k_proj, l.0.attn.v_proj"), std::string::npos);
+  EXPECT_EQ(firstModuleJson(run, m)["shares_gradient_with"].size(), 2u);
+}
+
 TEST(FirstModule, TextSaysWhatTheModuleDidInEachPhase) {
   RunData run;
   ModuleCheckRecord fwd = check(2, 0, "h.0.ln_1", true);
