@@ -27,12 +27,13 @@ bool checkable(const at::Tensor& t) {
   return t.defined() && t.is_floating_point() && t.has_storage() && !t.is_meta() && t.numel() > 0;
 }
 
-// An output that is one of the inputs, or writes into its memory (ReLU(inplace=True)): that input
-// is read after the module changed it, so it is not counted as one.
-bool aliases(const at::Tensor& input, const std::vector<at::Tensor>& outputs) {
-  for (const at::Tensor& o : outputs) {
-    if (o.unsafeGetTensorImpl() == input.unsafeGetTensorImpl()) return true;
-    if (o.has_storage() && input.has_storage() && o.storage().is_alias_of(input.storage())) return true;
+// An output that is one of the inputs itself: passed through (nn.Identity, dropout in eval), or
+// changed in place (ReLU(inplace=True)), whose input is then read after the change. Either way the
+// module cannot be judged on it: it is not counted as an output, and a module with no other output
+// is not judged at all (the module around it is).
+bool isAnInput(const at::Tensor& output, const std::vector<at::Tensor>& inputs) {
+  for (const at::Tensor& i : inputs) {
+    if (i.unsafeGetTensorImpl() == output.unsafeGetTensorImpl()) return true;
   }
   return false;
 }
@@ -61,12 +62,12 @@ ModuleTrail::Site ModuleTrail::site(int64_t module, Phase phase) {
 void ModuleTrail::forward(int64_t id, const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs) {
   std::vector<at::Tensor> outs;
   for (const at::Tensor& o : outputs) {
-    if (checkable(o)) outs.push_back(o);
+    if (checkable(o) && !isAnInput(o, inputs)) outs.push_back(o);
   }
   if (outs.empty()) return;
   std::vector<at::Tensor> ins;
   for (const at::Tensor& i : inputs) {
-    if (checkable(i) && !aliases(i, outs)) ins.push_back(i);
+    if (checkable(i)) ins.push_back(i);
   }
   // A forward recomputed by activation checkpointing runs inside the backward: the original
   // forward was checked. Its backward is watched (with reentrant checkpointing it is the one
