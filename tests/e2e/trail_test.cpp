@@ -15,13 +15,7 @@ using namespace e2e;
 std::string faults() { return std::string(NANPROV_TEST_SCRIPTS) + "/trail_faults.py"; }
 
 TrainedRun trained(const std::string& name, const std::string& nanprov_opts, const std::string& script_args) {
-  TrainedRun run;
-  run.dir = runDir(name);
-  run.train = sh(nanprov() + " run --out " + run.dir.string() + " " + nanprov_opts + " -- " + python() + " " + faults() +
-                 " " + script_args + " 2>&1");
-  run.report = sh(nanprov() + " report " + run.dir.string() + " --json");
-  run.doc = json::parse(run.report.out, nullptr, false);
-  return run;
+  return train(name, nanprov_opts, script_args, faults());
 }
 
 // What the script's hooks found: {step, phase, module}.
@@ -140,12 +134,7 @@ TEST(Trail, WithoutTrailTheReportSaysTrailWouldNameIt) {
 // When attention itself made the first non-finite value, the trail names no module: the report's
 // answer is the attention edge.
 TEST(Trail, NamesNoModuleWhenAttentionMadeIt) {
-  TrainedRun r;
-  r.dir = runDir("trail-attention");
-  r.train = sh(nanprov() + " run --out " + r.dir.string() + " --trail -- " + python() + " " +
-               example("tiny_transformer.py") + " --steps 4 --glitch-step 2 --glitch-scale 1e20 2>&1");
-  r.report = sh(nanprov() + " report " + r.dir.string() + " --json");
-  r.doc = json::parse(r.report.out, nullptr, false);
+  TrainedRun r = train("trail-attention", "--trail", "--steps 4 --glitch-step 2 --glitch-scale 1e20");
   ASSERT_EQ(r.report.code, 1) << r.train.out;
   EXPECT_EQ(r.doc["first_edge"]["origin"], "attention");
   EXPECT_EQ(r.doc["trail"]["on"], true);
