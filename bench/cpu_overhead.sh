@@ -7,6 +7,8 @@
 # of the module probes (a forward pre-hook on every module call, a forward hook on the matches).
 # BASELINE=/path/to/other/build/bin/nanprov adds a third column in the same rounds: another build
 # of nanprov (an earlier commit), so a change's cost is measured side by side, not across runs.
+# TRAIL=1 adds a column in the same rounds: nanprov run --trail (every module's output and input
+# gradient checked too), against plain training and the default nanprov run.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$root/scripts/activate"
@@ -19,10 +21,11 @@ esac
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 speed() { grep -o 'steps_per_sec [0-9.]*' | awk '{print $2}'; }
-plain=() probed=() baseline=()
+plain=() probed=() baseline=() trail=()
 for r in $(seq "$rounds"); do
   plain+=("$(python "${args[@]}" | speed)")
   probed+=("$(nanprov run --out "$tmp/r$r" "${opts[@]}" -- python "${args[@]}" 2>/dev/null | speed)")
+  [ "${TRAIL:-0}" != 1 ] || trail+=("$(nanprov run --out "$tmp/t$r" --trail "${opts[@]}" -- python "${args[@]}" 2>/dev/null | speed)")
   [ -z "${BASELINE:-}" ] || baseline+=("$("$BASELINE" run --out "$tmp/b$r" "${opts[@]}" -- python "${args[@]}" 2>/dev/null | speed)")
 done
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
@@ -30,6 +33,11 @@ p="$(median "${plain[@]}")" n="$(median "${probed[@]}")"
 echo "plain   steps/s: ${plain[*]} (median $p)"
 echo "nanprov steps/s: ${probed[*]} (median $n)"
 awk -v p="$p" -v n="$n" 'BEGIN {printf "nanprov step time / plain step time: %.3fx\n", p / n}'
+if [ "${TRAIL:-0}" = 1 ]; then
+  t="$(median "${trail[@]}")"
+  echo "nanprov --trail steps/s: ${trail[*]} (median $t)"
+  awk -v p="$p" -v t="$t" -v n="$n" 'BEGIN {printf "--trail step time / plain step time: %.3fx; --trail / default nanprov: %.3fx\n", p / t, n / t}'
+fi
 if [ -n "${BASELINE:-}" ]; then
   b="$(median "${baseline[@]}")"
   echo "baseline steps/s: ${baseline[*]} (median $b; $BASELINE)"

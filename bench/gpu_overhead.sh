@@ -5,6 +5,7 @@
 #   nanprov   `nanprov run`: every role of every call checked; kernels traced in steps 0-1 (default)
 #   exact     `nanprov run --trace-steps 0`: checked, and every call's kernels traced by CUPTI
 #   checks    `nanprov run --no-kernels`: checks only, no CUPTI
+#   trail     `nanprov run --trail`: the default, plus every module's output and input gradient
 #   audit     `nanprov run --audit`: the default, plus the audit of each call signature (issue 14)
 #   nosentinel `nanprov run` without the gradient sentinel (NANPROV_SENTINEL=0): nanprov/nosentinel
 #             is what the sentinel's one fused check of all gradients and parameters costs
@@ -47,6 +48,7 @@ bench_model() {
     want exact && ms[exact]+=" $(nanprov run --trace-steps 0 --out "$tmp/$name-exact-$r" -- "$py" "${args[@]}" 2>/dev/null | step_ms)"
     want bootstrap && ms[bootstrap]+=" $(NANPROV_HOOKS=none nanprov run --out "$tmp/$name-boot-$r" -- "$py" "${args[@]}" 2>/dev/null | step_ms)"
     want checks && ms[checks]+=" $(nanprov run --no-kernels --out "$tmp/$name-checks-$r" -- "$py" "${args[@]}" 2>/dev/null | step_ms)"
+    want trail && ms[trail]+=" $(nanprov run --trail --out "$tmp/$name-trail-$r" -- "$py" "${args[@]}" 2>/dev/null | step_ms)"
     want audit && ms[audit]+=" $(nanprov run --audit --audit-warn-only --out "$tmp/$name-audit-$r" -- "$py" "${args[@]}" 2>/dev/null | step_ms)"
     want anomaly && ms[anomaly]+=" $("$py" "${args[@]}" --check anomaly | step_ms)"
     want naive && ms[naive]+=" $("$py" "${args[@]}" --check naive | step_ms)"

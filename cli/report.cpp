@@ -242,6 +242,7 @@ Report buildReport(const RunData& run) { return buildReport(run, analyze(run)); 
 Report buildReport(const RunData& run, Findings findings) {
   Report r{.run = &run, .findings = std::move(findings)};
   r.conclusion = conclude(run, r.findings);
+  r.first_module = firstModule(run, r.findings);
   if (r.findings.first_source) {
     const CallRecord& c = run.calls[*r.findings.first_source];
     std::map<std::string, std::string> meta;
@@ -278,6 +279,8 @@ nlohmann::json reportJson(const Report& report) {
       {"world_size", run.worldSize()},
       {"missing_ranks", run.missingRanks()},
       {"unrecorded_ranks", unrecordedJson(run)},
+      {"trail", {{"on", run.trailOn()}, {"compiled_code_unchecked", trailMissedCompiledCode(run)}}},
+      {"first_module", firstModuleJson(run, report.first_module)},
       {"first_edge", nullptr},
       {"first_source_edge", nullptr},
       {"propagation", {{"calls", f.propagation.calls}, {"layers", f.propagation.layers}, {"ranks", f.propagation.ranks}}},
@@ -338,6 +341,11 @@ std::string reportText(const Report& report) {
       out << ", but attention ran unchecked by then, so nanprov cannot tell whether attention made them\n"
           << "  unchecked: " << joined(conclusion.unchecked_by_sentinel_step, "; ") << "\n";
     }
+    if (report.first_module) {
+      out << "  the first non-finite value was " << firstModuleText(run, *report.first_module, true) << "\n";
+    } else if (!run.trailOn()) {
+      out << "  nanprov run --trail names the module that made them\n";
+    }
     out << "  non-finite gradients: " << listed(s.gradients) << "\n";
     out << "  non-finite parameters after the update: " << listed(s.values) << "\n";
     if (f.first) {
@@ -372,7 +380,7 @@ std::string reportText(const Report& report) {
         << joined(h.nonfinite_outputs, ", ") << inj << "\n";
   } else {
     out << callName(c) << "  non-finite " << joined(h.nonfinite_inputs, ", ")
-        << " reached attention from upstream: the origin is outside attention" << inj << "\n";
+        << " reached attention from upstream: " << upstreamOriginText(run, report.first_module, c) << inj << "\n";
   }
   out << "  " << stepLabel(run, c.step) << ", " << phaseName(c.phase) << (c.recompute ? " (checkpoint recompute)" : "")
       << ", " << c.op << " (" << c.backend << ")";

@@ -7,6 +7,7 @@
 
 #include "cli/call_issues.h"
 #include "cli/edges.h"
+#include "cli/first_module.h"
 #include "cli/outcome.h"
 #include "store/reader.h"
 
@@ -28,6 +29,7 @@ struct Report {
   Findings findings;
   Conclusion conclusion;
   CallIssues source_issues;  // the known issues the first source edge matches, or may match
+  std::optional<ModuleCheckRecord> first_module;  // --trail: the module that made the first non-finite value
 };
 Report buildReport(const RunData& run);
 Report buildReport(const RunData& run, Findings findings);  // edges already analyzed

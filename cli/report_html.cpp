@@ -141,8 +141,8 @@ std::string firstEdgeSection(const Report& report) {
   std::string origin =
       f.origin == Origin::kAttention
           ? "<b>attention</b>: every checked input finite, non-finite " + shown(joined(h.nonfinite_outputs)) + " came out"
-          : "<b>upstream</b>: non-finite " + shown(joined(h.nonfinite_inputs)) +
-                " reached attention from before it; the origin is outside attention";
+          : "<b>upstream</b>: non-finite " + shown(joined(h.nonfinite_inputs)) + " reached attention from before it; " +
+                escapedHtml(upstreamOriginText(run, report.first_module, c));  // already printable
   std::string out = "<section id=\"first-edge\" data-name=\"" + shown(callName(c)) + "\">\n<h2>First non-finite edge</h2>\n";
   out += "<table class=\"facts\">\n";
   out += row("call", "<span class=\"mono name\" id=\"edge-name\">" + shown(callName(c)) + "</span>");
@@ -202,7 +202,11 @@ std::string sentinelSection(const Report& report) {
   } else {
     out += "That is not before the first attention edge's step: they followed it.";
   }
-  out += "</p>\n<table class=\"facts\">\n" + row("non-finite gradients", parameterList(s.gradients)) +
+  out += "</p>\n<table class=\"facts\">\n";
+  if (report.first_module) {
+    out += row("first non-finite value", escapedHtml(firstModuleText(run, *report.first_module, true)));
+  }
+  out += row("non-finite gradients", parameterList(s.gradients)) +
          row("non-finite after the update", parameterList(s.values)) + "</table>\n</section>\n";
   return out;
 }

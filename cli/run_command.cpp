@@ -52,6 +52,7 @@ struct RunOptions {
   int64_t audit_bytes = kDefaultAuditBytes;
   int64_t audit_slice_bytes = kDefaultAuditSliceBytes;
   bool warn_only = false;
+  bool trail = false;
   bool out_given = false;
   std::vector<std::string> command;
 };
@@ -223,6 +224,7 @@ int run(RunOptions& opts) {
               {"probe_modules", opts.probe_modules},
               {"probe_ops", opts.probe_ops},
               {"trace_steps", opts.trace_steps},
+              {"trail", opts.trail},
               {"kernels", !opts.no_kernels},
               {"audit", {{"on", opts.audit},
                          {"every_steps", opts.audit_every},
@@ -247,6 +249,7 @@ int run(RunOptions& opts) {
       {"NANPROV_PROBE_MODULES", probe_modules},
       {"NANPROV_PROBE_OPS", probe_ops},
       {"NANPROV_AUDIT", opts.audit ? "1" : "0"},
+      {"NANPROV_TRAIL", opts.trail ? "1" : "0"},
       {"NANPROV_AUDIT_EVERY", std::to_string(opts.audit_every)},
       {"NANPROV_AUDIT_BUDGET_CENTIPERCENT", std::to_string(std::llround(opts.audit_budget * 100))},
       {"NANPROV_AUDIT_BYTES", std::to_string(opts.audit_bytes)},
@@ -311,7 +314,8 @@ void addRunCommand(CLI::App& app, int* exit_code, std::vector<std::string> wrapp
       "  nanprov run --capture 'layer=1,phase=bwd,step=0' -- python train.py\n"
       "  nanprov run --probe-module 'CausalSelfAttention' -- python train.py   hand-written attention\n"
       "  nanprov run --probe-op ffpa -- python train.py     FFPA's attention op\n"
-      "  nanprov run --audit -- python train.py          also catch finite but wrong outputs\n\n"
+      "  nanprov run --audit -- python train.py          also catch finite but wrong outputs\n"
+      "  nanprov run --trail -- python train.py          name the module that made a NaN outside attention\n\n"
       "Writes a run directory (default ./nanprov-runs/<UTC time>) with run.json and one\n"
       "rank-<r>.sqlite per rank, prints the first-failure summary when the command ends,\n"
       "and exits with the command's exit code (128+N when a signal N killed it). When the\n"
@@ -389,6 +393,11 @@ void addRunCommand(CLI::App& app, int* exit_code, std::vector<std::string> wrapp
                 "A call whose tensors are bigger is audited on a slice: the first and last batch x the first "
                 "and last KV head group, every row (default 16M)")
       ->needs(audit);
+  cmd->add_flag("--trail", opts->trail,
+                "Also check every module's output and, in training, the gradient its backward sends to its "
+                "inputs, so that when the first non-finite value was made outside attention the report names "
+                "the first module that made it (forward or backward), its step and phase. Asynchronous like the "
+                "attention checks; modules inside torch.compile'd code are not checked");
   cmd->add_flag("--warn-only,--audit-warn-only", opts->warn_only,
                 "Print and record what nanprov finds, but exit with the training's own code");
   // Without "--", everything from the first positional on is the user's command.

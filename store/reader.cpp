@@ -150,6 +150,26 @@ Status loadSentinel(sqlite3* db, const std::string& path, int rank, std::vector<
   });
 }
 
+// A store written without --trail, or before the table existed, has no rows to read.
+Status loadModuleChecks(sqlite3* db, const std::string& path, int rank, std::vector<ModuleCheckRecord>* out) {
+  auto exists = queryInteger(db, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'module_checks'", {});
+  if (!exists.ok()) return notAStore(path, exists.status().message());
+  if (!*exists) return Status::Ok();
+  auto rows = sqlite::prepare(db,
+      "SELECT step,phase,module,class,inputs_finite,nan,posinf,neginf,largest_input,ord,time_ns,gradient FROM module_checks "
+      "ORDER BY ord");
+  if (!rows.ok()) return notAStore(path, rows.status().message());
+  return sqlite::eachRow(db, rows->get(), path, [&](sqlite3_stmt* s) {
+    ModuleCheckRecord& m = out->emplace_back();
+    m.rank = rank;
+    std::string phase;
+    sqlite::readRow(s, 0, m.step, phase, m.module, m.module_class, m.inputs_finite, m.nan, m.posinf, m.neginf,
+                    m.largest_input, m.order, m.time_ns, m.gradient);
+    if (!parsePhase(phase, &m.phase)) return notAStore(path, "a module check has an unknown phase '" + printable(phase) + "'");
+    return Status::Ok();
+  });
+}
+
 int64_t countSteps(sqlite3* db) {
   auto st = sqlite::prepare(db, "SELECT COUNT(*) FROM steps");
   if (!st.ok() || sqlite3_step(st->get()) != SQLITE_ROW) return 0;
@@ -262,6 +282,13 @@ std::string RunData::dirOf(int rank) const {
   return dir;
 }
 
+bool RunData::trailOn() const {
+  for (const RankInfo& r : ranks) {
+    if (r.meta.count("trail")) return true;
+  }
+  return false;
+}
+
 StepUnit RunData::stepUnit() const {
   for (const RankInfo& r : ranks) {
     auto it = r.meta.find("step_unit");
@@ -333,6 +360,7 @@ StatusOr<RunData> loadRun(const RunDirs& dirs, RunScope scope) {
     }
     NANPROV_RETURN_IF_ERROR(loadCaptures(db->get(), path, info.rank, &run.captures));
     NANPROV_RETURN_IF_ERROR(loadSentinel(db->get(), path, info.rank, &run.sentinel));
+    NANPROV_RETURN_IF_ERROR(loadModuleChecks(db->get(), path, info.rank, &run.module_checks));
     info.steps = countSteps(db->get());
     info.calls_stored = callsWritten(info);
     info.calls_begun = tallyOf((std::filesystem::path(path).parent_path() / callTallyName(info.rank)).string());

@@ -54,6 +54,8 @@ struct RunData {
   std::vector<KernelRecord> kernels;  // ordered by rank, then seq, then start; a CPU call's is its op
   std::vector<CaptureRecord> captures;  // per rank in the order decided
   std::vector<SentinelRecord> sentinel;  // per rank: the first step whose gradients went non-finite
+  // --trail: module calls whose outputs went non-finite, per rank in the order they ended.
+  std::vector<ModuleCheckRecord> module_checks;
   int64_t calls_begun_without_store = 0;  // tallied by ranks that died before creating their store
   std::map<int, std::string> unrecorded;  // ranks whose workers could not write their store → why
 
@@ -75,6 +77,8 @@ struct RunData {
   // Calls the probes began that never reached a store, over all ranks: the process ended (by
   // SIGKILL, or a path that ran no exit hook) before the writer committed them.
   int64_t callsNotStored() const;
+  // Whether any rank ran with --trail (meta "trail").
+  bool trailOn() const;
   // What a step counts: optimizer steps (training), or forward passes (inference, no optimizer).
   StepUnit stepUnit() const;
 

@@ -77,6 +77,20 @@ CREATE TABLE IF NOT EXISTS sentinel (
   parameter TEXT NOT NULL,
   norm      REAL
 );
+CREATE TABLE IF NOT EXISTS module_checks (
+  step          INTEGER NOT NULL,
+  phase         TEXT NOT NULL CHECK (phase IN ('fwd', 'bwd')),
+  module        TEXT NOT NULL,
+  class         TEXT NOT NULL,
+  inputs_finite INTEGER NOT NULL,
+  nan           INTEGER NOT NULL,
+  posinf        INTEGER NOT NULL,
+  neginf        INTEGER NOT NULL,
+  largest_input REAL NOT NULL,
+  ord           INTEGER NOT NULL,
+  time_ns       INTEGER NOT NULL,
+  gradient      INTEGER NOT NULL
+);
 CREATE TABLE IF NOT EXISTS steps (
   step   INTEGER PRIMARY KEY,
   end_ns INTEGER NOT NULL

@@ -42,7 +42,7 @@ struct StepRow {
 
 // Prepared statements reused for every batch.
 struct Statements {
-  sqlite::Stmt call, tensor, step, kernel, capture, meta, sentinel, signature, note;
+  sqlite::Stmt call, tensor, step, kernel, capture, meta, sentinel, module_check, signature, note;
 };
 
 StatusOr<Statements> prepareStatements(sqlite3* db) {
@@ -63,6 +63,9 @@ StatusOr<Statements> prepareStatements(sqlite3* db) {
       {&st.capture, "INSERT INTO captures(seq,trigger,path,bytes,skipped) VALUES(?,?,?,?,?)"},
       {&st.meta, "INSERT OR REPLACE INTO meta(key,value) VALUES(?,?)"},
       {&st.sentinel, "INSERT INTO sentinel(step,tensor,parameter,norm) VALUES(?,?,?,?)"},
+      {&st.module_check,
+       "INSERT INTO module_checks(step,phase,module,class,inputs_finite,nan,posinf,neginf,largest_input,ord,time_ns,"
+       "gradient) VALUES(?,?,?,?,?,?,?,?,?,?,?,?)"},
   };
   for (const auto& [stmt, text] : sql) {
     NANPROV_ASSIGN_OR_RETURN(*stmt, sqlite::prepare(db, text));
@@ -158,6 +161,13 @@ Status insertSentinel(sqlite3* db, Statements& st, const SentinelRecord& f) {
   return stepStatement(db, s);
 }
 
+Status insertModuleCheck(sqlite3* db, Statements& st, const ModuleCheckRecord& m) {
+  sqlite3_stmt* s = st.module_check.get();
+  sqlite::bindRow(s, m.step, std::string(phaseName(m.phase)), m.module, m.module_class, m.inputs_finite, m.nan, m.posinf,
+                  m.neginf, m.largest_input, m.order, m.time_ns, m.gradient);
+  return stepStatement(db, s);
+}
+
 Status insertMeta(sqlite3* db, Statements& st, const std::string& key, const std::string& value) {
   sqlite::bindRow(st.meta.get(), key, value);
   return stepStatement(db, st.meta.get());
@@ -171,12 +181,14 @@ struct PendingRows {
   std::vector<KernelRecord> kernels;
   std::vector<CaptureRecord> captures;
   std::vector<SentinelRecord> sentinel;
+  std::vector<ModuleCheckRecord> module_checks;
   std::vector<StepRow> steps;
   std::map<std::string, std::string> meta;
 
   bool empty() const { return rows() == 0; }
   size_t rows() const {
-    return calls.size() + kernels.size() + captures.size() + sentinel.size() + steps.size() + meta.size();
+    return calls.size() + kernels.size() + captures.size() + sentinel.size() + module_checks.size() + steps.size() +
+           meta.size();
   }
 };
 
@@ -223,6 +235,9 @@ struct StoreWriter::Impl {
     for (const KernelRecord& k : batch.kernels) NANPROV_RETURN_IF_ERROR(insertKernel(db.get(), statements, k));
     for (const CaptureRecord& c : batch.captures) NANPROV_RETURN_IF_ERROR(insertCapture(db.get(), statements, c));
     for (const SentinelRecord& f : batch.sentinel) NANPROV_RETURN_IF_ERROR(insertSentinel(db.get(), statements, f));
+    for (const ModuleCheckRecord& m : batch.module_checks) {
+      NANPROV_RETURN_IF_ERROR(insertModuleCheck(db.get(), statements, m));
+    }
     for (const auto& [k, v] : batch.meta) NANPROV_RETURN_IF_ERROR(insertMeta(db.get(), statements, k, v));
     for (const StepRow& s : batch.steps) {
       sqlite::bindRow(statements.step.get(), s.step, s.end_ns);
@@ -365,6 +380,15 @@ void StoreWriter::appendSentinel(std::vector<SentinelRecord> findings) {
     impl_->flush_requested = true;  // once per run at most
   }
   impl_->wake.notify_one();
+}
+
+void StoreWriter::appendModuleChecks(std::vector<ModuleCheckRecord> checks) {
+  std::lock_guard<std::mutex> lock(impl_->mu);  // a few rows a run: the first non-finite step's
+  if (impl_->state != Impl::State::kActive) {
+    impl_->dropped += static_cast<int64_t>(checks.size());
+    return;
+  }
+  for (ModuleCheckRecord& m : checks) impl_->pending.module_checks.push_back(std::move(m));
 }
 
 void StoreWriter::appendCapture(CaptureRecord capture) {

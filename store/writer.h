@@ -30,6 +30,7 @@ class StoreWriter {
   void appendKernels(std::vector<KernelRecord> kernels);
   void appendCapture(CaptureRecord capture);
   void appendSentinel(std::vector<SentinelRecord> findings);
+  void appendModuleChecks(std::vector<ModuleCheckRecord> checks);
   // Written with the next batch; a later value for the same key replaces it.
   void setMeta(const std::string& key, const std::string& value);
   void stepEnded(int64_t step, int64_t end_ns);

@@ -115,4 +115,25 @@ struct SentinelRecord {
   double norm = 0.0;       // max |x| over the tensor: NaN or Inf
 };
 
+// `nanprov run --trail`: one module call whose output held NaN/Inf, forward (its output) or
+// backward (the gradient it sent to one of its inputs). The modules that only passed on what
+// they received have inputs_finite false; the first one with finite inputs made the values.
+struct ModuleCheckRecord {
+  int rank = 0;
+  int64_t step = 0;
+  Phase phase = Phase::kForward;
+  std::string module;       // module path ("transformer.h.0.ln_1"); "" for the outermost module
+  std::string module_class; // "LayerNorm"
+  bool inputs_finite = true;  // forward: every input; backward: every gradient the module received
+  int64_t nan = 0, posinf = 0, neginf = 0;  // in its outputs (backward: the gradient it sent)
+  double largest_input = 0.0;  // largest finite |x| among its inputs (backward: received gradients)
+  int64_t order = 0;        // per rank, in the order the module calls ended (inner modules first)
+  int64_t time_ns = 0;      // CLOCK_REALTIME when it ended, to order ranks of one host
+  // Backward: which gradient it sent (an identity, equal for the modules that share that input
+  // tensor and so were all handed the sum of their gradients); 0 in the forward.
+  int64_t gradient = 0;
+
+  int64_t nonfinite() const { return nan + posinf + neginf; }
+};
+
 }  // namespace nanprov

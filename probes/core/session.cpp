@@ -64,6 +64,9 @@ Status Session::start() {
   }
   run_dir_ = dir;
   env_ = rankFromEnvironment();
+  // --trail: in the store's meta from its creation, so a run whose modules all ran compiled (no
+  // module checked) still reads as one that asked for the trail.
+  if (const char* trail = std::getenv("NANPROV_TRAIL"); trail && std::string(trail) == "1") trail_ = true;
   if (const char* inject = std::getenv("NANPROV_INJECT"); inject && *inject) {
     auto specs = parseInjections(inject);
     if (!specs.ok()) {
@@ -121,6 +124,7 @@ StoreWriter* Session::writer() {
   if (master_addr && *master_addr && master_port && *master_port) {
     meta["master"] = std::string(master_addr) + ":" + master_port;
   }
+  if (trail_) meta["trail"] = "1";
   std::string path = (std::filesystem::path(run_dir_) / rankStoreName(env_.rank)).string();
   auto opened = StoreWriter::open(path, meta);
   if (!opened.ok()) {
@@ -183,6 +187,12 @@ void Session::recordSentinel(std::vector<SentinelRecord> findings) {
   if (!active() || findings.empty()) return;
   for (SentinelRecord& f : findings) f.rank = env_.rank;
   if (StoreWriter* w = writer()) w->appendSentinel(std::move(findings));
+}
+
+void Session::recordModuleChecks(std::vector<ModuleCheckRecord> checks) {
+  if (!active() || checks.empty()) return;
+  for (ModuleCheckRecord& m : checks) m.rank = env_.rank;
+  if (StoreWriter* w = writer()) w->appendModuleChecks(std::move(checks));
 }
 
 void Session::setMeta(const std::string& key, const std::string& value) {

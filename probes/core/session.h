@@ -39,7 +39,7 @@ class Session {
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
 
-  // Reads NANPROV_RUN_DIR, NANPROV_INJECT, NANPROV_CAPTURE*, RANK, LOCAL_RANK and WORLD_SIZE.
+  // Reads NANPROV_RUN_DIR, NANPROV_TRAIL, NANPROV_INJECT, NANPROV_CAPTURE*, RANK, LOCAL_RANK and WORLD_SIZE.
   Status start();
   bool active() const { return state_.load(std::memory_order_acquire) == State::kActive; }
   // Completes pending device work (when `collect`), writes what is queued and closes the store.
@@ -61,6 +61,7 @@ class Session {
   void recordKernels(std::vector<KernelRecord> kernels);
   void recordCapture(CaptureRecord capture);
   void recordSentinel(std::vector<SentinelRecord> findings);
+  void recordModuleChecks(std::vector<ModuleCheckRecord> checks);
   // A probed call began: counted in rank-<r>.tally, which outlives any death of the process, so
   // the report can say how many calls never reached the store.
   void callBegun();
@@ -108,6 +109,7 @@ class Session {
   std::atomic<ModuleResolver> module_resolver_{nullptr};
   std::string run_dir_;
   int owner_pid_ = 0;
+  bool trail_ = false;  // NANPROV_TRAIL: written into the store's meta
   RankEnv env_;
   std::vector<InjectionSpec> injections_;
   CallIdentity identity_;

@@ -21,6 +21,7 @@
 #include "probes/libtorch/foreign_calls.h"
 #include "probes/libtorch/gradient_sentinel.h"
 #include "probes/libtorch/module_path_cache.h"
+#include "probes/libtorch/module_trail.h"
 #include "probes/libtorch/probes.h"
 #include "base/records/roles.h"
 #include "probes/core/probe_cost.h"
@@ -560,6 +561,7 @@ Status installAttentionProbes() {
       }
       g_sdp_choice = new std::optional<c10::OperatorHandle>(dispatcher.findSchema({"aten::_fused_sdp_choice", ""}));
       installGradientSentinel();
+      installModuleTrail();
       installForeignCallOps();
       if (want_fused) installSoftmaxAttentionCount();
       auto sdpa = dispatcher.findSchema({"aten::scaled_dot_product_attention", ""});

@@ -34,6 +34,9 @@ NANPROV_API void nanprov_compiled_grad_mode(int mode);
 NANPROV_API const char* nanprov_probe_op(const char* name, const char* roles, const char* backend);
 // Forward calls recorded through torch.ops.nanprov.record_call on this thread so far.
 NANPROV_API long long nanprov_foreign_calls(void);
+// --trail: a torch.compile'd graph ran (or was compiled), whose modules run no hook: noted in the
+// store's meta (trail_compiled), so the report says those modules were not checked.
+NANPROV_API void nanprov_trail_compiled(void);
 // Final flush; called from the interpreter's exit. Later calls are no-ops.
 NANPROV_API void nanprov_shutdown(void);
 

@@ -144,7 +144,7 @@ void DeviceChecks::measureOnHost(const std::vector<at::Tensor>& tensors, Measure
   std::vector<Counts> counts(tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) {
     TensorHealth h = measureValues(tensors[i]);
-    counts[i] = {h.nan, h.posinf, h.neginf};
+    counts[i] = {h.nan, h.posinf, h.neginf, h.max_abs};
   }
   sync_measures_ += static_cast<int64_t>(tensors.size());
   done(context, counts.data(), static_cast<int>(counts.size()));
@@ -315,7 +315,7 @@ void DeviceChecks::complete(uint64_t token, const HealthCounts* counts, int n) {
     n = std::min(n, kMaxMeasured);
     for (int i = 0; i < n; ++i) {
       measured[static_cast<size_t>(i)] = {static_cast<int64_t>(counts[i].nan), static_cast<int64_t>(counts[i].posinf),
-                                          static_cast<int64_t>(counts[i].neginf)};
+                                          static_cast<int64_t>(counts[i].neginf), counts[i].max_abs};
     }
     pending.measured(pending.context, measured.data(), n);
     return;

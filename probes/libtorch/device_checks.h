@@ -43,8 +43,8 @@ class DeviceChecks {
   // (float64, more than 6 dims) is measured synchronously, and counted as a host synchronisation.
   void submit(CallEvent rec, const RoleTensors& tensors, const CallArgs& args);
 
-  // Tensors measured for something other than an attention call (the gradient sentinel): NaN
-  // and Inf counts only. At most kMaxMeasured tensors, all on one CUDA device, checked by the
+  // Tensors measured for something other than an attention call (the gradient sentinel, the
+  // module trail): NaN and Inf counts and the largest finite |x|. At most kMaxMeasured tensors, all on one CUDA device, checked by the
   // same fused kernel on the device's current stream, and not held: the caller enqueues them after
   // the work that made them, so stream order keeps their memory valid until the check ran.
   // `done(context, counts, n)` runs at a later poll, on the polling thread; a check that failed
@@ -53,6 +53,7 @@ class DeviceChecks {
   // never be called: the device's stream is capturing a CUDA graph, so nothing may touch it.
   struct Counts {
     int64_t nan = 0, posinf = 0, neginf = 0;
+    double max_abs = 0;  // largest finite |x|
   };
   using Measured = void (*)(uint64_t context, const Counts* counts, int n);
   static constexpr int kMaxMeasured = 12;

@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -142,6 +143,11 @@ const char* nanprov_probe_op(const char* name, const char* roles, const char* ba
 }
 
 long long nanprov_foreign_calls(void) { return nanprov::foreignCallsRecorded(); }
+
+void nanprov_trail_compiled(void) {
+  static std::atomic<bool> noted{false};
+  if (!noted.exchange(true)) nanprov::probes().session().setMeta("trail_compiled", "1");
+}
 
 void nanprov_shutdown(void) {
   nanprov::probes().session().finalize();

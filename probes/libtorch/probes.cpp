@@ -23,7 +23,7 @@ void flushProbes(bool at_exit) { probes().flush(at_exit); }
 }  // namespace
 
 Probes::Probes()
-    : tracer_(KernelTracer::create()), captures_(session_), sentinel_(session_, checks_) {
+    : tracer_(KernelTracer::create()), captures_(session_), sentinel_(session_, checks_), trail_(session_, checks_) {
   session_.setFlushHook(&flushProbes);
 }
 

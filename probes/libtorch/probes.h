@@ -1,6 +1,7 @@
 // Probes: everything nanprov runs inside one training process, owned in one place. The session
 // (the store, call names, the capture policy), the kernel tracer, the device checks, the captures
-// and their writer thread, the gradient sentinel and the module path cache are members, built in
+// and their writer thread, the gradient sentinel, the module path cache and the module trail
+// (--trail) are members, built in
 // dependency order, and flush() is where the order of a step boundary and of exit is written.
 //
 // probes() is the process's one instance, made on first use and never destroyed: the dispatcher's
@@ -14,6 +15,7 @@
 #include "probes/libtorch/device_checks.h"
 #include "probes/libtorch/gradient_sentinel.h"
 #include "probes/libtorch/module_path_cache.h"
+#include "probes/libtorch/module_trail.h"
 #include "tracer/kernel_tracer.h"
 
 namespace nanprov {
@@ -30,6 +32,7 @@ class Probes {
   Captures& captures() { return captures_; }
   GradientSentinel& sentinel() { return sentinel_; }
   ModulePathCache& modulePaths() { return module_paths_; }
+  ModuleTrail& trail() { return trail_; }
 
   // At every step boundary and at exit (the session's flush hook): completes the checks, which
   // records their calls and the sentinel's findings; stores the kernels traced so far; hands the
@@ -48,6 +51,7 @@ class Probes {
   Captures captures_;
   GradientSentinel sentinel_;
   ModulePathCache module_paths_;
+  ModuleTrail trail_;
   int described_device_ = -2;  // the device describeEnvironment last wrote; -2: nothing written yet
 };
 

@@ -75,7 +75,8 @@ class ColdInductorCache : public ScopedEnv {
       : ScopedEnv("TORCHINDUCTOR_CACHE_DIR", runDir("inductor-" + name).string()) {}
 };
 
-// A training run under nanprov, and `nanprov report --json` on it.
+// A training run under nanprov, and `nanprov report --json` on it. `script` names an example, or
+// is an absolute path (a test's own script).
 struct TrainedRun {
   fs::path dir;
   Result train;
@@ -87,8 +88,9 @@ inline TrainedRun train(const std::string& name, const std::string& nanprov_opts
                         const std::string& script = "tiny_transformer.py") {
   TrainedRun run;
   run.dir = runDir(name);
-  run.train = sh(nanprov() + " run --out " + run.dir.string() + " " + nanprov_opts + " -- " + python() + " " +
-                 example(script) + " " + script_args + " 2>&1");
+  const std::string path = !script.empty() && script.front() == '/' ? script : example(script);
+  run.train = sh(nanprov() + " run --out " + run.dir.string() + " " + nanprov_opts + " -- " + python() + " " + path + " " +
+                 script_args + " 2>&1");
   run.report = sh(nanprov() + " report " + run.dir.string() + " --json");
   run.doc = json::parse(run.report.out, nullptr, false);
   return run;

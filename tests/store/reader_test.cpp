@@ -114,3 +114,49 @@ TEST(RunReader, SqlSeesAllRanksAndRefusesWrites) {
 
 }  // namespace
 }  // namespace nanprov
+
+namespace nanprov {
+namespace {
+
+// --trail's rows come back as written, in the order the module calls ended; a store without the
+// table (written before it existed) reads as a run without --trail.
+TEST(RunReader, ModuleChecksRoundTripAndOldStoresHaveNone) {
+  fs::path dir = testing::freshDir("module-checks");
+  {
+    auto w = StoreWriter::open((dir / rankStoreName(0)).string(), {{"rank", "0"}, {"trail", "1"}});
+    ASSERT_TRUE(w.ok());
+    ModuleCheckRecord m;
+    m.step = 2, m.phase = Phase::kBackward, m.module = "h.0.mlp.act", m.module_class = "Act";
+    m.inputs_finite = true, m.posinf = 3, m.largest_input = 0.5, m.order = 7, m.time_ns = 70;
+    ModuleCheckRecord earlier = m;
+    earlier.order = 4, earlier.module = "h.0.mlp.c_proj";
+    (*w)->appendModuleChecks({m, earlier});
+    CallRecord c;
+    c.op = "op", c.backend = "math";
+    (*w)->append(c);
+    ASSERT_TRUE((*w)->close().ok());
+  }
+  auto run = loadRun(dir.string(), RunScope::kEdges);
+  ASSERT_TRUE(run.ok()) << run.status().message();
+  ASSERT_EQ(run->module_checks.size(), 2u);
+  EXPECT_TRUE(run->trailOn());
+  const ModuleCheckRecord& first = run->module_checks[0];
+  EXPECT_EQ(first.module, "h.0.mlp.c_proj");
+  EXPECT_EQ(first.phase, Phase::kBackward);
+  EXPECT_EQ(first.module_class, "Act");
+  EXPECT_EQ(first.posinf, 3);
+  EXPECT_DOUBLE_EQ(first.largest_input, 0.5);
+  EXPECT_TRUE(first.inputs_finite);
+
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open((dir / rankStoreName(0)).c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "DROP TABLE module_checks; DELETE FROM meta WHERE key = 'trail'", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(db);
+  auto old = loadRun(dir.string(), RunScope::kEdges);
+  ASSERT_TRUE(old.ok()) << old.status().message();
+  EXPECT_TRUE(old->module_checks.empty());
+  EXPECT_FALSE(old->trailOn());
+}
+
+}  // namespace
+}  // namespace nanprov

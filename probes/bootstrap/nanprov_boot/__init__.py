@@ -10,7 +10,7 @@ import os
 import sys
 
 from . import (compiled_graphs, compiled_flex, eager_flex, flash_attn_probes, launchers, module_paths, module_probes,
-               op_probes, optimizer_steps, plain_softmax, probe_library)
+               op_probes, optimizer_steps, plain_softmax, probe_library, trail)
 from .import_watcher import ImportWatcher
 
 
@@ -77,6 +77,7 @@ def _load(torch):
         _watcher.watch("transformers.modeling_utils",
                        lambda m: _guarded("Hugging Face eager attention", lambda: plain_softmax.install_hf_eager(torch, _say, m)))
         unmatched = module_probes.install(torch, modules, _say)
+        _guarded("--trail", lambda: trail.install(torch, lib, modules, _say))
         ops_unmatched = op_probes.install(torch, lib, _say)
         # Shutdown drops the resolver before the interpreter (and the callback) goes away.
         atexit.register(lambda: (unmatched and unmatched(), ops_unmatched and ops_unmatched(), lib.nanprov_shutdown(),

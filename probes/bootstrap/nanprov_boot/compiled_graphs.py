@@ -1,5 +1,5 @@
 """Module paths inside torch.compile'd code, and FlexAttention a compiled graph ran unseen."""
-from . import compiled_flex
+from . import compiled_flex, trail
 from .module_paths import dynamo_path
 
 
@@ -45,6 +45,8 @@ def watch(lib, torch, output_graph, modules):
 
     def call_user_compiler(self, gm, *args, **kwargs):
         compiled = original(self, gm, *args, **kwargs)
+        if trail.enabled():  # its modules run no hook: the report says they were not trailed
+            lib.nanprov_trail_compiled()
         try:
             graph = _CompiledGraph(gm, compiled_flex.installed())
         except Exception:

@@ -19,6 +19,7 @@ SIGNATURES = {
     "nanprov_compiled_grad_mode": (None, [ctypes.c_int]),
     "nanprov_probe_op": (ctypes.c_char_p, [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p]),
     "nanprov_foreign_calls": (ctypes.c_longlong, []),
+    "nanprov_trail_compiled": (None, []),
     "nanprov_shutdown": (None, []),
 }
 

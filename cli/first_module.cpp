@@ -1,0 +1,109 @@
+#include "cli/first_module.h"
+
+#include <tuple>
+
+#include "base/text.h"
+#include "cli/outcome.h"
+
+namespace nanprov {
+namespace {
+
+// `outer` is `inner` or a module around it ("" is the outermost module, around everything).
+bool encloses(const std::string& outer, const std::string& inner) {
+  return outer.empty() || inner == outer || (inner.rfind(outer + ".", 0) == 0);
+}
+
+std::string moduleName(const ModuleCheckRecord& m) {
+  const std::string cls = printable(m.module_class);
+  return m.module.empty() ? "the outermost module (" + cls + ")" : printable(m.module) + " (" + cls + ")";
+}
+
+}  // namespace
+
+std::optional<ModuleCheckRecord> firstModule(const RunData& run, const Findings& findings) {
+  const ModuleCheckRecord* first = nullptr;  // the earliest call of the earliest step
+  const ModuleCheckRecord* source = nullptr;  // the earliest with finite inputs in that step
+  auto key = [](const ModuleCheckRecord& m) { return std::tie(m.step, m.time_ns, m.rank, m.order); };
+  for (const ModuleCheckRecord& m : run.module_checks) {
+    if (!first || m.step < first->step) {
+      first = &m;
+      source = m.inputs_finite ? &m : nullptr;
+      continue;
+    }
+    if (m.step > first->step) continue;
+    if (key(m) < key(*first)) first = &m;
+    if (m.inputs_finite && (!source || key(m) < key(*source))) source = &m;
+  }
+  const ModuleCheckRecord* chosen = source ? source : first;
+  if (!chosen) return std::nullopt;
+  if (findings.first && findings.origin == Origin::kAttention) {
+    const CallRecord& edge = run.calls[*findings.first];
+    // Attention made it: the module is the attention module or one around it, or came later.
+    if (chosen->step > edge.step || (chosen->step == edge.step && encloses(chosen->module, edge.module))) return std::nullopt;
+  }
+  return *chosen;
+}
+
+std::vector<std::string> sharingItsGradient(const RunData& run, const ModuleCheckRecord& m) {
+  std::vector<std::string> out;
+  if (m.phase != Phase::kBackward || m.gradient == 0) return out;
+  for (const ModuleCheckRecord& o : run.module_checks) {
+    if (o.rank != m.rank || o.step != m.step || o.phase != m.phase || o.gradient != m.gradient || !o.inputs_finite) continue;
+    if (encloses(o.module, m.module) || encloses(m.module, o.module)) continue;
+    out.push_back(o.module);
+  }
+  return out;
+}
+
+nlohmann::json firstModuleJson(const RunData& run, const std::optional<ModuleCheckRecord>& m) {
+  if (!m) return nullptr;
+  return {{"rank", m->rank},
+          {"step", m->step},
+          {"phase", phaseName(m->phase)},
+          {"module", m->module},
+          {"class", m->module_class},
+          {"inputs_finite", m->inputs_finite},
+          {"nonfinite", m->nonfinite()},
+          {"largest_input", m->largest_input},
+          {"shares_gradient_with", sharingItsGradient(run, *m)}};
+}
+
+std::string firstModuleText(const RunData& run, const ModuleCheckRecord& m, bool at) {
+  const std::string when = at ? " at " + stepLabel(run, m.step) + " " + phaseName(m.phase) : "";
+  const std::string largest = " (largest |x| " + shortNumber(m.largest_input) + ")";
+  if (m.phase == Phase::kForward) {
+    return "the output of " + moduleName(m) + when +
+           (m.inputs_finite ? ", from finite inputs" + largest
+                            : ", whose inputs were already non-finite: they came from outside any module (the batch, "
+                              "or code between modules)");
+  }
+  std::string text = "the gradient that the backward of " + moduleName(m) + " sent to its input" + when +
+                     (m.inputs_finite ? ", from finite incoming gradients" + largest
+                                      : ", whose incoming gradients were already non-finite: they came from outside any "
+                                        "module (the loss, or code between modules)");
+  if (std::vector<std::string> shared = sharingItsGradient(run, m); !shared.empty()) {
+    for (std::string& s : shared) s = printable(s);
+    text += "; that input also feeds " + joined(shared, ", ") +
+            ", whose gradients add up there: any of them may have made it";
+  }
+  return text;
+}
+
+bool trailMissedCompiledCode(const RunData& run) {
+  for (const RankInfo& r : run.ranks) {
+    if (r.meta.count("trail_compiled")) return true;
+  }
+  return false;
+}
+
+std::string upstreamOriginText(const RunData& run, const std::optional<ModuleCheckRecord>& m, const CallRecord& edge) {
+  if (m) return "the first non-finite value was " + firstModuleText(run, *m, m->step != edge.step || m->phase != edge.phase);
+  if (!run.trailOn()) return "the origin is outside attention (nanprov run --trail names the module that made it)";
+  if (trailMissedCompiledCode(run)) {
+    return "the origin is outside attention (--trail could not name the module: modules inside torch.compile'd code "
+           "are not checked)";
+  }
+  return "the origin is outside attention, and no module's output was non-finite before it";
+}
+
+}  // namespace nanprov

@@ -1,0 +1,81 @@
+"""`nanprov run --trail`: every module call's output and input gradient is checked, so that an
+origin outside attention is named by the first module that made the non-finite value.
+
+One global forward hook, installed once, hands each module call's tensors to
+torch.ops.nanprov.trail_forward (probes/libtorch/module_trail.h), which checks them
+asynchronously and, in training, hooks the call's gradients in C++. A module is numbered and named
+(its path from the outermost module running, as the attention probes name theirs) the first time
+it runs; later calls look its number up by the module object. The hook only reads: it returns
+None, so every output is the module's own.
+
+Inside torch.compile'd code no module hook runs: those modules are not checked, and the store's
+meta says a compiled graph ran (trail_compiled), so the report can say so.
+"""
+import inspect
+import os
+import weakref
+
+
+def enabled():
+    return os.environ.get("NANPROV_TRAIL", "0") == "1"
+
+
+def _tensors(value, tensor_type, out):
+    """The tensors of an argument or a result: itself, or one level into a tuple, list or dict."""
+    if isinstance(value, tensor_type):
+        out.append(value)
+    elif isinstance(value, (tuple, list)):
+        out.extend(v for v in value if isinstance(v, tensor_type))
+    elif isinstance(value, dict):  # a Hugging Face ModelOutput is one
+        out.extend(v for v in value.values() if isinstance(v, tensor_type))
+    return out
+
+
+def install(torch, lib, modules, say):
+    if not enabled():
+        return
+    ops = torch.ops.nanprov
+    trail_module, trail_forward = ops.trail_module, ops.trail_forward
+    tensor_type = torch.Tensor
+    is_compiling = torch.compiler.is_compiling
+    ids = weakref.WeakKeyDictionary()  # module -> its number (-1: torch.compile's wrapper)
+    counter = [0]  # not len(ids): modules that are gone leave it
+    failed = []
+
+    def number(module, frame):
+        n = counter[0]
+        counter[0] += 1
+        ids[module] = n
+        # The walk finds this module's own frame (_call_impl's self) as the innermost, and names
+        # it from the outermost module running, once.
+        path = modules.current(frame)
+        trail_module(n, path, type(module).__name__)
+        return n
+
+    def hook(module, args, kwargs, output):
+        # Nothing of this may reach a graph Dynamo traces: it traces global module hooks.
+        if is_compiling():
+            return None
+        try:
+            n = ids.get(module)
+            if n is None:
+                if type(module).__name__ == "OptimizedModule":  # torch.compile's wrapper: its insides ran compiled
+                    ids[module] = -1
+                    lib.nanprov_trail_compiled()
+                    return None
+                n = number(module, inspect.currentframe().f_back)
+            if n < 0:
+                return None
+            outputs = _tensors(output, tensor_type, [])
+            if outputs:
+                inputs = _tensors(args, tensor_type, [])
+                for value in kwargs.values():
+                    _tensors(value, tensor_type, inputs)
+                trail_forward(n, inputs, outputs)
+        except Exception as exc:  # never reaches the training; said once
+            if not failed:
+                failed.append(exc)
+                say(f"--trail: module calls are not checked ({type(exc).__name__}: {exc}); training continues")
+        return None
+
+    torch.nn.modules.module.register_module_forward_hook(hook, with_kwargs=True)

@@ -1,0 +1,274 @@
+#include "probes/libtorch/module_trail.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/graph_task.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <limits>
+#include <mutex>
+#include <unordered_set>
+
+#include "probes/core/session.h"
+#include "probes/libtorch/probes.h"
+#include "probes/libtorch/tensor_health.h"
+
+namespace nanprov {
+namespace {
+
+// Rows stored per process: the first non-finite step's module calls, which after the first one
+// are mostly the same values passing through. Enough to show the trail, bounded for a huge model.
+constexpr size_t kMaxRows = 256;
+// In-flight checks beyond this are not started: their results stopped coming back (a device
+// that fails), and the table must not grow without bound.
+constexpr size_t kMaxPending = 1 << 16;
+
+bool checkable(const at::Tensor& t) {
+  return t.defined() && t.is_floating_point() && t.has_storage() && !t.is_meta() && t.numel() > 0;
+}
+
+// An output that is one of the inputs itself: passed through (nn.Identity, dropout in eval), or
+// changed in place (ReLU(inplace=True)), whose input is then read after the change. Either way the
+// module cannot be judged on it: it is not counted as an output, and a module with no other output
+// is not judged at all (the module around it is).
+bool isAnInput(const at::Tensor& output, const std::vector<at::Tensor>& inputs) {
+  for (const at::Tensor& i : inputs) {
+    if (i.unsafeGetTensorImpl() == output.unsafeGetTensorImpl()) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+void ModuleTrail::Tally::add(const DeviceChecks::Counts& c) {
+  nan += c.nan, posinf += c.posinf, neginf += c.neginf;
+  largest = std::max(largest, c.max_abs);
+}
+
+void ModuleTrail::name(int64_t id, const std::string& path, const std::string& module_class) {
+  if (id < 0 || id > (int64_t{1} << 24)) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (names_.size() <= static_cast<size_t>(id)) names_.resize(static_cast<size_t>(id) + 1);
+  names_[static_cast<size_t>(id)] = {path, module_class};
+}
+
+ModuleTrail::Site ModuleTrail::site(int64_t module, Phase phase) {
+  Site s{.module = module, .step = session_.identity().step(), .phase = phase, .time_ns = wallClockNs()};
+  std::lock_guard<std::mutex> lock(mu_);
+  s.order = next_order_++;
+  return s;
+}
+
+void ModuleTrail::forward(int64_t id, const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs) {
+  std::vector<at::Tensor> outs;
+  for (const at::Tensor& o : outputs) {
+    if (checkable(o) && !isAnInput(o, inputs)) outs.push_back(o);
+  }
+  if (outs.empty()) return;
+  std::vector<at::Tensor> ins;
+  for (const at::Tensor& i : inputs) {
+    if (checkable(i)) ins.push_back(i);
+  }
+  // A forward recomputed by activation checkpointing runs inside the backward: the original
+  // forward was checked. Its backward is watched (with reentrant checkpointing it is the one
+  // autograd runs).
+  if (torch::autograd::get_current_graph_task_id() == -1) {
+    std::vector<at::Tensor> tensors = ins;
+    tensors.insert(tensors.end(), outs.begin(), outs.end());
+    check(site(id, Phase::kForward), tensors, ins.size());
+  }
+  if (at::GradMode::is_enabled()) watchGradients(id, ins, outs);
+}
+
+void ModuleTrail::watchGradients(int64_t id, const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs) {
+  std::vector<at::Tensor> sends;  // distinct inputs that get a gradient
+  std::unordered_set<const c10::TensorImpl*> seen;
+  for (const at::Tensor& i : inputs) {
+    if (i.requires_grad() && seen.insert(i.unsafeGetTensorImpl()).second) sends.push_back(i);
+  }
+  // A module none of whose inputs needs a gradient (the first layer) sends none: its parameters'
+  // gradients are the gradient sentinel's.
+  if (sends.empty()) return;
+  auto watch = std::make_shared<GradWatch>();
+  watch->module = id;
+  watch->inputs_left = static_cast<int>(sends.size());
+  bool receives = false;
+  for (const at::Tensor& o : outputs) {
+    if (!o.requires_grad()) continue;
+    receives = true;
+    o.register_hook([watch](const at::Tensor& grad) { probes().trail().received(*watch, grad); });
+  }
+  if (!receives) return;
+  for (const at::Tensor& i : sends) {
+    i.register_hook([watch](const at::Tensor& grad) { probes().trail().sent(*watch, grad); });
+  }
+}
+
+void ModuleTrail::received(GradWatch& watch, const at::Tensor& grad) {
+  try {
+    if (!session_.active() || !checkable(grad)) return;
+    std::lock_guard<std::mutex> lock(watch.mu);
+    watch.received.push_back(grad);
+  } catch (const std::exception& e) {
+    logOnce("trail backward", std::string("--trail: a module's gradients are not checked: ") + e.what());
+  }
+}
+
+// The gradient of an input is the sum over everything that used it: when several modules take
+// the same tensor, each is judged on that sum, and the rows say which gradient it was (the same
+// tensor is handed to every hook on it in turn), so the report can name them together.
+void ModuleTrail::sent(GradWatch& watch, const at::Tensor& grad) {
+  try {
+    if (!session_.active() || !checkable(grad)) return;
+    std::vector<at::Tensor> tensors;
+    {
+      std::lock_guard<std::mutex> lock(watch.mu);
+      tensors = watch.received;
+      if (--watch.inputs_left <= 0) watch.received.clear();  // the module's backward is done
+    }
+    const size_t received = tensors.size();
+    tensors.push_back(grad);
+    Site s = site(watch.module, Phase::kBackward);
+    s.gradient = static_cast<int64_t>(reinterpret_cast<intptr_t>(grad.unsafeGetTensorImpl()));
+    check(s, tensors, received);
+  } catch (const std::exception& e) {
+    logOnce("trail backward", std::string("--trail: a module's gradients are not checked: ") + e.what());
+  }
+}
+
+void ModuleTrail::check(const Site& s, const std::vector<at::Tensor>& tensors, size_t n_inputs) {
+  Tally in, out;
+  // CUDA tensors by device, each device's in launches of at most kMaxMeasured; the CPU's at once.
+  std::map<int, std::vector<size_t>> cuda;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const at::Tensor& t = tensors[i];
+    if (t.is_cuda()) {
+      cuda[t.device().index()].push_back(i);
+      continue;
+    }
+    const TensorHealth h = measureValues(t);
+    (i < n_inputs ? in : out).add({h.nan, h.posinf, h.neginf, h.max_abs});
+  }
+  if (cuda.empty()) return judge(s, in, out);
+
+  std::vector<std::pair<uint64_t, std::vector<at::Tensor>>> launches;
+  uint64_t pending_id;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (pending_.size() >= kMaxPending) return;
+    pending_id = next_pending_++;
+    Pending& p = pending_[pending_id];
+    p.site = s, p.in = in, p.out = out;
+    for (const auto& [device, indices] : cuda) {
+      for (size_t from = 0; from < indices.size(); from += DeviceChecks::kMaxMeasured) {
+        const size_t to = std::min(indices.size(), from + DeviceChecks::kMaxMeasured);
+        Launch launch{.pending = pending_id};
+        std::vector<at::Tensor> batch;
+        for (size_t k = from; k < to; ++k) {
+          if (indices[k] < n_inputs) launch.inputs |= 1u << (k - from);
+          batch.push_back(tensors[indices[k]]);
+        }
+        const uint64_t context = next_launch_++;
+        launches_[context] = launch;
+        launches.emplace_back(context, std::move(batch));
+        ++p.launches;
+      }
+    }
+  }
+  // Not under mu_: a check the kernel cannot read is measured on the host and answered at once.
+  for (const auto& [context, batch] : launches) {
+    bool answered = false;
+    try {
+      answered = checks_.measure(batch, &onMeasured, context);
+    } catch (const std::exception& e) {
+      logOnce("trail device", std::string("--trail: a module check failed on the device: ") + e.what());
+    }
+    if (!answered) {  // never comes back (CUDA graph capture, a failure): the call is not judged
+      std::lock_guard<std::mutex> lock(mu_);
+      launches_.erase(context);
+      pending_.erase(pending_id);
+    }
+  }
+}
+
+void ModuleTrail::onMeasured(uint64_t context, const DeviceChecks::Counts* counts, int n) {
+  probes().trail().measured(context, counts, n);
+}
+
+void ModuleTrail::measured(uint64_t context, const DeviceChecks::Counts* counts, int n) {
+  Pending done;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto launch = launches_.find(context);
+    if (launch == launches_.end()) return;
+    const Launch l = launch->second;
+    launches_.erase(launch);
+    auto p = pending_.find(l.pending);
+    if (p == pending_.end()) return;
+    if (n == 0) {  // failed on the device
+      pending_.erase(p);
+      return;
+    }
+    for (int i = 0; i < n; ++i) ((l.inputs >> i) & 1u ? p->second.in : p->second.out).add(counts[i]);
+    if (--p->second.launches > 0) return;
+    done = p->second;
+    pending_.erase(p);
+  }
+  judge(done.site, done.in, done.out);
+}
+
+void ModuleTrail::judge(const Site& s, const Tally& in, const Tally& out) {
+  if (out.nonfinite() == 0) return;
+  ModuleCheckRecord r;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    // Results do not arrive in step order (the CPU's at once, a GPU's at a later poll): an earlier
+    // step found later starts the rows again; readers take the earliest step the store holds.
+    if (found_step_ >= 0 && s.step > found_step_) return;
+    if (s.step != found_step_) found_step_ = s.step, found_rows_ = 0;
+    if (++found_rows_ > kMaxRows) return;
+    if (static_cast<size_t>(s.module) < names_.size()) {
+      std::tie(r.module, r.module_class) = names_[static_cast<size_t>(s.module)];
+    }
+  }
+  r.step = s.step;
+  r.phase = s.phase;
+  r.inputs_finite = in.nonfinite() == 0;
+  r.nan = out.nan, r.posinf = out.posinf, r.neginf = out.neginf;
+  r.largest_input = in.largest;
+  r.order = s.order;
+  r.time_ns = s.time_ns;
+  r.gradient = s.gradient;
+  session_.recordModuleChecks({std::move(r)});
+}
+
+namespace {
+
+// The ops' bodies: nothing reaches the training.
+void trailModule(int64_t id, const std::string& path, const std::string& module_class) {
+  if (!probes().session().active()) return;
+  probes().trail().name(id, path, module_class);
+}
+
+void trailForward(int64_t id, const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs) {
+  if (!probes().session().active()) return;
+  try {
+    probes().trail().forward(id, inputs, outputs);
+  } catch (const std::exception& e) {
+    logOnce("trail", std::string("--trail: a module call was not checked: ") + e.what());
+  }
+}
+
+}  // namespace
+
+void installModuleTrail() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    // Leaked on purpose: dropping the Library deregisters the ops.
+    auto* library = new torch::Library(torch::Library::FRAGMENT, "nanprov", std::nullopt, __FILE__, __LINE__);
+    library->def("trail_module(int id, str path, str cls) -> ()", &trailModule);
+    library->def("trail_forward(int id, Tensor[] inputs, Tensor[] outputs) -> ()", &trailForward);
+  });
+}
+
+}  // namespace nanprov

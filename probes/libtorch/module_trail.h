@@ -1,0 +1,112 @@
+// ModuleTrail: `nanprov run --trail`. Names the first module that made a non-finite value when it
+// was not attention: the first module call whose output went NaN/Inf from finite inputs
+// (forward), or whose backward sent a non-finite gradient to one of its inputs while every
+// gradient it received was finite (backward).
+//
+// The bootstrap's one global forward hook (probes/bootstrap/nanprov_boot/trail.py) hands every
+// module call's tensors to torch.ops.nanprov.trail_forward. The forward's inputs and outputs are
+// measured at once: on the CPU on the host (the checks' bit-level scan), on CUDA by the attention
+// checks' own fused kernel (DeviceChecks::measure), results collected at later polls, no host
+// synchronisation. In training, C++ tensor hooks on the call's outputs keep the gradients the
+// module receives until the gradient of one of its inputs arrives; both are then measured
+// together. The hooks only read: the training's values are untouched.
+//
+// Only module calls whose outputs went non-finite are stored, and only those of the first step
+// that had any (as the gradient sentinel does): the report needs the first, and everything after
+// it is propagation.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "base/records/call_record.h"
+#include "probes/libtorch/device_checks.h"
+
+namespace nanprov {
+
+class Session;
+
+class ModuleTrail {
+ public:
+  ModuleTrail(Session& session, DeviceChecks& checks) : session_(session), checks_(checks) {}
+  ModuleTrail(const ModuleTrail&) = delete;
+  ModuleTrail& operator=(const ModuleTrail&) = delete;
+
+  // Module `id` (the bootstrap numbers modules as it first sees them) is `path`, of `module_class`.
+  void name(int64_t id, const std::string& path, const std::string& module_class);
+  // A call of module `id` returned `outputs` from `inputs`: checks them (not for a forward that
+  // activation checkpointing recomputes: the original was checked) and, with gradients on, watches
+  // its backward.
+  void forward(int64_t id, const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs);
+
+  // The gradients of one module call: what it received (its outputs' gradients), held until the
+  // gradient it sends to an input arrives. Owned by the tensor hooks, so it lives as long as the
+  // autograd graph does, and the received gradients only until the module's backward is done.
+  struct GradWatch {
+    std::mutex mu;
+    int64_t module = 0;
+    std::vector<at::Tensor> received;
+    int inputs_left = 0;
+  };
+  void received(GradWatch& watch, const at::Tensor& grad);
+  void sent(GradWatch& watch, const at::Tensor& grad);
+
+ private:
+  struct Site {
+    int64_t module = 0;
+    int64_t step = 0;
+    Phase phase = Phase::kForward;
+    int64_t order = 0;
+    int64_t time_ns = 0;
+    int64_t gradient = 0;  // backward: the gradient sent (ModuleCheckRecord::gradient)
+  };
+  // Counts over a set of tensors: the inputs' or the outputs' of one check.
+  struct Tally {
+    int64_t nan = 0, posinf = 0, neginf = 0;
+    double largest = 0;
+    void add(const DeviceChecks::Counts& c);
+    int64_t nonfinite() const { return nan + posinf + neginf; }
+  };
+  // A check whose CUDA tensors are in flight, in one or more launches.
+  struct Pending {
+    Site site;
+    Tally in, out;
+    int launches = 0;
+  };
+  struct Launch {
+    uint64_t pending = 0;
+    uint32_t inputs = 0;  // bit i: the i-th measured tensor is an input
+  };
+
+  Site site(int64_t module, Phase phase);
+  // Measures `tensors` (the first `n_inputs` are inputs) and judges them once all are known.
+  void check(const Site& site, const std::vector<at::Tensor>& tensors, size_t n_inputs);
+  static void onMeasured(uint64_t context, const DeviceChecks::Counts* counts, int n);
+  void measured(uint64_t context, const DeviceChecks::Counts* counts, int n);
+  void judge(const Site& site, const Tally& in, const Tally& out);
+  void watchGradients(int64_t id, const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs);
+
+  Session& session_;
+  DeviceChecks& checks_;
+  std::mutex mu_;  // guards everything below; never held across a DeviceChecks call
+  std::vector<std::pair<std::string, std::string>> names_;  // by module id: path, class
+  std::map<uint64_t, Pending> pending_;
+  std::map<uint64_t, Launch> launches_;
+  uint64_t next_pending_ = 1, next_launch_ = 1;
+  int64_t next_order_ = 0;
+  int64_t found_step_ = -1;
+  size_t found_rows_ = 0;
+};
+
+// Registers the ops the bootstrap calls, served by the process's trail (probes().trail()):
+//   torch.ops.nanprov.trail_module(id, path, cls)
+//   torch.ops.nanprov.trail_forward(id, inputs, outputs)
+void installModuleTrail();
+
+}  // namespace nanprov

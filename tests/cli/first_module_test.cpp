@@ -1,0 +1,105 @@
+#include "cli/first_module.h"
+
+#include <gtest/gtest.h>
+
+namespace nanprov {
+namespace {
+
+ModuleCheckRecord check(int64_t step, int64_t order, const std::string& module, bool inputs_finite,
+                        Phase phase = Phase::kForward) {
+  ModuleCheckRecord m;
+  m.step = step;
+  m.order = order;
+  m.time_ns = order;
+  m.module = module;
+  m.module_class = "Linear";
+  m.inputs_finite = inputs_finite;
+  m.posinf = 1;
+  m.phase = phase;
+  return m;
+}
+
+// An attention call of `module` whose input (upstream) or output (attention) was non-finite.
+Findings withEdge(RunData& run, const std::string& module, Origin origin, int64_t step = 1) {
+  CallRecord c;
+  c.step = step;
+  c.module = module;
+  run.calls.push_back(c);
+  Findings f;
+  f.first = 0;
+  f.origin = origin;
+  return f;
+}
+
+// Inner modules end first: the first one with finite inputs is the innermost around the op that
+// made the value; a later step's rows (propagation) never win over an earlier step's.
+TEST(FirstModule, TheFirstCallWithFiniteInputsOfTheEarliestStep) {
+  RunData run;
+  run.module_checks = {check(2, 0, "h.0.ln_1", true), check(1, 5, "h.0.attn.o_proj", false),
+                       check(1, 6, "h.0.attn", true), check(1, 7, "h.0", true)};
+  Findings none;
+  std::optional<ModuleCheckRecord> m = firstModule(run, none);
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->module, "h.0.attn");
+  EXPECT_EQ(m->step, 1);
+}
+
+// Without a module that had finite inputs (the value came with the batch), the first call is named.
+TEST(FirstModule, WithoutFiniteInputsTheFirstCallIsNamed) {
+  RunData run;
+  run.module_checks = {check(3, 9, "h.1", false), check(3, 4, "wte", false)};
+  std::optional<ModuleCheckRecord> m = firstModule(run, Findings{});
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->module, "wte");
+  EXPECT_FALSE(m->inputs_finite);
+}
+
+// Attention made it: its own module, or one around it, is not a first module outside attention.
+TEST(FirstModule, NoneWhenAttentionMadeTheValue) {
+  RunData run;
+  run.module_checks = {check(1, 6, "layers.0.attn", true), check(1, 7, "layers.0", true)};
+  Findings f = withEdge(run, "layers.0.attn", Origin::kAttention);
+  EXPECT_FALSE(firstModule(run, f));
+  run.module_checks = {check(1, 3, "layers.0.attn_norm", true)};  // a sibling before attention: named
+  EXPECT_TRUE(firstModule(run, f));
+  EXPECT_FALSE(firstModule(RunData{}, f));
+}
+
+// q_proj, k_proj and v_proj take the same x, so each was handed the sum of their gradients: the
+// first is named, and the text says that its siblings may have made it as well (not the modules
+// around them, which take x too).
+TEST(FirstModule, SiblingsJudgedOnTheSameGradientAreNamedWithIt) {
+  RunData run;
+  for (const char* module : {"l.0.attn.q_proj", "l.0.attn.k_proj", "l.0.attn.v_proj", "l.0.attn", "l.0"}) {
+    ModuleCheckRecord m = check(1, static_cast<int64_t>(run.module_checks.size()), module, true, Phase::kBackward);
+    m.gradient = 42;
+    run.module_checks.push_back(m);
+  }
+  ModuleCheckRecord other = check(1, 9, "l.0.mlp", true, Phase::kBackward);
+  other.gradient = 7;
+  run.module_checks.push_back(other);
+  std::optional<ModuleCheckRecord> m = firstModule(run, Findings{});
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->module, "l.0.attn.q_proj");
+  EXPECT_EQ(sharingItsGradient(run, *m), (std::vector<std::string>{"l.0.attn.k_proj", "l.0.attn.v_proj"}));
+  EXPECT_NE(firstModuleText(run, *m, false).find("that input also feeds l.0.attn.k_proj, l.0.attn.v_proj"), std::string::npos);
+  EXPECT_EQ(firstModuleJson(run, m)["shares_gradient_with"].size(), 2u);
+}
+
+TEST(FirstModule, TextSaysWhatTheModuleDidInEachPhase) {
+  RunData run;
+  ModuleCheckRecord fwd = check(2, 0, "h.0.ln_1", true);
+  fwd.module_class = "LayerNorm";
+  fwd.largest_input = 3.4e38;
+  EXPECT_EQ(firstModuleText(run, fwd, false), "the output of h.0.ln_1 (LayerNorm), from finite inputs (largest |x| 3.4e+38)");
+  ModuleCheckRecord bwd = check(2, 0, "", true, Phase::kBackward);
+  EXPECT_EQ(firstModuleText(run, bwd, true).rfind("the gradient that the backward of the outermost module (Linear) sent to its "
+                                                  "input at step 2 bwd, from finite incoming gradients", 0),
+            0u);
+  withEdge(run, "h.0.attn", Origin::kUpstream, 2);
+  EXPECT_EQ(upstreamOriginText(run, std::nullopt, run.calls[0]),
+            "the origin is outside attention (nanprov run --trail names the module that made it)");
+}
+
+}  // namespace
+}  // namespace nanprov

@@ -1,0 +1,166 @@
+// End-to-end: `nanprov run --trail` names the first module that made a non-finite value outside
+// attention, forward and backward, in real CPU training. The answer is checked against the
+// training script's own plain-PyTorch hooks (scripts/trail_faults.py --oracle), run in the same
+// process, which print the first module whose output went non-finite from finite inputs.
+#include <gtest/gtest.h>
+
+#include <regex>
+#include <tuple>
+
+#include "tests/e2e/e2e_support.h"
+
+namespace {
+using namespace e2e;
+
+std::string faults() { return std::string(NANPROV_TEST_SCRIPTS) + "/trail_faults.py"; }
+
+TrainedRun trained(const std::string& name, const std::string& nanprov_opts, const std::string& script_args) {
+  return train(name, nanprov_opts, script_args, faults());
+}
+
+// What the script's hooks found: {step, phase, module}.
+json oracleOf(const std::string& out) {
+  std::smatch m;
+  static const std::regex line("oracle: step (\\d+) phase (fwd|bwd) module (\\S+)");
+  if (!std::regex_search(out, m, line)) return nullptr;
+  return {{"step", std::stoi(m[1])}, {"phase", m[2]}, {"module", m[3]}};
+}
+
+// The run's first_module is the oracle's answer, made from finite inputs, and the upstream edge
+// says so in the text report.
+void expectNamedAsTheOracleSays(const TrainedRun& r, const std::string& cls, const std::string& phase) {
+  ASSERT_EQ(r.report.code, 1) << r.train.out << r.report.out;
+  const json oracle = oracleOf(r.train.out);
+  ASSERT_TRUE(oracle.is_object()) << r.train.out;
+  EXPECT_EQ(oracle["phase"], phase);
+  const json& m = r.doc["first_module"];
+  ASSERT_TRUE(m.is_object()) << r.report.out;
+  expectFields(m, {{"rank", 0}, {"step", oracle["step"]}, {"phase", oracle["phase"]}, {"module", oracle["module"]},
+                   {"class", cls}, {"inputs_finite", true}});
+  EXPECT_GT(m["nonfinite"].get<int64_t>(), 0);
+  EXPECT_GT(m["largest_input"].get<double>(), 0.0);
+  EXPECT_EQ(r.doc["trail"]["on"], true);
+  EXPECT_EQ(r.doc["first_edge"]["origin"], "upstream") << "the values reached attention from the module";
+  Result text = sh(nanprov() + " report " + r.dir.string());
+  const std::string named = phase == "fwd" ? "the first non-finite value was the output of " +
+                                                 oracle["module"].get<std::string>() + " (" + cls + "), from finite inputs"
+                                           : "the first non-finite value was the gradient that the backward of " +
+                                                 oracle["module"].get<std::string>() + " (" + cls + ") sent to its input";
+  EXPECT_NE(text.out.find(named), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("reached attention from upstream: " + named), std::string::npos) << text.out;
+}
+
+// A LayerNorm whose weight overflows its output at step 2: named in the forward.
+TEST(Trail, NamesTheLayerNormThatOverflowedInTheForward) {
+  TrainedRun r = trained("trail-ln", "--trail", "--oracle --fault ln");
+  expectNamedAsTheOracleSays(r, "LayerNorm", "fwd");
+  EXPECT_EQ(r.doc["first_module"]["module"], "transformer.h.0.ln_1");
+  EXPECT_EQ(r.doc["first_module"]["step"], 2);
+  EXPECT_EQ(r.doc["first_edge"]["layer"], 0);
+}
+
+// The MLP's first Linear overflows: named, not the attention of the next layer that receives it.
+TEST(Trail, NamesTheMlpLinearThatOverflowedInTheForward) {
+  TrainedRun r = trained("trail-mlp", "--trail", "--oracle --fault mlp");
+  expectNamedAsTheOracleSays(r, "Linear", "fwd");
+  EXPECT_EQ(r.doc["first_module"]["module"], "transformer.h.0.mlp.c_fc");
+  EXPECT_EQ(r.doc["first_edge"]["layer"], 1) << "attention first saw it in the next layer";
+}
+
+// An activation whose hand-written backward turns finite gradients into Inf: named in the
+// backward, at its step, though its forward was finite.
+TEST(Trail, NamesTheActivationWhoseBackwardMadeInf) {
+  TrainedRun r = trained("trail-act", "--trail", "--oracle --fault act-backward");
+  expectNamedAsTheOracleSays(r, "Act", "bwd");
+  EXPECT_EQ(r.doc["first_module"]["module"], "transformer.h.0.mlp.act");
+  EXPECT_EQ(r.doc["first_module"]["step"], 2);
+  EXPECT_EQ(r.doc["first_edge"]["phase"], "bwd");
+}
+
+// Under activation checkpointing, both kinds, the answer is the eager one: the recomputed forward
+// is not a second first module, and the backward is judged where autograd runs it.
+TEST(Trail, CheckpointedBlocksGiveTheEagerAnswer) {
+  for (std::string mode : {"reentrant", "non-reentrant"}) {
+    for (auto [fault, module, phase] : {std::tuple{"ln", "transformer.h.0.ln_1", "fwd"},
+                                        std::tuple{"act-backward", "transformer.h.0.mlp.act", "bwd"}}) {
+      SCOPED_TRACE(mode + " " + fault);
+      TrainedRun r = trained(std::string("trail-ckpt-") + fault, "--trail", std::string("--fault ") + fault + " --checkpoint " + mode);
+      ASSERT_EQ(r.report.code, 1) << r.train.out;
+      expectFields(r.doc["first_module"], {{"step", 2}, {"phase", phase}, {"module", module}, {"inputs_finite", true}});
+    }
+  }
+}
+
+// Modules inside torch.compile'd code run no hooks: the trail names no module there, and the
+// report says why instead of implying that no module made the value.
+TEST(Trail, CompiledRunSaysItsModulesWereNotChecked) {
+  ColdInductorCache cache("trail-compiled");
+  TrainedRun r = trained("trail-compiled", "--trail", "--fault ln --compile");
+  ASSERT_EQ(r.report.code, 1) << r.train.out;
+  EXPECT_EQ(r.doc["first_edge"]["origin"], "upstream");
+  EXPECT_EQ(r.doc["first_module"], nullptr);
+  expectFields(r.doc["trail"], {{"on", true}, {"compiled_code_unchecked", true}});
+  Result text = sh(nanprov() + " report " + r.dir.string());
+  EXPECT_NE(text.out.find("modules inside torch.compile'd code are not checked"), std::string::npos) << text.out;
+}
+
+// The trail only reads: every loss is bit for bit what the script prints without nanprov.
+TEST(Trail, LeavesTheLossesBitIdentical) {
+  for (std::string fault : {"none", "act-backward"}) {
+    SCOPED_TRACE(fault);
+    Result plain = sh(python() + " " + faults() + " --steps 3 --fault " + fault + " 2>/dev/null | grep '^step'");
+    Result probed = sh(nanprov() + " run --out " + runDir("trail-identical-" + fault).string() + " --trail -- " + python() +
+                       " " + faults() + " --steps 3 --fault " + fault + " 2>/dev/null | grep '^step'");
+    ASSERT_EQ(plain.code, 0);
+    EXPECT_NE(plain.out.find("step 2: loss"), std::string::npos) << plain.out;
+    EXPECT_EQ(probed.out, plain.out);
+  }
+}
+
+// Without --trail nothing is named, and the report says what would name it.
+TEST(Trail, WithoutTrailTheReportSaysTrailWouldNameIt) {
+  TrainedRun r = trained("trail-off", "", "--fault ln");
+  ASSERT_EQ(r.report.code, 1) << r.train.out;
+  EXPECT_EQ(r.doc["first_module"], nullptr);
+  EXPECT_EQ(r.doc["trail"]["on"], false);
+  EXPECT_EQ(r.doc["first_edge"]["origin"], "upstream");
+  Result text = sh(nanprov() + " report " + r.dir.string());
+  EXPECT_NE(text.out.find("reached attention from upstream: the origin is outside attention (nanprov run --trail names "
+                          "the module that made it)"),
+            std::string::npos)
+      << text.out;
+}
+
+// When attention itself made the first non-finite value, the trail names no module: the report's
+// answer is the attention edge.
+TEST(Trail, NamesNoModuleWhenAttentionMadeIt) {
+  TrainedRun r = train("trail-attention", "--trail", "--steps 4 --glitch-step 2 --glitch-scale 1e20");
+  ASSERT_EQ(r.report.code, 1) << r.train.out;
+  EXPECT_EQ(r.doc["first_edge"]["origin"], "attention");
+  EXPECT_EQ(r.doc["trail"]["on"], true);
+  EXPECT_EQ(r.doc["first_module"], nullptr) << r.report.out;
+}
+
+}  // namespace
+
+namespace {
+using namespace e2e;
+
+// On CUDA (the H200; skipped without a GPU): a bf16 model that diverges by itself at a high
+// learning rate, no fault planted. The checks run on the device, asynchronously; the first module
+// named is the one the script's hooks find.
+TEST(TrailGpu, Bf16DivergenceNamesTheFirstModuleAsHooksDo) {
+  if (!torchHasCuda()) GTEST_SKIP() << "torch has no CUDA device here";
+  for (std::string lr : {"1e2", "1e3"}) {
+    SCOPED_TRACE("lr " + lr);
+    TrainedRun r = trained("trail-gpu-" + lr, "--trail",
+                           "--oracle --device cuda --dtype bfloat16 --d-model 64 --steps 5 --lr " + lr);
+    ASSERT_EQ(r.report.code, 1) << r.train.out;
+    const json oracle = oracleOf(r.train.out);
+    ASSERT_TRUE(oracle.is_object()) << "the training did not diverge: " << r.train.out;
+    expectFields(r.doc["first_module"], {{"step", oracle["step"]}, {"phase", oracle["phase"]}, {"module", oracle["module"]}});
+    EXPECT_EQ(r.doc["ranks"][0]["meta"].value("host_syncs", "0"), "0") << "the trail's checks never wait for the GPU";
+  }
+}
+
+}  // namespace
