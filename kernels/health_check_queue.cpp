@@ -3,6 +3,8 @@
 #include <cuda_runtime_api.h>
 
 #include <atomic>
+#include <chrono>
+#include <thread>
 
 #include "base/scoped_resource.h"
 
@@ -36,7 +38,6 @@ constexpr int kAll = 1 << 30;
 // dropped, so the queue's destructor drops them inside a DeviceScope.
 using DeviceMemory = ScopedResource<void*, &cudaFree>;
 using MappedHostMemory = ScopedResource<void*, &cudaFreeHost>;
-using Event = ScopedResource<cudaEvent_t, &cudaEventDestroy>;
 
 }  // namespace
 
@@ -61,7 +62,7 @@ struct HealthCheckQueue::Slot {
   CheckScratch* scratch = nullptr;  // device
   HealthCounts* results = nullptr;  // host view of the mapped results
   HealthCounts* results_device = nullptr;
-  Event done;
+  void* stream = nullptr;           // where the check ran: asked only when waiting for it
   uint64_t token = 0;
   int count = 0;
 };
@@ -82,6 +83,7 @@ StatusOr<std::unique_ptr<HealthCheckQueue>> HealthCheckQueue::create(int device,
     return cudaFailure("no usable CUDA device", err);
   }
   if (device < 0 || device >= devices) return Status::Error("CUDA device " + std::to_string(device) + " does not exist");
+  if (slots < 1) return Status::Error("a health check queue needs at least one slot");
   DeviceScope scope(device);
   std::unique_ptr<HealthCheckQueue> q(new HealthCheckQueue());
   q->device_ = device;
@@ -110,11 +112,6 @@ StatusOr<std::unique_ptr<HealthCheckQueue>> HealthCheckQueue::create(int device,
     s.scratch = static_cast<CheckScratch*>(scratch) + i;
     s.results = static_cast<HealthCounts*>(results) + static_cast<size_t>(i) * kMaxTensors;
     s.results_device = static_cast<HealthCounts*>(results_device) + static_cast<size_t>(i) * kMaxTensors;
-    cudaEvent_t done = nullptr;
-    if (cudaError_t err = cudaEventCreateWithFlags(&done, cudaEventDisableTiming); err != cudaSuccess) {
-      return cudaFailure("cudaEventCreate", err);
-    }
-    s.done.reset(done);
   }
   return q;
 }
@@ -127,66 +124,108 @@ HealthCheckQueue::~HealthCheckQueue() {
   buffers_.reset();
 }
 
-Status HealthCheckQueue::submit(const TensorView* views, int count, void* stream, uint64_t token,
-                                const Ready& overflow) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (in_flight_ == slots_.size()) {
-    // Every slot is busy: the GPU is far behind the host. Wait for the oldest check; callers
-    // are told through forcedWaits().
+int HealthCheckQueue::slots() const { return static_cast<int>(slots_.size()); }
+
+int64_t HealthCheckQueue::inFlight() const {
+  return static_cast<int64_t>(tail_.load(std::memory_order_acquire) - head_.load(std::memory_order_acquire));
+}
+
+int HealthCheckQueue::reserve(const Ready& overflow) {
+  const uint64_t tail = tail_.load(std::memory_order_relaxed);
+  while (tail - head_.load(std::memory_order_acquire) >= slots_.size()) {
+    // Every slot is busy: the GPU is far behind the host. Wait for the oldest check.
     ++forced_waits_;
-    collectLocked(overflow, /*wait=*/true, /*limit=*/1);
+    claim(/*patient=*/true);
+    if (tail - head_.load(std::memory_order_acquire) >= slots_.size()) collectClaimed(overflow, /*wait=*/true, /*limit=*/1);
+    release();
   }
-  Slot& s = slots_[(head_ + in_flight_) % slots_.size()];
+  return static_cast<int>(tail % slots_.size());
+}
+
+Status HealthCheckQueue::submit(const TensorView* views, int count, void* stream, uint64_t token) {
+  const uint64_t tail = tail_.load(std::memory_order_relaxed);
+  if (tail - head_.load(std::memory_order_acquire) >= slots_.size()) return Status::Error("no free slot: reserve() first");
+  Slot& s = slots_[tail % slots_.size()];
   for (int i = 0; i < count; ++i) s.results[i].written = 0;
   DeviceScope scope(device_);
   if (int err = launchHealthCheck(views, count, s.scratch, s.results_device, stream); err != 0) {
     return cudaFailure("health check launch", static_cast<cudaError_t>(err));
   }
-  if (cudaError_t err = cudaEventRecord(s.done.get(), static_cast<cudaStream_t>(stream)); err != cudaSuccess) {
-    return cudaFailure("cudaEventRecord", err);
-  }
+  s.stream = stream;
   s.token = token;
   s.count = count;
-  ++in_flight_;
+  tail_.store(tail + 1, std::memory_order_release);  // the slot is the collectors' from here
   return Status::Ok();
 }
 
-int HealthCheckQueue::collectLocked(const Ready& ready, bool wait, int limit) {
+Status HealthCheckQueue::submit(const TensorView* views, int count, void* stream, uint64_t token, const Ready& overflow) {
+  reserve(overflow);
+  return submit(views, count, stream, token);
+}
+
+bool HealthCheckQueue::claim(bool patient) {
+  while (collecting_.exchange(true, std::memory_order_acquire)) {
+    if (!patient) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
+// Waits until `s` is flagged, or known never to be. The flags are polled first; the stream is
+// asked only after a millisecond (a check that failed on the device never flags), and never while
+// it is capturing a graph: a query would invalidate the user's capture.
+bool HealthCheckQueue::waitFor(const Slot& s) const {
+  auto asked = std::chrono::steady_clock::now();
+  while (!flagged(s)) {
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+    auto now = std::chrono::steady_clock::now();
+    if (now - asked < std::chrono::milliseconds(1) || streamIsCapturing(s.stream)) continue;
+    asked = now;
+    DeviceScope scope(device_);
+    cudaError_t state = cudaStreamQuery(static_cast<cudaStream_t>(s.stream));
+    if (state == cudaErrorNotReady) continue;
+    // The stream ran everything up to now, the check included: flagged, or failed.
+    return state == cudaSuccess && flagged(s);
+  }
+  return true;
+}
+
+int HealthCheckQueue::collectClaimed(const Ready& ready, bool wait, int limit) {
   int n = 0;
-  while (in_flight_ > 0 && n < limit) {
-    Slot& s = slots_[head_];
-    // The check's own flags first: its last block sets them once its counts and scratch resets
-    // are visible here, so a finished check costs no driver call (cudaEventQuery: 1.3 us on the
-    // H200, bench/check_completion.cpp). The event is asked only for a check not yet flagged:
-    // still running, or failed on the device (it never flags then).
+  uint64_t head = head_.load(std::memory_order_relaxed);
+  const uint64_t tail = tail_.load(std::memory_order_acquire);
+  for (; head != tail && n < limit; ++head, ++n) {
+    Slot& s = slots_[head % slots_.size()];
+    // The check's own flags: its last block sets them once its counts and scratch resets are
+    // visible here, so a finished check costs no driver call (cudaEventQuery: 1.3 us on the H200,
+    // bench/check_completion.cpp).
     bool ok = flagged(s);
     if (!ok) {
-      cudaError_t state = wait ? cudaEventSynchronize(s.done.get()) : cudaEventQuery(s.done.get());
-      if (state == cudaErrorNotReady) break;
-      // On any other error the counts cannot be trusted: hand the slot over with count 0.
-      ok = state == cudaSuccess && flagged(s);
+      if (!wait) break;
+      ok = waitFor(s);  // on a failure the counts cannot be trusted: handed over with count 0
     }
     ready(s.token, s.results, ok ? s.count : 0);
-    head_ = (head_ + 1) % slots_.size();
-    --in_flight_;
-    ++n;
+    head_.store(head + 1, std::memory_order_release);  // the producer may reuse the slot
   }
   return n;
 }
 
-int HealthCheckQueue::collect(const Ready& ready) {
-  std::lock_guard<std::mutex> lock(mu_);
-  return collectLocked(ready, false, kAll);
+int HealthCheckQueue::collect(const Ready& ready, bool patient) {
+  // Nothing in flight, or the oldest not finished: nothing to claim. (A peek: another collector
+  // may be handing that slot over right now; then the claimed pass below finds what is left.)
+  const uint64_t head = head_.load(std::memory_order_acquire);
+  if (head == tail_.load(std::memory_order_acquire) || !flagged(slots_[head % slots_.size()])) return 0;
+  if (!claim(patient)) return 0;
+  int n = collectClaimed(ready, /*wait=*/false, kAll);
+  release();
+  return n;
 }
 
 int HealthCheckQueue::drain(const Ready& ready) {
-  std::lock_guard<std::mutex> lock(mu_);
-  return collectLocked(ready, true, kAll);
-}
-
-int64_t HealthCheckQueue::forcedWaits() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return forced_waits_;
+  claim(/*patient=*/true);
+  int n = collectClaimed(ready, /*wait=*/true, kAll);
+  release();
+  return n;
 }
 
 }  // namespace nanprov::kernels

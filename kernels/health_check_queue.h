@@ -1,14 +1,18 @@
-// HealthCheckQueue: the fused checks of one CUDA device in flight. Each check gets a slot
-// (device scratch, host-mapped results, an event); results are collected once the check has
-// flagged them in the mapped results (the event is asked only about checks not yet flagged), so
-// no check ever waits for the GPU, except when every slot is taken.
-// No LibTorch; thread-safe (forward and backward calls come from different threads).
+// HealthCheckQueue: the fused checks in flight that one thread enqueued on one CUDA device: a
+// ring of slots (device scratch, host-mapped results), with one producer and any number of
+// collectors. The producer never takes a lock: it fills the next free slot and publishes it
+// with one atomic store. A check is finished once its last block flagged its results in the
+// mapped memory, so noticing it costs no driver call; no event is recorded per check either.
+// Only a full ring, and drain() at exit, wait for the GPU. No LibTorch.
+//
+// DeviceChecks gives every submitting thread (the training thread, autograd's device threads)
+// its own queue per device, so calls on different threads never contend.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -35,33 +39,46 @@ class HealthCheckQueue {
   // `count` is 0 when the check failed on the device and its counts cannot be trusted.
   using Ready = std::function<void(uint64_t token, const HealthCounts* counts, int count)>;
 
-  // Enqueues one fused check on `stream` (a cudaStream_t of this device). `token` comes back
-  // with the results. When every slot is in flight it first waits for the oldest check and
-  // hands it to `overflow`; that is the only host synchronisation, and it is counted.
+  // Producer side: one thread at a time.
+  // The slot the next submit() fills, made free first: when every slot is in flight the producer
+  // waits for the oldest check and hands it to `overflow`. That is the only host
+  // synchronisation, and it is counted (forcedWaits()).
+  int reserve(const Ready& overflow);
+  // Enqueues one fused check on `stream` (a cudaStream_t of this device) into the slot reserve()
+  // made free, and publishes it. `token` comes back with the results.
+  Status submit(const TensorView* views, int count, void* stream, uint64_t token);
+  // reserve() and submit() at once.
   Status submit(const TensorView* views, int count, void* stream, uint64_t token, const Ready& overflow);
 
-  // Hands over every finished check, oldest first, without waiting. Returns how many.
-  int collect(const Ready& ready);
+  // Collector side: any thread. Hands over every finished check, oldest first, without waiting
+  // for the GPU. A collector that finds another collecting skips (returns 0) unless `patient`,
+  // when it waits for its turn: callers that poll never block.
+  int collect(const Ready& ready, bool patient = false);
   // Waits for every check in flight and hands them over (exit only).
   int drain(const Ready& ready);
 
-  int64_t forcedWaits() const;
+  int64_t inFlight() const;
+  int64_t forcedWaits() const { return forced_waits_.load(std::memory_order_relaxed); }
   int device() const { return device_; }
+  int slots() const;
 
  private:
   struct Slot;
   static bool flagged(const Slot& s);
   HealthCheckQueue() = default;
-  int collectLocked(const Ready& ready, bool wait, int limit);
+  bool claim(bool patient);
+  void release() { collecting_.store(false, std::memory_order_release); }
+  int collectClaimed(const Ready& ready, bool wait, int limit);
+  bool waitFor(const Slot& s) const;
 
   int device_ = 0;
-  // Guards the slots. Held while `ready`/`overflow` run, so those must not call back into this
-  // queue; they may take their own locks (the callers' locks come after this one).
-  mutable std::mutex mu_;
   std::vector<Slot> slots_;
-  size_t head_ = 0;      // oldest slot in flight
-  size_t in_flight_ = 0;
-  int64_t forced_waits_ = 0;
+  // Slots [head_, tail_) are in flight (indices count up forever; the slot is index % size).
+  // The producer alone moves tail_, the collector holding collecting_ alone moves head_.
+  std::atomic<uint64_t> head_{0};
+  std::atomic<uint64_t> tail_{0};
+  std::atomic<bool> collecting_{false};
+  std::atomic<int64_t> forced_waits_{0};
   struct Buffers;
   std::unique_ptr<Buffers> buffers_;  // device scratch and host-mapped results of every slot
 };

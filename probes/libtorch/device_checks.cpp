@@ -78,7 +78,35 @@ bool capturing(const c10::Stream& stream) {
 
 }  // namespace
 
-DeviceChecks::DeviceChecks() : budget_(envInteger("NANPROV_HOLD_BYTES", kDefaultHoldBytes, 0)) {}
+struct DeviceChecks::Lane {
+  int device = -1;
+  HealthCheckQueue* queue = nullptr;
+  std::vector<Pending> pending;     // by slot: written by the owner before it publishes the slot
+  int64_t submits = 0;              // owner only
+  std::atomic<bool> owned{true};    // false once the owning thread ended
+};
+
+namespace {
+
+std::atomic<uint64_t> g_next_checks_id{1};
+
+// The lanes this thread owns, by device. Released (for adoption) when the thread ends.
+struct ThreadLanes {
+  uint64_t owner = 0;  // the DeviceChecks they belong to
+  std::array<std::atomic<bool>*, DeviceChecks::kMaxDevices> owned{};
+  std::array<void*, DeviceChecks::kMaxDevices> lanes{};
+  ~ThreadLanes() {
+    for (std::atomic<bool>* o : owned) {
+      if (o) o->store(false, std::memory_order_release);
+    }
+  }
+};
+thread_local ThreadLanes t_lanes;
+
+}  // namespace
+
+DeviceChecks::DeviceChecks()
+    : id_(g_next_checks_id.fetch_add(1)), budget_(envInteger("NANPROV_HOLD_BYTES", kDefaultHoldBytes, 0)) {}
 
 void DeviceChecks::recordMeasuredSynchronously(CallEvent rec, const RoleTensors& tensors, const CallArgs& args) {
   for (const auto& [role, t] : tensors) rec.tensors.push_back(measureTensor(t, role));
@@ -104,14 +132,15 @@ void DeviceChecks::submit(CallEvent rec, const RoleTensors& tensors, const CallA
     probes().session().countUnprobed("attention captured into a CUDA graph (its replays bypass the probes)");
     return;
   }
-  HealthCheckQueue* queue = queueFor(device);
-  if (!queue) {
+  Lane* lane = laneFor(device);
+  if (!lane) {
     recordMeasuredSynchronously(std::move(rec), tensors, args);
     return;
   }
-  // Earlier checks that finished meanwhile, every few calls or when the held tensors near the
-  // budget: each poll is a driver query, and step boundaries collect everything anyway.
-  if (++submits_ % kPollEvery == 0 || held_bytes_.load(std::memory_order_relaxed) > budget_ / 2) collect(false);
+  // Earlier checks of this thread that finished meanwhile, every few calls, or every lane's when
+  // the held tensors near the budget. Never waits, for the GPU or for another collector.
+  if (held_bytes_.load(std::memory_order_relaxed) > budget_ / 2) collect(false, false);
+  else if (++lane->submits % kPollEvery == 0) collectLane(*lane, false, false);
 
   Pending pending;
   Views views;
@@ -133,7 +162,7 @@ void DeviceChecks::submit(CallEvent rec, const RoleTensors& tensors, const CallA
     return;
   }
   pending.args = args;
-  std::optional<Pending> failed = enqueue(*queue, std::move(pending), views, stream, &tensors);
+  std::optional<Pending> failed = enqueue(*lane, std::move(pending), views, stream, &tensors);
   if (failed) {
     failed->rec.tensors.clear();
     recordMeasuredSynchronously(std::move(failed->rec), tensors, failed->args);
@@ -160,79 +189,89 @@ bool DeviceChecks::measure(const std::vector<at::Tensor>& tensors, Measured done
       return false;
     }
   }
-  HealthCheckQueue* queue = device < 0 || tensors.size() > kMaxMeasured ? nullptr : queueFor(device);
+  Lane* lane = device < 0 || tensors.size() > kMaxMeasured ? nullptr : laneFor(device);
   Views views;
   for (const at::Tensor& t : tensors) {
     std::optional<TensorView> view = t.is_cuda() && t.device().index() == device ? viewOf(t, false) : std::nullopt;
     if (!view) break;
     views.push_back(*view);
   }
-  if (!queue || !stream || views.size() != tensors.size()) {  // rare: float64, no queue on the device
+  if (!lane || !stream || views.size() != tensors.size()) {  // rare: float64, no queue on the device
     measureOnHost(tensors, done, context);
     return true;
   }
   Pending pending;
   pending.measured = done;
   pending.context = context;
-  if (enqueue(*queue, std::move(pending), views, *stream)) measureOnHost(tensors, done, context);
+  if (enqueue(*lane, std::move(pending), views, *stream)) measureOnHost(tensors, done, context);
   return true;
 }
 
-void DeviceChecks::poll() { collect(false); }
-void DeviceChecks::drain() { collect(true); }
+// Step boundaries: every lane's finished checks, waiting for a collector already at it (briefly:
+// it only hands results over) but never for the GPU.
+void DeviceChecks::poll() { collect(false, true); }
+void DeviceChecks::drain() { collect(true, true); }
 
 int DeviceChecks::firstDevice() const {
-  for (int d = 0; d < kMaxDevices; ++d) {
-    if (queues_[d].load(std::memory_order_acquire)) return d;
+  int first = -1;
+  for (int i = 0; i < lane_count_.load(std::memory_order_acquire); ++i) {
+    if (Lane* lane = lanes_[i].load(std::memory_order_acquire); lane && (first < 0 || lane->device < first)) first = lane->device;
   }
-  return -1;
+  return first;
 }
 
 int64_t DeviceChecks::hostSyncs() const {
   int64_t n = sync_measures_.load();
 #if NANPROV_HAVE_CUDA
-  for (const auto& q : queues_) {
-    if (HealthCheckQueue* queue = q.load(std::memory_order_acquire)) n += queue->forcedWaits();
+  for (int i = 0; i < lane_count_.load(std::memory_order_acquire); ++i) {
+    if (Lane* lane = lanes_[i].load(std::memory_order_acquire)) n += lane->queue->forcedWaits();
   }
 #endif
   return n;
 }
 
 int64_t DeviceChecks::checksInFlight() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return static_cast<int64_t>(in_flight_.size());
+  int64_t n = 0;
+#if NANPROV_HAVE_CUDA
+  for (int i = 0; i < lane_count_.load(std::memory_order_acquire); ++i) {
+    if (Lane* lane = lanes_[i].load(std::memory_order_acquire)) n += lane->queue->inFlight();
+  }
+#endif
+  return n;
 }
 
-void DeviceChecks::collect(bool wait) {
-#if NANPROV_HAVE_CUDA
-  for (auto& q : queues_) {
-    HealthCheckQueue* queue = q.load(std::memory_order_acquire);
-    if (!queue) continue;
-    auto ready = [this](uint64_t tok, const HealthCounts* c, int n) { complete(tok, c, n); };
-    if (wait) queue->drain(ready); else queue->collect(ready);
+void DeviceChecks::collect(bool wait, bool patient) {
+  for (int i = 0; i < lane_count_.load(std::memory_order_acquire); ++i) {
+    if (Lane* lane = lanes_[i].load(std::memory_order_acquire)) collectLane(*lane, wait, patient);
   }
+}
+
+void DeviceChecks::collectLane(Lane& lane, bool wait, bool patient) {
+#if NANPROV_HAVE_CUDA
+  auto ready = [this, &lane](uint64_t slot, const HealthCounts* c, int n) { complete(lane, slot, c, n); };
+  if (wait) lane.queue->drain(ready); else lane.queue->collect(ready, patient);
 #else
-  (void)wait;
+  (void)lane, (void)wait, (void)patient;
 #endif
 }
 
-HealthCheckQueue* DeviceChecks::queueFor(int device) {
+// This thread's lane on `device`, made (or adopted) at its first check there. nullptr when no
+// queue can be made on the device: its checks are then measured on the host.
+DeviceChecks::Lane* DeviceChecks::laneFor(int device) {
 #if NANPROV_HAVE_CUDA
   if (device < 0 || device >= kMaxDevices) return nullptr;
-  if (HealthCheckQueue* q = queues_[device].load(std::memory_order_acquire)) return q;
-  std::lock_guard<std::mutex> lock(create_mu_);
-  if (HealthCheckQueue* q = queues_[device].load(std::memory_order_acquire)) return q;
-  if (failed_[device]) return nullptr;
-  auto created = HealthCheckQueue::create(device, kSlotsPerDevice);
-  if (!created.ok()) {
-    failed_[device] = true;
-    logOnce("device queue", "fused health checks unavailable on cuda:" + std::to_string(device) +
-                                ", measuring on the host (slower): " + created.status().message());
-    return nullptr;
+  if (t_lanes.owner == id_) {
+    if (void* lane = t_lanes.lanes[static_cast<size_t>(device)]) return static_cast<Lane*>(lane);
+  } else {
+    t_lanes = {};  // an earlier session's lanes (a restarted session in one process)
+    t_lanes.owner = id_;
   }
-  HealthCheckQueue* q = created->release();  // leaked: checks may be in flight at exit
-  queues_[device].store(q, std::memory_order_release);
-  return q;
+  Lane* lane = adoptLane(device);
+  if (lane) {
+    t_lanes.lanes[static_cast<size_t>(device)] = lane;
+    t_lanes.owned[static_cast<size_t>(device)] = &lane->owned;
+  }
+  return lane;
 #else
   logOnce("no fused checks", "nanprov was built without the CUDA toolkit: CUDA tensors are measured on the host");
   (void)device;
@@ -240,54 +279,75 @@ HealthCheckQueue* DeviceChecks::queueFor(int device) {
 #endif
 }
 
-std::optional<DeviceChecks::Pending> DeviceChecks::enqueue(HealthCheckQueue& queue, Pending pending, const Views& views,
+DeviceChecks::Lane* DeviceChecks::adoptLane(int device) {
+#if NANPROV_HAVE_CUDA
+  std::lock_guard<std::mutex> lock(create_mu_);
+  // A lane whose thread ended: its queue has one producer again, this thread.
+  for (int i = 0; i < lane_count_.load(std::memory_order_acquire); ++i) {
+    Lane* lane = lanes_[i].load(std::memory_order_acquire);
+    bool unowned = false;
+    if (lane->device == device && lane->owned.compare_exchange_strong(unowned, true)) return lane;
+  }
+  if (failed_[device]) return nullptr;
+  const int index = lane_count_.load(std::memory_order_relaxed);
+  if (index == kMaxLanes) {
+    logOnce("device lanes", "more than " + std::to_string(kMaxLanes) + " threads ran checked CUDA calls at once: "
+                                "the others are measured on the host (slower)");
+    return nullptr;
+  }
+  auto created = HealthCheckQueue::create(device, kSlotsPerDevice);
+  if (!created.ok()) {
+    failed_[device] = true;
+    logOnce("device queue", "fused health checks unavailable on cuda:" + std::to_string(device) +
+                                ", measuring on the host (slower): " + created.status().message());
+    return nullptr;
+  }
+  auto* lane = new Lane();  // leaked: checks may be in flight at exit
+  lane->device = device;
+  lane->queue = created->release();
+  lane->pending.resize(static_cast<size_t>(lane->queue->slots()));
+  lanes_[index].store(lane, std::memory_order_release);
+  lane_count_.store(index + 1, std::memory_order_release);
+  return lane;
+#else
+  (void)device;
+  return nullptr;
+#endif
+}
+
+std::optional<DeviceChecks::Pending> DeviceChecks::enqueue(Lane& lane, Pending pending, const Views& views,
                                                            const c10::Stream& stream, const RoleTensors* tensors) {
-  uint64_t token;
   bool held = true;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    token = next_token_++;
-    if (tensors) {
-      int64_t bytes = 0;
-      for (const auto& [role, t] : *tensors) bytes += static_cast<int64_t>(t.nbytes());
-      held = held_bytes_ + bytes <= budget_;
-      if (held) {
-        held_bytes_ += bytes;
-        pending.held_bytes = bytes;
-        pending.held = *tensors;
-      }
-    }
-    if (free_nodes_.empty()) {
-      in_flight_.emplace(token, std::move(pending));
+  if (tensors) {
+    int64_t bytes = 0;
+    for (const auto& [role, t] : *tensors) bytes += static_cast<int64_t>(t.nbytes());
+    held = held_bytes_.fetch_add(bytes, std::memory_order_relaxed) + bytes <= budget_;
+    if (held) {
+      pending.held_bytes = bytes;
+      pending.held = *tensors;
     } else {
-      InFlight::node_type node = std::move(free_nodes_.back());
-      free_nodes_.pop_back();
-      node.key() = token;
-      node.mapped() = std::move(pending);
-      in_flight_.insert(std::move(node));
+      held_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
+      markInUse(*tensors, stream);
     }
   }
-  if (!held) markInUse(*tensors, stream);
   Status st = Status::Ok();
 #if NANPROV_HAVE_CUDA
   {
     ProbeCost::Scope cost(ProbeStage::kLaunching);
-    st = queue.submit(views.data(), static_cast<int>(views.size()), stream.native_handle(), token,
-                      [this](uint64_t tok, const HealthCounts* c, int n) { complete(tok, c, n); });
+    auto overflow = [this, &lane](uint64_t slot, const HealthCounts* c, int n) { complete(lane, slot, c, n); };
+    const int slot = lane.queue->reserve(overflow);
+    lane.pending[static_cast<size_t>(slot)] = std::move(pending);
+    st = lane.queue->submit(views.data(), static_cast<int>(views.size()), stream.native_handle(), static_cast<uint64_t>(slot));
+    if (!st.ok()) pending = std::move(lane.pending[static_cast<size_t>(slot)]);  // never published
   }
 #else
-  (void)queue, (void)views, (void)stream;
+  (void)lane, (void)views, (void)stream;
   st = Status::Error("built without the CUDA toolkit");
 #endif
   if (st.ok()) return std::nullopt;
   logOnce("device check", "fused health check failed, measuring on the host instead: " + st.message());
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = in_flight_.find(token);
-  if (it == in_flight_.end()) return std::nullopt;  // completed through the overflow path meanwhile
-  held_bytes_ -= it->second.held_bytes;
-  std::optional<Pending> failed = std::move(it->second);
-  in_flight_.erase(it);
-  return failed;
+  held_bytes_.fetch_sub(pending.held_bytes, std::memory_order_relaxed);
+  return pending;
 }
 
 // Over the hold budget: the tensors are not held. Their memory is marked in use on the check's
@@ -299,17 +359,9 @@ void DeviceChecks::markInUse(const RoleTensors& tensors, const c10::Stream& stre
   }
 }
 
-void DeviceChecks::complete(uint64_t token, const HealthCounts* counts, int n) {
-  Pending pending;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = in_flight_.find(token);
-    if (it == in_flight_.end()) return;
-    InFlight::node_type node = in_flight_.extract(it);
-    pending = std::move(node.mapped());
-    held_bytes_ -= pending.held_bytes;
-    if (free_nodes_.size() < static_cast<size_t>(kSlotsPerDevice)) free_nodes_.push_back(std::move(node));
-  }
+void DeviceChecks::complete(Lane& lane, uint64_t slot, const HealthCounts* counts, int n) {
+  Pending pending = std::move(lane.pending[slot]);
+  held_bytes_.fetch_sub(pending.held_bytes, std::memory_order_relaxed);
   if (pending.measured) {
     std::array<Counts, kMaxMeasured> measured{};
     n = std::min(n, kMaxMeasured);

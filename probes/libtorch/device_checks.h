@@ -10,7 +10,6 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
-#include <map>
 #include <mutex>
 #include <optional>
 #include <vector>
@@ -66,6 +65,8 @@ class DeviceChecks {
   int firstDevice() const;    // the lowest CUDA device checks ran on; -1 while none has
   int64_t checksInFlight() const;
 
+  static constexpr int kMaxDevices = 64;
+
  private:
   // A check in flight: an attention call's (recorded once its counts are known), or tensors
   // measured for the gradient sentinel (`measured` set: handed their counts, nothing recorded).
@@ -78,34 +79,32 @@ class DeviceChecks {
     Measured measured = nullptr;
     uint64_t context = 0;
   };
-  static constexpr int kMaxDevices = 64;
+  // The checks one thread enqueued on one device: its queue, and the Pending of each of the
+  // queue's slots. Only that thread submits, so submitting takes no lock; any thread collects.
+  // Lanes are never freed (checks may be in flight at exit); a thread's lane is adopted by the
+  // next new thread once it ended.
+  struct Lane;
+  static constexpr int kMaxLanes = 256;
 
-  kernels::HealthCheckQueue* queueFor(int device);
-  void collect(bool wait);
+  Lane* laneFor(int device);
+  Lane* adoptLane(int device);
+  void collect(bool wait, bool patient);
+  void collectLane(Lane& lane, bool wait, bool patient);
   using Views = InlineVector<kernels::TensorView, kernels::kMaxTensors>;
   // Holds `tensors` (when given and within the budget) in `pending` and launches its check.
-  std::optional<Pending> enqueue(kernels::HealthCheckQueue& queue, Pending pending, const Views& views,
-                                 const c10::Stream& stream, const RoleTensors* tensors = nullptr);
+  std::optional<Pending> enqueue(Lane& lane, Pending pending, const Views& views, const c10::Stream& stream,
+                                 const RoleTensors* tensors = nullptr);
   void markInUse(const RoleTensors& tensors, const c10::Stream& stream);
-  void complete(uint64_t token, const kernels::HealthCounts* counts, int n);
+  void complete(Lane& lane, uint64_t slot, const kernels::HealthCounts* counts, int n);
   void recordMeasuredSynchronously(CallEvent rec, const RoleTensors& tensors, const CallArgs& args);
   void measureOnHost(const std::vector<at::Tensor>& tensors, Measured done, uint64_t context);
 
-  std::array<std::atomic<kernels::HealthCheckQueue*>, kMaxDevices> queues_{};  // leaked: checks may be in flight at exit
-  std::array<bool, kMaxDevices> failed_{};
-  std::mutex create_mu_;  // only around creating a queue; no other lock is taken inside it
-  // Guards in_flight_, next_token_ and changes to held_bytes_. Lock order: a queue's own lock
-  // before this one: HealthCheckQueue::submit/collect hold theirs while calling complete(), which
-  // takes mu_. So mu_ is never held across a queue call, and it is released before a checked
-  // call is recorded (the session's locks come after both).
-  mutable std::mutex mu_;
-  // Map nodes are recycled (extract, then insert again): a check allocates nothing in steady state.
-  using InFlight = std::map<uint64_t, Pending>;
-  InFlight in_flight_;
-  std::vector<InFlight::node_type> free_nodes_;
-  std::atomic<int64_t> submits_{0};
-  uint64_t next_token_ = 1;
-  std::atomic<int64_t> held_bytes_{0};  // read without the lock to decide when to poll
+  const uint64_t id_;  // tells this instance's lanes in a thread's cache from an earlier one's
+  std::array<std::atomic<Lane*>, kMaxLanes> lanes_{};
+  std::atomic<int> lane_count_{0};
+  std::array<bool, kMaxDevices> failed_{};  // no queue can be made on the device
+  std::mutex create_mu_;  // only around making or adopting a lane; no other lock is taken inside it
+  std::atomic<int64_t> held_bytes_{0};  // decides, without a lock, whether a call's tensors are held
   std::atomic<int64_t> sync_measures_{0};
   const int64_t budget_;
 };
