@@ -189,6 +189,7 @@ class CuptiTracer final : public KernelTracer {
   }
 
   bool wantsLabel() const override { return live() || nvtxToolAttached(); }
+  bool settled() const override { return settled_.load(std::memory_order_acquire) && !nvtxToolAttached(); }
 
   void exit() override {
     if (t_pushed > 0) {
@@ -303,6 +304,8 @@ class CuptiTracer final : public KernelTracer {
   // After every change of the flags below, with mu_ held: what calls read without the lock.
   void refreshLive() {
     live_.store(started_ok_ && !yielded_ && !paused_, std::memory_order_release);
+    // A yield is not settled: the profiler may give CUPTI back, and calls must ask for it.
+    settled_.store(attempted_ && (paused_ || !result_.ok()), std::memory_order_release);
     yielded_now_.store(yielded_, std::memory_order_release);
     const char* reason = "";  // before the first CUDA call (!attempted_) there is nothing to explain
     if (yielded_) reason = internText(yield_reason_);
@@ -388,6 +391,7 @@ class CuptiTracer final : public KernelTracer {
   std::string yield_reason_;
   bool paused_ = false;
   std::atomic<bool> live_{false};  // started_ok_ && !yielded_ && !paused_
+  std::atomic<bool> settled_{false};
   std::atomic<bool> yielded_now_{false};
   std::atomic<const char*> reason_{""};
   std::string pause_reason_;

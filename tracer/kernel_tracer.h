@@ -45,6 +45,10 @@ class KernelTracer {
   // attached. After the trace window a call then builds no string for the tracer.
   virtual bool wantsLabel() const = 0;
   virtual void exit() = 0;
+  // No call will be traced again and no label is read: the trace window is over (or the tracer
+  // could not start) and no NVTX tool is attached. From then on a call need not be named before
+  // it runs. Read without a lock.
+  virtual bool settled() const = 0;
 
   // Another profiler holds CUPTI: stop attributing until reclaim(). Calls meanwhile are
   // unattributed with `reason`.

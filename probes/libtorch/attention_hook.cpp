@@ -271,10 +271,11 @@ void probeFusedCall(const ProbedOp* probed, const c10::OperatorHandle& handle, c
   CallIdentity& ids = session.identity();
   const bool forward = desc.phase == Phase::kForward;
   // On CUDA a call is named before it runs, so its kernels are traced under its name. On the
-  // CPU there is nothing to trace: a forward is named after it ran, with its output's address
-  // for its backward, under one lock. Nothing here may reach the op: on any failure the op runs
-  // unprobed.
-  const bool name_first = onCuda(inputs) || !forward;
+  // CPU, and on CUDA once the trace window is over, there is nothing to trace: a forward is
+  // named after it ran, with its output's address for its backward, under one lock. Nothing
+  // here may reach the op: on any failure the op runs unprobed.
+  const bool traced = onCuda(inputs) && !probes().tracer().settled();
+  const bool name_first = traced || !forward;
   CallName name;
   std::optional<CallTrace> trace;
   bool named = !name_first;
@@ -285,7 +286,7 @@ void probeFusedCall(const ProbedOp* probed, const c10::OperatorHandle& handle, c
         name = forward ? nameForward(siteOfForward(tensorOf(inputs, Role::kQ))) : ids.backward(addressOf(inputs, Role::kO));
       }
       ProbeCost::Scope cost(ProbeStage::kTracing);
-      if (onCuda(inputs)) trace.emplace(name, session.rank());
+      if (traced) trace.emplace(name, session.rank());
       named = true;
     });
   }
@@ -300,7 +301,8 @@ void probeFusedCall(const ProbedOp* probed, const c10::OperatorHandle& handle, c
     handle.redispatchBoxed(ks & kBelowProbe, stack);
   }
   int64_t end = wallClockNs();
-  const char* unattributed = "";
+  // A CUDA call past the trace window keeps the reason its kernels are not attributed.
+  const char* unattributed = onCuda(inputs) && !traced ? probes().tracer().unattributedReason() : "";
   if (trace) {
     ProbeCost::Scope cost(ProbeStage::kTracing);
     unattributed = trace->unattributed();
@@ -467,7 +469,13 @@ bool mathOnCuda(const Stack& stack) {
   const c10::OperatorHandle& choice = **g_sdp_choice;
   size_t n = choice.schema().arguments().size();
   if (n != g_sdpa->num_arguments) return false;
-  Stack args(stack.end() - static_cast<std::ptrdiff_t>(n), stack.end());
+  // The arguments are copied into this thread's own stack, whose capacity stays: a new one per
+  // call would be the probe's only heap allocation in steady state (issue 26).
+  thread_local Stack args;
+  struct Cleared {  // holds no tensor past the call, even when the choice throws
+    ~Cleared() { args.clear(); }
+  } cleared;
+  args.assign(stack.end() - static_cast<std::ptrdiff_t>(n), stack.end());
   choice.callBoxed(&args);
   return !args.empty() && args.back().isInt() && args.back().toInt() == 0;  // sdp::SDPBackend::math
 }
