@@ -158,7 +158,17 @@ TEST(TrailGpu, Bf16DivergenceNamesTheFirstModuleAsHooksDo) {
     ASSERT_EQ(r.report.code, 1) << r.train.out;
     const json oracle = oracleOf(r.train.out);
     ASSERT_TRUE(oracle.is_object()) << "the training did not diverge: " << r.train.out;
-    expectFields(r.doc["first_module"], {{"step", oracle["step"]}, {"phase", oracle["phase"]}, {"module", oracle["module"]}});
+    if (oracle["module"].get<std::string>().ends_with(".attn")) {
+      // The attention call itself made it (at lr 1e3 the bf16 scores overflow from finite Q, K):
+      // nanprov's answer is that call's source edge, and no module outside attention is named.
+      EXPECT_TRUE(r.doc["first_module"].is_null()) << r.doc["first_module"].dump();
+      expectFields(r.doc["first_edge"], {{"origin", "attention"}, {"step", oracle["step"]}, {"phase", oracle["phase"]},
+                                         {"module", oracle["module"]}});
+    } else {
+      ASSERT_TRUE(r.doc["first_module"].is_object()) << "no module named; the oracle says " << oracle.dump()
+                                                     << "; the first edge: " << r.doc["first_edge"].dump();
+      expectFields(r.doc["first_module"], {{"step", oracle["step"]}, {"phase", oracle["phase"]}, {"module", oracle["module"]}});
+    }
     EXPECT_EQ(r.doc["ranks"][0]["meta"].value("host_syncs", "0"), "0") << "the trail's checks never wait for the GPU";
   }
 }
