@@ -59,9 +59,11 @@ const char* ProbeCost::stageName(ProbeStage stage) {
     case ProbeStage::kNaming: return "naming";
     case ProbeStage::kTracing: return "tracing";
     case ProbeStage::kDescribing: return "describing";
+    case ProbeStage::kSubmitting: return "submitting";
     case ProbeStage::kLaunching: return "launching";
     case ProbeStage::kRecording: return "recording";
     case ProbeStage::kCollecting: return "collecting";
+    case ProbeStage::kFlushing: return "flushing";
     case ProbeStage::kCount: break;
   }
   return "?";

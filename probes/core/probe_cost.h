@@ -16,9 +16,11 @@ enum class ProbeStage : int {
   kNaming = 0,   // naming a call: its module path (a Python callback), step, layer and call
   kTracing,      // entering and leaving the call's kernel-trace range
   kDescribing,   // its outputs taken, its tensors described (or measured, on the host)
-  kLaunching,    // the fused check launched and its completion event recorded
+  kSubmitting,   // a CUDA call handed to its check: its stream, its lane, the kernel's views
+  kLaunching,    // a free slot taken and the fused check launched
   kRecording,    // a checked call handed to the capture policy and the store's writer
-  kCollecting,   // step boundaries: kernels and the gradient sentinel polled
+  kCollecting,   // step boundaries: finished checks read and their calls completed
+  kFlushing,     // step boundaries, the rest: kernels read, captures released, meta written
   kCount
 };
 

@@ -115,6 +115,7 @@ void DeviceChecks::recordMeasuredSynchronously(CallEvent rec, const RoleTensors&
 }
 
 void DeviceChecks::submit(CallEvent rec, const RoleTensors& tensors, const CallArgs& args) {
+  ProbeCost::Scope cost(ProbeStage::kSubmitting);
   if (tensors.empty()) {
     probes().session().record(rec);
     return;
@@ -139,8 +140,13 @@ void DeviceChecks::submit(CallEvent rec, const RoleTensors& tensors, const CallA
   }
   // Earlier checks of this thread that finished meanwhile, every few calls, or every lane's when
   // the held tensors near the budget. Never waits, for the GPU or for another collector.
-  if (held_bytes_.load(std::memory_order_relaxed) > budget_ / 2) collect(false, false);
-  else if (++lane->submits % kPollEvery == 0) collectLane(*lane, false, false);
+  if (held_bytes_.load(std::memory_order_relaxed) > budget_ / 2) {
+    ProbeCost::Scope collecting(ProbeStage::kCollecting);
+    collect(false, false);
+  } else if (++lane->submits % kPollEvery == 0) {
+    ProbeCost::Scope collecting(ProbeStage::kCollecting);
+    collectLane(*lane, false, false);
+  }
 
   Pending pending;
   Views views;

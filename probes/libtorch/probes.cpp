@@ -33,9 +33,12 @@ Probes& probes() {
 }
 
 void Probes::flush(bool at_exit) {
-  ProbeCost::Scope cost(ProbeStage::kCollecting);
+  ProbeCost::Scope cost(ProbeStage::kFlushing);
   try {
-    if (at_exit) checks_.drain(); else checks_.poll();
+    {
+      ProbeCost::Scope collecting(ProbeStage::kCollecting);
+      if (at_exit) checks_.drain(); else checks_.poll();
+    }
     if (!at_exit) closeStaleForeignCalls();
     std::vector<KernelRecord> kernels = tracer_->collect(at_exit);
     captures_.release(kernels, at_exit);  // after the checks: their captures need these names
