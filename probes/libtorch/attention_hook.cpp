@@ -501,11 +501,13 @@ void sdpaKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack
   }
   Tensors inputs = takeInputs(*g_sdpa, *stack);
   CallArgs args = takeArgs(*g_sdpa, *stack);
-  // On CUDA a MATH call is named first, so its kernels are traced; elsewhere (the CPU, or a
-  // fused backend probed underneath) it is named after it ran, if it was MATH at all.
+  // On CUDA, while kernels are traced, a MATH call is named first, so its kernels are traced
+  // under its name; elsewhere (the CPU, past the trace window, or a fused backend probed
+  // underneath) it is named after it ran, if it was MATH at all. Asking SDPA for its backend is
+  // a second run of its whole selection, so it is asked only while the answer is needed.
   std::optional<CallName> name;
   std::optional<CallTrace> trace;
-  if (onCuda(inputs)) {
+  if (onCuda(inputs) && !probes().tracer().settled()) {
     guarded("math attention probe", [&] {
       if (!mathOnCuda(*stack)) return;
       name = nameForward(siteOfForward(tensorOf(inputs, Role::kQ)));
@@ -516,7 +518,7 @@ void sdpaKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack
   int64_t start = wallClockNs();
   runCompositeSdpa(handle, ks, stack);
   int64_t end = wallClockNs();
-  const char* unattributed = trace ? trace->unattributed() : "";
+  const char* unattributed = trace ? trace->unattributed() : onCuda(inputs) ? probes().tracer().unattributedReason() : "";
   trace.reset();
   if (t_fused_calls != fused_before) return;  // a fused backend was probed underneath
   guarded("math attention probe", [&] {

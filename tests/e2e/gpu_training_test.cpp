@@ -71,6 +71,20 @@ TEST(Gpu, ControlRunWithoutCudnnIsClean) {
   }
 }
 
+// MATH attention on CUDA past the kernel-trace window (steps 0-1): the probe no longer asks SDPA
+// for its backend before the call, so a MATH call is found and named after it ran. Its overflow
+// at step 3 is still the first edge, with the MATH op, and the calls before it were checked.
+TEST(Gpu, MathCallsPastTheTraceWindowAreNamedAfterTheyRan) {
+  REQUIRE_CUDA();
+  TrainedRun r = train("gpu-math-late", "", "--device cuda --math --steps 5 --glitch-step 3 --glitch-scale 1e20");
+  ASSERT_EQ(r.report.code, 1) << r.train.out;
+  const json& e = r.doc["first_edge"];
+  expectFields(e, {{"name", "rank0:layer0:call6"}, {"step", 3}, {"phase", "fwd"}, {"origin", "attention"},
+                   {"op", "aten::_scaled_dot_product_attention_math"}, {"inputs_finite", true}});
+  EXPECT_NE(e["unattributed"].dump().find("--trace-steps"), std::string::npos) << e.dump(1);
+  EXPECT_EQ(r.doc["ranks"][0]["meta"]["host_syncs"], "0");
+}
+
 TEST(Gpu, EveryCallOfTheCudnnRunHasItsKernels) {
   REQUIRE_CUDA();
   // Tracing covers step 0 only; steps 1 and 2 show the kernels of the same call site at step 0.
