@@ -43,13 +43,21 @@ void Probes::flush(bool at_exit) {
     std::vector<KernelRecord> kernels = tracer_->collect(at_exit);
     captures_.release(kernels, at_exit);  // after the checks: their captures need these names
     session_.recordKernels(std::move(kernels));
-    if (!at_exit && traceSteps() > 0 && session_.identity().step() >= traceSteps()) {
-      ProbeCost::markSteady();
+    const bool window_over = traceSteps() > 0 && session_.identity().step() >= traceSteps();
+    if (!at_exit && window_over) {
       tracer_->pause("kernel tracing covered the first " + std::to_string(traceSteps()) +
                      " steps (nanprov run --trace-steps); this call ran later");
     }
     describeEnvironment();
     TracerStats stats = tracer_->stats();
+    // The steady state begins once CUPTI's tear-down is over too: its forced flush and detach come
+    // two step boundaries after the pause, and cost milliseconds once (on the H200 they were
+    // most of the launch-bound model's "after the trace window" flushing). Where CUPTI traced
+    // nothing (the CPU, --no-kernels) at once; where it cannot detach, three steps later.
+    const bool torn_down = stats.detached || stats.kernel_records == 0;
+    if (!at_exit && window_over && (torn_down || session_.identity().step() >= traceSteps() + 3)) {
+      ProbeCost::markSteady();
+    }
     session_.setMeta("host_syncs", std::to_string(checks_.hostSyncs()));
     session_.setMeta("step_unit", stepUnitName(session_.identity().stepUnit()));
     session_.setMeta("kernels_attributed", std::to_string(stats.attributed_kernels));
