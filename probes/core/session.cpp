@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -28,11 +29,28 @@ void disableInForkedChild() {
 
 }  // namespace
 
+// RANK where the launcher set it (torchrun, accelerate, deepspeed). Lightning's own launcher
+// starts local ranks 1..N-1 with LOCAL_RANK, NODE_RANK and WORLD_SIZE only, and passes the global
+// rank to init_process_group itself: the rank is then NODE_RANK x LOCAL_WORLD_SIZE + LOCAL_RANK
+// where the processes per node are known, and LOCAL_RANK on node 0. On another node, without
+// them, the local rank stands in, said once: two nodes' stores would then claim one rank.
 RankEnv rankFromEnvironment() {
   RankEnv env;
-  env.rank = static_cast<int>(envInteger("RANK", 0));
-  env.local_rank = static_cast<int>(envInteger("LOCAL_RANK", env.rank));
-  env.world_size = static_cast<int>(envInteger("WORLD_SIZE", 1));
+  env.world_size = static_cast<int>(envInteger("WORLD_SIZE", 1, 1));
+  const int64_t local = envInteger("LOCAL_RANK", -1, 0);
+  const int64_t global = envInteger("RANK", -1, 0);
+  if (global >= 0 || local < 0) {
+    env.rank = static_cast<int>(std::max<int64_t>(global, 0));
+  } else {
+    const int64_t node = envInteger("NODE_RANK", envInteger("GROUP_RANK", 0, 0), 0);
+    const int64_t per_node = envInteger("LOCAL_WORLD_SIZE", 0, 1);
+    env.rank = static_cast<int>(per_node > 0 ? node * per_node + local : local);
+    if (node > 0 && per_node == 0) {
+      logOnce("rank", "RANK is not set on node " + std::to_string(node) + ": this process is recorded as rank " +
+                          std::to_string(local) + " (its LOCAL_RANK); set RANK or LOCAL_WORLD_SIZE for its global rank");
+    }
+  }
+  env.local_rank = static_cast<int>(local >= 0 ? local : env.rank);
   return env;
 }
 
