@@ -127,16 +127,21 @@ HealthCheckQueue::~HealthCheckQueue() {
 int HealthCheckQueue::slots() const { return static_cast<int>(slots_.size()); }
 
 int64_t HealthCheckQueue::inFlight() const {
-  return static_cast<int64_t>(tail_.load(std::memory_order_acquire) - head_.load(std::memory_order_acquire));
+  // head_ first: it never passes a tail_ read after it, so the difference cannot go negative.
+  const uint64_t head = head_.load(std::memory_order_acquire);
+  return static_cast<int64_t>(tail_.load(std::memory_order_acquire) - head);
 }
 
 int HealthCheckQueue::reserve(const Ready& overflow) {
   const uint64_t tail = tail_.load(std::memory_order_relaxed);
   while (tail - head_.load(std::memory_order_acquire) >= slots_.size()) {
-    // Every slot is busy: the GPU is far behind the host. Wait for the oldest check.
-    ++forced_waits_;
+    // Every slot is busy: the GPU is far behind the host. Wait for the oldest check, unless a
+    // collector freed a slot meanwhile (then nothing waited, and nothing is counted).
     claim(/*patient=*/true);
-    if (tail - head_.load(std::memory_order_acquire) >= slots_.size()) collectClaimed(overflow, /*wait=*/true, /*limit=*/1);
+    if (tail - head_.load(std::memory_order_acquire) >= slots_.size()) {
+      ++forced_waits_;
+      collectClaimed(overflow, /*wait=*/true, /*limit=*/1);
+    }
     release();
   }
   return static_cast<int>(tail % slots_.size());
@@ -197,8 +202,8 @@ int HealthCheckQueue::collectClaimed(const Ready& ready, bool wait, int limit) {
   for (; head != tail && n < limit; ++head, ++n) {
     Slot& s = slots_[head % slots_.size()];
     // The check's own flags: its last block sets them once its counts and scratch resets are
-    // visible here, so a finished check costs no driver call (cudaEventQuery: 1.3 us on the H200,
-    // bench/check_completion.cpp).
+    // visible here, so a finished check costs no driver call (an event query would cost 1.3 us on
+    // the H200, bench/check_completion.cpp).
     bool ok = flagged(s);
     if (!ok) {
       if (!wait) break;
@@ -211,8 +216,9 @@ int HealthCheckQueue::collectClaimed(const Ready& ready, bool wait, int limit) {
 }
 
 int HealthCheckQueue::collect(const Ready& ready, bool patient) {
-  // Nothing in flight, or the oldest not finished: nothing to claim. (A peek: another collector
-  // may be handing that slot over right now; then the claimed pass below finds what is left.)
+  // Nothing in flight, or the oldest not finished: nothing to claim. (A peek without the claim:
+  // another collector may be handing that slot over and the producer refilling it, so what it
+  // reads may be stale, which costs at most one claimed pass that finds nothing.)
   const uint64_t head = head_.load(std::memory_order_acquire);
   if (head == tail_.load(std::memory_order_acquire) || !flagged(slots_[head % slots_.size()])) return 0;
   if (!claim(patient)) return 0;

@@ -6,7 +6,11 @@
 // Only a full ring, and drain() at exit, wait for the GPU. No LibTorch.
 //
 // DeviceChecks gives every submitting thread (the training thread, autograd's device threads)
-// its own queue per device, so calls on different threads never contend.
+// its own queue per device, so submitting never contends; collectors of one queue take turns.
+//
+// `ready` and `overflow` run while their thread holds the queue's collector claim: they must not
+// submit to, collect from or drain the same queue (a full ring would wait for a claim its own
+// thread holds, forever). They may take their own locks.
 #pragma once
 
 #include <atomic>

@@ -19,7 +19,7 @@ enum class ProbeStage : int {
   kSubmitting,   // a CUDA call handed to its check: its stream, its lane, the kernel's views
   kLaunching,    // a free slot taken and the fused check launched
   kRecording,    // a checked call handed to the capture policy and the store's writer
-  kCollecting,   // step boundaries: finished checks read and their calls completed
+  kCollecting,   // finished checks read and their calls completed: at step boundaries, and every few calls
   kFlushing,     // step boundaries, the rest: kernels read, captures released, meta written
   kCount
 };

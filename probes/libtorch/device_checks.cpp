@@ -213,43 +213,36 @@ bool DeviceChecks::measure(const std::vector<at::Tensor>& tensors, Measured done
   return true;
 }
 
-// Step boundaries: every lane's finished checks, waiting for a collector already at it (briefly:
-// it only hands results over) but never for the GPU.
+// Step boundaries: every lane's finished checks, taking its turn behind a collector already at
+// a lane (which may be recording a call), but never waiting for the GPU.
 void DeviceChecks::poll() { collect(false, true); }
 void DeviceChecks::drain() { collect(true, true); }
 
+template <typename Fn>
+void DeviceChecks::forEachLane(Fn&& fn) const {
+  for (int i = 0; i < lane_count_.load(std::memory_order_acquire); ++i) {
+    if (Lane* lane = lanes_[i].load(std::memory_order_acquire)) fn(*lane);
+  }
+}
+
 int DeviceChecks::firstDevice() const {
   int first = -1;
-  for (int i = 0; i < lane_count_.load(std::memory_order_acquire); ++i) {
-    if (Lane* lane = lanes_[i].load(std::memory_order_acquire); lane && (first < 0 || lane->device < first)) first = lane->device;
-  }
+  forEachLane([&](const Lane& lane) {
+    if (first < 0 || lane.device < first) first = lane.device;
+  });
   return first;
 }
 
 int64_t DeviceChecks::hostSyncs() const {
   int64_t n = sync_measures_.load();
 #if NANPROV_HAVE_CUDA
-  for (int i = 0; i < lane_count_.load(std::memory_order_acquire); ++i) {
-    if (Lane* lane = lanes_[i].load(std::memory_order_acquire)) n += lane->queue->forcedWaits();
-  }
-#endif
-  return n;
-}
-
-int64_t DeviceChecks::checksInFlight() const {
-  int64_t n = 0;
-#if NANPROV_HAVE_CUDA
-  for (int i = 0; i < lane_count_.load(std::memory_order_acquire); ++i) {
-    if (Lane* lane = lanes_[i].load(std::memory_order_acquire)) n += lane->queue->inFlight();
-  }
+  forEachLane([&](const Lane& lane) { n += lane.queue->forcedWaits(); });
 #endif
   return n;
 }
 
 void DeviceChecks::collect(bool wait, bool patient) {
-  for (int i = 0; i < lane_count_.load(std::memory_order_acquire); ++i) {
-    if (Lane* lane = lanes_[i].load(std::memory_order_acquire)) collectLane(*lane, wait, patient);
-  }
+  forEachLane([&](Lane& lane) { collectLane(lane, wait, patient); });
 }
 
 void DeviceChecks::collectLane(Lane& lane, bool wait, bool patient) {

@@ -58,12 +58,11 @@ class DeviceChecks {
   static constexpr int kMaxMeasured = 12;
   bool measure(const std::vector<at::Tensor>& tensors, Measured done, uint64_t context);
 
-  void poll();   // records every finished check; never waits
+  void poll();   // records every finished check; never waits for the GPU (it may wait its turn behind another collector)
   void drain();  // waits for every check in flight (exit only)
 
   int64_t hostSyncs() const;  // synchronisations nanprov added (fallbacks, full queues)
   int firstDevice() const;    // the lowest CUDA device checks ran on; -1 while none has
-  int64_t checksInFlight() const;
 
   static constexpr int kMaxDevices = 64;
 
@@ -86,6 +85,8 @@ class DeviceChecks {
   struct Lane;
   static constexpr int kMaxLanes = 256;
 
+  template <typename Fn>
+  void forEachLane(Fn&& fn) const;  // every lane made so far, in the order they were made
   Lane* laneFor(int device);
   Lane* adoptLane(int device);
   void collect(bool wait, bool patient);
