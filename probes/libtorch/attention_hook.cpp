@@ -470,11 +470,19 @@ bool mathOnCuda(const Stack& stack) {
   size_t n = choice.schema().arguments().size();
   if (n != g_sdpa->num_arguments) return false;
   // The arguments are copied into this thread's own stack, whose capacity stays: a new one per
-  // call would be the probe's only heap allocation in steady state (issue 26).
-  thread_local Stack args;
-  struct Cleared {  // holds no tensor past the call, even when the choice throws
-    ~Cleared() { args.clear(); }
-  } cleared;
+  // call would be the probe's only heap allocation in steady state (issue 26). A choice that
+  // reaches SDPA again on this thread (a Python dispatch mode) gets a stack of its own.
+  thread_local Stack reused;
+  thread_local bool in_use = false;
+  Stack own;
+  Stack& args = in_use ? own : reused;
+  struct Lent {  // holds no tensor past the call, even when the choice throws
+    Stack& args;
+    bool& in_use;
+    bool was;
+    ~Lent() { args.clear(), in_use = was; }
+  } lent{args, in_use, in_use};
+  in_use = true;
   args.assign(stack.end() - static_cast<std::ptrdiff_t>(n), stack.end());
   choice.callBoxed(&args);
   return !args.empty() && args.back().isInt() && args.back().toInt() == 0;  // sdp::SDPBackend::math
