@@ -262,6 +262,7 @@ class CuptiTracer final : public KernelTracer {
   TracerStats stats() const override {
     TracerStats s;
     if (!g_shared) return s;
+    s.started = startedOk();  // mu_ before g_shared->mu, never inside it (the lock order)
     std::lock_guard<std::mutex> lock(g_shared->mu);
     s.attributed_kernels = g_shared->correlation.attributedTotal();
     s.dropped_records = g_shared->dropped.load();

@@ -25,6 +25,7 @@ struct TracerStats {
   int64_t external_id_records = 0;  // our EXTERNAL_CORRELATION records seen
   int64_t api_records = 0;          // RUNTIME and DRIVER records seen
   bool detached = false;            // CUPTI was detached after the trace window
+  bool started = false;             // CUPTI was started in this process (it may be detached since)
 };
 
 class KernelTracer {

@@ -33,6 +33,8 @@ Probes& probes() {
 }
 
 void Probes::flush(bool at_exit) {
+  // Marked before this flush's own timing starts, so none of the tear-down's flush is in it.
+  if (steady_from_next_flush_ && !at_exit) ProbeCost::markSteady();
   ProbeCost::Scope cost(ProbeStage::kFlushing);
   try {
     {
@@ -52,12 +54,11 @@ void Probes::flush(bool at_exit) {
     TracerStats stats = tracer_->stats();
     // The steady state begins once CUPTI's tear-down is over too: its forced flush and detach come
     // two step boundaries after the pause, and cost milliseconds once (on the H200 they were
-    // most of the launch-bound model's "after the trace window" flushing). Where CUPTI traced
-    // nothing (the CPU, --no-kernels) at once; where it cannot detach, three steps later.
-    const bool torn_down = stats.detached || stats.kernel_records == 0;
-    if (!at_exit && window_over && (torn_down || session_.identity().step() >= traceSteps() + 3)) {
-      ProbeCost::markSteady();
-    }
+    // most of the launch-bound model's "after the trace window" flushing). It begins at the next
+    // flush, as the detach happens at some thread's next CUDA call. Without CUPTI (the CPU,
+    // --no-kernels) right after the window; where it cannot detach, three steps later.
+    const bool torn_down = stats.detached || !stats.started;
+    if (window_over && (torn_down || session_.identity().step() >= traceSteps() + 3)) steady_from_next_flush_ = true;
     session_.setMeta("host_syncs", std::to_string(checks_.hostSyncs()));
     session_.setMeta("step_unit", stepUnitName(session_.identity().stepUnit()));
     session_.setMeta("kernels_attributed", std::to_string(stats.attributed_kernels));

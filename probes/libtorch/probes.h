@@ -53,6 +53,7 @@ class Probes {
   ModulePathCache module_paths_;
   ModuleTrail trail_;
   int described_device_ = -2;  // the device describeEnvironment last wrote; -2: nothing written yet
+  bool steady_from_next_flush_ = false;  // the probes' steady state begins at the next flush
 };
 
 Probes& probes();
