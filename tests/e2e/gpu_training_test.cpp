@@ -71,9 +71,10 @@ TEST(Gpu, ControlRunWithoutCudnnIsClean) {
   }
 }
 
-// MATH attention on CUDA past the kernel-trace window (steps 0-1): the probe no longer asks SDPA
-// for its backend before the call, so a MATH call is found and named after it ran. Its overflow
-// at step 3 is still the first edge, with the MATH op, and the calls before it were checked.
+// MATH attention on CUDA past the kernel-trace window (steps 0-1), where the probe no longer asks
+// SDPA for its backend before the call: a MATH call is found and named after it ran. This guards
+// the answer on that path (its overflow at step 3 is the first edge, with the MATH op and the
+// trace window's reason), not that the question was skipped.
 TEST(Gpu, MathCallsPastTheTraceWindowAreNamedAfterTheyRan) {
   REQUIRE_CUDA();
   TrainedRun r = train("gpu-math-late", "", "--device cuda --math --steps 5 --glitch-step 3 --glitch-scale 1e20");

@@ -12,12 +12,18 @@ namespace {
 
 const char* const kRankVariables[] = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "NODE_RANK", "GROUP_RANK", "LOCAL_WORLD_SIZE"};
 
-// Sets exactly `vars` of the rank variables (the others unset) and reads the rank.
+// Sets exactly `vars` of the rank variables (the others unset), reads the rank, and puts back
+// what the test runner had.
 RankEnv rankWith(const std::map<std::string, std::string>& vars) {
-  for (const char* name : kRankVariables) unsetenv(name);
+  std::map<std::string, std::string> had;
+  for (const char* name : kRankVariables) {
+    if (const char* value = std::getenv(name)) had[name] = value;
+    unsetenv(name);
+  }
   for (const auto& [name, value] : vars) setenv(name.c_str(), value.c_str(), 1);
   RankEnv env = rankFromEnvironment();
   for (const char* name : kRankVariables) unsetenv(name);
+  for (const auto& [name, value] : had) setenv(name.c_str(), value.c_str(), 1);
   return env;
 }
 
@@ -46,6 +52,19 @@ TEST(RankEnvironment, LightningsWorkersOnTheFirstNodeAreTheirLocalRank) {
 TEST(RankEnvironment, ANodesWorkersCountFromTheNodesFirstRankWhenItsSizeIsKnown) {
   EXPECT_EQ(rankWith({{"LOCAL_RANK", "2"}, {"NODE_RANK", "1"}, {"LOCAL_WORLD_SIZE", "4"}, {"WORLD_SIZE", "8"}}).rank, 6);
   EXPECT_EQ(rankWith({{"LOCAL_RANK", "1"}, {"GROUP_RANK", "2"}, {"LOCAL_WORLD_SIZE", "2"}}).rank, 5);
+}
+
+// Another node without its processes-per-node: the local rank stands in (and nanprov says so).
+TEST(RankEnvironment, AnotherNodeWithoutItsSizeFallsBackToTheLocalRank) {
+  RankEnv env = rankWith({{"LOCAL_RANK", "1"}, {"NODE_RANK", "1"}, {"WORLD_SIZE", "4"}});
+  EXPECT_EQ(env.rank, 1);
+  EXPECT_EQ(env.local_rank, 1);
+}
+
+TEST(RankEnvironment, WithoutLocalRankTheLocalRankIsTheRank) {
+  RankEnv env = rankWith({{"RANK", "2"}, {"WORLD_SIZE", "4"}});
+  EXPECT_EQ(env.rank, 2);
+  EXPECT_EQ(env.local_rank, 2);
 }
 
 TEST(RankEnvironment, GarbageFallsBackInsteadOfANegativeRank) {
