@@ -53,8 +53,8 @@ void Probes::flush(bool at_exit) {
     describeEnvironment();
     TracerStats stats = tracer_->stats();
     // The steady state begins once CUPTI's tear-down is over too: its forced flush and detach come
-    // two step boundaries after the pause, and cost milliseconds once (on the H200 they were
-    // most of the launch-bound model's "after the trace window" flushing). It begins at the next
+    // two step boundaries after the pause, and cost milliseconds once (on the H200 they fell
+    // inside the launch-bound model's 19 us a call of steady "flushing"). It begins at the next
     // flush, as the detach happens at some thread's next CUDA call. Without CUPTI (the CPU,
     // --no-kernels) right after the window; where it cannot detach, three steps later.
     const bool torn_down = stats.detached || !stats.started;
