@@ -36,10 +36,17 @@ std::optional<ModuleCheckRecord> firstModule(const RunData& run, const Findings&
   }
   const ModuleCheckRecord* chosen = source ? source : first;
   if (!chosen) return std::nullopt;
-  if (findings.first && findings.origin == Origin::kAttention) {
+  if (findings.first) {
     const CallRecord& edge = run.calls[*findings.first];
-    // Attention made it: the module is the attention module or one around it, or came later.
-    if (chosen->step > edge.step || (chosen->step == edge.step && encloses(chosen->module, edge.module))) return std::nullopt;
+    // A module that ran after the first edge did not make what reached it: its own origin went
+    // unchecked (a compiled backward) and the module is only where it spread to.
+    const bool later = chosen->step > edge.step ||
+                       (chosen->step == edge.step && chosen->phase == Phase::kBackward && edge.phase == Phase::kForward);
+    if (later) return std::nullopt;
+    // Attention made it: the module is the attention module or one around it.
+    if (findings.origin == Origin::kAttention && chosen->step == edge.step && encloses(chosen->module, edge.module)) {
+      return std::nullopt;
+    }
   }
   return *chosen;
 }

@@ -20,9 +20,11 @@ ModuleCheckRecord check(int64_t step, int64_t order, const std::string& module, 
 }
 
 // An attention call of `module` whose input (upstream) or output (attention) was non-finite.
-Findings withEdge(RunData& run, const std::string& module, Origin origin, int64_t step = 1) {
+Findings withEdge(RunData& run, const std::string& module, Origin origin, int64_t step = 1,
+                  Phase phase = Phase::kForward) {
   CallRecord c;
   c.step = step;
+  c.phase = phase;
   c.module = module;
   run.calls.push_back(c);
   Findings f;
@@ -63,6 +65,21 @@ TEST(FirstModule, NoneWhenAttentionMadeTheValue) {
   run.module_checks = {check(1, 3, "layers.0.attn_norm", true)};  // a sibling before attention: named
   EXPECT_TRUE(firstModule(run, f));
   EXPECT_FALSE(firstModule(RunData{}, f));
+}
+
+// A module that ran after the first edge only shows where the value spread: what made it went
+// unchecked (a compiled backward), so no module is named.
+TEST(FirstModule, NoneFromAfterTheFirstEdge) {
+  RunData run;
+  Findings f = withEdge(run, "h.0.attn", Origin::kUpstream, /*step=*/2, Phase::kBackward);
+  run.module_checks = {check(3, 0, "h.0.ln_1", false)};
+  EXPECT_FALSE(firstModule(run, f));
+  run.module_checks = {check(2, 0, "h.0.ln_1", true)};  // the same step's forward came before it
+  EXPECT_TRUE(firstModule(run, f));
+  RunData fwd;
+  Findings g = withEdge(fwd, "h.0.attn", Origin::kUpstream, /*step=*/2, Phase::kForward);
+  fwd.module_checks = {check(2, 0, "h.0.mlp", true, Phase::kBackward)};
+  EXPECT_FALSE(firstModule(fwd, g));
 }
 
 // q_proj, k_proj and v_proj take the same x, so each was handed the sum of their gradients: the
