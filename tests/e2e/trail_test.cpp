@@ -106,6 +106,22 @@ TEST(Trail, CompiledTwinNamesTheSameModuleInTheForward) {
   }
 }
 
+// A backend that cannot take the checks gets the graph as Dynamo made it: the training runs on,
+// with the same losses, and nanprov says once that those modules were not checked.
+TEST(Trail, ABackendThatRefusesTheChecksCompilesTheGraphWithout) {
+  const std::string args = " --steps 3 --fault none --compile --picky-backend";
+  const fs::path dir = runDir("trail-picky");
+  const std::string said = dir.string() + ".stderr";
+  Result plain = sh(python() + " " + faults() + args + " 2>/dev/null | grep '^step'");
+  Result probed = sh(nanprov() + " run --out " + dir.string() + " --trail -- " + python() + " " + faults() + args + " 2>" +
+                     said + " | grep '^step'");
+  ASSERT_EQ(plain.code, 0) << plain.out;
+  EXPECT_EQ(probed.out, plain.out);
+  Result stderr_text = sh("cat " + said);
+  EXPECT_NE(stderr_text.out.find("--trail: a compiled graph's modules are not checked ("), std::string::npos)
+      << stderr_text.out;
+}
+
 // A compiled backward runs as one graph with no module boundaries left: a module whose backward
 // made the value is not named, and the report says why instead of implying no module made it.
 TEST(Trail, CompiledBackwardIsSaidToBeUnchecked) {

@@ -56,7 +56,16 @@ def watch(lib, torch, output_graph, modules):
                 trailed = compiled_trail.instrument(gm, torch)
             except Exception as exc:  # the graph as Dynamo made it; said once
                 trail.say_once(f"--trail: a compiled graph's modules are not checked ({type(exc).__name__}: {exc})")
-        compiled = original(self, gm, *args, **kwargs)
+        try:
+            compiled = original(self, gm, *args, **kwargs)
+        except Exception as exc:
+            if trailed is None:
+                raise
+            # The backend could not take the checks: the graph is compiled as Dynamo made it.
+            trailed.remove()
+            trailed = None
+            trail.say_once(f"--trail: a compiled graph's modules are not checked ({type(exc).__name__}: {exc})")
+            compiled = original(self, gm, *args, **kwargs)
         try:
             graph = _CompiledGraph(gm, compiled_flex.installed())
         except Exception:
@@ -69,12 +78,13 @@ def watch(lib, torch, output_graph, modules):
             stack = getattr(modules.compiled, "stack", None)
             if stack is None:
                 stack = modules.compiled.stack = []
+            entered = False
             if trailed is not None:
                 try:  # the module the graph runs from names its modules; before this graph is on the stack
-                    base = trailed.base(modules.eager_path(sys._getframe(1)))
-                except Exception:
-                    base = -1
-                ops.trail_graph_enter(base)
+                    ops.trail_graph_enter(trailed.base(modules.eager_path(sys._getframe(1))))
+                    entered = True
+                except Exception:  # its checks then find no base and check nothing
+                    pass
             graph.next = 0
             stack.append(graph)
             recorded_before = lib.nanprov_foreign_calls()
@@ -84,7 +94,7 @@ def watch(lib, torch, output_graph, modules):
             finally:
                 lib.nanprov_compiled_grad_mode(-1)
                 stack.pop()
-                if trailed is not None:
+                if entered:
                     ops.trail_graph_exit()
                 # FlexAttention calls recorded while the graph ran: bracketed by compiled_flex's
                 # pass, or run eagerly (the eager backend); the rest went unseen.

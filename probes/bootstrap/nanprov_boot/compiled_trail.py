@@ -26,8 +26,10 @@ def _weight(node):
 class Plan:
     """A graph's modules, numbered in the order their checks run: (path within the graph, class)."""
 
-    def __init__(self):
+    def __init__(self, gm):
+        self.gm = gm
         self.modules = []
+        self.nodes = []  # the checks put into the graph
         self.bases = {}  # the eager path the graph runs from -> the number of its first module
 
     def base(self, prefix):
@@ -37,6 +39,13 @@ class Plan:
             named = [(f"{prefix}.{inside}" if prefix and inside else (prefix or inside), cls) for inside, cls in self.modules]
             first = self.bases[prefix] = trail.numbers.take(named)
         return first
+
+    def remove(self):
+        """Takes the checks out of the graph again: it is what Dynamo made."""
+        for node in reversed(self.nodes):
+            self.gm.graph.erase_node(node)
+        self.nodes = []
+        self.gm.recompile()
 
 
 def instrument(gm, torch):
@@ -69,12 +78,16 @@ def instrument(gm, torch):
         checks.append((order[after], -len(inside), key, inputs, outputs, after))
     if not checks:
         return None
-    plan = Plan()
+    plan = Plan(gm)
     # In graph order; after one node, outer modules first: each insert lands right after the node,
     # so the innermost module's check runs first, as its forward hook would in eager mode.
-    for _, _, key, inputs, outputs, after in sorted(checks, key=lambda c: c[:2]):
-        with graph.inserting_after(after):
-            graph.call_function(check, (len(plan.modules), inputs, outputs))
-        plan.modules.append(described[key])
-    gm.recompile()
+    try:
+        for _, _, key, inputs, outputs, after in sorted(checks, key=lambda c: c[:2]):
+            with graph.inserting_after(after):
+                plan.nodes.append(graph.call_function(check, (len(plan.modules), inputs, outputs)))
+            plan.modules.append(described[key])
+        gm.recompile()
+    except Exception:
+        plan.remove()  # never half a graph's checks
+        raise
     return plan
