@@ -107,8 +107,8 @@ std::string upstreamOriginText(const RunData& run, const std::optional<ModuleChe
   if (m) return "the first non-finite value was " + firstModuleText(run, *m, m->step != edge.step || m->phase != edge.phase);
   if (!run.trailOn()) return "the origin is outside attention (nanprov run --trail names the module that made it)";
   if (trailMissedCompiledCode(run)) {
-    return "the origin is outside attention (--trail could not name the module: inside torch.compile'd code only the "
-           "modules' forward outputs are checked, not their backward)";
+    return "the origin is outside attention (--trail could not name the module: modules inside torch.compile'd code "
+           "are not checked)";
   }
   return "the origin is outside attention, and no module's output was non-finite before it";
 }

@@ -259,25 +259,6 @@ void trailForward(int64_t id, const std::vector<at::Tensor>& inputs, const std::
   }
 }
 
-// Inside torch.compile'd code no module hook runs: the bootstrap inserts trail_compiled after
-// each module's outputs in the graph Dynamo hands to the backend, numbering the graph's modules
-// 0..n-1. One compiled graph serves every module it was traced from (each block of a model, when
-// Dynamo compiles the block's forward), so the ids are the run's: the bootstrap gives the graph
-// a base per place it runs from (trail_graph_enter, per thread, nested graphs stacked), and a
-// slot is base + its number.
-thread_local std::vector<int64_t> t_graph_bases;
-
-void trailGraphEnter(int64_t base) { t_graph_bases.push_back(base); }
-void trailGraphExit() {
-  if (!t_graph_bases.empty()) t_graph_bases.pop_back();
-}
-
-void trailCompiled(int64_t slot, const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs) {
-  // Base -1: the bootstrap could not name this run of the graph; no base: run outside its wrapper.
-  if (t_graph_bases.empty() || t_graph_bases.back() < 0 || slot < 0) return;
-  trailForward(t_graph_bases.back() + slot, inputs, outputs);
-}
-
 }  // namespace
 
 void installModuleTrail() {
@@ -287,15 +268,6 @@ void installModuleTrail() {
     auto* library = new torch::Library(torch::Library::FRAGMENT, "nanprov", std::nullopt, __FILE__, __LINE__);
     library->def("trail_module(int id, str path, str cls) -> ()", &trailModule);
     library->def("trail_forward(int id, Tensor[] inputs, Tensor[] outputs) -> ()", &trailForward);
-    // Not a catch-all kernel (that is CompositeImplicitAutograd: tracing would run it on fake
-    // tensors and leave nothing in the graph): the real one for the backends, an empty one for
-    // meta tensors, which is what tracing (fake tensors) runs.
-    library->def("trail_compiled(int slot, Tensor[] inputs, Tensor[] outputs) -> ()");
-    library->impl("trail_compiled", torch::dispatch(c10::DispatchKey::CompositeExplicitAutograd, &trailCompiled));
-    library->impl("trail_compiled",
-                  torch::dispatch(c10::DispatchKey::Meta, [](int64_t, const std::vector<at::Tensor>&, const std::vector<at::Tensor>&) {}));
-    library->def("trail_graph_enter(int base) -> ()", &trailGraphEnter);
-    library->def("trail_graph_exit() -> ()", &trailGraphExit);
   });
 }
 

@@ -1,8 +1,5 @@
-"""Module paths inside torch.compile'd code, FlexAttention a compiled graph ran unseen, and the
-trail's checks inside compiled graphs."""
-import sys
-
-from . import compiled_flex, compiled_trail, trail
+"""Module paths inside torch.compile'd code, and FlexAttention a compiled graph ran unseen."""
+from . import compiled_flex, trail
 from .module_paths import dynamo_path
 
 
@@ -47,44 +44,20 @@ def watch(lib, torch, output_graph, modules):
     original = cls.call_user_compiler
 
     def call_user_compiler(self, gm, *args, **kwargs):
-        trailed = None
-        if trail.enabled():
-            # Its modules run no hook: their forward is checked from inside the graph, their
-            # backward is not, and the report says so.
+        compiled = original(self, gm, *args, **kwargs)
+        if trail.enabled():  # its modules run no hook: the report says they were not trailed
             lib.nanprov_trail_compiled()
-            try:
-                trailed = compiled_trail.instrument(gm, torch)
-            except Exception as exc:  # the graph as Dynamo made it; said once
-                trail.say_once(f"--trail: a compiled graph's modules are not checked ({type(exc).__name__}: {exc})")
-        try:
-            compiled = original(self, gm, *args, **kwargs)
-        except Exception as exc:
-            if trailed is None:
-                raise
-            # The backend could not take the checks: the graph is compiled as Dynamo made it.
-            trailed.remove()
-            trailed = None
-            trail.say_once(f"--trail: a compiled graph's modules are not checked ({type(exc).__name__}: {exc})")
-            compiled = original(self, gm, *args, **kwargs)
         try:
             graph = _CompiledGraph(gm, compiled_flex.installed())
         except Exception:
             return compiled
-        if not graph.paths and not graph.foreign and trailed is None:
+        if not graph.paths and not graph.foreign:
             return compiled
-        ops = torch.ops.nanprov
 
         def run(*a, **k):
             stack = getattr(modules.compiled, "stack", None)
             if stack is None:
                 stack = modules.compiled.stack = []
-            entered = False
-            if trailed is not None:
-                try:  # the module the graph runs from names its modules; before this graph is on the stack
-                    ops.trail_graph_enter(trailed.base(modules.eager_path(sys._getframe(1))))
-                    entered = True
-                except Exception:  # its checks then find no base and check nothing
-                    pass
             graph.next = 0
             stack.append(graph)
             recorded_before = lib.nanprov_foreign_calls()
@@ -94,8 +67,6 @@ def watch(lib, torch, output_graph, modules):
             finally:
                 lib.nanprov_compiled_grad_mode(-1)
                 stack.pop()
-                if entered:
-                    ops.trail_graph_exit()
                 # FlexAttention calls recorded while the graph ran: bracketed by compiled_flex's
                 # pass, or run eagerly (the eager backend); the rest went unseen.
                 unseen = sum(graph.foreign.values()) - (lib.nanprov_foreign_calls() - recorded_before)

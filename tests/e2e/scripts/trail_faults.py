@@ -143,14 +143,6 @@ class Oracle:
             a.register_hook(lambda g, name=name: self.note("bwd", name) if self.finite(received) and not self.finite([g]) else None)
 
 
-def picky_backend(gm, example_inputs):
-    """A third-party backend that takes only the ops it knows: nanprov's checks are not among them."""
-    for node in gm.graph.nodes:
-        if "nanprov" in str(node.target):
-            raise RuntimeError(f"picky backend: unsupported op {node.target}")
-    return gm.forward
-
-
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--fault", choices=["none", "ln", "mlp", "act-backward"], default="none")
@@ -159,8 +151,6 @@ def main():
     p.add_argument("--oracle", action="store_true")
     p.add_argument("--checkpoint", choices=["reentrant", "non-reentrant"])
     p.add_argument("--compile", action="store_true", help="train torch.compile(model)")
-    p.add_argument("--picky-backend", action="store_true",
-                   help="with --compile: a backend that refuses any graph holding an op it does not know (nanprov's)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     p.add_argument("--lr", type=float, default=1e-2, help="large: the training diverges by itself, no fault needed")
@@ -171,7 +161,7 @@ def main():
     model = GPT(d=args.d_model, checkpoint=args.checkpoint).to(args.device, dtype)
     oracle = Oracle(model) if args.oracle else None
     opt = torch.optim.SGD(model.parameters(), lr=args.lr)
-    run = torch.compile(model, backend=picky_backend if args.picky_backend else "inductor") if args.compile else model
+    run = torch.compile(model) if args.compile else model
     block = model.transformer.h[0]
     for step in range(args.steps):
         if oracle:
