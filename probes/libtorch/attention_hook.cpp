@@ -274,7 +274,8 @@ void probeFusedCall(const ProbedOp* probed, const c10::OperatorHandle& handle, c
   // CPU, and on CUDA once the trace window is over, there is nothing to trace: a forward is
   // named after it ran, with its output's address for its backward, under one lock. Nothing
   // here may reach the op: on any failure the op runs unprobed.
-  const bool traced = onCuda(inputs) && !probes().tracer().settled();
+  const bool cuda = onCuda(inputs);
+  const bool traced = cuda && !probes().tracer().settled();
   const bool name_first = traced || !forward;
   CallName name;
   std::optional<CallTrace> trace;
@@ -302,7 +303,7 @@ void probeFusedCall(const ProbedOp* probed, const c10::OperatorHandle& handle, c
   }
   int64_t end = wallClockNs();
   // A CUDA call past the trace window keeps the reason its kernels are not attributed.
-  const char* unattributed = onCuda(inputs) && !traced ? probes().tracer().unattributedReason() : "";
+  const char* unattributed = cuda && !traced ? probes().tracer().unattributedReason() : "";
   if (trace) {
     ProbeCost::Scope cost(ProbeStage::kTracing);
     unattributed = trace->unattributed();
@@ -515,7 +516,8 @@ void sdpaKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack
   // a second run of its whole selection, so it is asked only while the answer is needed.
   std::optional<CallName> name;
   std::optional<CallTrace> trace;
-  if (onCuda(inputs) && !probes().tracer().settled()) {
+  const bool cuda = onCuda(inputs);
+  if (cuda && !probes().tracer().settled()) {
     guarded("math attention probe", [&] {
       if (!mathOnCuda(*stack)) return;
       name = nameForward(siteOfForward(tensorOf(inputs, Role::kQ)));
@@ -526,7 +528,7 @@ void sdpaKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack
   int64_t start = wallClockNs();
   runCompositeSdpa(handle, ks, stack);
   int64_t end = wallClockNs();
-  const char* unattributed = trace ? trace->unattributed() : onCuda(inputs) ? probes().tracer().unattributedReason() : "";
+  const char* unattributed = trace ? trace->unattributed() : cuda ? probes().tracer().unattributedReason() : "";
   trace.reset();
   if (t_fused_calls != fused_before) return;  // a fused backend was probed underneath
   guarded("math attention probe", [&] {

@@ -120,7 +120,7 @@ void DeviceChecks::submit(CallEvent rec, const RoleTensors& tensors, const CallA
     probes().session().record(rec);
     return;
   }
-  const int device = cudaDeviceOf(tensors);
+  const int device = rec.device.index;  // finish() found it; -1 on the CPU
   if (device < 0) {
     recordMeasuredSynchronously(std::move(rec), tensors, args);
     return;
@@ -247,7 +247,7 @@ void DeviceChecks::collect(bool wait, bool patient) {
 
 void DeviceChecks::collectLane(Lane& lane, bool wait, bool patient) {
 #if NANPROV_HAVE_CUDA
-  auto ready = [this, &lane](uint64_t slot, const HealthCounts* c, int n) { complete(lane, slot, c, n); };
+  const auto ready = readyFor(lane);
   if (wait) lane.queue->drain(ready); else lane.queue->collect(ready, patient);
 #else
   (void)lane, (void)wait, (void)patient;
@@ -333,8 +333,7 @@ std::optional<DeviceChecks::Pending> DeviceChecks::enqueue(Lane& lane, Pending p
 #if NANPROV_HAVE_CUDA
   {
     ProbeCost::Scope cost(ProbeStage::kLaunching);
-    auto overflow = [this, &lane](uint64_t slot, const HealthCounts* c, int n) { complete(lane, slot, c, n); };
-    const int slot = lane.queue->reserve(overflow);
+    const int slot = lane.queue->reserve(readyFor(lane));
     lane.pending[static_cast<size_t>(slot)] = std::move(pending);
     st = lane.queue->submit(views.data(), static_cast<int>(views.size()), stream.native_handle(), static_cast<uint64_t>(slot));
     if (!st.ok()) pending = std::move(lane.pending[static_cast<size_t>(slot)]);  // never published
@@ -356,6 +355,11 @@ void DeviceChecks::markInUse(const RoleTensors& tensors, const c10::Stream& stre
   for (const auto& [role, t] : tensors) {
     if (t.has_storage() && t.is_cuda()) guard.recordDataPtrOnStream(t.storage().data_ptr(), stream);
   }
+}
+
+// The capture fits in std::function's own storage: no allocation.
+std::function<void(uint64_t, const HealthCounts*, int)> DeviceChecks::readyFor(Lane& lane) {
+  return [this, &lane](uint64_t slot, const HealthCounts* c, int n) { complete(lane, slot, c, n); };
 }
 
 void DeviceChecks::complete(Lane& lane, uint64_t slot, const HealthCounts* counts, int n) {

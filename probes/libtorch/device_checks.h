@@ -10,6 +10,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <vector>
@@ -37,7 +38,7 @@ class DeviceChecks {
   DeviceChecks(const DeviceChecks&) = delete;
   DeviceChecks& operator=(const DeviceChecks&) = delete;
 
-  // Checks `tensors` (all on one CUDA device) and records `rec` with their health once known,
+  // Checks `tensors` (all on the CUDA device rec.device) and records `rec` with their health once known,
   // offering it for capture with `args` (recordCheckedCall). What the fused kernel cannot read
   // (float64, more than 6 dims) is measured synchronously, and counted as a host synchronisation.
   void submit(CallEvent rec, const RoleTensors& tensors, const CallArgs& args);
@@ -96,6 +97,8 @@ class DeviceChecks {
   std::optional<Pending> enqueue(Lane& lane, Pending pending, const Views& views, const c10::Stream& stream,
                                  const RoleTensors* tensors = nullptr);
   void markInUse(const RoleTensors& tensors, const c10::Stream& stream);
+  // What a lane's queue hands its finished checks to (HealthCheckQueue::Ready; the token is the slot).
+  std::function<void(uint64_t, const kernels::HealthCounts*, int)> readyFor(Lane& lane);
   void complete(Lane& lane, uint64_t slot, const kernels::HealthCounts* counts, int n);
   void recordMeasuredSynchronously(CallEvent rec, const RoleTensors& tensors, const CallArgs& args);
   void measureOnHost(const std::vector<at::Tensor>& tensors, Measured done, uint64_t context);
