@@ -299,7 +299,9 @@ def main():
                 loss.backward()
                 opt.step()
             if args.print_losses:
-                print(f"rank{rank} step{step} loss {loss.item().hex()}", flush=True)
+                # One write per line, newline included: ranks share the pipe, and print() writes
+                # the newline apart, so two ranks' lines could interleave when stdout is unbuffered.
+                os.write(1, f"rank{rank} step{step} loss {loss.item().hex()}\n".encode())
             elif rank == 0 and not args.speed:
                 print(f"step {step}: loss {loss.item():.4g}", flush=True)
             if step == args.die_after_step:
