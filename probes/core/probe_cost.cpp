@@ -40,6 +40,7 @@ ProbeCost::Scope::~Scope() {
 }
 
 void ProbeCost::add(ProbeStage stage, int64_t ns) {
+  if (stage == ProbeStage::kTheOp) return;
   g_ns[static_cast<size_t>(stage)].fetch_add(ns, std::memory_order_relaxed);
 }
 
@@ -56,6 +57,7 @@ int64_t ProbeCost::total(ProbeStage stage) { return g_ns[static_cast<size_t>(sta
 
 const char* ProbeCost::stageName(ProbeStage stage) {
   switch (stage) {
+    case ProbeStage::kDispatching: return "dispatching";
     case ProbeStage::kNaming: return "naming";
     case ProbeStage::kTracing: return "tracing";
     case ProbeStage::kDescribing: return "describing";
@@ -63,6 +65,7 @@ const char* ProbeCost::stageName(ProbeStage stage) {
     case ProbeStage::kLaunching: return "launching";
     case ProbeStage::kRecording: return "recording";
     case ProbeStage::kCollecting: return "collecting";
+    case ProbeStage::kReleasing: return "releasing";
     case ProbeStage::kFlushing: return "flushing";
     case ProbeStage::kCount: break;
   }

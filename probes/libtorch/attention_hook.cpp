@@ -264,6 +264,7 @@ void probeFusedCall(const ProbedOp* probed, const c10::OperatorHandle& handle, c
     return;
   }
   ++t_fused_calls;
+  ProbeCost::Scope dispatching(ProbeStage::kDispatching);
   const AttentionOp& desc = *probed->desc;
   Tensors inputs = takeInputs(*probed, *stack);
   CallArgs args = takeArgs(*probed, *stack);
@@ -293,12 +294,14 @@ void probeFusedCall(const ProbedOp* probed, const c10::OperatorHandle& handle, c
   }
   if (!named) {
     DepthGuard depth;
+    ProbeCost::Scope op(ProbeStage::kTheOp);
     handle.redispatchBoxed(ks & kBelowProbe, stack);
     return;
   }
   int64_t start = wallClockNs();
   {
     DepthGuard depth;
+    ProbeCost::Scope op(ProbeStage::kTheOp);
     handle.redispatchBoxed(ks & kBelowProbe, stack);
   }
   int64_t end = wallClockNs();

@@ -331,13 +331,13 @@ std::optional<DeviceChecks::Pending> DeviceChecks::enqueue(Lane& lane, Pending p
   }
   Status st = Status::Ok();
 #if NANPROV_HAVE_CUDA
+  const int slot = lane.queue->reserve(readyFor(lane));
+  lane.pending[static_cast<size_t>(slot)] = std::move(pending);
   {
     ProbeCost::Scope cost(ProbeStage::kLaunching);
-    const int slot = lane.queue->reserve(readyFor(lane));
-    lane.pending[static_cast<size_t>(slot)] = std::move(pending);
     st = lane.queue->submit(views.data(), static_cast<int>(views.size()), stream.native_handle(), static_cast<uint64_t>(slot));
-    if (!st.ok()) pending = std::move(lane.pending[static_cast<size_t>(slot)]);  // never published
   }
+  if (!st.ok()) pending = std::move(lane.pending[static_cast<size_t>(slot)]);  // never published
 #else
   (void)lane, (void)views, (void)stream;
   st = Status::Error("built without the CUDA toolkit");
@@ -377,6 +377,7 @@ void DeviceChecks::complete(Lane& lane, uint64_t slot, const HealthCounts* count
   }
   if (n != static_cast<int>(pending.checked.size())) {
     logOnce("device check result", "a fused health check failed on the device; its call is not recorded");
+    release(pending);
     return;
   }
   for (int i = 0; i < n; ++i) {
@@ -390,6 +391,14 @@ void DeviceChecks::complete(Lane& lane, uint64_t slot, const HealthCounts* count
     if (h.role == Role::kMask) h.masked_rows = static_cast<int64_t>(c.masked_rows);
   }
   recordCheckedCall(pending.rec, pending.held, pending.args);
+  release(pending);
+}
+
+// Where nanprov held the last reference (a backward's dQ, dK, dV once autograd is done with
+// them), dropping it is the caching allocator's free: timed apart, as it is the user's cost moved.
+void DeviceChecks::release(Pending& pending) {
+  ProbeCost::Scope cost(ProbeStage::kReleasing);
+  pending.held.clear();
 }
 
 }  // namespace nanprov

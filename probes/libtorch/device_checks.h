@@ -97,6 +97,7 @@ class DeviceChecks {
   std::optional<Pending> enqueue(Lane& lane, Pending pending, const Views& views, const c10::Stream& stream,
                                  const RoleTensors* tensors = nullptr);
   void markInUse(const RoleTensors& tensors, const c10::Stream& stream);
+  void release(Pending& pending);
   // What a lane's queue hands its finished checks to (HealthCheckQueue::Ready; the token is the slot).
   std::function<void(uint64_t, const kernels::HealthCounts*, int)> readyFor(Lane& lane);
   void complete(Lane& lane, uint64_t slot, const kernels::HealthCounts* counts, int n);

@@ -35,6 +35,23 @@ TEST(ProbeCost, AnInnerStagePausesTheOuterOne) {
   EXPECT_LT(outer_ms, 40 + inner_ms) << "the inner 40 ms are not counted twice";
 }
 
+TEST(ProbeCost, TheProbedOpItselfIsCountedNowhere) {
+  int64_t before[static_cast<int>(ProbeStage::kCount)];
+  for (int s = 0; s < static_cast<int>(ProbeStage::kCount); ++s) before[s] = ProbeCost::total(static_cast<ProbeStage>(s));
+  {
+    ProbeCost::Scope dispatching(ProbeStage::kDispatching);
+    busy(std::chrono::milliseconds(10));
+    {
+      ProbeCost::Scope op(ProbeStage::kTheOp);
+      busy(std::chrono::milliseconds(200));
+    }
+  }
+  int64_t counted = 0;
+  for (int s = 0; s < static_cast<int>(ProbeStage::kCount); ++s) counted += ProbeCost::total(static_cast<ProbeStage>(s)) - before[s];
+  EXPECT_GE(ProbeCost::total(ProbeStage::kDispatching) - before[0], 10'000'000);
+  EXPECT_LT(counted, 200'000'000) << "the op's 200 ms belong to no stage";
+}
+
 TEST(ProbeCost, SummaryGivesTheSteadyStateApart) {
   ProbeCost::countCall();
   EXPECT_EQ(ProbeCost::summary().find("after the trace window"), std::string::npos);
@@ -42,7 +59,7 @@ TEST(ProbeCost, SummaryGivesTheSteadyStateApart) {
   ProbeCost::countCall();
   ProbeCost::countCall();
   const std::string s = ProbeCost::summary();
-  EXPECT_NE(s.find("after the trace window: naming "), std::string::npos) << s;
+  EXPECT_NE(s.find("after the trace window: dispatching "), std::string::npos) << s;
   EXPECT_NE(s.find("over 2 calls"), std::string::npos) << "calls after the window: " << s;
 }
 
