@@ -3,7 +3,9 @@
 // check's last block already stores into host-mapped memory, which need no driver call at all.
 // Measures, on the training thread's side, what each costs per check, with the real fused check
 // kernel on a small tensor (a launch-bound call), side by side in one run:
-//   launch only          launchHealthCheck
+//   launch only          launchHealthCheck, back to back (paced by the GPU once its queue fills)
+//   launch, idle GPU     one launchHealthCheck timed alone after the stream drained, as in a
+//                        launch-bound step, where the GPU waits for the host
 //   launch + record      launchHealthCheck, cudaEventRecord         (today's submit)
 //   query finished       cudaEventQuery on a completed event         (today's poll, per check)
 //   read mapped flags    the `written` flags of a completed check    (the alternative's poll)
@@ -76,18 +78,19 @@ int main(int argc, char** argv) {
   view.strides[0] = 1;
   view.type = nanprov::kernels::ElementType::kBFloat16;
   view.contiguous = 1;
+  const int wave = nanprov::kernels::residentBlocks(0);
   std::vector<cudaEvent_t> events(checks);
   for (auto& e : events) {
     if (!ok(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate")) return 1;
   }
-  std::vector<double> launch, record, query, flags;
+  std::vector<double> launch, record, query, flags, alone;
   for (int r = 0; r < rounds; ++r) {
     for (int pass = 0; pass < 2; ++pass) {
       const bool with_events = pass == 1;
       for (int i = 0; i < checks; ++i) results[i].written = 0;
       double t0 = nowUs();
       for (int i = 0; i < checks; ++i) {
-        if (nanprov::kernels::launchHealthCheck(&view, 1, scratch + i, results_device + i, stream) != 0) return 1;
+        if (nanprov::kernels::launchHealthCheck(&view, 1, scratch + i, results_device + i, stream, wave) != 0) return 1;
         if (with_events && !ok(cudaEventRecord(events[i], stream), "cudaEventRecord")) return 1;
       }
       double t1 = nowUs();
@@ -110,8 +113,16 @@ int main(int argc, char** argv) {
       }
     }
   }
+  for (int i = 0; i < checks; ++i) {
+    if (!ok(cudaStreamSynchronize(stream), "cudaStreamSynchronize")) return 1;
+    double t0 = nowUs();
+    if (nanprov::kernels::launchHealthCheck(&view, 1, scratch + i, results_device + i, stream, wave) != 0) return 1;
+    alone.push_back(nowUs() - t0);
+  }
+  if (!ok(cudaStreamSynchronize(stream), "cudaStreamSynchronize")) return 1;
   std::printf("per check, medians of %d rounds of %d checks (host microseconds):\n", rounds, checks);
   std::printf("  launch only          %7.3f us\n", median(launch));
+  std::printf("  launch, idle GPU     %7.3f us  (median of %d launches, each alone)\n", median(alone), checks);
   std::printf("  launch + record      %7.3f us  (the event record adds %.3f us)\n", median(record),
               median(record) - median(launch));
   std::printf("  query finished       %7.3f us\n", median(query));

@@ -362,25 +362,6 @@ int64_t usefulBlocks(const TensorView& v) {
   return blocks < 1 ? 1 : blocks;
 }
 
-// Blocks of this kernel the current device runs at once. One wave of them, each looping over its
-// share, streams memory without the tail of block after block finishing (measured with ncu:
-// 1024 blocks per tensor reached 55% of HBM bandwidth).
-int residentBlocks() {
-  constexpr int kDevices = 64;
-  static std::atomic<int> cached[kDevices] = {};
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kDevices) return kFallbackBlocks;
-  if (int n = cached[device].load(std::memory_order_relaxed)) return n;
-  int sms = 0, per_sm = 0;
-  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, healthCheckKernel, kThreads, 0) != cudaSuccess ||
-      sms * per_sm <= 0) {
-    return kFallbackBlocks;
-  }
-  cached[device].store(sms * per_sm, std::memory_order_relaxed);
-  return sms * per_sm;
-}
-
 }  // namespace
 
 bool checkable(const TensorView& view) {
@@ -389,8 +370,22 @@ bool checkable(const TensorView& view) {
           view.type == ElementType::kBFloat16 || view.type == ElementType::kBool);
 }
 
+// One wave of resident blocks, each looping over its share, streams memory without the tail of
+// block after block finishing (measured with ncu: 1024 blocks per tensor reached 55% of HBM
+// bandwidth).
+int residentBlocks(int device) {
+  int sms = 0, per_sm = 0, previous = -1;
+  if (cudaGetDevice(&previous) != cudaSuccess) return kFallbackBlocks;
+  if (previous != device && cudaSetDevice(device) != cudaSuccess) return kFallbackBlocks;
+  const bool ok = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess &&
+                  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, healthCheckKernel, kThreads, 0) == cudaSuccess &&
+                  sms * per_sm > 0;
+  if (previous != device) cudaSetDevice(previous);
+  return ok ? sms * per_sm : kFallbackBlocks;
+}
+
 int launchHealthCheck(const TensorView* views, int count, CheckScratch* scratch, HealthCounts* results,
-                      void* stream) {
+                      void* stream, int wave_blocks) {
   if (count <= 0 || count > kMaxTensors) return cudaErrorInvalidValue;
   CheckArgs args;
   args.count = count;
@@ -412,7 +407,7 @@ int launchHealthCheck(const TensorView* views, int count, CheckScratch* scratch,
   }
   args.distinct = distinct;
   // The wave of resident blocks, shared out by size: every block then has about as much to read.
-  const double wave = residentBlocks();
+  const double wave = wave_blocks > 0 ? wave_blocks : kFallbackBlocks;
   unsigned int next = 0;
   for (int t = 0; t < distinct; ++t) {
     const double bytes = static_cast<double>(args.views[t].numel) * elementBytes(args.views[t].type);

@@ -56,10 +56,15 @@ struct CheckScratch {
 // True when `view` can be read by the kernel (supported type, at most kMaxDims dimensions).
 bool checkable(const TensorView& view);
 
-// Enqueues the check of `views[0..count)` on `stream` (a cudaStream_t). `scratch` is device
-// memory, `results` host-mapped pinned memory with room for `count` entries. Returns a
-// cudaError_t value; 0 is success.
+// Blocks of the check kernel that `device` runs at once: one wave of them streams memory best.
+// Asked once per device (it queries the driver), by whoever launches checks there.
+int residentBlocks(int device);
+
+// Enqueues the check of `views[0..count)` on `stream` (a cudaStream_t of the current device),
+// in `wave` blocks or fewer (residentBlocks of that device). `scratch` is device memory,
+// `results` host-mapped pinned memory with room for `count` entries. Returns a cudaError_t
+// value; 0 is success.
 int launchHealthCheck(const TensorView* views, int count, CheckScratch* scratch, HealthCounts* results,
-                      void* stream);
+                      void* stream, int wave);
 
 }  // namespace nanprov::kernels

@@ -87,6 +87,7 @@ StatusOr<std::unique_ptr<HealthCheckQueue>> HealthCheckQueue::create(int device,
   DeviceScope scope(device);
   std::unique_ptr<HealthCheckQueue> q(new HealthCheckQueue());
   q->device_ = device;
+  q->wave_ = residentBlocks(device);
   q->buffers_ = std::make_unique<Buffers>();
   size_t scratch_bytes = sizeof(CheckScratch) * static_cast<size_t>(slots);
   size_t result_bytes = sizeof(HealthCounts) * kMaxTensors * static_cast<size_t>(slots);
@@ -153,7 +154,7 @@ Status HealthCheckQueue::submit(const TensorView* views, int count, void* stream
   Slot& s = slots_[tail % slots_.size()];
   for (int i = 0; i < count; ++i) s.results[i].written = 0;
   DeviceScope scope(device_);
-  if (int err = launchHealthCheck(views, count, s.scratch, s.results_device, stream); err != 0) {
+  if (int err = launchHealthCheck(views, count, s.scratch, s.results_device, stream, wave_); err != 0) {
     return cudaFailure("health check launch", static_cast<cudaError_t>(err));
   }
   s.stream = stream;

@@ -76,6 +76,7 @@ class HealthCheckQueue {
   bool waitFor(const Slot& s) const;
 
   int device_ = 0;
+  int wave_ = 0;  // the check kernel's resident blocks on device_, asked once
   std::vector<Slot> slots_;
   // Slots [head_, tail_) are in flight (indices count up forever; the slot is index % size).
   // The producer alone moves tail_, the collector holding collecting_ alone moves head_.

@@ -1,6 +1,5 @@
 #include "kernels/view_layout.h"
 
-#include <algorithm>
 #include <array>
 
 namespace nanprov::kernels {
@@ -16,11 +15,18 @@ TensorView simplified(const TensorView& v) {
     if (v.sizes[d] != 1) dims[n++] = {v.sizes[d], v.strides[d]};
   }
   // Stable, so equal strides (only possible with stride 0 or overlapping views) keep their order.
+  // An insertion sort: at most kMaxDims entries, and std::stable_sort would allocate its buffer
+  // on every check launched.
   auto outer = [](const Dim& a, const Dim& b) {
     if ((a.stride == 0) != (b.stride == 0)) return a.stride == 0;
     return a.stride > b.stride;
   };
-  std::stable_sort(dims.begin(), dims.begin() + n, outer);
+  for (int i = 1; i < n; ++i) {
+    const Dim d = dims[i];
+    int j = i;
+    for (; j > 0 && outer(d, dims[j - 1]); --j) dims[j] = dims[j - 1];
+    dims[j] = d;
+  }
   int merged = 0;
   for (int d = 0; d < n; ++d) {
     if (merged > 0 && dims[merged - 1].stride == dims[d].stride * dims[d].size) {
