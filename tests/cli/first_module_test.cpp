@@ -80,6 +80,18 @@ TEST(FirstModule, NoneFromAfterTheFirstEdge) {
   Findings g = withEdge(fwd, "h.0.attn", Origin::kUpstream, /*step=*/2, Phase::kForward);
   fwd.module_checks = {check(2, 0, "h.0.mlp", true, Phase::kBackward)};
   EXPECT_FALSE(firstModule(fwd, g));
+  // The same step and phase on the edge's rank: a module whose check was taken after the edge
+  // began ran after it; one from before it is named.
+  RunData same;
+  Findings h = withEdge(same, "h.1.attn", Origin::kUpstream, /*step=*/2, Phase::kBackward);
+  same.calls[0].start_ns = 1000;
+  same.module_checks = {check(2, 1500, "h.0.mlp", true, Phase::kBackward)};
+  EXPECT_FALSE(firstModule(same, h));
+  same.module_checks = {check(2, 900, "h.1.mlp", true, Phase::kBackward)};
+  EXPECT_TRUE(firstModule(same, h));
+  same.module_checks = {check(2, 1500, "h.0.mlp", true, Phase::kBackward)};
+  same.module_checks[0].rank = 1;  // another rank's clock is not compared
+  EXPECT_TRUE(firstModule(same, h));
 }
 
 // q_proj, k_proj and v_proj take the same x, so each was handed the sum of their gradients: the
