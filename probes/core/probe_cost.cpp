@@ -66,6 +66,8 @@ const char* ProbeCost::stageName(ProbeStage stage) {
     case ProbeStage::kRecording: return "recording";
     case ProbeStage::kCollecting: return "collecting";
     case ProbeStage::kReleasing: return "releasing";
+    case ProbeStage::kSentinel: return "sentinel";
+    case ProbeStage::kTrail: return "trail";
     case ProbeStage::kFlushing: return "flushing";
     case ProbeStage::kCount: break;
   }

@@ -25,6 +25,9 @@ enum class ProbeStage : int {
   kCollecting,   // finished checks read and their calls completed: at step boundaries, and every few calls
   kReleasing,    // the tensors held for a finished check dropped (where the last reference goes, the
                  // caching allocator's free, which autograd would otherwise have paid)
+  kSentinel,     // the gradient sentinel: every gradient and parameter handed to checks, once a step
+                 // (its launches included: a per-step cost, spread over the step's calls in the summary)
+  kTrail,        // --trail: module outputs and gradients handed to checks (launches included)
   kFlushing,     // step boundaries, the rest: kernels read, captures released, meta written
   kCount,
   kTheOp = kCount  // the probed op itself, inside kDispatching: pauses it and is counted nowhere

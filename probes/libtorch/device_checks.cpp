@@ -334,7 +334,9 @@ std::optional<DeviceChecks::Pending> DeviceChecks::enqueue(Lane& lane, Pending p
   const int slot = lane.queue->reserve(readyFor(lane));
   lane.pending[static_cast<size_t>(slot)] = std::move(pending);
   {
-    ProbeCost::Scope cost(ProbeStage::kLaunching);
+    // An attention call's launch; the sentinel's and the trail's count in their own stages.
+    std::optional<ProbeCost::Scope> cost;
+    if (tensors) cost.emplace(ProbeStage::kLaunching);
     st = lane.queue->submit(views.data(), static_cast<int>(views.size()), stream.native_handle(), static_cast<uint64_t>(slot));
   }
   if (!st.ok()) pending = std::move(lane.pending[static_cast<size_t>(slot)]);  // never published

@@ -15,6 +15,7 @@
 #include <memory>
 #include <mutex>
 
+#include "probes/core/probe_cost.h"
 #include "probes/core/session.h"
 #include "probes/libtorch/probes.h"
 
@@ -60,6 +61,7 @@ void GradientSentinel::watch(int64_t key, const std::vector<at::Tensor>& params,
 }
 
 bool GradientSentinel::check(int64_t key, int64_t step, const std::vector<std::optional<at::Tensor>>& shards) {
+  ProbeCost::Scope cost(ProbeStage::kSentinel);
   std::shared_ptr<const Watched> w;
   {
     std::lock_guard<std::mutex> lock(mu_);

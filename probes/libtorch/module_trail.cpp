@@ -9,6 +9,7 @@
 #include <mutex>
 #include <unordered_set>
 
+#include "probes/core/probe_cost.h"
 #include "probes/core/session.h"
 #include "probes/libtorch/probes.h"
 #include "probes/libtorch/tensor_health.h"
@@ -60,6 +61,7 @@ ModuleTrail::Site ModuleTrail::site(int64_t module, Phase phase) {
 }
 
 void ModuleTrail::forward(int64_t id, const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs) {
+  ProbeCost::Scope cost(ProbeStage::kTrail);
   std::vector<at::Tensor> outs;
   for (const at::Tensor& o : outputs) {
     if (checkable(o) && !isAnInput(o, inputs)) outs.push_back(o);
@@ -105,6 +107,7 @@ void ModuleTrail::watchGradients(int64_t id, const std::vector<at::Tensor>& inpu
 }
 
 void ModuleTrail::received(GradWatch& watch, const at::Tensor& grad) {
+  ProbeCost::Scope cost(ProbeStage::kTrail);
   try {
     if (!session_.active() || !checkable(grad)) return;
     std::lock_guard<std::mutex> lock(watch.mu);
@@ -118,6 +121,7 @@ void ModuleTrail::received(GradWatch& watch, const at::Tensor& grad) {
 // the same tensor, each is judged on that sum, and the rows say which gradient it was (the same
 // tensor is handed to every hook on it in turn), so the report can name them together.
 void ModuleTrail::sent(GradWatch& watch, const at::Tensor& grad) {
+  ProbeCost::Scope cost(ProbeStage::kTrail);
   try {
     if (!session_.active() || !checkable(grad)) return;
     std::vector<at::Tensor> tensors;

@@ -118,6 +118,7 @@ TEST(EndToEnd, CleanRunReportsNothingAndExitsZero) {
   EXPECT_NE(cost.find("after the trace window"), std::string::npos) << "the window closes after 2 steps: " << cost;
   EXPECT_GT(std::stoll(meta.value("probe_ns:describing", "0")), 0) << "every call's tensors were measured";
   EXPECT_GT(std::stoll(meta.value("probe_ns:dispatching", "0")), 0) << "every probed call takes its arguments";
+  EXPECT_GT(std::stoll(meta.value("probe_ns:sentinel", "0")), 0) << "the gradient sentinel ran at every step";
 }
 
 TEST(EndToEnd, MathBackendIsProbedThroughAutogradHooks) {
