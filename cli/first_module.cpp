@@ -40,12 +40,16 @@ std::optional<ModuleCheckRecord> firstModule(const RunData& run, const Findings&
     const CallRecord& edge = run.calls[*findings.first];
     // A module that ran after the first edge did not make what reached it: its own origin went
     // unchecked (a compiled backward) and the module is only where it spread to. Within the edge's
-    // step and phase on its own rank, the clock tells (one process's wall clock; a module's time is
-    // when its check was taken, after it ran).
+    // step and phase on its own rank, the clock tells (one process's wall clock). A module's time
+    // is when its check was taken, after it ran, so a module around the attention call always
+    // reads later: it is judged by the rules below instead (code inside it that is not a module,
+    // such as a rotary embedding, may have made the value before attention ran).
     const bool same_phase = chosen->step == edge.step && chosen->phase == edge.phase;
+    const bool ran_after = same_phase && chosen->rank == edge.rank && edge.start_ns > 0 &&
+                           chosen->time_ns > edge.start_ns && !encloses(chosen->module, edge.module);
     const bool later = chosen->step > edge.step ||
                        (chosen->step == edge.step && chosen->phase == Phase::kBackward && edge.phase == Phase::kForward) ||
-                       (same_phase && chosen->rank == edge.rank && edge.start_ns > 0 && chosen->time_ns > edge.start_ns);
+                       ran_after;
     if (later) return std::nullopt;
     // Attention made it: the module is the attention module or one around it.
     if (findings.origin == Origin::kAttention && chosen->step == edge.step && encloses(chosen->module, edge.module)) {

@@ -92,6 +92,15 @@ TEST(FirstModule, NoneFromAfterTheFirstEdge) {
   same.module_checks = {check(2, 1500, "h.0.mlp", true, Phase::kBackward)};
   same.module_checks[0].rank = 1;  // another rank's clock is not compared
   EXPECT_TRUE(firstModule(same, h));
+  // A module around the attention call is checked after it ran, so after the edge began: it is
+  // still named when the value came from upstream (code inside it that is not a module).
+  RunData around;
+  Findings k = withEdge(around, "h.1.attn", Origin::kUpstream, /*step=*/2, Phase::kForward);
+  around.calls[0].start_ns = 1000;
+  around.module_checks = {check(2, 1500, "h.1.attn", true)};
+  std::optional<ModuleCheckRecord> m = firstModule(around, k);
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->module, "h.1.attn");
 }
 
 // q_proj, k_proj and v_proj take the same x, so each was handed the sum of their gradients: the
