@@ -8,7 +8,8 @@ namespace nanprov {
 namespace {
 
 constexpr size_t kStages = static_cast<size_t>(ProbeStage::kCount);
-std::array<std::atomic<int64_t>, kStages> g_ns{};
+// One more slot than stages: kTheOp's, where the op's own time goes and is never read.
+std::array<std::atomic<int64_t>, kStages + 1> g_ns{};
 std::atomic<int64_t> g_calls{0};
 // The totals when the steady state began; calls_at_steady < 0 until then.
 std::array<std::atomic<int64_t>, kStages> g_ns_at_steady{};
@@ -40,7 +41,6 @@ ProbeCost::Scope::~Scope() {
 }
 
 void ProbeCost::add(ProbeStage stage, int64_t ns) {
-  if (stage == ProbeStage::kTheOp) return;
   g_ns[static_cast<size_t>(stage)].fetch_add(ns, std::memory_order_relaxed);
 }
 

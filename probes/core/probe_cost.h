@@ -30,7 +30,7 @@ enum class ProbeStage : int {
   kTrail,        // --trail: module outputs and gradients handed to checks (launches included)
   kFlushing,     // step boundaries, the rest: kernels read, captures released, meta written
   kCount,
-  kTheOp = kCount  // the probed op itself, inside kDispatching: pauses it and is counted nowhere
+  kTheOp = kCount  // the probed op itself, inside kDispatching: pauses it, and its time is in no stage
 };
 
 class ProbeCost {

@@ -257,14 +257,22 @@ Tensors concat(Tensors a, const Tensors& b) {
 
 namespace {
 
+// The op itself, below the probes: its time is in no stage of probe_cost.
+void runOp(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack* stack) {
+  DepthGuard depth;
+  ProbeCost::Scope op(ProbeStage::kTheOp);
+  handle.redispatchBoxed(ks & kBelowProbe, stack);
+}
+
+// The caller opened a kDispatching scope: everything here that no other stage claims is that.
 void probeFusedCall(const ProbedOp* probed, const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack* stack) {
   if (probed && (t_depth > 0 || !probes().session().active() || !probeable(*stack, probed->num_arguments))) probed = nullptr;
   if (!probed) {
+    ProbeCost::Scope op(ProbeStage::kTheOp);
     handle.redispatchBoxed(ks & kBelowProbe, stack);
     return;
   }
   ++t_fused_calls;
-  ProbeCost::Scope dispatching(ProbeStage::kDispatching);
   const AttentionOp& desc = *probed->desc;
   Tensors inputs = takeInputs(*probed, *stack);
   CallArgs args = takeArgs(*probed, *stack);
@@ -293,17 +301,11 @@ void probeFusedCall(const ProbedOp* probed, const c10::OperatorHandle& handle, c
     });
   }
   if (!named) {
-    DepthGuard depth;
-    ProbeCost::Scope op(ProbeStage::kTheOp);
-    handle.redispatchBoxed(ks & kBelowProbe, stack);
+    runOp(handle, ks, stack);
     return;
   }
   int64_t start = wallClockNs();
-  {
-    DepthGuard depth;
-    ProbeCost::Scope op(ProbeStage::kTheOp);
-    handle.redispatchBoxed(ks & kBelowProbe, stack);
-  }
+  runOp(handle, ks, stack);
   int64_t end = wallClockNs();
   // A CUDA call past the trace window keeps the reason its kernels are not attributed.
   const char* unattributed = cuda && !traced ? probes().tracer().unattributedReason() : "";
@@ -335,6 +337,7 @@ void probeFusedCall(const ProbedOp* probed, const c10::OperatorHandle& handle, c
 }
 
 void fusedKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack* stack) {
+  ProbeCost::Scope dispatching(ProbeStage::kDispatching);
   auto it = g_probed->find(handle.schema().name());
   probeFusedCall(it == g_probed->end() ? nullptr : &it->second, handle, ks, stack);
 }
@@ -344,6 +347,7 @@ class OperatorProbe : public c10::OperatorKernel {
  public:
   explicit OperatorProbe(ProbedOp probed) : probed_(std::move(probed)) {}
   void operator()(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack* stack) {
+    ProbeCost::Scope dispatching(ProbeStage::kDispatching);
     probeFusedCall(&probed_, handle, ks, stack);
   }
 
@@ -356,7 +360,9 @@ class OperatorProbe : public c10::OperatorKernel {
 // computes attention itself (bmm, masked softmax: the CPU), the op is recorded as one call with
 // its own inputs and output, and its projection weights as arguments.
 void nativeMhaKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack* stack) {
+  ProbeCost::Scope dispatching(ProbeStage::kDispatching);
   if (t_depth > 0 || !probes().session().active() || !probeable(*stack, g_native_mha->num_arguments)) {
+    ProbeCost::Scope op(ProbeStage::kTheOp);
     handle.redispatchBoxed(ks & kBelowProbe, stack);
     return;
   }
@@ -364,7 +370,10 @@ void nativeMhaKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, 
   CallArgs args = takeArgs(*g_native_mha, *stack);
   int64_t fused_before = t_fused_calls;
   int64_t start = wallClockNs();
-  handle.redispatchBoxed(ks & kBelowProbe, stack);
+  {
+    ProbeCost::Scope op(ProbeStage::kTheOp);  // not runOp: the fused op underneath is probed (no depth guard)
+    handle.redispatchBoxed(ks & kBelowProbe, stack);
+  }
   int64_t end = wallClockNs();
   if (t_fused_calls != fused_before) return;  // checked underneath, as SDPA
   ++t_fused_calls;  // an enclosing encoder-layer op ran checked attention

@@ -401,6 +401,7 @@ void DeviceChecks::complete(Lane& lane, uint64_t slot, const HealthCounts* count
 void DeviceChecks::release(Pending& pending) {
   ProbeCost::Scope cost(ProbeStage::kReleasing);
   pending.held.clear();
+  pending.args.clear();  // IValues that may hold tensors too (a backward's philox seed and offset)
 }
 
 }  // namespace nanprov
