@@ -5,7 +5,6 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include <atomic>
 
 namespace nanprov::kernels {
 namespace {
@@ -374,14 +373,14 @@ bool checkable(const TensorView& view) {
 // block after block finishing (measured with ncu: 1024 blocks per tensor reached 55% of HBM
 // bandwidth).
 int residentBlocks(int device) {
-  int sms = 0, per_sm = 0, previous = -1;
-  if (cudaGetDevice(&previous) != cudaSuccess) return kFallbackBlocks;
-  if (previous != device && cudaSetDevice(device) != cudaSuccess) return kFallbackBlocks;
-  const bool ok = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess &&
-                  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, healthCheckKernel, kThreads, 0) == cudaSuccess &&
-                  sms * per_sm > 0;
-  if (previous != device) cudaSetDevice(previous);
-  return ok ? sms * per_sm : kFallbackBlocks;
+  int sms = 0, per_sm = 0;
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, healthCheckKernel, kThreads, 0) != cudaSuccess ||
+      sms * per_sm <= 0) {
+    cudaGetLastError();  // not left for the next launch's error check to find
+    return kFallbackBlocks;
+  }
+  return sms * per_sm;
 }
 
 int launchHealthCheck(const TensorView* views, int count, CheckScratch* scratch, HealthCounts* results,

@@ -56,12 +56,12 @@ struct CheckScratch {
 // True when `view` can be read by the kernel (supported type, at most kMaxDims dimensions).
 bool checkable(const TensorView& view);
 
-// Blocks of the check kernel that `device` runs at once: one wave of them streams memory best.
-// Asked once per device (it queries the driver), by whoever launches checks there.
+// Blocks of the check kernel that `device` (the current device) runs at once: one wave of them
+// streams memory best. It queries the driver: asked once, when a queue is made, not per launch.
 int residentBlocks(int device);
 
 // Enqueues the check of `views[0..count)` on `stream` (a cudaStream_t of the current device),
-// in `wave` blocks or fewer (residentBlocks of that device). `scratch` is device memory,
+// in about `wave` blocks (residentBlocks of that device; each tensor gets at least one). `scratch` is device memory,
 // `results` host-mapped pinned memory with room for `count` entries. Returns a cudaError_t
 // value; 0 is success.
 int launchHealthCheck(const TensorView* views, int count, CheckScratch* scratch, HealthCounts* results,
