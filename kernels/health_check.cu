@@ -5,7 +5,6 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-
 namespace nanprov::kernels {
 namespace {
 
