@@ -34,6 +34,8 @@ trap 'rm -rf "$tmp"' EXIT
 step_ms() { awk '/step_ms/ {for (i = 1; i < NF; ++i) { if ($i == "step_ms") m = $(i + 1); if ($i == "mean_ms") a = $(i + 1) } print m ":" a}'; }
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 medians() { for x in "$@"; do echo "${x%%:*}"; done; }
+# (largest - smallest) / median of the numbers, in percent: a configuration's own noise.
+spread() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {m=a[int((NR+1)/2)]; if (m > 0) printf "%.1f", 100*(a[NR]-a[1])/m; else printf "?"}'; }
 means() { for x in "$@"; do echo "${x##*:}"; done; }
 
 bench_model() {
@@ -63,6 +65,10 @@ bench_model() {
     awk -v c="$c" -v m="$m" -v b="$base" -v a="$a" -v ba="$base_mean" -v all="${ms[$c]}" \
       'BEGIN {printf "  %-8s %13.2f ms  %6.3fx | %12.2f ms  %6.3fx   (%s)\n", c, m, m / b, a, a / ba, all}'
   done
+  # The ratios mean something only beyond the baseline's own spread (issue 26: state it).
+  if [ "$rounds" -gt 1 ]; then
+    echo "  none's own rounds span $(spread $(medians ${ms[none]}))% of their median (steady): a ratio closer to 1x than that is inside the noise"
+  fi
   if want audit; then
     nanprov report "$tmp/$name-audit-1" | grep -E "^  (audit|    [0-9]+ not audited)"
   fi
