@@ -1,5 +1,6 @@
 #include "probes/libtorch/probes.h"
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,10 @@ int64_t traceSteps() {
 }
 
 void flushProbes(bool at_exit) { probes().flush(at_exit); }
+
+// How stale the store's probe_cost may be while the run goes on: a second of cost figures is
+// nothing to lose when a job dies, and the exit's flush writes the final ones.
+constexpr std::chrono::nanoseconds kCostEvery = std::chrono::seconds(1);
 
 }  // namespace
 
@@ -51,7 +56,7 @@ void Probes::flush(bool at_exit) {
                      " steps (nanprov run --trace-steps); this call ran later");
     }
     describeEnvironment();
-    TracerStats stats = tracer_->stats();
+    const TracerStats stats = tracer_->stats();
     // The steady state begins once CUPTI's tear-down is over too: its forced flush and detach come
     // two step boundaries after the pause, and cost milliseconds once (on the H200 they fell
     // inside the launch-bound model's 19 us a call of steady "flushing"). It begins at the next
@@ -59,23 +64,38 @@ void Probes::flush(bool at_exit) {
     // --no-kernels) right after the window; where it cannot detach, three steps later.
     const bool torn_down = stats.detached || !stats.started;
     if (window_over && (torn_down || session_.identity().step() >= traceSteps() + 3)) steady_from_next_flush_ = true;
-    session_.setMeta("host_syncs", std::to_string(checks_.hostSyncs()));
-    session_.setMeta("step_unit", stepUnitName(session_.identity().stepUnit()));
-    session_.setMeta("kernels_attributed", std::to_string(stats.attributed_kernels));
-    session_.setMeta("cupti_dropped_records", std::to_string(stats.dropped_records));
-    session_.setMeta("cupti_records", "kernel " + std::to_string(stats.kernel_records) + ", external id " +
-                                          std::to_string(stats.external_id_records) + ", api " +
-                                          std::to_string(stats.api_records));
-    if (stats.detached) session_.setMeta("cupti_detached", "1");
-    session_.setMeta("probe_cost", ProbeCost::summary());
-    for (int s = 0; s < static_cast<int>(ProbeStage::kCount); ++s) {
-      const auto stage = static_cast<ProbeStage>(s);
-      session_.setMeta(std::string("probe_ns:") + ProbeCost::stageName(stage), std::to_string(ProbeCost::total(stage)));
-    }
-    if (std::string why = tracer_->unattributedReason(); !why.empty()) session_.setMeta("kernel_tracer", why);
+    writeCounters(stats, at_exit);
+    if (std::string why = tracer_->unattributedReason(); !why.empty()) writeMeta("kernel_tracer", why);
   } catch (const std::exception& e) {
     logOnce("flush", std::string("flushing device work failed: ") + e.what());
   }
+}
+
+void Probes::writeCounters(const TracerStats& stats, bool at_exit) {
+  writeMeta("host_syncs", std::to_string(checks_.hostSyncs()));
+  writeMeta("step_unit", stepUnitName(session_.identity().stepUnit()));
+  writeMeta("kernels_attributed", std::to_string(stats.attributed_kernels));
+  writeMeta("cupti_dropped_records", std::to_string(stats.dropped_records));
+  writeMeta("cupti_records", "kernel " + std::to_string(stats.kernel_records) + ", external id " +
+                                 std::to_string(stats.external_id_records) + ", api " + std::to_string(stats.api_records));
+  if (stats.detached) writeMeta("cupti_detached", "1");
+  const int64_t now = wallClockNs();
+  if (!at_exit && cost_written_ns_ != 0 && now - cost_written_ns_ < kCostEvery.count()) return;
+  cost_written_ns_ = now;
+  writeMeta("probe_cost", ProbeCost::summary());
+  for (int s = 0; s < static_cast<int>(ProbeStage::kCount); ++s) {
+    const auto stage = static_cast<ProbeStage>(s);
+    writeMeta(std::string("probe_ns:") + ProbeCost::stageName(stage), std::to_string(ProbeCost::total(stage)));
+  }
+}
+
+void Probes::writeMeta(const std::string& key, const std::string& value) {
+  auto [it, added] = written_meta_.try_emplace(key, value);
+  if (!added) {
+    if (it->second == value) return;
+    it->second = value;
+  }
+  session_.setMeta(key, value);
 }
 
 void Probes::describeEnvironment() {
