@@ -275,7 +275,8 @@ __device__ float warpMax(float x) {
 }
 
 // Reduces the block's tallies into the check's accumulators (one atomic per counter per block).
-__device__ void accumulate(Tally t, CheckScratch* scratch, int tensor) {
+template <int N>
+__device__ void accumulate(Tally t, Accumulators<N>* scratch, int tensor) {
   __shared__ unsigned int sums[5][kWarps];
   __shared__ float maxes[kWarps];
   unsigned int values[5] = {t.nan, t.posinf, t.neginf, t.nonzero, t.masked_rows};
@@ -299,12 +300,50 @@ __device__ void accumulate(Tally t, CheckScratch* scratch, int tensor) {
   }
 }
 
-__global__ void __launch_bounds__(kThreads) healthCheckKernel(CheckArgs args) {
-  int tensor = 0;
-  while (tensor + 1 < args.distinct && blockIdx.x >= args.first_block[tensor + 1]) ++tensor;
-  const Share share{blockIdx.x - args.first_block[tensor], args.first_block[tensor + 1] - args.first_block[tensor]};
-  const TensorView& v = args.views[tensor];
-  Tally t;
+// Once every block of the grid accumulated: the last one publishes every result and resets the
+// scratch; the `written` flags come last, once both are visible to the host, so a host that sees
+// them may take the counts and reuse the slot without asking the driver
+// (health_check_queue.cpp). Result i comes from tensor source(i); tensors [0, used) are reset.
+template <int N, typename Source>
+__device__ void publishOnceAllAccumulated(Accumulators<N>* scratch, HealthCounts* results, int count, int used,
+                                          Source source) {
+  __shared__ bool last;
+  if (threadIdx.x == 0) {
+    __threadfence();
+    unsigned int total = gridDim.x;
+    last = atomicAdd(&scratch->blocks_done, 1u) == total - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  for (int i = threadIdx.x; i < count; i += blockDim.x) {
+    const int from = source(i);
+    volatile unsigned long long* counts = scratch->counts[from];
+    HealthCounts& out = results[i];
+    out.nan = counts[0];
+    out.posinf = counts[1];
+    out.neginf = counts[2];
+    out.nonzero = counts[3];
+    out.masked_rows = counts[4];
+    out.max_abs = __uint_as_float(*(volatile unsigned int*)&scratch->max_bits[from]);
+  }
+  __syncthreads();  // every result is read before its accumulators are reset
+  for (int i = threadIdx.x; i < used; i += blockDim.x) {
+    volatile unsigned long long* counts = scratch->counts[i];
+    for (int c = 0; c < 5; ++c) counts[c] = 0;
+    scratch->max_bits[i] = 0;
+  }
+  if (threadIdx.x == 0) scratch->blocks_done = 0;
+  __threadfence_system();  // this thread's counts and resets reach the host before any flag
+  __syncthreads();         // ... and every thread's
+  for (int i = threadIdx.x; i < count; i += blockDim.x) {
+    *static_cast<volatile uint32_t*>(&results[i].written) = 1;
+  }
+  __threadfence_system();
+}
+
+// Reads `v` with this block's share of its blocks.
+__device__ void scanTensor(const Share& share, const TensorView& v, Tally& t) {
   if (v.mask != MaskKind::kNotAMask) {
     scanMaskRows(share, v, t);
   } else if (v.numel < (int64_t{1} << 31)) {
@@ -312,44 +351,47 @@ __global__ void __launch_bounds__(kThreads) healthCheckKernel(CheckArgs args) {
   } else {
     scanValuesOfType<int64_t>(share, v, t);
   }
-  accumulate(t, args.scratch, tensor);
+}
 
-  // The last block of the whole grid publishes every tensor's counts and resets the scratch; the
-  // `written` flags come last, once both are visible to the host, so a host that sees them may
-  // take the counts and reuse the slot without asking the driver (health_check_queue.cpp).
-  __shared__ bool last;
-  if (threadIdx.x == 0) {
-    __threadfence();
-    unsigned int total = gridDim.x;
-    last = atomicAdd(&args.scratch->blocks_done, 1u) == total - 1;
+__global__ void __launch_bounds__(kThreads) healthCheckKernel(CheckArgs args) {
+  int tensor = 0;
+  while (tensor + 1 < args.distinct && blockIdx.x >= args.first_block[tensor + 1]) ++tensor;
+  const Share share{blockIdx.x - args.first_block[tensor], args.first_block[tensor + 1] - args.first_block[tensor]};
+  Tally t;
+  scanTensor(share, args.views[tensor], t);
+  accumulate(t, args.scratch, tensor);
+  publishOnceAllAccumulated(args.scratch, args.results, args.count, args.distinct, [&args](int i) { return args.source[i]; });
+}
+
+struct DenseArgs {
+  DenseTensor tensors[kMaxDense];
+  unsigned int first_block[kMaxDense + 1];  // as CheckArgs'
+  int count;
+  DenseScratch* scratch;
+  HealthCounts* results;
+};
+
+__global__ void __launch_bounds__(kThreads) denseCheckKernel(DenseArgs args) {
+  // The last tensor whose first block is at or before this one: up to 64 of them, so a search.
+  int lo = 0, hi = args.count - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (args.first_block[mid] <= blockIdx.x) lo = mid; else hi = mid - 1;
   }
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  for (int i = threadIdx.x; i < args.count; i += blockDim.x) {
-    const int from = args.source[i];
-    volatile unsigned long long* counts = args.scratch->counts[from];
-    HealthCounts& out = args.results[i];
-    out.nan = counts[0];
-    out.posinf = counts[1];
-    out.neginf = counts[2];
-    out.nonzero = counts[3];
-    out.masked_rows = counts[4];
-    out.max_abs = __uint_as_float(*(volatile unsigned int*)&args.scratch->max_bits[from]);
-  }
-  __syncthreads();  // every result is read before its accumulators are reset
-  for (int i = threadIdx.x; i < args.distinct; i += blockDim.x) {
-    volatile unsigned long long* counts = args.scratch->counts[i];
-    for (int c = 0; c < 5; ++c) counts[c] = 0;
-    args.scratch->max_bits[i] = 0;
-  }
-  if (threadIdx.x == 0) args.scratch->blocks_done = 0;
-  __threadfence_system();  // this thread's counts and resets reach the host before any flag
-  __syncthreads();         // ... and every thread's
-  for (int i = threadIdx.x; i < args.count; i += blockDim.x) {
-    *static_cast<volatile uint32_t*>(&args.results[i].written) = 1;
-  }
-  __threadfence_system();
+  const DenseTensor d = args.tensors[lo];
+  TensorView v;  // one dense run
+  v.data = d.data;
+  v.numel = static_cast<int64_t>(d.numel_and_type >> 8);  // DenseTensor's accessors are host code
+  v.ndim = 1;
+  v.sizes[0] = v.numel;
+  v.strides[0] = 1;
+  v.type = static_cast<ElementType>(d.numel_and_type & 0xff);
+  v.contiguous = 1;
+  const Share share{blockIdx.x - args.first_block[lo], args.first_block[lo + 1] - args.first_block[lo]};
+  Tally t;
+  scanTensor(share, v, t);
+  accumulate(t, args.scratch, lo);
+  publishOnceAllAccumulated(args.scratch, args.results, args.count, args.count, [](int i) { return i; });
 }
 
 // Blocks that are useful for `v`: a few 16-byte vectors (or, for a mask, a few rows) per thread.
@@ -358,6 +400,16 @@ int64_t usefulBlocks(const TensorView& v) {
                                                 : v.numel / 8;
   int64_t blocks = (items + kThreads * kVectorsPerThreadTarget - 1) / (kThreads * kVectorsPerThreadTarget);
   return blocks < 1 ? 1 : blocks;
+}
+
+// A tensor's blocks: its part of the wave by its share of the bytes, at least one, and no more
+// than are useful. The wave of resident blocks shared out by size, every block then has about as
+// much to read.
+unsigned int blocksFor(int wave_blocks, double bytes, double total_bytes, int64_t useful) {
+  const double wave = wave_blocks > 0 ? wave_blocks : kFallbackBlocks;
+  int64_t share = total_bytes > 0 ? static_cast<int64_t>(wave * bytes / total_bytes + 0.5) : 1;
+  share = share < 1 ? 1 : share > useful ? useful : share;
+  return static_cast<unsigned int>(share);
 }
 
 }  // namespace
@@ -404,18 +456,44 @@ int launchHealthCheck(const TensorView* views, int count, CheckScratch* scratch,
     args.source[i] = from;
   }
   args.distinct = distinct;
-  // The wave of resident blocks, shared out by size: every block then has about as much to read.
-  const double wave = wave_blocks > 0 ? wave_blocks : kFallbackBlocks;
   unsigned int next = 0;
   for (int t = 0; t < distinct; ++t) {
     const double bytes = static_cast<double>(args.views[t].numel) * elementBytes(args.views[t].type);
-    int64_t share = total_bytes > 0 ? static_cast<int64_t>(wave * bytes / total_bytes + 0.5) : 1;
-    share = share < 1 ? 1 : share > usefulBlocks(args.views[t]) ? usefulBlocks(args.views[t]) : share;
     args.first_block[t] = next;
-    next += static_cast<unsigned int>(share);
+    next += blocksFor(wave_blocks, bytes, total_bytes, usefulBlocks(args.views[t]));
   }
   args.first_block[distinct] = next;
   healthCheckKernel<<<next, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(args);
+  return cudaGetLastError();
+}
+
+int launchDenseCheck(const DenseTensor* tensors, int count, DenseScratch* scratch, HealthCounts* results,
+                     void* stream, int wave_blocks) {
+  if (count <= 0 || count > kMaxDense) return cudaErrorInvalidValue;
+  DenseArgs args;
+  args.count = count;
+  args.scratch = scratch;
+  args.results = results;
+  double total_bytes = 0;
+  for (int i = 0; i < count; ++i) {
+    const ElementType type = tensors[i].type();
+    if (type != ElementType::kFloat32 && type != ElementType::kFloat16 && type != ElementType::kBFloat16) {
+      return cudaErrorInvalidValue;
+    }
+    if (tensors[i].numel() < 0 || (tensors[i].numel() > 0 && !tensors[i].data)) return cudaErrorInvalidValue;
+    args.tensors[i] = tensors[i];
+    total_bytes += static_cast<double>(tensors[i].numel()) * elementBytes(type);
+  }
+  unsigned int next = 0;
+  for (int t = 0; t < count; ++t) {
+    TensorView run;
+    run.numel = tensors[t].numel();
+    args.first_block[t] = next;
+    next += blocksFor(wave_blocks, static_cast<double>(run.numel) * elementBytes(tensors[t].type()), total_bytes,
+                      usefulBlocks(run));
+  }
+  args.first_block[count] = next;
+  denseCheckKernel<<<next, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(args);
   return cudaGetLastError();
 }
 

@@ -45,13 +45,31 @@ struct HealthCounts {
   uint32_t written;                // 1 once the device wrote this entry
 };
 
-// Device accumulators of one check. Zeroed once when allocated; the last block of every check
-// resets what it used, so a slot is ready again as soon as its check completed.
-struct CheckScratch {
-  unsigned long long counts[kMaxTensors][5];
-  unsigned int max_bits[kMaxTensors];  // bit pattern of a non-negative float: ordered like uint
+// Device accumulators of one check of up to N tensors. Zeroed once when allocated; the last block
+// of every check resets what it used, so a slot is ready again as soon as its check completed.
+template <int N>
+struct Accumulators {
+  unsigned long long counts[N][5];
+  unsigned int max_bits[N];  // bit pattern of a non-negative float: ordered like uint
   unsigned int blocks_done;
 };
+using CheckScratch = Accumulators<kMaxTensors>;
+
+// The dense check: many dense tensors in one launch, each described in 16 bytes instead of a
+// TensorView's 128, for the gradient sentinel's once-a-step check of every gradient and parameter
+// (a model's worth in one or two launches, where 12 views to a launch took a dozen).
+inline constexpr int kMaxDense = 64;
+struct DenseTensor {
+  const void* data = nullptr;
+  uint64_t numel_and_type = 0;  // numel << 8 | ElementType: numel below 2^56
+
+  static DenseTensor of(const void* data, int64_t numel, ElementType type) {
+    return {data, static_cast<uint64_t>(numel) << 8 | static_cast<uint64_t>(type)};
+  }
+  int64_t numel() const { return static_cast<int64_t>(numel_and_type >> 8); }
+  ElementType type() const { return static_cast<ElementType>(numel_and_type & 0xff); }
+};
+using DenseScratch = Accumulators<kMaxDense>;
 
 // True when `view` can be read by the kernel (supported type, at most kMaxDims dimensions).
 bool checkable(const TensorView& view);
@@ -66,5 +84,11 @@ int residentBlocks(int device);
 // value; 0 is success.
 int launchHealthCheck(const TensorView* views, int count, CheckScratch* scratch, HealthCounts* results,
                       void* stream, int wave);
+
+// The dense check of `tensors[0..count)` (count <= kMaxDense; float32, float16 or bfloat16, each
+// dense in memory) on `stream`, as launchHealthCheck: `results` has room for `count` entries,
+// `wave` is residentBlocks'. Returns a cudaError_t value; 0 is success.
+int launchDenseCheck(const DenseTensor* tensors, int count, DenseScratch* scratch, HealthCounts* results,
+                     void* stream, int wave);
 
 }  // namespace nanprov::kernels

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <string>
 #include <thread>
 
 #include "base/scoped_resource.h"
@@ -42,7 +43,7 @@ using MappedHostMemory = ScopedResource<void*, &cudaFreeHost>;
 }  // namespace
 
 struct HealthCheckQueue::Buffers {
-  DeviceMemory scratch;       // every slot's CheckScratch
+  DeviceMemory scratch;       // every slot's CheckScratch (DenseScratch)
   MappedHostMemory results;   // every slot's HealthCounts, mapped into the device
 };
 
@@ -59,7 +60,7 @@ std::string deviceDescription(int device) {
 }
 
 struct HealthCheckQueue::Slot {
-  CheckScratch* scratch = nullptr;  // device
+  void* scratch = nullptr;          // device: a CheckScratch (DenseScratch in a dense queue)
   HealthCounts* results = nullptr;  // host view of the mapped results
   HealthCounts* results_device = nullptr;
   void* stream = nullptr;           // where the check ran: asked only when waiting for it
@@ -77,7 +78,7 @@ bool HealthCheckQueue::flagged(const Slot& s) {
   return true;
 }
 
-StatusOr<std::unique_ptr<HealthCheckQueue>> HealthCheckQueue::create(int device, int slots) {
+StatusOr<std::unique_ptr<HealthCheckQueue>> HealthCheckQueue::create(int device, int slots, CheckKind kind) {
   int devices = 0;
   if (cudaError_t err = cudaGetDeviceCount(&devices); err != cudaSuccess) {
     return cudaFailure("no usable CUDA device", err);
@@ -87,10 +88,14 @@ StatusOr<std::unique_ptr<HealthCheckQueue>> HealthCheckQueue::create(int device,
   DeviceScope scope(device);
   std::unique_ptr<HealthCheckQueue> q(new HealthCheckQueue());
   q->device_ = device;
+  q->kind_ = kind;
   q->wave_ = residentBlocks(device);
   q->buffers_ = std::make_unique<Buffers>();
-  size_t scratch_bytes = sizeof(CheckScratch) * static_cast<size_t>(slots);
-  size_t result_bytes = sizeof(HealthCounts) * kMaxTensors * static_cast<size_t>(slots);
+  const bool dense = kind == CheckKind::kDense;
+  const size_t per_slot_scratch = dense ? sizeof(DenseScratch) : sizeof(CheckScratch);
+  const size_t per_slot_results = dense ? kMaxDense : kMaxTensors;
+  size_t scratch_bytes = per_slot_scratch * static_cast<size_t>(slots);
+  size_t result_bytes = sizeof(HealthCounts) * per_slot_results * static_cast<size_t>(slots);
   void* scratch = nullptr;
   if (cudaError_t err = cudaMalloc(&scratch, scratch_bytes); err != cudaSuccess) return cudaFailure("cudaMalloc", err);
   q->buffers_->scratch.reset(scratch);
@@ -110,9 +115,9 @@ StatusOr<std::unique_ptr<HealthCheckQueue>> HealthCheckQueue::create(int device,
   q->slots_.resize(static_cast<size_t>(slots));
   for (int i = 0; i < slots; ++i) {
     Slot& s = q->slots_[static_cast<size_t>(i)];
-    s.scratch = static_cast<CheckScratch*>(scratch) + i;
-    s.results = static_cast<HealthCounts*>(results) + static_cast<size_t>(i) * kMaxTensors;
-    s.results_device = static_cast<HealthCounts*>(results_device) + static_cast<size_t>(i) * kMaxTensors;
+    s.scratch = static_cast<char*>(scratch) + static_cast<size_t>(i) * per_slot_scratch;
+    s.results = static_cast<HealthCounts*>(results) + static_cast<size_t>(i) * per_slot_results;
+    s.results_device = static_cast<HealthCounts*>(results_device) + static_cast<size_t>(i) * per_slot_results;
   }
   return q;
 }
@@ -148,19 +153,46 @@ int HealthCheckQueue::reserve(const Ready& overflow) {
   return static_cast<int>(tail % slots_.size());
 }
 
-Status HealthCheckQueue::submit(const TensorView* views, int count, void* stream, uint64_t token) {
+HealthCheckQueue::Slot* HealthCheckQueue::nextSlot(int count) {
   const uint64_t tail = tail_.load(std::memory_order_relaxed);
-  if (tail - head_.load(std::memory_order_acquire) >= slots_.size()) return Status::Error("no free slot: reserve() first");
+  if (tail - head_.load(std::memory_order_acquire) >= slots_.size()) return nullptr;
   Slot& s = slots_[tail % slots_.size()];
   for (int i = 0; i < count; ++i) s.results[i].written = 0;
-  DeviceScope scope(device_);
-  if (int err = launchHealthCheck(views, count, s.scratch, s.results_device, stream, wave_); err != 0) {
-    return cudaFailure("health check launch", static_cast<cudaError_t>(err));
-  }
+  return &s;
+}
+
+void HealthCheckQueue::publish(Slot& s, void* stream, uint64_t token, int count) {
   s.stream = stream;
   s.token = token;
   s.count = count;
-  tail_.store(tail + 1, std::memory_order_release);  // the slot is the collectors' from here
+  tail_.store(tail_.load(std::memory_order_relaxed) + 1, std::memory_order_release);  // the collectors' from here
+}
+
+Status HealthCheckQueue::submit(const TensorView* views, int count, void* stream, uint64_t token) {
+  if (kind_ != CheckKind::kFused) return Status::Error("a fused check submitted to a queue of dense checks");
+  if (count <= 0 || count > kMaxTensors) return Status::Error("a fused check takes 1 to " + std::to_string(kMaxTensors) + " views");
+  Slot* s = nextSlot(count);
+  if (!s) return Status::Error("no free slot: reserve() first");
+  DeviceScope scope(device_);
+  if (int err = launchHealthCheck(views, count, static_cast<CheckScratch*>(s->scratch), s->results_device, stream, wave_);
+      err != 0) {
+    return cudaFailure("health check launch", static_cast<cudaError_t>(err));
+  }
+  publish(*s, stream, token, count);
+  return Status::Ok();
+}
+
+Status HealthCheckQueue::submitDense(const DenseTensor* tensors, int count, void* stream, uint64_t token) {
+  if (kind_ != CheckKind::kDense) return Status::Error("a dense check submitted to a queue of fused checks");
+  if (count <= 0 || count > kMaxDense) return Status::Error("a dense check takes 1 to " + std::to_string(kMaxDense) + " tensors");
+  Slot* s = nextSlot(count);
+  if (!s) return Status::Error("no free slot: reserve() first");
+  DeviceScope scope(device_);
+  if (int err = launchDenseCheck(tensors, count, static_cast<DenseScratch*>(s->scratch), s->results_device, stream, wave_);
+      err != 0) {
+    return cudaFailure("dense check launch", static_cast<cudaError_t>(err));
+  }
+  publish(*s, stream, token, count);
   return Status::Ok();
 }
 

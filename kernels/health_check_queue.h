@@ -32,10 +32,15 @@ bool streamIsCapturing(void* stream);
 // "NVIDIA H200 (sm_90)"; empty when the device cannot be asked.
 std::string deviceDescription(int device);
 
+// What a queue's checks are: fused checks of one call's views (submit), or dense checks of many
+// dense tensors (submitDense), whose slots are larger.
+enum class CheckKind { kFused, kDense };
+
 class HealthCheckQueue {
  public:
-  // Allocates `slots` slots on `device`. Fails with a reason when CUDA cannot be used.
-  static StatusOr<std::unique_ptr<HealthCheckQueue>> create(int device, int slots);
+  // Allocates `slots` slots on `device` for checks of `kind`. Fails with a reason when CUDA
+  // cannot be used.
+  static StatusOr<std::unique_ptr<HealthCheckQueue>> create(int device, int slots, CheckKind kind = CheckKind::kFused);
   ~HealthCheckQueue();
   HealthCheckQueue(const HealthCheckQueue&) = delete;
   HealthCheckQueue& operator=(const HealthCheckQueue&) = delete;
@@ -53,6 +58,8 @@ class HealthCheckQueue {
   Status submit(const TensorView* views, int count, void* stream, uint64_t token);
   // reserve() and submit() at once.
   Status submit(const TensorView* views, int count, void* stream, uint64_t token, const Ready& overflow);
+  // As submit(), for a queue of dense checks: launchDenseCheck of `tensors[0..count)`.
+  Status submitDense(const DenseTensor* tensors, int count, void* stream, uint64_t token);
 
   // Collector side: any thread. Hands over every finished check, oldest first, without waiting
   // for the GPU. A collector that finds another collecting skips (returns 0) unless `patient`,
@@ -74,8 +81,12 @@ class HealthCheckQueue {
   void release() { collecting_.store(false, std::memory_order_release); }
   int collectClaimed(const Ready& ready, bool wait, int limit);
   bool waitFor(const Slot& s) const;
+  // The slot reserve() made free, its flags reset for `count` results; nullptr when none is.
+  Slot* nextSlot(int count);
+  void publish(Slot& s, void* stream, uint64_t token, int count);
 
   int device_ = 0;
+  CheckKind kind_ = CheckKind::kFused;
   int wave_ = 0;  // the check kernel's resident blocks on device_, asked once
   std::vector<Slot> slots_;
   // Slots [head_, tail_) are in flight (indices count up forever; the slot is index % size).

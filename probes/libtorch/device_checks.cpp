@@ -23,11 +23,13 @@ using kernels::HealthCounts;
 using kernels::TensorView;
 
 constexpr int kSlotsPerDevice = 1024;
+// Dense checks are the gradient sentinel's and the trail's, a few a step: their queue is small.
+constexpr int kDenseSlots = 64;
 constexpr int64_t kPollEvery = 8;  // calls between polls for finished checks
 // Default hold budget: enough for a few calls of a large model in flight.
 constexpr int64_t kDefaultHoldBytes = int64_t{2} << 30;
 
-static_assert(DeviceChecks::kMaxMeasured <= kernels::kMaxTensors);
+static_assert(DeviceChecks::kMaxMeasured <= kernels::kMaxTensors && DeviceChecks::kMaxMeasuredDense <= kernels::kMaxDense);
 
 std::optional<kernels::ElementType> elementType(at::ScalarType t) {
   switch (t) {
@@ -82,6 +84,10 @@ struct DeviceChecks::Lane {
   int device = -1;
   HealthCheckQueue* queue = nullptr;
   std::vector<Pending> pending;     // by slot: written by the owner before it publishes the slot
+  // Dense checks: a second queue, made by the owner at its first dense check (collectors load it).
+  std::atomic<HealthCheckQueue*> dense{nullptr};
+  std::vector<Measuring> measuring;  // by the dense queue's slot, as `pending`
+  bool dense_failed = false;         // owner only: no dense queue can be made
   int64_t submits = 0;              // owner only
   std::atomic<bool> owned{true};    // false once the owning thread ended
 };
@@ -162,9 +168,9 @@ void DeviceChecks::submit(CallEvent rec, const RoleTensors& tensors, const CallA
     rec.tensors.push_back(describeTensor(t, role));
     views.push_back(*view);
   }
-  pending.rec = rec;
+  pending.rec = std::move(rec);
   if (views.empty()) {
-    recordCheckedCall(pending.rec, tensors, args);
+    recordCheckedCall(std::move(pending.rec), tensors, args);
     return;
   }
   pending.args = args;
@@ -195,7 +201,9 @@ bool DeviceChecks::measure(const std::vector<at::Tensor>& tensors, Measured done
       return false;
     }
   }
-  Lane* lane = device < 0 || tensors.size() > kMaxMeasured ? nullptr : laneFor(device);
+  Lane* lane = device < 0 || tensors.size() > kMaxMeasuredDense ? nullptr : laneFor(device);
+  if (lane && enqueueDense(*lane, tensors, done, context, *stream)) return true;
+  if (tensors.size() > kMaxMeasured) lane = nullptr;
   Views views;
   for (const at::Tensor& t : tensors) {
     std::optional<TensorView> view = t.is_cuda() && t.device().index() == device ? viewOf(t, false) : std::nullopt;
@@ -210,7 +218,52 @@ bool DeviceChecks::measure(const std::vector<at::Tensor>& tensors, Measured done
   pending.measured = done;
   pending.context = context;
   if (enqueue(*lane, std::move(pending), views, *stream)) measureOnHost(tensors, done, context);
+  else measured_fused_launches_.fetch_add(1, std::memory_order_relaxed);
   return true;
+}
+
+bool DeviceChecks::denseCheckable(const at::Tensor& t) {
+  const auto type = t.scalar_type();
+  return t.is_cuda() && t.has_storage() && t.is_contiguous() && t.numel() < (int64_t{1} << 56) &&
+         (type == at::kFloat || type == at::kHalf || type == at::kBFloat16);
+}
+
+bool DeviceChecks::enqueueDense(Lane& lane, const std::vector<at::Tensor>& tensors, Measured done, uint64_t context,
+                                const c10::Stream& stream) {
+#if NANPROV_HAVE_CUDA
+  if (tensors.empty() || lane.dense_failed) return false;
+  InlineVector<kernels::DenseTensor, kernels::kMaxDense> dense;
+  for (const at::Tensor& t : tensors) {
+    if (!denseCheckable(t) || t.device().index() != lane.device) return false;
+    dense.push_back(kernels::DenseTensor::of(t.data_ptr(), t.numel(), *elementType(t.scalar_type())));
+  }
+  HealthCheckQueue* queue = lane.dense.load(std::memory_order_acquire);
+  if (!queue) {
+    auto created = HealthCheckQueue::create(lane.device, kDenseSlots, kernels::CheckKind::kDense);
+    if (!created.ok()) {
+      lane.dense_failed = true;
+      logOnce("dense queue", "dense checks unavailable on cuda:" + std::to_string(lane.device) +
+                                 ", the sentinel's tensors are checked twelve to a launch: " + created.status().message());
+      return false;
+    }
+    lane.measuring.resize(static_cast<size_t>(created.value()->slots()));
+    queue = created->release();  // leaked with the lane: checks may be in flight at exit
+    lane.dense.store(queue, std::memory_order_release);
+  }
+  const int slot = queue->reserve(denseReadyFor(lane));
+  lane.measuring[static_cast<size_t>(slot)] = {done, context};
+  Status st = queue->submitDense(dense.data(), static_cast<int>(dense.size()), stream.native_handle(),
+                                 static_cast<uint64_t>(slot));
+  if (st.ok()) {
+    dense_launches_.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+  logOnce("dense check", "dense check failed, checking twelve tensors to a launch instead: " + st.message());
+  return false;
+#else
+  (void)lane, (void)tensors, (void)done, (void)context, (void)stream;
+  return false;
+#endif
 }
 
 // Step boundaries: every lane's finished checks, taking its turn behind a collector already at
@@ -236,7 +289,10 @@ int DeviceChecks::firstDevice() const {
 int64_t DeviceChecks::hostSyncs() const {
   int64_t n = sync_measures_.load();
 #if NANPROV_HAVE_CUDA
-  forEachLane([&](const Lane& lane) { n += lane.queue->forcedWaits(); });
+  forEachLane([&](const Lane& lane) {
+    n += lane.queue->forcedWaits();
+    if (const HealthCheckQueue* dense = lane.dense.load(std::memory_order_acquire)) n += dense->forcedWaits();
+  });
 #endif
   return n;
 }
@@ -249,6 +305,10 @@ void DeviceChecks::collectLane(Lane& lane, bool wait, bool patient) {
 #if NANPROV_HAVE_CUDA
   const auto ready = readyFor(lane);
   if (wait) lane.queue->drain(ready); else lane.queue->collect(ready, patient);
+  if (HealthCheckQueue* dense = lane.dense.load(std::memory_order_acquire)) {
+    const auto dense_ready = denseReadyFor(lane);
+    if (wait) dense->drain(dense_ready); else dense->collect(dense_ready, patient);
+  }
 #else
   (void)lane, (void)wait, (void)patient;
 #endif
@@ -364,17 +424,29 @@ std::function<void(uint64_t, const HealthCounts*, int)> DeviceChecks::readyFor(L
   return [this, &lane](uint64_t slot, const HealthCounts* c, int n) { complete(lane, slot, c, n); };
 }
 
+std::function<void(uint64_t, const HealthCounts*, int)> DeviceChecks::denseReadyFor(Lane& lane) {
+  return [&lane](uint64_t slot, const HealthCounts* c, int n) {
+    const Measuring m = lane.measuring[slot];
+    handOver(m.done, m.context, c, n);
+  };
+}
+
+// The counts a measure() caller is handed, from the kernel's results.
+void DeviceChecks::handOver(Measured done, uint64_t context, const HealthCounts* counts, int n) {
+  std::array<Counts, kMaxMeasuredDense> measured{};
+  n = std::min(n, kMaxMeasuredDense);
+  for (int i = 0; i < n; ++i) {
+    measured[static_cast<size_t>(i)] = {static_cast<int64_t>(counts[i].nan), static_cast<int64_t>(counts[i].posinf),
+                                        static_cast<int64_t>(counts[i].neginf), counts[i].max_abs};
+  }
+  done(context, measured.data(), n);
+}
+
 void DeviceChecks::complete(Lane& lane, uint64_t slot, const HealthCounts* counts, int n) {
   Pending pending = std::move(lane.pending[slot]);
   held_bytes_.fetch_sub(pending.held_bytes, std::memory_order_relaxed);
   if (pending.measured) {
-    std::array<Counts, kMaxMeasured> measured{};
-    n = std::min(n, kMaxMeasured);
-    for (int i = 0; i < n; ++i) {
-      measured[static_cast<size_t>(i)] = {static_cast<int64_t>(counts[i].nan), static_cast<int64_t>(counts[i].posinf),
-                                          static_cast<int64_t>(counts[i].neginf), counts[i].max_abs};
-    }
-    pending.measured(pending.context, measured.data(), n);
+    handOver(pending.measured, pending.context, counts, n);
     return;
   }
   if (n != static_cast<int>(pending.checked.size())) {
@@ -392,7 +464,7 @@ void DeviceChecks::complete(Lane& lane, uint64_t slot, const HealthCounts* count
     h.all_zero = h.numel > 0 && c.nonzero == 0;
     if (h.role == Role::kMask) h.masked_rows = static_cast<int64_t>(c.masked_rows);
   }
-  recordCheckedCall(pending.rec, pending.held, pending.args);
+  recordCheckedCall(std::move(pending.rec), pending.held, pending.args);
   release(pending);
 }
 

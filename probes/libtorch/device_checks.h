@@ -44,11 +44,13 @@ class DeviceChecks {
   void submit(CallEvent rec, const RoleTensors& tensors, const CallArgs& args);
 
   // Tensors measured for something other than an attention call (the gradient sentinel, the
-  // module trail): NaN and Inf counts and the largest finite |x|. At most kMaxMeasured tensors, all on one CUDA device, checked by the
-  // same fused kernel on the device's current stream, and not held: the caller enqueues them after
-  // the work that made them, so stream order keeps their memory valid until the check ran.
+  // module trail): NaN and Inf counts and the largest finite |x|. All on one CUDA device, checked
+  // on the device's current stream, and not held: the caller enqueues them after the work that
+  // made them, so stream order keeps their memory valid until the check ran. Up to
+  // kMaxMeasuredDense tensors in one dense check (kernels::launchDenseCheck) when each is dense
+  // float32/float16/bfloat16; otherwise up to kMaxMeasured by the fused kernel.
   // `done(context, counts, n)` runs at a later poll, on the polling thread; a check that failed
-  // on the device gives n = 0. What the kernel cannot read is measured on the host at once, `done`
+  // on the device gives n = 0. What neither kernel can read is measured on the host at once, `done`
   // called before measure returns (a counted host synchronisation). Returns false when `done` will
   // never be called: the device's stream is capturing a CUDA graph, so nothing may touch it.
   struct Counts {
@@ -57,12 +59,18 @@ class DeviceChecks {
   };
   using Measured = void (*)(uint64_t context, const Counts* counts, int n);
   static constexpr int kMaxMeasured = 12;
+  static constexpr int kMaxMeasuredDense = kernels::kMaxDense;
+  // True when `t` can go in a dense check: a dense CUDA tensor the kernel reads.
+  static bool denseCheckable(const at::Tensor& t);
   bool measure(const std::vector<at::Tensor>& tensors, Measured done, uint64_t context);
 
   void poll();   // records every finished check; never waits for the GPU (it may wait its turn behind another collector)
   void drain();  // waits for every check in flight (exit only)
 
   int64_t hostSyncs() const;  // synchronisations nanprov added (fallbacks, full queues)
+  // measure()'s launches so far: dense checks, and fused checks of measured tensors.
+  int64_t denseLaunches() const { return dense_launches_.load(std::memory_order_relaxed); }
+  int64_t measuredFusedLaunches() const { return measured_fused_launches_.load(std::memory_order_relaxed); }
   int firstDevice() const;    // the lowest CUDA device checks ran on; -1 while none has
 
   static constexpr int kMaxDevices = 64;
@@ -83,6 +91,11 @@ class DeviceChecks {
   // queue's slots. Only that thread submits, so submitting takes no lock; any thread collects.
   // Lanes are never freed (checks may be in flight at exit); a thread's lane is adopted by the
   // next new thread once it ended.
+  // A dense check in flight: whom to hand its counts.
+  struct Measuring {
+    Measured done = nullptr;
+    uint64_t context = 0;
+  };
   struct Lane;
   static constexpr int kMaxLanes = 256;
 
@@ -96,11 +109,17 @@ class DeviceChecks {
   // Holds `tensors` (when given and within the budget) in `pending` and launches its check.
   std::optional<Pending> enqueue(Lane& lane, Pending pending, const Views& views, const c10::Stream& stream,
                                  const RoleTensors* tensors = nullptr);
+  // Enqueues `tensors` as one dense check on the lane's dense queue (made at its first use).
+  // False when they are not all dense or the check cannot be launched: measure them otherwise.
+  bool enqueueDense(Lane& lane, const std::vector<at::Tensor>& tensors, Measured done, uint64_t context,
+                    const c10::Stream& stream);
   void markInUse(const RoleTensors& tensors, const c10::Stream& stream);
   void release(Pending& pending);
   // What a lane's queue hands its finished checks to (HealthCheckQueue::Ready; the token is the slot).
   std::function<void(uint64_t, const kernels::HealthCounts*, int)> readyFor(Lane& lane);
   void complete(Lane& lane, uint64_t slot, const kernels::HealthCounts* counts, int n);
+  std::function<void(uint64_t, const kernels::HealthCounts*, int)> denseReadyFor(Lane& lane);
+  static void handOver(Measured done, uint64_t context, const kernels::HealthCounts* counts, int n);
   void recordMeasuredSynchronously(CallEvent rec, const RoleTensors& tensors, const CallArgs& args);
   void measureOnHost(const std::vector<at::Tensor>& tensors, Measured done, uint64_t context);
 
@@ -111,6 +130,8 @@ class DeviceChecks {
   std::mutex create_mu_;  // only around making or adopting a lane; no other lock is taken inside it
   std::atomic<int64_t> held_bytes_{0};  // decides, without a lock, whether a call's tensors are held
   std::atomic<int64_t> sync_measures_{0};
+  std::atomic<int64_t> dense_launches_{0};
+  std::atomic<int64_t> measured_fused_launches_{0};
   const int64_t budget_;
 };
 

@@ -70,10 +70,15 @@ bool GradientSentinel::check(int64_t key, int64_t step, const std::vector<std::o
     if (found_step_ >= 0 && step > found_step_) return true;  // the first non-finite step is what the report needs
     w = it->second;
   }
-  // Gradients and parameters by device: the CPU's scanned on the host, each GPU's in batches.
+  // Gradients and parameters by device: the CPU's scanned on the host, each GPU's in batches,
+  // dense tensors apart from the rest (a dense check takes 64, a fused one 12).
   std::vector<at::Tensor> cpu;
   std::vector<std::pair<size_t, Kind>> cpu_of;
-  std::map<int, std::pair<std::vector<at::Tensor>, Slice>> cuda;
+  struct Batch {
+    std::vector<at::Tensor> tensors;
+    Slice slice;
+  };
+  std::map<std::pair<int, bool>, Batch> cuda;  // by (device, dense)
   auto add = [&](const at::Tensor& t, size_t param, Kind kind) {
     if (t.is_cpu()) {
       cpu.push_back(t);
@@ -87,13 +92,13 @@ bool GradientSentinel::check(int64_t key, int64_t step, const std::vector<std::o
                                      "of at most 6 dims are not checked (reading them would synchronise every step)");
       return;
     }
-    auto& [batch, slice] = cuda[t.device().index()];
-    batch.push_back(t);
-    slice.of[static_cast<size_t>(slice.n++)] = {param, kind};
-    if (slice.n == DeviceChecks::kMaxMeasured) {
-      submit(batch, slice, step, w);
-      batch.clear();
-      slice = Slice{};
+    const bool dense = DeviceChecks::denseCheckable(t);
+    Batch& batch = cuda[{t.device().index(), dense}];
+    batch.tensors.push_back(t);
+    batch.slice.of[static_cast<size_t>(batch.slice.n++)] = {param, kind};
+    if (batch.slice.n == (dense ? DeviceChecks::kMaxMeasuredDense : DeviceChecks::kMaxMeasured)) {
+      submit(batch.tensors, batch.slice, step, w);
+      batch = Batch{};
     }
   };
   // A tensor subclass (a DTensor, a float8 wrapper) is read only through the local shard the
@@ -131,8 +136,8 @@ bool GradientSentinel::check(int64_t key, int64_t step, const std::vector<std::o
     add(g, i, Kind::kGrad);
     add(p, i, Kind::kParam);
   }
-  for (auto& [device, entry] : cuda) {
-    if (entry.second.n > 0) submit(entry.first, entry.second, step, w);
+  for (auto& [where, batch] : cuda) {
+    if (batch.slice.n > 0) submit(batch.tensors, batch.slice, step, w);
   }
   // On the CPU the checks' own host scan, which reads each tensor once through its bits: ATen's
   // infinity-norm reduction is not vectorised there and cost a tenth of a small model's step.

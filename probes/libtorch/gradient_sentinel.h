@@ -4,10 +4,11 @@
 // input.
 //
 // The bootstrap hands each optimizer's parameters over once (watch_parameters), so a step costs
-// Python one call with two integers. On CUDA the tensors are read by the attention checks' own
-// fused kernel (DeviceChecks::measure), twelve to a launch, and the counts come back through the
-// same mapped results at later step boundaries: no host synchronisation, no copy, no event; what
-// that kernel cannot read (float64, more than 6 dims) is left unchecked rather than copied. On the
+// Python one call with two integers. On CUDA the tensors are read by DeviceChecks::measure: dense
+// ones 64 to a launch (the dense check), the rest twelve to a launch by the attention checks'
+// fused kernel. The counts come back through mapped memory at later step boundaries: no host
+// synchronisation, no copy, no event; what neither kernel can read (float64, more than 6 dims) is
+// left unchecked rather than copied. On the
 // CPU each tensor is scanned on the host by the checks' own bit-level pass (measureValues).
 //
 // Sharded parameters (FSDP2's DTensors) are checked on this rank's local shard, handed over by the
@@ -65,7 +66,7 @@ class GradientSentinel {
     int64_t step = 0;
     std::shared_ptr<const Watched> watched;  // its names outlive the batch in flight
     int n = 0;
-    std::array<std::pair<size_t, Kind>, DeviceChecks::kMaxMeasured> of{};
+    std::array<std::pair<size_t, Kind>, DeviceChecks::kMaxMeasuredDense> of{};
   };
 
   static void onMeasured(uint64_t context, const DeviceChecks::Counts* counts, int n);

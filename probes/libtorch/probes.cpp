@@ -73,6 +73,10 @@ void Probes::flush(bool at_exit) {
 
 void Probes::writeCounters(const TracerStats& stats, bool at_exit) {
   writeMeta("host_syncs", std::to_string(checks_.hostSyncs()));
+  // The sentinel's and the trail's launches on CUDA: dense checks (64 tensors each), fused (12).
+  if (const int64_t dense = checks_.denseLaunches(), fused = checks_.measuredFusedLaunches(); dense + fused > 0) {
+    writeMeta("measure_launches", "dense " + std::to_string(dense) + ", fused " + std::to_string(fused));
+  }
   writeMeta("step_unit", stepUnitName(session_.identity().stepUnit()));
   writeMeta("kernels_attributed", std::to_string(stats.attributed_kernels));
   writeMeta("cupti_dropped_records", std::to_string(stats.dropped_records));

@@ -119,14 +119,19 @@ TEST(Gpu, LossesAreBitIdenticalWithAndWithoutNanprov) {
   EXPECT_NE(probed.out.find(plain1.out), std::string::npos) << "plain:\n" << plain1.out << "probed:\n" << probed.out;
 }
 
-// The gradient sentinel on CUDA: gradients and parameters read by the fused check kernel, their
+// The gradient sentinel on CUDA: gradients and parameters read by the dense check kernel, their
 // counts collected at later step boundaries, and still no host synchronisation.
 TEST(Gpu, GradientSentinelNamesANaNMadeOutsideAttention) {
   REQUIRE_CUDA();
   TrainedRun r = train("gpu-sentinel", "", "--device cuda --dtype bfloat16 --seq 64 --d-model 128 --no-cudnn "
                                            "--steps 5 --regulariser-nan-step 2");
   expectSentinelNamesTheRegulariser(r);
-  EXPECT_EQ(r.doc["ranks"][0]["meta"]["host_syncs"], "0") << "the sentinel never synchronised the host";
+  const json& meta = r.doc["ranks"][0]["meta"];
+  EXPECT_EQ(meta["host_syncs"], "0") << "the sentinel never synchronised the host";
+  // Every gradient and parameter is dense: all read by dense checks, none by the fused kernel.
+  const std::string launches = meta.value("measure_launches", "");
+  EXPECT_TRUE(launches.ends_with(", fused 0")) << launches;
+  EXPECT_TRUE(launches.starts_with("dense ") && !launches.starts_with("dense 0,")) << launches;
 }
 
 // FSDP2 on one GPU (NCCL): the sentinel reads the local shards of the DTensor parameters and their

@@ -1,4 +1,4 @@
-// The fused health kernel against a host reference, on random bit patterns (so NaN, ±Inf,
+// The fused health kernel (and the dense check) against a host reference, on random bit patterns (so NaN, ±Inf,
 // subnormals and zeros all occur), in every supported dtype and layout. Needs a GPU: skips
 // cleanly without one, and runs in scripts/device-check.sh.
 #include "kernels/health_check_queue.h"
@@ -274,6 +274,70 @@ TEST(HealthCheck, QueueReusesSlotsAndWaitsOnlyWhenFull) {
   (*queue)->drain(ready);
   EXPECT_EQ(tokens, (std::vector<uint64_t>{1, 2, 3, 4, 5})) << "results come back in order";
   EXPECT_EQ((*queue)->forcedWaits(), 3) << "two slots: the 3rd, 4th and 5th checks each waited once";
+}
+
+// The dense check: 64 tensors of every float type in one launch, sizes from empty to large,
+// starts at every alignment (the vector path and the element path), each against the reference;
+// run twice on one slot, so the second also proves the first left its scratch zeroed.
+TEST(DenseCheck, SixtyFourTensorsOfEveryTypeCountExactlyAndTwice) {
+  REQUIRE_GPU();
+  std::vector<uint8_t> host = randomBits(1 << 22, 11);
+  DeviceBuffer dev(host);
+  const ElementType types[] = {ElementType::kFloat32, ElementType::kFloat16, ElementType::kBFloat16};
+  const int64_t sizes[] = {0, 1, 7, 8, 1000, 4097, 65536, 300001};
+  std::vector<DenseTensor> tensors;
+  std::vector<TensorView> views;
+  std::vector<int64_t> offsets;
+  for (int i = 0; i < kMaxDense; ++i) {
+    const ElementType type = types[i % 3];
+    const int64_t numel = sizes[(i / 3) % 8];
+    const int64_t start = (i * 7919) % (1 << 20) / bytesOf(type);  // aligned or not, by chance
+    const void* data = static_cast<const uint8_t*>(dev.p) + start * bytesOf(type);
+    tensors.push_back(DenseTensor::of(data, numel, type));
+    views.push_back(view(data, type, {numel}, {1}));
+    offsets.push_back(start);
+  }
+  auto queue = HealthCheckQueue::create(0, 1, CheckKind::kDense);
+  ASSERT_TRUE(queue.ok()) << queue.status().message();
+  for (int round = 0; round < 2; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    std::vector<HealthCounts> got;
+    auto ready = [&](uint64_t, const HealthCounts* c, int n) { got.assign(c, c + n); };
+    (*queue)->reserve(ready);
+    ASSERT_TRUE((*queue)->submitDense(tensors.data(), kMaxDense, nullptr, 1).ok());
+    EXPECT_EQ((*queue)->drain(ready), 1);
+    ASSERT_EQ(got.size(), static_cast<size_t>(kMaxDense)) << "the check failed on the device";
+    for (int i = 0; i < kMaxDense; ++i) {
+      SCOPED_TRACE("tensor " + std::to_string(i));
+      Expected e = reference(host, views[i], offsets[i]);
+      EXPECT_EQ(got[i].nan, e.nan);
+      EXPECT_EQ(got[i].posinf, e.posinf);
+      EXPECT_EQ(got[i].neginf, e.neginf);
+      EXPECT_EQ(got[i].nonzero, e.nonzero);
+      EXPECT_EQ(got[i].max_abs, e.max_abs);
+    }
+  }
+}
+
+TEST(DenseCheck, EachQueueTakesOnlyItsOwnKindAndBounds) {
+  REQUIRE_GPU();
+  std::vector<uint8_t> host = randomBits(4096, 3);
+  DeviceBuffer dev(host);
+  TensorView v = view(dev.p, ElementType::kFloat32, {64}, {1});
+  DenseTensor d = DenseTensor::of(dev.p, 64, ElementType::kFloat32);
+  auto fused = HealthCheckQueue::create(0, 2);
+  auto dense = HealthCheckQueue::create(0, 2, CheckKind::kDense);
+  ASSERT_TRUE(fused.ok() && dense.ok());
+  auto ready = [](uint64_t, const HealthCounts*, int) {};
+  (*fused)->reserve(ready);
+  (*dense)->reserve(ready);
+  EXPECT_FALSE((*fused)->submitDense(&d, 1, nullptr, 1).ok());
+  EXPECT_FALSE((*dense)->submit(&v, 1, nullptr, 1).ok());
+  std::vector<DenseTensor> too_many(kMaxDense + 1, d);
+  EXPECT_FALSE((*dense)->submitDense(too_many.data(), kMaxDense + 1, nullptr, 1).ok());
+  DenseTensor flags = DenseTensor::of(dev.p, 64, ElementType::kBool);
+  EXPECT_FALSE((*dense)->submitDense(&flags, 1, nullptr, 1).ok()) << "bool tensors are masks, not dense values";
+  EXPECT_EQ((*dense)->inFlight(), 0) << "nothing refused was published";
 }
 
 TEST(HealthCheck, RefusesWhatItCannotRead) {
