@@ -8,8 +8,37 @@ namespace nanprov {
 namespace {
 
 constexpr size_t kStages = static_cast<size_t>(ProbeStage::kCount);
-// One more slot than stages: kTheOp's, where the op's own time goes and is never read.
-std::array<std::atomic<int64_t>, kStages + 1> g_ns{};
+
+// Each thread adds to its own totals, read by summing every thread's: a shared counter written
+// by the training thread and autograd's at every stage boundary moved its cache line between
+// cores each time. Only the owning thread writes a thread's totals (a relaxed load and store,
+// no locked instruction); a thread's block outlives it, so its time stays counted.
+struct ThreadTotals {
+  // One more slot than stages: kTheOp's, where the op's own time goes and is never read.
+  std::array<std::atomic<int64_t>, kStages + 1> ns{};
+  ThreadTotals* next = nullptr;
+};
+std::atomic<ThreadTotals*> g_threads{nullptr};
+
+ThreadTotals& threadTotals() {
+  thread_local ThreadTotals* mine = [] {
+    auto* t = new ThreadTotals();  // leaked on purpose: read after the thread ended
+    t->next = g_threads.load(std::memory_order_relaxed);
+    while (!g_threads.compare_exchange_weak(t->next, t, std::memory_order_release, std::memory_order_relaxed)) {
+    }
+    return t;
+  }();
+  return *mine;
+}
+
+std::array<int64_t, kStages> totals() {
+  std::array<int64_t, kStages> sum{};
+  for (ThreadTotals* t = g_threads.load(std::memory_order_acquire); t; t = t->next) {
+    for (size_t s = 0; s < kStages; ++s) sum[s] += t->ns[s].load(std::memory_order_relaxed);
+  }
+  return sum;
+}
+
 std::atomic<int64_t> g_calls{0};
 // The totals when the steady state began; calls_at_steady < 0 until then.
 std::array<std::atomic<int64_t>, kStages> g_ns_at_steady{};
@@ -41,7 +70,8 @@ ProbeCost::Scope::~Scope() {
 }
 
 void ProbeCost::add(ProbeStage stage, int64_t ns) {
-  g_ns[static_cast<size_t>(stage)].fetch_add(ns, std::memory_order_relaxed);
+  std::atomic<int64_t>& total = threadTotals().ns[static_cast<size_t>(stage)];
+  total.store(total.load(std::memory_order_relaxed) + ns, std::memory_order_relaxed);
 }
 
 void ProbeCost::countCall() { g_calls.fetch_add(1, std::memory_order_relaxed); }
@@ -50,10 +80,13 @@ void ProbeCost::markSteady() {
   int64_t unset = -1;
   const int64_t calls = g_calls.load(std::memory_order_relaxed);
   if (!g_calls_at_steady.compare_exchange_strong(unset, calls)) return;
-  for (size_t s = 0; s < kStages; ++s) g_ns_at_steady[s].store(g_ns[s].load(std::memory_order_relaxed));
+  const std::array<int64_t, kStages> now = totals();
+  for (size_t s = 0; s < kStages; ++s) g_ns_at_steady[s].store(now[s]);
 }
 
-int64_t ProbeCost::total(ProbeStage stage) { return g_ns[static_cast<size_t>(stage)].load(std::memory_order_relaxed); }
+int64_t ProbeCost::total(ProbeStage stage) {
+  return stage == ProbeStage::kTheOp ? 0 : totals()[static_cast<size_t>(stage)];
+}
 
 const char* ProbeCost::stageName(ProbeStage stage) {
   switch (stage) {
@@ -91,11 +124,9 @@ std::string costLine(const std::array<int64_t, kStages>& ns, int64_t calls) {
 }  // namespace
 
 std::string ProbeCost::summary() {
-  std::array<int64_t, kStages> ns{}, steady{};
-  for (size_t s = 0; s < kStages; ++s) {
-    ns[s] = g_ns[s].load(std::memory_order_relaxed);
-    steady[s] = ns[s] - g_ns_at_steady[s].load(std::memory_order_relaxed);
-  }
+  const std::array<int64_t, kStages> ns = totals();
+  std::array<int64_t, kStages> steady{};
+  for (size_t s = 0; s < kStages; ++s) steady[s] = ns[s] - g_ns_at_steady[s].load(std::memory_order_relaxed);
   const int64_t calls = g_calls.load(std::memory_order_relaxed), at_steady = g_calls_at_steady.load();
   std::string out = costLine(ns, calls);
   if (at_steady >= 0) out += "; after the trace window: " + costLine(steady, calls - at_steady);
