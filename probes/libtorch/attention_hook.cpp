@@ -11,7 +11,7 @@
 #include <mutex>
 #include <set>
 #include <typeinfo>
-#include <unordered_map>
+#include <vector>
 
 #include "base/env.h"
 #include "base/records/call_name.h"
@@ -50,8 +50,9 @@ struct ProbedOp {
   size_t num_arguments = 0;
 };
 
-// Filled once by installAttentionProbes(), read-only afterwards.
-std::unordered_map<std::string, ProbedOp>* g_probed = nullptr;
+// Filled once by installAttentionProbes(), read-only afterwards. By handle: a probed call finds
+// its op by a pointer compare over a few entries, not by hashing its name.
+std::vector<std::pair<c10::OperatorHandle, ProbedOp>>* g_probed = nullptr;
 ProbedOp* g_sdpa = nullptr;
 ProbedOp* g_native_mha = nullptr;
 // aten::_fused_sdp_choice: which backend SDPA is about to use. Lets a MATH call on CUDA be named
@@ -338,8 +339,11 @@ void probeFusedCall(const ProbedOp* probed, const c10::OperatorHandle& handle, c
 
 void fusedKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack* stack) {
   ProbeCost::Scope dispatching(ProbeStage::kDispatching);
-  auto it = g_probed->find(handle.schema().name());
-  probeFusedCall(it == g_probed->end() ? nullptr : &it->second, handle, ks, stack);
+  const ProbedOp* probed = nullptr;
+  for (const auto& [h, op] : *g_probed) {
+    if (h == handle) probed = &op;
+  }
+  probeFusedCall(probed, handle, ks, stack);
 }
 
 // An op named by --probe-op: probed as the fused SDPA ops are, with its own role map.
@@ -574,13 +578,13 @@ Status installAttentionProbes() {
       std::string hooks = hooks_env && *hooks_env ? hooks_env : "fused,sdpa";
       bool want_fused = hooks.find("fused") != std::string::npos;
       bool want_sdpa = hooks.find("sdpa") != std::string::npos;
-      g_probed = new std::unordered_map<std::string, ProbedOp>();
+      g_probed = new std::vector<std::pair<c10::OperatorHandle, ProbedOp>>();
       auto* fused = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::BackendSelect,
                                        __FILE__, __LINE__);
       for (const AttentionOp& desc : attentionOps()) {
         auto handle = dispatcher.findSchema({desc.name, ""});
         if (!handle || !want_fused) continue;  // not in this torch build, or not wanted
-        (*g_probed)[desc.name] = resolve(*handle, &desc);
+        g_probed->emplace_back(*handle, resolve(*handle, &desc));
         std::string bare = std::string(desc.name).substr(6);  // drop "aten::"
         fused->impl(bare.c_str(), torch::CppFunction::makeFromBoxedFunction<&fusedKernel>());
       }
