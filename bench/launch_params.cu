@@ -3,8 +3,12 @@
 // parameters are 16 B, 512 B, the check's own CheckArgs size and 4 KB, side by side in one run:
 //   alone      one launch timed after the stream drained (a launch-bound step's case)
 //   in a row   launches back to back, 64 at a time, per launch (the GPU's queue never fills)
+// It also times the two clock reads every probed call makes at each stage boundary and around the
+// op (steady_clock for probe_cost, CLOCK_REALTIME for the call's start and end): on a machine
+// whose clock source is slow they would be a cost of their own.
 //   nanprov-launch-params [launches] [rounds]
 #include <cuda_runtime.h>
+#include <time.h>
 
 #include <algorithm>
 #include <chrono>
@@ -62,6 +66,26 @@ void measure(const char* name, int launches, int rounds, cudaStream_t stream) {
   std::printf("%-28s %6zu B   alone %6.2f us   in a row %6.2f us\n", name, Bytes, median(alone), median(in_row));
 }
 
+// Median cost of one read of each clock, in nanoseconds, over `reads` reads a round.
+void measureClocks(int reads, int rounds) {
+  std::vector<double> steady, realtime;
+  for (int r = 0; r < rounds; ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    int64_t sink = 0;
+    for (int i = 0; i < reads; ++i) sink += std::chrono::steady_clock::now().time_since_epoch().count();
+    auto t1 = std::chrono::steady_clock::now();
+    for (int i = 0; i < reads; ++i) {
+      timespec ts;
+      clock_gettime(CLOCK_REALTIME, &ts);
+      sink += ts.tv_nsec;
+    }
+    auto t2 = std::chrono::steady_clock::now();
+    steady.push_back(std::chrono::duration<double, std::nano>(t1 - t0).count() / reads);
+    realtime.push_back(std::chrono::duration<double, std::nano>(t2 - t1).count() / reads + (sink == 42 ? 1e-9 : 0));
+  }
+  std::printf("clock read: steady_clock %.1f ns, CLOCK_REALTIME %.1f ns\n", median(steady), median(realtime));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -98,5 +122,6 @@ int main(int argc, char** argv) {
     measure<4000>("near the 4 KB limit", n, k, stream);
   }
   cudaStreamDestroy(stream);
+  measureClocks(100000, rounds);
   return 0;
 }

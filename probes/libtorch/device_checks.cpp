@@ -472,6 +472,10 @@ void DeviceChecks::complete(Lane& lane, uint64_t slot, const HealthCounts* count
 // them), dropping it is the caching allocator's free: timed apart, as it is the user's cost moved.
 void DeviceChecks::release(Pending& pending) {
   ProbeCost::Scope cost(ProbeStage::kReleasing);
+  int64_t last = 0;
+  for (const auto& [role, t] : pending.held) last += t.has_storage() && t.storage().use_count() == 1;
+  released_.fetch_add(static_cast<int64_t>(pending.held.size()), std::memory_order_relaxed);
+  released_last_.fetch_add(last, std::memory_order_relaxed);
   pending.held.clear();
   pending.args.clear();  // IValues that may hold tensors too (a backward's philox seed and offset)
 }

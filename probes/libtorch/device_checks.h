@@ -71,6 +71,10 @@ class DeviceChecks {
   // measure()'s launches so far: dense checks, and fused checks of measured tensors.
   int64_t denseLaunches() const { return dense_launches_.load(std::memory_order_relaxed); }
   int64_t measuredFusedLaunches() const { return measured_fused_launches_.load(std::memory_order_relaxed); }
+  // Held tensors released so far, and how many of them held their memory's last reference: those
+  // were the caching allocator's frees, which autograd would have made without nanprov.
+  int64_t released() const { return released_.load(std::memory_order_relaxed); }
+  int64_t releasedLast() const { return released_last_.load(std::memory_order_relaxed); }
   int firstDevice() const;    // the lowest CUDA device checks ran on; -1 while none has
 
   static constexpr int kMaxDevices = 64;
@@ -132,6 +136,8 @@ class DeviceChecks {
   std::atomic<int64_t> sync_measures_{0};
   std::atomic<int64_t> dense_launches_{0};
   std::atomic<int64_t> measured_fused_launches_{0};
+  std::atomic<int64_t> released_{0};
+  std::atomic<int64_t> released_last_{0};
   const int64_t budget_;
 };
 

@@ -94,6 +94,7 @@ bool GradientSentinel::check(int64_t key, int64_t step, const std::vector<std::o
     }
     const bool dense = DeviceChecks::denseCheckable(t);
     Batch& batch = cuda[{t.device().index(), dense}];
+    if (batch.tensors.empty()) batch.tensors.reserve(dense ? DeviceChecks::kMaxMeasuredDense : DeviceChecks::kMaxMeasured);
     batch.tensors.push_back(t);
     batch.slice.of[static_cast<size_t>(batch.slice.n++)] = {param, kind};
     if (batch.slice.n == (dense ? DeviceChecks::kMaxMeasuredDense : DeviceChecks::kMaxMeasured)) {

@@ -73,10 +73,6 @@ void Probes::flush(bool at_exit) {
 
 void Probes::writeCounters(const TracerStats& stats, bool at_exit) {
   writeMeta("host_syncs", std::to_string(checks_.hostSyncs()));
-  // The sentinel's and the trail's launches on CUDA: dense checks (64 tensors each), fused (12).
-  if (const int64_t dense = checks_.denseLaunches(), fused = checks_.measuredFusedLaunches(); dense + fused > 0) {
-    writeMeta("measure_launches", "dense " + std::to_string(dense) + ", fused " + std::to_string(fused));
-  }
   writeMeta("step_unit", stepUnitName(session_.identity().stepUnit()));
   writeMeta("kernels_attributed", std::to_string(stats.attributed_kernels));
   writeMeta("cupti_dropped_records", std::to_string(stats.dropped_records));
@@ -87,6 +83,14 @@ void Probes::writeCounters(const TracerStats& stats, bool at_exit) {
   if (!at_exit && cost_written_ns_ != 0 && now - cost_written_ns_ < kCostEvery.count()) return;
   cost_written_ns_ = now;
   writeMeta("probe_cost", ProbeCost::summary());
+  if (const int64_t released = checks_.released(); released > 0) {
+    writeMeta("released_tensors", std::to_string(released) + ", of which " + std::to_string(checks_.releasedLast()) +
+                                      " held their memory's last reference (the caching allocator's free, moved)");
+  }
+  // The sentinel's and the trail's launches on CUDA: dense checks (64 tensors each), fused (12).
+  if (const int64_t dense = checks_.denseLaunches(), fused = checks_.measuredFusedLaunches(); dense + fused > 0) {
+    writeMeta("measure_launches", "dense " + std::to_string(dense) + ", fused " + std::to_string(fused));
+  }
   for (int s = 0; s < static_cast<int>(ProbeStage::kCount); ++s) {
     const auto stage = static_cast<ProbeStage>(s);
     writeMeta(std::string("probe_ns:") + ProbeCost::stageName(stage), std::to_string(ProbeCost::total(stage)));
