@@ -22,14 +22,10 @@
 # BENCH_CONFIGS narrows the configurations, e.g. BENCH_CONFIGS="none nanprov checks".
 # BENCH_ATTENTION=fa4|flex runs the model with FlashAttention-4 or compiled FlexAttention (seen
 # through the bootstrap's brackets); BENCH_MODELS="gpu-bound" runs only that model (of gpu-bound, launch-bound, hf-llama).
-# BENCH_CPUS="0-7" pins every training process to those cores (taskset), so the scheduler's
-# placement varies less from one process to the next.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 rounds="${1:-2}" steps="${2:-30}"
 py="${PYTHON:-python3}"
-pinned=()
-[ -z "${BENCH_CPUS:-}" ] || pinned=(taskset -c "$BENCH_CPUS")
 configs=(${BENCH_CONFIGS:-none nanprov nosentinel exact checks anomaly naive})
 want() { [[ " ${configs[*]} " == *" $1 "* ]]; }
 tmp="$(mktemp -d)"
@@ -48,21 +44,21 @@ bench_model() {
   declare -A ms=()
   local syncs="?"
   for r in $(seq "$rounds"); do
-    want none && ms[none]+=" $("${pinned[@]}" "$py" "${args[@]}" | step_ms)"
-    want nanprov && ms[nanprov]+=" $(nanprov run --out "$tmp/$name-full-$r" -- "${pinned[@]}" "$py" "${args[@]}" 2>/dev/null | step_ms)"
-    want nosentinel && ms[nosentinel]+=" $(NANPROV_SENTINEL=0 nanprov run --out "$tmp/$name-nosent-$r" -- "${pinned[@]}" "$py" "${args[@]}" 2>/dev/null | step_ms)"
-    want exact && ms[exact]+=" $(nanprov run --trace-steps 0 --out "$tmp/$name-exact-$r" -- "${pinned[@]}" "$py" "${args[@]}" 2>/dev/null | step_ms)"
-    want bootstrap && ms[bootstrap]+=" $(NANPROV_HOOKS=none nanprov run --out "$tmp/$name-boot-$r" -- "${pinned[@]}" "$py" "${args[@]}" 2>/dev/null | step_ms)"
-    want checks && ms[checks]+=" $(nanprov run --no-kernels --out "$tmp/$name-checks-$r" -- "${pinned[@]}" "$py" "${args[@]}" 2>/dev/null | step_ms)"
-    want trail && ms[trail]+=" $(nanprov run --trail --out "$tmp/$name-trail-$r" -- "${pinned[@]}" "$py" "${args[@]}" 2>/dev/null | step_ms)"
-    want audit && ms[audit]+=" $(nanprov run --audit --audit-warn-only --out "$tmp/$name-audit-$r" -- "${pinned[@]}" "$py" "${args[@]}" 2>/dev/null | step_ms)"
-    want anomaly && ms[anomaly]+=" $("${pinned[@]}" "$py" "${args[@]}" --check anomaly | step_ms)"
-    want naive && ms[naive]+=" $("${pinned[@]}" "$py" "${args[@]}" --check naive | step_ms)"
+    want none && ms[none]+=" $("$py" "${args[@]}" | step_ms)"
+    want nanprov && ms[nanprov]+=" $(nanprov run --out "$tmp/$name-full-$r" -- "$py" "${args[@]}" 2>/dev/null | step_ms)"
+    want nosentinel && ms[nosentinel]+=" $(NANPROV_SENTINEL=0 nanprov run --out "$tmp/$name-nosent-$r" -- "$py" "${args[@]}" 2>/dev/null | step_ms)"
+    want exact && ms[exact]+=" $(nanprov run --trace-steps 0 --out "$tmp/$name-exact-$r" -- "$py" "${args[@]}" 2>/dev/null | step_ms)"
+    want bootstrap && ms[bootstrap]+=" $(NANPROV_HOOKS=none nanprov run --out "$tmp/$name-boot-$r" -- "$py" "${args[@]}" 2>/dev/null | step_ms)"
+    want checks && ms[checks]+=" $(nanprov run --no-kernels --out "$tmp/$name-checks-$r" -- "$py" "${args[@]}" 2>/dev/null | step_ms)"
+    want trail && ms[trail]+=" $(nanprov run --trail --out "$tmp/$name-trail-$r" -- "$py" "${args[@]}" 2>/dev/null | step_ms)"
+    want audit && ms[audit]+=" $(nanprov run --audit --audit-warn-only --out "$tmp/$name-audit-$r" -- "$py" "${args[@]}" 2>/dev/null | step_ms)"
+    want anomaly && ms[anomaly]+=" $("$py" "${args[@]}" --check anomaly | step_ms)"
+    want naive && ms[naive]+=" $("$py" "${args[@]}" --check naive | step_ms)"
     syncs="$(nanprov sql "$tmp/$name-full-$r" "SELECT value FROM meta WHERE key='host_syncs'" --json |
              grep -o '"value": *"[0-9]*"' | grep -o '[0-9]*' | head -1)"
   done
   local base base_mean; base="$(median $(medians ${ms[none]}))" base_mean="$(median $(means ${ms[none]}))"
-  echo "== $name ($*, attention ${BENCH_ATTENTION:-sdpa}), $rounds rounds x $steps steps${BENCH_CPUS:+, pinned to CPUs $BENCH_CPUS}"
+  echo "== $name ($*, attention ${BENCH_ATTENTION:-sdpa}), $rounds rounds x $steps steps"
   echo "  config   steady: median step   ratio | every step: mean   ratio   (rounds median:mean ms)"
   for c in "${configs[@]}"; do
     local m a; m="$(median $(medians ${ms[$c]}))" a="$(median $(means ${ms[$c]}))"
