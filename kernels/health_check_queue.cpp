@@ -209,26 +209,29 @@ bool HealthCheckQueue::claim(bool patient) {
   return true;
 }
 
-// Waits until `s` is flagged, or known never to be. The flags are polled first; the stream is
-// asked only after a millisecond (a check that failed on the device never flags), and never while
-// it is capturing a graph: a query would invalidate the user's capture.
-bool HealthCheckQueue::waitFor(const Slot& s) const {
-  auto asked = std::chrono::steady_clock::now();
+// Waits until `s` is flagged, or known never to be, or `deadline` passed. The flags are polled
+// first; the stream is asked only after a millisecond (a check that failed on the device never
+// flags), and never while it is capturing a graph: a query would invalidate the user's capture.
+HealthCheckQueue::Wait HealthCheckQueue::waitFor(const Slot& s, Clock::time_point deadline) const {
+  auto asked = Clock::now();
   while (!flagged(s)) {
+    auto now = Clock::now();
+    if (now >= deadline) return Wait::kTimedOut;
     std::this_thread::sleep_for(std::chrono::microseconds(20));
-    auto now = std::chrono::steady_clock::now();
+    now = Clock::now();
     if (now - asked < std::chrono::milliseconds(1) || streamIsCapturing(s.stream)) continue;
     asked = now;
     DeviceScope scope(device_);
     cudaError_t state = cudaStreamQuery(static_cast<cudaStream_t>(s.stream));
     if (state == cudaErrorNotReady) continue;
     // The stream ran everything up to now, the check included: flagged, or failed.
-    return state == cudaSuccess && flagged(s);
+    return state == cudaSuccess && flagged(s) ? Wait::kFlagged : Wait::kFailed;
   }
-  return true;
+  return Wait::kFlagged;
 }
 
-int HealthCheckQueue::collectClaimed(const Ready& ready, bool wait, int limit) {
+int HealthCheckQueue::collectClaimed(const Ready& ready, bool wait, int limit, Clock::time_point deadline,
+                                     int* unfinished) {
   int n = 0;
   uint64_t head = head_.load(std::memory_order_relaxed);
   const uint64_t tail = tail_.load(std::memory_order_acquire);
@@ -240,7 +243,10 @@ int HealthCheckQueue::collectClaimed(const Ready& ready, bool wait, int limit) {
     bool ok = flagged(s);
     if (!ok) {
       if (!wait) break;
-      ok = waitFor(s);  // on a failure the counts cannot be trusted: handed over with count 0
+      // On a failure the counts cannot be trusted: handed over with count 0.
+      const Wait waited = waitFor(s, deadline);
+      ok = waited == Wait::kFlagged;
+      if (waited == Wait::kTimedOut && unfinished) ++*unfinished;
     }
     ready(s.token, s.results, ok ? s.count : 0);
     head_.store(head + 1, std::memory_order_release);  // the producer may reuse the slot
@@ -260,9 +266,9 @@ int HealthCheckQueue::collect(const Ready& ready, bool patient) {
   return n;
 }
 
-int HealthCheckQueue::drain(const Ready& ready) {
+int HealthCheckQueue::drain(const Ready& ready, Clock::time_point deadline, int* unfinished) {
   claim(/*patient=*/true);
-  int n = collectClaimed(ready, /*wait=*/true, kAll);
+  int n = collectClaimed(ready, /*wait=*/true, kAll, deadline, unfinished);
   release();
   return n;
 }

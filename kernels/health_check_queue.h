@@ -14,6 +14,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -65,8 +66,11 @@ class HealthCheckQueue {
   // for the GPU. A collector that finds another collecting skips (returns 0) unless `patient`,
   // when it waits for its turn: callers that poll never block.
   int collect(const Ready& ready, bool patient = false);
-  // Waits for every check in flight and hands them over (exit only).
-  int drain(const Ready& ready);
+  using Clock = std::chrono::steady_clock;
+  // Waits for every check in flight and hands them over (exit only), but not past `deadline`: a
+  // check still unfinished then (its stream stuck behind a hung collective, say) is handed over
+  // as failed, with count 0, and counted in `*unfinished`. Exit must never hang on the GPU.
+  int drain(const Ready& ready, Clock::time_point deadline = Clock::time_point::max(), int* unfinished = nullptr);
 
   int64_t inFlight() const;
   int64_t forcedWaits() const { return forced_waits_.load(std::memory_order_relaxed); }
@@ -79,8 +83,12 @@ class HealthCheckQueue {
   HealthCheckQueue() = default;
   bool claim(bool patient);
   void release() { collecting_.store(false, std::memory_order_release); }
-  int collectClaimed(const Ready& ready, bool wait, int limit);
-  bool waitFor(const Slot& s) const;
+  // Hands over up to `limit` checks, oldest first. With `wait`, each unfinished one is waited for
+  // until `deadline`; past it, handed over failed and counted in `*unfinished` (when given).
+  int collectClaimed(const Ready& ready, bool wait, int limit, Clock::time_point deadline = Clock::time_point::max(),
+                     int* unfinished = nullptr);
+  enum class Wait { kFlagged, kFailed, kTimedOut };
+  Wait waitFor(const Slot& s, Clock::time_point deadline) const;
   // The slot reserve() made free, its flags reset for `count` results; nullptr when none is.
   Slot* nextSlot(int count);
   void publish(Slot& s, void* stream, uint64_t token, int count);

@@ -26,6 +26,8 @@ constexpr int kSlotsPerDevice = 1024;
 // Dense checks are the gradient sentinel's and the trail's, a few a step: their queue is small.
 constexpr int kDenseSlots = 64;
 constexpr int64_t kPollEvery = 8;  // calls between polls for finished checks
+// How long exit waits for checks still in flight (NANPROV_EXIT_WAIT_SECONDS).
+constexpr int64_t kDefaultExitWaitSeconds = 30;
 // Default hold budget: enough for a few calls of a large model in flight.
 constexpr int64_t kDefaultHoldBytes = int64_t{2} << 30;
 
@@ -148,10 +150,10 @@ void DeviceChecks::submit(CallEvent rec, const RoleTensors& tensors, const CallA
   // the held tensors near the budget. Never waits, for the GPU or for another collector.
   if (held_bytes_.load(std::memory_order_relaxed) > budget_ / 2) {
     ProbeCost::Scope collecting(ProbeStage::kCollecting);
-    collect(false, false);
+    collect(false);
   } else if (++lane->submits % kPollEvery == 0) {
     ProbeCost::Scope collecting(ProbeStage::kCollecting);
-    collectLane(*lane, false, false);
+    collectLane(*lane, false);
   }
 
   Pending pending;
@@ -268,8 +270,28 @@ bool DeviceChecks::enqueueDense(Lane& lane, const std::vector<at::Tensor>& tenso
 
 // Step boundaries: every lane's finished checks, taking its turn behind a collector already at
 // a lane (which may be recording a call), but never waiting for the GPU.
-void DeviceChecks::poll() { collect(false, true); }
-void DeviceChecks::drain() { collect(true, true); }
+void DeviceChecks::poll() { collect(true); }
+
+void DeviceChecks::drain() {
+#if NANPROV_HAVE_CUDA
+  // Exit never hangs on the GPU: a stream stuck behind a hung kernel or collective (a dead peer)
+  // would otherwise keep a process that was meant to end waiting forever.
+  static const int64_t seconds = envInteger("NANPROV_EXIT_WAIT_SECONDS", kDefaultExitWaitSeconds, 0);
+  const auto deadline = HealthCheckQueue::Clock::now() + std::chrono::seconds(seconds);
+  int unfinished = 0;
+  forEachLane([&](Lane& lane) {
+    lane.queue->drain(readyFor(lane), deadline, &unfinished);
+    if (HealthCheckQueue* dense = lane.dense.load(std::memory_order_acquire)) {
+      dense->drain(denseReadyFor(lane), deadline, &unfinished);
+    }
+  });
+  if (unfinished > 0) {
+    logOnce("exit wait", std::to_string(unfinished) + " checks had not finished " + std::to_string(seconds) +
+                             " s after the run ended (a GPU stream still busy, or stuck behind a hung kernel or "
+                             "collective): their calls are not recorded. NANPROV_EXIT_WAIT_SECONDS sets the wait");
+  }
+#endif
+}
 
 template <typename Fn>
 void DeviceChecks::forEachLane(Fn&& fn) const {
@@ -297,20 +319,16 @@ int64_t DeviceChecks::hostSyncs() const {
   return n;
 }
 
-void DeviceChecks::collect(bool wait, bool patient) {
-  forEachLane([&](Lane& lane) { collectLane(lane, wait, patient); });
+void DeviceChecks::collect(bool patient) {
+  forEachLane([&](Lane& lane) { collectLane(lane, patient); });
 }
 
-void DeviceChecks::collectLane(Lane& lane, bool wait, bool patient) {
+void DeviceChecks::collectLane(Lane& lane, bool patient) {
 #if NANPROV_HAVE_CUDA
-  const auto ready = readyFor(lane);
-  if (wait) lane.queue->drain(ready); else lane.queue->collect(ready, patient);
-  if (HealthCheckQueue* dense = lane.dense.load(std::memory_order_acquire)) {
-    const auto dense_ready = denseReadyFor(lane);
-    if (wait) dense->drain(dense_ready); else dense->collect(dense_ready, patient);
-  }
+  lane.queue->collect(readyFor(lane), patient);
+  if (HealthCheckQueue* dense = lane.dense.load(std::memory_order_acquire)) dense->collect(denseReadyFor(lane), patient);
 #else
-  (void)lane, (void)wait, (void)patient;
+  (void)lane, (void)patient;
 #endif
 }
 

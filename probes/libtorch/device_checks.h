@@ -65,7 +65,9 @@ class DeviceChecks {
   bool measure(const std::vector<at::Tensor>& tensors, Measured done, uint64_t context);
 
   void poll();   // records every finished check; never waits for the GPU (it may wait its turn behind another collector)
-  void drain();  // waits for every check in flight (exit only)
+  // Waits for every check in flight (exit only), at most NANPROV_EXIT_WAIT_SECONDS (30): what is
+  // unfinished then is dropped, and said.
+  void drain();
 
   int64_t hostSyncs() const;  // synchronisations nanprov added (fallbacks, full queues)
   // measure()'s launches so far: dense checks, and fused checks of measured tensors.
@@ -107,8 +109,8 @@ class DeviceChecks {
   void forEachLane(Fn&& fn) const;  // every lane made so far, in the order they were made
   Lane* laneFor(int device);
   Lane* adoptLane(int device);
-  void collect(bool wait, bool patient);
-  void collectLane(Lane& lane, bool wait, bool patient);
+  void collect(bool patient);  // every lane's finished checks, never waiting for the GPU
+  void collectLane(Lane& lane, bool patient);
   using Views = InlineVector<kernels::TensorView, kernels::kMaxTensors>;
   // Holds `tensors` (when given and within the budget) in `pending` and launches its check.
   std::optional<Pending> enqueue(Lane& lane, Pending pending, const Views& views, const c10::Stream& stream,

@@ -6,11 +6,14 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
+
+#include "tests/kernels/stuck_stream.h"
 
 namespace nanprov::kernels {
 namespace {
@@ -338,6 +341,42 @@ TEST(DenseCheck, EachQueueTakesOnlyItsOwnKindAndBounds) {
   DenseTensor flags = DenseTensor::of(dev.p, 64, ElementType::kBool);
   EXPECT_FALSE((*dense)->submitDense(&flags, 1, nullptr, 1).ok()) << "bool tensors are masks, not dense values";
   EXPECT_EQ((*dense)->inFlight(), 0) << "nothing refused was published";
+}
+
+// At exit the queue waits for checks in flight, but not for a stream that never moves again: past
+// the deadline the check is handed over failed and counted, and the drain returns.
+TEST(HealthCheck, DrainGivesUpOnAStuckStreamAtItsDeadline) {
+  REQUIRE_GPU();
+  std::vector<uint8_t> host = randomBits(4096, 5);
+  DeviceBuffer dev(host);
+  TensorView v = view(dev.p, ElementType::kFloat32, {1024}, {1});
+  int* flag = nullptr;
+  int* device_flag = nullptr;
+  ASSERT_EQ(cudaHostAlloc(reinterpret_cast<void**>(&flag), sizeof(int), cudaHostAllocMapped), cudaSuccess);
+  *flag = 0;
+  ASSERT_EQ(cudaHostGetDevicePointer(reinterpret_cast<void**>(&device_flag), flag, 0), cudaSuccess);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(fixtures::launchSpinUntilSet(device_flag, stream), cudaSuccess);
+
+  auto queue = HealthCheckQueue::create(0, 4);
+  ASSERT_TRUE(queue.ok());
+  std::vector<int> counts;
+  auto ready = [&](uint64_t, const HealthCounts*, int n) { counts.push_back(n); };
+  ASSERT_TRUE((*queue)->submit(&v, 1, stream, 1, ready).ok());
+  int unfinished = 0;
+  const auto start = HealthCheckQueue::Clock::now();
+  EXPECT_EQ((*queue)->drain(ready, start + std::chrono::milliseconds(300), &unfinished), 1);
+  const auto waited = HealthCheckQueue::Clock::now() - start;
+  EXPECT_EQ(unfinished, 1);
+  EXPECT_EQ(counts, std::vector<int>{0}) << "handed over as failed: its counts were never written";
+  EXPECT_GE(waited, std::chrono::milliseconds(300)) << "it waited up to the deadline";
+  EXPECT_LT(waited, std::chrono::seconds(5)) << "and not much past it";
+
+  *static_cast<volatile int*>(flag) = 1;  // the stream moves again; the abandoned check runs
+  EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  cudaStreamDestroy(stream);
+  cudaFreeHost(flag);
 }
 
 TEST(HealthCheck, RefusesWhatItCannotRead) {
