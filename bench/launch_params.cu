@@ -20,7 +20,8 @@
 
 namespace {
 
-// The fused check's arguments: kMaxTensors views and the per-tensor tables (health_check.cu).
+// About the fused check's arguments: kMaxTensors views and the per-tensor tables (health_check.cu's
+// CheckArgs, which is not in a header), without its padding.
 constexpr size_t kCheckArgsBytes = sizeof(nanprov::kernels::TensorView) * nanprov::kernels::kMaxTensors +
                                    sizeof(unsigned int) * (nanprov::kernels::kMaxTensors + 1) +
                                    sizeof(int) * (nanprov::kernels::kMaxTensors + 2) + 2 * sizeof(void*);
@@ -54,6 +55,10 @@ void measure(const char* name, int launches, int rounds, cudaStream_t stream) {
       double t0 = nowUs();
       empty<Bytes><<<1, 32, 0, stream>>>(p);
       alone.push_back(nowUs() - t0);
+      if (cudaGetLastError() != cudaSuccess) {
+        std::printf("%-28s %6zu B   launch failed\n", name, Bytes);
+        return;
+      }
     }
     for (int i = 0; i < launches; i += 64) {
       cudaStreamSynchronize(stream);

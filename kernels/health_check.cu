@@ -420,19 +420,26 @@ bool checkable(const TensorView& view) {
           view.type == ElementType::kBFloat16 || view.type == ElementType::kBool);
 }
 
+namespace {
+
 // One wave of resident blocks, each looping over its share, streams memory without the tail of
 // block after block finishing (measured with ncu: 1024 blocks per tensor reached 55% of HBM
 // bandwidth).
-int residentBlocks(int device) {
+template <typename Kernel>
+int residentBlocksOf(int device, Kernel kernel) {
   int sms = 0, per_sm = 0;
   if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, healthCheckKernel, kThreads, 0) != cudaSuccess ||
-      sms * per_sm <= 0) {
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0) != cudaSuccess || sms * per_sm <= 0) {
     cudaGetLastError();  // not left for the next launch's error check to find
     return kFallbackBlocks;
   }
   return sms * per_sm;
 }
+
+}  // namespace
+
+int residentBlocks(int device) { return residentBlocksOf(device, healthCheckKernel); }
+int residentDenseBlocks(int device) { return residentBlocksOf(device, denseCheckKernel); }
 
 int launchHealthCheck(const TensorView* views, int count, CheckScratch* scratch, HealthCounts* results,
                       void* stream, int wave_blocks) {

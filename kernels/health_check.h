@@ -57,7 +57,7 @@ using CheckScratch = Accumulators<kMaxTensors>;
 
 // The dense check: many dense tensors in one launch, each described in 16 bytes instead of a
 // TensorView's 128, for the gradient sentinel's once-a-step check of every gradient and parameter
-// (a model's worth in one or two launches, where 12 views to a launch took a dozen).
+// (about 130 tensors of a small model in 2 launches a step, where 12 views to a launch took 11).
 inline constexpr int kMaxDense = 64;
 struct DenseTensor {
   const void* data = nullptr;
@@ -77,6 +77,8 @@ bool checkable(const TensorView& view);
 // Blocks of the check kernel that `device` (the current device) runs at once: one wave of them
 // streams memory best. It queries the driver: asked once, when a queue is made, not per launch.
 int residentBlocks(int device);
+// The same for the dense check's kernel, which uses fewer registers and fits more blocks.
+int residentDenseBlocks(int device);
 
 // Enqueues the check of `views[0..count)` on `stream` (a cudaStream_t of the current device),
 // in about `wave` blocks (residentBlocks of that device; each tensor gets at least one). `scratch` is device memory,

@@ -89,9 +89,9 @@ StatusOr<std::unique_ptr<HealthCheckQueue>> HealthCheckQueue::create(int device,
   std::unique_ptr<HealthCheckQueue> q(new HealthCheckQueue());
   q->device_ = device;
   q->kind_ = kind;
-  q->wave_ = residentBlocks(device);
-  q->buffers_ = std::make_unique<Buffers>();
   const bool dense = kind == CheckKind::kDense;
+  q->wave_ = dense ? residentDenseBlocks(device) : residentBlocks(device);
+  q->buffers_ = std::make_unique<Buffers>();
   const size_t per_slot_scratch = dense ? sizeof(DenseScratch) : sizeof(CheckScratch);
   const size_t per_slot_results = dense ? kMaxDense : kMaxTensors;
   size_t scratch_bytes = per_slot_scratch * static_cast<size_t>(slots);
@@ -141,9 +141,11 @@ int64_t HealthCheckQueue::inFlight() const {
 int HealthCheckQueue::reserve(const Ready& overflow) {
   const uint64_t tail = tail_.load(std::memory_order_relaxed);
   while (tail - head_.load(std::memory_order_acquire) >= slots_.size()) {
-    // Every slot is busy: the GPU is far behind the host. Wait for the oldest check, unless a
-    // collector freed a slot meanwhile (then nothing waited, and nothing is counted).
+    // Every slot is busy. Checks that finished go first, without waiting; only when none has (the
+    // GPU is far behind the host) wait for the oldest, and count it. A collector that freed a slot
+    // meanwhile spares both.
     claim(/*patient=*/true);
+    if (tail - head_.load(std::memory_order_acquire) >= slots_.size()) collectClaimed(overflow, /*wait=*/false, kAll);
     if (tail - head_.load(std::memory_order_acquire) >= slots_.size()) {
       ++forced_waits_;
       collectClaimed(overflow, /*wait=*/true, /*limit=*/1);
@@ -168,32 +170,31 @@ void HealthCheckQueue::publish(Slot& s, void* stream, uint64_t token, int count)
   tail_.store(tail_.load(std::memory_order_relaxed) + 1, std::memory_order_release);  // the collectors' from here
 }
 
-Status HealthCheckQueue::submit(const TensorView* views, int count, void* stream, uint64_t token) {
-  if (kind_ != CheckKind::kFused) return Status::Error("a fused check submitted to a queue of dense checks");
-  if (count <= 0 || count > kMaxTensors) return Status::Error("a fused check takes 1 to " + std::to_string(kMaxTensors) + " views");
+template <typename Launch>
+Status HealthCheckQueue::submitWith(CheckKind kind, int count, void* stream, uint64_t token, Launch&& launch) {
+  const bool dense = kind == CheckKind::kDense;
+  const char* what = dense ? "dense check" : "fused check";
+  if (kind_ != kind) return Status::Error(std::string("a ") + what + " submitted to a queue of the other kind");
+  const int most = dense ? kMaxDense : kMaxTensors;
+  if (count <= 0 || count > most) return Status::Error(std::string("a ") + what + " takes 1 to " + std::to_string(most));
   Slot* s = nextSlot(count);
   if (!s) return Status::Error("no free slot: reserve() first");
   DeviceScope scope(device_);
-  if (int err = launchHealthCheck(views, count, static_cast<CheckScratch*>(s->scratch), s->results_device, stream, wave_);
-      err != 0) {
-    return cudaFailure("health check launch", static_cast<cudaError_t>(err));
-  }
+  if (int err = launch(*s); err != 0) return cudaFailure(what, static_cast<cudaError_t>(err));
   publish(*s, stream, token, count);
   return Status::Ok();
 }
 
+Status HealthCheckQueue::submit(const TensorView* views, int count, void* stream, uint64_t token) {
+  return submitWith(CheckKind::kFused, count, stream, token, [&](Slot& s) {
+    return launchHealthCheck(views, count, static_cast<CheckScratch*>(s.scratch), s.results_device, stream, wave_);
+  });
+}
+
 Status HealthCheckQueue::submitDense(const DenseTensor* tensors, int count, void* stream, uint64_t token) {
-  if (kind_ != CheckKind::kDense) return Status::Error("a dense check submitted to a queue of fused checks");
-  if (count <= 0 || count > kMaxDense) return Status::Error("a dense check takes 1 to " + std::to_string(kMaxDense) + " tensors");
-  Slot* s = nextSlot(count);
-  if (!s) return Status::Error("no free slot: reserve() first");
-  DeviceScope scope(device_);
-  if (int err = launchDenseCheck(tensors, count, static_cast<DenseScratch*>(s->scratch), s->results_device, stream, wave_);
-      err != 0) {
-    return cudaFailure("dense check launch", static_cast<cudaError_t>(err));
-  }
-  publish(*s, stream, token, count);
-  return Status::Ok();
+  return submitWith(CheckKind::kDense, count, stream, token, [&](Slot& s) {
+    return launchDenseCheck(tensors, count, static_cast<DenseScratch*>(s.scratch), s.results_device, stream, wave_);
+  });
 }
 
 Status HealthCheckQueue::submit(const TensorView* views, int count, void* stream, uint64_t token, const Ready& overflow) {

@@ -91,6 +91,10 @@ class HealthCheckQueue {
   Wait waitFor(const Slot& s, Clock::time_point deadline) const;
   // The slot reserve() made free, its flags reset for `count` results; nullptr when none is.
   Slot* nextSlot(int count);
+  // Checks `count` against `kind`'s bounds, launches into the next slot with launch(slot) (a
+  // cudaError_t value) on this queue's device, and publishes it.
+  template <typename Launch>
+  Status submitWith(CheckKind kind, int count, void* stream, uint64_t token, Launch&& launch);
   void publish(Slot& s, void* stream, uint64_t token, int count);
 
   int device_ = 0;

@@ -341,7 +341,10 @@ void fusedKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stac
   ProbeCost::Scope dispatching(ProbeStage::kDispatching);
   const ProbedOp* probed = nullptr;
   for (const auto& [h, op] : *g_probed) {
-    if (h == handle) probed = &op;
+    if (h == handle) {
+      probed = &op;
+      break;
+    }
   }
   probeFusedCall(probed, handle, ks, stack);
 }
@@ -579,6 +582,9 @@ Status installAttentionProbes() {
       bool want_fused = hooks.find("fused") != std::string::npos;
       bool want_sdpa = hooks.find("sdpa") != std::string::npos;
       g_probed = new std::vector<std::pair<c10::OperatorHandle, ProbedOp>>();
+      // Its full size now: a kernel registered below may run (on another thread) while the rest
+      // are added, and a reallocation would move the entries under it.
+      g_probed->reserve(attentionOps().size());
       auto* fused = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::BackendSelect,
                                        __FILE__, __LINE__);
       for (const AttentionOp& desc : attentionOps()) {

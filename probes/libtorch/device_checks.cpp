@@ -23,8 +23,9 @@ using kernels::HealthCounts;
 using kernels::TensorView;
 
 constexpr int kSlotsPerDevice = 1024;
-// Dense checks are the gradient sentinel's and the trail's, a few a step: their queue is small.
-constexpr int kDenseSlots = 64;
+// Dense checks are the gradient sentinel's (a few a step) and the trail's (one per module call):
+// fewer and larger slots than the fused checks' (about 6 KB each, device and mapped memory).
+constexpr int kDenseSlots = 256;
 constexpr int64_t kPollEvery = 8;  // calls between polls for finished checks
 // How long exit waits for checks still in flight (NANPROV_EXIT_WAIT_SECONDS).
 constexpr int64_t kDefaultExitWaitSeconds = 30;
@@ -89,7 +90,8 @@ struct DeviceChecks::Lane {
   // Dense checks: a second queue, made by the owner at its first dense check (collectors load it).
   std::atomic<HealthCheckQueue*> dense{nullptr};
   std::vector<Measuring> measuring;  // by the dense queue's slot, as `pending`
-  bool dense_failed = false;         // owner only: no dense queue can be made
+  bool dense_failed = false;         // owner only: no dense queue, or its launch failed
+  int64_t measures = 0;              // owner only
   int64_t submits = 0;              // owner only
   std::atomic<bool> owned{true};    // false once the owning thread ended
 };
@@ -204,6 +206,10 @@ bool DeviceChecks::measure(const std::vector<at::Tensor>& tensors, Measured done
     }
   }
   Lane* lane = device < 0 || tensors.size() > kMaxMeasuredDense ? nullptr : laneFor(device);
+  if (lane && ++lane->measures % kPollEvery == 0) {  // as submit() does: finished checks free their slots
+    ProbeCost::Scope collecting(ProbeStage::kCollecting);
+    collectLane(*lane, false);
+  }
   if (lane && enqueueDense(*lane, tensors, done, context, *stream)) return true;
   if (tensors.size() > kMaxMeasured) lane = nullptr;
   Views views;
@@ -225,9 +231,14 @@ bool DeviceChecks::measure(const std::vector<at::Tensor>& tensors, Measured done
 }
 
 bool DeviceChecks::denseCheckable(const at::Tensor& t) {
-  const auto type = t.scalar_type();
-  return t.is_cuda() && t.has_storage() && t.is_contiguous() && t.numel() < (int64_t{1} << 56) &&
-         (type == at::kFloat || type == at::kHalf || type == at::kBFloat16);
+  const auto type = elementType(t.scalar_type());
+  return t.is_cuda() && t.has_storage() && t.is_contiguous() && t.numel() < (int64_t{1} << 56) && type &&
+         *type != kernels::ElementType::kBool;
+}
+
+int DeviceChecks::denseBatch(int device) {
+  Lane* lane = device >= 0 ? laneFor(device) : nullptr;
+  return lane && !lane->dense_failed ? kMaxMeasuredDense : kMaxMeasured;
 }
 
 bool DeviceChecks::enqueueDense(Lane& lane, const std::vector<at::Tensor>& tensors, Measured done, uint64_t context,
@@ -245,7 +256,7 @@ bool DeviceChecks::enqueueDense(Lane& lane, const std::vector<at::Tensor>& tenso
     if (!created.ok()) {
       lane.dense_failed = true;
       logOnce("dense queue", "dense checks unavailable on cuda:" + std::to_string(lane.device) +
-                                 ", the sentinel's tensors are checked twelve to a launch: " + created.status().message());
+                                 ", gradients and parameters are checked twelve to a launch: " + created.status().message());
       return false;
     }
     lane.measuring.resize(static_cast<size_t>(created.value()->slots()));
@@ -260,7 +271,11 @@ bool DeviceChecks::enqueueDense(Lane& lane, const std::vector<at::Tensor>& tenso
     dense_launches_.fetch_add(1, std::memory_order_relaxed);
     return true;
   }
-  logOnce("dense check", "dense check failed, checking twelve tensors to a launch instead: " + st.message());
+  // Not retried: a launch that fails once (no kernel image for this GPU, say) fails every time.
+  // From the next batch on the sentinel batches twelve (denseBatch); this one is measured apart.
+  lane.dense_failed = true;
+  logOnce("dense check", "dense check failed; gradients and parameters are checked twelve to a launch from now on: " +
+                             st.message());
   return false;
 #else
   (void)lane, (void)tensors, (void)done, (void)context, (void)stream;
@@ -486,14 +501,44 @@ void DeviceChecks::complete(Lane& lane, uint64_t slot, const HealthCounts* count
   release(pending);
 }
 
+namespace {
+
+// How many storages dropping `held` frees: those whose every tensor is referenced only by `held`
+// (a role may repeat one, as self-attention's q = k = v), with no other tensor on them. At most
+// kMaxCallTensors entries, so pairwise passes over small arrays, no allocation.
+int64_t lastReferences(const RoleTensors& held) {
+  const size_t n = std::min(held.size(), kMaxCallTensors);
+  std::array<const c10::TensorImpl*, kMaxCallTensors> impl{};
+  std::array<const c10::StorageImpl*, kMaxCallTensors> storage{};
+  for (size_t i = 0; i < n; ++i) {
+    const at::Tensor& t = held[i].second;
+    impl[i] = t.unsafeGetTensorImpl();
+    storage[i] = t.defined() && t.has_storage() ? t.storage().unsafeGetStorageImpl() : nullptr;
+  }
+  int64_t freed = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (!storage[i] || std::find(storage.begin(), storage.begin() + i, storage[i]) != storage.begin() + i) continue;
+    size_t tensors = 0;  // distinct tensors on this storage
+    bool only_held = true;
+    for (size_t j = i; j < n; ++j) {
+      if (storage[j] != storage[i] || std::find(impl.begin() + i, impl.begin() + j, impl[j]) != impl.begin() + j) continue;
+      ++tensors;
+      const auto refs = static_cast<size_t>(std::count(impl.begin() + j, impl.begin() + n, impl[j]));
+      only_held = only_held && static_cast<size_t>(held[j].second.use_count()) == refs;
+    }
+    freed += only_held && static_cast<size_t>(held[i].second.storage().use_count()) == tensors;
+  }
+  return freed;
+}
+
+}  // namespace
+
 // Where nanprov held the last reference (a backward's dQ, dK, dV once autograd is done with
 // them), dropping it is the caching allocator's free: timed apart, as it is the user's cost moved.
 void DeviceChecks::release(Pending& pending) {
   ProbeCost::Scope cost(ProbeStage::kReleasing);
-  int64_t last = 0;
-  for (const auto& [role, t] : pending.held) last += t.has_storage() && t.storage().use_count() == 1;
   released_.fetch_add(static_cast<int64_t>(pending.held.size()), std::memory_order_relaxed);
-  released_last_.fetch_add(last, std::memory_order_relaxed);
+  released_last_.fetch_add(lastReferences(pending.held), std::memory_order_relaxed);
   pending.held.clear();
   pending.args.clear();  // IValues that may hold tensors too (a backward's philox seed and offset)
 }

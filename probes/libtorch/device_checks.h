@@ -48,7 +48,8 @@ class DeviceChecks {
   // on the device's current stream, and not held: the caller enqueues them after the work that
   // made them, so stream order keeps their memory valid until the check ran. Up to
   // kMaxMeasuredDense tensors in one dense check (kernels::launchDenseCheck) when each is dense
-  // float32/float16/bfloat16; otherwise up to kMaxMeasured by the fused kernel.
+  // float32/float16/bfloat16 and the dense check runs on this device (denseBatch); otherwise up
+  // to kMaxMeasured by the fused kernel, and more than that on the host.
   // `done(context, counts, n)` runs at a later poll, on the polling thread; a check that failed
   // on the device gives n = 0. What neither kernel can read is measured on the host at once, `done`
   // called before measure returns (a counted host synchronisation). Returns false when `done` will
@@ -60,6 +61,9 @@ class DeviceChecks {
   using Measured = void (*)(uint64_t context, const Counts* counts, int n);
   static constexpr int kMaxMeasured = 12;
   static constexpr int kMaxMeasuredDense = kernels::kMaxDense;
+  // How many dense tensors one measure() on `device` from this thread takes: kMaxMeasuredDense,
+  // or kMaxMeasured where dense checks cannot run there (batch by this to stay on the device).
+  int denseBatch(int device);
   // True when `t` can go in a dense check: a dense CUDA tensor the kernel reads.
   static bool denseCheckable(const at::Tensor& t);
   bool measure(const std::vector<at::Tensor>& tensors, Measured done, uint64_t context);
@@ -73,8 +77,8 @@ class DeviceChecks {
   // measure()'s launches so far: dense checks, and fused checks of measured tensors.
   int64_t denseLaunches() const { return dense_launches_.load(std::memory_order_relaxed); }
   int64_t measuredFusedLaunches() const { return measured_fused_launches_.load(std::memory_order_relaxed); }
-  // Held tensors released so far, and how many of them held their memory's last reference: those
-  // were the caching allocator's frees, which autograd would have made without nanprov.
+  // Held tensors released so far, and how many storages their release freed: the caching
+  // allocator's frees, which autograd would have made without nanprov.
   int64_t released() const { return released_.load(std::memory_order_relaxed); }
   int64_t releasedLast() const { return released_last_.load(std::memory_order_relaxed); }
   int firstDevice() const;    // the lowest CUDA device checks ran on; -1 while none has
@@ -93,15 +97,15 @@ class DeviceChecks {
     Measured measured = nullptr;
     uint64_t context = 0;
   };
-  // The checks one thread enqueued on one device: its queue, and the Pending of each of the
-  // queue's slots. Only that thread submits, so submitting takes no lock; any thread collects.
-  // Lanes are never freed (checks may be in flight at exit); a thread's lane is adopted by the
-  // next new thread once it ended.
   // A dense check in flight: whom to hand its counts.
   struct Measuring {
     Measured done = nullptr;
     uint64_t context = 0;
   };
+  // The checks one thread enqueued on one device: its queue, and the Pending of each of the
+  // queue's slots. Only that thread submits, so submitting takes no lock; any thread collects.
+  // Lanes are never freed (checks may be in flight at exit); a thread's lane is adopted by the
+  // next new thread once it ended.
   struct Lane;
   static constexpr int kMaxLanes = 256;
 

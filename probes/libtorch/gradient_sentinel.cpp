@@ -77,6 +77,7 @@ bool GradientSentinel::check(int64_t key, int64_t step, const std::vector<std::o
   struct Batch {
     std::vector<at::Tensor> tensors;
     Slice slice;
+    int most = 0;  // tensors a measure() takes (DeviceChecks::denseBatch, or kMaxMeasured)
   };
   std::map<std::pair<int, bool>, Batch> cuda;  // by (device, dense)
   auto add = [&](const at::Tensor& t, size_t param, Kind kind) {
@@ -85,20 +86,23 @@ bool GradientSentinel::check(int64_t key, int64_t step, const std::vector<std::o
       cpu_of.emplace_back(param, kind);
       return;
     }
-    // What the fused kernel cannot read would cost a copy to the host every step: not checked.
+    // What neither kernel can read would cost a copy to the host every step: not checked.
     const auto type = t.scalar_type();
-    if (!t.is_cuda() || t.dim() > 6 || (type != at::kFloat && type != at::kHalf && type != at::kBFloat16)) {
+    const bool dense = DeviceChecks::denseCheckable(t);
+    if (!dense && (!t.is_cuda() || t.dim() > 6 || (type != at::kFloat && type != at::kHalf && type != at::kBFloat16))) {
       logOnce("sentinel unreadable", "gradient sentinel: parameters that are not float32/float16/bfloat16 CUDA tensors "
                                      "of at most 6 dims are not checked (reading them would synchronise every step)");
       return;
     }
-    const bool dense = DeviceChecks::denseCheckable(t);
     Batch& batch = cuda[{t.device().index(), dense}];
-    if (batch.tensors.empty()) batch.tensors.reserve(dense ? DeviceChecks::kMaxMeasuredDense : DeviceChecks::kMaxMeasured);
+    if (batch.tensors.empty()) {
+      batch.most = dense ? checks_.denseBatch(t.device().index()) : DeviceChecks::kMaxMeasured;
+      batch.tensors.reserve(static_cast<size_t>(batch.most));
+    }
     batch.tensors.push_back(t);
     batch.slice.of[static_cast<size_t>(batch.slice.n++)] = {param, kind};
-    if (batch.slice.n == (dense ? DeviceChecks::kMaxMeasuredDense : DeviceChecks::kMaxMeasured)) {
-      submit(batch.tensors, batch.slice, step, w);
+    if (batch.slice.n == batch.most) {
+      submit(batch.tensors, std::move(batch.slice), step, w);
       batch = Batch{};
     }
   };
@@ -138,7 +142,7 @@ bool GradientSentinel::check(int64_t key, int64_t step, const std::vector<std::o
     add(p, i, Kind::kParam);
   }
   for (auto& [where, batch] : cuda) {
-    if (batch.slice.n > 0) submit(batch.tensors, batch.slice, step, w);
+    if (batch.slice.n > 0) submit(batch.tensors, std::move(batch.slice), step, w);
   }
   // On the CPU the checks' own host scan, which reads each tensor once through its bits: ATen's
   // infinity-norm reduction is not vectorised there and cost a tenth of a small model's step.
@@ -157,7 +161,7 @@ void GradientSentinel::measured(uint64_t context, const DeviceChecks::Counts* co
     std::lock_guard<std::mutex> lock(mu_);
     auto it = in_flight_.find(context);
     if (it == in_flight_.end()) return;
-    slice = it->second;
+    slice = std::move(it->second);
     in_flight_.erase(it);
   }
   if (n != slice.n) {

@@ -21,8 +21,9 @@ int64_t traceSteps() {
 
 void flushProbes(bool at_exit) { probes().flush(at_exit); }
 
-// How stale the store's probe_cost may be while the run goes on: a second of cost figures is
-// nothing to lose when a job dies, and the exit's flush writes the final ones.
+// How stale the store's probe_cost (and the other counters written with it) may be while the run
+// goes on: a second of cost figures is nothing to lose when a job dies. A normal exit's flush
+// writes the final ones; a SIGTERM or a C exit() skips that flush and keeps the last written.
 constexpr std::chrono::nanoseconds kCostEvery = std::chrono::seconds(1);
 
 }  // namespace
@@ -79,13 +80,14 @@ void Probes::writeCounters(const TracerStats& stats, bool at_exit) {
   writeMeta("cupti_records", "kernel " + std::to_string(stats.kernel_records) + ", external id " +
                                  std::to_string(stats.external_id_records) + ", api " + std::to_string(stats.api_records));
   if (stats.detached) writeMeta("cupti_detached", "1");
-  const int64_t now = wallClockNs();
+  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch()).count();  // never steps back
   if (!at_exit && cost_written_ns_ != 0 && now - cost_written_ns_ < kCostEvery.count()) return;
   cost_written_ns_ = now;
   writeMeta("probe_cost", ProbeCost::summary());
   if (const int64_t released = checks_.released(); released > 0) {
-    writeMeta("released_tensors", std::to_string(released) + ", of which " + std::to_string(checks_.releasedLast()) +
-                                      " held their memory's last reference (the caching allocator's free, moved)");
+    writeMeta("released_tensors", std::to_string(released) + " released, freeing " + std::to_string(checks_.releasedLast()) +
+                                      " storages (the caching allocator's frees, moved from autograd)");
   }
   // The sentinel's and the trail's launches on CUDA: dense checks (64 tensors each), fused (12).
   if (const int64_t dense = checks_.denseLaunches(), fused = checks_.measuredFusedLaunches(); dense + fused > 0) {
