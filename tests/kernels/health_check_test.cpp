@@ -353,14 +353,9 @@ TEST(HealthCheck, AFullRingOfUnfinishedChecksWaitsAndCountsIt) {
   std::vector<uint8_t> host = randomBits(4096, 9);
   DeviceBuffer dev(host);
   TensorView v = view(dev.p, ElementType::kFloat32, {1024}, {1});
-  int* flag = nullptr;
-  int* device_flag = nullptr;
-  ASSERT_EQ(cudaHostAlloc(reinterpret_cast<void**>(&flag), sizeof(int), cudaHostAllocMapped), cudaSuccess);
-  *flag = 0;
-  ASSERT_EQ(cudaHostGetDevicePointer(reinterpret_cast<void**>(&device_flag), flag, 0), cudaSuccess);
-  cudaStream_t stream = nullptr;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-  ASSERT_EQ(fixtures::launchSpinUntilSet(device_flag, stream), cudaSuccess);
+  fixtures::StuckStream stuck;
+  ASSERT_TRUE(stuck.ok());
+  void* stream = stuck.stream();
 
   auto queue = HealthCheckQueue::create(0, 2);
   ASSERT_TRUE(queue.ok());
@@ -371,17 +366,15 @@ TEST(HealthCheck, AFullRingOfUnfinishedChecksWaitsAndCountsIt) {
   };
   ASSERT_TRUE((*queue)->submit(&v, 1, stream, 1, ready).ok());
   ASSERT_TRUE((*queue)->submit(&v, 1, stream, 2, ready).ok());
-  std::thread release([flag] {
+  std::thread release([&stuck] {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    *static_cast<volatile int*>(flag) = 1;  // the stream moves again
+    stuck.release();  // the stream moves again
   });
   ASSERT_TRUE((*queue)->submit(&v, 1, stream, 3, ready).ok());  // waits for check 1
   release.join();
   EXPECT_EQ((*queue)->forcedWaits(), 1);
   (*queue)->drain(ready);
   EXPECT_EQ(tokens, (std::vector<uint64_t>{1, 2, 3}));
-  cudaStreamDestroy(stream);
-  cudaFreeHost(flag);
 }
 
 // At exit the queue waits for checks in flight, but not for a stream that never moves again: past
@@ -391,14 +384,9 @@ TEST(HealthCheck, DrainGivesUpOnAStuckStreamAtItsDeadline) {
   std::vector<uint8_t> host = randomBits(4096, 5);
   DeviceBuffer dev(host);
   TensorView v = view(dev.p, ElementType::kFloat32, {1024}, {1});
-  int* flag = nullptr;
-  int* device_flag = nullptr;
-  ASSERT_EQ(cudaHostAlloc(reinterpret_cast<void**>(&flag), sizeof(int), cudaHostAllocMapped), cudaSuccess);
-  *flag = 0;
-  ASSERT_EQ(cudaHostGetDevicePointer(reinterpret_cast<void**>(&device_flag), flag, 0), cudaSuccess);
-  cudaStream_t stream = nullptr;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-  ASSERT_EQ(fixtures::launchSpinUntilSet(device_flag, stream), cudaSuccess);
+  fixtures::StuckStream stuck;
+  ASSERT_TRUE(stuck.ok());
+  void* stream = stuck.stream();
 
   auto queue = HealthCheckQueue::create(0, 4);
   ASSERT_TRUE(queue.ok());
@@ -414,10 +402,7 @@ TEST(HealthCheck, DrainGivesUpOnAStuckStreamAtItsDeadline) {
   EXPECT_GE(waited, std::chrono::milliseconds(300)) << "it waited up to the deadline";
   EXPECT_LT(waited, std::chrono::seconds(5)) << "and not much past it";
 
-  *static_cast<volatile int*>(flag) = 1;  // the stream moves again; the abandoned check runs
-  EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-  cudaStreamDestroy(stream);
-  cudaFreeHost(flag);
+  EXPECT_TRUE(stuck.release(/*wait=*/true));  // the stream moves again; the abandoned check runs
 }
 
 TEST(HealthCheck, RefusesWhatItCannotRead) {
