@@ -346,6 +346,17 @@ TEST(DenseCheck, EachQueueTakesOnlyItsOwnKindAndBounds) {
   EXPECT_EQ((*dense)->inFlight(), 0) << "nothing refused was published";
 }
 
+// One check run to the end before a stream is held: CUDA loads a kernel's module at its first
+// launch (lazy loading), and loading waits for the device, so a first launch while the stuck
+// stream's kernel spins would never return. A training process has long loaded it by then.
+void loadTheCheckKernel(HealthCheckQueue& queue, const TensorView& v) {
+  int answered = 0;
+  ASSERT_TRUE(queue.submit(&v, 1, nullptr, 99, [&](uint64_t, const HealthCounts*, int) { ++answered; }).ok());
+  queue.drain([&](uint64_t, const HealthCounts*, int) { ++answered; });
+  ASSERT_EQ(answered, 1);
+  ASSERT_EQ(queue.forcedWaits(), 0);
+}
+
 // A full ring whose oldest check cannot have finished (its stream is held behind a spinning
 // kernel) makes the producer wait, and that wait is counted: it is a host synchronisation.
 TEST(HealthCheck, AFullRingOfUnfinishedChecksWaitsAndCountsIt) {
@@ -353,12 +364,13 @@ TEST(HealthCheck, AFullRingOfUnfinishedChecksWaitsAndCountsIt) {
   std::vector<uint8_t> host = randomBits(4096, 9);
   DeviceBuffer dev(host);
   TensorView v = view(dev.p, ElementType::kFloat32, {1024}, {1});
+  auto queue = HealthCheckQueue::create(0, 2);
+  ASSERT_TRUE(queue.ok());
+  loadTheCheckKernel(**queue, v);
   fixtures::StuckStream stuck;
   ASSERT_TRUE(stuck.ok());
   void* stream = stuck.stream();
 
-  auto queue = HealthCheckQueue::create(0, 2);
-  ASSERT_TRUE(queue.ok());
   std::vector<uint64_t> tokens;
   auto ready = [&](uint64_t token, const HealthCounts*, int n) {
     EXPECT_EQ(n, 1);
@@ -384,12 +396,13 @@ TEST(HealthCheck, DrainGivesUpOnAStuckStreamAtItsDeadline) {
   std::vector<uint8_t> host = randomBits(4096, 5);
   DeviceBuffer dev(host);
   TensorView v = view(dev.p, ElementType::kFloat32, {1024}, {1});
+  auto queue = HealthCheckQueue::create(0, 4);
+  ASSERT_TRUE(queue.ok());
+  loadTheCheckKernel(**queue, v);
   fixtures::StuckStream stuck;
   ASSERT_TRUE(stuck.ok());
   void* stream = stuck.stream();
 
-  auto queue = HealthCheckQueue::create(0, 4);
-  ASSERT_TRUE(queue.ok());
   std::vector<int> counts;
   auto ready = [&](uint64_t, const HealthCounts*, int n) { counts.push_back(n); };
   ASSERT_TRUE((*queue)->submit(&v, 1, stream, 1, ready).ok());
