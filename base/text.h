@@ -19,6 +19,18 @@ inline std::string joined(const std::vector<std::string>& parts, const char* sep
   return out;
 }
 
+// The parts of `text` between `sep`s; none for "" (the inverse of joined for non-empty parts).
+inline std::vector<std::string> splitOn(std::string_view text, char sep) {
+  std::vector<std::string> parts;
+  while (!text.empty()) {
+    const size_t end = text.find(sep);
+    parts.emplace_back(text.substr(0, end));
+    if (end == std::string_view::npos) break;
+    text.remove_prefix(end + 1);
+  }
+  return parts;
+}
+
 // A figure for people: three significant digits ("0.000353", "1.5e-11", "44.7").
 inline std::string shortNumber(double v) {
   char buf[32];

@@ -80,17 +80,26 @@ nlohmann::json firstModuleJson(const RunData& run, const std::optional<ModuleChe
           {"inputs_finite", m->inputs_finite},
           {"nonfinite", m->nonfinite()},
           {"largest_input", m->largest_input},
-          {"shares_gradient_with", sharingItsGradient(run, *m)}};
+          {"shares_gradient_with", sharingItsGradient(run, *m)},
+          {"unchecked_before", m->unchecked_before}};
 }
 
 std::string firstModuleText(const RunData& run, const ModuleCheckRecord& m, bool at) {
   const std::string when = at ? " at " + stepLabel(run, m.step) + " " + phaseName(m.phase) : "";
   const std::string largest = " (largest |x| " + shortNumber(m.largest_input) + ")";
   if (m.phase == Phase::kForward) {
-    return "the output of " + moduleName(m) + when +
-           (m.inputs_finite ? ", from finite inputs" + largest
-                            : ", whose inputs were already non-finite: they came from outside any module (the batch, "
-                              "or code between modules)");
+    std::string text = "the output of " + moduleName(m) + when +
+                       (m.inputs_finite ? ", from finite inputs" + largest
+                                        : ", whose inputs were already non-finite: they came from outside any module (the "
+                                          "batch, or code between modules)");
+    if (!m.unchecked_before.empty()) {
+      // Compiled code is checked only where Inductor writes values anyway (compiled_trail.py).
+      std::vector<std::string> shown;
+      for (size_t i = 0; i < m.unchecked_before.size() && i < 4; ++i) shown.push_back(printable(m.unchecked_before[i]));
+      if (m.unchecked_before.size() > shown.size()) shown.push_back("and " + std::to_string(m.unchecked_before.size() - shown.size()) + " more");
+      text += "; in compiled code, " + joined(shown, ", ") + " ran unchecked between those inputs and it, and may have made it";
+    }
+    return text;
   }
   std::string text = "the gradient that the backward of " + moduleName(m) + " sent to its input" + when +
                      (m.inputs_finite ? ", from finite incoming gradients" + largest
@@ -115,8 +124,8 @@ std::string upstreamOriginText(const RunData& run, const std::optional<ModuleChe
   if (m) return "the first non-finite value was " + firstModuleText(run, *m, m->step != edge.step || m->phase != edge.phase);
   if (!run.trailOn()) return "the origin is outside attention (nanprov run --trail names the module that made it)";
   if (trailMissedCompiledCode(run)) {
-    return "the origin is outside attention (--trail could not name the module: modules inside torch.compile'd code "
-           "are not checked)";
+    return "the origin is outside attention (--trail could not name the module: inside torch.compile'd code only the "
+           "modules' forward outputs are checked, not their backward)";
   }
   return "the origin is outside attention, and no module's output was non-finite before it";
 }

@@ -397,7 +397,9 @@ void addRunCommand(CLI::App& app, int* exit_code, std::vector<std::string> wrapp
                 "Also check every module's output and, in training, the gradient its backward sends to its "
                 "inputs, so that when the first non-finite value was made outside attention the report names "
                 "the first module that made it (forward or backward), its step and phase. Asynchronous like the "
-                "attention checks; modules inside torch.compile'd code are not checked");
+                "attention checks. Inside torch.compile'd code a module's forward is checked where Inductor writes its "
+                "values to memory anyway (the report names the modules that ran unchecked before it), its "
+                "backward not at all");
   cmd->add_flag("--warn-only,--audit-warn-only", opts->warn_only,
                 "Print and record what nanprov finds, but exit with the training's own code");
   // Without "--", everything from the first positional on is the user's command.

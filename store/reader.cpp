@@ -155,16 +155,21 @@ Status loadModuleChecks(sqlite3* db, const std::string& path, int rank, std::vec
   auto exists = queryInteger(db, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'module_checks'", {});
   if (!exists.ok()) return notAStore(path, exists.status().message());
   if (!*exists) return Status::Ok();
+  // Stores written before compiled modules were checked have no `unchecked` column.
+  auto has_unchecked =
+      queryInteger(db, "SELECT 1 FROM pragma_table_info('module_checks') WHERE name = 'unchecked'", {});
+  if (!has_unchecked.ok()) return notAStore(path, has_unchecked.status().message());
   auto rows = sqlite::prepare(db,
-      "SELECT step,phase,module,class,inputs_finite,nan,posinf,neginf,largest_input,ord,time_ns,gradient FROM module_checks "
-      "ORDER BY ord");
+      std::string("SELECT step,phase,module,class,inputs_finite,nan,posinf,neginf,largest_input,ord,time_ns,gradient,") +
+          (*has_unchecked ? "unchecked" : "''") + " FROM module_checks ORDER BY ord");
   if (!rows.ok()) return notAStore(path, rows.status().message());
   return sqlite::eachRow(db, rows->get(), path, [&](sqlite3_stmt* s) {
     ModuleCheckRecord& m = out->emplace_back();
     m.rank = rank;
-    std::string phase;
+    std::string phase, unchecked;
     sqlite::readRow(s, 0, m.step, phase, m.module, m.module_class, m.inputs_finite, m.nan, m.posinf, m.neginf,
-                    m.largest_input, m.order, m.time_ns, m.gradient);
+                    m.largest_input, m.order, m.time_ns, m.gradient, unchecked);
+    m.unchecked_before = splitOn(unchecked, '\n');
     if (!parsePhase(phase, &m.phase)) return notAStore(path, "a module check has an unknown phase '" + printable(phase) + "'");
     return Status::Ok();
   });

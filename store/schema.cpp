@@ -89,7 +89,8 @@ CREATE TABLE IF NOT EXISTS module_checks (
   largest_input REAL NOT NULL,
   ord           INTEGER NOT NULL,
   time_ns       INTEGER NOT NULL,
-  gradient      INTEGER NOT NULL
+  gradient      INTEGER NOT NULL,
+  unchecked     TEXT NOT NULL DEFAULT ''
 );
 CREATE TABLE IF NOT EXISTS steps (
   step   INTEGER PRIMARY KEY,

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "base/bounded_queue.h"
+#include "base/text.h"
 #include "base/records/call_event.h"
 #include "store/call_signature.h"
 #include "store/schema.h"
@@ -65,7 +66,7 @@ StatusOr<Statements> prepareStatements(sqlite3* db) {
       {&st.sentinel, "INSERT INTO sentinel(step,tensor,parameter,norm) VALUES(?,?,?,?)"},
       {&st.module_check,
        "INSERT INTO module_checks(step,phase,module,class,inputs_finite,nan,posinf,neginf,largest_input,ord,time_ns,"
-       "gradient) VALUES(?,?,?,?,?,?,?,?,?,?,?,?)"},
+       "gradient,unchecked) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)"},
   };
   for (const auto& [stmt, text] : sql) {
     NANPROV_ASSIGN_OR_RETURN(*stmt, sqlite::prepare(db, text));
@@ -164,7 +165,7 @@ Status insertSentinel(sqlite3* db, Statements& st, const SentinelRecord& f) {
 Status insertModuleCheck(sqlite3* db, Statements& st, const ModuleCheckRecord& m) {
   sqlite3_stmt* s = st.module_check.get();
   sqlite::bindRow(s, m.step, std::string(phaseName(m.phase)), m.module, m.module_class, m.inputs_finite, m.nan, m.posinf,
-                  m.neginf, m.largest_input, m.order, m.time_ns, m.gradient);
+                  m.neginf, m.largest_input, m.order, m.time_ns, m.gradient, joined(m.unchecked_before, "\n"));
   return stepStatement(db, s);
 }
 

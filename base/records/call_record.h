@@ -132,6 +132,10 @@ struct ModuleCheckRecord {
   // Backward: which gradient it sent (an identity, equal for the modules that share that input
   // tensor and so were all handed the sum of their gradients); 0 in the forward.
   int64_t gradient = 0;
+  // Inside torch.compile'd code a module is checked only where Inductor writes values to memory
+  // anyway: these modules ran between the values its check read as inputs and its output,
+  // unchecked, and may have made what it is blamed for. Empty for a module checked by its hook.
+  std::vector<std::string> unchecked_before;
 
   int64_t nonfinite() const { return nan + posinf + neginf; }
 };

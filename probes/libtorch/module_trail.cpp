@@ -9,6 +9,7 @@
 #include <mutex>
 #include <unordered_set>
 
+#include "base/text.h"
 #include "probes/core/probe_cost.h"
 #include "probes/core/session.h"
 #include "probes/libtorch/probes.h"
@@ -46,11 +47,12 @@ void ModuleTrail::Tally::add(const DeviceChecks::Counts& c) {
   largest = std::max(largest, c.max_abs);
 }
 
-void ModuleTrail::name(int64_t id, const std::string& path, const std::string& module_class) {
+void ModuleTrail::name(int64_t id, const std::string& path, const std::string& module_class,
+                       const std::string& unchecked_before) {
   if (id < 0 || id > (int64_t{1} << 24)) return;
   std::lock_guard<std::mutex> lock(mu_);
   if (names_.size() <= static_cast<size_t>(id)) names_.resize(static_cast<size_t>(id) + 1);
-  names_[static_cast<size_t>(id)] = {path, module_class};
+  names_[static_cast<size_t>(id)] = {path, module_class, splitOn(unchecked_before, '\n')};
 }
 
 ModuleTrail::Site ModuleTrail::site(int64_t module, Phase phase) {
@@ -232,7 +234,8 @@ void ModuleTrail::judge(const Site& s, const Tally& in, const Tally& out) {
     if (s.step != found_step_) found_step_ = s.step, found_rows_ = 0;
     if (++found_rows_ > kMaxRows) return;
     if (static_cast<size_t>(s.module) < names_.size()) {
-      std::tie(r.module, r.module_class) = names_[static_cast<size_t>(s.module)];
+      const Name& n = names_[static_cast<size_t>(s.module)];
+      r.module = n.path, r.module_class = n.module_class, r.unchecked_before = n.unchecked_before;
     }
   }
   r.step = s.step;
@@ -249,9 +252,9 @@ void ModuleTrail::judge(const Site& s, const Tally& in, const Tally& out) {
 namespace {
 
 // The ops' bodies: nothing reaches the training.
-void trailModule(int64_t id, const std::string& path, const std::string& module_class) {
+void trailModule(int64_t id, const std::string& path, const std::string& module_class, const std::string& unchecked) {
   if (!probes().session().active()) return;
-  probes().trail().name(id, path, module_class);
+  probes().trail().name(id, path, module_class, unchecked);
 }
 
 void trailForward(int64_t id, const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs) {
@@ -263,6 +266,24 @@ void trailForward(int64_t id, const std::vector<at::Tensor>& inputs, const std::
   }
 }
 
+// Inside torch.compile'd code no module hook runs: the bootstrap puts trail_compiled into the
+// graph Dynamo hands to the backend, numbering the graph's modules 0..n-1. One compiled graph can
+// serve several places (every block of a model, when Dynamo compiled the block's forward), so the
+// graph's wrapper says, per thread and nested graphs stacked, where its first module's number
+// starts for the place it runs from (trail_graph_enter), and a check's module is base + slot.
+thread_local std::vector<int64_t> t_graph_bases;
+
+void trailGraphEnter(int64_t base) { t_graph_bases.push_back(base); }
+void trailGraphExit() {
+  if (!t_graph_bases.empty()) t_graph_bases.pop_back();
+}
+
+void trailCompiled(int64_t slot, const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs) {
+  // No base: the graph ran outside its wrapper; base -1: the wrapper could not name this place.
+  if (t_graph_bases.empty() || t_graph_bases.back() < 0 || slot < 0) return;
+  trailForward(t_graph_bases.back() + slot, inputs, outputs);
+}
+
 }  // namespace
 
 void installModuleTrail() {
@@ -270,8 +291,18 @@ void installModuleTrail() {
   std::call_once(once, [] {
     // Leaked on purpose: dropping the Library deregisters the ops.
     auto* library = new torch::Library(torch::Library::FRAGMENT, "nanprov", std::nullopt, __FILE__, __LINE__);
-    library->def("trail_module(int id, str path, str cls) -> ()", &trailModule);
+    library->def("trail_module(int id, str path, str cls, str unchecked=\"\") -> ()", &trailModule);
     library->def("trail_forward(int id, Tensor[] inputs, Tensor[] outputs) -> ()", &trailForward);
+    // Not a catch-all kernel: that is CompositeImplicitAutograd, which tracing would run on fake
+    // tensors, leaving nothing in the graph. The real kernel serves the backends; tracing (fake
+    // tensors) runs the empty Meta one. flexible_layout: Inductor hands over its buffers in the
+    // layout it chose, so reading them never makes it lay them out differently.
+    library->def("trail_compiled(int slot, Tensor[] inputs, Tensor[] outputs) -> ()", {at::Tag::flexible_layout});
+    library->impl("trail_compiled", torch::dispatch(c10::DispatchKey::CompositeExplicitAutograd, &trailCompiled));
+    library->impl("trail_compiled", torch::dispatch(c10::DispatchKey::Meta, [](int64_t, const std::vector<at::Tensor>&,
+                                                                                 const std::vector<at::Tensor>&) {}));
+    library->def("trail_graph_enter(int base) -> ()", &trailGraphEnter);
+    library->def("trail_graph_exit() -> ()", &trailGraphExit);
   });
 }
 

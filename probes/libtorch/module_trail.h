@@ -39,7 +39,9 @@ class ModuleTrail {
   ModuleTrail& operator=(const ModuleTrail&) = delete;
 
   // Module `id` (the bootstrap numbers modules as it first sees them) is `path`, of `module_class`.
-  void name(int64_t id, const std::string& path, const std::string& module_class);
+  // `unchecked_before`: in compiled code, the modules that ran unchecked between the values its
+  // check reads as inputs and its output ('\n' between paths; ModuleCheckRecord::unchecked_before).
+  void name(int64_t id, const std::string& path, const std::string& module_class, const std::string& unchecked_before);
   // A call of module `id` returned `outputs` from `inputs`: checks them (not for a forward that
   // activation checkpointing recomputes: the original was checked) and, with gradients on, watches
   // its backward.
@@ -95,7 +97,11 @@ class ModuleTrail {
   Session& session_;
   DeviceChecks& checks_;
   std::mutex mu_;  // guards everything below; never held across a DeviceChecks call
-  std::vector<std::pair<std::string, std::string>> names_;  // by module id: path, class
+  struct Name {
+    std::string path, module_class;
+    std::vector<std::string> unchecked_before;
+  };
+  std::vector<Name> names_;  // by module id
   std::map<uint64_t, Pending> pending_;
   std::map<uint64_t, Launch> launches_;
   uint64_t next_pending_ = 1, next_launch_ = 1;
@@ -105,8 +111,11 @@ class ModuleTrail {
 };
 
 // Registers the ops the bootstrap calls, served by the process's trail (probes().trail()):
-//   torch.ops.nanprov.trail_module(id, path, cls)
+//   torch.ops.nanprov.trail_module(id, path, cls, unchecked="")
 //   torch.ops.nanprov.trail_forward(id, inputs, outputs)
+// and, for checks the bootstrap puts into compiled graphs (compiled_trail.py):
+//   torch.ops.nanprov.trail_compiled(slot, inputs, outputs)
+//   torch.ops.nanprov.trail_graph_enter(base), torch.ops.nanprov.trail_graph_exit()
 void installModuleTrail();
 
 }  // namespace nanprov

@@ -130,6 +130,12 @@ TEST(FirstModule, TextSaysWhatTheModuleDidInEachPhase) {
   fwd.module_class = "LayerNorm";
   fwd.largest_input = 3.4e38;
   EXPECT_EQ(firstModuleText(run, fwd, false), "the output of h.0.ln_1 (LayerNorm), from finite inputs (largest |x| 3.4e+38)");
+  ModuleCheckRecord compiled = fwd;  // checked inside a compiled graph, after values it could not read
+  compiled.unchecked_before = {"h.0.mlp.c_fc", "h.0", "wte", "h.0.attn.c_proj", "h.0.attn"};
+  EXPECT_EQ(firstModuleText(run, compiled, false),
+            "the output of h.0.ln_1 (LayerNorm), from finite inputs (largest |x| 3.4e+38); in compiled code, h.0.mlp.c_fc, "
+            "h.0, wte, h.0.attn.c_proj, and 1 more ran unchecked between those inputs and it, and may have made it");
+  EXPECT_EQ(firstModuleJson(run, compiled)["unchecked_before"].size(), 5u);
   ModuleCheckRecord bwd = check(2, 0, "", true, Phase::kBackward);
   EXPECT_EQ(firstModuleText(run, bwd, true).rfind("the gradient that the backward of the outermost module (Linear) sent to its "
                                                   "input at step 2 bwd, from finite incoming gradients", 0),

@@ -130,6 +130,7 @@ TEST(RunReader, ModuleChecksRoundTripAndOldStoresHaveNone) {
     m.inputs_finite = true, m.posinf = 3, m.largest_input = 0.5, m.order = 7, m.time_ns = 70;
     ModuleCheckRecord earlier = m;
     earlier.order = 4, earlier.module = "h.0.mlp.c_proj";
+    earlier.unchecked_before = {"h.0.mlp.c_fc", "h.0"};
     (*w)->appendModuleChecks({m, earlier});
     CallRecord c;
     c.op = "op", c.backend = "math";
@@ -147,9 +148,17 @@ TEST(RunReader, ModuleChecksRoundTripAndOldStoresHaveNone) {
   EXPECT_EQ(first.posinf, 3);
   EXPECT_DOUBLE_EQ(first.largest_input, 0.5);
   EXPECT_TRUE(first.inputs_finite);
+  EXPECT_EQ(first.unchecked_before, (std::vector<std::string>{"h.0.mlp.c_fc", "h.0"}));
+  EXPECT_TRUE(run->module_checks[1].unchecked_before.empty());
 
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open((dir / rankStoreName(0)).c_str(), &db), SQLITE_OK);
+  // A store from before compiled modules were checked: no `unchecked` column.
+  ASSERT_EQ(sqlite3_exec(db, "ALTER TABLE module_checks DROP COLUMN unchecked", nullptr, nullptr, nullptr), SQLITE_OK);
+  auto older = loadRun(dir.string(), RunScope::kEdges);
+  ASSERT_TRUE(older.ok()) << older.status().message();
+  ASSERT_EQ(older->module_checks.size(), 2u);
+  EXPECT_TRUE(older->module_checks[0].unchecked_before.empty());
   ASSERT_EQ(sqlite3_exec(db, "DROP TABLE module_checks; DELETE FROM meta WHERE key = 'trail'", nullptr, nullptr, nullptr), SQLITE_OK);
   sqlite3_close(db);
   auto old = loadRun(dir.string(), RunScope::kEdges);

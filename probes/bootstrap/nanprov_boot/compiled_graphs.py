@@ -1,5 +1,8 @@
-"""Module paths inside torch.compile'd code, and FlexAttention a compiled graph ran unseen."""
-from . import compiled_flex, trail
+"""Module paths inside torch.compile'd code, FlexAttention a compiled graph ran unseen, and the
+trail's checks inside compiled graphs."""
+import sys
+
+from . import compiled_flex, compiled_trail, trail
 from .module_paths import dynamo_path
 
 
@@ -44,20 +47,45 @@ def watch(lib, torch, output_graph, modules):
     original = cls.call_user_compiler
 
     def call_user_compiler(self, gm, *args, **kwargs):
-        compiled = original(self, gm, *args, **kwargs)
-        if trail.enabled():  # its modules run no hook: the report says they were not trailed
+        trailed = None
+        if trail.enabled():
+            # Its modules run no hook: their forward is checked from inside the graph where that
+            # cannot change what it computes, their backward not at all; the report says so.
             lib.nanprov_trail_compiled()
+            try:
+                trailed = compiled_trail.instrument(gm, torch)
+            except Exception as exc:  # the graph as Dynamo made it
+                trail.say_once(f"--trail: a compiled graph's modules are not checked ({type(exc).__name__}: {exc})")
+        try:
+            compiled = original(self, gm, *args, **kwargs)
+        except Exception as exc:
+            # Dynamo's own signals (restart the analysis, shorten a traceback) pass through; a
+            # backend that could not take the checks gets the graph as Dynamo made it.
+            if trailed is None or type(exc).__name__ not in ("BackendCompilerFailed", "Unsupported"):
+                raise
+            trailed.remove()
+            trailed = None
+            trail.say_once(f"--trail: a compiled graph's modules are not checked ({type(exc).__name__}: {exc})")
+            compiled = original(self, gm, *args, **kwargs)
         try:
             graph = _CompiledGraph(gm, compiled_flex.installed())
         except Exception:
             return compiled
-        if not graph.paths and not graph.foreign:
+        if not graph.paths and not graph.foreign and trailed is None:
             return compiled
+        ops = torch.ops.nanprov
 
         def run(*a, **k):
             stack = getattr(modules.compiled, "stack", None)
             if stack is None:
                 stack = modules.compiled.stack = []
+            entered = False
+            if trailed is not None:
+                try:  # the module the graph runs from names its modules; before this graph is on the stack
+                    ops.trail_graph_enter(trailed.base(modules.eager_path(sys._getframe(1))))
+                    entered = True
+                except Exception:  # its checks then find no base and check nothing
+                    pass
             graph.next = 0
             stack.append(graph)
             recorded_before = lib.nanprov_foreign_calls()
@@ -67,6 +95,8 @@ def watch(lib, torch, output_graph, modules):
             finally:
                 lib.nanprov_compiled_grad_mode(-1)
                 stack.pop()
+                if entered:
+                    ops.trail_graph_exit()
                 # FlexAttention calls recorded while the graph ran: bracketed by compiled_flex's
                 # pass, or run eagerly (the eager backend); the rest went unseen.
                 unseen = sum(graph.foreign.values()) - (lib.nanprov_foreign_calls() - recorded_before)

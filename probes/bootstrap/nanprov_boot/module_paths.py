@@ -62,7 +62,21 @@ class ModulePaths:
                 self.parameters[id(p)] = (weakref.ref(p), clean_path(name))
 
     def current(self, frame):
-        """The module path of the attention call running in `frame`'s thread.
+        """The module path of the attention call running in `frame`'s thread: the innermost
+        module running eagerly (eager_path), and inside a compiled graph the path within it."""
+        path = self.eager_path(frame)
+        graphs = getattr(self.compiled, "stack", None)
+        if graphs:
+            # Inside a compiled graph: the path within it, in the order its attention runs.
+            graph = graphs[-1]
+            if graph.paths:
+                inside = graph.paths[graph.next % len(graph.paths)]
+                graph.next += 1
+                path = f"{path}.{inside}" if path and inside else (path or inside)
+        return path
+
+    def eager_path(self, frame):
+        """The path of the innermost module whose Python frame runs in `frame`'s thread.
 
         Reading a frame's `self` builds a dict of all its locals (f_locals), so the walk stops at
         the innermost module once that module's path is known: one f_locals per call instead of
@@ -88,16 +102,7 @@ class ModulePaths:
         if inner is not None and path is None:
             path = self._table(inner, root).get(inner, "")
             self.best[inner] = path
-        path = path or ""
-        graphs = getattr(self.compiled, "stack", None)
-        if graphs:
-            # Inside a compiled graph: the path within it, in the order its attention runs.
-            graph = graphs[-1]
-            if graph.paths:
-                inside = graph.paths[graph.next % len(graph.paths)]
-                graph.next += 1
-                path = f"{path}.{inside}" if path and inside else (path or inside)
-        return path
+        return path or ""
 
     def name_from_stack(self, frame):
         """Names parameters from the models the training code holds, once, at the first optimizer

@@ -8,8 +8,10 @@ asynchronously and, in training, hooks the call's gradients in C++. A module is 
 it runs; later calls look its number up by the module object. The hook only reads: it returns
 None, so every output is the module's own.
 
-Inside torch.compile'd code no module hook runs: those modules are not checked, and the store's
-meta says a compiled graph ran (trail_compiled), so the report can say so.
+Inside torch.compile'd code no module hook runs: compiled_trail.py puts the same check into the
+graph, where Inductor writes the values to memory anyway, numbered from the same counter. The
+store's meta says a compiled graph ran (trail_compiled): its modules' backward is not checked, and
+the report can say so.
 """
 import inspect
 import os
@@ -31,25 +33,51 @@ def _tensors(value, tensor_type, out):
     return out
 
 
+class Numbers:
+    """Module numbers from one counter, for the forward hook and the compiled graphs: each number
+    is named to the probes once."""
+
+    def __init__(self, trail_module):
+        self.trail_module = trail_module
+        self.next = 0  # not a count of live modules: modules that are gone keep theirs
+
+    def take(self, named):
+        """Numbers the (path, class name, unchecked paths) in `named` consecutively; returns the first."""
+        first = self.next
+        for i, (path, cls, unchecked) in enumerate(named):
+            self.trail_module(first + i, path, cls, "\n".join(unchecked))
+        self.next += len(named)
+        return first
+
+
+numbers = None  # the run's Numbers, once install() ran with --trail
+_say = None
+_said = []
+
+
+def say_once(message):
+    """A failure of the trail, said once: it never reaches the training."""
+    if _say is not None and not _said:
+        _said.append(message)
+        _say(message)
+
+
 def install(torch, lib, modules, say):
+    global numbers, _say
     if not enabled():
         return
+    _say = say
     ops = torch.ops.nanprov
-    trail_module, trail_forward = ops.trail_module, ops.trail_forward
+    trail_forward = ops.trail_forward
+    numbers = Numbers(ops.trail_module)
     tensor_type = torch.Tensor
     is_compiling = torch.compiler.is_compiling
     ids = weakref.WeakKeyDictionary()  # module -> its number (-1: torch.compile's wrapper)
-    counter = [0]  # not len(ids): modules that are gone leave it
-    failed = []
 
     def number(module, frame):
-        n = counter[0]
-        counter[0] += 1
-        ids[module] = n
         # The walk finds this module's own frame (_call_impl's self) as the innermost, and names
         # it from the outermost module running, once.
-        path = modules.current(frame)
-        trail_module(n, path, type(module).__name__)
+        n = ids[module] = numbers.take([(modules.current(frame), type(module).__name__, ())])
         return n
 
     def hook(module, args, kwargs, output):
@@ -72,10 +100,8 @@ def install(torch, lib, modules, say):
                 for value in kwargs.values():
                     _tensors(value, tensor_type, inputs)
                 trail_forward(n, inputs, outputs)
-        except Exception as exc:  # never reaches the training; said once
-            if not failed:
-                failed.append(exc)
-                say(f"--trail: module calls are not checked ({type(exc).__name__}: {exc}); training continues")
+        except Exception as exc:  # never reaches the training
+            say_once(f"--trail: module calls are not checked ({type(exc).__name__}: {exc}); training continues")
         return None
 
     torch.nn.modules.module.register_module_forward_hook(hook, with_kwargs=True)

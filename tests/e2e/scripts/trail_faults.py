@@ -3,7 +3,7 @@
   ln            h.0.ln_1's weight becomes 3e38: its output overflows (forward), from finite inputs;
   mlp           h.0.mlp.c_fc's weight becomes 3e38: the MLP's first Linear overflows (forward);
   act-backward  h.0.mlp.act's backward (a hand-written autograd.Function) turns the finite gradient
-                it receives into Inf; its forward is a plain GELU.
+                it receives into Inf; its forward is a plain GELU (not with --act gelu).
 With --oracle, plain-PyTorch hooks (nothing of nanprov's) find the answer and print it:
   oracle: step S phase fwd|bwd module PATH
 the first module call whose output was non-finite from finite inputs (forward), or whose backward
@@ -49,14 +49,18 @@ class Act(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self, d):
+    def __init__(self, d, act):
         super().__init__()
         self.c_fc = nn.Linear(d, 4 * d)
-        self.act = Act()
+        self.act = {"blow-up": Act, "gelu": nn.GELU, "swiglu": nn.SiLU}[act]()
+        # SwiGLU (Llama's MLP): the activation's output meets c_up's in a product, which Inductor
+        # fuses, keeping the activation in fp32 where the model is bf16.
+        self.c_up = nn.Linear(d, 4 * d) if act == "swiglu" else None
         self.c_proj = nn.Linear(4 * d, d)
 
     def forward(self, x):
-        return self.c_proj(self.act(self.c_fc(x)))
+        h = self.act(self.c_fc(x))
+        return self.c_proj(h * self.c_up(x) if self.c_up is not None else h)
 
 
 class Attention(nn.Module):
@@ -75,12 +79,12 @@ class Attention(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, d, heads):
+    def __init__(self, d, heads, act):
         super().__init__()
         self.ln_1 = nn.LayerNorm(d)
         self.attn = Attention(d, heads)
         self.ln_2 = nn.LayerNorm(d)
-        self.mlp = MLP(d)
+        self.mlp = MLP(d, act)
 
     def forward(self, x):
         x = x + self.attn(self.ln_1(x))
@@ -88,10 +92,10 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, d=16, heads=2, layers=2, channels=4, checkpoint=None):
+    def __init__(self, d=16, heads=2, layers=2, channels=4, checkpoint=None, act="blow-up"):
         super().__init__()
         self.checkpoint = checkpoint  # None, "reentrant" or "non-reentrant": each block recomputed in backward
-        self.transformer = nn.ModuleDict(dict(wte=nn.Linear(channels, d), h=nn.ModuleList(Block(d, heads) for _ in range(layers)),
+        self.transformer = nn.ModuleDict(dict(wte=nn.Linear(channels, d), h=nn.ModuleList(Block(d, heads, act) for _ in range(layers)),
                                               ln_f=nn.LayerNorm(d)))
         self.head = nn.Linear(d, channels)
 
@@ -151,6 +155,9 @@ def main():
     p.add_argument("--oracle", action="store_true")
     p.add_argument("--checkpoint", choices=["reentrant", "non-reentrant"])
     p.add_argument("--compile", action="store_true", help="train torch.compile(model)")
+    p.add_argument("--act", choices=["blow-up", "gelu", "swiglu"], default="blow-up",
+                   help="the MLP's activation: the hand-written Function (a graph break under torch.compile), "
+                        "nn.GELU, or Llama's SwiGLU (nn.SiLU times a second Linear)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     p.add_argument("--lr", type=float, default=1e-2, help="large: the training diverges by itself, no fault needed")
@@ -158,7 +165,7 @@ def main():
     args = p.parse_args()
     torch.manual_seed(0)
     dtype = getattr(torch, args.dtype)
-    model = GPT(d=args.d_model, checkpoint=args.checkpoint).to(args.device, dtype)
+    model = GPT(d=args.d_model, checkpoint=args.checkpoint, act=args.act).to(args.device, dtype)
     oracle = Oracle(model) if args.oracle else None
     opt = torch.optim.SGD(model.parameters(), lr=args.lr)
     run = torch.compile(model) if args.compile else model
@@ -174,14 +181,16 @@ def main():
                     block.mlp.c_fc.weight.fill_(3e38)
             if args.fault == "act-backward":
                 block.mlp.act.scale = 1e39
-        else:
+        elif args.act == "blow-up":
             block.mlp.act.scale = 1.0
         x = torch.randn(2, 8, 4).to(args.device, dtype)
         loss = (run(x) - x).square().mean()
         opt.zero_grad()
         loss.backward()
         opt.step()
-        print(f"step {step}: loss {loss.item()!r}", flush=True)
+        # The parameters' sum in float64 too: a bf16 loss is too coarse to show a change in rounding.
+        weights = sum(p.detach().double().sum() for p in model.parameters()).item()
+        print(f"step {step}: loss {loss.item()!r} weights {weights!r}", flush=True)
 
 
 if __name__ == "__main__":
