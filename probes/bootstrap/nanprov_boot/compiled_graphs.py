@@ -45,6 +45,8 @@ def watch(lib, torch, output_graph, modules):
     """
     cls = output_graph.OutputGraph
     original = cls.call_user_compiler
+    if trail.enabled():
+        trail.keep_out_of_dynamo_frames(torch._dynamo.eval_frame)
 
     def call_user_compiler(self, gm, *args, **kwargs):
         trailed = None

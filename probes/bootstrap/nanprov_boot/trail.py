@@ -15,6 +15,7 @@ the report can say so.
 """
 import inspect
 import os
+import sys
 import weakref
 
 
@@ -105,3 +106,24 @@ def install(torch, lib, modules, say):
         return None
 
     torch.nn.modules.module.register_module_forward_hook(hook, with_kwargs=True)
+    _hook_codes.append(hook.__code__)
+    eval_frame = sys.modules.get("torch._dynamo.eval_frame")
+    if eval_frame is not None:  # Dynamo was imported before the probes: compiled_graphs' watch has run
+        keep_out_of_dynamo_frames(eval_frame)
+
+
+_hook_codes = []  # the forward hook's code, once installed
+
+
+def keep_out_of_dynamo_frames(eval_frame):
+    """Runs the forward hook as plain Python where it runs as a frame of its own.
+
+    Where compiled code breaks its graph at a module call, the call runs eagerly, but Dynamo still
+    compiles each Python frame it runs, this hook's included. Traced, is_compiling() is True and
+    the hook compiles to nothing, so those modules went unchecked (a user's own module hooks that
+    break the graph are enough). Skipping the hook's frame leaves it eager there; inside a traced
+    graph Dynamo still inlines it, and it adds nothing to the graph."""
+    skip = getattr(eval_frame, "skip_code", None)
+    if skip is not None:
+        for code in _hook_codes:
+            skip(code)
