@@ -94,7 +94,8 @@ def hf_llama(args):
     with torch.device("cuda"):  # initialised on the GPU: on the host a 1B model takes tens of seconds
         model = LlamaForCausalLM._from_config(config, attn_implementation="sdpa", dtype=torch.bfloat16)
     tokens = torch.randint(0, config.vocab_size, (args.batch, args.seq), device="cuda")
-    return model, lambda: model(input_ids=tokens, labels=tokens).loss
+    run = torch.compile(model) if args.compile else model
+    return model, lambda: run(input_ids=tokens, labels=tokens).loss
 
 
 def main():
@@ -110,6 +111,7 @@ def main():
     p.add_argument("--attention", default="sdpa", choices=["sdpa", "fa4", "flex"])
     p.add_argument("--model", default="blocks", choices=["blocks", "hf-llama"])
     p.add_argument("--phases", action="store_true", help="also time forward, backward and optimizer step apart")
+    p.add_argument("--compile", action="store_true", help="train torch.compile(model); raise --warmup past the compile")
     args = p.parse_args()
     if args.model == "hf-llama" and (args.check == "naive" or args.attention != "sdpa"):
         p.error("--model hf-llama runs transformers' own SDPA attention: no --check naive, no --attention")
@@ -122,7 +124,8 @@ def main():
         attend = causal_attention(args.attention, args.seq)
         model = nn.Sequential(*[Block(args.d_model, args.heads, naive, attend) for _ in range(args.layers)]).cuda().bfloat16()
         x = torch.randn(args.batch, args.seq, args.d_model, device="cuda", dtype=torch.bfloat16)
-        forward = lambda: model(x).float().pow(2).mean()  # noqa: E731
+        run = torch.compile(model) if args.compile else model
+        forward = lambda: run(x).float().pow(2).mean()  # noqa: E731
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     anomaly = torch.autograd.detect_anomaly(check_nan=True) if args.check == "anomaly" else contextlib.nullcontext()
     times, every = [], []

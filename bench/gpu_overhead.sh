@@ -20,6 +20,7 @@
 # nanprov added per step.
 #   bench/gpu_overhead.sh [rounds] [steps]      (needs a CUDA GPU and a built nanprov on PATH)
 # BENCH_CONFIGS narrows the configurations, e.g. BENCH_CONFIGS="none nanprov checks".
+# BENCH_COMPILE=1 trains torch.compile(model) (its first 8 steps, the compile, not timed).
 # BENCH_ATTENTION=fa4|flex runs the model with FlashAttention-4 or compiled FlexAttention (seen
 # through the bootstrap's brackets); BENCH_MODELS="gpu-bound" runs only that model (of gpu-bound, launch-bound, hf-llama).
 set -euo pipefail
@@ -41,6 +42,8 @@ means() { for x in "$@"; do echo "${x##*:}"; done; }
 bench_model() {
   local name="$1"; shift
   local args=("$root/bench/gpu_model.py" --steps "$steps" --attention "${BENCH_ATTENTION:-sdpa}" "$@")
+  # BENCH_COMPILE=1: the model under torch.compile, its first steps (the compile) left out.
+  [ "${BENCH_COMPILE:-0}" = 1 ] && args+=(--compile --warmup 8)
   declare -A ms=()
   local syncs="?"
   for r in $(seq "$rounds"); do
@@ -54,7 +57,9 @@ bench_model() {
     want audit && ms[audit]+=" $(nanprov run --audit --audit-warn-only --out "$tmp/$name-audit-$r" -- "$py" "${args[@]}" 2>/dev/null | step_ms)"
     want anomaly && ms[anomaly]+=" $("$py" "${args[@]}" --check anomaly | step_ms)"
     want naive && ms[naive]+=" $("$py" "${args[@]}" --check naive | step_ms)"
-    syncs="$(nanprov sql "$tmp/$name-full-$r" "SELECT value FROM meta WHERE key='host_syncs'" --json |
+    # From the default run, or the trail's where the default did not run.
+    local probed="$tmp/$name-full-$r"; [ -d "$probed" ] || probed="$tmp/$name-trail-$r"
+    syncs="$(nanprov sql "$probed" "SELECT value FROM meta WHERE key='host_syncs'" --json |
              grep -o '"value": *"[0-9]*"' | grep -o '[0-9]*' | head -1)"
   done
   local base base_mean; base="$(median $(medians ${ms[none]}))" base_mean="$(median $(means ${ms[none]}))"
@@ -72,7 +77,7 @@ bench_model() {
   if want audit; then
     nanprov report "$tmp/$name-audit-1" | grep -E "^  (audit|    [0-9]+ not audited)"
   fi
-  local calls; calls="$(nanprov sql "$tmp/$name-full-1" "SELECT COUNT(*) AS n FROM calls" --json | grep -o '[0-9]\+' | head -1)"
+  local calls; calls="$(nanprov sql "$(ls -d "$tmp/$name-full-1" "$tmp/$name-trail-1" 2>/dev/null | head -1)" "SELECT COUNT(*) AS n FROM calls" --json | grep -o '[0-9]\+' | head -1)"
   echo "  host syncs added by nanprov over the whole run: $syncs ($calls attention calls checked)"
   # The probes' own time on the training thread, by stage (meta probe_cost, first nanprov round).
   want nanprov && echo "  probe_cost: $(nanprov sql "$tmp/$name-full-1" "SELECT value FROM meta WHERE key='probe_cost'" | tail -n +2 | sed 's/ *$//')"
