@@ -95,8 +95,13 @@ std::string firstModuleText(const RunData& run, const ModuleCheckRecord& m, bool
     if (!m.unchecked_before.empty()) {
       // Compiled code is checked only where Inductor writes values anyway (compiled_trail.py).
       std::vector<std::string> shown;
-      for (size_t i = 0; i < m.unchecked_before.size() && i < 4; ++i) shown.push_back(printable(m.unchecked_before[i]));
-      if (m.unchecked_before.size() > shown.size()) shown.push_back("and " + std::to_string(m.unchecked_before.size() - shown.size()) + " more");
+      // Nearest first; "..." last where the bootstrap's walk upstream stopped at its limit.
+      std::vector<std::string> modules = m.unchecked_before;
+      const bool further = !modules.empty() && modules.back() == "...";
+      if (further) modules.pop_back();
+      for (size_t i = 0; i < modules.size() && i < 4; ++i) shown.push_back(printable(modules[i]));
+      if (modules.size() > shown.size()) shown.push_back("and " + std::to_string(modules.size() - shown.size()) + " more");
+      if (further) shown.push_back("code further upstream");
       text += "; in compiled code, " + joined(shown, ", ") + " ran unchecked between those inputs and it, and may have made it";
     }
     return text;

@@ -34,8 +34,9 @@ NANPROV_API void nanprov_compiled_grad_mode(int mode);
 NANPROV_API const char* nanprov_probe_op(const char* name, const char* roles, const char* backend);
 // Forward calls recorded through torch.ops.nanprov.record_call on this thread so far.
 NANPROV_API long long nanprov_foreign_calls(void);
-// --trail: a torch.compile'd graph ran (or was compiled), whose modules run no hook: noted in the
-// store's meta (trail_compiled), so the report says those modules were not checked.
+// --trail: a torch.compile'd graph was compiled, whose modules run no hook: their forward is checked
+// from inside the graph (compiled_trail.py), their backward not at all. Noted in the store's meta
+// (trail_compiled), so the report can say so.
 NANPROV_API void nanprov_trail_compiled(void);
 // Final flush; called from the interpreter's exit. Later calls are no-ops.
 NANPROV_API void nanprov_shutdown(void);

@@ -136,6 +136,10 @@ TEST(FirstModule, TextSaysWhatTheModuleDidInEachPhase) {
             "the output of h.0.ln_1 (LayerNorm), from finite inputs (largest |x| 3.4e+38); in compiled code, h.0.mlp.c_fc, "
             "h.0, wte, h.0.attn.c_proj, and 1 more ran unchecked between those inputs and it, and may have made it");
   EXPECT_EQ(firstModuleJson(run, compiled)["unchecked_before"].size(), 5u);
+  compiled.unchecked_before = {"h.0.mlp.c_fc", "..."};  // the walk upstream stopped at its limit
+  EXPECT_NE(firstModuleText(run, compiled, false)
+                .find("in compiled code, h.0.mlp.c_fc, code further upstream ran unchecked between those inputs and it"),
+            std::string::npos);
   ModuleCheckRecord bwd = check(2, 0, "", true, Phase::kBackward);
   EXPECT_EQ(firstModuleText(run, bwd, true).rfind("the gradient that the backward of the outermost module (Linear) sent to its "
                                                   "input at step 2 bwd, from finite incoming gradients", 0),

@@ -164,8 +164,9 @@ TEST(Trail, LeavesTheLossesBitIdentical) {
                            "--fault none --compile --act swiglu --dtype bfloat16 --d-model 64"}) {
     SCOPED_TRACE(args);
     Result plain = sh(python() + " " + faults() + " --steps 3 " + args + " 2>/dev/null | grep '^step'");
+    // A "--trail: ... not checked" line would mean the checks never went into the graph.
     Result probed = sh(nanprov() + " run --out " + runDir("trail-identical-" + std::to_string(n++)).string() + " --trail -- " +
-                       python() + " " + faults() + " --steps 3 " + args + " 2>/dev/null | grep '^step'");
+                       python() + " " + faults() + " --steps 3 " + args + " 2>&1 | grep -E '^step|--trail:'");
     ASSERT_EQ(plain.code, 0);
     EXPECT_NE(plain.out.find("step 2: loss"), std::string::npos) << plain.out;
     EXPECT_EQ(probed.out, plain.out);

@@ -366,7 +366,7 @@ TEST(HealthCheck, AFullRingOfUnfinishedChecksWaitsAndCountsIt) {
   TensorView v = view(dev.p, ElementType::kFloat32, {1024}, {1});
   auto queue = HealthCheckQueue::create(0, 2);
   ASSERT_TRUE(queue.ok());
-  loadTheCheckKernel(**queue, v);
+  ASSERT_NO_FATAL_FAILURE(loadTheCheckKernel(**queue, v));
   fixtures::StuckStream stuck;
   ASSERT_TRUE(stuck.ok());
   void* stream = stuck.stream();
@@ -398,7 +398,7 @@ TEST(HealthCheck, DrainGivesUpOnAStuckStreamAtItsDeadline) {
   TensorView v = view(dev.p, ElementType::kFloat32, {1024}, {1});
   auto queue = HealthCheckQueue::create(0, 4);
   ASSERT_TRUE(queue.ok());
-  loadTheCheckKernel(**queue, v);
+  ASSERT_NO_FATAL_FAILURE(loadTheCheckKernel(**queue, v));
   fixtures::StuckStream stuck;
   ASSERT_TRUE(stuck.ok());
   void* stream = stuck.stream();

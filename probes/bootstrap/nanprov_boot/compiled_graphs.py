@@ -50,25 +50,30 @@ def watch(lib, torch, output_graph, modules):
 
     def call_user_compiler(self, gm, *args, **kwargs):
         trailed = None
-        if trail.enabled():
+        # torch.export traces through here too: an exported program must not carry the checks.
+        if trail.enabled() and not getattr(self, "export", False):
             # Its modules run no hook: their forward is checked from inside the graph where that
             # cannot change what it computes, their backward not at all; the report says so.
             lib.nanprov_trail_compiled()
             try:
                 trailed = compiled_trail.instrument(gm, torch)
             except Exception as exc:  # the graph as Dynamo made it
-                trail.say_once(f"--trail: a compiled graph's modules are not checked ({type(exc).__name__}: {exc})")
+                trail.say_once("instrument", f"--trail: a compiled graph's modules are not checked ({type(exc).__name__}: {exc})")
         try:
             compiled = original(self, gm, *args, **kwargs)
         except Exception as exc:
             # Dynamo's own signals (restart the analysis, shorten a traceback) pass through; a
-            # backend that could not take the checks gets the graph as Dynamo made it.
+            # backend that could not take the checks gets the graph as Dynamo made it. If that
+            # fails too, the failure was not the checks': the user sees their own error.
             if trailed is None or type(exc).__name__ not in ("BackendCompilerFailed", "Unsupported"):
                 raise
-            trailed.remove()
-            trailed = None
-            trail.say_once(f"--trail: a compiled graph's modules are not checked ({type(exc).__name__}: {exc})")
-            compiled = original(self, gm, *args, **kwargs)
+            try:
+                trailed.remove()
+                trailed = None
+                compiled = original(self, gm, *args, **kwargs)
+            except Exception:
+                raise exc from None
+            trail.say_once("backend", f"--trail: a compiled graph's modules are not checked ({type(exc).__name__}: {exc})")
         try:
             graph = _CompiledGraph(gm, compiled_flex.installed())
         except Exception:

@@ -19,11 +19,16 @@ start for the place it runs from: one graph Dynamo compiled from a block's forwa
 block. Only the forward is checked: the backward of compiled code runs as one graph with no
 module boundaries left in it.
 """
+import collections
 import operator
 
 from . import trail
 from .module_paths import dynamo_path
 
+# Unwritten values a module's check walks past, upstream of its inputs, before it stops looking.
+_WALK_LIMIT = 32
+# Last in a module's unchecked_before where the walk stopped: code further upstream ran unchecked too.
+FURTHER_UPSTREAM = "..."
 # Ops Inductor runs as kernels of their own (a library call or a template) that read every operand
 # from memory, by the name of their target (function, method or operator).
 _READ_FROM_MEMORY = frozenset(("linear", "matmul", "mm", "bmm", "addmm", "baddbmm", "addbmm", "conv1d", "conv2d", "conv3d"))
@@ -63,7 +68,6 @@ class _Graph:
                 operands = [n for n in node.all_input_nodes if self.is_tensor(n)]
                 if all(self._read_as_matrix(n) for n in operands):
                     self.written.update(n for n in operands if not _weight(n))
-        self._upstream = {}
 
     def is_tensor(self, node):
         return isinstance(node.meta.get("example_value"), self.tensor_type)
@@ -78,40 +82,35 @@ class _Graph:
         # A symbolic size counts as not 1: Inductor decides such sizes size-obliviously.
         return all(not isinstance(d, int) or d > 1 for d in shape[-2:])
 
-    def upstream(self, node):
-        """(the nearest written values at or above `node`, the unwritten nodes passed on the way)."""
-        done = self._upstream.get(node)
-        if done is not None:
-            return done
-        # Iteratively, in graph order: a long chain of unwritten values must not exhaust the stack.
-        pending = [node]
-        while pending:
-            top = pending[-1]
-            if top in self._upstream:
-                pending.pop()
+    def upstream(self, starts):
+        """Walking up from `starts`: (the nearest written values, the unwritten nodes passed, nearest
+        first, whether the walk stopped at its limit before reaching written values everywhere).
+
+        Bounded: a residual stream is never an operand of a matrix product, so an unbounded walk
+        from a deep block's input would run back through every earlier block, and its check would
+        read, and keep alive, the written values of all of them."""
+        values, passed, seen = set(), [], set()
+        queue = collections.deque(starts)
+        while queue:
+            node = queue.popleft()
+            if node in seen:
                 continue
-            if top in self.written or _weight(top) or not self.is_tensor(top):
-                found = ({top}, frozenset()) if top in self.written else (frozenset(), frozenset())
-                self._upstream[top] = found
-                pending.pop()
-                continue
-            missing = [a for a in top.all_input_nodes if a not in self._upstream]
-            if missing:
-                pending.extend(missing)
-                continue
-            values, passed = set(), {top}
-            for a in top.all_input_nodes:
-                v, p = self._upstream[a]
-                values |= v
-                passed |= p
-            self._upstream[top] = (frozenset(values), frozenset(passed))
-            pending.pop()
-        return self._upstream[node]
+            seen.add(node)
+            if node in self.written:
+                values.add(node)
+            elif node.op not in ("placeholder", "get_attr"):  # a weight, or a size: nothing upstream
+                if len(passed) == _WALK_LIMIT:
+                    return values, passed, True
+                passed.append(node)
+                queue.extend(node.all_input_nodes)
+        return values, passed, False
 
 
 class Plan:
-    """A graph's modules, numbered in the order their checks run: (path within the graph, class,
-    paths of the modules that ran unchecked before it, within the graph)."""
+    """A graph's modules, numbered in graph order of their checks (after one node, outer modules
+    first; each check's record carries the order it ran in): (path within the graph, class, paths
+    of the modules that ran unchecked before it, nearest first, then FURTHER_UPSTREAM where the walk
+    stopped at its limit)."""
 
     def __init__(self, gm):
         self.gm = gm
@@ -124,6 +123,8 @@ class Plan:
         first = self.bases.get(prefix)
         if first is None:
             def full(inside):
+                if inside == FURTHER_UPSTREAM:
+                    return inside
                 return f"{prefix}.{inside}" if prefix and inside else (prefix or inside)
 
             named = [(full(inside), cls, [full(u) for u in unchecked]) for inside, cls, unchecked in self.modules]
@@ -138,40 +139,41 @@ class Plan:
         self.gm.recompile()
 
 
-def _innermost(node):
-    stack = node.meta.get("nn_module_stack") or {}
-    return next(reversed(stack.values()))[0] if stack else None
-
-
 def instrument(gm, torch):
     """Puts the trail's check into `gm` after each module's outputs that Inductor writes anyway.
     Returns the Plan, or None when the graph holds no such output."""
     check = torch.ops.nanprov.trail_compiled.default
     torch.fx.node.has_side_effect(check)
     g = _Graph(gm, torch.Tensor)
-    members, described = {}, {}
+    members, described, innermost = {}, {}, {}
     for node in g.nodes:
         if node.op in ("placeholder", "get_attr", "output"):
             continue
         for key, (path, cls) in (node.meta.get("nn_module_stack") or {}).items():
             members.setdefault(key, set()).add(node)
             described.setdefault(key, (dynamo_path(path), _class_name(cls)))
+            innermost[node] = key  # the stack runs outermost first
 
     checks = []
     for key, inside in members.items():
-        outputs = sorted((n for n in inside if n in g.written and any(u not in inside for u in n.users)), key=g.order.get)
+        # Its outputs: written values it made that are used outside it, and the written values
+        # inside it of which it is the innermost module (an operand of a product inside it): else
+        # a value made and used within a module would only ever be read as a later check's input.
+        outputs = sorted((n for n in inside if n in g.written and (innermost[n] == key or any(u not in inside for u in n.users))),
+                         key=g.order.get)
         if not outputs:
             continue
-        inputs, passed = set(), set()
-        for n in inside:
-            for a in n.all_input_nodes:
-                if a not in inside:
-                    v, p = g.upstream(a)
-                    inputs |= v
-                    passed |= p
+        taken = {a for n in inside for a in n.all_input_nodes if a not in inside}
+        values, passed, stopped = g.upstream(taken)
         path = described[key][0]
-        unchecked = sorted({dynamo_path(m) for m in filter(None, map(_innermost, passed))} - {path})
-        inputs = sorted(inputs, key=g.order.get)
+        unchecked = []  # nearest first: the likeliest to have made the value
+        for n in sorted(passed, key=g.order.get, reverse=True):
+            m = innermost.get(n)
+            if m is not None and described[m][0] != path and described[m][0] not in unchecked:
+                unchecked.append(described[m][0])
+        if stopped:
+            unchecked.append(FURTHER_UPSTREAM)
+        inputs = sorted(values, key=g.order.get)
         after = max(outputs + inputs, key=g.order.get)
         checks.append((g.order[after], -len(inside), key, inputs, outputs, after, unchecked))
     if not checks:

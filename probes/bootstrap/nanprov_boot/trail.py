@@ -44,22 +44,23 @@ class Numbers:
 
     def take(self, named):
         """Numbers the (path, class name, unchecked paths) in `named` consecutively; returns the first."""
+        # Reserved before naming: an op call lets other threads run, and they must not take these.
         first = self.next
+        self.next += len(named)
         for i, (path, cls, unchecked) in enumerate(named):
             self.trail_module(first + i, path, cls, "\n".join(unchecked))
-        self.next += len(named)
         return first
 
 
 numbers = None  # the run's Numbers, once install() ran with --trail
 _say = None
-_said = []
+_said = set()
 
 
-def say_once(message):
-    """A failure of the trail, said once: it never reaches the training."""
-    if _say is not None and not _said:
-        _said.append(message)
+def say_once(kind, message):
+    """A failure of the trail, said once for each kind: it never reaches the training."""
+    if _say is not None and kind not in _said:
+        _said.add(kind)
         _say(message)
 
 
@@ -102,7 +103,7 @@ def install(torch, lib, modules, say):
                     _tensors(value, tensor_type, inputs)
                 trail_forward(n, inputs, outputs)
         except Exception as exc:  # never reaches the training
-            say_once(f"--trail: module calls are not checked ({type(exc).__name__}: {exc}); training continues")
+            say_once("hook", f"--trail: module calls are not checked ({type(exc).__name__}: {exc}); training continues")
         return None
 
     torch.nn.modules.module.register_module_forward_hook(hook, with_kwargs=True)
