@@ -19,14 +19,15 @@ inline std::string joined(const std::vector<std::string>& parts, const char* sep
   return out;
 }
 
-// The parts of `text` between `sep`s; none for "" (the inverse of joined for non-empty parts).
-inline std::vector<std::string> splitOn(std::string_view text, char sep) {
+// "a,b,,c" split on `sep`, empty parts dropped.
+inline std::vector<std::string> splitList(std::string_view text, char sep) {
   std::vector<std::string> parts;
-  while (!text.empty()) {
-    const size_t end = text.find(sep);
-    parts.emplace_back(text.substr(0, end));
-    if (end == std::string_view::npos) break;
-    text.remove_prefix(end + 1);
+  size_t begin = 0;
+  while (begin <= text.size()) {
+    size_t end = text.find(sep, begin);
+    if (end == std::string_view::npos) end = text.size();
+    if (end > begin) parts.emplace_back(text.substr(begin, end - begin));
+    begin = end + 1;
   }
   return parts;
 }

@@ -169,7 +169,7 @@ Status loadModuleChecks(sqlite3* db, const std::string& path, int rank, std::vec
     std::string phase, unchecked;
     sqlite::readRow(s, 0, m.step, phase, m.module, m.module_class, m.inputs_finite, m.nan, m.posinf, m.neginf,
                     m.largest_input, m.order, m.time_ns, m.gradient, unchecked);
-    m.unchecked_before = splitOn(unchecked, '\n');
+    m.unchecked_before = splitList(unchecked, '\n');
     if (!parsePhase(phase, &m.phase)) return notAStore(path, "a module check has an unknown phase '" + printable(phase) + "'");
     return Status::Ok();
   });

@@ -55,16 +55,4 @@ StatusOr<std::vector<std::pair<std::string, std::string>>> splitKeyValues(const 
   return pairs;
 }
 
-std::vector<std::string> splitList(const std::string& text, char sep) {
-  std::vector<std::string> parts;
-  size_t begin = 0;
-  while (begin <= text.size()) {
-    size_t end = text.find(sep, begin);
-    if (end == std::string::npos) end = text.size();
-    if (end > begin) parts.push_back(text.substr(begin, end - begin));
-    begin = end + 1;
-  }
-  return parts;
-}
-
 }  // namespace nanprov

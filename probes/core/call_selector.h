@@ -10,6 +10,7 @@
 
 #include "base/records/call_record.h"
 #include "base/status.h"
+#include "base/text.h"  // splitList, for the specs parsed with these
 
 namespace nanprov {
 
@@ -31,8 +32,5 @@ bool readSelectorKey(CallSelector* selector, const std::string& key, const std::
 // "k=v,k2=v2" as (key, value) pairs in order, empty parts dropped. Fails, saying why, on a part
 // without '=' and on a key given twice (the second would silently win).
 StatusOr<std::vector<std::pair<std::string, std::string>>> splitKeyValues(const std::string& text);
-
-// "a,b,,c" split on `sep`, empty parts dropped.
-std::vector<std::string> splitList(const std::string& text, char sep);
 
 }  // namespace nanprov

@@ -52,7 +52,7 @@ void ModuleTrail::name(int64_t id, const std::string& path, const std::string& m
   if (id < 0 || id > (int64_t{1} << 24)) return;
   std::lock_guard<std::mutex> lock(mu_);
   if (names_.size() <= static_cast<size_t>(id)) names_.resize(static_cast<size_t>(id) + 1);
-  names_[static_cast<size_t>(id)] = {path, module_class, splitOn(unchecked_before, '\n')};
+  names_[static_cast<size_t>(id)] = {path, module_class, splitList(unchecked_before, '\n')};
 }
 
 ModuleTrail::Site ModuleTrail::site(int64_t module, Phase phase) {
