@@ -48,6 +48,12 @@ StatusOr<pid_t> spawn(std::vector<std::string> argv, const std::map<std::string,
                       posix_spawn_file_actions_t* actions) {
   std::string path = findExecutable(argv[0]);
   if (path.empty()) return Status::Error("command not found: " + argv[0]);
+  // Resolved here, where it was found: a child given another working directory would look for a
+  // relative path there.
+  if (path[0] != '/') {
+    char cwd[4096];
+    if (getcwd(cwd, sizeof cwd)) path = std::string(cwd) + "/" + path;
+  }
   std::vector<std::string> env = mergedEnvironment(extra_env);
   std::vector<char*> cargv = cStrings(argv), cenv = cStrings(env);
   pid_t pid = 0;
@@ -120,7 +126,8 @@ StatusOr<ChildExit> runChild(const std::vector<std::string>& argv,
 }
 
 StatusOr<std::string> captureOutput(const std::vector<std::string>& argv,
-                                    const std::map<std::string, std::string>& extra_env, int* exit_code) {
+                                    const std::map<std::string, std::string>& extra_env, int* exit_code,
+                                    const std::string& working_dir) {
   int fds[2];
   // Close-on-exec: a child that another thread spawns meanwhile (nanprov run starts the training
   // while its auditor runs the engine) must not hold the write end open.
@@ -129,6 +136,7 @@ StatusOr<std::string> captureOutput(const std::vector<std::string>& argv,
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
   posix_spawn_file_actions_addclose(&actions, fds[0]);
+  if (!working_dir.empty()) posix_spawn_file_actions_addchdir_np(&actions, working_dir.c_str());
   auto pid = spawn(argv, extra_env, &actions);
   posix_spawn_file_actions_destroy(&actions);
   close(fds[1]);

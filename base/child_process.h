@@ -29,9 +29,13 @@ struct ChildExit {
 StatusOr<ChildExit> runChild(const std::vector<std::string>& argv,
                              const std::map<std::string, std::string>& extra_env);
 
-// Runs argv to completion and returns its stdout; for short helper commands.
+// Runs argv to completion and returns its stdout; for short helper commands. A non-empty
+// `working_dir` is the child's current directory: a Python helper started with `-m` puts its
+// current directory first on sys.path, so one run where the user stands would import whatever
+// modules lie there (a bug-report folder replayed in place).
 StatusOr<std::string> captureOutput(const std::vector<std::string>& argv,
-                                    const std::map<std::string, std::string>& extra_env, int* exit_code);
+                                    const std::map<std::string, std::string>& extra_env, int* exit_code,
+                                    const std::string& working_dir = "");
 
 // A child that answers one line per line it is sent (the replay engine's audit-serve mode): a
 // long-lived helper, so what it loads at start is paid once. Its stderr is the caller's.

@@ -40,6 +40,14 @@ class ScratchDir {
   std::string path_;
 };
 
+// `path` from the root (the current directory prefixed when relative), for a child that runs
+// elsewhere. Plain getcwd, for the reason ScratchDir gives.
+std::string absolutePath(const std::string& path) {
+  if (path.empty() || path[0] == '/') return path;
+  char cwd[4096];
+  return getcwd(cwd, sizeof cwd) ? std::string(cwd) + "/" + path : path;
+}
+
 }  // namespace
 
 bool isFlashAttentionBackend(const std::string& backend) {
@@ -55,14 +63,19 @@ StatusOr<Outputs> rerunFlashAttention(const CaptureFile& file, const std::string
   ScratchDir scratch;
   if (scratch.path().empty()) return Status::Error("cannot make a temporary directory for the rerun");
   const std::string output = scratch.path() + "/outputs.safetensors";
-  // The helper imports nanprov_boot from the bootstrap folder, and the package from wherever the
-  // user's PYTHONPATH says; an empty NANPROV_RUN_DIR keeps the probes from arming in it (set in the
+  // The helper runs in the scratch folder, which holds nothing but its output: `python -m` puts
+  // its current directory first on sys.path, and a capture is often replayed inside the bug-report
+  // folder it came in, where a planted flash_attn/ or typing_extensions.py would be imported, run,
+  // and decide the verdict. Paths it is given are made absolute for that.
+  const std::string capture = absolutePath(capture_path);
+  // It imports nanprov_boot from the bootstrap folder, and the package from wherever the user's
+  // PYTHONPATH says; an empty NANPROV_RUN_DIR keeps the probes from arming in it (set in the
   // child's environment only: other threads here may read ours).
-  std::string path = bootstrap;
+  std::string path = absolutePath(bootstrap);
   if (const char* user = std::getenv("PYTHONPATH"); user && *user) path += std::string(":") + user;
   int code = 0;
-  auto said = captureOutput({python, "-m", "nanprov_boot.flash_rerun", capture_path, output, device.str()},
-                            {{"PYTHONPATH", path}, {"NANPROV_RUN_DIR", ""}}, &code);
+  auto said = captureOutput({python, "-m", "nanprov_boot.flash_rerun", capture, output, device.str()},
+                            {{"PYTHONPATH", path}, {"NANPROV_RUN_DIR", ""}}, &code, scratch.path());
   if (!said.ok()) return said.status();
   if (code != 0) {
     std::string why = firstLine(*said);

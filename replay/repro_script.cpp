@@ -1,5 +1,6 @@
 #include "replay/repro_script.h"
 
+#include <cstdint>
 #include <cstdio>
 
 #include "base/records/dtype.h"
@@ -14,19 +15,47 @@ std::string sdpaBackendName(const std::string& backend) {
   return "MATH";
 }
 
-// A Python string literal for any text (JSON strings are valid Python literals for this use).
-std::string quoted(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (c == '\n') {
-      out += "\\n";
-      continue;
-    }
-    out += c;
+// The next code point of UTF-8 `text` at `i`, advancing `i`; U+FFFD for a byte that starts no
+// valid sequence (a capture's metadata is whatever bytes its file holds).
+uint32_t nextCodePoint(const std::string& text, size_t& i) {
+  const auto byte = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
+  const unsigned char lead = byte(i);
+  const int extra = lead < 0x80 ? 0 : (lead >> 5) == 0x6 ? 1 : (lead >> 4) == 0xe ? 2 : (lead >> 3) == 0x1e ? 3 : -1;
+  if (extra < 0 || i + static_cast<size_t>(extra) >= text.size()) return ++i, 0xfffd;
+  uint32_t cp = extra == 0 ? lead : lead & (0x3f >> extra);
+  for (int k = 1; k <= extra; ++k) {
+    if ((byte(i + static_cast<size_t>(k)) & 0xc0) != 0x80) return ++i, 0xfffd;
+    cp = (cp << 6) | (byte(i + static_cast<size_t>(k)) & 0x3f);
   }
-  return out + "\"";
+  i += static_cast<size_t>(extra) + 1;
+  const uint32_t smallest[] = {0, 0x80, 0x800, 0x10000};
+  return cp < smallest[extra] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff) ? 0xfffd : cp;
 }
+
+// Any text as printable ASCII that Python reads back as the same string inside a literal: quotes
+// and backslashes escaped, everything outside printable ASCII (line breaks, a lone \r, NUL, U+2028,
+// direction overrides) as \x, \u or \U escapes. Capture metadata is written into the script this
+// way, in its literals and its comments alike, so no value can end a comment or a string and
+// become code.
+std::string pythonEscaped(const std::string& text) {
+  std::string out;
+  char buf[16];
+  for (size_t i = 0; i < text.size();) {
+    const uint32_t cp = nextCodePoint(text, i);
+    if (cp == '"' || cp == '\\') {
+      out += '\\';
+      out += static_cast<char>(cp);
+    } else if (cp >= 0x20 && cp < 0x7f) {
+      out += static_cast<char>(cp);
+    } else {
+      std::snprintf(buf, sizeof buf, cp < 0x100 ? "\\x%02x" : cp < 0x10000 ? "\\u%04x" : "\\U%08x", cp);
+      out += buf;
+    }
+  }
+  return out;
+}
+
+std::string quoted(const std::string& s) { return "\"" + pythonEscaped(s) + "\""; }
 
 }  // namespace
 
@@ -35,8 +64,8 @@ std::string reproScript(const ReproSpec& spec) {
   if (spec.scale) std::snprintf(scale, sizeof scale, "%.17g", *spec.scale);
   std::string s;
   s += "#!/usr/bin/env python3\n";
-  s += "# Reproduces what `nanprov replay` found for " + spec.call + ":\n#   " + spec.finding + "\n";
-  s += "# Captured with: " + spec.versions + "\n";
+  s += "# Reproduces what `nanprov replay` found for " + pythonEscaped(spec.call) + ":\n#   " + pythonEscaped(spec.finding) + "\n";
+  s += "# Captured with: " + pythonEscaped(spec.versions) + "\n";
   s += "# Needs only PyTorch. Run: python repro.py [cuda|cpu]   (exit 1: reproduced, 0: not)\n";
   s += R"py(import json
 import os

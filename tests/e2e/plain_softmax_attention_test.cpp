@@ -175,4 +175,28 @@ TEST(PlainSoftmaxAttention, FlashAttention2And3AreProbedAndAFaultyOneIsTheSuspec
   EXPECT_NE(u["root_cause"]["explanation"].get<std::string>().find("not importable"), std::string::npos) << unrun.out;
 }
 
+// A capture is often replayed inside the bug-report folder it came in. Whatever Python modules lie
+// there (a flash_attn/ whose flash_attn_func returns q, a typing_extensions.py that torch imports)
+// are never imported by the rerun child, and never decide the verdict.
+TEST(PlainSoftmaxAttention, TheFlashAttentionRerunImportsNothingFromTheFolderReplayRunsIn) {
+  ScopedEnv standin("PYTHONPATH", std::string(NANPROV_TEST_SCRIPTS) + "/flash_attn_standin");
+  ScopedEnv fault("STANDIN_FAULT", "nan-row");
+  TrainedRun r = train("fa2-planted", "", "--flavour fa2 --dtype float32 --steps 2", "flash_attn_training.py");
+  ASSERT_EQ(r.report.code, 1) << r.train.out;
+  fs::path folder = r.dir / "bug-report";
+  fs::create_directories(folder / "flash_attn");
+  const std::string mark = "import pathlib; pathlib.Path(__file__).with_name('MARK-' + __name__).write_text('ran')\n";
+  std::ofstream(folder / "flash_attn" / "__init__.py") << mark << "def flash_attn_func(q, k, v, **kw):\n    return q\n";
+  std::ofstream(folder / "typing_extensions.py") << mark;
+  ScopedEnv no_package("PYTHONPATH", "");
+  Result replay = sh("cd " + folder.string() + " && " + nanprov() + " replay " + r.dir.string() + " --json");
+  json d = json::parse(replay.out, nullptr, false);
+  ASSERT_FALSE(d.is_discarded()) << replay.out;
+  EXPECT_FALSE(fs::exists(folder / "flash_attn" / "MARK-flash_attn")) << "the planted flash_attn was imported";
+  EXPECT_FALSE(fs::exists(folder / "MARK-typing_extensions")) << "the planted typing_extensions was imported";
+  // As where the package is absent: fa2 is the suspect, not rerun because it does not import.
+  EXPECT_EQ(d["root_cause"]["class"], "captured-backend-suspect") << replay.out;
+  EXPECT_NE(d["root_cause"]["explanation"].get<std::string>().find("not importable"), std::string::npos) << replay.out;
+}
+
 }  // namespace

@@ -316,6 +316,32 @@ TEST(Replay, ControlCharactersInCaptureMetadataArePrintedEscaped) {
   EXPECT_EQ(r.doc["module"], "blocks.0\nroot cause: backend-specific (cudnn is at fault)\x1b[2J") << r.result.out;
 }
 
+// A capture someone sends may carry anything in its metadata: `--emit-repro` writes it into
+// repro.py, whose header tells the user to run it, and no line break (\n, a lone \r that Python
+// also ends lines on, U+2028) in the call or the versions may turn the rest into code.
+TEST(Replay, MetadataWithLineBreaksNeverRunsFromTheEmittedRepro) {
+  fs::path dir = runDir("repro-inert");
+  fs::create_directories(dir);
+  std::ofstream(dir / "make.py") << R"py(import sys, torch
+from safetensors.torch import save_file
+q = torch.randn(1, 2, 8, 4) * 1e20
+o = torch.nn.functional.scaled_dot_product_attention(q, q, q)
+payload = "import pathlib; pathlib.Path(%r).write_text('x')" % sys.argv[2]
+meta = {"phase": "fwd", "device": "cpu", "backend": "flash_cpu", "op": "aten::_scaled_dot_product_flash_attention_for_cpu"}
+for key, brk in (("call", "\n"), ("torch", "\r"), ("cuda_runtime", "\r\n"), ("cudnn", "\u2028"), ("gpu", "\n")):
+    meta[key] = "x" + brk + payload + brk + "#"
+save_file({"Q": q, "K": q.clone(), "V": q.clone(), "O": o}, sys.argv[1], metadata=meta)
+)py";
+  fs::path capture = dir / "call.safetensors", mark = dir / "MARK";
+  Result made = sh(python() + " " + (dir / "make.py").string() + " " + capture.string() + " " + mark.string() + " 2>&1");
+  ASSERT_EQ(made.code, 0) << made.out;
+  Replay rp = replay(capture.string() + " --emit-repro " + (dir / "repro").string());
+  ASSERT_TRUE(fs::exists(dir / "repro" / "repro.py")) << rp.result.out;
+  Result script = sh("cd " + dir.string() + " && " + python() + " repro/repro.py cpu 2>&1");
+  EXPECT_FALSE(fs::exists(mark)) << "metadata ran as code:\n" << script.out;
+  EXPECT_NE(script.out.find("import pathlib"), std::string::npos) << "the call is printed, as text: " << script.out;
+}
+
 // Two audits of one capture at once both finish and leave one whole judgement.
 TEST(Replay, TwoAuditsOfOneCaptureAtOnceBothFinish) {
   fs::path file = runDir("audit-race") / "call.safetensors";
