@@ -55,9 +55,26 @@ inline std::string shellWord(std::string_view word) {
   return out + "'";
 }
 
+// The UTF-8 format characters that change how a line reads without being control characters:
+// the bidirectional overrides, embeddings, isolates and marks (U+202E makes "layers.0.attn" read
+// as another name) and the line and paragraph separators U+2028/U+2029 (a line break to some
+// terminals, editors and pages). Returns the code point when `text` starts with one, else 0.
+inline unsigned formatCharacterAt(std::string_view text) {
+  if (text.size() >= 2 && static_cast<unsigned char>(text[0]) == 0xd8 && static_cast<unsigned char>(text[1]) == 0x9c) {
+    return 0x061c;  // ARABIC LETTER MARK
+  }
+  if (text.size() < 3 || static_cast<unsigned char>(text[0]) != 0xe2) return 0;
+  const unsigned b1 = static_cast<unsigned char>(text[1]), b2 = static_cast<unsigned char>(text[2]);
+  const unsigned cp = 0x2000 | ((b1 & 0x3f) << 6) | (b2 & 0x3f);
+  const bool format = cp == 0x200e || cp == 0x200f || (cp >= 0x2028 && cp <= 0x202e) || (cp >= 0x2066 && cp <= 0x2069);
+  return (b1 & 0xc0) == 0x80 && (b2 & 0xc0) == 0x80 && format ? cp : 0;
+}
+
 // `text` safe to print on a terminal: every control character is written as an escape ("\n" as
-// \\n, ESC as \\x1b, U+009B as \\u009b), so a module name or capture field holding a newline or
-// a terminal escape cannot forge report lines or rewrite the screen. Everything else is kept.
+// \\n, ESC as \\x1b, U+009B as \\u009b), and so is every format character above (U+202E as
+// \\u202e), so a module name, capture field or file name holding a newline, a terminal escape or a
+// direction override cannot forge report lines, rewrite the screen or read as another name.
+// Everything else is kept.
 inline std::string printable(std::string_view text) {
   std::string out;
   out.reserve(text.size());
@@ -78,6 +95,10 @@ inline std::string printable(std::string_view text) {
       std::snprintf(buf, sizeof buf, "\\u%04x", next);
       out += buf;
       ++i;
+    } else if (unsigned cp = formatCharacterAt(text.substr(i))) {
+      std::snprintf(buf, sizeof buf, "\\u%04x", cp);
+      out += buf;
+      i += cp == 0x061c ? 1 : 2;
     } else {
       out += static_cast<char>(c);
     }

@@ -14,6 +14,7 @@
 #include "store/mapped_counters.h"
 #include "store/run_dir.h"
 #include "base/numbers.h"
+#include "base/text.h"
 #include "replay/engine_request.h"
 
 namespace nanprov::cli {
@@ -125,7 +126,7 @@ void Auditor::judge(const std::string& capture) {
   nlohmann::json doc = {{"format", kAuditFormat}, {"call", meta.ok() ? (*meta)["call"] : "?"},
                         {"step", meta.ok() ? (*meta)["step"] : "?"}, {"phase", meta.ok() ? (*meta)["phase"] : "?"},
                         {"capture", capture}, {"audited", false}, {"not_audited_why", why}, {"finding", false}};
-  if (Status st = writeAuditFile(capture, doc); !st.ok()) std::cerr << "nanprov: " << st.message() << "\n";
+  if (Status st = writeAuditFile(capture, doc); !st.ok()) std::cerr << "nanprov: " << printable(st.message()) << "\n";
 }
 
 void Auditor::countJudged(const std::string& rank_text, int64_t took_ns) {

@@ -11,7 +11,9 @@
 namespace nanprov::cli {
 
 int fail(const std::string& command, const Status& status) {
-  std::cerr << "nanprov " << command << ": " << status.message() << "\n";
+  // Escaped: a message names files and values from outside (a rank file named with a newline
+  // must not print a second line).
+  std::cerr << "nanprov " << command << ": " << nanprov::printable(status.message()) << "\n";
   return nanprov::kInputError;
 }
 

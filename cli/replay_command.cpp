@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <iostream>
 
+#include "base/json_text.h"
+#include "base/text.h"
 #include "cli/build_info.h"
 #include "cli/commands.h"
 #include "cli/edges.h"
@@ -84,7 +86,7 @@ StatusOr<std::string> checkedBackends(const std::string& list, bool given) {
 
 int replay(const Options& opts) {
   auto backends = checkedBackends(opts.backends, opts.backends_given);
-  if (!backends.ok()) return std::cerr << "nanprov replay: " << backends.status().message() << "\n", kUsageError;
+  if (!backends.ok()) return std::cerr << "nanprov replay: " << printable(backends.status().message()) << "\n", kUsageError;
   std::string capture = opts.targets.size() == 1 ? opts.targets.front() : "";
   std::error_code ec;
   if (opts.targets.size() > 1 && !fs::is_directory(opts.targets.front(), ec)) {

@@ -39,7 +39,10 @@ std::string unprobedLine(const Conclusion& c) {
 nlohmann::json coverageJson(const RunData& run, const Conclusion& c) {
   nlohmann::json unprobed = nlohmann::json::array();
   for (const auto& [what, n] : c.unprobed) unprobed.push_back({{"what", what}, {"count", n}});
-  return {{"attention_calls", run.total_calls}, {"calls_not_stored", run.callsNotStored()}, {"unprobed", unprobed}};
+  return {{"attention_calls", run.total_calls},
+          {"calls_not_stored", run.callsNotStored()},
+          {"unprobed", unprobed},
+          {"damage", run.damage}};
 }
 
 // The ranks whose workers could not write their store, and why. With the ranks absent from the
@@ -135,6 +138,7 @@ std::string summaryLine(const RunData& run) {
         << " not stored: the process ended before they reached the store (killed, or it exited "
            "by a path that runs no exit hook)";
   }
+  for (const std::string& damage : run.damage) out << "\n  damaged: " << printable(damage);
   return out.str();
 }
 

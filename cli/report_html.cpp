@@ -222,6 +222,7 @@ std::string coverageSection(const Report& report) {
                                  " the process began but never stored: it ended before they reached the store (killed, or it "
                                  "exited by a path that runs no exit hook)");
   }
+  for (const std::string& damage : run.damage) out += row("damaged", shown(damage));
   std::string unprobed;
   for (const auto& [what, n] : conclusion.unprobed) unprobed += "<li>" + shown(what) + " &times; " + std::to_string(n) + "</li>";
   out += row("recognised, not checked", unprobed.empty() ? "none" : "<ul>" + unprobed + "</ul>");

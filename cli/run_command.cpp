@@ -89,7 +89,7 @@ void traceKernelsOfLateEdges(const RunData& run, const Findings& f) {
         replay::engineArgv(engine, {.capture = capturePath(run, *capture), .device = "cuda",
                                     .output = replay::EngineOutput::kKernels}),
         {}, &code);
-    if (!said.ok()) std::cerr << "nanprov: could not replay " << callName(c) << " for its kernels: " << said.status().message() << "\n";
+    if (!said.ok()) std::cerr << "nanprov: could not replay " << callName(c) << " for its kernels: " << printable(said.status().message()) << "\n";
   }
 }
 
@@ -146,7 +146,8 @@ Status checkProbeOp(const std::string& spec) {
 // rows into the first run's stores.
 Status claimRunDir(const std::string& dir) {
   std::string taken = dir + " already holds a run; pick a new --out (or remove the directory)";
-  if (holdsRankStores(dir)) return Status::Error(taken);
+  // A tally alone is a run's too (a rank that died before its store): a new run would count on from it.
+  if (holdsRankStores(dir) || !callTallyPaths(dir).empty()) return Status::Error(taken);
   auto claimed = claimRunFile(dir);
   if (!claimed.ok()) return claimed.status();
   return *claimed ? Status::Ok() : Status::Error(taken);
@@ -185,7 +186,7 @@ int run(RunOptions& opts) {
            SpecList{&opts.probe_modules, &probe_modules, &checkProbeModule},
            SpecList{&opts.probe_ops, &probe_ops, &checkProbeOp}}) {
     for (const std::string& spec : *specs) {
-      if (Status st = check(spec); !st.ok()) return std::cerr << "nanprov run: " << st.message() << "\n", kUsageError;
+      if (Status st = check(spec); !st.ok()) return std::cerr << "nanprov run: " << printable(st.message()) << "\n", kUsageError;
       *joined += (joined->empty() ? "" : ";") + spec;
     }
   }
@@ -208,7 +209,7 @@ int run(RunOptions& opts) {
   fs::create_directories(dir, ec);
   if (ec) return fail("run", Status::Error("cannot create run directory " + dir + ": " + ec.message()));
   if (Status st = claimRunDir(dir); !st.ok()) {
-    std::cerr << "nanprov run: " << st.message() << "\n";
+    std::cerr << "nanprov run: " << printable(st.message()) << "\n";
     return kUsageError;
   }
   std::string abs_dir = fs::absolute(dir).string();
@@ -277,7 +278,7 @@ int run(RunOptions& opts) {
   }
   auto data = loadRun(dir, RunScope::kEdges);
   if (!data.ok()) {
-    std::cerr << "nanprov: nothing to report: " << data.status().message() << "\n" << processNotes(dir);
+    std::cerr << "nanprov: nothing to report: " << printable(data.status().message()) << "\n" << processNotes(dir);
   } else {
     Findings findings = analyze(*data);
     if (!opts.no_kernels) traceKernelsOfLateEdges(*data, findings);

@@ -23,6 +23,7 @@
 #include "base/exit_codes.h"
 #include "base/json_text.h"
 #include "base/numbers.h"
+#include "base/text.h"
 #include "kernels/health_check.h"
 #include "replay/backend_kernels.h"
 #include "replay/backends.h"
@@ -271,7 +272,7 @@ bool recordKernels(BackendKernelTrace& trace, const CapturedCall& call, const st
 }
 
 int fail(const Status& st) {
-  std::fprintf(stderr, "nanprov replay: %s\n", st.message().c_str());
+  std::fprintf(stderr, "nanprov replay: %s\n", printable(st.message()).c_str());  // it names files: one line
   return kInputError;
 }
 

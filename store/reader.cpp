@@ -192,10 +192,33 @@ Status loadStepEnds(sqlite3* db, const std::string& path, std::map<int64_t, int6
   });
 }
 
-// A rank's call tally (store/mapped_counters.h); nullopt when there is none.
-std::optional<int64_t> tallyOf(const std::string& path) {
+// More calls than any process can hold begun and unstored: the writer's pending calls (2^18) and
+// queue, and the checks in flight, with room to spare. A tally past this is damage, not a death.
+constexpr int64_t kMostCallsUnstored = int64_t{1} << 22;
+
+// A rank's call tally (store/mapped_counters.h), checked against the `stored` calls of its store:
+// nullopt when there is none, or when it contradicts the store (then `damage` says so once).
+std::optional<int64_t> tallyOf(const std::string& path, int rank, int64_t stored, std::vector<std::string>* damage) {
   auto counts = readMappedCounters(path);
-  return counts ? std::optional((*counts)[0]) : std::nullopt;
+  if (!counts) return std::nullopt;
+  const int64_t begun = (*counts)[0];
+  const std::string said = "rank " + std::to_string(rank) + "'s call tally says " + std::to_string(begun) + " calls began, ";
+  if (begun < stored) {
+    damage->push_back(said + "fewer than the " + std::to_string(stored) + " its store holds: the tally is damaged and not counted");
+    return std::nullopt;
+  }
+  if (begun - stored > kMostCallsUnstored) {
+    damage->push_back(said + "more unstored than any process holds: the tally is damaged and not counted");
+    return std::nullopt;
+  }
+  return begun;
+}
+
+// The call rows a store holds, counted: what the report counts, whatever its meta says.
+int64_t countCalls(sqlite3* db) {
+  auto st = sqlite::prepare(db, "SELECT COUNT(*) FROM calls");
+  if (!st.ok() || sqlite3_step(st->get()) != SQLITE_ROW) return 0;
+  return sqlite3_column_int64(st->get(), 0);
 }
 
 }  // namespace
@@ -302,11 +325,24 @@ StepUnit RunData::stepUnit() const {
   return StepUnit::kOptimizerStep;
 }
 
-// The calls a store holds, from the writer's running count (no scan).
-static int64_t callsWritten(const RankInfo& info) {
+// The calls a store's writer committed, from its running count; nullopt when the meta is absent
+// or no count.
+static std::optional<int64_t> callsWritten(const RankInfo& info) {
   auto it = info.meta.find("calls_written");
-  auto n = it == info.meta.end() ? std::optional<int64_t>(0) : parseInteger(it->second, 0, INT64_MAX);
-  return n ? *n : 0;
+  return it == info.meta.end() ? std::nullopt : parseInteger(it->second, 0, INT64_MAX);
+}
+
+// Tallies of ranks that have no store here: they died before their first batch.
+static void countTalliesWithoutStore(const std::vector<std::string>& dirs, RunData* run) {
+  std::set<int> stored;
+  for (const RankInfo& r : run->ranks) stored.insert(r.rank);
+  for (const std::string& dir : dirs) {
+    for (const std::string& tally : callTallyPaths(dir)) {
+      auto rank = rankOfTallyName(std::filesystem::path(tally).filename().string());
+      if (!rank || stored.count(*rank)) continue;
+      run->calls_begun_without_store += tallyOf(tally, *rank, 0, &run->damage).value_or(0);
+    }
+  }
 }
 
 // Orders calls across ranks: by step, then time, then rank and seq.
@@ -329,10 +365,7 @@ StatusOr<RunData> loadRun(const RunDirs& dirs, RunScope scope) {
   if (!found.ok()) return found.status();
   const std::vector<std::string>& paths = *found;
   if (paths.empty() && areRunDirs(dirs)) {
-    // A rank that died before its first batch left a tally and no store.
-    for (const std::string& dir : dirs.all) {
-      for (const std::string& tally : callTallyPaths(dir)) run.calls_begun_without_store += tallyOf(tally).value_or(0);
-    }
+    countTalliesWithoutStore(dirs.all, &run);
     return run;
   }
   if (paths.empty()) return storesOf(dirs).status();
@@ -346,7 +379,6 @@ StatusOr<RunData> loadRun(const RunDirs& dirs, RunScope scope) {
       NANPROV_RETURN_IF_ERROR(loadEdges(db->get(), path, &run, &loaded));
       if (run.not_clean.calls > not_clean_before) run.not_clean.ranks.insert(info.rank);
       NANPROV_RETURN_IF_ERROR(loadKernels(db->get(), path, info.rank, &loaded, &run.kernels));
-      run.total_calls += callsWritten(info);
     } else if (scope == RunScope::kTraced) {
       size_t first = run.kernels.size();
       NANPROV_RETURN_IF_ERROR(loadKernels(db->get(), path, info.rank, nullptr, &run.kernels));
@@ -355,22 +387,29 @@ StatusOr<RunData> loadRun(const RunDirs& dirs, RunScope scope) {
         if (traced.empty() || traced.back() != run.kernels[i].seq) traced.push_back(run.kernels[i].seq);
       }
       if (!traced.empty()) NANPROV_RETURN_IF_ERROR(loadCalls(db->get(), path, CallFilter::of(traced), &run.calls));
-      run.total_calls += callsWritten(info);
     } else {
-      size_t before = run.calls.size();
       NANPROV_RETURN_IF_ERROR(loadCalls(db->get(), path, CallFilter::all(), &run.calls));
       NANPROV_RETURN_IF_ERROR(loadKernels(db->get(), path, info.rank, nullptr, &run.kernels));
       NANPROV_RETURN_IF_ERROR(loadStepEnds(db->get(), path, &info.step_ends_ns));
-      run.total_calls += static_cast<int64_t>(run.calls.size() - before);
     }
     NANPROV_RETURN_IF_ERROR(loadCaptures(db->get(), path, info.rank, &run.captures));
     NANPROV_RETURN_IF_ERROR(loadSentinel(db->get(), path, info.rank, &run.sentinel));
     NANPROV_RETURN_IF_ERROR(loadModuleChecks(db->get(), path, info.rank, &run.module_checks));
     info.steps = countSteps(db->get());
-    info.calls_stored = callsWritten(info);
-    info.calls_begun = tallyOf((std::filesystem::path(path).parent_path() / callTallyName(info.rank)).string());
+    info.calls_stored = countCalls(db->get());
+    run.total_calls += info.calls_stored;
+    // Fewer rows than committed is damage; more is a live run's writer committing since the meta
+    // was read (each statement reads its own snapshot).
+    if (auto written = callsWritten(info); written && *written > info.calls_stored) {
+      run.damage.push_back("rank " + std::to_string(info.rank) + "'s store holds " + std::to_string(info.calls_stored) +
+                           " calls, but its writer committed " + std::to_string(*written) +
+                           ": rows were deleted or lost, and what is counted is what is there");
+    }
+    info.calls_begun = tallyOf((std::filesystem::path(path).parent_path() / callTallyName(info.rank)).string(), info.rank,
+                               info.calls_stored, &run.damage);
     run.ranks.push_back(std::move(info));
   }
+  countTalliesWithoutStore(dirs.all, &run);
   for (const CallRecord& c : run.calls) {
     if (c.device.isCpu()) run.kernels.push_back(cpuKernelOf(c));
   }

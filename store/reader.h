@@ -24,8 +24,9 @@ struct RankInfo {
   // RunScope::kAll only: when each step ended (the steps table: the optimizer's step post hook,
   // or in inference the start of the next forward pass), step → CLOCK_REALTIME ns.
   std::map<int64_t, int64_t> step_ends_ns;
-  int64_t calls_stored = 0;             // call rows committed to the store
-  std::optional<int64_t> calls_begun;   // from rank-<r>.tally; none in runs older than it
+  int64_t calls_stored = 0;             // call rows the store holds, counted
+  // From rank-<r>.tally; none in runs older than it, or when it contradicts the store (damage).
+  std::optional<int64_t> calls_begun;
 };
 
 // How much of a run to read. kEdges is what the report needs, at any run size: per rank the first
@@ -58,6 +59,10 @@ struct RunData {
   std::vector<ModuleCheckRecord> module_checks;
   int64_t calls_begun_without_store = 0;  // tallied by ranks that died before creating their store
   std::map<int, std::string> unrecorded;  // ranks whose workers could not write their store → why
+  // What in the run's files contradicts itself, one line each (a store missing rows its writer
+  // committed, a tally below what was stored or past any process's reach): said once in the
+  // report; the counts shown are what is there.
+  std::vector<std::string> damage;
 
   // The job's world size as its ranks recorded it (the largest; 0 when no store says).
   int worldSize() const;

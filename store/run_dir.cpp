@@ -96,6 +96,7 @@ std::map<int, std::string> unrecordedRanks(const std::string& dir) {
 }
 
 std::optional<int> rankOfStoreName(const std::string& filename) { return rankOfName(filename, kStoreSuffix); }
+std::optional<int> rankOfTallyName(const std::string& filename) { return rankOfName(filename, kTallySuffix); }
 
 std::vector<std::string> callTallyPaths(const std::string& dir) {
   std::vector<std::string> paths;

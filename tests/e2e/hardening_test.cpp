@@ -238,6 +238,101 @@ TEST_F(Hardening, InvalidUtf8InTextColumnsStillGivesValidJson) {
   EXPECT_EQ(calls[0]["module"], "\xef\xbf\xbd\xef\xbf\xbd" "A") << "each invalid byte became U+FFFD";
 }
 
+// Format characters are not control characters but change how a line reads: U+202E makes a
+// module name read as another, U+2028/U+2029 break lines in some terminals and pages. The text,
+// the page and the file names in errors show them as escapes; JSON keeps the value as stored.
+TEST_F(Hardening, DirectionOverridesAndLineSeparatorsArePrintedEscaped) {
+  fs::path dir = copy("format-chars");
+  // "blocks.0" U+202E "nttа" U+2028 "x" U+2029 "y"
+  sqlite(dir / "rank-0.sqlite", "UPDATE signatures SET module=CAST(x'626c6f636b732e30e280ae6e7474e280a878e280a979' AS TEXT)");
+  const std::string raw[] = {"\xe2\x80\xae", "\xe2\x80\xa8", "\xe2\x80\xa9"};
+  fs::path page = dir / "page.html";
+  for (std::string command : {std::string("report"), std::string("calls"), "report --html " + page.string()}) {
+    SCOPED_TRACE(command);
+    size_t space = command.find(' ');
+    std::string rest = space == std::string::npos ? "" : command.substr(space);
+    Result text = sh(nanprov() + " " + command.substr(0, space) + " " + dir.string() + rest + " 2>&1");
+    std::string shown = command.rfind("report --html", 0) == 0 ? sh("cat " + page.string()).out : text.out;
+    for (const std::string& r : raw) EXPECT_EQ(shown.find(r), std::string::npos) << shown.substr(0, 2000);
+    EXPECT_NE(shown.find("blocks.0\\u202entt\\u2028x\\u2029y"), std::string::npos) << shown.substr(0, 2000);
+  }
+  json doc = commandJson("report", dir);
+  EXPECT_EQ(doc["first_edge"]["module"], "blocks.0\xe2\x80\xaentt\xe2\x80\xa8x\xe2\x80\xa9y") << "JSON keeps the value";
+  // A file name in an error: one line, the newline and the override escaped.
+  fs::path odd = copy("odd-name");
+  std::ofstream(odd / "rank-1\nnanprov report: forged\xe2\x80\xae.sqlite") << "x";
+  Result err = sh(nanprov() + " report " + odd.string() + " 2>&1 >/dev/null");
+  EXPECT_EQ(lines(err.out), 1) << err.out;
+  EXPECT_NE(err.out.find("rank-1\\nnanprov report: forged\\u202e.sqlite"), std::string::npos) << err.out;
+}
+
+// The call tally is a count another process wrote: believed only where the store agrees. Garbage,
+// overflowing values and a tally below what was stored are damage, said once; a rank with a tally
+// and no store counts; and a new run never counts on from an old tally.
+TEST_F(Hardening, TheCallTallyIsCheckedAgainstTheStore) {
+  auto writeTally = [](const fs::path& file, const std::string& eight_bytes) {
+    std::ofstream(file, std::ios::binary | std::ios::trunc) << eight_bytes;
+  };
+  auto littleEndian = [](int64_t n) {
+    std::string out(8, '\0');
+    for (int i = 0; i < 8; ++i) out[static_cast<size_t>(i)] = static_cast<char>(static_cast<uint64_t>(n) >> (8 * i));
+    return out;
+  };
+  const int64_t stored = recorded_->doc["coverage"]["attention_calls"];
+  ASSERT_GT(stored, 0);
+  struct Case {
+    const char* name;
+    std::string rank0, rank1;  // tallies; rank 1 has no store
+    int64_t not_stored;
+    size_t damage;
+  };
+  const Case cases[] = {
+      {"text", "NANPROV!", "", 0, 1},
+      {"int64-max", littleEndian(INT64_MAX), littleEndian(INT64_MAX), 0, 2},
+      {"below-stored", littleEndian(stored - 1), "", 0, 1},
+      {"rank-without-store", littleEndian(stored + 3), littleEndian(5), 8, 0},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    fs::path dir = copy(std::string("tally-") + c.name);
+    writeTally(dir / "rank-0.tally", c.rank0);
+    if (!c.rank1.empty()) writeTally(dir / "rank-1.tally", c.rank1);
+    json doc = commandJson("report", dir);
+    EXPECT_EQ(doc["coverage"]["calls_not_stored"], c.not_stored) << doc["coverage"].dump();
+    EXPECT_EQ(doc["coverage"]["damage"].size(), c.damage) << doc["coverage"].dump();
+    Result text = sh(nanprov() + " report " + dir.string() + " 2>&1");
+    EXPECT_EQ(text.out.find("the last -"), std::string::npos) << text.out;
+    size_t said = 0;
+    for (size_t at = text.out.find("damaged: "); at != std::string::npos; at = text.out.find("damaged: ", at + 1)) ++said;
+    EXPECT_EQ(said, c.damage) << text.out;
+    if (c.damage) EXPECT_NE(text.out.find("call tally says"), std::string::npos) << text.out;
+  }
+  // A folder holding only an old tally is an old run's: a new run is refused, not counted on.
+  fs::path stale = runDir("stale-tally");
+  fs::create_directories(stale);
+  writeTally(stale / "rank-0.tally", littleEndian(1000));
+  Result again = sh(nanprov() + " run --out " + stale.string() + " -- " + python() + " " + example("tiny_transformer.py") +
+                    " --steps 1 2>&1");
+  EXPECT_EQ(again.code, 2) << again.out;
+  EXPECT_NE(again.out.find("already holds a run"), std::string::npos) << again.out;
+}
+
+// Rows deleted from a store: the report counts what is there and says the store lost rows,
+// never "N calls checked" from the writer's own count.
+TEST_F(Hardening, DeletedCallRowsAreCountedAsDamage) {
+  fs::path dir = copy("deleted-rows");
+  sqlite(dir / "rank-0.sqlite", "DELETE FROM calls WHERE seq >= 4");
+  json doc = commandJson("report", dir);
+  json left = json::parse(sh(nanprov() + " sql " + dir.string() + " \"SELECT COUNT(*) AS n FROM calls\" --json").out, nullptr, false);
+  ASSERT_FALSE(left.is_discarded());
+  EXPECT_EQ(doc["coverage"]["attention_calls"], left[0]["n"]) << doc["coverage"].dump();
+  ASSERT_EQ(doc["coverage"]["damage"].size(), 1u) << doc["coverage"].dump();
+  EXPECT_NE(doc["coverage"]["damage"][0].get<std::string>().find("rows were deleted"), std::string::npos);
+  Result text = sh(nanprov() + " report " + dir.string() + " 2>&1");
+  EXPECT_NE(text.out.find(std::to_string(left[0]["n"].get<int64_t>()) + " attention calls checked"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("damaged: rank 0's store holds"), std::string::npos) << text.out;
+}
+
 // 1,200 bytes of 'ü' in a module path, cut by the probes at 1,023: with every call captured, the
 // path reaches the store, the capture header and the JSON of every command, whole characters only.
 TEST(HardeningTraining, ALongNonAsciiModulePathIsCutOnACharacter) {
