@@ -30,6 +30,7 @@ struct Options {
   bool json = false;
   bool audit = false;
   std::string emit_repro;
+  bool keep = false;
   int64_t max_memory = 0;  // 0: the engine's default
   bool backends_given = false;
   std::string python = build::kPython;
@@ -50,17 +51,29 @@ bool replayCanRun(const std::string& backend) {
 
 namespace {
 
-// The capture a run directory points at: its first source edge's (the default capture).
-StatusOr<std::string> captureOfRun(const RunDirs& dirs) {
+// What a run directory gives replay: the capture of its first source edge, or, when attention
+// made no non-finite value, why there is nothing to replay (not an error: the answer is elsewhere).
+struct RunCapture {
+  std::string path;
+  std::string nothing;
+};
+
+StatusOr<RunCapture> captureOfRun(const RunDirs& dirs) {
   auto run = loadRun(dirs, RunScope::kEdges);
   if (!run.ok()) return run.status();
   Findings f = analyze(*run);
-  if (!f.first_source) return Status::Error(run->dir + " has no source edge, so nothing was captured by default; pass a capture file");
+  if (!f.first_source) {
+    if (!f.first) return RunCapture{.nothing = "no attention call in " + run->dir + " met a non-finite value; see nanprov report"};
+    const std::string trail = run->trailOn() ? "nanprov report names the module that made it"
+                                             : "run again with nanprov run --trail to name the module that made it";
+    return RunCapture{.nothing = "attention received the non-finite values (" + callName(run->calls[*f.first]) +
+                                 " took them from upstream) and made none itself: " + trail};
+  }
   const CallRecord& edge = run->calls[*f.first_source];
   const CaptureRecord* capture = run->captureOf(edge.rank, edge.seq);
   if (!capture) return Status::Error("the first source edge " + callName(edge) + " was not captured (run with nanprov run's defaults)");
   if (capture->path.empty()) return Status::Error("the first source edge " + callName(edge) + " was not captured: " + capture->skipped);
-  return capturePath(*run, *capture);
+  return RunCapture{.path = capturePath(*run, *capture)};
 }
 
 // Comma list of backend names, checked; "reference" is always run and accepted for clarity.
@@ -98,7 +111,12 @@ int replay(const Options& opts) {
     if (!dirs) return code;
     auto found = captureOfRun(*dirs);
     if (!found.ok()) return fail("replay", found.status());
-    capture = *found;
+    if (found->path.empty()) {
+      if (opts.json) std::cout << jsonText({{"replayed", false}, {"nothing_to_replay", found->nothing}}, 1) << "\n";
+      else std::cout << "nothing to replay: " << printable(found->nothing) << "\n";
+      return kClean;
+    }
+    capture = found->path;
   }
   // Checked here too, so a broken file gets its one-line error without starting LibTorch.
   if (Status st = checkCapture(capture); !st.ok()) return fail("replay", st);
@@ -113,7 +131,8 @@ int replay(const Options& opts) {
                .backends = *backends,
                .output = opts.audit ? (opts.json ? EngineOutput::kAuditJson : EngineOutput::kAudit)
                          : opts.json ? EngineOutput::kJson : EngineOutput::kText,
-               .emit_repro = opts.emit_repro});
+               .emit_repro = opts.emit_repro,
+               .keep = opts.keep});
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -149,6 +168,7 @@ void addReplayCommand(CLI::App& app, int* exit_code) {
       "  nanprov replay nanprov-runs/<run>/captures/rank0-layer1-call1-bwd-seq5.safetensors\n"
       "  nanprov replay CAPTURE --backends efficient,math --device cuda --json\n"
       "  nanprov replay CAPTURE --emit-repro bug/   writes bug/repro.py for an upstream report\n"
+      "  nanprov replay CAPTURE --keep         also keeps X.replay.json beside X.safetensors for report --html\n"
       "  nanprov replay CAPTURE --audit        judge only the run's own outputs, as --audit does\n\n"
       "With --audit: exit 0 the run's outputs are ok, 1 a finding, 3 not auditable (why is printed);\n"
       "the judgement is kept next to the capture (CAPTURE.audit.json) for nanprov report.");
@@ -173,6 +193,11 @@ void addReplayCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--emit-repro", opts->emit_repro,
                   "Also write DIR/repro.py and DIR/inputs.safetensors: a standalone script that shows "
                   "the failure with plain PyTorch")
+      ->type_name("DIR")
+      ->excludes(audit);
+  cmd->add_flag("--keep", opts->keep,
+                "Also keep the verdicts next to the capture, as X.replay.json for X.safetensors, where "
+                "nanprov report --html shows them")
       ->excludes(audit);
   cmd->add_option("--max-memory", opts->max_memory,
                   "Refuse, before running, a call whose replay on the CPU would need more memory than this "

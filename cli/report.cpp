@@ -232,7 +232,7 @@ std::string trailText(const RunData& run, const CallRecord& c, const InputTrail&
   std::string here = c.module.empty() ? "this call" : c.module;
   if (!t.previous) {
     std::string unit = run.stepUnit() == StepUnit::kForwardPass ? "forward pass" : "step";
-    return "it is the " + unit + "'s first attention call: the large inputs came with the batch or from the modules before " + here;
+    return "it is the " + unit + "'s first attention call: the large inputs came with the batch or from the modules in or before " + here;
   }
   std::string before = t.previous->module.empty() ? callName(*t.previous) : t.previous->module;
   return "the attention call before it, " + callName(*t.previous) + " (" + before + "), had inputs up to " +

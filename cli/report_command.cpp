@@ -58,7 +58,7 @@ void addReportCommand(CLI::App& app, int* exit_code) {
       "sentinel, coverage and audit findings; a layer x step picture per rank, forward and backward,\n"
       "each cell coloured by the worst health of its calls (hover a cell for them); the edge's\n"
       "kernels; the replay verdicts of every backend when the capture's replay is kept next to it\n"
-      "(nanprov replay RUN/captures/X.safetensors --json > RUN/captures/X.replay.json; the page\n"
+      "(nanprov replay RUN/captures/X.safetensors --keep writes RUN/captures/X.replay.json; the page\n"
       "gives the exact line); and the run's command, ranks and versions. The text report (or the JSON with\n"
       "--json) still goes to stdout, and the exit status is the same; when the page cannot be\n"
       "written, one line says why and the exit status is 3.\n"

@@ -511,9 +511,9 @@ std::string replaySection(const Report& report, const PageSources& sources) {
   if (sources.replay) return out + replayMatrix(*sources.replay) + "<p class=\"note\">From <code>" + shown(kept) + "</code>.</p>\n</section>\n";
   if (!sources.replay_problem.empty()) out += "<p>The kept replay could not be read: " + shown(sources.replay_problem) + "</p>\n";
   return out + "<p>The run holds no replay of its capture. For the verdict of every backend against the float64 reference, "
-               "replay it, keep its JSON next to the capture, and write this page again:</p>\n<pre class=\"box\"><code>nanprov replay " +
-         shown(shellWord(sources.capture)) + " --json &gt; " + shown(shellWord(kept)) + "\nnanprov report " + shown(shellWord(report.run->dir)) +
-         " --html PAGE.html</code></pre>\n</section>\n";
+               "replay it, keeping the verdicts next to the capture (in " + shown(kept) + "), and write this page again:</p>\n"
+               "<pre class=\"box\"><code>nanprov replay " + shown(shellWord(sources.capture)) + " --keep\nnanprov report " +
+         shown(shellWord(report.run->dir)) + " --html PAGE.html</code></pre>\n</section>\n";
 }
 
 // ---- the run's facts ----

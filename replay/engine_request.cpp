@@ -43,6 +43,7 @@ std::vector<std::string> engineArgv(const std::string& engine, const EngineReque
   if (!request.capture.empty()) argv.insert(argv.end(), {"--capture", request.capture});
   if (!request.backends.empty()) argv.insert(argv.end(), {"--backends", request.backends});
   if (!request.emit_repro.empty()) argv.insert(argv.end(), {"--emit-repro", request.emit_repro});
+  if (request.keep) argv.push_back("--keep");
   return argv;
 }
 

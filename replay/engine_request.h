@@ -32,6 +32,9 @@ struct EngineRequest {
   std::string backends;    // comma list; empty: every backend the call's device has
   EngineOutput output = EngineOutput::kText;
   std::string emit_repro;  // a folder for repro.py and its inputs; empty: none
+  // text and json: also keep the verdicts next to the capture (X.replay.json for X.safetensors,
+  // store/replay_verdicts.h), where `report --html` shows them.
+  bool keep = false;
 };
 
 // The argv that runs `engine` for `request` (argv[0] is `engine`).

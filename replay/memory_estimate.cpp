@@ -30,9 +30,12 @@ MemoryNeed replayMemory(const CallShape& call, const std::vector<std::string>& b
   // (at least float32), the backward as many again for their gradients.
   const int64_t materialised = scores * std::max<int64_t>(elem, 4) * (call.backward ? 6 : 3);
   std::vector<std::pair<int64_t, std::string>> transients = {
-      {kReferenceSlabBytes * 3 + 8 * (kv_rows * (call.head_dim + call.v_dim)) * 2, "the float64 reference"}};
+      {kReferenceSlabBytes * 3 + 8 * (kv_rows * (call.head_dim + call.v_dim)) * 2, "the float64 reference"},
+      // The judge measures against the yardsticks, an audit's too: their scores are materialised,
+      // and their outputs held in float64 beside the reference's.
+      {materialised, "the yardstick's scores"}};
+  resident += 2 * 8 * outputs;
   if (!judge_only) {
-    transients.emplace_back(materialised, "the yardstick's scores");
     for (const std::string& b : backends) {
       if (b == "math" || b == "plain_softmax") transients.emplace_back(materialised, "the " + b + " backend's scores");
       else transients.emplace_back(4 * outputs * elem, "the " + b + " backend");

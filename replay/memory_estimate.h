@@ -23,7 +23,8 @@ struct MemoryNeed {
   std::string largest;   // what needs the most ("the MATH backend's scores, 25.8 GB")
 };
 
-// `backends` as replay will run them; `judge_only` for an audit (the reference alone).
+// `backends` as replay will run them; `judge_only` for an audit (the reference and the
+// yardsticks the judge measures against, no backend).
 MemoryNeed replayMemory(const CallShape& call, const std::vector<std::string>& backends, bool judge_only);
 
 // The budget when none is given: three quarters of the memory available now (MemAvailable).

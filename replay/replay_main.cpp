@@ -40,6 +40,8 @@
 #include "store/audit_file.h"
 #include "base/records/call_record.h"
 #include "store/capture_file.h"
+#include "store/file_replace.h"
+#include "store/replay_verdicts.h"
 #include "store/replayed_kernels.h"
 
 namespace nanprov::replay {
@@ -326,7 +328,7 @@ std::string memoryRefusal(const CapturedCall& call, const at::Device& device, co
 
 // Replays (or audits) the capture at `path`; what it has to say is appended to *printed.
 int replayMain(const std::string& path, std::string device_name, const std::string& backend_list, Output output,
-               const std::string& emit_dir, std::string* printed) {
+               const std::string& emit_dir, bool keep, std::string* printed) {
   const auto started = std::chrono::steady_clock::now();
   const bool audit = output == Output::kAudit || output == Output::kAuditJson;
   QuietCublasContextWarning quiet;
@@ -443,6 +445,12 @@ int replayMain(const std::string& path, std::string device_name, const std::stri
     r.notes.push_back("wrote " + emit_dir + "/" + kReproScript + " and " + kReproInputs +
                       ": python " + emit_dir + "/" + kReproScript + " reruns it with plain PyTorch");
   }
+  if (keep) {
+    const std::string kept = replayVerdictsPath(path);
+    Status written = replaceFile(kept, "replay verdicts", [&](std::ostream& out) { out << jsonText(toJson(r), 2) << "\n"; });
+    r.notes.push_back(written.ok() ? "kept the verdicts in " + kept + ", where nanprov report --html shows them"
+                                   : "verdicts not kept: " + written.message());
+  }
   *printed += output == Output::kJson ? jsonText(toJson(r), 2) + "\n" : toText(r);
   return exitCodeOf(r.root_cause);
 }
@@ -460,9 +468,9 @@ int serveAudits(const std::string& device) {
     int code = kInputError;
     const auto started = std::chrono::steady_clock::now();
     try {
-      code = replayMain(path, device, "", Output::kAudit, "", &printed);
+      code = replayMain(path, device, "", Output::kAudit, "", false, &printed);
     } catch (const std::exception& e) {
-      printed = std::string("replay failed: ") + e.what();
+      printed = "replay failed: " + firstLine(e.what());  // c10 appends its stack trace after a newline
     }
     const auto took = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - started);
     while (!printed.empty() && printed.back() == '\n') printed.pop_back();
@@ -488,6 +496,7 @@ int main(int argc, char** argv) {
   app.add_option("--backends", request.backends, "comma list of backends; default: all");
   app.add_option("--output", output, nanprov::replay::engineOutputNames());
   app.add_option("--emit-repro", request.emit_repro, "folder for repro.py and its inputs");
+  app.add_flag("--keep", request.keep, "also keep the verdicts next to the capture (X.replay.json)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -508,11 +517,13 @@ int main(int argc, char** argv) {
   try {
     if (*named == EngineOutput::kAuditServe) return nanprov::replay::serveAudits(request.device);
     std::string printed;
-    int code = nanprov::replay::replayMain(request.capture, request.device, backends, *named, request.emit_repro, &printed);
+    int code = nanprov::replay::replayMain(request.capture, request.device, backends, *named, request.emit_repro, request.keep,
+                                                   &printed);
     std::fwrite(printed.data(), 1, printed.size(), stdout);
     return code;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "nanprov replay: replay failed: %s\n", e.what());
+    // One line: c10 appends its stack trace after a newline (an allocation that failed inside LibTorch).
+    std::fprintf(stderr, "nanprov replay: replay failed: %s\n", nanprov::printable(nanprov::firstLine(e.what())).c_str());
     return nanprov::kInputError;
   }
 }

@@ -167,8 +167,9 @@ TEST(Html, EdgeRunPageNamesTheEdgeMarksItsCellAndShowsTheReplay) {
 
   const std::string capture = edge["capture"].get<std::string>();
   const std::string kept = capture.substr(0, capture.size() - std::string(".safetensors").size()) + ".replay.json";
-  EXPECT_NE(before.dom.find(kept), std::string::npos) << "the page says where to keep the replay";
-  Result replay = sh(nanprov() + " replay " + capture + " --json > " + kept);
+  EXPECT_NE(before.dom.find(kept), std::string::npos) << "the page says where the replay is kept";
+  EXPECT_NE(before.dom.find("nanprov replay " + capture + " --keep"), std::string::npos) << "and the line that keeps it";
+  Result replay = sh(nanprov() + " replay " + capture + " --keep");
   ASSERT_EQ(replay.code, 1) << "the overflow recurs: " << replay.out;
 
   Page page = writeAndRender(r.dir);

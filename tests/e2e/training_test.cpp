@@ -56,7 +56,7 @@ TEST(EndToEnd, RealOverflowInsideAttentionIsASourceEdge) {
   EXPECT_GT(e["input_trail"]["largest_abs"].get<double>(), 1e19);
   EXPECT_TRUE(e["input_trail"]["previous_call"].is_null()) << e["input_trail"].dump();
   Result text = sh(nanprov() + " report " + r.dir.string());
-  EXPECT_NE(text.out.find("the large inputs came with the batch or from the modules before layers.0.attn"),
+  EXPECT_NE(text.out.find("the large inputs came with the batch or from the modules in or before layers.0.attn"),
             std::string::npos) << text.out;
 }
 
@@ -93,6 +93,15 @@ TEST(EndToEnd, NonFiniteFromUpstreamIsNotBlamedOnAttention) {
   expectFields(e, {{"name", "rank0:layer0:call4"}, {"origin", "upstream"}, {"inputs_finite", false}, {"phase", "fwd"}});
   Result text = sh(nanprov() + " report " + r.dir.string());
   EXPECT_NE(text.out.find("origin is outside attention"), std::string::npos) << text.out;
+  // Replay has nothing to rerun: that is the answer, not unreadable input, and it says where to look.
+  ASSERT_TRUE(r.doc["first_source_edge"].is_null()) << r.doc.dump(1);
+  Result replay = sh(nanprov() + " replay " + r.dir.string() + " 2>&1");
+  EXPECT_EQ(replay.code, 0) << replay.out;
+  EXPECT_EQ(replay.out, "nothing to replay: attention received the non-finite values (rank0:layer0:call4 took them "
+                        "from upstream) and made none itself: run again with nanprov run --trail to name the module "
+                        "that made it\n");
+  json doc = json::parse(sh(nanprov() + " replay " + r.dir.string() + " --json").out, nullptr, false);
+  EXPECT_EQ(doc["replayed"], false) << doc.dump();
 }
 
 TEST(EndToEnd, CleanRunReportsNothingAndExitsZero) {
