@@ -24,6 +24,51 @@ int64_t stepsPerColumn(const RunData& run) {
   return std::max<int64_t>(1, (steps + HealthPicture::kMaxColumns - 1) / HealthPicture::kMaxColumns);
 }
 
+// The row of `layer`: its band of layers_per_row, rounded toward -infinity (layer -1 is "unknown").
+int64_t rowOf(const HealthPicture& picture, int64_t layer) {
+  const int64_t n = picture.layers_per_row;
+  return layer >= 0 ? layer / n : -((-(layer + 1)) / n) - 1;
+}
+
+// The worst of two cells, as one: what a band of layers shows.
+void mergeInto(PictureCell& into, PictureCell&& from) {
+  into.health = std::max(into.health, from.health);
+  into.calls += from.calls, into.sources += from.sources, into.propagated += from.propagated;
+  if (into.first_bad.empty()) into.first_bad = std::move(from.first_bad);
+  into.injected.insert(into.injected.end(), from.injected.begin(), from.injected.end());
+  into.audit_findings.insert(into.audit_findings.end(), from.audit_findings.begin(), from.audit_findings.end());
+  into.first_edge |= from.first_edge, into.first_source_edge |= from.first_source_edge;
+}
+
+// Doubles the layers a row holds until no rank has more than kMaxRows rows, merging the cells.
+void widenRows(HealthPicture& picture) {
+  auto tooMany = [&] {
+    return std::any_of(picture.ranks.begin(), picture.ranks.end(),
+                       [](const RankPicture& r) { return static_cast<int64_t>(r.rows.size()) > HealthPicture::kMaxRows; });
+  };
+  while (tooMany() && picture.layers_per_row <= INT64_MAX / 2) {
+    picture.layers_per_row *= 2;
+    for (RankPicture& r : picture.ranks) {
+      std::map<int64_t, PictureRow> rows;
+      for (auto& [old, row] : r.rows) {
+        auto [it, fresh] = rows.try_emplace(rowOf(picture, row.first_layer), row);
+        if (!fresh) {
+          it->second.first_layer = std::min(it->second.first_layer, row.first_layer);
+          it->second.last_layer = std::max(it->second.last_layer, row.last_layer);
+        }
+      }
+      std::map<std::tuple<int64_t, Phase, int64_t>, PictureCell> cells;
+      for (auto& [key, cell] : r.cells) {
+        // Each old row lies within one new row: its first layer says which.
+        const int64_t row = rowOf(picture, r.rows.at(std::get<0>(key)).first_layer);
+        mergeInto(cells[{row, std::get<1>(key), std::get<2>(key)}], std::move(cell));
+      }
+      r.rows = std::move(rows);
+      r.cells = std::move(cells);
+    }
+  }
+}
+
 RankPicture& rankOf(HealthPicture& picture, int rank) {
   for (RankPicture& r : picture.ranks) {
     if (r.rank == rank) return r;
@@ -36,7 +81,7 @@ RankPicture& rankOf(HealthPicture& picture, int rank) {
 PictureCell* cellAt(HealthPicture& picture, int64_t rank, int64_t layer, Phase phase, int64_t step) {
   for (RankPicture& r : picture.ranks) {
     if (r.rank != rank) continue;
-    auto it = r.cells.find({layer, phase, std::max<int64_t>(step, 0) / picture.steps_per_column});
+    auto it = r.cells.find({rowOf(picture, layer), phase, std::max<int64_t>(step, 0) / picture.steps_per_column});
     return it == r.cells.end() ? nullptr : &it->second;
   }
   return nullptr;
@@ -56,9 +101,9 @@ const char* cellHealthName(CellHealth h) {
   return "unprobed";
 }
 
-const PictureCell& RankPicture::cell(int64_t layer, Phase phase, int64_t column) const {
+const PictureCell& RankPicture::cell(int64_t row, Phase phase, int64_t column) const {
   static const PictureCell kUnprobedCell;
-  auto it = cells.find({layer, phase, column});
+  auto it = cells.find({row, phase, column});
   return it == cells.end() ? kUnprobedCell : it->second;
 }
 
@@ -82,11 +127,14 @@ StatusOr<HealthPicture> drawHealthPicture(const Report& report) {
       return false;
     }
     RankPicture& r = rankOf(picture, c.rank);
-    r.layers.emplace(c.layer, c.module);
+    auto [row, fresh] = r.rows.try_emplace(rowOf(picture, c.layer), PictureRow{c.layer, c.layer, c.module});
+    row->second.first_layer = std::min(row->second.first_layer, c.layer);
+    row->second.last_layer = std::max(row->second.last_layer, c.layer);
+    if (fresh && static_cast<int64_t>(r.rows.size()) > HealthPicture::kMaxRows) widenRows(picture);
     const int64_t column = std::max<int64_t>(c.step, 0) / picture.steps_per_column;
     picture.columns = std::max(picture.columns, column + 1);
     phase_seen[c.phase == Phase::kBackward] = true;
-    PictureCell& cell = r.cells[{c.layer, c.phase, column}];
+    PictureCell& cell = rankOf(picture, c.rank).cells[{rowOf(picture, c.layer), c.phase, column}];
     ++cell.calls;
     CellHealth health = CellHealth::kClean;
     const CallHealth h = classify(c);

@@ -336,10 +336,17 @@ std::string legend() {
   return out + "<span><span class=\"swatch h-clean first\" style=\"outline:2px solid #000\"></span>the first edge</span></div>\n";
 }
 
-std::string cellTooltip(const RankPicture& rank, int64_t layer, Phase phase, const std::string& steps, const PictureCell& cell) {
-  const std::string& module = rank.layers.at(layer);
-  std::vector<std::string> lines = {"rank" + std::to_string(rank.rank) + " · layer " + std::to_string(layer) +
-                                    (module.empty() ? "" : " (" + shown(module) + ")") + " · " + steps + " · " + phaseName(phase)};
+// "layer 3", or "layers 0–79" for a row that holds a band of them.
+std::string rowLabel(const PictureRow& row) {
+  return row.first_layer == row.last_layer ? "layer " + std::to_string(row.first_layer)
+                                           : "layers " + std::to_string(row.first_layer) + "–" + std::to_string(row.last_layer);
+}
+
+std::string cellTooltip(const RankPicture& rank, const PictureRow& row, Phase phase, const std::string& steps, const PictureCell& cell) {
+  const std::string& module = row.module;
+  std::vector<std::string> lines = {"rank" + std::to_string(rank.rank) + " · " + rowLabel(row) +
+                                    (module.empty() ? "" : " (" + shown(module) + (row.first_layer == row.last_layer ? "" : ", …") + ")") +
+                                    " · " + steps + " · " + phaseName(phase)};
   if (cell.calls == 0) {
     lines.push_back("unprobed: no checked attention call (the layer did not run then, ran unchecked, or its process had ended)");
     return tooltip(lines);
@@ -376,21 +383,25 @@ std::string phaseTable(const HealthPicture& picture, const RankPicture& rank, Ph
     out += "<th>" + (col % label_every == 0 ? "<span>" + std::to_string(col * spc) + "</span>" : "") + "</th>";
   }
   out += "</tr></thead>\n<tbody>\n";
-  for (const auto& [layer, module] : rank.layers) {
-    out += "<tr><th title=\"" + shown(module) + "\">layer " + std::to_string(layer) +
+  for (const auto& [number, row] : rank.rows) {
+    const std::string& module = row.module;
+    const int64_t layer = row.first_layer;
+    out += "<tr><th title=\"" + shown(module) + "\">" + rowLabel(row) +
            (module.empty() ? "" : "<span class=\"module\">" + shown(module) + "</span>") + "</th>";
     for (int64_t col = 0; col < picture.columns; ++col) {
-      const PictureCell& cell = rank.cell(layer, phase, col);
+      const PictureCell& cell = rank.cell(number, phase, col);
       const int64_t step = col * spc;
       const std::string steps = spc == 1 ? "step " + std::to_string(step)
                                          : "steps " + std::to_string(step) + "–" + std::to_string(step + spc - 1);
       std::string classes = std::string("cell h-") + cellHealthName(cell.health) + (cell.first_edge ? " first" : "") +
                             (cell.first_source_edge ? " first-source" : "");
       out += "<td class=\"" + classes + "\"" + (cell.first_edge ? " id=\"first-edge-cell\"" : "") + " data-rank=\"" +
-             std::to_string(rank.rank) + "\" data-layer=\"" + std::to_string(layer) + "\" data-step=\"" + std::to_string(step) + "\"" +
+             std::to_string(rank.rank) + "\" data-layer=\"" + std::to_string(layer) + "\"" +
+             (row.last_layer != layer ? " data-layer-last=\"" + std::to_string(row.last_layer) + "\"" : "") +
+             " data-step=\"" + std::to_string(step) + "\"" +
              (spc > 1 ? " data-step-last=\"" + std::to_string(step + spc - 1) + "\"" : "") + " data-phase=\"" + phase_name +
              "\" data-health=\"" + cellHealthName(cell.health) + "\" data-calls=\"" + std::to_string(cell.calls) + "\" title=\"" +
-             cellTooltip(rank, layer, phase, steps, cell) + "\"></td>";
+             cellTooltip(rank, row, phase, steps, cell) + "\"></td>";
     }
     out += "</tr>\n";
   }
@@ -406,12 +417,16 @@ std::string pictureSection(const Report& report, const HealthPicture& picture) {
   if (picture.steps_per_column > 1) {
     out += " This run is long: each column holds " + std::to_string(picture.steps_per_column) + " steps, and a cell the worst of them.";
   }
+  if (picture.layers_per_row > 1) {
+    out += " This model is deep: each row holds up to " + std::to_string(picture.layers_per_row) +
+           " consecutive layer numbers, and a cell the worst of them.";
+  }
   out += "</p>\n" + legend();
   if (picture.columns == 0) return out + "<p>No attention call was checked: there is nothing to draw.</p>\n</section>\n";
   out += "<div class=\"ranks\">\n";
   for (const RankPicture& rank : picture.ranks) {
     out += "<div class=\"rank\" data-rank=\"" + std::to_string(rank.rank) + "\">\n<h3>rank " + std::to_string(rank.rank) + "</h3>\n";
-    if (rank.layers.empty()) {
+    if (rank.rows.empty()) {
       out += "<p>No attention call was checked on this rank.</p>\n</div>\n";
       continue;
     }

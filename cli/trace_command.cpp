@@ -1,7 +1,11 @@
 // `nanprov trace [RUN] --out FILE`: the run as a timeline for ui.perfetto.dev and chrome://tracing.
+// A window of it: a trace holds at most --max-calls calls (by default around the first edge), so a
+// run of any length is written in bounded memory.
+#include <algorithm>
 #include <iostream>
 
 #include "base/json_text.h"
+#include "base/numbers.h"
 #include "base/text.h"
 #include "cli/commands.h"
 #include "cli/perfetto_trace.h"
@@ -10,10 +14,103 @@
 namespace nanprov::cli {
 namespace {
 
+// What one call costs while its trace is built (the call, its slices and their JSON), measured at
+// about 6.4 KB: the default keeps a trace's memory near 160 MB.
+constexpr int64_t kDefaultMaxCalls = 25'000;
+
 struct Options {
   std::vector<std::string> run;
   std::string out;
+  std::string steps;  // "A:B", "A:", ":B" or "S"
+  std::string ranks;  // "0,3"
+  int64_t max_calls = kDefaultMaxCalls;
 };
+
+// "A:B" (both ends included), "A:", ":B" or "S", into the query's step window.
+Status parseSteps(const std::string& text, CallQuery* q) {
+  const size_t colon = text.find(':');
+  auto step = [](const std::string& part) { return parseInteger(part, 0, INT64_MAX); };
+  const std::string first = text.substr(0, colon), last = colon == std::string::npos ? first : text.substr(colon + 1);
+  if (!first.empty() && !(q->first_step = step(first))) return Status::Error("bad --steps '" + text + "': '" + first + "' is not a step");
+  if (!last.empty() && !(q->last_step = step(last))) return Status::Error("bad --steps '" + text + "': '" + last + "' is not a step");
+  if (text.empty() || text == ":") return Status::Error("--steps '" + text + "' names no step (example: --steps 100:120)");
+  if (q->first_step && q->last_step && *q->first_step > *q->last_step) {
+    return Status::Error("bad --steps '" + text + "': the first step is after the last");
+  }
+  return Status::Ok();
+}
+
+Status parseRanks(const std::string& text, CallQuery* q) {
+  for (const std::string& part : splitList(text, ',')) {
+    auto rank = parseInteger(part, 0, kMaxRank);
+    if (!rank) return Status::Error("bad --ranks '" + text + "': '" + part + "' is not a rank (example: --ranks 0,3)");
+    q->ranks.insert(static_cast<int>(*rank));
+  }
+  if (q->ranks.empty()) return Status::Error("--ranks '" + text + "' names no rank (example: --ranks 0,3)");
+  return Status::Ok();
+}
+
+// Where in the window a call of the whole run is, by (rank, seq).
+std::optional<size_t> indexIn(const RunData& window, const RunData& whole, std::optional<size_t> call) {
+  if (!call) return std::nullopt;
+  const CallRecord& c = whole.calls[*call];
+  for (size_t i = 0; i < window.calls.size(); ++i) {
+    if (window.calls[i].rank == c.rank && window.calls[i].seq == c.seq) return i;
+  }
+  return std::nullopt;
+}
+
+// Without --steps, the window is centred on the first edge; reading starts a window's worth of
+// steps before it (by the run's calls per step), so a long run is not read from its start.
+void startBeforeTheEdge(const RunData& whole, const CallRecord& edge, int64_t max_calls, CallQuery* q) {
+  int64_t steps = 1;
+  for (const RankInfo& r : whole.ranks) steps = std::max(steps, r.steps + 1);
+  const int64_t per_step = std::max<int64_t>(1, whole.total_calls / steps);
+  q->first_step = std::max<int64_t>(0, edge.step - max_calls / per_step - 1);
+}
+
+int trace(const Options& opts) {
+  CallQuery query;
+  if (!opts.steps.empty()) {
+    if (Status st = parseSteps(opts.steps, &query); !st.ok()) return std::cerr << "nanprov trace: " << printable(st.message()) << "\n", kUsageError;
+  }
+  if (!opts.ranks.empty()) {
+    if (Status st = parseRanks(opts.ranks, &query); !st.ok()) return std::cerr << "nanprov trace: " << printable(st.message()) << "\n", kUsageError;
+  }
+  int code = kClean;
+  auto dirs = resolveRunDirs("trace", opts.run, &code);
+  if (!dirs) return code;
+  // The first edge, found through the stores' index at any run size, then the window's calls.
+  auto whole = loadRun(*dirs, RunScope::kEdges);
+  if (!whole.ok()) return fail("trace", whole.status());
+  const Findings found = analyze(*whole);
+  const CallRecord* centre = opts.steps.empty() && found.first ? &whole->calls[*found.first] : nullptr;
+  if (centre) startBeforeTheEdge(*whole, *centre, opts.max_calls, &query);
+  bool cut = false;
+  auto window = loadRunWindow(*dirs, query, opts.max_calls, centre, &cut);
+  if (!window.ok()) return fail("trace", window.status());
+  if (Status times = checkTraceTimes(*window); !times.ok()) return fail("trace", times);
+  Findings findings = found;
+  findings.first = indexIn(*window, *whole, found.first);
+  findings.first_source = indexIn(*window, *whole, found.first_source);
+  const nlohmann::json trace = perfettoTrace(*window, findings);
+  // Written aside and renamed: a viewer never opens half a trace.
+  Status wrote = replaceFile(opts.out, "trace", [&](std::ostream& out) { out << jsonText(trace) << "\n"; });
+  if (!wrote.ok()) return fail("trace", wrote);
+  const RunData& w = *window;
+  std::cout << "wrote " << printable(opts.out) << ": " << w.ranks.size() << (w.ranks.size() == 1 ? " rank, " : " ranks, ")
+            << w.calls.size() << " attention calls";
+  if (findings.first) std::cout << ", first non-finite edge " << callName(w.calls[*findings.first]);
+  std::cout << "\n";
+  if (cut || w.calls.size() < static_cast<size_t>(whole->total_calls)) {
+    std::cout << "  of the run's " << whole->total_calls << " calls, the trace holds "
+              << (w.calls.empty() ? "none" : "steps " + std::to_string(w.calls.front().step) + "-" + std::to_string(w.calls.back().step))
+              << (found.first && !findings.first ? " (not the first edge's, step " + std::to_string(whole->calls[*found.first].step) + ")" : "")
+              << "; choose others with --steps A:B and --ranks, or raise --max-calls\n";
+  }
+  std::cout << "open it at https://ui.perfetto.dev (Open trace file) or in chrome://tracing\n";
+  return kClean;
+}
 
 }  // namespace
 
@@ -31,27 +128,19 @@ void addTraceCommand(CLI::App& app, int* exit_code) {
       "non-finite edge is a marker across its rank (\"first non-finite edge: ...\"). Times are\n"
       "µs from the run's first event; slices whose stored times overlap are fitted to nest,\n"
       "and keep the stored times in their args.\n\n"
-      "Every call of the run goes in: a long run makes a large file.\n\n"
+      "A trace holds at most --max-calls calls (default 25,000, about 160 MB while it is written):\n"
+      "by default the steps around the first non-finite edge, else the first steps. --steps and\n"
+      "--ranks choose another window; a line says when calls were left out.\n\n"
       "Examples:\n"
-      "  nanprov trace --out nan.json                 the newest run\n"
-      "  nanprov trace runs/nan-hunt --out nan.json");
+      "  nanprov trace --out nan.json                 the newest run, around its first edge\n"
+      "  nanprov trace runs/nan-hunt --out nan.json --steps 1200:1210 --ranks 0,3");
   addRunArgument(cmd, &opts->run);
   cmd->add_option("--out", opts->out, "The file to write (JSON)")->required()->type_name("FILE");
-  cmd->callback([opts, exit_code] {
-    auto run = openRun("trace", opts->run, exit_code, RunScope::kAll);
-    if (!run) return;
-    if (Status times = checkTraceTimes(*run); !times.ok()) return void(*exit_code = fail("trace", times));
-    const Findings findings = analyze(*run);
-    const nlohmann::json trace = perfettoTrace(*run, findings);
-    // Written aside and renamed: a viewer never opens half a trace.
-    Status wrote = replaceFile(opts->out, "trace", [&](std::ostream& out) { out << jsonText(trace) << "\n"; });
-    if (!wrote.ok()) return void(*exit_code = fail("trace", wrote));
-    std::cout << "wrote " << printable(opts->out) << ": " << run->ranks.size()
-              << (run->ranks.size() == 1 ? " rank, " : " ranks, ") << run->calls.size() << " attention calls";
-    if (findings.first) std::cout << ", first non-finite edge " << callName(run->calls[*findings.first]);
-    std::cout << "\nopen it at https://ui.perfetto.dev (Open trace file) or in chrome://tracing\n";
-    *exit_code = kClean;
-  });
+  cmd->add_option("--steps", opts->steps, "Only these steps: A:B (both included), A:, :B or one step")->type_name("A:B");
+  cmd->add_option("--ranks", opts->ranks, "Only these ranks, a comma list")->type_name("LIST");
+  cmd->add_option("--max-calls", opts->max_calls, "At most this many calls (default 25000)")
+      ->check(CLI::Range(int64_t{1}, int64_t{10'000'000}));
+  cmd->callback([opts, exit_code] { *exit_code = trace(*opts); });
 }
 
 }  // namespace nanprov::cli

@@ -26,6 +26,14 @@ CallFilter CallFilter::matching(const CallQuery& q) {
   if (q.layer) equal("c.layer", *q.layer);
   if (q.call) equal("c.call", *q.call);
   if (q.step) equal("c.step", *q.step);
+  if (q.first_step) {
+    f.conditions.push_back("c.step >= ?");
+    f.args.push_back(*q.first_step);
+  }
+  if (q.last_step) {
+    f.conditions.push_back("c.step <= ?");
+    f.args.push_back(*q.last_step);
+  }
   if (q.phase) equal("c.phase", std::string(phaseName(*q.phase)));
   // Backend and module live in the signatures, a few rows: find theirs once, then test an id set.
   if (!q.backend.empty() || !q.module_glob.empty()) {

@@ -1,6 +1,7 @@
 #include "store/reader.h"
 
 #include <algorithm>
+#include <deque>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -444,7 +445,7 @@ Status forEachCall(const RunDirs& dirs, const CallQuery& query, const std::funct
     RankInfo info;
     auto db = openRankStore(path, &info);
     if (!db.ok()) return db.status();
-    if (query.rank && *query.rank != info.rank) continue;
+    if ((query.rank && *query.rank != info.rank) || (!query.ranks.empty() && !query.ranks.count(info.rank))) continue;
     auto stream = std::make_unique<RankStream>();
     stream->db = std::move(*db);
     auto cursor = CallCursor::open(stream->db.get(), path, filter);
@@ -466,6 +467,65 @@ Status forEachCall(const RunDirs& dirs, const CallQuery& query, const std::funct
     if (!*more) streams.erase(streams.begin() + static_cast<std::ptrdiff_t>(next));
   }
   return Status::Ok();
+}
+
+StatusOr<RunData> loadRunWindow(const RunDirs& dirs, const CallQuery& query, int64_t max_calls, const CallRecord* centre,
+                                bool* cut) {
+  RunData run;
+  run.dirs = dirs.all;
+  run.dir = dirs.all.front();
+  run.scope = RunScope::kTraced;
+  run.settings = readRunFile(run.dir);
+  *cut = false;
+  // A sliding window: the oldest call leaves when it is full, until the centre has been seen
+  // (without one, the first calls are kept); reading stops once half a window followed it.
+  std::deque<CallRecord> window;
+  bool centre_seen = !centre;
+  int64_t after = 0;
+  const int64_t after_most = centre ? max_calls / 2 : max_calls;
+  NANPROV_RETURN_IF_ERROR(forEachCall(dirs, query, [&](const CallRecord& c) {
+    if (centre_seen && (after >= after_most || static_cast<int64_t>(window.size()) >= max_calls)) return !(*cut = true);
+    window.push_back(c);
+    if (static_cast<int64_t>(window.size()) > max_calls) window.pop_front(), *cut = true;
+    if (centre_seen) ++after;
+    else centre_seen = c.rank == centre->rank && c.seq == centre->seq;
+    return true;
+  }));
+  run.calls.assign(std::make_move_iterator(window.begin()), std::make_move_iterator(window.end()));
+  std::map<int, std::vector<int64_t>> seqs;  // per rank, ascending (each rank streams by seq)
+  std::map<int, std::pair<int64_t, int64_t>> steps;  // per rank, the window's first and last step
+  for (const CallRecord& c : run.calls) {
+    seqs[c.rank].push_back(c.seq);
+    auto [it, fresh] = steps.try_emplace(c.rank, c.step, c.step);
+    it->second = {std::min(it->second.first, c.step), std::max(it->second.second, c.step)};
+  }
+  auto found = rankStorePaths(dirs);
+  if (!found.ok()) return found.status();
+  for (const std::string& path : *found) {
+    RankInfo info;
+    auto db = openRankStore(path, &info);
+    if (!db.ok()) return db.status();
+    if ((query.rank && *query.rank != info.rank) || (!query.ranks.empty() && !query.ranks.count(info.rank))) continue;
+    if (auto mine = seqs.find(info.rank); mine != seqs.end()) {
+      NANPROV_RETURN_IF_ERROR(loadKernels(db->get(), path, info.rank, &mine->second, &run.kernels));
+      std::map<int64_t, int64_t> ends;
+      NANPROV_RETURN_IF_ERROR(loadStepEnds(db->get(), path, &ends));
+      const auto [first, last] = steps.at(info.rank);
+      // The step before the window's first: where its first step starts.
+      for (auto it = ends.lower_bound(first - 1); it != ends.end() && it->first <= last; ++it) info.step_ends_ns.insert(*it);
+    }
+    info.steps = countSteps(db->get());
+    info.calls_stored = countCalls(db->get());
+    run.total_calls += info.calls_stored;
+    run.ranks.push_back(std::move(info));
+  }
+  for (const CallRecord& c : run.calls) {
+    if (c.device.isCpu()) run.kernels.push_back(cpuKernelOf(c));
+  }
+  std::stable_sort(run.kernels.begin(), run.kernels.end(), [](const KernelRecord& a, const KernelRecord& b) {
+    return std::tie(a.rank, a.seq) < std::tie(b.rank, b.seq);
+  });
+  return run;
 }
 
 }  // namespace nanprov

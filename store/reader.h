@@ -102,7 +102,9 @@ StatusOr<RunData> loadRun(const RunDirs& dirs, RunScope scope = RunScope::kAll);
 // Which calls to stream: every condition given must hold.
 struct CallQuery {
   std::optional<int> rank;
+  std::set<int> ranks;  // any of these; empty: every rank
   std::optional<int64_t> layer, call, step;
+  std::optional<int64_t> first_step, last_step;  // a window of steps, both ends included
   std::optional<Phase> phase;
   std::string backend;
   std::string module_glob;  // shell pattern over the module path ("layers.3.*"); "" matches any
@@ -113,6 +115,14 @@ struct CallQuery {
 // start_ns, rank, seq), each rank in call order. Memory stays flat at any run size. `visit`
 // returns false to stop early.
 Status forEachCall(const RunDirs& dirs, const CallQuery& query, const std::function<bool(const CallRecord&)>& visit);
+
+// The calls that match `query`, at most `max_calls` of them in (step, time) order, loaded with
+// their kernels, their ranks' infos and the ends of the steps they span: a window of a run of any
+// length, in memory bounded by `max_calls`. The first that match, or, given `centre` (a call by
+// rank and seq), those around it: up to half the window after it, the rest before. *cut says
+// whether calls that match were left out.
+StatusOr<RunData> loadRunWindow(const RunDirs& dirs, const CallQuery& query, int64_t max_calls, const CallRecord* centre,
+                                bool* cut);
 
 // A CPU call's kernel: its ATen op, timed by the call itself (stores do not repeat it).
 KernelRecord cpuKernelOf(const CallRecord& call);

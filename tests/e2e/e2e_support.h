@@ -117,6 +117,32 @@ inline Result saveCapture(const fs::path& file, const std::string& setup, const 
             "save_file({" + tensors + "}, '" + file.string() + "', metadata={" + metadata + "})\" 2>&1");
 }
 
+// Adds `copies` rows to the calls of the rank store `store`: copies of its step-0 calls, in turn,
+// with fresh seqs after the store's last, each changed by `change`, Python over `new` (the row),
+// `col` (a column's index by name) and `i` (the copy's number), e.g. "new[col('layer')] = 100 + i".
+// A run of any length or depth, made from a real one's calls.
+inline Result addCallCopies(const fs::path& store, int copies, const std::string& change) {
+  const fs::path script = store.string() + ".copies.py";
+  std::ofstream(script) << "import sqlite3, sys\n"
+                           "c = sqlite3.connect(sys.argv[1])\n"
+                           "cur = c.execute('SELECT * FROM calls WHERE step = 0 ORDER BY seq')\n"
+                           "cols = [d[0] for d in cur.description]\n"
+                           "col = cols.index\n"
+                           "base = cur.fetchall()\n"
+                           "top = c.execute('SELECT MAX(seq) FROM calls').fetchone()[0]\n"
+                           "rows = []\n"
+                           "for i in range(" << copies << "):\n"
+                           "    new = list(base[i % len(base)])\n"
+                           "    new[col('seq')] = top + 1 + i\n"
+                           "    " << change << "\n"
+                           "    rows.append(new)\n"
+                           "c.executemany('INSERT INTO calls VALUES (%s)' % ','.join('?' * len(cols)), rows)\n"
+                           "c.commit()\n";
+  Result r = sh(python() + " " + script.string() + " " + store.string() + " 2>&1");
+  fs::remove(script);
+  return r;
+}
+
 // An executable shell script at dir/name, for a stand-in interpreter or tool.
 inline fs::path fakeExecutable(const fs::path& dir, const std::string& name, const std::string& script) {
   fs::create_directories(dir);

@@ -195,6 +195,32 @@ TEST(Html, EdgeRunPageNamesTheEdgeMarksItsCellAndShowsTheReplay) {
   EXPECT_TRUE(isPng(page.png)) << page.png;
 }
 
+// A store whose calls name 20,000 layers (a deep model, or a damaged store) draws bands of layers,
+// as a long run draws bands of steps: the page stays small, every layer is still in a row, and the
+// first edge's cell is still marked.
+TEST(Html, ADeepModelsPictureHoldsBandsOfLayers) {
+  TrainedRun r = train("html-deep", "", "--steps 2 --glitch-step 1");
+  ASSERT_EQ(r.report.code, 1) << r.train.out;
+  Result deepened = addCallCopies(r.dir / "rank-0.sqlite", 20'000, "new[col('layer')] = 100 + i");
+  ASSERT_EQ(deepened.code, 0) << deepened.out;
+  const fs::path page = r.dir / "deep.html";
+  const std::string timed = fs::exists("/usr/bin/time") ? "/usr/bin/time -f 'rss %M' " : "";  // its peak memory, where it can
+  Result written = sh(timed + nanprov() + " report " + r.dir.string() + " --html " + page.string() + " 2>&1 >/dev/null");
+  EXPECT_EQ(written.code, 1) << written.out;
+  const std::string html = sh("cat " + page.string()).out;
+  EXPECT_LT(html.size(), 8u << 20) << "a page of " << html.size() << " bytes";
+  EXPECT_NE(html.find("This model is deep: each row holds up to"), std::string::npos);
+  size_t rows = 0;
+  for (size_t at = html.find("<tr><th title="); at != std::string::npos; at = html.find("<tr><th title=", at + 1)) ++rows;
+  EXPECT_LE(rows, 2u * 256u) << "at most 256 rows per phase table";
+  EXPECT_GT(rows, 0u);
+  EXPECT_NE(html.find("data-layer-last="), std::string::npos) << "rows hold bands of layers";
+  EXPECT_NE(html.find("id=\"first-edge-cell\""), std::string::npos) << "the first edge is still marked";
+  if (size_t at = written.out.find("rss "); at != std::string::npos) {
+    EXPECT_LT(std::stol(written.out.substr(at + 4)), 512 * 1024) << written.out;
+  }
+}
+
 TEST(Html, TwoRankRunHasAPictureForEachRank) {
   REQUIRE_CHROMIUM();
   fs::path dir = runDir("html-ddp");

@@ -82,6 +82,50 @@ TEST(TraceEndToEnd, TwoRankRunIsANestedTimelineWithTheFirstEdgeMarked) {
   EXPECT_EQ(bad.out, "nanprov trace: cannot write trace /nonexistent-dir/t.json: No such file or directory\n");
 }
 
+// A long run's trace is a window of it, in bounded memory: by default the steps around the first
+// edge, up to --max-calls calls, with a line saying what was left out; --steps and --ranks choose
+// another. 200,000 calls (copies of a real run's, made in its store) once took 1.3 GB.
+TEST(TraceEndToEnd, ALongRunIsTracedAsAWindowInBoundedMemory) {
+  TrainedRun r = train("trace-long", "", "--steps 6 --glitch-step 4");
+  ASSERT_EQ(r.report.code, 1) << r.train.out;
+  // 200,000 copies of the run's step-0 calls, put in step 4 (stored after the run's own calls).
+  Result longer = addCallCopies(r.dir / "rank-0.sqlite", 200'000, "new[col('step')] = 4");
+  ASSERT_EQ(longer.code, 0) << longer.out;
+  const fs::path file = r.dir / "window.json";
+  const std::string timed = fs::exists("/usr/bin/time") ? "/usr/bin/time -f 'rss %M' " : "";
+  Result t = sh(timed + nanprov() + " trace " + r.dir.string() + " --out " + file.string() + " 2>&1");
+  ASSERT_EQ(t.code, 0) << t.out;
+  // The edge, and half a window of the calls after it (the copies follow it in the store).
+  const size_t held_at = t.out.find("1 rank, ");
+  ASSERT_NE(held_at, std::string::npos) << t.out;
+  const long held = std::stol(t.out.substr(held_at + 8));
+  EXPECT_GT(held, 12'500) << t.out;
+  EXPECT_LE(held, 25'000) << t.out;
+  EXPECT_NE(t.out.find("attention calls, first non-finite edge " + r.doc["first_edge"]["name"].get<std::string>()),
+            std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("choose others with --steps A:B"), std::string::npos) << t.out;
+  if (size_t at = t.out.find("rss "); at != std::string::npos) EXPECT_LT(std::stol(t.out.substr(at + 4)), 400 * 1024) << t.out;
+  json trace = json::parse(std::ifstream(file), nullptr, false);
+  ASSERT_FALSE(trace.is_discarded());
+  EXPECT_EQ(trace["otherData"]["first_edge"], r.doc["first_edge"]["name"]) << "the window holds the edge";
+  // A window given: only those steps and ranks.
+  Result steps = sh(nanprov() + " trace " + r.dir.string() + " --out " + file.string() + " --steps 5:5 --ranks 0 2>&1");
+  ASSERT_EQ(steps.code, 0) << steps.out;
+  json five = json::parse(std::ifstream(file), nullptr, false);
+  size_t calls = 0;
+  for (const json& e : eventsOf(five, "X")) {
+    if (e["cat"] != "attention") continue;
+    ++calls;
+    EXPECT_EQ(e["args"]["step"], 5) << e.dump();
+  }
+  EXPECT_EQ(calls, 4u) << "2 layers, a forward and a backward each, at step 5";
+  for (const char* bad : {"--steps 9:3", "--steps x", "--ranks a", "--max-calls 0"}) {
+    Result refused = sh(nanprov() + " trace " + r.dir.string() + " --out " + file.string() + " " + bad + " 2>&1");
+    EXPECT_EQ(refused.code, 2) << bad << ": " << refused.out;
+    EXPECT_EQ(std::count(refused.out.begin(), refused.out.end(), '\n'), 1) << bad << ": " << refused.out;
+  }
+}
+
 TEST(TraceEndToEnd, HelpSaysWhatTheFileIsAndHowToOpenIt) {
   Result help = sh(nanprov() + " trace --help 2>&1");
   EXPECT_EQ(help.code, 0);
