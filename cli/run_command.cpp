@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <chrono>
 #include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -215,6 +216,8 @@ int run(RunOptions& opts) {
   std::string abs_dir = fs::absolute(dir).string();
   json doc = {{"command", cmd},
               {"cwd", fs::current_path().string()},
+              {"started_ns", std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                 std::chrono::system_clock::now().time_since_epoch()).count()},
               {"nanprov_version", build::kVersion},
               {"built_torch", build::kTorchVersion},
               {"inject", opts.inject},

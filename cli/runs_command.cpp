@@ -79,16 +79,10 @@ void addRunsCommand(CLI::App& app, int* exit_code) {
       std::cerr << "nanprov runs: --root '' names no folder; leave it out for ./" << kDefaultRunsRoot << "\n";
       return void(*exit_code = kUsageError);
     }
-    std::error_code ec;
-    std::vector<fs::path> dirs;
-    for (const auto& entry : fs::directory_iterator(opts->root, ec)) {
-      std::error_code type_ec;
-      if (entry.is_directory(type_ec)) dirs.push_back(entry.path());
-    }
-    if (ec) return void(*exit_code = fail("runs", Status::Error("cannot list " + opts->root + ": " + ec.message())));
-    std::sort(dirs.rbegin(), dirs.rend());  // names are UTC timestamps: newest first
+    auto dirs = runsNewestFirst(opts->root);
+    if (!dirs.ok()) return void(*exit_code = fail("runs", dirs.status()));
     json rows = json::array();
-    for (const fs::path& dir : dirs) rows.push_back(describeRun(dir));
+    for (const std::string& dir : *dirs) rows.push_back(describeRun(dir));
     if (opts->json) {
       std::cout << jsonText(rows, 2) << "\n";
     } else if (rows.empty()) {

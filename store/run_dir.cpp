@@ -7,8 +7,10 @@
 #include <fstream>
 #include <map>
 #include <string_view>
+#include <tuple>
 
 #include "base/numbers.h"
+#include "store/run_file.h"
 #include "store/small_file.h"
 
 namespace nanprov {
@@ -157,6 +159,36 @@ StatusOr<std::vector<std::string>> rankStorePaths(const RunDirs& dirs) {
   return paths;
 }
 
+StatusOr<std::vector<std::string>> runsNewestFirst(const std::string& root) {
+  struct Run {
+    int64_t started_ns;
+    std::string dir;
+  };
+  std::vector<Run> runs;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(root, ec)) {
+    std::error_code type_ec;
+    if (!entry.is_directory(type_ec)) continue;
+    const std::string dir = entry.path().string();
+    std::optional<int64_t> started = readRunFile(dir).started_ns;
+    if (!started) {
+      std::error_code time_ec;
+      auto written = fs::last_write_time(entry.path() / kRunFileName, time_ec);
+      if (time_ec) written = fs::last_write_time(entry.path(), time_ec);
+      started = time_ec ? 0 : std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                  std::chrono::file_clock::to_sys(written).time_since_epoch()).count();
+    }
+    runs.push_back({*started, dir});
+  }
+  if (ec) return Status::Error("cannot list " + root + ": " + ec.message());
+  std::sort(runs.begin(), runs.end(), [](const Run& a, const Run& b) {
+    return std::tie(a.started_ns, a.dir) > std::tie(b.started_ns, b.dir);
+  });
+  std::vector<std::string> out;
+  for (Run& r : runs) out.push_back(std::move(r.dir));
+  return out;
+}
+
 StatusOr<std::string> resolveRunDir(const std::string& given) {
   std::error_code ec;
   if (!given.empty()) {
@@ -166,18 +198,14 @@ StatusOr<std::string> resolveRunDir(const std::string& given) {
     }
     return given;
   }
-  std::vector<std::string> runs;
-  for (const auto& entry : fs::directory_iterator(kDefaultRunsRoot, ec)) {
-    std::error_code type_ec;
-    if (entry.is_directory(type_ec)) runs.push_back(entry.path().string());
-  }
+  auto listed = runsNewestFirst(kDefaultRunsRoot);
+  const std::vector<std::string> runs = listed.ok() ? *listed : std::vector<std::string>{};
   if (runs.empty()) {
     return Status::Error(std::string("no runs under ./") + kDefaultRunsRoot +
                          "; pass a run directory, or start one with `nanprov run -- python train.py`");
   }
-  // Names are UTC timestamps. The newest run that recorded data: a newer one whose command failed
-  // before any store existed would only answer "nothing recorded".
-  std::sort(runs.rbegin(), runs.rend());
+  // The newest run that recorded data: a newer one whose command failed before any store existed
+  // would only answer "nothing recorded".
   for (const std::string& run : runs) {
     if (holdsRankStores(run)) return run;
   }

@@ -26,6 +26,11 @@ struct RunDirs {
 // A new directory name for a run started now: <root>/<UTC timestamp>.
 std::string newRunDirName(const std::string& root);
 
+// The run directories under `root`, newest first: by when `nanprov run` started each (run.json's
+// started_ns), else, for older runs, when its run.json was last written. Names do not order
+// them: `--out nanprov-runs/edge` is a run too.
+StatusOr<std::vector<std::string>> runsNewestFirst(const std::string& root);
+
 // `given` when not empty, else the newest run under ./nanprov-runs that recorded data (the newest
 // of all when none did). Fails with a message that
 // says what to do when there is none or it is not a run directory.

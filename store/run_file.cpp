@@ -29,6 +29,7 @@ RunFile readRunFile(const std::string& dir) {
   if (doc.contains("built_torch") && doc["built_torch"].is_string()) f.torch = doc["built_torch"].get<std::string>();
   if (doc.contains("exit_code") && doc["exit_code"].is_number_integer()) f.exit_code = doc["exit_code"].get<int>();
   if (doc.contains("signal") && doc["signal"].is_string()) f.signal = doc["signal"].get<std::string>();
+  if (doc.contains("started_ns") && doc["started_ns"].is_number_integer()) f.started_ns = doc["started_ns"].get<int64_t>();
   if (doc.contains("audit") && doc["audit"].is_object()) {
     const nlohmann::json& a = doc["audit"];
     // value() throws on a field of the wrong type: such a file reads as no audit settings.

@@ -21,6 +21,7 @@ struct RunFile {
   std::string torch;                  // the torch nanprov was built against, which the run's processes had to import
   std::optional<int> exit_code;       // set when the training exited
   std::optional<std::string> signal;  // set when a signal ended it ("SIGKILL")
+  std::optional<int64_t> started_ns;  // when `nanprov run` started it (CLOCK_REALTIME); none in older runs
   struct Audit {
     bool on = false, warn_only = false;
     int64_t every_steps = 0;

@@ -408,6 +408,25 @@ TEST(HardeningTraining, TheNewestRunWithDataIsTheDefaultAndRunsListsThemAll) {
   EXPECT_EQ(lines(text.out), 3) << text.out;
 }
 
+// Runs named by --out under the root are ordered by when they started, not by name: the newest
+// is listed first and is what commands read by default.
+TEST(HardeningTraining, RunsAreNewestFirstByStartTimeWhateverTheirNames) {
+  fs::path cwd = runDir("runs-order");
+  fs::create_directories(cwd);
+  std::string in = "cd " + cwd.string() + " && ";
+  for (const char* name : {"zzz-older", "aaa-newer"}) {
+    Result r = sh(in + nanprov() + " run --out nanprov-runs/" + name + " -- " + python() + " " +
+                  example("tiny_transformer.py") + " --steps 1 2>&1");
+    ASSERT_EQ(r.code, 0) << r.out;
+  }
+  json runs = json::parse(sh(in + nanprov() + " runs --json").out, nullptr, false);
+  ASSERT_EQ(runs.size(), 2u) << runs.dump();
+  EXPECT_EQ(runs[0]["run"], "nanprov-runs/aaa-newer") << runs.dump(1);
+  EXPECT_EQ(runs[1]["run"], "nanprov-runs/zzz-older") << runs.dump(1);
+  Result report = sh(in + nanprov() + " report 2>&1");
+  EXPECT_NE(report.out.find("run nanprov-runs/aaa-newer:"), std::string::npos) << report.out;
+}
+
 TEST_F(Hardening, CallsAlignsItsColumnsAndNamesMissingLayers) {
   Result table = sh(nanprov() + " calls " + recorded_->dir.string());
   ASSERT_EQ(table.code, 0) << table.out;
