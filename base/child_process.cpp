@@ -98,10 +98,12 @@ std::string findExecutable(const std::string& name) {
 
 std::string whyNotExecutable(const std::string& name) {
   struct stat st {};
-  if (name.find('/') == std::string::npos || stat(name.c_str(), &st) != 0) {
-    return "command not found: " + name + " (not a file here, nor on PATH)";
-  }
+  if (stat(name.c_str(), &st) != 0) return "command not found: " + name + " (not a file here, nor on PATH)";
   if (S_ISDIR(st.st_mode)) return name + " is a directory, not a command to run";
+  // `nanprov run train.py`: the file is here, but a name without '/' is looked up on PATH only.
+  if (name.find('/') == std::string::npos) {
+    return name + " is a file here, not a command on PATH: run it through its interpreter, e.g. nanprov run -- python " + name;
+  }
   return name + " is not executable (chmod +x it, or run it through its interpreter, e.g. python " + name + ")";
 }
 

@@ -5,6 +5,7 @@
 #include "cli/build_info.h"
 #include "cli/commit.h"
 #include "cli/commands.h"
+#include "cli/help_format.h"
 #include "store/job.h"
 #include "store/run_dir.h"
 
@@ -67,6 +68,7 @@ int main(int argc, char** argv) {
                                         "built against torch " + build::kTorchVersion + " (C++11 ABI " +
                                         build::kCxx11Abi + ")\nCUDA " + build::kCudaVersion + ", cuDNN " +
                                         build::kCudnnVersion + ", CUPTI " + build::kCuptiVersion);
+  app.formatter(std::make_shared<HelpFormat>());  // subcommands take it from here
   app.require_subcommand(1);
   int exit_code = 0;
   // Everything after the first "--" is the command `nanprov run` wraps; CLI11 never sees it.

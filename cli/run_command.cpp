@@ -193,9 +193,9 @@ int run(RunOptions& opts) {
   }
   std::string resolved = findExecutable(cmd.front());
   if (resolved.empty()) {  // before the run directory exists: a failed start leaves nothing behind
-    std::cerr << "nanprov run: " << whyNotExecutable(cmd.front()) << "\n";
+    std::cerr << "nanprov run: " << printable(whyNotExecutable(cmd.front())) << "\n";
     std::error_code exists_ec;
-    bool exists = cmd.front().find('/') != std::string::npos && fs::exists(cmd.front(), exists_ec);
+    bool exists = fs::exists(cmd.front(), exists_ec);
     return exists ? 126 : 127;  // as a shell answers: found but not runnable, or not found
   }
   if (!fs::exists(probesLibrary())) {

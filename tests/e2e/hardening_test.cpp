@@ -524,6 +524,24 @@ TEST_F(Hardening, SqlIsBoundInTimeAndMemory) {
   EXPECT_NE(heavy.out.find("needs more than 64 MiB of memory"), std::string::npos) << heavy.out;
 }
 
+// What a new user trips on: `run --help` shows where the command goes; an option's dependencies
+// read as words, not glued to its value's name; a script named without `--` and its interpreter
+// is a file here, and the error says how to run it.
+TEST(HardeningCli, HelpAndTheFirstCommandTeach) {
+  Result help = sh(nanprov() + " run --help");
+  EXPECT_NE(help.out.find("Usage: nanprov run [OPTIONS] -- CMD [ARGS...]"), std::string::npos) << help.out;
+  EXPECT_NE(help.out.find("--audit-every N  (with --audit)"), std::string::npos) << help.out;
+  EXPECT_EQ(help.out.find("Needs:"), std::string::npos) << help.out;
+  fs::path here = runDir("no-dashes");
+  fs::create_directories(here);
+  std::ofstream(here / "train.py") << "print('trained')\n";
+  Result bare = sh("cd " + here.string() + " && " + nanprov() + " run train.py 2>&1");
+  EXPECT_EQ(bare.code, 126) << bare.out;
+  EXPECT_EQ(bare.out, "nanprov run: train.py is a file here, not a command on PATH: run it through its interpreter, e.g. "
+                      "nanprov run -- python train.py\n");
+  EXPECT_FALSE(fs::exists(here / "nanprov-runs")) << "a command that cannot start leaves no run behind";
+}
+
 TEST(HardeningCli, BadValuesAreRefusedInOneLine) {
   fs::path dir = runDir("bad-values");
   for (std::string option : {"--capture-bytes -1", "--capture-every 99999999999999999999", "--capture-every -1",
