@@ -126,6 +126,11 @@ std::string capturePath(const RunData& run, const CaptureRecord& capture) {
   return (std::filesystem::path(run.dirOf(capture.rank)) / capture.path).string();
 }
 
+std::string maskedRowsText(const CallRecord& call, const TensorHealth& mask) {
+  if (auto rows = maskedQueryRows(call, mask)) return std::to_string(*rows) + " " + kMaskedRowsUnit;
+  return std::to_string(mask.masked_rows) + " rows of the mask " + mask.shape.text() + " have every key masked";
+}
+
 std::string summaryLine(const RunData& run) {
   std::ostringstream out;
   bool passes = run.stepUnit() == StepUnit::kForwardPass;
@@ -150,7 +155,8 @@ nlohmann::json callJson(const CallRecord& call, const CallHealth& health) {
     nlohmann::json tj = {{"role", roleName(t.role)}, {"dtype", t.dtype.str()}, {"shape", t.shape.text()},
                          {"numel", t.numel},     {"nan", t.nan},       {"posinf", t.posinf},
                          {"neginf", t.neginf},   {"max_abs", t.max_abs}, {"all_zero", t.all_zero}};
-    if (t.masked_rows >= 0) tj["masked_rows"] = t.masked_rows;
+    if (t.masked_rows >= 0) tj["masked_rows"] = t.masked_rows;  // rows of the mask tensor itself
+    if (auto rows = maskedQueryRows(call, t)) tj["masked_query_rows"] = *rows;  // replay's unit
     tensors.push_back(tj);
   }
   return {{"name", callName(call)},
@@ -401,7 +407,7 @@ std::string reportText(const Report& report) {
     } else if (!output && t.role != Role::kMask) {
       finite_inputs.push_back(role);
     }
-    if (t.masked_rows > 0) out << "  mask: " << t.masked_rows << " fully masked query rows\n";
+    if (t.masked_rows > 0) out << "  mask: " << maskedRowsText(c, t) << "\n";
   }
   if (!finite_inputs.empty()) {
     out << "  finite inputs " << joined(finite_inputs, " ") << " (largest |x| " << shortNumber(largestFiniteInput(c)) << ")\n";

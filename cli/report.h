@@ -20,6 +20,10 @@ std::string capturePath(const RunData& run, const CaptureRecord& capture);
 // last calls of a process never reached the store. The directory is printed escaped.
 std::string summaryLine(const RunData& run);
 
+// "64 query rows (over batch and heads) have every key masked", replay's unit; the mask's own rows,
+// named so, where its shape does not say what it broadcasts to.
+std::string maskedRowsText(const CallRecord& call, const TensorHealth& mask);
+
 nlohmann::json callJson(const CallRecord& call, const CallHealth& health);
 
 // The report on a loaded run, worked out once: its edges (analyze) and what they conclude

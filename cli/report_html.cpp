@@ -123,7 +123,7 @@ std::string rolesTable(const CallRecord& c) {
            "</td><td>" + (output ? "output" : "input") + "</td><td>" + shown(t.dtype.str()) + "</td><td class=\"mono\">" +
            shown(t.shape.text()) + "</td><td>" + std::to_string(t.nan) + "</td><td>" + std::to_string(t.posinf) + "</td><td>" +
            std::to_string(t.neginf) + "</td><td>" + shortNumber(t.max_abs) + "</td><td>" + (t.all_zero ? "yes" : "no") +
-           (t.masked_rows > 0 ? " (" + std::to_string(t.masked_rows) + " fully masked rows)" : "") + "</td></tr>\n";
+           (t.masked_rows > 0 ? " (" + shown(maskedRowsText(c, t)) + ")" : "") + "</td></tr>\n";
   }
   return out + "</table>\n";
 }

@@ -1,6 +1,7 @@
 // Text and JSON for a ReplayResult.
 #include <cstdio>
 
+#include "base/records/call_record.h"
 #include "base/text.h"
 #include "replay/replay_issues.h"
 #include "replay/replay_result.h"
@@ -82,7 +83,7 @@ json conditionsJson(const Conditions& c) {
 
 std::string conditionsText(const Conditions& c) {
   std::vector<std::string> parts;
-  parts.push_back(std::to_string(c.fully_masked_rows) + " fully masked query rows");
+  parts.push_back(std::to_string(c.fully_masked_rows) + " " + kMaskedRowsUnit);
   if (c.min_row_lse) {
     parts.push_back("min row LSE " + shortNumber(*c.min_row_lse) + (c.lse_below_limit ? " (below -88.7)" : ""));
   }

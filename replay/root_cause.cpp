@@ -1,6 +1,7 @@
 #include <algorithm>
 
 #include "base/exit_codes.h"
+#include "base/records/call_record.h"
 #include "base/text.h"
 #include "replay/replay_result.h"
 
@@ -111,8 +112,8 @@ RootCause findRootCause(const ReplayResult& r) {
       // pytorch#41508: not a kernel fault but a mask that leaves rows with no key to attend to,
       // which a plain softmax turns into 0/0.
       cause.cls = CauseClass::kFullyMaskedRows;
-      cause.explanation = std::to_string(r.conditions.fully_masked_rows) +
-                          " query rows have every key masked: a plain softmax (what " + r.op +
+      cause.explanation = std::to_string(r.conditions.fully_masked_rows) + " " + kMaskedRowsUnit +
+                          ": a plain softmax (what " + r.op +
                           " ran) gives NaN there, where SDPA's safe softmax and the float64 reference give 0. The mask "
                           "is the cause (pytorch#41508): unmask one key per row, or call nn.MultiheadAttention with "
                           "need_weights=False (SDPA)";

@@ -15,6 +15,21 @@ constexpr std::pair<CaptureTrigger, std::string_view> kTriggers[] = {
 };
 }  // namespace
 
+std::optional<int64_t> maskedQueryRows(const CallRecord& call, const TensorHealth& mask) {
+  auto rows = [](const TensorHealth& t) -> int64_t {
+    const int64_t last = t.shape.ndim ? t.shape.dims[static_cast<size_t>(t.shape.ndim - 1)] : 0;
+    return last > 0 ? t.numel / last : 0;
+  };
+  if (mask.masked_rows < 0) return std::nullopt;
+  for (const TensorHealth& q : call.tensors) {
+    if (q.role != Role::kQ) continue;
+    const int64_t query_rows = rows(q), mask_rows = rows(mask);
+    if (mask_rows <= 0 || query_rows % mask_rows != 0 || mask.masked_rows > mask_rows) return std::nullopt;
+    return mask.masked_rows * (query_rows / mask_rows);
+  }
+  return std::nullopt;
+}
+
 const char* captureTriggerName(CaptureTrigger t) {
   for (const auto& [value, name] : kTriggers) {
     if (value == t) return name.data();

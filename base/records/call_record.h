@@ -61,6 +61,16 @@ struct CallRecord {
   std::vector<TensorHealth> tensors;
 };
 
+// The unit fully masked rows are counted in, wherever they are shown: query rows over batch and
+// heads, as replay counts them.
+inline constexpr const char* kMaskedRowsUnit = "query rows (over batch and heads) have every key masked";
+
+// A mask's fully masked rows in that unit. The probes count the rows of the mask tensor, which
+// may broadcast over batch or heads; each then stands for the B·H·S_q / mask-rows query rows it
+// covers (Q's rows, B·H·S_q in any layout: its numel over head_dim). nullopt when the call holds
+// no Q or the rows do not divide.
+std::optional<int64_t> maskedQueryRows(const CallRecord& call, const TensorHealth& mask);
+
 // One kernel that ran inside an attention call. On CUDA it is a CUPTI CONCURRENT_KERNEL record
 // joined to the call through the external correlation id; on the CPU it is the ATen op itself.
 // Field names follow Nsight Systems' CUPTI_ACTIVITY_KIND_KERNEL export where they fit.

@@ -60,6 +60,15 @@ TEST(PlainSoftmaxAttention, MultiheadAttentionFullyMaskedRowsFoundWhereTheOracle
   EXPECT_NE(std::find(reported.begin(), reported.end(), "pytorch#41508"), reported.end()) << r.doc["known_issues"].dump(1);
   Result report = sh(nanprov() + " report " + r.dir.string());
   EXPECT_NE(report.out.find("known issue: matches pytorch#41508"), std::string::npos) << report.out;
+  // One unit for the fully masked rows, named, in the report and in replay alike: the mask's rows
+  // stand for every batch and head they broadcast to.
+  const std::string rows = std::to_string(d["conditions"]["fully_masked_rows"].get<int64_t>()) +
+                           " query rows (over batch and heads) have every key masked";
+  EXPECT_NE(report.out.find("mask: " + rows), std::string::npos) << rows << " in\n" << report.out;
+  EXPECT_NE(text.out.find(rows), std::string::npos) << rows << " in\n" << text.out;
+  for (const json& t : e["tensors"]) {
+    if (t["role"] == "mask") EXPECT_EQ(t["masked_query_rows"], d["conditions"]["fully_masked_rows"]) << t.dump();
+  }
   for (const json& k : r.doc["possible_known_issues"]) {
     EXPECT_FALSE(k["undecided"].empty()) << k.dump();
     EXPECT_EQ(std::find(reported.begin(), reported.end(), k["id"].get<std::string>()), reported.end()) << "matched and possible: " << k.dump();
