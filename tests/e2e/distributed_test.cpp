@@ -79,6 +79,26 @@ void expectFsdp2FindsRankOne(int ranks) {
 
 TEST(Distributed, Fsdp2TwoRanksOverflowOnRankOne) { expectFsdp2FindsRankOne(2); }
 
+// DDP holds the model as its `module`: names are shown as the user wrote the model, without the
+// wrapper's `module.` in front, for attention calls and for the gradient sentinel's parameters.
+TEST(Distributed, DdpNamesModulesAndParametersWithoutTheWrapper) {
+  fs::path dir = runDir("ddp-names");
+  Result t = sh(kGloo + nanprov() + " run --out " + dir.string() + " -- " + torchrun() +
+                " --standalone --nproc-per-node=2 " + example("tiny_transformer.py") +
+                " --steps 4 --ddp --glitch-step 2 --glitch-rank 1 2>&1");
+  ASSERT_EQ(t.code, 1) << t.out;
+  json doc = commandJson("report", dir);
+  expectFields(doc["first_edge"], {{"rank", 1}, {"step", 2}, {"module", "layers.0.attn"}});
+  json rows = json::parse(sh(nanprov() + " sql " + dir.string() + " \"SELECT DISTINCT module FROM calls\" --json").out,
+                          nullptr, false);
+  ASSERT_FALSE(rows.empty()) << rows.dump();
+  for (const json& row : rows) EXPECT_EQ(row["module"].get<std::string>().rfind("module.", 0), std::string::npos) << rows.dump();
+  const json& s = doc["gradient_sentinel"];
+  ASSERT_TRUE(s.is_object()) << doc.dump(1);
+  EXPECT_TRUE(contains(s["gradients"], "layers.0.attn.q_proj.weight")) << s.dump();
+  for (const json& name : s["gradients"]) EXPECT_EQ(name.get<std::string>().rfind("module.", 0), std::string::npos) << s.dump();
+}
+
 TEST(Distributed, Fsdp2FourRanksOverflowOnRankOne) { expectFsdp2FindsRankOne(4); }
 
 // `python -m torch.distributed.run` imports torch before its argv names the module: the launcher

@@ -9,9 +9,27 @@ import weakref
 from .probe_library import Resolver
 
 
+# Attributes under which wrappers hold the user's module: torch.compile (`_orig_mod`), FSDP1 and
+# activation checkpointing's wrapper. They are not part of the model as the user wrote it.
+_WRAPPER_PARTS = frozenset(("_orig_mod", "_fsdp_wrapped_module", "_checkpoint_wrapped_module"))
+# Wrappers whose frames run the user's model from outside it: their own path component (DDP's
+# `module.`) would start every name.
+_WRAPPER_CLASSES = frozenset(("OptimizedModule", "DistributedDataParallel", "DataParallel"))
+
+
 def clean_path(path):
-    """A module path as the user wrote the model: torch.compile's wrapper adds `_orig_mod`."""
-    return ".".join(part for part in path.split(".") if part and part != "_orig_mod")
+    """A module path as the user wrote the model, without the wrappers' parts."""
+    return ".".join(part for part in path.split(".") if part and part not in _WRAPPER_PARTS)
+
+
+def unwrapped(module):
+    """The user's model inside DDP, DataParallel and torch.compile's wrappers."""
+    while type(module).__name__ in _WRAPPER_CLASSES:
+        inner = getattr(module, "module", None) or getattr(module, "_orig_mod", None)
+        if inner is None:
+            break
+        module = inner
+    return module
 
 
 _DYNAMO_PREFIX = re.compile(r"^L\['[^']*'\]\.?")
@@ -45,7 +63,7 @@ class ModulePaths:
 
     def _wrapper(self, obj):
         # Frames of these run the user's modules but are not modules of the model.
-        return isinstance(obj, self.graph_module_type) or type(obj).__name__ == "OptimizedModule"
+        return isinstance(obj, self.graph_module_type) or type(obj).__name__ in _WRAPPER_CLASSES
 
     def _table(self, inner, root):
         table = self.roots.get(root)
@@ -120,7 +138,8 @@ class ModulePaths:
                     if isinstance(value, self.module_type):
                         found[id(value)] = value
             frame, depth = frame.f_back, depth + 1
-        for root in sorted(found.values(), key=lambda m: -sum(1 for _ in m.parameters())):
+        models = {id(m): m for m in map(unwrapped, found.values())}
+        for root in sorted(models.values(), key=lambda m: -sum(1 for _ in m.parameters())):
             self._table(root, root)
             self._name_parameters(root)
 
