@@ -1,5 +1,6 @@
 // Fuzzing the reading commands with a fixed seed: 300 mutated captures through `nanprov replay`
-// and 100 mutated copies of a real run through every reader. Each answer must be an exit code
+// (those with hostile metadata text also through --emit-repro) and 104 mutated copies of a real
+// run through every reader. Each answer must be an exit code
 // nanprov documents, at most two lines on stderr, within 5 s and 512 MB. Nothing is mocked: the
 // seeds are a real CPU training run and its captures.
 #include <fcntl.h>
@@ -174,12 +175,40 @@ std::string mutateCapture(const std::string& good, int kind, std::mt19937& rng) 
       c.header = h.dump();
       return c.bytes();
     }
-    default: {  // the data swapped for noise of another length
+    case 9: {  // the data swapped for noise of another length
       std::string noise(pick(c.data.size() * 2), '\0');
       for (char& b : noise) b = static_cast<char>(rng());
       c.data = noise;
       return c.bytes();
     }
+    case 10: {  // line breaks and code in the metadata that --emit-repro writes into repro.py
+      nlohmann::json h = nlohmann::json::parse(c.header);
+      const char* breaks[] = {"\n", "\r", "\r\n", "\xe2\x80\xa8", "\x0b", "\x0c"};
+      const std::string brk = breaks[pick(std::size(breaks))];
+      for (const char* key : {"call", "torch", "cuda_runtime", "cudnn", "gpu"}) {
+        h["__metadata__"][key] = "x" + brk + "import os; os.system('touch MARK')" + brk + "#";
+      }
+      c.header = h.dump();
+      return c.bytes();
+    }
+    default: {  // direction overrides and line separators in every text field
+      nlohmann::json h = nlohmann::json::parse(c.header);
+      for (auto& [key, value] : h["__metadata__"].items()) {
+        if (value.is_string()) value = value.get<std::string>() + "\xe2\x80\xae\xe2\x80\xa9" + key;
+      }
+      c.header = h.dump();
+      return c.bytes();
+    }
+  }
+}
+
+// What `--emit-repro` wrote holds printable ASCII and line breaks nanprov made: no metadata value
+// can end a comment or a string there.
+void expectInertRepro(const fs::path& dir, const std::string& what) {
+  std::string script = slurp(dir / "repro.py");
+  for (char ch : script) {
+    const auto u = static_cast<unsigned char>(ch);
+    ASSERT_TRUE(ch == '\n' || (u >= 0x20 && u < 0x7f)) << what << ": byte " << int(u) << " in repro.py";
   }
 }
 
@@ -190,18 +219,23 @@ TEST_F(Fuzz, ThreeHundredMutatedCapturesGetAnAnswer) {
   fs::create_directories(dir);
   std::mt19937 rng(1234);
   std::map<int, int> refused;
-  for (int i = 0; i < 300; ++i) {
+  constexpr int kKinds = 12, kEach = 25;
+  for (int i = 0; i < kKinds * kEach; ++i) {
     std::string good = slurp(seeds[static_cast<size_t>(i) % seeds.size()]);
     fs::path file = dir / ("mutant-" + std::to_string(i) + ".safetensors");
-    int kind = i % 10;
+    int kind = i % kKinds;
     spit(file, mutateCapture(good, kind, rng));
     std::vector<std::string> args = {"replay", file.string()};
     if (i % 2) args.push_back("--json");
+    const fs::path repro = dir / ("repro-" + std::to_string(i));
+    if (kind >= 10) args.insert(args.end(), {"--emit-repro", repro.string()});
     Measured m = measure(args, dir / "stderr.txt");
     expectAnswered(m, "mutation " + std::to_string(kind) + " of " + file.string());
     refused[kind] += m.code == 3;
+    if (kind >= 10 && fs::exists(repro / "repro.py")) expectInertRepro(repro, file.string());
   }
-  for (int kind : {0, 2, 3}) EXPECT_EQ(refused[kind], 30) << "every mutation of kind " << kind << " is unreadable";
+  for (int kind : {0, 2, 3}) EXPECT_EQ(refused[kind], kEach) << "every mutation of kind " << kind << " is unreadable";
+  EXPECT_EQ(refused[10], 0) << "line breaks in the call and versions are no reason to refuse a capture";
   // Not files at all.
   fs::path fifo = dir / "fifo.safetensors", folder = dir / "folder.safetensors";
   ASSERT_EQ(mkfifo(fifo.c_str(), 0644), 0);
@@ -270,9 +304,23 @@ void damageRun(const fs::path& dir, int kind, std::mt19937& rng) {
       spit(dir / "run.json", rng() % 2 ? bytes.substr(0, pick(bytes.size())) : "[1, \"\xff\"]");
       break;
     }
-    default:
+    case 9:
       spit(store, "");
       break;
+    case 10: {  // tallies with absurd values, for a rank with a store and one without
+      const uint64_t values[] = {0x2156'4f52'504e'414e /* "NANPROV!" */, INT64_MAX, uint64_t{1} << 63, 0, 1};
+      spit(dir / "rank-0.tally", littleEndian(values[pick(std::size(values))]));
+      spit(dir / "rank-1.tally", littleEndian(values[pick(std::size(values))]));
+      break;
+    }
+    case 11:  // call rows deleted under the writer's count
+      sql(rng() % 2 ? "DELETE FROM calls" : "DELETE FROM calls WHERE seq % 2 = 0");
+      break;
+    default: {  // direction overrides and line separators in every text column
+      sql("UPDATE signatures SET module=module||CAST(x'e280aee280a8' AS TEXT), op=op||CAST(x'e280ae' AS TEXT); "
+          "UPDATE kernels SET name=name||CAST(x'e280a9' AS TEXT)");
+      break;
+    }
   }
 }
 
@@ -286,10 +334,10 @@ TEST_F(Fuzz, HundredMutatedRunsGetAnAnswerFromEveryReader) {
       {"report"}, {"report", "--json"}, {"report", "--html", page}, {"calls", "--json"}, {"kernels", "--json"},
       {"trace", "--out", trace}, {"sql", "SELECT * FROM calls"}, {"replay"}};
   fs::path err = runDir("fuzz-stderr");
-  for (int i = 0; i < 100; ++i) {
+  for (int i = 0; i < 104; ++i) {
     fs::path dir = runDir("fuzz-run");
     fs::copy(run_->dir, dir, fs::copy_options::recursive);
-    int kind = i % 10;
+    int kind = i % 13;
     damageRun(dir, kind, rng);
     for (std::vector<std::string> args : readers) {
       args.insert(args.begin() + 1, dir.string());
