@@ -248,6 +248,7 @@ std::map<std::string, int64_t> RunData::unprobed() const {
       out[it->first.substr(9)] += std::strtoll(it->second.c_str(), nullptr, 10);
     }
   }
+  for (const auto& [rank, n] : worker_calls) out[kWorkerAttention] += n;
   return out;
 }
 
@@ -333,6 +334,17 @@ static std::optional<int64_t> callsWritten(const RankInfo& info) {
   return it == info.meta.end() ? std::nullopt : parseInteger(it->second, 0, INT64_MAX);
 }
 
+// The DataLoader workers' attention calls, per rank, from their counters (store/run_dir.h).
+static void countWorkerCalls(const std::vector<std::string>& dirs, RunData* run) {
+  for (const std::string& dir : dirs) {
+    for (const auto& [rank, path] : workerCallPaths(dir)) {
+      auto counts = readMappedCounters(path);
+      // Bounded, so that no sum over ranks overflows whatever a damaged counter holds.
+      if (counts && (*counts)[0] > 0) run->worker_calls[rank] += std::min((*counts)[0], int64_t{1} << 40);
+    }
+  }
+}
+
 // Tallies of ranks that have no store here: they died before their first batch.
 static void countTalliesWithoutStore(const std::vector<std::string>& dirs, RunData* run) {
   std::set<int> stored;
@@ -365,6 +377,7 @@ StatusOr<RunData> loadRun(const RunDirs& dirs, RunScope scope) {
   auto found = rankStorePaths(dirs);
   if (!found.ok()) return found.status();
   const std::vector<std::string>& paths = *found;
+  countWorkerCalls(dirs.all, &run);
   if (paths.empty() && areRunDirs(dirs)) {
     countTalliesWithoutStore(dirs.all, &run);
     return run;

@@ -16,6 +16,9 @@
 
 namespace nanprov {
 
+// What the report calls the attention DataLoader worker processes ran: counted, never checked.
+inline constexpr const char* kWorkerAttention = "attention in DataLoader worker processes";
+
 struct RankInfo {
   int rank = 0;
   std::string path;
@@ -63,6 +66,8 @@ struct RunData {
   // committed, a tally below what was stored or past any process's reach): said once in the
   // report; the counts shown are what is there.
   std::vector<std::string> damage;
+  // Attention calls the ranks' DataLoader worker processes ran, unchecked (rank-<r>.worker-calls).
+  std::map<int, int64_t> worker_calls;
 
   // The job's world size as its ranks recorded it (the largest; 0 when no store says).
   int worldSize() const;
@@ -74,7 +79,8 @@ struct RunData {
   // The directory holding `rank`'s store (its captures and tally are beside it).
   std::string dirOf(int rank) const;
 
-  // Attention recognised but not checked, summed over ranks: what → count (meta "unprobed:*").
+  // Attention recognised but not checked, summed over ranks: what → count (meta "unprobed:*", and
+  // kWorkerAttention for the DataLoader workers' calls).
   std::map<std::string, int64_t> unprobed() const;
   // The earliest step, over ranks, in which each kind of unchecked attention was first seen
   // (meta "unprobed_step:*"); a kind a store older than that meta names is taken as step 0.

@@ -32,7 +32,8 @@ std::string newRunDirName(const std::string& root) {
 namespace {
 
 constexpr std::string_view kRankPrefix = "rank-", kStoreSuffix = ".sqlite", kTallySuffix = ".tally",
-                           kAuditProgressSuffix = ".audit-progress", kUnrecordedSuffix = ".unrecorded";
+                           kAuditProgressSuffix = ".audit-progress", kUnrecordedSuffix = ".unrecorded",
+                           kWorkerCallsSuffix = ".worker-calls";
 
 std::string rankFileName(int rank, std::string_view suffix) { return std::string(kRankPrefix) + std::to_string(rank) + std::string(suffix); }
 
@@ -81,6 +82,7 @@ bool holdsDatabase(const fs::path& path) {
 std::string rankStoreName(int rank) { return rankFileName(rank, kStoreSuffix); }
 std::string callTallyName(int rank) { return rankFileName(rank, kTallySuffix); }
 std::string auditProgressName(int rank) { return rankFileName(rank, kAuditProgressSuffix); }
+std::string workerCallsName(int rank) { return rankFileName(rank, kWorkerCallsSuffix); }
 std::string unrecordedNoteName(int rank) { return rankFileName(rank, kUnrecordedSuffix); }
 
 std::map<int, std::string> unrecordedRanks(const std::string& dir) {
@@ -99,6 +101,17 @@ std::map<int, std::string> unrecordedRanks(const std::string& dir) {
 
 std::optional<int> rankOfStoreName(const std::string& filename) { return rankOfName(filename, kStoreSuffix); }
 std::optional<int> rankOfTallyName(const std::string& filename) { return rankOfName(filename, kTallySuffix); }
+
+std::map<int, std::string> workerCallPaths(const std::string& dir) {
+  std::map<int, std::string> paths;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    std::error_code type_ec;
+    auto rank = rankOfName(entry.path().filename().string(), kWorkerCallsSuffix);
+    if (rank && entry.is_regular_file(type_ec)) paths[*rank] = entry.path().string();
+  }
+  return paths;
+}
 
 std::vector<std::string> callTallyPaths(const std::string& dir) {
   std::vector<std::string> paths;

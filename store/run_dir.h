@@ -39,6 +39,11 @@ StatusOr<std::string> resolveRunDir(const std::string& given);
 std::string rankStoreName(int rank);  // "rank-<r>.sqlite"
 std::string callTallyName(int rank);  // "rank-<r>.tally" (store/mapped_counters.h)
 std::string auditProgressName(int rank);  // "rank-<r>.audit-progress" (store/mapped_counters.h)
+// "rank-<r>.worker-calls" (store/mapped_counters.h, 1 counter): the attention calls the rank's
+// DataLoader worker processes ran, which check nothing and own no store.
+std::string workerCallsName(int rank);
+// The worker-call counters in `dir`: rank → path.
+std::map<int, std::string> workerCallPaths(const std::string& dir);
 // "rank-<r>.unrecorded": left by a process of rank r that could not create its store, holding
 // its pid and why. When the file under that rank's store name is no database, readers leave it
 // out and the rank is unrecorded; when it is a store (another process of the same rank made it

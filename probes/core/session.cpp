@@ -184,6 +184,27 @@ void Session::callBegun() {
   if (tally) tally->add(0);
 }
 
+void Session::becomeWorker() {
+  if (worker_.exchange(true)) return;
+  // Spawned, the worker started its session like any process but has opened no store (its first
+  // attention call would have); forked, the session was finalized in the child already.
+  if (active() && !open_writer_.load(std::memory_order_acquire)) state_.store(State::kFinalized);
+  else if (active()) finalize();
+}
+
+void Session::countWorkerCall() {
+  if (!inWorker() || run_dir_.empty()) return;
+  MappedCounters* counter = worker_calls_.load(std::memory_order_acquire);
+  if (!counter) {
+    auto opened = MappedCounters::open((std::filesystem::path(run_dir_) / workerCallsName(env_.rank)).string());
+    if (!opened.ok()) return;  // not counted: the report then lacks these calls (no log: no lock here)
+    MappedCounters* fresh = opened->release();
+    if (worker_calls_.compare_exchange_strong(counter, fresh)) counter = fresh;
+    else delete fresh;  // another thread opened it first
+  }
+  counter->add(0);
+}
+
 void Session::record(const CallEvent& call) {
   if (!active()) return;
   if (StoreWriter* w = writer()) w->append(call);

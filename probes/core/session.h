@@ -65,6 +65,15 @@ class Session {
   // A probed call began: counted in rank-<r>.tally, which outlives any death of the process, so
   // the report can say how many calls never reached the store.
   void callBegun();
+
+  // This process is a DataLoader worker of its rank (the bootstrap says so as the worker loop
+  // starts, spawned or forked). A worker checks nothing and never takes its rank's store, which
+  // belongs to the training process; each attention call it runs is counted instead, for its
+  // rank, in rank-<r>.worker-calls, so the report names it as attention that ran unchecked and
+  // never calls the run clean by omission. Lock-free: a forked child may hold no lock.
+  void becomeWorker();
+  bool inWorker() const { return worker_.load(std::memory_order_relaxed); }
+  void countWorkerCall();
   // A fact about the store's rank. It creates no store: until the first call, capture, kernel,
   // sentinel finding or unchecked attention is recorded it waits, and a process that records none
   // of those (a DataLoader worker started with spawn, a helper process of the same rank) leaves
@@ -122,6 +131,8 @@ class Session {
   bool writer_failed_ = false;
   std::atomic<MappedCounters*> tally_{nullptr};  // created by the first call; never freed (calls may race exit)
   std::atomic<bool> tally_failed_{false};
+  std::atomic<bool> worker_{false};
+  std::atomic<MappedCounters*> worker_calls_{nullptr};  // created by a worker's first call; never freed
 
   std::mutex unprobed_mu_;
   std::map<std::string, int64_t> unprobed_;

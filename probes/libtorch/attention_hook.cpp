@@ -164,6 +164,21 @@ thread_local int t_sdpa_depth = 0;  // inside SDPA's composite (its MATH path ru
 
 bool insideAttentionCall() { return t_depth > 0 || t_sdpa_depth > 0; }
 
+namespace {
+thread_local int t_worker_depth = 0;
+}
+
+WorkerCall::WorkerCall() {
+  Session& session = probes().session();
+  if (!session.inWorker()) return;
+  held_ = true;
+  if (t_worker_depth++ == 0) session.countWorkerCall();
+}
+
+WorkerCall::~WorkerCall() {
+  if (held_) --t_worker_depth;
+}
+
 // Where a forward call runs: its module, whether autograd's engine is running it (activation
 // checkpointing recomputing the forward inside backward), and whether gradients are on.
 ForwardSite siteOfForward(const at::Tensor& q) {
@@ -269,6 +284,7 @@ void runOp(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack* sta
 void probeFusedCall(const ProbedOp* probed, const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack* stack) {
   if (probed && (t_depth > 0 || !probes().session().active() || !probeable(*stack, probed->num_arguments))) probed = nullptr;
   if (!probed) {
+    WorkerCall counted;
     ProbeCost::Scope op(ProbeStage::kTheOp);
     handle.redispatchBoxed(ks & kBelowProbe, stack);
     return;
@@ -369,6 +385,7 @@ class OperatorProbe : public c10::OperatorKernel {
 void nativeMhaKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack* stack) {
   ProbeCost::Scope dispatching(ProbeStage::kDispatching);
   if (t_depth > 0 || !probes().session().active() || !probeable(*stack, g_native_mha->num_arguments)) {
+    WorkerCall counted;
     ProbeCost::Scope op(ProbeStage::kTheOp);
     handle.redispatchBoxed(ks & kBelowProbe, stack);
     return;
@@ -406,6 +423,7 @@ void unprobedKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, S
                probeable(*stack, handle.schema().arguments().size());
   ++t_unprobed_depth;
   try {
+    WorkerCall counted;
     handle.redispatchBoxed(ks & kBelowProbe, stack);
   } catch (...) {
     --t_unprobed_depth;
@@ -524,6 +542,7 @@ void runCompositeSdpa(const c10::OperatorHandle& handle, c10::DispatchKeySet ks,
 
 void sdpaKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack* stack) {
   if (t_depth > 0 || !probes().session().active() || !probeable(*stack, g_sdpa->num_arguments)) {
+    WorkerCall counted;
     runCompositeSdpa(handle, ks, stack);
     return;
   }

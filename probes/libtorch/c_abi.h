@@ -38,6 +38,9 @@ NANPROV_API long long nanprov_foreign_calls(void);
 // from inside the graph (compiled_trail.py), their backward not at all. Noted in the store's meta
 // (trail_compiled), so the report can say so.
 NANPROV_API void nanprov_trail_compiled(void);
+// This process is a DataLoader worker, from the start of its worker loop: it checks nothing and
+// takes no store; its attention calls are counted for its rank (Session::becomeWorker).
+NANPROV_API void nanprov_become_worker(void);
 // Final flush; called from the interpreter's exit. Later calls are no-ops.
 NANPROV_API void nanprov_shutdown(void);
 

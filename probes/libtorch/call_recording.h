@@ -22,6 +22,20 @@ bool realTensor(const at::Tensor& t);
 // True while this thread runs a probed op or SDPA's composite: a softmax there is SDPA's own.
 bool insideAttentionCall();
 
+// Held around an attention call that is not probed: in a DataLoader worker (Session::becomeWorker)
+// the outermost one on the thread is counted for the rank, once, whatever runs inside it (SDPA's
+// fused op, the fast path's SDPA). Elsewhere it does nothing.
+class WorkerCall {
+ public:
+  WorkerCall();
+  ~WorkerCall();
+  WorkerCall(const WorkerCall&) = delete;
+  WorkerCall& operator=(const WorkerCall&) = delete;
+
+ private:
+  bool held_ = false;
+};
+
 // Where a forward call runs (module, recompute, grad mode), and its name there; a call that
 // begins the next inference forward pass closes the last one. Given the call's Q, the module is
 // found from the parameter behind Q once that is trusted (probes/libtorch/module_path_cache.h).

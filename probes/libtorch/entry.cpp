@@ -149,6 +149,8 @@ void nanprov_trail_compiled(void) {
   if (!noted.exchange(true)) nanprov::probes().session().setMeta("trail_compiled", "1");
 }
 
+void nanprov_become_worker(void) { nanprov::probes().session().becomeWorker(); }
+
 void nanprov_shutdown(void) {
   nanprov::probes().session().finalize();
   nanprov::probes().session().setModuleResolver(nullptr);

@@ -84,6 +84,7 @@ void recordCall(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, c
                 const std::optional<at::Tensor>& cu_seqlens_k, const std::string& op, const std::string& backend,
                 const std::string& note, const std::optional<at::Tensor>& mask) {
   if (!probing()) {
+    WorkerCall counted;  // a DataLoader worker's: counted for its rank
     abandonCall();
     return;
   }

@@ -9,8 +9,8 @@ import json
 import os
 import sys
 
-from . import (compiled_graphs, compiled_flex, eager_flex, flash_attn_probes, launchers, module_paths, module_probes,
-               op_probes, optimizer_steps, plain_softmax, probe_library, trail)
+from . import (compiled_graphs, compiled_flex, dataloader_workers, eager_flex, flash_attn_probes, launchers, module_paths,
+               module_probes, op_probes, optimizer_steps, plain_softmax, probe_library, trail)
 from .import_watcher import ImportWatcher
 
 
@@ -64,6 +64,7 @@ def _load(torch):
             _say(f"probes not started, training continues uninstrumented: {message}")
             _report("probe-error", message)
             return
+        _guarded("DataLoader workers", lambda: dataloader_workers.install(torch, lib))
         modules = module_paths.ModulePaths(torch)
         optimizer_steps.watch(lib, torch, modules, _say)
         resolver = module_paths.install_resolver(lib, modules)

@@ -20,6 +20,7 @@ SIGNATURES = {
     "nanprov_probe_op": (ctypes.c_char_p, [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p]),
     "nanprov_foreign_calls": (ctypes.c_longlong, []),
     "nanprov_trail_compiled": (None, []),
+    "nanprov_become_worker": (None, []),
     "nanprov_shutdown": (None, []),
 }
 
