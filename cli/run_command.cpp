@@ -147,8 +147,9 @@ Status checkProbeOp(const std::string& spec) {
 // rows into the first run's stores.
 Status claimRunDir(const std::string& dir) {
   std::string taken = dir + " already holds a run; pick a new --out (or remove the directory)";
-  // A tally alone is a run's too (a rank that died before its store): a new run would count on from it.
-  if (holdsRankStores(dir) || !callTallyPaths(dir).empty()) return Status::Error(taken);
+  // A tally or a worker-call counter alone is a run's too (a rank that died before its store): a
+  // new run would count on from it.
+  if (holdsRankStores(dir) || !callTallyPaths(dir).empty() || !workerCallPaths(dir).empty()) return Status::Error(taken);
   auto claimed = claimRunFile(dir);
   if (!claimed.ok()) return claimed.status();
   return *claimed ? Status::Ok() : Status::Error(taken);
