@@ -5,6 +5,8 @@
 #include <utility>
 #include <vector>
 
+#include "base/numbers.h"
+#include "base/text.h"
 #include "store/rank_store.h"
 
 namespace nanprov {
@@ -16,6 +18,17 @@ struct JobIdentity {
   bool operator==(const JobIdentity&) const = default;
 };
 
+// Without a launcher run id and a rendezvous master (plain `python`, a hand-written launcher),
+// only time tells two jobs apart: a job's processes start within minutes of each other, and two
+// runs of one script usually hours apart.
+constexpr int64_t kMostStartSpreadNs = int64_t{15} * 60 * 1'000'000'000;
+
+struct DirIdentity {
+  JobIdentity job;
+  std::string path;                  // a store that says it
+  std::optional<int64_t> started_ns;  // the earliest of its stores' starts, where they say
+};
+
 std::string metaOr(const RankInfo& info, const std::string& key, const std::string& none) {
   auto it = info.meta.find(key);
   return it == info.meta.end() || it->second.empty() ? none : it->second;
@@ -23,26 +36,34 @@ std::string metaOr(const RankInfo& info, const std::string& key, const std::stri
 
 // The identity the stores of `dir` record, or nullopt when it holds none; an error when a store
 // cannot be read or two of its stores disagree.
-StatusOr<std::optional<std::pair<JobIdentity, std::string>>> identityOf(const std::string& dir) {
+StatusOr<std::optional<DirIdentity>> identityOf(const std::string& dir) {
   auto paths = rankStorePaths(dir);
   if (!paths.ok()) return paths.status();
-  std::optional<std::pair<JobIdentity, std::string>> found;
+  std::optional<DirIdentity> found;
   for (const std::string& path : *paths) {
     RankInfo info;
     auto db = openRankStore(path, &info);
     if (!db.ok()) return db.status();
     JobIdentity id{metaOr(info, "launcher_run_id", "(none)"), metaOr(info, "master", "(none)"),
                    metaOr(info, "world_size", "1")};
-    if (!found) found.emplace(std::move(id), path);
-    else if (!(found->first == id)) return Status::Error(path + " and " + found->second + " are stores of two jobs");
+    std::optional<int64_t> started = parseInteger(metaOr(info, "started_ns", ""), 0, INT64_MAX);
+    if (!found) found = DirIdentity{std::move(id), path, started};
+    else if (!(found->job == id)) return Status::Error(path + " and " + found->path + " are stores of two jobs");
+    else if (started && (!found->started_ns || *started < *found->started_ns)) found->started_ns = started;
   }
   return found;
+}
+
+// "3.2 h", "41 min": how far apart two starts were.
+std::string apart(int64_t ns) {
+  const double minutes = static_cast<double>(ns) / 60e9;
+  return minutes >= 120 ? shortNumber(minutes / 60) + " h" : shortNumber(minutes) + " min";
 }
 
 }  // namespace
 
 Status checkOneJob(const RunDirs& dirs) {
-  std::optional<std::pair<JobIdentity, std::string>> first;
+  std::optional<std::pair<DirIdentity, std::string>> first;
   for (size_t i = 0; i < dirs.all.size(); ++i) {
     const std::string& dir = dirs.all[i];
     for (size_t j = 0; j < i; ++j) {
@@ -53,15 +74,21 @@ Status checkOneJob(const RunDirs& dirs) {
     if (!id.ok()) return id.status();
     if (!*id) continue;
     if (!first) {
-      first.emplace((*id)->first, dir);
+      first.emplace(**id, dir);
       continue;
     }
-    const JobIdentity& a = first->first;
-    const JobIdentity& b = (*id)->first;
+    const JobIdentity& a = first->first.job;
+    const JobIdentity& b = (*id)->job;
+    const std::optional<int64_t> a_start = first->first.started_ns, b_start = (*id)->started_ns;
+    const bool anonymous = a.run_id == "(none)" && a.master == "(none)";
+    const int64_t gap = a_start && b_start ? (*a_start > *b_start ? *a_start - *b_start : *b_start - *a_start) : 0;
     std::string differs = a.run_id != b.run_id ? "launcher run id " + b.run_id + ", not " + a.run_id
                           : a.master != b.master ? "rendezvous master " + b.master + ", not " + a.master
                           : a.world_size != b.world_size ? "world size " + b.world_size + ", not " + a.world_size
-                                                         : "";
+                          : anonymous && gap > kMostStartSpreadNs
+                              ? "its processes started " + apart(gap) + " apart from those, and no launcher run id or "
+                                "rendezvous master says they are one job"
+                              : "";
     if (!differs.empty()) {
       return Status::Error(dir + " is another job's run directory than " + first->second + " (" + differs +
                            "); give the directories of one job");

@@ -1,7 +1,9 @@
 // One job's run directories: a multi-node job run under `nanprov run` on each node leaves one
 // run directory per node (each on its node's local disk). Readers take them together only when
 // they are one job's: the same launcher run id (torchrun's --rdzv-id, TORCHELASTIC_RUN_ID), the
-// same rendezvous master and world size, and no rank in two of them.
+// same rendezvous master and world size, and no rank in two of them. Where neither a run id nor a
+// master was recorded (plain `python`, a hand-written launcher), processes that started more than
+// 15 minutes apart are two jobs.
 #pragma once
 
 #include "base/status.h"

@@ -16,11 +16,10 @@ namespace {
 namespace fs = std::filesystem;
 using testing::freshDir;
 
-// One rank's store of a job, as a worker of that job writes it (one call, so readers load it).
-void writeRank(const fs::path& dir, int rank, const std::string& run_id, int world_size = 2) {
-  auto w = StoreWriter::open((dir / rankStoreName(rank)).string(),
-                             {{"rank", std::to_string(rank)}, {"world_size", std::to_string(world_size)},
-                              {"launcher_run_id", run_id}, {"master", "localhost:29500"}});
+// One rank's store, with `meta` beside its rank, as a worker writes it (one call, so readers load it).
+void writeRankWith(const fs::path& dir, int rank, std::map<std::string, std::string> meta) {
+  meta["rank"] = std::to_string(rank);
+  auto w = StoreWriter::open((dir / rankStoreName(rank)).string(), meta);
   ASSERT_TRUE(w.ok()) << w.status().message();
   CallRecord c;
   c.rank = rank;
@@ -28,6 +27,12 @@ void writeRank(const fs::path& dir, int rank, const std::string& run_id, int wor
   c.backend = "flash_cpu";
   (*w)->append(c);
   ASSERT_TRUE((*w)->close().ok());
+}
+
+// One rank's store of a job a launcher started.
+void writeRank(const fs::path& dir, int rank, const std::string& run_id, int world_size = 2) {
+  writeRankWith(dir, rank, {{"world_size", std::to_string(world_size)}, {"launcher_run_id", run_id},
+                            {"master", "localhost:29500"}});
 }
 
 TEST(Job, DirectoriesOfOneJobReadAsOneRun) {
@@ -56,6 +61,30 @@ TEST(Job, AnotherJobsDirectoryIsRefusedInOneLine) {
   EXPECT_NE(st.message().find("another job"), std::string::npos) << st.message();
   EXPECT_NE(st.message().find("jobB"), std::string::npos) << st.message();
   EXPECT_EQ(st.message().find('\n'), std::string::npos);
+}
+
+// A rank of a job no launcher started (plain `python`): no run id, no rendezvous master, only when
+// its process started.
+void writeAnonymousRank(const fs::path& dir, int rank, int64_t started_ns) {
+  writeRankWith(dir, rank, {{"world_size", "2"}, {"started_ns", std::to_string(started_ns)}});
+}
+
+// Without a run id or a master, two runs of one script hours apart are two jobs, not one merged
+// without comment; ranks of one job, started a minute apart, still read as one.
+TEST(Job, WithoutARunIdRunsStartedHoursApartAreTwoJobs) {
+  const int64_t noon = int64_t{1'764'936'000} * 1'000'000'000, minute = int64_t{60} * 1'000'000'000;
+  fs::path today = freshDir("job-today"), yesterday = freshDir("job-yesterday");
+  writeAnonymousRank(today, 0, noon);
+  writeAnonymousRank(yesterday, 1, noon - 24 * 60 * minute);
+  Status st = checkOneJob(RunDirs(std::vector<std::string>{today.string(), yesterday.string()}));
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("started 24 h apart"), std::string::npos) << st.message();
+  EXPECT_EQ(st.message().find('\n'), std::string::npos);
+  fs::path node0 = freshDir("job-anon0"), node1 = freshDir("job-anon1");
+  writeAnonymousRank(node0, 0, noon);
+  writeAnonymousRank(node1, 1, noon + minute);
+  Status one = checkOneJob(RunDirs(std::vector<std::string>{node0.string(), node1.string()}));
+  EXPECT_TRUE(one.ok()) << one.message();
 }
 
 TEST(Job, ARankInTwoDirectoriesOrOneDirectoryTwiceIsRefused) {
