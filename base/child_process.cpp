@@ -50,10 +50,7 @@ StatusOr<pid_t> spawn(std::vector<std::string> argv, const std::map<std::string,
   if (path.empty()) return Status::Error("command not found: " + argv[0]);
   // Resolved here, where it was found: a child given another working directory would look for a
   // relative path there.
-  if (path[0] != '/') {
-    char cwd[4096];
-    if (getcwd(cwd, sizeof cwd)) path = std::string(cwd) + "/" + path;
-  }
+  path = absolutePath(path);
   std::vector<std::string> env = mergedEnvironment(extra_env);
   std::vector<char*> cargv = cStrings(argv), cenv = cStrings(env);
   pid_t pid = 0;
@@ -82,6 +79,12 @@ bool isExecutableFile(const std::string& path) {
 }
 
 }  // namespace
+
+std::string absolutePath(const std::string& path) {
+  if (path.empty() || path[0] == '/') return path;
+  char cwd[4096];
+  return getcwd(cwd, sizeof cwd) ? std::string(cwd) + "/" + path : path;
+}
 
 std::string findExecutable(const std::string& name) {
   if (name.empty()) return "";

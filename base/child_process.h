@@ -10,6 +10,11 @@
 
 namespace nanprov {
 
+// `path` from the root: the current directory prefixed when it is relative, for a child that runs
+// elsewhere (plain getcwd, not std::filesystem: torch 2.11's CUDA libtorch.so exports its own
+// std::filesystem functions, which the replay engine bound to and crashed in on the H200).
+std::string absolutePath(const std::string& path);
+
 // Where `name` resolves on PATH (or itself when it contains '/'); empty unless it is an
 // executable regular file.
 std::string findExecutable(const std::string& name);

@@ -114,7 +114,7 @@ int replay(const Options& opts) {
     if (found->path.empty()) {
       if (opts.json) std::cout << jsonText({{"replayed", false}, {"nothing_to_replay", found->nothing}}, 1) << "\n";
       else std::cout << "nothing to replay: " << printable(found->nothing) << "\n";
-      return kClean;
+      return opts.audit ? kInputError : kClean;  // --audit: 0 would say the outputs were judged ok
     }
     capture = found->path;
   }

@@ -84,7 +84,10 @@ int trace(const Options& opts) {
   auto whole = loadRun(*dirs, RunScope::kEdges);
   if (!whole.ok()) return fail("trace", whole.status());
   const Findings found = analyze(*whole);
-  const CallRecord* centre = opts.steps.empty() && found.first ? &whole->calls[*found.first] : nullptr;
+  // Centred on the first edge unless --steps says where, or --ranks leaves its rank out.
+  const CallRecord* centre = opts.steps.empty() && found.first && query.wantsRank(whole->calls[*found.first].rank)
+                                 ? &whole->calls[*found.first]
+                                 : nullptr;
   if (centre) startBeforeTheEdge(*whole, *centre, opts.max_calls, &query);
   bool cut = false;
   auto window = loadRunWindow(*dirs, query, opts.max_calls, centre, &cut);

@@ -40,14 +40,6 @@ class ScratchDir {
   std::string path_;
 };
 
-// `path` from the root (the current directory prefixed when relative), for a child that runs
-// elsewhere. Plain getcwd, for the reason ScratchDir gives.
-std::string absolutePath(const std::string& path) {
-  if (path.empty() || path[0] == '/') return path;
-  char cwd[4096];
-  return getcwd(cwd, sizeof cwd) ? std::string(cwd) + "/" + path : path;
-}
-
 }  // namespace
 
 bool isFlashAttentionBackend(const std::string& backend) {

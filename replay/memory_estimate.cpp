@@ -23,18 +23,16 @@ MemoryNeed replayMemory(const CallShape& call, const std::vector<std::string>& b
   const int64_t q_rows = call.batch * call.q_heads * call.s_q;
   const int64_t scores = q_rows * call.s_kv;
   const int64_t kv_rows = call.batch * call.kv_heads * call.s_kv;
-  // The outputs of one backend, and of the reference in float64 (kept, and again on the host to judge).
+  // The outputs of one backend; the reference's in float64 (kept, and again on the host to judge),
+  // and the two yardsticks' the judge measures against, held in float64 beside them (an audit's too).
   const int64_t outputs = q_rows * (call.v_dim + 1) + (call.backward ? q_rows * call.head_dim + kv_rows * (call.head_dim + call.v_dim) : 0);
-  int64_t resident = call.input_bytes + 2 * 8 * outputs;
+  int64_t resident = call.input_bytes + 4 * 8 * outputs;
   // Backends whose scores are materialised whole: forward keeps scores, logits and probabilities
   // (at least float32), the backward as many again for their gradients.
   const int64_t materialised = scores * std::max<int64_t>(elem, 4) * (call.backward ? 6 : 3);
   std::vector<std::pair<int64_t, std::string>> transients = {
       {kReferenceSlabBytes * 3 + 8 * (kv_rows * (call.head_dim + call.v_dim)) * 2, "the float64 reference"},
-      // The judge measures against the yardsticks, an audit's too: their scores are materialised,
-      // and their outputs held in float64 beside the reference's.
-      {materialised, "the yardstick's scores"}};
-  resident += 2 * 8 * outputs;
+      {materialised, "the yardstick's scores"}};  // an audit's too
   if (!judge_only) {
     for (const std::string& b : backends) {
       if (b == "math" || b == "plain_softmax") transients.emplace_back(materialised, "the " + b + " backend's scores");

@@ -194,12 +194,15 @@ Status loadStepEnds(sqlite3* db, const std::string& path, std::map<int64_t, int6
 }
 
 // More calls than any process can hold begun and unstored: the writer's pending calls (2^18) and
-// queue, and the checks in flight, with room to spare. A tally past this is damage, not a death.
+// queue, and the checks in flight, with room to spare. A tally past this, and past the rows the
+// writer dropped, is damage, not a death.
 constexpr int64_t kMostCallsUnstored = int64_t{1} << 22;
 
-// A rank's call tally (store/mapped_counters.h), checked against the `stored` calls of its store:
-// nullopt when there is none, or when it contradicts the store (then `damage` says so once).
-std::optional<int64_t> tallyOf(const std::string& path, int rank, int64_t stored, std::vector<std::string>* damage) {
+// A rank's call tally (store/mapped_counters.h), checked against the `stored` calls of its store
+// and the rows its writer `dropped`: nullopt when there is none, or when it contradicts the store
+// (then `damage` says so once).
+std::optional<int64_t> tallyOf(const std::string& path, int rank, int64_t stored, int64_t dropped,
+                               std::vector<std::string>* damage) {
   auto counts = readMappedCounters(path);
   if (!counts) return std::nullopt;
   const int64_t begun = (*counts)[0];
@@ -208,7 +211,7 @@ std::optional<int64_t> tallyOf(const std::string& path, int rank, int64_t stored
     damage->push_back(said + "fewer than the " + std::to_string(stored) + " its store holds: the tally is damaged and not counted");
     return std::nullopt;
   }
-  if (begun - stored > kMostCallsUnstored) {
+  if (begun - stored > kMostCallsUnstored + dropped) {
     damage->push_back(said + "more unstored than any process holds: the tally is damaged and not counted");
     return std::nullopt;
   }
@@ -352,8 +355,9 @@ static void countTalliesWithoutStore(const std::vector<std::string>& dirs, RunDa
   for (const std::string& dir : dirs) {
     for (const std::string& tally : callTallyPaths(dir)) {
       auto rank = rankOfTallyName(std::filesystem::path(tally).filename().string());
-      if (!rank || stored.count(*rank)) continue;
-      run->calls_begun_without_store += tallyOf(tally, *rank, 0, &run->damage).value_or(0);
+      // An unrecorded rank's calls are said with its reason (store/run_dir.h), not as a death.
+      if (!rank || stored.count(*rank) || run->unrecorded.count(*rank)) continue;
+      run->calls_begun_without_store += tallyOf(tally, *rank, 0, 0, &run->damage).value_or(0);
     }
   }
 }
@@ -419,8 +423,9 @@ StatusOr<RunData> loadRun(const RunDirs& dirs, RunScope scope) {
                            " calls, but its writer committed " + std::to_string(*written) +
                            ": rows were deleted or lost, and what is counted is what is there");
     }
+    auto dropped = parseInteger(info.meta.count("dropped_rows") ? info.meta.at("dropped_rows") : "0", 0, INT64_MAX / 4);
     info.calls_begun = tallyOf((std::filesystem::path(path).parent_path() / callTallyName(info.rank)).string(), info.rank,
-                               info.calls_stored, &run.damage);
+                               info.calls_stored, dropped.value_or(0), &run.damage);
     run.ranks.push_back(std::move(info));
   }
   countTalliesWithoutStore(dirs.all, &run);
@@ -458,7 +463,7 @@ Status forEachCall(const RunDirs& dirs, const CallQuery& query, const std::funct
     RankInfo info;
     auto db = openRankStore(path, &info);
     if (!db.ok()) return db.status();
-    if ((query.rank && *query.rank != info.rank) || (!query.ranks.empty() && !query.ranks.count(info.rank))) continue;
+    if (!query.wantsRank(info.rank)) continue;
     auto stream = std::make_unique<RankStream>();
     stream->db = std::move(*db);
     auto cursor = CallCursor::open(stream->db.get(), path, filter);
@@ -490,16 +495,22 @@ StatusOr<RunData> loadRunWindow(const RunDirs& dirs, const CallQuery& query, int
   run.scope = RunScope::kTraced;
   run.settings = readRunFile(run.dir);
   *cut = false;
-  // A sliding window: the oldest call leaves when it is full, until the centre has been seen
-  // (without one, the first calls are kept); reading stops once half a window followed it.
+  // A sliding window: the oldest call leaves when it is full. Reading stops once half a window
+  // followed the centre (without one: once the window is full, so it holds the first calls).
   std::deque<CallRecord> window;
   bool centre_seen = !centre;
   int64_t after = 0;
   const int64_t after_most = centre ? max_calls / 2 : max_calls;
   NANPROV_RETURN_IF_ERROR(forEachCall(dirs, query, [&](const CallRecord& c) {
-    if (centre_seen && (after >= after_most || static_cast<int64_t>(window.size()) >= max_calls)) return !(*cut = true);
+    if (centre_seen && after >= after_most) {
+      *cut = true;  // calls follow that the window does not hold
+      return false;
+    }
     window.push_back(c);
-    if (static_cast<int64_t>(window.size()) > max_calls) window.pop_front(), *cut = true;
+    if (static_cast<int64_t>(window.size()) > max_calls) {
+      window.pop_front();
+      *cut = true;
+    }
     if (centre_seen) ++after;
     else centre_seen = c.rank == centre->rank && c.seq == centre->seq;
     return true;
@@ -518,7 +529,7 @@ StatusOr<RunData> loadRunWindow(const RunDirs& dirs, const CallQuery& query, int
     RankInfo info;
     auto db = openRankStore(path, &info);
     if (!db.ok()) return db.status();
-    if ((query.rank && *query.rank != info.rank) || (!query.ranks.empty() && !query.ranks.count(info.rank))) continue;
+    if (!query.wantsRank(info.rank)) continue;
     if (auto mine = seqs.find(info.rank); mine != seqs.end()) {
       NANPROV_RETURN_IF_ERROR(loadKernels(db->get(), path, info.rank, &mine->second, &run.kernels));
       std::map<int64_t, int64_t> ends;

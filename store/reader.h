@@ -115,6 +115,8 @@ struct CallQuery {
   std::string backend;
   std::string module_glob;  // shell pattern over the module path ("layers.3.*"); "" matches any
   bool not_clean = false;   // only calls that are not clean, through the store's index over them
+
+  bool wantsRank(int r) const { return (!rank || *rank == r) && (ranks.empty() || ranks.count(r)); }
 };
 
 // Streams the run's calls that match, with their tensors, one at a time: ranks merged by (step,

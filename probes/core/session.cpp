@@ -120,6 +120,7 @@ Status Session::start() {
 
 StoreWriter* Session::writer() {
   if (StoreWriter* w = open_writer_.load(std::memory_order_acquire)) return w;  // every call after the first
+  if (inWorker()) return nullptr;  // a DataLoader worker never takes its rank's store
   std::lock_guard<std::mutex> lock(writer_mu_);
   if (writer_ || writer_failed_) return writer_.get();
   char host[256] = {0};
@@ -186,23 +187,32 @@ void Session::callBegun() {
 
 void Session::becomeWorker() {
   if (worker_.exchange(true)) return;
-  // Spawned, the worker started its session like any process but has opened no store (its first
-  // attention call would have); forked, the session was finalized in the child already.
-  if (active() && !open_writer_.load(std::memory_order_acquire)) state_.store(State::kFinalized);
-  else if (active()) finalize();
+  // From here writer() opens no store. Spawned, the worker started its session like any process
+  // and has opened none (its first attention call would have): it stops. A store opened before
+  // the worker loop (attention at import) is closed. Forked, the child's session was finalized.
+  if (!open_writer_.load(std::memory_order_acquire)) {
+    State expected = State::kActive;
+    state_.compare_exchange_strong(expected, State::kFinalized);
+  } else if (active()) {
+    finalize();
+  }
 }
 
-void Session::countWorkerCall() {
-  if (!inWorker() || run_dir_.empty()) return;
+void Session::countWorkerCall(int64_t n) {
+  if (!inWorker() || run_dir_.empty() || worker_calls_failed_.load(std::memory_order_relaxed)) return;
   MappedCounters* counter = worker_calls_.load(std::memory_order_acquire);
   if (!counter) {
     auto opened = MappedCounters::open((std::filesystem::path(run_dir_) / workerCallsName(env_.rank)).string());
-    if (!opened.ok()) return;  // not counted: the report then lacks these calls (no log: no lock here)
+    if (!opened.ok()) {
+      // Not counted, and not tried again on every call (no log: a forked child may hold no lock).
+      worker_calls_failed_.store(true, std::memory_order_relaxed);
+      return;
+    }
     MappedCounters* fresh = opened->release();
     if (worker_calls_.compare_exchange_strong(counter, fresh)) counter = fresh;
     else delete fresh;  // another thread opened it first
   }
-  counter->add(0);
+  counter->add(0, n);
 }
 
 void Session::record(const CallEvent& call) {
@@ -270,6 +280,7 @@ int64_t Session::unprobedCountedOnThread() { return t_unprobed_counted; }
 
 void Session::countUnprobed(const std::string& what, int64_t n) {
   ++t_unprobed_counted;
+  if (inWorker()) return countWorkerCall(n);  // a worker's attention, whatever kind: it has no store
   int64_t step = identity_.step();
   std::lock_guard<std::mutex> lock(unprobed_mu_);
   unprobed_[what] += n;

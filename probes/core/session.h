@@ -73,7 +73,7 @@ class Session {
   // never calls the run clean by omission. Lock-free: a forked child may hold no lock.
   void becomeWorker();
   bool inWorker() const { return worker_.load(std::memory_order_relaxed); }
-  void countWorkerCall();
+  void countWorkerCall(int64_t n = 1);
   // A fact about the store's rank. It creates no store: until the first call, capture, kernel,
   // sentinel finding or unchecked attention is recorded it waits, and a process that records none
   // of those (a DataLoader worker started with spawn, a helper process of the same rank) leaves
@@ -133,6 +133,7 @@ class Session {
   std::atomic<bool> tally_failed_{false};
   std::atomic<bool> worker_{false};
   std::atomic<MappedCounters*> worker_calls_{nullptr};  // created by a worker's first call; never freed
+  std::atomic<bool> worker_calls_failed_{false};
 
   std::mutex unprobed_mu_;
   std::map<std::string, int64_t> unprobed_;

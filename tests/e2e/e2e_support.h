@@ -143,6 +143,13 @@ inline Result addCallCopies(const fs::path& store, int copies, const std::string
   return r;
 }
 
+// `n` as the 8 bytes a file holds it in (a safetensors header length, a mapped counter).
+inline std::string littleEndian(uint64_t n) {
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[static_cast<size_t>(i)] = static_cast<char>(n >> (8 * i));
+  return out;
+}
+
 // An executable shell script at dir/name, for a stand-in interpreter or tool.
 inline fs::path fakeExecutable(const fs::path& dir, const std::string& name, const std::string& script) {
   fs::create_directories(dir);

@@ -273,11 +273,6 @@ TEST_F(Hardening, TheCallTallyIsCheckedAgainstTheStore) {
   auto writeTally = [](const fs::path& file, const std::string& eight_bytes) {
     std::ofstream(file, std::ios::binary | std::ios::trunc) << eight_bytes;
   };
-  auto littleEndian = [](int64_t n) {
-    std::string out(8, '\0');
-    for (int i = 0; i < 8; ++i) out[static_cast<size_t>(i)] = static_cast<char>(static_cast<uint64_t>(n) >> (8 * i));
-    return out;
-  };
   const int64_t stored = recorded_->doc["coverage"]["attention_calls"];
   ASSERT_GT(stored, 0);
   struct Case {

@@ -167,5 +167,40 @@ TEST(RunReader, ModuleChecksRoundTripAndOldStoresHaveNone) {
   EXPECT_FALSE(old->trailOn());
 }
 
+// A window of a long run, centred on one call: the calls before it and half a window after it,
+// never more than the window; without a centre, the first calls. (Each call of writeStore is one
+// step here: step = seq.)
+TEST(RunReader, AWindowCentredOnACallHoldsCallsOnBothSides) {
+  fs::path dir = freshDir("window");
+  {
+    auto w = StoreWriter::open((dir / rankStoreName(0)).string(), {{"rank", "0"}});
+    ASSERT_TRUE(w.ok());
+    for (int i = 0; i < 1000; ++i) {
+      CallRecord c;
+      c.seq = i, c.step = i, c.op = "op", c.backend = "flash_cpu", c.start_ns = 100 * i;
+      (*w)->append(c);
+    }
+    ASSERT_TRUE((*w)->close().ok());
+  }
+  CallRecord centre;
+  centre.rank = 0, centre.seq = 600;
+  bool cut = false;
+  auto window = loadRunWindow(dir.string(), CallQuery{.first_step = 100}, 100, &centre, &cut);
+  ASSERT_TRUE(window.ok()) << window.status().message();
+  ASSERT_EQ(window->calls.size(), 100u);
+  EXPECT_TRUE(cut);
+  EXPECT_EQ(window->calls.front().seq, 551) << "49 calls before the centre";
+  EXPECT_EQ(window->calls.back().seq, 650) << "50 after it";
+  auto first = loadRunWindow(dir.string(), CallQuery{}, 10, nullptr, &cut);
+  ASSERT_TRUE(first.ok());
+  ASSERT_EQ(first->calls.size(), 10u);
+  EXPECT_EQ(first->calls.back().seq, 9);
+  EXPECT_TRUE(cut);
+  auto steps = loadRunWindow(dir.string(), CallQuery{.first_step = 990, .last_step = 995}, 100, nullptr, &cut);
+  ASSERT_TRUE(steps.ok());
+  EXPECT_EQ(steps->calls.size(), 6u);
+  EXPECT_FALSE(cut);
+}
+
 }  // namespace
 }  // namespace nanprov

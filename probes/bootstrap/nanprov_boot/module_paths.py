@@ -25,7 +25,9 @@ def clean_path(path):
 def unwrapped(module):
     """The user's model inside DDP, DataParallel and torch.compile's wrappers."""
     while type(module).__name__ in _WRAPPER_CLASSES:
-        inner = getattr(module, "module", None) or getattr(module, "_orig_mod", None)
+        inner = getattr(module, "module", None)  # not `or`: an empty Sequential is false
+        if inner is None:
+            inner = getattr(module, "_orig_mod", None)
         if inner is None:
             break
         module = inner
