@@ -123,6 +123,13 @@ StoreWriter* Session::writer() {
   if (inWorker()) return nullptr;  // a DataLoader worker never takes its rank's store
   std::lock_guard<std::mutex> lock(writer_mu_);
   if (writer_ || writer_failed_) return writer_.get();
+  // The environment again, as the store is made: Lightning's launcher sets WORLD_SIZE and
+  // LOCAL_RANK in its own process (rank 0) only after torch was imported, when the session began.
+  // The rank stays what named the tally; the world size and local rank follow when it agrees.
+  if (const RankEnv now = rankFromEnvironment(); now.rank == env_.rank) {
+    env_.world_size = now.world_size;
+    env_.local_rank = now.local_rank;
+  }
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
   std::map<std::string, std::string> meta = {

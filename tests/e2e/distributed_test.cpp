@@ -79,6 +79,16 @@ void expectFsdp2FindsRankOne(int ranks) {
 
 TEST(Distributed, Fsdp2TwoRanksOverflowOnRankOne) { expectFsdp2FindsRankOne(2); }
 
+// Lightning's launcher runs rank 0 in the script's own process and sets its WORLD_SIZE only after
+// torch was imported: rank 0 still records the world it trains in (it said 1 of 2's world was 1).
+TEST(Distributed, RankZeroOfALauncherThatSetsTheWorldLateRecordsIt) {
+  TrainedRun r = train("late-world", "", "", std::string(NANPROV_TEST_SCRIPTS) + "/late_world_size.py");
+  ASSERT_EQ(r.train.code, 0) << r.train.out;
+  ASSERT_EQ(r.doc["ranks"].size(), 2u) << r.report.out;
+  for (const json& rank : r.doc["ranks"]) EXPECT_EQ(rank["meta"]["world_size"], "2") << rank.dump();
+  EXPECT_EQ(r.doc["missing_ranks"], json::array()) << r.report.out;
+}
+
 // DDP holds the model as its `module`: names are shown as the user wrote the model, without the
 // wrapper's `module.` in front, for attention calls and for the gradient sentinel's parameters.
 TEST(Distributed, DdpNamesModulesAndParametersWithoutTheWrapper) {
