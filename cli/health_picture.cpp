@@ -134,7 +134,7 @@ StatusOr<HealthPicture> drawHealthPicture(const Report& report) {
     const int64_t column = std::max<int64_t>(c.step, 0) / picture.steps_per_column;
     picture.columns = std::max(picture.columns, column + 1);
     phase_seen[c.phase == Phase::kBackward] = true;
-    PictureCell& cell = rankOf(picture, c.rank).cells[{rowOf(picture, c.layer), c.phase, column}];
+    PictureCell& cell = r.cells[{rowOf(picture, c.layer), c.phase, column}];  // widening keeps `r` (ranks stay)
     ++cell.calls;
     CellHealth health = CellHealth::kClean;
     const CallHealth h = classify(c);

@@ -176,8 +176,10 @@ Status loadModuleChecks(sqlite3* db, const std::string& path, int rank, std::vec
   });
 }
 
-int64_t countSteps(sqlite3* db) {
-  auto st = sqlite::prepare(db, "SELECT COUNT(*) FROM steps");
+// The rows a table of a store holds, counted (0 when it cannot be read). The call rows are what
+// the report counts, whatever the writer's calls_written says.
+int64_t countRows(sqlite3* db, const char* table) {
+  auto st = sqlite::prepare(db, std::string("SELECT COUNT(*) FROM ") + table);
   if (!st.ok() || sqlite3_step(st->get()) != SQLITE_ROW) return 0;
   return sqlite3_column_int64(st->get(), 0);
 }
@@ -216,13 +218,6 @@ std::optional<int64_t> tallyOf(const std::string& path, int rank, int64_t stored
     return std::nullopt;
   }
   return begun;
-}
-
-// The call rows a store holds, counted: what the report counts, whatever its meta says.
-int64_t countCalls(sqlite3* db) {
-  auto st = sqlite::prepare(db, "SELECT COUNT(*) FROM calls");
-  if (!st.ok() || sqlite3_step(st->get()) != SQLITE_ROW) return 0;
-  return sqlite3_column_int64(st->get(), 0);
 }
 
 }  // namespace
@@ -353,11 +348,10 @@ static void countTalliesWithoutStore(const std::vector<std::string>& dirs, RunDa
   std::set<int> stored;
   for (const RankInfo& r : run->ranks) stored.insert(r.rank);
   for (const std::string& dir : dirs) {
-    for (const std::string& tally : callTallyPaths(dir)) {
-      auto rank = rankOfTallyName(std::filesystem::path(tally).filename().string());
+    for (const auto& [rank, tally] : callTallyPaths(dir)) {
       // An unrecorded rank's calls are said with its reason (store/run_dir.h), not as a death.
-      if (!rank || stored.count(*rank) || run->unrecorded.count(*rank)) continue;
-      run->calls_begun_without_store += tallyOf(tally, *rank, 0, 0, &run->damage).value_or(0);
+      if (stored.count(rank) || run->unrecorded.count(rank)) continue;
+      run->calls_begun_without_store += tallyOf(tally, rank, 0, 0, &run->damage).value_or(0);
     }
   }
 }
@@ -413,8 +407,8 @@ StatusOr<RunData> loadRun(const RunDirs& dirs, RunScope scope) {
     NANPROV_RETURN_IF_ERROR(loadCaptures(db->get(), path, info.rank, &run.captures));
     NANPROV_RETURN_IF_ERROR(loadSentinel(db->get(), path, info.rank, &run.sentinel));
     NANPROV_RETURN_IF_ERROR(loadModuleChecks(db->get(), path, info.rank, &run.module_checks));
-    info.steps = countSteps(db->get());
-    info.calls_stored = countCalls(db->get());
+    info.steps = countRows(db->get(), "steps");
+    info.calls_stored = countRows(db->get(), "calls");
     run.total_calls += info.calls_stored;
     // Fewer rows than committed is damage; more is a live run's writer committing since the meta
     // was read (each statement reads its own snapshot).
@@ -538,10 +532,7 @@ StatusOr<RunData> loadRunWindow(const RunDirs& dirs, const CallQuery& query, int
       // The step before the window's first: where its first step starts.
       for (auto it = ends.lower_bound(first - 1); it != ends.end() && it->first <= last; ++it) info.step_ends_ns.insert(*it);
     }
-    info.steps = countSteps(db->get());
-    info.calls_stored = countCalls(db->get());
-    run.total_calls += info.calls_stored;
-    run.ranks.push_back(std::move(info));
+    run.ranks.push_back(std::move(info));  // its meta and the window's step ends; no counts (a scan each)
   }
   for (const CallRecord& c : run.calls) {
     if (c.device.isCpu()) run.kernels.push_back(cpuKernelOf(c));

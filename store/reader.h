@@ -125,7 +125,8 @@ struct CallQuery {
 Status forEachCall(const RunDirs& dirs, const CallQuery& query, const std::function<bool(const CallRecord&)>& visit);
 
 // The calls that match `query`, at most `max_calls` of them in (step, time) order, loaded with
-// their kernels, their ranks' infos and the ends of the steps they span: a window of a run of any
+// their kernels, their ranks' meta and the ends of the steps they span (no counts: total_calls
+// and each rank's steps and calls_stored stay 0; loadRun gives them): a window of a run of any
 // length, in memory bounded by `max_calls`. The first that match, or, given `centre` (a call by
 // rank and seq), those around it: up to half the window after it, the rest before. *cut says
 // whether calls that match were left out.

@@ -100,30 +100,24 @@ std::map<int, std::string> unrecordedRanks(const std::string& dir) {
 }
 
 std::optional<int> rankOfStoreName(const std::string& filename) { return rankOfName(filename, kStoreSuffix); }
-std::optional<int> rankOfTallyName(const std::string& filename) { return rankOfName(filename, kTallySuffix); }
+namespace {
 
-std::map<int, std::string> workerCallPaths(const std::string& dir) {
+// The regular files in `dir` named rank-<r><suffix>: rank → path.
+std::map<int, std::string> rankFiles(const std::string& dir, std::string_view suffix) {
   std::map<int, std::string> paths;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     std::error_code type_ec;
-    auto rank = rankOfName(entry.path().filename().string(), kWorkerCallsSuffix);
+    auto rank = rankOfName(entry.path().filename().string(), suffix);
     if (rank && entry.is_regular_file(type_ec)) paths[*rank] = entry.path().string();
   }
   return paths;
 }
 
-std::vector<std::string> callTallyPaths(const std::string& dir) {
-  std::vector<std::string> paths;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    std::error_code type_ec;
-    if (rankOfName(entry.path().filename().string(), kTallySuffix) && entry.is_regular_file(type_ec)) {
-      paths.push_back(entry.path().string());
-    }
-  }
-  return paths;
-}
+}  // namespace
+
+std::map<int, std::string> callTallyPaths(const std::string& dir) { return rankFiles(dir, kTallySuffix); }
+std::map<int, std::string> workerCallPaths(const std::string& dir) { return rankFiles(dir, kWorkerCallsSuffix); }
 
 bool holdsRankStores(const std::string& dir) {
   std::error_code ec;

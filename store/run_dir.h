@@ -64,10 +64,8 @@ StatusOr<std::vector<std::string>> rankStorePaths(const RunDirs& dirs);
 // The rank a store's file name claims (rank-<r>.sqlite), or nullopt when it is not so named.
 std::optional<int> rankOfStoreName(const std::string& filename);
 
-// Paths of the call tallies in `dir` (regular files named rank-<r>.tally).
-std::vector<std::string> callTallyPaths(const std::string& dir);
-// The rank a tally's file name claims (rank-<r>.tally), or nullopt when it is not so named.
-std::optional<int> rankOfTallyName(const std::string& filename);
+// The call tallies in `dir` (regular files named rank-<r>.tally): rank → path.
+std::map<int, std::string> callTallyPaths(const std::string& dir);
 
 // Whether `dir` holds anything named like a rank store, readable or not.
 bool holdsRankStores(const std::string& dir);
