@@ -25,6 +25,7 @@ struct CheckArgs {
   int count;                      // results
   CheckScratch* scratch;
   HealthCounts* results;
+  GraphRing* ring;                // a check captured into a graph publishes here instead
 };
 
 // The bit layout of a float type, two 16-bit lanes or one 32-bit lane per word. On |x|'s bits
@@ -300,14 +301,23 @@ __device__ void accumulate(Tally t, Accumulators<N>* scratch, int tensor) {
   }
 }
 
+// Where the last block of a check writes its results: a queue slot's `results`, or, for a check
+// inside a CUDA graph, the ring entry of this replay, whose stamp is cleared while it is written.
+struct Destination {
+  HealthCounts* results;
+  GraphRing* ring;
+};
+
 // Once every block of the grid accumulated: the last one publishes every result and resets the
-// scratch; the `written` flags come last, once both are visible to the host, so a host that sees
-// them may take the counts and reuse the slot without asking the driver
-// (health_check_queue.cpp). Result i comes from tensor source(i); tensors [0, used) are reset.
+// scratch; the `written` flags (and a ring entry's stamp) come last, once both are visible to the
+// host, so a host that sees them may take the counts and reuse the slot without asking the driver
+// (health_check_queue.cpp, graph_check.cpp). Result i comes from tensor source(i); tensors
+// [0, used) are reset.
 template <int N, typename Source>
-__device__ void publishOnceAllAccumulated(Accumulators<N>* scratch, HealthCounts* results, int count, int used,
+__device__ void publishOnceAllAccumulated(Accumulators<N>* scratch, Destination to, int count, int used,
                                           Source source) {
   __shared__ bool last;
+  __shared__ unsigned long long replay;
   if (threadIdx.x == 0) {
     __threadfence();
     unsigned int total = gridDim.x;
@@ -316,10 +326,24 @@ __device__ void publishOnceAllAccumulated(Accumulators<N>* scratch, HealthCounts
   __syncthreads();
   if (!last) return;
   __threadfence();
+  HealthCounts* results = to.results;
+  GraphRingEntry* entry = nullptr;
+  if (to.ring) {
+    if (threadIdx.x == 0) {
+      volatile GraphRing* ring = to.ring;
+      replay = ring->launches;
+      ring->launches = replay + 1;
+      ring->entries[replay % kGraphRingEntries].stamp = 0;  // a reader copying it now must retry
+      __threadfence_system();
+    }
+    __syncthreads();
+    entry = &to.ring->entries[replay % kGraphRingEntries];
+    results = entry->counts;
+  }
   for (int i = threadIdx.x; i < count; i += blockDim.x) {
     const int from = source(i);
     volatile unsigned long long* counts = scratch->counts[from];
-    HealthCounts& out = results[i];
+    volatile HealthCounts& out = results[i];
     out.nan = counts[0];
     out.posinf = counts[1];
     out.neginf = counts[2];
@@ -338,6 +362,10 @@ __device__ void publishOnceAllAccumulated(Accumulators<N>* scratch, HealthCounts
   __syncthreads();         // ... and every thread's
   for (int i = threadIdx.x; i < count; i += blockDim.x) {
     *static_cast<volatile uint32_t*>(&results[i].written) = 1;
+  }
+  if (entry && threadIdx.x == 0) {
+    __threadfence_system();
+    *static_cast<volatile unsigned long long*>(&entry->stamp) = replay + 1;
   }
   __threadfence_system();
 }
@@ -360,7 +388,8 @@ __global__ void __launch_bounds__(kThreads) healthCheckKernel(CheckArgs args) {
   Tally t;
   scanTensor(share, args.views[tensor], t);
   accumulate(t, args.scratch, tensor);
-  publishOnceAllAccumulated(args.scratch, args.results, args.count, args.distinct, [&args](int i) { return args.source[i]; });
+  publishOnceAllAccumulated(args.scratch, Destination{args.results, args.ring}, args.count, args.distinct,
+                            [&args](int i) { return args.source[i]; });
 }
 
 struct DenseArgs {
@@ -391,7 +420,8 @@ __global__ void __launch_bounds__(kThreads) denseCheckKernel(DenseArgs args) {
   Tally t;
   scanTensor(share, v, t);
   accumulate(t, args.scratch, lo);
-  publishOnceAllAccumulated(args.scratch, args.results, args.count, args.count, [](int i) { return i; });
+  publishOnceAllAccumulated(args.scratch, Destination{args.results, nullptr}, args.count, args.count,
+                            [](int i) { return i; });
 }
 
 // Blocks that are useful for `v`: a few 16-byte vectors (or, for a mask, a few rows) per thread.
@@ -441,18 +471,26 @@ int residentBlocksOf(int device, Kernel kernel) {
 int residentBlocks(int device) { return residentBlocksOf(device, healthCheckKernel); }
 int residentDenseBlocks(int device) { return residentBlocksOf(device, denseCheckKernel); }
 
-int launchHealthCheck(const TensorView* views, int count, CheckScratch* scratch, HealthCounts* results,
-                      void* stream, int wave_blocks) {
-  if (count <= 0 || count > kMaxTensors) return cudaErrorInvalidValue;
-  CheckArgs args;
+namespace {
+
+// The launch of one fused check of `views[0..count)`: its arguments and block count. `ok` is
+// false when a view cannot be read.
+struct FusedLaunch {
+  CheckArgs args{};
+  unsigned int blocks = 0;
+  bool ok = false;
+};
+
+FusedLaunch planFusedCheck(const TensorView* views, int count, int wave_blocks) {
+  FusedLaunch launch;
+  if (count <= 0 || count > kMaxTensors) return launch;
+  CheckArgs& args = launch.args;
   args.count = count;
-  args.scratch = scratch;
-  args.results = results;
   // A role that aliases another (self-attention's q = k = v) is read once and reported twice.
   int distinct = 0;
   double total_bytes = 0;
   for (int i = 0; i < count; ++i) {
-    if (!checkable(views[i])) return cudaErrorInvalidValue;
+    if (!checkable(views[i])) return launch;
     const TensorView view = simplified(views[i]);
     int from = 0;
     while (from < distinct && !sameElements(args.views[from], view)) ++from;
@@ -470,7 +508,36 @@ int launchHealthCheck(const TensorView* views, int count, CheckScratch* scratch,
     next += blocksFor(wave_blocks, bytes, total_bytes, usefulBlocks(args.views[t]));
   }
   args.first_block[distinct] = next;
-  healthCheckKernel<<<next, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(args);
+  launch.blocks = next;
+  launch.ok = true;
+  return launch;
+}
+
+}  // namespace
+
+int launchHealthCheck(const TensorView* views, int count, CheckScratch* scratch, HealthCounts* results,
+                      void* stream, int wave_blocks) {
+  FusedLaunch launch = planFusedCheck(views, count, wave_blocks);
+  if (!launch.ok) return cudaErrorInvalidValue;
+  launch.args.scratch = scratch;
+  launch.args.results = results;
+  launch.args.ring = nullptr;
+  healthCheckKernel<<<launch.blocks, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(launch.args);
+  return cudaGetLastError();
+}
+
+int captureGraphHealthCheck(const TensorView* views, int count, CheckScratch* scratch, GraphRing* ring, void* stream,
+                            int wave_blocks) {
+  FusedLaunch launch = planFusedCheck(views, count, wave_blocks);
+  if (!launch.ok || !ring) return cudaErrorInvalidValue;
+  launch.args.scratch = scratch;
+  launch.args.results = nullptr;
+  launch.args.ring = ring;
+  // Zeroed at every replay: a replay cut short (its graph torn down mid-check) leaves nothing
+  // behind for the next, and no zeroing outside the graph is needed while it is being captured.
+  auto s = static_cast<cudaStream_t>(stream);
+  if (cudaError_t err = cudaMemsetAsync(scratch, 0, sizeof(CheckScratch), s); err != cudaSuccess) return err;
+  healthCheckKernel<<<launch.blocks, kThreads, 0, s>>>(launch.args);
   return cudaGetLastError();
 }
 

@@ -55,6 +55,21 @@ struct Accumulators {
 };
 using CheckScratch = Accumulators<kMaxTensors>;
 
+// A check captured into a CUDA graph runs at every replay of the graph, and no host code runs
+// then to hand it a slot. So it owns a ring in host-mapped memory: replay n's counts go to entry
+// n % kGraphRingEntries, stamped n + 1 once written, and the host reads each replay's counts
+// without asking the driver. The host reads an entry before kGraphRingEntries more replays
+// overwrite it (it reads at every replay and step boundary); one it missed it can tell.
+inline constexpr int kGraphRingEntries = 16;
+struct GraphRingEntry {
+  HealthCounts counts[kMaxTensors];
+  unsigned long long stamp;  // 0 while written; replay number + 1 once complete
+};
+struct GraphRing {
+  unsigned long long launches;  // replays whose check began publishing (device-side count)
+  GraphRingEntry entries[kGraphRingEntries];
+};
+
 // The dense check: many dense tensors in one launch, each described in 16 bytes instead of a
 // TensorView's 128, for the gradient sentinel's once-a-step check of every gradient and parameter
 // (about 130 tensors of a small model in 2 launches a step, where 12 views to a launch took 11).
@@ -86,6 +101,13 @@ int residentDenseBlocks(int device);
 // value; 0 is success.
 int launchHealthCheck(const TensorView* views, int count, CheckScratch* scratch, HealthCounts* results,
                       void* stream, int wave);
+
+// As launchHealthCheck, for a stream that is capturing a CUDA graph: the check becomes a node of
+// the graph, after a node that zeroes `scratch`, and every replay publishes into `ring` (device
+// pointer of a host-mapped GraphRing whose memory started zeroed). The views' addresses are
+// fixed in a graph, so each replay reads that replay's tensors.
+int captureGraphHealthCheck(const TensorView* views, int count, CheckScratch* scratch, GraphRing* ring, void* stream,
+                            int wave);
 
 // The dense check of `tensors[0..count)` (count <= kMaxDense; float32, float16 or bfloat16, each
 // dense in memory) on `stream`, as launchHealthCheck: `results` has room for `count` entries,

@@ -8,30 +8,10 @@
 #include <thread>
 
 #include "base/scoped_resource.h"
+#include "kernels/cuda_support.h"
 
 namespace nanprov::kernels {
 namespace {
-
-Status cudaFailure(const char* what, cudaError_t err) {
-  return Status::Error(std::string(what) + ": " + cudaGetErrorString(err));
-}
-
-// Makes `device` current for a scope and restores the caller's device.
-class DeviceScope {
- public:
-  explicit DeviceScope(int device) {
-    if (cudaGetDevice(&previous_) == cudaSuccess && previous_ != device) {
-      switched_ = cudaSetDevice(device) == cudaSuccess;
-    }
-  }
-  ~DeviceScope() {
-    if (switched_) cudaSetDevice(previous_);
-  }
-
- private:
-  int previous_ = -1;
-  bool switched_ = false;
-};
 
 constexpr int kAll = 1 << 30;
 

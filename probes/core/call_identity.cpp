@@ -166,6 +166,13 @@ CallName CallIdentity::backwardOf(const CallName& fwd) {
   return nameCall(fwd.layer, fwd.module, fwd.seq);
 }
 
+CallName CallIdentity::replayed(int64_t layer, InternedText module, int64_t fwd_seq, bool recompute) {
+  std::lock_guard<std::mutex> lock(mu_);
+  CallName name = nameCall(layer, module, fwd_seq);
+  name.recompute = recompute;
+  return name;
+}
+
 bool CallIdentity::stepEnded(int64_t optimizer_steps) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!optimizer_stepped_) {

@@ -59,6 +59,11 @@ class CallIdentity {
   // A backward call already known to belong to `fwd` (autograd hooks on the MATH path).
   CallName backwardOf(const CallName& fwd);
 
+  // A call captured into a CUDA graph, run again by a replay of that graph: named anew in the
+  // current step, in the captured call's layer and module. `fwd_seq` is the forward it
+  // differentiates (that replay's), -1 for a forward; `recompute` is the captured call's.
+  CallName replayed(int64_t layer, InternedText module, int64_t fwd_seq, bool recompute);
+
   // An optimizer step completed; `optimizer_steps` is the new count. Returns false when it is
   // not new.
   bool stepEnded(int64_t optimizer_steps);

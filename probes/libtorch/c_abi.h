@@ -41,6 +41,12 @@ NANPROV_API void nanprov_trail_compiled(void);
 // This process is a DataLoader worker, from the start of its worker loop: it checks nothing and
 // takes no store; its attention calls are counted for its rank (Session::becomeWorker).
 NANPROV_API void nanprov_become_worker(void);
+// CUDA graphs (torch.cuda.CUDAGraph), each named by a `key` the bootstrap gives it: it began
+// capturing on the current stream; it is about to be replayed; it was reset. Attention captured
+// into a graph is checked at every replay (probes/libtorch/graph_checks.h).
+NANPROV_API void nanprov_graph_capture_began(long long key);
+NANPROV_API void nanprov_graph_replayed(long long key);
+NANPROV_API void nanprov_graph_reset(long long key);
 // Final flush; called from the interpreter's exit. Later calls are no-ops.
 NANPROV_API void nanprov_shutdown(void);
 

@@ -216,9 +216,9 @@ std::optional<AuditSlice> auditSliceOf(const CallEvent& rec, const RoleTensors& 
 
 }  // namespace
 
-void Captures::offer(const CallEvent& rec, const RoleTensors& tensors, const CallArgs& args) {
+void Captures::offer(const CallEvent& rec, const RoleTensors& tensors, const CallArgs& args, const char* missing) {
   try {
-    offerGuarded(rec, tensors, args);
+    offerGuarded(rec, tensors, args, missing);
   } catch (const std::exception& e) {
     logOnce("capture", std::string("capturing a call failed, training continues: ") + e.what());
   }
@@ -232,11 +232,20 @@ void Captures::release(const std::vector<KernelRecord>& kernels, bool at_exit) {
   }
 }
 
-void Captures::offerGuarded(const CallEvent& rec, const RoleTensors& tensors, const CallArgs& args) {
+void Captures::offerGuarded(const CallEvent& rec, const RoleTensors& tensors, const CallArgs& args,
+                            const char* missing) {
   CapturePolicy& policy = session_.capturePolicy();
   const std::optional<uint64_t> key = policy.auditing() ? std::optional(auditKey(rec, args)) : std::nullopt;
   const std::optional<CaptureTrigger> trigger = policy.triggerFor(rec, key);
   if (!trigger) return;
+  if (tensors.empty()) {
+    CaptureRecord row;
+    row.seq = rec.seq;
+    row.trigger = *trigger;
+    row.skipped = missing ? missing : "its tensors were released before the check finished (over NANPROV_HOLD_BYTES)";
+    session_.recordCapture(std::move(row));
+    return;
+  }
   if (*trigger != CaptureTrigger::kAudit) return take(rec, tensors, args, *trigger, key);
   // The audit's own cost on the training thread (slicing, the copy to the host), which its
   // budget counts.
@@ -251,11 +260,6 @@ void Captures::take(const CallEvent& rec, const RoleTensors& tensors, const Call
   CaptureRecord row;
   row.seq = rec.seq;
   row.trigger = trigger;
-  if (tensors.empty()) {
-    row.skipped = "its tensors were released before the check finished (over NANPROV_HOLD_BYTES)";
-    session_.recordCapture(std::move(row));
-    return;
-  }
   int64_t bytes = 0;
   for (const auto& [role, t] : tensors) bytes += static_cast<int64_t>(t.nbytes());
   for (const auto& [name, value] : args) {
@@ -374,12 +378,12 @@ void Captures::describe(const CallRecord& rec, const RoleTensors& tensors, const
   describeArgs(args, file);
 }
 
-void recordCheckedCall(CallEvent rec, const RoleTensors& tensors, const CallArgs& args) {
+void recordCheckedCall(CallEvent rec, const RoleTensors& tensors, const CallArgs& args, const char* missing) {
   ProbeCost::Scope cost(ProbeStage::kRecording);
   // Classified once, here, where the tensors' health is complete: the capture policy and the
   // store both read it (readers find edges by it).
   rec.health = static_cast<int>(edgeKindOf(rec));
-  probes().captures().offer(rec, tensors, args);
+  probes().captures().offer(rec, tensors, args, missing);
   probes().session().record(rec);
 }
 

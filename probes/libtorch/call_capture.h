@@ -36,7 +36,8 @@ class Captures {
 
   // Called once `rec`'s health is known, with the tensors it describes. `tensors` is empty when
   // they were not held until then; a call the policy wants is then recorded as skipped.
-  void offer(const CallEvent& rec, const RoleTensors& tensors, const CallArgs& args);
+  // `missing` says why `tensors` is empty when they were never held (a CUDA graph's replay).
+  void offer(const CallEvent& rec, const RoleTensors& tensors, const CallArgs& args, const char* missing = nullptr);
 
   // At a step boundary, with the kernels collected since the last one: names the kernels of the
   // captures waiting for them and hands those to the writer thread. At exit it also waits for
@@ -45,7 +46,7 @@ class Captures {
 
  private:
   // offer() and release() without their guard: an exception stops at the guard, never the training.
-  void offerGuarded(const CallEvent& rec, const RoleTensors& tensors, const CallArgs& args);
+  void offerGuarded(const CallEvent& rec, const RoleTensors& tensors, const CallArgs& args, const char* missing);
   void releaseGuarded(const std::vector<KernelRecord>& kernels, bool at_exit);
   void take(const CallEvent& rec, const RoleTensors& tensors, const CallArgs& args, CaptureTrigger trigger,
             std::optional<uint64_t> key);
@@ -61,8 +62,9 @@ class Captures {
   CaptureWriter writer_;
 };
 
-// Where every checked call ends: offered for capture, then recorded in the store.
-void recordCheckedCall(CallEvent rec, const RoleTensors& tensors, const CallArgs& args);
+// Where every checked call ends: offered for capture, then recorded in the store. `missing`, as
+// Captures::offer's.
+void recordCheckedCall(CallEvent rec, const RoleTensors& tensors, const CallArgs& args, const char* missing = nullptr);
 
 // Where the training runs and with what: the torch nanprov was built for and, on a CUDA device,
 // the CUDA runtime, cuDNN and the GPU ("NVIDIA H200 (sm_90)"). Captures carry it, for replay and

@@ -136,24 +136,20 @@ void DeviceChecks::submit(CallEvent rec, const RoleTensors& tensors, const CallA
     return;
   }
   c10::Stream stream = currentStream(device);
-  if (capturing(stream)) {
-    // Replays of the graph never pass through the dispatcher, so these calls cannot be checked
-    // at all; touching the stream now (even a copy to the host) would break the user's capture.
-    logOnce("graph capture", "attention inside CUDA graph capture is not checked (its replays bypass the probes)");
-    probes().session().countUnprobed("attention captured into a CUDA graph (its replays bypass the probes)");
-    return;
-  }
-  Lane* lane = laneFor(device);
-  if (!lane) {
+  // Inside a graph being captured the check is captured too, and runs at every replay
+  // (GraphChecks); nothing may be measured on the host there, nor a queue made.
+  const bool in_graph = capturing(stream);
+  Lane* lane = in_graph ? nullptr : laneFor(device);
+  if (!in_graph && !lane) {
     recordMeasuredSynchronously(std::move(rec), tensors, args);
     return;
   }
   // Earlier checks of this thread that finished meanwhile, every few calls, or every lane's when
   // the held tensors near the budget. Never waits, for the GPU or for another collector.
-  if (held_bytes_.load(std::memory_order_relaxed) > budget_ / 2) {
+  if (lane && held_bytes_.load(std::memory_order_relaxed) > budget_ / 2) {
     ProbeCost::Scope collecting(ProbeStage::kCollecting);
     collect(false);
-  } else if (++lane->submits % kPollEvery == 0) {
+  } else if (lane && ++lane->submits % kPollEvery == 0) {
     ProbeCost::Scope collecting(ProbeStage::kCollecting);
     collectLane(*lane, false);
   }
@@ -163,14 +159,28 @@ void DeviceChecks::submit(CallEvent rec, const RoleTensors& tensors, const CallA
   for (const auto& [role, t] : tensors) {
     std::optional<TensorView> view =
         t.is_cuda() && t.device().index() == device ? viewOf(t, role == Role::kMask) : std::nullopt;
-    if (!view || views.size() == views.capacity()) {
-      rec.tensors.push_back(measureTensor(t, role));  // rare: float64, more than 6 dims
+    if (!view || views.size() == views.capacity()) {  // rare: float64, more than 6 dims
+      if (in_graph) {  // the host cannot measure it there
+        probes().session().countUnprobed("attention captured into a CUDA graph with a tensor the check cannot read");
+        return;
+      }
+      rec.tensors.push_back(measureTensor(t, role));
       ++sync_measures_;
       continue;
     }
     pending.checked.push_back(static_cast<uint8_t>(rec.tensors.size()));
     rec.tensors.push_back(describeTensor(t, role));
     views.push_back(*view);
+  }
+  if (in_graph) {
+    std::string why = views.empty() ? "attention captured into a CUDA graph with no tensor to check"
+                                     : graphs_.capture(rec, pending.checked, views.data(), static_cast<int>(views.size()),
+                                                       device, stream.native_handle());
+    if (!why.empty()) {
+      logOnce("graph capture", why + ": not checked");
+      probes().session().countUnprobed(why);
+    }
+    return;
   }
   pending.rec = std::move(rec);
   if (views.empty()) {
@@ -183,6 +193,11 @@ void DeviceChecks::submit(CallEvent rec, const RoleTensors& tensors, const CallA
     failed->rec.tensors.clear();
     recordMeasuredSynchronously(std::move(failed->rec), tensors, failed->args);
   }
+}
+
+void DeviceChecks::graphCaptureBegan(int64_t key) {
+  c10::impl::VirtualGuardImpl guard(c10::DeviceType::CUDA);
+  graphs_.captureBegan(key, currentStream(guard.getDevice().index()).native_handle());
 }
 
 void DeviceChecks::measureOnHost(const std::vector<at::Tensor>& tensors, Measured done, uint64_t context) {
@@ -285,7 +300,10 @@ bool DeviceChecks::enqueueDense(Lane& lane, const std::vector<at::Tensor>& tenso
 
 // Step boundaries: every lane's finished checks, taking its turn behind a collector already at
 // a lane (which may be recording a call), but never waiting for the GPU.
-void DeviceChecks::poll() { collect(true); }
+void DeviceChecks::poll() {
+  collect(true);
+  graphs_.collect();
+}
 
 void DeviceChecks::drain() {
 #if NANPROV_HAVE_CUDA
@@ -300,6 +318,7 @@ void DeviceChecks::drain() {
       dense->drain(denseReadyFor(lane), deadline, &unfinished);
     }
   });
+  graphs_.collect(deadline, &unfinished);
   if (unfinished > 0) {
     logOnce("exit wait", std::to_string(unfinished) + " checks had not finished " + std::to_string(seconds) +
                              " s after the run ended (a GPU stream still busy, or stuck behind a hung kernel or "
@@ -475,6 +494,19 @@ void DeviceChecks::handOver(Measured done, uint64_t context, const HealthCounts*
   done(context, measured.data(), n);
 }
 
+void takeCounts(CallEvent& rec, const GraphChecks::Checked& checked, const HealthCounts* counts, int n) {
+  for (int i = 0; i < n; ++i) {
+    TensorHealth& h = rec.tensors[checked[static_cast<size_t>(i)]];
+    const HealthCounts& c = counts[i];
+    h.nan = static_cast<int64_t>(c.nan);
+    h.posinf = static_cast<int64_t>(c.posinf);
+    h.neginf = static_cast<int64_t>(c.neginf);
+    h.max_abs = c.max_abs;
+    h.all_zero = h.numel > 0 && c.nonzero == 0;
+    if (h.role == Role::kMask) h.masked_rows = static_cast<int64_t>(c.masked_rows);
+  }
+}
+
 void DeviceChecks::complete(Lane& lane, uint64_t slot, const HealthCounts* counts, int n) {
   Pending pending = std::move(lane.pending[slot]);
   held_bytes_.fetch_sub(pending.held_bytes, std::memory_order_relaxed);
@@ -487,16 +519,7 @@ void DeviceChecks::complete(Lane& lane, uint64_t slot, const HealthCounts* count
     release(pending);
     return;
   }
-  for (int i = 0; i < n; ++i) {
-    TensorHealth& h = pending.rec.tensors[pending.checked[static_cast<size_t>(i)]];
-    const HealthCounts& c = counts[i];
-    h.nan = static_cast<int64_t>(c.nan);
-    h.posinf = static_cast<int64_t>(c.posinf);
-    h.neginf = static_cast<int64_t>(c.neginf);
-    h.max_abs = c.max_abs;
-    h.all_zero = h.numel > 0 && c.nonzero == 0;
-    if (h.role == Role::kMask) h.masked_rows = static_cast<int64_t>(c.masked_rows);
-  }
+  takeCounts(pending.rec, pending.checked, counts, n);
   recordCheckedCall(std::move(pending.rec), pending.held, pending.args);
   release(pending);
 }

@@ -17,6 +17,7 @@
 
 #include "kernels/health_check.h"
 #include "probes/libtorch/call_capture.h"
+#include "probes/libtorch/graph_checks.h"
 #include "probes/libtorch/tensor_health.h"
 #include "base/inline_vector.h"
 #include "base/records/call_event.h"
@@ -31,6 +32,9 @@ namespace nanprov {
 namespace kernels {
 class HealthCheckQueue;
 }
+
+// Fills the counts of rec.tensors[checked[i]] from a kernel's counts[i], i < n.
+void takeCounts(CallEvent& rec, const GraphChecks::Checked& checked, const kernels::HealthCounts* counts, int n);
 
 class DeviceChecks {
  public:
@@ -82,6 +86,10 @@ class DeviceChecks {
   int64_t released() const { return released_.load(std::memory_order_relaxed); }
   int64_t releasedLast() const { return released_last_.load(std::memory_order_relaxed); }
   int firstDevice() const;    // the lowest CUDA device checks ran on; -1 while none has
+  // Checks captured into CUDA graphs, recorded at each replay (collected by poll() and drain()).
+  GraphChecks& graphs() { return graphs_; }
+  // The bootstrap: graph `key` began capturing on the current stream of the current CUDA device.
+  void graphCaptureBegan(int64_t key);
 
   static constexpr int kMaxDevices = 64;
 
@@ -90,7 +98,7 @@ class DeviceChecks {
   // measured for the gradient sentinel (`measured` set: handed their counts, nothing recorded).
   struct Pending {
     CallEvent rec;                // tensors described; counts filled from the kernel
-    InlineVector<uint8_t, kMaxCallTensors> checked;  // rec.tensors index of each kernel view
+    GraphChecks::Checked checked;  // rec.tensors index of each kernel view
     RoleTensors held;             // released once the results are known
     int64_t held_bytes = 0;
     CallArgs args;
@@ -138,6 +146,7 @@ class DeviceChecks {
   std::atomic<int> lane_count_{0};
   std::array<bool, kMaxDevices> failed_{};  // no queue can be made on the device
   std::mutex create_mu_;  // only around making or adopting a lane; no other lock is taken inside it
+  GraphChecks graphs_;
   std::atomic<int64_t> held_bytes_{0};  // decides, without a lock, whether a call's tensors are held
   std::atomic<int64_t> sync_measures_{0};
   std::atomic<int64_t> dense_launches_{0};

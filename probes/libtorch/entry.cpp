@@ -21,6 +21,7 @@
 #include "base/crash_backtrace.h"
 #include "probes/libtorch/c_abi.h"
 #include "probes/libtorch/attention_hook.h"
+#include "probes/libtorch/call_recording.h"
 #include "probes/libtorch/foreign_calls.h"
 #include "probes/core/session.h"
 #include "probes/libtorch/probes.h"
@@ -150,6 +151,18 @@ void nanprov_trail_compiled(void) {
 }
 
 void nanprov_become_worker(void) { nanprov::probes().session().becomeWorker(); }
+
+void nanprov_graph_capture_began(long long key) {
+  nanprov::guarded("graph capture", [&] { nanprov::probes().checks().graphCaptureBegan(key); });
+}
+
+void nanprov_graph_replayed(long long key) {
+  nanprov::guarded("graph replay", [&] { nanprov::probes().checks().graphs().replayed(key); });
+}
+
+void nanprov_graph_reset(long long key) {
+  nanprov::guarded("graph reset", [&] { nanprov::probes().checks().graphs().reset(key); });
+}
 
 void nanprov_shutdown(void) {
   nanprov::probes().session().finalize();

@@ -9,8 +9,8 @@ import json
 import os
 import sys
 
-from . import (compiled_graphs, compiled_flex, dataloader_workers, eager_flex, flash_attn_probes, launchers, module_paths,
-               module_probes, op_probes, optimizer_steps, plain_softmax, probe_library, trail)
+from . import (compiled_graphs, compiled_flex, cuda_graphs, dataloader_workers, eager_flex, flash_attn_probes, launchers,
+               module_paths, module_probes, op_probes, optimizer_steps, plain_softmax, probe_library, trail)
 from .import_watcher import ImportWatcher
 
 
@@ -65,6 +65,7 @@ def _load(torch):
             _report("probe-error", message)
             return
         _guarded("DataLoader workers", lambda: dataloader_workers.install(torch, lib))
+        _guarded("CUDA graphs", lambda: cuda_graphs.install(torch, lib))
         modules = module_paths.ModulePaths(torch)
         optimizer_steps.watch(lib, torch, modules, _say)
         resolver = module_paths.install_resolver(lib, modules)

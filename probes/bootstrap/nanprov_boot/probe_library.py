@@ -21,6 +21,9 @@ SIGNATURES = {
     "nanprov_foreign_calls": (ctypes.c_longlong, []),
     "nanprov_trail_compiled": (None, []),
     "nanprov_become_worker": (None, []),
+    "nanprov_graph_capture_began": (None, [ctypes.c_longlong]),
+    "nanprov_graph_replayed": (None, [ctypes.c_longlong]),
+    "nanprov_graph_reset": (None, [ctypes.c_longlong]),
     "nanprov_shutdown": (None, []),
 }
 
