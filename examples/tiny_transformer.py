@@ -100,6 +100,8 @@ class SensorModel(nn.Module):
                 from torch.utils.checkpoint import checkpoint
 
                 h = checkpoint(layer, h, layer_mask, use_reentrant=self.checkpoint == "reentrant")
+            elif layer_mask is None:
+                h = layer(h)  # a block graphed by make_graphed_callables takes tensors only
             else:
                 h = layer(h, layer_mask)
         return self.head(h)
@@ -204,6 +206,8 @@ def main():
     p.add_argument("--compile", nargs="?", const="default", default=None,
                    help="torch.compile the model (optionally with this mode, e.g. max-autotune-no-cudagraphs)")
     p.add_argument("--fullgraph", action="store_true", help="torch.compile with fullgraph=True")
+    p.add_argument("--graphed", action="store_true",
+                   help="each block captured into CUDA graphs by torch.cuda.make_graphed_callables (CUDA, no mask)")
     p.add_argument("--checkpoint", choices=["reentrant", "nonreentrant"],
                    help="activation checkpointing of every block (torch.utils.checkpoint)")
     p.add_argument("--stages", type=int, default=1, help="group the layers into stages.<s>.blocks.<b>")
@@ -244,6 +248,11 @@ def main():
         for block in model.blocks():
             fully_shard(block, mesh=mesh)
         fully_shard(model, mesh=mesh)
+    if args.graphed:
+        # Forward and backward of each block replay as CUDA graphs; the sample only fixes shapes.
+        sample = torch.randn(args.batch, args.seq, args.d_model, device=args.device, dtype=dtype, requires_grad=True)
+        for i, block in enumerate(model.layers):
+            model.layers[i] = torch.cuda.make_graphed_callables(block, (sample,))
     if args.compile:
         mode = None if args.compile == "default" else args.compile
         model = torch.compile(model, mode=mode, fullgraph=args.fullgraph)

@@ -289,3 +289,39 @@ TEST(Gpu, CleanBf16CallsAtHeadDim256And512ReplayOk) {
 }
 
 }  // namespace
+
+// Attention inside CUDA graphs is checked at every replay (probes/libtorch/graph_checks.h): the
+// glitch at step 4 overflows layer 0's attention logits inside a graph replay, under
+// torch.compile(mode="reduce-overhead") (cudagraph trees) and under make_graphed_callables. The
+// ground truth is the training's own losses: finite up to step 3, NaN from step 4.
+class GraphedTraining : public testing::TestWithParam<const char*> {};
+
+TEST_P(GraphedTraining, AnOverflowInsideACudaGraphIsFoundAtItsStepAndLayer) {
+  REQUIRE_CUDA();
+  const std::string args = std::string("--device cuda --dtype bfloat16 --seq 64 --d-model 256 --heads 2 --steps 7 ") +
+                           "--glitch-step 4 --print-losses " + GetParam();
+  Result plain = sh(python() + " " + example("tiny_transformer.py") + " " + args + " 2>/dev/null");
+  ASSERT_EQ(plain.code, 0) << plain.out;
+  ASSERT_NE(plain.out.find("rank0 step3 loss 0x"), std::string::npos) << plain.out;
+  ASSERT_NE(plain.out.find("rank0 step4 loss nan"), std::string::npos) << "the glitch makes step 4 NaN: " << plain.out;
+  const std::string name = std::string("gpu-graphed-") + (std::string(GetParam()).find("compile") != std::string::npos
+                                                               ? "reduce-overhead" : "callables");
+  TrainedRun r = train(name, "", args);
+  ASSERT_EQ(r.train.code, runCodeForCleanExit(r)) << r.train.out;
+  ASSERT_EQ(r.report.code, 1) << r.report.out;
+  expectFields(r.doc["first_edge"], {{"origin", "attention"}, {"phase", "fwd"}, {"step", 4}, {"layer", 0},
+                                     {"inputs_finite", true}, {"injected", false}});
+  EXPECT_TRUE(r.doc["coverage"]["unprobed"].empty()) << r.report.out;
+  EXPECT_EQ(r.doc["ranks"][0]["meta"]["host_syncs"], "0") << "graph checks are read from mapped memory";
+  // Every step's calls are recorded, the replayed ones included: both layers, both phases.
+  json calls = commandJson("calls", r.dir, "--step 3");
+  EXPECT_EQ(calls.size(), 4u) << calls.dump(1);
+  // The training is the same with nanprov: its losses, printed as exact hex floats, are the plain run's.
+  std::string losses;
+  for (size_t at = r.train.out.find("rank0 step"); at != std::string::npos; at = r.train.out.find("rank0 step", at + 1)) {
+    losses += r.train.out.substr(at, r.train.out.find('\n', at) - at + 1);
+  }
+  EXPECT_EQ(losses, plain.out);
+}
+
+INSTANTIATE_TEST_SUITE_P(Gpu, GraphedTraining, testing::Values("--compile reduce-overhead", "--graphed"));
