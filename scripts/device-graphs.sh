@@ -9,14 +9,15 @@ source "$(dirname "${BASH_SOURCE[0]}")/device-build.sh" || exit 1
   >"$out/ctest-graphs.log" 2>&1)
 grep -E "tests passed|\*\*\*|Failed|Passed" "$out/ctest-graphs.log" | tail -12
 train=(python3 examples/tiny_transformer.py --device cuda --dtype bfloat16 --seq 64 --d-model 256 --heads 2 --steps 7
-       --glitch-step 4 --print-losses)
-for mode in "--compile reduce-overhead" "--graphed"; do
+       --glitch-step 4)
+for mode in "--compile reduce-overhead" "--graphed" "--graphed --no-kernels"; do
   tag="$(echo "$mode" | tr -c 'a-z' '-')"
+  script_mode="${mode% --no-kernels}"
+  opts=""; [ "$script_mode" != "$mode" ] && opts="--no-kernels"
   echo "== $mode"
-  "${train[@]}" $mode 2>"$out/plain$tag.err" | tee "$out/plain$tag.txt" | tail -4
-  nanprov run --out "$out/run$tag" -- "${train[@]}" $mode >"$out/run$tag.log" 2>&1
-  echo "run exit $?"; tail -4 "$out/run$tag.log"
-  nanprov report "$out/run$tag" | head -30
-  nanprov calls "$out/run$tag" --step 4 | head -12
-  nanprov sql "$out/run$tag" "SELECT key, value FROM meta WHERE key IN ('host_syncs','probe_cost') OR key LIKE 'unprobed%'"
+  nanprov run --out "$out/run$tag" $opts -- "${train[@]}" $script_mode >"$out/run$tag.log" 2>&1
+  echo "run exit $?"; grep -v Warning "$out/run$tag.log" | tail -6
+  nanprov report "$out/run$tag" | head -24
+  nanprov calls "$out/run$tag" --step 4 | head -8
+  nanprov sql "$out/run$tag" "SELECT key, value FROM meta WHERE key IN ('host_syncs','probe_cost','cupti_detached') OR key LIKE 'unprobed%'"
 done

@@ -219,6 +219,8 @@ class CuptiTracer final : public KernelTracer {
     refreshLive();
   }
 
+  void keepAttached() override { keep_attached_.store(true, std::memory_order_release); }
+
   void pause(const std::string& reason) override {
     std::lock_guard<std::mutex> lock(mu_);
     if (!started_ok_ || paused_) return;
@@ -290,7 +292,10 @@ class CuptiTracer final : public KernelTracer {
   // another tool holds the callback API, CUPTI stays attached with every kind disabled.
   void requestDetach() {
     const Cupti& c = g_shared->cupti;
-    if (detach_requested_ || !c.subscribe || !c.enableDomain || !c.finalize) return;
+    if (detach_requested_ || keep_attached_.load(std::memory_order_acquire) || !c.subscribe || !c.enableDomain ||
+        !c.finalize) {
+      return;
+    }
     detach_requested_ = true;
     // Not held by an RAII owner on purpose: the subscription's end is cuptiFinalize inside
     // detachAtApiExit, which drops it. Unsubscribing from a destructor, on whatever thread runs
@@ -398,6 +403,7 @@ class CuptiTracer final : public KernelTracer {
   std::string pause_reason_;
   int boundaries_since_pause_ = 0;
   bool detach_requested_ = false;  // only collect() touches it, from the step boundary
+  std::atomic<bool> keep_attached_{false};
 };
 
 }  // namespace

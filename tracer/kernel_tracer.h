@@ -61,6 +61,10 @@ class KernelTracer {
   // CUPTI; calls afterwards are unattributed with `reason`. Records already traced are kept, and
   // one step boundary later CUPTI is detached from the process.
   virtual void pause(const std::string& reason) = 0;
+  // A CUDA graph was captured while CUPTI may be attached: from now on CUPTI is never detached.
+  // A graph instantiated while CUPTI is attached carries its instrumentation, and a replay after
+  // CUPTI detached faulted the training (unspecified launch failure) on the H200.
+  virtual void keepAttached() = 0;
 
   // Interned (base/interned_text.h), so a call keeps it without copying; read without a lock.
   virtual const char* unattributedReason() const = 0;

@@ -17,6 +17,7 @@ class NoCuptiTracer final : public KernelTracer {
   void reclaim() override {}
   bool yielded() const override { return false; }
   void pause(const std::string&) override {}
+  void keepAttached() override {}
   const char* unattributedReason() const override { return kReason; }
   std::vector<KernelRecord> collect(bool) override { return {}; }
   TracerStats stats() const override { return {}; }

@@ -177,7 +177,7 @@ void Session::storeRefused(const std::string& why) {
   note << "pid " << getpid() << ": " << why << "\n";
 }
 
-void Session::callBegun() {
+void Session::callBegun(int64_t n) {
   if (!active()) return;
   MappedCounters* tally = tally_.load(std::memory_order_acquire);
   if (!tally && !tally_failed_.load(std::memory_order_relaxed)) {
@@ -189,7 +189,7 @@ void Session::callBegun() {
       else if (!tally_failed_.exchange(true)) logOnce("tally", "calls not tallied: " + opened.status().message());
     }
   }
-  if (tally) tally->add(0);
+  if (tally) tally->add(0, n);
 }
 
 void Session::becomeWorker() {

@@ -63,8 +63,10 @@ class Session {
   void recordSentinel(std::vector<SentinelRecord> findings);
   void recordModuleChecks(std::vector<ModuleCheckRecord> checks);
   // A probed call began: counted in rank-<r>.tally, which outlives any death of the process, so
-  // the report can say how many calls never reached the store.
-  void callBegun();
+  // the report can say how many calls never reached the store. `n` = -1 withdraws one that will
+  // never be stored because it did not run (attention captured into a CUDA graph: its replays
+  // are the calls, each counted as it is named).
+  void callBegun(int64_t n = 1);
 
   // This process is a DataLoader worker of its rank (the bootstrap says so as the worker loop
   // starts, spawned or forked). A worker checks nothing and never takes its rank's store, which

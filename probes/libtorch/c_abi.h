@@ -47,6 +47,9 @@ NANPROV_API void nanprov_become_worker(void);
 NANPROV_API void nanprov_graph_capture_began(long long key);
 NANPROV_API void nanprov_graph_replayed(long long key);
 NANPROV_API void nanprov_graph_reset(long long key);
+// This thread entered (1) or left (0) code whose allocations go to a CUDA graph's private memory
+// pool (cudagraph trees' eager warm-up): tensors checked there are not held past their call.
+NANPROV_API void nanprov_graph_pool(int entering);
 // Final flush; called from the interpreter's exit. Later calls are no-ops.
 NANPROV_API void nanprov_shutdown(void);
 

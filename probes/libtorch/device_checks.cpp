@@ -161,6 +161,7 @@ void DeviceChecks::submit(CallEvent rec, const RoleTensors& tensors, const CallA
         t.is_cuda() && t.device().index() == device ? viewOf(t, role == Role::kMask) : std::nullopt;
     if (!view || views.size() == views.capacity()) {  // rare: float64, more than 6 dims
       if (in_graph) {  // the host cannot measure it there
+        probes().session().callBegun(-1);
         probes().session().countUnprobed("attention captured into a CUDA graph with a tensor the check cannot read");
         return;
       }
@@ -173,6 +174,7 @@ void DeviceChecks::submit(CallEvent rec, const RoleTensors& tensors, const CallA
     views.push_back(*view);
   }
   if (in_graph) {
+    probes().session().callBegun(-1);  // this call did not run: its graph's replays are the calls
     std::string why = views.empty() ? "attention captured into a CUDA graph with no tensor to check"
                                      : graphs_.capture(rec, pending.checked, views.data(), static_cast<int>(views.size()),
                                                        device, stream.native_handle());
@@ -187,7 +189,11 @@ void DeviceChecks::submit(CallEvent rec, const RoleTensors& tensors, const CallA
     recordCheckedCall(std::move(pending.rec), tensors, args);
     return;
   }
-  pending.args = args;
+  if (GraphChecks::inGraphPool()) {
+    pending.missing = "its tensors live in a CUDA graph's memory pool (torch.compile's cudagraph warm-up), never held";
+  } else {
+    pending.args = args;  // IValues that may hold tensors, held as the tensors are
+  }
   std::optional<Pending> failed = enqueue(*lane, std::move(pending), views, stream, &tensors);
   if (failed) {
     failed->rec.tensors.clear();
@@ -432,12 +438,14 @@ std::optional<DeviceChecks::Pending> DeviceChecks::enqueue(Lane& lane, Pending p
   if (tensors) {
     int64_t bytes = 0;
     for (const auto& [role, t] : *tensors) bytes += static_cast<int64_t>(t.nbytes());
-    held = held_bytes_.fetch_add(bytes, std::memory_order_relaxed) + bytes <= budget_;
+    // In a CUDA graph's memory pool a held tensor would be an allocation the graph's owner does
+    // not expect (GraphChecks::inGraphPool): marked in use instead, as past the budget.
+    held = !GraphChecks::inGraphPool() && held_bytes_.fetch_add(bytes, std::memory_order_relaxed) + bytes <= budget_;
     if (held) {
       pending.held_bytes = bytes;
       pending.held = *tensors;
     } else {
-      held_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
+      if (!GraphChecks::inGraphPool()) held_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
       markInUse(*tensors, stream);
     }
   }
@@ -520,7 +528,7 @@ void DeviceChecks::complete(Lane& lane, uint64_t slot, const HealthCounts* count
     return;
   }
   takeCounts(pending.rec, pending.checked, counts, n);
-  recordCheckedCall(std::move(pending.rec), pending.held, pending.args);
+  recordCheckedCall(std::move(pending.rec), pending.held, pending.args, pending.missing);
   release(pending);
 }
 

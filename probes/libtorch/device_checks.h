@@ -102,6 +102,7 @@ class DeviceChecks {
     RoleTensors held;             // released once the results are known
     int64_t held_bytes = 0;
     CallArgs args;
+    const char* missing = nullptr;  // why `held` is empty, when it is not the hold budget
     Measured measured = nullptr;
     uint64_t context = 0;
   };

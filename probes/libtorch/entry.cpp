@@ -164,6 +164,8 @@ void nanprov_graph_reset(long long key) {
   nanprov::guarded("graph reset", [&] { nanprov::probes().checks().graphs().reset(key); });
 }
 
+void nanprov_graph_pool(int entering) { nanprov::GraphChecks::enterGraphPool(entering != 0); }
+
 void nanprov_shutdown(void) {
   nanprov::probes().session().finalize();
   nanprov::probes().session().setModuleResolver(nullptr);

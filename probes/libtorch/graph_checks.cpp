@@ -19,6 +19,8 @@ constexpr const char* kNoTensors = "it ran in a CUDA graph replay: its tensors l
 // graph replayed past it without its checks ever publishing (they failed) stops growing here.
 constexpr size_t kMaxWaitingReplays = 4 * kernels::kGraphRingEntries;
 
+thread_local int t_graph_pool_depth = 0;
+
 }  // namespace
 
 struct GraphChecks::Captured {
@@ -37,6 +39,10 @@ struct GraphChecks::Graph {
   uint64_t first_waiting = 0;
 };
 
+void GraphChecks::enterGraphPool(bool entering) { t_graph_pool_depth = std::max(0, t_graph_pool_depth + (entering ? 1 : -1)); }
+
+bool GraphChecks::inGraphPool() { return t_graph_pool_depth > 0; }
+
 GraphChecks::GraphChecks() = default;
 GraphChecks::~GraphChecks() = default;
 
@@ -48,6 +54,8 @@ void GraphChecks::captureBegan(int64_t key, void* stream) {
                                 "cannot be checked");
     return;
   }
+  // CUPTI attached at the graph's instantiation must stay: a replay after it detached faults.
+  probes().tracer().keepAttached();
   std::lock_guard<std::mutex> lock(mu_);
   keys_[id] = key;
   Graph& graph = graphs_[key];
@@ -114,6 +122,7 @@ void GraphChecks::replayed(int64_t key) {
       if (original_forward) replayed_forward_[p.seq] = name.seq;
       names.push_back({name.seq, name.step, name.call, name.fwd_seq, now});
     }
+    probes().session().callBegun(static_cast<int64_t>(names.size()));
     graph.waiting.push_back(std::move(names));
     if (graph.waiting.size() > kMaxWaitingReplays) {  // its checks never publish: counted, not kept
       graph.waiting.pop_front();

@@ -49,6 +49,13 @@ class GraphChecks {
   // The bootstrap: graph `key` was reset; its checks never run again.
   void reset(int64_t key);
 
+  // The bootstrap: this thread runs code whose allocations go to a CUDA graph's private memory
+  // pool (torch.compile's cudagraph trees warm a graph's code up eagerly in it), or left it.
+  // Tensors of calls checked meanwhile are not held past their call: cudagraph trees stops the
+  // training when an allocation in its pool is alive that it did not hand out.
+  static void enterGraphPool(bool entering);
+  static bool inGraphPool();
+
   using Clock = std::chrono::steady_clock;
   // Records every replay whose checks published; never waits for the GPU. At exit, waits for the
   // rest until `deadline`: what is unfinished then is counted in `*unfinished`.

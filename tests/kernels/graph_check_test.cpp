@@ -69,6 +69,7 @@ TEST(GraphCheck, EveryReplayCountsThatReplaysData) {
   for (uint64_t n = 0; n < 2 * kGraphRingEntries + 3; ++n) {
     std::vector<uint8_t> data = randomBits(bytes, 100 + static_cast<uint32_t>(n));
     ASSERT_EQ(cudaMemcpy(dev.p, data.data(), bytes, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the graph's stream does not wait for the default one
     g.replay();
     SCOPED_TRACE("replay " + std::to_string(n));
     ASSERT_EQ(g.check->read(n, &got), GraphCheck::Replay::kDone);

@@ -66,6 +66,8 @@ def _load(torch):
             return
         _guarded("DataLoader workers", lambda: dataloader_workers.install(torch, lib))
         _guarded("CUDA graphs", lambda: cuda_graphs.install(torch, lib))
+        _watcher.watch("torch._inductor.cudagraph_trees",
+                       lambda m: _guarded("cudagraph trees", lambda: cuda_graphs.watch_cudagraph_trees(m, lib)))
         modules = module_paths.ModulePaths(torch)
         optimizer_steps.watch(lib, torch, modules, _say)
         resolver = module_paths.install_resolver(lib, modules)

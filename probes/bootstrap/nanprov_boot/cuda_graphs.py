@@ -6,9 +6,34 @@ graph each capture is and when a graph is replayed. `torch.cuda.CUDAGraph` is wh
 graphs in torch goes (`torch.cuda.graph`, `make_graphed_callables`, torch.compile's cudagraph
 trees, TransformerEngine's and Megatron's graph options): its `capture_begin`, `replay` and
 `reset` each tell the probes, by one call, under a key given to the graph at its first capture.
+
+torch.compile's cudagraph trees also run a graph's code eagerly once, allocating into the graph's
+private memory pool, and stop the training if any allocation there is alive that they did not
+hand out. Around that warm-up the probes are told not to hold the tensors they check.
 """
+import contextlib
 import functools
 import itertools
+
+
+def watch_cudagraph_trees(trees, lib):
+    """Wraps cudagraph trees' pool context (torch._inductor.cudagraph_trees, imported lazily)."""
+    original = getattr(trees, "_use_cuda_memory_pool_manager", None)
+    if original is None or getattr(original, "__nanprov_pool__", False):
+        return
+
+    @contextlib.contextmanager
+    @functools.wraps(original)
+    def pool_manager(*args, **kwargs):
+        with original(*args, **kwargs):
+            lib.nanprov_graph_pool(1)
+            try:
+                yield
+            finally:
+                lib.nanprov_graph_pool(0)
+
+    pool_manager.__nanprov_pool__ = True
+    trees._use_cuda_memory_pool_manager = pool_manager
 
 
 def install(torch, lib):

@@ -24,6 +24,7 @@ SIGNATURES = {
     "nanprov_graph_capture_began": (None, [ctypes.c_longlong]),
     "nanprov_graph_replayed": (None, [ctypes.c_longlong]),
     "nanprov_graph_reset": (None, [ctypes.c_longlong]),
+    "nanprov_graph_pool": (None, [ctypes.c_int]),
     "nanprov_shutdown": (None, []),
 }
 
