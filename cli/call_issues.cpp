@@ -70,19 +70,4 @@ CallIssues knownIssuesOfCall(const CallRecord& call, const std::map<std::string,
   return {replay::matchKnownIssues(facts), replay::possibleKnownIssues(facts)};
 }
 
-std::string possibleText(const replay::IssueMatch& m) {
-  std::string undecided;
-  for (const std::string& c : m.undecided) undecided += (undecided.empty() ? "" : ", ") + c;
-  // Which of these a replay measures depends on the backend; the text promises no more.
-  return "may match " + m.issue->id + " (" + m.issue->title + "); the store does not say " + undecided;
-}
-
-nlohmann::json possibleJson(const std::vector<replay::IssueMatch>& possible) {
-  nlohmann::json out = nlohmann::json::array();
-  for (const replay::IssueMatch& m : possible) {
-    out.push_back({{"id", m.issue->id}, {"url", m.issue->url}, {"title", m.issue->title}, {"undecided", m.undecided}});
-  }
-  return out;
-}
-
 }  // namespace nanprov

@@ -23,8 +23,5 @@ struct CallIssues {
 // Nothing for an injected call: a fault --inject planted is nobody's bug.
 CallIssues knownIssuesOfCall(const CallRecord& call, const std::map<std::string, std::string>& rank_meta);
 
-// "may match pytorch#196678 (title); the store does not say row_lse_below"
-std::string possibleText(const replay::IssueMatch& m);
-nlohmann::json possibleJson(const std::vector<replay::IssueMatch>& possible);
 
 }  // namespace nanprov

@@ -297,7 +297,7 @@ nlohmann::json reportJson(const Report& report) {
       {"audit", auditCostJson(conclusion.audit)},
       {"audit_findings", conclusion.audit.findings},
       {"known_issues", replay::matchesJson(report.source_issues.matches)},
-      {"possible_known_issues", possibleJson(report.source_issues.possible)},
+      {"possible_known_issues", replay::possibleJson(report.source_issues.possible)},
   };
   const CallKernelIndex kernels(run);
   if (f.first) {
@@ -434,7 +434,7 @@ std::string reportText(const Report& report) {
     out << "  first source edge inside attention came later: " << callName(run.calls[*f.first_source]) << "\n";
   }
   for (const replay::IssueMatch& m : report.source_issues.matches) out << "  known issue: " << printable(replay::matchText(m)) << "\n";
-  for (const replay::IssueMatch& m : report.source_issues.possible) out << "  known issue: " << printable(possibleText(m)) << "\n";
+  for (const replay::IssueMatch& m : report.source_issues.possible) out << "  known issue: " << printable(replay::possibleText(m, "the store")) << "\n";
   out << "  after it: " << f.propagation.calls << " non-finite calls across " << f.propagation.layers
       << (f.propagation.layers == 1 ? " layer" : " layers") << " on " << f.propagation.ranks
       << (f.propagation.ranks == 1 ? " rank" : " ranks") << "\n";

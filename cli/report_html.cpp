@@ -162,7 +162,7 @@ std::string firstEdgeSection(const Report& report) {
   // The first source edge's: the call whose conditions were matched (it is this one unless the
   // origin is upstream).
   for (const replay::IssueMatch& m : report.source_issues.matches) out += row("known issue", shown(replay::matchText(m)));
-  for (const replay::IssueMatch& m : report.source_issues.possible) out += row("known issue?", shown(possibleText(m)));
+  for (const replay::IssueMatch& m : report.source_issues.possible) out += row("known issue?", shown(replay::possibleText(m, "the store")));
   out += row("after it", plural(f.propagation.calls, "non-finite call", "non-finite calls") + " across " +
                              plural(f.propagation.layers, "layer", "layers") + " on " + plural(f.propagation.ranks, "rank", "ranks"));
   out += "</table>\n<h3>Roles</h3>\n" + rolesTable(c) + "</section>\n";

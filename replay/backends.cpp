@@ -9,6 +9,7 @@
 
 #include "base/text.h"
 #include "replay/reference_blocks.h"
+#include "replay/tensor_layout.h"
 
 namespace nanprov::replay {
 namespace {
@@ -111,14 +112,15 @@ at::Tensor masked(at::Tensor scores, const CapturedCall& call, const at::Device&
   return scores;
 }
 
+// In memory of its own, laid out as the run had it (tensor_layout.h): kernels pick their paths by it.
 at::Tensor leaf(const at::Tensor& t, const at::Device& device, bool grad) {
-  return t.to(device).detach().clone().requires_grad_(grad);
+  return replicaOn(t.detach(), device).requires_grad_(grad);
 }
 
 void differentiate(Outputs& out, const at::Tensor& o, const std::vector<at::Tensor>& qkv, const CapturedCall& call,
                    const at::Device& device) {
   if (!call.backward) return;
-  auto grads = torch::autograd::grad({o}, qkv, {call.at("dO").to(device)});
+  auto grads = torch::autograd::grad({o}, qkv, {replicaOn(call.at("dO"), device)});
   out.dq = grads[0];
   out.dk = grads[1];
   out.dv = grads[2];
@@ -156,7 +158,8 @@ std::string refusal(const std::string& backend, const CapturedCall& call, const 
     return backend + " runs on CUDA only";
   }
   if (backend == "math" || backend == "plain_softmax") return "";
-  at::Tensor q = call.at("Q").to(device), k = call.at("K").to(device), v = call.at("V").to(device);
+  // Laid out as the backend will get them: dispatch reads strides and alignment.
+  at::Tensor q = replicaOn(call.at("Q"), device), k = replicaOn(call.at("K"), device), v = replicaOn(call.at("V"), device);
   std::optional<at::Tensor> mask = maskOn(call, device);
   WarningCollector warnings;
   c10::WarningUtils::WarningHandlerGuard guard(&warnings);

@@ -7,6 +7,7 @@
 #include "base/text.h"
 #include "base/records/torch_dtype.h"
 #include "replay/packed_layouts.h"
+#include "replay/tensor_layout.h"
 
 namespace nanprov::replay {
 namespace {
@@ -107,7 +108,14 @@ StatusOr<CapturedCall> toCapturedCall(const CaptureFile& file, const std::string
     at::Tensor x = at::empty(t.shape, at::TensorOptions().dtype(*type));
     if (static_cast<size_t>(x.nbytes()) != t.bytes.size()) return bad("tensor " + t.name + " has the wrong byte count");
     std::memcpy(x.data_ptr(), t.bytes.data(), t.bytes.size());
-    call.tensors[t.name] = x;
+    // Laid out as in the run, before any reshaping below: the recorded strides are in the
+    // captured tensor's own dimension order.
+    auto recorded = recordedLayout(file.metadata, t.name, x.dim());
+    if (!recorded.ok()) return bad(recorded.status().message());
+    LayoutReport report;
+    report.role = t.name;
+    call.tensors[t.name] = withRecordedLayout(x, recorded.value(), &report);
+    call.layouts.push_back(std::move(report));
   }
   if (call.metaOr("op") == "aten::_native_multi_head_attention") {
     if (Status st = unpackFastPath(call); !st.ok()) return bad(st.message());

@@ -11,6 +11,7 @@
 
 #include "store/capture_file.h"
 #include "base/status.h"
+#include "replay/replay_result.h"
 
 namespace nanprov::replay {
 
@@ -24,6 +25,7 @@ struct CapturedCall {
   int64_t batch = 0, q_heads = 0, kv_heads = 0, s_q = 0, s_kv = 0, head_dim = 0, v_dim = 0;
   at::Tensor valid_q, valid_kv;  // [batch, seq] bool for packed sequences unpacked with padding
   std::string incomplete;        // what of the call the capture lacks, so replay cannot judge it
+  std::vector<LayoutReport> layouts;  // each tensor's memory layout: in the run, and as rebuilt here
   bool materialised_bias = false;  // the mask is a bias nanprov computed (FlexAttention's score_mod), in float32
 
   bool has(const std::string& role) const { return tensors.count(role) > 0; }

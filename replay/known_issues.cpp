@@ -16,6 +16,8 @@ std::string componentName(const std::string& key) {
   if (key == "cudnn") return "cuDNN";
   if (key == "cudnn-frontend") return "cudnn-frontend";
   if (key == "torch") return "torch";
+  if (key == "cuda") return "CUDA";
+  if (key == "flash_attn_4") return "flash-attn-4";
   return key;
 }
 
@@ -85,8 +87,16 @@ bool conditionHolds(const std::string& name, const nlohmann::json& want, const I
   if (name == "gqa") return f.q_heads && f.kv_heads && want.is_boolean() && (*f.kv_heads < *f.q_heads) == want.get<bool>();
   if (name == "kv_heads_below") return f.kv_heads && want.is_number_integer() && *f.kv_heads < want.get<int64_t>();
   if (name == "arch") return !f.arch.empty() && listHas(want, f.arch);
+  if (name == "qkv_aligned_16") return f.qkv_alignment && want.is_boolean() && (*f.qkv_alignment >= 16) == want.get<bool>();
+  if (name == "packed") return f.packed && want.is_boolean() && *f.packed == want.get<bool>();
+  if (name == "flex_backend") return f.flex_backend && listHas(want, *f.flex_backend);
   return false;  // a condition the matcher does not know: never a match
 }
+
+// Conditions no fact nanprov records can decide: the form of a mask_mod's code, or whether a
+// build predates a fix that no release number names. An entry listing one is at most a possible
+// match, and says what would decide it.
+bool neverRecorded(const std::string& name) { return name == "mask_mod_abs_difference" || name == "build_predates_fix"; }
 
 // Whether the facts say anything about what a condition needs.
 bool factKnown(const std::string& name, const IssueFacts& f) {
@@ -102,6 +112,10 @@ bool factKnown(const std::string& name, const IssueFacts& f) {
   if (name == "gqa") return f.q_heads && f.kv_heads;
   if (name == "kv_heads_below") return f.kv_heads.has_value();
   if (name == "arch") return !f.arch.empty();
+  if (name == "qkv_aligned_16") return f.qkv_alignment.has_value();
+  if (name == "packed") return f.packed.has_value();
+  if (name == "flex_backend") return f.flex_backend.has_value();
+  if (neverRecorded(name)) return false;
   return true;  // a condition the matcher does not know is decided: it fails
 }
 
@@ -127,11 +141,17 @@ bool symptomHolds(const nlohmann::json& symptom, const IssueFacts& f) {
   return !symptom.value("only", false) || faulty == listed;
 }
 
-bool versionsHold(const nlohmann::json& affected, const IssueFacts& f) {
+// False when a known version is outside an entry's range; the components whose version is
+// unknown go to `unknown` ("ptxas version"): they leave the entry undecided.
+bool versionsHold(const nlohmann::json& affected, const IssueFacts& f, std::vector<std::string>* unknown) {
   if (!affected.is_object()) return true;
   for (const auto& [component, constraint] : affected.items()) {
+    if (!constraint.is_string()) return false;
     auto have = f.versions.find(component);
-    if (have == f.versions.end() || have->second.empty() || !constraint.is_string()) return false;
+    if (have == f.versions.end() || have->second.empty()) {
+      unknown->push_back(component + " version");
+      continue;
+    }
     if (!versionSatisfies(have->second, constraint.get<std::string>())) return false;
   }
   return true;
@@ -181,8 +201,9 @@ const StatusOr<std::vector<KnownIssue>>& knownIssues() {
 
 const std::set<std::string>& knownConditions() {
   static const std::set<std::string> names = {
-      "arch", "causal", "dropout", "dtype", "fully_masked_rows", "gqa", "head_dim", "kv_heads_below", "mask",
-      "mask_dtype", "row_lse_below", "s_kv", "s_kv_mod_128", "s_kv_mod_128_nonzero", "s_kv_mod_32", "s_q"};
+      "arch", "build_predates_fix", "causal", "dropout", "dtype", "flex_backend", "fully_masked_rows", "gqa",
+      "head_dim", "kv_heads_below", "mask", "mask_dtype", "mask_mod_abs_difference", "packed", "qkv_aligned_16",
+      "row_lse_below", "s_kv", "s_kv_mod_128", "s_kv_mod_128_nonzero", "s_kv_mod_32", "s_q"};
   return names;
 }
 
@@ -210,7 +231,7 @@ std::optional<std::vector<std::string>> undecidedConditions(const KnownIssue& is
   } else if (!symptomHolds(issue.symptom, f)) {
     return std::nullopt;
   }
-  if (!versionsHold(issue.affected, f)) return std::nullopt;
+  if (!versionsHold(issue.affected, f, &undecided)) return std::nullopt;
   return undecided;
 }
 
@@ -239,6 +260,21 @@ std::string matchText(const IssueMatch& m) {
   std::string out = "matches " + m.issue->id + " (" + m.issue->title + "); " + m.fix;
   if (!m.issue->workaround.empty()) out += "; workaround: " + m.issue->workaround;
   return out + " " + m.issue->url;
+}
+
+std::string possibleText(const IssueMatch& m, const std::string& source) {
+  std::string undecided;
+  for (const std::string& c : m.undecided) undecided += (undecided.empty() ? "" : ", ") + c;
+  // Which of these a replay measures depends on the backend; the text promises no more.
+  return "may match " + m.issue->id + " (" + m.issue->title + "); " + source + " does not say " + undecided;
+}
+
+nlohmann::json possibleJson(const std::vector<IssueMatch>& possible) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const IssueMatch& m : possible) {
+    out.push_back({{"id", m.issue->id}, {"url", m.issue->url}, {"title", m.issue->title}, {"undecided", m.undecided}});
+  }
+  return out;
 }
 
 nlohmann::json issueJson(const KnownIssue& k) {
@@ -298,8 +334,14 @@ void addEnvironment(const std::map<std::string, std::string>& environment, Issue
   };
   f.arch = archOf(entry("gpu"));
   if (std::string torch = entry("torch"); !torch.empty()) f.versions["torch"] = torch;
-  if (std::string cudnn = entry("cudnn"); !cudnn.empty()) {
-    f.versions["cudnn"] = cudnnVersionText(std::strtoll(cudnn.c_str(), nullptr, 10));
+  // The cuDNN library the process loaded, where the bootstrap read it: a system cuDNN can shadow
+  // the one torch was built against ("cudnn").
+  std::string cudnn = entry("cudnn_loaded");
+  if (cudnn.empty()) cudnn = entry("cudnn");
+  if (!cudnn.empty()) f.versions["cudnn"] = cudnnVersionText(std::strtoll(cudnn.c_str(), nullptr, 10));
+  for (const auto& [key, component] : {std::pair{"cuda_build", "cuda"}, std::pair{"triton", "triton"},
+                                       std::pair{"ptxas", "ptxas"}, std::pair{"flash_attn_4", "flash_attn_4"}}) {
+    if (std::string v = entry(key); !v.empty()) f.versions[component] = v;
   }
 }
 

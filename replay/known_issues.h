@@ -48,7 +48,13 @@ struct IssueFacts {
   std::set<std::string> nonfinite, wrong, zero;  // outputs by what is wrong with them
   bool judged = false;  // against a reference: wrong and zero are facts (non-finite always is)
   std::string arch;                               // "sm_90"; empty: unknown or the CPU
-  std::map<std::string, std::string> versions;    // "torch" -> "2.11.0+cu130", "cudnn" -> "9.19.0"
+  std::optional<int64_t> qkv_alignment;  // bytes: the least aligned of Q, K and V's data pointers
+  std::optional<bool> packed;            // packed sequences (cu_seqlens, layout "thd")
+  std::optional<std::string> flex_backend;  // FlexAttention's kernel_options["BACKEND"]
+  // "torch" -> "2.11.0+cu130", "cudnn" -> "9.19.0" (the loaded library's where known), "cuda"
+  // (torch.version.cuda), "triton", "ptxas", "flash_attn_4". A version an entry's `affected`
+  // names that is unknown leaves it undecided ("ptxas version"), never matched.
+  std::map<std::string, std::string> versions;
 };
 
 // The database, parsed once. Fails only if the built-in data is malformed (a test guards it).
@@ -71,6 +77,10 @@ std::vector<IssueMatch> possibleKnownIssues(const IssueFacts& facts);
 
 // "matches pytorch#196678 (title); fixed in cuDNN 9.26, this run has 9.19.0; workaround: ..."
 std::string matchText(const IssueMatch& m);
+// "may match pytorch#196678 (title); the store does not say row_lse_below", where `source` ("the
+// store", "the capture") is what lacks the facts.
+std::string possibleText(const IssueMatch& m, const std::string& source);
+nlohmann::json possibleJson(const std::vector<IssueMatch>& possible);
 nlohmann::json issueJson(const KnownIssue& issue);
 nlohmann::json matchesJson(const std::vector<IssueMatch>& matches);
 

@@ -1,5 +1,6 @@
 #include "replay/replay_issues.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 namespace nanprov::replay {
@@ -36,18 +37,44 @@ IssueFacts factsOf(const ReplayResult& r) {
       else if (t.verdict == Verdict::kAllZero) f.zero.insert(t.role);
     }
   }
+  // The least aligned of Q, K and V as the run had them; unknown unless all three were recorded.
+  int known = 0;
+  for (const LayoutReport& l : r.layouts) {
+    if ((l.role == "Q" || l.role == "K" || l.role == "V") && l.recorded.alignment) {
+      ++known;
+      f.qkv_alignment = std::min(f.qkv_alignment.value_or(*l.recorded.alignment), *l.recorded.alignment);
+    }
+  }
+  if (known < 3) f.qkv_alignment.reset();
+  if (!r.layout.empty()) f.packed = r.layout == "thd";
+  if (r.op == "flex_attention" && !r.flex_backend.empty()) f.flex_backend = r.flex_backend;
   addEnvironment(r.environment, f);
   return f;
 }
 
-std::vector<IssueMatch> knownIssuesOf(const ReplayResult& r) {
-  // An invalid reference judges nothing, and a fault --inject planted is nobody's bug.
-  if (!r.reference_problem.empty() || !r.injected.empty()) return {};
+namespace {
+
+// The facts the matcher may judge a replay by; nullopt when it judges nothing: an invalid
+// reference judges nothing, and a fault --inject planted is nobody's bug.
+std::optional<IssueFacts> judgeableFacts(const ReplayResult& r) {
+  if (!r.reference_problem.empty() || !r.injected.empty()) return std::nullopt;
   IssueFacts f = factsOf(r);
   // A capture that lacks part of the call (a score_mod, a softcap) makes the reference differ on
   // purpose: only non-finite outputs, which the reference does not decide, still count.
   if (!r.incomplete.empty()) f.wrong.clear(), f.zero.clear();
-  return matchKnownIssues(f);
+  return f;
+}
+
+}  // namespace
+
+std::vector<IssueMatch> knownIssuesOf(const ReplayResult& r) {
+  auto f = judgeableFacts(r);
+  return f ? matchKnownIssues(*f) : std::vector<IssueMatch>{};
+}
+
+std::vector<IssueMatch> possibleKnownIssuesOf(const ReplayResult& r) {
+  auto f = judgeableFacts(r);
+  return f ? possibleKnownIssues(*f) : std::vector<IssueMatch>{};
 }
 
 }  // namespace nanprov::replay

@@ -11,5 +11,7 @@ namespace nanprov::replay {
 
 IssueFacts factsOf(const ReplayResult& r);
 std::vector<IssueMatch> knownIssuesOf(const ReplayResult& r);
+// Entries the capture's facts agree with but cannot decide (a version or fact not recorded).
+std::vector<IssueMatch> possibleKnownIssuesOf(const ReplayResult& r);
 
 }  // namespace nanprov::replay

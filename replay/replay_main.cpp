@@ -365,6 +365,7 @@ int replayMain(const std::string& path, std::string device_name, const std::stri
   r.phase = call->metaOr("phase", "?");
   r.op = call->metaOr("op", "?");
   r.note = call->metaOr("replay.note");
+  r.layouts = call->layouts;
   r.incomplete = call->incomplete;
   r.backend = call->metaOr("backend", "?");
   // A call that ran a plain softmax (nn.MultiheadAttention's need_weights path, HF eager) is
@@ -383,7 +384,10 @@ int replayMain(const std::string& path, std::string device_name, const std::stri
   r.captured_edge = call->metaOr("edge");
   r.kernels = lines(call->metaOr("kernels"));
   r.main_kernel = call->metaOr("kernel.main", r.kernels.size() == 1 ? r.kernels[0] : "");
-  for (const char* key : {"torch", "cudnn", "gpu"}) {
+  r.layout = call->metaOr("arg.layout");
+  r.flex_backend = call->metaOr("arg.kernel_backend");
+  for (const char* key : {"torch", "cudnn", "gpu", "cuda_build", "cudnn_loaded", "cudnn_library", "triton", "ptxas",
+                          "flash_attn_4"}) {
     if (std::string value = call->metaOr(key); !value.empty()) r.environment[key] = value;
   }
 

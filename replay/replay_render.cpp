@@ -3,6 +3,7 @@
 
 #include "base/records/call_record.h"
 #include "base/text.h"
+#include "replay/layout_render.h"
 #include "replay/replay_issues.h"
 #include "replay/replay_result.h"
 #include "store/audit_file.h"
@@ -187,6 +188,8 @@ json toJson(const ReplayResult& r) {
           {"yardstick_nonfinite", r.yardstick_nonfinite},
           {"conditions", conditionsJson(r.conditions)},
           {"known_issues", matchesJson(knownIssuesOf(r))},
+          {"possible_known_issues", possibleJson(possibleKnownIssuesOf(r))},
+          {"layouts", layoutsJson(r.layouts)},
           {"notes", r.notes}};
 }
 
@@ -232,7 +235,9 @@ std::string toText(const ReplayResult& stored) {
   if (!r.root_cause.kernel.empty()) out += "  kernel: " + r.root_cause.kernel + "\n";
   out += "conditions: " + conditionsText(r.conditions) + "\n";
   for (const IssueMatch& m : knownIssuesOf(stored)) out += "known issue: " + matchText(m) + "\n";
+  for (const IssueMatch& m : possibleKnownIssuesOf(stored)) out += "known issue: " + possibleText(m, "the capture") + "\n";
   if (!r.note.empty()) out += "note: " + r.note + "\n";
+  out += layoutsText(r.layouts);
   out += "\n";
 
   std::string header = "  " + padded("backend", 20);

@@ -35,6 +35,21 @@ struct BackendRun {
   std::vector<std::string> failing() const;  // roles whose verdict is a failure
 };
 
+// How a tensor sits in memory: what kernels see besides its values. Unset: not recorded.
+struct TensorLayout {
+  std::optional<std::vector<int64_t>> strides;
+  std::optional<int64_t> storage_offset;  // in elements
+  std::optional<int64_t> alignment;       // bytes: the largest power of two dividing the data pointer, at most 256
+};
+
+// One captured tensor's layout in the run and as replay rebuilt it.
+struct LayoutReport {
+  std::string role;
+  TensorLayout recorded, replayed;
+  std::string note;  // empty: rebuilt as recorded; else what differs and why
+  bool faithful() const { return note.empty(); }
+};
+
 // What the captured data looks like, in the terms known bugs are described in (seed 004:
 // cuDNN backward NaN in dQ when s_kv % 128 != 0 and a row's LSE is below about -88.7).
 struct Conditions {
@@ -99,8 +114,12 @@ struct ReplayResult {
   Conditions conditions;
   RootCause root_cause;
   std::vector<std::string> notes;
+  std::vector<LayoutReport> layouts;  // each captured tensor's memory layout, recorded and replayed
+  std::string layout;        // the call's tensor layout as captured (arg.layout: bhsd, bshd, thd); empty: not said
+  std::string flex_backend;  // FlexAttention's kernel_options["BACKEND"] when the capture says
   // Where the call ran, as its capture says: "torch" (version), "cudnn" (cuDNN's integer
-  // version), "gpu" ("NVIDIA H200 (sm_90)"). What the known-issue matcher checks versions against.
+  // version), "gpu" ("NVIDIA H200 (sm_90)"), and the bootstrap's facts (cuda_build, cudnn_loaded,
+  // cudnn_library, triton, ptxas, flash_attn_4). What the known-issue matcher checks versions against.
   std::map<std::string, std::string> environment;
 };
 

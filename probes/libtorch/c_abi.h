@@ -50,6 +50,9 @@ NANPROV_API void nanprov_graph_reset(long long key);
 // This thread entered (1) or left (0) code whose allocations go to a CUDA graph's private memory
 // pool (cudagraph trees' eager warm-up): tensors checked there are not held past their call.
 NANPROV_API void nanprov_graph_pool(int entering);
+// A fact about the process's attention stack, read once by the bootstrap at start (run_facts.h
+// names the keys): kept for the store's meta and every capture. Returns 0, or 1 for a key or value refused.
+NANPROV_API int nanprov_set_fact(const char* key, const char* value);
 // Final flush; called from the interpreter's exit. Later calls are no-ops.
 NANPROV_API void nanprov_shutdown(void);
 

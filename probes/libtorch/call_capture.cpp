@@ -13,12 +13,14 @@
 #include <optional>
 #include <mutex>
 
+#include "base/pointer_alignment.h"
 #include "base/records/call_name.h"
 #include "base/records/torch_dtype.h"
 #include "probes/core/audit_slice.h"
 #include "base/records/call_health.h"
 #include "probes/core/probe_cost.h"
 #include "base/records/roles.h"
+#include "probes/core/run_facts.h"
 #include "probes/core/session.h"
 #include "probes/libtorch/probes.h"
 #include "store/capture_file.h"
@@ -299,6 +301,7 @@ void Captures::take(const CallEvent& rec, const RoleTensors& tensors, const Call
   job.row.bytes = bytes;
   job.unattributed = rec.unattributed;
   describe(rec.record(), *kept, args, job.file);  // strings for the file: this call is captured
+  describeLayout(tensors, job.file);
   job.file.metadata["trigger"] = captureTriggerName(trigger);
   if (slice) job.file.metadata["slice"] = slice->text;
   if (rec.device.isCpu()) {
@@ -378,6 +381,19 @@ void Captures::describe(const CallRecord& rec, const RoleTensors& tensors, const
   describeArgs(args, file);
 }
 
+void Captures::describeLayout(const RoleTensors& run_tensors, CaptureFile& file) {
+  // Where each tensor sat in memory when the kernel read it: kernels pick vectorised loads by the
+  // data pointer's alignment (EFFICIENT's misaligned reads with views at odd storage offsets,
+  // pytorch#183484), so replay rebuilds both. From the run's own tensors even when an audit kept a
+  // slice: the slice's copy sits wherever the allocator put it.
+  for (const auto& [role, t] : run_tensors) {
+    const std::string name = roleName(role);
+    if (!file.metadata.count("stride." + name) || !t.defined() || !t.has_storage()) continue;
+    file.metadata["offset." + name] = std::to_string(t.storage_offset());
+    file.metadata["align." + name] = std::to_string(pointerAlignment(t.data_ptr()));
+  }
+}
+
 void recordCheckedCall(CallEvent rec, const RoleTensors& tensors, const CallArgs& args, const char* missing) {
   ProbeCost::Scope cost(ProbeStage::kRecording);
   // Classified once, here, where the tensors' health is complete: the capture policy and the
@@ -388,7 +404,8 @@ void recordCheckedCall(CallEvent rec, const RoleTensors& tensors, const CallArgs
 }
 
 std::map<std::string, std::string> environmentOf(const Device& device) {
-  std::map<std::string, std::string> meta;
+  // The bootstrap's facts (run_facts.h) hold for every device of the process.
+  std::map<std::string, std::string> meta = runFacts();
   if (const char* torch = std::getenv("NANPROV_BUILT_TORCH")) meta["torch"] = torch;
   if (device.isCpu()) return meta;
   const auto& cuda = at::detail::getCUDAHooks();

@@ -51,6 +51,8 @@ class Captures {
   void take(const CallEvent& rec, const RoleTensors& tensors, const CallArgs& args, CaptureTrigger trigger,
             std::optional<uint64_t> key);
   static void describe(const CallRecord& rec, const RoleTensors& tensors, const CallArgs& args, CaptureFile& file);
+  // offset.ROLE and align.ROLE: each captured tensor's storage offset and data-pointer alignment in the run.
+  static void describeLayout(const RoleTensors& run_tensors, CaptureFile& file);
 
   Session& session_;
   std::mutex mu_;
@@ -67,7 +69,8 @@ class Captures {
 void recordCheckedCall(CallEvent rec, const RoleTensors& tensors, const CallArgs& args, const char* missing = nullptr);
 
 // Where the training runs and with what: the torch nanprov was built for and, on a CUDA device,
-// the CUDA runtime, cuDNN and the GPU ("NVIDIA H200 (sm_90)"). Captures carry it, for replay and
+// the CUDA runtime, cuDNN and the GPU ("NVIDIA H200 (sm_90)"), and on every device the facts the
+// bootstrap read (run_facts.h: CUDA build, loaded cuDNN, Triton, ptxas, FA4). Captures carry it, for replay and
 // bug reports without the run; the store's meta carries it for the report's known-issue matcher.
 std::map<std::string, std::string> environmentOf(const Device& device);
 

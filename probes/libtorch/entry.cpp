@@ -23,6 +23,7 @@
 #include "probes/libtorch/attention_hook.h"
 #include "probes/libtorch/call_recording.h"
 #include "probes/libtorch/foreign_calls.h"
+#include "probes/core/run_facts.h"
 #include "probes/core/session.h"
 #include "probes/libtorch/probes.h"
 
@@ -165,6 +166,11 @@ void nanprov_graph_reset(long long key) {
 }
 
 void nanprov_graph_pool(int entering) { nanprov::GraphChecks::enterGraphPool(entering != 0); }
+
+int nanprov_set_fact(const char* key, const char* value) {
+  if (!key || !value) return 1;
+  return nanprov::setRunFact(key, value) ? 0 : 1;
+}
 
 void nanprov_shutdown(void) {
   nanprov::probes().session().finalize();

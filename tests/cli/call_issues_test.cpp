@@ -37,7 +37,7 @@ CallRecord cudnnMaskedRowsBackward() {
 }
 
 const std::map<std::string, std::string> kH200 = {
-    {"torch", "2.11.0+cu130"}, {"cudnn", "91900"}, {"gpu", "NVIDIA H200 (sm_90)"}};
+    {"torch", "2.11.0+cu130"}, {"cudnn", "91900"}, {"gpu", "NVIDIA H200 (sm_90)"}, {"cuda_build", "13.0"}};
 
 std::vector<std::string> ids(const std::vector<replay::IssueMatch>& matches) {
   std::vector<std::string> out;
@@ -76,7 +76,14 @@ TEST(CallIssues, WhatTheStoreDoesNotSayLeavesAPossibleMatchNotAMatch) {
   EXPECT_TRUE(found.matches.empty());
   ASSERT_EQ(ids(found.possible), std::vector<std::string>{"pytorch#196678"});
   EXPECT_EQ(found.possible[0].undecided, std::vector<std::string>{"row_lse_below"});
-  EXPECT_NE(possibleText(found.possible[0]).find("the store does not say row_lse_below"), std::string::npos);
+  EXPECT_NE(replay::possibleText(found.possible[0], "the store").find("the store does not say row_lse_below"), std::string::npos);
+  // A store from before nanprov kept the CUDA build: the cuDNN illegal-access report on CUDA < 12.9
+  // (pytorch#169849) is possible too, and says what it lacks.
+  std::map<std::string, std::string> no_build = kH200;
+  no_build.erase("cuda_build");
+  CallIssues older = knownIssuesOfCall(c, no_build);
+  ASSERT_EQ(ids(older.possible), (std::vector<std::string>{"pytorch#196678", "pytorch#169849"}));
+  EXPECT_EQ(older.possible[1].undecided, std::vector<std::string>{"cuda version"});
   // A rank that never said which GPU it ran on: the architecture is undecided too.
   std::map<std::string, std::string> no_gpu = kH200;
   no_gpu.erase("gpu");

@@ -65,6 +65,9 @@ IssueFacts factsFor(const KnownIssue& k) {
     f.kv_heads = c.contains("kv_heads_below") ? c["kv_heads_below"].get<int64_t>() - 1 : 2;
   }
   if (c.contains("arch")) f.arch = c["arch"][0];
+  if (c.contains("qkv_aligned_16")) f.qkv_alignment = c["qkv_aligned_16"].get<bool>() ? 256 : 4;
+  if (c.contains("packed")) f.packed = c["packed"].get<bool>();
+  if (c.contains("flex_backend")) f.flex_backend = c["flex_backend"][0].get<std::string>();
   for (const auto& [component, constraint] : k.affected.items()) f.versions[component] = versionWithin(constraint);
   std::set<std::string> faulty;
   for (const json& t : k.symptom.value("tensors", json::array())) faulty.insert(t.get<std::string>());
@@ -104,10 +107,30 @@ TEST(KnownIssues, TheDatabaseIsWellFormed) {
   }
 }
 
+// Conditions no recorded fact decides (known_issues.cpp): an entry with one is at most possible.
+std::vector<std::string> neverRecorded(const KnownIssue& k) {
+  std::vector<std::string> names;
+  for (const char* name : {"build_predates_fix", "mask_mod_abs_difference"}) {
+    if (k.conditions.contains(name)) names.push_back(name);
+  }
+  return names;
+}
+
 TEST(KnownIssues, EachEntryMatchesItsOwnConditionsAndNoOther) {
   for (const KnownIssue& k : database()) {
     const IssueFacts f = factsFor(k);
-    EXPECT_TRUE(matches(k, f)) << k.id << " does not match the facts it describes";
+    if (!neverRecorded(k).empty()) {
+      // Never a match: a possible one, naming exactly what no fact decides.
+      EXPECT_FALSE(matches(k, f)) << k.id;
+      std::vector<std::string> undecided = neverRecorded(k);
+      std::sort(undecided.begin(), undecided.end());
+      auto got = undecidedConditions(k, f);
+      ASSERT_TRUE(got.has_value()) << k.id << " is ruled out by the facts it describes";
+      std::sort(got->begin(), got->end());
+      EXPECT_EQ(*got, undecided) << k.id;
+    } else {
+      EXPECT_TRUE(matches(k, f)) << k.id << " does not match the facts it describes";
+    }
     for (const KnownIssue& other : database()) {
       if (&other == &k || other.id == k.narrower_than) continue;  // a special case names its general report too
       EXPECT_FALSE(matches(other, f)) << other.id << " matches the facts of " << k.id;
@@ -131,12 +154,20 @@ TEST(KnownIssues, EveryListedConditionMustHoldAndBeKnown) {
       else if (name == "fully_masked_rows") f.fully_masked_rows.reset();
       else if (name == "gqa" || name == "kv_heads_below") f.kv_heads.reset();
       else if (name == "arch") f.arch.clear();
+      else if (name == "qkv_aligned_16") f.qkv_alignment.reset();
+      else if (name == "packed") f.packed.reset();
+      else if (name == "flex_backend") f.flex_backend.reset();
       EXPECT_FALSE(matches(k, f)) << k.id << " matched without knowing " << name;
     }
     IssueFacts versions = factsFor(k);
     if (!k.affected.empty()) {
       versions.versions.clear();
       EXPECT_FALSE(matches(k, versions)) << k.id << " matched without knowing the run's versions";
+      // Unknown, a version leaves the entry possible, naming it; a known one outside the range rules it out.
+      auto undecided = undecidedConditions(k, versions);
+      ASSERT_TRUE(undecided.has_value()) << k.id;
+      const std::string first = k.affected.begin().key() + " version";
+      EXPECT_NE(std::find(undecided->begin(), undecided->end(), first), undecided->end()) << k.id << " does not name " << first;
     }
   }
   KnownIssue bogus;
@@ -271,6 +302,137 @@ TEST(KnownIssues, VersionsCompareByTheirNumbers) {
   EXPECT_EQ(cudnnVersionText(0), "");
   EXPECT_EQ(archOf("NVIDIA H200 (sm_90)"), "sm_90");
   EXPECT_EQ(archOf("NVIDIA H200"), "");
+}
+
+}  // namespace
+}  // namespace nanprov::replay
+
+namespace nanprov::replay {
+namespace {
+
+const KnownIssue& entry(const std::string& id) {
+  const auto& all = database();
+  auto it = std::find_if(all.begin(), all.end(), [&](const KnownIssue& k) { return k.id == id; });
+  EXPECT_NE(it, all.end()) << id;
+  static const KnownIssue none;
+  return it == all.end() ? none : *it;
+}
+
+// A call on an sm_90 GPU whose output `wrong` a replay found finite and wrong.
+IssueFacts judgedWrong(const std::string& op, const std::string& backend, const std::string& phase, const std::string& wrong) {
+  IssueFacts f;
+  f.op = op;
+  f.backend = backend;
+  f.phase = phase;
+  f.judged = true;
+  f.wrong = {wrong};
+  f.arch = "sm_90";
+  return f;
+}
+
+// A float32 EFFICIENT forward that went wrong, as a replay of its capture knows it.
+IssueFacts efficientFloat32(std::optional<int64_t> qkv_alignment) {
+  IssueFacts f = judgedWrong("aten::_scaled_dot_product_efficient_attention", "efficient", "fwd", "O");
+  f.dtype = "float32";
+  f.qkv_alignment = qkv_alignment;
+  f.versions["torch"] = "2.11.0+cu128";
+  return f;
+}
+
+TEST(KnownIssues, EfficientFloat32MatchesTheMisalignedReadOnlyWhenAViewIsMisaligned) {
+  const KnownIssue& n5 = entry("pytorch#183484");
+  EXPECT_TRUE(matches(n5, efficientFloat32(4)));     // q at storage offset 1: 4-byte aligned
+  EXPECT_FALSE(matches(n5, efficientFloat32(16)));   // 16-byte aligned views read fine
+  EXPECT_FALSE(undecidedConditions(n5, efficientFloat32(256)).has_value());
+  // A capture from before nanprov kept the alignment: possible, and it says what it lacks.
+  EXPECT_EQ(undecidedConditions(n5, efficientFloat32(std::nullopt)), std::vector<std::string>{"qkv_aligned_16"});
+  IssueFacts half = efficientFloat32(4);
+  half.dtype = "bfloat16";
+  EXPECT_FALSE(matches(n5, half));
+}
+
+TEST(KnownIssues, CudnnOnACuda12_8BuildMatchesTheIllegalAccessAndNotOn13) {
+  const KnownIssue& n6 = entry("pytorch#169849");
+  IssueFacts f;
+  f.op = "aten::_scaled_dot_product_cudnn_attention";
+  f.backend = "cudnn";
+  f.phase = "bwd";
+  f.s_kv = 261;
+  f.nonfinite = {"dQ"};
+  f.versions["cuda"] = "12.8";
+  EXPECT_TRUE(matches(n6, f));
+  f.versions["cuda"] = "13.0";
+  EXPECT_FALSE(undecidedConditions(n6, f).has_value());
+  // addEnvironment reads the CUDA build from the bootstrap's fact.
+  IssueFacts from_meta = f;
+  from_meta.versions.clear();
+  addEnvironment({{"cuda_build", "12.6"}, {"torch", "2.11.0+cu126"}}, from_meta);
+  EXPECT_EQ(from_meta.versions["cuda"], "12.6");
+  EXPECT_TRUE(matches(n6, from_meta));
+  f.versions.erase("cuda");
+  EXPECT_EQ(undecidedConditions(n6, f), std::vector<std::string>{"cuda version"});
+  f.versions["cuda"] = "12.8";
+  f.s_kv = 256;  // the sequence-length condition of the report
+  EXPECT_FALSE(undecidedConditions(n6, f).has_value());
+}
+
+// A compiled FlexAttention backward on sm_90 whose dQ the replay found wrong.
+IssueFacts flexBackward(const std::string& ptxas) {
+  IssueFacts f = judgedWrong("flex_attention", "flex", "bwd", "dQ");
+  if (!ptxas.empty()) f.versions["ptxas"] = ptxas;
+  return f;
+}
+
+TEST(KnownIssues, FlexBackwardWithACuda13PtxasIsAtMostAPossibleMatch) {
+  const KnownIssue& n2 = entry("attention-gym#408");
+  EXPECT_FALSE(matches(n2, flexBackward("13.0.88")));
+  EXPECT_EQ(undecidedConditions(n2, flexBackward("13.0.88")), std::vector<std::string>{"mask_mod_abs_difference"});
+  EXPECT_FALSE(undecidedConditions(n2, flexBackward("12.8.93")).has_value()) << "a CUDA 12 ptxas rules it out";
+  auto unknown = undecidedConditions(n2, flexBackward(""));
+  ASSERT_TRUE(unknown.has_value());
+  EXPECT_NE(std::find(unknown->begin(), unknown->end(), "ptxas version"), unknown->end());
+  // The possible match reads as such, never as a match.
+  auto possible = possibleKnownIssues(flexBackward(""));
+  auto it = std::find_if(possible.begin(), possible.end(), [](const IssueMatch& m) { return m.issue->id == "attention-gym#408"; });
+  ASSERT_NE(it, possible.end());
+  EXPECT_EQ(possibleText(*it, "the capture").rfind("may match attention-gym#408 (", 0), 0u);
+  EXPECT_NE(possibleText(*it, "the capture").find("the capture does not say mask_mod_abs_difference, ptxas version"), std::string::npos);
+  for (const IssueMatch& m : matchKnownIssues(flexBackward("13.0.88"))) EXPECT_NE(m.issue->id, "attention-gym#408");
+}
+
+TEST(KnownIssues, FlashAttention4EntriesNeedTheirBackendAndLayout) {
+  const KnownIssue& n3 = entry("flash-attention#2563");
+  IssueFacts flex = judgedWrong("flex_attention", "flex", "fwd", "O");
+  flex.q_heads = 32, flex.kv_heads = 8;
+  flex.versions["flash_attn_4"] = "4.0.0b8";
+  auto undecided = undecidedConditions(n3, flex);  // BACKEND not recorded
+  ASSERT_TRUE(undecided.has_value());
+  EXPECT_NE(std::find(undecided->begin(), undecided->end(), "flex_backend"), undecided->end());
+  flex.flex_backend = "TRITON";
+  EXPECT_FALSE(undecidedConditions(n3, flex).has_value()) << "the Triton backend is not the FA4 kernel";
+  flex.flex_backend = "FLASH";
+  EXPECT_EQ(undecidedConditions(n3, flex), std::vector<std::string>{"build_predates_fix"});
+
+  const KnownIssue& n4 = entry("flash-attention#2192");
+  IssueFacts fa4 = judgedWrong("fa4", "fa4", "fwd", "O");
+  fa4.packed = false;
+  EXPECT_FALSE(undecidedConditions(n4, fa4).has_value()) << "dense FA4 calls are not the varlen bug";
+  fa4.packed = true;
+  EXPECT_EQ(undecidedConditions(n4, fa4), std::vector<std::string>{"build_predates_fix"});
+}
+
+TEST(KnownIssues, TheLoadedCudnnDecidesOverTheOneTorchWasBuiltWith) {
+  IssueFacts f;
+  addEnvironment({{"cudnn", "91900"}, {"cudnn_loaded", "92600"}, {"triton", "3.8.0"}, {"ptxas", "13.0.88"},
+                  {"flash_attn_4", "4.0.0b8"}}, f);
+  EXPECT_EQ(f.versions["cudnn"], "9.26.0");
+  EXPECT_EQ(f.versions["triton"], "3.8.0");
+  EXPECT_EQ(f.versions["ptxas"], "13.0.88");
+  EXPECT_EQ(f.versions["flash_attn_4"], "4.0.0b8");
+  IssueFacts built;
+  addEnvironment({{"cudnn", "91900"}}, built);
+  EXPECT_EQ(built.versions["cudnn"], "9.19.0");
+  EXPECT_EQ(built.versions.count("cuda"), 0u) << "a fact not handed over stays unknown";
 }
 
 }  // namespace

@@ -10,7 +10,7 @@ import os
 import sys
 
 from . import (compiled_graphs, compiled_flex, cuda_graphs, dataloader_workers, eager_flex, flash_attn_probes, launchers,
-               module_paths, module_probes, op_probes, optimizer_steps, plain_softmax, probe_library, trail)
+               module_paths, module_probes, op_probes, optimizer_steps, plain_softmax, probe_library, run_facts, trail)
 from .import_watcher import ImportWatcher
 
 
@@ -59,6 +59,7 @@ def _load(torch):
             _report("torch-mismatch", message)
             return
         lib = probe_library.load(os.environ["NANPROV_PROBES_LIB"])
+        _guarded("the versions of the attention stack", lambda: run_facts.hand_over(lib, torch))
         if lib.nanprov_start() != 0:
             message = lib.nanprov_last_error().decode(errors="replace")
             _say(f"probes not started, training continues uninstrumented: {message}")

@@ -25,6 +25,7 @@ SIGNATURES = {
     "nanprov_graph_replayed": (None, [ctypes.c_longlong]),
     "nanprov_graph_reset": (None, [ctypes.c_longlong]),
     "nanprov_graph_pool": (None, [ctypes.c_int]),
+    "nanprov_set_fact": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_char_p]),
     "nanprov_shutdown": (None, []),
 }
 
