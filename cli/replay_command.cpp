@@ -38,7 +38,7 @@ struct Options {
 
 constexpr const char* kBackendNames[] = {"cudnn", "flash", "efficient", "math", "flash_cpu", "plain_softmax"};
 // Rerun through their own Python package, and only for calls that ran them.
-constexpr const char* kPackageBackends[] = {"fa2", "fa3", "fa4"};
+constexpr const char* kPackageBackends[] = {"fa2", "fa3", "fa4", "ffpa"};
 
 }  // namespace
 
@@ -90,7 +90,7 @@ StatusOr<std::string> checkedBackends(const std::string& list, bool given) {
     if (name == "reference") continue;
     bool package = std::find(std::begin(kPackageBackends), std::end(kPackageBackends), name) != std::end(kPackageBackends);
     if (!replayCanRun(name) && !package) {
-      return Status::Error("unknown backend '" + name + "'; backends are cudnn, flash, efficient, math, flash_cpu, plain_softmax, fa2, fa3, fa4");
+      return Status::Error("unknown backend '" + name + "'; backends are cudnn, flash, efficient, math, flash_cpu, plain_softmax, fa2, fa3, fa4, ffpa");
     }
     out += (out.empty() ? "" : ",") + name;
   }
@@ -137,7 +137,7 @@ int replay(const Options& opts) {
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
   if (opts.max_memory > 0) setenv("NANPROV_REPLAY_MAX_MEMORY", std::to_string(opts.max_memory).c_str(), 1);
-  // For a FlashAttention call: the Python that reruns it through its package (replay/flash_rerun.h).
+  // For a FlashAttention or FFPA call: the Python that reruns it through its package (replay/flash_rerun.h).
   setenv("NANPROV_REPLAY_PYTHON", opts.python.c_str(), 1);
   setenv("NANPROV_BOOTSTRAP_DIR", build::kBootstrapDir, 1);
   std::cout.flush();
@@ -158,9 +158,10 @@ void addReplayCommand(CLI::App& app, int* exit_code) {
       "backend-specific, forward-ok-backward-wrong, input-caused, precision-limit,\n"
       "fully-masked-rows, captured-backend-suspect, cannot-judge, not-reproduced or\n"
       "reference-suspect.\n"
-      "A FlashAttention 2/3/4 call is also rerun through its own package, in --python, where\n"
-      "it imports (FlashAttention 4 needs a Hopper or Blackwell GPU); where it cannot be rerun,\n"
-      "the root cause is captured-backend-suspect when every other backend gets the call right.\n"
+      "A FlashAttention 2/3/4 or FFPA call is also rerun through its own package, in --python,\n"
+      "where it imports (FlashAttention 4 needs a Hopper or Blackwell GPU, FFPA a CUDA GPU);\n"
+      "where it cannot be rerun, the root cause is captured-backend-suspect when every other\n"
+      "backend gets the call right.\n"
       "Exit code: 0 no fault recurred (none, not-reproduced, cannot-judge), 1 a fault recurred,\n"
       "2 usage error, 3 unreadable capture.\n\n"
       "Examples:\n"
@@ -179,10 +180,11 @@ void addReplayCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--backends", opts->backends,
                   "Comma list from cudnn, flash, efficient, math (CUDA), flash_cpu, math (CPU), plain_softmax "
                   "(either: softmax(q kᵀ + mask) v with no guard for fully masked rows, as nn.MultiheadAttention "
-                  "and HF eager compute it), fa2, fa3, fa4 (a FlashAttention call, rerun through its package); "
-                  "default: every backend of the device, plus the call's own backend when it is one of the last four");
+                  "and HF eager compute it), fa2, fa3, fa4, ffpa (a FlashAttention or FFPA call, rerun through its "
+                  "package); default: every backend of the device, plus the call's own backend when it is one of the "
+                  "last five");
   cmd->add_option("--python", opts->python,
-                  "The Python that reruns a FlashAttention call through its package (default: the one nanprov was "
+                  "The Python that reruns a FlashAttention or FFPA call through its package (default: the one nanprov was "
                   "built against, " + std::string(build::kPython) + ")");
   cmd->add_option("--device", opts->device, "auto, cpu or cuda (default auto: where the call was captured, if present here, else the CPU)")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));

@@ -121,12 +121,18 @@ Status checkProbeModule(const std::string& spec) {
   return Status::Ok();
 }
 
-// `NAMESPACE::OP[:q=ARG,k=ARG,v=ARG,o=ARG]` or a preset (probes/bootstrap/nanprov_boot/op_probes.py).
+// The preset of FFPA's op before FFPA was probed by default (probes/bootstrap/nanprov_boot/
+// ffpa_probes.py): accepted, and said to add nothing. FFPA 0.2.4 has no ffpa_attn::attn, and its own
+// ops are no probe-op target: the backward op gets copies of the forward's tensors (no link by O),
+// the forward's LSE has unwritten padding rows, its scalars are softmax_scale and an int causal.
+constexpr const char* kRetiredFfpaPreset = "ffpa";
+
+// `NAMESPACE::OP[:q=ARG,k=ARG,v=ARG,o=ARG]` (probes/bootstrap/nanprov_boot/op_probes.py).
 Status checkProbeOp(const std::string& spec) {
   auto bad = [&](const std::string& why) {
-    return Status::Error("bad --probe-op '" + spec + "': " + why + " (example: 'mylib::attn:q=Q,k=K,v=V' or 'ffpa')");
+    return Status::Error("bad --probe-op '" + spec + "': " + why + " (example: 'mylib::attn:q=Q,k=K,v=V')");
   };
-  if (spec == "ffpa") return Status::Ok();
+  if (spec == kRetiredFfpaPreset) return Status::Ok();
   size_t sep = spec.find("::");
   if (sep == std::string::npos || sep == 0) return bad("not NAMESPACE::OP");
   if (spec.find(';') != std::string::npos) return bad("';' is not allowed; repeat --probe-op instead");
@@ -189,6 +195,11 @@ int run(RunOptions& opts) {
            SpecList{&opts.probe_ops, &probe_ops, &checkProbeOp}}) {
     for (const std::string& spec : *specs) {
       if (Status st = check(spec); !st.ok()) return std::cerr << "nanprov run: " << printable(st.message()) << "\n", kUsageError;
+      if (specs == &opts.probe_ops && spec == kRetiredFfpaPreset) {
+        std::cerr << "nanprov run: FFPA is checked by default (ffpa_attn_func, forward and backward); "
+                     "--probe-op ffpa adds nothing\n";
+        continue;
+      }
       *joined += (joined->empty() ? "" : ";") + spec;
     }
   }
@@ -318,7 +329,7 @@ void addRunCommand(CLI::App& app, int* exit_code, std::vector<std::string> wrapp
       "  nanprov run --trace-steps 0 -- python train.py     attribute every call's kernels\n"
       "  nanprov run --capture 'layer=1,phase=bwd,step=0' -- python train.py\n"
       "  nanprov run --probe-module 'CausalSelfAttention' -- python train.py   hand-written attention\n"
-      "  nanprov run --probe-op ffpa -- python train.py     FFPA's attention op\n"
+      "  nanprov run --probe-op 'mylib::attn:q=Q,k=K,v=V' -- python train.py   a library's own op\n"
       "  nanprov run --audit -- python train.py          also catch finite but wrong outputs\n"
       "  nanprov run --trail -- python train.py          name the module that made a NaN outside attention\n\n"
       "Writes a run directory (default ./nanprov-runs/<UTC time>) with run.json and one\n"
@@ -365,8 +376,8 @@ void addRunCommand(CLI::App& app, int* exit_code, std::vector<std::string> wrapp
   cmd->add_option("--probe-op", opts->probe_ops,
                   "Also check a library's own attention op in PyTorch's dispatcher, NAMESPACE::OP[:q=ARG,k=ARG,v=ARG,o=ARG] "
                   "(ARG: a schema argument name; default query, key, value; O is the argument mapped to o, else "
-                  "the op's first result). Probed like the SDPA ops, kernels named. Preset: 'ffpa' "
-                  "(FFPA's ffpa_attn::attn). Repeatable.")
+                  "the op's first result). Probed like the SDPA ops, kernels named; forward only. FlashAttention "
+                  "2/3/4 and FFPA need none: they are checked by default. Repeatable.")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_flag("--no-capture", opts->no_capture,

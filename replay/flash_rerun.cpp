@@ -42,11 +42,11 @@ class ScratchDir {
 
 }  // namespace
 
-bool isFlashAttentionBackend(const std::string& backend) {
-  return backend == "fa2" || backend == "fa3" || backend == "fa4";
+bool rerunsThroughItsPackage(const std::string& backend) {
+  return backend == "fa2" || backend == "fa3" || backend == "fa4" || backend == "ffpa";
 }
 
-StatusOr<Outputs> rerunFlashAttention(const CaptureFile& file, const std::string& capture_path, const at::Device& device) {
+StatusOr<Outputs> rerunThroughPackage(const CaptureFile& file, const std::string& capture_path, const at::Device& device) {
   const char* python = std::getenv("NANPROV_REPLAY_PYTHON");
   const char* bootstrap = std::getenv("NANPROV_BOOTSTRAP_DIR");
   if (!python || !*python || !bootstrap || !*bootstrap) {

@@ -1,5 +1,5 @@
-// FlashAttention 2, 3 and 4 run only through their Python packages, so replay reruns a call they
-// made in a child Python (nanprov_boot.flash_rerun): the Python nanprov was built against, or
+// FlashAttention 2, 3 and 4 and FFPA run only through their Python packages, so replay reruns a call
+// they made in a child Python (nanprov_boot.flash_rerun): the Python nanprov was built against, or
 // NANPROV_REPLAY_PYTHON (nanprov replay --python). Where the package does not import, the call
 // cannot be rerun here and the root cause names the captured backend the suspect.
 #pragma once
@@ -12,11 +12,11 @@
 
 namespace nanprov::replay {
 
-// fa2, fa3, fa4: the backends only their Python package can run.
-bool isFlashAttentionBackend(const std::string& backend);
+// fa2, fa3, fa4, ffpa: the backends only their Python package can run.
+bool rerunsThroughItsPackage(const std::string& backend);
 
 // Reruns the captured call `file` (read from `capture_path`) through its own package on `device`
 // and returns its outputs in the comparison's layouts; an error says why it could not run.
-StatusOr<Outputs> rerunFlashAttention(const CaptureFile& file, const std::string& capture_path, const at::Device& device);
+StatusOr<Outputs> rerunThroughPackage(const CaptureFile& file, const std::string& capture_path, const at::Device& device);
 
 }  // namespace nanprov::replay

@@ -204,7 +204,7 @@ std::optional<Outputs> runTraced(BackendRun& run, const CapturedCall& call, cons
   return std::move(*outputs);
 }
 
-// Reruns a FlashAttention call through its own package (replay/flash_rerun.h); nullopt when it
+// Reruns a FlashAttention or FFPA call through its own package (replay/flash_rerun.h); nullopt when it
 // cannot run here, which run.detail then says. Its kernels run in the helper's process, untraced.
 std::optional<Outputs> runFlashPackage(BackendRun& run, const CaptureFile& file, const std::string& capture,
                                        const std::string& captured_backend, const at::Device& device) {
@@ -212,7 +212,7 @@ std::optional<Outputs> runFlashPackage(BackendRun& run, const CaptureFile& file,
     run.detail = run.name + " reruns only calls that ran it (this call ran " + captured_backend + ")";
     return std::nullopt;
   }
-  auto outputs = rerunFlashAttention(file, capture, device);
+  auto outputs = rerunThroughPackage(file, capture, device);
   if (!outputs.ok()) {
     run.detail = outputs.status().message();
     return std::nullopt;
@@ -370,8 +370,8 @@ int replayMain(const std::string& path, std::string device_name, const std::stri
   r.backend = call->metaOr("backend", "?");
   // A call that ran a plain softmax (nn.MultiheadAttention's need_weights path, HF eager) is
   // rerun as it ran, beside the SDPA backends.
-  // FlashAttention 2/3/4 calls too, through their own package where it imports.
-  if (backend_list.empty() && (r.backend == "plain_softmax" || isFlashAttentionBackend(r.backend))) {
+  // FlashAttention 2/3/4 and FFPA calls too, through their own package where it imports.
+  if (backend_list.empty() && (r.backend == "plain_softmax" || rerunsThroughItsPackage(r.backend))) {
     backends.push_back(r.backend);
   }
   r.module = call->metaOr("module");
@@ -435,7 +435,7 @@ int replayMain(const std::string& path, std::string device_name, const std::stri
   for (const std::string& name : backends) {
     BackendRun run{.name = name, .original = name == r.backend};
     progress.stage(name);
-    std::optional<Outputs> outputs = isFlashAttentionBackend(name)
+    std::optional<Outputs> outputs = rerunsThroughItsPackage(name)
                                          ? runFlashPackage(run, *file, path, r.backend, device)
                                          : runTraced(run, *call, device, trace, static_cast<int>(r.backends.size()));
     r.backends.push_back(outputs ? judged(run, *outputs) : run);

@@ -23,7 +23,7 @@ Status installAttentionProbes();
 void setCompiledGradMode(int mode);
 
 // --probe-op: probes a dispatcher op outside the role table (a library's own attention op, e.g.
-// FFPA's ffpa_attn::attn) as a forward call of `backend`. Arguments get roles from `roles` (by
+// mylib::attn) as a forward call of `backend`. Arguments get roles from `roles` (by
 // schema argument name), else from the role table; O is the argument mapped to O (an out buffer
 // the op fills), else the op's first result. Errors when the op is not registered (yet) or lacks
 // Q, K or V. Idempotent per op.

@@ -28,7 +28,7 @@ NANPROV_API void nanprov_count_unprobed(const char* what, long long n);
 // (0), or -1 when it returned. Inside a compiled training graph autograd turns gradients off,
 // which must not read as inference.
 NANPROV_API void nanprov_compiled_grad_mode(int mode);
-// --probe-op: probes the dispatcher op `name` ("ffpa_attn::attn") as backend `backend`, with
+// --probe-op: probes the dispatcher op `name` ("mylib::attn") as backend `backend`, with
 // `roles` "q=ARG,k=ARG,v=ARG,o=ARG" naming its schema arguments (any may be left out). Returns ""
 // when it is probed, else why not (the op may not be registered yet: the bootstrap retries).
 NANPROV_API const char* nanprov_probe_op(const char* name, const char* roles, const char* backend);

@@ -82,7 +82,7 @@ void recordCall(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, c
                 const std::optional<at::Tensor>& bias, std::optional<double> scale, bool is_causal,
                 const std::string& layout, const std::optional<at::Tensor>& cu_seqlens_q,
                 const std::optional<at::Tensor>& cu_seqlens_k, const std::string& op, const std::string& backend,
-                const std::string& note, const std::optional<at::Tensor>& mask) {
+                const std::string& note, const std::optional<at::Tensor>& mask, const std::optional<at::Tensor>& link) {
   if (!probing()) {
     WorkerCall counted;  // a DataLoader worker's: counted for its rank
     abandonCall();
@@ -94,7 +94,8 @@ void recordCall(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, c
     RoleTensors outputs = {{Role::kO, o}};
     CallName name;
     CallEvent rec = closeCall(desc, [] { return nameForward(siteOfForward()); }, outputs, &name);
-    probes().session().identity().link(name, reinterpret_cast<uintptr_t>(o.data_ptr()));  // for its backward
+    // For its backward: O's address, or that of the copy of O the call saved for it.
+    probes().session().identity().link(name, reinterpret_cast<uintptr_t>((link ? *link : o).data_ptr()));
     ++t_recorded;
     inject(rec, outputs);
     CallArgs args = argsOf(scale, is_causal, layout, cu_seqlens_q, cu_seqlens_k);
@@ -141,7 +142,8 @@ void beginCallMeta(const at::Tensor&, const std::optional<at::Tensor>&) {}
 void recordCallMeta(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
                     const std::optional<at::Tensor>&, std::optional<double>, bool, const std::string&,
                     const std::optional<at::Tensor>&, const std::optional<at::Tensor>&, const std::string&,
-                    const std::string&, const std::string&, const std::optional<at::Tensor>&) {}
+                    const std::string&, const std::string&, const std::optional<at::Tensor>&,
+                    const std::optional<at::Tensor>&) {}
 void recordBackwardMeta(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
                         const std::optional<at::Tensor>&, const std::optional<at::Tensor>&,
                         const std::optional<at::Tensor>&, std::optional<double>, bool, const std::string&,
@@ -157,7 +159,7 @@ void installForeignCallOps() {
   defs->def("abandon_call() -> ()");
   defs->def("record_call(Tensor q, Tensor k, Tensor v, Tensor o, Tensor? bias, float? scale, bool is_causal, "
             "str layout, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, str op, str backend, str note, "
-            "Tensor? mask=None) -> ()");
+            "Tensor? mask=None, Tensor? link=None) -> ()");
   defs->def("record_backward(Tensor q, Tensor k, Tensor v, Tensor o, Tensor grad_out, Tensor? dq, Tensor? dk, "
             "Tensor? dv, float? scale, bool is_causal, str layout, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, "
             "str op, str backend, Tensor? mask=None) -> ()");

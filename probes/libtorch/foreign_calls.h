@@ -5,7 +5,8 @@
 //                            given) and traces its kernels from here on;
 //   record_call(...)         after a forward ran: checks, records and captures it (an attention
 //                            mask, when given, is judged as SDPA's is: its fully masked rows are
-//                            counted; a bias the call made itself is only captured);
+//                            counted; a bias the call made itself is only captured; its backward
+//                            finds it by O's address, or by `link`'s when the call saved a copy of O);
 //   record_backward(...)     after a backward ran: the same, linked to its forward by O;
 //   abandon_call()           when the call raised: ends the bracket, records nothing.
 // A record without a begin is recorded with its kernels unattributed. The same ops run inside

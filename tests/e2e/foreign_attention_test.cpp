@@ -5,6 +5,7 @@
 // FlexAttention is bracketed inside the graph by the bootstrap's Inductor pass.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <set>
 
 #include "tests/e2e/e2e_support.h"
@@ -83,6 +84,92 @@ TEST(ForeignAttention, Fa4CleanRunIsCleanAndItsPackedBackwardReplays) {
   }
 }
 
+std::string ffpaStandIn() { return std::string(NANPROV_TEST_SCRIPTS) + "/ffpa_standin"; }
+
+// Seed 001's shape: a Gemma4-like model whose full-attention layers (head_dim 512, GQA) run FFPA and
+// whose sliding-window layers (head_dim 256) call ffpa_attn_func too, which hands them to SDPA. FFPA
+// is checked by default (no flag), forward and backward, its backward linked to its forward although
+// Q is a transposed view (FFPA saves a copy of O); what it hands to SDPA is checked once, as SDPA.
+// FFPA runs only on NVIDIA GPUs: a stand-in of ffpa-attn 0.2.4's layout and ops is imported instead.
+TEST(ForeignAttention, FfpaIsCheckedByDefaultAndItsOverflowIsFoundAtItsStepAndLayer) {
+  ScopedEnv ffpa("PYTHONPATH", ffpaStandIn());
+  TrainedRun r = train("ffpa", "", "--layers 2 --steps 3 --overflow-layer 1 --overflow-step 2", "gemma4_ffpa.py");
+  ASSERT_EQ(r.report.code, 1) << r.train.out;
+  const json& e = r.doc["first_edge"];
+  expectFields(e, {{"step", 2},
+                   {"layer", 1},
+                   {"phase", "fwd"},
+                   {"module", "layers.1.self_attn"},
+                   {"op", "ffpa_attn_func"},
+                   {"backend", "ffpa"}});
+  EXPECT_EQ(strings(e["nonfinite_outputs"]), std::vector<std::string>{"O"});
+  EXPECT_EQ(r.doc["coverage"]["attention_calls"], 12) << "2 layers x 3 steps, forward and backward, each once";
+  std::map<std::string, int> ffpa_calls;
+  for (const json& c : commandJson("calls", r.dir)) {
+    if (c["layer"] == 1) {
+      EXPECT_EQ(c["backend"], "ffpa") << c.dump();
+      EXPECT_EQ(c["module"], "layers.1.self_attn") << c.dump();
+      ++ffpa_calls[c["phase"].get<std::string>()];
+    } else {
+      EXPECT_NE(c["backend"], "ffpa") << "head_dim 256 goes to SDPA and is checked there: " << c.dump();
+    }
+  }
+  EXPECT_EQ(ffpa_calls, (std::map<std::string, int>{{"bwd", 3}, {"fwd", 3}}));
+
+  // Replay reruns the captured call through FFPA's own package too: it overflows there as in every
+  // low-precision backend, while the float64 reference stays finite.
+  Result replay = sh(nanprov() + " replay " + r.dir.string() + " --json");
+  json d = json::parse(replay.out, nullptr, false);
+  ASSERT_FALSE(d.is_discarded()) << replay.out;
+  EXPECT_EQ(d["root_cause"]["class"], "precision-limit") << replay.out;
+  bool ffpa_ran = false;
+  for (const json& b : d["backends"]) {
+    if (b["name"] != "ffpa") continue;
+    ffpa_ran = b["status"] == "ran";
+    EXPECT_EQ(b["tensors"]["O"]["verdict"], "non-finite") << b.dump();
+  }
+  EXPECT_TRUE(ffpa_ran) << replay.out;
+  // Where the package does not import, replay says so.
+  ScopedEnv no_package("PYTHONPATH", "");
+  Result unrun = sh(nanprov() + " replay " + r.dir.string() + " --backends math,ffpa --json");
+  json u = json::parse(unrun.out, nullptr, false);
+  ASSERT_FALSE(u.is_discarded()) << unrun.out;
+  for (const json& b : u["backends"]) {
+    if (b["name"] != "ffpa") continue;
+    EXPECT_EQ(b["status"], "unsupported") << b.dump();
+    EXPECT_NE(b["detail"].get<std::string>().find("not importable with"), std::string::npos) << b.dump();
+    EXPECT_NE(b["detail"].get<std::string>().find("ffpa_attn"), std::string::npos) << b.dump();
+  }
+}
+
+// A clean FFPA backward, captured, replays through FFPA's own package and every backend with no
+// disagreement: dQ, dK and dV (GQA: K and V have one head) from the captured dO, mask and scale.
+TEST(ForeignAttention, FfpaBackwardCaptureReplaysThroughItsOwnPackage) {
+  ScopedEnv ffpa("PYTHONPATH", ffpaStandIn());
+  TrainedRun r = train("ffpa-clean", "--capture 'layer=1,phase=bwd,step=0'", "--layers 2 --steps 1", "gemma4_ffpa.py");
+  ASSERT_EQ(r.report.code, 0) << r.train.out;
+  fs::path backward;
+  for (const auto& f : fs::directory_iterator(r.dir / "captures")) {
+    if (f.path().filename().string().find("-layer1-") != std::string::npos) backward = f.path();
+  }
+  ASSERT_FALSE(backward.empty()) << "layer 1's backward at step 0 was captured";
+  Result replay = sh(nanprov() + " replay " + backward.string() + " --json");
+  json d = json::parse(replay.out, nullptr, false);
+  ASSERT_FALSE(d.is_discarded()) << replay.out;
+  EXPECT_EQ(d["phase"], "bwd") << replay.out;
+  EXPECT_EQ(d["root_cause"]["class"], "none") << replay.out;
+  std::set<std::string> judged;
+  for (const json& b : d["backends"]) {
+    if (b["name"] != "ffpa") continue;
+    EXPECT_EQ(b["status"], "ran") << b.dump();
+    for (const auto& [role, t] : b["tensors"].items()) {
+      EXPECT_EQ(t["verdict"], "ok") << role;
+      judged.insert(role);
+    }
+  }
+  EXPECT_EQ(judged, (std::set<std::string>{"dQ", "dK", "dV"})) << replay.out;
+}
+
 // Compiled FlexAttention runs as Inductor's own kernels; the bracket the bootstrap's pass puts in
 // the graph checks each call, named by the graph's module stack. Its capture lacks the score_mod,
 // and replay says it cannot judge the call rather than blaming nondeterminism.
@@ -129,36 +216,41 @@ TEST(ForeignAttention, CompiledFlexAttentionIsCheckedInsideTheGraph) {
 namespace {
 using namespace e2e;
 
-// --probe-op ffpa, through the generic dispatcher path: FFPA is CUDA-only and not installable here,
-// so a script defines an op of FFPA's schema (ffpa_attn::attn, O an out buffer) after torch is
-// imported, as FFPA does. Found at its forward pass and layer, replayed; the training untouched.
-TEST(ForeignAttention, FfpaPresetProbesTheLibraryOpDefinedAfterTorch) {
-  std::string script = python() + " " + std::string(NANPROV_TEST_SCRIPTS) + "/ffpa_signature_attention.py";
-  fs::path dir = runDir("ffpa");
-  Result run = sh(nanprov() + " run --out " + dir.string() + " --probe-op ffpa -- " + script + " --glitch-pass 1 2>&1");
+// --probe-op, the generic dispatcher path: a script defines a library's own attention op (mylib::attn,
+// O an out buffer) after torch is imported, as libraries do. Found at its forward pass and layer,
+// replayed; the training untouched. The retired 'ffpa' preset (FFPA is checked by default) is
+// accepted and said to add nothing.
+TEST(ForeignAttention, ProbeOpProbesALibraryOpDefinedAfterTorch) {
+  std::string script = python() + " " + std::string(NANPROV_TEST_SCRIPTS) + "/library_op_attention.py";
+  const std::string spec = "'mylib::attn:q=Q,k=K,v=V,o=O'";
+  fs::path dir = runDir("probe-op");
+  Result run = sh(nanprov() + " run --out " + dir.string() + " --probe-op " + spec + " -- " + script + " --glitch-pass 1 2>&1");
   ASSERT_EQ(run.code, 1) << "the script exits 0; nanprov found the edge: " << run.out;
   json report = commandJson("report", dir);
   const json& e = report["first_edge"];
   EXPECT_EQ(e["step"], 1) << report.dump();
-  expectFields(e, {{"layer", 0}, {"module", "layers.0"}, {"op", "ffpa_attn::attn"}, {"backend", "ffpa"}});
+  expectFields(e, {{"layer", 0}, {"module", "layers.0"}, {"op", "mylib::attn"}, {"backend", "mylib"}});
   EXPECT_EQ(strings(e["nonfinite_outputs"]), std::vector<std::string>{"O"});
   EXPECT_EQ(report["coverage"]["attention_calls"], 6) << "2 layers x 3 forward passes";
   Result replay = sh(nanprov() + " replay " + dir.string() + " --json");
   EXPECT_NE(replay.out.find("precision-limit"), std::string::npos) << replay.out;
 
   Result plain = sh(script + " 2>/dev/null");
-  Result probed = sh(nanprov() + " run --out " + runDir("ffpa-identical").string() + " --probe-op ffpa -- " + script +
-                     " 2>/dev/null");
+  Result probed = sh(nanprov() + " run --out " + runDir("probe-op-identical").string() + " --probe-op " + spec + " -- " +
+                     script + " 2>/dev/null");
   EXPECT_NE(plain.out.find("pass 2: "), std::string::npos) << plain.out;
   EXPECT_EQ(plain.out, probed.out);
 
   // An op that never appears is said at exit, and the run is not called clean.
-  fs::path none = runDir("ffpa-none");
+  fs::path none = runDir("probe-op-none");
   Result missing = sh(nanprov() + " run --out " + none.string() + " --probe-op 'nolib::attn' -- " + script + " 2>&1");
   EXPECT_NE(missing.out.find("--probe-op 'nolib::attn': no operator nolib::attn is registered"), std::string::npos)
       << missing.out;
   EXPECT_EQ(sh(nanprov() + " report " + none.string()).code, 4);
-  EXPECT_EQ(sh(nanprov() + " run --out " + runDir("ffpa-bad").string() + " --probe-op 'attn' -- true").code, 2);
+  EXPECT_EQ(sh(nanprov() + " run --out " + runDir("probe-op-bad").string() + " --probe-op 'attn' -- true").code, 2);
+  Result retired = sh(nanprov() + " run --out " + runDir("probe-op-ffpa").string() + " --probe-op ffpa -- true 2>&1");
+  EXPECT_EQ(retired.code, 0) << retired.out;
+  EXPECT_NE(retired.out.find("FFPA is checked by default"), std::string::npos) << retired.out;
 }
 
 }  // namespace

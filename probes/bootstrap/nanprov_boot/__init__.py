@@ -9,8 +9,9 @@ import json
 import os
 import sys
 
-from . import (compiled_graphs, compiled_flex, cuda_graphs, dataloader_workers, eager_flex, flash_attn_probes, launchers,
-               module_paths, module_probes, op_probes, optimizer_steps, plain_softmax, probe_library, run_facts, trail)
+from . import (compiled_graphs, compiled_flex, cuda_graphs, dataloader_workers, eager_flex, ffpa_probes, flash_attn_probes,
+               launchers, module_paths, module_probes, op_probes, optimizer_steps, plain_softmax, probe_library, run_facts,
+               trail)
 from .import_watcher import ImportWatcher
 
 
@@ -78,6 +79,7 @@ def _load(torch):
         _watcher.watch("torch._inductor.config", lambda config: compiled_flex.install(torch, config, _say))
         count_unprobed = lambda what: lib.nanprov_count_unprobed(what.encode(), 1)  # noqa: E731
         flash_attn_probes.watch(_watcher, torch, _say, count_unprobed)
+        ffpa_probes.watch(_watcher, torch, _say, count_unprobed)
         _guarded("nn.MultiheadAttention", lambda: plain_softmax.install_mha(torch, _say, count_unprobed))
         _watcher.watch("transformers.modeling_utils",
                        lambda m: _guarded("Hugging Face eager attention", lambda: plain_softmax.install_hf_eager(torch, _say, m)))

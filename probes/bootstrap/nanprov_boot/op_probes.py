@@ -1,9 +1,10 @@
-"""`nanprov run --probe-op SPEC`: a library's own attention op in PyTorch's dispatcher (FFPA's
-`ffpa_attn::attn`, a torch.library op with CUDA kernels) is probed like the SDPA ops: wrapped at
-the dispatcher, named before it runs, its kernels traced, checked and captured (probes/
-attention_hook.cpp, probeOperator).
+"""`nanprov run --probe-op SPEC`: a library's own attention op in PyTorch's dispatcher (a
+torch.library op with its own kernels) is probed like the SDPA ops: wrapped at the dispatcher,
+named before it runs, its kernels traced, checked and captured (probes/attention_hook.cpp,
+probeOperator). Forward only. FFPA needs none: it is probed by default (ffpa_probes.py), and the
+`ffpa` preset of its old `ffpa_attn::attn` op is gone (cli/run_command.cpp says so and drops it).
 
-SPEC is `NAMESPACE::OP[:q=ARG,k=ARG,v=ARG,o=ARG]` or a preset name (PRESETS). ARG is a schema
+SPEC is `NAMESPACE::OP[:q=ARG,k=ARG,v=ARG,o=ARG]` or a preset name (PRESETS, none today). ARG is a schema
 argument name; by default query/key/value. O is the argument mapped to `o` (an out buffer the op
 fills), else the op's first result. Libraries define their ops when imported, after torch: a spec
 whose op is not registered yet is retried after every torch.library definition, and said at exit
@@ -12,11 +13,8 @@ if it never appeared.
 import os
 import re
 
-# Presets for attention ops nanprov knows the schema of. Each assumes:
-#   ffpa: FFPA's ffpa_attn::attn(Tensor Q, Tensor K, Tensor V, Tensor(a!) O, int stages, int acc), the op
-#         behind ffpa_attn_func: Q, K, V, O all [B, H, N, D], no mask, no causal, scale 1/sqrt(D),
-#         forward only (FFPA prefill).
-PRESETS = {"ffpa": "ffpa_attn::attn:q=Q,k=K,v=V,o=O"}
+# Presets for attention ops nanprov knows the schema of: name -> spec.
+PRESETS = {}
 _SPEC = re.compile(r"^([A-Za-z_]\w*::[A-Za-z_][\w.]*)(?::(.*))?$")
 
 

@@ -1,9 +1,8 @@
-"""Inference with an attention op of FFPA's schema, for nanprov's CPU tests: FFPA (`ffpa_attn`,
-CUDA only, not installable here) registers `ffpa_attn::attn(Tensor Q, Tensor K, Tensor V,
-Tensor(a!) O, int stages, int acc) -> Tensor(a!)` with torch.library when imported, and
-ffpa_attn_func calls it. This stand-in defines that op the same way, after torch is imported,
-with a CPU kernel in plain PyTorch. A glitch in forward pass --glitch-pass makes layer 0's scores
-overflow float32 (finite inputs, NaN output), as `nanprov run --probe-op ffpa` should find.
+"""Inference with a library's own attention op, for nanprov's CPU tests of `nanprov run --probe-op`:
+a library that registers `mylib::attn(Tensor Q, Tensor K, Tensor V, Tensor(a!) O, int stages, int acc)
+-> Tensor(a!)` with torch.library when imported (after torch), O an out buffer, with a CPU kernel in
+plain PyTorch. A glitch in forward pass --glitch-pass makes layer 0's scores overflow float32 (finite
+inputs, NaN output), as `nanprov run --probe-op 'mylib::attn:q=Q,k=K,v=V,o=O'` should find.
 """
 import argparse
 
@@ -13,18 +12,18 @@ import torch.nn.functional as F
 
 from script_support import Stack
 
-torch.library.define("ffpa_attn::attn", "(Tensor Q, Tensor K, Tensor V, Tensor(a!) O, int stages, int acc) -> Tensor(a!)")
+torch.library.define("mylib::attn", "(Tensor Q, Tensor K, Tensor V, Tensor(a!) O, int stages, int acc) -> Tensor(a!)")
 
 
-@torch.library.impl("ffpa_attn::attn", "CPU")
+@torch.library.impl("mylib::attn", "CPU")
 def _attn(Q, K, V, O, stages, acc):
     scores = (Q @ K.transpose(-2, -1)) / Q.shape[-1] ** 0.5
     O.copy_(scores.softmax(-1) @ V)
     return O
 
 
-def ffpa_attn_func(Q, K, V, O=None, stages=2, acc="f32"):
-    return torch.ops.ffpa_attn.attn(Q, K, V, torch.zeros_like(Q) if O is None else O, stages, 1)
+def attn_func(Q, K, V, O=None, stages=2, acc="f32"):
+    return torch.ops.mylib.attn(Q, K, V, torch.zeros_like(Q) if O is None else O, stages, 1)
 
 
 class Layer(nn.Module):
@@ -39,7 +38,7 @@ class Layer(nn.Module):
         q, k, v = (t.view(b, s, self.heads, -1).transpose(1, 2) for t in self.qkv(x).chunk(3, -1))
         if self.glitch:
             q, k = q * 1e20, k * 1e20
-        return x + self.out(ffpa_attn_func(q, k, v).transpose(1, 2).reshape(b, s, d))
+        return x + self.out(attn_func(q, k, v).transpose(1, 2).reshape(b, s, d))
 
 
 def main():
