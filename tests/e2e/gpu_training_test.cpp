@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <set>
 
 #include "tests/e2e/e2e_support.h"
 
@@ -286,6 +287,35 @@ TEST(Gpu, CleanBf16CallsAtHeadDim256And512ReplayOk) {
       EXPECT_GE(ran, 2) << d.dump(1);
     }
   }
+}
+
+// Seed 001's shape on the GPU: a Gemma4-like model, full-attention layers at head_dim 512 (GQA) through
+// FFPA's Triton kernels, sliding-window layers through FlexAttention. The overflow in layer 3 at step 2
+// is FFPA's forward, checked by default; FFPA's backward calls are checked too. Needs ffpa-attn on
+// PYTHONPATH (scripts/device-ffpa.sh); skips where it does not import.
+TEST(Gpu, FfpaOverflowAtHeadDim512IsFoundAtItsStepAndLayer) {
+  REQUIRE_CUDA();
+  if (sh(python() + " -c 'import ffpa_attn' 2>/dev/null").code != 0) {
+    GTEST_SKIP() << "ffpa_attn does not import here: scripts/device-ffpa.sh puts it on PYTHONPATH";
+  }
+  TrainedRun r = train("gpu-ffpa", "", "--device cuda --sliding flex --layers 4 --steps 3 --overflow-layer 3 --overflow-step 2",
+                       "gemma4_ffpa.py");
+  ASSERT_EQ(r.report.code, 1) << r.train.out;
+  expectFields(r.doc["first_edge"], {{"step", 2},
+                                     {"layer", 3},
+                                     {"phase", "fwd"},
+                                     {"module", "layers.3.self_attn"},
+                                     {"op", "ffpa_attn_func"},
+                                     {"backend", "ffpa"}});
+  std::set<std::string> phases;
+  for (const json& c : commandJson("calls", r.dir, "--backend ffpa")) {
+    EXPECT_TRUE(c["layer"] == 1 || c["layer"] == 3) << c.dump();
+    phases.insert(c["phase"].get<std::string>());
+  }
+  EXPECT_EQ(phases, (std::set<std::string>{"fwd", "bwd"}));
+  Result rp;
+  json d = replayJson(r.dir.string(), &rp);
+  EXPECT_EQ(d["root_cause"]["class"], "precision-limit") << d.dump(1);
 }
 
 }  // namespace
