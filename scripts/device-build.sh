@@ -9,13 +9,17 @@ cd "$root"
 export PATH="$root/build-device/bin:$PATH"
 py="$(command -v python3)"
 prefix="$("$py" -c 'import torch; print(torch.utils.cmake_prefix_path)')"
-nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv,noheader | tee "$out/gpu.txt"
-if ! cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_PREFIX_PATH="$prefix" \
-    -DPython3_EXECUTABLE="$py" -DSQLite3_INCLUDE_DIR="$root/.device/include" \
-    -DSQLite3_LIBRARY=/usr/lib/x86_64-linux-gnu/libsqlite3.so.0 >"$out/configure.log" 2>&1; then
-  tail -40 "$out/configure.log"; return 1
-fi
-grep "nanprov:" "$out/configure.log"
-if ! cmake --build build-device -j 16 >"$out/build.log" 2>&1; then
-  grep -m 30 -B2 -A6 "error" "$out/build.log"; return 1
+nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv,noheader >"$out/gpu.txt"
+# NANPROV_DEVICE_BUILT=1: already built by the caller (scripts/device-round.sh runs several
+# scripts at once on one build).
+if [ "${NANPROV_DEVICE_BUILT:-0}" != 1 ]; then
+  if ! cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_PREFIX_PATH="$prefix" \
+      -DPython3_EXECUTABLE="$py" -DSQLite3_INCLUDE_DIR="$root/.device/include" \
+      -DSQLite3_LIBRARY=/usr/lib/x86_64-linux-gnu/libsqlite3.so.0 >"$out/configure.log" 2>&1; then
+    tail -40 "$out/configure.log"; return 1
+  fi
+  grep "nanprov:" "$out/configure.log"
+  if ! cmake --build build-device -j 16 >"$out/build.log" 2>&1; then
+    grep -m 30 -B2 -A6 "error" "$out/build.log"; return 1
+  fi
 fi
