@@ -14,6 +14,7 @@ class FlexSelfAttention(nn.Module):
     def __init__(self, d_model, heads, bad):
         super().__init__()
         self.heads, self.bad = heads, bad
+        self.kernel_backend = ""
         self.qkv = nn.Linear(d_model, 3 * d_model)
         self.out = nn.Linear(d_model, d_model)
 
@@ -28,7 +29,9 @@ class FlexSelfAttention(nn.Module):
     def forward(self, x, block_mask=None):
         b, s, d = x.shape
         q, k, v = (t.view(b, s, self.heads, d // self.heads).transpose(1, 2) for t in self.qkv(x).chunk(3, -1))
-        o = flex_attention(q, k, v, score_mod=self.bad_score_mod if self.bad else self.score_mod, block_mask=block_mask)
+        options = {"BACKEND": self.kernel_backend} if self.kernel_backend else None
+        o = flex_attention(q, k, v, score_mod=self.bad_score_mod if self.bad else self.score_mod, block_mask=block_mask,
+                           kernel_options=options)
         return self.out(o.transpose(1, 2).reshape(b, s, d))
 
 
@@ -53,6 +56,7 @@ def main():
     p.add_argument("--bad-layer", type=int, default=-1)
     p.add_argument("--bad-step", type=int, default=-1, help="with --train: the step at which --bad-layer is bad")
     p.add_argument("--causal", action="store_true", help="a causal block mask")
+    p.add_argument("--kernel-backend", default="", help="kernel_options BACKEND (TRITON, FLASH...): which flex kernel runs")
     p.add_argument("--train", action="store_true", help="train with AdamW (needs a GPU: FlexAttention's backward)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="float32")
@@ -62,6 +66,8 @@ def main():
     args = p.parse_args()
     torch.manual_seed(0)
     model = Model(args.layers, args.heads, args.bad_layer if not args.train else -1, args.d_model)
+    for layer in model.layers:
+        layer.kernel_backend = args.kernel_backend
     model = model.to(args.device, getattr(torch, args.dtype))
     run = torch.compile(model) if args.compile else model
     mask = None

@@ -67,14 +67,17 @@ CallEvent closeCall(const AttentionOp& desc, NameNow&& name_now, const RoleTenso
 
 // The arguments replay reads: how the call scaled and masked, and how its tensors are laid out
 // ("bhsd"; "bshd" for FlashAttention; "thd" for packed sequences with cu_seqlens).
+// `kernel_backend`: FlexAttention's kernel_options["BACKEND"] ("TRITON", "FLASH"...), "" when unset.
 CallArgs argsOf(std::optional<double> scale, bool is_causal, const std::string& layout,
-                const std::optional<at::Tensor>& cu_seqlens_q, const std::optional<at::Tensor>& cu_seqlens_k) {
+                const std::optional<at::Tensor>& cu_seqlens_q, const std::optional<at::Tensor>& cu_seqlens_k,
+                const std::string& kernel_backend) {
   CallArgs args;
   args.emplace_back("scale", scale ? c10::IValue(*scale) : c10::IValue());
   args.emplace_back("is_causal", c10::IValue(is_causal));
   args.emplace_back("layout", c10::IValue(layout));
   if (cu_seqlens_q) args.emplace_back("cu_seqlens_q", *cu_seqlens_q);
   if (cu_seqlens_k) args.emplace_back("cu_seqlens_k", *cu_seqlens_k);
+  if (!kernel_backend.empty()) args.emplace_back("kernel_backend", c10::IValue(kernel_backend));
   return args;
 }
 
@@ -82,7 +85,8 @@ void recordCall(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, c
                 const std::optional<at::Tensor>& bias, std::optional<double> scale, bool is_causal,
                 const std::string& layout, const std::optional<at::Tensor>& cu_seqlens_q,
                 const std::optional<at::Tensor>& cu_seqlens_k, const std::string& op, const std::string& backend,
-                const std::string& note, const std::optional<at::Tensor>& mask, const std::optional<at::Tensor>& link) {
+                const std::string& note, const std::optional<at::Tensor>& mask, const std::optional<at::Tensor>& link,
+                const std::string& kernel_backend) {
   if (!probing()) {
     WorkerCall counted;  // a DataLoader worker's: counted for its rank
     abandonCall();
@@ -98,7 +102,7 @@ void recordCall(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, c
     probes().session().identity().link(name, reinterpret_cast<uintptr_t>((link ? *link : o).data_ptr()));
     ++t_recorded;
     inject(rec, outputs);
-    CallArgs args = argsOf(scale, is_causal, layout, cu_seqlens_q, cu_seqlens_k);
+    CallArgs args = argsOf(scale, is_causal, layout, cu_seqlens_q, cu_seqlens_k, kernel_backend);
     // The bias (FlexAttention's score_mod and block mask, materialised by the bootstrap) is
     // captured for replay, not judged as an input: the call itself made it.
     if (bias) args.emplace_back("mask", *bias);
@@ -115,7 +119,7 @@ void recordBackward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
                     const std::optional<at::Tensor>& dv, std::optional<double> scale, bool is_causal,
                     const std::string& layout, const std::optional<at::Tensor>& cu_seqlens_q,
                     const std::optional<at::Tensor>& cu_seqlens_k, const std::string& op, const std::string& backend,
-                    const std::optional<at::Tensor>& mask) {
+                    const std::optional<at::Tensor>& mask, const std::string& kernel_backend) {
   if (!probing()) {
     abandonCall();
     return;
@@ -133,7 +137,7 @@ void recordBackward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
     RoleTensors inputs = {{Role::kQ, q}, {Role::kK, k}, {Role::kV, v}};
     if (mask) inputs.emplace_back(Role::kMask, *mask);
     inputs.insert(inputs.end(), {{Role::kO, o}, {Role::kdO, grad_out}});
-    finish(std::move(rec), concat(std::move(inputs), outputs), argsOf(scale, is_causal, layout, cu_seqlens_q, cu_seqlens_k));
+    finish(std::move(rec), concat(std::move(inputs), outputs), argsOf(scale, is_causal, layout, cu_seqlens_q, cu_seqlens_k, kernel_backend));
   });
 }
 
@@ -143,12 +147,12 @@ void recordCallMeta(const at::Tensor&, const at::Tensor&, const at::Tensor&, con
                     const std::optional<at::Tensor>&, std::optional<double>, bool, const std::string&,
                     const std::optional<at::Tensor>&, const std::optional<at::Tensor>&, const std::string&,
                     const std::string&, const std::string&, const std::optional<at::Tensor>&,
-                    const std::optional<at::Tensor>&) {}
+                    const std::optional<at::Tensor>&, const std::string&) {}
 void recordBackwardMeta(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
                         const std::optional<at::Tensor>&, const std::optional<at::Tensor>&,
                         const std::optional<at::Tensor>&, std::optional<double>, bool, const std::string&,
                         const std::optional<at::Tensor>&, const std::optional<at::Tensor>&, const std::string&,
-                        const std::string&, const std::optional<at::Tensor>&) {}
+                        const std::string&, const std::optional<at::Tensor>&, const std::string&) {}
 
 }  // namespace
 
@@ -159,10 +163,10 @@ void installForeignCallOps() {
   defs->def("abandon_call() -> ()");
   defs->def("record_call(Tensor q, Tensor k, Tensor v, Tensor o, Tensor? bias, float? scale, bool is_causal, "
             "str layout, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, str op, str backend, str note, "
-            "Tensor? mask=None, Tensor? link=None) -> ()");
+            "Tensor? mask=None, Tensor? link=None, str kernel_backend='') -> ()");
   defs->def("record_backward(Tensor q, Tensor k, Tensor v, Tensor o, Tensor grad_out, Tensor? dq, Tensor? dk, "
             "Tensor? dv, float? scale, bool is_causal, str layout, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, "
-            "str op, str backend, Tensor? mask=None) -> ()");
+            "str op, str backend, Tensor? mask=None, str kernel_backend='') -> ()");
   for (auto key : {c10::DispatchKey::CPU, c10::DispatchKey::CUDA}) {
     auto* impl = new torch::Library(torch::Library::IMPL, "nanprov", key, __FILE__, __LINE__);
     impl->impl("begin_call", &beginCall);

@@ -93,6 +93,28 @@ TEST(AttentionKinds, FlexAttentionNaNScoreModIsFoundAtItsLayerAndReplays) {
   EXPECT_NE(d["note"].get<std::string>().find("score_mod"), std::string::npos) << d["note"];
 }
 
+// Which flex kernel ran (kernel_options["BACKEND"]) decides known bugs (FA4's FLASH backend drops
+// seqlen in block-sparse loads, flash-attention#2563): the capture keeps it for replay's matcher.
+// A call that did not say gets torch's default, AUTO, filled in before the op runs.
+TEST(AttentionKinds, FlexAttentionKernelBackendIsKeptInItsCapture) {
+  for (const std::string backend : {"TRITON", ""}) {
+    SCOPED_TRACE("BACKEND " + backend);
+    TrainedRun r = train("flex-backend" + backend, "", "--bad-layer 1 --kernel-backend '" + backend + "'",
+                         "flex_attention.py");
+    ASSERT_EQ(r.report.code, 1) << r.train.out;
+    std::vector<fs::path> captures;
+    for (const auto& entry : fs::directory_iterator(r.dir / "captures")) captures.push_back(entry.path());
+    ASSERT_FALSE(captures.empty()) << r.report.out;
+    for (const fs::path& capture : captures) {
+      Result meta = sh(python() + " -c \"import json, struct, sys; f = open(sys.argv[1], 'rb'); "
+                       "n = struct.unpack('<Q', f.read(8))[0]; "
+                       "print(json.loads(f.read(n))['__metadata__'].get('arg.kernel_backend', '-'))\" " +
+                       capture.string());
+      EXPECT_EQ(meta.out, (backend.empty() ? "AUTO" : backend) + "\n") << capture;
+    }
+  }
+}
+
 // The probes only read: the model's outputs are bit-identical with and without nanprov (the bias
 // is materialised with a generator of nanprov's own, never the global one).
 TEST(AttentionKinds, FlexAndFastPathOutputsAreBitIdentical) {

@@ -15,6 +15,8 @@ so graphs compiled without nanprov are never reused with it, nor the reverse.
 """
 import operator
 
+from .eager_flex import kernel_backend
+
 _NOTE = ("compiled FlexAttention: its score_mod and block mask were not materialised (run it eagerly "
          "to capture them); replayed as plain attention, which differs from the call where they act")
 _state = {"installed": False}
@@ -66,25 +68,27 @@ class _Pass:
         q, k, v, _score_mod, _block_mask, scale = node.args[:6]
         out = _getitem(graph, node, 0)
         self._bracket(graph, node, (q, None), self.record,
-                 (q, k, v, out, None, scale, False, "bhsd", None, None, "flex_attention", "flex", _NOTE), [out])
+                 (q, k, v, out, None, scale, False, "bhsd", None, None, "flex_attention", "flex", _NOTE), [out],
+                 kernel_backend(node.args[6] if len(node.args) > 6 else None))
 
     def _backward(self, graph, node):
         q, k, v, out, _lse, grad_out = node.args[:6]
         scale = node.args[10] if len(node.args) > 10 else None
         grads = [_getitem(graph, node, i) for i in range(3)]
         self._bracket(graph, node, (q, out), self.record_backward,
-                 (q, k, v, out, grad_out, *grads, scale, False, "bhsd", None, None, "flex_attention", "flex"), grads)
+                 (q, k, v, out, grad_out, *grads, scale, False, "bhsd", None, None, "flex_attention", "flex"), grads,
+                 kernel_backend(node.args[11] if len(node.args) > 11 else None))
 
-    def _bracket(self, graph, node, begin_args, record_op, record_args, after):
+    def _bracket(self, graph, node, begin_args, record_op, record_args, after, kernel_backend):
         """begin_call right before `node`, the record right after the last of `after`."""
         with graph.inserting_before(node):
             graph.call_function(self.begin, begin_args).meta["val"] = None
         with graph.inserting_after(_last(graph, after)):
-            graph.call_function(record_op, record_args).meta["val"] = None
+            graph.call_function(record_op, record_args, {"kernel_backend": kernel_backend}).meta["val"] = None
 
     def uuid(self):
         chained = self.chained.uuid() if hasattr(self.chained, "uuid") else repr(self.chained)
-        return f"nanprov-compiled-flex-1:{chained}"
+        return f"nanprov-compiled-flex-2:{chained}"
 
 
 def install(torch, config, say):

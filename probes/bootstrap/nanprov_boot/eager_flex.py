@@ -91,6 +91,7 @@ def _wrap_forward(torch, say, cls):
                 bias, note = _bias(torch, query, key, score_mod, block_mask, tuple(score_buffers), tuple(mask_buffers))
             except Exception as e:  # the call is still checked; only its replay lacks the bias
                 bias, note = None, f"materialising the bias failed: {type(e).__name__}: {e}"
+            backend = kernel_backend(args[0] if args else kwargs.get("kernel_options"))
             w.ops.begin_call(query.detach(), None)
         except Exception as e:
             w.fail(e)
@@ -100,13 +101,18 @@ def _wrap_forward(torch, say, cls):
             out = result[0] if isinstance(result, tuple) else result
             w.ops.record_call(query.detach(), key.detach(), value.detach(), out.detach(), bias,
                               None if scale is None else float(scale), False, "bhsd", None, None, "flex_attention",
-                              "flex", note)
+                              "flex", note, kernel_backend=backend)
         except Exception as e:  # never let the probe reach the training
             w.ops.abandon_call()
             w.fail(e)
         return result
 
     cls.__call__ = __call__
+
+
+def kernel_backend(options):
+    """FlexAttention's kernel_options["BACKEND"] ("TRITON", "FLASH"...): which kernel ran the call."""
+    return str(options.get("BACKEND", "")) if isinstance(options, dict) else ""
 
 
 def _wrap_backward(torch, say, cls):
@@ -121,6 +127,7 @@ def _wrap_backward(torch, say, cls):
             return original(*call, **kwargs)
         try:
             scale = args[4] if len(args) > 4 else kwargs.get("scale")
+            backend = kernel_backend(args[5] if len(args) > 5 else kwargs.get("kernel_options"))
             w.ops.begin_call(query.detach(), out.detach())
         except Exception as e:
             w.fail(e)
@@ -130,7 +137,7 @@ def _wrap_backward(torch, say, cls):
             dq, dk, dv = (g.detach() if isinstance(g, torch.Tensor) else None for g in result[:3])
             w.ops.record_backward(query.detach(), key.detach(), value.detach(), out.detach(), grad_out.detach(), dq,
                                   dk, dv, None if scale is None else float(scale), False, "bhsd", None, None,
-                                  "flex_attention", "flex")
+                                  "flex_attention", "flex", kernel_backend=backend)
         except Exception as e:
             w.ops.abandon_call()
             w.fail(e)
