@@ -127,8 +127,10 @@ void GraphChecks::replayed(int64_t key) {
     if (graph.waiting.size() > kMaxWaitingReplays) {  // its checks never publish: counted, not kept
       graph.waiting.pop_front();
       ++graph.first_waiting;
-      done.lost += static_cast<int64_t>(graph.checks.size());
-      for (Captured& c : graph.checks) c.next = std::max(c.next, graph.first_waiting);
+      for (Captured& c : graph.checks) {
+        if (c.next < graph.first_waiting) ++done.lost;
+        c.next = std::max(c.next, graph.first_waiting);
+      }
     }
     collectLocked(done, false, nullptr);
   }
