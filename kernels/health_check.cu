@@ -27,6 +27,8 @@ struct CheckArgs {
   HealthCounts* results;
   GraphRing* ring;                // a check captured into a graph publishes here instead
 };
+// The classic kernel-parameter limit, which every toolkit and driver takes (health_check.h).
+static_assert(sizeof(CheckArgs) <= 4096, "CheckArgs must fit the 4 KB kernel-parameter limit");
 
 // The bit layout of a float type, two 16-bit lanes or one 32-bit lane per word. On |x|'s bits
 // (sign cleared), adding `finite_gap` carries into a lane's top bit exactly when the exponent is

@@ -20,7 +20,13 @@ enum class MaskKind : int32_t { kNotAMask = 0, kBoolAllow = 1, kAdditive = 2 };
 inline constexpr float kHiddenBias = -65504.0f;
 
 inline constexpr int kMaxDims = 6;
-inline constexpr int kMaxTensors = 12;  // a backward call has 9 roles, a forward 6
+// A backward call has 9 roles, a forward 6. 24 lets one launch check a batch of deferred calls
+// (probes/libtorch/device_checks.h: two backward calls, or four forwards) while CheckArgs, the
+// kernel's parameter block (24 views of 128 B plus the block split), stays under the classic 4 KB
+// parameter limit, so no CUDA 12.1+ large-parameter rule is needed. The launch's cost does not
+// depend on the parameters' size (docs/benchmarks.md, nanprov-launch-params); the scratch and the
+// mapped results of a slot grow to 24 entries (about 2 KB a slot).
+inline constexpr int kMaxTensors = 24;
 
 // A tensor as the kernel reads it. Strides are in elements; a stride of 0 (broadcast) is fine.
 struct TensorView {
