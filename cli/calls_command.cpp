@@ -137,7 +137,8 @@ void addCallsCommand(CLI::App& app, int* exit_code) {
       } else {
         table->add({callName(c), std::to_string(c.step), std::string(phaseName(c.phase)) + (c.recompute ? "*" : ""),
                     c.backend, edgeKindName(h.kind), roles(h.nonfinite_inputs), roles(h.nonfinite_outputs),
-                    (c.module.empty() ? "-" : c.module) + (c.injected.empty() ? "" : " (injected)")});
+                    (c.module.empty() ? "-" : c.module) + (c.injected.empty() ? "" : " (injected)") +
+                        (c.modified.empty() ? "" : " (" + c.modified + " modified before its check)")});
       }
       ++shown;
       return true;

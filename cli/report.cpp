@@ -181,6 +181,8 @@ nlohmann::json callJson(const CallRecord& call, const CallHealth& health) {
           {"unattributed", call.unattributed.empty() ? nlohmann::json(nullptr) : nlohmann::json(call.unattributed)},
           {"injected", !call.injected.empty()},
           {"injected_tensor", call.injected.empty() ? nlohmann::json(nullptr) : nlohmann::json(call.injected)},
+          // Tensors changed in place before their deferred check: left out of "tensors" and "counts".
+          {"modified_before_check", call.modified.empty() ? nlohmann::json(nullptr) : nlohmann::json(call.modified)},
           {"counts", counts},
           {"tensors", tensors}};
 }

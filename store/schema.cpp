@@ -35,7 +35,8 @@ CREATE TABLE IF NOT EXISTS calls (
   note     INTEGER,
   health   INTEGER NOT NULL DEFAULT 0,
   max_abs  BLOB,
-  detail   BLOB
+  detail   BLOB,
+  modified TEXT
 );
 CREATE INDEX IF NOT EXISTS calls_not_clean ON calls(step, start_ns) WHERE health != 0;
 CREATE TABLE IF NOT EXISTS tensors (

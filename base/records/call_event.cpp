@@ -20,6 +20,9 @@ CallRecord CallEvent::record() const {
   r.start_ns = start_ns;
   r.end_ns = end_ns;
   r.injected = injected;
+  for (int role = 0; role < kRoleCount; ++role) {
+    if (modified_roles & (1u << role)) r.modified += (r.modified.empty() ? "" : ",") + std::string(roleName(static_cast<Role>(role)));
+  }
   r.device = device;
   r.unattributed = unattributed;
   r.health = health;
@@ -43,6 +46,14 @@ CallEvent CallEvent::of(const CallRecord& r) {
   e.start_ns = r.start_ns;
   e.end_ns = r.end_ns;
   e.injected = internText(r.injected);
+  for (size_t from = 0; from < r.modified.size();) {
+    size_t to = r.modified.find(',', from);
+    if (to == std::string::npos) to = r.modified.size();
+    if (auto role = parseRole(std::string_view(r.modified).substr(from, to - from))) {
+      e.modified_roles |= 1u << static_cast<int>(*role);
+    }
+    from = to + 1;
+  }
   e.device = r.device;
   e.unattributed = internText(r.unattributed);
   e.health = r.health;

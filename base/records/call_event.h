@@ -33,6 +33,11 @@ struct CallEvent {
   int64_t start_ns = 0;
   int64_t end_ns = 0;
   const char* injected = "";      // a role name; "" when nothing was injected
+  uint32_t modified_roles = 0;    // bit 1 << Role of each tensor changed before its deferred check
+  // Ran inside a torch.compile'd graph (its forward, or its backward): Inductor reuses a dead
+  // buffer by writing into it with its own kernels, which bump no version counter, so the probes
+  // check such a call at once, never deferred. Not stored.
+  bool compiled = false;
   Device device;
   const char* unattributed = "";  // why its kernels are not known; "" when they are
   int health = 0;                 // EdgeKind, set where the tensors' health is complete

@@ -55,6 +55,9 @@ struct CallRecord {
   int64_t start_ns = 0;     // CLOCK_REALTIME, comparable across ranks of one host
   int64_t end_ns = 0;
   std::string injected;     // role that was corrupted by --inject, empty when none
+  // Roles changed in place between the call and its deferred check ("dQ" or "dQ,dK"), empty when
+  // none: their counts were left out, so the call is judged on its other tensors only.
+  std::string modified;
   Device device;            // the CPU or a CUDA device
   std::string unattributed; // why its kernels are not known; empty when they are
   int health = 0;           // 0 clean, 1 source edge, 2 propagated (base/records/call_health.h EdgeKind), set by the probes
