@@ -157,6 +157,7 @@ CallName CallIdentity::backward(uintptr_t link) {
   if (it == pending_.end()) return nameCall(-1, InternedText(), -1);
   Pending::node_type node = pending_.extract(it);
   CallName name = nameCall(node.mapped().layer, node.mapped().module, node.mapped().seq);
+  name.compiled_training = node.mapped().compiled_training;  // the backward of a compiled graph
   if (free_pending_.size() < kMaxFreeNodes) free_pending_.push_back(std::move(node));
   return name;
 }

@@ -217,7 +217,7 @@ CallEvent recordFor(const CallName& name, const AttentionOp& desc, Phase phase) 
   session.callBegun();
   return CallEvent{.seq = name.seq, .rank = session.rank(), .step = name.step, .layer = name.layer, .call = name.call, .phase = phase,
                    .fwd_seq = name.fwd_seq, .recompute = name.recompute, .op = desc.name, .backend = desc.backend,
-                   .module = name.module.c_str()};
+                   .module = name.module.c_str(), .compiled = name.compiled_training || !t_compiled_grad.empty()};
 }
 
 bool onCuda(const Tensors& tensors) { return cudaDeviceOf(tensors) >= 0; }
@@ -261,9 +261,8 @@ void finish(CallEvent rec, const Tensors& tensors, const CallArgs& args) {
     return;
   }
   // On the CPU the call's kernel is the op itself: readers show it from the call's own row
-  // (store/reader.h), so the store does not repeat it.
-  for (const auto& [role, t] : tensors) rec.tensors.push_back(measureTensor(t, role));
-  recordCheckedCall(std::move(rec), tensors, args);
+  // (store/reader.h), so the store does not repeat it. Deferred as a CUDA call is (device_checks.h).
+  probes().checks().submitHost(std::move(rec), tensors, args);
 }
 
 Tensors concat(Tensors a, const Tensors& b) {

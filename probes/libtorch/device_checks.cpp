@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <memory>
+#include <thread>
 
 #include "base/env.h"
 #include "probes/core/probe_cost.h"
@@ -87,6 +88,8 @@ struct DeviceChecks::Lane {
   int device = -1;
   HealthCheckQueue* queue = nullptr;
   std::vector<Pending> pending;     // by slot: written by the owner before it publishes the slot
+  // A batched launch's calls: kMaxBatchCalls per slot, as `pending`; made at the first one.
+  std::vector<Pending> parts;
   // Dense checks: a second queue, made by the owner at its first dense check (collectors load it).
   std::atomic<HealthCheckQueue*> dense{nullptr};
   std::vector<Measuring> measuring;  // by the dense queue's slot, as `pending`
@@ -94,6 +97,22 @@ struct DeviceChecks::Lane {
   int64_t measures = 0;              // owner only
   int64_t submits = 0;              // owner only
   std::atomic<bool> owned{true};    // false once the owning thread ended
+};
+
+struct DeviceChecks::Batch {
+  int device = -1;  // -1: the CPU
+  std::vector<Deferred> calls;        // flushed in place: keeps its capacity
+  std::optional<c10::Stream> stream;  // the calls' stream (CUDA)
+  int views = 0;                      // their tensors: at most kernels::kMaxTensors
+  std::atomic<bool> owned{true};      // false once the owning thread ended
+  // The owner appends and flushes; another thread flushes only at step boundaries and exit. A
+  // claim, as HealthCheckQueue's collectors take turns: one atomic exchange when uncontended (a
+  // std::mutex would cost a steady call a lock it need not take), a yield while another holds it.
+  std::atomic<bool> claimed{false};
+  void claim() {
+    while (claimed.exchange(true, std::memory_order_acquire)) std::this_thread::yield();
+  }
+  void release() { claimed.store(false, std::memory_order_release); }
 };
 
 namespace {
@@ -105,18 +124,41 @@ struct ThreadLanes {
   uint64_t owner = 0;  // the DeviceChecks they belong to
   std::array<std::atomic<bool>*, DeviceChecks::kMaxDevices> owned{};
   std::array<void*, DeviceChecks::kMaxDevices> lanes{};
+  // Deferred calls' batches, by device + 1 (0: the CPU), and their owned flags.
+  std::array<std::atomic<bool>*, DeviceChecks::kMaxDevices + 1> batch_owned{};
+  std::array<void*, DeviceChecks::kMaxDevices + 1> batches{};
   ~ThreadLanes() {
     for (std::atomic<bool>* o : owned) {
+      if (o) o->store(false, std::memory_order_release);
+    }
+    for (std::atomic<bool>* o : batch_owned) {
       if (o) o->store(false, std::memory_order_release);
     }
   }
 };
 thread_local ThreadLanes t_lanes;
 
+// This thread's lanes and batches of the DeviceChecks `id`: an earlier session's are forgotten (a
+// restarted session in one process).
+ThreadLanes& threadLanes(uint64_t id) {
+  if (t_lanes.owner != id) {
+    t_lanes = {};
+    t_lanes.owner = id;
+  }
+  return t_lanes;
+}
+
+uint32_t versionOf(const at::Tensor& t) { return t.unsafeGetTensorImpl()->version_counter().current_version(); }
+
+constexpr const char* kModifiedUnprobed =
+    "attention tensors changed in place before their deferred check (left out of it; the call is judged on the rest)";
+
 }  // namespace
 
 DeviceChecks::DeviceChecks()
-    : id_(g_next_checks_id.fetch_add(1)), budget_(envInteger("NANPROV_HOLD_BYTES", kDefaultHoldBytes, 0)) {}
+    : id_(g_next_checks_id.fetch_add(1)),
+      budget_(envInteger("NANPROV_HOLD_BYTES", kDefaultHoldBytes, 0)),
+      defer_(static_cast<int>(std::min<int64_t>(envInteger("NANPROV_DEFER_CHECKS", 1, 0), 2))) {}
 
 void DeviceChecks::recordMeasuredSynchronously(CallEvent rec, const RoleTensors& tensors, const CallArgs& args) {
   for (const auto& [role, t] : tensors) rec.tensors.push_back(measureTensor(t, role));
@@ -148,11 +190,16 @@ void DeviceChecks::submit(CallEvent rec, const RoleTensors& tensors, const CallA
   // the held tensors near the budget. Never waits, for the GPU or for another collector.
   if (lane && held_bytes_.load(std::memory_order_relaxed) > budget_ / 2) {
     ProbeCost::Scope collecting(ProbeStage::kCollecting);
+    flushDeferred();  // deferred calls hold tensors too: checked now, they can be released soon
     collect(false);
   } else if (lane && ++lane->submits % kPollEvery == 0) {
     ProbeCost::Scope collecting(ProbeStage::kCollecting);
     collectLane(*lane, false);
   }
+
+  // Inside a graph capture the check must be captured with the call; in a torch.compile'd graph
+  // Inductor may reuse the call's buffers with writes no version counter sees: both at once.
+  if (lane && !rec.compiled && defer(rec, tensors, args, device, stream)) return;
 
   Pending pending;
   Views views;
@@ -199,6 +246,236 @@ void DeviceChecks::submit(CallEvent rec, const RoleTensors& tensors, const CallA
     failed->rec.tensors.clear();
     recordMeasuredSynchronously(std::move(failed->rec), tensors, failed->args);
   }
+}
+
+void DeviceChecks::submitHost(CallEvent rec, const RoleTensors& tensors, const CallArgs& args) {
+  if (!rec.compiled && defer(rec, tensors, args, -1, std::nullopt)) return;
+  for (const auto& [role, t] : tensors) rec.tensors.push_back(measureTensor(t, role));
+  recordCheckedCall(std::move(rec), tensors, args);
+}
+
+bool DeviceChecks::defer(CallEvent& rec, const RoleTensors& tensors, const CallArgs& args, int device,
+                         const std::optional<c10::Stream>& stream) {
+  // Not held in a CUDA graph's pool (GraphChecks::inGraphPool): memory not held may be reused by
+  // later kernels before a deferred check ran, so those calls stay immediate (marked in use).
+  if (defer_ < (device < 0 ? 2 : 1) || tensors.empty() || tensors.size() > kMaxCallTensors || GraphChecks::inGraphPool()) return false;
+  static_assert(kMaxCallTensors <= static_cast<size_t>(kernels::kMaxTensors), "one call must fit one launch");
+  if (fellBack(rec)) {
+    immediate_fallbacks_.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  Deferred d;
+  int64_t bytes = 0;
+  for (const auto& [role, t] : tensors) {
+    // An inference tensor has no version counter to compare; a tensor without storage no memory.
+    if (!t.defined() || !t.has_storage() || t.is_inference()) return false;
+    if (device >= 0) {
+      std::optional<TensorView> view =
+          t.is_cuda() && t.device().index() == device ? viewOf(t, role == Role::kMask) : std::nullopt;
+      if (!view) return false;  // float64, more than 6 dims: measured on the host at the call
+      d.views.push_back(*view);
+    } else if (!t.is_cpu()) {
+      return false;
+    }
+    d.versions.push_back(versionOf(t));
+    bytes += static_cast<int64_t>(t.nbytes());
+  }
+  // Held within the budget, or not deferred: past it the immediate path marks the memory in use.
+  if (held_bytes_.fetch_add(bytes, std::memory_order_relaxed) + bytes > budget_) {
+    held_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
+    return false;
+  }
+  Batch* batch = batchFor(device);
+  if (!batch) {
+    held_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
+    return false;
+  }
+  d.rec = std::move(rec);
+  d.tensors = tensors;
+  d.args = args;  // IValues that may hold tensors, held as the tensors are
+  d.held_bytes = bytes;
+  const int n = static_cast<int>(tensors.size());
+  batch->claim();
+  // A batch is one launch on one stream: a call that does not fit, or comes on another stream,
+  // sends the batch before it (launched on the batch's stream, after every call in it). Flushed
+  // in place, so the vector keeps its capacity: a steady call allocates nothing.
+  if (!batch->calls.empty() && (batch->views + n > kernels::kMaxTensors ||
+                                static_cast<int>(batch->calls.size()) == kMaxBatchCalls || batch->stream != stream)) {
+    // The batch's stream capturing a CUDA graph now (another stream's call came meanwhile): no
+    // launch may go there until it ends, so the batch waits and this call is checked at once.
+    if (batch->stream && capturing(*batch->stream)) {
+      batch->release();
+      held_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
+      rec = std::move(d.rec);
+      return false;
+    }
+    flushCalls(device, batch->stream, batch->calls);
+    batch->views = 0;
+  }
+  batch->calls.push_back(std::move(d));
+  batch->views += n;
+  batch->stream = stream;
+  batch->release();
+  deferred_.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+void DeviceChecks::flushDeferred() {
+  for (int i = 0; i < batch_count_.load(std::memory_order_acquire); ++i) {
+    Batch* batch = batches_[static_cast<size_t>(i)].load(std::memory_order_acquire);
+    if (!batch) continue;
+    batch->claim();
+    // Never into a graph being captured on the batch's stream: those calls wait for a later flush.
+    if (!batch->calls.empty() && !(batch->stream && capturing(*batch->stream))) {
+      flushCalls(batch->device, batch->stream, batch->calls);
+      batch->views = 0;
+    }
+    batch->release();
+  }
+}
+
+void DeviceChecks::flushCalls(int device, const std::optional<c10::Stream>& stream, std::vector<Deferred>& calls) {
+  // On CUDA the batch's one check goes into a slot of this thread's lane (on the calls' stream),
+  // each call's Pending into that slot's parts.
+  Lane* lane = device >= 0 && stream ? laneFor(device) : nullptr;
+  int slot = -1;
+  Pending* parts = nullptr;
+#if NANPROV_HAVE_CUDA
+  if (lane) {
+    slot = lane->queue->reserve(readyFor(*lane));
+    if (lane->parts.empty()) {
+      // Made once, at the lane's first batched launch, never resized: kMaxBatchCalls Pendings a
+      // slot (a few MB), so a batched launch allocates nothing.
+      lane->parts.resize(lane->pending.size() * kMaxBatchCalls);
+    }
+    parts = &lane->parts[static_cast<size_t>(slot) * kMaxBatchCalls];
+  }
+#endif
+  int batched = 0;
+  int64_t batched_bytes = 0;
+  Views views;
+  for (Deferred& d : calls) {
+    Pending p;
+    p.rec = std::move(d.rec);
+    p.args = std::move(d.args);
+    for (size_t i = 0; i < d.tensors.size(); ++i) {
+      const auto& [role, t] = d.tensors[i];
+      // Changed in place since the call (its version counter moved): what a check would read now
+      // is not what the call took or made. Left out, never counted as clean; the call is judged on
+      // the rest of its tensors and marked, so the report can say what was not checked.
+      if (versionOf(t) != d.versions[i]) {
+        p.rec.modified_roles |= 1u << static_cast<int>(role);
+        continue;
+      }
+      if (device < 0) {
+        p.rec.tensors.push_back(measureTensor(t, role));
+      } else {
+        p.checked.push_back(static_cast<uint8_t>(p.rec.tensors.size()));
+        p.rec.tensors.push_back(describeTensor(t, role));
+        views.push_back(d.views[i]);
+      }
+      p.held.emplace_back(role, t);  // a changed tensor is not kept: nothing reads it
+    }
+    d.tensors.clear();
+    if (p.rec.modified_roles != 0) {
+      modified_.fetch_add(1, std::memory_order_relaxed);
+      fallBack(p.rec);
+      probes().session().countUnprobed(kModifiedUnprobed);
+    }
+    if (device < 0 || p.checked.empty()) {  // the CPU, or nothing left to launch for
+      held_bytes_.fetch_sub(d.held_bytes, std::memory_order_relaxed);
+      recordCheckedCall(std::move(p.rec), p.held, p.args);
+      continue;
+    }
+    p.first = static_cast<int>(views.size() - p.checked.size());
+    p.held_bytes = d.held_bytes;
+    batched_bytes += d.held_bytes;
+    if (parts) {
+      parts[batched++] = std::move(p);
+    } else {  // no lane on the device (no queue could be made there): measured on the host
+      held_bytes_.fetch_sub(p.held_bytes, std::memory_order_relaxed);
+      p.rec.tensors.clear();
+      recordMeasuredSynchronously(std::move(p.rec), p.held, p.args);
+    }
+  }
+  calls.clear();
+  if (batched == 0) return;
+  Status st = Status::Ok();
+#if NANPROV_HAVE_CUDA
+  Pending launch;  // the batch's one check; its calls are the slot's parts
+  launch.held_bytes = batched_bytes;
+  launch.batched = batched;
+  lane->pending[static_cast<size_t>(slot)] = std::move(launch);
+  {
+    ProbeCost::Scope cost(ProbeStage::kLaunching);
+    st = lane->queue->submit(views.data(), static_cast<int>(views.size()), stream->native_handle(),
+                             static_cast<uint64_t>(slot));
+  }
+#endif
+  if (st.ok()) {
+    batched_launches_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  logOnce("device check", "batched health check failed, measuring on the host instead: " + st.message());
+  for (int i = 0; i < batched; ++i) {
+    Pending& p = parts[i];
+    held_bytes_.fetch_sub(p.held_bytes, std::memory_order_relaxed);
+    p.rec.tensors.clear();
+    recordMeasuredSynchronously(std::move(p.rec), p.held, p.args);
+    p = Pending();
+  }
+}
+
+// The signature a changed tensor sends back to immediate checks: the same op and backend, in the
+// same phase of the same layer, is where the same in-place change will come again.
+bool DeviceChecks::fellBack(const CallEvent& rec) {
+  if (fallback_count_.load(std::memory_order_acquire) == 0) return false;
+  std::lock_guard<std::mutex> lock(fallback_mu_);
+  return std::find(fallbacks_.begin(), fallbacks_.end(),
+                   std::make_tuple(rec.op, rec.backend, static_cast<int>(rec.phase), rec.layer)) != fallbacks_.end();
+}
+
+void DeviceChecks::fallBack(const CallEvent& rec) {
+  auto key = std::make_tuple(rec.op, rec.backend, static_cast<int>(rec.phase), rec.layer);
+  std::lock_guard<std::mutex> lock(fallback_mu_);
+  if (std::find(fallbacks_.begin(), fallbacks_.end(), key) != fallbacks_.end()) return;
+  fallbacks_.push_back(key);
+  fallback_count_.store(static_cast<int>(fallbacks_.size()), std::memory_order_release);
+}
+
+DeviceChecks::DeferStats DeviceChecks::deferStats() const {
+  return {deferred_.load(std::memory_order_relaxed), batched_launches_.load(std::memory_order_relaxed),
+          immediate_fallbacks_.load(std::memory_order_relaxed), modified_.load(std::memory_order_relaxed)};
+}
+
+// This thread's batch for `device` (-1: the CPU), made (or adopted from an ended thread) at its
+// first deferred call there. nullptr past kMaxLanes batches: those calls are checked at once.
+DeviceChecks::Batch* DeviceChecks::batchFor(int device) {
+  if (device < -1 || device >= kMaxDevices) return nullptr;
+  ThreadLanes& mine = threadLanes(id_);
+  const auto at = static_cast<size_t>(device + 1);
+  if (void* batch = mine.batches[at]) return static_cast<Batch*>(batch);
+  Batch* batch = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(create_mu_);
+    for (int i = 0; i < batch_count_.load(std::memory_order_acquire) && !batch; ++i) {
+      Batch* b = batches_[static_cast<size_t>(i)].load(std::memory_order_acquire);
+      bool unowned = false;
+      if (b->device == device && b->owned.compare_exchange_strong(unowned, true)) batch = b;
+    }
+    const int index = batch_count_.load(std::memory_order_relaxed);
+    if (!batch && index < kMaxLanes) {
+      batch = new Batch();  // leaked, as lanes are: a flush may be reading it at exit
+      batch->device = device;
+      batches_[static_cast<size_t>(index)].store(batch, std::memory_order_release);
+      batch_count_.store(index + 1, std::memory_order_release);
+    }
+  }
+  if (batch) {
+    mine.batches[at] = batch;
+    mine.batch_owned[at] = &batch->owned;
+  }
+  return batch;
 }
 
 void DeviceChecks::graphCaptureBegan(int64_t key) {
@@ -307,11 +584,13 @@ bool DeviceChecks::enqueueDense(Lane& lane, const std::vector<at::Tensor>& tenso
 // Step boundaries: every lane's finished checks, taking its turn behind a collector already at
 // a lane (which may be recording a call), but never waiting for the GPU.
 void DeviceChecks::poll() {
+  flushDeferred();
   collect(true);
   graphs_.collect();
 }
 
 void DeviceChecks::drain() {
+  flushDeferred();
 #if NANPROV_HAVE_CUDA
   // Exit never hangs on the GPU: a stream stuck behind a hung kernel or collective (a dead peer)
   // would otherwise keep a process that was meant to end waiting forever.
@@ -377,12 +656,7 @@ void DeviceChecks::collectLane(Lane& lane, bool patient) {
 DeviceChecks::Lane* DeviceChecks::laneFor(int device) {
 #if NANPROV_HAVE_CUDA
   if (device < 0 || device >= kMaxDevices) return nullptr;
-  if (t_lanes.owner == id_) {
-    if (void* lane = t_lanes.lanes[static_cast<size_t>(device)]) return static_cast<Lane*>(lane);
-  } else {
-    t_lanes = {};  // an earlier session's lanes (a restarted session in one process)
-    t_lanes.owner = id_;
-  }
+  if (void* lane = threadLanes(id_).lanes[static_cast<size_t>(device)]) return static_cast<Lane*>(lane);
   Lane* lane = adoptLane(device);
   if (lane) {
     t_lanes.lanes[static_cast<size_t>(device)] = lane;
@@ -520,6 +794,24 @@ void DeviceChecks::complete(Lane& lane, uint64_t slot, const HealthCounts* count
   held_bytes_.fetch_sub(pending.held_bytes, std::memory_order_relaxed);
   if (pending.measured) {
     handOver(pending.measured, pending.context, counts, n);
+    return;
+  }
+  if (pending.batched > 0) {  // deferred calls checked in one launch: each its own slice
+    Pending* parts = &lane.parts[slot * kMaxBatchCalls];
+    size_t total = 0;
+    for (int i = 0; i < pending.batched; ++i) total += parts[i].checked.size();
+    if (n != static_cast<int>(total)) {
+      logOnce("device check result", "a batched health check failed on the device; its calls are not recorded");
+    }
+    for (int i = 0; i < pending.batched; ++i) {
+      Pending& p = parts[i];
+      if (n == static_cast<int>(total)) {
+        takeCounts(p.rec, p.checked, counts + p.first, static_cast<int>(p.checked.size()));
+        recordCheckedCall(std::move(p.rec), p.held, p.args, p.missing);
+      }
+      release(p);
+      p.checked.clear();
+    }
     return;
   }
   if (n != static_cast<int>(pending.checked.size())) {

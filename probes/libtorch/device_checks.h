@@ -5,6 +5,31 @@
 // beyond it they are released early and the caching allocator is told the check still reads
 // them, so their memory is not reused under it. Built without the CUDA toolkit, or where a
 // device's queue cannot be made, every tensor is measured on the host (a counted host sync).
+//
+// Deferred checks (NANPROV_DEFER_CHECKS): a launch costs 8-12 us inside a training process, most
+// of a call's probe cost, so a CUDA call whose tensors nanprov holds is not checked at once. It
+// joins its thread's batch for its device, with each tensor's version
+// counter as it was at the call, and one launch checks the whole batch: when the next call would
+// not fit (kernels::kMaxTensors views), comes on another stream, or at the step boundary and exit
+// (poll, drain). Before that launch each tensor's version is compared: one changed in place in the
+// meantime (a custom autograd Function scaling its incoming gradient with mul_) is left out of the
+// check, its call marked `modified` (CallEvent::modified_roles) and judged on the rest, and the
+// call's signature (op, backend, phase, layer) is checked at once from then on.
+// NANPROV_DEFER_CHECKS=1 (the default) defers CUDA calls; 0 checks every call at once; 2 defers
+// CPU calls too, through the same code, measured on the host at the flush: CI proves the rule
+// there without a GPU. The CPU has no launch to save, and holding a call's tensors until the
+// step boundary has a cost there: autograd cannot accumulate a gradient in place into a buffer
+// nanprov still holds, so it allocates a new one (SteadyState measured 6 such allocations a step
+// with k and v shared by 4 layers). CPU calls are therefore checked at once by default.
+// What stays immediate, and why:
+//   - tensors not held (over NANPROV_HOLD_BYTES, or in a CUDA graph's memory pool): their memory
+//     may be freed and reused by later kernels before a deferred check ran;
+//   - calls inside CUDA graph capture (GraphChecks), and inside torch.compile'd graphs: Inductor
+//     reuses a dead buffer by writing into it with its own kernels, which bump no version counter;
+//   - tensors whose version cannot be read (inference tensors) or that the kernel cannot read.
+// What the version counter cannot see: writes that bypass ATen's in-place ops (through
+// `tensor.data`, whose counter is a new one, or a custom kernel writing a tensor's memory by its
+// pointer). NANPROV_DEFER_CHECKS=0 checks every call at once.
 #pragma once
 
 #include <array>
@@ -13,6 +38,7 @@
 #include <functional>
 #include <mutex>
 #include <optional>
+#include <tuple>
 #include <vector>
 
 #include "kernels/health_check.h"
@@ -46,6 +72,18 @@ class DeviceChecks {
   // offering it for capture with `args` (recordCheckedCall). What the fused kernel cannot read
   // (float64, more than 6 dims) is measured synchronously, and counted as a host synchronisation.
   void submit(CallEvent rec, const RoleTensors& tensors, const CallArgs& args);
+  // A CPU call's tensors: deferred to its thread's batch as a CUDA call's are, or measured now.
+  void submitHost(CallEvent rec, const RoleTensors& tensors, const CallArgs& args);
+  // Launches (on CUDA) or measures (on the CPU) every thread's deferred calls. poll() and drain()
+  // begin with it; never waits for the GPU.
+  void flushDeferred();
+  // Deferral's counts so far: calls deferred, launches that checked a batch, calls checked at once
+  // because their signature fell back after a tensor changed before its check, and those calls.
+  struct DeferStats {
+    int64_t deferred = 0, batched_launches = 0, immediate_fallbacks = 0, modified = 0;
+  };
+  DeferStats deferStats() const;
+  int deferMode() const { return defer_; }  // NANPROV_DEFER_CHECKS: 0, 1 (CUDA calls), 2 (CPU calls too)
 
   // Tensors measured for something other than an attention call (the gradient sentinel, the
   // module trail): NaN and Inf counts and the largest finite |x|. All on one CUDA device, checked
@@ -105,7 +143,26 @@ class DeviceChecks {
     const char* missing = nullptr;  // why `held` is empty, when it is not the hold budget
     Measured measured = nullptr;
     uint64_t context = 0;
+    // A launch that checked a batch of deferred calls: `batched` of them, each a Pending in the
+    // lane's parts of the slot, its counts at [first, first + checked.size()) of the results.
+    // The launch's own rec is unused.
+    int batched = 0;
+    int first = 0;
   };
+  // Calls one batched launch checks at most: forwards of 6 roles fill kMaxTensors views in 4.
+  static constexpr int kMaxBatchCalls = 4;
+  // A call waiting in its thread's batch, with each tensor's version counter at the call.
+  struct Deferred {
+    CallEvent rec;        // tensors described (or measured, on the CPU) at the flush
+    RoleTensors tensors;  // held since the call
+    CallArgs args;
+    InlineVector<kernels::TensorView, kMaxCallTensors> views;  // CUDA: the kernel's view of each tensor
+    InlineVector<uint32_t, kMaxCallTensors> versions;
+    int64_t held_bytes = 0;
+  };
+  // One thread's deferred calls on one device (-1: the CPU). The owner appends; another thread
+  // flushes them at step boundaries (autograd's device threads end a backward with no step).
+  struct Batch;
   // A dense check in flight: whom to hand its counts.
   struct Measuring {
     Measured done = nullptr;
@@ -140,6 +197,16 @@ class DeviceChecks {
   std::function<void(uint64_t, const kernels::HealthCounts*, int)> denseReadyFor(Lane& lane);
   static void handOver(Measured done, uint64_t context, const kernels::HealthCounts* counts, int n);
   void recordMeasuredSynchronously(CallEvent rec, const RoleTensors& tensors, const CallArgs& args);
+  // Defers the call into this thread's batch for `device` (-1: the CPU). False, `rec` untouched,
+  // when it must be checked at once (see the header's list).
+  bool defer(CallEvent& rec, const RoleTensors& tensors, const CallArgs& args, int device,
+             const std::optional<c10::Stream>& stream);
+  Batch* batchFor(int device);
+  // Checks `calls` (deferred on `device`, on `stream` when CUDA): compares versions, then one
+  // launch on this thread's lane, or the host's measure on the CPU.
+  void flushCalls(int device, const std::optional<c10::Stream>& stream, std::vector<Deferred>& calls);
+  bool fellBack(const CallEvent& rec);
+  void fallBack(const CallEvent& rec);
   void measureOnHost(const std::vector<at::Tensor>& tensors, Measured done, uint64_t context);
 
   const uint64_t id_;  // tells this instance's lanes in a thread's cache from an earlier one's
@@ -155,6 +222,18 @@ class DeviceChecks {
   std::atomic<int64_t> released_{0};
   std::atomic<int64_t> released_last_{0};
   const int64_t budget_;
+  const int defer_;  // NANPROV_DEFER_CHECKS
+  std::array<std::atomic<Batch*>, kMaxLanes> batches_{};
+  std::atomic<int> batch_count_{0};
+  // Signatures (op, backend, phase, layer) checked at once since one of their tensors changed
+  // before its deferred check. The count is read first, so the common case takes no lock.
+  std::atomic<int> fallback_count_{0};
+  std::mutex fallback_mu_;
+  std::vector<std::tuple<const char*, const char*, int, int64_t>> fallbacks_;
+  std::atomic<int64_t> deferred_{0};
+  std::atomic<int64_t> batched_launches_{0};
+  std::atomic<int64_t> immediate_fallbacks_{0};
+  std::atomic<int64_t> modified_{0};
 };
 
 }  // namespace nanprov

@@ -89,6 +89,18 @@ void Probes::writeCounters(const TracerStats& stats, bool at_exit) {
     writeMeta("released_tensors", std::to_string(released) + " released, freeing " + std::to_string(checks_.releasedLast()) +
                                       " storages (the caching allocator's frees, moved from autograd)");
   }
+  // Deferred checks (device_checks.h), for the benchmark's note: how many calls waited for a
+  // batched launch, how many launches checked them, and how many went back to immediate checks.
+  if (checks_.deferMode() > 0) {
+    const DeviceChecks::DeferStats d = checks_.deferStats();
+    writeMeta("deferred_checks", std::string(checks_.deferMode() == 2 ? "CUDA and CPU calls: " : "CUDA calls: ") +
+                                     "deferred " + std::to_string(d.deferred) + ", batched launches " +
+                                     std::to_string(d.batched_launches) + ", modified before their check " +
+                                     std::to_string(d.modified) + ", immediate after a fallback " +
+                                     std::to_string(d.immediate_fallbacks));
+  } else {
+    writeMeta("deferred_checks", "off (NANPROV_DEFER_CHECKS=0)");
+  }
   // The sentinel's and the trail's launches on CUDA: dense checks (64 tensors each), fused (12).
   if (const int64_t dense = checks_.denseLaunches(), fused = checks_.measuredFusedLaunches(); dense + fused > 0) {
     writeMeta("measure_launches", "dense " + std::to_string(dense) + ", fused " + std::to_string(fused));
