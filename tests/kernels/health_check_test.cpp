@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <deque>
 #include <limits>
 #include <random>
 #include <thread>
@@ -116,6 +117,59 @@ INSTANTIATE_TEST_SUITE_P(HealthCheck, EveryType,
                                   : info.param == ElementType::kFloat16 ? std::string("fp16")
                                                                         : std::string("bf16");
                          });
+
+// A batch of deferred calls in one launch (probes/libtorch/device_checks.h): kMaxTensors views,
+// calls whose roles alias one another and each other's (a backward reads its forward's Q, K, V and
+// O again), every type and layout; each result must be its own tensor's count, exactly. Run twice
+// on a one-slot queue, so the second also proves the first left all 24 accumulators zeroed.
+TEST(HealthCheck, AFullBatchOfCallsCountsEachSliceExactlyAndTwice) {
+  REQUIRE_GPU();
+  static_assert(kMaxTensors == 24);
+  std::vector<std::vector<uint8_t>> hosts;
+  std::deque<DeviceBuffer> buffers;  // built in place: a DeviceBuffer frees its memory once
+  std::vector<TensorView> distinct;
+  const ElementType types[] = {ElementType::kFloat32, ElementType::kFloat16, ElementType::kBFloat16};
+  for (int i = 0; i < 12; ++i) {
+    const ElementType type = types[i % 3];
+    const int64_t rows = 17 + 5 * i, cols = 33 + (i % 4);
+    hosts.push_back(randomBits(static_cast<size_t>(rows * cols) * bytesOf(type), 500u + static_cast<uint32_t>(i)));
+    buffers.emplace_back(hosts.back());
+    distinct.push_back(i % 2 == 0 ? view(buffers.back().p, type, {rows, cols}, {cols, 1})
+                                  : view(buffers.back().p, type, {cols, rows}, {1, cols}));  // transposed
+  }
+  // Four "calls" of six views each: the later ones repeat the earlier ones' tensors, as a batch
+  // holding a forward and its backward does.
+  std::vector<TensorView> views;
+  std::vector<size_t> from;
+  for (int call = 0; call < 4; ++call) {
+    for (int role = 0; role < 6; ++role) {
+      const size_t t = static_cast<size_t>((call * 6 + role) % 12);
+      views.push_back(distinct[t]);
+      from.push_back(t);
+    }
+  }
+  ASSERT_EQ(views.size(), static_cast<size_t>(kMaxTensors));
+  auto queue = HealthCheckQueue::create(0, 1);
+  ASSERT_TRUE(queue.ok()) << queue.status().message();
+  for (int round = 0; round < 2; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    std::vector<HealthCounts> got;
+    auto ready = [&](uint64_t, const HealthCounts* c, int n) { got.assign(c, c + n); };
+    ASSERT_TRUE((*queue)->submit(views.data(), kMaxTensors, nullptr, 1, ready).ok());
+    (*queue)->drain(ready);
+    ASSERT_EQ(got.size(), views.size()) << "the check failed on the device";
+    for (size_t i = 0; i < views.size(); ++i) {
+      Expected e = reference(hosts[from[i]], views[i], 0);
+      SCOPED_TRACE("result " + std::to_string(i));
+      EXPECT_EQ(got[i].nan, e.nan);
+      EXPECT_EQ(got[i].posinf, e.posinf);
+      EXPECT_EQ(got[i].neginf, e.neginf);
+      EXPECT_EQ(got[i].nonzero, e.nonzero);
+      EXPECT_EQ(got[i].max_abs, e.max_abs);
+    }
+  }
+  EXPECT_FALSE((*queue)->submit(views.data(), kMaxTensors + 1, nullptr, 2).ok()) << "more than a launch takes";
+}
 
 TEST(HealthCheck, AllZeroAndEmptyTensors) {
   REQUIRE_GPU();
