@@ -56,6 +56,16 @@ struct Expected {
   float max_abs = 0;
 };
 
+// One result of a check against the host reference's.
+inline void expectCounts(const HealthCounts& got, const Expected& e) {
+  EXPECT_EQ(got.nan, e.nan);
+  EXPECT_EQ(got.posinf, e.posinf);
+  EXPECT_EQ(got.neginf, e.neginf);
+  EXPECT_EQ(got.nonzero, e.nonzero);
+  EXPECT_EQ(got.masked_rows, e.masked_rows);
+  EXPECT_EQ(got.max_abs, e.max_abs);
+}
+
 // Host reference over the elements a view addresses.
 inline Expected reference(const std::vector<uint8_t>& host, const TensorView& v, int64_t base_offset) {
   Expected e;

@@ -47,14 +47,6 @@ struct GraphWithCheck {
   }
 };
 
-void expectCounts(const HealthCounts& got, const Expected& e) {
-  EXPECT_EQ(got.nan, e.nan);
-  EXPECT_EQ(got.posinf, e.posinf);
-  EXPECT_EQ(got.neginf, e.neginf);
-  EXPECT_EQ(got.nonzero, e.nonzero);
-  EXPECT_EQ(got.max_abs, e.max_abs);
-}
-
 TEST(GraphCheck, EveryReplayCountsThatReplaysData) {
   REQUIRE_GPU();
   const size_t bytes = 1 << 16;
