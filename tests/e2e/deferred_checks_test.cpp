@@ -98,4 +98,28 @@ TEST(DeferredChecks, ImmediateChecksSeeTheCallsOwnValuesAndLossesMatch) {
   EXPECT_EQ(a, b);
 }
 
+// A deferred call that is not clean is found and captured as an immediate one is: the same first
+// edge, with its capture written from the tensors held until the batch's results were known.
+TEST(DeferredChecks, DeferredEdgeIsTheImmediateOneAndIsCaptured) {
+  const std::string inject = "--inject 'layer=1,phase=bwd,tensor=dQ,step=1'";
+  TrainedRun immediate;
+  {
+    ScopedEnv off("NANPROV_DEFER_CHECKS", "0");
+    immediate = train("defer-edge-off", inject, "--steps 3");
+  }
+  ScopedEnv cpu_too("NANPROV_DEFER_CHECKS", "2");
+  TrainedRun deferred = train("defer-edge-on", inject, "--steps 3");
+  ASSERT_EQ(deferred.report.code, 1) << deferred.train.out;
+  ASSERT_EQ(immediate.report.code, 1) << immediate.train.out;
+  const json& e = deferred.doc["first_edge"];
+  EXPECT_EQ(e["name"], immediate.doc["first_edge"]["name"]);
+  EXPECT_EQ(e["nonfinite_outputs"], immediate.doc["first_edge"]["nonfinite_outputs"]);
+  EXPECT_TRUE(e["modified_before_check"].is_null()) << "injected before the versions are read: " << e.dump();
+  ASSERT_TRUE(e["capture"].is_string()) << e.dump(1);
+  EXPECT_TRUE(fs::exists(e["capture"].get<std::string>())) << e["capture"];
+  json meta = commandJson("sql", deferred.dir, "\"SELECT value FROM meta WHERE key = 'deferred_checks'\"");
+  ASSERT_EQ(meta.size(), 1u);
+  EXPECT_NE(meta[0]["value"].get<std::string>().find("modified before their check 0,"), std::string::npos) << meta.dump();
+}
+
 }  // namespace
