@@ -74,12 +74,20 @@ const std::vector<std::pair<std::string, bool>> kQueryTables = {
     {"calls", false}, {"tensors", true}, {"kernels", true}, {"captures", true},
     {"steps", true},  {"meta", true},    {"sentinel", true}};
 
-std::string rowsOf(const std::string& table, bool add_rank, const std::string& alias, int rank) {
+std::string rowsOf(sqlite3* db, const std::string& table, bool add_rank, const std::string& alias, int rank) {
   // The store keeps a call's signature and note once; the table users query has them inline.
   if (table == "calls") {
-    return "SELECT c.seq, c.rank, c.step, c.layer, c.call, c.phase, c.fwd_seq, c.recompute, s.op, s.backend, "
+    // Stores written before deferred checks have no `modified` column: NULL there, so the ranks'
+    // rows still line up.
+    bool has_modified = false;
+    if (auto probe = sqlite::prepare(db, "SELECT 1 FROM pragma_table_info('calls', '" + alias + "') WHERE name = 'modified'");
+        probe.ok()) {
+      has_modified = sqlite3_step(probe->get()) == SQLITE_ROW;
+    }
+    return std::string("SELECT c.seq, c.rank, c.step, c.layer, c.call, c.phase, c.fwd_seq, c.recompute, s.op, s.backend, "
            "s.module, c.start_ns, c.end_ns, c.injected, s.device, n.text AS unattributed, "
-           "CASE c.health WHEN 0 THEN 'clean' WHEN 1 THEN 'source' ELSE 'propagated' END AS edge FROM " +
+           "CASE c.health WHEN 0 THEN 'clean' WHEN 1 THEN 'source' ELSE 'propagated' END AS edge, ") +
+           (has_modified ? "c.modified" : "NULL AS modified") + " FROM " +
            alias + ".calls c JOIN " + alias + ".signatures s ON s.id = c.sig LEFT JOIN " + alias +
            ".notes n ON n.id = c.note";
   }
@@ -108,7 +116,7 @@ Status viewsOverStores(sqlite3* db, const std::vector<std::string>& paths) {
     int rank = 0;
     NANPROV_RETURN_IF_ERROR(attachStore(db, paths[i], alias, &rank));
     for (const auto& [table, add_rank] : kQueryTables) {
-      unions[table] += (i ? " UNION ALL " : "") + rowsOf(table, add_rank, alias, rank);
+      unions[table] += (i ? " UNION ALL " : "") + rowsOf(db, table, add_rank, alias, rank);
     }
   }
   std::string views;
@@ -135,7 +143,7 @@ Status tablesFromStores(sqlite3* db, const std::vector<std::string>& paths, cons
   NANPROV_RETURN_IF_ERROR(attachStore(db, paths[0], "r0", &rank));
   std::string shapes;
   for (const auto& [table, add_rank] : kQueryTables) {
-    shapes += "CREATE TABLE " + table + " AS " + rowsOf(table, add_rank, "r0", rank) + " LIMIT 0; ";
+    shapes += "CREATE TABLE " + table + " AS " + rowsOf(db, table, add_rank, "r0", rank) + " LIMIT 0; ";
   }
   NANPROV_RETURN_IF_ERROR(sqlite::exec(db, shapes + "DETACH DATABASE r0;"));
   TableReads reads;
@@ -150,7 +158,7 @@ Status tablesFromStores(sqlite3* db, const std::vector<std::string>& paths, cons
       std::string alias = "r" + std::to_string(i - first);
       NANPROV_RETURN_IF_ERROR(attachStore(db, paths[i], alias, &rank));
       for (const auto& [table, add_rank] : kQueryTables) {
-        if (reads.tables.count(table)) copy += "INSERT INTO main." + table + " " + rowsOf(table, add_rank, alias, rank) + "; ";
+        if (reads.tables.count(table)) copy += "INSERT INTO main." + table + " " + rowsOf(db, table, add_rank, alias, rank) + "; ";
       }
       detach += "DETACH DATABASE " + alias + "; ";
     }

@@ -53,6 +53,10 @@ TEST(DeferredChecks, GradientChangedInPlaceIsMarkedNotClean) {
     EXPECT_TRUE(c["modified_before_check"].is_null()) << c.dump();
     EXPECT_EQ(rolesOf(c).count("O"), 1u) << c.dump();
   }
+  json marked = commandJson("sql", r.dir, "\"SELECT step, phase, modified FROM calls WHERE modified IS NOT NULL\"");
+  ASSERT_EQ(marked.size(), 1u) << marked.dump();
+  EXPECT_EQ(marked[0]["modified"], "dQ");
+  EXPECT_EQ(marked[0]["phase"], "bwd");
   EXPECT_NE(r.doc["outcome"], "clean") << r.report.out;
   bool said = false;
   for (const json& u : r.doc["coverage"]["unprobed"]) {
