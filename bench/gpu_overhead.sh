@@ -5,9 +5,9 @@
 #   nanprov   `nanprov run`: every role of every call checked; kernels traced in steps 0-1 (default)
 #   exact     `nanprov run --trace-steps 0`: checked, and every call's kernels traced by CUPTI
 #   checks    `nanprov run --no-kernels`: checks only, no CUPTI
-#   immediate `nanprov run` with every call checked at the call (NANPROV_DEFER_CHECKS=0): the
-#             default defers checks and merges them into batched launches (issue 52); nanprov
-#             against immediate, and their probe_cost lines, are what deferring saves
+#   deferred  `nanprov run` with checks deferred and merged into batched launches
+#             (NANPROV_DEFER_CHECKS=1, issue 52; the default checks at the call): deferred against
+#             nanprov, and their probe_cost lines, are what deferring saves
 #   trail     `nanprov run --trail`: the default, plus every module's output and input gradient
 #   audit     `nanprov run --audit`: the default, plus the audit of each call signature (issue 14)
 #   nosentinel `nanprov run` without the gradient sentinel (NANPROV_SENTINEL=0): nanprov/nosentinel
@@ -55,7 +55,7 @@ bench_model() {
     want nosentinel && ms[nosentinel]+=" $(NANPROV_SENTINEL=0 nanprov run --out "$tmp/$name-nosent-$r" -- "$py" "${args[@]}" 2>/dev/null | step_ms)"
     want exact && ms[exact]+=" $(nanprov run --trace-steps 0 --out "$tmp/$name-exact-$r" -- "$py" "${args[@]}" 2>/dev/null | step_ms)"
     want bootstrap && ms[bootstrap]+=" $(NANPROV_HOOKS=none nanprov run --out "$tmp/$name-boot-$r" -- "$py" "${args[@]}" 2>/dev/null | step_ms)"
-    want immediate && ms[immediate]+=" $(NANPROV_DEFER_CHECKS=0 nanprov run --out "$tmp/$name-immediate-$r" -- "$py" "${args[@]}" 2>/dev/null | step_ms)"
+    want deferred && ms[deferred]+=" $(NANPROV_DEFER_CHECKS=1 nanprov run --out "$tmp/$name-deferred-$r" -- "$py" "${args[@]}" 2>/dev/null | step_ms)"
     want checks && ms[checks]+=" $(nanprov run --no-kernels --out "$tmp/$name-checks-$r" -- "$py" "${args[@]}" 2>/dev/null | step_ms)"
     want trail && ms[trail]+=" $(nanprov run --trail --out "$tmp/$name-trail-$r" -- "$py" "${args[@]}" 2>/dev/null | step_ms)"
     want audit && ms[audit]+=" $(nanprov run --audit --audit-warn-only --out "$tmp/$name-audit-$r" -- "$py" "${args[@]}" 2>/dev/null | step_ms)"
@@ -86,8 +86,8 @@ bench_model() {
   # The probes' own time on the training thread, by stage (meta probe_cost, first nanprov round).
   want nanprov && echo "  probe_cost: $(nanprov sql "$tmp/$name-full-1" "SELECT value FROM meta WHERE key='probe_cost'" | tail -n +2 | sed 's/ *$//')"
   # Deferred checks: calls deferred, batched launches, fallbacks to immediate (meta deferred_checks).
-  want nanprov && echo "  deferred_checks: $(nanprov sql "$tmp/$name-full-1" "SELECT value FROM meta WHERE key='deferred_checks'" | tail -n +2 | sed 's/ *$//')"
-  want immediate && echo "  probe_cost immediate: $(nanprov sql "$tmp/$name-immediate-1" "SELECT value FROM meta WHERE key='probe_cost'" | tail -n +2 | sed 's/ *$//')"
+  want deferred && echo "  deferred_checks: $(nanprov sql "$tmp/$name-deferred-1" "SELECT value FROM meta WHERE key='deferred_checks'" | tail -n +2 | sed 's/ *$//')"
+  want deferred && echo "  probe_cost deferred: $(nanprov sql "$tmp/$name-deferred-1" "SELECT value FROM meta WHERE key='probe_cost'" | tail -n +2 | sed 's/ *$//')"
 }
 
 models=(${BENCH_MODELS:-gpu-bound launch-bound hf-llama})

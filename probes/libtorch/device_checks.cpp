@@ -158,7 +158,7 @@ constexpr const char* kModifiedUnprobed =
 DeviceChecks::DeviceChecks()
     : id_(g_next_checks_id.fetch_add(1)),
       budget_(envInteger("NANPROV_HOLD_BYTES", kDefaultHoldBytes, 0)),
-      defer_(static_cast<int>(std::min<int64_t>(envInteger("NANPROV_DEFER_CHECKS", 1, 0), 2))) {}
+      defer_(static_cast<int>(std::min<int64_t>(envInteger("NANPROV_DEFER_CHECKS", 0, 0), 2))) {}
 
 void DeviceChecks::recordMeasuredSynchronously(CallEvent rec, const RoleTensors& tensors, const CallArgs& args) {
   for (const auto& [role, t] : tensors) rec.tensors.push_back(measureTensor(t, role));

@@ -15,7 +15,8 @@
 // meantime (a custom autograd Function scaling its incoming gradient with mul_) is left out of the
 // check, its call marked `modified` (CallEvent::modified_roles) and judged on the rest, and the
 // call's signature (op, backend, phase, layer) is checked at once from then on.
-// NANPROV_DEFER_CHECKS=1 (the default) defers CUDA calls; 0 checks every call at once; 2 defers
+// NANPROV_DEFER_CHECKS=1 defers CUDA calls (opt-in until measured on the H200); 0 (the default)
+// checks every call at once; 2 defers
 // CPU calls too, through the same code, measured on the host at the flush: CI proves the rule
 // there without a GPU. The CPU has no launch to save, and holding a call's tensors until the
 // step boundary has a cost there: autograd cannot accumulate a gradient in place into a buffer
@@ -29,7 +30,7 @@
 //   - tensors whose version cannot be read (inference tensors) or that the kernel cannot read.
 // What the version counter cannot see: writes that bypass ATen's in-place ops (through
 // `tensor.data`, whose counter is a new one, or a custom kernel writing a tensor's memory by its
-// pointer). NANPROV_DEFER_CHECKS=0 checks every call at once.
+// pointer). NANPROV_DEFER_CHECKS=0, the default, checks every call at once.
 #pragma once
 
 #include <array>
