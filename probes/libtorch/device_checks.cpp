@@ -586,7 +586,7 @@ bool DeviceChecks::enqueueDense(Lane& lane, const std::vector<at::Tensor>& tenso
 void DeviceChecks::poll() {
   flushDeferred();
   collect(true);
-  graphs_.collect();
+  graphs_.poll();
 }
 
 void DeviceChecks::drain() {
@@ -603,7 +603,7 @@ void DeviceChecks::drain() {
       dense->drain(denseReadyFor(lane), deadline, &unfinished);
     }
   });
-  graphs_.collect(deadline, &unfinished);
+  graphs_.drain(deadline, &unfinished);
   if (unfinished > 0) {
     logOnce("exit wait", std::to_string(unfinished) + " checks had not finished " + std::to_string(seconds) +
                              " s after the run ended (a GPU stream still busy, or stuck behind a hung kernel or "

@@ -148,7 +148,16 @@ void GraphChecks::reset(int64_t key) {
   graphs_.erase(it);
 }
 
-void GraphChecks::collect(Clock::time_point deadline, int* unfinished) {
+void GraphChecks::poll() {
+  Finished done;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    collectLocked(done, false, nullptr);
+  }
+  recordOutsideLock(done);
+}
+
+void GraphChecks::drain(Clock::time_point deadline, int* unfinished) {
   for (;;) {
     Finished done;
     bool waiting = false;
@@ -159,7 +168,7 @@ void GraphChecks::collect(Clock::time_point deadline, int* unfinished) {
       for (const auto& [key, graph] : graphs_) waiting = waiting || !graph.waiting.empty();
     }
     recordOutsideLock(done);
-    if (!waiting || Clock::now() >= deadline) return;
+    if (!waiting) return;
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
 }

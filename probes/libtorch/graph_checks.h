@@ -57,9 +57,12 @@ class GraphChecks {
   static bool inGraphPool();
 
   using Clock = std::chrono::steady_clock;
-  // Records every replay whose checks published; never waits for the GPU. At exit, waits for the
-  // rest until `deadline`: what is unfinished then is counted in `*unfinished`.
-  void collect(Clock::time_point deadline = Clock::time_point::min(), int* unfinished = nullptr);
+  // Records every replay whose checks published; never waits for the GPU. Replays still running
+  // stay for a later poll.
+  void poll();
+  // At exit: as poll(), waiting for the replays still running until `deadline`; what is
+  // unfinished then is dropped and counted in `*unfinished`.
+  void drain(Clock::time_point deadline, int* unfinished);
 
   // Checks captured into graphs over the run, at most kMaxChecks: their memory is kept for the
   // process (freeing pinned memory would wait for the device).
