@@ -203,14 +203,14 @@ void DeviceChecks::submit(CallEvent rec, const RoleTensors& tensors, const CallA
 
   Pending pending;
   Views views;
+  bool unreadable_in_graph = false;
   for (const auto& [role, t] : tensors) {
     std::optional<TensorView> view =
         t.is_cuda() && t.device().index() == device ? viewOf(t, role == Role::kMask) : std::nullopt;
     if (!view || views.size() == views.capacity()) {  // rare: float64, more than 6 dims
       if (in_graph) {  // the host cannot measure it there
-        probes().session().callBegun(-1);
-        probes().session().countUnprobed("attention captured into a CUDA graph with a tensor the check cannot read");
-        return;
+        unreadable_in_graph = true;
+        break;
       }
       rec.tensors.push_back(measureTensor(t, role));
       ++sync_measures_;
@@ -222,9 +222,10 @@ void DeviceChecks::submit(CallEvent rec, const RoleTensors& tensors, const CallA
   }
   if (in_graph) {
     probes().session().callBegun(-1);  // this call did not run: its graph's replays are the calls
-    std::string why = views.empty() ? "attention captured into a CUDA graph with no tensor to check"
-                                     : graphs_.capture(rec, pending.checked, views.data(), static_cast<int>(views.size()),
-                                                       device, stream.native_handle());
+    std::string why = unreadable_in_graph ? "attention captured into a CUDA graph with a tensor the check cannot read"
+                      : views.empty()     ? "attention captured into a CUDA graph with no tensor to check"
+                                          : graphs_.capture(rec, pending.checked, views.data(),
+                                                            static_cast<int>(views.size()), device, stream.native_handle());
     if (!why.empty()) {
       logOnce("graph capture", why + ": not checked");
       probes().session().countUnprobed(why);
@@ -392,10 +393,8 @@ void DeviceChecks::flushCalls(int device, const std::optional<c10::Stream>& stre
     batched_bytes += d.held_bytes;
     if (parts) {
       parts[batched++] = std::move(p);
-    } else {  // no lane on the device (no queue could be made there): measured on the host
-      held_bytes_.fetch_sub(p.held_bytes, std::memory_order_relaxed);
-      p.rec.tensors.clear();
-      recordMeasuredSynchronously(std::move(p.rec), p.held, p.args);
+    } else {  // no lane on the device (no queue could be made there)
+      measureHeldOnHost(p);
     }
   }
   calls.clear();
@@ -418,25 +417,33 @@ void DeviceChecks::flushCalls(int device, const std::optional<c10::Stream>& stre
   }
   logOnce("device check", "batched health check failed, measuring on the host instead: " + st.message());
   for (int i = 0; i < batched; ++i) {
-    Pending& p = parts[i];
-    held_bytes_.fetch_sub(p.held_bytes, std::memory_order_relaxed);
-    p.rec.tensors.clear();
-    recordMeasuredSynchronously(std::move(p.rec), p.held, p.args);
-    p = Pending();
+    measureHeldOnHost(parts[i]);
+    parts[i] = Pending();
   }
+}
+
+// A deferred call whose batched check cannot run: its held tensors measured on the host instead
+// (a counted host synchronisation), its hold released.
+void DeviceChecks::measureHeldOnHost(Pending& p) {
+  held_bytes_.fetch_sub(p.held_bytes, std::memory_order_relaxed);
+  p.rec.tensors.clear();
+  recordMeasuredSynchronously(std::move(p.rec), p.held, p.args);
 }
 
 // The signature a changed tensor sends back to immediate checks: the same op and backend, in the
 // same phase of the same layer, is where the same in-place change will come again.
+DeviceChecks::Signature DeviceChecks::signatureOf(const CallEvent& rec) {
+  return {rec.op, rec.backend, static_cast<int>(rec.phase), rec.layer};
+}
+
 bool DeviceChecks::fellBack(const CallEvent& rec) {
   if (fallback_count_.load(std::memory_order_acquire) == 0) return false;
   std::lock_guard<std::mutex> lock(fallback_mu_);
-  return std::find(fallbacks_.begin(), fallbacks_.end(),
-                   std::make_tuple(rec.op, rec.backend, static_cast<int>(rec.phase), rec.layer)) != fallbacks_.end();
+  return std::find(fallbacks_.begin(), fallbacks_.end(), signatureOf(rec)) != fallbacks_.end();
 }
 
 void DeviceChecks::fallBack(const CallEvent& rec) {
-  auto key = std::make_tuple(rec.op, rec.backend, static_cast<int>(rec.phase), rec.layer);
+  const Signature key = signatureOf(rec);
   std::lock_guard<std::mutex> lock(fallback_mu_);
   if (std::find(fallbacks_.begin(), fallbacks_.end(), key) != fallbacks_.end()) return;
   fallbacks_.push_back(key);

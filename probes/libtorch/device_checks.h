@@ -206,8 +206,12 @@ class DeviceChecks {
   // Checks `calls` (deferred on `device`, on `stream` when CUDA): compares versions, then one
   // launch on this thread's lane, or the host's measure on the CPU.
   void flushCalls(int device, const std::optional<c10::Stream>& stream, std::vector<Deferred>& calls);
+  // What falls back together: op, backend, phase and layer (the texts are interned or static).
+  using Signature = std::tuple<const char*, const char*, int, int64_t>;
+  static Signature signatureOf(const CallEvent& rec);
   bool fellBack(const CallEvent& rec);
   void fallBack(const CallEvent& rec);
+  void measureHeldOnHost(Pending& p);
   void measureOnHost(const std::vector<at::Tensor>& tensors, Measured done, uint64_t context);
 
   const uint64_t id_;  // tells this instance's lanes in a thread's cache from an earlier one's
@@ -230,7 +234,7 @@ class DeviceChecks {
   // before its deferred check. The count is read first, so the common case takes no lock.
   std::atomic<int> fallback_count_{0};
   std::mutex fallback_mu_;
-  std::vector<std::tuple<const char*, const char*, int, int64_t>> fallbacks_;
+  std::vector<Signature> fallbacks_;
   std::atomic<int64_t> deferred_{0};
   std::atomic<int64_t> batched_launches_{0};
   std::atomic<int64_t> immediate_fallbacks_{0};
