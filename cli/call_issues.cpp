@@ -54,6 +54,7 @@ replay::IssueFacts factsOfCall(const CallRecord& call, const std::map<std::strin
     f.q_heads = q->shape.dims[1], f.s_q = q->shape.dims[2], f.head_dim = q->shape.dims[3];
     f.kv_heads = k->shape.dims[1], f.s_kv = k->shape.dims[2];
   }
+  f.dropout_p = call.dropout_p;
   // The entries this matcher reads describe NaN: an output that only overflowed to Inf is
   // another fault, so it does not count (the store keeps NaN apart from Inf).
   for (const TensorHealth& t : call.tensors) {

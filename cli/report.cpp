@@ -183,6 +183,8 @@ nlohmann::json callJson(const CallRecord& call, const CallHealth& health) {
           {"injected_tensor", call.injected.empty() ? nlohmann::json(nullptr) : nlohmann::json(call.injected)},
           // Tensors changed in place before their deferred check: left out of "tensors" and "counts".
           {"modified_before_check", call.modified.empty() ? nlohmann::json(nullptr) : nlohmann::json(call.modified)},
+          // null where neither the op nor its probe says (FlashAttention's, FlexAttention's calls).
+          {"dropout_p", call.dropout_p ? nlohmann::json(*call.dropout_p) : nlohmann::json(nullptr)},
           {"counts", counts},
           {"tensors", tensors}};
 }

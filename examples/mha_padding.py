@@ -18,9 +18,9 @@ import torch.nn as nn
 
 
 class Block(nn.Module):
-    def __init__(self, d_model, heads):
+    def __init__(self, d_model, heads, dropout):
         super().__init__()
-        self.attn = nn.MultiheadAttention(d_model, heads, batch_first=True)
+        self.attn = nn.MultiheadAttention(d_model, heads, dropout=dropout, batch_first=True)
         self.norm = nn.LayerNorm(d_model)
         self.ff = nn.Linear(d_model, d_model)
 
@@ -30,10 +30,10 @@ class Block(nn.Module):
 
 
 class Model(nn.Module):
-    def __init__(self, channels, d_model, heads, layers):
+    def __init__(self, channels, d_model, heads, layers, dropout):
         super().__init__()
         self.embed = nn.Linear(channels, d_model)
-        self.layers = nn.ModuleList(Block(d_model, heads) for _ in range(layers))
+        self.layers = nn.ModuleList(Block(d_model, heads, dropout) for _ in range(layers))
         self.head = nn.Linear(d_model, channels)
 
     def forward(self, x, band, padding):
@@ -69,13 +69,14 @@ def main():
     p.add_argument("--seq", type=int, default=16)
     p.add_argument("--band", type=int, default=2)
     p.add_argument("--pad-step", type=int, default=2, help="the first step whose batch holds short sequences")
+    p.add_argument("--dropout", type=float, default=0.0, help="the attention's dropout (pytorch#152028 needs it)")
     p.add_argument("--oracle", action="store_true")
     p.add_argument("--device", default="cpu")
     p.add_argument("--print-losses", action="store_true", help="print each loss as an exact hex float")
     args = p.parse_args()
     torch.manual_seed(0)
     channels = 8
-    model = Model(channels, 32, 4, args.layers).to(args.device)
+    model = Model(channels, 32, 4, args.layers, args.dropout).to(args.device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     steps = [0]
     if args.oracle:

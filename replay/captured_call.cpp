@@ -210,6 +210,7 @@ StatusOr<CapturedCall> toCapturedCall(const CaptureFile& file, const std::string
   std::string causal = call.metaOr("arg.is_causal", "false");
   if (causal != "true" && causal != "false") return bad("arg.is_causal '" + causal + "' is not true or false");
   call.causal = causal == "true";
+  call.dropout_recorded = call.meta.count("arg.dropout_p") > 0;
   std::string dropout = call.metaOr("arg.dropout_p", "0");
   auto dropout_p = parseFiniteDouble(dropout);
   if (!dropout_p || *dropout_p < 0 || *dropout_p > 1) return bad("arg.dropout_p '" + dropout + "' is not in [0, 1]");

@@ -22,6 +22,7 @@ struct CapturedCall {
   std::optional<double> scale;  // none: 1/sqrt(head_dim)
   bool causal = false;
   double dropout_p = 0;
+  bool dropout_recorded = false;  // the capture says dropout_p (else 0 is a default, not a fact)
   int64_t batch = 0, q_heads = 0, kv_heads = 0, s_q = 0, s_kv = 0, head_dim = 0, v_dim = 0;
   at::Tensor valid_q, valid_kv;  // [batch, seq] bool for packed sequences unpacked with padding
   std::string incomplete;        // what of the call the capture lacks, so replay cannot judge it

@@ -19,12 +19,9 @@ IssueFacts factsOf(const ReplayResult& r) {
   // head_dim 0 is a real (degenerate) call only when the capture had its tensors.
   if (c.head_dim > 0 || (c.s_q > 0 && c.s_kv > 0)) f.head_dim = c.head_dim;
   f.causal = c.causal;
-  // Only PyTorch's own attention ops carry dropout_p in their capture; for the others (MHA's
-  // softmax path, FlashAttention, FlexAttention) the replay's 0 is a default, not a fact.
-  static const char* const kSdpaBackends[] = {"cudnn", "flash", "efficient", "math", "flash_cpu"};
-  for (const char* b : kSdpaBackends) {
-    if (r.backend == b) f.dropout_p = c.dropout_p;
-  }
+  // PyTorch's own attention ops and the plain-softmax probes put dropout_p in their capture; for
+  // the others (FlashAttention, FlexAttention) the replay's 0 is a default, not a fact.
+  if (c.dropout_recorded) f.dropout_p = c.dropout_p;
   f.fully_masked_rows = c.fully_masked_rows;
   f.min_row_lse = c.min_row_lse;
   // What the run itself produced, judged against the reference: a replay's other backends say

@@ -128,6 +128,7 @@ Conditions conditionsOf(const CapturedCall& call, const Outputs& g) {
   c.causal = call.causal;
   c.query_dtype = dtypeName(call.at("Q"));
   c.dropout_p = call.dropout_p;
+  c.dropout_recorded = call.dropout_recorded;
   return c;
 }
 

@@ -61,6 +61,7 @@ struct Conditions {
   std::string window = "none";
   std::string query_dtype, mask_dtype;  // mask_dtype empty: no mask
   double dropout_p = 0;
+  bool dropout_recorded = false;  // the capture said dropout_p; otherwise dropout_p's 0 is a default
 };
 inline constexpr double kLseLimit = -88.7;  // log of float32's smallest normal, about e^-87.3
 

@@ -58,15 +58,15 @@ CallFilter CallFilter::matching(const CallQuery& q) {
 StatusOr<CallCursor> CallCursor::open(sqlite3* db, const std::string& path, const CallFilter& filter) {
   std::string where;
   for (const std::string& c : filter.conditions) where += (where.empty() ? " WHERE " : " AND ") + c;
-  // Stores written before deferred checks have no `modified` column: nothing was deferred there.
-  bool has_modified = false;
-  if (auto probe = sqlite::prepare(db, "SELECT 1 FROM pragma_table_info('calls') WHERE name = 'modified'"); probe.ok()) {
-    has_modified = sqlite3_step(probe->get()) == SQLITE_ROW;
-  }
+  // Stores written before deferred checks have no `modified` column (nothing was deferred there),
+  // and those before dropout was recorded no `dropout_p` (nothing said it).
+  const bool has_modified = sqlite::hasColumn(db, "calls", "modified");
+  const bool has_dropout = sqlite::hasColumn(db, "calls", "dropout_p");
   auto calls = sqlite::prepare(db,
       "SELECT c.seq,c.rank,c.step,c.layer,c.call,c.phase,IFNULL(c.fwd_seq,-1),s.op,s.backend,IFNULL(s.module,''),"
       "c.start_ns,c.end_ns,IFNULL(c.injected,''),s.device,IFNULL(n.text,''),c.recompute,c.health,c.max_abs,s.tensors,"
-      "c.detail,c.sig," + std::string(has_modified ? "IFNULL(c.modified,'')" : "''") + " "
+      "c.detail,c.sig," + std::string(has_modified ? "IFNULL(c.modified,'')" : "''") + "," +
+      (has_dropout ? "c.dropout_p" : "NULL") + " "
       "FROM calls c JOIN signatures s ON s.id = c.sig LEFT JOIN notes n ON n.id = c.note" + where +
       (filter.by_time ? " ORDER BY c.step, c.start_ns, c.seq" : " ORDER BY c.seq"));
   if (!calls.ok()) return notAStore(path, calls.status().message());
@@ -138,6 +138,7 @@ StatusOr<bool> CallCursor::next(CallRecord* out) {
     NANPROV_RETURN_IF_ERROR(readTensorRows(&c));
   }
   c.modified = columnText(s, 21);
+  if (sqlite3_column_type(s, 22) != SQLITE_NULL) c.dropout_p = sqlite3_column_double(s, 22);
   *out = std::move(c);
   return true;
 }

@@ -157,12 +157,10 @@ Status loadModuleChecks(sqlite3* db, const std::string& path, int rank, std::vec
   if (!exists.ok()) return notAStore(path, exists.status().message());
   if (!*exists) return Status::Ok();
   // Stores written before compiled modules were checked have no `unchecked` column.
-  auto has_unchecked =
-      queryInteger(db, "SELECT 1 FROM pragma_table_info('module_checks') WHERE name = 'unchecked'", {});
-  if (!has_unchecked.ok()) return notAStore(path, has_unchecked.status().message());
+  const bool has_unchecked = sqlite::hasColumn(db, "module_checks", "unchecked");
   auto rows = sqlite::prepare(db,
       std::string("SELECT step,phase,module,class,inputs_finite,nan,posinf,neginf,largest_input,ord,time_ns,gradient,") +
-          (*has_unchecked ? "unchecked" : "''") + " FROM module_checks ORDER BY ord");
+          (has_unchecked ? "unchecked" : "''") + " FROM module_checks ORDER BY ord");
   if (!rows.ok()) return notAStore(path, rows.status().message());
   return sqlite::eachRow(db, rows->get(), path, [&](sqlite3_stmt* s) {
     ModuleCheckRecord& m = out->emplace_back();

@@ -77,17 +77,14 @@ const std::vector<std::pair<std::string, bool>> kQueryTables = {
 std::string rowsOf(sqlite3* db, const std::string& table, bool add_rank, const std::string& alias, int rank) {
   // The store keeps a call's signature and note once; the table users query has them inline.
   if (table == "calls") {
-    // Stores written before deferred checks have no `modified` column: NULL there, so the ranks'
-    // rows still line up.
-    bool has_modified = false;
-    if (auto probe = sqlite::prepare(db, "SELECT 1 FROM pragma_table_info('calls', '" + alias + "') WHERE name = 'modified'");
-        probe.ok()) {
-      has_modified = sqlite3_step(probe->get()) == SQLITE_ROW;
-    }
+    // Columns later nanprov added are NULL in older stores, so the ranks' rows still line up.
+    auto later = [&](const char* column) {
+      return std::string(sqlite::hasColumn(db, "calls", column, alias) ? "c." : "NULL AS ") + column;
+    };
     return std::string("SELECT c.seq, c.rank, c.step, c.layer, c.call, c.phase, c.fwd_seq, c.recompute, s.op, s.backend, "
            "s.module, c.start_ns, c.end_ns, c.injected, s.device, n.text AS unattributed, "
            "CASE c.health WHEN 0 THEN 'clean' WHEN 1 THEN 'source' ELSE 'propagated' END AS edge, ") +
-           (has_modified ? "c.modified" : "NULL AS modified") + " FROM " +
+           later("modified") + ", " + later("dropout_p") + " FROM " +
            alias + ".calls c JOIN " + alias + ".signatures s ON s.id = c.sig LEFT JOIN " + alias +
            ".notes n ON n.id = c.note";
   }

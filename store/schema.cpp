@@ -36,7 +36,8 @@ CREATE TABLE IF NOT EXISTS calls (
   health   INTEGER NOT NULL DEFAULT 0,
   max_abs  BLOB,
   detail   BLOB,
-  modified TEXT
+  modified TEXT,
+  dropout_p REAL
 );
 CREATE INDEX IF NOT EXISTS calls_not_clean ON calls(step, start_ns) WHERE health != 0;
 CREATE TABLE IF NOT EXISTS tensors (

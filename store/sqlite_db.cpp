@@ -38,6 +38,13 @@ StatusOr<Stmt> prepare(sqlite3* db, const std::string& sql) {
   return Stmt(raw);
 }
 
+bool hasColumn(sqlite3* db, const std::string& table, const std::string& column, const std::string& schema) {
+  auto probe = prepare(db, "SELECT 1 FROM pragma_table_info('" + table + "', '" + schema + "') WHERE name = ?");
+  if (!probe.ok()) return false;
+  sqlite3_bind_text(probe->get(), 1, column.c_str(), static_cast<int>(column.size()), SQLITE_TRANSIENT);
+  return sqlite3_step(probe->get()) == SQLITE_ROW;
+}
+
 Transaction::Transaction(sqlite3* db) : db_(db) {}
 
 Transaction::~Transaction() {

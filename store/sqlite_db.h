@@ -26,6 +26,9 @@ StatusOr<Db> open(const std::string& path, Mode mode);
 Status exec(sqlite3* db, const std::string& sql);
 StatusOr<Stmt> prepare(sqlite3* db, const std::string& sql);
 std::string errorOf(sqlite3* db);
+// Whether `schema`.`table` has `column`: stores written by older nanprov lack later columns.
+// `schema` and `table` are nanprov's own names (an ATTACH alias), never a user's text.
+bool hasColumn(sqlite3* db, const std::string& table, const std::string& column, const std::string& schema = "main");
 
 // Commits on commit(), rolls back when dropped without it.
 class Transaction {

@@ -51,7 +51,7 @@ StatusOr<Statements> prepareStatements(sqlite3* db) {
   const std::pair<sqlite::Stmt*, const char*> sql[] = {
       {&st.call,
        "INSERT OR REPLACE INTO calls(seq,rank,step,layer,call,phase,fwd_seq,sig,start_ns,end_ns,injected,note,"
-       "recompute,health,max_abs,detail,modified) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"},
+       "recompute,health,max_abs,detail,modified,dropout_p) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"},
       {&st.signature, "INSERT INTO signatures(op,backend,module,device,tensors) VALUES(?,?,?,?,?)"},
       {&st.note, "INSERT INTO notes(text) VALUES(?)"},
       {&st.tensor,
@@ -133,6 +133,8 @@ Status insertCall(sqlite3* db, Statements& st, Interned& interned, const CallRec
   else sqlite3_bind_null(s, 16);
   if (!c.modified.empty()) sqlite3_bind_text(s, 17, c.modified.c_str(), static_cast<int>(c.modified.size()), SQLITE_TRANSIENT);
   else sqlite3_bind_null(s, 17);
+  if (c.dropout_p) sqlite3_bind_double(s, 18, *c.dropout_p);
+  else sqlite3_bind_null(s, 18);
   NANPROV_RETURN_IF_ERROR(stepStatement(db, s));
   if (compact) return Status::Ok();
   for (const TensorHealth& t : c.tensors) {

@@ -23,6 +23,7 @@ CallRecord CallEvent::record() const {
   for (int role = 0; role < kRoleCount; ++role) {
     if (modified_roles & (1u << role)) r.modified += (r.modified.empty() ? "" : ",") + std::string(roleName(static_cast<Role>(role)));
   }
+  if (dropout_p >= 0) r.dropout_p = dropout_p;
   r.device = device;
   r.unattributed = unattributed;
   r.health = health;
@@ -54,6 +55,7 @@ CallEvent CallEvent::of(const CallRecord& r) {
     }
     from = to + 1;
   }
+  e.dropout_p = r.dropout_p.value_or(-1);
   e.device = r.device;
   e.unattributed = internText(r.unattributed);
   e.health = r.health;

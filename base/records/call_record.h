@@ -58,6 +58,9 @@ struct CallRecord {
   // Roles changed in place between the call and its deferred check ("dQ" or "dQ,dK"), empty when
   // none: their counts were left out, so the call is judged on its other tensors only.
   std::string modified;
+  // The call's dropout probability, where its op or probe says (SDPA's dropout_p; MHA's and Hugging
+  // Face eager attention's, 0 outside training); nullopt where nothing says.
+  std::optional<double> dropout_p;
   Device device;            // the CPU or a CUDA device
   std::string unattributed; // why its kernels are not known; empty when they are
   int health = 0;           // 0 clean, 1 source edge, 2 propagated (base/records/call_health.h EdgeKind), set by the probes

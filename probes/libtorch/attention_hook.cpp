@@ -255,6 +255,10 @@ void inject(CallEvent& rec, const Tensors& outputs) {
 
 void finish(CallEvent rec, const Tensors& tensors, const CallArgs& args) {
   ProbeCost::countCall();
+  // Stored for the known-issue matcher (some need dropout on, some off): the call's own word.
+  for (const auto& [name, value] : args) {
+    if (name == "dropout_p" && value.isDouble()) rec.dropout_p = value.toDouble();
+  }
   rec.device = Device::fromIndex(cudaDeviceOf(tensors));
   if (!rec.device.isCpu()) {
     probes().checks().submit(std::move(rec), tensors, args);

@@ -86,7 +86,7 @@ void recordCall(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, c
                 const std::string& layout, const std::optional<at::Tensor>& cu_seqlens_q,
                 const std::optional<at::Tensor>& cu_seqlens_k, const std::string& op, const std::string& backend,
                 const std::string& note, const std::optional<at::Tensor>& mask, const std::optional<at::Tensor>& link,
-                const std::string& kernel_backend) {
+                const std::string& kernel_backend, std::optional<double> dropout_p) {
   if (!probing()) {
     WorkerCall counted;  // a DataLoader worker's: counted for its rank
     abandonCall();
@@ -107,6 +107,8 @@ void recordCall(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, c
     // captured for replay, not judged as an input: the call itself made it.
     if (bias) args.emplace_back("mask", *bias);
     if (!note.empty()) args.emplace_back("note", c10::IValue(note));
+    // The probability the call applied (0 outside training), for its capture and the store.
+    if (dropout_p) args.emplace_back("dropout_p", c10::IValue(*dropout_p));
     RoleTensors tensors = {{Role::kQ, q}, {Role::kK, k}, {Role::kV, v}};
     if (mask) tensors.emplace_back(Role::kMask, *mask);
     tensors.emplace_back(Role::kO, o);
@@ -147,7 +149,7 @@ void recordCallMeta(const at::Tensor&, const at::Tensor&, const at::Tensor&, con
                     const std::optional<at::Tensor>&, std::optional<double>, bool, const std::string&,
                     const std::optional<at::Tensor>&, const std::optional<at::Tensor>&, const std::string&,
                     const std::string&, const std::string&, const std::optional<at::Tensor>&,
-                    const std::optional<at::Tensor>&, const std::string&) {}
+                    const std::optional<at::Tensor>&, const std::string&, std::optional<double>) {}
 void recordBackwardMeta(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
                         const std::optional<at::Tensor>&, const std::optional<at::Tensor>&,
                         const std::optional<at::Tensor>&, std::optional<double>, bool, const std::string&,
@@ -163,7 +165,7 @@ void installForeignCallOps() {
   defs->def("abandon_call() -> ()");
   defs->def("record_call(Tensor q, Tensor k, Tensor v, Tensor o, Tensor? bias, float? scale, bool is_causal, "
             "str layout, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, str op, str backend, str note, "
-            "Tensor? mask=None, Tensor? link=None, str kernel_backend='') -> ()");
+            "Tensor? mask=None, Tensor? link=None, str kernel_backend='', float? dropout_p=None) -> ()");
   defs->def("record_backward(Tensor q, Tensor k, Tensor v, Tensor o, Tensor grad_out, Tensor? dq, Tensor? dk, "
             "Tensor? dv, float? scale, bool is_causal, str layout, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, "
             "str op, str backend, Tensor? mask=None, str kernel_backend='') -> ()");

@@ -72,7 +72,31 @@ TEST(PlainSoftmaxAttention, MultiheadAttentionFullyMaskedRowsFoundWhereTheOracle
   for (const json& k : r.doc["possible_known_issues"]) {
     EXPECT_FALSE(k["undecided"].empty()) << k.dump();
     EXPECT_EQ(std::find(reported.begin(), reported.end(), k["id"].get<std::string>()), reported.end()) << "matched and possible: " << k.dump();
+    // The MHA's dropout is 0.0 and the store says so: the dropout bug is ruled out, not undecided.
+    EXPECT_NE(k["id"], "pytorch#152028") << k.dump();
   }
+  EXPECT_EQ(std::find(reported.begin(), reported.end(), "pytorch#152028"), reported.end()) << r.doc["known_issues"].dump(1);
+}
+
+// The same MHA with dropout 0.1 (applied in training): the store records it, so the report names
+// pytorch#152028 (masks and dropout) beside pytorch#41508; the capture records it too, and replay,
+// which cannot recompute a random dropout mask, says it cannot judge the call rather than guess.
+TEST(PlainSoftmaxAttention, MultiheadAttentionDropoutIsRecordedForTheKnownIssues) {
+  TrainedRun r = train("mha-dropout", "", "--dropout 0.1", "mha_padding.py");
+  ASSERT_EQ(r.report.code, 1) << r.train.out;
+  std::vector<std::string> reported;
+  for (const json& k : r.doc["known_issues"]) reported.push_back(k["id"]);
+  EXPECT_NE(std::find(reported.begin(), reported.end(), "pytorch#152028"), reported.end()) << r.doc["known_issues"].dump(1);
+  EXPECT_NE(std::find(reported.begin(), reported.end(), "pytorch#41508"), reported.end()) << r.doc["known_issues"].dump(1);
+  Result fwd = sh(nanprov() + " sql " + r.dir.string() + " \"SELECT DISTINCT dropout_p FROM calls WHERE phase = 'fwd'\" --json");
+  json rows = json::parse(fwd.out, nullptr, false);
+  ASSERT_TRUE(rows.is_array() && rows.size() == 1) << fwd.out;
+  EXPECT_DOUBLE_EQ(rows[0]["dropout_p"].get<double>(), 0.1) << fwd.out;
+  Result replay = sh(nanprov() + " replay " + r.dir.string() + " --json");
+  json d = json::parse(replay.out, nullptr, false);
+  ASSERT_FALSE(d.is_discarded()) << replay.out;
+  EXPECT_EQ(d["root_cause"]["class"], "cannot-judge") << replay.out;
+  EXPECT_DOUBLE_EQ(d["conditions"]["dropout_p"].get<double>(), 0.1) << replay.out;
 }
 
 // The backward, from tensor hooks on the projections and the out-projection's input: checked,

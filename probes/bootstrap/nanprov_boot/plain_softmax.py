@@ -98,8 +98,10 @@ def install_mha(torch, say, count_unprobed):
             mask = padding if mask is None else mask + padding
         mask = None if mask is None else mask.detach()
         op = "multi_head_attention_forward"
+        # MHA applies its dropout only in training (known issues need dropout on, or off).
+        dropout = float(a["dropout_p"]) if a["training"] else 0.0
         ops.record_call(view(q.detach(), "Q"), view(k.detach(), "K"), view(v.detach(), "V"), view(o.detach(), "O"),
-                        None, None, False, "bhsd", None, None, op, "plain_softmax", "", mask)
+                        None, None, False, "bhsd", None, None, op, "plain_softmax", "", mask, dropout_p=dropout)
         if torch.is_grad_enabled() and o.requires_grad:
             module_probes.watch_backward(ops, op, q, k, v, o, "plain_softmax", None, mask, view)
 
@@ -172,9 +174,12 @@ def install_hf_eager(torch, say, modeling_utils):
                 note = f"the call used {', '.join(used)}, which replay does not model" if used else ""
                 scaling = kwargs.get("scaling", args[0] if args else None)
                 scale = None if scaling is None else float(scaling)
+                # Hugging Face's eager attention drops weights only while its module trains.
+                dropout = kwargs.get("dropout", args[1] if len(args) > 1 else 0.0)
+                dropout = float(dropout or 0.0) if getattr(module, "training", False) else 0.0
                 op = "eager_attention_forward"
                 ops.record_call(query.detach(), key.detach(), value.detach(), out.detach().transpose(1, 2), None, scale,
-                                False, "bhsd", None, None, op, "plain_softmax", note, mask)
+                                False, "bhsd", None, None, op, "plain_softmax", note, mask, dropout_p=dropout)
                 if torch.is_grad_enabled() and out.requires_grad:
                     module_probes.watch_backward(ops, op, query, key, value, out, "plain_softmax", scale, mask,
                                                  lambda t, role: t.transpose(1, 2) if role == "O" else t)
