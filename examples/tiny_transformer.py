@@ -107,6 +107,42 @@ class SensorModel(nn.Module):
         return self.head(h)
 
 
+def this_rank():
+    """The process group's rank once there is one, else the launcher's RANK (0 without one)."""
+    import torch.distributed as dist
+
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else int(os.environ.get("RANK", "0"))
+
+
+def init_distributed(args):
+    """The process group, as srun users and hand-written launchers start it: the rank and world size
+    passed explicitly (--rank, --world-size), or read from Slurm's task variables, never RANK."""
+    import torch.distributed as dist
+
+    rank = args.rank if args.rank >= 0 else int(os.environ["SLURM_PROCID"])
+    world = args.world_size if args.world_size > 0 else int(os.environ["SLURM_NTASKS"])
+    dist.init_process_group("gloo", init_method=args.dist_init, rank=rank, world_size=world)
+
+
+def install_oracle(model):
+    """Plain-PyTorch forward hooks on every attention module: the first call whose inputs were finite
+    and whose output was not, printed as the ground truth (`oracle: rank R step S module M`)."""
+    found, step = [], [0]
+
+    def finite(values):
+        return all(bool(torch.isfinite(v).all()) for v in values if isinstance(v, torch.Tensor))
+
+    for name, module in model.named_modules():
+        if name.endswith("attn"):
+            def hook(mod, inputs, output, name=name):
+                if not found and finite(inputs) and not finite([output]):
+                    found.append(name)
+                    shown = name.removeprefix("module.")  # DDP's wrapper, as nanprov shows paths
+                    print(f"oracle: rank {this_rank()} step {step[0]} module {shown}", flush=True)
+            module.register_forward_hook(hook)
+    return step
+
+
 def batches(args):
     gen = torch.Generator().manual_seed(args.seed)
     t = torch.arange(args.seq + 1, dtype=torch.float32)
@@ -115,7 +151,7 @@ def batches(args):
         freq = 0.2 + torch.rand(args.batch, 1, args.channels, generator=gen)
         series = torch.sin(t[None, :, None] * freq + phase)
         series = series + 0.05 * torch.randn(series.shape, generator=gen)
-        if step == args.glitch_step and args.glitch_rank in (-1, int(os.environ.get("RANK", "0"))):
+        if step == args.glitch_step and args.glitch_rank in (-1, this_rank()):
             series[0] = series[0] * args.glitch_scale  # one corrupted sample, as a faulty sensor gives
         # Contiguous, as a data loader gives them (torch.compile plans around input strides).
         yield series[:, :-1].contiguous(), series[:, 1:].contiguous()
@@ -193,6 +229,14 @@ def main():
     p.add_argument("--no-cudnn", action="store_true", help="exclude cuDNN from SDPA (a control run)")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     p.add_argument("--ddp", action="store_true", help="DistributedDataParallel over gloo (run under torchrun)")
+    p.add_argument("--dist-init", default=None,
+                   help="with --ddp: init_process_group at this URL (tcp://HOST:PORT), rank and world size from "
+                        "--rank and --world-size, else from SLURM_PROCID and SLURM_NTASKS")
+    p.add_argument("--rank", type=int, default=-1)
+    p.add_argument("--world-size", type=int, default=0)
+    p.add_argument("--oracle", action="store_true", help="print the first attention output that went non-finite")
+    p.add_argument("--forward-before-group", action="store_true",
+                   help="with --ddp: one forward pass (no grad) before the process group is started")
     p.add_argument("--fsdp2", action="store_true",
                    help="FSDP2 (fully_shard per block, then the whole model) over gloo (run under torchrun)")
     p.add_argument("--print-losses", action="store_true", help="print each loss as an exact hex float")
@@ -231,7 +275,13 @@ def main():
     if args.ddp:
         import torch.distributed as dist
 
-        dist.init_process_group("gloo")
+        if args.forward_before_group:
+            with torch.no_grad():
+                model(torch.zeros(1, args.seq, args.channels, device=args.device, dtype=dtype), None)
+        if args.dist_init:
+            init_distributed(args)
+        else:
+            dist.init_process_group("gloo")
         model = nn.parallel.DistributedDataParallel(model)
     if args.fsdp2:
         import torch.distributed as dist
@@ -274,7 +324,8 @@ def main():
     head_weight = next(n for n, _ in model.named_parameters() if n.endswith("head.weight"))
     if args.no_cudnn:
         torch.backends.cuda.enable_cudnn_sdp(False)
-    rank = int(os.environ.get("RANK", "0"))
+    rank = this_rank()
+    oracle_step = install_oracle(model) if args.oracle else [0]
     started = None
     profiler = contextlib.nullcontext()
     if args.profile:
@@ -284,6 +335,7 @@ def main():
         profiler = profile(activities=activities)
     with backend, profiler as prof:
         for step, (x, y) in enumerate(batches(args)):
+            oracle_step[0] = step
             if step == 1:
                 started = time.perf_counter()
             x, y = x.to(args.device, dtype), y.to(args.device, dtype)

@@ -57,14 +57,18 @@ StatusOr<sqlite::Db> openRankStore(const std::string& path, RankInfo* info) {
                          std::to_string(kSchemaVersion) + "; use the nanprov that wrote the run");
   }
   info->path = path;
-  info->rank = 0;
-  if (auto it = info->meta.find("rank"); it != info->meta.end()) {
+  // The rank the process learnt (meta.rank); a store whose process had not yet written it is the
+  // rank its name links it to, or, left under its process name, the rank the environment guessed.
+  auto named = rankOfStoreName(std::filesystem::path(path).filename().string());
+  info->rank = named.value_or(0);
+  for (const char* key : {"rank_guess", "rank"}) {
+    auto it = info->meta.find(key);
+    if (it == info->meta.end() || (named && std::string(key) == "rank_guess")) continue;
     auto rank = parseInteger(it->second, 0, kMaxRank);
-    if (!rank) return notAStore(path, "meta.rank is not a rank number");
+    if (!rank) return notAStore(path, std::string("meta.") + key + " is not a rank number");
     info->rank = static_cast<int>(*rank);
   }
   // A store copied or renamed to another rank's name would be read as that rank.
-  auto named = rankOfStoreName(std::filesystem::path(path).filename().string());
   if (named && *named != info->rank) {
     return Status::Error(path + ": its meta.rank is " + std::to_string(info->rank) + ", but the file is named for rank " +
                          std::to_string(*named) + "; a store was renamed or copied: give it back its name " +

@@ -349,7 +349,7 @@ static void countTalliesWithoutStore(const std::vector<std::string>& dirs, RunDa
     for (const auto& [rank, tally] : callTallyPaths(dir)) {
       // An unrecorded rank's calls are said with its reason (store/run_dir.h), not as a death.
       if (stored.count(rank) || run->unrecorded.count(rank)) continue;
-      run->calls_begun_without_store += tallyOf(tally, rank, 0, 0, &run->damage).value_or(0);
+      run->calls_begun_without_store += tallyOf(processFileBehind(tally), rank, 0, 0, &run->damage).value_or(0);
     }
   }
 }
@@ -416,7 +416,7 @@ StatusOr<RunData> loadRun(const RunDirs& dirs, RunScope scope) {
                            ": rows were deleted or lost, and what is counted is what is there");
     }
     auto dropped = parseInteger(info.meta.count("dropped_rows") ? info.meta.at("dropped_rows") : "0", 0, INT64_MAX / 4);
-    info.calls_begun = tallyOf((std::filesystem::path(path).parent_path() / callTallyName(info.rank)).string(), info.rank,
+    info.calls_begun = tallyOf(callTallyPathOf(path, info.rank), info.rank,
                                info.calls_stored, dropped.value_or(0), &run.damage);
     run.ranks.push_back(std::move(info));
   }

@@ -6,11 +6,13 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <string_view>
 #include <tuple>
 
 #include "base/numbers.h"
 #include "store/run_file.h"
+#include "store/sqlite_db.h"
 #include "store/small_file.h"
 
 namespace nanprov {
@@ -31,7 +33,7 @@ std::string newRunDirName(const std::string& root) {
 
 namespace {
 
-constexpr std::string_view kRankPrefix = "rank-", kStoreSuffix = ".sqlite", kTallySuffix = ".tally",
+constexpr std::string_view kRankPrefix = "rank-", kProcessPrefix = "process-", kStoreSuffix = ".sqlite", kTallySuffix = ".tally",
                            kAuditProgressSuffix = ".audit-progress", kUnrecordedSuffix = ".unrecorded",
                            kWorkerCallsSuffix = ".worker-calls";
 
@@ -77,9 +79,31 @@ bool holdsDatabase(const fs::path& path) {
   return in.read(head, sizeof head) && std::equal(head, head + sizeof head, kHeader);
 }
 
+// "process-<pid>.sqlite": a store made before its process knew its rank.
+bool namedForProcess(const std::string& name) {
+  if (!name.starts_with(kProcessPrefix) || !name.ends_with(kStoreSuffix)) return false;
+  std::string digits = name.substr(kProcessPrefix.size(), name.size() - kProcessPrefix.size() - kStoreSuffix.size());
+  auto pid = parseInteger(digits, 1, INT32_MAX);
+  return pid && std::to_string(*pid) == digits;
+}
+
+// The rank a process store's meta gives: the rank its process learnt, else the environment's
+// guess it started with. nullopt when it says neither or cannot be read.
+std::optional<int> rankInProcessStore(const fs::path& path) {
+  auto db = sqlite::open(path.string(), sqlite::Mode::kReadOnly);
+  if (!db.ok()) return std::nullopt;
+  auto meta = sqlite::prepare(db->get(), "SELECT value FROM meta WHERE key IN ('rank', 'rank_guess') ORDER BY key = 'rank' DESC LIMIT 1");
+  if (!meta.ok() || sqlite3_step(meta->get()) != SQLITE_ROW) return std::nullopt;
+  const unsigned char* text = sqlite3_column_text(meta->get(), 0);
+  auto rank = parseInteger(text ? reinterpret_cast<const char*>(text) : "", 0, kMaxRank);
+  return rank ? std::optional<int>(static_cast<int>(*rank)) : std::nullopt;
+}
+
 }  // namespace
 
 std::string rankStoreName(int rank) { return rankFileName(rank, kStoreSuffix); }
+std::string processStoreName(int pid) { return std::string(kProcessPrefix) + std::to_string(pid) + std::string(kStoreSuffix); }
+std::string processTallyName(int pid) { return std::string(kProcessPrefix) + std::to_string(pid) + std::string(kTallySuffix); }
 std::string callTallyName(int rank) { return rankFileName(rank, kTallySuffix); }
 std::string auditProgressName(int rank) { return rankFileName(rank, kAuditProgressSuffix); }
 std::string workerCallsName(int rank) { return rankFileName(rank, kWorkerCallsSuffix); }
@@ -119,10 +143,29 @@ std::map<int, std::string> rankFiles(const std::string& dir, std::string_view su
 std::map<int, std::string> callTallyPaths(const std::string& dir) { return rankFiles(dir, kTallySuffix); }
 std::map<int, std::string> workerCallPaths(const std::string& dir) { return rankFiles(dir, kWorkerCallsSuffix); }
 
+std::string processFileBehind(const std::string& path) {
+  const fs::path link(path);
+  std::error_code ec;
+  if (!fs::is_symlink(fs::symlink_status(link, ec))) return path;
+  const std::string target = fs::read_symlink(link, ec).filename().string();
+  return !ec && target.starts_with(kProcessPrefix) ? (link.parent_path() / target).string() : path;
+}
+
+std::string callTallyPathOf(const std::string& store_path, int rank) {
+  const fs::path store(processFileBehind(store_path));
+  std::string name = store.filename().string();
+  if (namedForProcess(name)) {
+    name.replace(name.size() - kStoreSuffix.size(), kStoreSuffix.size(), kTallySuffix);
+    return (store.parent_path() / name).string();
+  }
+  return (store.parent_path() / callTallyName(rank)).string();
+}
+
 bool holdsRankStores(const std::string& dir) {
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    if (namedLikeStore(entry.path().filename().string())) return true;
+    const std::string name = entry.path().filename().string();
+    if (namedLikeStore(name) || namedForProcess(name)) return true;
   }
   return false;
 }
@@ -136,9 +179,18 @@ StatusOr<std::vector<std::string>> rankStorePaths(const RunDirs& dirs) {
     if (ec) continue;
     const std::map<int, std::string> unrecorded = unrecordedRanks(dir);
     std::map<int, std::string> here;
+    std::set<std::string> linked;         // process stores a rank's name links to
+    std::vector<fs::path> process_stores;  // every process store, linked or not
     for (const auto& entry : it) {
       std::string name = entry.path().filename().string();
+      if (namedForProcess(name)) {
+        std::error_code type_ec;
+        if (entry.is_regular_file(type_ec)) process_stores.push_back(entry.path());
+        continue;
+      }
       if (!namedLikeStore(name)) continue;
+      std::error_code link_ec;
+      if (fs::is_symlink(entry.symlink_status(link_ec))) linked.insert(fs::read_symlink(entry.path(), link_ec).filename().string());
       std::string path = entry.path().string();
       if (std::string what = notRegularFile(entry.path()); !what.empty()) {
         return Status::Error(path + " is " + what + ", not a store file; remove it (nanprov writes regular files)");
@@ -152,6 +204,13 @@ StatusOr<std::vector<std::string>> rankStorePaths(const RunDirs& dirs) {
       // it is no database at all it is nobody's store, and the rank is read as unrecorded.
       if (unrecorded.count(*rank) && !holdsDatabase(entry.path())) continue;
       here.emplace(*rank, path);
+    }
+    // A process that died before it learnt its rank left its store under its own name: read it as
+    // the rank its meta gives, unless a store of that rank is here (the one that holds it).
+    std::sort(process_stores.begin(), process_stores.end());
+    for (const fs::path& store : process_stores) {
+      if (linked.count(store.filename().string())) continue;
+      if (auto rank = rankInProcessStore(store)) here.emplace(*rank, store.string());
     }
     for (auto& [rank, path] : here) {
       auto [slot, fresh] = found.emplace(rank, path);

@@ -37,6 +37,13 @@ StatusOr<std::vector<std::string>> runsNewestFirst(const std::string& root);
 StatusOr<std::string> resolveRunDir(const std::string& given);
 
 std::string rankStoreName(int rank);  // "rank-<r>.sqlite"
+// A process that records before it knows its rank (before its process group is up) writes
+// "process-<pid>.sqlite" and "process-<pid>.tally". Once the rank is known the rank's names link
+// to them ("rank-<r>.sqlite" → "process-<pid>.sqlite"), and at its exit the files take those names.
+// A store left under its process name (the process died before it learnt its rank) is read by
+// the rank its meta gives (rank, else rank_guess), when no other store holds that rank.
+std::string processStoreName(int pid);
+std::string processTallyName(int pid);
 std::string callTallyName(int rank);  // "rank-<r>.tally" (store/mapped_counters.h)
 std::string auditProgressName(int rank);  // "rank-<r>.audit-progress" (store/mapped_counters.h)
 // "rank-<r>.worker-calls" (store/mapped_counters.h, 1 counter): the attention calls the rank's
@@ -63,6 +70,13 @@ StatusOr<std::vector<std::string>> rankStorePaths(const RunDirs& dirs);
 
 // The rank a store's file name claims (rank-<r>.sqlite), or nullopt when it is not so named.
 std::optional<int> rankOfStoreName(const std::string& filename);
+
+// The call tally beside a store: a process's own (process-<pid>.tally) for a store written under
+// its process's name, or linked to one; else its rank's. Readers open tallies without following
+// links, so a linked rank's tally is read through the process's name.
+std::string callTallyPathOf(const std::string& store_path, int rank);
+// The process's file a rank's name links to (process-<pid>.*, beside it); else `path` itself.
+std::string processFileBehind(const std::string& path);
 
 // The call tallies in `dir` (regular files named rank-<r>.tally): rank → path.
 std::map<int, std::string> callTallyPaths(const std::string& dir);

@@ -189,8 +189,9 @@ struct PendingRows {
   std::vector<ModuleCheckRecord> module_checks;
   std::vector<StepRow> steps;
   std::map<std::string, std::string> meta;
+  std::optional<int> rank;  // the rank the process learnt (StoreWriter::setRank)
 
-  bool empty() const { return rows() == 0; }
+  bool empty() const { return rows() == 0 && !rank; }
   size_t rows() const {
     return calls.size() + kernels.size() + captures.size() + sentinel.size() + module_checks.size() + steps.size() +
            meta.size();
@@ -204,6 +205,7 @@ struct StoreWriter::Impl {
   Statements statements;
   Interned interned;
   int64_t calls_written = 0;
+  int rank = -1;  // once set, every call's row carries it: events made before may carry a guess
 
   // Checked calls from the training threads, taken without a lock; `accepting` turns false at close.
   BoundedQueue<CallEvent> queued{kQueuedCalls};
@@ -231,7 +233,15 @@ struct StoreWriter::Impl {
     if (batch.empty()) return Status::Ok();
     sqlite::Transaction tx(db.get());
     NANPROV_RETURN_IF_ERROR(tx.begin());
-    for (const CallEvent& c : batch.calls) NANPROV_RETURN_IF_ERROR(insertCall(db.get(), statements, interned, c.record()));
+    if (batch.rank) {
+      NANPROV_RETURN_IF_ERROR(sqlite::exec(db.get(), "UPDATE calls SET rank = " + std::to_string(*batch.rank)));
+      rank = *batch.rank;
+    }
+    for (const CallEvent& c : batch.calls) {
+      CallRecord record = c.record();
+      if (rank >= 0) record.rank = rank;
+      NANPROV_RETURN_IF_ERROR(insertCall(db.get(), statements, interned, record));
+    }
     if (!batch.calls.empty()) {
       // A running total, so readers need no scan to say how many calls were checked.
       NANPROV_RETURN_IF_ERROR(insertMeta(db.get(), statements, "calls_written",
@@ -407,6 +417,11 @@ void StoreWriter::appendCapture(CaptureRecord capture) {
     impl_->flush_requested = true;  // rare, and a user waits for it
   }
   impl_->wake.notify_one();
+}
+
+void StoreWriter::setRank(int rank) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  if (impl_->state == Impl::State::kActive) impl_->pending.rank = rank;
 }
 
 void StoreWriter::setMeta(const std::string& key, const std::string& value) {

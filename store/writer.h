@@ -33,6 +33,9 @@ class StoreWriter {
   void appendModuleChecks(std::vector<ModuleCheckRecord> checks);
   // Written with the next batch; a later value for the same key replaces it.
   void setMeta(const std::string& key, const std::string& value);
+  // The rank the process learnt after its store was made: the rows written so far, and every
+  // call's row from now on, carry it (with the next batch).
+  void setRank(int rank);
   void stepEnded(int64_t step, int64_t end_ns);
   void requestFlush();
 

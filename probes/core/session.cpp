@@ -29,31 +29,6 @@ void disableInForkedChild() {
 
 }  // namespace
 
-// RANK where the launcher set it (torchrun, accelerate, deepspeed). Lightning's own launcher
-// starts local ranks 1..N-1 with LOCAL_RANK, NODE_RANK and WORLD_SIZE only, and passes the global
-// rank to init_process_group itself: the rank is then NODE_RANK x LOCAL_WORLD_SIZE + LOCAL_RANK
-// where the processes per node are known, and LOCAL_RANK on node 0. On another node, without
-// them, the local rank stands in, said once: two nodes' stores would then claim one rank.
-RankEnv rankFromEnvironment() {
-  RankEnv env;
-  env.world_size = static_cast<int>(envInteger("WORLD_SIZE", 1, 1));
-  const int64_t local = envInteger("LOCAL_RANK", -1, 0);
-  const int64_t global = envInteger("RANK", -1, 0);
-  if (global >= 0 || local < 0) {
-    env.rank = static_cast<int>(std::max<int64_t>(global, 0));
-  } else {
-    const int64_t node = envInteger("NODE_RANK", envInteger("GROUP_RANK", 0, 0), 0);
-    const int64_t per_node = envInteger("LOCAL_WORLD_SIZE", 0, 1);
-    env.rank = static_cast<int>(per_node > 0 ? node * per_node + local : local);
-    if (node > 0 && per_node == 0) {
-      logOnce("rank", "RANK is not set on node " + std::to_string(node) + ": this process is recorded as rank " +
-                          std::to_string(local) + " (its LOCAL_RANK); set RANK or LOCAL_WORLD_SIZE for its global rank");
-    }
-  }
-  env.local_rank = static_cast<int>(local >= 0 ? local : env.rank);
-  return env;
-}
-
 void logOnce(const std::string& key, const std::string& message) {
   static std::mutex mu;
   static auto* seen = new std::set<std::string>();
@@ -82,6 +57,7 @@ Status Session::start() {
   }
   run_dir_ = dir;
   env_ = rankFromEnvironment();
+  rank_ = env_.rank;
   // --trail: in the store's meta from its creation, so a run whose modules all ran compiled (no
   // module checked) still reads as one that asked for the trail.
   if (const char* trail = std::getenv("NANPROV_TRAIL"); trail && std::string(trail) == "1") trail_ = true;
@@ -102,7 +78,7 @@ Status Session::start() {
   if (plan->audit.on) {
     // The judge in `nanprov run` counts what it judged of this rank's audit captures here; the
     // rotation paces itself by it (probes/core/capture_policy.h).
-    auto counters = MappedCounters::open((std::filesystem::path(run_dir_) / auditProgressName(env_.rank)).string(),
+    auto counters = MappedCounters::open((std::filesystem::path(run_dir_) / auditProgressName(rank())).string(),
                                          kAuditProgressSlots);
     if (counters.ok()) {
       std::shared_ptr<MappedCounters> shared = std::move(*counters);
@@ -123,23 +99,29 @@ StoreWriter* Session::writer() {
   if (inWorker()) return nullptr;  // a DataLoader worker never takes its rank's store
   std::lock_guard<std::mutex> lock(writer_mu_);
   if (writer_ || writer_failed_) return writer_.get();
-  // The environment again, as the store is made: Lightning's launcher sets WORLD_SIZE and
-  // LOCAL_RANK in its own process (rank 0) only after torch was imported, when the session began.
-  // The rank stays what named the tally; the world size and local rank follow when it agrees.
-  if (const RankEnv now = rankFromEnvironment(); now.rank == env_.rank) {
-    env_.world_size = now.world_size;
-    env_.local_rank = now.local_rank;
+  const RankSource source = rank_source_.load();
+  if (source == RankSource::kGuess) {
+    // The environment again, as the store is made: Lightning's launcher sets WORLD_SIZE and
+    // LOCAL_RANK in its own process only after torch was imported, when the session began.
+    env_ = rankFromEnvironment();
+    rank_ = env_.rank;
   }
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
   std::map<std::string, std::string> meta = {
-      {"rank", std::to_string(env_.rank)},
-      {"local_rank", std::to_string(env_.local_rank)},
-      {"world_size", std::to_string(env_.world_size)},
       {"host", host},
       {"pid", std::to_string(getpid())},
       {"started_ns", std::to_string(wallClockNs())},
   };
+  // Before its rank is known the process writes under its own name, with the guess beside.
+  if (source == RankSource::kGuess) {
+    meta["rank_guess"] = std::to_string(rank());
+  } else {
+    meta["rank"] = std::to_string(rank());
+    meta["rank_source"] = rankSourceName(source);
+  }
+  meta["local_rank"] = std::to_string(env_.local_rank);
+  meta["world_size"] = std::to_string(env_.world_size);
   meta.merge(pending_meta_);  // what was said before there was a store (the keys above win)
   pending_meta_.clear();
   // Which job the rank belongs to, for readers given one run directory per node: the launcher's
@@ -151,7 +133,7 @@ StoreWriter* Session::writer() {
     meta["master"] = std::string(master_addr) + ":" + master_port;
   }
   if (trail_) meta["trail"] = "1";
-  std::string path = (std::filesystem::path(run_dir_) / rankStoreName(env_.rank)).string();
+  std::string path = (std::filesystem::path(run_dir_) / ownName(rankStoreName(rank()), processStoreName(getpid()))).string();
   auto opened = StoreWriter::open(path, meta);
   if (!opened.ok()) {
     writer_failed_ = true;
@@ -159,21 +141,65 @@ StoreWriter* Session::writer() {
     return nullptr;
   }
   writer_ = std::move(*opened);
+  if (source == RankSource::kGuess) store_link_ = RankLink(run_dir_, processStoreName(getpid()));
   open_writer_.store(writer_.get(), std::memory_order_release);
   return writer_.get();
+}
+
+// The rank's name when the rank is known, else the process's own.
+std::string Session::ownName(const std::string& rank_name, const std::string& process_name) const {
+  return rank_source_.load() == RankSource::kGuess ? process_name : rank_name;
+}
+
+void Session::learnRank(int rank, int world_size, int local_rank) {
+  if (!active() || inWorker() || rank < 0 || world_size < 1 || rank >= world_size) return;
+  std::lock_guard<std::mutex> lock(writer_mu_);
+  if (rank_source_.load() == RankSource::kProcessGroup) return;
+  rank_ = rank;
+  env_.world_size = world_size;
+  if (local_rank >= 0) env_.local_rank = local_rank;
+  else if (!env_.said) env_.local_rank = rank;  // spawned on one host (torch.multiprocessing.spawn)
+  rank_source_ = RankSource::kProcessGroup;
+  claimRank();
+}
+
+void Session::settleRank() {
+  std::lock_guard<std::mutex> lock(writer_mu_);
+  if (rank_source_.load() != RankSource::kGuess) return;
+  rank_source_ = RankSource::kSettled;
+  claimRank();
+}
+
+void Session::claimRank() {
+  if (!writer_ && !tally_.load()) return;  // nothing made yet: the files take the rank's names
+  const int rank = rank_.load();
+  if (writer_) {
+    writer_->setRank(rank);
+    writer_->setMeta("rank", std::to_string(rank));
+    writer_->setMeta("rank_source", rankSourceName(rank_source_.load()));
+    writer_->setMeta("world_size", std::to_string(env_.world_size));
+    writer_->setMeta("local_rank", std::to_string(env_.local_rank));
+  }
+  for (auto [link, name] : {std::pair{&store_link_, rankStoreName(rank)}, std::pair{&tally_link_, callTallyName(rank)}}) {
+    if (link->processName().empty()) continue;
+    if (Status st = link->link(name); !st.ok()) {
+      storeRefused(st.message() + "; this process's records stay in " + link->processName());
+      return;
+    }
+  }
 }
 
 // Said once and loudly: a rank that trains unrecorded leaves a hole in the run that a quiet line
 // in a busy log would hide. The note beside the stores lets the report name the rank and why.
 void Session::storeRefused(const std::string& why) {
-  const std::string rank = std::to_string(env_.rank);
+  const std::string number = std::to_string(rank());
   std::fprintf(stderr,
                "nanprov: ==================================================================\n"
                "nanprov: RANK %s IS NOT RECORDED: cannot write its store; training continues unrecorded\n"
                "nanprov:   %s\n"
                "nanprov: ==================================================================\n",
-               rank.c_str(), why.c_str());
-  std::ofstream note(std::filesystem::path(run_dir_) / unrecordedNoteName(env_.rank), std::ios::trunc);
+               number.c_str(), why.c_str());
+  std::ofstream note(std::filesystem::path(run_dir_) / unrecordedNoteName(rank()), std::ios::trunc);
   note << "pid " << getpid() << ": " << why << "\n";
 }
 
@@ -184,8 +210,12 @@ void Session::callBegun(int64_t n) {
     std::lock_guard<std::mutex> lock(writer_mu_);
     tally = tally_.load(std::memory_order_acquire);
     if (!tally) {
-      auto opened = MappedCounters::open((std::filesystem::path(run_dir_) / callTallyName(env_.rank)).string());
-      if (opened.ok()) tally_.store(tally = opened->release(), std::memory_order_release);
+      const std::string name = ownName(callTallyName(rank()), processTallyName(getpid()));
+      auto opened = MappedCounters::open((std::filesystem::path(run_dir_) / name).string());
+      if (opened.ok()) {
+        if (rank_source_.load() == RankSource::kGuess) tally_link_ = RankLink(run_dir_, name);
+        tally_.store(tally = opened->release(), std::memory_order_release);
+      }
       else if (!tally_failed_.exchange(true)) logOnce("tally", "calls not tallied: " + opened.status().message());
     }
   }
@@ -209,7 +239,7 @@ void Session::countWorkerCall(int64_t n) {
   if (!inWorker() || run_dir_.empty() || worker_calls_failed_.load(std::memory_order_relaxed)) return;
   MappedCounters* counter = worker_calls_.load(std::memory_order_acquire);
   if (!counter) {
-    auto opened = MappedCounters::open((std::filesystem::path(run_dir_) / workerCallsName(env_.rank)).string());
+    auto opened = MappedCounters::open((std::filesystem::path(run_dir_) / workerCallsName(rank())).string());
     if (!opened.ok()) {
       // Not counted, and not tried again on every call (no log: a forked child may hold no lock).
       worker_calls_failed_.store(true, std::memory_order_relaxed);
@@ -229,25 +259,25 @@ void Session::record(const CallEvent& call) {
 
 void Session::recordKernels(std::vector<KernelRecord> kernels) {
   if (!active() || kernels.empty()) return;
-  for (KernelRecord& k : kernels) k.rank = env_.rank;
+  for (KernelRecord& k : kernels) k.rank = rank();
   if (StoreWriter* w = writer()) w->appendKernels(std::move(kernels));
 }
 
 void Session::recordCapture(CaptureRecord capture) {
   if (!active()) return;
-  capture.rank = env_.rank;
+  capture.rank = rank();
   if (StoreWriter* w = writer()) w->appendCapture(std::move(capture));
 }
 
 void Session::recordSentinel(std::vector<SentinelRecord> findings) {
   if (!active() || findings.empty()) return;
-  for (SentinelRecord& f : findings) f.rank = env_.rank;
+  for (SentinelRecord& f : findings) f.rank = rank();
   if (StoreWriter* w = writer()) w->appendSentinel(std::move(findings));
 }
 
 void Session::recordModuleChecks(std::vector<ModuleCheckRecord> checks) {
   if (!active() || checks.empty()) return;
-  for (ModuleCheckRecord& m : checks) m.rank = env_.rank;
+  for (ModuleCheckRecord& m : checks) m.rank = rank();
   if (StoreWriter* w = writer()) w->appendModuleChecks(std::move(checks));
 }
 
@@ -260,7 +290,10 @@ void Session::setMeta(const std::string& key, const std::string& value) {
 }
 
 void Session::stepEnded(int64_t optimizer_steps) {
-  if (!active() || !identity_.stepEnded(optimizer_steps)) return;
+  if (!active()) return;
+  // A process that trained a step with no process group has none: its guess is its rank.
+  if (rank_source_.load(std::memory_order_relaxed) == RankSource::kGuess && !inWorker()) settleRank();
+  if (!identity_.stepEnded(optimizer_steps)) return;
   stepBegan(identity_.step());
 }
 
@@ -322,6 +355,7 @@ void Session::finalize(bool collect) {
     identity_.runEnded();
     countUnseenBackwards();
   }
+  if (owner && !inWorker()) settleRank();  // a process with no group is its guess: rank 0 of 1 alone
   if (owner) writeCounters();
   State expected = State::kActive;
   if (!state_.compare_exchange_strong(expected, State::kFinalized)) return;
@@ -342,6 +376,10 @@ void Session::finalize(bool collect) {
   }
   Status st = writer->close();
   if (!st.ok()) logOnce("close", "store closed with an error: " + st.message());
+  // Closed, the store is one self-contained file: it takes its rank's name for good.
+  std::lock_guard<std::mutex> lock(writer_mu_);
+  store_link_.adopt();
+  tally_link_.adopt();
 }
 
 std::string Session::modulePath() const {

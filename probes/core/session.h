@@ -18,6 +18,7 @@
 #include "probes/core/call_identity.h"
 #include "probes/core/capture_policy.h"
 #include "probes/core/injection.h"
+#include "probes/core/process_rank.h"
 #include "base/records/call_event.h"
 #include "base/records/call_record.h"
 #include "base/status.h"
@@ -27,10 +28,6 @@ namespace nanprov {
 class MappedCounters;
 class StoreWriter;
 
-struct RankEnv {
-  int rank = 0, local_rank = 0, world_size = 1;
-};
-RankEnv rankFromEnvironment();
 
 class Session {
  public:
@@ -51,7 +48,12 @@ class Session {
   CallIdentity& identity() { return identity_; }
   const std::vector<InjectionSpec>& injections() const { return injections_; }
   CapturePolicy& capturePolicy() { return capture_policy_; }
-  int rank() const { return env_.rank; }
+  // The rank calls are named under: the process group's once known, the environment's guess before.
+  int rank() const { return rank_.load(std::memory_order_relaxed); }
+  // The default process group came up (the bootstrap saw it): this process is `rank` of
+  // `world_size`, `local_rank` on its node (-1: unknown, the guess stands). What was recorded
+  // before becomes that rank's (process_rank.h). Later reports of the same rank are no-ops.
+  void learnRank(int rank, int world_size, int local_rank);
   const std::string& runDir() const { return run_dir_; }
 
   // Queues a call for the store, as its maker left it (rank and health set: recordFor and
@@ -112,6 +114,11 @@ class Session {
   enum class State { kUninitialized, kActive, kFinalized };
   StoreWriter* writer();  // nullptr when the store cannot be written; creates it on first use
   void storeRefused(const std::string& why);
+  // A process with no group keeps the environment's guess, from its first optimizer step on (no
+  // training steps before its group is up) or its exit. Both take writer_mu_.
+  void settleRank();
+  void claimRank();  // links the rank's names to the files made under the process's (writer_mu_ held)
+  std::string ownName(const std::string& rank_name, const std::string& process_name) const;
   void writeCounters();
   void countUnseenBackwards();
 
@@ -121,7 +128,10 @@ class Session {
   std::string run_dir_;
   int owner_pid_ = 0;
   bool trail_ = false;  // NANPROV_TRAIL: written into the store's meta
-  RankEnv env_;
+  RankEnv env_;  // world size and local rank (writer_mu_); the rank is rank_
+  std::atomic<int> rank_{0};
+  std::atomic<RankSource> rank_source_{RankSource::kGuess};
+  RankLink store_link_, tally_link_;  // the rank's names for files made before it was known (writer_mu_)
   std::vector<InjectionSpec> injections_;
   CallIdentity identity_;
   CapturePolicy capture_policy_;

@@ -53,6 +53,12 @@ NANPROV_API void nanprov_graph_pool(int entering);
 // A fact about the process's attention stack, read once by the bootstrap at start (run_facts.h
 // names the keys): kept for the store's meta and every capture. Returns 0, or 1 for a key or value refused.
 NANPROV_API int nanprov_set_fact(const char* key, const char* value);
+// The default process group came up: this process is `rank` of `world_size`, `local_rank` on its
+// node (-1 when unknown). Its store and tally take that rank's names (probes/core/process_rank.h).
+NANPROV_API void nanprov_process_group(int rank, int world_size, int local_rank);
+// This rank's place in a DeviceMesh, as "dp=0,tp=1" (dimension names, or dim0, dim1...): kept in
+// the store's meta ("mesh").
+NANPROV_API void nanprov_mesh(const char* coordinates);
 // Final flush; called from the interpreter's exit. Later calls are no-ops.
 NANPROV_API void nanprov_shutdown(void);
 

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <future>
 #include <memory>
 #include <string>
@@ -170,6 +171,15 @@ void nanprov_graph_pool(int entering) { nanprov::GraphChecks::enterGraphPool(ent
 int nanprov_set_fact(const char* key, const char* value) {
   if (!key || !value) return 1;
   return nanprov::setRunFact(key, value) ? 0 : 1;
+}
+
+void nanprov_process_group(int rank, int world_size, int local_rank) {
+  nanprov::guarded("process group", [&] { nanprov::probes().session().learnRank(rank, world_size, local_rank); });
+}
+
+void nanprov_mesh(const char* coordinates) {
+  if (!coordinates || std::strlen(coordinates) > 512) return;
+  nanprov::guarded("device mesh", [&] { nanprov::probes().session().setMeta("mesh", coordinates); });
 }
 
 void nanprov_shutdown(void) {

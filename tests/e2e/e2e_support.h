@@ -178,6 +178,26 @@ inline void expectSentinelNamesTheRegulariser(const TrainedRun& r) {
   EXPECT_EQ(strings(s["gradients"]), std::vector<std::string>{"head.weight"});
 }
 
+// A multi-rank job's `nanprov run` output: no rank was refused its store or shared one.
+inline void expectEveryRankRecorded(const std::string& run_output) {
+  for (const char* banner : {"already exists", "cannot write the store", "NOT RECORDED", "were not stored"}) {
+    EXPECT_EQ(run_output.find(banner), std::string::npos) << banner << " in\n" << run_output;
+  }
+}
+
+// `report --json` of a job of `ranks` ranks, every one of them read; exit 1 (an edge) expected.
+inline json reportOfEveryRank(const fs::path& dir, int ranks) {
+  Result rep = sh(nanprov() + " report " + dir.string() + " --json");
+  EXPECT_EQ(rep.code, 1) << rep.out;
+  json doc = json::parse(rep.out, nullptr, false);
+  EXPECT_FALSE(doc.is_discarded()) << rep.out;
+  if (doc.is_discarded()) return json::object();
+  EXPECT_EQ(doc["summary"]["ranks"], ranks);
+  EXPECT_EQ(doc["world_size"], ranks);
+  EXPECT_EQ(doc["missing_ranks"], json::array());
+  return doc;
+}
+
 inline bool torchHasCuda() {
   static int have = sh(python() + " -c 'import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null").code == 0 ? 1 : 0;
   return have == 1;

@@ -1,16 +1,26 @@
-// Which rank a training process records as, from what its launcher put in the environment.
+// Which rank a training process guesses it is, from what its launcher put in the environment, until
+// its process group says (probes/core/process_rank.h); and how the rank's names link to what a
+// process wrote before it knew.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <map>
 #include <string>
 
-#include "probes/core/session.h"
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "probes/core/process_rank.h"
 
 namespace nanprov {
 namespace {
 
-const char* const kRankVariables[] = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "NODE_RANK", "GROUP_RANK", "LOCAL_WORLD_SIZE"};
+const char* const kRankVariables[] = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "NODE_RANK", "GROUP_RANK", "LOCAL_WORLD_SIZE",
+                                      "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS", "OMPI_COMM_WORLD_RANK",
+                                      "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE",
+                                      "MPI_LOCALRANKID"};
 
 // Sets exactly `vars` of the rank variables (the others unset), reads the rank, and puts back
 // what the test runner had.
@@ -32,6 +42,19 @@ TEST(RankEnvironment, AProcessNoLauncherStartedIsRankZeroOfOne) {
   EXPECT_EQ(env.rank, 0);
   EXPECT_EQ(env.local_rank, 0);
   EXPECT_EQ(env.world_size, 1);
+  EXPECT_FALSE(env.said);
+}
+
+// srun starts tasks with Slurm's variables only; torchrun's RANK wins where both are set (torchrun
+// inside an allocation).
+TEST(RankEnvironment, SlurmTasksGuessTheirRankFromSlurm) {
+  RankEnv env = rankWith({{"SLURM_PROCID", "3"}, {"SLURM_LOCALID", "1"}, {"SLURM_NTASKS", "4"}});
+  EXPECT_EQ(env.rank, 3);
+  EXPECT_EQ(env.local_rank, 1);
+  EXPECT_EQ(env.world_size, 4);
+  EXPECT_TRUE(env.said);
+  EXPECT_EQ(rankWith({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}, {"RANK", "6"}, {"WORLD_SIZE", "8"}}).rank, 6);
+  EXPECT_EQ(rankWith({{"OMPI_COMM_WORLD_RANK", "2"}, {"OMPI_COMM_WORLD_SIZE", "3"}}).rank, 2);
 }
 
 TEST(RankEnvironment, TorchrunsRankWins) {
@@ -54,7 +77,7 @@ TEST(RankEnvironment, ANodesWorkersCountFromTheNodesFirstRankWhenItsSizeIsKnown)
   EXPECT_EQ(rankWith({{"LOCAL_RANK", "1"}, {"GROUP_RANK", "2"}, {"LOCAL_WORLD_SIZE", "2"}}).rank, 5);
 }
 
-// Another node without its processes-per-node: the local rank stands in (and nanprov says so).
+// Another node without its processes-per-node: the local rank stands in until the group says.
 TEST(RankEnvironment, AnotherNodeWithoutItsSizeFallsBackToTheLocalRank) {
   RankEnv env = rankWith({{"LOCAL_RANK", "1"}, {"NODE_RANK", "1"}, {"WORLD_SIZE", "4"}});
   EXPECT_EQ(env.rank, 1);
@@ -72,6 +95,45 @@ TEST(RankEnvironment, GarbageFallsBackInsteadOfANegativeRank) {
   EXPECT_EQ(env.rank, 0);
   EXPECT_EQ(env.local_rank, 0);
   EXPECT_EQ(env.world_size, 1);
+}
+
+// A run directory of its own under the test's temporary folder.
+std::filesystem::path freshDir(const char* name) {
+  auto dir = std::filesystem::temp_directory_path() / (std::string("nanprov-rank-link-") + name + "-" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+TEST(RankLink, TheRanksNameLinksToTheProcessesFileAndTakesItAtExit) {
+  auto dir = freshDir("adopt");
+  std::ofstream(dir / "process-7.sqlite") << "rows";
+  RankLink link(dir.string(), "process-7.sqlite");
+  ASSERT_TRUE(link.link("rank-1.sqlite").ok());
+  EXPECT_EQ(std::filesystem::read_symlink(dir / "rank-1.sqlite"), "process-7.sqlite") << "relative: the run may move";
+  // A later rank (a group that came up after the guess settled) moves the link.
+  ASSERT_TRUE(link.link("rank-2.sqlite").ok());
+  EXPECT_FALSE(std::filesystem::exists(std::filesystem::symlink_status(dir / "rank-1.sqlite")));
+  link.adopt();
+  EXPECT_TRUE(std::filesystem::is_regular_file(std::filesystem::symlink_status(dir / "rank-2.sqlite")));
+  EXPECT_FALSE(std::filesystem::exists(dir / "process-7.sqlite"));
+  std::filesystem::remove_all(dir);
+}
+
+// Two processes never share a rank's name: the second is refused and keeps its own file.
+TEST(RankLink, ASecondProcessClaimingTheRankIsRefused) {
+  auto dir = freshDir("taken");
+  std::ofstream(dir / "process-7.sqlite") << "first";
+  std::ofstream(dir / "process-8.sqlite") << "second";
+  ASSERT_TRUE(RankLink(dir.string(), "process-7.sqlite").link("rank-0.sqlite").ok());
+  RankLink second(dir.string(), "process-8.sqlite");
+  Status st = second.link("rank-0.sqlite");
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("another process of this run holds this rank"), std::string::npos) << st.message();
+  second.adopt();  // not linked: nothing moves
+  EXPECT_EQ(std::filesystem::read_symlink(dir / "rank-0.sqlite"), "process-7.sqlite");
+  EXPECT_TRUE(std::filesystem::exists(dir / "process-8.sqlite"));
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -92,6 +92,34 @@ TEST(RunReader, MergesRanksInStepAndTimeOrder) {
   EXPECT_EQ(run->calls[1].rank, 1);
 }
 
+// A process killed before it learnt its rank left its store under its own name: it is read as the
+// rank its meta guessed, unless another store holds that rank; a store the rank's name links to
+// is read once.
+TEST(RunReader, AStoreLeftUnderItsProcessNameIsReadAsItsGuessedRank) {
+  fs::path dir = freshDir("process-store");
+  writeStore(dir, 0, 2);
+  for (auto [pid, guess] : {std::pair{41, 1}, std::pair{42, 0}}) {
+    auto w = StoreWriter::open((dir / processStoreName(pid)).string(), {{"rank_guess", std::to_string(guess)}});
+    ASSERT_TRUE(w.ok());
+    CallRecord c;
+    c.op = "op";
+    c.backend = "flash_cpu";
+    (*w)->append(c);
+    (*w)->setRank(guess);
+    ASSERT_TRUE((*w)->close().ok());
+  }
+  auto run = loadRun(dir.string());
+  ASSERT_TRUE(run.ok()) << run.status().message();
+  ASSERT_EQ(run->ranks.size(), 2u) << "rank 0's own store, and process 41's as rank 1; process 42's rank is held";
+  EXPECT_EQ(run->ranks[1].rank, 1);
+  EXPECT_EQ(run->calls.size(), 3u);
+  fs::create_symlink(processStoreName(41), dir / rankStoreName(1));
+  auto linked = loadRun(dir.string());
+  ASSERT_TRUE(linked.ok()) << linked.status().message();
+  EXPECT_EQ(linked->ranks.size(), 2u);
+  EXPECT_EQ(linked->calls.size(), 3u);
+}
+
 TEST(RunReader, SqlSeesAllRanksAndRefusesWrites) {
   fs::path dir = freshDir("sql");
   writeStore(dir, 0, 2);

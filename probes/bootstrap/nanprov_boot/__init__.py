@@ -10,13 +10,16 @@ import os
 import sys
 
 from . import (compiled_graphs, compiled_flex, cuda_graphs, dataloader_workers, eager_flex, ffpa_probes, flash_attn_probes,
-               launchers, module_paths, module_probes, op_probes, optimizer_steps, plain_softmax, probe_library, run_facts,
-               trail)
+               launchers, module_paths, module_probes, op_probes, optimizer_steps, plain_softmax, probe_library,
+               process_group, run_facts, trail)
 from .import_watcher import ImportWatcher
 
 
 def _say(message):
     sys.stderr.write(f"nanprov: {message}\n")
+
+
+_group_rank = []  # the rank the process group gave, once it came up
 
 
 def _report(status, detail=""):
@@ -25,8 +28,8 @@ def _report(status, detail=""):
         folder = os.path.join(os.environ["NANPROV_RUN_DIR"], "processes")
         os.makedirs(folder, exist_ok=True)
         with open(os.path.join(folder, f"{os.getpid()}.json"), "w") as f:
-            rank = os.environ.get("RANK")
-            json.dump({"pid": os.getpid(), "rank": int(rank) if rank else None,
+            rank = _group_rank[0] if _group_rank else os.environ.get("RANK")
+            json.dump({"pid": os.getpid(), "rank": int(rank) if rank is not None and rank != "" else None,
                        "status": status, "detail": detail, "argv": sys.argv}, f)
     except Exception:
         pass
@@ -67,11 +70,12 @@ def _load(torch):
             _report("probe-error", message)
             return
         _guarded("DataLoader workers", lambda: dataloader_workers.install(torch, lib))
+        before_step = _learn_rank(torch, lib)
         _guarded("CUDA graphs", lambda: cuda_graphs.install(torch, lib))
         _watcher.watch("torch._inductor.cudagraph_trees",
                        lambda m: _guarded("cudagraph trees", lambda: cuda_graphs.watch_cudagraph_trees(m, lib)))
         modules = module_paths.ModulePaths(torch)
-        optimizer_steps.watch(lib, torch, modules, _say)
+        optimizer_steps.watch(lib, torch, modules, _say, before_step)
         resolver = module_paths.install_resolver(lib, modules)
         if os.environ.get("NANPROV_COMPILED_PATHS", "1") != "0":
             _watcher.watch("torch._dynamo.output_graph", lambda m: compiled_graphs.watch(lib, torch, m, modules))
@@ -94,6 +98,26 @@ def _load(torch):
     except Exception as exc:
         _say(f"probes not loaded, training continues uninstrumented: {exc}")
         _report("probe-error", str(exc))
+
+
+def _learn_rank(torch, lib):
+    """The check the optimizer runs before each step until the process group is known."""
+    failed = []
+
+    def fail(exc):
+        if not failed:
+            failed.append(exc)
+            _say(f"the process group's rank is not read ({type(exc).__name__}: {exc}); the environment's names this process")
+
+    def on_rank(rank):
+        _group_rank[:] = [rank]
+        _report("instrumented")
+
+    try:
+        return process_group.install(torch, lib, on_rank, fail)
+    except Exception as exc:
+        fail(exc)
+        return lambda: None
 
 
 def _close_store_before_os_exit(lib):

@@ -5,7 +5,7 @@ import sys
 import weakref
 
 
-def watch(lib, torch, modules, say):
+def watch(lib, torch, modules, say, before_step=lambda: None):
     """Step = the most steps any one optimizer has taken, so two optimizers do not count twice.
 
     After each optimizer step the gradient sentinel checks the gradients it applied and the
@@ -64,6 +64,7 @@ def watch(lib, torch, modules, say):
                     say(f"gradient sentinel failed, gradients are not checked: {exc}")
         if n > high[0]:
             high[0] = n
+            before_step()  # a process group made where nanprov did not see it: known before the step ends
             lib.nanprov_step(n)
 
     importlib.import_module("torch.optim.optimizer").register_optimizer_step_post_hook(after_step)

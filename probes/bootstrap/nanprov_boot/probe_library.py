@@ -26,6 +26,8 @@ SIGNATURES = {
     "nanprov_graph_reset": (None, [ctypes.c_longlong]),
     "nanprov_graph_pool": (None, [ctypes.c_int]),
     "nanprov_set_fact": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_char_p]),
+    "nanprov_process_group": (None, [ctypes.c_int, ctypes.c_int, ctypes.c_int]),
+    "nanprov_mesh": (None, [ctypes.c_char_p]),
     "nanprov_shutdown": (None, []),
 }
 

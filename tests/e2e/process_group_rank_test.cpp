@@ -1,0 +1,105 @@
+// End-to-end: the rank is the process group's, whatever launched the job (issue 47). Ranks train
+// DDP over gloo on the CPU, started the ways launchers that set no RANK start them: srun's task
+// variables, torch.multiprocessing.spawn, and a hand-written subprocess launcher
+// (tests/e2e/scripts/launch_ranks.py). Rank 1's batch at step 3 overflows its first attention
+// (tiny_transformer.py --glitch-rank 1); the ground truth is the script's own forward hooks
+// (--oracle), which read the rank from the process group too.
+#include <gtest/gtest.h>
+
+#include <regex>
+#include <set>
+
+#include "tests/e2e/e2e_support.h"
+
+namespace {
+using namespace e2e;
+
+const std::string kGloo = "GLOO_SOCKET_IFNAME=lo ";
+
+std::string launch(const std::string& mode, int ranks, const std::string& extra = "") {
+  return python() + " " + std::string(NANPROV_TEST_SCRIPTS) + "/launch_ranks.py " + mode + " " + std::to_string(ranks) +
+         " " + example("tiny_transformer.py") + " --steps 5 --glitch-step 3 --glitch-rank 1" + extra;
+}
+
+// Every rank recorded under its own name, by its own process, and none left under a process's.
+void expectOneStorePerRank(const fs::path& dir, int ranks) {
+  for (int r = 0; r < ranks; ++r) {
+    fs::path store = dir / ("rank-" + std::to_string(r) + ".sqlite");
+    EXPECT_TRUE(fs::is_regular_file(fs::symlink_status(store))) << store << " is not its rank's own file";
+  }
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    EXPECT_NE(entry.path().filename().string().rfind("process-", 0), 0u) << entry.path() << " left behind";
+  }
+  Result pids = sh(nanprov() + " sql " + dir.string() + " \"SELECT rank, value FROM meta WHERE key = 'pid'\" --json");
+  json rows = json::parse(pids.out, nullptr, false);
+  ASSERT_TRUE(rows.is_array()) << pids.out;
+  std::set<std::string> distinct;
+  for (const json& row : rows) distinct.insert(row["value"].get<std::string>());
+  EXPECT_EQ(distinct.size(), static_cast<size_t>(ranks)) << "one process per rank: " << pids.out;
+}
+
+void expectRankOneFound(const std::string& mode, int ranks) {
+  fs::path dir = runDir("launch-" + mode + "-" + std::to_string(ranks));
+  Result t = sh(kGloo + nanprov() + " run --out " + dir.string() + " -- " + launch(mode, ranks, " --oracle") + " 2>&1");
+  ASSERT_EQ(t.code, 1) << "the training exits 0; nanprov found the edge: " << t.out;
+  expectEveryRankRecorded(t.out);
+  std::smatch oracle;
+  ASSERT_TRUE(std::regex_search(t.out, oracle, std::regex("oracle: rank (\\d+) step (\\d+) module (\\S+)"))) << t.out;
+  ASSERT_EQ(oracle[1].str(), "1") << "the glitch is rank 1's: " << t.out;
+  json doc = reportOfEveryRank(dir, ranks);
+  expectFields(doc["first_edge"], {{"rank", 1},
+                                    {"step", std::stoi(oracle[2].str())},
+                                    {"phase", "fwd"},
+                                    {"layer", 0},
+                                    {"module", oracle[3].str()},
+                                    {"origin", "attention"},
+                                    {"inputs_finite", true}});
+  expectOneStorePerRank(dir, ranks);
+}
+
+TEST(ProcessGroupRank, SrunStyleTwoTasks) { expectRankOneFound("slurm", 2); }
+TEST(ProcessGroupRank, SrunStyleFourTasks) { expectRankOneFound("slurm", 4); }
+TEST(ProcessGroupRank, MultiprocessingSpawn) { expectRankOneFound("spawn", 2); }
+TEST(ProcessGroupRank, HandWrittenSubprocessLauncher) { expectRankOneFound("subprocess", 2); }
+
+// Attention that ran before the group came up belongs to the process, and becomes its rank's: rank
+// 1's no-grad forward before init_process_group is in rank 1's store, under rank 1.
+TEST(ProcessGroupRank, CallsBeforeTheGroupBecomeTheRanksRows) {
+  fs::path dir = runDir("launch-before-group");
+  Result t = sh(kGloo + nanprov() + " run --out " + dir.string() + " -- " +
+                launch("subprocess", 2, " --forward-before-group") + " 2>&1");
+  ASSERT_EQ(t.code, 1) << t.out;
+  EXPECT_EQ(t.out.find("already exists"), std::string::npos) << t.out;
+  expectOneStorePerRank(dir, 2);
+  Result q = sh(nanprov() + " sql " + dir.string() +
+                " \"SELECT rank, COUNT(*) AS calls, MIN(step) AS first FROM calls GROUP BY rank ORDER BY rank\" --json");
+  json rows = json::parse(q.out, nullptr, false);
+  ASSERT_TRUE(rows.is_array() && rows.size() == 2u) << q.out;
+  // 2 layers: the early forward's 2 calls, then 5 steps of forward and backward (rank 1's stop at
+  // nothing: the glitch makes NaN, not an exception).
+  EXPECT_EQ(rows[0]["calls"], rows[1]["calls"]) << q.out;
+  EXPECT_EQ(rows[1]["rank"], 1) << q.out;
+  Result meta = sh(nanprov() + " sql " + dir.string() + " \"SELECT rank, value FROM meta WHERE key = 'rank_source'\" --json");
+  json sources = json::parse(meta.out, nullptr, false);
+  ASSERT_TRUE(sources.is_array() && sources.size() == 2u) << meta.out;
+  for (const json& s : sources) EXPECT_EQ(s["value"], "process_group") << meta.out;
+}
+
+// nanprov only reads: each rank's losses are the same with and without it.
+TEST(ProcessGroupRank, LossesAreBitIdenticalUnderSpawn) {
+  auto sorted = [](const std::string& text) {
+    std::multiset<std::string> lines;
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);) {
+      if (line.find(" loss ") != std::string::npos) lines.insert(line);
+    }
+    return lines;
+  };
+  const std::string training = launch("spawn", 2, " --print-losses");
+  Result plain = sh(kGloo + training + " 2>/dev/null");
+  Result probed = sh(kGloo + nanprov() + " run --out " + runDir("launch-losses").string() + " -- " + training + " 2>/dev/null");
+  EXPECT_EQ(sorted(plain.out).size(), 10u) << plain.out;
+  EXPECT_EQ(sorted(plain.out), sorted(probed.out));
+}
+
+}  // namespace

@@ -1,0 +1,58 @@
+"""Starts N ranks of a training script the ways launchers that set no RANK do, each rank told its
+rank another way, as a new user's job would be:
+  launch_ranks.py spawn N SCRIPT ARGS...       torch.multiprocessing.spawn (the DDP tutorial's
+                                               pattern): each process runs SCRIPT with --rank i
+  launch_ranks.py subprocess N SCRIPT ARGS...  a hand-written launcher: N children, --rank i each
+  launch_ranks.py slurm N SCRIPT ARGS...       as srun starts tasks: N children with Slurm's task
+                                               variables only (SLURM_PROCID...); SCRIPT reads them
+Every rank gets --ddp --dist-init tcp://127.0.0.1:PORT (and --world-size N where the rank is
+passed). Exits with the first failing rank's status.
+"""
+import os
+import runpy
+import socket
+import subprocess
+import sys
+
+# Whatever launched the test must not tell the ranks who they are.
+_LAUNCHER_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK",
+                       "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_rank(index, script, args):
+    """One spawned rank: the script in this process, as mp.spawn's function would run it."""
+    sys.argv = [script] + args + ["--rank", str(index)]
+    runpy.run_path(script, run_name="__main__")
+
+
+def main():
+    mode, n, script, args = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4:]
+    for name in _LAUNCHER_VARIABLES:
+        os.environ.pop(name, None)
+    args = args + ["--ddp", "--dist-init", f"tcp://127.0.0.1:{free_port()}"]
+    if mode == "spawn":
+        import torch.multiprocessing as mp
+
+        mp.spawn(run_rank, args=(script, args + ["--world-size", str(n)]), nprocs=n)
+        return 0
+    children = []
+    for i in range(n):
+        env = dict(os.environ)
+        rank_args = ["--rank", str(i), "--world-size", str(n)]
+        if mode == "slurm":
+            env.update(SLURM_PROCID=str(i), SLURM_LOCALID=str(i), SLURM_NTASKS=str(n), SLURM_NODEID="0",
+                       SLURM_JOB_ID="4242", SLURM_STEP_ID="0")
+            rank_args = []
+        children.append(subprocess.Popen([sys.executable, script] + args + rank_args, env=env))
+    codes = [c.wait() for c in children]
+    return next((c for c in codes if c != 0), 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
