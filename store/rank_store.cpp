@@ -9,6 +9,7 @@
 #include "base/numbers.h"
 #include "store/sqlite_rows.h"
 #include "store/run_dir.h"
+#include "store/task_run_files.h"
 #include "store/schema.h"
 
 namespace nanprov {
@@ -77,10 +78,7 @@ StatusOr<sqlite::Db> openRankStore(const std::string& path, RankInfo* info) {
   return db;
 }
 
-bool isRunDir(const std::string& dir) {
-  std::error_code ec;
-  return std::filesystem::is_regular_file(std::filesystem::path(dir) / kRunFileName, ec);
-}
+bool isRunDir(const std::string& dir) { return holdsRunFile(dir); }
 
 bool areRunDirs(const RunDirs& dirs) {
   return std::all_of(dirs.all.begin(), dirs.all.end(), [](const std::string& dir) { return isRunDir(dir); });

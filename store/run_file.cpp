@@ -10,6 +10,7 @@
 
 #include "base/json_text.h"
 #include "store/small_file.h"
+#include "store/task_run_files.h"
 
 namespace nanprov {
 namespace {
@@ -19,8 +20,18 @@ std::string pathIn(const std::string& dir) { return (std::filesystem::path(dir) 
 }  // namespace
 
 RunFile readRunFile(const std::string& dir) {
+  std::error_code ec;
+  if (!std::filesystem::exists(pathIn(dir), ec) && !taskRunFilePaths(dir).empty()) return mergedTaskRunFiles(dir);
+  return runFileFrom(readJsonFile(pathIn(dir)));
+}
+
+bool holdsRunFile(const std::string& dir) {
+  std::error_code ec;
+  return std::filesystem::is_regular_file(pathIn(dir), ec) || !taskRunFilePaths(dir).empty();
+}
+
+RunFile runFileFrom(const nlohmann::json& doc) {
   RunFile f;
-  const nlohmann::json doc = readJsonFile(pathIn(dir));
   if (doc.is_discarded() || !doc.is_object()) return f;
   f.readable = true;
   if (doc.contains("command") && doc["command"].is_array()) {
