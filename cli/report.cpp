@@ -9,6 +9,7 @@
 #include "base/text.h"
 #include "cli/call_kernels.h"
 #include "cli/terminal_text.h"
+#include "store/job.h"
 #include "base/records/roles.h"
 
 namespace nanprov {
@@ -291,6 +292,7 @@ nlohmann::json reportJson(const Report& report) {
       {"run_dirs", run.dirs},
       {"clocks_differ", run.acrossHosts()},
       {"world_size", run.worldSize()},
+      {"job", jobIdOf(run).empty() ? nlohmann::json(nullptr) : nlohmann::json(jobIdOf(run))},  // Slurm's job.step, or torchrun's --rdzv-id
       {"missing_ranks", run.missingRanks()},
       {"unrecorded_ranks", unrecordedJson(run)},
       {"trail", {{"on", run.trailOn()}, {"compiled_code_unchecked", trailMissedCompiledCode(run)}}},

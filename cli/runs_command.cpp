@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "cli/outcome.h"
 #include "cli/report.h"
+#include "store/job.h"
 #include "store/run_dir.h"
 
 namespace nanprov::cli {
@@ -35,11 +36,8 @@ json describeRun(const fs::path& dir) {
     return row;
   }
   row["calls"] = run->total_calls;
-  // The launcher's run id: the directories of one multi-node job share it (nanprov report DIR...).
-  if (!run->ranks.empty()) {
-    const auto& meta = run->ranks.front().meta;
-    if (auto it = meta.find("launcher_run_id"); it != meta.end()) row["job"] = it->second;
-  }
+  // The job's id: the directories of one multi-node job share it (nanprov report DIR...).
+  if (std::string job = jobIdOf(*run); !job.empty()) row["job"] = job;
   row["outcome"] = outcomeName(buildReport(*run).conclusion.outcome);
   return row;
 }
@@ -67,7 +65,7 @@ void addRunsCommand(CLI::App& app, int* exit_code) {
       "Examples:\n"
       "  nanprov runs\n"
       "  nanprov runs --root /scratch/nan-hunt --json | jq '.[] | select(.outcome == \"edge\")'\n\n"
-      "job (JSON) is the launcher's run id (torchrun's --rdzv-id): the run directories of one\n"
+      "job (JSON) is the job's id (slurm:<job>.<step> under srun, else torchrun's --rdzv-id): the run directories of one\n"
       "multi-node job share it, and nanprov report DIR1 DIR2 reads them as one run.\n"
       "outcome is what `nanprov report` concludes (clean, partial, edge, outside_attention,\n"
       "nothing_checked), or unreadable. Commands without a run default to the newest run\n"

@@ -8,6 +8,7 @@
 #include "base/numbers.h"
 #include "base/text.h"
 #include "store/rank_store.h"
+#include "store/reader.h"
 
 namespace nanprov {
 namespace {
@@ -54,6 +55,14 @@ StatusOr<std::optional<DirIdentity>> identityOf(const std::string& dir) {
   return found;
 }
 
+// "Slurm job 4243.0, not 4242.0" for the ids probes/core/session.cpp records from SLURM_JOB_ID
+// and SLURM_STEP_ID, else "launcher run id B, not A".
+std::string runIdsDiffer(const std::string& b, const std::string& a) {
+  constexpr std::string_view kSlurm = "slurm:";
+  if (b.starts_with(kSlurm) && a.starts_with(kSlurm)) return "Slurm job " + b.substr(kSlurm.size()) + ", not " + a.substr(kSlurm.size());
+  return "launcher run id " + b + ", not " + a;
+}
+
 // "3.2 h", "41 min": how far apart two starts were.
 std::string apart(int64_t ns) {
   const double minutes = static_cast<double>(ns) / 60e9;
@@ -61,6 +70,13 @@ std::string apart(int64_t ns) {
 }
 
 }  // namespace
+
+std::string jobIdOf(const RunData& run) {
+  for (const RankInfo& r : run.ranks) {
+    if (auto it = r.meta.find("launcher_run_id"); it != r.meta.end() && !it->second.empty()) return it->second;
+  }
+  return "";
+}
 
 Status checkOneJob(const RunDirs& dirs) {
   std::optional<std::pair<DirIdentity, std::string>> first;
@@ -82,7 +98,7 @@ Status checkOneJob(const RunDirs& dirs) {
     const std::optional<int64_t> a_start = first->first.started_ns, b_start = (*id)->started_ns;
     const bool anonymous = a.run_id == "(none)" && a.master == "(none)";
     const int64_t gap = a_start && b_start ? (*a_start > *b_start ? *a_start - *b_start : *b_start - *a_start) : 0;
-    std::string differs = a.run_id != b.run_id ? "launcher run id " + b.run_id + ", not " + a.run_id
+    std::string differs = a.run_id != b.run_id ? runIdsDiffer(b.run_id, a.run_id)
                           : a.master != b.master ? "rendezvous master " + b.master + ", not " + a.master
                           : a.world_size != b.world_size ? "world size " + b.world_size + ", not " + a.world_size
                           : anonymous && gap > kMostStartSpreadNs

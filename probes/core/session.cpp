@@ -125,8 +125,14 @@ StoreWriter* Session::writer() {
   meta.merge(pending_meta_);  // what was said before there was a store (the keys above win)
   pending_meta_.clear();
   // Which job the rank belongs to, for readers given one run directory per node: the launcher's
-  // run id (torchrun's --rdzv-id) and the rendezvous master every rank of the job shares.
-  if (const char* id = std::getenv("TORCHELASTIC_RUN_ID"); id && *id) meta["launcher_run_id"] = id;
+  // run id and the rendezvous master every rank of the job shares. Slurm's job and step
+  // ("slurm:4242.0") first: it tells two jobs apart where torchrun's default --rdzv-id ("none") does not.
+  if (const char* job = std::getenv("SLURM_JOB_ID"); job && *job) {
+    const char* step = std::getenv("SLURM_STEP_ID");
+    meta["launcher_run_id"] = std::string("slurm:") + job + (step && *step ? std::string(".") + step : "");
+  } else if (const char* id = std::getenv("TORCHELASTIC_RUN_ID"); id && *id) {
+    meta["launcher_run_id"] = id;
+  }
   const char* master_addr = std::getenv("MASTER_ADDR");
   const char* master_port = std::getenv("MASTER_PORT");
   if (master_addr && *master_addr && master_port && *master_port) {

@@ -63,6 +63,19 @@ TEST(Job, AnotherJobsDirectoryIsRefusedInOneLine) {
   EXPECT_EQ(st.message().find('\n'), std::string::npos);
 }
 
+// Slurm's job and step are the job's id (probes/core/session.cpp records them as "slurm:<job>.<step>").
+TEST(Job, ASlurmJobIsNamedByItsJobAndStep) {
+  fs::path mine = freshDir("job-slurm-mine"), other = freshDir("job-slurm-other");
+  writeRank(mine, 0, "slurm:4242.0");
+  writeRank(other, 1, "slurm:4243.0");
+  auto run = loadRun(mine.string());
+  ASSERT_TRUE(run.ok()) << run.status().message();
+  EXPECT_EQ(jobIdOf(*run), "slurm:4242.0");
+  Status st = checkOneJob(RunDirs(std::vector<std::string>{mine.string(), other.string()}));
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("(Slurm job 4243.0, not 4242.0)"), std::string::npos) << st.message();
+}
+
 // A rank of a job no launcher started (plain `python`): no run id, no rendezvous master, only when
 // its process started.
 void writeAnonymousRank(const fs::path& dir, int rank, int64_t started_ns) {
