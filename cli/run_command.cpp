@@ -20,6 +20,7 @@
 #include "cli/edges.h"
 #include "cli/python_torch.h"
 #include "cli/report.h"
+#include "cli/slurm_task.h"
 #include "probes/core/call_selector.h"
 #include "probes/core/capture_policy.h"
 #include "probes/core/injection.h"
@@ -27,11 +28,17 @@
 #include "store/reader.h"
 #include "store/run_dir.h"
 #include "store/run_file.h"
+#include "store/task_run_files.h"
 
 namespace nanprov::cli {
 namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
+
+// How long a Slurm task whose training ended waits for the other tasks of its directory, so that its
+// report covers their ranks: a job's tasks end within seconds of each other, a hung one must not
+// hold the step for long.
+constexpr std::chrono::seconds kOtherTasksWait{60};
 
 // Beyond any real count of calls or bytes; a larger value is a typo, not a setting.
 constexpr int64_t kMaxCount = int64_t{1} << 50;
@@ -155,7 +162,9 @@ Status claimRunDir(const std::string& dir) {
   std::string taken = dir + " already holds a run; pick a new --out (or remove the directory)";
   // A tally or a worker-call counter alone is a run's too (a rank that died before its store): a
   // new run would count on from it.
-  if (holdsRankStores(dir) || !callTallyPaths(dir).empty() || !workerCallPaths(dir).empty()) return Status::Error(taken);
+  if (holdsRankStores(dir) || !callTallyPaths(dir).empty() || !workerCallPaths(dir).empty() || !taskRunFilePaths(dir).empty()) {
+    return Status::Error(taken);
+  }
   auto claimed = claimRunFile(dir);
   if (!claimed.ok()) return claimed.status();
   return *claimed ? Status::Ok() : Status::Error(taken);
@@ -221,10 +230,6 @@ int run(RunOptions& opts) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return fail("run", Status::Error("cannot create run directory " + dir + ": " + ec.message()));
-  if (Status st = claimRunDir(dir); !st.ok()) {
-    std::cerr << "nanprov run: " << printable(st.message()) << "\n";
-    return kUsageError;
-  }
   std::string abs_dir = fs::absolute(dir).string();
   json doc = {{"command", cmd},
               {"cwd", fs::current_path().string()},
@@ -248,7 +253,16 @@ int run(RunOptions& opts) {
                          {"budget_bytes", opts.audit_bytes},
                          {"slice_bytes", opts.audit_slice_bytes},
                          {"warn_only", opts.warn_only}}}};
-  writeRunFile(dir, doc);
+  // Started by srun, this is one task of several recording into `dir`: it joins with a run file of
+  // its own (cli/slurm_task.h); otherwise it claims the directory alone.
+  const std::optional<SlurmTask> slurm = slurmTaskOfThisProcess();
+  if (slurm) doc["slurm"] = slurm->json();
+  else if (std::string job = slurmJobOfThisProcess(); !job.empty()) doc["slurm"] = {{"job", job}};
+  if (Status st = slurm ? joinRunDir(dir, *slurm, doc) : claimRunDir(dir); !st.ok()) {
+    std::cerr << "nanprov run: " << printable(st.message()) << "\n";
+    return kUsageError;
+  }
+  if (!slurm) writeRunFile(dir, doc);
 
   std::map<std::string, std::string> env = {
       {"PYTHONPATH", bootstrapPythonPath()},
@@ -281,9 +295,11 @@ int run(RunOptions& opts) {
 
   doc["exit_code"] = exit->signal ? json(nullptr) : json(exit->exit_code);
   doc["signal"] = exit->signal ? json(strsignal(exit->signal)) : json(nullptr);
-  writeRunFile(dir, doc);
+  if (!slurm) writeRunFile(dir, doc);
+  else if (Status st = writeTaskRunFile(dir, slurm->task, doc); !st.ok()) std::cerr << "nanprov: " << printable(st.message()) << "\n";
+  const TaskEnding ending = slurm ? endTask(dir, *slurm, kOtherTasksWait) : TaskEnding{};
 
-  std::cerr << "\n";
+  std::cerr << "\n" << ending.preface;
   if (exit->signal) {
     std::cerr << "nanprov: the training process was killed by " << strsignal(exit->signal)
               << "; what it flushed is reported below\n";
@@ -296,9 +312,12 @@ int run(RunOptions& opts) {
     std::cerr << "nanprov: nothing to report: " << printable(data.status().message()) << "\n" << processNotes(dir);
   } else {
     Findings findings = analyze(*data);
-    if (!opts.no_kernels) traceKernelsOfLateEdges(*data, findings);
+    // Once per directory: the other tasks of a Slurm step would replay the same edges again.
+    if (!opts.no_kernels && ending.prints_report) traceKernelsOfLateEdges(*data, findings);
     const Report report = buildReport(*data, std::move(findings));
-    std::cerr << reportText(report) << "  details: nanprov report " << printable(dir) << "\n";
+    const std::string text = reportText(report);
+    std::cerr << (ending.prints_report ? text : text.substr(0, text.find('\n') + 1)) << "  details: nanprov report "
+              << printable(dir) << "\n";
     // A training that ended well still fails the run on what nanprov found (unless warn-only):
     // real training loops keep going on a NaN loss and exit 0, and a CI job must not stay green.
     if (exit->passThroughCode() == 0 && !opts.warn_only) {

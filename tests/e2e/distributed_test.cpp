@@ -2,8 +2,6 @@
 // with a real overflow on rank 1 only, a worker that cannot write its store, and a two-node job
 // (two torchrun launches on localhost, each under its own `nanprov run`) read as one job.
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 
 #include <algorithm>
 
@@ -13,22 +11,6 @@ namespace {
 using namespace e2e;
 
 std::string torchrun() { return (fs::path(python()).parent_path() / "torchrun").string(); }
-
-// A TCP port nothing listens on now: the kernel's pick for port 0, released for torchrun's store.
-int freePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  int port = 0;
-  if (fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  if (fd >= 0) close(fd);
-  return port;
-}
 
 // Loopback only: CI sandboxes have no other interface gloo could use. The glitch (a batch scaled
 // by 1e20) reaches rank 1 only, at step 2: its first attention's fp32 logits overflow.

@@ -2,6 +2,8 @@
 // nanprov commands say. Nothing is mocked.
 #pragma once
 
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -45,6 +47,22 @@ inline fs::path runDir(const std::string& name) {
   fs::path dir = fs::temp_directory_path() / ("nanprov-e2e-" + name + "-" + std::to_string(getpid()));
   fs::remove_all(dir);
   return dir;
+}
+
+// A TCP port nothing listens on now: the kernel's pick for port 0, released for a rendezvous store.
+inline int freePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  int port = 0;
+  if (fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  if (fd >= 0) close(fd);
+  return port;
 }
 
 // While alive, the environment variable `name` is `value` for every command run; then it is back.
