@@ -174,6 +174,26 @@ Status loadModuleChecks(sqlite3* db, const std::string& path, int rank, std::vec
   });
 }
 
+// Stores written before collectives were checked have no such table: nothing to read.
+Status loadCollectives(sqlite3* db, const std::string& path, int rank, std::vector<CollectiveRecord>* out) {
+  auto exists = queryInteger(db, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'collectives'", {});
+  if (!exists.ok()) return notAStore(path, exists.status().message());
+  if (!*exists) return Status::Ok();
+  auto rows = sqlite::prepare(db,
+      "SELECT step,ord,op,grp,group_size,tensors,in_checked,in_numel,in_nan,in_posinf,in_neginf,in_max_abs,"
+      "out_checked,out_numel,out_nan,out_posinf,out_neginf,out_max_abs,time_ns FROM collectives ORDER BY rowid");
+  if (!rows.ok()) return notAStore(path, rows.status().message());
+  return sqlite::eachRow(db, rows->get(), path, [&](sqlite3_stmt* s) {
+    CollectiveRecord& c = out->emplace_back();
+    c.rank = rank;
+    CollectiveSide& i = c.input;
+    CollectiveSide& o = c.output;
+    sqlite::readRow(s, 0, c.step, c.ord, c.op, c.group, c.group_size, c.tensors, i.checked, i.numel, i.nan, i.posinf,
+                    i.neginf, i.max_abs, o.checked, o.numel, o.nan, o.posinf, o.neginf, o.max_abs, c.time_ns);
+    return Status::Ok();
+  });
+}
+
 // The rows a table of a store holds, counted (0 when it cannot be read). The call rows are what
 // the report counts, whatever the writer's calls_written says.
 int64_t countRows(sqlite3* db, const char* table) {
@@ -405,6 +425,7 @@ StatusOr<RunData> loadRun(const RunDirs& dirs, RunScope scope) {
     NANPROV_RETURN_IF_ERROR(loadCaptures(db->get(), path, info.rank, &run.captures));
     NANPROV_RETURN_IF_ERROR(loadSentinel(db->get(), path, info.rank, &run.sentinel));
     NANPROV_RETURN_IF_ERROR(loadModuleChecks(db->get(), path, info.rank, &run.module_checks));
+    NANPROV_RETURN_IF_ERROR(loadCollectives(db->get(), path, info.rank, &run.collectives));
     info.steps = countRows(db->get(), "steps");
     info.calls_stored = countRows(db->get(), "calls");
     run.total_calls += info.calls_stored;

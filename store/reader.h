@@ -12,6 +12,7 @@
 #include "store/run_dir.h"
 #include "store/run_file.h"
 #include "base/records/call_record.h"
+#include "base/records/collective_record.h"
 #include "base/status.h"
 
 namespace nanprov {
@@ -60,6 +61,8 @@ struct RunData {
   std::vector<SentinelRecord> sentinel;  // per rank: the first step whose gradients went non-finite
   // --trail: module calls whose outputs went non-finite, per rank in the order they ended.
   std::vector<ModuleCheckRecord> module_checks;
+  // Collectives that carried a non-finite value in or out, per rank in the order they were issued.
+  std::vector<CollectiveRecord> collectives;
   int64_t calls_begun_without_store = 0;  // tallied by ranks that died before creating their store
   std::map<int, std::string> unrecorded;  // ranks whose workers could not write their store → why
   // What in the run's files contradicts itself, one line each (a store missing rows its writer

@@ -94,6 +94,27 @@ CREATE TABLE IF NOT EXISTS module_checks (
   gradient      INTEGER NOT NULL,
   unchecked     TEXT NOT NULL DEFAULT ''
 );
+CREATE TABLE IF NOT EXISTS collectives (
+  step        INTEGER NOT NULL,
+  ord         INTEGER NOT NULL,
+  op          TEXT NOT NULL,
+  grp         TEXT NOT NULL,
+  group_size  INTEGER NOT NULL,
+  tensors     INTEGER NOT NULL,
+  in_checked  INTEGER NOT NULL,
+  in_numel    INTEGER NOT NULL,
+  in_nan      INTEGER NOT NULL,
+  in_posinf   INTEGER NOT NULL,
+  in_neginf   INTEGER NOT NULL,
+  in_max_abs  REAL NOT NULL,
+  out_checked INTEGER NOT NULL,
+  out_numel   INTEGER NOT NULL,
+  out_nan     INTEGER NOT NULL,
+  out_posinf  INTEGER NOT NULL,
+  out_neginf  INTEGER NOT NULL,
+  out_max_abs REAL NOT NULL,
+  time_ns     INTEGER NOT NULL
+);
 CREATE TABLE IF NOT EXISTS steps (
   step   INTEGER PRIMARY KEY,
   end_ns INTEGER NOT NULL

@@ -43,7 +43,7 @@ struct StepRow {
 
 // Prepared statements reused for every batch.
 struct Statements {
-  sqlite::Stmt call, tensor, step, kernel, capture, meta, sentinel, module_check, signature, note;
+  sqlite::Stmt call, tensor, step, kernel, capture, meta, sentinel, module_check, collective, signature, note;
 };
 
 StatusOr<Statements> prepareStatements(sqlite3* db) {
@@ -67,6 +67,10 @@ StatusOr<Statements> prepareStatements(sqlite3* db) {
       {&st.module_check,
        "INSERT INTO module_checks(step,phase,module,class,inputs_finite,nan,posinf,neginf,largest_input,ord,time_ns,"
        "gradient,unchecked) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)"},
+      {&st.collective,
+       "INSERT INTO collectives(step,ord,op,grp,group_size,tensors,in_checked,in_numel,in_nan,in_posinf,in_neginf,"
+       "in_max_abs,out_checked,out_numel,out_nan,out_posinf,out_neginf,out_max_abs,time_ns) "
+       "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"},
   };
   for (const auto& [stmt, text] : sql) {
     NANPROV_ASSIGN_OR_RETURN(*stmt, sqlite::prepare(db, text));
@@ -173,6 +177,15 @@ Status insertModuleCheck(sqlite3* db, Statements& st, const ModuleCheckRecord& m
   return stepStatement(db, s);
 }
 
+Status insertCollective(sqlite3* db, Statements& st, const CollectiveRecord& c) {
+  sqlite3_stmt* s = st.collective.get();
+  const CollectiveSide& i = c.input;
+  const CollectiveSide& o = c.output;
+  sqlite::bindRow(s, c.step, c.ord, c.op, c.group, c.group_size, c.tensors, i.checked, i.numel, i.nan, i.posinf, i.neginf,
+                  i.max_abs, o.checked, o.numel, o.nan, o.posinf, o.neginf, o.max_abs, c.time_ns);
+  return stepStatement(db, s);
+}
+
 Status insertMeta(sqlite3* db, Statements& st, const std::string& key, const std::string& value) {
   sqlite::bindRow(st.meta.get(), key, value);
   return stepStatement(db, st.meta.get());
@@ -187,13 +200,15 @@ struct PendingRows {
   std::vector<CaptureRecord> captures;
   std::vector<SentinelRecord> sentinel;
   std::vector<ModuleCheckRecord> module_checks;
+  std::vector<CollectiveRecord> collectives;
   std::vector<StepRow> steps;
   std::map<std::string, std::string> meta;
   std::optional<int> rank;  // the rank the process learnt (StoreWriter::setRank)
 
   bool empty() const { return rows() == 0 && !rank; }
   size_t rows() const {
-    return calls.size() + kernels.size() + captures.size() + sentinel.size() + module_checks.size() + steps.size() +
+    return calls.size() + kernels.size() + captures.size() + sentinel.size() + module_checks.size() + collectives.size() +
+           steps.size() +
            meta.size();
   }
 };
@@ -253,6 +268,7 @@ struct StoreWriter::Impl {
     for (const ModuleCheckRecord& m : batch.module_checks) {
       NANPROV_RETURN_IF_ERROR(insertModuleCheck(db.get(), statements, m));
     }
+    for (const CollectiveRecord& c : batch.collectives) NANPROV_RETURN_IF_ERROR(insertCollective(db.get(), statements, c));
     for (const auto& [k, v] : batch.meta) NANPROV_RETURN_IF_ERROR(insertMeta(db.get(), statements, k, v));
     for (const StepRow& s : batch.steps) {
       sqlite::bindRow(statements.step.get(), s.step, s.end_ns);
@@ -261,6 +277,17 @@ struct StoreWriter::Impl {
     NANPROV_RETURN_IF_ERROR(tx.commit());
     calls_written += static_cast<int64_t>(batch.calls.size());
     return Status::Ok();
+  }
+
+  // Rows that come a few a run (the first non-finite step's): queued for the next batch, no wake-up.
+  template <typename Row>
+  void appendFew(std::vector<Row> PendingRows::*table, std::vector<Row> rows) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (state != State::kActive) {
+      dropped += static_cast<int64_t>(rows.size());
+      return;
+    }
+    for (Row& r : rows) (pending.*table).push_back(std::move(r));
   }
 
   void takeQueued(PendingRows* batch) {
@@ -398,12 +425,11 @@ void StoreWriter::appendSentinel(std::vector<SentinelRecord> findings) {
 }
 
 void StoreWriter::appendModuleChecks(std::vector<ModuleCheckRecord> checks) {
-  std::lock_guard<std::mutex> lock(impl_->mu);  // a few rows a run: the first non-finite step's
-  if (impl_->state != Impl::State::kActive) {
-    impl_->dropped += static_cast<int64_t>(checks.size());
-    return;
-  }
-  for (ModuleCheckRecord& m : checks) impl_->pending.module_checks.push_back(std::move(m));
+  impl_->appendFew(&PendingRows::module_checks, std::move(checks));
+}
+
+void StoreWriter::appendCollectives(std::vector<CollectiveRecord> collectives) {
+  impl_->appendFew(&PendingRows::collectives, std::move(collectives));
 }
 
 void StoreWriter::appendCapture(CaptureRecord capture) {

@@ -10,6 +10,7 @@
 
 #include "base/records/call_event.h"
 #include "base/records/call_record.h"
+#include "base/records/collective_record.h"
 #include "base/status.h"
 
 namespace nanprov {
@@ -31,6 +32,7 @@ class StoreWriter {
   void appendCapture(CaptureRecord capture);
   void appendSentinel(std::vector<SentinelRecord> findings);
   void appendModuleChecks(std::vector<ModuleCheckRecord> checks);
+  void appendCollectives(std::vector<CollectiveRecord> collectives);
   // Written with the next batch; a later value for the same key replaces it.
   void setMeta(const std::string& key, const std::string& value);
   // The rank the process learnt after its store was made: the rows written so far, and every
