@@ -100,6 +100,7 @@ const char* ProbeCost::stageName(ProbeStage stage) {
     case ProbeStage::kCollecting: return "collecting";
     case ProbeStage::kReleasing: return "releasing";
     case ProbeStage::kSentinel: return "sentinel";
+    case ProbeStage::kCollectives: return "collectives";
     case ProbeStage::kTrail: return "trail";
     case ProbeStage::kFlushing: return "flushing";
     case ProbeStage::kCount: break;

@@ -27,6 +27,7 @@ enum class ProbeStage : int {
                  // caching allocator's free, which autograd would otherwise have paid)
   kSentinel,     // the gradient sentinel: every gradient and parameter handed to checks, once a step
                  // (its launches included: a per-step cost, spread over the step's calls in the summary)
+  kCollectives,  // the collectives' inputs and outputs handed to checks (CPU: scanned), a few a step
   kTrail,        // --trail: module outputs and gradients handed to checks (launches included)
   kFlushing,     // step boundaries, the rest: kernels read, captures released, meta written
   kCount,

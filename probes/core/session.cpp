@@ -287,6 +287,12 @@ void Session::recordModuleChecks(std::vector<ModuleCheckRecord> checks) {
   if (StoreWriter* w = writer()) w->appendModuleChecks(std::move(checks));
 }
 
+void Session::recordCollectives(std::vector<CollectiveRecord> collectives) {
+  if (!active() || collectives.empty()) return;
+  for (CollectiveRecord& c : collectives) c.rank = env_.rank;
+  if (StoreWriter* w = writer()) w->appendCollectives(std::move(collectives));
+}
+
 void Session::setMeta(const std::string& key, const std::string& value) {
   if (!active()) return;
   if (StoreWriter* w = open_writer_.load(std::memory_order_acquire)) return w->setMeta(key, value);

@@ -21,6 +21,7 @@
 #include "probes/core/process_rank.h"
 #include "base/records/call_event.h"
 #include "base/records/call_record.h"
+#include "base/records/collective_record.h"
 #include "base/status.h"
 
 namespace nanprov {
@@ -64,6 +65,7 @@ class Session {
   void recordCapture(CaptureRecord capture);
   void recordSentinel(std::vector<SentinelRecord> findings);
   void recordModuleChecks(std::vector<ModuleCheckRecord> checks);
+  void recordCollectives(std::vector<CollectiveRecord> collectives);
   // A probed call began: counted in rank-<r>.tally, which outlives any death of the process, so
   // the report can say how many calls never reached the store. `n` = -1 withdraws one that will
   // never be stored because it did not run (attention captured into a CUDA graph: its replays

@@ -17,6 +17,7 @@
 #include "base/records/call_name.h"
 #include "probes/libtorch/call_capture.h"
 #include "probes/libtorch/call_recording.h"
+#include "probes/libtorch/collective_checks.h"
 #include "probes/libtorch/device_checks.h"
 #include "probes/libtorch/foreign_calls.h"
 #include "probes/libtorch/gradient_sentinel.h"
@@ -625,6 +626,7 @@ Status installAttentionProbes() {
       }
       g_sdp_choice = new std::optional<c10::OperatorHandle>(dispatcher.findSchema({"aten::_fused_sdp_choice", ""}));
       installGradientSentinel();
+      installCollectiveProbes();
       installModuleTrail();
       installForeignCallOps();
       if (want_fused) installSoftmaxAttentionCount();

@@ -29,7 +29,8 @@ constexpr std::chrono::nanoseconds kCostEvery = std::chrono::seconds(1);
 }  // namespace
 
 Probes::Probes()
-    : tracer_(KernelTracer::create()), captures_(session_), sentinel_(session_, checks_), trail_(session_, checks_) {
+    : tracer_(KernelTracer::create()), captures_(session_), sentinel_(session_, checks_), trail_(session_, checks_),
+      collectives_(session_, checks_) {
   session_.setFlushHook(&flushProbes);
 }
 
@@ -74,6 +75,7 @@ void Probes::flush(bool at_exit) {
 
 void Probes::writeCounters(const TracerStats& stats, bool at_exit) {
   writeMeta("host_syncs", std::to_string(checks_.hostSyncs()));
+  if (const int64_t n = collectives_.checked(); n > 0) writeMeta("collectives_checked", std::to_string(n));
   writeMeta("step_unit", stepUnitName(session_.identity().stepUnit()));
   writeMeta("kernels_attributed", std::to_string(stats.attributed_kernels));
   writeMeta("cupti_dropped_records", std::to_string(stats.dropped_records));

@@ -1,7 +1,7 @@
 // Probes: everything nanprov runs inside one training process, owned in one place. The session
 // (the store, call names, the capture policy), the kernel tracer, the device checks, the captures
-// and their writer thread, the gradient sentinel, the module path cache and the module trail
-// (--trail) are members, built in
+// and their writer thread, the gradient sentinel, the collectives' checks, the module path cache and
+// the module trail (--trail) are members, built in
 // dependency order, and flush() is where the order of a step boundary and of exit is written.
 //
 // probes() is the process's one instance, made on first use and never destroyed: the dispatcher's
@@ -15,6 +15,7 @@
 
 #include "probes/core/session.h"
 #include "probes/libtorch/call_capture.h"
+#include "probes/libtorch/collective_checks.h"
 #include "probes/libtorch/device_checks.h"
 #include "probes/libtorch/gradient_sentinel.h"
 #include "probes/libtorch/module_path_cache.h"
@@ -36,6 +37,7 @@ class Probes {
   GradientSentinel& sentinel() { return sentinel_; }
   ModulePathCache& modulePaths() { return module_paths_; }
   ModuleTrail& trail() { return trail_; }
+  CollectiveChecks& collectives() { return collectives_; }
 
   // At every step boundary and at exit (the session's flush hook): completes the checks, which
   // records their calls and the sentinel's findings; stores the kernels traced so far; hands the
@@ -62,6 +64,7 @@ class Probes {
   GradientSentinel sentinel_;
   ModulePathCache module_paths_;
   ModuleTrail trail_;
+  CollectiveChecks collectives_;
   int described_device_ = -2;  // the device describeEnvironment last wrote; -2: nothing written yet
   bool steady_from_next_flush_ = false;  // the probes' steady state begins at the next flush
   std::map<std::string, std::string> written_meta_;  // what writeMeta last wrote, by key

@@ -1,0 +1,311 @@
+#include "probes/libtorch/collective_checks.h"
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/impl/TorchDispatchModeTLS.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <memory>
+#include <optional>
+#include <utility>
+
+#include "probes/core/probe_cost.h"
+#include "probes/core/session.h"
+#include "probes/libtorch/call_recording.h"
+#include "probes/libtorch/probes.h"
+
+namespace nanprov {
+namespace {
+
+// The first collectives that carried a non-finite value are what the report needs; once every
+// gradient is NaN each later step would add rows for nothing.
+constexpr int64_t kMaxRecorded = 64;
+
+// The collectives probed. Which argument holds what comes from the schema's names
+// (kArgumentParts), so a new op is one row here.
+struct CollectiveOp {
+  const char* name;
+  bool input_on_root_only = false;   // broadcast_: other ranks pass the buffer they receive into
+  bool output_on_root_only = false;  // reduce_: only the root's buffer holds the result
+};
+constexpr CollectiveOp kCollectiveOps[] = {
+    {"c10d::allreduce_"},
+    {"c10d::allreduce_coalesced_"},
+    {"c10d::reduce_", false, true},
+    {"c10d::broadcast_", true, false},
+    {"c10d::reduce_scatter_"},
+    {"c10d::_reduce_scatter_base_"},
+    {"c10d::reduce_scatter_tensor_coalesced_"},
+    {"c10d::allgather_"},
+    {"c10d::_allgather_base_"},
+    {"c10d::allgather_coalesced_"},
+    {"c10d::allgather_into_tensor_coalesced_"},
+    {"c10d::alltoall_"},
+    {"c10d::alltoall_base_"},
+};
+
+enum class Part : uint8_t { kInput, kOutput, kInPlace, kGroup, kRoot };
+constexpr std::pair<const char*, Part> kArgumentParts[] = {
+    {"tensors", Part::kInPlace},       {"input", Part::kInput},           {"input_tensor", Part::kInput},
+    {"input_tensors", Part::kInput},   {"inputs", Part::kInput},          {"output", Part::kOutput},
+    {"output_tensor", Part::kOutput},  {"output_tensors", Part::kOutput}, {"outputs", Part::kOutput},
+    {"output_lists", Part::kOutput},   {"input_list", Part::kInput},      {"process_group", Part::kGroup},
+    {"root_rank", Part::kRoot},
+};
+
+// One probed op, resolved against this torch build's schema: argument indices of each part.
+struct ProbedCollective {
+  const CollectiveOp* op = nullptr;
+  std::vector<size_t> inputs, outputs;
+  std::optional<size_t> group, root;
+  size_t num_arguments = 0;
+};
+
+// Appends the floating-point tensors of a Tensor, Tensor[] or Tensor[][] argument. A tensor that
+// holds no data (a FakeTensor while torch.compile traces, a meta tensor) makes the call unreadable.
+bool collectTensors(const c10::IValue& v, std::vector<at::Tensor>& out) {
+  if (v.isTensor()) {
+    const at::Tensor& t = v.toTensor();
+    if (!realTensor(t)) return false;
+    if (t.defined() && t.is_floating_point() && t.layout() == c10::kStrided && t.numel() > 0) out.push_back(t);
+    return true;
+  }
+  if (v.isList()) {
+    for (const c10::IValue& e : v.toListRef()) {
+      if (!collectTensors(e, out)) return false;
+    }
+  }
+  return true;
+}
+
+class CollectiveProbe : public c10::OperatorKernel {
+ public:
+  explicit CollectiveProbe(ProbedCollective probed) : probed_(std::move(probed)) {}
+
+  void operator()(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
+    static const c10::DispatchKeySet below(c10::DispatchKeySet::FULL_AFTER, c10::DispatchKey::BackendSelect);
+    std::optional<uint64_t> id;
+    std::vector<at::Tensor> outputs;
+    {
+      ProbeCost::Scope cost(ProbeStage::kCollectives);
+      guarded("collective probe", [&] { id = begin(*stack, outputs); });
+    }
+    handle.redispatchBoxed(ks & below, stack);
+    if (!id) return;
+    ProbeCost::Scope cost(ProbeStage::kCollectives);
+    guarded("collective probe", [&] { watchCompletion(*id, stack->back(), std::move(outputs)); });
+  }
+
+ private:
+  // Measures the input and opens the collective; `outputs` gets what to measure once it completed.
+  std::optional<uint64_t> begin(const torch::jit::Stack& stack, std::vector<at::Tensor>& outputs) {
+    if (!probes().session().active() || c10::impl::TorchDispatchModeTLS::any_modes_set()) return std::nullopt;
+    if (stack.size() < probed_.num_arguments || !probed_.group) return std::nullopt;
+    auto arg = [&](size_t i) -> const c10::IValue& { return stack[stack.size() - probed_.num_arguments + i]; };
+    const c10::IValue& group_arg = arg(*probed_.group);
+    if (!group_arg.isObject()) return std::nullopt;
+    c10::intrusive_ptr<c10d::ProcessGroup> group = group_arg.toCustomClass<c10d::ProcessGroup>();
+    const bool root = probed_.root && arg(*probed_.root).isInt() && arg(*probed_.root).toInt() == group->getRank();
+    std::vector<at::Tensor> inputs;
+    for (size_t i : probed_.inputs) {
+      if (!collectTensors(arg(i), inputs)) return std::nullopt;
+    }
+    for (size_t i : probed_.outputs) {
+      if (!collectTensors(arg(i), outputs)) return std::nullopt;
+    }
+    if (inputs.empty() && outputs.empty()) return std::nullopt;  // integers only: nothing can be non-finite
+    if (probed_.op->input_on_root_only && !root) inputs.clear();
+    if (probed_.op->output_on_root_only && !root) outputs.clear();
+    return probes().collectives().begin(probed_.op->name, group->getGroupName(), group->getSize(), inputs);
+  }
+
+  // The output is read once the collective completed, in a callback on its Work's future.
+  static void watchCompletion(uint64_t id, const c10::IValue& work_value, std::vector<at::Tensor> outputs) {
+    c10::intrusive_ptr<c10::ivalue::Future> future;
+    if (!outputs.empty() && work_value.isObject()) {
+      try {
+        future = work_value.toCustomClass<c10d::Work>()->getFuture();
+      } catch (const std::exception&) {
+        logOnce("collective future", "a collective's Work has no future (this backend): its output is not checked");
+      }
+    }
+    if (!future) {
+      probes().collectives().complete(id, {});
+      return;
+    }
+    future->addCallback([id, outputs = std::move(outputs)](c10::ivalue::Future& done) {
+      guarded("collective output check", [&] {
+        probes().collectives().complete(id, done.hasError() ? std::vector<at::Tensor>{} : outputs);
+      });
+    });
+  }
+
+  ProbedCollective probed_;
+};
+
+ProbedCollective resolve(const c10::OperatorHandle& handle, const CollectiveOp* op) {
+  ProbedCollective probed;
+  probed.op = op;
+  const auto& args = handle.schema().arguments();
+  probed.num_arguments = args.size();
+  for (size_t i = 0; i < args.size(); ++i) {
+    for (const auto& [name, part] : kArgumentParts) {
+      if (args[i].name() != name) continue;
+      if (part == Part::kInput || part == Part::kInPlace) probed.inputs.push_back(i);
+      if (part == Part::kOutput || part == Part::kInPlace) probed.outputs.push_back(i);
+      if (part == Part::kGroup) probed.group = i;
+      if (part == Part::kRoot) probed.root = i;
+    }
+  }
+  return probed;
+}
+
+void addCounts(CollectiveSide& side, const DeviceChecks::Counts& c) {
+  side.nan += c.nan;
+  side.posinf += c.posinf;
+  side.neginf += c.neginf;
+  side.max_abs = std::max(side.max_abs, c.max_abs);
+}
+
+}  // namespace
+
+uint64_t CollectiveChecks::begin(const char* op, const std::string& group, int64_t group_size,
+                                 const std::vector<at::Tensor>& inputs) {
+  const int64_t step = session_.identity().step();
+  uint64_t id;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    id = next_id_++;
+    auto& [ord_step, ord] = ordinals_[group];
+    ord = ord_step == step ? ord + 1 : 0;
+    ord_step = step;
+    Open& open = open_[id];
+    open.rec.step = step;
+    open.rec.ord = ord;
+    open.rec.op = op;
+    open.rec.group = group;
+    open.rec.group_size = group_size;
+    open.rec.time_ns = wallClockNs();
+  }
+  submit(id, false, inputs);
+  return id;
+}
+
+void CollectiveChecks::complete(uint64_t id, const std::vector<at::Tensor>& outputs) {
+  submit(id, true, outputs);
+  CollectiveRecord done;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = open_.find(id);
+    if (it == open_.end()) return;
+    it->second.completed = true;
+    if (!takeIfDone(it, &done)) return;
+  }
+  recordIfNotClean(done);
+}
+
+// CPU tensors are scanned here; CUDA tensors go to the device checks, twelve to a launch, each
+// launch a measure in flight. The side is `checked` when any of its tensors was read.
+void CollectiveChecks::submit(uint64_t id, bool output, const std::vector<at::Tensor>& tensors) {
+  if (tensors.empty()) return;
+  CollectiveSide host;
+  std::vector<std::vector<at::Tensor>> launches;
+  for (const at::Tensor& t : tensors) {
+    host.numel += t.numel();
+    if (!t.is_cuda()) {
+      const TensorHealth h = measureValues(t);
+      addCounts(host, {h.nan, h.posinf, h.neginf, h.max_abs});
+      continue;
+    }
+    if (launches.empty() || launches.back().size() == DeviceChecks::kMaxMeasured ||
+        launches.back().front().device() != t.device()) {
+      launches.emplace_back();
+    }
+    launches.back().push_back(t);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = open_.find(id);
+    if (it == open_.end()) return;
+    Open& open = it->second;
+    CollectiveSide& side = output ? open.rec.output : open.rec.input;
+    side.checked = true;
+    side.numel += host.numel;
+    addCounts(side, {host.nan, host.posinf, host.neginf, host.max_abs});
+    open.rec.tensors = std::max<int64_t>(open.rec.tensors, static_cast<int64_t>(tensors.size()));
+    open.waiting += static_cast<int>(launches.size());  // before measure: it may call back at once
+  }
+  const uint64_t context = id << 1 | (output ? 1 : 0);
+  for (const std::vector<at::Tensor>& launch : launches) {
+    if (!checks_.measure(launch, &onMeasured, context)) measured(context, nullptr, -1);  // a graph capture: never read
+  }
+}
+
+void CollectiveChecks::onMeasured(uint64_t context, const DeviceChecks::Counts* counts, int n) {
+  probes().collectives().measured(context, counts, n);
+}
+
+void CollectiveChecks::measured(uint64_t context, const DeviceChecks::Counts* counts, int n) {
+  CollectiveRecord done;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = open_.find(context >> 1);
+    if (it == open_.end()) return;
+    Open& open = it->second;
+    CollectiveSide& side = context & 1 ? open.rec.output : open.rec.input;
+    if (n == 0) {  // n < 0: not launched (submit)
+      logOnce("collective device", "a collective's check failed on the device; that collective is judged on the rest");
+    }
+    for (int i = 0; i < n; ++i) addCounts(side, counts[i]);
+    --open.waiting;
+    if (!takeIfDone(it, &done)) return;
+  }
+  recordIfNotClean(done);
+}
+
+bool CollectiveChecks::takeIfDone(std::map<uint64_t, Open>::iterator it, CollectiveRecord* out) {
+  if (!it->second.completed || it->second.waiting > 0) return false;
+  *out = std::move(it->second.rec);
+  open_.erase(it);
+  return true;
+}
+
+void CollectiveChecks::recordIfNotClean(const CollectiveRecord& rec) {
+  checked_.fetch_add(1, std::memory_order_relaxed);
+  if (rec.input.nonfinite() == 0 && rec.output.nonfinite() == 0) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (recorded_++ >= kMaxRecorded) return;
+  }
+  session_.recordCollectives({rec});
+}
+
+void installCollectiveProbes() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    try {
+      auto& dispatcher = c10::Dispatcher::singleton();
+      // Leaked on purpose: dropping the Library deregisters its kernels.
+      torch::Library* library = nullptr;
+      for (const CollectiveOp& op : kCollectiveOps) {
+        auto handle = dispatcher.findSchema({op.name, ""});
+        if (!handle) continue;  // not in this torch build
+        ProbedCollective probed = resolve(*handle, &op);
+        if (!probed.group || (probed.inputs.empty() && probed.outputs.empty())) {
+          logOnce(std::string("collective schema ") + op.name,
+                  std::string("nanprov: ") + op.name + " has arguments it does not know; it is not checked");
+          continue;
+        }
+        if (!library) library = new torch::Library(torch::Library::IMPL, "c10d", c10::DispatchKey::BackendSelect, __FILE__, __LINE__);
+        library->impl(op.name + 6,  // drop "c10d::"
+                      torch::CppFunction::makeFromBoxedFunctor(std::make_unique<CollectiveProbe>(std::move(probed))));
+      }
+    } catch (const std::exception& e) {
+      logOnce("collective probes", std::string("nanprov: collectives are not checked: ") + e.what());
+    }
+  });
+}
+
+}  // namespace nanprov
