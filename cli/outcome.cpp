@@ -1,6 +1,7 @@
 #include "cli/outcome.h"
 
 #include <filesystem>
+#include <tuple>
 #include <nlohmann/json.hpp>
 
 #include "store/small_file.h"
@@ -63,10 +64,11 @@ ProcessNotes readProcessNotes(const RunDirs& dirs) {
   return notes;
 }
 
-std::optional<SentinelFinding> earliestSentinel(const RunData& run) {
+std::optional<SentinelFinding> earliestSentinel(const RunData& run, const std::set<std::pair<int, int64_t>>& received) {
   std::optional<SentinelFinding> best;
+  auto order = [&](int rank, int64_t step) { return std::make_tuple(step, received.count({rank, step}) > 0, rank); };
   for (const SentinelRecord& f : run.sentinel) {
-    if (best && std::make_pair(f.step, f.rank) > std::make_pair(best->step, best->rank)) continue;
+    if (best && order(f.rank, f.step) > order(best->rank, best->step)) continue;
     if (!best || f.step != best->step || f.rank != best->rank) best = SentinelFinding{f.rank, f.step, {}, {}};
     (f.tensor == "grad" ? best->gradients : best->values).push_back(f.parameter);
   }
@@ -87,7 +89,8 @@ const char* outcomeName(Outcome o) {
 
 Conclusion conclude(const RunData& run, const Findings& findings) {
   Conclusion c;
-  c.sentinel = earliestSentinel(run);
+  c.collective_paths = collectivePaths(run);
+  c.sentinel = earliestSentinel(run, receivedThroughCollective(c.collective_paths));
   c.unprobed = run.unprobed();
   if (c.sentinel && (!findings.first || c.sentinel->step < run.calls[*findings.first].step)) {
     for (const auto& [what, step] : run.unprobedFirstSteps()) {

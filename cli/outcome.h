@@ -9,19 +9,22 @@
 #include <vector>
 
 #include "cli/audit_findings.h"
+#include "cli/collective_paths.h"
 #include "cli/edges.h"
 #include "store/reader.h"
 
 namespace nanprov {
 
 // The earliest step, across ranks, whose gradients (or parameters after the update) held NaN/Inf.
+// At one step, a rank that received them through a collective comes after a rank that did not:
+// the rank that sent them is where they were made.
 struct SentinelFinding {
   int rank = 0;
   int64_t step = 0;
   std::vector<std::string> gradients;  // parameters whose gradient was non-finite
   std::vector<std::string> values;     // parameters whose value was non-finite after the update
 };
-std::optional<SentinelFinding> earliestSentinel(const RunData& run);
+std::optional<SentinelFinding> earliestSentinel(const RunData& run, const std::set<std::pair<int, int64_t>>& received);
 
 // kPartial: no fault among what was checked, but some attention was recognised and not checked.
 // kAuditFinding: every value was finite, but the audit found a call whose outputs were wrong.
@@ -32,6 +35,8 @@ const char* outcomeName(Outcome o);
 struct Conclusion {
   Outcome outcome = Outcome::kClean;
   std::optional<SentinelFinding> sentinel;
+  // The ranks whose values went non-finite through a collective, and from which ranks.
+  std::vector<CollectivePath> collective_paths;
   std::map<std::string, int64_t> unprobed;  // attention recognised but not checked
   // With a sentinel finding whose step saw attention run unchecked: those kinds, and the ranks of
   // the job not read. The origin may then be that attention, so the outcome is partial, never

@@ -110,6 +110,21 @@ std::string listed(const std::vector<std::string>& names) {
   return joined(first, ", ") + " and " + std::to_string(names.size() - kShown) + " more";
 }
 
+nlohmann::json collectivePathsJson(const RunData& run, const Conclusion& c) {
+  nlohmann::json paths = nlohmann::json::array();
+  for (const CollectivePath& p : c.collective_paths) paths.push_back(collectivePathJson(p, sentinelGradients(run, p.rank, p.step)));
+  return paths;
+}
+
+// One line per rank that received non-finite values through a collective.
+std::string collectivePathsText(const RunData& run, const Conclusion& c) {
+  std::string out;
+  for (const CollectivePath& p : c.collective_paths) {
+    out += "  " + collectivePathText(run, p, listed(sentinelGradients(run, p.rank, p.step))) + "\n";
+  }
+  return out;
+}
+
 // What the report says about an edge beyond the call itself: its kernels and its capture.
 void addKernelsAndCapture(const RunData& run, const CallKernelIndex& index, const CallRecord& call, nlohmann::json& edge) {
   KernelsOfCall k = index.of(call);
@@ -287,6 +302,7 @@ nlohmann::json reportJson(const Report& report) {
       {"summary", {{"ranks", run.ranks.size()}, {"calls", run.total_calls}, {"steps", totalSteps(run)}}},
       {"coverage", coverageJson(run, conclusion)},
       {"gradient_sentinel", sentinelJson(conclusion.sentinel)},
+      {"collective_paths", collectivePathsJson(run, conclusion)},
       {"unchecked_attention_by_sentinel_step", conclusion.unchecked_by_sentinel_step},
       {"ranks", ranks},
       {"run_dirs", run.dirs},
@@ -350,7 +366,10 @@ std::string reportText(const Report& report) {
     const SentinelFinding& s = *conclusion.sentinel;
     out << "rank" << s.rank << ":" << stepLabel(run, s.step) << "  first non-finite values were gradients, at "
         << stepLabel(run, s.step);
-    if (conclusion.unchecked_by_sentinel_step.empty()) {
+    if (receivedThroughCollective(conclusion.collective_paths).count({s.rank, s.step})) {
+      // Every rank's came through a collective: never "outside attention" for what arrived.
+      out << ", and they reached this rank through a collective\n";
+    } else if (conclusion.unchecked_by_sentinel_step.empty()) {
       out << ": no probed attention call made them; the origin is outside attention\n";
     } else {
       // Never "outside attention" while attention ran unchecked: it may have made them.
@@ -364,6 +383,7 @@ std::string reportText(const Report& report) {
     }
     out << "  non-finite gradients: " << listed(s.gradients) << "\n";
     out << "  non-finite parameters after the update: " << listed(s.values) << "\n";
+    out << collectivePathsText(run, conclusion);
     if (f.first) {
       out << "  attention first saw non-finite values later: " << callName(run.calls[*f.first]) << " ("
           << stepLabel(run, run.calls[*f.first].step) << ", " << (f.origin == Origin::kAttention ? "source" : "propagated")
@@ -448,6 +468,7 @@ std::string reportText(const Report& report) {
     out << "  gradients went non-finite at " << stepLabel(run, conclusion.sentinel->step) << ": "
         << listed(conclusion.sentinel->gradients) << "\n";
   }
+  out << collectivePathsText(run, conclusion);
   return out.str() + closing(run, conclusion);
 }
 

@@ -1,0 +1,46 @@
+// How non-finite values reached a rank through a collective: the rank's first collective that
+// took a finite input there and gave a non-finite output, and the ranks whose input to that same
+// collective was non-finite (a collective is one (group, step, ordinal) on every rank). Such a
+// rank made nothing: it is named with the collective and the ranks the values came from, never
+// told "outside attention".
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "store/reader.h"
+
+namespace nanprov {
+
+struct CollectivePath {
+  int rank = 0;
+  int64_t step = 0;
+  std::string op;     // "c10d::allreduce_"
+  std::string group;  // the process group's name
+  int64_t ord = 0;    // the collective's ordinal among its group's in the step
+  std::vector<int> from;  // ranks whose input to it was non-finite
+  // No rank's recorded input to it was non-finite, and every rank of the job was read: the
+  // collective itself made the values (a sum that overflowed).
+  bool made_by_collective = false;
+};
+
+// One per rank that received non-finite values through a collective, by rank.
+std::vector<CollectivePath> collectivePaths(const RunData& run);
+
+// The (rank, step) pairs whose values went non-finite through a collective.
+std::set<std::pair<int, int64_t>> receivedThroughCollective(const std::vector<CollectivePath>& paths);
+
+// The parameters whose gradients the gradient sentinel found non-finite on `rank` at `step`.
+std::vector<std::string> sentinelGradients(const RunData& run, int rank, int64_t step);
+
+// "rank 0: gradients went non-finite at step 3 in c10d::allreduce_ (carrying embed.weight, ...):
+// its input was finite here and non-finite on rank 1". `carrying`: the parameters' names as the
+// caller lists them ("" when none are known).
+std::string collectivePathText(const RunData& run, const CollectivePath& path, const std::string& carrying);
+nlohmann::json collectivePathJson(const CollectivePath& path, const std::vector<std::string>& parameters);
+
+}  // namespace nanprov
