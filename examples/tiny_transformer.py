@@ -175,6 +175,25 @@ def padding_mask(args, hide_rows):
     return keep
 
 
+def bucket_health_hook(state, bucket):
+    """DDP's own all-reduce of a gradient bucket (the mean, as DDP's default), checked in plain
+    PyTorch before and after: the ground truth of which rank sent non-finite values in which step."""
+    import torch.distributed as dist
+
+    buf = bucket.buffer()
+    before = "finite" if bool(torch.isfinite(buf).all()) else "nonfinite"
+
+    def after(fut):
+        out = fut.value()[0]
+        health = "finite" if bool(torch.isfinite(out).all()) else "nonfinite"
+        os.write(1, f"bucket rank{dist.get_rank()} step{state['step']} index{bucket.index()} input {before} "
+                    f"output {health}\n".encode())
+        return out
+
+    buf.div_(dist.get_world_size())
+    return dist.all_reduce(buf, async_op=True).get_future().then(after)
+
+
 def die(how, forward):
     """Ends the process the way crash handlers, DataLoader workers and launchers do: no Python
     cleanup runs (SIGTERM's default action is the same as a kill)."""
@@ -239,6 +258,8 @@ def main():
                    help="with --ddp: one forward pass (no grad) before the process group is started")
     p.add_argument("--fsdp2", action="store_true",
                    help="FSDP2 (fully_shard per block, then the whole model) over gloo (run under torchrun)")
+    p.add_argument("--bucket-health", action="store_true",
+                   help="with --ddp: print whether each gradient bucket was finite before and after its all-reduce")
     p.add_argument("--print-losses", action="store_true", help="print each loss as an exact hex float")
     p.add_argument("--speed", action="store_true", help="print steady-state steps/s (steps after the first)")
     p.add_argument("--profile", action="store_true", help="train inside torch.profiler (CPU and CUDA activities)")
@@ -272,6 +293,7 @@ def main():
     for block in model.blocks() if args.causal and not args.no_attention else []:
         block.attn.causal = True
     anchor = model.head.weight.detach().clone() + 1.0
+    bucket_state = {"step": 0}  # --bucket-health: the step the hook's lines name
     if args.ddp:
         import torch.distributed as dist
 
@@ -283,6 +305,8 @@ def main():
         else:
             dist.init_process_group("gloo")
         model = nn.parallel.DistributedDataParallel(model)
+        if args.bucket_health:
+            model.register_comm_hook(bucket_state, bucket_health_hook)
     if args.fsdp2:
         import torch.distributed as dist
         from torch.distributed.device_mesh import init_device_mesh
@@ -338,6 +362,7 @@ def main():
             oracle_step[0] = step
             if step == 1:
                 started = time.perf_counter()
+            bucket_state["step"] = step
             x, y = x.to(args.device, dtype), y.to(args.device, dtype)
             if late_mask is not None and step == args.mask_rows_from:
                 mask = late_mask

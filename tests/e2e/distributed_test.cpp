@@ -17,6 +17,12 @@ std::string torchrun() { return (fs::path(python()).parent_path() / "torchrun").
 const std::string kGloo = "GLOO_SOCKET_IFNAME=lo ";
 const std::string kOverflowOnRankOne = " --steps 4 --fsdp2 --glitch-step 2 --glitch-rank 1";
 
+// `nanprov run --out DIR -- torchrun --standalone --nproc-per-node=N tiny_transformer.py ARGS`.
+Result trainUnderTorchrun(const fs::path& dir, int ranks, const std::string& args) {
+  return sh(kGloo + nanprov() + " run --out " + dir.string() + " -- " + torchrun() + " --standalone --nproc-per-node=" +
+            std::to_string(ranks) + " " + example("tiny_transformer.py") + " " + args + " 2>&1");
+}
+
 bool contains(const json& list, const std::string& item) {
   return std::find(list.begin(), list.end(), json(item)) != list.end();
 }
@@ -25,9 +31,7 @@ bool contains(const json& list, const std::string& item) {
 // sharded parameters by their fully qualified names, and the launcher claims no store.
 void expectFsdp2FindsRankOne(int ranks) {
   fs::path dir = runDir("fsdp2-" + std::to_string(ranks));
-  Result t = sh(kGloo + nanprov() + " run --out " + dir.string() + " -- " + torchrun() +
-                " --standalone --nproc-per-node=" + std::to_string(ranks) + " " + example("tiny_transformer.py") +
-                kOverflowOnRankOne + " 2>&1");
+  Result t = trainUnderTorchrun(dir, ranks, kOverflowOnRankOne);
   ASSERT_EQ(t.code, 1) << "the training exits 0; nanprov found the edge: " << t.out;
   expectEveryRankRecorded(t.out);
   json doc = reportOfEveryRank(dir, ranks);
@@ -68,9 +72,7 @@ TEST(Distributed, RankZeroOfALauncherThatSetsTheWorldLateRecordsIt) {
 // wrapper's `module.` in front, for attention calls and for the gradient sentinel's parameters.
 TEST(Distributed, DdpNamesModulesAndParametersWithoutTheWrapper) {
   fs::path dir = runDir("ddp-names");
-  Result t = sh(kGloo + nanprov() + " run --out " + dir.string() + " -- " + torchrun() +
-                " --standalone --nproc-per-node=2 " + example("tiny_transformer.py") +
-                " --steps 4 --ddp --glitch-step 2 --glitch-rank 1 2>&1");
+  Result t = trainUnderTorchrun(dir, 2, "--steps 4 --ddp --glitch-step 2 --glitch-rank 1");
   ASSERT_EQ(t.code, 1) << t.out;
   json doc = commandJson("report", dir);
   expectFields(doc["first_edge"], {{"rank", 1}, {"step", 2}, {"module", "layers.0.attn"}});
@@ -82,6 +84,53 @@ TEST(Distributed, DdpNamesModulesAndParametersWithoutTheWrapper) {
   ASSERT_TRUE(s.is_object()) << doc.dump(1);
   EXPECT_TRUE(contains(s["gradients"], "layers.0.attn.q_proj.weight")) << s.dump();
   for (const json& name : s["gradients"]) EXPECT_EQ(name.get<std::string>().rfind("module.", 0), std::string::npos) << s.dump();
+}
+
+// The NaN's path between ranks: rank 1's attention overflows at step 3, and rank 0's gradients go
+// non-finite only through DDP's all-reduce of the bucket. Ground truth from the training itself:
+// a comm hook that checks each bucket in plain PyTorch before and after its all-reduce.
+TEST(Distributed, DdpReportNamesTheAllReduceThatCarriedTheNanToTheOtherRank) {
+  fs::path dir = runDir("ddp-collective-path");
+  Result t = trainUnderTorchrun(dir, 2, "--steps 5 --ddp --bucket-health --glitch-step 3 --glitch-rank 1");
+  ASSERT_EQ(t.code, 1) << t.out;
+  // The hook's own account: at step 3 rank 1 sent a non-finite bucket, rank 0's was finite, and
+  // both came back non-finite.
+  EXPECT_NE(t.out.find("bucket rank1 step3 index0 input nonfinite output nonfinite"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("bucket rank0 step3 index0 input finite output nonfinite"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("bucket rank0 step2 index0 input finite output finite"), std::string::npos) << t.out;
+
+  json doc = commandJson("report", dir);
+  expectFields(doc["first_edge"], {{"rank", 1}, {"step", 3}, {"phase", "fwd"}, {"layer", 0}, {"module", "layers.0.attn"},
+                                   {"origin", "attention"}});
+  const json& paths = doc["collective_paths"];
+  ASSERT_EQ(paths.size(), 1u) << doc.dump(1);
+  expectFields(paths[0], {{"rank", 0}, {"step", 3}, {"op", "c10d::allreduce_"}, {"made_by_collective", false}});
+  EXPECT_EQ(paths[0]["from_ranks"], json::array({1})) << paths.dump();
+  EXPECT_TRUE(contains(paths[0]["parameters"], "layers.0.attn.q_proj.weight")) << paths.dump();
+  // The sentinel names the rank that made the gradients, not the one that received them.
+  EXPECT_EQ(doc["gradient_sentinel"]["rank"], 1) << doc["gradient_sentinel"].dump();
+
+  Result text = sh(nanprov() + " report " + dir.string());
+  EXPECT_NE(text.out.find("rank 0: gradients went non-finite at step 3 in c10d::allreduce_"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("its input was finite here and non-finite on rank 1"), std::string::npos) << text.out;
+  EXPECT_EQ(text.out.find("outside attention"), std::string::npos) << text.out;
+  // Only collectives that carried a non-finite value are stored; every checked one is counted.
+  json rows = json::parse(sh(nanprov() + " sql " + dir.string() +
+                             " \"SELECT rank, value FROM meta WHERE key = 'collectives_checked' ORDER BY rank\" --json").out,
+                          nullptr, false);
+  ASSERT_EQ(rows.size(), 2u) << rows.dump();
+  for (const json& row : rows) EXPECT_GE(std::stoi(row["value"].get<std::string>()), 5) << rows.dump();
+}
+
+// Checking DDP's collectives reads them only: the losses are bit-identical with and without nanprov.
+TEST(Distributed, DdpLossesAreBitIdenticalWithAndWithoutNanprov) {
+  const std::string training = torchrun() + " --standalone --nproc-per-node=2 " + example("tiny_transformer.py") +
+                               " --steps 5 --ddp --glitch-step 3 --glitch-rank 1 --print-losses 2>/dev/null | "
+                               "grep '^rank.* loss ' | sort";
+  Result plain = sh(kGloo + training);
+  Result probed = sh(kGloo + nanprov() + " run --out " + runDir("ddp-losses").string() + " -- " + training);
+  ASSERT_EQ(std::count(plain.out.begin(), plain.out.end(), '\n'), 10) << plain.out;
+  EXPECT_EQ(plain.out, probed.out);
 }
 
 TEST(Distributed, Fsdp2FourRanksOverflowOnRankOne) { expectFsdp2FindsRankOne(4); }
