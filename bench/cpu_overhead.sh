@@ -2,7 +2,10 @@
 # Overhead of `nanprov run` on the CPU demo model, measured side by side in one run: rounds
 # alternate plain training and training under nanprov, so machine noise hits both alike.
 # Prints steady-state steps/s for each and the ratio (plain / nanprov = slowdown factor).
-#   bench/cpu_overhead.sh [rounds] [steps] [demo|handwritten]
+#   bench/cpu_overhead.sh [rounds] [steps] [demo|handwritten|ddp]
+# `ddp` is the demo model under DistributedDataParallel, two ranks over gloo (torchrun): the cost
+# of checking its collectives (each gradient bucket's all-reduce, in and out) on top of the rest;
+# the speed is rank 0's.
 # `handwritten` is the hand-written attention model under --probe-module HandAttention: the cost
 # of the module probes (a forward pre-hook on every module call, a forward hook on the matches).
 # BASELINE=/path/to/other/build/bin/nanprov adds a third column in the same rounds: another build
@@ -13,20 +16,24 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$root/scripts/activate"
 rounds="${1:-3}" steps="${2:-60}" model="${3:-demo}"
+launch=(python)
 case "$model" in
   demo) args=("$root/examples/tiny_transformer.py" --steps "$steps" --mask --speed) opts=() ;;
   handwritten) args=("$root/examples/handwritten_attention.py" --steps "$steps" --speed) opts=(--probe-module HandAttention) ;;
-  *) echo "bench/cpu_overhead.sh: unknown model '$model' (demo or handwritten)" >&2; exit 2 ;;
+  ddp) args=("$root/examples/tiny_transformer.py" --steps "$steps" --mask --speed --ddp) opts=()
+       launch=(torchrun --standalone --nproc-per-node=2) ;;
+  *) echo "bench/cpu_overhead.sh: unknown model '$model' (demo, handwritten or ddp)" >&2; exit 2 ;;
 esac
+export GLOO_SOCKET_IFNAME="${GLOO_SOCKET_IFNAME:-lo}"  # loopback: sandboxes have no other interface
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
-speed() { grep -o 'steps_per_sec [0-9.]*' | awk '{print $2}'; }
+speed() { grep -o 'steps_per_sec [0-9.]*' | awk 'NR == 1 {print $2}'; }
 plain=() probed=() baseline=() trail=()
 for r in $(seq "$rounds"); do
-  plain+=("$(python "${args[@]}" | speed)")
-  probed+=("$(nanprov run --out "$tmp/r$r" "${opts[@]}" -- python "${args[@]}" 2>/dev/null | speed)")
-  [ "${TRAIL:-0}" != 1 ] || trail+=("$(nanprov run --out "$tmp/t$r" --trail "${opts[@]}" -- python "${args[@]}" 2>/dev/null | speed)")
-  [ -z "${BASELINE:-}" ] || baseline+=("$("$BASELINE" run --out "$tmp/b$r" "${opts[@]}" -- python "${args[@]}" 2>/dev/null | speed)")
+  plain+=("$("${launch[@]}" "${args[@]}" 2>/dev/null | speed)")
+  probed+=("$(nanprov run --out "$tmp/r$r" "${opts[@]}" -- "${launch[@]}" "${args[@]}" 2>/dev/null | speed)")
+  [ "${TRAIL:-0}" != 1 ] || trail+=("$(nanprov run --out "$tmp/t$r" --trail "${opts[@]}" -- "${launch[@]}" "${args[@]}" 2>/dev/null | speed)")
+  [ -z "${BASELINE:-}" ] || baseline+=("$("$BASELINE" run --out "$tmp/b$r" "${opts[@]}" -- "${launch[@]}" "${args[@]}" 2>/dev/null | speed)")
 done
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 p="$(median "${plain[@]}")" n="$(median "${probed[@]}")"
