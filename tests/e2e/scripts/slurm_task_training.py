@@ -1,8 +1,7 @@
 """A Slurm task's training, as a user writes it: the rank and world size come from srun's task
 environment (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID) and are passed to init_process_group
-explicitly, with a tcp:// rendezvous at MASTER_ADDR:MASTER_PORT. RANK, WORLD_SIZE and LOCAL_RANK
-are exported too, for now: these tests are about the run directory, the job id and the readers,
-not about how the probes learn a process's rank.
+explicitly, with a tcp:// rendezvous at MASTER_ADDR:MASTER_PORT. No RANK, WORLD_SIZE or LOCAL_RANK:
+the probes learn each task's rank from its process group.
 
 Usage: slurm_task_training.py EXAMPLE [EXAMPLE ARGS...] (EXAMPLE's --ddp calls init_process_group)."""
 import os
@@ -10,9 +9,8 @@ import runpy
 import sys
 
 rank, world = int(os.environ["SLURM_PROCID"]), int(os.environ["SLURM_NTASKS"])
-os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=os.environ.get("SLURM_LOCALID", "0"))
 
-import torch.distributed as dist  # noqa: E402  (after the environment: the probes load with torch)
+import torch.distributed as dist  # noqa: E402
 
 _init = dist.init_process_group
 
