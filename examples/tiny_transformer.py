@@ -249,7 +249,7 @@ def main():
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     p.add_argument("--ddp", action="store_true", help="DistributedDataParallel over gloo (run under torchrun)")
     p.add_argument("--dist-init", default=None,
-                   help="with --ddp: init_process_group at this URL (tcp://HOST:PORT), rank and world size from "
+                   help="with --ddp: init_process_group at this URL (tcp://HOST:PORT, file://PATH), rank and world size from "
                         "--rank and --world-size, else from SLURM_PROCID and SLURM_NTASKS")
     p.add_argument("--rank", type=int, default=-1)
     p.add_argument("--world-size", type=int, default=0)

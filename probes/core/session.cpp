@@ -161,6 +161,14 @@ void Session::learnRank(int rank, int world_size, int local_rank) {
   if (!active() || inWorker() || rank < 0 || world_size < 1 || rank >= world_size) return;
   std::lock_guard<std::mutex> lock(writer_mu_);
   if (rank_source_.load() == RankSource::kProcessGroup) return;
+  // Settled on its guess by an optimizer step without a group, it wrote under that rank's name
+  // from then on: a group that names another rank later cannot rename what is written.
+  if (rank_source_.load() == RankSource::kSettled && rank != rank_.load() && writer_ &&
+      store_link_.processName().empty()) {
+    logOnce("late group", "the process group came up after this process trained without one: it stays recorded as rank " +
+                              std::to_string(rank_.load()) + ", though the group says " + std::to_string(rank));
+    return;
+  }
   rank_ = rank;
   env_.world_size = world_size;
   if (local_rank >= 0) env_.local_rank = local_rank;

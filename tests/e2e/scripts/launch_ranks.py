@@ -5,24 +5,19 @@ rank another way, as a new user's job would be:
   launch_ranks.py subprocess N SCRIPT ARGS...  a hand-written launcher: N children, --rank i each
   launch_ranks.py slurm N SCRIPT ARGS...       as srun starts tasks: N children with Slurm's task
                                                variables only (SLURM_PROCID...); SCRIPT reads them
-Every rank gets --ddp --dist-init tcp://127.0.0.1:PORT (and --world-size N where the rank is
-passed). Exits with the first failing rank's status.
+Every rank gets --ddp --dist-init file://RENDEZVOUS, a fresh file (a TCP port picked here could be
+taken by a concurrent test before rank 0 binds it), and --world-size N where the rank is passed.
+Exits with the first failing rank's status.
 """
 import os
 import runpy
-import socket
 import subprocess
 import sys
+import tempfile
 
 # Whatever launched the test must not tell the ranks who they are.
 _LAUNCHER_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK",
                        "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_rank(index, script, args):
@@ -35,7 +30,8 @@ def main():
     mode, n, script, args = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4:]
     for name in _LAUNCHER_VARIABLES:
         os.environ.pop(name, None)
-    args = args + ["--ddp", "--dist-init", f"tcp://127.0.0.1:{free_port()}"]
+    rendezvous = os.path.join(tempfile.mkdtemp(prefix="nanprov-rendezvous-"), "store")
+    args = args + ["--ddp", "--dist-init", f"file://{rendezvous}"]
     if mode == "spawn":
         import torch.multiprocessing as mp
 
