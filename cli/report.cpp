@@ -421,6 +421,10 @@ std::string reportText(const Report& report) {
   out << "  " << stepLabel(run, c.step) << ", " << phaseName(c.phase) << (c.recompute ? " (checkpoint recompute)" : "")
       << ", " << c.op << " (" << c.backend << ")";
   if (!c.module.empty()) out << ", module " << c.module;
+  // Where a DeviceMesh placed the rank (dp, tp, pp...): which replica or shard made the NaN.
+  for (const RankInfo& r : run.ranks) {
+    if (auto mesh = r.meta.find("mesh"); r.rank == c.rank && mesh != r.meta.end()) out << ", mesh " << printable(mesh->second);
+  }
   out << "\n";
   std::vector<std::string> finite_inputs;
   for (const TensorHealth& t : c.tensors) {

@@ -38,6 +38,11 @@ void expectFsdp2FindsRankOne(int ranks) {
   const json& e = doc["first_edge"];
   expectFields(e, {{"rank", 1}, {"step", 2}, {"phase", "fwd"}, {"layer", 0}, {"module", "layers.0.attn"},
                    {"origin", "attention"}, {"inputs_finite", true}});
+  // FSDP2's one-dimensional mesh: each rank's place in it is kept, and the edge says its own.
+  for (const json& r : doc["ranks"]) {
+    EXPECT_EQ(r["meta"]["mesh"], "dim0=" + std::to_string(r["rank"].get<int>())) << r.dump();
+  }
+  EXPECT_NE(t.out.find("module layers.0.attn, mesh dim0=1"), std::string::npos) << t.out;
   // Every gradient went NaN after the reduce-scatter; each rank checked its own shards.
   const json& s = doc["gradient_sentinel"];
   ASSERT_TRUE(s.is_object()) << doc.dump();
