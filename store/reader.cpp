@@ -153,9 +153,7 @@ Status loadSentinel(sqlite3* db, const std::string& path, int rank, std::vector<
 
 // A store written without --trail, or before the table existed, has no rows to read.
 Status loadModuleChecks(sqlite3* db, const std::string& path, int rank, std::vector<ModuleCheckRecord>* out) {
-  auto exists = queryInteger(db, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'module_checks'", {});
-  if (!exists.ok()) return notAStore(path, exists.status().message());
-  if (!*exists) return Status::Ok();
+  if (!sqlite::hasTable(db, "module_checks")) return Status::Ok();
   // Stores written before compiled modules were checked have no `unchecked` column.
   const bool has_unchecked = sqlite::hasColumn(db, "module_checks", "unchecked");
   auto rows = sqlite::prepare(db,
@@ -176,9 +174,7 @@ Status loadModuleChecks(sqlite3* db, const std::string& path, int rank, std::vec
 
 // Stores written before collectives were checked have no such table: nothing to read.
 Status loadCollectives(sqlite3* db, const std::string& path, int rank, std::vector<CollectiveRecord>* out) {
-  auto exists = queryInteger(db, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'collectives'", {});
-  if (!exists.ok()) return notAStore(path, exists.status().message());
-  if (!*exists) return Status::Ok();
+  if (!sqlite::hasTable(db, "collectives")) return Status::Ok();
   auto rows = sqlite::prepare(db,
       "SELECT step,ord,op,grp,group_size,tensors,in_checked,in_numel,in_nan,in_posinf,in_neginf,in_max_abs,"
       "out_checked,out_numel,out_nan,out_posinf,out_neginf,out_max_abs,time_ns FROM collectives ORDER BY rowid");

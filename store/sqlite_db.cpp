@@ -45,6 +45,13 @@ bool hasColumn(sqlite3* db, const std::string& table, const std::string& column,
   return sqlite3_step(probe->get()) == SQLITE_ROW;
 }
 
+bool hasTable(sqlite3* db, const std::string& table) {
+  auto probe = prepare(db, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?");
+  if (!probe.ok()) return false;
+  sqlite3_bind_text(probe->get(), 1, table.c_str(), static_cast<int>(table.size()), SQLITE_TRANSIENT);
+  return sqlite3_step(probe->get()) == SQLITE_ROW;
+}
+
 Transaction::Transaction(sqlite3* db) : db_(db) {}
 
 Transaction::~Transaction() {

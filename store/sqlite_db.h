@@ -29,6 +29,8 @@ std::string errorOf(sqlite3* db);
 // Whether `schema`.`table` has `column`: stores written by older nanprov lack later columns.
 // `schema` and `table` are nanprov's own names (an ATTACH alias), never a user's text.
 bool hasColumn(sqlite3* db, const std::string& table, const std::string& column, const std::string& schema = "main");
+// Whether the store has the table `table` (stores written before it was added have none).
+bool hasTable(sqlite3* db, const std::string& table);
 
 // Commits on commit(), rolls back when dropped without it.
 class Transaction {

@@ -206,7 +206,7 @@ void CollectiveChecks::complete(uint64_t id, const std::vector<at::Tensor>& outp
   recordIfNotClean(done);
 }
 
-// CPU tensors are scanned here; CUDA tensors go to the device checks, twelve to a launch, each
+// CPU tensors are scanned here; CUDA tensors go to the device checks, kMaxMeasured to a launch, each
 // launch a measure in flight. The side is `checked` when any of its tensors was read.
 void CollectiveChecks::submit(uint64_t id, bool output, const std::vector<at::Tensor>& tensors) {
   if (tensors.empty()) return;
@@ -295,7 +295,7 @@ void installCollectiveProbes() {
         ProbedCollective probed = resolve(*handle, &op);
         if (!probed.group || (probed.inputs.empty() && probed.outputs.empty())) {
           logOnce(std::string("collective schema ") + op.name,
-                  std::string("nanprov: ") + op.name + " has arguments it does not know; it is not checked");
+                  std::string(op.name) + " has arguments it does not know; it is not checked");
           continue;
         }
         if (!library) library = new torch::Library(torch::Library::IMPL, "c10d", c10::DispatchKey::BackendSelect, __FILE__, __LINE__);
@@ -303,7 +303,7 @@ void installCollectiveProbes() {
                       torch::CppFunction::makeFromBoxedFunctor(std::make_unique<CollectiveProbe>(std::move(probed))));
       }
     } catch (const std::exception& e) {
-      logOnce("collective probes", std::string("nanprov: collectives are not checked: ") + e.what());
+      logOnce("collective probes", std::string("collectives are not checked: ") + e.what());
     }
   });
 }
