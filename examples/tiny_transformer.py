@@ -107,6 +107,12 @@ class SensorModel(nn.Module):
         return self.head(h)
 
 
+def say(line):
+    """One write per line, newline included: ranks share the pipe, and print() writes the newline
+    apart, so two ranks' lines interleave when stdout is unbuffered (PYTHONUNBUFFERED)."""
+    os.write(1, f"{line}\n".encode())
+
+
 def this_rank():
     """The process group's rank once there is one, else the launcher's RANK (0 without one)."""
     import torch.distributed as dist
@@ -138,7 +144,7 @@ def install_oracle(model):
                 if not found and finite(inputs) and not finite([output]):
                     found.append(name)
                     shown = name.removeprefix("module.")  # DDP's wrapper, as nanprov shows paths
-                    print(f"oracle: rank {this_rank()} step {step[0]} module {shown}", flush=True)
+                    say(f"oracle: rank {this_rank()} step {step[0]} module {shown}")
             module.register_forward_hook(hook)
     return step
 
@@ -385,11 +391,9 @@ def main():
                 loss.backward()
                 opt.step()
             if args.print_losses:
-                # One write per line, newline included: ranks share the pipe, and print() writes
-                # the newline apart, so two ranks' lines could interleave when stdout is unbuffered.
-                os.write(1, f"rank{rank} step{step} loss {loss.item().hex()}\n".encode())
+                say(f"rank{rank} step{step} loss {loss.item().hex()}")
             elif rank == 0 and not args.speed:
-                print(f"step {step}: loss {loss.item():.4g}", flush=True)
+                say(f"step {step}: loss {loss.item():.4g}")
             if step == args.die_after_step:
                 die(args.die_how, lambda: model(x, mask))
     if args.profile:
