@@ -6,6 +6,8 @@ NANPROV_TRANSFORMERS="${NANPROV_TRANSFORMERS:-5.17.*}"
 NANPROV_SAFETENSORS="${NANPROV_SAFETENSORS:-0.8.*}"
 # The HF Trainer needs accelerate; users train in this venv.
 NANPROV_ACCELERATE="${NANPROV_ACCELERATE:-1.16.*}"
+# Lightning starts its own ranks (ddp, ddp_spawn): the tests check nanprov follows them.
+NANPROV_LIGHTNING="${NANPROV_LIGHTNING:-2.6.*}"
 NANPROV_CACHE="${NANPROV_CACHE:-$HOME/.cache/nanprov}"
 NANPROV_VENV="${NANPROV_VENV:-$NANPROV_CACHE/venv-torch$NANPROV_TORCH}"
 NANPROV_BUILD="${NANPROV_BUILD:-$NANPROV_ROOT/build}"

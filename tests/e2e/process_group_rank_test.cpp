@@ -38,9 +38,9 @@ void expectOneStorePerRank(const fs::path& dir, int ranks) {
   EXPECT_EQ(distinct.size(), static_cast<size_t>(ranks)) << "one process per rank: " << pids.out;
 }
 
-void expectRankOneFound(const std::string& mode, int ranks) {
-  fs::path dir = runDir("launch-" + mode + "-" + std::to_string(ranks));
-  Result t = sh(kGloo + nanprov() + " run --out " + dir.string() + " -- " + launch(mode, ranks, " --oracle") + " 2>&1");
+// `training` glitches rank 1's first attention at step 3 and prints the ground truth (--oracle).
+void expectRankOneFound(const fs::path& dir, const std::string& training, int ranks) {
+  Result t = sh(kGloo + nanprov() + " run --out " + dir.string() + " -- " + training + " 2>&1");
   ASSERT_EQ(t.code, 1) << "the training exits 0; nanprov found the edge: " << t.out;
   expectEveryRankRecorded(t.out);
   std::smatch oracle;
@@ -55,6 +55,10 @@ void expectRankOneFound(const std::string& mode, int ranks) {
                                     {"origin", "attention"},
                                     {"inputs_finite", true}});
   expectOneStorePerRank(dir, ranks);
+}
+
+void expectRankOneFound(const std::string& mode, int ranks) {
+  expectRankOneFound(runDir("launch-" + mode + "-" + std::to_string(ranks)), launch(mode, ranks, " --oracle"), ranks);
 }
 
 TEST(ProcessGroupRank, SrunStyleTwoTasks) { expectRankOneFound("slurm", 2); }
@@ -85,21 +89,66 @@ TEST(ProcessGroupRank, CallsBeforeTheGroupBecomeTheRanksRows) {
   for (const json& s : sources) EXPECT_EQ(s["value"], "process_group") << meta.out;
 }
 
-// nanprov only reads: each rank's losses are the same with and without it.
-TEST(ProcessGroupRank, LossesAreBitIdenticalUnderSpawn) {
+// Rank 1 trains without its recording (its launcher passed no environment, as srun --export=NONE
+// does) and makes the NaN; rank 0 receives it through DDP's all-reduce. Rank 0's store alone must
+// not answer "outside attention": it names the rank that was not checked, and the collective.
+TEST(ProcessGroupRank, ARankNotRecordedIsNeverAnsweredOutsideAttention) {
+  fs::path dir = runDir("launch-unrecorded");
+  const std::string training = python() + " " + std::string(NANPROV_TEST_SCRIPTS) +
+                               "/launch_ranks.py subprocess 2 --unrecorded 1 " + example("tiny_transformer.py") +
+                               " --steps 5 --glitch-step 3 --glitch-rank 1 --oracle";
+  Result t = sh(kGloo + nanprov() + " run --out " + dir.string() + " -- " + training + " 2>&1");
+  ASSERT_NE(t.out.find("oracle: rank 1 step 3"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("rank 1 of world size 2 has no store"), std::string::npos) << t.out;
+  Result rep = sh(nanprov() + " report " + dir.string() + " --json");
+  EXPECT_EQ(rep.code, 1) << "non-finite values were seen: " << rep.out;
+  json doc = json::parse(rep.out, nullptr, false);
+  ASSERT_TRUE(doc.is_object()) << rep.out;
+  EXPECT_NE(doc["outcome"], "outside_attention") << rep.out;
+  EXPECT_NE(doc["outcome"], "clean") << rep.out;
+  EXPECT_EQ(doc["world_size"], 2) << rep.out;
+  EXPECT_EQ(doc["missing_ranks"], json::array({1})) << rep.out;
+  ASSERT_EQ(doc["collective_paths"].size(), 1u) << rep.out;
+  expectFields(doc["collective_paths"][0],
+               {{"rank", 0}, {"step", 3}, {"op", "c10d::allreduce_"}, {"made_by_collective", false}});
+}
+
+// nanprov only reads: each rank's losses are the same with and without it. `training` prints one
+// line with " loss " per rank and step.
+void expectLossesBitIdentical(const std::string& name, const std::string& training, size_t lines) {
   auto sorted = [](const std::string& text) {
-    std::multiset<std::string> lines;
+    std::multiset<std::string> found;
     std::istringstream in(text);
     for (std::string line; std::getline(in, line);) {
-      if (line.find(" loss ") != std::string::npos) lines.insert(line);
+      if (line.find(" loss ") != std::string::npos) found.insert(line);
     }
-    return lines;
+    return found;
   };
-  const std::string training = launch("spawn", 2, " --print-losses");
   Result plain = sh(kGloo + training + " 2>/dev/null");
-  Result probed = sh(kGloo + nanprov() + " run --out " + runDir("launch-losses").string() + " -- " + training + " 2>/dev/null");
-  EXPECT_EQ(sorted(plain.out).size(), 10u) << plain.out;
+  Result probed = sh(kGloo + nanprov() + " run --out " + runDir(name).string() + " -- " + training + " 2>/dev/null");
+  EXPECT_EQ(sorted(plain.out).size(), lines) << plain.out;
   EXPECT_EQ(sorted(plain.out), sorted(probed.out));
+}
+
+TEST(ProcessGroupRank, LossesAreBitIdenticalUnderSpawn) {
+  expectLossesBitIdentical("launch-losses", launch("spawn", 2, " --print-losses"), 10u);
+}
+
+// Lightning starts its ranks itself: `ddp` re-runs the script with LOCAL_RANK for rank 1 (rank 0
+// is the process the user started), `ddp_spawn` spawns both from a process that trains nothing.
+std::string lightning(const std::string& strategy, const std::string& extra) {
+  return python() + " " + std::string(NANPROV_TEST_SCRIPTS) + "/lightning_training.py --strategy " + strategy +
+         " --steps 5 --glitch-step 3 --glitch-rank 1" + extra;
+}
+
+TEST(ProcessGroupRank, LightningDdp) { expectRankOneFound(runDir("lightning-ddp"), lightning("ddp", " --oracle"), 2); }
+
+TEST(ProcessGroupRank, LightningDdpSpawn) {
+  expectRankOneFound(runDir("lightning-ddp-spawn"), lightning("ddp_spawn", " --oracle"), 2);
+}
+
+TEST(ProcessGroupRank, LossesAreBitIdenticalUnderLightningDdp) {
+  expectLossesBitIdentical("lightning-losses", lightning("ddp", " --print-losses"), 10u);
 }
 
 }  // namespace

@@ -5,6 +5,8 @@ rank another way, as a new user's job would be:
   launch_ranks.py subprocess N SCRIPT ARGS...  a hand-written launcher: N children, --rank i each
   launch_ranks.py slurm N SCRIPT ARGS...       as srun starts tasks: N children with Slurm's task
                                                variables only (SLURM_PROCID...); SCRIPT reads them
+  launch_ranks.py MODE N --unrecorded R SCRIPT... rank R starts with no NANPROV_* variable, as from a
+                                               launcher that passes no environment (srun --export=NONE)
 Every rank gets --ddp --dist-init file://RENDEZVOUS, a fresh file (a TCP port picked here could be
 taken by a concurrent test before rank 0 binds it), and --world-size N where the rank is passed.
 Exits with the first failing rank's status.
@@ -27,7 +29,11 @@ def run_rank(index, script, args):
 
 
 def main():
-    mode, n, script, args = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4:]
+    mode, n, rest = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+    unrecorded = -1
+    if rest[0] == "--unrecorded":
+        unrecorded, rest = int(rest[1]), rest[2:]
+    script, args = rest[0], rest[1:]
     for name in _LAUNCHER_VARIABLES:
         os.environ.pop(name, None)
     rendezvous = os.path.join(tempfile.mkdtemp(prefix="nanprov-rendezvous-"), "store")
@@ -45,6 +51,8 @@ def main():
             env.update(SLURM_PROCID=str(i), SLURM_LOCALID=str(i), SLURM_NTASKS=str(n), SLURM_NODEID="0",
                        SLURM_JOB_ID="4242", SLURM_STEP_ID="0")
             rank_args = []
+        if i == unrecorded:
+            env = {k: v for k, v in env.items() if not k.startswith("NANPROV_")}
         children.append(subprocess.Popen([sys.executable, script] + args + rank_args, env=env))
     codes = [c.wait() for c in children]
     return next((c for c in codes if c != 0), 0)
