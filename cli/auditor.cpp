@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/build_info.h"
+#include "cli/install_layout.h"
 #include "base/child_process.h"
 #include "store/audit_file.h"
 #include "store/capture_file.h"
@@ -26,7 +27,7 @@ constexpr auto kWatchEvery = std::chrono::seconds(2);
 
 }  // namespace
 
-Auditor::Auditor(std::string run_dir) : dir_(std::move(run_dir)), engine_(build::kReplayEngine) {}
+Auditor::Auditor(std::string run_dir) : dir_(std::move(run_dir)), engine_(installLayout().replay_engine) {}
 
 Auditor::~Auditor() { stopWatching(); }
 

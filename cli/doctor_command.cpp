@@ -7,6 +7,7 @@
 
 #include "base/json_text.h"
 #include "cli/build_info.h"
+#include "cli/install_layout.h"
 #include "base/child_process.h"
 #include "cli/commands.h"
 #include "cli/python_torch.h"
@@ -41,9 +42,9 @@ void addDoctorCommand(CLI::App& app, int* exit_code) {
     nlohmann::json torch = nullptr;
     std::string lib = probesLibrary();
     checks.push_back({"probe library", std::filesystem::exists(lib), lib});
-    checks.push_back({"replay engine", access(build::kReplayEngine, X_OK) == 0, build::kReplayEngine});
-    checks.push_back({"bootstrap", std::filesystem::exists(std::string(build::kBootstrapDir) + "/sitecustomize.py"),
-                      build::kBootstrapDir});
+    const InstallLayout& layout = installLayout();
+    checks.push_back({"replay engine", access(layout.replay_engine.c_str(), X_OK) == 0, layout.replay_engine});
+    checks.push_back({"bootstrap", std::filesystem::exists(layout.bootstrap_dir + "/sitecustomize.py"), layout.bootstrap_dir});
     std::string python = findExecutable(opts->python);
     if (python.empty()) {
       checks.push_back({"python", false, opts->python + " not found on PATH; pass --python"});
@@ -69,12 +70,19 @@ void addDoctorCommand(CLI::App& app, int* exit_code) {
                             {"cupti", build::kHaveCupti},
                             {"cudnn_headers", build::kHaveCudnn},
                             {"python_torch", torch},
+                            {"install", {{"installed_by", layout.installed_by},
+                                         {"prefix", layout.prefix},
+                                         {"python", layout.python},
+                                         {"source_dir", layout.source_dir}}},
                             {"checks", nlohmann::json::array()}};
       for (const Check& c : checks) out["checks"].push_back({{"name", c.name}, {"ok", c.ok}, {"detail", c.detail}});
       std::cout << jsonText(out, 2) << "\n";
     } else {
       std::cout << "nanprov " << build::kVersion << ", built against torch " << build::kTorchVersion
-                << " (C++11 ABI " << build::kCxx11Abi << ")\n";
+                << " (C++11 ABI " << build::kCxx11Abi << "), CUDA toolkit " << build::kCudaVersion << ", cuDNN "
+                << build::kCudnnVersion << ", CUPTI " << build::kCuptiVersion << "\n"
+                << "  " << (layout.installed_by.empty() ? "a nanprov without share/nanprov/build.json" : layout.installed_by)
+                << " at " << layout.prefix << " (built from " << layout.source_dir << ")\n";
       for (const Check& c : checks) std::cout << (c.ok ? "  ok    " : "  FAIL  ") << c.name << ": " << c.detail << "\n";
       if (!torch.is_null()) {
         std::cout << "  info  CUDA " << (torch["cuda_build"].is_null() ? "none" : torch["cuda_build"].get<std::string>())

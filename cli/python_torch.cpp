@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "cli/build_info.h"
+#include "cli/install_layout.h"
 #include "base/child_process.h"
 
 namespace nanprov {
@@ -12,11 +13,11 @@ namespace fs = std::filesystem;
 
 std::string probesLibrary() {
   const char* over = std::getenv("NANPROV_PROBES_LIB");
-  return over && *over ? over : build::kProbesLibrary;
+  return over && *over ? over : installLayout().probes_library;
 }
 
 std::string bootstrapPythonPath() {
-  std::string path = build::kBootstrapDir;
+  std::string path = installLayout().bootstrap_dir;
   if (const char* old = std::getenv("PYTHONPATH"); old && *old) path += std::string(":") + old;
   return path;
 }
@@ -56,8 +57,8 @@ Status checkTorchMatchesBuild(const std::string& python, const nlohmann::json& i
   std::string torch = info.value("torch", ""), abi = info.value("cxx11_abi", "");
   if (torch == build::kTorchVersion && abi == build::kCxx11Abi) return Status::Ok();
   return Status::Error(python + " has torch " + torch + " (C++11 ABI " + abi + "), but nanprov was built against torch " +
-                       build::kTorchVersion + " (ABI " + build::kCxx11Abi +
-                       "); rebuild nanprov with that Python (./scripts/test) or `source scripts/activate`");
+                       build::kTorchVersion + " (ABI " + build::kCxx11Abi + "); rebuild it for this torch: " +
+                       installLayout().rebuildCommand(python));
 }
 
 }  // namespace nanprov

@@ -20,7 +20,7 @@ std::string pythonOf(const std::string& resolved_command);
 // Asks `python` about its torch (nanprov_boot.check). Fails when torch does not import.
 StatusOr<nlohmann::json> torchInfo(const std::string& python);
 
-// Fails, saying what to do, when `info` is not the torch nanprov was built against.
+// Fails, naming the command that rebuilds nanprov, when `info` is not the torch it was built against.
 Status checkTorchMatchesBuild(const std::string& python, const nlohmann::json& info);
 
 }  // namespace nanprov

@@ -12,6 +12,7 @@
 #include "base/json_text.h"
 #include "base/text.h"
 #include "cli/build_info.h"
+#include "cli/install_layout.h"
 #include "cli/commands.h"
 #include "cli/edges.h"
 #include "cli/report.h"
@@ -33,7 +34,7 @@ struct Options {
   bool keep = false;
   int64_t max_memory = 0;  // 0: the engine's default
   bool backends_given = false;
-  std::string python = build::kPython;
+  std::string python = installLayout().python;
 };
 
 constexpr const char* kBackendNames[] = {"cudnn", "flash", "efficient", "math", "flash_cpu", "plain_softmax"};
@@ -120,7 +121,7 @@ int replay(const Options& opts) {
   }
   // Checked here too, so a broken file gets its one-line error without starting LibTorch.
   if (Status st = checkCapture(capture); !st.ok()) return fail("replay", st);
-  std::string engine = build::kReplayEngine;
+  std::string engine = installLayout().replay_engine;
   if (access(engine.c_str(), X_OK) != 0) {
     return fail("replay", Status::Error("replay engine missing at " + engine + "; build nanprov (./scripts/test)"));
   }
@@ -139,7 +140,7 @@ int replay(const Options& opts) {
   if (opts.max_memory > 0) setenv("NANPROV_REPLAY_MAX_MEMORY", std::to_string(opts.max_memory).c_str(), 1);
   // For a FlashAttention or FFPA call: the Python that reruns it through its package (replay/flash_rerun.h).
   setenv("NANPROV_REPLAY_PYTHON", opts.python.c_str(), 1);
-  setenv("NANPROV_BOOTSTRAP_DIR", build::kBootstrapDir, 1);
+  setenv("NANPROV_BOOTSTRAP_DIR", installLayout().bootstrap_dir.c_str(), 1);
   std::cout.flush();
   execv(engine.c_str(), argv.data());
   return fail("replay", Status::Error("cannot run " + engine + ": " + std::strerror(errno)));
@@ -185,7 +186,7 @@ void addReplayCommand(CLI::App& app, int* exit_code) {
                   "last five");
   cmd->add_option("--python", opts->python,
                   "The Python that reruns a FlashAttention or FFPA call through its package (default: the one nanprov was "
-                  "built against, " + std::string(build::kPython) + ")");
+                  "built against, " + installLayout().python + ")");
   cmd->add_option("--device", opts->device, "auto, cpu or cuda (default auto: where the call was captured, if present here, else the CPU)")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   addJsonFlag(cmd, &opts->json);

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstring>
 #include <cmath>
 #include <chrono>
 #include <filesystem>
@@ -14,6 +16,7 @@
 #include "base/text.h"
 #include "cli/auditor.h"
 #include "cli/build_info.h"
+#include "cli/install_layout.h"
 #include "cli/call_kernels.h"
 #include "base/child_process.h"
 #include "cli/commands.h"
@@ -65,11 +68,20 @@ struct RunOptions {
   std::vector<std::string> command;
 };
 
-// Before anything starts: can that Python import torch, and is it the torch we were built for?
-Status preflight(const std::string& python) {
+// Before anything starts: can that Python import torch? A torch nanprov was not built for (a later
+// `pip install torch==OTHER` in the environment) gets the training run as it is, uninstrumented:
+// one line says so and names the rebuild, and this process becomes the training.
+Status preflight(const std::string& python, const std::vector<std::string>& command) {
   auto info = torchInfo(python);
   if (!info.ok()) return info.status();
-  return checkTorchMatchesBuild(python, *info);
+  Status match = checkTorchMatchesBuild(python, *info);
+  if (match.ok()) return match;
+  std::cerr << "nanprov run: " << printable(match.message()) << "; the training runs uninstrumented\n";
+  std::vector<char*> argv;
+  for (const std::string& a : command) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  execvp(argv[0], argv.data());
+  return Status::Error("cannot run " + command.front() + ": " + std::strerror(errno));
 }
 
 // An edge that ran after the kernel-tracing window has no kernels of its own, yet naming its
@@ -77,7 +89,7 @@ Status preflight(const std::string& python) {
 // on this GPU names them; the report then reads them from CAPTURE.kernels.json (kernels_from
 // "replay"). Costs one backend call per edge; --no-kernels skips it.
 void traceKernelsOfLateEdges(const RunData& run, const Findings& f) {
-  std::string engine = build::kReplayEngine;
+  std::string engine = installLayout().replay_engine;
   if (access(engine.c_str(), X_OK) != 0) return;
   CallKernelIndex index(run);
   std::vector<size_t> edges;
@@ -222,8 +234,9 @@ int run(RunOptions& opts) {
   if (!fs::exists(probesLibrary())) {
     return fail("run", Status::Error("probe library missing at " + probesLibrary() + "; build nanprov first (./scripts/test)"));
   }
-  if (std::string python = pythonOf(resolved); !python.empty()) {
-    if (Status st = preflight(python); !st.ok()) return fail("run", st);
+  const std::string python = pythonOf(resolved);
+  if (!python.empty()) {
+    if (Status st = preflight(python, cmd); !st.ok()) return fail("run", st);
   }
 
   std::string dir = opts.out.empty() ? newRunDirName(kDefaultRunsRoot) : opts.out;
@@ -270,6 +283,7 @@ int run(RunOptions& opts) {
       {"NANPROV_PROBES_LIB", probesLibrary()},
       {"NANPROV_BUILT_TORCH", build::kTorchVersion},
       {"NANPROV_BUILT_ABI", build::kCxx11Abi},
+      {"NANPROV_REBUILD", installLayout().rebuildCommand(python.empty() ? "python3" : python)},
       {"NANPROV_INJECT", inject},
       {"NANPROV_TRACE_STEPS", std::to_string(opts.trace_steps)},
       {"NANPROV_CAPTURE", capture},

@@ -1,34 +1,57 @@
 # Every dependency is found with find_package; nothing is vendored.
 # Required everywhere: SQLite3, CLI11, nlohmann_json, Threads; GoogleTest for tests.
-# LibTorch comes from the Python environment that runs the training (pass its
-# torch.utils.cmake_prefix_path in CMAKE_PREFIX_PATH), so the C++ ABI matches.
+# LibTorch comes from the Python environment that runs the training (Python3_EXECUTABLE; pip
+# passes its own), found through that torch's torch.utils.cmake_prefix_path, so the C++ ABI matches.
 # Optional: the CUDA Toolkit (with CUPTI and NVTX 3) and cuDNN. Parts that need them compile
 # whenever they are found, even on a machine without a GPU, so CI builds every line.
 
+# A system package that is missing stops the build with one line that names what to install.
+function(nanprov_require found what apt conda)
+  if(NOT ${found})
+    message(FATAL_ERROR "nanprov: ${what} not found; install it (apt: ${apt}; conda: conda install -c conda-forge ${conda}) and build again")
+  endif()
+endfunction()
+
 find_package(Threads REQUIRED)
-find_package(SQLite3 REQUIRED)
+find_package(SQLite3 QUIET)
+nanprov_require(SQLite3_FOUND "SQLite 3 (headers and library)" libsqlite3-dev sqlite)
 # Header-only libraries: their CMake package where installed, else the headers alone (some
 # images ship /usr/include/CLI and /usr/include/nlohmann without the CMake files).
 find_package(CLI11 CONFIG QUIET)
 if(NOT TARGET CLI11::CLI11)
-  find_path(CLI11_INCLUDE_DIR CLI/CLI.hpp REQUIRED)
+  find_path(CLI11_INCLUDE_DIR CLI/CLI.hpp)
+  nanprov_require(CLI11_INCLUDE_DIR "CLI11 (CLI/CLI.hpp)" libcli11-dev cli11)
   add_library(CLI11::CLI11 INTERFACE IMPORTED)
   target_include_directories(CLI11::CLI11 INTERFACE ${CLI11_INCLUDE_DIR})
 endif()
 find_package(nlohmann_json 3.10 CONFIG QUIET)
 if(NOT TARGET nlohmann_json::nlohmann_json)
-  find_path(NLOHMANN_JSON_INCLUDE_DIR nlohmann/json.hpp REQUIRED)
+  find_path(NLOHMANN_JSON_INCLUDE_DIR nlohmann/json.hpp)
+  nanprov_require(NLOHMANN_JSON_INCLUDE_DIR "nlohmann-json (nlohmann/json.hpp)" nlohmann-json3-dev nlohmann_json)
   add_library(nlohmann_json::nlohmann_json INTERFACE IMPORTED)
   target_include_directories(nlohmann_json::nlohmann_json INTERFACE ${NLOHMANN_JSON_INCLUDE_DIR})
 endif()
 if(NANPROV_BUILD_TESTS)
-  find_package(GTest REQUIRED)
+  find_package(GTest QUIET)
+  nanprov_require(GTest_FOUND "GoogleTest (only for the tests: -DNANPROV_BUILD_TESTS=OFF skips them)" libgtest-dev gtest)
 endif()
 
 find_package(Python3 COMPONENTS Interpreter REQUIRED)
 
+# Torch's CMake package lies inside the torch that Python imports.
+if(NOT Torch_DIR)
+  execute_process(COMMAND "${Python3_EXECUTABLE}" -c "import torch.utils; print(torch.utils.cmake_prefix_path, end='')"
+                  OUTPUT_VARIABLE _torch_prefix RESULT_VARIABLE _torch_prefix_rc ERROR_QUIET)
+  if(_torch_prefix_rc EQUAL 0)
+    list(APPEND CMAKE_PREFIX_PATH "${_torch_prefix}")
+  endif()
+endif()
 # Torch's config looks for CUDA itself when the wheel is a CUDA build.
-find_package(Torch REQUIRED)
+find_package(Torch QUIET)
+if(NOT Torch_FOUND)
+  message(FATAL_ERROR "nanprov: ${Python3_EXECUTABLE} has no importable torch with its CMake files; install torch "
+                      "there first (nanprov builds against the torch you train with), or pass -DPython3_EXECUTABLE")
+endif()
 execute_process(
   COMMAND "${Python3_EXECUTABLE}" -c "import torch,sys; sys.stdout.write(torch.__version__ + ' ' + str(int(torch._C._GLIBCXX_USE_CXX11_ABI)))"
   OUTPUT_VARIABLE _torch_info RESULT_VARIABLE _torch_rc)
@@ -41,6 +64,10 @@ list(GET _torch_info 1 NANPROV_CXX11_ABI)
 
 include(CheckLanguage)
 check_language(CUDA)
+if(NOT CMAKE_CUDA_COMPILER)
+  message(NOTICE "nanprov: no CUDA toolkit (nvcc) found: building the CPU checks only; CUDA checks and CUPTI "
+                 "kernel tracing need the toolkit at build time")
+endif()
 set(NANPROV_HAVE_CUDA OFF)
 set(NANPROV_HAVE_CUPTI OFF)
 set(NANPROV_HAVE_CUDNN OFF)
@@ -52,6 +79,19 @@ if(CMAKE_CUDA_COMPILER)
   enable_language(CUDA)
   find_package(CUDAToolkit REQUIRED)
   set(NANPROV_HAVE_CUDA ON)
+  if(NOT TARGET CUDA::cupti)
+    # A toolkit without CUPTI: the nvidia-cuda-cupti wheel (a CUDA torch's dependency) has it.
+    execute_process(COMMAND "${Python3_EXECUTABLE}" -c "import nvidia.cuda_cupti as m; print(list(m.__path__)[0], end='')"
+                    OUTPUT_VARIABLE _cupti_wheel RESULT_VARIABLE _cupti_wheel_rc ERROR_QUIET)
+    file(GLOB _cupti_wheel_lib "${_cupti_wheel}/lib/libcupti.so*")
+    if(_cupti_wheel_rc EQUAL 0 AND _cupti_wheel_lib AND EXISTS "${_cupti_wheel}/include/cupti.h")
+      list(GET _cupti_wheel_lib 0 _cupti_wheel_lib)
+      add_library(CUDA::cupti SHARED IMPORTED)
+      set_target_properties(CUDA::cupti PROPERTIES IMPORTED_LOCATION "${_cupti_wheel_lib}"
+                            INTERFACE_INCLUDE_DIRECTORIES "${_cupti_wheel}/include")
+      list(APPEND CUDAToolkit_INCLUDE_DIRS "${_cupti_wheel}/include")
+    endif()
+  endif()
   if(TARGET CUDA::cupti)
     set(NANPROV_HAVE_CUPTI ON)
   endif()

@@ -281,14 +281,22 @@ TEST(Errors, PythonWithoutTorchIsRefusedBeforeTraining) {
   EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
 }
 
-TEST(Errors, TorchOfAnotherVersionIsRefusedBeforeTraining) {
-  // An interpreter that reports a different torch, as a CUDA venv next to the CPU build would.
+// A later `pip install torch==OTHER` in the environment: the training runs as it is, uninstrumented
+// (its own exit code, no run directory), after one line that names the rebuild.
+TEST(Errors, TorchOfAnotherVersionRunsTheTrainingUninstrumented) {
+  // An interpreter that reports a different torch, as a CUDA venv next to the CPU build would, and
+  // exits 7 when it trains.
   fs::path other = fakeExecutable(runDir("other-torch"), "python3",
-                                  "#!/bin/sh\necho '{\"importable\": true, \"torch\": \"0.0.1+other\", \"cxx11_abi\": \"1\"}'\n");
-  Result r = sh(nanprov() + " run --out " + runDir("other").string() + " -- " + other.string() + " train.py 2>&1");
-  EXPECT_EQ(r.code, 3) << r.out;
+                                  "#!/bin/sh\nif [ \"$1\" = train.py ]; then echo trained; exit 7; fi\n"
+                                  "echo '{\"importable\": true, \"torch\": \"0.0.1+other\", \"cxx11_abi\": \"1\"}'\n");
+  fs::path dir = runDir("other");
+  Result r = sh(nanprov() + " run --out " + dir.string() + " -- " + other.string() + " train.py 2>&1");
+  EXPECT_EQ(r.code, 7) << r.out;
   EXPECT_NE(r.out.find("has torch 0.0.1+other"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("built against torch"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("rebuild it for this torch: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("the training runs uninstrumented\ntrained\n"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(dir / "run.json")) << "nothing recorded, nothing claimed";
 }
 
 TEST(EndToEnd, CpuCallsListTheirAtenOpAsTheKernel) {

@@ -55,10 +55,10 @@ def _load(torch):
         built, built_abi = os.environ["NANPROV_BUILT_TORCH"], os.environ["NANPROV_BUILT_ABI"]
         have, have_abi = torch.__version__, _abi_of(torch)
         if (have, have_abi) != (built, built_abi):
+            rebuild = os.environ.get("NANPROV_REBUILD", "")
             message = (f"torch {have} (C++11 ABI {have_abi}) in this process, but nanprov was built "
                        f"against torch {built} (ABI {built_abi}); training continues uninstrumented. "
-                       f"Rebuild nanprov with this Python (./scripts/test) or use the one it was built "
-                       f"for (source scripts/activate)")
+                       f"Rebuild it for this torch: {rebuild or 'see nanprov doctor'}")
             _say(message)
             _report("torch-mismatch", message)
             return
