@@ -18,6 +18,35 @@ std::string moduleName(const ModuleCheckRecord& m) {
   return m.module.empty() ? "the outermost module (" + cls + ")" : printable(m.module) + " (" + cls + ")";
 }
 
+// What the module was handed, in words; only inputs seen whole and finite are "finite inputs".
+std::string forwardInputsText(ModuleInputs inputs, const std::string& largest) {
+  switch (inputs) {
+    case ModuleInputs::kFinite: return ", from finite inputs" + largest;
+    case ModuleInputs::kNonFinite:
+      return ", whose inputs were already non-finite: they came from outside any module (the batch, or code between "
+             "modules)";
+    case ModuleInputs::kNone:
+      return ", which received no tensor: it made them from its own parameters or state, or from values it did not "
+             "receive as arguments";
+    case ModuleInputs::kPartlySeen:
+      return ", from inputs --trail could not see whole (objects it does not look into, or more than it walks); those "
+             "seen were finite" + largest;
+  }
+  return "";
+}
+
+std::string backwardInputsText(ModuleInputs inputs, const std::string& largest) {
+  switch (inputs) {
+    case ModuleInputs::kFinite: return ", from finite incoming gradients" + largest;
+    case ModuleInputs::kNonFinite:
+      return ", whose incoming gradients were already non-finite: they came from outside any module (the loss, or code "
+             "between modules)";
+    case ModuleInputs::kNone:
+    case ModuleInputs::kPartlySeen: return ", with no incoming gradient --trail could see";
+  }
+  return "";
+}
+
 }  // namespace
 
 std::optional<ModuleCheckRecord> firstModule(const RunData& run, const Findings& findings) {
@@ -27,12 +56,12 @@ std::optional<ModuleCheckRecord> firstModule(const RunData& run, const Findings&
   for (const ModuleCheckRecord& m : run.module_checks) {
     if (!first || m.step < first->step) {
       first = &m;
-      source = m.inputs_finite ? &m : nullptr;
+      source = m.inputsFinite() ? &m : nullptr;
       continue;
     }
     if (m.step > first->step) continue;
     if (key(m) < key(*first)) first = &m;
-    if (m.inputs_finite && (!source || key(m) < key(*source))) source = &m;
+    if (m.inputsFinite() && (!source || key(m) < key(*source))) source = &m;
   }
   const ModuleCheckRecord* chosen = source ? source : first;
   if (!chosen) return std::nullopt;
@@ -63,7 +92,7 @@ std::vector<std::string> sharingItsGradient(const RunData& run, const ModuleChec
   std::vector<std::string> out;
   if (m.phase != Phase::kBackward || m.gradient == 0) return out;
   for (const ModuleCheckRecord& o : run.module_checks) {
-    if (o.rank != m.rank || o.step != m.step || o.phase != m.phase || o.gradient != m.gradient || !o.inputs_finite) continue;
+    if (o.rank != m.rank || o.step != m.step || o.phase != m.phase || o.gradient != m.gradient || !o.inputsFinite()) continue;
     if (encloses(o.module, m.module) || encloses(m.module, o.module)) continue;
     out.push_back(o.module);
   }
@@ -77,7 +106,8 @@ nlohmann::json firstModuleJson(const RunData& run, const std::optional<ModuleChe
           {"phase", phaseName(m->phase)},
           {"module", m->module},
           {"class", m->module_class},
-          {"inputs_finite", m->inputs_finite},
+          {"inputs_finite", m->inputsFinite()},
+          {"inputs", moduleInputsName(m->inputs)},
           {"nonfinite", m->nonfinite()},
           {"largest_input", m->largest_input},
           {"shares_gradient_with", sharingItsGradient(run, *m)},
@@ -88,10 +118,7 @@ std::string firstModuleText(const RunData& run, const ModuleCheckRecord& m, bool
   const std::string when = at ? " at " + stepLabel(run, m.step) + " " + phaseName(m.phase) : "";
   const std::string largest = " (largest |x| " + shortNumber(m.largest_input) + ")";
   if (m.phase == Phase::kForward) {
-    std::string text = "the output of " + moduleName(m) + when +
-                       (m.inputs_finite ? ", from finite inputs" + largest
-                                        : ", whose inputs were already non-finite: they came from outside any module (the "
-                                          "batch, or code between modules)");
+    std::string text = "the output of " + moduleName(m) + when + forwardInputsText(m.inputs, largest);
     if (!m.unchecked_before.empty()) {
       // Compiled code is checked only where Inductor writes values anyway (compiled_trail.py).
       std::vector<std::string> shown;
@@ -107,15 +134,20 @@ std::string firstModuleText(const RunData& run, const ModuleCheckRecord& m, bool
     return text;
   }
   std::string text = "the gradient that the backward of " + moduleName(m) + " sent to its input" + when +
-                     (m.inputs_finite ? ", from finite incoming gradients" + largest
-                                      : ", whose incoming gradients were already non-finite: they came from outside any "
-                                        "module (the loss, or code between modules)");
+                     backwardInputsText(m.inputs, largest);
   if (std::vector<std::string> shared = sharingItsGradient(run, m); !shared.empty()) {
     for (std::string& s : shared) s = printable(s);
     text += "; that input also feeds " + joined(shared, ", ") +
             ", whose gradients add up there: any of them may have made it";
   }
   return text;
+}
+
+std::string madeInUncheckedAttentionText(const RunData& run, const ModuleCheckRecord& m) {
+  const std::string where = m.phase == Phase::kForward ? "inside " : "inside the backward of ";
+  return "the first non-finite values were made " + where + moduleName(m) + " at " + stepLabel(run, m.step) + " " +
+         phaseName(m.phase) + ", from finite " + (m.phase == Phase::kForward ? "inputs" : "incoming gradients") +
+         " (largest |x| " + shortNumber(m.largest_input) + "): unchecked attention, so the kernel that made them is not known";
 }
 
 bool trailMissedCompiledCode(const RunData& run) {

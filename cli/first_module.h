@@ -35,6 +35,12 @@ nlohmann::json firstModuleJson(const RunData& run, const std::optional<ModuleChe
 // the store are printed escaped.
 std::string firstModuleText(const RunData& run, const ModuleCheckRecord& m, bool at);
 
+// The headline's words when `m`, the module --trail named, is attention the run counted unchecked
+// (Conclusion::made_in_unchecked_attention): "the first non-finite values were made inside
+// blocks.0.attn (LinearAttention) at step 2 fwd, from finite inputs (...): unchecked attention, so
+// the kernel that made them is not known".
+std::string madeInUncheckedAttentionText(const RunData& run, const ModuleCheckRecord& m);
+
 // Whether --trail ran alongside torch.compile'd code, whose modules it cannot check.
 bool trailMissedCompiledCode(const RunData& run);
 

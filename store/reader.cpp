@@ -156,17 +156,25 @@ Status loadModuleChecks(sqlite3* db, const std::string& path, int rank, std::vec
   if (!sqlite::hasTable(db, "module_checks")) return Status::Ok();
   // Stores written before compiled modules were checked have no `unchecked` column.
   const bool has_unchecked = sqlite::hasColumn(db, "module_checks", "unchecked");
+  // Stores written before the trail told a module handed no tensor from one with finite inputs
+  // have no `inputs` column: their inputs_finite is all they say.
+  const bool has_inputs = sqlite::hasColumn(db, "module_checks", "inputs");
   auto rows = sqlite::prepare(db,
       std::string("SELECT step,phase,module,class,inputs_finite,nan,posinf,neginf,largest_input,ord,time_ns,gradient,") +
-          (has_unchecked ? "unchecked" : "''") + " FROM module_checks ORDER BY ord");
+          (has_unchecked ? "unchecked" : "''") + "," + (has_inputs ? "inputs" : "''") + " FROM module_checks ORDER BY ord");
   if (!rows.ok()) return notAStore(path, rows.status().message());
   return sqlite::eachRow(db, rows->get(), path, [&](sqlite3_stmt* s) {
     ModuleCheckRecord& m = out->emplace_back();
     m.rank = rank;
-    std::string phase, unchecked;
-    sqlite::readRow(s, 0, m.step, phase, m.module, m.module_class, m.inputs_finite, m.nan, m.posinf, m.neginf,
-                    m.largest_input, m.order, m.time_ns, m.gradient, unchecked);
+    std::string phase, unchecked, inputs;
+    bool inputs_finite = true;
+    sqlite::readRow(s, 0, m.step, phase, m.module, m.module_class, inputs_finite, m.nan, m.posinf, m.neginf,
+                    m.largest_input, m.order, m.time_ns, m.gradient, unchecked, inputs);
     m.unchecked_before = splitList(unchecked, '\n');
+    m.inputs = inputs_finite ? ModuleInputs::kFinite : ModuleInputs::kNonFinite;
+    if (!inputs.empty() && !parseModuleInputs(inputs, &m.inputs)) {
+      return notAStore(path, "a module check has unknown inputs '" + printable(inputs) + "'");
+    }
     if (!parsePhase(phase, &m.phase)) return notAStore(path, "a module check has an unknown phase '" + printable(phase) + "'");
     return Status::Ok();
   });

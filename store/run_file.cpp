@@ -41,6 +41,11 @@ RunFile runFileFrom(const nlohmann::json& doc) {
   if (doc.contains("exit_code") && doc["exit_code"].is_number_integer()) f.exit_code = doc["exit_code"].get<int>();
   if (doc.contains("signal") && doc["signal"].is_string()) f.signal = doc["signal"].get<std::string>();
   if (doc.contains("started_ns") && doc["started_ns"].is_number_integer()) f.started_ns = doc["started_ns"].get<int64_t>();
+  if (doc.contains("probe_modules") && doc["probe_modules"].is_array()) {
+    for (const nlohmann::json& spec : doc["probe_modules"]) {
+      if (spec.is_string()) f.probe_modules.push_back(spec.get<std::string>());
+    }
+  }
   if (doc.contains("audit") && doc["audit"].is_object()) {
     const nlohmann::json& a = doc["audit"];
     // value() throws on a field of the wrong type: such a file reads as no audit settings.

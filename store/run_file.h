@@ -22,6 +22,7 @@ struct RunFile {
   std::optional<int> exit_code;       // set when the training exited
   std::optional<std::string> signal;  // set when a signal ended it ("SIGKILL")
   std::optional<int64_t> started_ns;  // when `nanprov run` started it (CLOCK_REALTIME); none in older runs
+  std::vector<std::string> probe_modules;  // the --probe-module SPECs it was given
   struct Audit {
     bool on = false, warn_only = false;
     int64_t every_steps = 0;

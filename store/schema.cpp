@@ -92,7 +92,8 @@ CREATE TABLE IF NOT EXISTS module_checks (
   ord           INTEGER NOT NULL,
   time_ns       INTEGER NOT NULL,
   gradient      INTEGER NOT NULL,
-  unchecked     TEXT NOT NULL DEFAULT ''
+  unchecked     TEXT NOT NULL DEFAULT '',
+  inputs        TEXT NOT NULL DEFAULT 'finite'
 );
 CREATE TABLE IF NOT EXISTS collectives (
   step        INTEGER NOT NULL,

@@ -66,7 +66,7 @@ StatusOr<Statements> prepareStatements(sqlite3* db) {
       {&st.sentinel, "INSERT INTO sentinel(step,tensor,parameter,norm) VALUES(?,?,?,?)"},
       {&st.module_check,
        "INSERT INTO module_checks(step,phase,module,class,inputs_finite,nan,posinf,neginf,largest_input,ord,time_ns,"
-       "gradient,unchecked) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)"},
+       "gradient,unchecked,inputs) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)"},
       {&st.collective,
        "INSERT INTO collectives(step,ord,op,grp,group_size,tensors,in_checked,in_numel,in_nan,in_posinf,in_neginf,"
        "in_max_abs,out_checked,out_numel,out_nan,out_posinf,out_neginf,out_max_abs,time_ns) "
@@ -172,8 +172,9 @@ Status insertSentinel(sqlite3* db, Statements& st, const SentinelRecord& f) {
 
 Status insertModuleCheck(sqlite3* db, Statements& st, const ModuleCheckRecord& m) {
   sqlite3_stmt* s = st.module_check.get();
-  sqlite::bindRow(s, m.step, std::string(phaseName(m.phase)), m.module, m.module_class, m.inputs_finite, m.nan, m.posinf,
-                  m.neginf, m.largest_input, m.order, m.time_ns, m.gradient, joined(m.unchecked_before, "\n"));
+  sqlite::bindRow(s, m.step, std::string(phaseName(m.phase)), m.module, m.module_class, m.inputsFinite(), m.nan, m.posinf,
+                  m.neginf, m.largest_input, m.order, m.time_ns, m.gradient, joined(m.unchecked_before, "\n"),
+                  std::string(moduleInputsName(m.inputs)));
   return stepStatement(db, s);
 }
 

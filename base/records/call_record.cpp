@@ -44,6 +44,29 @@ std::optional<CaptureTrigger> captureTriggerNamed(std::string_view name) {
   return std::nullopt;
 }
 
+namespace {
+constexpr std::pair<ModuleInputs, const char*> kModuleInputs[] = {
+    {ModuleInputs::kFinite, "finite"},
+    {ModuleInputs::kNonFinite, "non_finite"},
+    {ModuleInputs::kNone, "none"},
+    {ModuleInputs::kPartlySeen, "partly_seen"},
+};
+}  // namespace
+
+const char* moduleInputsName(ModuleInputs m) {
+  for (const auto& [value, name] : kModuleInputs) {
+    if (value == m) return name;
+  }
+  return "finite";
+}
+
+bool parseModuleInputs(const std::string& text, ModuleInputs* out) {
+  for (const auto& [value, name] : kModuleInputs) {
+    if (text == name) return *out = value, true;
+  }
+  return false;
+}
+
 const char* phaseName(Phase p) { return p == Phase::kForward ? "fwd" : "bwd"; }
 
 bool parsePhase(const std::string& text, Phase* out) {

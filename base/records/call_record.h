@@ -131,16 +131,29 @@ struct SentinelRecord {
   double norm = 0.0;       // max |x| over the tensor: NaN or Inf
 };
 
+// What a module call was seen to receive (forward: its arguments, however nested; backward: the
+// gradients of its outputs). Only kFinite lets the report say it made a value "from finite
+// inputs": a module handed no tensor, or handed objects the trail does not look into, made its
+// values from something nanprov did not see.
+enum class ModuleInputs {
+  kFinite,      // at least one tensor, all seen, all finite (integer tensors are finite)
+  kNonFinite,   // some seen input held NaN/Inf
+  kNone,        // it received no tensor
+  kPartlySeen,  // what was seen was finite, but not everything it received was seen
+};
+const char* moduleInputsName(ModuleInputs m);  // "finite" | "non_finite" | "none" | "partly_seen"
+bool parseModuleInputs(const std::string& text, ModuleInputs* out);
+
 // `nanprov run --trail`: one module call whose output held NaN/Inf, forward (its output) or
 // backward (the gradient it sent to one of its inputs). The modules that only passed on what
-// they received have inputs_finite false; the first one with finite inputs made the values.
+// they received have inputs kNonFinite; the first one with finite inputs made the values.
 struct ModuleCheckRecord {
   int rank = 0;
   int64_t step = 0;
   Phase phase = Phase::kForward;
   std::string module;       // module path ("transformer.h.0.ln_1"); "" for the outermost module
   std::string module_class; // "LayerNorm"
-  bool inputs_finite = true;  // forward: every input; backward: every gradient the module received
+  ModuleInputs inputs = ModuleInputs::kFinite;  // forward: its arguments; backward: the gradients it received
   int64_t nan = 0, posinf = 0, neginf = 0;  // in its outputs (backward: the gradient it sent)
   double largest_input = 0.0;  // largest finite |x| among its inputs (backward: received gradients)
   int64_t order = 0;        // per rank, in the order the module calls ended (inner modules first)
@@ -154,6 +167,7 @@ struct ModuleCheckRecord {
   std::vector<std::string> unchecked_before;
 
   int64_t nonfinite() const { return nan + posinf + neginf; }
+  bool inputsFinite() const { return inputs == ModuleInputs::kFinite; }
 };
 
 }  // namespace nanprov

@@ -217,8 +217,13 @@ void Session::storeRefused(const std::string& why) {
   note << "pid " << getpid() << ": " << why << "\n";
 }
 
+static thread_local int64_t t_calls_begun = 0;
+
+int64_t Session::callsBegunOnThread() { return t_calls_begun; }
+
 void Session::callBegun(int64_t n) {
   if (!active()) return;
+  if (n > 0) t_calls_begun += n;
   MappedCounters* tally = tally_.load(std::memory_order_acquire);
   if (!tally && !tally_failed_.load(std::memory_order_relaxed)) {
     std::lock_guard<std::mutex> lock(writer_mu_);

@@ -71,6 +71,9 @@ class Session {
   // never be stored because it did not run (attention captured into a CUDA graph: its replays
   // are the calls, each counted as it is named).
   void callBegun(int64_t n = 1);
+  // How many calls began on this thread: the trail tells whether a module that looks like
+  // attention ran any attention nanprov checks.
+  static int64_t callsBegunOnThread();
 
   // This process is a DataLoader worker of its rank (the bootstrap says so as the worker loop
   // starts, spawned or forked). A worker checks nothing and never takes its rank's store, which

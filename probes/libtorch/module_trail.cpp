@@ -9,9 +9,11 @@
 #include <mutex>
 #include <unordered_set>
 
+#include "base/attention_like.h"
 #include "base/text.h"
 #include "probes/core/probe_cost.h"
 #include "probes/core/session.h"
+#include "probes/libtorch/foreign_calls.h"
 #include "probes/libtorch/probes.h"
 #include "probes/libtorch/tensor_health.h"
 
@@ -40,6 +42,18 @@ bool isAnInput(const at::Tensor& output, const std::vector<at::Tensor>& inputs) 
   return false;
 }
 
+// The attention-like module calls open on this thread, innermost last: the module's number and
+// how many attention calls had begun or been counted unchecked on the thread when it began.
+// Bounded: a call that raised never leaves, and is dropped when an outer one does.
+struct Entered {
+  int64_t module = 0;
+  int64_t attention_seen = 0;
+};
+thread_local std::vector<Entered> t_entered;
+constexpr size_t kMaxEntered = 64;
+
+int64_t attentionSeenOnThread() { return Session::callsBegunOnThread() + Session::unprobedCountedOnThread(); }
+
 }  // namespace
 
 void ModuleTrail::Tally::add(const DeviceChecks::Counts& c) {
@@ -47,12 +61,45 @@ void ModuleTrail::Tally::add(const DeviceChecks::Counts& c) {
   largest = std::max(largest, c.max_abs);
 }
 
-void ModuleTrail::name(int64_t id, const std::string& path, const std::string& module_class,
+bool ModuleTrail::name(int64_t id, const std::string& path, const std::string& module_class,
                        const std::string& unchecked_before) {
-  if (id < 0 || id > (int64_t{1} << 24)) return;
+  if (id < 0 || id > (int64_t{1} << 24)) return false;
+  std::string unchecked_attention;
+  const bool attention = looksLikeAttention(path, module_class);
+  if (attention) {
+    // One kind per class and place, not per layer; the report reads the --probe-module after "; ".
+    const std::string pattern = modulePattern(path);
+    unchecked_attention = "attention-like module " + module_class + " at " + (pattern.empty() ? "the outermost module" : pattern) +
+                          " ran no attention op nanprov checks: not checked; --probe-module '" + module_class +
+                          "' checks it";
+    // The report names the class of a place other probes counted unchecked by its path alone.
+    session_.setMeta("module_class:" + pattern, module_class);
+  }
   std::lock_guard<std::mutex> lock(mu_);
   if (names_.size() <= static_cast<size_t>(id)) names_.resize(static_cast<size_t>(id) + 1);
-  names_[static_cast<size_t>(id)] = {path, module_class, splitList(unchecked_before, '\n')};
+  names_[static_cast<size_t>(id)] = {path, module_class, splitList(unchecked_before, '\n'), std::move(unchecked_attention)};
+  return attention;
+}
+
+void ModuleTrail::enter(int64_t id) {
+  if (t_entered.size() >= kMaxEntered) t_entered.erase(t_entered.begin());
+  t_entered.push_back({id, attentionSeenOnThread()});
+}
+
+void ModuleTrail::leave(int64_t id) {
+  auto it = std::find_if(t_entered.rbegin(), t_entered.rend(), [id](const Entered& e) { return e.module == id; });
+  if (it == t_entered.rend()) return;  // its first call: named after it began
+  const int64_t before = it->attention_seen;
+  t_entered.erase(std::prev(it.base()), t_entered.end());  // with the calls inside it that raised
+  // A call begun, or one counted unchecked, inside it (that one is named where it ran); or a
+  // --probe-module bracket around it, which records it after this hook.
+  if (attentionSeenOnThread() != before || insideRecordedCall()) return;
+  std::string what;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (static_cast<size_t>(id) < names_.size()) what = names_[static_cast<size_t>(id)].unchecked_attention;
+  }
+  if (!what.empty()) session_.countUnprobed(what);
 }
 
 ModuleTrail::Site ModuleTrail::site(int64_t module, Phase phase) {
@@ -62,8 +109,10 @@ ModuleTrail::Site ModuleTrail::site(int64_t module, Phase phase) {
   return s;
 }
 
-void ModuleTrail::forward(int64_t id, const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs) {
+void ModuleTrail::forward(int64_t id, const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs,
+                          bool inputs_whole) {
   ProbeCost::Scope cost(ProbeStage::kTrail);
+  if (!t_entered.empty()) leave(id);
   std::vector<at::Tensor> outs;
   for (const at::Tensor& o : outputs) {
     if (checkable(o) && !isAnInput(o, inputs)) outs.push_back(o);
@@ -79,7 +128,10 @@ void ModuleTrail::forward(int64_t id, const std::vector<at::Tensor>& inputs, con
   if (torch::autograd::get_current_graph_task_id() == -1) {
     std::vector<at::Tensor> tensors = ins;
     tensors.insert(tensors.end(), outs.begin(), outs.end());
-    check(site(id, Phase::kForward), tensors, ins.size());
+    // Integer tensors (token ids) count as received, and finite.
+    Site s = site(id, Phase::kForward);
+    s.seen = !inputs_whole ? ModuleInputs::kPartlySeen : inputs.empty() ? ModuleInputs::kNone : ModuleInputs::kFinite;
+    check(s, tensors, ins.size());
   }
   if (at::GradMode::is_enabled()) watchGradients(id, ins, outs);
 }
@@ -135,6 +187,7 @@ void ModuleTrail::sent(GradWatch& watch, const at::Tensor& grad) {
     const size_t received = tensors.size();
     tensors.push_back(grad);
     Site s = site(watch.module, Phase::kBackward);
+    s.seen = received ? ModuleInputs::kFinite : ModuleInputs::kNone;
     s.gradient = static_cast<int64_t>(reinterpret_cast<intptr_t>(grad.unsafeGetTensorImpl()));
     check(s, tensors, received);
   } catch (const std::exception& e) {
@@ -240,7 +293,7 @@ void ModuleTrail::judge(const Site& s, const Tally& in, const Tally& out) {
   }
   r.step = s.step;
   r.phase = s.phase;
-  r.inputs_finite = in.nonfinite() == 0;
+  r.inputs = in.nonfinite() > 0 ? ModuleInputs::kNonFinite : s.seen;
   r.nan = out.nan, r.posinf = out.posinf, r.neginf = out.neginf;
   r.largest_input = in.largest;
   r.order = s.order;
@@ -252,15 +305,20 @@ void ModuleTrail::judge(const Site& s, const Tally& in, const Tally& out) {
 namespace {
 
 // The ops' bodies: nothing reaches the training.
-void trailModule(int64_t id, const std::string& path, const std::string& module_class, const std::string& unchecked) {
-  if (!probes().session().active()) return;
-  probes().trail().name(id, path, module_class, unchecked);
+bool trailModule(int64_t id, const std::string& path, const std::string& module_class, const std::string& unchecked) {
+  if (!probes().session().active()) return false;
+  return probes().trail().name(id, path, module_class, unchecked);
 }
 
-void trailForward(int64_t id, const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs) {
+void trailEnter(int64_t id) {
+  if (probes().session().active()) probes().trail().enter(id);
+}
+
+void trailForward(int64_t id, const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs,
+                  bool inputs_whole) {
   if (!probes().session().active()) return;
   try {
-    probes().trail().forward(id, inputs, outputs);
+    probes().trail().forward(id, inputs, outputs, inputs_whole);
   } catch (const std::exception& e) {
     logOnce("trail", std::string("--trail: a module call was not checked: ") + e.what());
   }
@@ -281,7 +339,8 @@ void trailGraphExit() {
 void trailCompiled(int64_t slot, const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs) {
   // No base: the graph ran outside its wrapper; base -1: the wrapper could not name this place.
   if (t_graph_bases.empty() || t_graph_bases.back() < 0 || slot < 0) return;
-  trailForward(t_graph_bases.back() + slot, inputs, outputs);
+  // A module whose inputs Inductor never wrote has none here: they were not seen, not absent.
+  trailForward(t_graph_bases.back() + slot, inputs, outputs, !inputs.empty());
 }
 
 }  // namespace
@@ -291,8 +350,9 @@ void installModuleTrail() {
   std::call_once(once, [] {
     // Leaked on purpose: dropping the Library deregisters the ops.
     auto* library = new torch::Library(torch::Library::FRAGMENT, "nanprov", std::nullopt, __FILE__, __LINE__);
-    library->def("trail_module(int id, str path, str cls, str unchecked=\"\") -> ()", &trailModule);
-    library->def("trail_forward(int id, Tensor[] inputs, Tensor[] outputs) -> ()", &trailForward);
+    library->def("trail_module(int id, str path, str cls, str unchecked=\"\") -> bool", &trailModule);
+    library->def("trail_enter(int id) -> ()", &trailEnter);
+    library->def("trail_forward(int id, Tensor[] inputs, Tensor[] outputs, bool inputs_whole=True) -> ()", &trailForward);
     // Not a catch-all kernel: that is CompositeImplicitAutograd, which tracing would run on fake
     // tensors, leaving nothing in the graph. The real kernel serves the backends; tracing (fake
     // tensors) runs the empty Meta one. flexible_layout: Inductor hands over its buffers in the

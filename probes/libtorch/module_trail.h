@@ -14,6 +14,11 @@
 // Only module calls whose outputs went non-finite are stored, and only those of the first step
 // that had any (as the gradient sentinel does): the report needs the first, and everything after
 // it is propagation.
+//
+// A module that looks like attention by its name (base/attention_like.h) is also watched for
+// whether attention nanprov checks ran inside it: one that ran none (linear attention, a custom
+// kernel) is counted as unchecked attention, named by its class, so a run with it is never
+// called clean and the report can say where the values were made.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -41,11 +46,16 @@ class ModuleTrail {
   // Module `id` (the bootstrap numbers modules as it first sees them) is `path`, of `module_class`.
   // `unchecked_before`: in compiled code, the modules that ran unchecked between the values its
   // check reads as inputs and its output ('\n' between paths; ModuleCheckRecord::unchecked_before).
-  void name(int64_t id, const std::string& path, const std::string& module_class, const std::string& unchecked_before);
+  // Returns whether it looks like attention: the bootstrap then calls enter() as each of its calls begins.
+  bool name(int64_t id, const std::string& path, const std::string& module_class, const std::string& unchecked_before);
+  // A call of module `id`, which looks like attention, begins on this thread.
+  void enter(int64_t id);
   // A call of module `id` returned `outputs` from `inputs`: checks them (not for a forward that
   // activation checkpointing recomputes: the original was checked) and, with gradients on, watches
-  // its backward.
-  void forward(int64_t id, const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs);
+  // its backward. `inputs_whole`: the bootstrap saw every tensor the call received (false when it
+  // was handed objects it does not look into, or more than it walks).
+  void forward(int64_t id, const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs,
+               bool inputs_whole = true);
 
   // The gradients of one module call: what it received (its outputs' gradients), held until the
   // gradient it sends to an input arrives. Owned by the tensor hooks, so it lives as long as the
@@ -67,6 +77,8 @@ class ModuleTrail {
     int64_t order = 0;
     int64_t time_ns = 0;
     int64_t gradient = 0;  // backward: the gradient sent (ModuleCheckRecord::gradient)
+    // What the inputs are, should the checks find them finite: kFinite, kNone or kPartlySeen.
+    ModuleInputs seen = ModuleInputs::kFinite;
   };
   // Counts over a set of tensors: the inputs' or the outputs' of one check.
   struct Tally {
@@ -93,6 +105,9 @@ class ModuleTrail {
   void measured(uint64_t context, const DeviceChecks::Counts* counts, int n);
   void judge(const Site& site, const Tally& in, const Tally& out);
   void watchGradients(int64_t id, const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs);
+  // The call of attention-like module `id` that enter() opened on this thread ended: counts it
+  // unchecked when no attention nanprov checks ran in it.
+  void leave(int64_t id);
 
   Session& session_;
   DeviceChecks& checks_;
@@ -100,6 +115,7 @@ class ModuleTrail {
   struct Name {
     std::string path, module_class;
     std::vector<std::string> unchecked_before;
+    std::string unchecked_attention;  // attention-like: what it is counted as when nothing inside was checked
   };
   std::vector<Name> names_;  // by module id
   std::map<uint64_t, Pending> pending_;
@@ -111,8 +127,9 @@ class ModuleTrail {
 };
 
 // Registers the ops the bootstrap calls, served by the process's trail (probes().trail()):
-//   torch.ops.nanprov.trail_module(id, path, cls, unchecked="")
-//   torch.ops.nanprov.trail_forward(id, inputs, outputs)
+//   torch.ops.nanprov.trail_module(id, path, cls, unchecked="") -> bool (it looks like attention)
+//   torch.ops.nanprov.trail_enter(id)   (a call of an attention-like module begins)
+//   torch.ops.nanprov.trail_forward(id, inputs, outputs, inputs_whole=True)
 // and, for checks the bootstrap puts into compiled graphs (compiled_trail.py):
 //   torch.ops.nanprov.trail_compiled(slot, inputs, outputs)
 //   torch.ops.nanprov.trail_graph_enter(base), torch.ops.nanprov.trail_graph_exit()

@@ -6,14 +6,14 @@ namespace nanprov {
 namespace {
 
 ModuleCheckRecord check(int64_t step, int64_t order, const std::string& module, bool inputs_finite,
-                        Phase phase = Phase::kForward) {
+                        Phase phase = Phase::kForward, ModuleInputs inputs = ModuleInputs::kFinite) {
   ModuleCheckRecord m;
   m.step = step;
   m.order = order;
   m.time_ns = order;
   m.module = module;
   m.module_class = "Linear";
-  m.inputs_finite = inputs_finite;
+  m.inputs = inputs_finite ? inputs : ModuleInputs::kNonFinite;
   m.posinf = 1;
   m.phase = phase;
   return m;
@@ -53,7 +53,26 @@ TEST(FirstModule, WithoutFiniteInputsTheFirstCallIsNamed) {
   std::optional<ModuleCheckRecord> m = firstModule(run, Findings{});
   ASSERT_TRUE(m);
   EXPECT_EQ(m->module, "wte");
-  EXPECT_FALSE(m->inputs_finite);
+  EXPECT_FALSE(m->inputsFinite());
+}
+
+// A module handed no tensor, or objects the trail does not look into (a batch it could not
+// walk), never made a value "from finite inputs": the outermost module of a run whose batch held
+// the NaN is not named over the first module that received it.
+TEST(FirstModule, AModuleNotSeenToReceiveFiniteTensorsIsNeverTheSource) {
+  for (ModuleInputs unseen : {ModuleInputs::kNone, ModuleInputs::kPartlySeen}) {
+    RunData run;
+    run.module_checks = {check(2, 9, "", true, Phase::kForward, unseen), check(2, 3, "embed", false)};
+    std::optional<ModuleCheckRecord> m = firstModule(run, Findings{});
+    ASSERT_TRUE(m);
+    EXPECT_EQ(m->module, "embed");
+    const std::string text = firstModuleText(run, *m, false);
+    EXPECT_NE(text.find("they came from outside any module"), std::string::npos) << text;
+    // Alone, it is named, and never said to have had finite inputs.
+    run.module_checks.pop_back();
+    const std::string alone = firstModuleText(run, *firstModule(run, Findings{}), false);
+    EXPECT_EQ(alone.find("from finite inputs"), std::string::npos) << alone;
+  }
 }
 
 // Attention made it: its own module, or one around it, is not a first module outside attention.

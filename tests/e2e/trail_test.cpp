@@ -187,6 +187,55 @@ TEST(Trail, WithoutTrailTheReportSaysTrailWouldNameIt) {
       << text.out;
 }
 
+std::string batches() { return std::string(NANPROV_TEST_SCRIPTS) + "/trail_batches.py"; }
+
+// What the script's hooks found: the first module whose output went non-finite, and whether every
+// tensor it received (walked through the nested batch) was finite.
+std::pair<std::string, std::string> firstNonFiniteOf(const std::string& out) {
+  std::smatch m;
+  static const std::regex line("oracle: step 2 phase fwd first (\\S+) inputs (finite|non-finite)");
+  if (!std::regex_search(out, m, line)) return {};
+  return {m[1], m[2]};
+}
+
+// `forward(batch)` with the batch in a list and in a dict, a NaN in its data: every module call
+// sees every tensor it receives, so the outermost module (which received the batch) is never
+// said to have made the NaN from finite inputs; the first module that received it is named, and
+// the value came from outside any module, as the script's own hooks say.
+TEST(Trail, ANanInANestedBatchCameFromOutsideAnyModule) {
+  for (std::string batch : {"list", "dict"}) {
+    SCOPED_TRACE(batch);
+    TrainedRun r = train("trail-batch-data-" + batch, "--trail", "--oracle --fault data --batch " + batch, batches());
+    ASSERT_EQ(r.report.code, 1) << r.train.out << r.report.out;
+    EXPECT_EQ(firstNonFiniteOf(r.train.out), std::make_pair(std::string("embed"), std::string("non-finite"))) << r.train.out;
+    expectFields(r.doc["first_module"], {{"step", 2}, {"phase", "fwd"}, {"module", "embed"}, {"class", "Linear"},
+                                         {"inputs_finite", false}, {"inputs", "non_finite"}});
+    Result text = sh(nanprov() + " report " + r.dir.string());
+    EXPECT_NE(text.out.find("the first non-finite value was the output of embed (Linear), whose inputs were already "
+                            "non-finite: they came from outside any module"),
+              std::string::npos)
+        << text.out;
+    EXPECT_EQ(text.out.find("the outermost module"), std::string::npos) << text.out;
+    EXPECT_EQ(text.out.find("from finite inputs"), std::string::npos) << text.out;
+  }
+}
+
+// The same batches, the NaN made inside a module from finite data: that module is named.
+TEST(Trail, ANanMadeByAModuleFromANestedBatchNamesTheModule) {
+  for (std::string batch : {"list", "dict"}) {
+    SCOPED_TRACE(batch);
+    TrainedRun r = train("trail-batch-embed-" + batch, "--trail", "--oracle --fault embed --batch " + batch, batches());
+    ASSERT_EQ(r.report.code, 1) << r.train.out << r.report.out;
+    EXPECT_EQ(firstNonFiniteOf(r.train.out), std::make_pair(std::string("embed"), std::string("finite"))) << r.train.out;
+    expectFields(r.doc["first_module"], {{"step", 2}, {"phase", "fwd"}, {"module", "embed"}, {"class", "Linear"},
+                                         {"inputs_finite", true}, {"inputs", "finite"}});
+    Result text = sh(nanprov() + " report " + r.dir.string());
+    EXPECT_NE(text.out.find("the first non-finite value was the output of embed (Linear), from finite inputs"),
+              std::string::npos)
+        << text.out;
+  }
+}
+
 // When attention itself made the first non-finite value, the trail names no module: the report's
 // answer is the attention edge.
 TEST(Trail, NamesNoModuleWhenAttentionMadeIt) {

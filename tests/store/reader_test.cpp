@@ -155,10 +155,11 @@ TEST(RunReader, ModuleChecksRoundTripAndOldStoresHaveNone) {
     ASSERT_TRUE(w.ok());
     ModuleCheckRecord m;
     m.step = 2, m.phase = Phase::kBackward, m.module = "h.0.mlp.act", m.module_class = "Act";
-    m.inputs_finite = true, m.posinf = 3, m.largest_input = 0.5, m.order = 7, m.time_ns = 70;
+    m.inputs = ModuleInputs::kFinite, m.posinf = 3, m.largest_input = 0.5, m.order = 7, m.time_ns = 70;
     ModuleCheckRecord earlier = m;
     earlier.order = 4, earlier.module = "h.0.mlp.c_proj";
     earlier.unchecked_before = {"h.0.mlp.c_fc", "h.0"};
+    earlier.inputs = ModuleInputs::kNone;
     (*w)->appendModuleChecks({m, earlier});
     CallRecord c;
     c.op = "op", c.backend = "math";
@@ -175,7 +176,8 @@ TEST(RunReader, ModuleChecksRoundTripAndOldStoresHaveNone) {
   EXPECT_EQ(first.module_class, "Act");
   EXPECT_EQ(first.posinf, 3);
   EXPECT_DOUBLE_EQ(first.largest_input, 0.5);
-  EXPECT_TRUE(first.inputs_finite);
+  EXPECT_EQ(first.inputs, ModuleInputs::kNone);
+  EXPECT_EQ(run->module_checks[1].inputs, ModuleInputs::kFinite);
   EXPECT_EQ(first.unchecked_before, (std::vector<std::string>{"h.0.mlp.c_fc", "h.0"}));
   EXPECT_TRUE(run->module_checks[1].unchecked_before.empty());
 
@@ -187,6 +189,11 @@ TEST(RunReader, ModuleChecksRoundTripAndOldStoresHaveNone) {
   ASSERT_TRUE(older.ok()) << older.status().message();
   ASSERT_EQ(older->module_checks.size(), 2u);
   EXPECT_TRUE(older->module_checks[0].unchecked_before.empty());
+  // And from before the trail told a module handed no tensor apart: inputs_finite is all there is.
+  ASSERT_EQ(sqlite3_exec(db, "ALTER TABLE module_checks DROP COLUMN inputs", nullptr, nullptr, nullptr), SQLITE_OK);
+  auto oldest = loadRun(dir.string(), RunScope::kEdges);
+  ASSERT_TRUE(oldest.ok()) << oldest.status().message();
+  EXPECT_EQ(oldest->module_checks[0].inputs, ModuleInputs::kNonFinite) << "a module handed no tensor never reads as finite";
   ASSERT_EQ(sqlite3_exec(db, "DROP TABLE module_checks; DELETE FROM meta WHERE key = 'trail'", nullptr, nullptr, nullptr), SQLITE_OK);
   sqlite3_close(db);
   auto old = loadRun(dir.string(), RunScope::kEdges);

@@ -1,12 +1,15 @@
 """`nanprov run --trail`: every module call's output and input gradient is checked, so that an
 origin outside attention is named by the first module that made the non-finite value.
 
-One global forward hook, installed once, hands each module call's tensors to
+One global forward hook, installed once, hands each module call's tensors (however nested in
+lists, tuples, dicts, dataclasses and Hugging Face ModelOutputs, positional or keyword) to
 torch.ops.nanprov.trail_forward (probes/libtorch/module_trail.h), which checks them
 asynchronously and, in training, hooks the call's gradients in C++. A module is numbered and named
 (its path from the outermost module running, as the attention probes name theirs) the first time
 it runs; later calls look its number up by the module object. The hook only reads: it returns
-None, so every output is the module's own.
+None, so every output is the module's own. A module that looks like attention by its name (the
+probes decide) also gets a forward pre-hook of its own, so the probes can tell whether attention
+they check ran inside it.
 
 Inside torch.compile'd code no module hook runs: compiled_trail.py puts the same check into the
 graph, where Inductor writes the values to memory anyway, numbered from the same counter. The
@@ -23,15 +26,50 @@ def enabled():
     return os.environ.get("NANPROV_TRAIL", "0") == "1"
 
 
-def _tensors(value, tensor_type, out):
-    """The tensors of an argument or a result: itself, or one level into a tuple, list or dict."""
+# How far the walk into what a module receives or returns goes: a batch that is a dict of lists of
+# tensors is three containers deep, and a module call is rarely handed more values than this. A
+# walk that stops at either bound says so, and the module is not said to have had finite inputs.
+_MAX_DEPTH = 6
+_MAX_VALUES = 512
+# Values that hold no tensor; anything else that is not a container is an object the walk does not
+# look into (a custom batch class, a cache object): it may hold one.
+_LEAVES = (int, float, complex, bool, str, bytes, type(None), type(Ellipsis), slice, range)
+
+
+def _tensors(value, tensor_type, out, leaves=_LEAVES):
+    """Appends the tensors in `value`: itself, or inside tuples, lists, dicts (a Hugging Face
+    ModelOutput is one), sets and dataclasses, however nested, up to the bounds above. Returns
+    whether it saw everything: False when it stopped at a bound or met an object it does not look
+    into. The common case (a tensor, or a tuple of them) costs one isinstance per value."""
     if isinstance(value, tensor_type):
         out.append(value)
-    elif isinstance(value, (tuple, list)):
-        out.extend(v for v in value if isinstance(v, tensor_type))
-    elif isinstance(value, dict):  # a Hugging Face ModelOutput is one
-        out.extend(v for v in value.values() if isinstance(v, tensor_type))
-    return out
+        return True
+    whole = True
+    left = _MAX_VALUES
+    stack = [(value, _MAX_DEPTH)]
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, tensor_type):
+            out.append(v)
+            continue
+        if isinstance(v, leaves):
+            continue
+        if isinstance(v, (tuple, list, set, frozenset)):
+            items = v
+        elif isinstance(v, dict):
+            items = v.values()
+        else:
+            fields = getattr(type(v), "__dataclass_fields__", None)
+            if fields is None:
+                whole = False  # an object of another kind: not looked into
+                continue
+            items = [getattr(v, name, None) for name in fields]
+        if depth == 0 or len(items) > left:
+            whole = False
+            continue
+        left -= len(items)
+        stack.extend((item, depth - 1) for item in items)
+    return whole
 
 
 class Numbers:
@@ -41,6 +79,7 @@ class Numbers:
     def __init__(self, trail_module):
         self.trail_module = trail_module
         self.next = 0  # not a count of live modules: modules that are gone keep theirs
+        self.attention = set()  # the numbers of modules that look like attention (the probes say)
 
     def take(self, named):
         """Numbers the (path, class name, unchecked paths) in `named` consecutively; returns the first."""
@@ -48,8 +87,12 @@ class Numbers:
         first = self.next
         self.next += len(named)
         for i, (path, cls, unchecked) in enumerate(named):
-            self.trail_module(first + i, path, cls, "\n".join(unchecked))
+            if self.trail_module(first + i, path, cls, "\n".join(unchecked)):
+                self.attention.add(first + i)
         return first
+
+    def attention_like(self, n):
+        return n in self.attention
 
 
 numbers = None  # the run's Numbers, once install() ran with --trail
@@ -71,6 +114,7 @@ def install(torch, lib, modules, say):
     _say = say
     ops = torch.ops.nanprov
     trail_forward = ops.trail_forward
+    trail_enter = ops.trail_enter
     numbers = Numbers(ops.trail_module)
     tensor_type = torch.Tensor
     is_compiling = torch.compiler.is_compiling
@@ -80,7 +124,20 @@ def install(torch, lib, modules, say):
         # The walk finds this module's own frame (_call_impl's self) as the innermost, and names
         # it from the outermost module running, once.
         n = ids[module] = numbers.take([(modules.current(frame), type(module).__name__, ())])
+        if numbers.attention_like(n):
+            # From its next call on, the probes learn where each call began, and count it as
+            # unchecked attention when no attention they check ran inside it.
+            module.register_forward_pre_hook(lambda _module, _args, n=n: entered(n))
         return n
+
+    def entered(n):
+        if is_compiling():
+            return None
+        try:
+            trail_enter(n)
+        except Exception as exc:  # never reaches the training
+            say_once("enter", f"--trail: attention-like modules are not watched ({type(exc).__name__}: {exc}); training continues")
+        return None
 
     def hook(module, args, kwargs, output):
         # Nothing of this may reach a graph Dynamo traces: it traces global module hooks.
@@ -96,12 +153,14 @@ def install(torch, lib, modules, say):
                 n = number(module, inspect.currentframe().f_back)
             if n < 0:
                 return None
-            outputs = _tensors(output, tensor_type, [])
+            outputs = []
+            _tensors(output, tensor_type, outputs)
             if outputs:
-                inputs = _tensors(args, tensor_type, [])
-                for value in kwargs.values():
-                    _tensors(value, tensor_type, inputs)
-                trail_forward(n, inputs, outputs)
+                inputs = []
+                whole = _tensors(args, tensor_type, inputs)
+                if kwargs:
+                    whole = _tensors(kwargs, tensor_type, inputs) and whole
+                trail_forward(n, inputs, outputs, whole)
         except Exception as exc:  # never reaches the training
             say_once("hook", f"--trail: module calls are not checked ({type(exc).__name__}: {exc}); training continues")
         return None
