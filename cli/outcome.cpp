@@ -4,6 +4,7 @@
 #include <tuple>
 #include <nlohmann/json.hpp>
 
+#include "cli/unchecked_attention.h"
 #include "store/small_file.h"
 
 namespace nanprov {
@@ -79,6 +80,7 @@ const char* outcomeName(Outcome o) {
   switch (o) {
     case Outcome::kClean: return "clean";
     case Outcome::kPartial: return "partial";
+    case Outcome::kUnattributed: return "unattributed";
     case Outcome::kEdgeFound: return "edge";
     case Outcome::kOutsideAttention: return "outside_attention";
     case Outcome::kNothingChecked: return "nothing_checked";
@@ -87,22 +89,55 @@ const char* outcomeName(Outcome o) {
   return "clean";
 }
 
-Conclusion conclude(const RunData& run, const Findings& findings) {
+bool outcomeIsFault(Outcome o) {
+  return o == Outcome::kUnattributed || o == Outcome::kEdgeFound || o == Outcome::kOutsideAttention ||
+         o == Outcome::kAuditFinding;
+}
+
+namespace {
+
+// The kinds of attention that ran unchecked by `step` (the probes' words, without the suggestion).
+std::vector<std::string> uncheckedBy(const RunData& run, int64_t step) {
+  std::vector<std::string> out;
+  const std::map<std::string, int64_t> first_steps = run.unprobedFirstSteps();
+  for (const UncheckedAttention& u : uncheckedAttention(run)) {
+    auto it = first_steps.find(u.what);
+    if (it == first_steps.end() || it->second <= step) out.push_back(u.kind);
+  }
+  return out;
+}
+
+}  // namespace
+
+Conclusion conclude(const RunData& run, const Findings& findings, const std::optional<ModuleCheckRecord>& first_module) {
   Conclusion c;
   c.collective_paths = collectivePaths(run);
   c.sentinel = earliestSentinel(run, receivedThroughCollective(c.collective_paths));
   c.unprobed = run.unprobed();
+  c.made_in_unchecked_attention = first_module && first_module->inputsFinite() && isUncheckedAttention(run, *first_module);
+  // --trail's answer, when it is not that attention: the module that made them from finite inputs,
+  // or the first that received them from outside any module (the batch, the loss).
+  const bool named_outside = first_module && !c.made_in_unchecked_attention &&
+                             (first_module->inputs == ModuleInputs::kFinite || first_module->inputs == ModuleInputs::kNonFinite);
   if (c.sentinel && (!findings.first || c.sentinel->step < run.calls[*findings.first].step)) {
-    for (const auto& [what, step] : run.unprobedFirstSteps()) {
-      if (step <= c.sentinel->step) c.unchecked_by_sentinel_step.push_back(what);
-    }
+    c.sentinel_first = true;
+    c.unchecked_by_sentinel_step = uncheckedBy(run, c.sentinel->step);
     // A rank not read may have made them in its attention (and sent them in a collective).
     for (int rank : run.missingRanks()) {
       c.unchecked_by_sentinel_step.push_back("the attention of rank " + std::to_string(rank) + " (its store was not read)");
     }
-    c.outcome = c.unchecked_by_sentinel_step.empty() ? Outcome::kOutsideAttention : Outcome::kPartial;
+    const bool unchecked = (!c.unchecked_by_sentinel_step.empty() && !named_outside) || c.made_in_unchecked_attention;
+    c.outcome = unchecked ? Outcome::kUnattributed : Outcome::kOutsideAttention;
   } else if (findings.first) {
     c.outcome = Outcome::kEdgeFound;
+    // Values that reached attention from upstream, while attention ran unchecked before it: that
+    // attention may have made them, unless --trail named the module outside it that did.
+    if (findings.origin == Origin::kUpstream) {
+      c.unchecked_by_edge_step = uncheckedBy(run, run.calls[*findings.first].step);
+      if ((!c.unchecked_by_edge_step.empty() && !named_outside) || c.made_in_unchecked_attention) {
+        c.outcome = Outcome::kUnattributed;
+      }
+    }
   } else if (run.total_calls == 0) {
     c.outcome = Outcome::kNothingChecked;
     c.nothing_checked_why = whyNothingChecked(run, c.unprobed);

@@ -9,6 +9,7 @@
 #include "base/text.h"
 #include "cli/call_kernels.h"
 #include "cli/terminal_text.h"
+#include "cli/unchecked_attention.h"
 #include "store/job.h"
 #include "base/records/roles.h"
 
@@ -30,19 +31,26 @@ int64_t totalSteps(const RunData& run) {
   return steps;
 }
 
-// "not checked: flex_attention x12, ..." or empty.
-std::string unprobedLine(const Conclusion& c) {
+// "attention not checked: flex_attention x12, ..." and, on a line of its own, the one
+// --probe-module that would check them; empty when nothing went unchecked.
+std::string unprobedLines(const RunData& run) {
   std::vector<std::string> parts;
-  for (const auto& [what, n] : c.unprobed) parts.push_back(what + " x" + std::to_string(n));
-  return parts.empty() ? "" : "attention not checked: " + joined(parts, ", ");
+  for (const UncheckedAttention& u : uncheckedAttention(run)) parts.push_back(u.kind + " x" + std::to_string(u.count));
+  if (parts.empty()) return "";
+  const std::string suggestion = suggestionText(suggestedProbeModules(run));
+  return "  attention not checked: " + joined(parts, ", ") + "\n" + (suggestion.empty() ? "" : "    " + suggestion + "\n");
 }
 
-nlohmann::json coverageJson(const RunData& run, const Conclusion& c) {
+nlohmann::json coverageJson(const RunData& run) {
   nlohmann::json unprobed = nlohmann::json::array();
-  for (const auto& [what, n] : c.unprobed) unprobed.push_back({{"what", what}, {"count", n}});
+  for (const UncheckedAttention& u : uncheckedAttention(run)) {
+    unprobed.push_back({{"what", u.what}, {"kind", u.kind}, {"count", u.count},
+                        {"probe_module", u.probe_module.empty() ? nlohmann::json(nullptr) : nlohmann::json(u.probe_module)}});
+  }
   return {{"attention_calls", run.total_calls},
           {"calls_not_stored", run.callsNotStored()},
           {"unprobed", unprobed},
+          {"suggested_probe_modules", suggestedProbeModules(run)},
           {"damage", run.damage}};
 }
 
@@ -271,8 +279,8 @@ Report buildReport(const RunData& run) { return buildReport(run, analyze(run)); 
 
 Report buildReport(const RunData& run, Findings findings) {
   Report r{.run = &run, .findings = std::move(findings)};
-  r.conclusion = conclude(run, r.findings);
   r.first_module = firstModule(run, r.findings);
+  r.conclusion = conclude(run, r.findings, r.first_module);
   if (r.findings.first_source) {
     const CallRecord& c = run.calls[*r.findings.first_source];
     std::map<std::string, std::string> meta;
@@ -300,10 +308,12 @@ nlohmann::json reportJson(const Report& report) {
                                                                       : nlohmann::json(conclusion.nothing_checked_why)},
       {"step_unit", stepUnitName(run.stepUnit())},
       {"summary", {{"ranks", run.ranks.size()}, {"calls", run.total_calls}, {"steps", totalSteps(run)}}},
-      {"coverage", coverageJson(run, conclusion)},
+      {"coverage", coverageJson(run)},
       {"gradient_sentinel", sentinelJson(conclusion.sentinel)},
       {"collective_paths", collectivePathsJson(run, conclusion)},
       {"unchecked_attention_by_sentinel_step", conclusion.unchecked_by_sentinel_step},
+      {"unchecked_attention_by_edge_step", conclusion.unchecked_by_edge_step},
+      {"made_in_unchecked_attention", conclusion.made_in_unchecked_attention},
       {"ranks", ranks},
       {"run_dirs", run.dirs},
       {"clocks_differ", run.acrossHosts()},
@@ -343,10 +353,18 @@ namespace {
 // Every report ends alike: the audit's findings and totals (when it ran), the attention that was
 // not checked, and the run's size.
 std::string closing(const RunData& run, const Conclusion& conclusion) {
-  std::string unprobed = unprobedLine(conclusion);
-  return auditText(conclusion.audit) + (unprobed.empty() ? "" : "  " + unprobed + "\n") + ranksNotReadText(run) + "  " +
-         summaryLine(run) + "\n";
+  return auditText(conclusion.audit) + unprobedLines(run) + ranksNotReadText(run) + "  " + summaryLine(run) + "\n";
 }
+
+// The attention that ran unchecked by then, for the headline's second line: named here only when
+// it is not all of what the closing lists (with its counts and the --probe-module) anyway.
+std::string uncheckedByThenText(const RunData& run, const std::vector<std::string>& kinds) {
+  std::vector<std::string> listed;
+  for (const UncheckedAttention& u : uncheckedAttention(run)) listed.push_back(u.kind);
+  if (kinds.size() > 1 && kinds == listed) return "every kind listed under 'attention not checked' below";
+  return joined(kinds, "; ");
+}
+
 
 }  // namespace
 
@@ -362,21 +380,24 @@ std::string reportText(const Report& report) {
         << printable(conclusion.nothing_checked_why) << "\n";
     return out.str() + closing(run, conclusion);
   }
-  if (conclusion.outcome == Outcome::kOutsideAttention || !conclusion.unchecked_by_sentinel_step.empty()) {
+  if (conclusion.sentinel_first) {
     const SentinelFinding& s = *conclusion.sentinel;
     out << "rank" << s.rank << ":" << stepLabel(run, s.step) << "  first non-finite values were gradients, at "
         << stepLabel(run, s.step);
     if (receivedThroughCollective(conclusion.collective_paths).count({s.rank, s.step})) {
       // Every rank's came through a collective: never "outside attention" for what arrived.
       out << ", and they reached this rank through a collective\n";
-    } else if (conclusion.unchecked_by_sentinel_step.empty()) {
+    } else if (conclusion.made_in_unchecked_attention) {
+      // The trail's answer joined to what ran unchecked: inside that attention, its kernel unknown.
+      out << ": " << madeInUncheckedAttentionText(run, *report.first_module) << "\n";
+    } else if (conclusion.outcome == Outcome::kOutsideAttention) {
       out << ": no probed attention call made them; the origin is outside attention\n";
     } else {
       // Never "outside attention" while attention ran unchecked: it may have made them.
       out << ", but attention ran unchecked by then, so nanprov cannot tell whether attention made them\n"
-          << "  unchecked: " << joined(conclusion.unchecked_by_sentinel_step, "; ") << "\n";
+          << "  unchecked: " << uncheckedByThenText(run, conclusion.unchecked_by_sentinel_step) << "\n";
     }
-    if (report.first_module) {
+    if (report.first_module && !conclusion.made_in_unchecked_attention) {
       out << "  the first non-finite value was " << firstModuleText(run, *report.first_module, true) << "\n";
     } else if (!run.trailOn()) {
       out << "  nanprov run --trail names the module that made them\n";
@@ -414,6 +435,15 @@ std::string reportText(const Report& report) {
   if (f.origin == Origin::kAttention) {
     out << callName(c) << "  first non-finite edge: finite inputs, non-finite "
         << joined(h.nonfinite_outputs, ", ") << inj << "\n";
+  } else if (conclusion.made_in_unchecked_attention) {
+    out << callName(c) << "  non-finite " << joined(h.nonfinite_inputs, ", ") << " reached attention from upstream: "
+        << madeInUncheckedAttentionText(run, *report.first_module) << inj << "\n";
+  } else if (conclusion.outcome == Outcome::kUnattributed) {
+    // Never "outside attention" while attention ran unchecked before it: it may have made them.
+    out << callName(c) << "  non-finite " << joined(h.nonfinite_inputs, ", ")
+        << " reached attention from upstream, but attention ran unchecked by then, so nanprov cannot tell whether "
+           "attention made them" << inj << "\n"
+        << "  unchecked: " << uncheckedByThenText(run, conclusion.unchecked_by_edge_step) << "\n";
   } else {
     out << callName(c) << "  non-finite " << joined(h.nonfinite_inputs, ", ")
         << " reached attention from upstream: " << upstreamOriginText(run, report.first_module, c) << inj << "\n";

@@ -11,9 +11,10 @@ namespace nanprov::cli {
 
 int reportExitCode(const Conclusion& c, bool warn_only) {
   switch (c.outcome) {
-    case Outcome::kClean: return kClean;
-    // Non-finite gradients beside unchecked attention are a fault found, its origin unknown.
-    case Outcome::kPartial: return c.unchecked_by_sentinel_step.empty() ? kClean : kEdgeFound;
+    case Outcome::kClean:
+    case Outcome::kPartial: return kClean;
+    // Values went non-finite beside unchecked attention: a fault found, its origin not checked.
+    case Outcome::kUnattributed: return kEdgeFound;
     case Outcome::kNothingChecked: return kNothingChecked;
     case Outcome::kAuditFinding: return warn_only || c.audit.warn_only ? kClean : kAuditFound;
     case Outcome::kEdgeFound:
@@ -44,8 +45,10 @@ void addReportCommand(CLI::App& app, int* exit_code) {
       "are the same step's calls of two layers.\n\n"
       "Exit status (nanprov run gives the same 1 and 5 when the training itself exited 0,\n"
       "unless --warn-only): 0 no fault found (JSON outcome \"clean\": attention checked, all finite, gradients\n"
-      "finite; \"partial\": the same, but some attention was recognised and not checked), 1 a non-finite\n"
-      "edge or non-finite gradients were found, 2 usage error, 3 unreadable run, 4 nothing was checked,\n"
+      "finite; \"partial\": no fault in what was checked, but some attention was recognised and not\n"
+      "checked, or ranks were not read), 1 a non-finite edge or non-finite gradients were found (JSON\n"
+      "outcome \"edge\", \"outside_attention\", or \"unattributed\": values went non-finite and what made\n"
+      "them was not checked), 2 usage error, 3 unreadable run, 4 nothing was checked,\n"
       "5 the audit (nanprov run --audit) found outputs that were finite but wrong, and no edge\n"
       "(JSON outcome \"audit_finding\"; 0 instead when the run or this report says --audit-warn-only).\n"
       "Audit findings are listed under audit_findings in the JSON, beside the edges. 6: the run\n"

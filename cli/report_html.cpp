@@ -9,6 +9,7 @@
 #include "base/json_text.h"
 #include "base/text.h"
 #include "cli/call_kernels.h"
+#include "cli/unchecked_attention.h"
 #include "replay/known_issues.h"
 #include "store/file_replace.h"
 #include "store/replay_verdicts.h"
@@ -70,7 +71,7 @@ pre{white-space:pre-wrap;word-break:break-all}
 .ranks{display:flex;flex-wrap:wrap;gap:4px 48px;align-items:flex-start}.rank{max-width:100%}
 .verdict{border-radius:6px;padding:12px 16px;color:#fff;background:#5f6368}
 .verdict .sub{opacity:.92;margin:2px 0 0}
-.outcome-clean{background:#188038}.outcome-partial{background:#b06000}.outcome-edge{background:#c5221f}
+.outcome-clean{background:#188038}.outcome-partial{background:#b06000}.outcome-unattributed{background:#a50e0e}.outcome-edge{background:#c5221f}
 .outcome-outside_attention{background:#b3261e}.outcome-nothing_checked{background:#5f6368}.outcome-audit_finding{background:#1967d2}
 nav{margin:8px 0;font-size:13px}nav a{margin-right:12px;color:#1a73e8}
 table{border-collapse:collapse}
@@ -194,7 +195,11 @@ std::string sentinelSection(const Report& report) {
   }
   const SentinelFinding& s = *conclusion.sentinel;
   out += "<p>Gradients first went non-finite on rank " + std::to_string(s.rank) + " at " + shown(stepLabel(run, s.step)) + ". ";
-  if (conclusion.outcome == Outcome::kOutsideAttention) {
+  if (conclusion.made_in_unchecked_attention) {
+    std::string made = madeInUncheckedAttentionText(run, *report.first_module);
+    made[0] = 'T';  // "the first non-finite values were made...", as a sentence
+    out += shown(made) + ".";
+  } else if (conclusion.outcome == Outcome::kOutsideAttention) {
     out += "No probed attention call made them: the origin is outside attention.";
   } else if (!conclusion.unchecked_by_sentinel_step.empty()) {
     out += "Attention ran unchecked by then (" + shown(joined(conclusion.unchecked_by_sentinel_step, "; ")) +
@@ -224,8 +229,13 @@ std::string coverageSection(const Report& report) {
   }
   for (const std::string& damage : run.damage) out += row("damaged", shown(damage));
   std::string unprobed;
-  for (const auto& [what, n] : conclusion.unprobed) unprobed += "<li>" + shown(what) + " &times; " + std::to_string(n) + "</li>";
+  for (const UncheckedAttention& u : uncheckedAttention(run)) {
+    unprobed += "<li>" + shown(u.kind) + " &times; " + std::to_string(u.count) + "</li>";
+  }
   out += row("recognised, not checked", unprobed.empty() ? "none" : "<ul>" + unprobed + "</ul>");
+  if (std::string suggestion = suggestionText(suggestedProbeModules(run)); !suggestion.empty()) {
+    out += row("would check it", "<span class=\"mono\">" + shown(suggestion) + "</span>");
+  }
   return out + "</table>\n<p class=\"note\">Clean means checked and finite, never unseen: a picture cell with no checked call "
                "is drawn as unprobed.</p>\n</section>\n";
 }

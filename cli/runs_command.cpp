@@ -67,9 +67,10 @@ void addRunsCommand(CLI::App& app, int* exit_code) {
       "  nanprov runs --root /scratch/nan-hunt --json | jq '.[] | select(.outcome == \"edge\")'\n\n"
       "job (JSON) is the job's id (slurm:<job>.<step> under srun, else torchrun's --rdzv-id): the run directories of one\n"
       "multi-node job share it, and nanprov report DIR1 DIR2 reads them as one run.\n"
-      "outcome is what `nanprov report` concludes (clean, partial, edge, outside_attention,\n"
-      "nothing_checked), or unreadable. Commands without a run default to the newest run\n"
-      "that recorded data.");
+      "outcome is what `nanprov report` concludes (clean; partial: nothing went non-finite, but not\n"
+      "everything was checked; unattributed: values went non-finite and what made them was not checked;\n"
+      "edge, outside_attention, nothing_checked, audit_finding), or unreadable. Commands without a run\n"
+      "default to the newest run that recorded data.");
   cmd->add_option("--root", opts->root, "Folder holding run directories (default: ./nanprov-runs)");
   addJsonFlag(cmd, &opts->json);
   cmd->callback([opts, exit_code] {

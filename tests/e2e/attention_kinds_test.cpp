@@ -156,14 +156,15 @@ TEST(AttentionKinds, HandWrittenAttentionUnderProbeModule) {
   EXPECT_EQ(commandJson("calls", bwd.dir, "--phase bwd --step 0").size(), 2u) << "one backward per layer";
 
   // Unprobed, the gradient sentinel sees the NaN, but the attention-like softmax was counted as
-  // unchecked: never "outside attention" (partial, exit 1), with the --probe-module that checks it.
+  // unchecked: never "outside attention" (unattributed, exit 1), with the --probe-module that checks it.
   TrainedRun unseen = train("hand-unseen", "", "--glitch-step 2", "handwritten_attention.py");
-  EXPECT_EQ(unseen.doc["outcome"], "partial") << unseen.report.out;
+  EXPECT_EQ(unseen.doc["outcome"], "unattributed") << unseen.report.out;
   EXPECT_EQ(unseen.report.code, 1) << unseen.report.out;
   EXPECT_EQ(unseen.doc["coverage"]["attention_calls"], 0);
   ASSERT_EQ(unseen.doc["unchecked_attention_by_sentinel_step"].size(), 1u) << unseen.report.out;
-  EXPECT_NE(unseen.doc["unchecked_attention_by_sentinel_step"][0].get<std::string>().find("--probe-module 'layers.*.attn'"),
+  EXPECT_NE(unseen.doc["unchecked_attention_by_sentinel_step"][0].get<std::string>().find("in layers.*.attn"),
             std::string::npos) << unseen.report.out;
+  EXPECT_EQ(unseen.doc["coverage"]["suggested_probe_modules"], json::array({"layers.*.attn"})) << unseen.report.out;
   TrainedRun nothing = train("hand-nope", "--probe-module 'layers.*.nope'", "", "handwritten_attention.py");
   EXPECT_EQ(nothing.report.code, 4) << nothing.report.out;
   EXPECT_NE(nothing.train.out.find("--probe-module 'layers.*.nope' matched no module"), std::string::npos)

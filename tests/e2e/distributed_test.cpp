@@ -193,7 +193,7 @@ TEST(Distributed, WorkerThatCannotWriteItsStoreIsNamedInTheReport) {
 }
 
 // Two nodes on localhost, one rank each, each under its own `nanprov run`: each directory alone
-// is partial; together they are one job whose first edge is rank 1's; another job's directory is
+// is unattributed (rank 1 made the NaN rank 0 received, and the other is not read); together they are one job whose first edge is rank 1's; another job's directory is
 // refused in one line.
 TEST(Distributed, TwoNodesReadAsOneJob) {
   const int port = freePort();
@@ -220,7 +220,7 @@ TEST(Distributed, TwoNodesReadAsOneJob) {
 
   Result alone = sh(nanprov() + " report " + node[0].string() + " --json");
   json one = json::parse(alone.out, nullptr, false);
-  EXPECT_EQ(one["outcome"], "partial") << alone.out;
+  EXPECT_EQ(one["outcome"], "unattributed") << alone.out;
   EXPECT_EQ(one["missing_ranks"], json::array({1}));
 
   Result rep = sh(nanprov() + " report " + node[0].string() + " " + node[1].string() + " --json");

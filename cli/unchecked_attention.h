@@ -1,0 +1,36 @@
+// The attention a run recognised but did not check (the probes' "unprobed:<what>" counts), read
+// for the report: each kind apart from the --probe-module the probes said would check it, which
+// module the trail names may be one of them, and the one --probe-module suggestion the report
+// prints for them all.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/records/call_record.h"
+#include "store/reader.h"
+
+namespace nanprov {
+
+struct UncheckedAttention {
+  std::string what;          // as the probes counted it, the key of RunData::unprobed()
+  std::string kind;          // `what` without its suggestion
+  std::string probe_module;  // the --probe-module that checks it, as the probes wrote it; "" when none
+  int64_t count = 0;
+};
+std::vector<UncheckedAttention> uncheckedAttention(const RunData& run);
+
+// Whether module check `m` is of attention the run counted unchecked: its class, or its path's
+// pattern, is what a kind's --probe-module names.
+bool isUncheckedAttention(const RunData& run, const ModuleCheckRecord& m);
+
+// The --probe-module SPECs that would check every kind that names one, once for the run: the one
+// class when a single class covers every such module (the trail's meta "module_class:<pattern>"
+// gives the class of a path pattern), else each pattern. Never one the run was given (run.json).
+std::vector<std::string> suggestedProbeModules(const RunData& run);
+
+// "nanprov run --probe-module Attention checks it", or "" when there is nothing to suggest.
+std::string suggestionText(const std::vector<std::string>& specs);
+
+}  // namespace nanprov
