@@ -40,36 +40,38 @@ def _tensors(value, tensor_type, out, leaves=_LEAVES):
     """Appends the tensors in `value`: itself, or inside tuples, lists, dicts (a Hugging Face
     ModelOutput is one), sets and dataclasses, however nested, up to the bounds above. Returns
     whether it saw everything: False when it stopped at a bound or met an object it does not look
-    into. The common case (a tensor, or a tuple of them) costs one isinstance per value."""
+    into. The common case (a tensor, or a tuple of tensors and flags) allocates nothing but `out`."""
     if isinstance(value, tensor_type):
         out.append(value)
         return True
-    whole = True
-    left = _MAX_VALUES
-    stack = [(value, _MAX_DEPTH)]
-    while stack:
-        v, depth = stack.pop()
-        if isinstance(v, tensor_type):
-            out.append(v)
-            continue
-        if isinstance(v, leaves):
-            continue
-        if isinstance(v, (tuple, list, set, frozenset)):
-            items = v
-        elif isinstance(v, dict):
-            items = v.values()
+    whole, left, depth, pending = True, _MAX_VALUES, _MAX_DEPTH, None
+    while True:
+        if isinstance(value, (tuple, list, set, frozenset)):
+            items = value
+        elif isinstance(value, dict):
+            items = value.values()
         else:
-            fields = getattr(type(v), "__dataclass_fields__", None)
+            fields = getattr(type(value), "__dataclass_fields__", None)
             if fields is None:
                 whole = False  # an object of another kind: not looked into
-                continue
-            items = [getattr(v, name, None) for name in fields]
-        if depth == 0 or len(items) > left:
-            whole = False
-            continue
-        left -= len(items)
-        stack.extend((item, depth - 1) for item in items)
-    return whole
+                items = ()
+            else:
+                items = [getattr(value, name, None) for name in fields]
+        if items:
+            if depth == 0 or len(items) > left:
+                whole = False
+            else:
+                left -= len(items)
+                for item in items:
+                    if isinstance(item, tensor_type):
+                        out.append(item)
+                    elif not isinstance(item, leaves):
+                        if pending is None:
+                            pending = []
+                        pending.append((item, depth - 1))
+        if not pending:
+            return whole
+        value, depth = pending.pop()
 
 
 class Numbers:
