@@ -369,8 +369,10 @@ void addRunCommand(CLI::App& app, int* exit_code, std::vector<std::string> wrapp
       "rank-<r>.sqlite per rank, prints the first-failure summary when the command ends,\n"
       "and exits with the command's exit code (128+N when a signal N killed it). When the\n"
       "command exits 0 but nanprov found a fault, the exit code says so, so a CI job that wraps\n"
-      "training fails: 1 a non-finite edge or non-finite gradients, 5 --audit found finite but\n"
-      "wrong outputs. --warn-only keeps the command's own code.\n"
+      "training fails: 1 a non-finite edge or non-finite gradients (also when what made them was\n"
+      "not checked: outcome unattributed), 5 --audit found finite but wrong outputs; a run that is\n"
+      "only partial (nothing went non-finite, not everything was checked) exits 0. --warn-only\n"
+      "keeps the command's own code.\n"
       "The first source edge of each rank is captured into <run>/captures/ for nanprov replay.");
   cmd->add_option("--out", opts->out, "Run directory to write (default: ./nanprov-runs/<UTC timestamp>)");
   cmd->add_option("--inject", opts->inject,
