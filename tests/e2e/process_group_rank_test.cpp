@@ -106,6 +106,7 @@ TEST(ProcessGroupRank, ARankNotRecordedIsNeverAnsweredOutsideAttention) {
   ASSERT_TRUE(doc.is_object()) << rep.out;
   EXPECT_NE(doc["outcome"], "outside_attention") << rep.out;
   EXPECT_NE(doc["outcome"], "clean") << rep.out;
+  EXPECT_EQ(doc["outcome"], "unattributed") << "values went non-finite where nanprov did not check: " << rep.out;
   EXPECT_EQ(doc["world_size"], 2) << rep.out;
   EXPECT_EQ(doc["missing_ranks"], json::array({1})) << rep.out;
   ASSERT_EQ(doc["collective_paths"].size(), 1u) << rep.out;
