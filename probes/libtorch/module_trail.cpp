@@ -13,7 +13,6 @@
 #include "base/text.h"
 #include "probes/core/probe_cost.h"
 #include "probes/core/session.h"
-#include "probes/libtorch/foreign_calls.h"
 #include "probes/libtorch/probes.h"
 #include "probes/libtorch/tensor_health.h"
 
@@ -91,9 +90,9 @@ void ModuleTrail::leave(int64_t id) {
   if (it == t_entered.rend()) return;  // its first call: named after it began
   const int64_t before = it->attention_seen;
   t_entered.erase(std::prev(it.base()), t_entered.end());  // with the calls inside it that raised
-  // A call begun, or one counted unchecked, inside it (that one is named where it ran); or a
-  // --probe-module bracket around it, which records it after this hook.
-  if (attentionSeenOnThread() != before || insideRecordedCall()) return;
+  // A call begun, or one counted unchecked, inside it (that one is named where it ran). A
+  // --probe-module's record comes from the module's own forward hook, which runs before this one.
+  if (attentionSeenOnThread() != before) return;
   std::string what;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -112,7 +111,6 @@ ModuleTrail::Site ModuleTrail::site(int64_t module, Phase phase) {
 void ModuleTrail::forward(int64_t id, const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs,
                           bool inputs_whole) {
   ProbeCost::Scope cost(ProbeStage::kTrail);
-  if (!t_entered.empty()) leave(id);
   std::vector<at::Tensor> outs;
   for (const at::Tensor& o : outputs) {
     if (checkable(o) && !isAnInput(o, inputs)) outs.push_back(o);
@@ -314,6 +312,10 @@ void trailEnter(int64_t id) {
   if (probes().session().active()) probes().trail().enter(id);
 }
 
+void trailLeave(int64_t id) {
+  if (probes().session().active()) probes().trail().leave(id);
+}
+
 void trailForward(int64_t id, const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs,
                   bool inputs_whole) {
   if (!probes().session().active()) return;
@@ -352,6 +354,7 @@ void installModuleTrail() {
     auto* library = new torch::Library(torch::Library::FRAGMENT, "nanprov", std::nullopt, __FILE__, __LINE__);
     library->def("trail_module(int id, str path, str cls, str unchecked=\"\") -> bool", &trailModule);
     library->def("trail_enter(int id) -> ()", &trailEnter);
+    library->def("trail_leave(int id) -> ()", &trailLeave);
     library->def("trail_forward(int id, Tensor[] inputs, Tensor[] outputs, bool inputs_whole=True) -> ()", &trailForward);
     // Not a catch-all kernel: that is CompositeImplicitAutograd, which tracing would run on fake
     // tensors, leaving nothing in the graph. The real kernel serves the backends; tracing (fake

@@ -48,8 +48,11 @@ class ModuleTrail {
   // check reads as inputs and its output ('\n' between paths; ModuleCheckRecord::unchecked_before).
   // Returns whether it looks like attention: the bootstrap then calls enter() as each of its calls begins.
   bool name(int64_t id, const std::string& path, const std::string& module_class, const std::string& unchecked_before);
-  // A call of module `id`, which looks like attention, begins on this thread.
+  // A call of module `id`, which looks like attention, begins on this thread; leave(): it ended
+  // (after every other hook of the module ran: a --probe-module's record among them), and is
+  // counted unchecked when no attention nanprov checks ran in it.
   void enter(int64_t id);
+  void leave(int64_t id);
   // A call of module `id` returned `outputs` from `inputs`: checks them (not for a forward that
   // activation checkpointing recomputes: the original was checked) and, with gradients on, watches
   // its backward. `inputs_whole`: the bootstrap saw every tensor the call received (false when it
@@ -105,9 +108,6 @@ class ModuleTrail {
   void measured(uint64_t context, const DeviceChecks::Counts* counts, int n);
   void judge(const Site& site, const Tally& in, const Tally& out);
   void watchGradients(int64_t id, const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs);
-  // The call of attention-like module `id` that enter() opened on this thread ended: counts it
-  // unchecked when no attention nanprov checks ran in it.
-  void leave(int64_t id);
 
   Session& session_;
   DeviceChecks& checks_;
@@ -128,7 +128,7 @@ class ModuleTrail {
 
 // Registers the ops the bootstrap calls, served by the process's trail (probes().trail()):
 //   torch.ops.nanprov.trail_module(id, path, cls, unchecked="") -> bool (it looks like attention)
-//   torch.ops.nanprov.trail_enter(id)   (a call of an attention-like module begins)
+//   torch.ops.nanprov.trail_enter(id), trail_leave(id)   (a call of an attention-like module begins, ends)
 //   torch.ops.nanprov.trail_forward(id, inputs, outputs, inputs_whole=True)
 // and, for checks the bootstrap puts into compiled graphs (compiled_trail.py):
 //   torch.ops.nanprov.trail_compiled(slot, inputs, outputs)

@@ -8,8 +8,8 @@ asynchronously and, in training, hooks the call's gradients in C++. A module is 
 (its path from the outermost module running, as the attention probes name theirs) the first time
 it runs; later calls look its number up by the module object. The hook only reads: it returns
 None, so every output is the module's own. A module that looks like attention by its name (the
-probes decide) also gets a forward pre-hook of its own, so the probes can tell whether attention
-they check ran inside it.
+probes decide) also gets a forward pre-hook and hook of its own, so the probes can tell whether
+attention they check ran inside it.
 
 Inside torch.compile'd code no module hook runs: compiled_trail.py puts the same check into the
 graph, where Inductor writes the values to memory anyway, numbered from the same counter. The
@@ -116,7 +116,7 @@ def install(torch, lib, modules, say):
     _say = say
     ops = torch.ops.nanprov
     trail_forward = ops.trail_forward
-    trail_enter = ops.trail_enter
+    trail_enter, trail_leave = ops.trail_enter, ops.trail_leave
     numbers = Numbers(ops.trail_module)
     tensor_type = torch.Tensor
     is_compiling = torch.compiler.is_compiling
@@ -127,16 +127,18 @@ def install(torch, lib, modules, say):
         # it from the outermost module running, once.
         n = ids[module] = numbers.take([(modules.current(frame), type(module).__name__, ())])
         if numbers.attention_like(n):
-            # From its next call on, the probes learn where each call began, and count it as
-            # unchecked attention when no attention they check ran inside it.
-            module.register_forward_pre_hook(lambda _module, _args, n=n: entered(n))
+            # From its next call on, the probes learn where each call began and ended, and count
+            # it as unchecked attention when no attention they check ran inside it. Registered
+            # now, its forward hook runs after the module's own (a --probe-module's record).
+            module.register_forward_pre_hook(lambda _module, _args, n=n: bracket(trail_enter, n))
+            module.register_forward_hook(lambda _module, _args, _output, n=n: bracket(trail_leave, n))
         return n
 
-    def entered(n):
+    def bracket(op, n):
         if is_compiling():
             return None
         try:
-            trail_enter(n)
+            op(n)
         except Exception as exc:  # never reaches the training
             say_once("enter", f"--trail: attention-like modules are not watched ({type(exc).__name__}: {exc}); training continues")
         return None
