@@ -97,6 +97,9 @@ TEST(UncheckedAttention, SuggestsTheClassOnceAndNeverWhatWasGiven) {
   Result given_text = sh(nanprov() + " report " + given.dir.string());
   EXPECT_EQ(given_text.out.find("--probe-module"), std::string::npos) << given_text.out;
   EXPECT_EQ(given.doc["coverage"]["suggested_probe_modules"], json::array()) << given.report.out;
+  // The module probe's record is seen by the trail: checked, so not counted unchecked.
+  EXPECT_EQ(given.doc["outcome"], "clean") << given.report.out;
+  EXPECT_TRUE(given.doc["coverage"]["unprobed"].empty()) << given.report.out;
 }
 
 // Watching attention-like modules (a pre-hook of their own) and walking nested batches only read:
