@@ -14,7 +14,7 @@
 
 namespace nanprov {
 namespace {
-constexpr const char* kTableList = "('meta','signatures','notes','calls','tensors','kernels','captures','sentinel','steps')";
+constexpr const char* kTableList = "('meta','signatures','notes','calls','tensors','kernels','captures','sentinel','steps','step_summaries')";
 }  // namespace
 
 std::string columnText(sqlite3_stmt* s, int i) {

@@ -206,6 +206,19 @@ int64_t countRows(sqlite3* db, const char* table) {
   return sqlite3_column_int64(st->get(), 0);
 }
 
+// What the store budget summarised (a store written before it has no step_summaries).
+Status loadSummarised(sqlite3* db, const std::string& path, RankInfo* info) {
+  if (!sqlite::hasTable(db, "step_summaries")) return Status::Ok();
+  auto st = sqlite::prepare(db, "SELECT IFNULL(SUM(calls), 0), IFNULL(MIN(step), -1), IFNULL(MAX(last_step), -1) FROM step_summaries");
+  if (!st.ok()) return notAStore(path, st.status().message());
+  return sqlite::eachRow(db, st->get(), path, [&](sqlite3_stmt* s) {
+    sqlite::readRow(s, 0, info->calls_summarised, info->summarised_first_step, info->summarised_last_step);
+    auto every = info->meta.find("summary_every");
+    if (every != info->meta.end()) info->summary_every = parseInteger(every->second, 1, INT64_MAX / 4).value_or(1);
+    return Status::Ok();
+  });
+}
+
 Status loadStepEnds(sqlite3* db, const std::string& path, std::map<int64_t, int64_t>* out) {
   auto rows = sqlite::prepare(db, "SELECT step, end_ns FROM steps");
   if (!rows.ok()) return notAStore(path, rows.status().message());
@@ -290,9 +303,23 @@ std::map<std::string, int64_t> RunData::unprobedFirstSteps() const {
 int64_t RunData::callsNotStored() const {
   int64_t lost = calls_begun_without_store;
   for (const RankInfo& r : ranks) {
-    if (r.calls_begun && *r.calls_begun > r.calls_stored) lost += *r.calls_begun - r.calls_stored;
+    const int64_t kept = r.calls_stored + r.calls_summarised;
+    if (r.calls_begun && *r.calls_begun > kept) lost += *r.calls_begun - kept;
   }
   return lost;
+}
+
+Summarised RunData::summarised() const {
+  Summarised out;
+  for (const RankInfo& r : ranks) {
+    if (r.calls_summarised == 0) continue;
+    out.calls += r.calls_summarised;
+    out.first_step = out.ranks ? std::min(out.first_step, r.summarised_first_step) : r.summarised_first_step;
+    out.last_step = std::max(out.last_step, r.summarised_last_step);
+    out.every = std::max(out.every, r.summary_every);
+    ++out.ranks;
+  }
+  return out;
 }
 
 int RunData::worldSize() const {
@@ -432,17 +459,19 @@ StatusOr<RunData> loadRun(const RunDirs& dirs, RunScope scope) {
     NANPROV_RETURN_IF_ERROR(loadCollectives(db->get(), path, info.rank, &run.collectives));
     info.steps = countRows(db->get(), "steps");
     info.calls_stored = countRows(db->get(), "calls");
-    run.total_calls += info.calls_stored;
+    NANPROV_RETURN_IF_ERROR(loadSummarised(db->get(), path, &info));
+    // A summarised call was checked and counted, though its row is gone.
+    const int64_t kept = info.calls_stored + info.calls_summarised;
+    run.total_calls += kept;
     // Fewer rows than committed is damage; more is a live run's writer committing since the meta
     // was read (each statement reads its own snapshot).
-    if (auto written = callsWritten(info); written && *written > info.calls_stored) {
-      run.damage.push_back("rank " + std::to_string(info.rank) + "'s store holds " + std::to_string(info.calls_stored) +
+    if (auto written = callsWritten(info); written && *written > kept) {
+      run.damage.push_back("rank " + std::to_string(info.rank) + "'s store holds " + std::to_string(kept) +
                            " calls, but its writer committed " + std::to_string(*written) +
                            ": rows were deleted or lost, and what is counted is what is there");
     }
     auto dropped = parseInteger(info.meta.count("dropped_rows") ? info.meta.at("dropped_rows") : "0", 0, INT64_MAX / 4);
-    info.calls_begun = tallyOf(callTallyPathOf(path, info.rank), info.rank,
-                               info.calls_stored, dropped.value_or(0), &run.damage);
+    info.calls_begun = tallyOf(callTallyPathOf(path, info.rank), info.rank, kept, dropped.value_or(0), &run.damage);
     run.ranks.push_back(std::move(info));
   }
   countTalliesWithoutStore(dirs.all, &run);

@@ -29,6 +29,11 @@ struct RankInfo {
   // or in inference the start of the next forward pass), step → CLOCK_REALTIME ns.
   std::map<int64_t, int64_t> step_ends_ns;
   int64_t calls_stored = 0;             // call rows the store holds, counted
+  // Calls the store budget folded into step_summaries (their rows are gone, their count is not),
+  // the steps those span, and how many steps one summary row stands for at most (meta summary_every).
+  int64_t calls_summarised = 0;
+  int64_t summarised_first_step = -1, summarised_last_step = -1;
+  int64_t summary_every = 1;
   // From rank-<r>.tally; none in runs older than it, or when it contradicts the store (damage).
   std::optional<int64_t> calls_begun;
 };
@@ -45,6 +50,14 @@ struct NotClean {
   int64_t calls = 0;
   std::set<int64_t> layers;
   std::set<int> ranks;
+};
+
+// What the store budget summarised, over the ranks (nanprov run --store-budget).
+struct Summarised {
+  int64_t calls = 0;
+  int64_t first_step = -1, last_step = -1;
+  int64_t every = 1;  // the most steps one summary row stands for, over ranks
+  int ranks = 0;
 };
 
 struct RunData {
@@ -91,6 +104,8 @@ struct RunData {
   // Calls the probes began that never reached a store, over all ranks: the process ended (by
   // SIGKILL, or a path that ran no exit hook) before the writer committed them.
   int64_t callsNotStored() const;
+  // The calls summarised over all ranks; calls 0 when nothing was.
+  Summarised summarised() const;
   // Whether any rank ran with --trail (meta "trail").
   bool trailOn() const;
   // What a step counts: optimizer steps (training), or forward passes (inference, no optimizer).

@@ -7,6 +7,7 @@
 #include "base/text.h"
 #include "store/rank_store.h"
 #include "store/reader.h"
+#include "store/schema.h"
 
 namespace nanprov {
 namespace {
@@ -72,7 +73,7 @@ StatusOr<sqlite::Stmt> prepareOneStatement(sqlite3* db, const std::string& sql, 
 // has its own rank column; the others gain one).
 const std::vector<std::pair<std::string, bool>> kQueryTables = {
     {"calls", false}, {"tensors", true}, {"kernels", true}, {"captures", true},
-    {"steps", true},  {"meta", true},    {"sentinel", true}};
+    {"steps", true},  {"meta", true},    {"sentinel", true}, {"step_summaries", true}};
 
 std::string rowsOf(sqlite3* db, const std::string& table, bool add_rank, const std::string& alias, int rank) {
   // The store keeps a call's signature and note once; the table users query has them inline.
@@ -87,6 +88,12 @@ std::string rowsOf(sqlite3* db, const std::string& table, bool add_rank, const s
            later("modified") + ", " + later("dropout_p") + " FROM " +
            alias + ".calls c JOIN " + alias + ".signatures s ON s.id = c.sig LEFT JOIN " + alias +
            ".notes n ON n.id = c.note";
+  }
+  // A store written before the budget has no summaries: no rows, the same columns.
+  if (table == "step_summaries" && !sqlite::hasColumn(db, table, "calls", alias)) {
+    std::string nulls;
+    for (const char* column : kStepSummaryColumns) nulls += std::string(", NULL AS ") + column;
+    return "SELECT " + std::to_string(rank) + " AS rank" + nulls + " WHERE 0";
   }
   return std::string("SELECT ") + (add_rank ? std::to_string(rank) + " AS rank, " : "") + "* FROM " + alias + "." + table;
 }

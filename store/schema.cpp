@@ -2,6 +2,10 @@
 
 namespace nanprov {
 
+const char* const kStepSummaryColumns[17] = {"step",  "last_step", "layer",    "phase", "calls",   "first_seq",
+                                             "last_seq", "max_q",  "max_k",    "max_v", "max_mask", "max_o",
+                                             "max_lse",  "max_do", "max_dq",   "max_dk", "max_dv"};
+
 const char* const kSchemaSql = R"sql(
 CREATE TABLE IF NOT EXISTS meta (
   key   TEXT PRIMARY KEY,
@@ -116,6 +120,20 @@ CREATE TABLE IF NOT EXISTS collectives (
   out_max_abs REAL NOT NULL,
   time_ns     INTEGER NOT NULL
 );
+-- The store budget's summaries: one row per (step, layer, phase) for calls whose rows were pruned
+-- (store/budget_keeper.h); a row may stand for the steps step..last_step once thinned.
+CREATE TABLE IF NOT EXISTS step_summaries (
+  step      INTEGER NOT NULL,
+  last_step INTEGER NOT NULL,
+  layer     INTEGER NOT NULL,
+  phase     TEXT NOT NULL,
+  calls     INTEGER NOT NULL,
+  first_seq INTEGER NOT NULL,
+  last_seq  INTEGER NOT NULL,
+  max_q REAL, max_k REAL, max_v REAL, max_mask REAL, max_o REAL, max_lse REAL,
+  max_do REAL, max_dq REAL, max_dk REAL, max_dv REAL,
+  PRIMARY KEY (step, layer, phase)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS steps (
   step   INTEGER PRIMARY KEY,
   end_ns INTEGER NOT NULL

@@ -9,6 +9,11 @@ namespace nanprov {
 // clean, tensor rows only for calls that are not plain clean ones (calls.max_abs for those).
 inline constexpr int kSchemaVersion = 5;
 
+// 5, later: step_summaries, the store budget's per-(step, layer, phase) summaries (a store
+// without the table was written before it, and summarised nothing).
+// Its columns, in order; the maxima are in Role order.
+extern const char* const kStepSummaryColumns[17];
+
 // Idempotent: every statement is CREATE ... IF NOT EXISTS.
 extern const char* const kSchemaSql;
 

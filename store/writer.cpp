@@ -18,6 +18,7 @@
 #include "base/bounded_queue.h"
 #include "base/text.h"
 #include "base/records/call_event.h"
+#include "store/budget_keeper.h"
 #include "store/call_signature.h"
 #include "store/schema.h"
 #include "store/sqlite_db.h"
@@ -219,6 +220,7 @@ struct StoreWriter::Impl {
 
   sqlite::Db db;
   Statements statements;
+  std::unique_ptr<BudgetKeeper> budget;  // writer thread only
   Interned interned;
   int64_t calls_written = 0;
   int rank = -1;  // once set, every call's row carries it: events made before may carry a guess
@@ -257,6 +259,7 @@ struct StoreWriter::Impl {
       CallRecord record = c.record();
       if (rank >= 0) record.rank = rank;
       NANPROV_RETURN_IF_ERROR(insertCall(db.get(), statements, interned, record));
+      budget->noteCall(record.seq, record.step);
     }
     if (!batch.calls.empty()) {
       // A running total, so readers need no scan to say how many calls were checked.
@@ -277,7 +280,9 @@ struct StoreWriter::Impl {
     }
     NANPROV_RETURN_IF_ERROR(tx.commit());
     calls_written += static_cast<int64_t>(batch.calls.size());
-    return Status::Ok();
+    // Pruning to the budget waits for a step boundary, in a transaction of its own, so what the
+    // batch committed is on disk whatever it meets.
+    return batch.steps.empty() ? Status::Ok() : budget->stepEnded(db.get());
   }
 
   // Rows that come a few a run (the first non-finite step's): queued for the next batch, no wake-up.
@@ -361,14 +366,18 @@ Status createStore(const std::string& path, const std::map<std::string, std::str
 }  // namespace
 
 StatusOr<std::unique_ptr<StoreWriter>> StoreWriter::open(
-    const std::string& path, const std::map<std::string, std::string>& meta) {
-  NANPROV_RETURN_IF_ERROR(createStore(path, meta));
+    const std::string& path, const std::map<std::string, std::string>& meta, int64_t budget_bytes) {
+  std::map<std::string, std::string> all = meta;
+  if (budget_bytes > 0) all["store_budget"] = std::to_string(budget_bytes);
+  NANPROV_RETURN_IF_ERROR(createStore(path, all));
   auto impl = std::make_unique<Impl>();
   auto db = sqlite::open(path, sqlite::Mode::kReadWrite);
   if (!db.ok()) return db.status();
   impl->db = std::move(*db);
   sqlite3* raw = impl->db.get();
   NANPROV_RETURN_IF_ERROR(sqlite::exec(raw, "PRAGMA synchronous=NORMAL;"));  // per connection
+  impl->budget = std::make_unique<BudgetKeeper>(path, budget_bytes);
+  NANPROV_RETURN_IF_ERROR(impl->budget->configure(raw));
   auto statements = prepareStatements(raw);
   if (!statements.ok()) return statements.status();
   impl->statements = std::move(*statements);

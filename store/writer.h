@@ -3,6 +3,7 @@
 // Whatever was committed survives the process being killed.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
@@ -15,11 +16,17 @@
 
 namespace nanprov {
 
+// A rank store's byte budget when nanprov run is given none (--store-budget).
+inline constexpr int64_t kDefaultStoreBudgetBytes = int64_t{1} << 30;
+
 class StoreWriter {
  public:
-  // Creates or opens `path`, applies the schema and writes `meta` (key → value) into it.
+  // Creates or opens `path`, applies the schema and writes `meta` (key → value) into it. With a
+  // `budget_bytes` (nanprov run --store-budget), the store stays under it for any run length: at
+  // step boundaries the clean calls of old steps become per-step summaries (store/budget_keeper.h).
   static StatusOr<std::unique_ptr<StoreWriter>> open(const std::string& path,
-                                                     const std::map<std::string, std::string>& meta);
+                                                     const std::map<std::string, std::string>& meta,
+                                                     int64_t budget_bytes = 0);
   ~StoreWriter();  // close()s
   StoreWriter(const StoreWriter&) = delete;
   StoreWriter& operator=(const StoreWriter&) = delete;

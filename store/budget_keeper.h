@@ -1,0 +1,85 @@
+// Private to store/: keeps one rank store under its byte budget (nanprov run --store-budget) for
+// any run length. Runs on the writer thread only, at step boundaries, after the step's batch has
+// committed: the training never waits on it.
+//
+// What stays in full: every call that is not plain clean (with its tensors), the first steps, the
+// newest steps (a ring), each step that holds a call that is not clean and the step before it, and
+// every call with a capture or traced kernels. The clean calls of every other step become one
+// `step_summaries` row per (step, layer, phase): the call count and the largest |x| per role. When
+// the summaries outgrow their share, neighbouring steps merge (every k steps, k doubling), so the
+// counts and maxima stay exact while the detail coarsens.
+#pragma once
+
+#include <sqlite3.h>
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "base/records/role.h"
+#include "base/status.h"
+#include "store/sqlite_db.h"
+
+namespace nanprov {
+
+// How a budget splits, as fractions of what the empty schema (about 80 KiB) leaves. The rest is
+// for the calls that are not clean, kernels, captures and the steps table.
+struct BudgetShares {
+  double first_steps = 0.10;
+  double ring = 0.35;
+  double summaries = 0.15;
+  double wal = 0.10;
+  // Past this share of live bytes (pages in use plus the WAL), the ring shrinks by a quarter.
+  double high_water = 0.70;
+};
+
+class BudgetKeeper {
+ public:
+  // `budget_bytes` 0: no budget, nothing is ever pruned.
+  BudgetKeeper(std::string path, int64_t budget_bytes);
+
+  bool on() const { return budget_ > 0; }
+  // Bounds the WAL on the writer's connection, so it never outgrows its share.
+  Status configure(sqlite3* db);
+  // Every call row the writer wrote (in seq order within a batch).
+  void noteCall(int64_t seq, int64_t step);
+  // After a batch with a step boundary committed: summarises the full steps the budget no longer
+  // holds and thins the summaries, in one transaction.
+  Status stepEnded(sqlite3* db);
+
+ private:
+  struct StepSpan {
+    int64_t first_seq = 0, last_seq = 0, calls = 0;
+  };
+  struct Summary {
+    int64_t calls = 0, first_seq = 0, last_seq = 0;
+    std::array<double, kRoleCount> max_abs{};
+    std::array<bool, kRoleCount> seen{};
+  };
+
+  Status prune(sqlite3* db);
+  Status summarise(sqlite3* db, int64_t step, const StepSpan& span);
+  StatusOr<bool> keptForAnEdge(sqlite3* db, int64_t step);
+  StatusOr<const std::vector<Role>*> rolesOf(sqlite3* db, int64_t sig);
+  Status thin(sqlite3* db);
+  int64_t liveBytes(sqlite3* db) const;
+  int64_t share(double fraction) const;  // bytes of the budget past the empty schema
+  int64_t walBytes() const;
+
+  std::string path_;
+  int64_t budget_;
+  BudgetShares shares_;
+  std::map<int64_t, StepSpan> full_;  // steps whose clean rows are all still held, oldest first
+  bool first_steps_done_ = false;
+  int64_t first_calls_ = 0;
+  int64_t ring_calls_limit_ = 0;
+  int64_t summary_rows_ = 0;
+  int64_t every_ = 1;          // steps one summary row may stand for
+  int64_t bucket_start_ = -1;  // the step of the newest summary bucket, which later steps join
+  std::map<int64_t, std::vector<Role>> roles_;  // signature id → role of each max |x|
+  sqlite::Stmt select_, upsert_, erase_;
+};
+
+}  // namespace nanprov

@@ -1,0 +1,130 @@
+// The store budget (store/budget_keeper.h), through the writer: a long run stays under it, and
+// what a diagnosis needs is still there.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <thread>
+
+#include "store/reader.h"
+#include "store/run_dir.h"
+#include "store/writer.h"
+#include "tests/temp_dir.h"
+
+namespace nanprov {
+namespace {
+namespace fs = std::filesystem;
+using testing::freshDir;
+
+constexpr int64_t kBudget = 256 << 10;
+constexpr int kLayers = 4;
+
+// Layer `layer`'s call in `step`: clean (`health` 0), with max |O| growing with the step, or with
+// NaN in O, as a source edge (1) or propagated (2).
+CallRecord callOf(int64_t seq, int64_t step, int layer, Phase phase, int health) {
+  CallRecord c;
+  c.seq = seq;
+  c.step = step;
+  c.layer = layer;
+  c.call = step * 2 + (phase == Phase::kBackward);
+  c.phase = phase;
+  c.op = "aten::_scaled_dot_product_flash_attention_for_cpu";
+  c.backend = "flash_cpu";
+  c.module = "layers." + std::to_string(layer) + ".attn";
+  c.start_ns = 1000 + seq * 10;
+  c.end_ns = c.start_ns + 5;
+  c.device = Device::cpu();
+  const TensorShape shape = *TensorShape::parse("[2,4,8,16]");
+  const DtypeName float32 = DtypeName::intern("Float");
+  TensorHealth q{.role = Role::kQ, .dtype = float32, .shape = shape, .numel = 1024, .max_abs = 1.0};
+  TensorHealth o{.role = Role::kO, .dtype = float32, .shape = shape, .numel = 1024, .nan = health ? 3 : 0,
+                 .max_abs = 1.0 + static_cast<double>(step)};
+  c.tensors = {q, o};
+  c.health = health;
+  return c;
+}
+
+int64_t bytesOnDisk(const fs::path& store) {
+  int64_t bytes = 0;
+  for (const char* suffix : {"", "-wal"}) {
+    std::error_code ec;
+    auto size = fs::file_size(store.string() + suffix, ec);
+    if (!ec) bytes += static_cast<int64_t>(size);
+  }
+  return bytes;
+}
+
+// Writes `steps` steps of forward and backward calls per layer; layer 2's forward goes NaN at
+// `edge_step` and later calls propagate. Checks the files against the budget every 100 steps.
+int64_t writeRun(const fs::path& store, int64_t budget, int64_t steps, int64_t edge_step, int64_t* largest) {
+  auto writer = StoreWriter::open(store.string(), {{"rank", "0"}}, budget);
+  EXPECT_TRUE(writer.ok()) << writer.status().message();
+  int64_t seq = 0;
+  for (int64_t step = 0; step < steps; ++step) {
+    for (Phase phase : {Phase::kForward, Phase::kBackward}) {
+      for (int layer = 0; layer < kLayers; ++layer) {
+        const bool bad = step >= edge_step && (step > edge_step || layer >= 2);
+        const bool edge = step == edge_step && layer == 2 && phase == Phase::kForward;
+        (*writer)->append(callOf(seq++, step, layer, phase, edge ? 1 : bad ? 2 : 0));
+      }
+    }
+    (*writer)->stepEnded(step, 1000 + seq * 10);
+    // Paced like training (a step takes longer than its batch): the writer takes each step alone.
+    while ((*writer)->pendingCalls() > 0) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    if (step % 100 == 99) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      *largest = std::max(*largest, bytesOnDisk(store));
+    }
+  }
+  EXPECT_TRUE((*writer)->close().ok());
+  *largest = std::max(*largest, bytesOnDisk(store));
+  return seq;
+}
+
+TEST(StoreBudget, LongRunStaysUnderItAndKeepsEveryCallThatIsNotClean) {
+  fs::path dir = freshDir("budget_long");
+  const int64_t steps = 1500, edge_step = 1490;
+  int64_t largest = 0;
+  const int64_t calls = writeRun(dir / rankStoreName(0), kBudget, steps, edge_step, &largest);
+  EXPECT_LE(largest, kBudget) << "the store and its WAL stay under the budget at every flush";
+
+  auto run = loadRun(dir.string(), RunScope::kEdges);
+  ASSERT_TRUE(run.ok()) << run.status().message();
+  EXPECT_EQ(run->total_calls, calls) << "summarised calls are still counted";
+  EXPECT_TRUE(run->damage.empty()) << run->damage.front();
+  const Summarised summarised = run->summarised();
+  EXPECT_GT(summarised.calls, calls / 2) << "most of the run was summarised";
+  EXPECT_GT(summarised.every, 1) << "the summaries were thinned";
+  EXPECT_GT(summarised.first_step, 0) << "the first steps stay in full";
+  EXPECT_LT(summarised.last_step, edge_step - 1) << "the steps before the edge stay in full";
+
+  // Every call that was not clean is there, the edge first.
+  int64_t not_clean = 0;
+  CallQuery query;
+  query.not_clean = true;
+  ASSERT_TRUE(forEachCall(dir.string(), query, [&](const CallRecord&) { return ++not_clean, true; }).ok());
+  EXPECT_EQ(not_clean, 2 * kLayers * (steps - edge_step) - 4) << "layers 0 and 1 were clean in the edge step";
+  EXPECT_EQ(run->not_clean.calls, not_clean);
+
+  // The summaries keep exact counts and maxima: the largest |O| of layer 0's forward is its last
+  // summarised step's.
+  auto sums = queryRun(dir.string(), "SELECT SUM(calls), MAX(max_o), MAX(last_step), COUNT(max_dq) FROM step_summaries "
+                                     "WHERE layer = 0 AND phase = 'fwd'");
+  ASSERT_TRUE(sums.ok()) << sums.status().message();
+  const auto& row = sums->rows.at(0);
+  EXPECT_EQ(std::stod(*row[1]), 1.0 + std::stod(*row[2]));
+  EXPECT_EQ(*row[3], "0") << "a role the calls lacked stays NULL";
+}
+
+TEST(StoreBudget, WithoutOneNothingIsSummarised) {
+  fs::path dir = freshDir("budget_none");
+  int64_t largest = 0;
+  const int64_t calls = writeRun(dir / rankStoreName(0), 0, 300, 1000, &largest);
+  auto run = loadRun(dir.string(), RunScope::kEdges);
+  ASSERT_TRUE(run.ok()) << run.status().message();
+  EXPECT_EQ(run->total_calls, calls);
+  EXPECT_EQ(run->ranks.at(0).calls_stored, calls);
+  EXPECT_EQ(run->summarised().calls, 0);
+}
+
+}  // namespace
+}  // namespace nanprov
