@@ -92,6 +92,24 @@ class StreamedTable {
   std::vector<size_t> width_;
 };
 
+// The calls the store budget summarised that the filters would have listed (their rows are gone;
+// the module and backend filters cannot be asked of a summary): a line saying where they went, or "".
+StatusOr<std::string> summarisedNote(const Options& o, const RunDirs& dir) {
+  if (o.nonfinite) return std::string();  // a call that was not clean is never summarised
+  std::string where = "1";
+  if (o.rank) where += " AND rank = " + std::to_string(*o.rank);
+  if (o.layer) where += " AND layer = " + std::to_string(*o.layer);
+  if (o.step) where += " AND " + std::to_string(*o.step) + " BETWEEN step AND last_step";
+  if (!o.phase.empty()) where += " AND phase = '" + o.phase + "'";  // fwd or bwd, checked by the option
+  auto found = queryRun(dir, "SELECT IFNULL(SUM(calls), 0), MIN(step), MAX(last_step) FROM step_summaries WHERE " + where);
+  if (!found.ok()) return found.status();
+  const auto& row = found->rows.at(0);
+  if (!row[0] || *row[0] == "0") return std::string();
+  return *row[0] + " more clean calls of steps " + *row[1] + "-" + *row[2] +
+         " were summarised by the store budget (counts and max |x| per step, layer and phase): "
+         "nanprov sql \"SELECT * FROM step_summaries\"";
+}
+
 std::string roles(const std::vector<std::string>& list) {
   std::string out;
   for (const auto& r : list) out += (out.empty() ? "" : ",") + r;
@@ -144,7 +162,13 @@ void addCallsCommand(CLI::App& app, int* exit_code) {
       return true;
     });
     std::string missing;
-    if (read.ok() && shown == 0) {
+    std::string summarised;
+    if (read.ok()) {
+      auto note = summarisedNote(*opts, *dir);
+      if (note.ok()) summarised = *note;
+      else read = note.status();
+    }
+    if (read.ok() && shown == 0 && summarised.empty()) {
       auto asked = missingSelection(*opts, *dir);
       if (asked.ok()) missing = *asked;
       else read = asked.status();
@@ -155,6 +179,7 @@ void addCallsCommand(CLI::App& app, int* exit_code) {
     std::fflush(stdout);
     if (!read.ok()) return void(*exit_code = fail("calls", read));
     if (!missing.empty()) std::cerr << "nanprov calls: " << missing << "\n";
+    if (!summarised.empty()) std::cerr << "nanprov calls: " << summarised << "\n";
     *exit_code = missing.empty() ? kClean : kUsageError;
   });
 }

@@ -47,8 +47,15 @@ nlohmann::json coverageJson(const RunData& run) {
     unprobed.push_back({{"what", u.what}, {"kind", u.kind}, {"count", u.count},
                         {"probe_module", u.probe_module.empty() ? nlohmann::json(nullptr) : nlohmann::json(u.probe_module)}});
   }
+  const Summarised sum = run.summarised();
+  nlohmann::json summarised = nullptr;
+  if (sum.calls) {
+    summarised = {{"calls", sum.calls}, {"first_step", sum.first_step}, {"last_step", sum.last_step},
+                  {"steps_per_row", sum.every}, {"ranks", sum.ranks}};
+  }
   return {{"attention_calls", run.total_calls},
           {"calls_not_stored", run.callsNotStored()},
+          {"summarised", summarised},
           {"unprobed", unprobed},
           {"suggested_probe_modules", suggestedProbeModules(run)},
           {"damage", run.damage}};
@@ -167,8 +174,18 @@ std::string summaryLine(const RunData& run) {
         << " not stored: the process ended before they reached the store (killed, or it exited "
            "by a path that runs no exit hook)";
   }
+  if (std::string summarised = summarisedText(run); !summarised.empty()) out << "\n  summarised: " << summarised;
   for (const std::string& damage : run.damage) out << "\n  damaged: " << printable(damage);
   return out.str();
+}
+
+std::string summarisedText(const RunData& run) {
+  const Summarised s = run.summarised();
+  if (!s.calls) return "";
+  return std::to_string(s.calls) + " clean calls of steps " + std::to_string(s.first_step) + "-" +
+         std::to_string(s.last_step) + " kept only as counts and max |x| per (step, layer, phase)" +
+         (s.every > 1 ? ", up to " + std::to_string(s.every) + " steps a row" : std::string()) +
+         " (nanprov run --store-budget); every call that was not clean is kept in full";
 }
 
 nlohmann::json callJson(const CallRecord& call, const CallHealth& health) {

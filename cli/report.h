@@ -19,6 +19,9 @@ std::string capturePath(const RunData& run, const CaptureRecord& capture);
 // "run DIR: 2 ranks, 48 attention calls checked, 4 optimizer steps", and a second line when the
 // last calls of a process never reached the store. The directory is printed escaped.
 std::string summaryLine(const RunData& run);
+// What the store budget summarised, in one line ("" when nothing was): the counts stay, the
+// per-call detail of those steps is gone.
+std::string summarisedText(const RunData& run);
 
 // "64 query rows (over batch and heads) have every key masked", replay's unit; the mask's own rows,
 // named so, where its shape does not say what it broadcasts to.

@@ -221,6 +221,7 @@ std::string coverageSection(const Report& report) {
   const Conclusion& conclusion = report.conclusion;
   std::string out = "<section id=\"coverage\">\n<h2>Coverage</h2>\n<table class=\"facts\">\n";
   out += row("attention calls checked", std::to_string(run.total_calls));
+  if (std::string summarised = summarisedText(run); !summarised.empty()) out += row("summarised", shown(summarised));
   if (conclusion.outcome == Outcome::kNothingChecked) out += row("nothing checked, why", shown(conclusion.nothing_checked_why));
   if (int64_t lost = run.callsNotStored()) {
     out += row("not stored", plural(lost, "call", "calls") +

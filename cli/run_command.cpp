@@ -32,6 +32,7 @@
 #include "store/run_dir.h"
 #include "store/run_file.h"
 #include "store/task_run_files.h"
+#include "store/writer.h"
 
 namespace nanprov::cli {
 namespace {
@@ -45,6 +46,8 @@ constexpr std::chrono::seconds kOtherTasksWait{60};
 
 // Beyond any real count of calls or bytes; a larger value is a typo, not a setting.
 constexpr int64_t kMaxCount = int64_t{1} << 50;
+// The smallest --store-budget: the empty schema takes about 80K, and the WAL and ring need room.
+constexpr int64_t kSmallestStoreBudget = int64_t{256} << 10;
 
 struct RunOptions {
   std::string out;
@@ -56,6 +59,7 @@ struct RunOptions {
   std::vector<std::string> probe_ops;
   int64_t capture_every = 0;
   int64_t capture_bytes = kDefaultCaptureBytes;
+  int64_t store_budget = kDefaultStoreBudgetBytes;
   bool no_capture = false;
   bool audit = false;
   int64_t audit_every = 0;
@@ -258,6 +262,7 @@ int run(RunOptions& opts) {
               {"probe_modules", opts.probe_modules},
               {"probe_ops", opts.probe_ops},
               {"trace_steps", opts.trace_steps},
+              {"store_budget_bytes", opts.store_budget},
               {"trail", opts.trail},
               {"kernels", !opts.no_kernels},
               {"audit", {{"on", opts.audit},
@@ -289,6 +294,7 @@ int run(RunOptions& opts) {
       {"NANPROV_CAPTURE", capture},
       {"NANPROV_CAPTURE_EVERY", std::to_string(opts.capture_every)},
       {"NANPROV_CAPTURE_BYTES", std::to_string(opts.capture_bytes)},
+      {"NANPROV_STORE_BUDGET", std::to_string(opts.store_budget)},
       {"NANPROV_CAPTURE_FIRST_EDGE", opts.no_capture ? "0" : "1"},
       {"NANPROV_PROBE_MODULES", probe_modules},
       {"NANPROV_PROBE_OPS", probe_ops},
@@ -400,6 +406,11 @@ void addRunCommand(CLI::App& app, int* exit_code, std::vector<std::string> wrapp
   addSizeOption(cmd, "--capture-bytes", opts->capture_bytes,
                 "Tensor bytes each rank may capture in all (default 1GiB; suffixes K M G); calls "
                 "beyond are recorded as skipped");
+  addSizeOption(cmd, "--store-budget", opts->store_budget,
+                "Bytes each rank's store may take (default 1GiB; suffixes K M G; at least 256K), for any run length: "
+                "calls that are not clean, the first and last steps and the steps around each edge stay in full, "
+                "the other steps' clean calls become per-step summaries")
+      ->check(CLI::Range(kSmallestStoreBudget, kMaxCount));
   cmd->add_option("--probe-module", opts->probe_modules,
                   "Also check attention that runs as no op nanprov wraps (hand-written softmax(QK^T)V, a "
                   "library's module), at the boundary of modules matching PATTERN[:q=ARG,k=ARG,v=ARG]: a "

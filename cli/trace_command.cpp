@@ -9,6 +9,7 @@
 #include "base/text.h"
 #include "cli/commands.h"
 #include "cli/perfetto_trace.h"
+#include "cli/report.h"
 #include "store/file_replace.h"
 
 namespace nanprov::cli {
@@ -110,6 +111,10 @@ int trace(const Options& opts) {
               << (w.calls.empty() ? "none" : "steps " + std::to_string(w.calls.front().step) + "-" + std::to_string(w.calls.back().step))
               << (found.first && !findings.first ? " (not the first edge's, step " + std::to_string(whole->calls[*found.first].step) + ")" : "")
               << "; choose others with --steps A:B and --ranks, or raise --max-calls\n";
+  }
+  // Summarised calls have no row, so no slice: said, not left for a gap in the timeline to imply.
+  if (std::string summarised = summarisedText(*whole); !summarised.empty()) {
+    std::cout << "  no slice for calls the store budget summarised: " << summarised << "\n";
   }
   std::cout << "open it at https://ui.perfetto.dev (Open trace file) or in chrome://tracing\n";
   return kClean;

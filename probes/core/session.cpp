@@ -140,7 +140,8 @@ StoreWriter* Session::writer() {
   }
   if (trail_) meta["trail"] = "1";
   std::string path = (std::filesystem::path(run_dir_) / ownName(rankStoreName(rank()), processStoreName(getpid()))).string();
-  auto opened = StoreWriter::open(path, meta);
+  // nanprov run --store-budget; a process started without nanprov run keeps the default.
+  auto opened = StoreWriter::open(path, meta, envInteger("NANPROV_STORE_BUDGET", kDefaultStoreBudgetBytes, 0));
   if (!opened.ok()) {
     writer_failed_ = true;
     storeRefused(opened.status().message());
