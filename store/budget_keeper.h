@@ -76,6 +76,7 @@ class BudgetKeeper {
   int64_t first_calls_ = 0;
   int64_t ring_calls_limit_ = 0;
   int64_t summary_rows_ = 0;
+  int64_t summarised_calls_ = 0;  // meta calls_summarised, committed with the rows
   int64_t every_ = 1;          // steps one summary row may stand for
   int64_t bucket_start_ = -1;  // the step of the newest summary bucket, which later steps join
   std::map<int64_t, std::vector<Role>> roles_;  // signature id → role of each max |x|
