@@ -70,16 +70,18 @@ CallRecord callOf(int rank, int64_t seq, int64_t layers, int64_t edge_seq, int64
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 4 || argc > 5) {
-    std::fprintf(stderr, "usage: nanprov-store-bench DIR CALLS RANKS [LAYERS]\n");
+  if (argc < 4 || argc > 6) {
+    std::fprintf(stderr, "usage: nanprov-store-bench DIR CALLS RANKS [LAYERS [BUDGET_BYTES]]\n");
     return 2;
   }
   namespace fs = std::filesystem;
   auto calls = nanprov::parseInteger(argv[2], 1, int64_t{1} << 40);
   auto ranks = nanprov::parseInteger(argv[3], 1, 4096);
-  auto layers = nanprov::parseInteger(argc == 5 ? argv[4] : "8", 1, 1024);
-  if (!calls || !ranks || !layers) {
-    std::fprintf(stderr, "nanprov-store-bench: CALLS, RANKS and LAYERS are positive integers\n");
+  auto layers = nanprov::parseInteger(argc >= 5 ? argv[4] : "8", 1, 1024);
+  // Each rank store's budget (nanprov run --store-budget); 0, the default here, keeps every row.
+  auto budget = nanprov::parseInteger(argc == 6 ? argv[5] : "0", 0, int64_t{1} << 50);
+  if (!calls || !ranks || !layers || !budget) {
+    std::fprintf(stderr, "nanprov-store-bench: CALLS, RANKS and LAYERS are positive integers, BUDGET_BYTES a byte count\n");
     return 2;
   }
   fs::path dir = argv[1];
@@ -92,7 +94,8 @@ int main(int argc, char** argv) {
     int64_t edge = rank == 0 ? (mine * 95 / 100) / (2 * *layers) * (2 * *layers) + 1 : -1;
     auto writer = nanprov::StoreWriter::open((dir / ("rank-" + std::to_string(rank) + ".sqlite")).string(),
                                              {{"rank", std::to_string(rank)}, {"world_size", std::to_string(*ranks)},
-                                              {"step_unit", "optimizer_step"}});
+                                              {"step_unit", "optimizer_step"}},
+                                             *budget);
     if (!writer.ok()) {
       std::fprintf(stderr, "nanprov-store-bench: %s\n", writer.status().message().c_str());
       return 1;

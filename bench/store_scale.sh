@@ -3,17 +3,20 @@
 # Builds a run of CALLS calls in total over RANKS rank stores through the real writer
 # (nanprov-store-bench: the StoreWriter that `nanprov run` uses), with a real non-finite edge at 95%
 # of rank 0, then times the readers on it: report, report --json, calls --nonfinite, sql.
-#   bench/store_scale.sh CALLS RANKS        e.g. bench/store_scale.sh 10000000 1
-# Its last line reads: calls <N> ranks <R> bytes_per_call <B> report_s <T> report_rss_mb <M>
+#   bench/store_scale.sh CALLS RANKS [BUDGET]   e.g. bench/store_scale.sh 10000000 1 64M
+# BUDGET is each rank store's byte budget (nanprov run --store-budget; suffixes K M G), none by default.
+# Its last line reads: calls <N> ranks <R> bytes_per_call <B> bytes_per_rank <P> report_s <T> report_rss_mb <M>
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-calls="${1:?usage: bench/store_scale.sh CALLS RANKS}" ranks="${2:?usage: bench/store_scale.sh CALLS RANKS}"
+calls="${1:?usage: bench/store_scale.sh CALLS RANKS [BUDGET]}" ranks="${2:?usage: bench/store_scale.sh CALLS RANKS [BUDGET]}"
+budget="$(numfmt --from=iec "${3:-0}")"
 "$root/scripts/setup" nanprov nanprov-store-bench >/dev/null
 bin="$root/build/bin"
 dir="$(mktemp -d)/run"
 trap 'rm -rf "$(dirname "$dir")"' EXIT
-"$bin/nanprov-store-bench" "$dir" "$calls" "$ranks"
+"$bin/nanprov-store-bench" "$dir" "$calls" "$ranks" 8 "$budget"
 bytes="$(cat "$dir"/rank-*.sqlite | wc -c)"
+largest="$(for f in "$dir"/rank-*.sqlite; do wc -c <"$f"; done | sort -n | tail -1)"
 # Seconds and peak RSS (MB) of one reader command; its exit code 1 (an edge was found) is expected.
 timed() {
   local out; out="$( { /usr/bin/time -f '%e %M' "$bin/nanprov" "$@" >/dev/null; } 2>&1 | tail -1)"
@@ -29,4 +32,4 @@ for reader in "report --json" "calls --nonfinite" "sql SELECT_COUNT"; do
   printf '  %-22s %6.2f s  %7.1f MB\n' "$reader" "$s" "$((kb / 1024))"
 done
 "$bin/nanprov" report "$dir" | sed -n '1,2p;/after it/p' || true  # exit 1: the edge was found
-echo "calls $calls ranks $ranks bytes_per_call $((bytes / calls)) report_s $report_s report_rss_mb $((report_kb / 1024))"
+echo "calls $calls ranks $ranks bytes_per_call $((bytes / calls)) bytes_per_rank $largest report_s $report_s report_rss_mb $((report_kb / 1024))"
