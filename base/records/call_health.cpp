@@ -14,7 +14,7 @@ const char* edgeKindName(EdgeKind k) {
 }
 
 int64_t faultyValues(const TensorHealth& t, bool call_masks_rows) {
-  bool neginf_legal = t.role == Role::kMask || (t.role == Role::kLSE && call_masks_rows);
+  bool neginf_legal = holdsMaskedRows(t.role) || (t.role == Role::kLSE && call_masks_rows);
   return t.nan + t.posinf + (neginf_legal ? 0 : t.neginf);
 }
 

@@ -5,8 +5,8 @@
 namespace nanprov {
 namespace {
 
-constexpr std::array<const char*, kRoleCount> kRoleNames = {"Q", "K", "V", "mask", "O",
-                                                            "LSE", "dO", "dQ", "dK", "dV"};
+constexpr std::array<const char*, kRoleCount> kRoleNames = {"Q",  "K",  "V",  "mask", "O", "LSE",
+                                                            "dO", "dQ", "dK", "dV",   "S", "P"};
 
 }  // namespace
 

@@ -30,9 +30,11 @@ constexpr Phase B = Phase::kBackward;
 }  // namespace
 
 bool isOutputRole(Phase phase, Role role) {
-  if (phase == Phase::kForward) return role == Role::kO || role == Role::kLSE;
+  if (phase == Phase::kForward) return role == Role::kO || role == Role::kLSE || role == Role::kS || role == Role::kP;
   return role == Role::kdQ || role == Role::kdK || role == Role::kdV;
 }
+
+bool holdsMaskedRows(Role role) { return role == Role::kMask || role == Role::kS; }
 
 std::optional<Role> roleOfArgument(std::string_view schema_arg_name) {
   for (const auto& [name, role] : kArgumentRoles) {

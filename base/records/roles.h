@@ -13,8 +13,13 @@
 
 namespace nanprov {
 
-// True when `role` is produced by a call of `phase` (O/LSE forward, dQ/dK/dV backward).
+// True when `role` is produced by a call of `phase` (O/LSE, and the scores S and probabilities P of
+// attention written in plain ops, forward; dQ/dK/dV backward).
 bool isOutputRole(Phase phase, Role role);
+
+// The mask, and the scores S that carry it: -inf there hides a key, which is legal, and a row of
+// nothing but hidden keys is a fully masked query row (counted as TensorHealth::masked_rows).
+bool holdsMaskedRows(Role role);
 
 // The role of an input argument, by its schema name; nullopt for scalars and bookkeeping tensors.
 std::optional<Role> roleOfArgument(std::string_view schema_arg_name);

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "base/env.h"
+#include "base/records/roles.h"
 #include "probes/core/probe_cost.h"
 #include "probes/libtorch/probes.h"
 
@@ -206,7 +207,7 @@ void DeviceChecks::submit(CallEvent rec, const RoleTensors& tensors, const CallA
   bool unreadable_in_graph = false;
   for (const auto& [role, t] : tensors) {
     std::optional<TensorView> view =
-        t.is_cuda() && t.device().index() == device ? viewOf(t, role == Role::kMask) : std::nullopt;
+        t.is_cuda() && t.device().index() == device ? viewOf(t, holdsMaskedRows(role)) : std::nullopt;
     if (!view || views.size() == views.capacity()) {  // rare: float64, more than 6 dims
       if (in_graph) {  // the host cannot measure it there
         unreadable_in_graph = true;
@@ -272,7 +273,7 @@ bool DeviceChecks::defer(CallEvent& rec, const RoleTensors& tensors, const CallA
     if (!t.defined() || !t.has_storage() || t.is_inference()) return false;
     if (device >= 0) {
       std::optional<TensorView> view =
-          t.is_cuda() && t.device().index() == device ? viewOf(t, role == Role::kMask) : std::nullopt;
+          t.is_cuda() && t.device().index() == device ? viewOf(t, holdsMaskedRows(role)) : std::nullopt;
       if (!view) return false;  // float64, more than 6 dims: measured on the host at the call
       d.views.push_back(*view);
     } else if (!t.is_cpu()) {
@@ -792,7 +793,7 @@ void takeCounts(CallEvent& rec, const GraphChecks::Checked& checked, const Healt
     h.neginf = static_cast<int64_t>(c.neginf);
     h.max_abs = c.max_abs;
     h.all_zero = h.numel > 0 && c.nonzero == 0;
-    if (h.role == Role::kMask) h.masked_rows = static_cast<int64_t>(c.masked_rows);
+    if (holdsMaskedRows(h.role)) h.masked_rows = static_cast<int64_t>(c.masked_rows);
   }
 }
 

@@ -14,6 +14,7 @@
 #include <type_traits>
 #include <string>
 
+#include "base/records/roles.h"
 #include "kernels/health_check.h"
 
 namespace nanprov {
@@ -243,7 +244,7 @@ at::Tensor onHost(const at::Tensor& t) { return t.is_cpu() ? t : t.detach().to(a
 TensorHealth measureTensor(const at::Tensor& t, Role role) {
   TensorHealth h = describeTensor(t, role);
   const at::Tensor host = onHost(t);
-  if (role == Role::kMask) h.masked_rows = fullyMaskedRows(host);
+  if (holdsMaskedRows(role)) h.masked_rows = fullyMaskedRows(host);
   countValues(host, &h);
   return h;
 }
