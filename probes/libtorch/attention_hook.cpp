@@ -15,6 +15,7 @@
 
 #include "base/env.h"
 #include "base/records/call_name.h"
+#include "probes/libtorch/backward_watch.h"
 #include "probes/libtorch/call_capture.h"
 #include "probes/libtorch/call_recording.h"
 #include "probes/libtorch/collective_checks.h"
@@ -200,6 +201,10 @@ CallName nameForward(const ForwardSite& site) { return nameForward(site, 0); }
 
 CallName nameForward(const ForwardSite& site, uintptr_t link) {
   Session& session = probes().session();
+  if (std::optional<CallName> module_call = claimBoundaryName()) {
+    if (link) session.identity().link(*module_call, link);
+    return *module_call;
+  }
   CallName name = session.identity().forward(site, link);
   if (name.opened_step) session.stepBegan(name.step);
   return name;
@@ -256,6 +261,7 @@ void inject(CallEvent& rec, const Tensors& outputs) {
 
 void finish(CallEvent rec, const Tensors& tensors, const CallArgs& args) {
   ProbeCost::countCall();
+  if (rec.phase == Phase::kForward) noteCheckedCall();
   // Stored for the known-issue matcher (some need dropout on, some off): the call's own word.
   for (const auto& [name, value] : args) {
     if (name == "dropout_p" && value.isDouble()) rec.dropout_p = value.toDouble();
@@ -439,70 +445,18 @@ void unprobedKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, S
   }
 }
 
-// The backward of one MATH-path call, assembled from autograd hooks: dO arrives on O first,
-// then dQ/dK/dV on the inputs. Checked once every expected gradient was seen, together with the
-// forward's Q, K, V, mask and O (held until then), so the record says whether its inputs were
-// finite.
-struct MathBackward {
-  std::mutex mu;
-  CallName fwd;
-  Tensors fwd_tensors;
-  CallArgs fwd_args;
-  Tensors grads;
-  std::optional<CallEvent> rec;  // named when dO arrives
-  int expected = 0;
-
-  at::Tensor receive(Role role, const at::Tensor& grad) {
-    std::lock_guard<std::mutex> lock(mu);
-    at::Tensor replaced;
-    guarded("math backward probe", [&] {
-      Session& session = probes().session();
-      if (!rec) {
-        rec = recordFor(session.identity().backwardOf(fwd), kMathOp, Phase::kBackward);
-        rec->start_ns = wallClockNs();
-      }
-      for (const InjectionSpec& spec : session.injections()) {
-        if (spec.tensor == role && spec.where.matches(session.rank(), rec->layer, rec->step, rec->call, Phase::kBackward)) {
-          replaced = grad.clone();
-          corrupt(replaced, spec);
-          rec->injected = roleName(role);
-        }
-      }
-      grads.emplace_back(role, replaced.defined() ? replaced : grad);
-      if (static_cast<int>(grads.size()) == expected) {
-        rec->end_ns = wallClockNs();
-        if (onCuda(grads)) {
-          rec->unattributed = "the MATH backward runs as separate autograd ops; its kernels are not one call's";
-        }
-        finish(std::move(*rec), concat(std::move(fwd_tensors), grads), fwd_args);
-        rec.reset();
-        grads.clear();
-      }
-    });
-    return replaced;  // undefined: the gradient is left as it is
-  }
-};
-
+// The MATH path's backward runs as separate autograd ops: assembled from tensor hooks on O and
+// the inputs (backward_watch.h).
 void watchMathBackward(const CallName& fwd, const Tensors& inputs, const CallArgs& args, const at::Tensor& out) {
   if (!out.requires_grad()) return;
-  auto pending = std::make_shared<MathBackward>();
-  pending->fwd = fwd;
-  pending->fwd_args = args;
-  // Detached: the hooks below live in these tensors' autograd metadata, so holding the tensors
-  // themselves would make a cycle that never frees them.
-  for (const auto& [role, t] : inputs) pending->fwd_tensors.emplace_back(role, t.detach());
-  pending->fwd_tensors.emplace_back(Role::kO, out.detach());
-  std::vector<std::pair<Role, at::Tensor>> watched = {{Role::kdO, out}};
+  std::vector<WatchedGradient> watched = {{Role::kdO, out, {}}};
   for (const auto& [role, t] : inputs) {
     if (t.requires_grad() && role != Role::kMask) {
-      watched.emplace_back(role == Role::kQ ? Role::kdQ : role == Role::kK ? Role::kdK : Role::kdV, t);
+      watched.push_back({role == Role::kQ ? Role::kdQ : role == Role::kK ? Role::kdK : Role::kdV, t, {}});
     }
   }
-  pending->expected = static_cast<int>(watched.size());
-  for (const auto& [role, t] : watched) {
-    Role r = role;
-    t.register_hook([pending, r](const at::Tensor& grad) { return pending->receive(r, grad); });
-  }
+  watchBackward(fwd, kMathOp, concat(inputs, {{Role::kO, out}}), args, std::move(watched),
+                "the MATH backward runs as separate autograd ops; its kernels are not one call's");
 }
 
 // True when SDPA is about to take the MATH path on CUDA for the arguments on `stack`.
@@ -629,7 +583,7 @@ Status installAttentionProbes() {
       installCollectiveProbes();
       installModuleTrail();
       installForeignCallOps();
-      if (want_fused) installSoftmaxAttentionCount();
+      if (want_fused) installSoftmaxAttentionProbe();
       auto sdpa = dispatcher.findSchema({"aten::scaled_dot_product_attention", ""});
       if (sdpa && want_sdpa) {
         g_sdpa = new ProbedOp(resolve(*sdpa, &kMathOp));

@@ -19,6 +19,9 @@ namespace {
 // session is off, or it runs inside a probed op): brackets stay balanced either way.
 struct OpenCall {
   std::optional<CallName> name;
+  bool boundary = false;        // a module's boundary (--probe-module), not the attention call itself
+  bool checked_inside = false;  // a call nanprov checked ran inside it
+  bool claimed = false;         // the first forward call inside took its name
   int64_t start_ns = 0;
   std::unique_ptr<CallTrace> trace;  // CUDA only; destroyed first, so nanprov's own check kernels are not the call's
 };
@@ -28,8 +31,9 @@ thread_local int64_t t_recorded = 0;
 
 bool probing() { return !insideProbedOp() && probes().session().active(); }
 
-void beginCall(const at::Tensor& q, const std::optional<at::Tensor>& o) {
+void beginCall(const at::Tensor& q, const std::optional<at::Tensor>& o, bool boundary) {
   OpenCall open;
+  open.boundary = boundary;
   if (probing()) {
     guarded("attention probe", [&] {
       Session& session = probes().session();
@@ -45,6 +49,10 @@ void beginCall(const at::Tensor& q, const std::optional<at::Tensor>& o) {
 void abandonCall() {
   if (!t_open.empty()) t_open.pop_back();
 }
+
+// Whether the innermost bracket saw a call nanprov checked run inside it: a module probe then
+// records nothing of its own, since the call inside has the real Q, K and V.
+bool checkedInside() { return !t_open.empty() && t_open.back().checked_inside; }
 
 // The name a finished call gets, and its timing and kernels: from its bracket when it had one,
 // else named now by `name_now`.
@@ -144,7 +152,7 @@ void recordBackward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
 }
 
 // What the ops do on FakeTensors and meta tensors (torch.compile tracing them): nothing.
-void beginCallMeta(const at::Tensor&, const std::optional<at::Tensor>&) {}
+void beginCallMeta(const at::Tensor&, const std::optional<at::Tensor>&, bool) {}
 void recordCallMeta(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
                     const std::optional<at::Tensor>&, std::optional<double>, bool, const std::string&,
                     const std::optional<at::Tensor>&, const std::optional<at::Tensor>&, const std::string&,
@@ -161,7 +169,8 @@ void recordBackwardMeta(const at::Tensor&, const at::Tensor&, const at::Tensor&,
 void installForeignCallOps() {
   // Leaked on purpose, like the dispatcher probes' libraries: dropping one deregisters its ops.
   auto* defs = new torch::Library(torch::Library::FRAGMENT, "nanprov", std::nullopt, __FILE__, __LINE__);
-  defs->def("begin_call(Tensor q, Tensor? o) -> ()");
+  defs->def("begin_call(Tensor q, Tensor? o, bool boundary=False) -> ()");
+  defs->def("checked_inside() -> bool");
   defs->def("abandon_call() -> ()");
   defs->def("record_call(Tensor q, Tensor k, Tensor v, Tensor o, Tensor? bias, float? scale, bool is_causal, "
             "str layout, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, str op, str backend, str note, "
@@ -175,10 +184,11 @@ void installForeignCallOps() {
     impl->impl("record_call", &recordCall);
     impl->impl("record_backward", &recordBackward);
   }
-  // abandon_call takes no tensor to dispatch on.
+  // abandon_call and checked_inside take no tensor to dispatch on.
   auto* any = new torch::Library(torch::Library::IMPL, "nanprov", c10::DispatchKey::CompositeExplicitAutograd,
                                  __FILE__, __LINE__);
   any->impl("abandon_call", &abandonCall);
+  any->impl("checked_inside", &checkedInside);
   auto* meta = new torch::Library(torch::Library::IMPL, "nanprov", c10::DispatchKey::Meta, __FILE__, __LINE__);
   meta->impl("begin_call", &beginCallMeta);
   meta->impl("record_call", &recordCallMeta);
@@ -189,9 +199,21 @@ int64_t foreignCallsRecorded() { return t_recorded; }
 
 bool insideRecordedCall() {
   for (const OpenCall& open : t_open) {
-    if (open.name) return true;
+    if (open.name && !open.boundary) return true;
   }
   return false;
+}
+
+std::optional<CallName> claimBoundaryName() {
+  if (t_open.empty()) return std::nullopt;
+  OpenCall& open = t_open.back();
+  if (!open.boundary || !open.name || open.claimed) return std::nullopt;
+  open.claimed = true;
+  return open.name;
+}
+
+void noteCheckedCall() {
+  for (OpenCall& open : t_open) open.checked_inside = true;
 }
 
 void closeStaleForeignCalls() { t_open.clear(); }

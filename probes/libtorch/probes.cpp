@@ -7,6 +7,7 @@
 #include "base/env.h"
 #include "probes/core/probe_cost.h"
 #include "probes/libtorch/foreign_calls.h"
+#include "probes/libtorch/softmax_attention.h"
 
 namespace nanprov {
 namespace {
@@ -48,7 +49,10 @@ void Probes::flush(bool at_exit) {
       ProbeCost::Scope collecting(ProbeStage::kCollecting);
       if (at_exit) checks_.drain(); else checks_.poll();
     }
-    if (!at_exit) closeStaleForeignCalls();
+    if (!at_exit) {
+      closeStaleForeignCalls();
+      forgetSoftmaxAttention();
+    }
     std::vector<KernelRecord> kernels = tracer_->collect(at_exit);
     captures_.release(kernels, at_exit);  // after the checks: their captures need these names
     session_.recordKernels(std::move(kernels));

@@ -4,23 +4,33 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/impl/TorchDispatchModeTLS.h>
 #include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/graph_task.h>
 #include <torch/library.h>
 
 #include <cctype>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "probes/core/session.h"
+#include "probes/libtorch/backward_watch.h"
 #include "probes/libtorch/call_recording.h"
 #include "probes/libtorch/foreign_calls.h"
-#include "probes/core/session.h"
+#include "probes/libtorch/output_history.h"
 #include "probes/libtorch/probes.h"
 
 namespace nanprov {
 namespace {
 
 using torch::autograd::Node;
+using Stack = torch::jit::Stack;
 
 const c10::DispatchKeySet kBelowProbe(c10::DispatchKeySet::FULL_AFTER, c10::DispatchKey::BackendSelect);
+const AttentionOp kSoftmaxAttentionOp = {"softmax_attention", "plain_softmax", Phase::kForward, {Role::kO}};
+constexpr const char* kSeparateOps = "attention written in plain ops runs as separate ops; its kernels are not one call's";
+constexpr const char* kChangedProbabilities =
+    "the probabilities were changed between the softmax and the matmul with V (dropout?), which replay does not model";
 
 bool named(const Node& node, std::string_view prefix) { return node.name().rfind(prefix, 0) == 0; }
 
@@ -101,35 +111,221 @@ std::string patternOf(const std::string& path) {
   return out;
 }
 
-void countIfAttention(const at::Tensor& x, int64_t dim) {
-  if (!x.defined() || x.dim() < 3 || (dim != -1 && dim != x.dim() - 1) || !x.requires_grad()) return;
-  if (!realTensor(x) || c10::impl::TorchDispatchModeTLS::any_modes_set() || !madeByActivationMatmul(x)) return;
+// A parameter (a leaf that accumulates its gradient), seen through views: a matmul with a weight
+// is a layer, not attention's scores. Without gradients it is the only test there is.
+bool isParameter(const at::Tensor& t) {
+  if (!t.requires_grad()) return false;  // a view of a parameter needs its gradient too
+  if (t.is_view() && t._base().defined()) return t._base().is_leaf();
+  return t.is_leaf();
+}
+
+void countUnchecked(std::string_view why) {
   std::string pattern = patternOf(probes().session().modulePath());
   std::string what = pattern.empty() ? "attention-like softmax(q·kᵀ) outside any module: not checked"
                                      : "attention-like softmax(q·kᵀ) in " + pattern + ": not checked; --probe-module '" +
                                            pattern + "' checks it";
+  if (!why.empty()) what += " (" + std::string(why) + ")";
   probes().session().countUnprobed(what);
 }
 
-void softmaxKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
-  // _softmax(Tensor self, int dim, bool half_to_float)
-  if (!insideAttentionCall() && !insideRecordedCall() && stack->size() >= 3 && probes().session().active()) {
-    const c10::IValue& self = (*stack)[stack->size() - 3];
-    const c10::IValue& dim = (*stack)[stack->size() - 2];
-    if (self.isTensor() && dim.isInt()) {
-      guarded("attention-like softmax count", [&] { countIfAttention(self.toTensor(), dim.toInt()); });
-    }
+// Counted as before, where this thread saw no matmul that made the scores: a softmax over the last
+// dim of a tensor of 3 or more dims whose autograd history shows a matmul of activations.
+void countIfAttention(const at::Tensor& x, int64_t dim) {
+  if (!x.defined() || x.dim() < 3 || (dim != -1 && dim != x.dim() - 1) || !x.requires_grad()) return;
+  if (!realTensor(x) || c10::impl::TorchDispatchModeTLS::any_modes_set() || !madeByActivationMatmul(x)) return;
+  countUnchecked("");
+}
+
+// What this thread ran of one hand-written call so far.
+struct PartialCall {
+  // The last matmul of two 3-d tensors, as it got them: A [n, rows, d] and B [n, d, keys].
+  at::Tensor a, b;
+  std::optional<double> alpha;  // baddbmm's factor on the product
+  bool baddbmm = false;
+  int64_t start_ns = 0;
+  // Set by a softmax over that product: S as the softmax got it, P as it gave it.
+  at::Tensor s, p;
+
+  bool scoresSeen() const { return p.defined(); }
+  void forget() {
+    a = b = s = p = at::Tensor();
+    alpha.reset();
   }
+};
+
+thread_local PartialCall t_call;
+
+// Whether an op on this thread may belong to a hand-written call nanprov should check: not inside
+// attention it already probes, nor in autograd's backward (which runs its matmuls with gradients
+// off; a checkpoint's recompute runs the forward with them on).
+bool watching() {
+  if (!probes().session().active() || insideAttentionCall() || insideRecordedCall()) return false;
+  if (c10::impl::TorchDispatchModeTLS::any_modes_set()) return false;  // FakeTensors: torch.compile tracing
+  return at::GradMode::is_enabled() || torch::autograd::get_current_graph_task_id() == -1;
+}
+
+// Whether `x`, about to be softmaxed over `dim`, holds the scores of the last matmul.
+bool isScoresOfLastMatmul(const at::Tensor& x, int64_t dim) {
+  const PartialCall& c = t_call;
+  if (!c.a.defined() || x.dim() < 3 || (dim != -1 && dim != x.dim() - 1)) return false;
+  const int64_t n = c.a.size(0), rows = c.a.size(1), keys = c.b.size(2);
+  const bool shaped = x.numel() == n * rows * keys && x.size(-1) == keys && x.size(-2) == rows &&
+                      (x.dim() == 3 || (x.size(0) > 0 && n % x.size(0) == 0));
+  if (!shaped || c10::impl::TorchDispatchModeTLS::any_modes_set() || !realTensor(x) || !realTensor(c.a) ||
+      !realTensor(c.b)) {
+    return false;
+  }
+  // With gradients the scores' history must show the matmul of two activations.
+  if (x.requires_grad()) return madeByActivationMatmul(x);
+  return !isParameter(c.a) && !isParameter(c.b);
+}
+
+// Whether a matmul of `a` with `b` reads the probabilities of the scores seen: P itself or a view
+// of it, or what dropout or a dtype cast made of it, times V.
+bool readsProbabilities(const PartialCall& c, const at::Tensor& a, const at::Tensor& b) {
+  const at::Tensor& p = c.p;
+  const bool probabilities = a.is_alias_of(p) || (a.numel() == p.numel() && a.size(-1) == p.size(-1) && a.size(-2) == p.size(-2));
+  return probabilities && b.size(0) == a.size(0) && b.size(1) == p.size(-1) && realTensor(a) && realTensor(b);
+}
+
+// Records the call the probabilities read by `read` and `v` ended, as attention's roles in
+// [batch, heads, seq, dim]: the scores' leading dimension is the batch and the rest of the matmul's
+// batch its heads; 3-d scores (diffusers' head_to_batch_dim) are batch·heads batches of one head.
+void recordCall(const PartialCall& c, const at::Tensor& read, const at::Tensor& v, const at::Tensor& o) {
+  const int64_t n = c.a.size(0), rows = c.a.size(1), width = c.a.size(2), keys = c.b.size(2), v_width = v.size(2);
+  const int64_t batch = c.s.dim() >= 4 ? c.s.size(0) : n, heads = n / batch;
+  auto bhsd = [=](const at::Tensor& t, int64_t seq, int64_t w) { return t.reshape({batch, heads, seq, w}); };
+  const at::Tensor q = bhsd(c.a, rows, width), k = bhsd(c.b.transpose(1, 2), keys, width);
+  const at::Tensor vv = bhsd(v, keys, v_width), out = bhsd(o, rows, v_width);
+  const at::Tensor s = bhsd(c.s, rows, keys), p = bhsd(c.p, rows, keys);
+
+  CallName name = nameForward(siteOfForward(c.a));
+  CallEvent rec = recordFor(name, kSoftmaxAttentionOp, Phase::kForward);
+  rec.start_ns = c.start_ns;
+  rec.end_ns = wallClockNs();
+  if (o.is_cuda()) rec.unattributed = kSeparateOps;
+  inject(rec, {{Role::kO, out}});
+  // The scale on the product is baddbmm's alpha, else unknown here: replay reads it, and the
+  // bias, from S (replay/score_bias.h).
+  CallArgs args;
+  args.emplace_back("scale", c.alpha ? c10::IValue(*c.alpha) : c10::IValue());
+  args.emplace_back("is_causal", c10::IValue(false));
+  args.emplace_back("layout", c10::IValue(std::string("bhsd")));
+  args.emplace_back("scores_by", c10::IValue(std::string(c.baddbmm ? "baddbmm" : "matmul")));
+  // A cast (diffusers' upcast softmax) keeps the values; anything else in the same dtype changed them.
+  if (!read.is_alias_of(c.p) && read.scalar_type() == c.p.scalar_type()) {
+    args.emplace_back("note", c10::IValue(std::string(kChangedProbabilities)));
+  }
+  // O is given its history by autograd after this kernel returns: its backward is watched from
+  // the end of this op (output_history.h, armed at the softmax).
+  if (at::GradMode::is_enabled() && (read.requires_grad() || v.requires_grad())) {
+    std::vector<WatchedGradient> watched;
+    if (c.a.requires_grad()) watched.push_back({Role::kdQ, c.a, [=](const at::Tensor& g) { return bhsd(g, rows, width); }});
+    if (c.b.requires_grad() && !c.b.is_same(c.a)) {
+      watched.push_back({Role::kdK, c.b, [=](const at::Tensor& g) { return bhsd(g.transpose(1, 2), keys, width); }});
+    }
+    if (v.requires_grad() && !v.is_same(c.a) && !v.is_same(c.b)) {
+      watched.push_back({Role::kdV, v, [=](const at::Tensor& g) { return bhsd(g, keys, v_width); }});
+    }
+    // P, not S, goes with the backward: autograd holds P for the softmax's backward anyway, and
+    // replay reads the bias from it as well as from S.
+    RoleTensors held = {{Role::kQ, q}, {Role::kK, k}, {Role::kV, vv}, {Role::kP, p}, {Role::kO, out}};
+    whenOutputHasHistory(o, [=, watched = std::move(watched)](const at::Tensor& o_with_history) mutable {
+      watched.insert(watched.begin(), {Role::kdO, o_with_history, [=](const at::Tensor& g) { return bhsd(g, rows, v_width); }});
+      watchBackward(name, kSoftmaxAttentionOp, held, args, std::move(watched), kSeparateOps);
+    });
+  }
+  finish(std::move(rec), {{Role::kQ, q}, {Role::kK, k}, {Role::kV, vv}, {Role::kS, s}, {Role::kP, p}, {Role::kO, out}},
+         args);
+}
+
+// After a matmul of `a` with `b` gave `out`: the end of a call whose probabilities it reads, or the
+// scores of the next one.
+void afterMatmul(const at::Tensor& a, const at::Tensor& b, std::optional<double> alpha, bool baddbmm, int64_t start,
+                 const at::Tensor& out) {
+  PartialCall& c = t_call;
+  if (c.scoresSeen()) {
+    // Taken off the thread first: naming the call may begin the next inference forward pass,
+    // whose step boundary forgets what this thread saw (forgetSoftmaxAttention).
+    PartialCall seen = std::move(c);
+    c.forget();
+    if (readsProbabilities(seen, a, b)) {
+      guarded("softmax attention probe", [&] { recordCall(seen, a, b, out); });
+      disarmOutputHistoryIfIdle();  // a record that failed left nothing to wait for
+      return;
+    }
+    countUnchecked("its probabilities went to no matmul nanprov saw");
+    disarmOutputHistory();
+  }
+  c.a = a;
+  c.b = b;
+  c.alpha = alpha;
+  c.baddbmm = baddbmm;
+  c.start_ns = start;
+}
+
+// bmm(self, mat2) and baddbmm(self, batch1, batch2, *, beta, alpha).
+template <bool kBaddbmm>
+void matmulKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack* stack) {
+  if (!watching()) return handle.redispatchBoxed(ks & kBelowProbe, stack);
+  constexpr std::ptrdiff_t kArgs = kBaddbmm ? 5 : 2;
+  auto first = stack->end() - kArgs;
+  at::Tensor a = first[kBaddbmm ? 1 : 0].toTensor(), b = first[kBaddbmm ? 2 : 1].toTensor();
+  std::optional<double> alpha;
+  if (kBaddbmm && first[4].isScalar()) alpha = first[4].toScalar().toDouble();
+  const int64_t start = wallClockNs();
   handle.redispatchBoxed(ks & kBelowProbe, stack);
+  if (a.dim() != 3 || b.dim() != 3 || !stack->back().isTensor()) return;
+  guarded("softmax attention probe", [&] { afterMatmul(a, b, alpha, kBaddbmm, start, stack->back().toTensor()); });
+}
+
+void softmaxKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack* stack) {
+  // _softmax(Tensor self, int dim, bool half_to_float)
+  if (!watching() || stack->size() < 3) return handle.redispatchBoxed(ks & kBelowProbe, stack);
+  const c10::IValue& self = (*stack)[stack->size() - 3];
+  const c10::IValue& dim = (*stack)[stack->size() - 2];
+  if (!self.isTensor() || !dim.isInt()) return handle.redispatchBoxed(ks & kBelowProbe, stack);
+  const at::Tensor x = self.toTensor();
+  bool scores = false;
+  guarded("softmax attention probe", [&] {
+    if (t_call.scoresSeen()) countUnchecked("its probabilities went to no matmul nanprov saw");
+    if (t_call.scoresSeen() || !isScoresOfLastMatmul(x, dim.toInt())) {
+      if (t_call.scoresSeen()) disarmOutputHistory();
+      t_call.forget();
+      countIfAttention(x, dim.toInt());
+    } else {
+      scores = true;
+    }
+  });
+  handle.redispatchBoxed(ks & kBelowProbe, stack);
+  if (scores && stack->back().isTensor()) {
+    t_call.s = x;
+    t_call.p = stack->back().toTensor();
+    if (x.requires_grad()) guarded("softmax attention probe", [] { armOutputHistory(); });
+  }
 }
 
 }  // namespace
 
-void installSoftmaxAttentionCount() {
-  if (!c10::Dispatcher::singleton().findSchema({"aten::_softmax", ""})) return;
-  // Leaked on purpose, like the other probes' libraries: dropping one deregisters its kernel.
+void installSoftmaxAttentionProbe() {
+  auto& dispatcher = c10::Dispatcher::singleton();
+  if (!dispatcher.findSchema({"aten::_softmax", ""}) || !dispatcher.findSchema({"aten::bmm", ""}) ||
+      !dispatcher.findSchema({"aten::baddbmm", ""})) {
+    return;
+  }
+  // Leaked on purpose, like the other probes' libraries: dropping one deregisters its kernels.
   auto* lib = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::BackendSelect, __FILE__, __LINE__);
   lib->impl("_softmax", torch::CppFunction::makeFromBoxedFunction<&softmaxKernel>());
+  lib->impl("bmm", torch::CppFunction::makeFromBoxedFunction<&matmulKernel<false>>());
+  lib->impl("baddbmm", torch::CppFunction::makeFromBoxedFunction<&matmulKernel<true>>());
+}
+
+void forgetSoftmaxAttention() {
+  if (t_call.scoresSeen()) {
+    guarded("softmax attention probe", [] { countUnchecked("its probabilities went to no matmul nanprov saw"); });
+  }
+  disarmOutputHistory();
+  t_call.forget();
 }
 
 }  // namespace nanprov

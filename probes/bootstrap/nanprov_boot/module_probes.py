@@ -15,7 +15,9 @@ the backward call, linked to its forward. Kernels autograd runs between dO and t
 gradient are attributed to the backward, including those of other branches that interleave. The input
 gradients are the inputs' whole gradients: if Q, K or V also feed something else, that is in them.
 Modules are found by a global forward pre-hook that looks at each module object once. A matched
-module that runs SDPA inside is checked twice: match the innermost module.
+module inside which nanprov checked an attention call (SDPA, or softmax(q kᵀ) v written in plain
+ops, which nanprov checks by default) records nothing of its own: that call was recorded with its
+real Q, K and V, where the module's arguments may be its hidden states.
 """
 import fnmatch
 import inspect
@@ -121,7 +123,7 @@ def install(torch, modules, say):
                 return
             try:
                 q = _pick(spec, "q", args, kwargs, signature)
-                ops.begin_call(q.detach() if isinstance(q, torch.Tensor) and not fake.is_fake(q) else empty, None)
+                ops.begin_call(q.detach() if isinstance(q, torch.Tensor) and not fake.is_fake(q) else empty, None, True)
             except Exception:
                 pass
 
@@ -129,6 +131,9 @@ def install(torch, modules, say):
             if torch.compiler.is_compiling():
                 return
             try:
+                if ops.checked_inside():  # recorded inside, with its real Q, K, V
+                    ops.abandon_call()
+                    return
                 q = _pick(spec, "q", args, kwargs, signature)
                 k = _pick(spec, "k", args, kwargs, signature)
                 v = _pick(spec, "v", args, kwargs, signature)
@@ -172,6 +177,10 @@ def install(torch, modules, say):
                 before, after = forward_hooks_for(spec, module)
                 module.register_forward_pre_hook(before, with_kwargs=True)
                 module.register_forward_hook(after, with_kwargs=True)
+                # This call's pre-hooks were chosen before `before` existed (its forward hooks are
+                # chosen after the forward): it opens this call's bracket itself, so the record
+                # at its end has one (keyword arguments are not seen here).
+                before(module, args, {})
         except Exception:
             pass
 
