@@ -127,12 +127,25 @@ void differentiate(Outputs& out, const at::Tensor& o, const std::vector<at::Tens
 }
 
 // softmax(q kᵀ·scale + mask) v in the input dtype, with no guard for a row that sees no key:
-// what nn.MultiheadAttention (need_weights=True) and Hugging Face's eager attention compute. A
-// fully masked row is NaN here, where SDPA's safe softmax and the reference give 0.
+// what nn.MultiheadAttention (need_weights=True), Hugging Face's eager attention and attention
+// written in plain ops compute. A fully masked row is NaN here, where SDPA's safe softmax and the
+// reference give 0. The scale goes where the run put it (CapturedCall::scores_by): on Q, on the
+// rounded product, or into baddbmm with the bias, rounded once.
 at::Tensor plainSoftmaxAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                  const std::optional<at::Tensor>& mask, const CapturedCall& call) {
-  at::Tensor scores = at::matmul(q * call.softmaxScale(), k.transpose(-2, -1));
-  if (mask) scores = scores + *mask;
+  const double scale = call.softmaxScale();
+  at::Tensor scores;
+  if (call.scores_by == "baddbmm") {
+    at::Tensor q3 = q.reshape({-1, call.s_q, call.head_dim}), k3 = k.reshape({-1, call.s_kv, call.head_dim});
+    const std::vector<int64_t> full = {call.batch, call.q_heads, call.s_q, call.s_kv};
+    at::Tensor bias = mask ? mask->to(q.scalar_type()).expand(full).reshape({-1, call.s_q, call.s_kv})
+                           : at::zeros({q3.size(0), call.s_q, call.s_kv}, q.options());
+    scores = at::baddbmm(bias, q3, k3.transpose(1, 2), mask ? 1.0 : 0.0, scale).view(full);
+  } else {
+    scores = call.scores_by == "matmul" ? at::matmul(q, k.transpose(-2, -1)) * scale
+                                        : at::matmul(q * scale, k.transpose(-2, -1));
+    if (mask) scores = scores + *mask;
+  }
   if (call.causal) {
     at::Tensor above = at::ones({call.s_q, call.s_kv}, scores.options().dtype(at::kBool)).triu(1);
     scores = scores.masked_fill(above, -std::numeric_limits<double>::infinity());

@@ -7,6 +7,7 @@
 #include "base/text.h"
 #include "base/records/torch_dtype.h"
 #include "replay/packed_layouts.h"
+#include "replay/score_bias.h"
 #include "replay/tensor_layout.h"
 
 namespace nanprov::replay {
@@ -207,6 +208,9 @@ StatusOr<CapturedCall> toCapturedCall(const CaptureFile& file, const std::string
     call.scale = parseFiniteDouble(scale);
     if (!call.scale) return bad("arg.scale '" + scale + "' is not a finite number");
   }
+  // Attention written in plain ops: its scale and bias read from its scores (score_bias.h).
+  call.scores_by = call.metaOr("arg.scores_by");
+  if (Status st = deriveScoreBias(call); !st.ok()) return bad(st.message());
   std::string causal = call.metaOr("arg.is_causal", "false");
   if (causal != "true" && causal != "false") return bad("arg.is_causal '" + causal + "' is not true or false");
   call.causal = causal == "true";

@@ -28,6 +28,9 @@ struct CapturedCall {
   std::string incomplete;        // what of the call the capture lacks, so replay cannot judge it
   std::vector<LayoutReport> layouts;  // each tensor's memory layout: in the run, and as rebuilt here
   bool materialised_bias = false;  // the mask is a bias nanprov computed (FlexAttention's score_mod), in float32
+  // How the run made its scores, for plain_softmax: "matmul" (Q·Kᵀ, then scaled), "baddbmm" (scaled
+  // by its alpha before rounding), "" (Q scaled first: nn.MultiheadAttention).
+  std::string scores_by;
 
   bool has(const std::string& role) const { return tensors.count(role) > 0; }
   const at::Tensor& at(const std::string& role) const { return tensors.at(role); }

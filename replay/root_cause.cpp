@@ -119,9 +119,21 @@ RootCause findRootCause(const ReplayResult& r) {
                           "need_weights=False (SDPA)";
       return cause;
     }
-    cause.kernel = culprit->original && !r.main_kernel.empty() ? r.main_kernel : culprit->mainKernel();
     std::vector<std::string> ok_names;
     for (const BackendRun* b : passing) ok_names.push_back(b->name);
+    const Comparison* o = culprit->tensor("O");
+    if (culprit->name == "plain_softmax" && o && o->verdict == Verdict::kNonFinite &&
+        (r.dtype == "float16" || r.dtype == "bfloat16")) {
+      // Scores made by a matmul in the input's half precision overflow it, where SDPA's kernels
+      // keep them in float32: not a kernel fault, the precision the code chose (diffusers' float16
+      // baddbmm, the SD-2 story).
+      cause.cls = CauseClass::kPrecisionLimit;
+      cause.explanation = "the scores overflow " + r.dtype + " where the call computes them in plain ops (" + r.op +
+                          "), while " + joined(ok_names) + " (which keep the scores in float32) and the float64 "
+                          "reference stay finite: compute the scores in float32 (diffusers: upcast_attention) or call SDPA";
+      return cause;
+    }
+    cause.kernel = culprit->original && !r.main_kernel.empty() ? r.main_kernel : culprit->mainKernel();
     cause.explanation = culprit->name + " gets " + joined(cause.tensors) +
                         (cause.tensors.size() == 1 ? " only" : "") + " wrong; " + joined(ok_names) +
                         " compute the same call correctly";
