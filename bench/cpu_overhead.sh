@@ -6,8 +6,9 @@
 # `ddp` is the demo model under DistributedDataParallel, two ranks over gloo (torchrun): the cost
 # of checking its collectives (each gradient bucket's all-reduce, in and out) on top of the rest;
 # the speed is rank 0's.
-# `handwritten` is the hand-written attention model under --probe-module HandAttention: the cost
-# of the module probes (a forward pre-hook on every module call, a forward hook on the matches).
+# `handwritten` is the hand-written attention model, checked by default (softmax(q kᵀ) v found by its
+# shape: bmm, baddbmm and _softmax wrapped, each call's Q, K, V, S, P, O and gradients checked);
+# PROBE_MODULE=1 runs it under --probe-module HandAttention as well (the module probes' hooks).
 # BASELINE=/path/to/other/build/bin/nanprov adds a third column in the same rounds: another build
 # of nanprov (an earlier commit), so a change's cost is measured side by side, not across runs.
 # TRAIL=1 adds a column in the same rounds: nanprov run --trail (every module's output and input
@@ -19,7 +20,8 @@ rounds="${1:-3}" steps="${2:-60}" model="${3:-demo}"
 launch=(python)
 case "$model" in
   demo) args=("$root/examples/tiny_transformer.py" --steps "$steps" --mask --speed) opts=() ;;
-  handwritten) args=("$root/examples/handwritten_attention.py" --steps "$steps" --speed) opts=(--probe-module HandAttention) ;;
+  handwritten) args=("$root/examples/handwritten_attention.py" --steps "$steps" --speed) opts=()
+               [ "${PROBE_MODULE:-0}" != 1 ] || opts=(--probe-module HandAttention) ;;
   ddp) args=("$root/examples/tiny_transformer.py" --steps "$steps" --mask --speed --ddp) opts=()
        launch=(torchrun --standalone --nproc-per-node=2) ;;
   *) echo "bench/cpu_overhead.sh: unknown model '$model' (demo, handwritten or ddp)" >&2; exit 2 ;;

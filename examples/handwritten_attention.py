@@ -1,5 +1,6 @@
 """Training with hand-written attention, as research code often has it: softmax(q k^T / sqrt(d)) v
-in the model's own module, no SDPA. nanprov sees it only through `--probe-module HandAttention`.
+in the model's own module, no SDPA. nanprov checks it by default (op softmax_attention, backend
+plain_softmax), with its real Q, K, V, the scores S, the probabilities P and O.
 A sensor glitch (--glitch-step) makes the logits overflow float32 in the first layer."""
 import argparse
 import math
