@@ -115,8 +115,9 @@ RootCause findRootCause(const ReplayResult& r) {
       cause.explanation = std::to_string(r.conditions.fully_masked_rows) + " " + kMaskedRowsUnit +
                           ": a plain softmax (what " + r.op +
                           " ran) gives NaN there, where SDPA's safe softmax and the float64 reference give 0. The mask "
-                          "is the cause (pytorch#41508): unmask one key per row, or call nn.MultiheadAttention with "
-                          "need_weights=False (SDPA)";
+                          "is the cause (pytorch#41508): unmask one key per row, or " +
+                          (r.op == "multi_head_attention_forward" ? std::string("call nn.MultiheadAttention with need_weights=False (SDPA)")
+                                                                   : std::string("compute the attention with SDPA"));
       return cause;
     }
     std::vector<std::string> ok_names;

@@ -152,7 +152,11 @@ TEST(AttentionKinds, HandWrittenAttentionCheckedByDefault) {
     EXPECT_NE(replay.out.find("precision-limit"), std::string::npos) << replay.out;
   }
 
-  // Its backward, from tensor hooks on O and the matmuls' operands, is checked and linked to the forward.
+}
+
+// Its backward, from tensor hooks on O and the matmuls' operands, is checked and linked to the
+// forward; a --probe-module that matches nothing says so.
+TEST(AttentionKinds, HandWrittenAttentionBackwardAndLosses) {
   TrainedRun bwd = train("hand-bwd", "--inject 'layer=1,phase=bwd,tensor=dQ,step=1'", "", "handwritten_attention.py");
   ASSERT_EQ(bwd.report.code, 1) << bwd.train.out;
   EXPECT_EQ(bwd.doc["first_edge"]["phase"], "bwd");
@@ -168,7 +172,10 @@ TEST(AttentionKinds, HandWrittenAttentionCheckedByDefault) {
   EXPECT_NE(nothing.train.out.find("--probe-module 'layers.*.nope' matched no module"), std::string::npos)
       << nothing.train.out;
 
-  // The module hooks only read, eager or compiled (where they stand aside while Dynamo traces).
+}
+
+// The probes and the module hooks only read, eager or compiled (where they stand aside while Dynamo traces).
+TEST(AttentionKinds, HandWrittenAttentionLossesAreBitIdentical) {
   for (std::string mode : {"", " --compile"}) {
     SCOPED_TRACE(mode);
     std::string args = example("handwritten_attention.py") + " --print-losses" + mode;
