@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <iterator>
 #include <span>
 #include <utility>
 
@@ -22,6 +23,7 @@ constexpr int64_t kEmptyStoreBytes = 96 << 10;
 
 // The summary's maxima columns, in Role order (store/schema.h).
 const std::span<const char* const> kRoleColumns(kStepSummaryColumns + 7, kRoleCount);
+static_assert(std::size(kStepSummaryColumns) == 7 + kRoleCount, "a maximum column for every role");
 
 // A plain clean call, held by nothing else: what may become a summary.
 constexpr const char* kPrunable =

@@ -2,9 +2,9 @@
 
 namespace nanprov {
 
-const char* const kStepSummaryColumns[17] = {"step",  "last_step", "layer",    "phase", "calls",   "first_seq",
-                                             "last_seq", "max_q",  "max_k",    "max_v", "max_mask", "max_o",
-                                             "max_lse",  "max_do", "max_dq",   "max_dk", "max_dv"};
+const char* const kStepSummaryColumns[19] = {"step",   "last_step", "layer",  "phase",  "calls",    "first_seq", "last_seq",
+                                             "max_q",  "max_k",     "max_v",  "max_mask", "max_o",  "max_lse",
+                                             "max_do", "max_dq",    "max_dk", "max_dv",   "max_s",  "max_p"};
 
 const char* const kSchemaSql = R"sql(
 CREATE TABLE IF NOT EXISTS meta (
@@ -131,7 +131,7 @@ CREATE TABLE IF NOT EXISTS step_summaries (
   first_seq INTEGER NOT NULL,
   last_seq  INTEGER NOT NULL,
   max_q REAL, max_k REAL, max_v REAL, max_mask REAL, max_o REAL, max_lse REAL,
-  max_do REAL, max_dq REAL, max_dk REAL, max_dv REAL,
+  max_do REAL, max_dq REAL, max_dk REAL, max_dv REAL, max_s REAL, max_p REAL,
   PRIMARY KEY (step, layer, phase)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS steps (

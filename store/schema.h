@@ -12,7 +12,8 @@ inline constexpr int kSchemaVersion = 5;
 // 5, later: step_summaries, the store budget's per-(step, layer, phase) summaries (a store
 // without the table was written before it, and summarised nothing).
 // Its columns, in order; the maxima are in Role order.
-extern const char* const kStepSummaryColumns[17];
+// step_summaries' columns: 7 of the row, then one maximum per Role, in Role order.
+extern const char* const kStepSummaryColumns[19];
 
 // Idempotent: every statement is CREATE ... IF NOT EXISTS.
 extern const char* const kSchemaSql;
