@@ -37,10 +37,12 @@ const json* roleOf(const json& call, const std::string& role) {
   return nullptr;
 }
 
-TEST(HandwrittenAttention, FoundWhereTheOracleSaysAndReplayedWithItsCause) {
+// Each case trained on `device` ("cpu" or "cuda"): the edge where the oracle says, its roles, and
+// its replay's root cause.
+void expectEveryCaseFoundAndReplayed(const std::string& device) {
   for (const Case& c : kCases) {
-    SCOPED_TRACE(c.name);
-    TrainedRun r = train("hw-" + c.name, "", c.args + " --glitch-step 2 --oracle", kScript);
+    SCOPED_TRACE(c.name + " on " + device);
+    TrainedRun r = train("hw-" + device + "-" + c.name, "", c.args + " --device " + device + " --glitch-step 2 --oracle", kScript);
     ASSERT_EQ(r.report.code, 1) << r.train.out << r.report.out;
     std::smatch oracle;
     ASSERT_TRUE(std::regex_search(r.train.out, oracle, std::regex("first non-finite forward output: (\\S+) at step (\\d+)")))
@@ -75,7 +77,17 @@ TEST(HandwrittenAttention, FoundWhereTheOracleSaysAndReplayedWithItsCause) {
       EXPECT_EQ(b["tensors"]["O"]["verdict"], "non-finite") << b.dump() << " reruns the run's NaN";
     }
     EXPECT_TRUE(plain_ran) << replay.out;
+    if (device == "cuda") EXPECT_EQ(r.doc["ranks"][0]["meta"]["host_syncs"], "0") << "S and P checked on the device";
   }
+}
+
+TEST(HandwrittenAttention, FoundWhereTheOracleSaysAndReplayedWithItsCause) { expectEveryCaseFoundAndReplayed("cpu"); }
+
+// The same on CUDA: the roles S and P go through the device checks, their counts come back at a
+// later poll, and the captures replay on the GPU.
+TEST(Gpu, HandwrittenAttentionIsFoundWhereTheOracleSaysOnTheDevice) {
+  REQUIRE_CUDA();
+  expectEveryCaseFoundAndReplayed("cuda");
 }
 
 // Backward too: the capture of a backward call (dQ, dK, dV from tensor hooks) replays, its bias

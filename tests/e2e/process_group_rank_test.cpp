@@ -92,11 +92,12 @@ TEST(ProcessGroupRank, CallsBeforeTheGroupBecomeTheRanksRows) {
 // Rank 1 trains without its recording (its launcher passed no environment, as srun --export=NONE
 // does) and makes the NaN; rank 0 receives it through DDP's all-reduce. Rank 0's store alone must
 // not answer "outside attention": it names the rank that was not checked, and the collective.
-TEST(ProcessGroupRank, ARankNotRecordedIsNeverAnsweredOutsideAttention) {
-  fs::path dir = runDir("launch-unrecorded");
+// `extra`: the training's further arguments (its device).
+void expectUnrecordedRankNamedThroughTheCollective(const std::string& name, const std::string& extra) {
+  fs::path dir = runDir(name);
   const std::string training = python() + " " + std::string(NANPROV_TEST_SCRIPTS) +
                                "/launch_ranks.py subprocess 2 --unrecorded 1 " + example("tiny_transformer.py") +
-                               " --steps 5 --glitch-step 3 --glitch-rank 1 --oracle";
+                               " --steps 5 --glitch-step 3 --glitch-rank 1 --oracle" + extra;
   Result t = sh(kGloo + nanprov() + " run --out " + dir.string() + " -- " + training + " 2>&1");
   ASSERT_NE(t.out.find("oracle: rank 1 step 3"), std::string::npos) << t.out;
   EXPECT_NE(t.out.find("rank 1 of world size 2 has no store"), std::string::npos) << t.out;
@@ -112,6 +113,18 @@ TEST(ProcessGroupRank, ARankNotRecordedIsNeverAnsweredOutsideAttention) {
   ASSERT_EQ(doc["collective_paths"].size(), 1u) << rep.out;
   expectFields(doc["collective_paths"][0],
                {{"rank", 0}, {"step", 3}, {"op", "c10d::allreduce_"}, {"made_by_collective", false}});
+  EXPECT_EQ(doc["ranks"][0]["meta"]["host_syncs"], "0") << rep.out;
+}
+
+TEST(ProcessGroupRank, ARankNotRecordedIsNeverAnsweredOutsideAttention) {
+  expectUnrecordedRankNamedThroughTheCollective("launch-unrecorded", "");
+}
+
+// The same with CUDA tensors (two ranks on one GPU; gloo's all-reduce takes them): the collective's
+// input and output are read by the device checks, and their counts come back with no host sync.
+TEST(Gpu, ARankNotRecordedIsNamedThroughACollectiveOfCudaTensors) {
+  REQUIRE_CUDA();
+  expectUnrecordedRankNamedThroughTheCollective("launch-unrecorded-cuda", " --device cuda");
 }
 
 // nanprov only reads: each rank's losses are the same with and without it. `training` prints one

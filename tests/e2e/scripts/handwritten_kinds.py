@@ -14,7 +14,8 @@ the CPU with a real fault in one step, for nanprov's default probes (no --probe-
 
 --oracle adds plain-PyTorch forward hooks on every module and prints the first module whose output
 went non-finite from finite inputs, and the step. --no-grad runs forward passes under no_grad only
-(inference). --print-losses prints each step's loss (or output sum) as an exact hex float."""
+(inference). --device cuda trains on the GPU (batches drawn on the CPU, then moved). --print-losses
+prints each step's loss (or output sum) as an exact hex float."""
 import argparse
 import math
 import os
@@ -142,7 +143,7 @@ class UNet(nn.Module):
         h = self.down(F.silu(self.conv_in(x)))
         # A relative-position bias as diffusers passes attention_mask: [batch·heads, tokens, tokens].
         n = h.shape[2] * h.shape[3]
-        pos = torch.arange(n, dtype=torch.float32)
+        pos = torch.arange(n, dtype=torch.float32, device=h.device)
         bias = (-(pos[None, :] - pos[:, None]).abs() / n).to(h.dtype).expand(h.shape[0] * self.heads, n, n)
         for block in self.mid_block:
             h = block(h, bias)
@@ -185,9 +186,9 @@ class GPT(nn.Module):
 
     def forward(self, tokens, padding):
         T = tokens.shape[1]
-        causal = torch.ones(T, T, dtype=torch.bool).triu(1)
+        causal = torch.ones(T, T, dtype=torch.bool, device=tokens.device).triu(1)
         hidden = causal[None, None] | padding[:, None, None, :]  # True: the key is hidden
-        x = self.wte(tokens) + self.wpe(torch.arange(T))
+        x = self.wte(tokens) + self.wpe(torch.arange(T, device=tokens.device))
         for block in self.h:
             x = block(x, hidden)
         return self.lm_head(x)
@@ -213,13 +214,14 @@ def main():
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--glitch-step", type=int, default=-1)
     p.add_argument("--dtype", choices=("float32", "float16"), default="float32")
+    p.add_argument("--device", default="cpu")
     p.add_argument("--no-grad", action="store_true", help="forward passes under torch.no_grad only")
     p.add_argument("--oracle", action="store_true")
     p.add_argument("--print-losses", action="store_true")
     args = p.parse_args()
     torch.manual_seed(0)
     dtype = getattr(torch, args.dtype)
-    model = {"vit": ViT, "unet": UNet, "causal": GPT}[args.model]().to(dtype)
+    model = {"vit": ViT, "unet": UNet, "causal": GPT}[args.model]().to(args.device, dtype)
     opt = torch.optim.SGD(model.parameters(), lr=1e-2)
     steps = [0]
     if args.oracle:
@@ -230,7 +232,7 @@ def main():
         if step == args.glitch_step and args.model == "vit":
             with torch.no_grad():
                 model.blocks[0].attn.qkv.weight.mul_(1e20)  # a bad update
-        inputs = batch(args.model, step, args.glitch_step, dtype, gen)
+        inputs = tuple(t.to(args.device) for t in batch(args.model, step, args.glitch_step, dtype, gen))
         if args.no_grad:
             with torch.no_grad():
                 loss = model(*inputs).float().square().mean()
