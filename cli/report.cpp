@@ -298,6 +298,12 @@ Report buildReport(const RunData& run, Findings findings) {
   Report r{.run = &run, .findings = std::move(findings)};
   r.first_module = firstModule(run, r.findings);
   r.conclusion = conclude(run, r.findings, r.first_module);
+  std::optional<int64_t> nonfinite_step;
+  if (r.findings.first) nonfinite_step = run.calls[*r.findings.first].step;
+  if (r.conclusion.sentinel && (!nonfinite_step || r.conclusion.sentinel->step < *nonfinite_step)) {
+    nonfinite_step = r.conclusion.sentinel->step;
+  }
+  r.trends = trendsOf(run, nonfinite_step);
   if (r.findings.first_source) {
     const CallRecord& c = run.calls[*r.findings.first_source];
     std::map<std::string, std::string> meta;
@@ -347,6 +353,7 @@ nlohmann::json reportJson(const Report& report) {
       {"audit_findings", conclusion.audit.findings},
       {"known_issues", replay::matchesJson(report.source_issues.matches)},
       {"possible_known_issues", replay::possibleJson(report.source_issues.possible)},
+      {"trends", trendsJson(report.trends)},
   };
   const CallKernelIndex kernels(run);
   if (f.first) {
@@ -367,10 +374,11 @@ nlohmann::json reportJson(const Report& report) {
 
 namespace {
 
-// Every report ends alike: the audit's findings and totals (when it ran), the attention that was
-// not checked, and the run's size.
-std::string closing(const RunData& run, const Conclusion& conclusion) {
-  return auditText(conclusion.audit) + unprobedLines(run) + ranksNotReadText(run) + "  " + summaryLine(run) + "\n";
+// Every report ends alike: the audit's findings and totals (when it ran), the trend warnings, the
+// attention that was not checked, and the run's size.
+std::string closing(const RunData& run, const Report& report) {
+  return auditText(report.conclusion.audit) + trendsText(forTerminal(report.trends)) + unprobedLines(run) +
+         ranksNotReadText(run) + "  " + summaryLine(run) + "\n";
 }
 
 // The attention that ran unchecked by then, for the headline's second line: named here only when
@@ -395,7 +403,7 @@ std::string reportText(const Report& report) {
   if (conclusion.outcome == Outcome::kNothingChecked) {
     out << "nothing checked: no attention call was probed, so nanprov cannot call this run clean\n  why: "
         << printable(conclusion.nothing_checked_why) << "\n";
-    return out.str() + closing(run, conclusion);
+    return out.str() + closing(run, report);
   }
   if (conclusion.sentinel_first) {
     const SentinelFinding& s = *conclusion.sentinel;
@@ -429,13 +437,13 @@ std::string reportText(const Report& report) {
     } else {
       out << (run.total_calls == 0 ? "  no attention call was checked\n" : "  every checked attention call was finite\n");
     }
-    return out.str() + closing(run, conclusion);
+    return out.str() + closing(run, report);
   }
   if (!f.first && conclusion.outcome == Outcome::kAuditFinding) {
     const nlohmann::json& first = conclusion.audit.findings.front();
     out << first.value("name", "?") << "  audit finding: finite outputs that are " << first.value("verdict", "?")
         << " against the float64 reference (no value was non-finite)\n";
-    return out.str() + closing(run, conclusion);
+    return out.str() + closing(run, report);
   }
   if (!f.first) {
     out << (conclusion.outcome == Outcome::kPartial ? "no fault in what was checked, but not everything was: "
@@ -444,7 +452,7 @@ std::string reportText(const Report& report) {
     // Inference runs have no optimizer steps, and so no gradients to vouch for.
     bool training = run.stepUnit() == StepUnit::kOptimizerStep;
     out << (conclusion.sentinel || !training ? "\n" : ", and so were the gradients at every optimizer step\n");
-    return out.str() + closing(run, conclusion);
+    return out.str() + closing(run, report);
   }
   const CallRecord& c = run.calls[*f.first];
   const CallHealth& h = f.first_health;
@@ -520,7 +528,7 @@ std::string reportText(const Report& report) {
         << listed(conclusion.sentinel->gradients) << "\n";
   }
   out << collectivePathsText(run, conclusion);
-  return out.str() + closing(run, conclusion);
+  return out.str() + closing(run, report);
 }
 
 }  // namespace nanprov

@@ -8,6 +8,7 @@
 #include "cli/call_issues.h"
 #include "cli/edges.h"
 #include "cli/first_module.h"
+#include "cli/layer_trends.h"
 #include "cli/outcome.h"
 #include "store/reader.h"
 
@@ -37,6 +38,7 @@ struct Report {
   Conclusion conclusion;
   CallIssues source_issues;  // the known issues the first source edge matches, or may match
   std::optional<ModuleCheckRecord> first_module;  // --trail: the module that made the first non-finite value
+  Trends trends;  // each layer's trend and the warnings the run said
 };
 Report buildReport(const RunData& run);
 Report buildReport(const RunData& run, Findings findings);  // edges already analyzed

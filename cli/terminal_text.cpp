@@ -37,6 +37,21 @@ RunData forTerminal(RunData run) {
   return run;
 }
 
+Trends forTerminal(Trends trends) {
+  for (LayerTrend& t : trends.layers) {
+    escape(t.module);
+    for (TrendPoint& p : t.points) {
+      escape(p.module);
+      escape(p.scores_dtype);
+    }
+  }
+  for (TrendWarning& w : trends.warnings) {
+    escape(w.module);
+    escape(w.scores_dtype);
+  }
+  return trends;
+}
+
 nlohmann::json forTerminal(const nlohmann::json& doc) {
   if (doc.is_string()) return printable(doc.get<std::string>());
   if (doc.is_array()) {

@@ -6,12 +6,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/layer_trends.h"
 #include "store/reader.h"
 
 namespace nanprov {
 
 CallRecord forTerminal(CallRecord call);
 RunData forTerminal(RunData run);
+Trends forTerminal(Trends trends);
 // Every string in `doc`, keys too, made printable (audit findings read from their files).
 nlohmann::json forTerminal(const nlohmann::json& doc);
 

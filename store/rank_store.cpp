@@ -14,7 +14,7 @@
 
 namespace nanprov {
 namespace {
-constexpr const char* kTableList = "('meta','signatures','notes','calls','tensors','kernels','captures','sentinel','steps','step_summaries')";
+constexpr const char* kTableList = "('meta','signatures','notes','calls','tensors','kernels','captures','sentinel','steps','step_summaries','trends','trend_warnings')";
 }  // namespace
 
 std::string columnText(sqlite3_stmt* s, int i) {

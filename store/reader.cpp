@@ -13,6 +13,7 @@
 #include "base/text.h"
 #include "store/call_cursor.h"
 #include "store/sqlite_rows.h"
+#include "store/trend_rows.h"
 #include "store/mapped_counters.h"
 #include "store/run_dir.h"
 #include "store/rank_store.h"
@@ -468,6 +469,7 @@ StatusOr<RunData> loadRun(const RunDirs& dirs, RunScope scope) {
     info.steps = countRows(db->get(), "steps");
     info.calls_stored = countRows(db->get(), "calls");
     NANPROV_RETURN_IF_ERROR(loadSummarised(db->get(), path, &info));
+    NANPROV_RETURN_IF_ERROR(loadTrends(db->get(), path, &info));
     // A summarised call was checked and counted, though its row is gone.
     const int64_t kept = info.calls_stored + info.calls_summarised;
     run.total_calls += kept;

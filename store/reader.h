@@ -11,6 +11,7 @@
 
 #include "store/run_dir.h"
 #include "store/run_file.h"
+#include "base/logit_trend.h"
 #include "base/records/call_record.h"
 #include "base/records/collective_record.h"
 #include "base/status.h"
@@ -36,6 +37,9 @@ struct RankInfo {
   int64_t summary_every = 1;
   // From rank-<r>.tally; none in runs older than it, or when it contradicts the store (damage).
   std::optional<int64_t> calls_begun;
+  // Each layer's trend, by layer then step, and the warnings the rank said (base/logit_trend.h).
+  std::vector<TrendPoint> trends;
+  std::vector<TrendWarning> trend_warnings;
 };
 
 // How much of a run to read. kEdges is what the report needs, at any run size: per rank the first

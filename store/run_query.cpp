@@ -73,7 +73,16 @@ StatusOr<sqlite::Stmt> prepareOneStatement(sqlite3* db, const std::string& sql, 
 // has its own rank column; the others gain one).
 const std::vector<std::pair<std::string, bool>> kQueryTables = {
     {"calls", false}, {"tensors", true}, {"kernels", true}, {"captures", true},
-    {"steps", true},  {"meta", true},    {"sentinel", true}, {"step_summaries", true}};
+    {"steps", true},  {"meta", true},    {"sentinel", true}, {"step_summaries", true},
+    {"trends", true}, {"trend_warnings", true}};
+
+// Tables later nanprov added, with their columns: a store written before one has no rows of it.
+std::vector<const char*> laterTableColumns(const std::string& table) {
+  if (table == "step_summaries") return {std::begin(kStepSummaryColumns), std::end(kStepSummaryColumns)};
+  if (table == "trends") return kTrendColumns;
+  if (table == "trend_warnings") return kTrendWarningColumns;
+  return {};
+}
 
 std::string rowsOf(sqlite3* db, const std::string& table, bool add_rank, const std::string& alias, int rank) {
   // The store keeps a call's signature and note once; the table users query has them inline.
@@ -89,10 +98,11 @@ std::string rowsOf(sqlite3* db, const std::string& table, bool add_rank, const s
            alias + ".calls c JOIN " + alias + ".signatures s ON s.id = c.sig LEFT JOIN " + alias +
            ".notes n ON n.id = c.note";
   }
-  // A store written before the budget has no summaries: no rows, the same columns.
-  if (table == "step_summaries" && !sqlite::hasColumn(db, table, "calls", alias)) {
+  // A store written before a later table has none of its rows: no rows, the same columns.
+  if (std::vector<const char*> columns = laterTableColumns(table);
+      !columns.empty() && !sqlite::hasColumn(db, table, columns.front(), alias)) {
     std::string nulls;
-    for (const char* column : kStepSummaryColumns) nulls += std::string(", NULL AS ") + column;
+    for (const char* column : columns) nulls += std::string(", NULL AS ") + column;
     return "SELECT " + std::to_string(rank) + " AS rank" + nulls + " WHERE 0";
   }
   return std::string("SELECT ") + (add_rank ? std::to_string(rank) + " AS rank, " : "") + "* FROM " + alias + "." + table;

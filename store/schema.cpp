@@ -6,6 +6,12 @@ const char* const kStepSummaryColumns[19] = {"step",   "last_step", "layer",  "p
                                              "max_q",  "max_k",     "max_v",  "max_mask", "max_o",  "max_lse",
                                              "max_do", "max_dq",    "max_dk", "max_dv",   "max_s",  "max_p"};
 
+const std::vector<const char*> kTrendColumns = {"layer",        "step",         "last_step", "bucket_steps", "calls",
+                                               "module",       "logit",        "logit_source", "scores_dtype", "max_o",
+                                               "max_dq",       "max_dk",       "max_dv"};
+const std::vector<const char*> kTrendWarningColumns = {"layer",      "module", "kind",   "step",         "value",
+                                                       "from_step", "from_value", "source", "scores_dtype", "text"};
+
 const char* const kSchemaSql = R"sql(
 CREATE TABLE IF NOT EXISTS meta (
   key   TEXT PRIMARY KEY,
@@ -134,6 +140,36 @@ CREATE TABLE IF NOT EXISTS step_summaries (
   max_do REAL, max_dq REAL, max_dk REAL, max_dv REAL, max_s REAL, max_p REAL,
   PRIMARY KEY (step, layer, phase)
 ) WITHOUT ROWID;
+-- Each layer's trend (base/logit_trend.h): one row per bucket of steps (the steps step..last_step
+-- were seen; buckets are aligned, bucket_steps = 2^k wide, k rising as the run grows), the largest attention logit and |x|
+-- of O, dQ, dK, dV over its calls. Every call feeds it, whatever the budget keeps.
+CREATE TABLE IF NOT EXISTS trends (
+  layer        INTEGER NOT NULL,
+  step         INTEGER NOT NULL,
+  last_step    INTEGER NOT NULL,
+  bucket_steps INTEGER NOT NULL,
+  calls        INTEGER NOT NULL,
+  module       TEXT,
+  logit        REAL,
+  logit_source TEXT,
+  scores_dtype TEXT,
+  max_o REAL, max_dq REAL, max_dk REAL, max_dv REAL,
+  PRIMARY KEY (layer, step)
+) WITHOUT ROWID;
+-- The warnings the run printed or would have printed (one per layer and kind), when they came.
+CREATE TABLE IF NOT EXISTS trend_warnings (
+  layer        INTEGER NOT NULL,
+  module       TEXT,
+  kind         TEXT NOT NULL,
+  step         INTEGER NOT NULL,
+  value        REAL NOT NULL,
+  from_step    INTEGER NOT NULL,
+  from_value   REAL NOT NULL,
+  source       TEXT NOT NULL,
+  scores_dtype TEXT,
+  text         TEXT NOT NULL,
+  PRIMARY KEY (layer, kind)
+);
 CREATE TABLE IF NOT EXISTS steps (
   step   INTEGER PRIMARY KEY,
   end_ns INTEGER NOT NULL

@@ -2,6 +2,8 @@
 // store/README.md, because people query it with `nanprov sql`.
 #pragma once
 
+#include <vector>
+
 namespace nanprov {
 
 // 2: kernels, calls.device, calls.unattributed; 3: captures; 4: calls.recompute, sentinel;
@@ -14,6 +16,10 @@ inline constexpr int kSchemaVersion = 5;
 // Its columns, in order; the maxima are in Role order.
 // step_summaries' columns: 7 of the row, then one maximum per Role, in Role order.
 extern const char* const kStepSummaryColumns[19];
+
+// 5, later: trends and trend_warnings (base/logit_trend.h), written by the writer for every call.
+extern const std::vector<const char*> kTrendColumns;
+extern const std::vector<const char*> kTrendWarningColumns;
 
 // Idempotent: every statement is CREATE ... IF NOT EXISTS.
 extern const char* const kSchemaSql;

@@ -19,6 +19,7 @@
 #include "base/text.h"
 #include "base/records/call_event.h"
 #include "store/budget_keeper.h"
+#include "store/trend_keeper.h"
 #include "store/call_signature.h"
 #include "store/schema.h"
 #include "store/sqlite_db.h"
@@ -221,6 +222,8 @@ struct StoreWriter::Impl {
   sqlite::Db db;
   Statements statements;
   std::unique_ptr<BudgetKeeper> budget;  // writer thread only
+  TrendKeeper trends;                    // writer thread only
+  TrendSink on_warning;                  // called on the writer thread, after the warning committed
   Interned interned;
   int64_t calls_written = 0;
   int rank = -1;  // once set, every call's row carries it: events made before may carry a guess
@@ -243,7 +246,10 @@ struct StoreWriter::Impl {
   // the thread was joined, so the database handle has a single user at a time.
   Status writeBatch(const PendingRows& batch) {
     Status st = writeRows(batch);
-    if (!st.ok()) interned = {};  // the rolled-back transaction may have held new signatures
+    if (!st.ok()) {
+      interned = {};  // the rolled-back transaction may have held new signatures
+      trends.rewriteAll();  // and trend rows the keeper counts as written
+    }
     return st;
   }
 
@@ -255,12 +261,15 @@ struct StoreWriter::Impl {
       NANPROV_RETURN_IF_ERROR(sqlite::exec(db.get(), "UPDATE calls SET rank = " + std::to_string(*batch.rank)));
       rank = *batch.rank;
     }
+    std::vector<TrendWarning> warnings;
     for (const CallEvent& c : batch.calls) {
       CallRecord record = c.record();
       if (rank >= 0) record.rank = rank;
       NANPROV_RETURN_IF_ERROR(insertCall(db.get(), statements, interned, record));
       budget->noteCall(record.seq, record.step);
+      for (TrendWarning& w : trends.noteCall(record)) warnings.push_back(std::move(w));
     }
+    if (!batch.calls.empty()) NANPROV_RETURN_IF_ERROR(trends.write(db.get(), warnings));
     if (!batch.calls.empty()) {
       // A running total, so readers need no scan to say how many calls were checked.
       NANPROV_RETURN_IF_ERROR(insertMeta(db.get(), statements, "calls_written",
@@ -280,6 +289,9 @@ struct StoreWriter::Impl {
     }
     NANPROV_RETURN_IF_ERROR(tx.commit());
     calls_written += static_cast<int64_t>(batch.calls.size());
+    if (on_warning) {
+      for (const TrendWarning& w : warnings) on_warning(w);
+    }
     // Pruning to the budget waits for a step boundary, in a transaction of its own, so what the
     // batch committed is on disk whatever it meets.
     return batch.steps.empty() ? Status::Ok() : budget->stepEnded(db.get());
@@ -366,7 +378,7 @@ Status createStore(const std::string& path, const std::map<std::string, std::str
 }  // namespace
 
 StatusOr<std::unique_ptr<StoreWriter>> StoreWriter::open(
-    const std::string& path, const std::map<std::string, std::string>& meta, int64_t budget_bytes) {
+    const std::string& path, const std::map<std::string, std::string>& meta, int64_t budget_bytes, TrendSink on_warning) {
   std::map<std::string, std::string> all = meta;
   if (budget_bytes > 0) all["store_budget"] = std::to_string(budget_bytes);
   NANPROV_RETURN_IF_ERROR(createStore(path, all));
@@ -378,6 +390,7 @@ StatusOr<std::unique_ptr<StoreWriter>> StoreWriter::open(
   NANPROV_RETURN_IF_ERROR(sqlite::exec(raw, "PRAGMA synchronous=NORMAL;"));  // per connection
   impl->budget = std::make_unique<BudgetKeeper>(path, budget_bytes);
   NANPROV_RETURN_IF_ERROR(impl->budget->configure(raw));
+  impl->on_warning = std::move(on_warning);
   auto statements = prepareStatements(raw);
   if (!statements.ok()) return statements.status();
   impl->statements = std::move(*statements);

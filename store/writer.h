@@ -4,11 +4,13 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "base/logit_trend.h"
 #include "base/records/call_event.h"
 #include "base/records/call_record.h"
 #include "base/records/collective_record.h"
@@ -19,14 +21,19 @@ namespace nanprov {
 // A rank store's byte budget when nanprov run is given none (--store-budget).
 inline constexpr int64_t kDefaultStoreBudgetBytes = int64_t{1} << 30;
 
+// Hears each trend warning (base/logit_trend.h) once it is in the store, on the writer's thread:
+// the training never waits on it, and no value is read from the device for it.
+using TrendSink = std::function<void(const TrendWarning&)>;
+
 class StoreWriter {
  public:
   // Creates or opens `path`, applies the schema and writes `meta` (key → value) into it. With a
   // `budget_bytes` (nanprov run --store-budget), the store stays under it for any run length: at
   // step boundaries the clean calls of old steps become per-step summaries (store/budget_keeper.h).
+  // Every call also feeds its layer's trend (store/trend_keeper.h); `on_warning` hears its warnings.
   static StatusOr<std::unique_ptr<StoreWriter>> open(const std::string& path,
                                                      const std::map<std::string, std::string>& meta,
-                                                     int64_t budget_bytes = 0);
+                                                     int64_t budget_bytes = 0, TrendSink on_warning = {});
   ~StoreWriter();  // close()s
   StoreWriter(const StoreWriter&) = delete;
   StoreWriter& operator=(const StoreWriter&) = delete;

@@ -41,6 +41,15 @@ int64_t wallClockNs() {
              std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
+// The first trend warning of the process, said while the training runs; the store keeps every
+// one, and the report lists them. Once: a rank whose logits grow says so for each layer otherwise.
+static void sayTrendWarning(const TrendWarning& w) {
+  static std::atomic<bool> said{false};
+  if (said.exchange(true)) return;
+  std::fprintf(stderr, "nanprov: warning: rank %d, step %lld: %s. A trend, not a verdict: `nanprov report` shows each layer's.\n",
+               w.rank, static_cast<long long>(w.step), w.text().c_str());
+}
+
 Session::Session() = default;
 Session::~Session() {
   Session* self = this;
@@ -141,7 +150,8 @@ StoreWriter* Session::writer() {
   if (trail_) meta["trail"] = "1";
   std::string path = (std::filesystem::path(run_dir_) / ownName(rankStoreName(rank()), processStoreName(getpid()))).string();
   // nanprov run --store-budget; a process started without nanprov run keeps the default.
-  auto opened = StoreWriter::open(path, meta, envInteger("NANPROV_STORE_BUDGET", kDefaultStoreBudgetBytes, 0));
+  auto opened = StoreWriter::open(path, meta, envInteger("NANPROV_STORE_BUDGET", kDefaultStoreBudgetBytes, 0),
+                                  sayTrendWarning);
   if (!opened.ok()) {
     writer_failed_ = true;
     storeRefused(opened.status().message());

@@ -1,0 +1,39 @@
+// Each layer's trend over the run (issue 50), merged over ranks, and the warnings the ranks said:
+// what `report` shows, as text, JSON and the HTML page's plots. The store keeps the trends for
+// every call whatever its budget kept (store/trend_keeper.h); this reads a few hundred rows per
+// layer and rank, so it costs the report nothing at any run length.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/logit_trend.h"
+#include "store/reader.h"
+
+namespace nanprov {
+
+struct LayerTrend {
+  int64_t layer = -1;
+  std::string module;
+  int64_t bucket_steps = 1;        // the widest over ranks: every point stands for this many steps
+  std::vector<TrendPoint> points;  // by step; each the largest over ranks
+};
+
+struct Trends {
+  std::vector<LayerTrend> layers;      // by layer
+  std::vector<TrendWarning> warnings;  // over ranks, by step then rank
+  // The first step whose values went non-finite (an edge or the sentinel's), to say how long
+  // before it each warning came; nullopt in a run that stayed finite.
+  std::optional<int64_t> nonfinite_step;
+};
+
+Trends trendsOf(const RunData& run, std::optional<int64_t> nonfinite_step);
+nlohmann::json trendsJson(const Trends& trends);
+// The warnings, and the layers whose logits grew most, a few lines; "" for a run with no trend
+// rows (a store older than them).
+std::string trendsText(const Trends& trends);
+
+}  // namespace nanprov

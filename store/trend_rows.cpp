@@ -1,0 +1,63 @@
+#include "store/trend_rows.h"
+
+#include "store/sqlite_rows.h"
+
+namespace nanprov {
+namespace {
+
+// More rows than the writer keeps for this many layers is a store nanprov did not write.
+constexpr int64_t kMostRows = int64_t{2} * 4096 * 256;
+
+std::optional<double> optionalDouble(sqlite3_stmt* s, int i) {
+  if (sqlite3_column_type(s, i) == SQLITE_NULL) return std::nullopt;
+  return sqlite3_column_double(s, i);
+}
+
+}  // namespace
+
+Status loadTrends(sqlite3* db, const std::string& path, RankInfo* info) {
+  if (!sqlite::hasTable(db, "trends") || !sqlite::hasTable(db, "trend_warnings")) return Status::Ok();
+  auto rows = sqlite::prepare(db,
+      "SELECT layer, step, last_step, bucket_steps, calls, IFNULL(module, ''), logit, IFNULL(logit_source, 'lse'), "
+      "IFNULL(scores_dtype, ''), max_o, max_dq, max_dk, max_dv FROM trends ORDER BY layer, step LIMIT " +
+      std::to_string(kMostRows + 1));
+  if (!rows.ok()) return notAStore(path, rows.status().message());
+  NANPROV_RETURN_IF_ERROR(sqlite::eachRow(db, rows->get(), path, [&](sqlite3_stmt* s) {
+    if (static_cast<int64_t>(info->trends.size()) >= kMostRows) return notAStore(path, "its trends table is too large");
+    TrendPoint p;
+    std::string source;
+    sqlite::readRow(s, 0, p.layer, p.step, p.last_step, p.bucket_steps, p.calls, p.module);
+    p.logit = optionalDouble(s, 6);
+    sqlite::readRow(s, 7, source, p.scores_dtype);
+    p.o = optionalDouble(s, 9);
+    p.dq = optionalDouble(s, 10);
+    p.dk = optionalDouble(s, 11);
+    p.dv = optionalDouble(s, 12);
+    auto parsed = parseLogitSource(source);
+    if (!parsed || p.last_step < p.step || p.bucket_steps < 1 || p.calls < 0) {
+      return notAStore(path, "a trends row for layer " + std::to_string(p.layer) + " is not one nanprov writes");
+    }
+    p.source = *parsed;
+    info->trends.push_back(std::move(p));
+    return Status::Ok();
+  }));
+  auto warnings = sqlite::prepare(db,
+      "SELECT layer, IFNULL(module, ''), kind, step, value, from_step, from_value, source, IFNULL(scores_dtype, '') "
+      "FROM trend_warnings ORDER BY step, layer LIMIT 8192");
+  if (!warnings.ok()) return notAStore(path, warnings.status().message());
+  return sqlite::eachRow(db, warnings->get(), path, [&](sqlite3_stmt* s) {
+    TrendWarning w;
+    std::string kind, source;
+    sqlite::readRow(s, 0, w.layer, w.module, kind, w.step, w.value, w.from_step, w.from_value, source, w.scores_dtype);
+    auto k = parseTrendKind(kind);
+    auto src = parseLogitSource(source);
+    if (!k || !src) return notAStore(path, "a trend_warnings row is not one nanprov writes");
+    w.kind = *k;
+    w.source = *src;
+    w.rank = info->rank;
+    info->trend_warnings.push_back(std::move(w));
+    return Status::Ok();
+  });
+}
+
+}  // namespace nanprov

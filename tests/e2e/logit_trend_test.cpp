@@ -1,0 +1,114 @@
+// End-to-end: the warning before the NaN (issue 50). A nanoGPT-style model whose attention is
+// computed in float16 trains at a learning rate that grows its query and key weights until the
+// scores overflow (tests/e2e/scripts/logit_growth.py). nanprov must say so while the training
+// runs, once, before the first non-finite value, and its per-layer trend must be the largest score
+// the script's own softmax received (--truth), step by step. A stable run of the same model, and
+// the demo, must get no warning.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <regex>
+#include <sstream>
+
+#include "tests/e2e/e2e_support.h"
+
+namespace {
+using namespace e2e;
+
+const std::string kScript = std::string(NANPROV_TEST_SCRIPTS) + "/logit_growth.py";
+
+int countOf(const std::string& text, const std::string& part) {
+  int n = 0;
+  for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
+  return n;
+}
+
+TEST(LogitTrend, WarnsBeforeTheNaNAndFollowsTheScriptsOwnScores) {
+  TrainedRun r = train("trend-diverging", "", "--steps 30 --truth --oracle", kScript);
+  ASSERT_EQ(r.report.code, 1) << r.train.out << r.report.out;
+  std::smatch oracle;
+  ASSERT_TRUE(std::regex_search(r.train.out, oracle, std::regex("first non-finite forward output: (\\S+) at step (\\d+)")))
+      << r.train.out;
+  const int nan_step = std::stoi(oracle[2].str());
+  expectFields(r.doc["first_edge"], {{"module", oracle[1].str()}, {"step", nan_step}, {"origin", "attention"}});
+
+  // Said once, while the training ran, before its NaN.
+  EXPECT_EQ(countOf(r.train.out, "nanprov: warning:"), 1) << r.train.out;
+  std::smatch said;
+  ASSERT_TRUE(std::regex_search(r.train.out, said, std::regex("nanprov: warning: rank 0, step (\\d+): (\\S+) attention logits grew")))
+      << r.train.out;
+  const int warned_step = std::stoi(said[1].str());
+  EXPECT_LT(warned_step, nan_step) << "the warning must come before the NaN";
+  EXPECT_LT(r.train.out.find("nanprov: warning:"), r.train.out.find("oracle:")) << "said while the training ran";
+  std::printf("warned at step %d, %d steps before the first non-finite value (step %d)\n", warned_step,
+              nan_step - warned_step, nan_step);
+
+  const json& trends = r.doc["trends"];
+  ASSERT_FALSE(trends["warnings"].empty()) << trends.dump();
+  const json& first = trends["warnings"][0];
+  expectFields(first, {{"kind", "growth"}, {"step", warned_step}, {"module", said[2].str()}, {"logit_source", "scores"},
+                       {"scores_dtype", "Half"}, {"steps_before_first_nonfinite", nan_step - warned_step}});
+  bool precision = false;
+  for (const json& w : trends["warnings"]) {
+    if (w["kind"] != "precision") continue;
+    precision = true;
+    EXPECT_GE(w["value"].get<double>(), 2048.0) << "float16 scores are 2 apart from 2,048: " << w.dump();
+    EXPECT_LT(w["step"].get<int>(), nan_step) << w.dump();
+  }
+  EXPECT_TRUE(precision) << trends["warnings"].dump();
+
+  // The trend is the script's own largest score per step and layer, before the NaN.
+  std::map<std::pair<int, int>, double> truth;
+  std::regex line("truth: step (\\d+) layer (\\d+) largest score (\\S+)");
+  for (auto it = std::sregex_iterator(r.train.out.begin(), r.train.out.end(), line); it != std::sregex_iterator(); ++it) {
+    truth[{std::stoi((*it)[1].str()), std::stoi((*it)[2].str())}] = std::stod((*it)[3].str());
+  }
+  ASSERT_EQ(trends["layers"].size(), 2u) << trends.dump();
+  int compared = 0;
+  for (const json& layer : trends["layers"]) {
+    EXPECT_EQ(layer["bucket_steps"], 1) << "30 steps fit the trend at one step a point";
+    for (const json& p : layer["points"]) {
+      const int step = p["step"];
+      if (step >= nan_step) continue;
+      auto want = truth.find({step, layer["layer"].get<int>()});
+      ASSERT_NE(want, truth.end()) << p.dump();
+      EXPECT_DOUBLE_EQ(p["logit"].get<double>(), want->second) << "layer " << layer["layer"] << " step " << step;
+      EXPECT_EQ(p["logit_source"], "scores");
+      ++compared;
+    }
+  }
+  EXPECT_EQ(compared, 2 * nan_step);
+  EXPECT_NE(r.report.out.find("\"trends\""), std::string::npos);
+  Result text = sh(nanprov() + " report " + r.dir.string());
+  EXPECT_NE(text.out.find("trend warning: rank0 step " + std::to_string(warned_step)), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("steps before the first non-finite value"), std::string::npos) << text.out;
+}
+
+// The same model at a learning rate it learns at: its logits grow (x10 and more) but stay far
+// below any instability; and the demo. Neither is warned about, and the probes change no loss.
+TEST(LogitTrend, NoWarningOnAStableRunOrTheDemo) {
+  TrainedRun stable = train("trend-stable", "", "--lr 0.01 --steps 60 --print-losses", kScript);
+  EXPECT_EQ(stable.report.code, 0) << stable.report.out;
+  EXPECT_EQ(stable.train.out.find("warning:"), std::string::npos) << stable.train.out;
+  EXPECT_TRUE(stable.doc["trends"]["warnings"].empty()) << stable.doc["trends"].dump();
+  double peak = 0;
+  for (const json& p : stable.doc["trends"]["layers"][0]["points"]) peak = std::max(peak, p["logit"].get<double>());
+  EXPECT_GT(peak, 10.0) << "its logits do grow";
+  Result plain = sh(python() + " " + kScript + " --lr 0.01 --steps 60 --print-losses 2>/dev/null");
+  std::string probed_losses;
+  std::istringstream lines(stable.train.out);
+  for (std::string l; std::getline(lines, l);) {
+    if (l.rfind("step ", 0) == 0) probed_losses += l + "\n";
+  }
+  EXPECT_EQ(plain.out, probed_losses);
+
+  TrainedRun demo = train("trend-demo", "", "--steps 40");
+  EXPECT_EQ(demo.report.code, 0) << demo.report.out;
+  EXPECT_EQ(demo.train.out.find("warning:"), std::string::npos) << demo.train.out;
+  EXPECT_TRUE(demo.doc["trends"]["warnings"].empty());
+  EXPECT_EQ(demo.doc["trends"]["layers"].size(), 2u);
+  EXPECT_EQ(demo.doc["trends"]["layers"][0]["points"][0]["logit_source"], "lse") << "the CPU's flash kernel returns LSE";
+}
+
+}  // namespace
