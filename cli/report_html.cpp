@@ -9,6 +9,7 @@
 #include "base/json_text.h"
 #include "base/text.h"
 #include "cli/call_kernels.h"
+#include "cli/trend_plots.h"
 #include "cli/unchecked_attention.h"
 #include "replay/known_issues.h"
 #include "store/file_replace.h"
@@ -102,6 +103,66 @@ td.first-source{outline:2px dashed #000}
 table.matrix td,table.matrix th{border:1px solid #dadce0;padding:3px 8px;text-align:left}
 details summary{cursor:pointer;color:#1a73e8}
 )";
+
+// ---- trends ----
+
+// Each layer's trend as a small plot, the layers warned about first, then those whose logits grew
+// most: at most kPlottedLayers, so a 1,000-layer model's page stays a page.
+std::string trendsSection(const Report& report) {
+  constexpr size_t kPlottedLayers = 32;
+  const Trends& t = report.trends;
+  std::string out = "<section id=\"trends\">\n<h2>Trends</h2>\n";
+  if (t.layers.empty()) {
+    return out + "<p>The store holds no trends: it was written before nanprov kept them.</p>\n</section>\n";
+  }
+  if (t.warnings.empty()) {
+    out += "<p>No warning: no layer's attention logits grew past the rule. A trend, not a verdict.</p>\n";
+  } else {
+    out += "<ul>\n";
+    for (const TrendWarning& w : t.warnings) {
+      std::string when = "rank " + std::to_string(w.rank) + ", step " + std::to_string(w.step);
+      if (t.nonfinite_step && *t.nonfinite_step > w.step) {
+        when += ", " + std::to_string(*t.nonfinite_step - w.step) + " steps before the first non-finite value";
+      }
+      out += "<li><b>" + when + ":</b> " + shown(w.text()) + "</li>\n";
+    }
+    out += "</ul>\n<p class=\"note\">A trend, not a verdict: the rule is the growth that preceded published instabilities.</p>\n";
+  }
+  PlotFrame frame{.first_step = t.layers.front().points.front().step, .last_step = 0, .nonfinite_step = t.nonfinite_step};
+  std::vector<std::pair<double, const LayerTrend*>> order;
+  for (const LayerTrend& layer : t.layers) {
+    double first = 0, peak = 0;
+    for (const TrendPoint& p : layer.points) {
+      frame.first_step = std::min(frame.first_step, p.step);
+      frame.last_step = std::max(frame.last_step, p.last_step);
+      if (!p.logit) continue;
+      if (first == 0) first = *p.logit;
+      peak = std::max(peak, *p.logit);
+    }
+    bool warned = false;
+    for (const TrendWarning& w : t.warnings) warned = warned || w.layer == layer.layer;
+    order.push_back({(warned ? 1e300 : 0) + (first > 0 ? peak / first : 0), &layer});
+  }
+  std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  out += trendPlotLegend() + "<div class=\"ranks\">\n";
+  for (size_t i = 0; i < order.size() && i < kPlottedLayers; ++i) {
+    const LayerTrend& layer = *order[i].second;
+    PlotFrame own = frame;
+    for (const TrendWarning& w : t.warnings) {
+      if (w.layer == layer.layer) own.warning_steps.push_back(w.step);
+    }
+    out += "<figure class=\"rank\"><figcaption class=\"mono\">" + shown(layer.module.empty() ? "layer" : layer.module) +
+           " (layer " + std::to_string(layer.layer) + ")</figcaption>\n" + trendPlotSvg(layer, own) + "</figure>\n";
+  }
+  out += "</div>\n";
+  if (order.size() > kPlottedLayers) {
+    out += "<p class=\"note\">" + std::to_string(order.size() - kPlottedLayers) +
+           " more layers: <code>nanprov report --json</code> lists every layer's under trends.layers.</p>\n";
+  }
+  const int64_t every = t.layers.front().bucket_steps;
+  if (every > 1) out += "<p class=\"note\">Each point stands for " + std::to_string(every) + " steps, their largest.</p>\n";
+  return out + "</section>\n";
+}
 
 // ---- verdict and first edge ----
 
@@ -597,9 +658,9 @@ std::string reportHtml(const Report& report, const PageSources& sources) {
       escapedHtml(headline) + "</title>\n<style>" + kStyle + "</style>\n</head>\n<body>\n";
   out += verdictSection(report, headline);
   out += "<nav><a href=\"#first-edge\">first edge</a><a href=\"#sentinel\">gradient sentinel</a><a href=\"#coverage\">coverage</a>"
-         "<a href=\"#audit\">audit</a><a href=\"#picture\">layers &times; steps</a><a href=\"#kernels\">kernels</a>"
+         "<a href=\"#audit\">audit</a><a href=\"#trends\">trends</a><a href=\"#picture\">layers &times; steps</a><a href=\"#kernels\">kernels</a>"
          "<a href=\"#replay\">replay</a><a href=\"#facts\">the run</a></nav>\n";
-  out += firstEdgeSection(report) + sentinelSection(report) + coverageSection(report) + auditSection(report);
+  out += firstEdgeSection(report) + sentinelSection(report) + coverageSection(report) + auditSection(report) + trendsSection(report);
   out += pictureSection(report, sources.picture) + kernelsSection(report) + replaySection(report, sources) + factsSection(report, sources);
   return out + "</body>\n</html>\n";
 }

@@ -83,6 +83,15 @@ TEST(LogitTrend, WarnsBeforeTheNaNAndFollowsTheScriptsOwnScores) {
   Result text = sh(nanprov() + " report " + r.dir.string());
   EXPECT_NE(text.out.find("trend warning: rank0 step " + std::to_string(warned_step)), std::string::npos) << text.out;
   EXPECT_NE(text.out.find("steps before the first non-finite value"), std::string::npos) << text.out;
+
+  // The page: a plot per layer, the warnings listed.
+  const fs::path page = r.dir / "report.html";
+  sh(nanprov() + " report " + r.dir.string() + " --html " + page.string());
+  const std::string html = sh("cat " + page.string()).out;
+  EXPECT_NE(html.find("<section id=\"trends\">"), std::string::npos);
+  EXPECT_EQ(countOf(html, "<svg class=\"trend\""), 2) << "one plot per layer";
+  EXPECT_NE(html.find("trend warning at step " + std::to_string(warned_step)), std::string::npos);
+  EXPECT_NE(html.find("first non-finite value at step " + std::to_string(nan_step)), std::string::npos);
 }
 
 // The same model at a learning rate it learns at: its logits grow (x10 and more) but stay far
