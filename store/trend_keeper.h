@@ -17,6 +17,7 @@
 #include "base/logit_trend.h"
 #include "base/records/call_record.h"
 #include "base/status.h"
+#include "store/sqlite_db.h"
 
 namespace nanprov {
 
@@ -54,6 +55,8 @@ class TrendKeeper {
   std::map<int64_t, Layer> layers_;
   int shift_ = 0;
   bool rewrite_ = false;  // buckets merged: every row is rewritten
+  // Prepared once, on the writer's connection: a step's write is a row or two per layer.
+  sqlite::Stmt insert_row_, insert_warning_;
 };
 
 }  // namespace nanprov
