@@ -8,7 +8,7 @@ its logits level off far below.
 --truth prints, each step, the largest finite |score| each layer's softmax received: the ground
 truth nanprov's trend is compared with. --oracle prints the first module whose forward output went
 non-finite from finite inputs (plain-PyTorch forward hooks). --print-losses prints each loss as an
-exact hex float."""
+exact hex float. --device cuda trains on the GPU (batches drawn on the CPU, then moved)."""
 import argparse
 import math
 import os
@@ -74,12 +74,13 @@ def main():
     p.add_argument("--steps", type=int, default=40)
     p.add_argument("--lr", type=float, default=0.2)
     p.add_argument("--attn-dtype", choices=("float16", "bfloat16", "float32"), default="float16")
+    p.add_argument("--device", default="cpu")
     p.add_argument("--truth", action="store_true")
     p.add_argument("--oracle", action="store_true")
     p.add_argument("--print-losses", action="store_true")
     args = p.parse_args()
     torch.manual_seed(0)
-    model = GPT(getattr(torch, args.attn_dtype), args.truth)
+    model = GPT(getattr(torch, args.attn_dtype), args.truth).to(args.device)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
     steps = [0]
     if args.oracle:
@@ -89,6 +90,7 @@ def main():
         steps[0] = step
         half = torch.randint(0, VOCAB, (BATCH, SEQ // 2 + 1), generator=gen)
         tokens = torch.cat([half, half], dim=1)[:, : SEQ + 1]  # the second half repeats the first
+        tokens = tokens.to(args.device)
         logits = model(tokens[:, :-1])
         loss = F.cross_entropy(logits.reshape(-1, VOCAB), tokens[:, 1:].reshape(-1))
         opt.zero_grad()
