@@ -95,18 +95,20 @@ class StreamedTable {
 // The calls the store budget summarised that the filters would have listed (their rows are gone;
 // the module and backend filters cannot be asked of a summary): a line saying where they went, or "".
 StatusOr<std::string> summarisedNote(const Options& o, const RunDirs& dir) {
-  if (o.nonfinite) return std::string();  // a call that was not clean is never summarised
-  std::string where = "1";
+  // A call that was not clean is summarised only in a run that stayed non-finite past its first
+  // edge steps (a store written before that has no not_clean column, and summarised none).
+  const char* count = o.nonfinite ? "not_clean" : "calls";
+  std::string where = o.nonfinite ? "not_clean > 0" : "1";
   if (o.rank) where += " AND rank = " + std::to_string(*o.rank);
   if (o.layer) where += " AND layer = " + std::to_string(*o.layer);
   if (o.step) where += " AND " + std::to_string(*o.step) + " BETWEEN step AND last_step";
   if (!o.phase.empty()) where += " AND phase = '" + o.phase + "'";  // fwd or bwd, checked by the option
-  auto found = queryRun(dir, "SELECT IFNULL(SUM(calls), 0), MIN(step), MAX(last_step) FROM step_summaries WHERE " + where);
+  auto found = queryRun(dir, std::string("SELECT IFNULL(SUM(") + count + "), 0), MIN(step), MAX(last_step) FROM step_summaries WHERE " + where);
   if (!found.ok()) return found.status();
   const auto& row = found->rows.at(0);
   if (!row[0] || *row[0] == "0") return std::string();
-  return *row[0] + " more clean calls of steps " + *row[1] + "-" + *row[2] +
-         " were summarised by the store budget (counts and max |x| per step, layer and phase): "
+  return *row[0] + (o.nonfinite ? " more calls that were not clean" : " more calls") + " of steps " + *row[1] + "-" +
+         *row[2] + " were summarised by the store budget (counts and max |x| per step, layer and phase): "
          "nanprov sql \"SELECT * FROM step_summaries\"";
 }
 

@@ -51,7 +51,7 @@ nlohmann::json coverageJson(const RunData& run) {
   nlohmann::json summarised = nullptr;
   if (sum.calls) {
     summarised = {{"calls", sum.calls}, {"first_step", sum.first_step}, {"last_step", sum.last_step},
-                  {"steps_per_row", sum.every}, {"ranks", sum.ranks}};
+                  {"steps_per_row", sum.every}, {"ranks", sum.ranks}, {"not_clean", sum.not_clean}};
   }
   return {{"attention_calls", run.total_calls},
           {"calls_not_stored", run.callsNotStored()},
@@ -182,10 +182,13 @@ std::string summaryLine(const RunData& run) {
 std::string summarisedText(const RunData& run) {
   const Summarised s = run.summarised();
   if (!s.calls) return "";
-  return std::to_string(s.calls) + " clean calls of steps " + std::to_string(s.first_step) + "-" +
+  const std::string which = s.not_clean ? " calls (" + std::to_string(s.not_clean) + " of them not clean)" : " clean calls";
+  return std::to_string(s.calls) + which + " of steps " + std::to_string(s.first_step) + "-" +
          std::to_string(s.last_step) + " kept only as counts and max |x| per (step, layer, phase)" +
          (s.every > 1 ? ", up to " + std::to_string(s.every) + " steps a row" : std::string()) +
-         " (nanprov run --store-budget); every call that was not clean is kept in full";
+         " (nanprov run --store-budget); " +
+         (s.not_clean ? "the first steps that were not clean are kept in full"
+                      : "every call that was not clean is kept in full");
 }
 
 nlohmann::json callJson(const CallRecord& call, const CallHealth& health) {

@@ -23,13 +23,23 @@ constexpr int64_t kEmptyStoreBytes = 96 << 10;
 
 // The summary's maxima columns, in Role order (store/schema.h).
 const std::span<const char* const> kRoleColumns(kStepSummaryColumns + 7, kRoleCount);
-static_assert(std::size(kStepSummaryColumns) == 7 + kRoleCount, "a maximum column for every role");
+static_assert(std::size(kStepSummaryColumns) == 7 + kRoleCount + 1, "a maximum column for every role, then not_clean");
 
-// A plain clean call, held by nothing else: what may become a summary.
-constexpr const char* kPrunable =
-    " FROM calls WHERE seq BETWEEN ?1 AND ?2 AND step = ?3 AND health = 0 AND max_abs IS NOT NULL"
+// The first steps that held a call that was not clean stay in full, each with the step before it
+// (the report walks back from an edge to the forward before it): the edge and how it spread. A
+// run that stays non-finite past them (training on after a NaN, AMP's skipped steps) has its
+// later steps summarised like clean ones, their counts kept, so no run outgrows its budget.
+constexpr size_t kEdgeStepsKept = 8;
+
+// A call of the step being summarised, held by nothing else (no capture, no traced kernel).
+const std::string kHeldByNothing =
+    " FROM calls WHERE calls.seq BETWEEN ?1 AND ?2 AND calls.step = ?3"
     " AND NOT EXISTS (SELECT 1 FROM captures p WHERE p.seq = calls.seq)"
     " AND NOT EXISTS (SELECT 1 FROM kernels k WHERE k.seq = calls.seq)";
+// A plain clean call (its maxima in calls.max_abs), or one stored with tensor rows: not clean, or
+// clean with a detail the compact form lacks (fully masked rows, an all-zero tensor).
+const std::string kPrunable = kHeldByNothing + " AND calls.health = 0 AND calls.max_abs IS NOT NULL";
+const std::string kPrunableWithTensorRows = kHeldByNothing + " AND calls.max_abs IS NULL";
 
 // Merges a row into its bucket: counts add, maxima take the larger (NULL: the role was absent).
 std::string upsertSql() {
@@ -41,10 +51,10 @@ std::string upsertSql() {
              " ELSE " + c + " END";
   }
   return "INSERT INTO step_summaries(step,last_step,layer,phase,calls,first_seq,last_seq" + cols +
-         ") VALUES(?,?,?,?,?,?,?" + params +
-         ") ON CONFLICT(step,layer,phase) DO UPDATE SET last_step=MAX(last_step,excluded.last_step),"
-         "calls=calls+excluded.calls,first_seq=MIN(first_seq,excluded.first_seq),last_seq=MAX(last_seq,excluded.last_seq)" +
-         merge;
+         ",not_clean) VALUES(?,?,?,?,?,?,?" + params +
+         ",?) ON CONFLICT(step,layer,phase) DO UPDATE SET last_step=MAX(last_step,excluded.last_step),"
+         "calls=calls+excluded.calls,first_seq=MIN(first_seq,excluded.first_seq),last_seq=MAX(last_seq,excluded.last_seq)," +
+         "not_clean=not_clean+excluded.not_clean" + merge;
 }
 
 Status run(sqlite3* db, sqlite3_stmt* s) {
@@ -82,12 +92,13 @@ Status BudgetKeeper::configure(sqlite3* db) {
                               "; PRAGMA journal_size_limit=" + std::to_string(wal_bytes) + "; PRAGMA temp_store=MEMORY;");
 }
 
-void BudgetKeeper::noteCall(int64_t seq, int64_t step) {
+void BudgetKeeper::noteCall(int64_t seq, int64_t step, int64_t tensor_rows) {
   if (!on()) return;
   auto [it, fresh] = full_.try_emplace(step, StepSpan{seq, seq, 0});
   it->second.first_seq = std::min(it->second.first_seq, seq);
   it->second.last_seq = std::max(it->second.last_seq, seq);
-  ++it->second.calls;
+  // A tensor row costs about what a clean call's row does: a call that was not clean weighs more.
+  it->second.calls += 1 + tensor_rows;
 }
 
 int64_t BudgetKeeper::liveBytes(sqlite3* db) const {
@@ -98,14 +109,18 @@ int64_t BudgetKeeper::liveBytes(sqlite3* db) const {
 }
 
 StatusOr<bool> BudgetKeeper::keptForAnEdge(sqlite3* db, int64_t step) {
-  // Through the index over calls that are not clean: the step of one, and the step before it
-  // (the report walks back from an edge to the forward before it, for the input trail).
-  auto st = sqlite::prepare(db, "SELECT 1 FROM calls WHERE health != 0 AND step BETWEEN ? AND ? LIMIT 1");
-  if (!st.ok()) return st.status();
-  sqlite::bindRow(st->get(), step, step + 1);
-  int rc = sqlite3_step(st->get());
-  if (rc != SQLITE_ROW && rc != SQLITE_DONE) return Status::Error(sqlite::errorOf(db));
-  return rc == SQLITE_ROW;
+  // Through the index over calls that are not clean; fixed once there are enough of them (the
+  // calls of those steps are never summarised, so the answer cannot change).
+  if (edge_steps_.size() < kEdgeStepsKept) {
+    auto st = sqlite::prepare(db, "SELECT DISTINCT step FROM calls WHERE health != 0 ORDER BY step LIMIT " +
+                                      std::to_string(kEdgeStepsKept));
+    if (!st.ok()) return st.status();
+    edge_steps_.clear();
+    int rc;
+    while ((rc = sqlite3_step(st->get())) == SQLITE_ROW) edge_steps_.insert(sqlite3_column_int64(st->get(), 0));
+    if (rc != SQLITE_DONE) return Status::Error(sqlite::errorOf(db));
+  }
+  return edge_steps_.count(step) > 0 || edge_steps_.count(step + 1) > 0;
 }
 
 StatusOr<const std::vector<Role>*> BudgetKeeper::rolesOf(sqlite3* db, int64_t sig) {
@@ -124,9 +139,16 @@ Status BudgetKeeper::summarise(sqlite3* db, int64_t step, const StepSpan& span) 
   if (!kept.ok()) return kept.status();
   if (*kept) return Status::Ok();
   if (!select_) {
-    NANPROV_ASSIGN_OR_RETURN(select_, sqlite::prepare(db, std::string("SELECT seq, layer, phase, sig, max_abs") + kPrunable));
-    NANPROV_ASSIGN_OR_RETURN(erase_, sqlite::prepare(db, std::string("DELETE") + kPrunable));
+    NANPROV_ASSIGN_OR_RETURN(select_, sqlite::prepare(db, "SELECT seq, layer, phase, sig, max_abs" + kPrunable));
+    NANPROV_ASSIGN_OR_RETURN(erase_, sqlite::prepare(db, "DELETE" + kPrunable));
     NANPROV_ASSIGN_OR_RETURN(upsert_, sqlite::prepare(db, upsertSql()));
+    NANPROV_ASSIGN_OR_RETURN(select_detailed_, sqlite::prepare(db,
+        "SELECT calls.seq, calls.layer, calls.phase, calls.health, t.role, t.max_abs, t.numel, t.nan + t.posinf + t.neginf"
+        " FROM tensors t JOIN calls ON calls.seq = t.seq WHERE t.seq IN (SELECT calls.seq" + kPrunableWithTensorRows +
+        ") ORDER BY calls.seq"));
+    NANPROV_ASSIGN_OR_RETURN(erase_detailed_tensors_,
+                             sqlite::prepare(db, "DELETE FROM tensors WHERE seq IN (SELECT calls.seq" + kPrunableWithTensorRows + ")"));
+    NANPROV_ASSIGN_OR_RETURN(erase_detailed_, sqlite::prepare(db, "DELETE" + kPrunableWithTensorRows));
   }
   std::map<std::pair<int64_t, std::string>, Summary> rows;
   sqlite::bindRow(select_.get(), span.first_seq, span.last_seq, step);
@@ -152,6 +174,7 @@ Status BudgetKeeper::summarise(sqlite3* db, int64_t step, const StepSpan& span) 
   }
   sqlite3_reset(select_.get());
   if (rc != SQLITE_DONE) return Status::Error(sqlite::errorOf(db));
+  NANPROV_RETURN_IF_ERROR(summariseWithTensorRows(db, step, span, &rows));
   // A step joins the newest bucket until that bucket spans `every_` steps.
   if (bucket_start_ < 0 || step >= bucket_start_ + every_) bucket_start_ = step;
   // Rows counted as they open a bucket (a later step joining one rarely adds a row); thin() recounts.
@@ -163,12 +186,51 @@ Status BudgetKeeper::summarise(sqlite3* db, int64_t step, const StepSpan& span) 
       if (sum.seen[r]) sqlite3_bind_double(s, 8 + r, sum.max_abs[r]);
       else sqlite3_bind_null(s, 8 + r);
     }
+    sqlite3_bind_int64(s, 8 + kRoleCount, sum.not_clean);
     NANPROV_RETURN_IF_ERROR(run(db, s));
     sqlite3_clear_bindings(s);
     summarised_calls_ += sum.calls;
+    summarised_not_clean_ += sum.not_clean;
   }
   sqlite::bindRow(erase_.get(), span.first_seq, span.last_seq, step);
   NANPROV_RETURN_IF_ERROR(run(db, erase_.get()));
+  return Status::Ok();
+}
+
+// The step's calls stored with tensor rows (not clean, past the first edge steps; or clean with
+// fully masked rows or an all-zero tensor): counted into `rows` with the largest finite |x| of each
+// role, then their rows and tensor rows deleted.
+Status BudgetKeeper::summariseWithTensorRows(sqlite3* db, int64_t step, const StepSpan& span,
+                                       std::map<std::pair<int64_t, std::string>, Summary>* rows) {
+  sqlite3_stmt* s = select_detailed_.get();
+  sqlite::bindRow(s, span.first_seq, span.last_seq, step);
+  int64_t last_seq = -1;
+  int rc;
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    int64_t seq = 0, layer = 0, health = 0, numel = 0, nonfinite = 0;
+    std::string phase, role;
+    double max_abs = 0;
+    sqlite::readRow(s, 0, seq, layer, phase, health, role, max_abs, numel, nonfinite);
+    Summary& sum = (*rows)[{layer, phase}];
+    if (seq != last_seq) {  // the first of the call's tensor rows
+      sum.first_seq = sum.calls ? std::min(sum.first_seq, seq) : seq;
+      sum.last_seq = std::max(sum.last_seq, seq);
+      ++sum.calls;
+      if (health != 0) ++sum.not_clean;
+      last_seq = seq;
+    }
+    std::optional<Role> r = parseRole(role);
+    if (!r || nonfinite >= numel) continue;  // a tensor with no finite value has no largest
+    const int i = static_cast<int>(*r);
+    sum.max_abs[i] = sum.seen[i] ? std::max(sum.max_abs[i], max_abs) : max_abs;
+    sum.seen[i] = true;
+  }
+  sqlite3_reset(s);
+  if (rc != SQLITE_DONE) return Status::Error(sqlite::errorOf(db));
+  for (sqlite3_stmt* erase : {erase_detailed_tensors_.get(), erase_detailed_.get()}) {
+    sqlite::bindRow(erase, span.first_seq, span.last_seq, step);
+    NANPROV_RETURN_IF_ERROR(run(db, erase));
+  }
   return Status::Ok();
 }
 
@@ -180,7 +242,7 @@ Status BudgetKeeper::thin(sqlite3* db) {
   const std::string bucket = "(step - (SELECT MIN(step) FROM step_summaries)) / " + std::to_string(every_);
   NANPROV_RETURN_IF_ERROR(sqlite::exec(db,
       "CREATE TEMP TABLE thinned AS SELECT MIN(step) AS step, MAX(last_step) AS last_step, layer, phase, SUM(calls) AS calls, "
-      "MIN(first_seq) AS first_seq, MAX(last_seq) AS last_seq" + maxima + " FROM step_summaries GROUP BY " + bucket +
+      "MIN(first_seq) AS first_seq, MAX(last_seq) AS last_seq" + maxima + ", SUM(not_clean) AS not_clean FROM step_summaries GROUP BY " + bucket +
       ", layer, phase; DELETE FROM step_summaries; INSERT INTO step_summaries SELECT * FROM thinned; DROP TABLE thinned;"));
   bucket_start_ = -1;
   auto st = sqlite::prepare(db, "SELECT COUNT(*), MAX(step) FROM step_summaries");
@@ -239,7 +301,8 @@ Status BudgetKeeper::prune(sqlite3* db) {
   // Running totals, so a reader of a thousand ranks needs no scan of their summaries.
   NANPROV_RETURN_IF_ERROR(sqlite::exec(db, "INSERT OR REPLACE INTO meta(key,value) VALUES('summary_every','" +
                                                std::to_string(every_) + "'), ('calls_summarised','" +
-                                               std::to_string(summarised_calls_) + "')"));
+                                               std::to_string(summarised_calls_) + "'), ('not_clean_summarised','" +
+                                               std::to_string(summarised_not_clean_) + "')"));
   return tx.commit();
 }
 

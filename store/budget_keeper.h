@@ -2,10 +2,10 @@
 // any run length. Runs on the writer thread only, at step boundaries, after the step's batch has
 // committed: the training never waits on it.
 //
-// What stays in full: every call that is not plain clean (with its tensors), the first steps, the
-// newest steps (a ring), each step that holds a call that is not clean and the step before it, and
-// every call with a capture or traced kernels. The clean calls of every other step become one
-// `step_summaries` row per (step, layer, phase): the call count and the largest |x| per role. When
+// What stays in full: the first steps, the newest steps (a ring), the first steps that held a call
+// that was not clean (the edge and how it spread) and the step before each, and every call with a
+// capture or traced kernels. The calls of every other step become one `step_summaries` row per
+// (step, layer, phase): the call count, how many were not clean, and the largest |x| per role. When
 // the summaries outgrow their share, neighbouring steps merge (every k steps, k doubling), so the
 // counts and maxima stay exact while the detail coarsens.
 #pragma once
@@ -15,6 +15,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -43,24 +44,29 @@ class BudgetKeeper {
   bool on() const { return budget_ > 0; }
   // Bounds the WAL on the writer's connection, so it never outgrows its share.
   Status configure(sqlite3* db);
-  // Every call row the writer wrote (in seq order within a batch).
-  void noteCall(int64_t seq, int64_t step);
+  // Every call row the writer wrote (in seq order within a batch), with the tensor rows it has (a
+  // call that was not clean has one per tensor; a clean call none).
+  void noteCall(int64_t seq, int64_t step, int64_t tensor_rows);
   // After a batch with a step boundary committed: summarises the full steps the budget no longer
   // holds and thins the summaries, in one transaction.
   Status stepEnded(sqlite3* db);
 
  private:
   struct StepSpan {
-    int64_t first_seq = 0, last_seq = 0, calls = 0;
+    int64_t first_seq = 0, last_seq = 0;
+    int64_t calls = 0;  // in clean calls' rows: a call that was not clean counts its tensor rows too
   };
   struct Summary {
     int64_t calls = 0, first_seq = 0, last_seq = 0;
+    int64_t not_clean = 0;  // of `calls`
     std::array<double, kRoleCount> max_abs{};
     std::array<bool, kRoleCount> seen{};
   };
 
   Status prune(sqlite3* db);
   Status summarise(sqlite3* db, int64_t step, const StepSpan& span);
+  Status summariseWithTensorRows(sqlite3* db, int64_t step, const StepSpan& span,
+                                 std::map<std::pair<int64_t, std::string>, Summary>* rows);
   StatusOr<bool> keptForAnEdge(sqlite3* db, int64_t step);
   StatusOr<const std::vector<Role>*> rolesOf(sqlite3* db, int64_t sig);
   Status thin(sqlite3* db);
@@ -77,10 +83,13 @@ class BudgetKeeper {
   int64_t ring_calls_limit_ = 0;
   int64_t summary_rows_ = 0;
   int64_t summarised_calls_ = 0;  // meta calls_summarised, committed with the rows
+  int64_t summarised_not_clean_ = 0;  // meta not_clean_summarised: of those, not clean
   int64_t every_ = 1;          // steps one summary row may stand for
   int64_t bucket_start_ = -1;  // the step of the newest summary bucket, which later steps join
   std::map<int64_t, std::vector<Role>> roles_;  // signature id → role of each max |x|
   sqlite::Stmt select_, upsert_, erase_;
+  sqlite::Stmt select_detailed_, erase_detailed_tensors_, erase_detailed_;
+  std::set<int64_t> edge_steps_;  // the first steps that held a call that was not clean
 };
 
 }  // namespace nanprov

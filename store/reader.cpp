@@ -219,11 +219,30 @@ Status loadSummarised(sqlite3* db, const std::string& path, RankInfo* info) {
   info->calls_summarised = *calls;
   auto every = info->meta.find("summary_every");
   if (every != info->meta.end()) info->summary_every = parseInteger(every->second, 1, INT64_MAX / 4).value_or(1);
+  if (auto nc = info->meta.find("not_clean_summarised"); nc != info->meta.end()) {
+    auto not_clean = parseInteger(nc->second, 0, info->calls_summarised);
+    if (!not_clean) return notAStore(path, "meta.not_clean_summarised is not a count of the calls summarised");
+    info->not_clean_summarised = *not_clean;
+  }
   auto st = sqlite::prepare(db, "SELECT (SELECT step FROM step_summaries ORDER BY step LIMIT 1), "
                                 "(SELECT last_step FROM step_summaries ORDER BY step DESC LIMIT 1)");
   if (!st.ok()) return notAStore(path, st.status().message());
   return sqlite::eachRow(db, st->get(), path, [&](sqlite3_stmt* s) {
     sqlite::readRow(s, 0, info->summarised_first_step, info->summarised_last_step);
+    return Status::Ok();
+  });
+}
+
+// The calls that were not clean and were summarised (a run that stayed non-finite past its first
+// edge steps) still count in how far the values spread: their number, ranks and layers.
+Status countSummarisedNotClean(sqlite3* db, const std::string& path, const RankInfo& info, RunData* run) {
+  if (info.not_clean_summarised == 0) return Status::Ok();
+  run->not_clean.calls += info.not_clean_summarised;
+  run->not_clean.ranks.insert(info.rank);
+  auto layers = sqlite::prepare(db, "SELECT DISTINCT layer FROM step_summaries WHERE not_clean > 0");
+  if (!layers.ok()) return notAStore(path, layers.status().message());
+  return sqlite::eachRow(db, layers->get(), path, [&](sqlite3_stmt* s) {
+    run->not_clean.layers.insert(sqlite3_column_int64(s, 0));
     return Status::Ok();
   });
 }
@@ -323,6 +342,7 @@ Summarised RunData::summarised() const {
   for (const RankInfo& r : ranks) {
     if (r.calls_summarised == 0) continue;
     out.calls += r.calls_summarised;
+    out.not_clean += r.not_clean_summarised;
     out.first_step = out.ranks ? std::min(out.first_step, r.summarised_first_step) : r.summarised_first_step;
     out.last_step = std::max(out.last_step, r.summarised_last_step);
     out.every = std::max(out.every, r.summary_every);
@@ -469,6 +489,7 @@ StatusOr<RunData> loadRun(const RunDirs& dirs, RunScope scope) {
     info.steps = countRows(db->get(), "steps");
     info.calls_stored = countRows(db->get(), "calls");
     NANPROV_RETURN_IF_ERROR(loadSummarised(db->get(), path, &info));
+    if (scope == RunScope::kEdges) NANPROV_RETURN_IF_ERROR(countSummarisedNotClean(db->get(), path, info, &run));
     NANPROV_RETURN_IF_ERROR(loadTrends(db->get(), path, &info));
     // A summarised call was checked and counted, though its row is gone.
     const int64_t kept = info.calls_stored + info.calls_summarised;

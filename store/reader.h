@@ -35,6 +35,7 @@ struct RankInfo {
   int64_t calls_summarised = 0;
   int64_t summarised_first_step = -1, summarised_last_step = -1;
   int64_t summary_every = 1;
+  int64_t not_clean_summarised = 0;  // of calls_summarised, those that were not clean (meta not_clean_summarised)
   // From rank-<r>.tally; none in runs older than it, or when it contradicts the store (damage).
   std::optional<int64_t> calls_begun;
   // Each layer's trend, by layer then step, and the warnings the rank said (base/logit_trend.h).
@@ -59,6 +60,7 @@ struct NotClean {
 // What the store budget summarised, over the ranks (nanprov run --store-budget).
 struct Summarised {
   int64_t calls = 0;
+  int64_t not_clean = 0;  // of `calls`: a run that stayed non-finite past its first edge steps
   int64_t first_step = -1, last_step = -1;
   int64_t every = 1;  // the most steps one summary row stands for, over ranks
   int ranks = 0;

@@ -98,6 +98,11 @@ std::string rowsOf(sqlite3* db, const std::string& table, bool add_rank, const s
            alias + ".calls c JOIN " + alias + ".signatures s ON s.id = c.sig LEFT JOIN " + alias +
            ".notes n ON n.id = c.note";
   }
+  // A store whose summaries predate their not_clean column summarised clean calls only.
+  if (table == "step_summaries" && sqlite::hasColumn(db, table, "calls", alias) &&
+      !sqlite::hasColumn(db, table, "not_clean", alias)) {
+    return "SELECT " + std::to_string(rank) + " AS rank, *, 0 AS not_clean FROM " + alias + ".step_summaries";
+  }
   // A store written before a later table has none of its rows: no rows, the same columns.
   if (std::vector<const char*> columns = laterTableColumns(table);
       !columns.empty() && !sqlite::hasColumn(db, table, columns.front(), alias)) {

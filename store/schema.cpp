@@ -2,9 +2,10 @@
 
 namespace nanprov {
 
-const char* const kStepSummaryColumns[19] = {"step",   "last_step", "layer",  "phase",  "calls",    "first_seq", "last_seq",
+const char* const kStepSummaryColumns[20] = {"step",   "last_step", "layer",  "phase",  "calls",    "first_seq", "last_seq",
                                              "max_q",  "max_k",     "max_v",  "max_mask", "max_o",  "max_lse",
-                                             "max_do", "max_dq",    "max_dk", "max_dv",   "max_s",  "max_p"};
+                                             "max_do", "max_dq",    "max_dk", "max_dv",   "max_s",  "max_p",
+                                             "not_clean"};
 
 const std::vector<const char*> kTrendColumns = {"layer",        "step",         "last_step", "bucket_steps", "calls",
                                                "module",       "logit",        "logit_source", "scores_dtype", "max_o",
@@ -127,7 +128,8 @@ CREATE TABLE IF NOT EXISTS collectives (
   time_ns     INTEGER NOT NULL
 );
 -- The store budget's summaries: one row per (step, layer, phase) for calls whose rows were pruned
--- (store/budget_keeper.h); a row may stand for the steps step..last_step once thinned.
+-- (store/budget_keeper.h); a row may stand for the steps step..last_step once thinned. not_clean:
+-- how many of its calls were not clean (a run that stayed non-finite past its first edge steps).
 CREATE TABLE IF NOT EXISTS step_summaries (
   step      INTEGER NOT NULL,
   last_step INTEGER NOT NULL,
@@ -138,6 +140,7 @@ CREATE TABLE IF NOT EXISTS step_summaries (
   last_seq  INTEGER NOT NULL,
   max_q REAL, max_k REAL, max_v REAL, max_mask REAL, max_o REAL, max_lse REAL,
   max_do REAL, max_dq REAL, max_dk REAL, max_dv REAL, max_s REAL, max_p REAL,
+  not_clean INTEGER NOT NULL DEFAULT 0,
   PRIMARY KEY (step, layer, phase)
 ) WITHOUT ROWID;
 -- Each layer's trend (base/logit_trend.h): one row per bucket of steps (the steps step..last_step

@@ -14,8 +14,9 @@ inline constexpr int kSchemaVersion = 5;
 // 5, later: step_summaries, the store budget's per-(step, layer, phase) summaries (a store
 // without the table was written before it, and summarised nothing).
 // Its columns, in order; the maxima are in Role order.
-// step_summaries' columns: 7 of the row, then one maximum per Role, in Role order.
-extern const char* const kStepSummaryColumns[19];
+// step_summaries' columns: 7 of the row, then one maximum per Role, in Role order, then not_clean
+// (added later within 5: a store without the column summarised only clean calls).
+extern const char* const kStepSummaryColumns[20];
 
 // 5, later: trends and trend_warnings (base/logit_trend.h), written by the writer for every call.
 extern const std::vector<const char*> kTrendColumns;

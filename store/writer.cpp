@@ -266,7 +266,7 @@ struct StoreWriter::Impl {
       CallRecord record = c.record();
       if (rank >= 0) record.rank = rank;
       NANPROV_RETURN_IF_ERROR(insertCall(db.get(), statements, interned, record));
-      budget->noteCall(record.seq, record.step);
+      budget->noteCall(record.seq, record.step, storedCompactly(record) ? 0 : static_cast<int64_t>(record.tensors.size()));
       for (TrendWarning& w : trends.noteCall(record)) warnings.push_back(std::move(w));
     }
     if (!batch.calls.empty()) NANPROV_RETURN_IF_ERROR(trends.write(db.get(), warnings));

@@ -1,6 +1,10 @@
 // End-to-end: a long CPU training under a small --store-budget stays under it and tells the same
-// story as the same training without one; a SIGKILL mid-run leaves a readable store under it.
+// story as the same training without one, also when it trains on non-finite for hundreds of steps;
+// a SIGKILL mid-run leaves a readable store under it.
 #include <gtest/gtest.h>
+
+#include <regex>
+#include <sstream>
 
 #include "tests/e2e/e2e_support.h"
 
@@ -54,6 +58,43 @@ TEST(StoreBudget, LongRunUnderABudgetNamesTheSameEdgeAndNonFiniteCalls) {
   Result sums = sh(nanprov() + " sql " + bounded.dir.string() + " 'SELECT SUM(calls) FROM step_summaries' --json");
   EXPECT_EQ(sums.code, 0) << sums.out;
   EXPECT_NE(sums.out.find(std::to_string(summarised["calls"].get<int64_t>())), std::string::npos) << sums.out;
+}
+
+// A run that trains on after its NaN (every later call propagates it) stays under the budget
+// too: the first steps that were not clean are kept in full, the rest counted in summaries, and
+// the report tells the story the unbounded run tells.
+TEST(StoreBudget, ARunThatStaysNonFiniteStaysUnderItAndCountsItsCalls) {
+  const std::string args = kModel + "--steps 800 --glitch-step 3";
+  TrainedRun bounded = train("budget-nonfinite", "--store-budget 256K", args);
+  TrainedRun whole = train("budget-nonfinite-whole", "", args);
+  ASSERT_EQ(bounded.report.code, 1) << bounded.train.out << bounded.report.out;
+  EXPECT_LE(storeBytes(bounded.dir), kBudget);
+  EXPECT_GT(storeBytes(whole.dir), 4 * kBudget) << "797 steps of non-finite calls, each with its tensors";
+  for (const char* field : {"name", "seq", "step", "phase", "kind", "counts", "input_trail", "module"}) {
+    EXPECT_EQ(bounded.doc["first_edge"][field], whole.doc["first_edge"][field]) << field;
+  }
+  EXPECT_EQ(bounded.doc["propagation"], whole.doc["propagation"]) << "how far it spread is counted, not lost";
+  EXPECT_EQ(bounded.doc["summary"]["calls"], whole.doc["summary"]["calls"]);
+  const json& summarised = bounded.doc["coverage"]["summarised"];
+  ASSERT_TRUE(summarised.is_object()) << bounded.report.out;
+  EXPECT_GT(summarised["not_clean"].get<int64_t>(), 2000) << summarised.dump();
+
+  // The first steps that were not clean are listed alike; the rest are said to be summarised.
+  Result bounded_bad = sh(nanprov() + " calls " + bounded.dir.string() + " --nonfinite 2>&1");
+  Result whole_bad = sh(nanprov() + " calls " + whole.dir.string() + " --nonfinite");
+  // The header, then the 8 steps kept in full after the edge (4 calls a step), column padding aside.
+  auto firstRows = [](const std::string& table) {
+    std::istringstream in(table);
+    std::vector<std::string> rows;
+    for (std::string line; rows.size() < 1 + 8 * 4 && std::getline(in, line);) {
+      rows.push_back(std::regex_replace(line, std::regex(" +"), " "));
+    }
+    return rows;
+  };
+  EXPECT_EQ(firstRows(whole_bad.out), firstRows(bounded_bad.out));
+  EXPECT_NE(bounded_bad.out.find(std::to_string(summarised["not_clean"].get<int64_t>()) +
+                                 " more calls that were not clean"), std::string::npos)
+      << bounded_bad.out.substr(bounded_bad.out.size() - 400);
 }
 
 TEST(StoreBudget, SigkillMidRunLeavesAReadableStoreUnderTheBudget) {
