@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <utility>
 
+#include "base/log_once.h"
 #include "probes/core/session.h"
 
 namespace nanprov {

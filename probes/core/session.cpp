@@ -4,15 +4,15 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <set>
 
 #include "base/env.h"
+#include "base/log_once.h"
 #include "base/records/call_health.h"
+#include "base/wall_clock.h"
 #include "store/mapped_counters.h"
 #include "store/run_dir.h"
 #include "store/writer.h"
@@ -28,18 +28,6 @@ void disableInForkedChild() {
 }
 
 }  // namespace
-
-void logOnce(const std::string& key, const std::string& message) {
-  static std::mutex mu;
-  static auto* seen = new std::set<std::string>();
-  std::lock_guard<std::mutex> lock(mu);
-  if (seen->insert(key).second) std::fprintf(stderr, "nanprov: %s\n", message.c_str());
-}
-
-int64_t wallClockNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 // The first trend warning of the process, said while the training runs; the store keeps every
 // one, and the report lists them. Once: a rank whose logits grow says so for each layer otherwise.

@@ -158,9 +158,4 @@ class Session {
   bool unprobed_dirty_ = false;
 };
 
-// Logs a line to stderr the first time `key` is seen; the probes never log per event.
-void logOnce(const std::string& key, const std::string& message);
-
-int64_t wallClockNs();
-
 }  // namespace nanprov

@@ -26,6 +26,7 @@
 #include "probes/libtorch/module_trail.h"
 #include "probes/libtorch/probes.h"
 #include "base/records/roles.h"
+#include "base/wall_clock.h"
 #include "probes/core/probe_cost.h"
 #include "probes/core/session.h"
 #include "probes/libtorch/softmax_attention.h"

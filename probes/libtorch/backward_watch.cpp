@@ -4,6 +4,7 @@
 #include <mutex>
 #include <optional>
 
+#include "base/wall_clock.h"
 #include "probes/core/session.h"
 #include "probes/libtorch/call_recording.h"
 #include "probes/libtorch/probes.h"

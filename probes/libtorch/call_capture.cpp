@@ -13,6 +13,7 @@
 #include <optional>
 #include <mutex>
 
+#include "base/log_once.h"
 #include "base/pointer_alignment.h"
 #include "base/records/call_name.h"
 #include "base/records/torch_dtype.h"

@@ -8,6 +8,7 @@
 
 #include "probes/libtorch/call_capture.h"
 #include "probes/core/call_identity.h"
+#include "base/log_once.h"
 #include "base/records/roles.h"
 #include "probes/core/session.h"
 

@@ -11,6 +11,8 @@
 #include <optional>
 #include <utility>
 
+#include "base/log_once.h"
+#include "base/wall_clock.h"
 #include "probes/core/probe_cost.h"
 #include "probes/core/session.h"
 #include "probes/libtorch/call_recording.h"

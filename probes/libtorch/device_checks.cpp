@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "base/env.h"
+#include "base/log_once.h"
 #include "base/records/roles.h"
 #include "probes/core/probe_cost.h"
 #include "probes/libtorch/probes.h"

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "base/interned_text.h"
+#include "base/wall_clock.h"
 #include "probes/libtorch/call_recording.h"
 #include "probes/libtorch/probes.h"
 

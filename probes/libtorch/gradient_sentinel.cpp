@@ -1,5 +1,6 @@
 #include "probes/libtorch/gradient_sentinel.h"
 
+#include "base/log_once.h"
 #include "probes/libtorch/tensor_health.h"
 
 #include <ATen/ATen.h>

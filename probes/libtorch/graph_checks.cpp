@@ -2,6 +2,8 @@
 
 #include <thread>
 
+#include "base/log_once.h"
+#include "base/wall_clock.h"
 #include "probes/libtorch/call_capture.h"
 #include "probes/libtorch/device_checks.h"
 #include "probes/libtorch/probes.h"

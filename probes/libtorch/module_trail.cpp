@@ -10,7 +10,9 @@
 #include <unordered_set>
 
 #include "base/attention_like.h"
+#include "base/log_once.h"
 #include "base/text.h"
+#include "base/wall_clock.h"
 #include "probes/core/probe_cost.h"
 #include "probes/core/session.h"
 #include "probes/libtorch/probes.h"

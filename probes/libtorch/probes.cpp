@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "base/env.h"
+#include "base/log_once.h"
 #include "probes/core/probe_cost.h"
 #include "probes/libtorch/foreign_calls.h"
 #include "probes/libtorch/softmax_attention.h"

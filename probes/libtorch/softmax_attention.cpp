@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/wall_clock.h"
 #include "probes/core/session.h"
 #include "probes/libtorch/backward_watch.h"
 #include "probes/libtorch/call_recording.h"
