@@ -47,8 +47,6 @@ void addRunsCommand(CLI::App& app, int* exit_code);
 void addCallsCommand(CLI::App& app, int* exit_code);
 void addKernelsCommand(CLI::App& app, int* exit_code);
 void addReplayCommand(CLI::App& app, int* exit_code);
-// Whether replay can rerun `backend` (cudnn, flash, ... plain_softmax); not fa2/fa3/fa4 or a module.
-bool replayCanRun(const std::string& backend);
 void addSqlCommand(CLI::App& app, int* exit_code);
 void addDoctorCommand(CLI::App& app, int* exit_code);
 void addKnownIssuesCommand(CLI::App& app, int* exit_code);

@@ -16,6 +16,7 @@
 #include "cli/commands.h"
 #include "cli/edges.h"
 #include "cli/report.h"
+#include "replay/backend_names.h"
 #include "replay/engine_request.h"
 #include "store/capture_file.h"
 #include "store/run_dir.h"
@@ -36,21 +37,6 @@ struct Options {
   bool backends_given = false;
   std::string python = installLayout().python;
 };
-
-constexpr const char* kBackendNames[] = {"cudnn", "flash", "efficient", "math", "flash_cpu", "plain_softmax"};
-// Rerun through their own Python package, and only for calls that ran them.
-constexpr const char* kPackageBackends[] = {"fa2", "fa3", "fa4", "ffpa"};
-
-}  // namespace
-
-bool replayCanRun(const std::string& backend) {
-  for (const char* k : kBackendNames) {
-    if (backend == k) return true;
-  }
-  return false;
-}
-
-namespace {
 
 // What a run directory gives replay: the capture of its first source edge, or, when attention
 // made no non-finite value, why there is nothing to replay (not an error: the answer is elsewhere).
@@ -89,9 +75,10 @@ StatusOr<std::string> checkedBackends(const std::string& list, bool given) {
     begin = end + 1;
     if (name.empty()) return Status::Error("--backends '" + list + "' has an empty name (two commas, or one at an end)");
     if (name == "reference") continue;
-    bool package = std::find(std::begin(kPackageBackends), std::end(kPackageBackends), name) != std::end(kPackageBackends);
-    if (!replayCanRun(name) && !package) {
-      return Status::Error("unknown backend '" + name + "'; backends are cudnn, flash, efficient, math, flash_cpu, plain_softmax, fa2, fa3, fa4, ffpa");
+    // The package backends rerun through their own Python package, and only for calls that ran them.
+    if (!replay::isKnownBackend(name) && !replay::rerunsThroughItsPackage(name)) {
+      return Status::Error("unknown backend '" + name + "'; backends are " + joined(replay::knownBackends()) + ", " +
+                           joined(replay::packageBackends()));
     }
     out += (out.empty() ? "" : ",") + name;
   }

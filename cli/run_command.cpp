@@ -27,6 +27,7 @@
 #include "probes/core/call_selector.h"
 #include "probes/core/capture_policy.h"
 #include "probes/core/injection.h"
+#include "replay/backend_names.h"
 #include "replay/engine_request.h"
 #include "store/reader.h"
 #include "store/run_dir.h"
@@ -107,7 +108,7 @@ void traceKernelsOfLateEdges(const RunData& run, const Findings& f) {
     if (c.device.isCpu() || from == "run" || from == "replay" || !capture || capture->path.empty()) continue;
     // FlashAttention and module probes run code replay cannot rerun: the report infers their
     // kernels from traced calls of the same layer, op and shapes, and says so.
-    if (!replayCanRun(c.backend)) continue;
+    if (!replay::isKnownBackend(c.backend)) continue;
     int code = 0;
     auto said = captureOutput(
         replay::engineArgv(engine, {.capture = capturePath(run, *capture), .device = "cuda",

@@ -155,11 +155,6 @@ at::Tensor plainSoftmaxAttention(const at::Tensor& q, const at::Tensor& k, const
 
 }  // namespace
 
-const std::vector<std::string>& knownBackends() {
-  static const std::vector<std::string> names = {"cudnn", "flash", "efficient", "math", "flash_cpu", "plain_softmax"};
-  return names;
-}
-
 std::vector<std::string> defaultBackends(const at::Device& device) {
   if (device.is_cuda()) return {"cudnn", "flash", "efficient", "math"};
   return {"flash_cpu", "math"};

@@ -14,8 +14,7 @@
 
 namespace nanprov::replay {
 
-// Backends replay knows, and those it runs by default on a device.
-const std::vector<std::string>& knownBackends();  // cudnn flash efficient math flash_cpu
+// The backends replay runs by default on a device (their names: replay/backend_names.h).
 std::vector<std::string> defaultBackends(const at::Device& device);
 
 // Empty when `backend` accepts this call on `device`; else why not, in SDPA's words where it

@@ -42,10 +42,6 @@ class ScratchDir {
 
 }  // namespace
 
-bool rerunsThroughItsPackage(const std::string& backend) {
-  return backend == "fa2" || backend == "fa3" || backend == "fa4" || backend == "ffpa";
-}
-
 StatusOr<Outputs> rerunThroughPackage(const CaptureFile& file, const std::string& capture_path, const at::Device& device) {
   const char* python = std::getenv("NANPROV_REPLAY_PYTHON");
   const char* bootstrap = std::getenv("NANPROV_BOOTSTRAP_DIR");

@@ -12,9 +12,6 @@
 
 namespace nanprov::replay {
 
-// fa2, fa3, fa4, ffpa: the backends only their Python package can run.
-bool rerunsThroughItsPackage(const std::string& backend);
-
 // Reruns the captured call `file` (read from `capture_path`) through its own package on `device`
 // and returns its outputs in the comparison's layouts; an error says why it could not run.
 StatusOr<Outputs> rerunThroughPackage(const CaptureFile& file, const std::string& capture_path, const at::Device& device);

@@ -26,6 +26,7 @@
 #include "base/text.h"
 #include "kernels/health_check.h"
 #include "replay/backend_kernels.h"
+#include "replay/backend_names.h"
 #include "replay/backends.h"
 #include "replay/captured_call.h"
 #include "replay/engine_request.h"
