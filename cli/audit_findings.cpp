@@ -84,8 +84,9 @@ AuditSummary readAudit(const RunData& run) {
   std::map<std::tuple<int, int64_t, std::string>, AuditCoverage::Key> keys;
   auto keyOf = [&](const CaptureRecord& c) -> AuditCoverage::Key* {
     if (c.layer < 0) return nullptr;  // its call row never reached the store
-    AuditCoverage::Key& k = keys[{c.rank, c.layer, c.phase}];
-    k.rank = c.rank, k.layer = c.layer, k.phase = c.phase;
+    const std::string phase = phaseName(c.phase);  // keyed by its name: the coverage lists "bwd" before "fwd"
+    AuditCoverage::Key& k = keys[{c.rank, c.layer, phase}];
+    k.rank = c.rank, k.layer = c.layer, k.phase = phase;
     return &k;
   };
   auto notJudged = [&](const CaptureRecord& c, const std::string& why) {

@@ -47,7 +47,7 @@ std::set<std::pair<int, int64_t>> receivedThroughCollective(const std::vector<Co
 std::vector<std::string> sentinelGradients(const RunData& run, int rank, int64_t step) {
   std::vector<std::string> names;
   for (const SentinelRecord& f : run.sentinel) {
-    if (f.rank == rank && f.step == step && f.tensor == "grad") names.push_back(f.parameter);
+    if (f.rank == rank && f.step == step && f.tensor == SentinelTensor::kGrad) names.push_back(f.parameter);
   }
   return names;
 }

@@ -71,7 +71,7 @@ std::optional<SentinelFinding> earliestSentinel(const RunData& run, const std::s
   for (const SentinelRecord& f : run.sentinel) {
     if (best && order(f.rank, f.step) > order(best->rank, best->step)) continue;
     if (!best || f.step != best->step || f.rank != best->rank) best = SentinelFinding{f.rank, f.step, {}, {}};
-    (f.tensor == "grad" ? best->gradients : best->values).push_back(f.parameter);
+    (f.tensor == SentinelTensor::kGrad ? best->gradients : best->values).push_back(f.parameter);
   }
   return best;
 }

@@ -24,10 +24,7 @@ RunData forTerminal(RunData run) {
   for (CaptureRecord& c : run.captures) {
     for (std::string* s : {&c.path, &c.skipped}) escape(*s);
   }
-  for (SentinelRecord& s : run.sentinel) {
-    escape(s.tensor);
-    escape(s.parameter);
-  }
+  for (SentinelRecord& s : run.sentinel) escape(s.parameter);
   for (RankInfo& r : run.ranks) {
     escape(r.path);
     std::map<std::string, std::string> meta;

@@ -135,7 +135,11 @@ Status loadCaptures(sqlite3* db, const std::string& path, int rank, std::vector<
     sqlite::readRow(s, 0, c.seq, trigger, c.path, c.bytes, c.skipped);
     if (auto named = captureTriggerNamed(trigger)) c.trigger = *named;
     else return notAStore(path, "capture of call " + std::to_string(c.seq) + " has an unknown trigger '" + printable(trigger) + "'");
-    if (sqlite3_column_type(s, 5) != SQLITE_NULL) sqlite::readRow(s, 5, c.step, c.layer, c.phase);
+    if (sqlite3_column_type(s, 5) != SQLITE_NULL) {
+      std::string phase;
+      sqlite::readRow(s, 5, c.step, c.layer, phase);
+      parsePhase(phase, &c.phase);  // as the calls reader reads it (store/call_cursor.cpp)
+    }
     return Status::Ok();
   });
 }
@@ -146,7 +150,10 @@ Status loadSentinel(sqlite3* db, const std::string& path, int rank, std::vector<
   return sqlite::eachRow(db, rows->get(), path, [&](sqlite3_stmt* s) {
     SentinelRecord& f = out->emplace_back();
     f.rank = rank;
-    sqlite::readRow(s, 0, f.step, f.tensor, f.parameter);
+    std::string tensor;
+    sqlite::readRow(s, 0, f.step, tensor, f.parameter);
+    if (auto named = sentinelTensorNamed(tensor)) f.tensor = *named;
+    else return notAStore(path, "the gradient sentinel's finding at step " + std::to_string(f.step) + " has an unknown tensor '" + printable(tensor) + "'");
     f.norm = sqlite3_column_type(s, 3) == SQLITE_TEXT ? std::nan("") : sqlite3_column_double(s, 3);
     return Status::Ok();
   });

@@ -168,7 +168,7 @@ Status insertCapture(sqlite3* db, Statements& st, const CaptureRecord& c) {
 
 Status insertSentinel(sqlite3* db, Statements& st, const SentinelRecord& f) {
   sqlite3_stmt* s = st.sentinel.get();
-  sqlite::bindRow(s, f.step, f.tensor, f.parameter, f.norm);  // SQLite stores a NaN norm as NULL
+  sqlite::bindRow(s, f.step, sentinelTensorName(f.tensor), f.parameter, f.norm);  // SQLite stores a NaN norm as NULL
   return stepStatement(db, s);
 }
 

@@ -7,6 +7,23 @@ namespace nanprov {
 const char* stepUnitName(StepUnit u) { return u == StepUnit::kForwardPass ? "forward_pass" : "optimizer_step"; }
 
 namespace {
+// A closed set's names, one table each: the name of a value (`fallback` for none listed) and the
+// value of a name.
+template <typename E, size_t N>
+const char* nameIn(const std::pair<E, std::string_view> (&table)[N], E value, const char* fallback) {
+  for (const auto& [known, name] : table) {
+    if (known == value) return name.data();
+  }
+  return fallback;
+}
+template <typename E, size_t N>
+std::optional<E> valueIn(const std::pair<E, std::string_view> (&table)[N], std::string_view name) {
+  for (const auto& [value, known] : table) {
+    if (known == name) return value;
+  }
+  return std::nullopt;
+}
+
 constexpr std::pair<CaptureTrigger, std::string_view> kTriggers[] = {
     {CaptureTrigger::kFirstSourceEdge, "first-source-edge"},
     {CaptureTrigger::kSelector, "selector"},
@@ -30,19 +47,20 @@ std::optional<int64_t> maskedQueryRows(const CallRecord& call, const TensorHealt
   return std::nullopt;
 }
 
-const char* captureTriggerName(CaptureTrigger t) {
-  for (const auto& [value, name] : kTriggers) {
-    if (value == t) return name.data();
-  }
-  return "selector";
-}
+const char* captureTriggerName(CaptureTrigger t) { return nameIn(kTriggers, t, "selector"); }
 
-std::optional<CaptureTrigger> captureTriggerNamed(std::string_view name) {
-  for (const auto& [value, known] : kTriggers) {
-    if (known == name) return value;
-  }
-  return std::nullopt;
-}
+std::optional<CaptureTrigger> captureTriggerNamed(std::string_view name) { return valueIn(kTriggers, name); }
+
+namespace {
+constexpr std::pair<SentinelTensor, std::string_view> kSentinelTensors[] = {
+    {SentinelTensor::kGrad, "grad"},
+    {SentinelTensor::kParam, "param"},
+};
+}  // namespace
+
+const char* sentinelTensorName(SentinelTensor t) { return nameIn(kSentinelTensors, t, "grad"); }
+
+std::optional<SentinelTensor> sentinelTensorNamed(std::string_view name) { return valueIn(kSentinelTensors, name); }
 
 namespace {
 constexpr std::pair<ModuleInputs, const char*> kModuleInputs[] = {

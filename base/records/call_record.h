@@ -116,17 +116,24 @@ struct CaptureRecord {
   std::string path;        // relative to the run directory; empty when skipped
   int64_t bytes = 0;
   std::string skipped;     // why no file was written; empty when it was
-  // The captured call's, as the reader finds it in the calls table (-1 and "" when it is not there).
+  // The captured call's, as the reader finds it in the calls table (step and layer -1 when it is
+  // not there).
   int64_t step = -1, layer = -1;
-  std::string phase;
+  Phase phase = Phase::kForward;
 };
+
+// Which tensor of a parameter the gradient sentinel found non-finite: its gradient, or its value
+// after the optimizer applied that gradient. uint8_t: the sentinel keeps one per tensor in flight.
+enum class SentinelTensor : uint8_t { kGrad = 0, kParam = 1 };
+const char* sentinelTensorName(SentinelTensor t);  // "grad" | "param", in the store's sentinel table
+std::optional<SentinelTensor> sentinelTensorNamed(std::string_view name);
 
 // The gradient sentinel's finding: a parameter whose gradient (at the end of `step`), or whose
 // value after the optimizer applied it, holds NaN or Inf. Only the first such step is recorded.
 struct SentinelRecord {
   int rank = 0;
   int64_t step = 0;
-  std::string tensor;      // "grad" | "param"
+  SentinelTensor tensor = SentinelTensor::kGrad;
   std::string parameter;   // name from named_parameters(), or "param<i>" when unknown
   double norm = 0.0;       // max |x| over the tensor: NaN or Inf
 };

@@ -74,14 +74,14 @@ bool GradientSentinel::check(int64_t key, int64_t step, const std::vector<std::o
   // Gradients and parameters by device: the CPU's scanned on the host, each GPU's in batches,
   // dense tensors apart from the rest (a dense check takes 64, a fused one 12).
   std::vector<at::Tensor> cpu;
-  std::vector<std::pair<size_t, Kind>> cpu_of;
+  std::vector<std::pair<size_t, SentinelTensor>> cpu_of;
   struct Batch {
     std::vector<at::Tensor> tensors;
     Slice slice;
     int most = 0;  // tensors a measure() takes (DeviceChecks::denseBatch, or kMaxMeasured)
   };
   std::map<std::pair<int, bool>, Batch> cuda;  // by (device, dense)
-  auto add = [&](const at::Tensor& t, size_t param, Kind kind) {
+  auto add = [&](const at::Tensor& t, size_t param, SentinelTensor kind) {
     if (t.is_cpu()) {
       cpu.push_back(t);
       cpu_of.emplace_back(param, kind);
@@ -139,8 +139,8 @@ bool GradientSentinel::check(int64_t key, int64_t step, const std::vector<std::o
       }
       continue;
     }
-    add(g, i, Kind::kGrad);
-    add(p, i, Kind::kParam);
+    add(g, i, SentinelTensor::kGrad);
+    add(p, i, SentinelTensor::kParam);
   }
   for (auto& [where, batch] : cuda) {
     if (batch.slice.n > 0) submit(batch.tensors, std::move(batch.slice), step, w);
@@ -209,7 +209,7 @@ void GradientSentinel::forget(uint64_t context) {
 // Records one non-finite tensor of `step`, unless an earlier step already had one. Results do not
 // arrive in step order (the CPU's at once, each GPU's at a later poll), so an earlier step found
 // later starts the count again; readers take the earliest step the store holds.
-void GradientSentinel::found(int64_t step, const std::string& parameter, Kind kind, double norm) {
+void GradientSentinel::found(int64_t step, const std::string& parameter, SentinelTensor kind, double norm) {
   size_t named;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -220,11 +220,11 @@ void GradientSentinel::found(int64_t step, const std::string& parameter, Kind ki
     }
     named = ++named_[static_cast<int>(kind)];
   }
-  session_.setMeta(kind == Kind::kGrad ? "sentinel_nonfinite_grads" : "sentinel_nonfinite_params", std::to_string(named));
+  session_.setMeta(kind == SentinelTensor::kGrad ? "sentinel_nonfinite_grads" : "sentinel_nonfinite_params", std::to_string(named));
   if (named > kMaxNamed) return;
   SentinelRecord f;
   f.step = step;
-  f.tensor = kind == Kind::kGrad ? "grad" : "param";
+  f.tensor = kind;
   f.parameter = parameter;
   f.norm = norm;
   session_.recordSentinel({std::move(f)});

@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "base/records/call_record.h"
 #include "probes/libtorch/device_checks.h"
 
 namespace nanprov {
@@ -53,7 +54,6 @@ class GradientSentinel {
   bool check(int64_t key, int64_t step, const std::vector<std::optional<at::Tensor>>& shards);
 
  private:
-  enum class Kind : uint8_t { kGrad = 0, kParam = 1 };
   // The parameters one optimizer steps. Held weakly: the sentinel never keeps a model alive.
   struct Watched {
     std::vector<c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>> params;
@@ -66,14 +66,14 @@ class GradientSentinel {
     int64_t step = 0;
     std::shared_ptr<const Watched> watched;  // its names outlive the batch in flight
     int n = 0;
-    std::array<std::pair<size_t, Kind>, DeviceChecks::kMaxMeasuredDense> of{};
+    std::array<std::pair<size_t, SentinelTensor>, DeviceChecks::kMaxMeasuredDense> of{};
   };
 
   static void onMeasured(uint64_t context, const DeviceChecks::Counts* counts, int n);
   void measured(uint64_t context, const DeviceChecks::Counts* counts, int n);
   void submit(const std::vector<at::Tensor>& batch, Slice slice, int64_t step, std::shared_ptr<const Watched> watched);
   void forget(uint64_t context);  // a batch whose check will never call back
-  void found(int64_t step, const std::string& parameter, Kind kind, double norm);
+  void found(int64_t step, const std::string& parameter, SentinelTensor kind, double norm);
 
   Session& session_;
   DeviceChecks& checks_;

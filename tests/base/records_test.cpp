@@ -56,6 +56,13 @@ TEST(CaptureTrigger, EveryNameParsesBack) {
   EXPECT_FALSE(captureTriggerNamed("sometimes").has_value());
 }
 
+TEST(SentinelTensor, EveryNameParsesBack) {
+  for (SentinelTensor t : {SentinelTensor::kGrad, SentinelTensor::kParam}) EXPECT_EQ(sentinelTensorNamed(sentinelTensorName(t)), t);
+  EXPECT_STREQ(sentinelTensorName(SentinelTensor::kGrad), "grad");  // the store's text, unchanged
+  EXPECT_STREQ(sentinelTensorName(SentinelTensor::kParam), "param");
+  EXPECT_FALSE(sentinelTensorNamed("weight").has_value());
+}
+
 TEST(EngineRequest, ArgvNamesEveryFieldAndOutputsParseBack) {
   using replay::EngineOutput;
   for (EngineOutput o : {EngineOutput::kText, EngineOutput::kJson, EngineOutput::kKernels, EngineOutput::kAudit,

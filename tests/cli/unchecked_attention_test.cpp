@@ -98,7 +98,7 @@ TEST(UncheckedAttention, OutcomesCannotBeMisread) {
   RunData run = runWith({bySoftmaxCount("blocks.*.attn")});
   run.total_calls = 4;
   EXPECT_EQ(conclude(run, Findings{}, std::nullopt).outcome, Outcome::kPartial);
-  run.sentinel.push_back(SentinelRecord{.step = 2, .tensor = "grad", .parameter = "head.weight"});
+  run.sentinel.push_back(SentinelRecord{.step = 2, .tensor = SentinelTensor::kGrad, .parameter = "head.weight"});
   Conclusion c = conclude(run, Findings{}, std::nullopt);
   EXPECT_EQ(c.outcome, Outcome::kUnattributed);
   EXPECT_STREQ(outcomeName(c.outcome), "unattributed");

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <thread>
 
@@ -186,12 +187,36 @@ TEST(StoreWriter, RoundTripsCapturesWrittenAndSkipped) {
   ASSERT_NE(c, nullptr);
   EXPECT_EQ(c->path, "captures/a.safetensors") << "a written capture wins over a skipped one of the same call";
   EXPECT_EQ(c->bytes, 4096);
+  EXPECT_EQ(c->phase, Phase::kBackward) << "the captured call's, from the calls table";
   EXPECT_EQ(run->captureOf(1, 7)->skipped, "writing failed: disk full");
+  EXPECT_EQ(run->captureOf(1, 7)->layer, -1) << "call 7's row never reached the store";
   EXPECT_EQ(run->captureOf(0, 4), nullptr) << "rank 0 captured nothing";
   auto rows = queryRun(dir.string(), "SELECT rank, trigger FROM captures WHERE skipped IS NULL");
   ASSERT_TRUE(rows.ok()) << rows.status().message();
   ASSERT_EQ(rows->rows.size(), 1u);
   EXPECT_EQ(*rows->rows[0][1], "selector");
+}
+
+TEST(StoreWriter, RoundTripsSentinelFindingsAsGradOrParam) {
+  fs::path dir = freshDir("sentinel");
+  {
+    auto writer = StoreWriter::open((dir / rankStoreName(0)).string(), {{"rank", "0"}});
+    ASSERT_TRUE(writer.ok()) << writer.status().message();
+    (*writer)->appendSentinel({{.step = 3, .tensor = SentinelTensor::kGrad, .parameter = "head.weight", .norm = INFINITY},
+                               {.step = 3, .tensor = SentinelTensor::kParam, .parameter = "head.bias", .norm = NAN}});
+    ASSERT_TRUE((*writer)->close().ok());
+  }
+  auto run = loadRun(dir.string());
+  ASSERT_TRUE(run.ok()) << run.status().message();
+  ASSERT_EQ(run->sentinel.size(), 2u);
+  EXPECT_EQ(run->sentinel[0].tensor, SentinelTensor::kGrad);
+  EXPECT_EQ(run->sentinel[1].tensor, SentinelTensor::kParam);
+  EXPECT_TRUE(std::isnan(run->sentinel[1].norm));
+  auto rows = queryRun(dir.string(), "SELECT tensor FROM sentinel ORDER BY rowid");
+  ASSERT_TRUE(rows.ok()) << rows.status().message();
+  ASSERT_EQ(rows->rows.size(), 2u);
+  EXPECT_EQ(*rows->rows[0][0], "grad") << "the store's text is what it was";
+  EXPECT_EQ(*rows->rows[1][0], "param");
 }
 
 TEST(StoreWriter, WhatWasFlushedSurvivesSigkill) {
