@@ -41,10 +41,9 @@ StatusOr<std::string> missingSelection(const Options& o, const RunDirs& dir) {
                                     std::pair{"layer", o.layer}}) {
     if (!value) continue;
     std::string column = name;
-    auto found = queryRun(dir, "SELECT MIN(" + column + "), MAX(" + column + "), MAX(" + column + " = " +
-                                   std::to_string(*value) + ") FROM calls");
-    if (!found.ok()) return found.status();
-    const auto& row = found->rows.at(0);
+    NANPROV_ASSIGN_OR_RETURN(auto found, queryRun(dir, "SELECT MIN(" + column + "), MAX(" + column + "), MAX(" + column +
+                                                           " = " + std::to_string(*value) + ") FROM calls"));
+    const auto& row = found.rows.at(0);
     if (row[2] && *row[2] == "1") continue;
     std::string range = row[0] ? *row[0] + "-" + *row[1] : "none";
     return "no " + column + " " + std::to_string(*value) + " in this run (its " + column + "s: " + range + ")";
@@ -103,9 +102,9 @@ StatusOr<std::string> summarisedNote(const Options& o, const RunDirs& dir) {
   if (o.layer) where += " AND layer = " + std::to_string(*o.layer);
   if (o.step) where += " AND " + std::to_string(*o.step) + " BETWEEN step AND last_step";
   if (!o.phase.empty()) where += " AND phase = '" + o.phase + "'";  // fwd or bwd, checked by the option
-  auto found = queryRun(dir, std::string("SELECT IFNULL(SUM(") + count + "), 0), MIN(step), MAX(last_step) FROM step_summaries WHERE " + where);
-  if (!found.ok()) return found.status();
-  const auto& row = found->rows.at(0);
+  NANPROV_ASSIGN_OR_RETURN(auto found, queryRun(dir, std::string("SELECT IFNULL(SUM(") + count +
+                                                          "), 0), MIN(step), MAX(last_step) FROM step_summaries WHERE " + where));
+  const auto& row = found.rows.at(0);
   if (!row[0] || *row[0] == "0") return std::string();
   return *row[0] + (o.nonfinite ? " more calls that were not clean" : " more calls") + " of steps " + *row[1] + "-" +
          *row[2] + " were summarised by the store budget (counts and max |x| per step, layer and phase): "

@@ -38,13 +38,13 @@ std::string pythonOf(const std::string& resolved) {
 
 StatusOr<nlohmann::json> torchInfo(const std::string& python) {
   int code = 0;
-  auto out = captureOutput({python, "-m", "nanprov_boot.check"}, {{"PYTHONPATH", bootstrapPythonPath()}}, &code);
-  if (!out.ok()) return out.status();
+  NANPROV_ASSIGN_OR_RETURN(auto out,
+                           captureOutput({python, "-m", "nanprov_boot.check"}, {{"PYTHONPATH", bootstrapPythonPath()}}, &code));
   if (code > 128) {
     return Status::Error("the torch check (" + python + " -m nanprov_boot.check) was killed by signal " +
                          std::to_string(code - 128) + "; run again");
   }
-  nlohmann::json info = nlohmann::json::parse(*out, nullptr, false);
+  nlohmann::json info = nlohmann::json::parse(out, nullptr, false);
   if (info.is_discarded() || !info.value("importable", false)) {
     std::string why = info.is_discarded() ? "it printed no answer" : info.value("error", "");
     return Status::Error("torch is not importable by " + python + " (" + why +

@@ -46,21 +46,20 @@ struct RunCapture {
 };
 
 StatusOr<RunCapture> captureOfRun(const RunDirs& dirs) {
-  auto run = loadRun(dirs, RunScope::kEdges);
-  if (!run.ok()) return run.status();
-  Findings f = analyze(*run);
+  NANPROV_ASSIGN_OR_RETURN(auto run, loadRun(dirs, RunScope::kEdges));
+  Findings f = analyze(run);
   if (!f.first_source) {
-    if (!f.first) return RunCapture{.nothing = "no attention call in " + run->dir + " met a non-finite value; see nanprov report"};
-    const std::string trail = run->trailOn() ? "nanprov report names the module that made it"
+    if (!f.first) return RunCapture{.nothing = "no attention call in " + run.dir + " met a non-finite value; see nanprov report"};
+    const std::string trail = run.trailOn() ? "nanprov report names the module that made it"
                                              : "run again with nanprov run --trail to name the module that made it";
-    return RunCapture{.nothing = "attention received the non-finite values (" + callName(run->calls[*f.first]) +
+    return RunCapture{.nothing = "attention received the non-finite values (" + callName(run.calls[*f.first]) +
                                  " took them from upstream) and made none itself: " + trail};
   }
-  const CallRecord& edge = run->calls[*f.first_source];
-  const CaptureRecord* capture = run->captureOf(edge.rank, edge.seq);
+  const CallRecord& edge = run.calls[*f.first_source];
+  const CaptureRecord* capture = run.captureOf(edge.rank, edge.seq);
   if (!capture) return Status::Error("the first source edge " + callName(edge) + " was not captured (run with nanprov run's defaults)");
   if (capture->path.empty()) return Status::Error("the first source edge " + callName(edge) + " was not captured: " + capture->skipped);
-  return RunCapture{.path = capturePath(*run, *capture)};
+  return RunCapture{.path = capturePath(run, *capture)};
 }
 
 // Comma list of backend names, checked; "reference" is always run and accepted for clarity.

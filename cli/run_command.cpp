@@ -77,9 +77,8 @@ struct RunOptions {
 // `pip install torch==OTHER` in the environment) gets the training run as it is, uninstrumented:
 // one line says so and names the rebuild, and this process becomes the training.
 Status preflight(const std::string& python, const std::vector<std::string>& command) {
-  auto info = torchInfo(python);
-  if (!info.ok()) return info.status();
-  Status match = checkTorchMatchesBuild(python, *info);
+  NANPROV_ASSIGN_OR_RETURN(auto info, torchInfo(python));
+  Status match = checkTorchMatchesBuild(python, info);
   if (match.ok()) return match;
   std::cerr << "nanprov run: " << printable(match.message()) << "; the training runs uninstrumented\n";
   std::vector<char*> argv;
@@ -182,9 +181,8 @@ Status claimRunDir(const std::string& dir) {
   if (holdsRankStores(dir) || !callTallyPaths(dir).empty() || !workerCallPaths(dir).empty() || !taskRunFilePaths(dir).empty()) {
     return Status::Error(taken);
   }
-  auto claimed = claimRunFile(dir);
-  if (!claimed.ok()) return claimed.status();
-  return *claimed ? Status::Ok() : Status::Error(taken);
+  NANPROV_ASSIGN_OR_RETURN(auto claimed, claimRunFile(dir));
+  return claimed ? Status::Ok() : Status::Error(taken);
 }
 
 // Why nothing was recorded, from the per-process notes the bootstrap leaves.

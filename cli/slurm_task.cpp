@@ -58,9 +58,8 @@ Status joinRunDir(const std::string& dir, const SlurmTask& task, const nlohmann:
   if (siblings.job.empty() && (holdsRankStores(dir) || !callTallyPaths(dir).empty() || !workerCallPaths(dir).empty())) {
     return Status::Error(taken);
   }
-  auto claimed = claimTaskRunFile(dir, task.task, doc);
-  if (!claimed.ok()) return claimed.status();
-  if (!*claimed) {
+  NANPROV_ASSIGN_OR_RETURN(auto claimed, claimTaskRunFile(dir, task.task, doc));
+  if (!claimed) {
     return Status::Error("task " + std::to_string(task.task) + " of Slurm job " + task.job + " already recorded into " + dir +
                          "; pick a new --out for a rerun");
   }

@@ -62,16 +62,14 @@ StatusOr<Outputs> rerunThroughPackage(const CaptureFile& file, const std::string
   std::string path = absolutePath(bootstrap);
   if (const char* user = std::getenv("PYTHONPATH"); user && *user) path += std::string(":") + user;
   int code = 0;
-  auto said = captureOutput({python, "-m", "nanprov_boot.flash_rerun", capture, output, device.str()},
-                            {{"PYTHONPATH", path}, {"NANPROV_RUN_DIR", ""}}, &code, scratch.path());
-  if (!said.ok()) return said.status();
+  NANPROV_ASSIGN_OR_RETURN(auto said, captureOutput({python, "-m", "nanprov_boot.flash_rerun", capture, output, device.str()},
+                                                    {{"PYTHONPATH", path}, {"NANPROV_RUN_DIR", ""}}, &code, scratch.path()));
   if (code != 0) {
-    std::string why = firstLine(*said);
+    std::string why = firstLine(said);
     if (why.empty()) why = "the rerun exited with code " + std::to_string(code);
     return Status::Error((code == 3 ? "not importable with " : "failed with ") + std::string(python) + ": " + why);
   }
-  auto rerun = readCapture(output);
-  if (!rerun.ok()) return rerun.status();
+  NANPROV_ASSIGN_OR_RETURN(auto rerun, readCapture(output));
   // The capture with the rerun's outputs in place of the run's: read back through the same
   // layout code, so both are compared in the same [batch, heads, seq, dim] form.
   CaptureFile replaced = file;
@@ -81,10 +79,9 @@ StatusOr<Outputs> rerunThroughPackage(const CaptureFile& file, const std::string
     }
     return false;
   });
-  for (CaptureTensor& t : rerun->tensors) replaced.tensors.push_back(std::move(t));
-  auto call = toCapturedCall(replaced, capture_path);
-  if (!call.ok()) return call.status();
-  Outputs out = capturedOutputs(*call);
+  for (CaptureTensor& t : rerun.tensors) replaced.tensors.push_back(std::move(t));
+  NANPROV_ASSIGN_OR_RETURN(auto call, toCapturedCall(replaced, capture_path));
+  Outputs out = capturedOutputs(call);
   if (!out.o.defined() && !out.dq.defined()) return Status::Error("the rerun wrote no output");
   for (at::Tensor* t : {&out.o, &out.lse, &out.dq, &out.dk, &out.dv}) {
     if (t->defined()) *t = t->to(device);  // compared where the reference is

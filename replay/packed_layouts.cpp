@@ -87,18 +87,16 @@ Status toHeadsFirst(CapturedCall& call) {
     for (const char* role : kRoles) {
       if (call.has(role) && call.at(role).dim() != 3) return Status::Error(std::string(role) + " of a thd capture is not (total, heads, dim)");
     }
-    auto bq = boundaries(call, "cu_seqlens_q", call.at("Q").size(0));
-    if (!bq.ok()) return bq.status();
-    auto bk = boundaries(call, "cu_seqlens_k", call.at("K").size(0));
-    if (!bk.ok()) return bk.status();
-    if (bq->size() != bk->size()) return Status::Error("cu_seqlens_q and cu_seqlens_k hold different batch sizes");
+    NANPROV_ASSIGN_OR_RETURN(auto bq, boundaries(call, "cu_seqlens_q", call.at("Q").size(0)));
+    NANPROV_ASSIGN_OR_RETURN(auto bk, boundaries(call, "cu_seqlens_k", call.at("K").size(0)));
+    if (bq.size() != bk.size()) return Status::Error("cu_seqlens_q and cu_seqlens_k hold different batch sizes");
     for (const char* role : kRoles) {
-      if (call.has(role)) call.tensors[role] = unpack(call.at(role), keySide(role) ? *bk : *bq);
+      if (call.has(role)) call.tensors[role] = unpack(call.at(role), keySide(role) ? bk : bq);
     }
     call.tensors.erase("cu_seqlens_q");  // consumed: the call is now a padded batch
     call.tensors.erase("cu_seqlens_k");
-    call.valid_q = validRows(*bq);
-    call.valid_kv = validRows(*bk);
+    call.valid_q = validRows(bq);
+    call.valid_kv = validRows(bk);
     len_q = call.valid_q.sum(1);
     len_kv = call.valid_kv.sum(1);
   }

@@ -239,42 +239,39 @@ StatusOr<CaptureLayout> readLayout(const std::string& path, std::ifstream& in) {
 }  // namespace
 
 StatusOr<CaptureFile> parseCapture(const std::string& bytes, const std::string& source) {
-  auto layout = parseLayout(bytes, bytes.size(), source);
-  if (!layout.ok()) return layout.status();
-  for (size_t i = 0; i < layout->spans.size(); ++i) {
-    auto [begin, end] = layout->spans[i];
-    layout->file.tensors[i].bytes.assign(bytes.begin() + static_cast<std::ptrdiff_t>(begin),
+  NANPROV_ASSIGN_OR_RETURN(auto layout, parseLayout(bytes, bytes.size(), source));
+  for (size_t i = 0; i < layout.spans.size(); ++i) {
+    auto [begin, end] = layout.spans[i];
+    layout.file.tensors[i].bytes.assign(bytes.begin() + static_cast<std::ptrdiff_t>(begin),
                                          bytes.begin() + static_cast<std::ptrdiff_t>(end));
   }
-  return std::move(layout->file);
+  return std::move(layout.file);
 }
 
 StatusOr<CaptureFile> readCapture(const std::string& path) {
   std::ifstream in;
-  auto layout = readLayout(path, in);
-  if (!layout.ok()) return layout.status();
+  NANPROV_ASSIGN_OR_RETURN(auto layout, readLayout(path, in));
   // Each tensor read straight into its own buffer: a capture of a big call is hundreds of MB,
   // and the data follows the header in tensor order, so this is one sequential pass.
-  for (size_t i = 0; i < layout->spans.size(); ++i) {
-    auto [begin, end] = layout->spans[i];
-    std::vector<uint8_t>& bytes = layout->file.tensors[i].bytes;
+  for (size_t i = 0; i < layout.spans.size(); ++i) {
+    auto [begin, end] = layout.spans[i];
+    std::vector<uint8_t>& bytes = layout.file.tensors[i].bytes;
     bytes.resize(static_cast<size_t>(end - begin));
     in.seekg(static_cast<std::streamoff>(begin));
     in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
     if (static_cast<uint64_t>(in.gcount()) != end - begin) {
-      return broken(path, "tensor " + layout->file.tensors[i].name + " was cut short while reading (was the file truncated?)");
+      return broken(path, "tensor " + layout.file.tensors[i].name + " was cut short while reading (was the file truncated?)");
     }
   }
-  return std::move(layout->file);
+  return std::move(layout.file);
 }
 
 Status checkCapture(const std::string& path) { return readCaptureMetadata(path).status(); }
 
 StatusOr<std::map<std::string, std::string>> readCaptureMetadata(const std::string& path) {
   std::ifstream in;
-  auto layout = readLayout(path, in);
-  if (!layout.ok()) return layout.status();
-  return std::move(layout->file.metadata);
+  NANPROV_ASSIGN_OR_RETURN(auto layout, readLayout(path, in));
+  return std::move(layout.file.metadata);
 }
 
 std::string captureSidecarPath(const std::string& capture_path, const std::string& suffix) {

@@ -38,13 +38,11 @@ std::string metaOr(const RankInfo& info, const std::string& key, const std::stri
 // The identity the stores of `dir` record, or nullopt when it holds none; an error when a store
 // cannot be read or two of its stores disagree.
 StatusOr<std::optional<DirIdentity>> identityOf(const std::string& dir) {
-  auto paths = rankStorePaths(dir);
-  if (!paths.ok()) return paths.status();
+  NANPROV_ASSIGN_OR_RETURN(auto paths, rankStorePaths(dir));
   std::optional<DirIdentity> found;
-  for (const std::string& path : *paths) {
+  for (const std::string& path : paths) {
     RankInfo info;
-    auto db = openRankStore(path, &info);
-    if (!db.ok()) return db.status();
+    NANPROV_ASSIGN_OR_RETURN(auto db, openRankStore(path, &info));
     JobIdentity id{metaOr(info, "launcher_run_id", "(none)"), metaOr(info, "master", "(none)"),
                    metaOr(info, "world_size", "1")};
     std::optional<int64_t> started = parseInteger(metaOr(info, "started_ns", ""), 0, INT64_MAX);
@@ -86,16 +84,15 @@ Status checkOneJob(const RunDirs& dirs) {
       std::error_code ec;
       if (dirs.all[j] == dir || std::filesystem::equivalent(dirs.all[j], dir, ec)) return Status::Error(dir + " is given twice");
     }
-    auto id = identityOf(dir);
-    if (!id.ok()) return id.status();
-    if (!*id) continue;
+    NANPROV_ASSIGN_OR_RETURN(auto id, identityOf(dir));
+    if (!id) continue;
     if (!first) {
-      first.emplace(**id, dir);
+      first.emplace(*id, dir);
       continue;
     }
     const JobIdentity& a = first->first.job;
-    const JobIdentity& b = (*id)->job;
-    const std::optional<int64_t> a_start = first->first.started_ns, b_start = (*id)->started_ns;
+    const JobIdentity& b = id->job;
+    const std::optional<int64_t> a_start = first->first.started_ns, b_start = id->started_ns;
     const bool anonymous = a.run_id == "(none)" && a.master == "(none)";
     const int64_t gap = a_start && b_start ? (*a_start > *b_start ? *a_start - *b_start : *b_start - *a_start) : 0;
     std::string differs = a.run_id != b.run_id ? runIdsDiffer(b.run_id, a.run_id)

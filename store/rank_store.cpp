@@ -85,9 +85,7 @@ bool areRunDirs(const RunDirs& dirs) {
 }
 
 StatusOr<std::vector<std::string>> storesOf(const RunDirs& dirs) {
-  auto found = rankStorePaths(dirs);
-  if (!found.ok()) return found.status();
-  std::vector<std::string> paths = std::move(*found);
+  NANPROV_ASSIGN_OR_RETURN(std::vector<std::string> paths, rankStorePaths(dirs));
   if (paths.empty()) {
     std::string named;
     for (const std::string& dir : dirs.all) named += (named.empty() ? "" : " and ") + dir;

@@ -23,26 +23,23 @@ namespace {
 
 // Every call of one store that passes `filter`, appended to *out in seq order.
 Status loadCalls(sqlite3* db, const std::string& path, const CallFilter& filter, std::vector<CallRecord>* out) {
-  auto cursor = CallCursor::open(db, path, filter);
-  if (!cursor.ok()) return cursor.status();
+  NANPROV_ASSIGN_OR_RETURN(auto cursor, CallCursor::open(db, path, filter));
   CallRecord call;
   while (true) {
-    auto more = cursor->next(&call);
-    if (!more.ok()) return more.status();
-    if (!*more) return Status::Ok();
+    NANPROV_ASSIGN_OR_RETURN(auto more, cursor.next(&call));
+    if (!more) return Status::Ok();
     out->push_back(std::move(call));
   }
 }
 
 // One integer from a query with bound integer parameters, or nullopt when it gives no row.
 StatusOr<std::optional<int64_t>> queryInteger(sqlite3* db, const std::string& sql, std::initializer_list<int64_t> args) {
-  auto st = sqlite::prepare(db, sql);
-  if (!st.ok()) return st.status();
+  NANPROV_ASSIGN_OR_RETURN(auto st, sqlite::prepare(db, sql));
   int i = 1;
-  for (int64_t a : args) sqlite3_bind_int64(st->get(), i++, a);
-  int rc = sqlite3_step(st->get());
-  if (rc == SQLITE_ROW && sqlite3_column_type(st->get(), 0) != SQLITE_NULL) {
-    return std::optional<int64_t>(sqlite3_column_int64(st->get(), 0));
+  for (int64_t a : args) sqlite3_bind_int64(st.get(), i++, a);
+  int rc = sqlite3_step(st.get());
+  if (rc == SQLITE_ROW && sqlite3_column_type(st.get(), 0) != SQLITE_NULL) {
+    return std::optional<int64_t>(sqlite3_column_int64(st.get(), 0));
   }
   if (rc != SQLITE_ROW && rc != SQLITE_DONE) return Status::Error(sqlite::errorOf(db));
   return std::optional<int64_t>();
@@ -51,13 +48,13 @@ StatusOr<std::optional<int64_t>> queryInteger(sqlite3* db, const std::string& sq
 // The forward call before `seq` in its step on this rank, not a recompute: walked back by seq,
 // which grows with time on a rank, until the step changes.
 StatusOr<std::optional<int64_t>> previousForward(sqlite3* db, int64_t seq, int64_t step) {
-  auto st = sqlite::prepare(db, "SELECT seq, step, phase, recompute FROM calls WHERE seq < ? ORDER BY seq DESC");
-  if (!st.ok()) return st.status();
-  sqlite3_bind_int64(st->get(), 1, seq);
-  while (sqlite3_step(st->get()) == SQLITE_ROW) {
-    if (sqlite3_column_int64(st->get(), 1) != step) break;
-    if (columnText(st->get(), 2) == "fwd" && sqlite3_column_int(st->get(), 3) == 0) {
-      return std::optional<int64_t>(sqlite3_column_int64(st->get(), 0));
+  NANPROV_ASSIGN_OR_RETURN(auto st,
+                           sqlite::prepare(db, "SELECT seq, step, phase, recompute FROM calls WHERE seq < ? ORDER BY seq DESC"));
+  sqlite3_bind_int64(st.get(), 1, seq);
+  while (sqlite3_step(st.get()) == SQLITE_ROW) {
+    if (sqlite3_column_int64(st.get(), 1) != step) break;
+    if (columnText(st.get(), 2) == "fwd" && sqlite3_column_int(st.get(), 3) == 0) {
+      return std::optional<int64_t>(sqlite3_column_int64(st.get(), 0));
     }
   }
   return std::optional<int64_t>();
@@ -457,9 +454,7 @@ StatusOr<RunData> loadRun(const RunDirs& dirs, RunScope scope) {
   run.scope = scope;
   run.settings = readRunFile(run.dir);
   for (const std::string& dir : dirs.all) run.unrecorded.merge(unrecordedRanks(dir));
-  auto found = rankStorePaths(dirs);
-  if (!found.ok()) return found.status();
-  const std::vector<std::string>& paths = *found;
+  NANPROV_ASSIGN_OR_RETURN(const std::vector<std::string> paths, rankStorePaths(dirs));
   countWorkerCalls(dirs.all, &run);
   if (paths.empty() && areRunDirs(dirs)) {
     countTalliesWithoutStore(dirs.all, &run);
@@ -468,36 +463,35 @@ StatusOr<RunData> loadRun(const RunDirs& dirs, RunScope scope) {
   if (paths.empty()) return storesOf(dirs).status();
   for (const std::string& path : paths) {
     RankInfo info;
-    auto db = openRankStore(path, &info);
-    if (!db.ok()) return db.status();
+    NANPROV_ASSIGN_OR_RETURN(auto db, openRankStore(path, &info));
     if (scope == RunScope::kEdges) {
       std::vector<int64_t> loaded;
       int64_t not_clean_before = run.not_clean.calls;
-      NANPROV_RETURN_IF_ERROR(loadEdges(db->get(), path, &run, &loaded));
+      NANPROV_RETURN_IF_ERROR(loadEdges(db.get(), path, &run, &loaded));
       if (run.not_clean.calls > not_clean_before) run.not_clean.ranks.insert(info.rank);
-      NANPROV_RETURN_IF_ERROR(loadKernels(db->get(), path, info.rank, &loaded, &run.kernels));
+      NANPROV_RETURN_IF_ERROR(loadKernels(db.get(), path, info.rank, &loaded, &run.kernels));
     } else if (scope == RunScope::kTraced) {
       size_t first = run.kernels.size();
-      NANPROV_RETURN_IF_ERROR(loadKernels(db->get(), path, info.rank, nullptr, &run.kernels));
+      NANPROV_RETURN_IF_ERROR(loadKernels(db.get(), path, info.rank, nullptr, &run.kernels));
       std::vector<int64_t> traced;
       for (size_t i = first; i < run.kernels.size(); ++i) {
         if (traced.empty() || traced.back() != run.kernels[i].seq) traced.push_back(run.kernels[i].seq);
       }
-      if (!traced.empty()) NANPROV_RETURN_IF_ERROR(loadCalls(db->get(), path, CallFilter::of(traced), &run.calls));
+      if (!traced.empty()) NANPROV_RETURN_IF_ERROR(loadCalls(db.get(), path, CallFilter::of(traced), &run.calls));
     } else {
-      NANPROV_RETURN_IF_ERROR(loadCalls(db->get(), path, CallFilter::all(), &run.calls));
-      NANPROV_RETURN_IF_ERROR(loadKernels(db->get(), path, info.rank, nullptr, &run.kernels));
-      NANPROV_RETURN_IF_ERROR(loadStepEnds(db->get(), path, &info.step_ends_ns));
+      NANPROV_RETURN_IF_ERROR(loadCalls(db.get(), path, CallFilter::all(), &run.calls));
+      NANPROV_RETURN_IF_ERROR(loadKernels(db.get(), path, info.rank, nullptr, &run.kernels));
+      NANPROV_RETURN_IF_ERROR(loadStepEnds(db.get(), path, &info.step_ends_ns));
     }
-    NANPROV_RETURN_IF_ERROR(loadCaptures(db->get(), path, info.rank, &run.captures));
-    NANPROV_RETURN_IF_ERROR(loadSentinel(db->get(), path, info.rank, &run.sentinel));
-    NANPROV_RETURN_IF_ERROR(loadModuleChecks(db->get(), path, info.rank, &run.module_checks));
-    NANPROV_RETURN_IF_ERROR(loadCollectives(db->get(), path, info.rank, &run.collectives));
-    info.steps = countRows(db->get(), "steps");
-    info.calls_stored = countRows(db->get(), "calls");
-    NANPROV_RETURN_IF_ERROR(loadSummarised(db->get(), path, &info));
-    if (scope == RunScope::kEdges) NANPROV_RETURN_IF_ERROR(countSummarisedNotClean(db->get(), path, info, &run));
-    NANPROV_RETURN_IF_ERROR(loadTrends(db->get(), path, &info));
+    NANPROV_RETURN_IF_ERROR(loadCaptures(db.get(), path, info.rank, &run.captures));
+    NANPROV_RETURN_IF_ERROR(loadSentinel(db.get(), path, info.rank, &run.sentinel));
+    NANPROV_RETURN_IF_ERROR(loadModuleChecks(db.get(), path, info.rank, &run.module_checks));
+    NANPROV_RETURN_IF_ERROR(loadCollectives(db.get(), path, info.rank, &run.collectives));
+    info.steps = countRows(db.get(), "steps");
+    info.calls_stored = countRows(db.get(), "calls");
+    NANPROV_RETURN_IF_ERROR(loadSummarised(db.get(), path, &info));
+    if (scope == RunScope::kEdges) NANPROV_RETURN_IF_ERROR(countSummarisedNotClean(db.get(), path, info, &run));
+    NANPROV_RETURN_IF_ERROR(loadTrends(db.get(), path, &info));
     // A summarised call was checked and counted, though its row is gone.
     const int64_t kept = info.calls_stored + info.calls_summarised;
     run.total_calls += kept;
@@ -535,9 +529,7 @@ struct RankStream {
 }  // namespace
 
 Status forEachCall(const RunDirs& dirs, const CallQuery& query, const std::function<bool(const CallRecord&)>& visit) {
-  auto found = rankStorePaths(dirs);
-  if (!found.ok()) return found.status();
-  const std::vector<std::string>& paths = *found;
+  NANPROV_ASSIGN_OR_RETURN(const std::vector<std::string> paths, rankStorePaths(dirs));
   if (paths.empty() && areRunDirs(dirs)) return Status::Ok();
   if (paths.empty()) return storesOf(dirs).status();
   CallFilter filter = CallFilter::matching(query);
@@ -545,17 +537,14 @@ Status forEachCall(const RunDirs& dirs, const CallQuery& query, const std::funct
   auto advance = [](RankStream& r) -> StatusOr<bool> { return r.cursor->next(&r.head); };
   for (const std::string& path : paths) {
     RankInfo info;
-    auto db = openRankStore(path, &info);
-    if (!db.ok()) return db.status();
+    NANPROV_ASSIGN_OR_RETURN(auto db, openRankStore(path, &info));
     if (!query.wantsRank(info.rank)) continue;
     auto stream = std::make_unique<RankStream>();
-    stream->db = std::move(*db);
-    auto cursor = CallCursor::open(stream->db.get(), path, filter);
-    if (!cursor.ok()) return cursor.status();
-    stream->cursor.emplace(std::move(*cursor));
-    auto more = advance(*stream);
-    if (!more.ok()) return more.status();
-    if (*more) streams.push_back(std::move(stream));
+    stream->db = std::move(db);
+    NANPROV_ASSIGN_OR_RETURN(auto cursor, CallCursor::open(stream->db.get(), path, filter));
+    stream->cursor.emplace(std::move(cursor));
+    NANPROV_ASSIGN_OR_RETURN(auto more, advance(*stream));
+    if (more) streams.push_back(std::move(stream));
   }
   // A k-way merge: the earliest head goes next (a linear scan; ranks are at most a few hundred).
   while (!streams.empty()) {
@@ -564,9 +553,8 @@ Status forEachCall(const RunDirs& dirs, const CallQuery& query, const std::funct
       if (byStepAndTime(streams[i]->head, streams[next]->head)) next = i;
     }
     if (!visit(streams[next]->head)) return Status::Ok();
-    auto more = advance(*streams[next]);
-    if (!more.ok()) return more.status();
-    if (!*more) streams.erase(streams.begin() + static_cast<std::ptrdiff_t>(next));
+    NANPROV_ASSIGN_OR_RETURN(auto more, advance(*streams[next]));
+    if (!more) streams.erase(streams.begin() + static_cast<std::ptrdiff_t>(next));
   }
   return Status::Ok();
 }
@@ -607,17 +595,15 @@ StatusOr<RunData> loadRunWindow(const RunDirs& dirs, const CallQuery& query, int
     auto [it, fresh] = steps.try_emplace(c.rank, c.step, c.step);
     it->second = {std::min(it->second.first, c.step), std::max(it->second.second, c.step)};
   }
-  auto found = rankStorePaths(dirs);
-  if (!found.ok()) return found.status();
-  for (const std::string& path : *found) {
+  NANPROV_ASSIGN_OR_RETURN(const std::vector<std::string> paths, rankStorePaths(dirs));
+  for (const std::string& path : paths) {
     RankInfo info;
-    auto db = openRankStore(path, &info);
-    if (!db.ok()) return db.status();
+    NANPROV_ASSIGN_OR_RETURN(auto db, openRankStore(path, &info));
     if (!query.wantsRank(info.rank)) continue;
     if (auto mine = seqs.find(info.rank); mine != seqs.end()) {
-      NANPROV_RETURN_IF_ERROR(loadKernels(db->get(), path, info.rank, &mine->second, &run.kernels));
+      NANPROV_RETURN_IF_ERROR(loadKernels(db.get(), path, info.rank, &mine->second, &run.kernels));
       std::map<int64_t, int64_t> ends;
-      NANPROV_RETURN_IF_ERROR(loadStepEnds(db->get(), path, &ends));
+      NANPROV_RETURN_IF_ERROR(loadStepEnds(db.get(), path, &ends));
       const auto [first, last] = steps.at(info.rank);
       // The step before the window's first: where its first step starts.
       for (auto it = ends.lower_bound(first - 1); it != ends.end() && it->first <= last; ++it) info.step_ends_ns.insert(*it);

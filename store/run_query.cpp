@@ -116,13 +116,11 @@ std::string rowsOf(sqlite3* db, const std::string& table, bool add_rank, const s
 // Attaches one rank store read-only as `alias`; its rank in *rank.
 Status attachStore(sqlite3* db, const std::string& path, const std::string& alias, int* rank) {
   RankInfo info;
-  auto check = openRankStore(path, &info);
-  if (!check.ok()) return check.status();
-  auto attach = sqlite::prepare(db, "ATTACH DATABASE ? AS " + alias);
-  if (!attach.ok()) return attach.status();
+  NANPROV_ASSIGN_OR_RETURN(auto check, openRankStore(path, &info));
+  NANPROV_ASSIGN_OR_RETURN(auto attach, sqlite::prepare(db, "ATTACH DATABASE ? AS " + alias));
   std::string uri = "file:" + path + "?mode=ro";
-  sqlite3_bind_text(attach->get(), 1, uri.c_str(), -1, SQLITE_TRANSIENT);
-  if (sqlite3_step(attach->get()) != SQLITE_DONE) return notAStore(path, sqlite::errorOf(db));
+  sqlite3_bind_text(attach.get(), 1, uri.c_str(), -1, SQLITE_TRANSIENT);
+  if (sqlite3_step(attach.get()) != SQLITE_DONE) return notAStore(path, sqlite::errorOf(db));
   *rank = info.rank;
   return Status::Ok();
 }
@@ -204,8 +202,7 @@ std::string bytesText(int64_t bytes) {
 }  // namespace
 
 StatusOr<QueryResult> queryRun(const RunDirs& dirs, const std::string& sql, const QueryLimits& limits) {
-  auto paths = storesOf(dirs);
-  if (!paths.ok()) return paths.status();
+  NANPROV_ASSIGN_OR_RETURN(auto paths, storesOf(dirs));
   // SQLite's own memory (sorts, group_concat, joins) is capped process-wide; the rows kept for
   // printing are counted against the same budget below.
   if (limits.max_memory_bytes > 0) sqlite3_hard_heap_limit64(limits.max_memory_bytes);
@@ -223,21 +220,19 @@ StatusOr<QueryResult> queryRun(const RunDirs& dirs, const std::string& sql, cons
     return Status::Error(context + sqlite::errorOf(db));
   };
   // "": a private temporary database on disk, for the copies a run of many ranks needs.
-  auto db = sqlite::open("", sqlite::Mode::kReadWriteCreate);
-  if (!db.ok()) return db.status();
-  sqlite3* raw = db->get();
+  NANPROV_ASSIGN_OR_RETURN(auto db, sqlite::open("", sqlite::Mode::kReadWriteCreate));
+  sqlite3* raw = db.get();
   if (limits.timeout_seconds > 0) sqlite3_progress_handler(raw, 10000, &Deadline::check, &deadline);
   int attachable = sqlite3_limit(raw, SQLITE_LIMIT_ATTACHED, -1);
-  Status opened = static_cast<int>(paths->size()) <= attachable ? viewsOverStores(raw, *paths)
-                                                                 : tablesFromStores(raw, *paths, sql, attachable);
+  Status opened = static_cast<int>(paths.size()) <= attachable ? viewsOverStores(raw, paths)
+                                                                 : tablesFromStores(raw, paths, sql, attachable);
   if (!opened.ok()) return deadline.passed || sqlite3_errcode(raw) == SQLITE_NOMEM ? failed(raw, "") : opened;
   NANPROV_RETURN_IF_ERROR(sqlite::exec(raw, "PRAGMA query_only=ON;"));
 
   QueryGuard guard;
   sqlite3_set_authorizer(raw, &QueryGuard::authorize, &guard);
-  auto stmt = prepareOneStatement(raw, sql, &guard);
-  if (!stmt.ok()) return stmt.status();
-  sqlite3_stmt* s = stmt->get();
+  NANPROV_ASSIGN_OR_RETURN(auto stmt, prepareOneStatement(raw, sql, &guard));
+  sqlite3_stmt* s = stmt.get();
   if (!sqlite3_stmt_readonly(s)) return Status::Error(kReadOnlyRefusal);
   QueryResult result;
   int ncol = sqlite3_column_count(s);

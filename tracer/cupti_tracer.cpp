@@ -324,10 +324,9 @@ class CuptiTracer final : public KernelTracer {
     if (const char* off = std::getenv("NANPROV_KERNELS"); off && std::strcmp(off, "off") == 0) {
       return Status::Error("kernel attribution turned off (nanprov run --no-kernels)");
     }
-    auto cupti = loadCupti();
-    if (!cupti.ok()) return cupti.status();
+    NANPROV_ASSIGN_OR_RETURN(auto cupti, loadCupti());
     g_shared = new Shared();  // leaked: CUPTI may call back until the process ends
-    g_shared->cupti = *cupti;
+    g_shared->cupti = cupti;
     std::lock_guard<std::mutex> lock(mu_);
     Status st = enableCollection();
     started_ok_ = st.ok();

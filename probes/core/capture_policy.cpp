@@ -32,9 +32,8 @@ StatusOr<CapturePlan> capturePlanFromEnvironment() {
   CapturePlan plan;
   if (const char* spec = std::getenv("NANPROV_CAPTURE"); spec && *spec) {
     for (const std::string& one : splitList(spec, ';')) {
-      auto selector = parseCaptureSelector(one);
-      if (!selector.ok()) return selector.status();
-      plan.selectors.push_back(*selector);
+      NANPROV_ASSIGN_OR_RETURN(auto selector, parseCaptureSelector(one));
+      plan.selectors.push_back(selector);
     }
   }
   plan.every = envInteger("NANPROV_CAPTURE_EVERY", 0, 0);

@@ -60,9 +60,8 @@ StatusOr<InjectionSpec> parseInjection(const std::string& text) {
 StatusOr<std::vector<InjectionSpec>> parseInjections(const std::string& text) {
   std::vector<InjectionSpec> specs;
   for (const std::string& one : splitList(text, ';')) {
-    auto spec = parseInjection(one);
-    if (!spec.ok()) return spec.status();
-    specs.push_back(*spec);
+    NANPROV_ASSIGN_OR_RETURN(auto spec, parseInjection(one));
+    specs.push_back(spec);
   }
   return specs;
 }
