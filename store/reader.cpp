@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <deque>
 #include <cmath>
-#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -310,7 +309,7 @@ std::map<std::string, int64_t> RunData::unprobed() const {
   std::map<std::string, int64_t> out;
   for (const RankInfo& r : ranks) {
     for (auto it = r.meta.lower_bound("unprobed:"); it != r.meta.end() && it->first.rfind("unprobed:", 0) == 0; ++it) {
-      out[it->first.substr(9)] += std::strtoll(it->second.c_str(), nullptr, 10);
+      out[it->first.substr(9)] += parseInteger(it->second, 0, INT64_MAX / 4).value_or(0);  // unreadable counts as none
     }
   }
   for (const auto& [rank, n] : worker_calls) out[kWorkerAttention] += n;
@@ -322,7 +321,7 @@ std::map<std::string, int64_t> RunData::unprobedFirstSteps() const {
   std::map<std::string, int64_t> seen;  // the earliest over ranks
   for (const RankInfo& r : ranks) {
     for (auto it = r.meta.lower_bound(prefix); it != r.meta.end() && it->first.rfind(prefix, 0) == 0; ++it) {
-      int64_t step = std::strtoll(it->second.c_str(), nullptr, 10);
+      const int64_t step = parseInteger(it->second, 0, INT64_MAX).value_or(0);
       auto [slot, fresh] = seen.emplace(it->first.substr(prefix.size()), step);
       if (!fresh) slot->second = std::min(slot->second, step);
     }
