@@ -14,6 +14,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <regex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -179,6 +180,23 @@ inline fs::path fakeExecutable(const fs::path& dir, const std::string& name, con
 // The fields of a report's edge, finding or replay a test pins, each compared as JSON.
 inline void expectFields(const json& j, std::initializer_list<std::pair<const char*, json>> want) {
   for (const auto& [key, value] : want) EXPECT_EQ(j[key], value) << key << " in " << j.dump(1);
+}
+
+// A report's first edge is the forward where the training script's oracle (plain-PyTorch forward
+// hooks, --oracle) saw the first non-finite output made: its module and step, layer 0, found by
+// attention's own checks; `also` pins the edge's other fields. Call it under
+// ASSERT_NO_FATAL_FAILURE: without the oracle's line there is nothing to compare.
+inline void expectEdgeWhereTheOracleSays(const std::string& training_output, const json& edge,
+                                         std::initializer_list<std::pair<const char*, json>> also) {
+  std::smatch oracle;
+  ASSERT_TRUE(std::regex_search(training_output, oracle, std::regex("first non-finite forward output: (\\S+) at step (\\d+)")))
+      << training_output;
+  expectFields(edge, {{"module", oracle[1].str()},
+                      {"step", std::stoi(oracle[2].str())},
+                      {"phase", "fwd"},
+                      {"layer", 0},
+                      {"origin", "attention"}});
+  expectFields(edge, also);
 }
 
 inline std::vector<std::string> strings(const json& j) { return j.get<std::vector<std::string>>(); }
