@@ -118,13 +118,19 @@ std::string trendsSection(const Report& report) {
   if (t.warnings.empty()) {
     out += "<p>No warning: no layer's attention logits grew past the rule. A trend, not a verdict.</p>\n";
   } else {
+    constexpr size_t kListedWarnings = 20;
     out += "<ul>\n";
-    for (const TrendWarning& w : t.warnings) {
+    for (size_t i = 0; i < t.warnings.size() && i < kListedWarnings; ++i) {
+      const TrendWarning& w = t.warnings[i];
       std::string when = "rank " + std::to_string(w.rank) + ", step " + std::to_string(w.step);
       if (t.nonfinite_step && *t.nonfinite_step > w.step) {
         when += ", " + std::to_string(*t.nonfinite_step - w.step) + " steps before the first non-finite value";
       }
       out += "<li><b>" + when + ":</b> " + shown(w.text()) + "</li>\n";
+    }
+    if (t.warnings.size() > kListedWarnings) {
+      out += "<li>and " + std::to_string(t.warnings.size() - kListedWarnings) +
+             " more: <code>nanprov report --json</code> lists them under trends.warnings</li>\n";
     }
     out += "</ul>\n<p class=\"note\">A trend, not a verdict: the rule is the growth that preceded published instabilities.</p>\n";
   }

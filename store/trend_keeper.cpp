@@ -67,7 +67,7 @@ void TrendKeeper::coarsen() {
 }
 
 std::vector<TrendWarning> TrendKeeper::noteCall(const CallRecord& call) {
-  if (call.layer < 0) return {};
+  if (call.layer < 0 || (layers_.size() >= kLayersKept && !layers_.count(call.layer))) return {};
   Layer& layer = layers_[call.layer];
   if (layer.module.empty()) layer.module = call.module;
   Bucket& b = bucketOf(layer, call.step);

@@ -24,6 +24,9 @@ namespace nanprov {
 class TrendKeeper {
  public:
   static constexpr int kBucketsPerLayer = 256;
+  // Layers past this many (a model of thousands of attention modules) get no trend: the table
+  // stays a few MB, and readers can refuse a larger one as damage.
+  static constexpr size_t kLayersKept = 4096;
 
   // One call as written (with the rank it was written under); the warnings it raised, if any.
   std::vector<TrendWarning> noteCall(const CallRecord& call);

@@ -1,12 +1,14 @@
 #include "store/trend_rows.h"
 
 #include "store/sqlite_rows.h"
+#include "store/trend_keeper.h"
 
 namespace nanprov {
 namespace {
 
-// More rows than the writer keeps for this many layers is a store nanprov did not write.
-constexpr int64_t kMostRows = int64_t{2} * 4096 * 256;
+// More rows than the writer ever keeps (a bucket more than its limit per layer, while it
+// coarsens) is a store nanprov did not write.
+constexpr int64_t kMostRows = static_cast<int64_t>(TrendKeeper::kLayersKept) * (TrendKeeper::kBucketsPerLayer + 1);
 
 std::optional<double> optionalDouble(sqlite3_stmt* s, int i) {
   if (sqlite3_column_type(s, i) == SQLITE_NULL) return std::nullopt;
