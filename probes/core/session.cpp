@@ -11,6 +11,7 @@
 
 #include "base/env.h"
 #include "base/log_once.h"
+#include "base/text.h"
 #include "base/records/call_health.h"
 #include "base/wall_clock.h"
 #include "store/mapped_counters.h"
@@ -31,11 +32,12 @@ void disableInForkedChild() {
 
 // The first trend warning of the process, said while the training runs; the store keeps every
 // one, and the report lists them. Once: a rank whose logits grow says so for each layer otherwise.
+// The module name is the model's (any ModuleDict key): printed escaped, as the report prints it.
 static void sayTrendWarning(const TrendWarning& w) {
   static std::atomic<bool> said{false};
   if (said.exchange(true)) return;
   std::fprintf(stderr, "nanprov: warning: rank %d, step %lld: %s. A trend, not a verdict: `nanprov report` shows each layer's.\n",
-               w.rank, static_cast<long long>(w.step), w.text().c_str());
+               w.rank, static_cast<long long>(w.step), printable(w.text()).c_str());
 }
 
 Session::Session() = default;
