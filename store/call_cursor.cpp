@@ -138,7 +138,7 @@ StatusOr<bool> CallCursor::next(CallRecord* out) {
     NANPROV_RETURN_IF_ERROR(readTensorRows(&c));
   }
   c.modified = columnText(s, 21);
-  if (sqlite3_column_type(s, 22) != SQLITE_NULL) c.dropout_p = sqlite3_column_double(s, 22);
+  sqlite::readColumn(s, 22, c.dropout_p);
   *out = std::move(c);
   return true;
 }

@@ -21,6 +21,11 @@ inline void readColumn(sqlite3_stmt* s, int i, int& v) { v = sqlite3_column_int(
 inline void readColumn(sqlite3_stmt* s, int i, double& v) { v = sqlite3_column_double(s, i); }
 inline void readColumn(sqlite3_stmt* s, int i, bool& v) { v = sqlite3_column_int(s, i) != 0; }
 inline void readColumn(sqlite3_stmt* s, int i, std::string& v) { v = columnText(s, i); }
+// NULL as nullopt (the twin of bindColumn's optional below).
+inline void readColumn(sqlite3_stmt* s, int i, std::optional<double>& v) {
+  if (sqlite3_column_type(s, i) == SQLITE_NULL) v.reset();
+  else v = sqlite3_column_double(s, i);
+}
 
 // Reads columns first, first + 1, ... into `fields`, in order.
 template <class... Fields>

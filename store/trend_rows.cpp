@@ -10,11 +10,6 @@ namespace {
 // coarsens) is a store nanprov did not write.
 constexpr int64_t kMostRows = static_cast<int64_t>(TrendKeeper::kLayersKept) * (TrendKeeper::kBucketsPerLayer + 1);
 
-std::optional<double> optionalDouble(sqlite3_stmt* s, int i) {
-  if (sqlite3_column_type(s, i) == SQLITE_NULL) return std::nullopt;
-  return sqlite3_column_double(s, i);
-}
-
 }  // namespace
 
 Status loadTrends(sqlite3* db, const std::string& path, RankInfo* info) {
@@ -28,13 +23,8 @@ Status loadTrends(sqlite3* db, const std::string& path, RankInfo* info) {
     if (static_cast<int64_t>(info->trends.size()) >= kMostRows) return notAStore(path, "its trends table is too large");
     TrendPoint p;
     std::string source;
-    sqlite::readRow(s, 0, p.layer, p.step, p.last_step, p.bucket_steps, p.calls, p.module);
-    p.logit = optionalDouble(s, 6);
-    sqlite::readRow(s, 7, source, p.scores_dtype);
-    p.o = optionalDouble(s, 9);
-    p.dq = optionalDouble(s, 10);
-    p.dk = optionalDouble(s, 11);
-    p.dv = optionalDouble(s, 12);
+    sqlite::readRow(s, 0, p.layer, p.step, p.last_step, p.bucket_steps, p.calls, p.module, p.logit, source, p.scores_dtype,
+                    p.o, p.dq, p.dk, p.dv);
     auto parsed = parseLogitSource(source);
     if (!parsed || p.last_step < p.step || p.bucket_steps < 1 || p.calls < 0) {
       return notAStore(path, "a trends row for layer " + std::to_string(p.layer) + " is not one nanprov writes");
