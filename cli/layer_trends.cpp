@@ -14,18 +14,6 @@ void takeLarger(std::optional<double>& into, const std::optional<double>& v) {
 
 nlohmann::json orNull(const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); }
 
-// The first point that holds a logit, and the one with the largest; nullopt when none holds one.
-std::optional<std::pair<const TrendPoint*, const TrendPoint*>> firstAndPeak(const LayerTrend& t) {
-  const TrendPoint *first = nullptr, *peak = nullptr;
-  for (const TrendPoint& p : t.points) {
-    if (!p.logit) continue;
-    if (!first) first = &p;
-    if (!peak || *p.logit > *peak->logit) peak = &p;
-  }
-  if (!first) return std::nullopt;
-  return std::make_pair(first, peak);
-}
-
 std::string stepsBefore(const Trends& trends, const TrendWarning& w) {
   if (!trends.nonfinite_step) return "";
   const int64_t before = *trends.nonfinite_step - w.step;
@@ -34,6 +22,12 @@ std::string stepsBefore(const Trends& trends, const TrendWarning& w) {
 }
 
 }  // namespace
+
+double LayerTrend::growth() const {
+  if (!first_logit) return 0;
+  const double from = *points[*first_logit].logit;
+  return from > 0 ? *points[*peak_logit].logit / from : 0;
+}
 
 Trends trendsOf(const RunData& run, std::optional<int64_t> nonfinite_step) {
   Trends out;
@@ -72,10 +66,20 @@ Trends trendsOf(const RunData& run, std::optional<int64_t> nonfinite_step) {
     LayerTrend t{.layer = layer, .bucket_steps = widest[layer]};
     for (auto& [start, p] : points) {
       if (t.module.empty()) t.module = p.module;
+      if (p.logit) {
+        if (!t.first_logit) t.first_logit = t.points.size();
+        if (!t.peak_logit || *p.logit > *t.points[*t.peak_logit].logit) t.peak_logit = t.points.size();
+      }
+      out.last_step = std::max(out.last_step, p.last_step);
       t.points.push_back(std::move(p));
     }
+    // Points come by step: a layer's first is its earliest.
+    out.first_step = out.layers.empty() ? t.points.front().step : std::min(out.first_step, t.points.front().step);
+    if (t.first_logit) out.by_growth.push_back(out.layers.size());
     out.layers.push_back(std::move(t));
   }
+  std::stable_sort(out.by_growth.begin(), out.by_growth.end(),
+                   [&](size_t a, size_t b) { return out.layers[a].growth() > out.layers[b].growth(); });
   std::stable_sort(out.warnings.begin(), out.warnings.end(), [](const TrendWarning& a, const TrendWarning& b) {
     return std::tie(a.step, a.rank, a.layer) < std::tie(b.step, b.rank, b.layer);
   });
@@ -134,31 +138,22 @@ std::string trendsText(const Trends& trends) {
            " more (report --json: trends.warnings)\n";
   }
   // The layers whose largest logit grew most, from their first point to their peak: where to look.
-  struct Growth {
-    const LayerTrend* layer;
-    const TrendPoint *first, *peak;
-    double ratio;
-  };
-  std::vector<Growth> growth;
-  for (const LayerTrend& t : trends.layers) {
-    auto ends = firstAndPeak(t);
-    if (!ends) continue;
-    const double from = *ends->first->logit, to = *ends->second->logit;
-    growth.push_back({&t, ends->first, ends->second, from > 0 ? to / from : 0});
-  }
-  if (growth.empty()) return out;
-  std::stable_sort(growth.begin(), growth.end(), [](const Growth& a, const Growth& b) { return a.ratio > b.ratio; });
+  if (trends.by_growth.empty()) return out;
   constexpr size_t kShownLayers = 3;
   std::vector<std::string> parts;
-  for (size_t i = 0; i < growth.size() && i < kShownLayers; ++i) {
-    const Growth& g = growth[i];
-    const std::string who = g.layer->module.empty() ? "layer " + std::to_string(g.layer->layer) : g.layer->module;
-    parts.push_back(who + " " + readableNumber(*g.first->logit) + " at step " + std::to_string(g.first->step) +
-                    ", peak " + readableNumber(*g.peak->logit) + " at step " + std::to_string(g.peak->last_step) +
-                    " (" + logitSourceName(g.peak->source) + ")");
+  for (size_t i = 0; i < trends.by_growth.size() && i < kShownLayers; ++i) {
+    const LayerTrend& t = trends.layers[trends.by_growth[i]];
+    const TrendPoint& first = t.points[*t.first_logit];
+    const TrendPoint& peak = t.points[*t.peak_logit];
+    const std::string who = t.module.empty() ? "layer " + std::to_string(t.layer) : t.module;
+    parts.push_back(who + " " + readableNumber(*first.logit) + " at step " + std::to_string(first.step) + ", peak " +
+                    readableNumber(*peak.logit) + " at step " + std::to_string(peak.last_step) + " (" +
+                    logitSourceName(peak.source) + ")");
   }
   out += "  attention logits, largest per layer: " + joined(parts, "; ");
-  if (growth.size() > kShownLayers) out += "; " + std::to_string(growth.size() - kShownLayers) + " more layers";
+  if (trends.by_growth.size() > kShownLayers) {
+    out += "; " + std::to_string(trends.by_growth.size() - kShownLayers) + " more layers";
+  }
   return out + "\n";
 }
 

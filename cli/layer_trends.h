@@ -20,10 +20,16 @@ struct LayerTrend {
   std::string module;
   int64_t bucket_steps = 1;        // the widest over ranks: every point stands for this many steps
   std::vector<TrendPoint> points;  // by step; each the largest over ranks
+  // Indices into points: the first that holds a logit, and the one with the largest.
+  std::optional<size_t> first_logit, peak_logit;
+  // The peak logit over the first (0 without a logit, or from a first of 0).
+  double growth() const;
 };
 
 struct Trends {
   std::vector<LayerTrend> layers;      // by layer
+  std::vector<size_t> by_growth;       // indices into layers: those with a logit, most growth first
+  int64_t first_step = 0, last_step = 0;  // the steps every layer's points span together
   std::vector<TrendWarning> warnings;  // over ranks, by step then rank
   // The first step whose values went non-finite (an edge or the sentinel's), to say how long
   // before it each warning came; nullopt in a run that stayed finite.

@@ -134,25 +134,19 @@ std::string trendsSection(const Report& report) {
     }
     out += "</ul>\n<p class=\"note\">A trend, not a verdict: the rule is the growth that preceded published instabilities.</p>\n";
   }
-  PlotFrame frame{.first_step = t.layers.front().points.front().step, .last_step = 0, .nonfinite_step = t.nonfinite_step};
-  std::vector<std::pair<double, const LayerTrend*>> order;
-  for (const LayerTrend& layer : t.layers) {
-    double first = 0, peak = 0;
-    for (const TrendPoint& p : layer.points) {
-      frame.first_step = std::min(frame.first_step, p.step);
-      frame.last_step = std::max(frame.last_step, p.last_step);
-      if (!p.logit) continue;
-      if (first == 0) first = *p.logit;
-      peak = std::max(peak, *p.logit);
-    }
-    bool warned = false;
-    for (const TrendWarning& w : t.warnings) warned = warned || w.layer == layer.layer;
-    order.push_back({(warned ? 1e300 : 0) + (first > 0 ? peak / first : 0), &layer});
+  const PlotFrame frame{.first_step = t.first_step, .last_step = t.last_step, .nonfinite_step = t.nonfinite_step};
+  auto warned = [&](size_t layer) {
+    return std::any_of(t.warnings.begin(), t.warnings.end(), [&](const TrendWarning& w) { return w.layer == t.layers[layer].layer; });
+  };
+  // The layers warned about first, then those whose logits grew most; layers without a logit last.
+  std::vector<size_t> order = t.by_growth;
+  std::stable_partition(order.begin(), order.end(), warned);
+  for (size_t i = 0; i < t.layers.size(); ++i) {
+    if (!t.layers[i].first_logit) order.push_back(i);
   }
-  std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   out += trendPlotLegend() + "<div class=\"ranks\">\n";
   for (size_t i = 0; i < order.size() && i < kPlottedLayers; ++i) {
-    const LayerTrend& layer = *order[i].second;
+    const LayerTrend& layer = t.layers[order[i]];
     PlotFrame own = frame;
     for (const TrendWarning& w : t.warnings) {
       if (w.layer == layer.layer) own.warning_steps.push_back(w.step);
