@@ -36,6 +36,29 @@ double epsilonOf(at::ScalarType type) {
   }
 }
 
+// The largest finite value of a floating `type`: where a product computed in it overflows.
+double largestFinite(at::ScalarType type) {
+  switch (type) {
+    case at::kHalf: return static_cast<double>(std::numeric_limits<c10::Half>::max());
+    case at::kBFloat16: return static_cast<double>(std::numeric_limits<c10::BFloat16>::max());
+    case at::kFloat: return std::numeric_limits<float>::max();
+    default: return std::numeric_limits<double>::max();
+  }
+}
+
+// Where the run's own product could have overflowed: its partial sums are bounded by Σ|q||k|, so
+// past the largest finite value it was held in the kernel may have made ±inf there, depending on
+// the order it summed in, and another kernel (the replay's, or cuBLAS on another device) may not:
+// an inf in S there is the call's own, no bias. A matmul rounds the product to Q's dtype before
+// it is scaled; a baddbmm accumulates in float32 (or double) and rounds once, scaled by alpha.
+at::Tensor mayHaveOverflowed(const CapturedCall& call, at::ScalarType scores_type, bool baddbmm) {
+  const at::ScalarType q_type = call.at("Q").scalar_type();
+  at::Tensor q = call.at("Q").to(at::kDouble).abs(), k = call.at("K").to(at::kDouble).abs();
+  at::Tensor bound = at::matmul(q, k.transpose(-2, -1));
+  const double held_max = largestFinite(baddbmm && q_type != at::kDouble ? at::kFloat : q_type);
+  return (bound >= held_max) | (bound * std::abs(*call.scale) >= largestFinite(scores_type));
+}
+
 }  // namespace
 
 std::optional<double> scaleOfScores(const at::Tensor& s, const at::Tensor& r, int64_t head_dim) {
@@ -96,10 +119,12 @@ Status deriveScoreBias(CapturedCall& call) {
   // product's (a softmax upcast to float32 reads float16 scores).
   const double eps = std::max(epsilonOf(s.scalar_type()), epsilonOf(call.at("Q").scalar_type()));
   bias = at::where(bias.abs() <= 4 * eps * scaled.abs(), 0.0, bias);
-  // Where the run's own product overflowed, S is no measure of a bias: the call made that value;
-  // -inf in S where the product was not -inf is a hidden key (masked_fill), whatever the product.
-  bias = at::where(at::isfinite(r64), bias, 0.0);
-  bias = at::where((s64 == -inf) & (r64 != -inf), -inf, bias);
+  // Where the run's own product overflowed, or could have in the order its kernel summed, S is no
+  // measure of a bias: the call made that value. Elsewhere -inf in S where the product was not
+  // -inf is a hidden key (masked_fill).
+  const at::Tensor own_overflow = at::logical_not(at::isfinite(s64)) & mayHaveOverflowed(call, s.scalar_type(), baddbmm);
+  bias = at::where(at::isfinite(r64) & at::logical_not(own_overflow), bias, 0.0);
+  bias = at::where((s64 == -inf) & (r64 != -inf) & at::logical_not(own_overflow), -inf, bias);
   const bool any_bias = (bias != 0).any().item<bool>();
   call.tensors.erase("S");
   call.tensors.erase("P");

@@ -78,6 +78,31 @@ TEST(ScoreBias, TheRunsOwnOverflowIsNoBias) {
   EXPECT_FALSE(call.has("mask")) << "the inf scores are the product's own";
 }
 
+// The run's kernel summed q·k in an order that overflowed where the replay's product does not (a
+// float32 baddbmm on cuBLAS against the replay's): near float32's largest value an inf in S is
+// still the call's own, never a bias of +inf or a hidden key, and the float64 reference stays finite.
+TEST(ScoreBias, AnOverflowAnotherSummingOrderMissesIsNoBiasEither) {
+  at::Tensor q = at::ones({1, 1, 3, 4}), k = at::ones({1, 1, 3, 4});
+  q[0][0][0] = at::tensor({1.5e19f, -1.5e19f, 1.5e19f, 1.0f});
+  q[0][0][1] = at::tensor({-1.5e19f, 1.5e19f, -1.5e19f, 1.0f});
+  k.mul_(1e19);
+  at::Tensor s = at::matmul(q, k.transpose(-2, -1));
+  ASSERT_TRUE(at::isfinite(s[0][0][0]).all().item<bool>()) << "summed in order, these rows stay finite";
+  s[0][0][0][1] = kInf;   // summed in another order, they overflowed
+  s[0][0][1][2] = -kInf;
+  s[0][0][2][0] = -kInf;  // row 2's products are small: that -inf is a hidden key
+  CapturedCall call = plainOpsCall(q, k, s);
+  call.meta["arg.scores_by"] = "baddbmm";
+  call.scale = 1.0;
+  ASSERT_TRUE(deriveScoreBias(call).ok());
+  ASSERT_TRUE(call.has("mask"));
+  at::Tensor m = call.at("mask").to(at::kDouble);
+  EXPECT_EQ(m[0][0][0][1].item<double>(), 0) << "no +inf bias";
+  EXPECT_EQ(m[0][0][1][2].item<double>(), 0) << "no hidden key where the product may overflow";
+  EXPECT_TRUE(std::isinf(m[0][0][2][0].item<double>())) << "a hidden key where it cannot";
+  EXPECT_EQ(at::isnan(m).sum().item<int64_t>(), 0);
+}
+
 TEST(ScoreBias, ABackwardCaptureReadsTheBiasFromP) {
   at::manual_seed(2);
   at::Tensor q = at::randn({1, 2, 4, 8}, at::kDouble), k = at::randn({1, 2, 5, 8}, at::kDouble);
