@@ -114,27 +114,33 @@ nlohmann::json firstModuleJson(const RunData& run, const std::optional<ModuleChe
           {"unchecked_before", m->unchecked_before}};
 }
 
+namespace {
+
+// Compiled code is checked only where Inductor writes values anyway (compiled_trail.py): what ran
+// unchecked between the values a check read as its inputs (`read`) and the module, or "".
+std::string uncheckedBeforeText(const ModuleCheckRecord& m, const std::string& read) {
+  if (m.unchecked_before.empty()) return "";
+  std::vector<std::string> shown;
+  // Nearest first; "..." last where the bootstrap's walk upstream stopped at its limit.
+  std::vector<std::string> modules = m.unchecked_before;
+  const bool further = !modules.empty() && modules.back() == "...";
+  if (further) modules.pop_back();
+  for (size_t i = 0; i < modules.size() && i < 4; ++i) shown.push_back(printable(modules[i]));
+  if (modules.size() > shown.size()) shown.push_back("and " + std::to_string(modules.size() - shown.size()) + " more");
+  if (further) shown.push_back("code further upstream");
+  return "; in compiled code, " + joined(shown, ", ") + " ran unchecked between those " + read + " and it, and may have made it";
+}
+
+}  // namespace
+
 std::string firstModuleText(const RunData& run, const ModuleCheckRecord& m, bool at) {
   const std::string when = at ? " at " + stepLabel(run, m.step) + " " + phaseName(m.phase) : "";
   const std::string largest = " (largest |x| " + shortNumber(m.largest_input) + ")";
   if (m.phase == Phase::kForward) {
-    std::string text = "the output of " + moduleName(m) + when + forwardInputsText(m.inputs, largest);
-    if (!m.unchecked_before.empty()) {
-      // Compiled code is checked only where Inductor writes values anyway (compiled_trail.py).
-      std::vector<std::string> shown;
-      // Nearest first; "..." last where the bootstrap's walk upstream stopped at its limit.
-      std::vector<std::string> modules = m.unchecked_before;
-      const bool further = !modules.empty() && modules.back() == "...";
-      if (further) modules.pop_back();
-      for (size_t i = 0; i < modules.size() && i < 4; ++i) shown.push_back(printable(modules[i]));
-      if (modules.size() > shown.size()) shown.push_back("and " + std::to_string(modules.size() - shown.size()) + " more");
-      if (further) shown.push_back("code further upstream");
-      text += "; in compiled code, " + joined(shown, ", ") + " ran unchecked between those inputs and it, and may have made it";
-    }
-    return text;
+    return "the output of " + moduleName(m) + when + forwardInputsText(m.inputs, largest) + uncheckedBeforeText(m, "inputs");
   }
   std::string text = "the gradient that the backward of " + moduleName(m) + " sent to its input" + when +
-                     backwardInputsText(m.inputs, largest);
+                     backwardInputsText(m.inputs, largest) + uncheckedBeforeText(m, "gradients");
   if (std::vector<std::string> shared = sharingItsGradient(run, m); !shared.empty()) {
     for (std::string& s : shared) s = printable(s);
     text += "; that input also feeds " + joined(shared, ", ") +
@@ -152,7 +158,10 @@ std::string madeInUncheckedAttentionText(const RunData& run, const ModuleCheckRe
 
 bool trailMissedCompiledCode(const RunData& run) {
   for (const RankInfo& r : run.ranks) {
-    if (r.meta.count("trail_compiled")) return true;
+    // A compiled graph ran; its modules' backward was checked only where every backward graph
+    // took the checks (a store from before those checks has no such key).
+    auto backward = r.meta.find("trail_compiled_backward");
+    if (r.meta.count("trail_compiled") && (backward == r.meta.end() || backward->second != "checked")) return true;
   }
   return false;
 }
@@ -161,8 +170,8 @@ std::string upstreamOriginText(const RunData& run, const std::optional<ModuleChe
   if (m) return "the first non-finite value was " + firstModuleText(run, *m, m->step != edge.step || m->phase != edge.phase);
   if (!run.trailOn()) return "the origin is outside attention (nanprov run --trail names the module that made it)";
   if (trailMissedCompiledCode(run)) {
-    return "the origin is outside attention (--trail could not name the module: inside torch.compile'd code only the "
-           "modules' forward outputs are checked, not their backward)";
+    return "the origin is outside attention (--trail could not name the module: the modules' backward inside some "
+           "torch.compile'd code was not checked, such as a graph compiled once and run for several modules)";
   }
   return "the origin is outside attention, and no module's output was non-finite before it";
 }

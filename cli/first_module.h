@@ -41,7 +41,8 @@ std::string firstModuleText(const RunData& run, const ModuleCheckRecord& m, bool
 // the kernel that made them is not known".
 std::string madeInUncheckedAttentionText(const RunData& run, const ModuleCheckRecord& m);
 
-// Whether --trail ran alongside torch.compile'd code, whose modules it cannot check.
+// Whether --trail ran alongside torch.compile'd code whose modules' backward it did not check
+// (meta trail_compiled_backward is not "checked").
 bool trailMissedCompiledCode(const RunData& run);
 
 // Where the report's upstream edge says the values came from: the first module when --trail

@@ -34,9 +34,9 @@ NANPROV_API void nanprov_compiled_grad_mode(int mode);
 NANPROV_API const char* nanprov_probe_op(const char* name, const char* roles, const char* backend);
 // Forward calls recorded through torch.ops.nanprov.record_call on this thread so far.
 NANPROV_API long long nanprov_foreign_calls(void);
-// --trail: a torch.compile'd graph was compiled, whose modules run no hook: their forward is checked
-// from inside the graph (compiled_trail.py), their backward not at all. Noted in the store's meta
-// (trail_compiled), so the report can say so.
+// --trail: a torch.compile'd graph was compiled, whose modules run no hook: they are checked from
+// inside its forward and backward graphs (compiled_trail.py). Noted in the store's meta
+// (trail_compiled), so the report can say what such checks cannot see.
 NANPROV_API void nanprov_trail_compiled(void);
 // This process is a DataLoader worker, from the start of its worker loop: it checks nothing and
 // takes no store; its attention calls are counted for its rank (Session::becomeWorker).

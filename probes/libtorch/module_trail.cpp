@@ -195,6 +195,65 @@ void ModuleTrail::sent(GradWatch& watch, const at::Tensor& grad) {
   }
 }
 
+int64_t ModuleTrail::compiledOrder(int64_t graph, int64_t position, int64_t checks) {
+  std::lock_guard<std::mutex> lock(mu_);
+  GraphRun& run = graph_runs_[graph];
+  if (run.base < 0 || run.ran.size() != static_cast<size_t>(checks) || run.ran[static_cast<size_t>(position)]) {
+    run.base = next_order_;
+    next_order_ += checks;
+    run.ran.assign(static_cast<size_t>(checks), false);
+  }
+  run.ran[static_cast<size_t>(position)] = true;
+  return run.base + position;
+}
+
+void ModuleTrail::compiledBackward(int64_t id, int64_t graph, int64_t position, int64_t checks,
+                                   const std::vector<at::Tensor>& received, const std::vector<at::Tensor>& sent) {
+  if (position < 0 || checks <= position || checks > (int64_t{1} << 20)) return;
+  ProbeCost::Scope cost(ProbeStage::kTrail);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (static_cast<size_t>(id) >= names_.size() || names_[static_cast<size_t>(id)].backward_off) return;
+  }
+  std::vector<at::Tensor> tensors;
+  for (const at::Tensor& r : received) {
+    if (checkable(r)) tensors.push_back(r);
+  }
+  const size_t n_received = tensors.size();
+  for (const at::Tensor& g : sent) {
+    if (checkable(g) && !isAnInput(g, received)) tensors.push_back(g);
+  }
+  if (tensors.size() == n_received) return;
+  Site s = site(id, Phase::kBackward);
+  s.order = compiledOrder(graph, position, checks);
+  s.seen = n_received ? ModuleInputs::kFinite : ModuleInputs::kNone;
+  s.gradient = static_cast<int64_t>(reinterpret_cast<intptr_t>(tensors[n_received].unsafeGetTensorImpl()));
+  check(s, tensors, n_received);
+}
+
+void ModuleTrail::backwardUnchecked(int64_t id, const std::string& unchecked_before) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (id >= 0 && static_cast<size_t>(id) < names_.size()) {
+    names_[static_cast<size_t>(id)].backward_unchecked = splitList(unchecked_before, '\n');
+  }
+}
+
+void ModuleTrail::backwardOff(int64_t first, int64_t count) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (int64_t id = std::max<int64_t>(first, 0); id < first + count && static_cast<size_t>(id) < names_.size(); ++id) {
+    names_[static_cast<size_t>(id)].backward_off = true;
+  }
+}
+
+void ModuleTrail::compiledBackwardState(bool checked) {
+  const int want = checked ? 1 : 2;
+  int was = backward_state_.load();
+  // "unchecked" is final: one backward graph nanprov could not check is enough for the report to say so.
+  while (was != 2 && was != want && !backward_state_.compare_exchange_weak(was, want)) {
+  }
+  if (was != want && was != 2) session_.setMeta("trail_compiled_backward", checked ? "checked" : "unchecked");
+}
+
 void ModuleTrail::check(const Site& s, const std::vector<at::Tensor>& tensors, size_t n_inputs) {
   Tally in, out;
   // CUDA tensors by device, each device's in launches of at most kMaxMeasured; the CPU's at once.
@@ -288,7 +347,10 @@ void ModuleTrail::judge(const Site& s, const Tally& in, const Tally& out) {
     if (++found_rows_ > kMaxRows) return;
     if (static_cast<size_t>(s.module) < names_.size()) {
       const Name& n = names_[static_cast<size_t>(s.module)];
-      r.module = n.path, r.module_class = n.module_class, r.unchecked_before = n.unchecked_before;
+      r.module = n.path, r.module_class = n.module_class;
+      // A compiled backward's check reads other values than its forward's: what ran unchecked
+      // before it is its own. Eager checks have none before them.
+      r.unchecked_before = s.phase == Phase::kBackward ? n.backward_unchecked : n.unchecked_before;
     }
   }
   r.step = s.step;
@@ -347,6 +409,28 @@ void trailCompiled(int64_t slot, const std::vector<at::Tensor>& inputs, const st
   trailForward(t_graph_bases.back() + slot, inputs, outputs, !inputs.empty());
 }
 
+void trailCompiledBackward(int64_t id, int64_t graph, int64_t position, int64_t checks, const std::vector<at::Tensor>& received,
+                           const std::vector<at::Tensor>& sent) {
+  if (!probes().session().active()) return;
+  try {
+    probes().trail().compiledBackward(id, graph, position, checks, received, sent);
+  } catch (const std::exception& e) {
+    logOnce("trail backward", std::string("--trail: a module's gradients are not checked: ") + e.what());
+  }
+}
+
+void trailBackwardUnchecked(int64_t id, const std::string& unchecked) {
+  if (probes().session().active()) probes().trail().backwardUnchecked(id, unchecked);
+}
+
+void trailBackwardOff(int64_t first, int64_t count) {
+  if (probes().session().active()) probes().trail().backwardOff(first, count);
+}
+
+void trailBackwardState(bool checked) {
+  if (probes().session().active()) probes().trail().compiledBackwardState(checked);
+}
+
 }  // namespace
 
 void installModuleTrail() {
@@ -366,6 +450,15 @@ void installModuleTrail() {
     library->impl("trail_compiled", torch::dispatch(c10::DispatchKey::CompositeExplicitAutograd, &trailCompiled));
     library->impl("trail_compiled", torch::dispatch(c10::DispatchKey::Meta, [](int64_t, const std::vector<at::Tensor>&,
                                                                                  const std::vector<at::Tensor>&) {}));
+    library->def("trail_compiled_backward(int id, int graph, int position, int checks, Tensor[] received, Tensor[] sent) -> ()",
+                 {at::Tag::flexible_layout});
+    library->impl("trail_compiled_backward", torch::dispatch(c10::DispatchKey::CompositeExplicitAutograd, &trailCompiledBackward));
+    library->impl("trail_compiled_backward",
+                  torch::dispatch(c10::DispatchKey::Meta, [](int64_t, int64_t, int64_t, int64_t, const std::vector<at::Tensor>&,
+                                                             const std::vector<at::Tensor>&) {}));
+    library->def("trail_backward_unchecked(int id, str unchecked) -> ()", &trailBackwardUnchecked);
+    library->def("trail_backward_off(int first, int count) -> ()", &trailBackwardOff);
+    library->def("trail_backward_state(bool checked) -> ()", &trailBackwardState);
     library->def("trail_graph_enter(int base) -> ()", &trailGraphEnter);
     library->def("trail_graph_exit() -> ()", &trailGraphExit);
   });

@@ -23,6 +23,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -59,6 +60,24 @@ class ModuleTrail {
   // was handed objects it does not look into, or more than it walks).
   void forward(int64_t id, const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs,
                bool inputs_whole = true);
+
+  // Inside a compiled backward (compiled_trail.py's pass over AOT's backward graph): module `id`'s
+  // backward `sent` gradients (and its parameters') from what it `received` (incoming gradients,
+  // and the forward values saved for it), the values Inductor writes anyway.
+  // Inductor may run the checks of one graph in another order than the graph's: a check's order
+  // among the records is its `position` of the graph's `checks`, from a block of orders taken when
+  // a run of the graph (`graph`, the bootstrap's number for it) begins.
+  void compiledBackward(int64_t id, int64_t graph, int64_t position, int64_t checks, const std::vector<at::Tensor>& received,
+                        const std::vector<at::Tensor>& sent);
+  // In a compiled backward, module `id`'s check has `unchecked_before` ('\n' between paths) between
+  // the values it reads as received and its gradients: where its backward's records say so.
+  void backwardUnchecked(int64_t id, const std::string& unchecked_before);
+  // Module numbers [first, first + count) must not be checked in a compiled backward any more: the
+  // backward graph that names them serves another place now too (compiled_trail.py).
+  void backwardOff(int64_t first, int64_t count);
+  // Whether the modules' backward inside compiled code was checked, in the store's meta
+  // (trail_compiled_backward): "checked", until one backward graph could not be, then "unchecked".
+  void compiledBackwardState(bool checked);
 
   // The gradients of one module call: what it received (its outputs' gradients), held until the
   // gradient it sends to an input arrives. Owned by the tensor hooks, so it lives as long as the
@@ -116,6 +135,8 @@ class ModuleTrail {
     std::string path, module_class;
     std::vector<std::string> unchecked_before;
     std::string unchecked_attention;  // attention-like: what it is counted as when nothing inside was checked
+    std::vector<std::string> backward_unchecked;  // backwardUnchecked(): a compiled backward's
+    bool backward_off = false;                      // backwardOff()
   };
   std::vector<Name> names_;  // by module id
   std::map<uint64_t, Pending> pending_;
@@ -124,6 +145,15 @@ class ModuleTrail {
   int64_t next_order_ = 0;
   int64_t found_step_ = -1;
   size_t found_rows_ = 0;
+  // A compiled backward graph's current run: the first order of its block, and the positions
+  // whose checks ran in it (one seen again begins the next run).
+  struct GraphRun {
+    int64_t base = -1;
+    std::vector<bool> ran;
+  };
+  std::map<int64_t, GraphRun> graph_runs_;
+  int64_t compiledOrder(int64_t graph, int64_t position, int64_t checks);
+  std::atomic<int> backward_state_{0};  // compiledBackwardState(): 0 unsaid, 1 checked, 2 unchecked
 };
 
 // Registers the ops the bootstrap calls, served by the process's trail (probes().trail()):
@@ -133,6 +163,9 @@ class ModuleTrail {
 // and, for checks the bootstrap puts into compiled graphs (compiled_trail.py):
 //   torch.ops.nanprov.trail_compiled(slot, inputs, outputs)
 //   torch.ops.nanprov.trail_graph_enter(base), torch.ops.nanprov.trail_graph_exit()
+//   torch.ops.nanprov.trail_compiled_backward(id, received, sent), trail_backward_unchecked(id, unchecked),
+//   torch.ops.nanprov.trail_backward_off(first, count),
+//   torch.ops.nanprov.trail_backward_state(checked)
 void installModuleTrail();
 
 }  // namespace nanprov

@@ -106,7 +106,7 @@ TEST(Trail, CompiledTwinNamesTheModuleTheEagerHooksName) {
   expectFields(r.doc["first_module"], {{"step", oracle["step"]}, {"phase", oracle["phase"]}, {"module", oracle["module"]},
                                        {"class", "LayerNorm"}, {"inputs_finite", true}});
   EXPECT_EQ(r.doc["first_module"]["unchecked_before"], json::array({"transformer.wte"}));
-  expectFields(r.doc["trail"], {{"on", true}, {"compiled_code_unchecked", true}});
+  expectFields(r.doc["trail"], {{"on", true}, {"compiled_code_unchecked", false}});  // its backward graph was checked too
 }
 
 // With nn.GELU the whole model is one graph, and Inductor fuses c_fc's output into the GELU's
@@ -139,19 +139,44 @@ TEST(Trail, CompiledCodeBrokenByTheUsersHooksIsCheckedAsInEagerMode) {
   EXPECT_EQ(r.doc["first_module"]["unchecked_before"], json::array());
 }
 
-// A compiled backward runs as one graph with no module boundaries left: a module whose backward
-// made the value is not named, and the report says why instead of implying no module made it.
-TEST(Trail, CompiledBackwardIsSaidToBeUnchecked) {
+// A compiled backward runs as one graph AOTAutograd made, with no module hooks; its nodes keep the
+// module of the forward node they differentiate, and the trail's checks go in after each module's
+// written gradients. The hand-written Function's backward (traced inside h.0.mlp.act) turns the
+// gradient into Inf at step 2: named as the eager run's own hooks name it.
+TEST(Trail, CompiledBackwardNamesTheModuleTheEagerHooksName) {
   ColdInductorCache cache("trail-compiled-bwd");
+  const json oracle = oracleOf(sh(python() + " " + faults() + " --oracle --fault act-backward 2>&1").out);
+  ASSERT_TRUE(oracle.is_object());
+  ASSERT_EQ(oracle["phase"], "bwd");
   TrainedRun r = trained("trail-compiled-bwd", "--trail", "--fault act-backward --compile");
   ASSERT_EQ(r.report.code, 1) << r.train.out;
   EXPECT_EQ(r.doc["first_edge"]["origin"], "upstream");
-  EXPECT_EQ(r.doc["first_module"], nullptr);
-  expectFields(r.doc["trail"], {{"on", true}, {"compiled_code_unchecked", true}});
+  ASSERT_TRUE(r.doc["first_module"].is_object()) << r.train.out << r.report.out;
+  expectFields(r.doc["first_module"], {{"step", oracle["step"]}, {"phase", "bwd"}, {"module", oracle["module"]},
+                                       {"class", "Act"}, {"inputs_finite", true}});
+  expectFields(r.doc["trail"], {{"on", true}, {"compiled_code_unchecked", false}});
   Result text = sh(nanprov() + " report " + r.dir.string());
-  EXPECT_NE(text.out.find("inside torch.compile'd code only the modules' forward outputs are checked, not their backward"),
+  EXPECT_NE(text.out.find("the gradient that the backward of transformer.h.0.mlp.act (Act) sent to its input, from finite "
+                          "incoming gradients"),
             std::string::npos)
       << text.out;
+}
+
+// One graph compiled from a block's forward runs for every block: its backward has no wrapper to
+// say which block it runs for, so the modules inside it are not checked, and the run says so. The
+// blocks themselves run eagerly around it: their hooks still name the block whose backward made it.
+TEST(Trail, CompiledBackwardServingSeveralBlocksIsSaidToBeUnchecked) {
+  ColdInductorCache cache("trail-compiled-blocks-bwd");
+  TrainedRun r = trained("trail-compiled-blocks-bwd", "--trail", "--fault act-backward --compile-blocks");
+  ASSERT_EQ(r.report.code, 1) << r.train.out;
+  EXPECT_NE(r.train.out.find("--trail: a compiled backward's modules are not checked (its forward graph serves several places)"),
+            std::string::npos)
+      << r.train.out;
+  EXPECT_EQ(r.doc["first_edge"]["origin"], "upstream");
+  ASSERT_TRUE(r.doc["first_module"].is_object()) << r.report.out;
+  expectFields(r.doc["first_module"], {{"step", 2}, {"phase", "bwd"}, {"module", "transformer.h.0"}, {"class", "Block"},
+                                       {"inputs_finite", true}});
+  expectFields(r.doc["trail"], {{"on", true}, {"compiled_code_unchecked", true}});
 }
 
 // The trail only reads: every loss, and the weights' sum after each step, is bit for bit what the
@@ -160,7 +185,7 @@ TEST(Trail, CompiledBackwardIsSaidToBeUnchecked) {
 TEST(Trail, LeavesTheLossesBitIdentical) {
   ColdInductorCache cache("trail-identical");
   int n = 0;
-  for (std::string args : {"--fault none", "--fault act-backward",
+  for (std::string args : {"--fault none", "--fault act-backward", "--fault act-backward --compile",
                            "--fault none --compile --act swiglu --dtype bfloat16 --d-model 64"}) {
     SCOPED_TRACE(args);
     Result plain = sh(python() + " " + faults() + " --steps 3 " + args + " 2>/dev/null | grep '^step'");

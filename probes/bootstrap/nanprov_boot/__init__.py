@@ -9,7 +9,7 @@ import json
 import os
 import sys
 
-from . import (compiled_graphs, compiled_flex, cuda_graphs, dataloader_workers, eager_flex, ffpa_probes, flash_attn_probes,
+from . import (compiled_graphs, compiled_flex, compiled_trail, cuda_graphs, dataloader_workers, eager_flex, ffpa_probes, flash_attn_probes,
                launchers, module_paths, module_probes, op_probes, optimizer_steps, plain_softmax, probe_library,
                process_group, run_facts, trail)
 from .import_watcher import ImportWatcher
@@ -80,7 +80,7 @@ def _load(torch):
         if os.environ.get("NANPROV_COMPILED_PATHS", "1") != "0":
             _watcher.watch("torch._dynamo.output_graph", lambda m: compiled_graphs.watch(lib, torch, m, modules))
         eager_flex.install(torch, _say)
-        _watcher.watch("torch._inductor.config", lambda config: compiled_flex.install(torch, config, _say))
+        _watcher.watch("torch._inductor.config", lambda config: _inductor_passes(torch, config))
         count_unprobed = lambda what: lib.nanprov_count_unprobed(what.encode(), 1)  # noqa: E731
         flash_attn_probes.watch(_watcher, torch, _say, count_unprobed)
         ffpa_probes.watch(_watcher, torch, _say, count_unprobed)
@@ -136,6 +136,14 @@ def _close_store_before_os_exit(lib):
     _exit.__wrapped__ = original
     _exit.__doc__ = original.__doc__
     os._exit = _exit
+
+
+def _inductor_passes(torch, config):
+    """Inductor's post-grad passes: compiled FlexAttention's brackets, then, with --trail, the
+    checks of the modules' backward in compiled code (each chains the one set before it)."""
+    compiled_flex.install(torch, config, _say)
+    if trail.enabled():
+        _guarded("--trail in compiled backward graphs", lambda: compiled_trail.install_backward_checks(config))
 
 
 def _guarded(what, install):

@@ -12,9 +12,10 @@ probes decide) also gets a forward pre-hook and hook of its own, so the probes c
 attention they check ran inside it.
 
 Inside torch.compile'd code no module hook runs: compiled_trail.py puts the same check into the
-graph, where Inductor writes the values to memory anyway, numbered from the same counter. The
-store's meta says a compiled graph ran (trail_compiled): its modules' backward is not checked, and
-the report can say so.
+graph, where Inductor writes the values to memory anyway, numbered from the same counter, and
+into the backward graph AOTAutograd compiles for it. The store's meta says a compiled graph ran
+(trail_compiled), and whether its modules' backward was checked (trail_compiled_backward), so the
+report can say so.
 """
 import inspect
 import os

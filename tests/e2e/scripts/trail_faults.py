@@ -156,6 +156,8 @@ def main():
     p.add_argument("--oracle", action="store_true")
     p.add_argument("--checkpoint", choices=["reentrant", "non-reentrant"])
     p.add_argument("--compile", action="store_true", help="train torch.compile(model)")
+    p.add_argument("--compile-blocks", action="store_true",
+                   help="compile each block (block.compile()): one graph serves every block")
     p.add_argument("--act", choices=["blow-up", "gelu", "swiglu"], default="blow-up",
                    help="the MLP's activation: the hand-written Function (a graph break under torch.compile), "
                         "nn.GELU, or Llama's SwiGLU (nn.SiLU times a second Linear)")
@@ -170,6 +172,9 @@ def main():
     oracle = Oracle(model) if args.oracle else None
     opt = torch.optim.SGD(model.parameters(), lr=args.lr)
     run = torch.compile(model) if args.compile else model
+    if args.compile_blocks:
+        for b in model.transformer.h:
+            b.compile()
     block = model.transformer.h[0]
     for step in range(args.steps):
         if oracle:
