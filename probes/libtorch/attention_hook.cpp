@@ -24,6 +24,7 @@
 #include "probes/libtorch/gradient_sentinel.h"
 #include "probes/libtorch/module_path_cache.h"
 #include "probes/libtorch/module_trail.h"
+#include "probes/libtorch/padded_lse.h"
 #include "probes/libtorch/probes.h"
 #include "base/records/roles.h"
 #include "base/wall_clock.h"
@@ -303,6 +304,7 @@ void probeFusedCall(const ProbedOp* probed, const c10::OperatorHandle& handle, c
   ++t_fused_calls;
   const AttentionOp& desc = *probed->desc;
   Tensors inputs = takeInputs(*probed, *stack);
+  unpadLse(*probed->desc, inputs, inputs);  // a backward's LSE input
   CallArgs args = takeArgs(*probed, *stack);
   Session& session = probes().session();
   CallIdentity& ids = session.identity();
@@ -347,6 +349,7 @@ void probeFusedCall(const ProbedOp* probed, const c10::OperatorHandle& handle, c
     {
       ProbeCost::Scope cost(ProbeStage::kDescribing);
       outputs = takeOutputs(desc, *stack, handle.schema().returns().size());
+      unpadLse(desc, inputs, outputs);
     }
     if (forward) {
       ProbeCost::Scope cost(ProbeStage::kNaming);

@@ -303,4 +303,24 @@ TEST(TrailGpu, Bf16DivergenceNamesTheFirstModuleAsHooksDo) {
   }
 }
 
+// On CUDA in float32, SDPA runs memory-efficient attention, whose LSE is padded to 32 query rows
+// with +inf (8 rows here): a clean run is clean, eager and compiled; and the compiled backward's
+// checks name the hand-written Function's module as the eager hooks do, with no host sync.
+TEST(TrailGpu, Float32CompiledBackwardNamesTheModuleAndPaddedLsesStayClean) {
+  if (!torchHasCuda()) GTEST_SKIP() << "torch has no CUDA device here";
+  for (std::string how : {"", " --compile"}) {
+    SCOPED_TRACE("clean" + how);
+    TrainedRun clean = trained("trail-gpu-f32-clean" + std::string(how.empty() ? "" : "-compiled"), "--trail",
+                               "--device cuda --fault none" + how);
+    EXPECT_EQ(clean.report.code, 0) << clean.report.out;
+  }
+  const json oracle = oracleOf(sh(python() + " " + faults() + " --device cuda --oracle --fault act-backward 2>&1").out);
+  ASSERT_TRUE(oracle.is_object());
+  TrainedRun r = trained("trail-gpu-f32-bwd", "--trail", "--device cuda --fault act-backward --compile");
+  ASSERT_EQ(r.report.code, 1) << r.train.out;
+  ASSERT_TRUE(r.doc["first_module"].is_object()) << r.report.out;
+  expectFields(r.doc["first_module"], {{"step", oracle["step"]}, {"phase", "bwd"}, {"module", oracle["module"]}, {"inputs_finite", true}});
+  EXPECT_EQ(r.doc["ranks"][0]["meta"].value("host_syncs", "0"), "0");
+}
+
 }  // namespace
