@@ -143,7 +143,8 @@ class Plan:
         self.slots = {}  # path within the graph -> its number's offset from the base
         self.nodes = []  # the checks put into the graph
         self.bases = {}  # the eager path the graph runs from -> the number of its first module
-        self.backward = False  # a backward graph was given this plan's numbers for its one place
+        # The module numbers (first, count) backward graphs were given for this plan's one place.
+        self.baked = []
 
     def add(self, path, cls, unchecked):
         self.slots.setdefault(path, len(self.modules))
@@ -158,9 +159,9 @@ class Plan:
                     return inside
                 return f"{prefix}.{inside}" if prefix and inside else (prefix or inside)
 
-            if self.backward:  # its backward's numbers name the first place only: no longer true
-                for taken in self.bases.values():
-                    self.ops.trail_backward_off(taken, len(self.modules))
+            if self.baked:  # its backward's numbers name the first place only: no longer true
+                for taken, count in self.baked:
+                    self.ops.trail_backward_off(taken, count)
                 self.ops.trail_backward_state(False)
             named = [(full(inside), cls, [full(u) for u in unchecked]) for inside, cls, unchecked in self.modules]
             first = self.bases[prefix] = trail.numbers.take(named)
@@ -324,7 +325,8 @@ def instrument_backward(graph, torch):
                                                        for u in unchecked))
         with graph.inserting_after(after):
             graph.call_function(check, (number, graph_number, position, len(checks), inputs, outputs)).meta["val"] = None
-    plan.backward = True
+    for p in plans:  # a new place for any of them may be the one this backward runs for
+        p.baked.append((first, len(plan.modules)))
     return len(checks)
 
 
