@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The report's renderings of recorded runs, byte for byte: report, report --json, calls and
-# kernels are functions of the store, so a change to how they are computed (the house, issue 25)
+# The report's renderings of recorded runs, byte for byte: report, report --json, the page of
+# report --html (RUN.expected.html), calls and kernels are functions of the store, so a change to how they are computed (the house, issue 25)
 # must print what these recorded runs printed when they were recorded.
 #   tests/golden/check.sh NANPROV            compare (a ctest)
 #   tests/golden/check.sh NANPROV --update   rewrite the expected outputs (after a deliberate change)
@@ -24,11 +24,21 @@ for run in */; do
       echo "exit $?"
     done
   } >"$work/$run.out"
+  # The page apart: what report --html prints is the text report, compared above. Written by
+  # relative name too, so the page names the run as the text does.
+  "$nanprov" report "$run" --html "$run.page.html" >/dev/null 2>&1
   if [ "${2:-}" = "--update" ]; then
     cp "$work/$run.out" "$here/$run.expected"
-  elif ! diff -u "$here/$run.expected" "$work/$run.out"; then
-    echo "golden: $run prints differently from when it was recorded (tests/golden/$run.expected)" >&2
-    status=1
+    cp "$work/$run.page.html" "$here/$run.expected.html"
+  else
+    if ! diff -u "$here/$run.expected" "$work/$run.out"; then
+      echo "golden: $run prints differently from when it was recorded (tests/golden/$run.expected)" >&2
+      status=1
+    fi
+    if ! diff -u "$here/$run.expected.html" "$work/$run.page.html"; then
+      echo "golden: $run's page differs from when it was recorded (tests/golden/$run.expected.html)" >&2
+      status=1
+    fi
   fi
 done
 exit $status
