@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "base/exit_codes.h"
-#include "cli/outcome.h"
+#include "report/outcome.h"
 #include "store/reader.h"
 #include "base/status.h"
 

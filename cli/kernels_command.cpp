@@ -4,10 +4,10 @@
 
 #include "base/json_text.h"
 #include "base/text.h"
-#include "cli/call_kernels.h"
+#include "report/call_kernels.h"
 #include "cli/commands.h"
-#include "cli/edges.h"
-#include "cli/terminal_text.h"
+#include "report/edges.h"
+#include "report/terminal_text.h"
 #include "store/run_dir.h"
 
 namespace nanprov::cli {

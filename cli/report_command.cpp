@@ -4,8 +4,8 @@
 
 #include "base/json_text.h"
 #include "cli/commands.h"
-#include "cli/report.h"
-#include "cli/report_html.h"
+#include "report/report.h"
+#include "report/report_html.h"
 
 namespace nanprov::cli {
 

@@ -6,8 +6,8 @@
 
 #include "base/json_text.h"
 #include "cli/commands.h"
-#include "cli/outcome.h"
-#include "cli/report.h"
+#include "report/outcome.h"
+#include "report/report.h"
 #include "store/job.h"
 #include "store/run_dir.h"
 

@@ -8,8 +8,8 @@
 #include "base/numbers.h"
 #include "base/text.h"
 #include "cli/commands.h"
-#include "cli/perfetto_trace.h"
-#include "cli/report.h"
+#include "report/perfetto_trace.h"
+#include "report/report.h"
 #include "store/file_replace.h"
 
 namespace nanprov::cli {

@@ -1,0 +1,284 @@
+#include "report/audit_findings.h"
+
+#include <algorithm>
+#include <climits>
+#include <set>
+#include <tuple>
+#include <stdexcept>
+
+#include "base/numbers.h"
+#include "base/text.h"
+#include "report/edges.h"
+#include "report/report.h"
+#include "report/terminal_text.h"
+#include "store/audit_file.h"
+
+namespace nanprov {
+namespace {
+
+using nlohmann::json;
+
+// The report's entry for one finding: the call by name and number, and the engine's judgement.
+json findingOf(const CaptureRecord& capture, const std::string& path, const json& doc) {
+  auto name = parseCallName(doc.value("call", ""));
+  json tensors = doc.value("tensors", json::object());
+  if (!tensors.is_object()) throw std::runtime_error("its tensors are not an object");
+  for (const auto& [role, c] : tensors.items()) {
+    if (!c.is_object()) throw std::runtime_error("tensor " + role + " is not an object");
+  }
+  const int64_t step = parseInteger(doc.value("step", ""), 0, INT64_MAX).value_or(-1);
+  // The public bugs the judgement matched (replay/known_issues.h): entries whose fields are all
+  // text, and only those fields; anything else in a judgement file is not shown.
+  json known = json::array();
+  for (const json& k : doc.value("known_issues", json::array())) {
+    if (!k.is_object()) continue;
+    json kept = json::object();
+    for (const char* field : {"id", "url", "title", "fix", "status", "workaround"}) {
+      json value = k.value(field, json(""));
+      if (!value.is_string()) {
+        kept = nullptr;
+        break;
+      }
+      kept[field] = std::move(value);
+    }
+    if (kept.is_object()) known.push_back(std::move(kept));
+  }
+  return {{"rank", name ? name->rank : capture.rank},
+          {"layer", name ? json(name->layer) : json(nullptr)},
+          {"call", name ? json(name->call) : json(nullptr)},
+          {"name", doc.value("call", "")},
+          {"step", step},
+          {"phase", doc.value("phase", "")},
+          {"op", doc.value("op", "")},
+          {"backend", doc.value("backend", "")},
+          {"kernel", doc.value("kernel", json(nullptr))},
+          {"verdict", doc.value("verdict", json(nullptr))},
+          {"tensors", tensors},
+          {"conditions", doc.value("conditions", json(nullptr))},
+          {"conditions_text", doc.value("conditions_text", "")},
+          {"slice", doc.value("slice", json(nullptr))},
+          // A backward's O and LSE from its forward, judged; "received_wrong" names those that
+          // were already wrong (then the fault is in the forward, upstream of this call).
+          {"received", doc.value("received", json(nullptr))},
+          {"received_wrong", doc.value("received_wrong", json(nullptr))},
+          {"known_issues", known},
+          {"capture", path}};
+}
+
+}  // namespace
+
+AuditSummary readAudit(const RunData& run) {
+  AuditSummary a;
+  a.on = run.settings.audit.on;
+  a.warn_only = run.settings.audit.warn_only;
+  a.coverage.every_steps = run.settings.audit.every_steps;
+  a.coverage.budget_percent = run.settings.audit.budget_percent;
+  for (const RankInfo& r : run.ranks) {
+    // "rotations held_back", written by the probes' capture policy.
+    auto it = r.meta.find("audit_rotation");
+    if (it == r.meta.end()) continue;
+    size_t space = it->second.find(' ');
+    a.coverage.rotations += parseInteger(it->second.substr(0, space), 0, INT64_MAX).value_or(0);
+    if (space != std::string::npos) a.coverage.held_back += parseInteger(it->second.substr(space + 1), 0, INT64_MAX).value_or(0);
+  }
+  std::map<std::tuple<int, int64_t, std::string>, AuditCoverage::Key> keys;
+  auto keyOf = [&](const CaptureRecord& c) -> AuditCoverage::Key* {
+    if (c.layer < 0) return nullptr;  // its call row never reached the store
+    const std::string phase = phaseName(c.phase);  // keyed by its name: the coverage lists "bwd" before "fwd"
+    AuditCoverage::Key& k = keys[{c.rank, c.layer, phase}];
+    k.rank = c.rank, k.layer = c.layer, k.phase = phase;
+    return &k;
+  };
+  auto notJudged = [&](const CaptureRecord& c, const std::string& why) {
+    if (AuditCoverage::Key* k = keyOf(c)) ++k->not_judged[why];
+  };
+  for (const CaptureRecord& c : run.captures) {
+    if (c.trigger != CaptureTrigger::kAudit) continue;
+    a.on = true;
+    if (c.path.empty()) {
+      ++a.not_audited[c.skipped];
+      notJudged(c, c.skipped);
+      continue;
+    }
+    a.bytes += c.bytes;
+    const std::string path = capturePath(run, c);
+    auto doc = readAuditFile(path);
+    if (!doc.ok()) {
+      ++a.not_audited[doc.status().message()];
+      notJudged(c, doc.status().message());
+      continue;
+    }
+    if (!*doc) {
+      ++a.unjudged;
+      notJudged(c, "not judged yet");
+      continue;
+    }
+    // The file is the engine's, but it sits in a directory anyone can edit: a field of the wrong
+    // type makes it unreadable, counted as such, never a failed report.
+    try {
+      const json& d = **doc;
+      a.seconds += d.value("seconds", 0.0);
+      if (!d.value("audited", false)) {
+        ++a.not_audited[d.value("not_audited_why", std::string("unknown"))];
+        notJudged(c, d.value("not_audited_why", std::string("unknown")));
+        continue;
+      }
+      if (d.value("finding", false)) a.findings.push_back(findingOf(c, path, d));
+      if (d.value("verdict", json(nullptr)) == "suspect") ++a.suspect;
+      ++a.audited;
+      if (AuditCoverage::Key* k = keyOf(c)) {
+        ++k->judged;
+        k->last_step = std::max(k->last_step, c.step);
+      }
+    } catch (const std::exception& e) {
+      ++a.not_audited[auditFilePath(path) + " is not an audit result (" + e.what() + "); delete it and run nanprov replay " +
+                      path + " --audit"];
+    }
+  }
+  for (auto& [where, k] : keys) a.coverage.keys.push_back(std::move(k));
+  std::stable_sort(a.findings.begin(), a.findings.end(), [](const json& x, const json& y) {
+    return std::make_tuple(x["step"].get<int64_t>(), x["rank"].get<int>()) <
+           std::make_tuple(y["step"].get<int64_t>(), y["rank"].get<int>());
+  });
+  return a;
+}
+
+namespace {
+
+json coverageJson(const AuditSummary& a) {
+  std::set<int64_t> layers;
+  json per_layer = json::array(), never = json::array();
+  for (const AuditCoverage::Key& k : a.coverage.keys) {
+    layers.insert(k.layer);
+    if (k.judged > 0) {
+      per_layer.push_back({{"rank", k.rank}, {"layer", k.layer}, {"phase", k.phase}, {"judged", k.judged}, {"last_step", k.last_step}});
+      continue;
+    }
+    std::string why;
+    for (const auto& [reason, n] : k.not_judged) why += (why.empty() ? "" : "; ") + reason;
+    never.push_back({{"rank", k.rank}, {"layer", k.layer}, {"phase", k.phase}, {"why", why}});
+  }
+  return {{"layers", layers},
+          {"calls_judged", a.audited},
+          {"per_layer", per_layer},
+          {"never_judged", never},
+          {"rotation", {{"every_steps", a.coverage.every_steps},
+                        {"budget_percent", a.coverage.budget_percent},
+                        {"rotations", a.coverage.rotations},
+                        {"held_back", a.coverage.held_back}}}};
+}
+
+// "0-3, 5, 7-8"
+std::string rangesText(const std::set<int64_t>& values) {
+  std::string out;
+  for (auto it = values.begin(); it != values.end();) {
+    int64_t first = *it, last = *it;
+    while (++it != values.end() && *it == last + 1) last = *it;
+    out += (out.empty() ? "" : ", ") + std::to_string(first) + (last > first ? "-" + std::to_string(last) : "");
+  }
+  return out;
+}
+
+// The coverage lines under the audit's totals: what was judged, how recently, and what never was.
+std::string coverageText(const AuditSummary& a) {
+  const AuditCoverage& cov = a.coverage;
+  if (cov.keys.empty()) return "";
+  std::map<int, std::set<int64_t>> judged_layers;  // rank → layers with every phase judged
+  std::map<int, std::map<int64_t, int64_t>> oldest;  // rank → layer → the older of its phases' last steps
+  std::string never;
+  for (const AuditCoverage::Key& k : cov.keys) {
+    if (k.judged == 0) {
+      std::string why;
+      for (const auto& [reason, n] : k.not_judged) why += (why.empty() ? "" : "; ") + reason;
+      never += "    never judged: rank " + std::to_string(k.rank) + " layer " + std::to_string(k.layer) + " " + k.phase +
+               (why.empty() ? "" : " (" + printable(why) + ")") + "\n";
+      continue;
+    }
+    auto [it, first] = oldest[k.rank].emplace(k.layer, k.last_step);
+    if (!first) it->second = std::min(it->second, k.last_step);
+  }
+  std::string out;
+  for (const auto& [rank, layers] : oldest) {
+    std::set<int64_t> judged;
+    std::string last;
+    for (const auto& [layer, step] : layers) {
+      judged.insert(layer);
+      last += (last.empty() ? "" : ", ") + std::to_string(layer) + " at " + std::to_string(step);
+    }
+    out += "    coverage, rank " + std::to_string(rank) + ": layers " + rangesText(judged) + " judged; last judged (layer at step): " +
+           last + "\n";
+  }
+  if (cov.every_steps > 0) {
+    out += "    every call of every " + std::to_string(cov.every_steps) + (cov.every_steps == 1 ? "" : "th") + " step judged (--audit-every)\n";
+  } else if (const int64_t steps = cov.rotations + cov.held_back; steps > 0) {
+    size_t layers = 0;
+    for (const auto& [rank, of_rank] : oldest) layers = std::max(layers, of_rank.size());
+    out += "    rotation: ran at " + std::to_string(cov.rotations) + " of " + std::to_string(steps) +
+           " steps after the first pass";
+    if (cov.rotations > 0) {
+      const int64_t every = (static_cast<int64_t>(layers) * steps + cov.rotations - 1) / cov.rotations;
+      out += ", so each layer was judged again about every " + std::to_string(every) + (every == 1 ? " step" : " steps");
+    }
+    if (cov.held_back > 0) {
+      out += "; --audit-budget " + shortNumber(cov.budget_percent) + "% held it back at " + std::to_string(cov.held_back) +
+             " (it counts the judge's time and the training thread's copies)";
+    }
+    out += "\n";
+  }
+  return out + never;
+}
+
+}  // namespace
+
+json auditCostJson(const AuditSummary& a) {
+  json not_audited = json::array();
+  for (const auto& [why, n] : a.not_audited) not_audited.push_back({{"why", why}, {"calls", n}});
+  return {{"on", a.on},           {"warn_only", a.warn_only},   {"calls", a.audited},
+          {"findings", a.findings.size()}, {"seconds", a.seconds}, {"bytes", a.bytes},
+          {"suspect", a.suspect},          {"not_audited", not_audited},    {"unjudged", a.unjudged},
+          {"coverage", coverageJson(a)}};
+}
+
+std::string auditText(const AuditSummary& a) {
+  if (!a.on) return "";
+  std::string out;
+  for (const json& f : forTerminal(json(a.findings))) {
+    std::string step = f["step"].is_number_integer() ? std::to_string(f["step"].get<int64_t>()) : "?";
+    out += "  audit finding " + f.value("name", "?") + " (step " + step + ", " +
+           f.value("phase", "") + ", " + f.value("backend", "") + "): " + f.value("verdict", "?") + " against the float64 reference\n";
+    for (const auto& [role, c] : f["tensors"].items()) {
+      if (c.value("verdict", "ok") == "ok") continue;
+      std::string where = c.value("all_zero_where", json(nullptr)).is_string() ? c["all_zero_where"].get<std::string>()
+                          : c.value("nonfinite_where", json(nullptr)).is_string() ? c["nonfinite_where"].get<std::string>()
+                                                                                  : "";
+      out += "    " + role + " " + c.value("verdict", "") + ": max error " + shortNumber(c.value("max_abs_err", 0.0)) +
+             " (yardstick " + shortNumber(c.value("yardstick_max_err", 0.0)) + "), cosine " + shortNumber(c.value("cosine", 0.0)) +
+             (where.empty() ? "" : ", " + where) + "\n";
+    }
+    if (f["received_wrong"].is_string() && !f["received_wrong"].get<std::string>().empty()) {
+      out += "    its inputs from the forward were already wrong (" + f["received_wrong"].get<std::string>() +
+             "): the fault is upstream, in the forward\n";
+    }
+    if (f["kernel"].is_string()) out += "    kernel " + f["kernel"].get<std::string>() + "\n";
+    out += "    conditions: " + f.value("conditions_text", std::string()) + "\n";
+    for (const json& k : f["known_issues"]) {
+      out += "    known issue: " + k.value("id", "") + " (" + k.value("title", "") + "); " + k.value("fix", "") +
+             (k.value("workaround", "").empty() ? "" : "; workaround: " + k.value("workaround", "")) + "\n";
+    }
+    if (f["slice"].is_string()) out += "    audited on a slice: " + f["slice"].get<std::string>() + "\n";
+    out += "    captured: nanprov replay " + f.value("capture", "") + "\n";
+  }
+  out += "  audit: " + std::to_string(a.audited) + (a.audited == 1 ? " call" : " calls") + " judged against the float64 reference, " +
+         std::to_string(a.findings.size()) + (a.findings.size() == 1 ? " finding" : " findings") + " (" +
+         shortNumber(a.seconds) + " s judging, " + shortNumber(static_cast<double>(a.bytes) / (1 << 20)) + " MiB captured)" +
+         (a.warn_only && !a.findings.empty() ? ", warn only" : "") + "\n";
+  if (a.suspect) {
+    out += "    " + std::to_string(a.suspect) + (a.suspect == 1 ? " call" : " calls") +
+           " within only PyTorch's looser tolerances (suspect, not findings; their judgements are kept as *.audit.json)\n";
+  }
+  for (const auto& [why, n] : a.not_audited) out += "    " + std::to_string(n) + " not audited: " + printable(why) + "\n";
+  if (a.unjudged) out += "    " + std::to_string(a.unjudged) + " audit captures not judged yet\n";
+  return out + coverageText(a);
+}
+
+}  // namespace nanprov

@@ -1,0 +1,158 @@
+#include "report/outcome.h"
+
+#include <filesystem>
+#include <tuple>
+#include <nlohmann/json.hpp>
+
+#include "report/unchecked_attention.h"
+#include "store/small_file.h"
+
+namespace nanprov {
+namespace {
+
+// Why a run recorded no attention call, from what `nanprov run` and the bootstrap left.
+std::string whyNothingChecked(const RunData& run, const std::map<std::string, int64_t>& unprobed) {
+  namespace fs = std::filesystem;
+  if (!unprobed.empty()) {
+    return "every attention call the training made is of a kind nanprov does not check yet (listed below)";
+  }
+  const RunFile& settings = run.settings;
+  if (settings.readable) {
+    // `nanprov run` writes the exit status when the training has ended.
+    if (!settings.ended()) {
+      return "the run is still going: no attention call has reached the store yet (the first is stored by the "
+             "end of the first step); ask again in a moment";
+    }
+    // The tally outlives the process: whether attention ran before it ended, or not at all.
+    const int64_t begun = run.callsNotStored();
+    const std::string when = begun ? " after " + std::to_string(begun) + " attention calls began, before any reached the store"
+                                   : " before any attention call";
+    if (settings.signal) return "the training was killed by " + *settings.signal + when;
+    if (settings.exit_code && *settings.exit_code != 0) {
+      return "the training exited with code " + std::to_string(*settings.exit_code) + when;
+    }
+  }
+  ProcessNotes notes = readProcessNotes(RunDirs(run.dirs));
+  if (notes.processes > 0 && notes.instrumented == 0) {
+    return "no process was instrumented (see " + (fs::path(run.dir) / "processes").string() + ")";
+  }
+  if (notes.processes == 0) return "no Python process imported torch";
+  return "the model ran no attention op nanprov recognises (SDPA and its backends); "
+         "if its attention is hand-written or a library's module, name it with nanprov run --probe-module CLASS";
+}
+
+}  // namespace
+
+ProcessNotes readProcessNotes(const RunDirs& dirs) {
+  namespace fs = std::filesystem;
+  ProcessNotes notes;
+  for (const std::string& run_dir : dirs.all) {
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(fs::path(run_dir) / "processes", ec)) {
+      nlohmann::json note = readJsonFile(entry.path().string());
+      if (note.is_discarded() || !note.is_object()) continue;
+      const std::string status = note.value("status", "");
+      if (status == "launcher") continue;
+      ++notes.processes;
+      if (status == "instrumented") {
+        ++notes.instrumented;
+      } else {
+        notes.problems.push_back("pid " + std::to_string(note.value("pid", 0)) + ": " +
+                                 note.value("detail", std::string()));
+      }
+    }
+  }
+  return notes;
+}
+
+std::optional<SentinelFinding> earliestSentinel(const RunData& run, const std::set<std::pair<int, int64_t>>& received) {
+  std::optional<SentinelFinding> best;
+  auto order = [&](int rank, int64_t step) { return std::make_tuple(step, received.count({rank, step}) > 0, rank); };
+  for (const SentinelRecord& f : run.sentinel) {
+    if (best && order(f.rank, f.step) > order(best->rank, best->step)) continue;
+    if (!best || f.step != best->step || f.rank != best->rank) best = SentinelFinding{f.rank, f.step, {}, {}};
+    (f.tensor == SentinelTensor::kGrad ? best->gradients : best->values).push_back(f.parameter);
+  }
+  return best;
+}
+
+const char* outcomeName(Outcome o) {
+  switch (o) {
+    case Outcome::kClean: return "clean";
+    case Outcome::kPartial: return "partial";
+    case Outcome::kUnattributed: return "unattributed";
+    case Outcome::kEdgeFound: return "edge";
+    case Outcome::kOutsideAttention: return "outside_attention";
+    case Outcome::kNothingChecked: return "nothing_checked";
+    case Outcome::kAuditFinding: return "audit_finding";
+  }
+  return "clean";
+}
+
+bool outcomeIsFault(Outcome o) {
+  return o == Outcome::kUnattributed || o == Outcome::kEdgeFound || o == Outcome::kOutsideAttention ||
+         o == Outcome::kAuditFinding;
+}
+
+namespace {
+
+// The kinds of attention that ran unchecked by `step` (the probes' words, without the suggestion).
+std::vector<std::string> uncheckedBy(const RunData& run, int64_t step) {
+  std::vector<std::string> out;
+  const std::map<std::string, int64_t> first_steps = run.unprobedFirstSteps();
+  for (const UncheckedAttention& u : uncheckedAttention(run)) {
+    auto it = first_steps.find(u.what);
+    if (it == first_steps.end() || it->second <= step) out.push_back(u.kind);
+  }
+  return out;
+}
+
+}  // namespace
+
+Conclusion conclude(const RunData& run, const Findings& findings, const std::optional<ModuleCheckRecord>& first_module) {
+  Conclusion c;
+  c.collective_paths = collectivePaths(run);
+  c.sentinel = earliestSentinel(run, receivedThroughCollective(c.collective_paths));
+  c.unprobed = run.unprobed();
+  c.made_in_unchecked_attention = first_module && first_module->inputsFinite() && isUncheckedAttention(run, *first_module);
+  // --trail's answer, when it is not that attention: the module that made them from finite inputs,
+  // or the first that received them from outside any module (the batch, the loss).
+  const bool named_outside = first_module && !c.made_in_unchecked_attention &&
+                             (first_module->inputs == ModuleInputs::kFinite || first_module->inputs == ModuleInputs::kNonFinite);
+  if (c.sentinel && (!findings.first || c.sentinel->step < run.calls[*findings.first].step)) {
+    c.sentinel_first = true;
+    c.unchecked_by_sentinel_step = uncheckedBy(run, c.sentinel->step);
+    // A rank not read may have made them in its attention (and sent them in a collective).
+    for (int rank : run.missingRanks()) {
+      c.unchecked_by_sentinel_step.push_back("the attention of rank " + std::to_string(rank) + " (its store was not read)");
+    }
+    const bool unchecked = (!c.unchecked_by_sentinel_step.empty() && !named_outside) || c.made_in_unchecked_attention;
+    c.outcome = unchecked ? Outcome::kUnattributed : Outcome::kOutsideAttention;
+  } else if (findings.first) {
+    c.outcome = Outcome::kEdgeFound;
+    // Values that reached attention from upstream, while attention ran unchecked before it: that
+    // attention may have made them, unless --trail named the module outside it that did.
+    if (findings.origin == Origin::kUpstream) {
+      c.unchecked_by_edge_step = uncheckedBy(run, run.calls[*findings.first].step);
+      if ((!c.unchecked_by_edge_step.empty() && !named_outside) || c.made_in_unchecked_attention) {
+        c.outcome = Outcome::kUnattributed;
+      }
+    }
+  } else if (run.total_calls == 0) {
+    c.outcome = Outcome::kNothingChecked;
+    c.nothing_checked_why = whyNothingChecked(run, c.unprobed);
+  } else if (!c.unprobed.empty() || !run.missingRanks().empty()) {
+    c.outcome = Outcome::kPartial;  // attention unchecked, or ranks of the job not read
+  }
+  c.audit = readAudit(run);
+  if ((c.outcome == Outcome::kClean || c.outcome == Outcome::kPartial) && !c.audit.findings.empty()) {
+    c.outcome = Outcome::kAuditFinding;
+  }
+  return c;
+}
+
+std::string stepLabel(const RunData& run, int64_t step) {
+  return (run.stepUnit() == StepUnit::kForwardPass ? "forward pass " : "step ") + std::to_string(step);
+}
+
+}  // namespace nanprov

@@ -1,0 +1,81 @@
+// What a run's report concludes: clean, a non-finite edge, non-finite gradients that started
+// outside attention (the gradient sentinel), or nothing checked at all. "Clean" means attention
+// was checked and every value was finite, never that nanprov saw nothing.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "report/audit_findings.h"
+#include "report/collective_paths.h"
+#include "report/edges.h"
+#include "store/reader.h"
+
+namespace nanprov {
+
+// The earliest step, across ranks, whose gradients (or parameters after the update) held NaN/Inf.
+// At one step, a rank that received them through a collective comes after a rank that did not:
+// the rank that sent them is where they were made.
+struct SentinelFinding {
+  int rank = 0;
+  int64_t step = 0;
+  std::vector<std::string> gradients;  // parameters whose gradient was non-finite
+  std::vector<std::string> values;     // parameters whose value was non-finite after the update
+};
+std::optional<SentinelFinding> earliestSentinel(const RunData& run, const std::set<std::pair<int, int64_t>>& received);
+
+// kPartial: no fault among what was checked, but not everything was (attention recognised and not
+// checked, or ranks of the job not read). Nothing went non-finite that nanprov saw.
+// kUnattributed: values went non-finite, and what made them was not checked: attention ran
+// unchecked by then (or ranks were not read), and nothing nanprov checked is known to have made them.
+// kAuditFinding: every value was finite, but the audit found a call whose outputs were wrong.
+enum class Outcome { kClean, kPartial, kUnattributed, kEdgeFound, kOutsideAttention, kNothingChecked, kAuditFinding };
+// "clean" | "partial" | "unattributed" | "edge" | "outside_attention" | "nothing_checked" | "audit_finding"
+const char* outcomeName(Outcome o);
+// Whether it says a fault was found (values went non-finite, or the audit found wrong ones).
+bool outcomeIsFault(Outcome o);
+
+struct Conclusion {
+  Outcome outcome = Outcome::kClean;
+  std::optional<SentinelFinding> sentinel;
+  bool sentinel_first = false;  // the sentinel's step came before any attention edge's: it is the answer
+  // The ranks whose values went non-finite through a collective, and from which ranks.
+  std::vector<CollectivePath> collective_paths;
+  std::map<std::string, int64_t> unprobed;  // attention recognised but not checked
+  // With a sentinel finding whose step saw attention run unchecked: those kinds, and the ranks of
+  // the job not read. The origin may then be that attention, so the outcome is unattributed,
+  // never outside_attention.
+  std::vector<std::string> unchecked_by_sentinel_step;
+  // With a first edge whose values came from upstream: the attention that ran unchecked by its
+  // step, which may have made them (the outcome is then unattributed, unless --trail named a
+  // module outside attention that made them).
+  std::vector<std::string> unchecked_by_edge_step;
+  // --trail named, as the module that made the first non-finite values from finite inputs, a
+  // module of attention the run counted unchecked: the values were made inside that attention.
+  bool made_in_unchecked_attention = false;
+  std::string nothing_checked_why;           // set for kNothingChecked
+  AuditSummary audit;                        // with any outcome
+};
+
+// The sentinel wins when its step comes before the first attention edge's: the gradients went
+// bad first, and attention only received them. It blames code outside attention only when no
+// attention ran unchecked up to its step; otherwise the outcome is unattributed (exit 1): nanprov
+// cannot tell whether that attention made the values, unless --trail named that attention's
+// module (`first_module`, cli/first_module.h) as where they were made.
+Conclusion conclude(const RunData& run, const Findings& findings, const std::optional<ModuleCheckRecord>& first_module);
+
+// What the bootstrap noted about each Python process of a run (processes/<pid>.json). Launchers
+// (torchrun's agent and the like: they train nothing and are not instrumented) are not counted.
+struct ProcessNotes {
+  int processes = 0;
+  int instrumented = 0;
+  std::vector<std::string> problems;  // "pid 123: torch 2.9 in this process, but ..."
+};
+ProcessNotes readProcessNotes(const RunDirs& dirs);
+
+// "step 3" or, for inference runs, "forward pass 3".
+std::string stepLabel(const RunData& run, int64_t step);
+
+}  // namespace nanprov
