@@ -15,7 +15,6 @@
 #include "cli/install_layout.h"
 #include "cli/commands.h"
 #include "report/edges.h"
-#include "report/report.h"
 #include "replay/backend_names.h"
 #include "replay/engine_request.h"
 #include "store/capture_file.h"
@@ -59,7 +58,7 @@ StatusOr<RunCapture> captureOfRun(const RunDirs& dirs) {
   const CaptureRecord* capture = run.captureOf(edge.rank, edge.seq);
   if (!capture) return Status::Error("the first source edge " + callName(edge) + " was not captured (run with nanprov run's defaults)");
   if (capture->path.empty()) return Status::Error("the first source edge " + callName(edge) + " was not captured: " + capture->skipped);
-  return RunCapture{.path = capturePath(run, *capture)};
+  return RunCapture{.path = run.capturePath(*capture)};
 }
 
 // Comma list of backend names, checked; "reference" is always run and accepted for clarity.

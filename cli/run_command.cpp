@@ -29,6 +29,7 @@
 #include "probes/core/injection.h"
 #include "replay/backend_names.h"
 #include "replay/engine_request.h"
+#include "store/process_notes.h"
 #include "store/reader.h"
 #include "store/run_dir.h"
 #include "store/run_file.h"
@@ -110,7 +111,7 @@ void traceKernelsOfLateEdges(const RunData& run, const Findings& f) {
     if (!replay::isKnownBackend(c.backend)) continue;
     int code = 0;
     auto said = captureOutput(
-        replay::engineArgv(engine, {.capture = capturePath(run, *capture), .device = "cuda",
+        replay::engineArgv(engine, {.capture = run.capturePath(*capture), .device = "cuda",
                                     .output = replay::EngineOutput::kKernels}),
         {}, &code);
     if (!said.ok()) std::cerr << "nanprov: could not replay " << callName(c) << " for its kernels: " << printable(said.status().message()) << "\n";

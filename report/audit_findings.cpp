@@ -101,7 +101,7 @@ AuditSummary readAudit(const RunData& run) {
       continue;
     }
     a.bytes += c.bytes;
-    const std::string path = capturePath(run, c);
+    const std::string path = run.capturePath(c);
     auto doc = readAuditFile(path);
     if (!doc.ok()) {
       ++a.not_audited[doc.status().message()];

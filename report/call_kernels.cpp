@@ -44,7 +44,7 @@ CallKernelIndex::CallKernelIndex(const RunData& run) : run_(run) {
 const ReplayedKernels* CallKernelIndex::replayedKernelsOf(const CallRecord& call) const {
   const CaptureRecord* capture = run_.captureOf(call.rank, call.seq);
   if (!capture || capture->path.empty()) return nullptr;
-  std::string path = capturePath(run_, *capture);
+  std::string path = run_.capturePath(*capture);
   auto it = replayed_.find(path);
   if (it == replayed_.end()) {
     auto read = readReplayedKernels(path);  // an unreadable list is as good as none

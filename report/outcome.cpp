@@ -2,10 +2,9 @@
 
 #include <filesystem>
 #include <tuple>
-#include <nlohmann/json.hpp>
 
 #include "report/unchecked_attention.h"
-#include "store/small_file.h"
+#include "store/process_notes.h"
 
 namespace nanprov {
 namespace {
@@ -42,28 +41,6 @@ std::string whyNothingChecked(const RunData& run, const std::map<std::string, in
 }
 
 }  // namespace
-
-ProcessNotes readProcessNotes(const RunDirs& dirs) {
-  namespace fs = std::filesystem;
-  ProcessNotes notes;
-  for (const std::string& run_dir : dirs.all) {
-    std::error_code ec;
-    for (const auto& entry : fs::directory_iterator(fs::path(run_dir) / "processes", ec)) {
-      nlohmann::json note = readJsonFile(entry.path().string());
-      if (note.is_discarded() || !note.is_object()) continue;
-      const std::string status = note.value("status", "");
-      if (status == "launcher") continue;
-      ++notes.processes;
-      if (status == "instrumented") {
-        ++notes.instrumented;
-      } else {
-        notes.problems.push_back("pid " + std::to_string(note.value("pid", 0)) + ": " +
-                                 note.value("detail", std::string()));
-      }
-    }
-  }
-  return notes;
-}
 
 std::optional<SentinelFinding> earliestSentinel(const RunData& run, const std::set<std::pair<int, int64_t>>& received) {
   std::optional<SentinelFinding> best;

@@ -66,15 +66,6 @@ struct Conclusion {
 // module (`first_module`, cli/first_module.h) as where they were made.
 Conclusion conclude(const RunData& run, const Findings& findings, const std::optional<ModuleCheckRecord>& first_module);
 
-// What the bootstrap noted about each Python process of a run (processes/<pid>.json). Launchers
-// (torchrun's agent and the like: they train nothing and are not instrumented) are not counted.
-struct ProcessNotes {
-  int processes = 0;
-  int instrumented = 0;
-  std::vector<std::string> problems;  // "pid 123: torch 2.9 in this process, but ..."
-};
-ProcessNotes readProcessNotes(const RunDirs& dirs);
-
 // "step 3" or, for inference runs, "forward pass 3".
 std::string stepLabel(const RunData& run, int64_t step);
 

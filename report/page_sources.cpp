@@ -25,7 +25,7 @@ StatusOr<PageSources> readPageSources(const Report& report) {
   NANPROV_ASSIGN_OR_RETURN(sources.picture, drawHealthPicture(report));
   const RunData& run = *report.run;
   if (const CaptureRecord* capture = edgeCapture(report)) {
-    sources.capture = capturePath(run, *capture);
+    sources.capture = run.capturePath(*capture);
     // A damaged kept replay costs the page its matrix, not the whole page.
     auto replay = readReplayVerdicts(sources.capture);
     if (replay.ok()) sources.replay = std::move(*replay);
@@ -43,7 +43,7 @@ StatusOr<PageSources> readPageSources(const Report& report) {
   for (const CaptureRecord& c : run.captures) {
     if (!sources.environment.empty()) break;
     if (c.path.empty()) continue;
-    auto meta = readCaptureMetadata(capturePath(run, c));
+    auto meta = readCaptureMetadata(run.capturePath(c));
     if (!meta.ok() || !meta->count("gpu")) continue;
     for (const char* key : {"cuda_runtime", "cudnn", "gpu"}) {
       if (meta->count(key)) sources.environment[key] = meta->at(key);

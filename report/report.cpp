@@ -147,15 +147,11 @@ void addKernelsAndCapture(const RunData& run, const CallKernelIndex& index, cons
   edge["kernels_from"] = k.from.empty() ? nlohmann::json(nullptr) : nlohmann::json(k.from);
   edge["kernel_attribution"] = attributionOf(call, k);
   const CaptureRecord* capture = run.captureOf(call.rank, call.seq);
-  edge["capture"] = capture && !capture->path.empty() ? nlohmann::json(capturePath(run, *capture)) : nlohmann::json(nullptr);
+  edge["capture"] = capture && !capture->path.empty() ? nlohmann::json(run.capturePath(*capture)) : nlohmann::json(nullptr);
   edge["capture_skipped"] = capture && capture->path.empty() ? nlohmann::json(capture->skipped) : nlohmann::json(nullptr);
 }
 
 }  // namespace
-
-std::string capturePath(const RunData& run, const CaptureRecord& capture) {
-  return (std::filesystem::path(run.dirOf(capture.rank)) / capture.path).string();
-}
 
 std::string maskedRowsText(const CallRecord& call, const TensorHealth& mask) {
   if (auto rows = maskedQueryRows(call, mask)) return std::to_string(*rows) + " " + kMaskedRowsUnit;
@@ -516,7 +512,7 @@ std::string reportText(const Report& report) {
   }
   if (const CaptureRecord* capture = run.captureOf(c.rank, c.seq)) {
     if (capture->path.empty()) out << "  not captured: " << capture->skipped << "\n";
-    else out << "  captured: nanprov replay " << shellWord(capturePath(run, *capture)) << "\n";
+    else out << "  captured: nanprov replay " << shellWord(run.capturePath(*capture)) << "\n";
   }
   if (f.origin == Origin::kUpstream && f.first_source) {
     out << "  first source edge inside attention came later: " << callName(run.calls[*f.first_source]) << "\n";

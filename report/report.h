@@ -14,9 +14,6 @@
 
 namespace nanprov {
 
-// A capture's file, for `nanprov replay`: its stored path is relative to its rank's run directory.
-std::string capturePath(const RunData& run, const CaptureRecord& capture);
-
 // "run DIR: 2 ranks, 48 attention calls checked, 4 optimizer steps", and a second line when the
 // last calls of a process never reached the store. The directory is printed escaped.
 std::string summaryLine(const RunData& run);

@@ -216,7 +216,7 @@ std::string firstEdgeSection(const Report& report) {
   if (!c.injected.empty()) out += row("injected", shown(c.injected) + " was corrupted by <code>--inject</code>");
   if (const CaptureRecord* capture = run.captureOf(c.rank, c.seq)) {
     out += row("capture", capture->path.empty() ? "not captured: " + shown(capture->skipped)
-                                                : "<code>nanprov replay " + shown(shellWord(capturePath(run, *capture))) + "</code>");
+                                                : "<code>nanprov replay " + shown(shellWord(run.capturePath(*capture))) + "</code>");
   }
   if (f.origin == Origin::kUpstream && f.first_source) {
     out += row("first source edge", shownCallName(run.calls[*f.first_source]) + " (later, inside attention)");

@@ -296,6 +296,10 @@ const CaptureRecord* RunData::captureOf(int rank, int64_t seq) const {
   return found;
 }
 
+std::string RunData::capturePath(const CaptureRecord& capture) const {
+  return (std::filesystem::path(dirOf(capture.rank)) / capture.path).string();
+}
+
 std::vector<const KernelRecord*> RunData::kernelsOf(int rank, int64_t seq) const {
   auto key = [](const KernelRecord& k) { return std::make_pair(k.rank, k.seq); };
   auto lo = std::lower_bound(kernels.begin(), kernels.end(), std::make_pair(rank, seq),

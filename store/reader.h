@@ -119,6 +119,8 @@ struct RunData {
 
   // The capture of one call: the written one when there is one, else why it was skipped.
   const CaptureRecord* captureOf(int rank, int64_t seq) const;
+  // A capture's file, for `nanprov replay`: its stored path is relative to its rank's run directory.
+  std::string capturePath(const CaptureRecord& capture) const;
 
   // The kernels of one call, in launch order.
   std::vector<const KernelRecord*> kernelsOf(int rank, int64_t seq) const;
