@@ -12,6 +12,7 @@
 #include "report/report.h"
 #include "report/terminal_text.h"
 #include "store/audit_file.h"
+#include "store/meta_values.h"
 
 namespace nanprov {
 namespace {
@@ -75,11 +76,11 @@ AuditSummary readAudit(const RunData& run) {
   a.coverage.budget_percent = run.settings.audit.budget_percent;
   for (const RankInfo& r : run.ranks) {
     // "rotations held_back", written by the probes' capture policy.
-    auto it = r.meta.find("audit_rotation");
-    if (it == r.meta.end()) continue;
-    size_t space = it->second.find(' ');
-    a.coverage.rotations += parseInteger(it->second.substr(0, space), 0, INT64_MAX).value_or(0);
-    if (space != std::string::npos) a.coverage.held_back += parseInteger(it->second.substr(space + 1), 0, INT64_MAX).value_or(0);
+    const std::string* rotation = metaText(r.meta, "audit_rotation");
+    if (!rotation) continue;
+    size_t space = rotation->find(' ');
+    a.coverage.rotations += parseInteger(rotation->substr(0, space), 0, INT64_MAX).value_or(0);
+    if (space != std::string::npos) a.coverage.held_back += parseInteger(rotation->substr(space + 1), 0, INT64_MAX).value_or(0);
   }
   std::map<std::tuple<int, int64_t, std::string>, AuditCoverage::Key> keys;
   auto keyOf = [&](const CaptureRecord& c) -> AuditCoverage::Key* {

@@ -4,6 +4,7 @@
 
 #include "base/text.h"
 #include "report/outcome.h"
+#include "store/meta_values.h"
 
 namespace nanprov {
 namespace {
@@ -160,8 +161,8 @@ bool trailMissedCompiledCode(const RunData& run) {
   for (const RankInfo& r : run.ranks) {
     // A compiled graph ran; its modules' backward was checked only where every backward graph
     // took the checks (a store from before those checks has no such key).
-    auto backward = r.meta.find("trail_compiled_backward");
-    if (r.meta.count("trail_compiled") && (backward == r.meta.end() || backward->second != "checked")) return true;
+    const std::string* backward = metaText(r.meta, "trail_compiled_backward");
+    if (r.meta.count("trail_compiled") && (!backward || *backward != "checked")) return true;
   }
   return false;
 }

@@ -11,6 +11,7 @@
 #include "report/terminal_text.h"
 #include "report/unchecked_attention.h"
 #include "store/job.h"
+#include "store/meta_values.h"
 #include "base/records/roles.h"
 
 namespace nanprov {
@@ -477,7 +478,7 @@ std::string reportText(const Report& report) {
   if (!c.module.empty()) out << ", module " << c.module;
   // Where a DeviceMesh placed the rank (dp, tp, pp...): which replica or shard made the NaN.
   for (const RankInfo& r : run.ranks) {
-    if (auto mesh = r.meta.find("mesh"); r.rank == c.rank && mesh != r.meta.end()) out << ", mesh " << printable(mesh->second);
+    if (const std::string* mesh = metaText(r.meta, "mesh"); r.rank == c.rank && mesh) out << ", mesh " << printable(*mesh);
   }
   out << "\n";
   std::vector<std::string> finite_inputs;

@@ -7,6 +7,7 @@
 #include "base/records/call_name.h"
 #include "base/records/roles.h"
 #include "base/json_text.h"
+#include "base/numbers.h"
 #include "base/text.h"
 #include "report/call_kernels.h"
 #include "report/trend_plots.h"
@@ -607,9 +608,9 @@ std::string replaySection(const Report& report, const PageSources& sources) {
 
 // CUDA's integer runtime version (12080) as "12.8".
 std::string cudaVersionText(const std::string& v) {
-  long long n = std::atoll(v.c_str());
-  if (n <= 0) return shown(v);
-  return std::to_string(n / 1000) + "." + std::to_string(n % 1000 / 10);
+  const std::optional<int64_t> n = parseInteger(v, 1, INT64_MAX);
+  if (!n) return shown(v);
+  return std::to_string(*n / 1000) + "." + std::to_string(*n % 1000 / 10);
 }
 
 std::string factsSection(const Report& report, const PageSources& sources) {
@@ -632,7 +633,7 @@ std::string factsSection(const Report& report, const PageSources& sources) {
     return env.count(key) ? text : "not recorded (no CUDA call was checked)";
   };
   out += row("CUDA runtime", from_capture("cuda_runtime", env.count("cuda_runtime") ? cudaVersionText(env.at("cuda_runtime")) : ""));
-  out += row("cuDNN", from_capture("cudnn", env.count("cudnn") ? shown(replay::cudnnVersionText(std::atoll(env.at("cudnn").c_str()))) : ""));
+  out += row("cuDNN", from_capture("cudnn", env.count("cudnn") ? shown(replay::cudnnVersionText(parseInteger(env.at("cudnn"), 0, INT64_MAX).value_or(0))) : ""));
   out += row("GPU", from_capture("gpu", env.count("gpu") ? shown(env.at("gpu")) : ""));
   out += "</table>\n<h3>Ranks</h3>\n<table class=\"list ranks\"><tr><th>rank</th><th>host</th><th>world size</th><th>steps</th>"
          "<th>calls stored</th><th>store</th></tr>\n";

@@ -5,6 +5,7 @@
 
 #include "base/attention_like.h"
 #include "base/text.h"
+#include "store/meta_values.h"
 
 namespace nanprov {
 namespace {
@@ -17,7 +18,7 @@ constexpr std::string_view kSuggestionEnd = "' checks it";
 // The class of the modules at `pattern`, as the trail recorded it; none without --trail.
 std::optional<std::string> classAt(const RunData& run, const std::string& pattern) {
   for (const RankInfo& r : run.ranks) {
-    if (auto it = r.meta.find("module_class:" + pattern); it != r.meta.end()) return it->second;
+    if (const std::string* cls = metaText(r.meta, "module_class:" + pattern)) return *cls;
   }
   return std::nullopt;
 }

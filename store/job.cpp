@@ -7,6 +7,7 @@
 
 #include "base/numbers.h"
 #include "base/text.h"
+#include "store/meta_values.h"
 #include "store/rank_store.h"
 #include "store/reader.h"
 
@@ -71,7 +72,7 @@ std::string apart(int64_t ns) {
 
 std::string jobIdOf(const RunData& run) {
   for (const RankInfo& r : run.ranks) {
-    if (auto it = r.meta.find("launcher_run_id"); it != r.meta.end() && !it->second.empty()) return it->second;
+    if (const std::string* id = metaText(r.meta, "launcher_run_id"); id && !id->empty()) return *id;
   }
   return "";
 }

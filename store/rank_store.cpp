@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "base/numbers.h"
+#include "store/meta_values.h"
 #include "store/sqlite_rows.h"
 #include "store/run_dir.h"
 #include "store/task_run_files.h"
@@ -51,10 +52,10 @@ StatusOr<sqlite::Db> openRankStore(const std::string& path, RankInfo* info) {
     info->meta[columnText(s, 0)] = columnText(s, 1);
     return Status::Ok();
   }));
-  auto version = info->meta.find("schema_version");
-  if (version == info->meta.end()) return notAStore(path, "no schema_version");
-  if (version->second != std::to_string(kSchemaVersion)) {
-    return Status::Error(path + ": store schema version " + version->second + ", this nanprov reads " +
+  const std::string* version = metaText(info->meta, "schema_version");
+  if (!version) return notAStore(path, "no schema_version");
+  if (*version != std::to_string(kSchemaVersion)) {
+    return Status::Error(path + ": store schema version " + *version + ", this nanprov reads " +
                          std::to_string(kSchemaVersion) + "; use the nanprov that wrote the run");
   }
   info->path = path;
@@ -63,9 +64,9 @@ StatusOr<sqlite::Db> openRankStore(const std::string& path, RankInfo* info) {
   auto named = rankOfStoreName(std::filesystem::path(path).filename().string());
   info->rank = named.value_or(0);
   for (const char* key : {"rank_guess", "rank"}) {
-    auto it = info->meta.find(key);
-    if (it == info->meta.end() || (named && std::string(key) == "rank_guess")) continue;
-    auto rank = parseInteger(it->second, 0, kMaxRank);
+    const std::string* text = metaText(info->meta, key);
+    if (!text || (named && std::string(key) == "rank_guess")) continue;
+    auto rank = parseInteger(*text, 0, kMaxRank);
     if (!rank) return notAStore(path, std::string("meta.") + key + " is not a rank number");
     info->rank = static_cast<int>(*rank);
   }

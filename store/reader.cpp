@@ -14,6 +14,7 @@
 #include "store/sqlite_rows.h"
 #include "store/trend_rows.h"
 #include "store/mapped_counters.h"
+#include "store/meta_values.h"
 #include "store/run_dir.h"
 #include "store/rank_store.h"
 
@@ -215,15 +216,14 @@ int64_t countRows(sqlite3* db, const char* table) {
 // slowest part), and the first and last rows by key.
 Status loadSummarised(sqlite3* db, const std::string& path, RankInfo* info) {
   if (!sqlite::hasTable(db, "step_summaries")) return Status::Ok();
-  auto count = info->meta.find("calls_summarised");
-  if (count == info->meta.end()) return Status::Ok();
-  auto calls = parseInteger(count->second, 0, INT64_MAX / 4);
+  const std::string* count = metaText(info->meta, "calls_summarised");
+  if (!count) return Status::Ok();
+  auto calls = parseInteger(*count, 0, INT64_MAX / 4);
   if (!calls) return notAStore(path, "meta.calls_summarised is not a count");
   info->calls_summarised = *calls;
-  auto every = info->meta.find("summary_every");
-  if (every != info->meta.end()) info->summary_every = parseInteger(every->second, 1, INT64_MAX / 4).value_or(1);
-  if (auto nc = info->meta.find("not_clean_summarised"); nc != info->meta.end()) {
-    auto not_clean = parseInteger(nc->second, 0, info->calls_summarised);
+  info->summary_every = metaInteger(info->meta, "summary_every", 1, INT64_MAX / 4).value_or(1);
+  if (const std::string* nc = metaText(info->meta, "not_clean_summarised")) {
+    auto not_clean = parseInteger(*nc, 0, info->calls_summarised);
     if (!not_clean) return notAStore(path, "meta.not_clean_summarised is not a count of the calls summarised");
     info->not_clean_summarised = *not_clean;
   }
@@ -361,9 +361,7 @@ Summarised RunData::summarised() const {
 int RunData::worldSize() const {
   int64_t size = 0;
   for (const RankInfo& r : ranks) {
-    auto it = r.meta.find("world_size");
-    if (it == r.meta.end()) continue;
-    if (auto n = parseInteger(it->second, 1, kMaxRank + 1)) size = std::max(size, *n);
+    if (auto n = metaInteger(r.meta, "world_size", 1, kMaxRank + 1)) size = std::max(size, *n);
   }
   return static_cast<int>(size);
 }
@@ -383,7 +381,7 @@ std::vector<int> RunData::missingRanks() const {
 bool RunData::acrossHosts() const {
   std::set<std::string> hosts;
   for (const RankInfo& r : ranks) {
-    if (auto it = r.meta.find("host"); it != r.meta.end()) hosts.insert(it->second);
+    if (const std::string* host = metaText(r.meta, "host")) hosts.insert(*host);
   }
   return hosts.size() > 1 || dirs.size() > 1;
 }
@@ -404,8 +402,8 @@ bool RunData::trailOn() const {
 
 StepUnit RunData::stepUnit() const {
   for (const RankInfo& r : ranks) {
-    auto it = r.meta.find("step_unit");
-    if (it != r.meta.end() && it->second == stepUnitName(StepUnit::kForwardPass)) return StepUnit::kForwardPass;
+    const std::string* unit = metaText(r.meta, "step_unit");
+    if (unit && *unit == stepUnitName(StepUnit::kForwardPass)) return StepUnit::kForwardPass;
   }
   return StepUnit::kOptimizerStep;
 }
@@ -413,8 +411,7 @@ StepUnit RunData::stepUnit() const {
 // The calls a store's writer committed, from its running count; nullopt when the meta is absent
 // or no count.
 static std::optional<int64_t> callsWritten(const RankInfo& info) {
-  auto it = info.meta.find("calls_written");
-  return it == info.meta.end() ? std::nullopt : parseInteger(it->second, 0, INT64_MAX);
+  return metaInteger(info.meta, "calls_written", 0, INT64_MAX);
 }
 
 // The DataLoader workers' attention calls, per rank, from their counters (store/run_dir.h).
