@@ -9,8 +9,6 @@
 #include "base/numbers.h"
 #include "base/text.h"
 #include "report/edges.h"
-#include "report/report.h"
-#include "report/terminal_text.h"
 #include "store/audit_file.h"
 #include "store/meta_values.h"
 
@@ -19,51 +17,38 @@ namespace {
 
 using nlohmann::json;
 
-// The report's entry for one finding: the call by name and number, and the engine's judgement.
-json findingOf(const CaptureRecord& capture, const std::string& path, const json& doc) {
+// One finding, typed. A field of the wrong type throws: the caller counts the file as unreadable.
+AuditFinding findingOf(const CaptureRecord& capture, const std::string& path, const json& doc) {
   auto name = parseCallName(doc.value("call", ""));
   json tensors = doc.value("tensors", json::object());
   if (!tensors.is_object()) throw std::runtime_error("its tensors are not an object");
   for (const auto& [role, c] : tensors.items()) {
     if (!c.is_object()) throw std::runtime_error("tensor " + role + " is not an object");
   }
-  const int64_t step = parseInteger(doc.value("step", ""), 0, INT64_MAX).value_or(-1);
-  // The public bugs the judgement matched (replay/known_issues.h): entries whose fields are all
-  // text, and only those fields; anything else in a judgement file is not shown.
-  json known = json::array();
-  for (const json& k : doc.value("known_issues", json::array())) {
-    if (!k.is_object()) continue;
-    json kept = json::object();
-    for (const char* field : {"id", "url", "title", "fix", "status", "workaround"}) {
-      json value = k.value(field, json(""));
-      if (!value.is_string()) {
-        kept = nullptr;
-        break;
-      }
-      kept[field] = std::move(value);
-    }
-    if (kept.is_object()) known.push_back(std::move(kept));
-  }
-  return {{"rank", name ? name->rank : capture.rank},
-          {"layer", name ? json(name->layer) : json(nullptr)},
-          {"call", name ? json(name->call) : json(nullptr)},
-          {"name", doc.value("call", "")},
-          {"step", step},
-          {"phase", doc.value("phase", "")},
-          {"op", doc.value("op", "")},
-          {"backend", doc.value("backend", "")},
-          {"kernel", doc.value("kernel", json(nullptr))},
-          {"verdict", doc.value("verdict", json(nullptr))},
-          {"tensors", tensors},
-          {"conditions", doc.value("conditions", json(nullptr))},
-          {"conditions_text", doc.value("conditions_text", "")},
-          {"slice", doc.value("slice", json(nullptr))},
-          // A backward's O and LSE from its forward, judged; "received_wrong" names those that
-          // were already wrong (then the fault is in the forward, upstream of this call).
-          {"received", doc.value("received", json(nullptr))},
-          {"received_wrong", doc.value("received_wrong", json(nullptr))},
-          {"known_issues", known},
-          {"capture", path}};
+  auto nullableText = [&](const char* key) {
+    const json v = doc.value(key, json(nullptr));
+    return v.is_null() ? std::nullopt : std::optional<std::string>(v.get<std::string>());
+  };
+  return {.rank = name ? name->rank : capture.rank,
+          .layer = name ? std::optional<int64_t>(name->layer) : std::nullopt,
+          .call = name ? std::optional<int64_t>(name->call) : std::nullopt,
+          .name = doc.value("call", ""),
+          .step = parseInteger(doc.value("step", ""), 0, INT64_MAX).value_or(-1),
+          .phase = doc.value("phase", ""),
+          .op = doc.value("op", ""),
+          .backend = doc.value("backend", ""),
+          .kernel = nullableText("kernel"),
+          .verdict = nullableText("verdict"),
+          .tensors = judgementsOf(tensors),
+          .conditions_text = doc.value("conditions_text", ""),
+          .slice = nullableText("slice"),
+          .received_wrong = nullableText("received_wrong"),
+          // The public bugs the judgement matched (replay/known_issues.h).
+          .known_issues = knownIssueNotesOf(doc.value("known_issues", json::array())),
+          .capture = path,
+          .tensors_as_written = tensors,
+          .received_as_written = doc.value("received", json(nullptr)),
+          .conditions_as_written = doc.value("conditions", json(nullptr))};
 }
 
 }  // namespace
@@ -137,9 +122,8 @@ AuditSummary readAudit(const RunData& run) {
     }
   }
   for (auto& [where, k] : keys) a.coverage.keys.push_back(std::move(k));
-  std::stable_sort(a.findings.begin(), a.findings.end(), [](const json& x, const json& y) {
-    return std::make_tuple(x["step"].get<int64_t>(), x["rank"].get<int>()) <
-           std::make_tuple(y["step"].get<int64_t>(), y["rank"].get<int>());
+  std::stable_sort(a.findings.begin(), a.findings.end(), [](const AuditFinding& x, const AuditFinding& y) {
+    return std::tie(x.step, x.rank) < std::tie(y.step, y.rank);
   });
   return a;
 }
@@ -231,6 +215,36 @@ std::string coverageText(const AuditSummary& a) {
 
 }  // namespace
 
+json auditFindingsJson(const AuditSummary& a) {
+  json findings = json::array();
+  for (const AuditFinding& f : a.findings) {
+    json known = json::array();
+    for (const KnownIssueNote& k : f.known_issues) {
+      known.push_back({{"id", k.id}, {"url", k.url}, {"title", k.title}, {"fix", k.fix}, {"status", k.status}, {"workaround", k.workaround}});
+    }
+    auto orNull = [](const auto& v) { return v ? json(*v) : json(nullptr); };
+    findings.push_back({{"rank", f.rank},
+                        {"layer", orNull(f.layer)},
+                        {"call", orNull(f.call)},
+                        {"name", f.name},
+                        {"step", f.step},
+                        {"phase", f.phase},
+                        {"op", f.op},
+                        {"backend", f.backend},
+                        {"kernel", orNull(f.kernel)},
+                        {"verdict", orNull(f.verdict)},
+                        {"tensors", f.tensors_as_written},
+                        {"conditions", f.conditions_as_written},
+                        {"conditions_text", f.conditions_text},
+                        {"slice", orNull(f.slice)},
+                        {"received", f.received_as_written},
+                        {"received_wrong", orNull(f.received_wrong)},
+                        {"known_issues", known},
+                        {"capture", f.capture}});
+  }
+  return findings;
+}
+
 json auditCostJson(const AuditSummary& a) {
   json not_audited = json::array();
   for (const auto& [why, n] : a.not_audited) not_audited.push_back({{"why", why}, {"calls", n}});
@@ -243,31 +257,26 @@ json auditCostJson(const AuditSummary& a) {
 std::string auditText(const AuditSummary& a) {
   if (!a.on) return "";
   std::string out;
-  for (const json& f : forTerminal(json(a.findings))) {
-    std::string step = f["step"].is_number_integer() ? std::to_string(f["step"].get<int64_t>()) : "?";
-    out += "  audit finding " + f.value("name", "?") + " (step " + step + ", " +
-           f.value("phase", "") + ", " + f.value("backend", "") + "): " + f.value("verdict", "?") + " against the float64 reference\n";
-    for (const auto& [role, c] : f["tensors"].items()) {
-      if (c.value("verdict", "ok") == "ok") continue;
-      std::string where = c.value("all_zero_where", json(nullptr)).is_string() ? c["all_zero_where"].get<std::string>()
-                          : c.value("nonfinite_where", json(nullptr)).is_string() ? c["nonfinite_where"].get<std::string>()
-                                                                                  : "";
-      out += "    " + role + " " + c.value("verdict", "") + ": max error " + shortNumber(c.value("max_abs_err", 0.0)) +
-             " (yardstick " + shortNumber(c.value("yardstick_max_err", 0.0)) + "), cosine " + shortNumber(c.value("cosine", 0.0)) +
+  for (const AuditFinding& f : a.findings) {
+    out += "  audit finding " + f.name + " (step " + std::to_string(f.step) + ", " + f.phase + ", " + f.backend + "): " + f.verdict.value_or("?") +
+           " against the float64 reference\n";
+    for (const TensorJudgement& t : f.tensors) {
+      if (t.verdict == "ok") continue;
+      std::string where = !t.all_zero_where.empty() ? t.all_zero_where : t.nonfinite_where;
+      out += "    " + t.role + " " + t.verdict + ": max error " + shortNumber(t.max_abs_err.value_or(0)) + " (yardstick " +
+             shortNumber(t.yardstick_max_err.value_or(0)) + "), cosine " + shortNumber(t.cosine.value_or(0)) +
              (where.empty() ? "" : ", " + where) + "\n";
     }
-    if (f["received_wrong"].is_string() && !f["received_wrong"].get<std::string>().empty()) {
-      out += "    its inputs from the forward were already wrong (" + f["received_wrong"].get<std::string>() +
-             "): the fault is upstream, in the forward\n";
+    if (f.received_wrong && !f.received_wrong->empty()) {
+      out += "    its inputs from the forward were already wrong (" + *f.received_wrong + "): the fault is upstream, in the forward\n";
     }
-    if (f["kernel"].is_string()) out += "    kernel " + f["kernel"].get<std::string>() + "\n";
-    out += "    conditions: " + f.value("conditions_text", std::string()) + "\n";
-    for (const json& k : f["known_issues"]) {
-      out += "    known issue: " + k.value("id", "") + " (" + k.value("title", "") + "); " + k.value("fix", "") +
-             (k.value("workaround", "").empty() ? "" : "; workaround: " + k.value("workaround", "")) + "\n";
+    if (f.kernel) out += "    kernel " + *f.kernel + "\n";
+    out += "    conditions: " + f.conditions_text + "\n";
+    for (const KnownIssueNote& k : f.known_issues) {
+      out += "    known issue: " + k.id + " (" + k.title + "); " + k.fix + (k.workaround.empty() ? "" : "; workaround: " + k.workaround) + "\n";
     }
-    if (f["slice"].is_string()) out += "    audited on a slice: " + f["slice"].get<std::string>() + "\n";
-    out += "    captured: nanprov replay " + f.value("capture", "") + "\n";
+    if (f.slice) out += "    audited on a slice: " + *f.slice + "\n";
+    out += "    captured: nanprov replay " + f.capture + "\n";
   }
   out += "  audit: " + std::to_string(a.audited) + (a.audited == 1 ? " call" : " calls") + " judged against the float64 reference, " +
          std::to_string(a.findings.size()) + (a.findings.size() == 1 ? " finding" : " findings") + " (" +

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "report/judgements.h"
 #include "store/reader.h"
 
 namespace nanprov {
@@ -30,6 +31,29 @@ struct AuditCoverage {
   int64_t rotations = 0, held_back = 0;  // steps whose rotation ran, and steps the budget held it back
 };
 
+// A call the audit found wrong: finite outputs (or worse) against the float64 reference, as its
+// judgement (CAPTURE.audit.json) says.
+struct AuditFinding {
+  int rank = 0;
+  std::optional<int64_t> layer, call;  // from its name; none where the name does not read as one
+  std::string name;                    // rank<R>:layer<L>:call<C>, as the engine wrote it
+  int64_t step = -1;                   // -1: not a step number
+  std::string phase, op, backend;
+  std::optional<std::string> kernel;   // its main kernel, where the engine named one
+  std::optional<std::string> verdict;  // the worst of its tensors'
+  std::vector<TensorJudgement> tensors;
+  std::string conditions_text;
+  std::optional<std::string> slice;           // audited on a slice of the call
+  // A backward's O and LSE from its forward, judged; those already wrong (the fault is then in
+  // the forward, upstream of this call).
+  std::optional<std::string> received_wrong;
+  std::vector<KnownIssueNote> known_issues;
+  std::string capture;  // the audit capture's path, for nanprov replay
+  // Passed on to --json as the engine wrote them (its tensors' every measure, what the backward
+  // received, the conditions): fields a newer engine adds reach scripts without a report change.
+  nlohmann::json tensors_as_written, received_as_written, conditions_as_written;
+};
+
 struct AuditSummary {
   bool on = false;         // the run audited (run.json), or holds audit captures
   bool warn_only = false;  // --audit-warn-only: findings do not fail the run
@@ -39,7 +63,7 @@ struct AuditSummary {
   double seconds = 0;      // judging, summed over calls
   std::map<std::string, int64_t> not_audited;  // why → calls
   int64_t unjudged = 0;    // audit captures with no judgement (the run ended before, or is running)
-  std::vector<nlohmann::json> findings;  // report's audit_findings, ordered by step, rank, call
+  std::vector<AuditFinding> findings;  // ordered by step, rank, call
   AuditCoverage coverage;
 };
 
@@ -49,7 +73,11 @@ AuditSummary readAudit(const RunData& run);
 //  "coverage": {layers, calls_judged, per_layer: [{rank, layer, phase, judged, last_step}],
 //               never_judged: [{rank, layer, phase, why}], rotation: {...}}}.
 nlohmann::json auditCostJson(const AuditSummary& audit);
+// The report's audit_findings: [{rank, layer, call, name, step, phase, op, backend, kernel, verdict,
+// tensors, conditions, conditions_text, slice, received, received_wrong, known_issues, capture}].
+nlohmann::json auditFindingsJson(const AuditSummary& audit);
 // The report's lines on the audit: each finding, and one line of totals. Empty when it was off.
+// Texts from the files are printed as given: the caller escapes them (report/terminal_text.h).
 std::string auditText(const AuditSummary& audit);
 
 }  // namespace nanprov

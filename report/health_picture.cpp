@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "base/records/call_health.h"
-#include "base/json_text.h"
 #include "base/records/call_name.h"
 #include "base/text.h"
 
@@ -156,20 +155,11 @@ StatusOr<HealthPicture> drawHealthPicture(const Report& report) {
     if (phase_seen[p == Phase::kBackward]) picture.phases.push_back(p);
   }
   // Audit findings name their call by (rank, layer, step, phase), as the report lists them.
-  for (const nlohmann::json& f : report.conclusion.audit.findings) {
+  for (const AuditFinding& f : report.conclusion.audit.findings) {
     Phase phase;
-    const nlohmann::json& layer = jsonField(f, "layer");
-    const nlohmann::json& step = jsonField(f, "step");
-    const nlohmann::json& rank = jsonField(f, "rank");
-    const nlohmann::json& phase_name = jsonField(f, "phase");
-    if (!layer.is_number_integer() || !step.is_number_integer() || !rank.is_number_integer() ||
-        !phase_name.is_string() || !parsePhase(phase_name.get<std::string>(), &phase)) {
-      continue;  // a finding whose call is not known: listed in the findings table only
-    }
-    if (PictureCell* cell = cellAt(picture, rank.get<int64_t>(), layer.get<int64_t>(), phase, step.get<int64_t>())) {
-      auto text = [&](const char* key) { const auto& v = jsonField(f, key); return v.is_string() ? v.get<std::string>() : "?"; };
-      const std::string verdict = text("verdict"), name = text("name");
-      cell->audit_findings.push_back(name + " " + verdict);
+    if (!f.layer || !parsePhase(f.phase, &phase)) continue;  // a finding whose call is not known: listed in the findings table only
+    if (PictureCell* cell = cellAt(picture, f.rank, *f.layer, phase, f.step)) {
+      cell->audit_findings.push_back(f.name + " " + f.verdict.value_or("?"));
       cell->health = std::max(cell->health, CellHealth::kAuditFinding);
     }
   }

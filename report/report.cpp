@@ -350,7 +350,7 @@ nlohmann::json reportJson(const Report& report) {
       {"first_source_edge", nullptr},
       {"propagation", {{"calls", f.propagation.calls}, {"layers", f.propagation.layers}, {"ranks", f.propagation.ranks}}},
       {"audit", auditCostJson(conclusion.audit)},
-      {"audit_findings", conclusion.audit.findings},
+      {"audit_findings", auditFindingsJson(conclusion.audit)},
       {"known_issues", replay::matchesJson(report.source_issues.matches)},
       {"possible_known_issues", replay::possibleJson(report.source_issues.possible)},
       {"trends", trendsJson(report.trends)},
@@ -377,7 +377,7 @@ namespace {
 // Every report ends alike: the audit's findings and totals (when it ran), the trend warnings, the
 // attention that was not checked, and the run's size.
 std::string closing(const RunData& run, const Report& report) {
-  return auditText(report.conclusion.audit) + trendsText(forTerminal(report.trends)) + unprobedLines(run) +
+  return auditText(forTerminal(report.conclusion.audit)) + trendsText(forTerminal(report.trends)) + unprobedLines(run) +
          ranksNotReadText(run) + "  " + summaryLine(run) + "\n";
 }
 
@@ -440,8 +440,8 @@ std::string reportText(const Report& report) {
     return out.str() + closing(run, report);
   }
   if (!f.first && conclusion.outcome == Outcome::kAuditFinding) {
-    const nlohmann::json& first = conclusion.audit.findings.front();
-    out << first.value("name", "?") << "  audit finding: finite outputs that are " << first.value("verdict", "?")
+    const AuditFinding first = forTerminal(conclusion.audit).findings.front();
+    out << first.name << "  audit finding: finite outputs that are " << first.verdict.value_or("?")
         << " against the float64 reference (no value was non-finite)\n";
     return out.str() + closing(run, report);
   }

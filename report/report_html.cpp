@@ -303,31 +303,28 @@ std::string coverageSection(const Report& report) {
                "is drawn as unprobed.</p>\n</section>\n";
 }
 
+// A measure the engine could not take (written null) as a dash.
+std::string shownMeasure(const std::optional<double>& v) { return v ? shortNumber(*v) : "&ndash;"; }
+
 // "O all-zero: max error 0.52 (yardstick 1.2e-07), cosine 0, tensor" per tensor that is not ok.
-std::string judgedTensors(const json& tensors) {
+std::string judgedTensors(const std::vector<TensorJudgement>& tensors) {
   std::vector<std::string> lines;
-  if (!tensors.is_object()) return "&ndash;";
-  for (const auto& [role, c] : tensors.items()) {
-    const json& verdict = jsonField(c, "verdict");
-    if (verdict == "ok") continue;
-    std::string where = jsonField(c, "all_zero_where").is_string() ? shownValue(jsonField(c, "all_zero_where"))
-                        : jsonField(c, "nonfinite_where").is_string() ? shownValue(jsonField(c, "nonfinite_where")) : "";
-    lines.push_back(shown(role) + " <b>" + shownValue(verdict) + "</b>: max error " + shownValue(jsonField(c, "max_abs_err")) + " (yardstick " +
-                    shownValue(jsonField(c, "yardstick_max_err")) + "), cosine " + shownValue(jsonField(c, "cosine")) +
-                    (where.empty() ? "" : ", " + where));
+  for (const TensorJudgement& t : tensors) {
+    if (t.verdict == "ok") continue;
+    const std::string& where = !t.all_zero_where.empty() ? t.all_zero_where : t.nonfinite_where;
+    lines.push_back(shown(t.role) + " <b>" + shown(t.verdict) + "</b>: max error " + shownMeasure(t.max_abs_err) + " (yardstick " +
+                    shownMeasure(t.yardstick_max_err) + "), cosine " + shownMeasure(t.cosine) + (where.empty() ? "" : ", " + shown(where)));
   }
   return lines.empty() ? "every tensor ok" : joined(lines, "<br>");
 }
 
 // Known issues as text: their URLs stay unlinked, since the page fetches and links nothing.
-std::string knownIssuesText(const json& issues) {
+std::string knownIssuesText(const std::vector<KnownIssueNote>& issues) {
   std::vector<std::string> lines;
-  if (!issues.is_array()) return "";
-  for (const json& k : issues) {
-    std::string workaround = jsonField(k, "workaround").is_string() ? shownValue(jsonField(k, "workaround")) : "";
-    lines.push_back("known issue " + shownValue(jsonField(k, "id")) + " (" + shownValue(jsonField(k, "title")) + "); " + shownValue(jsonField(k, "fix")) +
-                    (workaround.empty() ? "" : "; workaround: " + workaround) +
-                    (jsonField(k, "url").is_string() ? " <span class=\"mono\">" + shownValue(jsonField(k, "url")) + "</span>" : ""));
+  for (const KnownIssueNote& k : issues) {
+    lines.push_back("known issue " + shown(k.id) + " (" + shown(k.title) + "); " + shown(k.fix) +
+                    (k.workaround.empty() ? "" : "; workaround: " + shown(k.workaround)) +
+                    (k.url.empty() ? "" : " <span class=\"mono\">" + shown(k.url) + "</span>"));
   }
   return joined(lines, "<br>");
 }
@@ -346,20 +343,20 @@ std::string auditSection(const Report& report) {
   if (!a.findings.empty()) {
     out += "<table class=\"list findings\"><tr><th>call</th><th>step</th><th>phase</th><th>backend</th><th>verdict</th>"
            "<th>tensors</th><th>kernel, conditions, capture</th></tr>\n";
-    for (const json& f : a.findings) {
-      std::string details = (jsonField(f, "kernel").is_string() ? "kernel <span class=\"mono\">" + shownValue(jsonField(f, "kernel")) + "</span><br>" : "") +
-                            "conditions: " + shownValue(jsonField(f, "conditions_text"));
-      if (jsonField(f, "received_wrong").is_string() && !jsonField(f, "received_wrong").get<std::string>().empty()) {
-        details += "<br>its inputs from the forward were already wrong (" + shownValue(jsonField(f, "received_wrong")) +
+    for (const AuditFinding& f : a.findings) {
+      std::string details = (f.kernel ? "kernel <span class=\"mono\">" + shown(*f.kernel) + "</span><br>" : "") + "conditions: " +
+                            shown(f.conditions_text);
+      if (f.received_wrong && !f.received_wrong->empty()) {
+        details += "<br>its inputs from the forward were already wrong (" + shown(*f.received_wrong) +
                    "): the fault is upstream, in the forward";
       }
-      if (std::string issues = knownIssuesText(jsonField(f, "known_issues")); !issues.empty()) details += "<br>" + issues;
-      if (jsonField(f, "slice").is_string()) details += "<br>audited on a slice: " + shownValue(jsonField(f, "slice"));
-      details += "<br><code>nanprov replay " + (jsonField(f, "capture").is_string() ? shown(shellWord(jsonField(f, "capture").get<std::string>())) : shownValue(jsonField(f, "capture"))) + "</code>";
-      out += "<tr class=\"finding\" data-name=\"" + shownValue(jsonField(f, "name")) + "\"><td class=\"name\">" + shownValue(jsonField(f, "name")) +
-             "</td><td>" + shownValue(jsonField(f, "step")) + "</td><td>" + shownValue(jsonField(f, "phase")) + "</td><td>" + shownValue(jsonField(f, "backend")) +
-             "</td><td><b>" + shownValue(jsonField(f, "verdict")) + "</b></td><td>" + judgedTensors(jsonField(f, "tensors")) + "</td><td>" +
-             details + "</td></tr>\n";
+      if (std::string issues = knownIssuesText(f.known_issues); !issues.empty()) details += "<br>" + issues;
+      if (f.slice) details += "<br>audited on a slice: " + shown(*f.slice);
+      details += "<br><code>nanprov replay " + shown(shellWord(f.capture)) + "</code>";
+      out += "<tr class=\"finding\" data-name=\"" + shown(f.name) + "\"><td class=\"name\">" + shown(f.name) + "</td><td>" +
+             std::to_string(f.step) + "</td><td>" + shown(f.phase) + "</td><td>" + shown(f.backend) + "</td><td><b>" +
+             (f.verdict ? shown(*f.verdict) : "&ndash;") + "</b></td><td>" + judgedTensors(f.tensors) + "</td><td>" + details +
+             "</td></tr>\n";
     }
     out += "</table>\n";
   }
@@ -583,7 +580,7 @@ std::string replayMatrix(const json& replay) {
     out += "</tr>\n";
   }
   out += "</table>\n";
-  if (std::string issues = knownIssuesText(jsonField(replay, "known_issues")); !issues.empty()) out += "<p>" + issues + "</p>\n";
+  if (std::string issues = knownIssuesText(knownIssueNotesOf(jsonField(replay, "known_issues"))); !issues.empty()) out += "<p>" + issues + "</p>\n";
   return out;
 }
 

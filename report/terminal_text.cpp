@@ -49,19 +49,20 @@ Trends forTerminal(Trends trends) {
   return trends;
 }
 
-nlohmann::json forTerminal(const nlohmann::json& doc) {
-  if (doc.is_string()) return printable(doc.get<std::string>());
-  if (doc.is_array()) {
-    nlohmann::json out = nlohmann::json::array();
-    for (const nlohmann::json& item : doc) out.push_back(forTerminal(item));
-    return out;
+AuditSummary forTerminal(AuditSummary audit) {
+  for (AuditFinding& f : audit.findings) {
+    for (std::string* s : {&f.name, &f.phase, &f.op, &f.backend, &f.conditions_text, &f.capture}) escape(*s);
+    for (std::optional<std::string>* s : {&f.kernel, &f.verdict, &f.slice, &f.received_wrong}) {
+      if (*s) escape(**s);
+    }
+    for (TensorJudgement& t : f.tensors) {
+      for (std::string* s : {&t.role, &t.verdict, &t.nonfinite_where, &t.all_zero_where}) escape(*s);
+    }
+    for (KnownIssueNote& k : f.known_issues) {
+      for (std::string* s : {&k.id, &k.url, &k.title, &k.fix, &k.status, &k.workaround}) escape(*s);
+    }
   }
-  if (doc.is_object()) {
-    nlohmann::json out = nlohmann::json::object();
-    for (const auto& [key, value] : doc.items()) out[printable(key)] = forTerminal(value);
-    return out;
-  }
-  return doc;
+  return audit;
 }
 
 }  // namespace nanprov

@@ -4,8 +4,7 @@
 // JSON keeps the values as stored (its encoder escapes them).
 #pragma once
 
-#include <nlohmann/json.hpp>
-
+#include "report/audit_findings.h"
 #include "report/layer_trends.h"
 #include "store/reader.h"
 
@@ -14,7 +13,6 @@ namespace nanprov {
 CallRecord forTerminal(CallRecord call);
 RunData forTerminal(RunData run);
 Trends forTerminal(Trends trends);
-// Every string in `doc`, keys too, made printable (audit findings read from their files).
-nlohmann::json forTerminal(const nlohmann::json& doc);
+AuditSummary forTerminal(AuditSummary audit);
 
 }  // namespace nanprov
