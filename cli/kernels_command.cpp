@@ -23,13 +23,13 @@ void printCall(const CallRecord& stored, const KernelsOfCall& found) {
   const CallRecord c = forTerminal(stored);
   std::printf("%s  step %lld %s  %s (%s) on %s: %s\n", callName(c).c_str(), static_cast<long long>(c.step),
               phaseName(c.phase), c.op.c_str(), c.backend.c_str(), c.device.name().c_str(),
-              printable(attributionOf(stored, found)).c_str());
+              printable(found.attribution).c_str());
   const KernelRecord* main = mainKernel(found.kernels);
-  for (const KernelRecord* k : found.kernels) {
-    if (k->device < 0) continue;  // the CPU "kernel" is the op, already printed
-    std::printf("  %s %-60s grid (%d,%d,%d) block (%d,%d,%d) %9.1f us  stream %lld\n", k == main ? "*" : " ",
-                printable(shortKernelName(k->name)).c_str(), k->grid[0], k->grid[1], k->grid[2], k->block[0], k->block[1],
-                k->block[2], static_cast<double>(k->end_ns - k->start_ns) / 1e3, static_cast<long long>(k->stream));
+  for (const KernelRecord& k : found.kernels) {
+    if (k.device < 0) continue;  // the CPU "kernel" is the op, already printed
+    std::printf("  %s %-60s grid (%d,%d,%d) block (%d,%d,%d) %9.1f us  stream %lld\n", &k == main ? "*" : " ",
+                printable(shortKernelName(k.name)).c_str(), k.grid[0], k.grid[1], k.grid[2], k.block[0], k.block[1],
+                k.block[2], static_cast<double>(k.end_ns - k.start_ns) / 1e3, static_cast<long long>(k.stream));
   }
 }
 
@@ -71,20 +71,16 @@ void addKernelsCommand(CLI::App& app, int* exit_code) {
     std::optional<JsonArrayPrinter> list;
     if (opts->json) list.emplace();
     Status read = forEachCall(*dir, query, [&](const CallRecord& c) {
-      KernelRecord cpu_op;
       KernelsOfCall k = index.of(c);
-      if (c.device.isCpu()) {
-        cpu_op = cpuKernelOf(c);
-        k.kernels = {&cpu_op};
-      }
+      if (c.device.isCpu()) k.kernels = {cpuKernelOf(c)};
       if (list) {
         nlohmann::json entry = {
             {"call", callName(c)}, {"rank", c.rank}, {"seq", c.seq}, {"step", c.step},
             {"phase", phaseName(c.phase)}, {"op", c.op}, {"backend", c.backend},
-            {"device", c.device.name()}, {"attribution", attributionOf(c, k)},
+            {"device", c.device.name()}, {"attribution", k.attribution},
             {"kernels_from", k.from.empty() ? nlohmann::json(nullptr) : nlohmann::json(k.from)},
             {"unattributed", c.unattributed.empty() ? nlohmann::json(nullptr) : nlohmann::json(c.unattributed)},
-            {"inferred_from", k.inferred_from ? nlohmann::json(callName(*k.inferred_from)) : nlohmann::json(nullptr)},
+            {"inferred_from", k.inferred_from.empty() ? nlohmann::json(nullptr) : nlohmann::json(k.inferred_from)},
             {"kernels", kernelsJson(k.kernels)}};
         list->add(entry);
       } else {

@@ -1,25 +1,26 @@
 #include "report/call_kernels.h"
 
-#include "report/edges.h"
-#include "report/report.h"
+#include "base/records/call_name.h"
+#include "store/reader.h"
+#include "store/replayed_kernels.h"
 
 namespace nanprov {
 
-nlohmann::json kernelsJson(const CallKernels& kernels) {
+nlohmann::json kernelsJson(const std::vector<KernelRecord>& kernels) {
   nlohmann::json list = nlohmann::json::array();
   const KernelRecord* main = mainKernel(kernels);
-  for (const KernelRecord* k : kernels) {
-    list.push_back({{"name", k->name},
-                    {"short_name", shortKernelName(k->name)},
-                    {"main", k == main},
-                    {"grid", {k->grid[0], k->grid[1], k->grid[2]}},
-                    {"block", {k->block[0], k->block[1], k->block[2]}},
-                    {"start_ns", k->start_ns},
-                    {"end_ns", k->end_ns},
-                    {"duration_ns", k->end_ns - k->start_ns},
-                    {"device", k->device < 0 ? nlohmann::json("cpu") : nlohmann::json(k->device)},
-                    {"stream", k->stream},
-                    {"correlation_id", k->correlation_id}});
+  for (const KernelRecord& k : kernels) {
+    list.push_back({{"name", k.name},
+                    {"short_name", shortKernelName(k.name)},
+                    {"main", &k == main},
+                    {"grid", {k.grid[0], k.grid[1], k.grid[2]}},
+                    {"block", {k.block[0], k.block[1], k.block[2]}},
+                    {"start_ns", k.start_ns},
+                    {"end_ns", k.end_ns},
+                    {"duration_ns", k.end_ns - k.start_ns},
+                    {"device", k.device < 0 ? nlohmann::json("cpu") : nlohmann::json(k.device)},
+                    {"stream", k.stream},
+                    {"correlation_id", k.correlation_id}});
   }
   return list;
 }
@@ -33,6 +34,12 @@ std::string signatureOf(const CallRecord& c) {
   return sig;
 }
 
+std::vector<KernelRecord> copied(const CallKernels& kernels) {
+  std::vector<KernelRecord> out;
+  for (const KernelRecord* k : kernels) out.push_back(*k);
+  return out;
+}
+
 }  // namespace
 
 CallKernelIndex::CallKernelIndex(const RunData& run) : run_(run) {
@@ -41,6 +48,8 @@ CallKernelIndex::CallKernelIndex(const RunData& run) : run_(run) {
   }
 }
 
+CallKernelIndex::~CallKernelIndex() = default;
+
 const ReplayedKernels* CallKernelIndex::replayedKernelsOf(const CallRecord& call) const {
   const CaptureRecord* capture = run_.captureOf(call.rank, call.seq);
   if (!capture || capture->path.empty()) return nullptr;
@@ -48,43 +57,45 @@ const ReplayedKernels* CallKernelIndex::replayedKernelsOf(const CallRecord& call
   auto it = replayed_.find(path);
   if (it == replayed_.end()) {
     auto read = readReplayedKernels(path);  // an unreadable list is as good as none
-    it = replayed_.emplace(path, read.ok() ? *read : std::nullopt).first;
+    it = replayed_.emplace(path, read.ok() && *read ? std::make_unique<ReplayedKernels>(std::move(**read)) : nullptr).first;
   }
-  return it->second && !it->second->kernels.empty() ? &*it->second : nullptr;
+  return it->second && !it->second->kernels.empty() ? it->second.get() : nullptr;
 }
 
 KernelsOfCall CallKernelIndex::of(const CallRecord& call) const {
   KernelsOfCall out;
-  out.kernels = run_.kernelsOf(call.rank, call.seq);
-  if (!out.kernels.empty() || call.device.isCpu()) {
+  // Where the call's own records went, for the words of a replay's or an inferred attribution.
+  const std::string missed = call.unattributed.empty() ? "its own records were lost" : call.unattributed;
+  out.kernels = copied(run_.kernelsOf(call.rank, call.seq));
+  if (call.device.isCpu()) {
     out.from = "run";
+    out.attribution = "the ATen CPU op";
+    return out;
+  }
+  if (!out.kernels.empty()) {
+    out.from = "run";
+    out.attribution = call.unattributed.empty() ? "CUPTI" : "unattributed: " + call.unattributed;
     return out;
   }
   if (const ReplayedKernels* replayed = replayedKernelsOf(call)) {
-    for (const KernelRecord& k : replayed->kernels) out.kernels.push_back(&k);
+    out.kernels = replayed->kernels;
     out.from = "replay";
-    out.replayed_on = replayed->gpu;
+    out.attribution = "traced in a replay of its capture on " + replayed->gpu + "; " + missed;
     return out;
   }
   auto it = traced_.find(signatureOf(call));
-  if (it == traced_.end()) return out;
-  out.from = "inferred";
-  out.inferred_from = it->second;
-  out.kernels = run_.kernelsOf(it->second->rank, it->second->seq);
-  return out;
-}
-
-std::string attributionOf(const CallRecord& call, const KernelsOfCall& k) {
-  if (call.device.isCpu()) return "the ATen CPU op";
-  std::string missed = call.unattributed.empty() ? "its own records were lost" : call.unattributed;
-  if (k.from == "replay") return "traced in a replay of its capture on " + k.replayed_on + "; " + missed;
-  if (k.inferred_from) {
-    return "inferred from " + callName(*k.inferred_from) + " at step " + std::to_string(k.inferred_from->step) +
-           " (same layer, op and shapes; " + missed + ")";
+  if (it == traced_.end()) {
+    out.attribution = !call.unattributed.empty() ? "unattributed: " + call.unattributed
+                                                 : "no kernel record arrived (the run may have ended before CUPTI flushed)";
+    return out;
   }
-  if (!call.unattributed.empty()) return "unattributed: " + call.unattributed;
-  if (k.kernels.empty()) return "no kernel record arrived (the run may have ended before CUPTI flushed)";
-  return "CUPTI";
+  const CallRecord& source = *it->second;
+  out.from = "inferred";
+  out.inferred_from = callName(source);
+  out.kernels = copied(run_.kernelsOf(source.rank, source.seq));
+  out.attribution = "inferred from " + out.inferred_from + " at step " + std::to_string(source.step) +
+                    " (same layer, op and shapes; " + missed + ")";
+  return out;
 }
 
 }  // namespace nanprov

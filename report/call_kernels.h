@@ -1,19 +1,21 @@
-// The kernels of one call, for people and scripts: short names, the main kernel, JSON.
+// The kernels of one call, for people and scripts: which they were, where that is known from,
+// in words, and as JSON.
 #pragma once
 
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
-#include <optional>
 #include <string>
 #include <vector>
 
 #include "base/records/call_record.h"
-#include "store/reader.h"
-#include "store/replayed_kernels.h"
 
 namespace nanprov {
 
-nlohmann::json kernelsJson(const CallKernels& kernels);
+struct RunData;
+struct ReplayedKernels;
+
+nlohmann::json kernelsJson(const std::vector<KernelRecord>& kernels);
 
 // The kernels shown for a call, by where they come from (`from`):
 //  - run: its own, traced by CUPTI in the run (on the CPU: its ATen op);
@@ -24,16 +26,20 @@ nlohmann::json kernelsJson(const CallKernels& kernels);
 //    tensor shapes and dtypes, which usually launches the same kernels, but not when the bug
 //    comes with a change of mask or backend;
 //  - empty: unknown.
+// Owned: it outlives the run and the replay's file it was read from.
 struct KernelsOfCall {
-  CallKernels kernels;
+  std::vector<KernelRecord> kernels;  // launch order
   std::string from;
-  const CallRecord* inferred_from = nullptr;
-  std::string replayed_on;  // the GPU of the replay, for `replay`
+  std::string inferred_from;  // the traced call whose kernels these are ("" unless inferred)
+  // "CUPTI", "the ATen CPU op", "traced in a replay ...", "inferred from ...", or the reason the
+  // kernels are not known.
+  std::string attribution;
 };
 
 class CallKernelIndex {
  public:
   explicit CallKernelIndex(const RunData& run);
+  ~CallKernelIndex();
   KernelsOfCall of(const CallRecord& call) const;
 
  private:
@@ -41,12 +47,8 @@ class CallKernelIndex {
 
   const RunData& run_;
   std::map<std::string, const CallRecord*> traced_;  // signature → latest call with kernels
-  // Capture path → what a replay traced (nullopt: none), read once; the records stay put.
-  mutable std::map<std::string, std::optional<ReplayedKernels>> replayed_;
+  // Capture path → what a replay traced (nullptr: none), read once.
+  mutable std::map<std::string, std::unique_ptr<ReplayedKernels>> replayed_;
 };
-
-// "CUPTI", "the ATen CPU op", "traced in a replay ...", "inferred from ...", or the reason the
-// kernels are not known.
-std::string attributionOf(const CallRecord& call, const KernelsOfCall& kernels);
 
 }  // namespace nanprov

@@ -122,13 +122,13 @@ class TraceBuilder {
 
   // The call's CUDA kernels where CUPTI traced them; a CPU call's "kernel" is the call itself.
   void addKernels(const CallRecord& c, size_t call_slice) {
-    CallKernels kernels;
+    std::vector<KernelRecord> kernels;
     for (const KernelRecord* k : run_.kernelsOf(c.rank, c.seq)) {
-      if (k->device >= 0) kernels.push_back(k);
+      if (k->device >= 0) kernels.push_back(*k);
     }
     const json described = kernelsJson(kernels);
     for (size_t i = 0; i < kernels.size(); ++i) {
-      const KernelRecord& k = *kernels[i];
+      const KernelRecord& k = kernels[i];
       json args = described[i];
       args["call"] = callName(c);
       // CUPTI stamps kernels with CLOCK_REALTIME on Linux (its documented default, which the

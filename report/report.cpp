@@ -146,7 +146,7 @@ void addKernelsAndCapture(const RunData& run, const CallKernelIndex& index, cons
   KernelsOfCall k = index.of(call);
   edge["kernels"] = kernelsJson(k.kernels);
   edge["kernels_from"] = k.from.empty() ? nlohmann::json(nullptr) : nlohmann::json(k.from);
-  edge["kernel_attribution"] = attributionOf(call, k);
+  edge["kernel_attribution"] = k.attribution;
   const CaptureRecord* capture = run.captureOf(call.rank, call.seq);
   edge["capture"] = capture && !capture->path.empty() ? nlohmann::json(run.capturePath(*capture)) : nlohmann::json(nullptr);
   edge["capture_skipped"] = capture && capture->path.empty() ? nlohmann::json(capture->skipped) : nlohmann::json(nullptr);
@@ -502,13 +502,12 @@ std::string reportText(const Report& report) {
     }
   }
   if (!c.device.isCpu()) {
-    const CallKernelIndex index(run);  // owns the kernels a replay traced: outlives `found`
-    KernelsOfCall found = index.of(c);
+    const KernelsOfCall found = CallKernelIndex(run).of(c);
     std::vector<std::string> names;
     const KernelRecord* main = mainKernel(found.kernels);
-    for (const KernelRecord* k : found.kernels) names.push_back(shortKernelName(k->name) + (k == main ? " (main)" : ""));
-    out << "  kernels on " << c.device.name() << ": " << (names.empty() ? attributionOf(c, found) : joined(names, ", "));
-    if (found.from == "inferred" || found.from == "replay") out << "\n    (" << attributionOf(c, found) << ")";
+    for (const KernelRecord& k : found.kernels) names.push_back(shortKernelName(k.name) + (&k == main ? " (main)" : ""));
+    out << "  kernels on " << c.device.name() << ": " << (names.empty() ? found.attribution : joined(names, ", "));
+    if (found.from == "inferred" || found.from == "replay") out << "\n    (" << found.attribution << ")";
     out << "\n";
   }
   if (const CaptureRecord* capture = run.captureOf(c.rank, c.seq)) {

@@ -514,20 +514,19 @@ std::string kernelsSection(const Report& report) {
   std::string out = "<section id=\"kernels\">\n<h2>The edge's kernels</h2>\n";
   if (!report.findings.first) return out + "<p>No edge, so no kernel to name.</p>\n</section>\n";
   const CallRecord& c = run.calls[*report.findings.first];
-  const CallKernelIndex index(run);  // owns the kernels a replay traced: outlives `found`
-  const KernelsOfCall found = index.of(c);
-  out += "<p>" + shownCallName(c) + " on " + shown(c.device.name()) + ": " + shown(attributionOf(c, found)) + ".</p>\n";
+  const KernelsOfCall found = CallKernelIndex(run).of(c);
+  out += "<p>" + shownCallName(c) + " on " + shown(c.device.name()) + ": " + shown(found.attribution) + ".</p>\n";
   if (found.kernels.empty()) return out + "</section>\n";
   const KernelRecord* main = mainKernel(found.kernels);
   out += "<table class=\"list kernels\"><tr><th>kernel</th><th>grid</th><th>block</th><th>time</th><th>device</th><th>stream</th></tr>\n";
-  for (const KernelRecord* k : found.kernels) {
+  for (const KernelRecord& k : found.kernels) {
     auto dims = [](const int d[3]) { return std::to_string(d[0]) + "&times;" + std::to_string(d[1]) + "&times;" + std::to_string(d[2]); };
-    bool cpu = k->device < 0;
-    out += "<tr><td class=\"mono\" title=\"" + shown(k->name) + "\">" + shown(shortKernelName(k->name)) + (k == main ? " <b>(main)</b>" : "") +
-           "</td><td>" + (cpu ? "&ndash;" : dims(k->grid)) + "</td><td>" + (cpu ? "&ndash;" : dims(k->block)) + "</td><td>" +
-           shortNumber(static_cast<double>(k->end_ns - k->start_ns) / 1000.0) + " &micro;s</td><td>" +
-           (cpu ? std::string("cpu") : "cuda:" + std::to_string(k->device)) + "</td><td>" +
-           (cpu ? "&ndash;" : std::to_string(k->stream)) + "</td></tr>\n";
+    bool cpu = k.device < 0;
+    out += "<tr><td class=\"mono\" title=\"" + shown(k.name) + "\">" + shown(shortKernelName(k.name)) + (&k == main ? " <b>(main)</b>" : "") +
+           "</td><td>" + (cpu ? "&ndash;" : dims(k.grid)) + "</td><td>" + (cpu ? "&ndash;" : dims(k.block)) + "</td><td>" +
+           shortNumber(static_cast<double>(k.end_ns - k.start_ns) / 1000.0) + " &micro;s</td><td>" +
+           (cpu ? std::string("cpu") : "cuda:" + std::to_string(k.device)) + "</td><td>" +
+           (cpu ? "&ndash;" : std::to_string(k.stream)) + "</td></tr>\n";
   }
   return out + "</table>\n</section>\n";
 }

@@ -129,4 +129,10 @@ const KernelRecord* mainKernel(const CallKernels& kernels) {
   return best;
 }
 
+const KernelRecord* mainKernel(const std::vector<KernelRecord>& kernels) {
+  CallKernels all;
+  for (const KernelRecord& k : kernels) all.push_back(&k);
+  return mainKernel(all);
+}
+
 }  // namespace nanprov

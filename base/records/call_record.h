@@ -101,6 +101,7 @@ std::string shortKernelName(const std::string& name);
 
 // The kernel that ran longest: the attention kernel itself, not the copies and fills around it.
 const KernelRecord* mainKernel(const CallKernels& kernels);
+const KernelRecord* mainKernel(const std::vector<KernelRecord>& kernels);  // the same over owned records
 
 // Why a call was captured: the first call that turned finite inputs non-finite, a --capture
 // selector, --capture-every, or the audit.
