@@ -7,7 +7,7 @@
 #include "base/json_text.h"
 #include "base/text.h"
 #include "cli/commands.h"
-#include "report/report.h"
+#include "report/report_json.h"
 #include "store/run_dir.h"
 
 namespace nanprov::cli {

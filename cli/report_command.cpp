@@ -4,8 +4,11 @@
 
 #include "base/json_text.h"
 #include "cli/commands.h"
-#include "report/report.h"
+#include "report/build_report.h"
 #include "report/report_html.h"
+#include "report/report_json.h"
+#include "report/report_text.h"
+#include "store/file_replace.h"
 
 namespace nanprov::cli {
 
@@ -73,14 +76,19 @@ void addReportCommand(CLI::App& app, int* exit_code) {
   cmd->callback([opts, exit_code] {
     auto run = openRun("report", opts->run, exit_code, RunScope::kEdges);
     if (!run) return;
-    const Report report = buildReport(*run);
+    // The page's picture streams every call of the run: read only when the page is asked for.
+    auto report = buildReport(*run, {.page = !opts->html.empty()});
+    if (!report.ok()) return void(*exit_code = fail("report", report.status()));
     // The page first: when it cannot be written, the one line saying so is the whole answer.
     if (!opts->html.empty()) {
-      if (Status st = writeReportHtml(report, opts->html); !st.ok()) return void(*exit_code = fail("report", st));
+      // Through a temporary file and a rename: a browser open on it never sees half a page.
+      const std::string page = reportHtml(*report);
+      Status wrote = replaceFile(opts->html, "HTML report", [&](std::ostream& out) { out << page; });
+      if (!wrote.ok()) return void(*exit_code = fail("report", wrote));
     }
-    if (opts->json) std::cout << jsonText(reportJson(report), 2) << "\n";
-    else std::cout << reportText(report);
-    *exit_code = reportExitCode(report.conclusion, opts->audit_warn_only);
+    if (opts->json) std::cout << jsonText(reportJson(*report), 2) << "\n";
+    else std::cout << reportText(*report);
+    *exit_code = reportExitCode(report->conclusion, opts->audit_warn_only);
   });
 }
 

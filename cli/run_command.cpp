@@ -22,7 +22,8 @@
 #include "cli/commands.h"
 #include "report/edges.h"
 #include "cli/python_torch.h"
-#include "report/report.h"
+#include "report/build_report.h"
+#include "report/report_text.h"
 #include "cli/slurm_task.h"
 #include "probes/core/call_selector.h"
 #include "probes/core/capture_policy.h"
@@ -334,7 +335,9 @@ int run(RunOptions& opts) {
     Findings findings = analyze(*data);
     // Once per directory: the other tasks of a Slurm step would replay the same edges again.
     if (!opts.no_kernels && ending.prints_report) traceKernelsOfLateEdges(*data, findings);
-    const Report report = buildReport(*data, std::move(findings));
+    auto built = buildReport(*data, std::move(findings));
+    if (!built.ok()) return std::cerr << "nanprov: " << printable(built.status().message()) << "\n", exit->passThroughCode();
+    const Report& report = *built;
     const std::string text = reportText(report);
     std::cerr << (ending.prints_report ? text : text.substr(0, text.find('\n') + 1)) << "  details: nanprov report "
               << printable(dir) << "\n";

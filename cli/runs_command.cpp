@@ -7,7 +7,7 @@
 #include "base/json_text.h"
 #include "cli/commands.h"
 #include "report/outcome.h"
-#include "report/report.h"
+#include "report/build_report.h"
 #include "store/job.h"
 #include "store/run_dir.h"
 
@@ -38,7 +38,8 @@ json describeRun(const fs::path& dir) {
   row["calls"] = run->total_calls;
   // The job's id: the directories of one multi-node job share it (nanprov report DIR...).
   if (std::string job = jobIdOf(*run); !job.empty()) row["job"] = job;
-  row["outcome"] = outcomeName(buildReport(*run).conclusion.outcome);
+  auto report = buildReport(*run);  // without the page: nothing more is read, so nothing fails
+  row["outcome"] = report.ok() ? outcomeName(report->conclusion.outcome) : "unreadable";
   return row;
 }
 

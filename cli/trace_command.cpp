@@ -9,7 +9,8 @@
 #include "base/text.h"
 #include "cli/commands.h"
 #include "report/perfetto_trace.h"
-#include "report/report.h"
+#include "report/edges.h"
+#include "report/report_text.h"
 #include "store/file_replace.h"
 
 namespace nanprov::cli {
@@ -113,7 +114,7 @@ int trace(const Options& opts) {
               << "; choose others with --steps A:B and --ranks, or raise --max-calls\n";
   }
   // Summarised calls have no row, so no slice: said, not left for a gap in the timeline to imply.
-  if (std::string summarised = summarisedText(*whole); !summarised.empty()) {
+  if (std::string summarised = summarisedText(whole->summarised()); !summarised.empty()) {
     std::cout << "  no slice for calls the store budget summarised: " << summarised << "\n";
   }
   std::cout << "open it at https://ui.perfetto.dev (Open trace file) or in chrome://tracing\n";

@@ -11,6 +11,7 @@
 #include "report/edges.h"
 #include "store/audit_file.h"
 #include "store/meta_values.h"
+#include "store/reader.h"
 
 namespace nanprov {
 namespace {

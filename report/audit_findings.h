@@ -4,15 +4,18 @@
 // float64 reference. Read by `nanprov report`, and by `nanprov run` at its end.
 #pragma once
 
+#include <cstdint>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "report/judgements.h"
-#include "store/reader.h"
 
 namespace nanprov {
+
+struct RunData;  // store/reader.h: the model's types need no store header
 
 // What the audit judged, per (rank, layer, phase) it met (DESIGN.md, "Audit": every layer, through
 // the whole run), from the audit's capture rows and their judgements.

@@ -5,7 +5,8 @@
 #include <tuple>
 
 #include "base/text.h"
-#include "report/outcome.h"
+#include "report/run_facts.h"
+#include "store/reader.h"
 
 namespace nanprov {
 namespace {
@@ -13,6 +14,15 @@ namespace {
 using CollectiveKey = std::tuple<std::string, int64_t, int64_t>;  // (group, step, ordinal)
 
 CollectiveKey keyOf(const CollectiveRecord& c) { return {c.group, c.step, c.ord}; }
+
+// The parameters whose gradients the gradient sentinel found non-finite on `rank` at `step`.
+std::vector<std::string> sentinelGradients(const RunData& run, int rank, int64_t step) {
+  std::vector<std::string> names;
+  for (const SentinelRecord& f : run.sentinel) {
+    if (f.rank == rank && f.step == step && f.tensor == SentinelTensor::kGrad) names.push_back(f.parameter);
+  }
+  return names;
+}
 
 }  // namespace
 
@@ -33,6 +43,7 @@ std::vector<CollectivePath> collectivePaths(const RunData& run) {
     CollectivePath p{.rank = rank, .step = c->step, .op = c->op, .group = c->group, .ord = c->ord};
     if (auto it = sent.find(keyOf(*c)); it != sent.end()) p.from.assign(it->second.begin(), it->second.end());
     p.made_by_collective = p.from.empty() && every_rank_read;
+    p.parameters = sentinelGradients(run, p.rank, p.step);
     paths.push_back(std::move(p));
   }
   return paths;
@@ -44,29 +55,21 @@ std::set<std::pair<int, int64_t>> receivedThroughCollective(const std::vector<Co
   return received;
 }
 
-std::vector<std::string> sentinelGradients(const RunData& run, int rank, int64_t step) {
-  std::vector<std::string> names;
-  for (const SentinelRecord& f : run.sentinel) {
-    if (f.rank == rank && f.step == step && f.tensor == SentinelTensor::kGrad) names.push_back(f.parameter);
-  }
-  return names;
-}
-
-std::string collectivePathText(const RunData& run, const CollectivePath& path, const std::string& carrying) {
+std::string collectivePathText(const CollectivePath& path, StepUnit unit, const std::string& carrying) {
   std::vector<std::string> from;
   for (int r : path.from) from.push_back(std::to_string(r));
   std::string where = !from.empty()          ? "non-finite on rank" + std::string(from.size() == 1 ? " " : "s ") + joined(from, ", ")
                       : path.made_by_collective ? "finite on every rank: the collective itself made them (a reduction that overflowed)"
                                                 : "finite on every rank read; the ranks not read may have sent them";
-  return "rank " + std::to_string(path.rank) + (carrying.empty() ? ": values" : ": gradients") + " went non-finite at " + stepLabel(run, path.step) + " in " + path.op +
+  return "rank " + std::to_string(path.rank) + (carrying.empty() ? ": values" : ": gradients") + " went non-finite at " + stepLabel(unit, path.step) + " in " + path.op +
          (carrying.empty() ? "" : " (carrying " + carrying + ")") + ": its input was finite here and " + where;
 }
 
-nlohmann::json collectivePathJson(const CollectivePath& path, const std::vector<std::string>& parameters) {
+nlohmann::json collectivePathJson(const CollectivePath& path) {
   return {{"rank", path.rank},           {"step", path.step},
           {"op", path.op},               {"group", path.group},
           {"ordinal", path.ord},         {"from_ranks", path.from},
-          {"made_by_collective", path.made_by_collective}, {"parameters", parameters}};
+          {"made_by_collective", path.made_by_collective}, {"parameters", path.parameters}};
 }
 
 }  // namespace nanprov

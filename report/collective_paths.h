@@ -12,9 +12,11 @@
 #include <utility>
 #include <vector>
 
-#include "store/reader.h"
+#include "base/records/call_record.h"
 
 namespace nanprov {
+
+struct RunData;  // store/reader.h: the model's types need no store header
 
 struct CollectivePath {
   int rank = 0;
@@ -26,6 +28,8 @@ struct CollectivePath {
   // No rank's recorded input to it was non-finite, and every rank of the job was read: the
   // collective itself made the values (a sum that overflowed).
   bool made_by_collective = false;
+  // The parameters whose gradients the gradient sentinel found non-finite on this rank at this step.
+  std::vector<std::string> parameters;
 };
 
 // One per rank that received non-finite values through a collective, by rank.
@@ -34,13 +38,10 @@ std::vector<CollectivePath> collectivePaths(const RunData& run);
 // The (rank, step) pairs whose values went non-finite through a collective.
 std::set<std::pair<int, int64_t>> receivedThroughCollective(const std::vector<CollectivePath>& paths);
 
-// The parameters whose gradients the gradient sentinel found non-finite on `rank` at `step`.
-std::vector<std::string> sentinelGradients(const RunData& run, int rank, int64_t step);
-
 // "rank 0: gradients went non-finite at step 3 in c10d::allreduce_ (carrying embed.weight, ...):
 // its input was finite here and non-finite on rank 1". `carrying`: the parameters' names as the
 // caller lists them ("" when none are known).
-std::string collectivePathText(const RunData& run, const CollectivePath& path, const std::string& carrying);
-nlohmann::json collectivePathJson(const CollectivePath& path, const std::vector<std::string>& parameters);
+std::string collectivePathText(const CollectivePath& path, StepUnit unit, const std::string& carrying);
+nlohmann::json collectivePathJson(const CollectivePath& path);
 
 }  // namespace nanprov

@@ -4,6 +4,7 @@
 
 #include "base/numbers.h"
 #include "store/run_dir.h"
+#include "store/reader.h"
 
 namespace nanprov {
 

@@ -9,9 +9,10 @@
 #include "base/records/call_health.h"
 #include "base/records/call_name.h"
 #include "base/records/call_record.h"
-#include "store/reader.h"
 
 namespace nanprov {
+
+struct RunData;  // store/reader.h: the model's types need no store header
 
 
 struct Propagation {

@@ -3,8 +3,9 @@
 #include <tuple>
 
 #include "base/text.h"
-#include "report/outcome.h"
+#include "report/run_facts.h"
 #include "store/meta_values.h"
+#include "store/reader.h"
 
 namespace nanprov {
 namespace {
@@ -48,9 +49,20 @@ std::string backwardInputsText(ModuleInputs inputs, const std::string& largest) 
   return "";
 }
 
-}  // namespace
+// See FirstModule::shares_gradient_with.
+std::vector<std::string> sharingItsGradient(const RunData& run, const ModuleCheckRecord& m) {
+  std::vector<std::string> out;
+  if (m.phase != Phase::kBackward || m.gradient == 0) return out;
+  for (const ModuleCheckRecord& o : run.module_checks) {
+    if (o.rank != m.rank || o.step != m.step || o.phase != m.phase || o.gradient != m.gradient || !o.inputsFinite()) continue;
+    if (encloses(o.module, m.module) || encloses(m.module, o.module)) continue;
+    out.push_back(o.module);
+  }
+  return out;
+}
 
-std::optional<ModuleCheckRecord> firstModule(const RunData& run, const Findings& findings) {
+// The module check firstModule names (report/first_module.h).
+std::optional<ModuleCheckRecord> firstCheck(const RunData& run, const Findings& findings) {
   const ModuleCheckRecord* first = nullptr;  // the earliest call of the earliest step
   const ModuleCheckRecord* source = nullptr;  // the earliest with finite inputs in that step
   auto key = [](const ModuleCheckRecord& m) { return std::tie(m.step, m.time_ns, m.rank, m.order); };
@@ -89,30 +101,28 @@ std::optional<ModuleCheckRecord> firstModule(const RunData& run, const Findings&
   return *chosen;
 }
 
-std::vector<std::string> sharingItsGradient(const RunData& run, const ModuleCheckRecord& m) {
-  std::vector<std::string> out;
-  if (m.phase != Phase::kBackward || m.gradient == 0) return out;
-  for (const ModuleCheckRecord& o : run.module_checks) {
-    if (o.rank != m.rank || o.step != m.step || o.phase != m.phase || o.gradient != m.gradient || !o.inputsFinite()) continue;
-    if (encloses(o.module, m.module) || encloses(m.module, o.module)) continue;
-    out.push_back(o.module);
-  }
-  return out;
+}  // namespace
+
+std::optional<FirstModule> firstModule(const RunData& run, const Findings& findings) {
+  std::optional<ModuleCheckRecord> check = firstCheck(run, findings);
+  if (!check) return std::nullopt;
+  return FirstModule{.check = *check, .shares_gradient_with = sharingItsGradient(run, *check)};
 }
 
-nlohmann::json firstModuleJson(const RunData& run, const std::optional<ModuleCheckRecord>& m) {
-  if (!m) return nullptr;
-  return {{"rank", m->rank},
-          {"step", m->step},
-          {"phase", phaseName(m->phase)},
-          {"module", m->module},
-          {"class", m->module_class},
-          {"inputs_finite", m->inputsFinite()},
-          {"inputs", moduleInputsName(m->inputs)},
-          {"nonfinite", m->nonfinite()},
-          {"largest_input", m->largest_input},
-          {"shares_gradient_with", sharingItsGradient(run, *m)},
-          {"unchecked_before", m->unchecked_before}};
+nlohmann::json firstModuleJson(const std::optional<FirstModule>& first) {
+  if (!first) return nullptr;
+  const ModuleCheckRecord& m = first->check;
+  return {{"rank", m.rank},
+          {"step", m.step},
+          {"phase", phaseName(m.phase)},
+          {"module", m.module},
+          {"class", m.module_class},
+          {"inputs_finite", m.inputsFinite()},
+          {"inputs", moduleInputsName(m.inputs)},
+          {"nonfinite", m.nonfinite()},
+          {"largest_input", m.largest_input},
+          {"shares_gradient_with", first->shares_gradient_with},
+          {"unchecked_before", m.unchecked_before}};
 }
 
 namespace {
@@ -134,15 +144,16 @@ std::string uncheckedBeforeText(const ModuleCheckRecord& m, const std::string& r
 
 }  // namespace
 
-std::string firstModuleText(const RunData& run, const ModuleCheckRecord& m, bool at) {
-  const std::string when = at ? " at " + stepLabel(run, m.step) + " " + phaseName(m.phase) : "";
+std::string firstModuleText(const FirstModule& first, StepUnit unit, bool at) {
+  const ModuleCheckRecord& m = first.check;
+  const std::string when = at ? " at " + stepLabel(unit, m.step) + " " + phaseName(m.phase) : "";
   const std::string largest = " (largest |x| " + shortNumber(m.largest_input) + ")";
   if (m.phase == Phase::kForward) {
     return "the output of " + moduleName(m) + when + forwardInputsText(m.inputs, largest) + uncheckedBeforeText(m, "inputs");
   }
   std::string text = "the gradient that the backward of " + moduleName(m) + " sent to its input" + when +
                      backwardInputsText(m.inputs, largest) + uncheckedBeforeText(m, "gradients");
-  if (std::vector<std::string> shared = sharingItsGradient(run, m); !shared.empty()) {
+  if (std::vector<std::string> shared = first.shares_gradient_with; !shared.empty()) {
     for (std::string& s : shared) s = printable(s);
     text += "; that input also feeds " + joined(shared, ", ") +
             ", whose gradients add up there: any of them may have made it";
@@ -150,9 +161,10 @@ std::string firstModuleText(const RunData& run, const ModuleCheckRecord& m, bool
   return text;
 }
 
-std::string madeInUncheckedAttentionText(const RunData& run, const ModuleCheckRecord& m) {
+std::string madeInUncheckedAttentionText(const FirstModule& first, StepUnit unit) {
+  const ModuleCheckRecord& m = first.check;
   const std::string where = m.phase == Phase::kForward ? "inside " : "inside the backward of ";
-  return "the first non-finite values were made " + where + moduleName(m) + " at " + stepLabel(run, m.step) + " " +
+  return "the first non-finite values were made " + where + moduleName(m) + " at " + stepLabel(unit, m.step) + " " +
          phaseName(m.phase) + ", from finite " + (m.phase == Phase::kForward ? "inputs" : "incoming gradients") +
          " (largest |x| " + shortNumber(m.largest_input) + "): unchecked attention, so the kernel that made them is not known";
 }
@@ -167,10 +179,10 @@ bool trailMissedCompiledCode(const RunData& run) {
   return false;
 }
 
-std::string upstreamOriginText(const RunData& run, const std::optional<ModuleCheckRecord>& m, const CallRecord& edge) {
-  if (m) return "the first non-finite value was " + firstModuleText(run, *m, m->step != edge.step || m->phase != edge.phase);
-  if (!run.trailOn()) return "the origin is outside attention (nanprov run --trail names the module that made it)";
-  if (trailMissedCompiledCode(run)) {
+std::string upstreamOriginText(const RunFacts& run, const std::optional<FirstModule>& m, const CallRecord& edge) {
+  if (m) return "the first non-finite value was " + firstModuleText(*m, run.step_unit, m->check.step != edge.step || m->check.phase != edge.phase);
+  if (!run.trail_on) return "the origin is outside attention (nanprov run --trail names the module that made it)";
+  if (run.trail_missed_compiled_code) {
     return "the origin is outside attention (--trail could not name the module: the modules' backward inside some "
            "torch.compile'd code was not checked, such as a graph compiled once and run for several modules)";
   }

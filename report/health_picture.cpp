@@ -5,6 +5,7 @@
 #include "base/records/call_health.h"
 #include "base/records/call_name.h"
 #include "base/text.h"
+#include "store/reader.h"
 
 namespace nanprov {
 namespace {
@@ -106,8 +107,8 @@ const PictureCell& RankPicture::cell(int64_t row, Phase phase, int64_t column) c
   return it == cells.end() ? kUnprobedCell : it->second;
 }
 
-StatusOr<HealthPicture> drawHealthPicture(const Report& report) {
-  const RunData& run = *report.run;
+StatusOr<HealthPicture> drawHealthPicture(const RunData& run, const std::vector<AuditFinding>& findings, const CallRecord* first_edge,
+                                          const CallRecord* first_source_edge) {
   HealthPicture picture;
   picture.steps_per_column = stepsPerColumn(run);
   // Every rank that left a store gets its rows, even one that checked nothing.
@@ -155,7 +156,7 @@ StatusOr<HealthPicture> drawHealthPicture(const Report& report) {
     if (phase_seen[p == Phase::kBackward]) picture.phases.push_back(p);
   }
   // Audit findings name their call by (rank, layer, step, phase), as the report lists them.
-  for (const AuditFinding& f : report.conclusion.audit.findings) {
+  for (const AuditFinding& f : findings) {
     Phase phase;
     if (!f.layer || !parsePhase(f.phase, &phase)) continue;  // a finding whose call is not known: listed in the findings table only
     if (PictureCell* cell = cellAt(picture, f.rank, *f.layer, phase, f.step)) {
@@ -163,14 +164,11 @@ StatusOr<HealthPicture> drawHealthPicture(const Report& report) {
       cell->health = std::max(cell->health, CellHealth::kAuditFinding);
     }
   }
-  const Findings& findings = report.findings;
-  if (findings.first) {
-    const CallRecord& c = run.calls[*findings.first];
-    if (PictureCell* cell = cellAt(picture, c.rank, c.layer, c.phase, c.step)) cell->first_edge = true;
+  if (const CallRecord* c = first_edge) {
+    if (PictureCell* cell = cellAt(picture, c->rank, c->layer, c->phase, c->step)) cell->first_edge = true;
   }
-  if (findings.first_source && findings.first_source != findings.first) {
-    const CallRecord& c = run.calls[*findings.first_source];
-    if (PictureCell* cell = cellAt(picture, c.rank, c.layer, c.phase, c.step)) cell->first_source_edge = true;
+  if (const CallRecord* c = first_source_edge) {
+    if (PictureCell* cell = cellAt(picture, c->rank, c->layer, c->phase, c->step)) cell->first_source_edge = true;
   }
   std::sort(picture.ranks.begin(), picture.ranks.end(), [](const RankPicture& a, const RankPicture& b) { return a.rank < b.rank; });
   return picture;

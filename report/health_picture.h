@@ -9,10 +9,13 @@
 #include <tuple>
 #include <vector>
 
+#include "base/records/call_record.h"
 #include "base/status.h"
-#include "report/report.h"
+#include "report/audit_findings.h"
 
 namespace nanprov {
+
+struct RunData;  // store/reader.h: the model's types need no store header
 
 // Ordered from best to worst: a cell shows the worst of its calls. An injected call is marked as
 // injected whatever its values, since the report marks injected edges as injected. Unprobed: no
@@ -61,8 +64,9 @@ struct HealthPicture {
   std::vector<RankPicture> ranks;
 };
 
-// Reads every call of the report's run from its stores. The first edge and the audit findings
-// come from the report itself.
-StatusOr<HealthPicture> drawHealthPicture(const Report& report);
+// Reads every call of the run from its stores, and marks the report's audit findings, its first
+// edge and (when it is a later call) its first source edge.
+StatusOr<HealthPicture> drawHealthPicture(const RunData& run, const std::vector<AuditFinding>& findings, const CallRecord* first_edge,
+                                          const CallRecord* first_source_edge);
 
 }  // namespace nanprov

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "base/text.h"
+#include "store/reader.h"
 
 namespace nanprov {
 namespace {

@@ -11,9 +11,10 @@
 #include <vector>
 
 #include "base/logit_trend.h"
-#include "store/reader.h"
 
 namespace nanprov {
+
+struct RunData;  // store/reader.h: the model's types need no store header
 
 struct LayerTrend {
   int64_t layer = -1;

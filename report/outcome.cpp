@@ -5,6 +5,7 @@
 
 #include "report/unchecked_attention.h"
 #include "store/process_notes.h"
+#include "store/reader.h"
 
 namespace nanprov {
 namespace {
@@ -86,7 +87,8 @@ std::vector<std::string> uncheckedBy(const RunData& run, int64_t step) {
 
 }  // namespace
 
-Conclusion conclude(const RunData& run, const Findings& findings, const std::optional<ModuleCheckRecord>& first_module) {
+Conclusion conclude(const RunData& run, const Findings& findings, const std::optional<FirstModule>& first) {
+  const ModuleCheckRecord* first_module = first ? &first->check : nullptr;
   Conclusion c;
   c.collective_paths = collectivePaths(run);
   c.sentinel = earliestSentinel(run, receivedThroughCollective(c.collective_paths));
@@ -126,10 +128,6 @@ Conclusion conclude(const RunData& run, const Findings& findings, const std::opt
     c.outcome = Outcome::kAuditFinding;
   }
   return c;
-}
-
-std::string stepLabel(const RunData& run, int64_t step) {
-  return (run.stepUnit() == StepUnit::kForwardPass ? "forward pass " : "step ") + std::to_string(step);
 }
 
 }  // namespace nanprov

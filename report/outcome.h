@@ -3,17 +3,21 @@
 // was checked and every value was finite, never that nanprov saw nothing.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "report/audit_findings.h"
 #include "report/collective_paths.h"
 #include "report/edges.h"
-#include "store/reader.h"
+#include "report/first_module.h"
 
 namespace nanprov {
+
+struct RunData;  // store/reader.h: the model's types need no store header
 
 // The earliest step, across ranks, whose gradients (or parameters after the update) held NaN/Inf.
 // At one step, a rank that received them through a collective comes after a rank that did not:
@@ -63,10 +67,7 @@ struct Conclusion {
 // bad first, and attention only received them. It blames code outside attention only when no
 // attention ran unchecked up to its step; otherwise the outcome is unattributed (exit 1): nanprov
 // cannot tell whether that attention made the values, unless --trail named that attention's
-// module (`first_module`, cli/first_module.h) as where they were made.
-Conclusion conclude(const RunData& run, const Findings& findings, const std::optional<ModuleCheckRecord>& first_module);
-
-// "step 3" or, for inference runs, "forward pass 3".
-std::string stepLabel(const RunData& run, int64_t step);
+// module (`first_module`, report/first_module.h) as where they were made.
+Conclusion conclude(const RunData& run, const Findings& findings, const std::optional<FirstModule>& first_module);
 
 }  // namespace nanprov

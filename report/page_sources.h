@@ -1,27 +1,50 @@
-// What `report --html` shows beyond the report, read from the run's files: the layer x step
-// picture (streamed from the stores), the edge's kept replay, and the versions and GPU the run
-// had. Reading is kept apart from rendering: the page is a function of these and the Report.
+// What `report --html` shows beyond the rest of the report, read from the run's files when the
+// report is built with ReportOptions::page (report/build_report.h): the layer x step picture
+// (streamed from the stores), the edge's kept replay, and the versions and GPU the run had.
 #pragma once
 
 #include <map>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 #include "report/health_picture.h"
-#include "report/report.h"
+#include "report/judgements.h"
 
 namespace nanprov {
 
-// What the page shows beyond the report, read from the run's files.
+struct RunData;
+struct Report;
+
+// One row of a kept replay's matrix: the run's own outputs, or a backend the replay ran.
+struct ReplayedBackend {
+  std::string name;       // the backend ("math", "cudnn", ...); "" for the run's own outputs
+  bool captured = false;  // the run's own outputs, judged
+  bool original = false;  // the backend the run used
+  bool supported = true;  // false: it could not run the call here, and `detail` says why
+  std::string detail;
+  std::vector<TensorJudgement> tensors;
+};
+
+// A replay's verdicts kept next to the capture (CAPTURE.replay.json, what `nanprov replay --json`
+// printed), as the page shows them.
+struct KeptReplay {
+  std::optional<std::string> replayed_on, captured_on, root_cause, explanation;
+  std::vector<ReplayedBackend> rows;  // the run's own outputs first, when judged
+  std::vector<KnownIssueNote> known_issues;
+};
+
 struct PageSources {
   HealthPicture picture;
-  std::string capture;                         // the edge's capture file; empty: none was written
-  std::optional<nlohmann::json> replay;        // its replay's JSON, when kept next to it (CAPTURE.replay.json)
-  std::string replay_problem;                  // why a kept replay could not be read
+  std::string capture;                 // the edge's capture file; empty: none was written
+  std::string kept_replay_path;        // where its replay is kept, or would be (CAPTURE.replay.json)
+  std::optional<KeptReplay> replay;    // its replay, when kept there
+  std::string replay_problem;          // why a kept replay could not be read
   std::map<std::string, std::string> environment;  // cuda_runtime, cudnn, gpu: a rank's meta, else a capture's
 };
-StatusOr<PageSources> readPageSources(const Report& report);
+
+// `report` holds the edges and the audit the picture marks.
+StatusOr<PageSources> readPageSources(const RunData& run, const Report& report);
 
 }  // namespace nanprov

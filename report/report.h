@@ -1,49 +1,65 @@
-// The report on a run: the first non-finite edge, what followed, as text for people and JSON for
-// scripts. Used by `nanprov report` and at the end of `nanprov run`.
+// The report on a run, as one model: worked out once from the stores (report/build_report.h),
+// then rendered as text (report_text.h), JSON (report_json.h) and the HTML page (report_html.h),
+// which read nothing else. Texts are kept as stored: each rendering escapes them for where it
+// writes (report/terminal_text.h for the terminal).
 #pragma once
 
-#include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
+#include "base/records/call_health.h"
+#include "base/records/call_record.h"
 #include "report/call_issues.h"
+#include "report/call_kernels.h"
 #include "report/edges.h"
 #include "report/first_module.h"
 #include "report/layer_trends.h"
 #include "report/outcome.h"
-#include "store/reader.h"
+#include "report/page_sources.h"
+#include "report/run_facts.h"
 
 namespace nanprov {
 
-// "run DIR: 2 ranks, 48 attention calls checked, 4 optimizer steps", and a second line when the
-// last calls of a process never reached the store. The directory is printed escaped.
-std::string summaryLine(const RunData& run);
-// What the store budget summarised, in one line ("" when nothing was): the counts stay, the
-// per-call detail of those steps is gone.
-std::string summarisedText(const RunData& run);
-
-// "64 query rows (over batch and heads) have every key masked", replay's unit; the mask's own rows,
-// named so, where its shape does not say what it broadcasts to.
-std::string maskedRowsText(const CallRecord& call, const TensorHealth& mask);
-
-nlohmann::json callJson(const CallRecord& call, const CallHealth& health);
-
-// The report on a loaded run, worked out once: its edges (analyze) and what they conclude
-// (conclude: the sentinel, coverage, the audit). Text, JSON and the exit code only render it.
-struct Report {
-  const RunData* run = nullptr;  // the run it was built from, which must outlive it
-  Findings findings;
-  Conclusion conclusion;
-  CallIssues source_issues;  // the known issues the first source edge matches, or may match
-  std::optional<ModuleCheckRecord> first_module;  // --trail: the module that made the first non-finite value
-  Trends trends;  // each layer's trend and the warnings the run said
+// A call's capture, as `nanprov replay` takes it.
+struct EdgeCapture {
+  std::string path;     // the capture file (under its rank's run directory); "" when skipped
+  std::string skipped;  // why it was not captured
 };
-Report buildReport(const RunData& run);
-Report buildReport(const RunData& run, Findings findings);  // edges already analyzed
 
-nlohmann::json reportJson(const Report& report);
-// The first line names the edge as rank<R>:layer<L>:call<C>, names the parameters whose
-// gradients went non-finite first, says the run is clean, or that nothing was checked. Texts from
-// the store are printed escaped (cli/terminal_text.h).
-std::string reportText(const Report& report);
+// A call the report names (the first edge, the first source edge), with what it says of it.
+struct EdgeCall {
+  CallRecord call;
+  CallHealth health;
+  KernelsOfCall kernels;
+  std::optional<EdgeCapture> capture;  // none: no capture was decided for it
+  std::string mesh;                    // where a DeviceMesh placed its rank (dp, tp, pp...); "" when none
+  double largest_finite_input = 0;     // the largest |x| among its finite inputs (masks aside)
+};
+
+// Where a source edge's large inputs came from, as far as attention saw: the attention forward
+// call before it in the same step on the same rank, if any. None means the values came from the
+// batch or the modules before the step's first attention.
+struct InputTrail {
+  double largest = 0;  // the edge's largest finite input
+  std::optional<CallRecord> previous;
+  double previous_largest = 0;
+};
+
+struct Report {
+  RunFacts run;
+  // The earliest call, across ranks by (step, time), that touched a non-finite value, and where
+  // its values came from.
+  std::optional<EdgeCall> first_edge;
+  Origin origin = Origin::kNone;
+  std::optional<InputTrail> input_trail;  // of a first edge attention made
+  // The earliest source edge: the first edge, unless the values came from upstream.
+  std::optional<EdgeCall> first_source_edge;
+  Propagation propagation;
+  Conclusion conclusion;     // the sentinel, coverage, the audit, the outcome
+  CallIssues source_issues;  // the known issues the first source edge matches, or may match
+  std::optional<FirstModule> first_module;  // --trail: the module that made the first non-finite value
+  Trends trends;  // each layer's trend and the warnings the run said
+  std::optional<PageSources> page;  // what only the HTML page shows (ReportOptions::page)
+};
 
 }  // namespace nanprov

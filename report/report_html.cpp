@@ -1,25 +1,17 @@
 #include "report/report_html.h"
 
 #include <algorithm>
-#include <cstdlib>
-#include <ostream>
 
 #include "base/records/call_name.h"
 #include "base/records/roles.h"
-#include "base/json_text.h"
 #include "base/numbers.h"
 #include "base/text.h"
-#include "report/call_kernels.h"
+#include "report/report_text.h"
 #include "report/trend_plots.h"
-#include "report/unchecked_attention.h"
 #include "replay/known_issues.h"
-#include "store/file_replace.h"
-#include "store/replay_verdicts.h"
 
 namespace nanprov {
 namespace {
-
-using nlohmann::json;
 
 // HTML's special characters as entities: safe in element text and in quoted attributes alike.
 std::string escapedHtml(std::string_view text) {
@@ -41,16 +33,6 @@ std::string escapedHtml(std::string_view text) {
 // A text from outside nanprov (store, capture, command line) as the page shows it: control
 // characters written as escapes, as the text report prints them, then escaped for HTML.
 std::string shown(std::string_view text) { return escapedHtml(printable(text)); }
-
-// A value of a document read from a file (through jsonField), shown: numbers short, null as a dash.
-std::string shownValue(const json& v) {
-  if (v.is_string()) return shown(v.get<std::string>());
-  if (v.is_number_integer()) return std::to_string(v.get<int64_t>());
-  if (v.is_number()) return shortNumber(v.get<double>());
-  if (v.is_boolean()) return v.get<bool>() ? "yes" : "no";
-  if (v.is_null()) return "&ndash;";
-  return shown(jsonText(v));
-}
 
 // A tooltip: lines already escaped, joined with a newline the title attribute keeps.
 std::string tooltip(const std::vector<std::string>& lines) { return joined(lines, "&#10;"); }
@@ -170,7 +152,7 @@ std::string trendsSection(const Report& report) {
 // `headline`: the text report's first line, which is the verdict; the page says it in the same words.
 std::string verdictSection(const Report& report, const std::string& headline) {
   const std::string outcome = outcomeName(report.conclusion.outcome);
-  std::string sub = "outcome <b>" + outcome + "</b> &middot; " + shown(firstLine(summaryLine(*report.run)));
+  std::string sub = "outcome <b>" + outcome + "</b> &middot; " + shown(firstLine(summaryLine(report.run)));
   return "<header id=\"verdict\" class=\"verdict outcome-" + outcome + "\" data-outcome=\"" + outcome + "\">\n<h1 id=\"headline\">" +
          escapedHtml(headline) + "</h1>\n<p class=\"sub\">" + sub + "</p>\n</header>\n";
 }
@@ -192,42 +174,43 @@ std::string rolesTable(const CallRecord& c) {
 }
 
 std::string firstEdgeSection(const Report& report) {
-  const RunData& run = *report.run;
-  const Findings& f = report.findings;
-  if (!f.first) {
+  const RunFacts& run = report.run;
+  if (!report.first_edge) {
     return std::string("<section id=\"first-edge\" data-name=\"\">\n<h2>First non-finite edge</h2>\n<p>") +
-           (run.total_calls == 0 ? "No attention call was checked, so none can be named." : "No checked attention call had a non-finite input or output.") +
+           (run.calls == 0 ? "No attention call was checked, so none can be named." : "No checked attention call had a non-finite input or output.") +
            "</p>\n</section>\n";
   }
-  const CallRecord& c = run.calls[*f.first];
-  const CallHealth& h = f.first_health;
+  const EdgeCall& edge = *report.first_edge;
+  const CallRecord& c = edge.call;
+  const CallHealth& h = edge.health;
   std::string origin =
-      f.origin == Origin::kAttention
+      report.origin == Origin::kAttention
           ? "<b>attention</b>: every checked input finite, non-finite " + shown(joined(h.nonfinite_outputs)) + " came out"
           : "<b>upstream</b>: non-finite " + shown(joined(h.nonfinite_inputs)) + " reached attention from before it; " +
                 escapedHtml(upstreamOriginText(run, report.first_module, c));  // already printable
   std::string out = "<section id=\"first-edge\" data-name=\"" + shown(callName(c)) + "\">\n<h2>First non-finite edge</h2>\n";
   out += "<table class=\"facts\">\n";
   out += row("call", "<span class=\"mono name\" id=\"edge-name\">" + shown(callName(c)) + "</span>");
-  out += row("step", shown(stepLabel(run, c.step)));
+  out += row("step", shown(stepLabel(run.step_unit, c.step)));
   out += row("phase", std::string(phaseName(c.phase)) + (c.recompute ? " (checkpoint recompute)" : ""));
   out += row("module", c.module.empty() ? "&ndash;" : "<span class=\"mono\">" + shown(c.module) + "</span>");
   out += row("op", "<span class=\"mono\">" + shown(c.op) + "</span> (" + shown(c.backend) + ") on " + shown(c.device.name()));
   out += row("origin", origin);
   if (!c.injected.empty()) out += row("injected", shown(c.injected) + " was corrupted by <code>--inject</code>");
-  if (const CaptureRecord* capture = run.captureOf(c.rank, c.seq)) {
+  if (const std::optional<EdgeCapture>& capture = edge.capture) {
     out += row("capture", capture->path.empty() ? "not captured: " + shown(capture->skipped)
-                                                : "<code>nanprov replay " + shown(shellWord(run.capturePath(*capture))) + "</code>");
+                                                : "<code>nanprov replay " + shown(shellWord(capture->path)) + "</code>");
   }
-  if (f.origin == Origin::kUpstream && f.first_source) {
-    out += row("first source edge", shownCallName(run.calls[*f.first_source]) + " (later, inside attention)");
+  if (report.origin == Origin::kUpstream && report.first_source_edge) {
+    out += row("first source edge", shownCallName(report.first_source_edge->call) + " (later, inside attention)");
   }
   // The first source edge's: the call whose conditions were matched (it is this one unless the
   // origin is upstream).
   for (const replay::IssueMatch& m : report.source_issues.matches) out += row("known issue", shown(replay::matchText(m)));
   for (const replay::IssueMatch& m : report.source_issues.possible) out += row("known issue?", shown(replay::possibleText(m, "the store")));
-  out += row("after it", plural(f.propagation.calls, "non-finite call", "non-finite calls") + " across " +
-                             plural(f.propagation.layers, "layer", "layers") + " on " + plural(f.propagation.ranks, "rank", "ranks"));
+  const Propagation& p = report.propagation;
+  out += row("after it", plural(p.calls, "non-finite call", "non-finite calls") + " across " + plural(p.layers, "layer", "layers") +
+                             " on " + plural(p.ranks, "rank", "ranks"));
   out += "</table>\n<h3>Roles</h3>\n" + rolesTable(c) + "</section>\n";
   return out;
 }
@@ -243,11 +226,11 @@ std::string parameterList(const std::vector<std::string>& names) {
 }
 
 std::string sentinelSection(const Report& report) {
-  const RunData& run = *report.run;
+  const RunFacts& run = report.run;
   const Conclusion& conclusion = report.conclusion;
   std::string out = "<section id=\"sentinel\">\n<h2>Gradient sentinel</h2>\n";
   if (!conclusion.sentinel) {
-    bool training = run.stepUnit() == StepUnit::kOptimizerStep;
+    bool training = run.step_unit == StepUnit::kOptimizerStep;
     // The sentinel runs in the probes: without a rank store, nothing was checked at all.
     return out + "<p>" +
            (run.ranks.empty() ? "No process left a store: the gradients were not checked either."
@@ -256,9 +239,9 @@ std::string sentinelSection(const Report& report) {
            "</p>\n</section>\n";
   }
   const SentinelFinding& s = *conclusion.sentinel;
-  out += "<p>Gradients first went non-finite on rank " + std::to_string(s.rank) + " at " + shown(stepLabel(run, s.step)) + ". ";
+  out += "<p>Gradients first went non-finite on rank " + std::to_string(s.rank) + " at " + shown(stepLabel(run.step_unit, s.step)) + ". ";
   if (conclusion.made_in_unchecked_attention) {
-    std::string made = madeInUncheckedAttentionText(run, *report.first_module);
+    std::string made = madeInUncheckedAttentionText(*report.first_module, run.step_unit);
     made[0] = 'T';  // "the first non-finite values were made...", as a sentence
     out += shown(made) + ".";
   } else if (conclusion.outcome == Outcome::kOutsideAttention) {
@@ -271,7 +254,7 @@ std::string sentinelSection(const Report& report) {
   }
   out += "</p>\n<table class=\"facts\">\n";
   if (report.first_module) {
-    out += row("first non-finite value", escapedHtml(firstModuleText(run, *report.first_module, true)));
+    out += row("first non-finite value", escapedHtml(firstModuleText(*report.first_module, run.step_unit, true)));
   }
   out += row("non-finite gradients", parameterList(s.gradients)) +
          row("non-finite after the update", parameterList(s.values)) + "</table>\n</section>\n";
@@ -279,24 +262,24 @@ std::string sentinelSection(const Report& report) {
 }
 
 std::string coverageSection(const Report& report) {
-  const RunData& run = *report.run;
+  const RunFacts& run = report.run;
   const Conclusion& conclusion = report.conclusion;
   std::string out = "<section id=\"coverage\">\n<h2>Coverage</h2>\n<table class=\"facts\">\n";
-  out += row("attention calls checked", std::to_string(run.total_calls));
-  if (std::string summarised = summarisedText(run); !summarised.empty()) out += row("summarised", shown(summarised));
+  out += row("attention calls checked", std::to_string(run.calls));
+  if (std::string summarised = summarisedText(run.summarised); !summarised.empty()) out += row("summarised", shown(summarised));
   if (conclusion.outcome == Outcome::kNothingChecked) out += row("nothing checked, why", shown(conclusion.nothing_checked_why));
-  if (int64_t lost = run.callsNotStored()) {
+  if (int64_t lost = run.calls_not_stored) {
     out += row("not stored", plural(lost, "call", "calls") +
                                  " the process began but never stored: it ended before they reached the store (killed, or it "
                                  "exited by a path that runs no exit hook)");
   }
   for (const std::string& damage : run.damage) out += row("damaged", shown(damage));
   std::string unprobed;
-  for (const UncheckedAttention& u : uncheckedAttention(run)) {
+  for (const UncheckedAttention& u : run.unchecked) {
     unprobed += "<li>" + shown(u.kind) + " &times; " + std::to_string(u.count) + "</li>";
   }
   out += row("recognised, not checked", unprobed.empty() ? "none" : "<ul>" + unprobed + "</ul>");
-  if (std::string suggestion = suggestionText(suggestedProbeModules(run)); !suggestion.empty()) {
+  if (std::string suggestion = suggestionText(run.suggested_probe_modules); !suggestion.empty()) {
     out += row("would check it", "<span class=\"mono\">" + shown(suggestion) + "</span>");
   }
   return out + "</table>\n<p class=\"note\">Clean means checked and finite, never unseen: a picture cell with no checked call "
@@ -479,10 +462,10 @@ std::string phaseTable(const HealthPicture& picture, const RankPicture& rank, Ph
 }
 
 std::string pictureSection(const Report& report, const HealthPicture& picture) {
-  const RunData& run = *report.run;
+  const RunFacts& run = report.run;
   std::string out = "<section id=\"picture\">\n<h2>Layers &times; steps, per rank</h2>\n";
   out += "<p class=\"note\">Each cell is one layer at one " +
-         std::string(run.stepUnit() == StepUnit::kForwardPass ? "forward pass" : "optimizer step") +
+         std::string(run.step_unit == StepUnit::kForwardPass ? "forward pass" : "optimizer step") +
          ", coloured by the worst health of its attention calls; hover a cell for its calls.";
   if (picture.steps_per_column > 1) {
     out += " This run is long: each column holds " + std::to_string(picture.steps_per_column) + " steps, and a cell the worst of them.";
@@ -510,11 +493,10 @@ std::string pictureSection(const Report& report, const HealthPicture& picture) {
 // ---- kernels, replay ----
 
 std::string kernelsSection(const Report& report) {
-  const RunData& run = *report.run;
   std::string out = "<section id=\"kernels\">\n<h2>The edge's kernels</h2>\n";
-  if (!report.findings.first) return out + "<p>No edge, so no kernel to name.</p>\n</section>\n";
-  const CallRecord& c = run.calls[*report.findings.first];
-  const KernelsOfCall found = CallKernelIndex(run).of(c);
+  if (!report.first_edge) return out + "<p>No edge, so no kernel to name.</p>\n</section>\n";
+  const CallRecord& c = report.first_edge->call;
+  const KernelsOfCall& found = report.first_edge->kernels;
   out += "<p>" + shownCallName(c) + " on " + shown(c.device.name()) + ": " + shown(found.attribution) + ".</p>\n";
   if (found.kernels.empty()) return out + "</section>\n";
   const KernelRecord* main = mainKernel(found.kernels);
@@ -531,33 +513,30 @@ std::string kernelsSection(const Report& report) {
   return out + "</table>\n</section>\n";
 }
 
-std::string verdictCell(const json& comparison) {
-  if (!comparison.is_object()) return "<td>&ndash;</td>";
-  const json& verdict = jsonField(comparison, "verdict");
-  std::string name = verdict.is_string() ? verdict.get<std::string>() : "?";
-  std::vector<std::string> tip = {"max error " + shownValue(jsonField(comparison, "max_abs_err")) + " (yardstick " +
-                                  shownValue(jsonField(comparison, "yardstick_max_err")) + ", floor " + shownValue(jsonField(comparison, "floor")) + ")",
-                                  "relative L2 " + shownValue(jsonField(comparison, "rel_l2")) + ", cosine " + shownValue(jsonField(comparison, "cosine"))};
-  if (jsonField(comparison, "nonfinite").is_number_integer() && jsonField(comparison, "nonfinite").get<int64_t>() > 0) {
-    tip.push_back(shownValue(jsonField(comparison, "nonfinite")) + " non-finite " + shownValue(jsonField(comparison, "nonfinite_where")));
+// A text a replay's file may lack, shown; a dash where it does.
+std::string shownText(const std::optional<std::string>& text) { return text ? shown(*text) : "&ndash;"; }
+
+std::string verdictCell(const TensorJudgement* judged) {
+  if (!judged) return "<td>&ndash;</td>";
+  const TensorJudgement& t = *judged;
+  std::vector<std::string> tip = {"max error " + shownMeasure(t.max_abs_err) + " (yardstick " + shownMeasure(t.yardstick_max_err) +
+                                      ", floor " + shownMeasure(t.floor) + ")",
+                                  "relative L2 " + shownMeasure(t.rel_l2) + ", cosine " + shownMeasure(t.cosine)};
+  if (t.nonfinite > 0) {
+    tip.push_back(std::to_string(t.nonfinite) + " non-finite " + (t.nonfinite_where.empty() ? "&ndash;" : shown(t.nonfinite_where)));
   }
-  if (jsonField(comparison, "all_zero_where").is_string()) tip.push_back("all zero: " + shownValue(jsonField(comparison, "all_zero_where")));
-  return "<td class=\"v-" + shown(name) + "\" title=\"" + tooltip(tip) + "\">" + shown(name) + "</td>";
+  if (!t.all_zero_where.empty()) tip.push_back("all zero: " + shown(t.all_zero_where));
+  return "<td class=\"v-" + shown(t.verdict) + "\" title=\"" + tooltip(tip) + "\">" + shown(t.verdict) + "</td>";
 }
 
-std::string replayMatrix(const json& replay) {
-  const json& cause = jsonField(replay, "root_cause");
-  std::string out = "<p>Replayed on " + shownValue(jsonField(replay, "replayed_on")) + " (captured on " + shownValue(jsonField(replay, "captured_on")) +
-                    "), root cause <b>" + shownValue(jsonField(cause, "class")) + "</b>: " + shownValue(jsonField(cause, "explanation")) + "</p>\n";
+std::string replayMatrix(const KeptReplay& replay) {
+  std::string out = "<p>Replayed on " + shownText(replay.replayed_on) + " (captured on " + shownText(replay.captured_on) +
+                    "), root cause <b>" + shownText(replay.root_cause) + "</b>: " + shownText(replay.explanation) + "</p>\n";
   // The tensors any backend was judged on, in the verdict rules' order.
   std::vector<std::string> roles;
-  const json& backends = jsonField(replay, "backends");
-  std::vector<const json*> rows;
-  if (jsonField(replay, "captured").is_object()) rows.push_back(&jsonField(replay, "captured"));
-  for (const json& b : backends) rows.push_back(&b);
   for (const char* role : {"O", "LSE", "dQ", "dK", "dV"}) {
-    for (const json* b : rows) {
-      if (jsonField(jsonField(*b, "tensors"), role).is_object()) {
+    for (const ReplayedBackend& b : replay.rows) {
+      if (judgementOf(b.tensors, role)) {
         roles.emplace_back(role);
         break;
       }
@@ -566,20 +545,20 @@ std::string replayMatrix(const json& replay) {
   out += "<table class=\"matrix\" id=\"replay-matrix\"><tr><th>backend</th>";
   for (const std::string& r : roles) out += "<th>" + r + "</th>";
   out += "</tr>\n";
-  for (const json* b : rows) {
-    bool captured = b == &jsonField(replay, "captured");
-    std::string label = captured ? "the run's own outputs" : shownValue(jsonField(*b, "name")) + (jsonField(*b, "original") == true ? " (the run's backend)" : "");
-    out += "<tr data-backend=\"" + (captured ? std::string("captured") : shownValue(jsonField(*b, "name"))) + "\"><th>" + label + "</th>";
-    if (jsonField(*b, "status") == "unsupported") {
+  for (const ReplayedBackend& b : replay.rows) {
+    const std::string name = b.name.empty() ? "&ndash;" : shown(b.name);
+    std::string label = b.captured ? "the run's own outputs" : name + (b.original ? " (the run's backend)" : "");
+    out += "<tr data-backend=\"" + (b.captured ? std::string("captured") : name) + "\"><th>" + label + "</th>";
+    if (!b.supported) {
       out += "<td class=\"v-unsupported\" colspan=\"" + std::to_string(std::max<size_t>(roles.size(), 1)) + "\">unsupported: " +
-             shownValue(jsonField(*b, "detail")) + "</td></tr>\n";
+             (b.detail.empty() ? "&ndash;" : shown(b.detail)) + "</td></tr>\n";
       continue;
     }
-    for (const std::string& r : roles) out += verdictCell(jsonField(jsonField(*b, "tensors"), r.c_str()));
+    for (const std::string& r : roles) out += verdictCell(judgementOf(b.tensors, r));
     out += "</tr>\n";
   }
   out += "</table>\n";
-  if (std::string issues = knownIssuesText(knownIssueNotesOf(jsonField(replay, "known_issues"))); !issues.empty()) out += "<p>" + issues + "</p>\n";
+  if (std::string issues = knownIssuesText(replay.known_issues); !issues.empty()) out += "<p>" + issues + "</p>\n";
   return out;
 }
 
@@ -587,17 +566,17 @@ std::string replaySection(const Report& report, const PageSources& sources) {
   std::string out = "<section id=\"replay\">\n<h2>Replay verdicts</h2>\n";
   if (sources.capture.empty()) {
     return out + "<p>" +
-           (report.findings.first ? "The edge was not captured, so there is nothing to replay."
+           (report.first_edge ? "The edge was not captured, so there is nothing to replay."
                                   : "No edge, so nothing to replay.") +
            "</p>\n</section>\n";
   }
-  const std::string kept = replayVerdictsPath(sources.capture);
+  const std::string& kept = sources.kept_replay_path;
   if (sources.replay) return out + replayMatrix(*sources.replay) + "<p class=\"note\">From <code>" + shown(kept) + "</code>.</p>\n</section>\n";
   if (!sources.replay_problem.empty()) out += "<p>The kept replay could not be read: " + shown(sources.replay_problem) + "</p>\n";
   return out + "<p>The run holds no replay of its capture. For the verdict of every backend against the float64 reference, "
                "replay it, keeping the verdicts next to the capture (in " + shown(kept) + "), and write this page again:</p>\n"
                "<pre class=\"box\"><code>nanprov replay " + shown(shellWord(sources.capture)) + " --keep\nnanprov report " +
-         shown(shellWord(report.run->dir)) + " --html PAGE.html</code></pre>\n</section>\n";
+         shown(shellWord(report.run.dir)) + " --html PAGE.html</code></pre>\n</section>\n";
 }
 
 // ---- the run's facts ----
@@ -610,20 +589,19 @@ std::string cudaVersionText(const std::string& v) {
 }
 
 std::string factsSection(const Report& report, const PageSources& sources) {
-  const RunData& run = *report.run;
-  const RunFile& settings = run.settings;
+  const RunFacts& run = report.run;
   std::string out = "<section id=\"facts\">\n<h2>The run</h2>\n<table class=\"facts\">\n";
   out += row("directory", "<span class=\"mono\">" + shown(run.dir) + "</span>");
   std::vector<std::string> words;
-  for (const std::string& w : settings.command) words.push_back(shellWord(w));
-  out += row("command", settings.command.empty() ? "not recorded" : "<code>" + shown(joined(words, " ")) + "</code>");
-  std::string ended = settings.signal ? "killed by " + shown(*settings.signal)
-                      : settings.exit_code ? "exited with code " + std::to_string(*settings.exit_code)
-                      : settings.readable ? "not ended when this page was written"
-                                          : "unknown (no readable run.json)";
+  for (const std::string& w : run.command) words.push_back(shellWord(w));
+  out += row("command", run.command.empty() ? "not recorded" : "<code>" + shown(joined(words, " ")) + "</code>");
+  std::string ended = run.signal ? "killed by " + shown(*run.signal)
+                      : run.exit_code ? "exited with code " + std::to_string(*run.exit_code)
+                      : run.run_file_readable ? "not ended when this page was written"
+                                              : "unknown (no readable run.json)";
   out += row("training", ended);
-  out += row("a step is", run.stepUnit() == StepUnit::kForwardPass ? "a forward pass (no optimizer ran: inference)" : "an optimizer step");
-  out += row("torch", settings.torch.empty() ? "not recorded" : shown(settings.torch));
+  out += row("a step is", run.step_unit == StepUnit::kForwardPass ? "a forward pass (no optimizer ran: inference)" : "an optimizer step");
+  out += row("torch", run.torch.empty() ? "not recorded" : shown(run.torch));
   const auto& env = sources.environment;
   auto from_capture = [&](const char* key, const std::string& text) -> std::string {
     return env.count(key) ? text : "not recorded (no CUDA call was checked)";
@@ -633,10 +611,10 @@ std::string factsSection(const Report& report, const PageSources& sources) {
   out += row("GPU", from_capture("gpu", env.count("gpu") ? shown(env.at("gpu")) : ""));
   out += "</table>\n<h3>Ranks</h3>\n<table class=\"list ranks\"><tr><th>rank</th><th>host</th><th>world size</th><th>steps</th>"
          "<th>calls stored</th><th>store</th></tr>\n";
-  for (const RankInfo& r : run.ranks) {
+  for (const RankFacts& r : run.ranks) {
     auto meta = [&](const char* key) { auto it = r.meta.find(key); return it == r.meta.end() ? std::string("&ndash;") : shown(it->second); };
     out += "<tr><td>" + std::to_string(r.rank) + "</td><td>" + meta("host") + "</td><td>" + meta("world_size") + "</td><td>" +
-           std::to_string(r.steps) + "</td><td>" + std::to_string(r.calls_stored) + "</td><td class=\"mono\">" + shown(r.path) +
+           std::to_string(r.steps) + "</td><td>" + std::to_string(r.calls_stored) + "</td><td class=\"mono\">" + shown(r.store) +
            "</td></tr>\n";
   }
   return out + "</table>\n</section>\n";
@@ -645,7 +623,9 @@ std::string factsSection(const Report& report, const PageSources& sources) {
 }  // namespace
 
 
-std::string reportHtml(const Report& report, const PageSources& sources) {
+std::string reportHtml(const Report& report) {
+  static const PageSources kNothingRead;
+  const PageSources& sources = report.page ? *report.page : kNothingRead;
   const std::string headline = firstLine(reportText(report));
   std::string out =
       "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
@@ -660,12 +640,6 @@ std::string reportHtml(const Report& report, const PageSources& sources) {
   out += firstEdgeSection(report) + sentinelSection(report) + coverageSection(report) + auditSection(report) + trendsSection(report);
   out += pictureSection(report, sources.picture) + kernelsSection(report) + replaySection(report, sources) + factsSection(report, sources);
   return out + "</body>\n</html>\n";
-}
-
-Status writeReportHtml(const Report& report, const std::string& path) {
-  NANPROV_ASSIGN_OR_RETURN(PageSources sources, readPageSources(report));
-  const std::string page = reportHtml(report, sources);
-  return replaceFile(path, "HTML report", [&](std::ostream& out) { out << page; });
 }
 
 }  // namespace nanprov

@@ -7,6 +7,54 @@ namespace {
 
 void escape(std::string& s) { s = printable(s); }
 
+void escape(std::vector<std::string>& texts) {
+  for (std::string& s : texts) escape(s);
+}
+
+void escape(std::optional<std::string>& s) {
+  if (s) escape(*s);
+}
+
+void escape(EdgeCall& edge) {
+  edge.call = forTerminal(std::move(edge.call));
+  for (KernelRecord& k : edge.kernels.kernels) escape(k.name);
+  for (std::string* s : {&edge.kernels.inferred_from, &edge.kernels.attribution, &edge.mesh}) escape(*s);
+  if (edge.capture) {
+    for (std::string* s : {&edge.capture->path, &edge.capture->skipped}) escape(*s);
+  }
+}
+
+void escape(RunFacts& run) {
+  for (std::string* s : {&run.dir, &run.torch}) escape(*s);
+  for (std::vector<std::string>* texts : {&run.dirs, &run.damage, &run.command, &run.suggested_probe_modules}) escape(*texts);
+  escape(run.signal);
+  for (auto& [rank, why] : run.unrecorded) escape(why);
+  for (UncheckedAttention& u : run.unchecked) {
+    for (std::string* s : {&u.what, &u.kind, &u.probe_module}) escape(*s);
+  }
+  for (RankFacts& r : run.ranks) {
+    escape(r.store);
+    std::map<std::string, std::string> meta;
+    for (const auto& [key, value] : r.meta) meta.emplace(printable(key), printable(value));
+    r.meta = std::move(meta);
+  }
+}
+
+void escape(Conclusion& c) {
+  if (c.sentinel) {
+    escape(c.sentinel->gradients);
+    escape(c.sentinel->values);
+  }
+  for (CollectivePath& p : c.collective_paths) {
+    for (std::string* s : {&p.op, &p.group}) escape(*s);
+    escape(p.parameters);
+  }
+  escape(c.unchecked_by_sentinel_step);
+  escape(c.unchecked_by_edge_step);
+  escape(c.nothing_checked_why);
+  c.audit = forTerminal(std::move(c.audit));
+}
+
 }  // namespace
 
 CallRecord forTerminal(CallRecord call) {
@@ -15,23 +63,6 @@ CallRecord forTerminal(CallRecord call) {
     t.dtype = DtypeName::intern(printable(t.dtype.c_str()));  // a store may say anything; role and shape are parsed
   }
   return call;
-}
-
-// run.dir stays as given: the report reads run.json through it (the summary escapes it).
-RunData forTerminal(RunData run) {
-  for (CallRecord& c : run.calls) c = forTerminal(std::move(c));
-  for (KernelRecord& k : run.kernels) escape(k.name);
-  for (CaptureRecord& c : run.captures) {
-    for (std::string* s : {&c.path, &c.skipped}) escape(*s);
-  }
-  for (SentinelRecord& s : run.sentinel) escape(s.parameter);
-  for (RankInfo& r : run.ranks) {
-    escape(r.path);
-    std::map<std::string, std::string> meta;
-    for (const auto& [key, value] : r.meta) meta.emplace(printable(key), printable(value));
-    r.meta = std::move(meta);
-  }
-  return run;
 }
 
 Trends forTerminal(Trends trends) {
@@ -52,9 +83,7 @@ Trends forTerminal(Trends trends) {
 AuditSummary forTerminal(AuditSummary audit) {
   for (AuditFinding& f : audit.findings) {
     for (std::string* s : {&f.name, &f.phase, &f.op, &f.backend, &f.conditions_text, &f.capture}) escape(*s);
-    for (std::optional<std::string>* s : {&f.kernel, &f.verdict, &f.slice, &f.received_wrong}) {
-      if (*s) escape(**s);
-    }
+    for (std::optional<std::string>* s : {&f.kernel, &f.verdict, &f.slice, &f.received_wrong}) escape(*s);
     for (TensorJudgement& t : f.tensors) {
       for (std::string* s : {&t.role, &t.verdict, &t.nonfinite_where, &t.all_zero_where}) escape(*s);
     }
@@ -63,6 +92,18 @@ AuditSummary forTerminal(AuditSummary audit) {
     }
   }
   return audit;
+}
+
+// The first module's texts are escaped where they are written (report/first_module.h), and the
+// known issues' where they are matched: neither is copied here.
+Report forTerminal(Report report) {
+  escape(report.run);
+  if (report.first_edge) escape(*report.first_edge);
+  if (report.first_source_edge) escape(*report.first_source_edge);
+  if (report.input_trail && report.input_trail->previous) report.input_trail->previous = forTerminal(std::move(*report.input_trail->previous));
+  escape(report.conclusion);
+  report.trends = forTerminal(std::move(report.trends));
+  return report;
 }
 
 }  // namespace nanprov

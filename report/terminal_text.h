@@ -4,15 +4,17 @@
 // JSON keeps the values as stored (its encoder escapes them).
 #pragma once
 
+#include "base/records/call_record.h"
 #include "report/audit_findings.h"
 #include "report/layer_trends.h"
-#include "store/reader.h"
+#include "report/report.h"
 
 namespace nanprov {
 
 CallRecord forTerminal(CallRecord call);
-RunData forTerminal(RunData run);
 Trends forTerminal(Trends trends);
 AuditSummary forTerminal(AuditSummary audit);
+// Every text of the report that came from a store, a capture's file or run.json.
+Report forTerminal(Report report);
 
 }  // namespace nanprov

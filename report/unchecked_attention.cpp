@@ -6,6 +6,7 @@
 #include "base/attention_like.h"
 #include "base/text.h"
 #include "store/meta_values.h"
+#include "store/reader.h"
 
 namespace nanprov {
 namespace {

@@ -9,9 +9,10 @@
 #include <vector>
 
 #include "base/records/call_record.h"
-#include "store/reader.h"
 
 namespace nanprov {
+
+struct RunData;  // store/reader.h: the model's types need no store header
 
 struct UncheckedAttention {
   std::string what;          // as the probes counted it, the key of RunData::unprobed()

@@ -14,6 +14,7 @@
 #include "base/logit_trend.h"
 #include "base/records/call_record.h"
 #include "base/records/collective_record.h"
+#include "base/records/summarised.h"
 #include "base/status.h"
 
 namespace nanprov {
@@ -55,15 +56,6 @@ struct NotClean {
   int64_t calls = 0;
   std::set<int64_t> layers;
   std::set<int> ranks;
-};
-
-// What the store budget summarised, over the ranks (nanprov run --store-budget).
-struct Summarised {
-  int64_t calls = 0;
-  int64_t not_clean = 0;  // of `calls`: a run that stayed non-finite past its first edge steps
-  int64_t first_step = -1, last_step = -1;
-  int64_t every = 1;  // the most steps one summary row stands for, over ranks
-  int ranks = 0;
 };
 
 struct RunData {

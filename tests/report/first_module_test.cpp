@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include "report/run_facts.h"
+#include "store/reader.h"
+
 namespace nanprov {
 namespace {
 
@@ -40,20 +43,20 @@ TEST(FirstModule, TheFirstCallWithFiniteInputsOfTheEarliestStep) {
   run.module_checks = {check(2, 0, "h.0.ln_1", true), check(1, 5, "h.0.attn.o_proj", false),
                        check(1, 6, "h.0.attn", true), check(1, 7, "h.0", true)};
   Findings none;
-  std::optional<ModuleCheckRecord> m = firstModule(run, none);
+  std::optional<FirstModule> m = firstModule(run, none);
   ASSERT_TRUE(m);
-  EXPECT_EQ(m->module, "h.0.attn");
-  EXPECT_EQ(m->step, 1);
+  EXPECT_EQ(m->check.module, "h.0.attn");
+  EXPECT_EQ(m->check.step, 1);
 }
 
 // Without a module that had finite inputs (the value came with the batch), the first call is named.
 TEST(FirstModule, WithoutFiniteInputsTheFirstCallIsNamed) {
   RunData run;
   run.module_checks = {check(3, 9, "h.1", false), check(3, 4, "wte", false)};
-  std::optional<ModuleCheckRecord> m = firstModule(run, Findings{});
+  std::optional<FirstModule> m = firstModule(run, Findings{});
   ASSERT_TRUE(m);
-  EXPECT_EQ(m->module, "wte");
-  EXPECT_FALSE(m->inputsFinite());
+  EXPECT_EQ(m->check.module, "wte");
+  EXPECT_FALSE(m->check.inputsFinite());
 }
 
 // A module handed no tensor, or objects the trail does not look into (a batch it could not
@@ -63,14 +66,14 @@ TEST(FirstModule, AModuleNotSeenToReceiveFiniteTensorsIsNeverTheSource) {
   for (ModuleInputs unseen : {ModuleInputs::kNone, ModuleInputs::kPartlySeen}) {
     RunData run;
     run.module_checks = {check(2, 9, "", true, Phase::kForward, unseen), check(2, 3, "embed", false)};
-    std::optional<ModuleCheckRecord> m = firstModule(run, Findings{});
+    std::optional<FirstModule> m = firstModule(run, Findings{});
     ASSERT_TRUE(m);
-    EXPECT_EQ(m->module, "embed");
-    const std::string text = firstModuleText(run, *m, false);
+    EXPECT_EQ(m->check.module, "embed");
+    const std::string text = firstModuleText(*m, StepUnit::kOptimizerStep, false);
     EXPECT_NE(text.find("they came from outside any module"), std::string::npos) << text;
     // Alone, it is named, and never said to have had finite inputs.
     run.module_checks.pop_back();
-    const std::string alone = firstModuleText(run, *firstModule(run, Findings{}), false);
+    const std::string alone = firstModuleText(*firstModule(run, Findings{}), StepUnit::kOptimizerStep, false);
     EXPECT_EQ(alone.find("from finite inputs"), std::string::npos) << alone;
   }
 }
@@ -117,9 +120,9 @@ TEST(FirstModule, NoneFromAfterTheFirstEdge) {
   Findings k = withEdge(around, "h.1.attn", Origin::kUpstream, /*step=*/2, Phase::kForward);
   around.calls[0].start_ns = 1000;
   around.module_checks = {check(2, 1500, "h.1.attn", true)};
-  std::optional<ModuleCheckRecord> m = firstModule(around, k);
+  std::optional<FirstModule> m = firstModule(around, k);
   ASSERT_TRUE(m);
-  EXPECT_EQ(m->module, "h.1.attn");
+  EXPECT_EQ(m->check.module, "h.1.attn");
 }
 
 // q_proj, k_proj and v_proj take the same x, so each was handed the sum of their gradients: the
@@ -135,37 +138,45 @@ TEST(FirstModule, SiblingsJudgedOnTheSameGradientAreNamedWithIt) {
   ModuleCheckRecord other = check(1, 9, "l.0.mlp", true, Phase::kBackward);
   other.gradient = 7;
   run.module_checks.push_back(other);
-  std::optional<ModuleCheckRecord> m = firstModule(run, Findings{});
+  std::optional<FirstModule> m = firstModule(run, Findings{});
   ASSERT_TRUE(m);
-  EXPECT_EQ(m->module, "l.0.attn.q_proj");
-  EXPECT_EQ(sharingItsGradient(run, *m), (std::vector<std::string>{"l.0.attn.k_proj", "l.0.attn.v_proj"}));
-  EXPECT_NE(firstModuleText(run, *m, false).find("that input also feeds l.0.attn.k_proj, l.0.attn.v_proj"), std::string::npos);
-  EXPECT_EQ(firstModuleJson(run, m)["shares_gradient_with"].size(), 2u);
+  EXPECT_EQ(m->check.module, "l.0.attn.q_proj");
+  EXPECT_EQ(m->shares_gradient_with, (std::vector<std::string>{"l.0.attn.k_proj", "l.0.attn.v_proj"}));
+  EXPECT_NE(firstModuleText(*m, StepUnit::kOptimizerStep, false).find("that input also feeds l.0.attn.k_proj, l.0.attn.v_proj"),
+            std::string::npos);
+  EXPECT_EQ(firstModuleJson(m)["shares_gradient_with"].size(), 2u);
 }
 
 TEST(FirstModule, TextSaysWhatTheModuleDidInEachPhase) {
-  RunData run;
-  ModuleCheckRecord fwd = check(2, 0, "h.0.ln_1", true);
-  fwd.module_class = "LayerNorm";
-  fwd.largest_input = 3.4e38;
-  EXPECT_EQ(firstModuleText(run, fwd, false), "the output of h.0.ln_1 (LayerNorm), from finite inputs (largest |x| 3.4e+38)");
-  ModuleCheckRecord compiled = fwd;  // checked inside a compiled graph, after values it could not read
-  compiled.unchecked_before = {"h.0.mlp.c_fc", "h.0", "wte", "h.0.attn.c_proj", "h.0.attn"};
-  EXPECT_EQ(firstModuleText(run, compiled, false),
+  const StepUnit steps = StepUnit::kOptimizerStep;
+  FirstModule fwd{.check = check(2, 0, "h.0.ln_1", true)};
+  fwd.check.module_class = "LayerNorm";
+  fwd.check.largest_input = 3.4e38;
+  EXPECT_EQ(firstModuleText(fwd, steps, false), "the output of h.0.ln_1 (LayerNorm), from finite inputs (largest |x| 3.4e+38)");
+  FirstModule compiled = fwd;  // checked inside a compiled graph, after values it could not read
+  compiled.check.unchecked_before = {"h.0.mlp.c_fc", "h.0", "wte", "h.0.attn.c_proj", "h.0.attn"};
+  EXPECT_EQ(firstModuleText(compiled, steps, false),
             "the output of h.0.ln_1 (LayerNorm), from finite inputs (largest |x| 3.4e+38); in compiled code, h.0.mlp.c_fc, "
             "h.0, wte, h.0.attn.c_proj, and 1 more ran unchecked between those inputs and it, and may have made it");
-  EXPECT_EQ(firstModuleJson(run, compiled)["unchecked_before"].size(), 5u);
-  compiled.unchecked_before = {"h.0.mlp.c_fc", "..."};  // the walk upstream stopped at its limit
-  EXPECT_NE(firstModuleText(run, compiled, false)
+  EXPECT_EQ(firstModuleJson(compiled)["unchecked_before"].size(), 5u);
+  compiled.check.unchecked_before = {"h.0.mlp.c_fc", "..."};  // the walk upstream stopped at its limit
+  EXPECT_NE(firstModuleText(compiled, steps, false)
                 .find("in compiled code, h.0.mlp.c_fc, code further upstream ran unchecked between those inputs and it"),
             std::string::npos);
-  ModuleCheckRecord bwd = check(2, 0, "", true, Phase::kBackward);
-  EXPECT_EQ(firstModuleText(run, bwd, true).rfind("the gradient that the backward of the outermost module (Linear) sent to its "
-                                                  "input at step 2 bwd, from finite incoming gradients", 0),
+  FirstModule bwd{.check = check(2, 0, "", true, Phase::kBackward)};
+  EXPECT_EQ(firstModuleText(bwd, steps, true).rfind("the gradient that the backward of the outermost module (Linear) sent to its "
+                                                    "input at step 2 bwd, from finite incoming gradients", 0),
             0u);
-  withEdge(run, "h.0.attn", Origin::kUpstream, 2);
-  EXPECT_EQ(upstreamOriginText(run, std::nullopt, run.calls[0]),
+  EXPECT_NE(firstModuleText(bwd, StepUnit::kForwardPass, true).find("at forward pass 2 bwd"), std::string::npos)
+      << "an inference run counts forward passes";
+  CallRecord edge;
+  edge.step = 2;
+  edge.module = "h.0.attn";
+  EXPECT_EQ(upstreamOriginText(RunFacts{}, std::nullopt, edge),
             "the origin is outside attention (nanprov run --trail names the module that made it)");
+  EXPECT_NE(upstreamOriginText(RunFacts{.trail_on = true, .trail_missed_compiled_code = true}, std::nullopt, edge)
+                .find("the modules' backward inside some torch.compile'd code was not checked"),
+            std::string::npos);
 }
 
 }  // namespace

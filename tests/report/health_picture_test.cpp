@@ -4,6 +4,7 @@
 
 #include <filesystem>
 
+#include "report/build_report.h"
 #include "store/reader.h"
 #include "store/run_dir.h"
 #include "store/writer.h"
@@ -37,9 +38,9 @@ TEST(HealthPicture, ADeepModelDrawsBandsOfLayers) {
   writeLayers(dir, 1000, 777);
   auto run = loadRun(dir.string(), RunScope::kEdges);
   ASSERT_TRUE(run.ok()) << run.status().message();
-  Report report = buildReport(*run);
-  auto picture = drawHealthPicture(report);
-  ASSERT_TRUE(picture.ok()) << picture.status().message();
+  auto report = buildReport(*run, {.page = true});
+  ASSERT_TRUE(report.ok()) << report.status().message();
+  const HealthPicture* picture = &report->page->picture;
   EXPECT_EQ(picture->layers_per_row, 4) << "1000 layers in bands of 4: 250 rows";
   ASSERT_EQ(picture->ranks.size(), 1u);
   const RankPicture& rank = picture->ranks[0];
@@ -59,8 +60,7 @@ TEST(HealthPicture, AShallowModelDrawsOneRowPerLayer) {
   writeLayers(dir, HealthPicture::kMaxRows, -1);
   auto run = loadRun(dir.string(), RunScope::kEdges);
   ASSERT_TRUE(run.ok()) << run.status().message();
-  Report report = buildReport(*run);
-  auto picture = drawHealthPicture(report);
+  auto picture = drawHealthPicture(*run, {}, nullptr, nullptr);
   ASSERT_TRUE(picture.ok()) << picture.status().message();
   EXPECT_EQ(picture->layers_per_row, 1);
   EXPECT_EQ(picture->ranks[0].rows.size(), static_cast<size_t>(HealthPicture::kMaxRows));

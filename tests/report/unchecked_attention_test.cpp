@@ -4,6 +4,7 @@
 
 #include "base/attention_like.h"
 #include "report/outcome.h"
+#include "store/reader.h"
 
 namespace nanprov {
 namespace {
@@ -107,17 +108,17 @@ TEST(UncheckedAttention, OutcomesCannotBeMisread) {
   // --trail named that attention's module as where they were made: joined, still unattributed.
   ModuleCheckRecord m;
   m.step = 2, m.module = "blocks.0.attn", m.module_class = "Attention", m.posinf = 1;
-  c = conclude(run, Findings{}, m);
+  c = conclude(run, Findings{}, FirstModule{.check = m});
   EXPECT_TRUE(c.made_in_unchecked_attention);
   EXPECT_EQ(c.outcome, Outcome::kUnattributed);
   // It named a module outside attention, from finite inputs: that is the origin.
   m.module = "blocks.0.mlp", m.module_class = "Linear";
-  c = conclude(run, Findings{}, m);
+  c = conclude(run, Findings{}, FirstModule{.check = m});
   EXPECT_FALSE(c.made_in_unchecked_attention);
   EXPECT_EQ(c.outcome, Outcome::kOutsideAttention);
   // A module handed no tensor made nothing "from finite inputs": not an answer.
   m.inputs = ModuleInputs::kNone;
-  EXPECT_EQ(conclude(run, Findings{}, m).outcome, Outcome::kUnattributed);
+  EXPECT_EQ(conclude(run, Findings{}, FirstModule{.check = m}).outcome, Outcome::kUnattributed);
 }
 
 }  // namespace

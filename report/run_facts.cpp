@@ -1,0 +1,44 @@
+#include "report/run_facts.h"
+
+#include <algorithm>
+
+#include "report/first_module.h"
+#include "store/job.h"
+#include "store/reader.h"
+
+namespace nanprov {
+
+RunFacts runFactsOf(const RunData& run) {
+  RunFacts f{.dir = run.dir,
+             .dirs = run.dirs,
+             .step_unit = run.stepUnit(),
+             .calls = run.total_calls,
+             .calls_not_stored = run.callsNotStored(),
+             .summarised = run.summarised(),
+             .damage = run.damage,
+             .world_size = run.worldSize(),
+             .missing_ranks = run.missingRanks(),
+             .unrecorded = run.unrecorded,
+             .clocks_differ = run.acrossHosts(),
+             .job = jobIdOf(run),
+             .trail_on = run.trailOn(),
+             .trail_missed_compiled_code = trailMissedCompiledCode(run),
+             .unchecked = uncheckedAttention(run),
+             .suggested_probe_modules = suggestedProbeModules(run),
+             .run_file_readable = run.settings.readable,
+             .command = run.settings.command,
+             .torch = run.settings.torch,
+             .exit_code = run.settings.exit_code,
+             .signal = run.settings.signal};
+  for (const RankInfo& r : run.ranks) {
+    f.steps = std::max(f.steps, r.steps);
+    f.ranks.push_back({.rank = r.rank, .store = r.path, .steps = r.steps, .calls_stored = r.calls_stored, .meta = r.meta});
+  }
+  return f;
+}
+
+std::string stepLabel(StepUnit unit, int64_t step) {
+  return (unit == StepUnit::kForwardPass ? "forward pass " : "step ") + std::to_string(step);
+}
+
+}  // namespace nanprov

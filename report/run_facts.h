@@ -1,0 +1,62 @@
+// What the report says of the run as a whole, worked out once from its stores: its size, how far
+// it was checked, its ranks and directories, the attention it could not check, and how the
+// training ended. Part of the report's model (report/report.h); texts are kept as stored.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/records/call_record.h"
+#include "base/records/summarised.h"
+#include "report/unchecked_attention.h"
+
+namespace nanprov {
+
+struct RunData;
+
+struct RankFacts {
+  int rank = 0;
+  std::string store;                        // its store file
+  int64_t steps = 0;                        // step boundaries recorded
+  int64_t calls_stored = 0;                 // call rows the store holds
+  std::map<std::string, std::string> meta;  // the store's meta table
+};
+
+struct RunFacts {
+  std::string dir;                // the first directory given: the run's name in what is printed
+  std::vector<std::string> dirs;  // every directory of the job (one per node)
+  StepUnit step_unit = StepUnit::kOptimizerStep;
+  int64_t calls = 0;              // checked calls over all ranks, loaded or not
+  int64_t steps = 0;              // the most step boundaries a rank recorded
+  int64_t calls_not_stored = 0;   // begun by the probes, never committed (the process was killed)
+  Summarised summarised;
+  std::vector<std::string> damage;  // what in the run's files contradicts itself, a line each
+  std::vector<RankFacts> ranks;
+  // The job: its world size, the ranks with no store read, those whose workers could not write
+  // one (→ why), whether clocks of several hosts order its calls, and its id ("" when none).
+  int world_size = 0;
+  std::vector<int> missing_ranks;
+  std::map<int, std::string> unrecorded;
+  bool clocks_differ = false;
+  std::string job;
+  bool trail_on = false;                    // --trail
+  bool trail_missed_compiled_code = false;  // --trail beside torch.compile'd code, whose backward it cannot check
+  std::vector<UncheckedAttention> unchecked;         // attention recognised and not checked
+  std::vector<std::string> suggested_probe_modules;  // the --probe-module that would check it
+  // run.json: what `nanprov run` ran, the torch it was built against, and how the training ended.
+  bool run_file_readable = false;
+  std::vector<std::string> command;
+  std::string torch;
+  std::optional<int> exit_code;
+  std::optional<std::string> signal;
+};
+
+RunFacts runFactsOf(const RunData& run);
+
+// "step 3" or, for inference runs, "forward pass 3".
+std::string stepLabel(StepUnit unit, int64_t step);
+
+}  // namespace nanprov
