@@ -8,9 +8,10 @@
 #include "base/numbers.h"
 #include "base/text.h"
 #include "cli/commands.h"
-#include "report/perfetto_trace.h"
 #include "report/edges.h"
+#include "report/perfetto_trace.h"
 #include "report/report_text.h"
+#include "report/timeline.h"
 #include "store/file_replace.h"
 
 namespace nanprov::cli {
@@ -94,22 +95,23 @@ int trace(const Options& opts) {
   bool cut = false;
   auto window = loadRunWindow(*dirs, query, opts.max_calls, centre, &cut);
   if (!window.ok()) return fail("trace", window.status());
-  if (Status times = checkTraceTimes(*window); !times.ok()) return fail("trace", times);
   Findings findings = found;
   findings.first = indexIn(*window, *whole, found.first);
   findings.first_source = indexIn(*window, *whole, found.first_source);
-  const nlohmann::json trace = perfettoTrace(*window, findings);
+  auto timeline = timelineOf(std::move(*window), findings);
+  if (!timeline.ok()) return fail("trace", timeline.status());
+  const Timeline& t = *timeline;
+  const nlohmann::json trace = perfettoTrace(t);
   // Written aside and renamed: a viewer never opens half a trace.
   Status wrote = replaceFile(opts.out, "trace", [&](std::ostream& out) { out << jsonText(trace) << "\n"; });
   if (!wrote.ok()) return fail("trace", wrote);
-  const RunData& w = *window;
-  std::cout << "wrote " << printable(opts.out) << ": " << w.ranks.size() << (w.ranks.size() == 1 ? " rank, " : " ranks, ")
-            << w.calls.size() << " attention calls";
-  if (findings.first) std::cout << ", first non-finite edge " << callName(w.calls[*findings.first]);
+  std::cout << "wrote " << printable(opts.out) << ": " << t.ranks.size() << (t.ranks.size() == 1 ? " rank, " : " ranks, ")
+            << t.calls.size() << " attention calls";
+  if (t.first_edge) std::cout << ", first non-finite edge " << callName(t.calls[*t.first_edge].call);
   std::cout << "\n";
-  if (cut || w.calls.size() < static_cast<size_t>(whole->total_calls)) {
+  if (cut || t.calls.size() < static_cast<size_t>(whole->total_calls)) {
     std::cout << "  of the run's " << whole->total_calls << " calls, the trace holds "
-              << (w.calls.empty() ? "none" : "steps " + std::to_string(w.calls.front().step) + "-" + std::to_string(w.calls.back().step))
+              << (t.calls.empty() ? "none" : "steps " + std::to_string(t.calls.front().call.step) + "-" + std::to_string(t.calls.back().call.step))
               << (found.first && !findings.first ? " (not the first edge's, step " + std::to_string(whole->calls[*found.first].step) + ")" : "")
               << "; choose others with --steps A:B and --ranks, or raise --max-calls\n";
   }

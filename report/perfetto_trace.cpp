@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/records/call_name.h"
 #include "report/call_kernels.h"
 
 namespace nanprov {
@@ -72,12 +73,12 @@ double micros(int64_t ns, int64_t origin_ns) { return static_cast<double>(ns - o
 
 class TraceBuilder {
  public:
-  TraceBuilder(const RunData& run, const Findings& findings) : run_(run), findings_(findings) {}
+  explicit TraceBuilder(const Timeline& timeline) : timeline_(timeline) {}
 
   json build() {
-    call_slice_.resize(run_.calls.size());
-    for (size_t i = 0; i < run_.calls.size(); ++i) addCall(i);
-    for (const RankInfo& rank : run_.ranks) addSteps(rank);
+    call_slice_.resize(timeline_.calls.size());
+    for (size_t i = 0; i < timeline_.calls.size(); ++i) addCall(i);
+    for (const TimelineRank& rank : timeline_.ranks) addSteps(rank);
     fitTracks();
     return write();
   }
@@ -92,8 +93,8 @@ class TraceBuilder {
   }
 
   void addCall(size_t index) {
-    const CallRecord& c = run_.calls[index];
-    const CallHealth h = classify(c);
+    const CallRecord& c = timeline_.calls[index].call;
+    const CallHealth& h = timeline_.calls[index].health;
     json args = {{"module", c.module},          {"phase", phaseName(c.phase)},
                  {"step", c.step},              {"health", edgeKindName(h.kind)},
                  {"nonfinite_inputs", h.nonfinite_inputs}, {"nonfinite_outputs", h.nonfinite_outputs},
@@ -101,8 +102,8 @@ class TraceBuilder {
                  {"device", c.device.name()},   {"seq", c.seq}};
     if (c.recompute) args["recompute"] = true;
     if (!c.injected.empty()) args["injected"] = c.injected;
-    if (findings_.first == index) args["first_edge"] = true;
-    if (findings_.first_source == index && findings_.first != index) args["first_source_edge"] = true;
+    if (timeline_.first_edge == index) args["first_edge"] = true;
+    if (timeline_.first_source_edge == index && timeline_.first_edge != index) args["first_source_edge"] = true;
     json event = {{"name", callName(c)}, {"cat", "attention"}, {"args", std::move(args)}};
     // chrome://tracing's reserved colours; Perfetto colours by name.
     if (h.kind == EdgeKind::kSourceEdge) event["cname"] = "terrible";
@@ -112,7 +113,7 @@ class TraceBuilder {
     // own on CUDA (on the CPU, on the thread that called backward()).
     const bool in_backward = c.phase == Phase::kBackward || c.recompute;
     call_slice_[index] = addSlice(c.rank, in_backward ? kAutogradSlot : kTrainingSlot, 1, c.start_ns, c.end_ns, std::move(event));
-    addKernels(c, call_slice_[index]);
+    addKernels(c, timeline_.calls[index].kernels, call_slice_[index]);
     auto [span, fresh] = step_spans_.try_emplace({c.rank, c.step}, c.start_ns, c.end_ns);
     if (!fresh) {
       span->second.first = std::min(span->second.first, c.start_ns);
@@ -121,11 +122,7 @@ class TraceBuilder {
   }
 
   // The call's CUDA kernels where CUPTI traced them; a CPU call's "kernel" is the call itself.
-  void addKernels(const CallRecord& c, size_t call_slice) {
-    std::vector<KernelRecord> kernels;
-    for (const KernelRecord* k : run_.kernelsOf(c.rank, c.seq)) {
-      if (k->device >= 0) kernels.push_back(*k);
-    }
+  void addKernels(const CallRecord& c, const std::vector<KernelRecord>& kernels, size_t call_slice) {
     const json described = kernelsJson(kernels);
     for (size_t i = 0; i < kernels.size(); ++i) {
       const KernelRecord& k = kernels[i];
@@ -152,7 +149,7 @@ class TraceBuilder {
   // step post hook; in inference, the next forward pass opening) to its own, widened to hold
   // every call of the step. Where an end is not recorded (the first step's start; a last step the
   // run did not finish) the step's first or last attention call stands in: nothing is invented.
-  void addSteps(const RankInfo& rank) {
+  void addSteps(const TimelineRank& rank) {
     const std::map<int64_t, int64_t>& ends = rank.step_ends_ns;
     std::set<int64_t> steps;
     for (const auto& [step, end] : ends) steps.insert(step);
@@ -160,7 +157,7 @@ class TraceBuilder {
          it != step_spans_.end() && it->first.first == rank.rank; ++it) {
       steps.insert(it->first.second);
     }
-    const bool passes = run_.stepUnit() == StepUnit::kForwardPass;
+    const bool passes = timeline_.step_unit == StepUnit::kForwardPass;
     for (int64_t step : steps) {
       std::optional<int64_t> start, end;
       std::string start_from = "the end recorded for the step before", end_from = "its recorded end";
@@ -192,7 +189,7 @@ class TraceBuilder {
     if (slices_.empty()) origin = 0;
 
     json events = json::array();
-    for (const RankInfo& rank : run_.ranks) addTrackNames(rank.rank, events);
+    for (const TimelineRank& rank : timeline_.ranks) addTrackNames(rank.rank, events);
 
     // In start order, enclosing slices first: a viewer that keeps file order for equal
     // timestamps then opens a step before its first call.
@@ -232,11 +229,11 @@ class TraceBuilder {
                         {"pid", to.pid}, {"tid", to.tid}, {"ts", micros(midpoint(to), origin)}});
     }
 
-    markEdge(findings_.first, "first non-finite edge: ", events, origin);
-    if (findings_.first_source != findings_.first) markEdge(findings_.first_source, "first source edge: ", events, origin);
+    markEdge(timeline_.first_edge, "first non-finite edge: ", events, origin);
+    if (timeline_.first_source_edge != timeline_.first_edge) markEdge(timeline_.first_source_edge, "first source edge: ", events, origin);
 
-    json other = {{"generator", "nanprov trace"}, {"run", run_.dir}, {"time_origin_ns", origin}, {"clock", "CLOCK_REALTIME"}};
-    if (findings_.first) other["first_edge"] = callName(run_.calls[*findings_.first]);
+    json other = {{"generator", "nanprov trace"}, {"run", timeline_.run}, {"time_origin_ns", origin}, {"clock", "CLOCK_REALTIME"}};
+    if (timeline_.first_edge) other["first_edge"] = callName(timeline_.calls[*timeline_.first_edge].call);
     if (flows_dropped) other["flows_without_room"] = flows_dropped;
     return {{"traceEvents", std::move(events)}, {"otherData", std::move(other)}};
   }
@@ -247,13 +244,13 @@ class TraceBuilder {
   // tracks are scrolled, and needs no room in a track's stack.
   void markEdge(std::optional<size_t> index, const std::string& label, json& events, int64_t origin) {
     if (!index) return;
-    const CallRecord& c = run_.calls[*index];
+    const CallRecord& c = timeline_.calls[*index].call;
     const Slice& s = slices_[call_slice_[*index]];
     const json& args = s.event["args"];
     events.push_back({{"ph", "i"}, {"s", "p"}, {"name", label + callName(c)}, {"cat", "edge"}, {"pid", s.pid},
                       {"tid", s.tid}, {"ts", micros(s.start_ns, origin)},
                       {"args", {{"call", callName(c)}, {"module", c.module}, {"phase", phaseName(c.phase)},
-                                {"step", c.step}, {"health", args["health"]}, {"origin", originName(findings_.origin)},
+                                {"step", c.step}, {"health", args["health"]}, {"origin", originName(timeline_.origin)},
                                 {"nonfinite_inputs", args["nonfinite_inputs"]},
                                 {"nonfinite_outputs", args["nonfinite_outputs"]}}}});
   }
@@ -287,8 +284,7 @@ class TraceBuilder {
     }
   }
 
-  const RunData& run_;
-  const Findings& findings_;
+  const Timeline& timeline_;
   std::vector<Slice> slices_;
   std::vector<size_t> call_slice_;                  // run.calls index → its slice
   std::vector<std::pair<size_t, size_t>> launches_;  // (call slice, kernel slice)
@@ -298,27 +294,6 @@ class TraceBuilder {
 
 }  // namespace
 
-json perfettoTrace(const RunData& run, const Findings& findings) { return TraceBuilder(run, findings).build(); }
-
-Status checkTraceTimes(const RunData& run) {
-  constexpr int64_t kYearNs = 366LL * 24 * 3600 * 1000000000LL;
-  int64_t earliest = INT64_MAX, latest = 0;
-  auto check = [&](const std::string& what, int64_t start, int64_t end) {
-    if (start <= 0 || end < start || end - start > kYearNs) {
-      return Status::Error(what + " has times " + std::to_string(start) + ".." + std::to_string(end) +
-                           " ns that no timeline can hold: the store is damaged");
-    }
-    earliest = std::min(earliest, start), latest = std::max(latest, end);
-    return Status::Ok();
-  };
-  for (const CallRecord& c : run.calls) NANPROV_RETURN_IF_ERROR(check(callName(c), c.start_ns, c.end_ns));
-  for (const KernelRecord& k : run.kernels) {
-    NANPROV_RETURN_IF_ERROR(check("rank " + std::to_string(k.rank) + " kernel " + k.name, k.start_ns, k.end_ns));
-  }
-  if (latest > earliest && latest - earliest > kYearNs) {
-    return Status::Error("the run's times span more than a year: the store is damaged");
-  }
-  return Status::Ok();
-}
+json perfettoTrace(const Timeline& timeline) { return TraceBuilder(timeline).build(); }
 
 }  // namespace nanprov

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "store/reader.h"
 #include "tests/trace_events.h"
 
 namespace nanprov {
@@ -88,7 +89,11 @@ RunData twoRankRun() {
   return run;
 }
 
-json traceOf(const RunData& run) { return perfettoTrace(run, analyze(run)); }
+json traceOf(const RunData& run) {
+  auto timeline = timelineOf(run, analyze(run));
+  EXPECT_TRUE(timeline.ok()) << timeline.status().message();
+  return timeline.ok() ? perfettoTrace(*timeline) : json();
+}
 
 const json* eventNamed(const json& trace, const std::string& ph, const std::string& name) {
   for (const json& e : trace["traceEvents"]) {
@@ -280,14 +285,14 @@ TEST(TraceEvents, AKernelOfNoDurationGetsNoArrow) {
 
 // Damaged times are refused in one line before any arithmetic on them can overflow.
 TEST(TraceEvents, TimesNoTimelineCanHoldAreRefused) {
-  EXPECT_TRUE(checkTraceTimes(twoRankRun()).ok());
+  EXPECT_TRUE(timelineOf(twoRankRun(), Findings{}).ok());
   for (auto [start, end] : {std::pair<int64_t, int64_t>{-9223372036854775807LL, 9223372036854775807LL},
                             {5'000'000'000LL, 0}, {0, 10}}) {
     RunData run = twoRankRun();
     run.calls[0].start_ns = start, run.calls[0].end_ns = end;
-    Status checked = checkTraceTimes(run);
-    EXPECT_FALSE(checked.ok()) << start << ".." << end;
-    EXPECT_NE(checked.message().find("the store is damaged"), std::string::npos) << checked.message();
+    auto refused = timelineOf(run, Findings{});
+    ASSERT_FALSE(refused.ok()) << start << ".." << end;
+    EXPECT_NE(refused.status().message().find("the store is damaged"), std::string::npos) << refused.status().message();
   }
 }
 
