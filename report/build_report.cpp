@@ -59,7 +59,7 @@ EdgeCall edgeOf(const RunData& run, const CallKernelIndex& kernels, const CallRe
 StatusOr<Report> buildReport(const RunData& run, const ReportOptions& options) { return buildReport(run, analyze(run), options); }
 
 StatusOr<Report> buildReport(const RunData& run, Findings findings, const ReportOptions& options) {
-  Report r{.run = runFactsOf(run), .origin = findings.origin, .propagation = findings.propagation};
+  Report r{.run = runOverviewOf(run), .origin = findings.origin, .propagation = findings.propagation};
   const CallKernelIndex kernels(run);
   if (findings.first) {
     r.first_edge = edgeOf(run, kernels, run.calls[*findings.first], findings.first_health);

@@ -5,7 +5,7 @@
 #include <tuple>
 
 #include "base/text.h"
-#include "report/run_facts.h"
+#include "report/run_overview.h"
 #include "store/reader.h"
 
 namespace nanprov {

@@ -3,7 +3,7 @@
 #include <tuple>
 
 #include "base/text.h"
-#include "report/run_facts.h"
+#include "report/run_overview.h"
 #include "store/meta_values.h"
 #include "store/reader.h"
 
@@ -179,7 +179,7 @@ bool trailMissedCompiledCode(const RunData& run) {
   return false;
 }
 
-std::string upstreamOriginText(const RunFacts& run, const std::optional<FirstModule>& m, const CallRecord& edge) {
+std::string upstreamOriginText(const RunOverview& run, const std::optional<FirstModule>& m, const CallRecord& edge) {
   if (m) return "the first non-finite value was " + firstModuleText(*m, run.step_unit, m->check.step != edge.step || m->check.phase != edge.phase);
   if (!run.trail_on) return "the origin is outside attention (nanprov run --trail names the module that made it)";
   if (run.trail_missed_compiled_code) {

@@ -14,7 +14,7 @@
 namespace nanprov {
 
 struct RunData;  // store/reader.h: the model's types need no store header
-struct RunFacts;
+struct RunOverview;
 
 struct FirstModule {
   ModuleCheckRecord check;
@@ -52,6 +52,6 @@ std::string madeInUncheckedAttentionText(const FirstModule& m, StepUnit unit);
 
 // Where the report's upstream edge says the values came from: the first module when --trail
 // named one, else that the origin is outside attention (and that --trail would name the module).
-std::string upstreamOriginText(const RunFacts& run, const std::optional<FirstModule>& m, const CallRecord& edge);
+std::string upstreamOriginText(const RunOverview& run, const std::optional<FirstModule>& m, const CallRecord& edge);
 
 }  // namespace nanprov

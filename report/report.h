@@ -16,7 +16,7 @@
 #include "report/layer_trends.h"
 #include "report/outcome.h"
 #include "report/page_sources.h"
-#include "report/run_facts.h"
+#include "report/run_overview.h"
 
 namespace nanprov {
 
@@ -46,7 +46,7 @@ struct InputTrail {
 };
 
 struct Report {
-  RunFacts run;
+  RunOverview run;
   // The earliest call, across ranks by (step, time), that touched a non-finite value, and where
   // its values came from.
   std::optional<EdgeCall> first_edge;

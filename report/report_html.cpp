@@ -174,7 +174,7 @@ std::string rolesTable(const CallRecord& c) {
 }
 
 std::string firstEdgeSection(const Report& report) {
-  const RunFacts& run = report.run;
+  const RunOverview& run = report.run;
   if (!report.first_edge) {
     return std::string("<section id=\"first-edge\" data-name=\"\">\n<h2>First non-finite edge</h2>\n<p>") +
            (run.calls == 0 ? "No attention call was checked, so none can be named." : "No checked attention call had a non-finite input or output.") +
@@ -226,7 +226,7 @@ std::string parameterList(const std::vector<std::string>& names) {
 }
 
 std::string sentinelSection(const Report& report) {
-  const RunFacts& run = report.run;
+  const RunOverview& run = report.run;
   const Conclusion& conclusion = report.conclusion;
   std::string out = "<section id=\"sentinel\">\n<h2>Gradient sentinel</h2>\n";
   if (!conclusion.sentinel) {
@@ -262,7 +262,7 @@ std::string sentinelSection(const Report& report) {
 }
 
 std::string coverageSection(const Report& report) {
-  const RunFacts& run = report.run;
+  const RunOverview& run = report.run;
   const Conclusion& conclusion = report.conclusion;
   std::string out = "<section id=\"coverage\">\n<h2>Coverage</h2>\n<table class=\"facts\">\n";
   out += row("attention calls checked", std::to_string(run.calls));
@@ -462,7 +462,7 @@ std::string phaseTable(const HealthPicture& picture, const RankPicture& rank, Ph
 }
 
 std::string pictureSection(const Report& report, const HealthPicture& picture) {
-  const RunFacts& run = report.run;
+  const RunOverview& run = report.run;
   std::string out = "<section id=\"picture\">\n<h2>Layers &times; steps, per rank</h2>\n";
   out += "<p class=\"note\">Each cell is one layer at one " +
          std::string(run.step_unit == StepUnit::kForwardPass ? "forward pass" : "optimizer step") +
@@ -589,7 +589,7 @@ std::string cudaVersionText(const std::string& v) {
 }
 
 std::string factsSection(const Report& report, const PageSources& sources) {
-  const RunFacts& run = report.run;
+  const RunOverview& run = report.run;
   std::string out = "<section id=\"facts\">\n<h2>The run</h2>\n<table class=\"facts\">\n";
   out += row("directory", "<span class=\"mono\">" + shown(run.dir) + "</span>");
   std::vector<std::string> words;
@@ -611,7 +611,7 @@ std::string factsSection(const Report& report, const PageSources& sources) {
   out += row("GPU", from_capture("gpu", env.count("gpu") ? shown(env.at("gpu")) : ""));
   out += "</table>\n<h3>Ranks</h3>\n<table class=\"list ranks\"><tr><th>rank</th><th>host</th><th>world size</th><th>steps</th>"
          "<th>calls stored</th><th>store</th></tr>\n";
-  for (const RankFacts& r : run.ranks) {
+  for (const RankOverview& r : run.ranks) {
     auto meta = [&](const char* key) { auto it = r.meta.find(key); return it == r.meta.end() ? std::string("&ndash;") : shown(it->second); };
     out += "<tr><td>" + std::to_string(r.rank) + "</td><td>" + meta("host") + "</td><td>" + meta("world_size") + "</td><td>" +
            std::to_string(r.steps) + "</td><td>" + std::to_string(r.calls_stored) + "</td><td class=\"mono\">" + shown(r.store) +

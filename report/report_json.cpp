@@ -10,7 +10,7 @@ namespace {
 
 using nlohmann::json;
 
-json coverageJson(const RunFacts& run) {
+json coverageJson(const RunOverview& run) {
   json unprobed = json::array();
   for (const UncheckedAttention& u : run.unchecked) {
     unprobed.push_back({{"what", u.what}, {"kind", u.kind}, {"count", u.count},
@@ -32,7 +32,7 @@ json coverageJson(const RunFacts& run) {
 
 // The ranks whose workers could not write their store, and why. With the ranks absent from the
 // directories given they are the job's missing ranks, which make the report partial.
-json unrecordedJson(const RunFacts& run) {
+json unrecordedJson(const RunOverview& run) {
   json unrecorded = json::array();
   for (const auto& [rank, why] : run.unrecorded) {
     bool read = std::find(run.missing_ranks.begin(), run.missing_ranks.end(), rank) == run.missing_ranks.end();
@@ -41,9 +41,9 @@ json unrecordedJson(const RunFacts& run) {
   return unrecorded;
 }
 
-json ranksJson(const RunFacts& run) {
+json ranksJson(const RunOverview& run) {
   json ranks = json::array();
-  for (const RankFacts& r : run.ranks) ranks.push_back({{"rank", r.rank}, {"store", r.store}, {"steps", r.steps}, {"meta", r.meta}});
+  for (const RankOverview& r : run.ranks) ranks.push_back({{"rank", r.rank}, {"store", r.store}, {"steps", r.steps}, {"meta", r.meta}});
   return ranks;
 }
 
@@ -129,7 +129,7 @@ json callJson(const CallRecord& call, const CallHealth& health) {
 }
 
 json reportJson(const Report& report) {
-  const RunFacts& run = report.run;
+  const RunOverview& run = report.run;
   const Conclusion& conclusion = report.conclusion;
   const Propagation& p = report.propagation;
   json out = {

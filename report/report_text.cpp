@@ -24,7 +24,7 @@ std::string describeBad(const TensorHealth& t) {
 
 // "attention not checked: flex_attention x12, ..." and, on a line of its own, the one
 // --probe-module that would check them; empty when nothing went unchecked.
-std::string unprobedLines(const RunFacts& run) {
+std::string unprobedLines(const RunOverview& run) {
   std::vector<std::string> parts;
   for (const UncheckedAttention& u : run.unchecked) parts.push_back(u.kind + " x" + std::to_string(u.count));
   if (parts.empty()) return "";
@@ -33,7 +33,7 @@ std::string unprobedLines(const RunFacts& run) {
 }
 
 // Lines for the ranks not read, and for a job read from several directories; "" when neither.
-std::string ranksNotReadText(const RunFacts& run) {
+std::string ranksNotReadText(const RunOverview& run) {
   std::string out;
   std::vector<std::string> unrecorded, absent;
   const std::vector<int>& missing = run.missing_ranks;
@@ -75,7 +75,7 @@ std::string listed(const std::vector<std::string>& names) {
 }
 
 // One line per rank that received non-finite values through a collective.
-std::string collectivePathsText(const RunFacts& run, const Conclusion& c) {
+std::string collectivePathsText(const RunOverview& run, const Conclusion& c) {
   std::string out;
   for (const CollectivePath& p : c.collective_paths) {
     out += "  " + collectivePathText(p, run.step_unit, listed(p.parameters)) + "\n";
@@ -103,7 +103,7 @@ std::string closing(const Report& report) {
 
 // The attention that ran unchecked by then, for the headline's second line: named here only when
 // it is not all of what the closing lists (with its counts and the --probe-module) anyway.
-std::string uncheckedByThenText(const RunFacts& run, const std::vector<std::string>& kinds) {
+std::string uncheckedByThenText(const RunOverview& run, const std::vector<std::string>& kinds) {
   std::vector<std::string> listed;
   for (const UncheckedAttention& u : run.unchecked) listed.push_back(u.kind);
   if (kinds.size() > 1 && kinds == listed) return "every kind listed under 'attention not checked' below";
@@ -124,7 +124,7 @@ std::string kernelsText(const EdgeCall& edge) {
 
 // The headline and what follows it when the gradients went non-finite before any attention edge.
 std::string sentinelFirstText(const Report& report) {
-  const RunFacts& run = report.run;
+  const RunOverview& run = report.run;
   const Conclusion& conclusion = report.conclusion;
   const SentinelFinding& s = *conclusion.sentinel;
   std::ostringstream out;
@@ -163,7 +163,7 @@ std::string sentinelFirstText(const Report& report) {
 
 // The headline and what follows it when attention met the first non-finite values.
 std::string edgeText(const Report& report) {
-  const RunFacts& run = report.run;
+  const RunOverview& run = report.run;
   const Conclusion& conclusion = report.conclusion;
   const EdgeCall& edge = *report.first_edge;
   const CallRecord& c = edge.call;
@@ -239,7 +239,7 @@ std::string maskedRowsText(const CallRecord& call, const TensorHealth& mask) {
   return std::to_string(mask.masked_rows) + " rows of the mask " + mask.shape.text() + " have every key masked";
 }
 
-std::string summaryLine(const RunFacts& run) {
+std::string summaryLine(const RunOverview& run) {
   std::ostringstream out;
   bool passes = run.step_unit == StepUnit::kForwardPass;
   out << "run " << printable(run.dir) << ": " << run.ranks.size() << (run.ranks.size() == 1 ? " rank, " : " ranks, ")
@@ -270,7 +270,7 @@ std::string summarisedText(const Summarised& s) {
 std::string reportText(const Report& stored) {
   // Rendered from a copy whose texts are safe to print.
   const Report report = forTerminal(stored);
-  const RunFacts& run = report.run;
+  const RunOverview& run = report.run;
   const Conclusion& conclusion = report.conclusion;
   if (conclusion.outcome == Outcome::kNothingChecked) {
     return "nothing checked: no attention call was probed, so nanprov cannot call this run clean\n  why: " +

@@ -15,7 +15,7 @@ std::string reportText(const Report& report);
 
 // "run DIR: 2 ranks, 48 attention calls checked, 4 optimizer steps", and a second line when the
 // last calls of a process never reached the store. The directory is printed escaped.
-std::string summaryLine(const RunFacts& run);
+std::string summaryLine(const RunOverview& run);
 // What the store budget summarised, in one line ("" when nothing was): the counts stay, the
 // per-call detail of those steps is gone.
 std::string summarisedText(const Summarised& summarised);

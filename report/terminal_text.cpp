@@ -24,7 +24,7 @@ void escape(EdgeCall& edge) {
   }
 }
 
-void escape(RunFacts& run) {
+void escape(RunOverview& run) {
   for (std::string* s : {&run.dir, &run.torch}) escape(*s);
   for (std::vector<std::string>* texts : {&run.dirs, &run.damage, &run.command, &run.suggested_probe_modules}) escape(*texts);
   escape(run.signal);
@@ -32,7 +32,7 @@ void escape(RunFacts& run) {
   for (UncheckedAttention& u : run.unchecked) {
     for (std::string* s : {&u.what, &u.kind, &u.probe_module}) escape(*s);
   }
-  for (RankFacts& r : run.ranks) {
+  for (RankOverview& r : run.ranks) {
     escape(r.store);
     std::map<std::string, std::string> meta;
     for (const auto& [key, value] : r.meta) meta.emplace(printable(key), printable(value));

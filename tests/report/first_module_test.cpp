@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "report/run_facts.h"
+#include "report/run_overview.h"
 #include "store/reader.h"
 
 namespace nanprov {
@@ -172,9 +172,9 @@ TEST(FirstModule, TextSaysWhatTheModuleDidInEachPhase) {
   CallRecord edge;
   edge.step = 2;
   edge.module = "h.0.attn";
-  EXPECT_EQ(upstreamOriginText(RunFacts{}, std::nullopt, edge),
+  EXPECT_EQ(upstreamOriginText(RunOverview{}, std::nullopt, edge),
             "the origin is outside attention (nanprov run --trail names the module that made it)");
-  EXPECT_NE(upstreamOriginText(RunFacts{.trail_on = true, .trail_missed_compiled_code = true}, std::nullopt, edge)
+  EXPECT_NE(upstreamOriginText(RunOverview{.trail_on = true, .trail_missed_compiled_code = true}, std::nullopt, edge)
                 .find("the modules' backward inside some torch.compile'd code was not checked"),
             std::string::npos);
 }

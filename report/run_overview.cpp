@@ -1,4 +1,4 @@
-#include "report/run_facts.h"
+#include "report/run_overview.h"
 
 #include <algorithm>
 
@@ -8,8 +8,8 @@
 
 namespace nanprov {
 
-RunFacts runFactsOf(const RunData& run) {
-  RunFacts f{.dir = run.dir,
+RunOverview runOverviewOf(const RunData& run) {
+  RunOverview f{.dir = run.dir,
              .dirs = run.dirs,
              .step_unit = run.stepUnit(),
              .calls = run.total_calls,

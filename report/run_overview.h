@@ -17,7 +17,7 @@ namespace nanprov {
 
 struct RunData;
 
-struct RankFacts {
+struct RankOverview {
   int rank = 0;
   std::string store;                        // its store file
   int64_t steps = 0;                        // step boundaries recorded
@@ -25,7 +25,7 @@ struct RankFacts {
   std::map<std::string, std::string> meta;  // the store's meta table
 };
 
-struct RunFacts {
+struct RunOverview {
   std::string dir;                // the first directory given: the run's name in what is printed
   std::vector<std::string> dirs;  // every directory of the job (one per node)
   StepUnit step_unit = StepUnit::kOptimizerStep;
@@ -34,7 +34,7 @@ struct RunFacts {
   int64_t calls_not_stored = 0;   // begun by the probes, never committed (the process was killed)
   Summarised summarised;
   std::vector<std::string> damage;  // what in the run's files contradicts itself, a line each
-  std::vector<RankFacts> ranks;
+  std::vector<RankOverview> ranks;
   // The job: its world size, the ranks with no store read, those whose workers could not write
   // one (→ why), whether clocks of several hosts order its calls, and its id ("" when none).
   int world_size = 0;
@@ -54,7 +54,7 @@ struct RunFacts {
   std::optional<std::string> signal;
 };
 
-RunFacts runFactsOf(const RunData& run);
+RunOverview runOverviewOf(const RunData& run);
 
 // "step 3" or, for inference runs, "forward pass 3".
 std::string stepLabel(StepUnit unit, int64_t step);
