@@ -1,0 +1,90 @@
+#include "report/outcome.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "tests/report/synthetic_run.h"
+#include "tests/temp_dir.h"
+
+namespace nanprov {
+namespace {
+
+namespace fs = std::filesystem;
+using synthetic::forward;
+using synthetic::runOf;
+using synthetic::upstream;
+
+TEST(Outcome, CleanIsCheckedAndFiniteAndAnEdgeIsAFault) {
+  RunData clean = runOf({forward(0, 0, 0, 0)});
+  EXPECT_EQ(conclude(clean, analyze(clean), std::nullopt).outcome, Outcome::kClean);
+  RunData edge = runOf({forward(0, 0, 0, 0, /*o_nan=*/2)});
+  const Conclusion c = conclude(edge, analyze(edge), std::nullopt);
+  EXPECT_EQ(c.outcome, Outcome::kEdgeFound);
+  EXPECT_TRUE(outcomeIsFault(c.outcome));
+  EXPECT_FALSE(outcomeIsFault(Outcome::kClean));
+  EXPECT_STREQ(outcomeName(Outcome::kOutsideAttention), "outside_attention");
+  EXPECT_STREQ(outcomeName(Outcome::kNothingChecked), "nothing_checked");
+}
+
+// Gradients that went non-finite before any attention edge are the answer; with no attention
+// unchecked and every rank read, the origin is outside attention.
+TEST(Outcome, TheSentinelWinsWhenItsStepComesFirst) {
+  RunData run = runOf({upstream(0, 0, 3, 0)});
+  run.sentinel = {SentinelRecord{.rank = 0, .step = 1, .tensor = SentinelTensor::kGrad, .parameter = "embed.weight"},
+                  SentinelRecord{.rank = 0, .step = 1, .tensor = SentinelTensor::kParam, .parameter = "embed.weight"}};
+  const Conclusion c = conclude(run, analyze(run), std::nullopt);
+  EXPECT_TRUE(c.sentinel_first);
+  EXPECT_EQ(c.outcome, Outcome::kOutsideAttention);
+  ASSERT_TRUE(c.sentinel);
+  EXPECT_EQ(c.sentinel->gradients, std::vector<std::string>{"embed.weight"});
+  EXPECT_EQ(c.sentinel->values, std::vector<std::string>{"embed.weight"});
+  // A rank of the job not read may have made them: unattributed, never outside attention.
+  run.ranks[0].meta["world_size"] = "2";
+  const Conclusion partial = conclude(run, analyze(run), std::nullopt);
+  EXPECT_EQ(partial.outcome, Outcome::kUnattributed);
+  ASSERT_EQ(partial.unchecked_by_sentinel_step.size(), 1u);
+  EXPECT_EQ(partial.unchecked_by_sentinel_step[0], "the attention of rank 1 (its store was not read)");
+}
+
+// At one step, the rank that received the values through a collective comes after the rank that
+// sent them.
+TEST(Outcome, TheEarliestSentinelPrefersTheRankThatSentThem) {
+  RunData run;
+  run.sentinel = {SentinelRecord{.rank = 0, .step = 4, .parameter = "w"}, SentinelRecord{.rank = 1, .step = 4, .parameter = "w"},
+                  SentinelRecord{.rank = 2, .step = 6, .parameter = "w"}};
+  EXPECT_EQ(earliestSentinel(run, {})->rank, 0);
+  EXPECT_EQ(earliestSentinel(run, {{0, 4}})->rank, 1);
+  EXPECT_FALSE(earliestSentinel(RunData{}, {}));
+}
+
+// Nothing checked says why, from what `nanprov run` and the bootstrap left (run.json, processes/).
+TEST(Outcome, NothingCheckedSaysWhy) {
+  const fs::path dir = testing::freshDir("outcome-nothing");
+  RunData run = runOf({}, 0, dir.string());
+  run.ranks.clear();
+  run.settings.readable = true;
+  run.settings.signal = "SIGKILL";
+  Conclusion c = conclude(run, analyze(run), std::nullopt);
+  EXPECT_EQ(c.outcome, Outcome::kNothingChecked);
+  EXPECT_EQ(c.nothing_checked_why, "the training was killed by SIGKILL before any attention call");
+  run.settings = RunFile{};
+  EXPECT_EQ(conclude(run, analyze(run), std::nullopt).nothing_checked_why, "no Python process imported torch");
+  fs::create_directories(dir / "processes");
+  std::ofstream(dir / "processes" / "7.json") << R"({"pid": 7, "status": "no_probes", "detail": "torch 2.9"})";
+  EXPECT_EQ(conclude(run, analyze(run), std::nullopt).nothing_checked_why,
+            "no process was instrumented (see " + (dir / "processes").string() + ")");
+}
+
+// Attention recognised and not checked, with nothing non-finite: no fault, but partial.
+TEST(Outcome, UncheckedAttentionMakesACleanRunPartial) {
+  RunData run = runOf({forward(0, 0, 0, 0)});
+  run.ranks[0].meta["unprobed:flex_attention"] = "3";
+  const Conclusion c = conclude(run, analyze(run), std::nullopt);
+  EXPECT_EQ(c.outcome, Outcome::kPartial);
+  EXPECT_EQ(c.unprobed.at("flex_attention"), 3);
+}
+
+}  // namespace
+}  // namespace nanprov
