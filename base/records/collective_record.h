@@ -1,7 +1,7 @@
 // One checked collective (c10d::allreduce_, a reduce-scatter, an all-gather, ...) that carried a
 // non-finite value: its input on this rank before it ran and its output after. Collectives move
 // values between ranks, so a rank whose gradients went non-finite only through one is told which
-// collective, and which ranks sent the values (cli/collective_paths.h).
+// collective, and which ranks sent the values (report/collective_paths.h).
 #pragma once
 
 #include <cstdint>
