@@ -10,7 +10,6 @@
 #include <cstdlib>
 #include <mutex>
 #include <set>
-#include <typeinfo>
 #include <vector>
 
 #include "base/env.h"
@@ -210,13 +209,6 @@ CallName nameForward(const ForwardSite& site, uintptr_t link) {
   CallName name = session.identity().forward(site, link);
   if (name.opened_step) session.stepBegan(name.step);
   return name;
-}
-
-// The reason an exception gives, or its type when it gives none (a Python error surfacing as a
-// C++ exception can have an empty message).
-std::string reasonOf(const std::exception& e) {
-  std::string what = e.what();
-  return what.empty() ? std::string("exception of type ") + typeid(e).name() : what;
 }
 
 // The rank is set here, once: every record begins here.

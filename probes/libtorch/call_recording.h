@@ -3,12 +3,9 @@
 // and the probes of attention that runs no ATen op (foreign_calls.cpp).
 #pragma once
 
-#include <exception>
-#include <string>
-
 #include "probes/libtorch/call_capture.h"
+#include "probes/libtorch/guarded.h"
 #include "probes/core/call_identity.h"
-#include "base/log_once.h"
 #include "base/records/roles.h"
 #include "probes/core/session.h"
 
@@ -57,22 +54,6 @@ void inject(CallEvent& rec, const RoleTensors& outputs);
 // Measures every tensor of a finished call and records it: asynchronously on CUDA; on the CPU
 // synchronously, with the op itself as the call's kernel.
 void finish(CallEvent rec, const RoleTensors& tensors, const CallArgs& args);
-
-// The reason an exception gives, or its type when it gives none.
-std::string reasonOf(const std::exception& e);
-
-// Runs `body`; an exception is logged once under `what` and goes no further: the probes never
-// reach the training.
-template <typename F>
-void guarded(const char* what, F&& body) {
-  try {
-    body();
-  } catch (const std::exception& e) {
-    logOnce(what, std::string(what) + " failed, this call is not recorded: " + reasonOf(e));
-  } catch (...) {
-    logOnce(what, std::string(what) + " failed, this call is not recorded: unknown exception");
-  }
-}
 
 // Traces one CUDA call's kernels: an NVTX range and a CUPTI external correlation id from
 // construction to destruction, on the thread that runs it.

@@ -6,7 +6,7 @@
 #include <optional>
 #include <utility>
 
-#include "probes/libtorch/call_recording.h"
+#include "probes/libtorch/guarded.h"
 
 namespace nanprov {
 namespace {
