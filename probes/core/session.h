@@ -57,8 +57,8 @@ class Session {
   void learnRank(int rank, int world_size, int local_rank);
   const std::string& runDir() const { return run_dir_; }
 
-  // Queues a call for the store, as its maker left it (rank and health set: recordFor and
-  // recordCheckedCall in probes/libtorch). The store file is created by the first call, so
+  // Queues a call for the store, as its maker left it (rank and health set: CallRecorder in
+  // probes/libtorch, eventFor and its checked-call sink). The store file is created by the first call, so
   // processes that never run attention (a torchrun launcher) leave no file behind.
   void record(const CallEvent& call);
   void recordKernels(std::vector<KernelRecord> kernels);

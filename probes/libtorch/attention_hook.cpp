@@ -3,35 +3,29 @@
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/impl/TorchDispatchModeTLS.h>
-#include <torch/csrc/autograd/graph_task.h>
-#include <torch/csrc/profiler/orchestration/observer.h>
 #include <torch/library.h>
 
 #include <cstdlib>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <vector>
 
-#include "base/env.h"
-#include "base/records/call_name.h"
-#include "probes/libtorch/backward_watch.h"
-#include "probes/libtorch/call_capture.h"
-#include "probes/libtorch/call_recording.h"
-#include "probes/libtorch/collective_checks.h"
-#include "probes/libtorch/device_checks.h"
-#include "probes/libtorch/foreign_calls.h"
-#include "probes/libtorch/gradient_sentinel.h"
-#include "probes/libtorch/module_path_cache.h"
-#include "probes/libtorch/module_trail.h"
-#include "probes/libtorch/padded_lse.h"
-#include "probes/libtorch/probes.h"
 #include "base/records/roles.h"
 #include "base/wall_clock.h"
 #include "probes/core/probe_cost.h"
 #include "probes/core/session.h"
+#include "probes/libtorch/backward_watch.h"
+#include "probes/libtorch/call_recorder.h"
+#include "probes/libtorch/collective_checks.h"
+#include "probes/libtorch/foreign_calls.h"
+#include "probes/libtorch/gradient_sentinel.h"
+#include "probes/libtorch/guarded.h"
+#include "probes/libtorch/module_trail.h"
+#include "probes/libtorch/padded_lse.h"
+#include "probes/libtorch/probes.h"
 #include "probes/libtorch/softmax_attention.h"
 #include "probes/libtorch/tensor_health.h"
-#include "tracer/kernel_tracer.h"
 
 namespace nanprov {
 namespace {
@@ -86,9 +80,6 @@ bool probeable(const Stack& stack, size_t num_arguments) {
   }
   return true;
 }
-
-// The grad mode of the code around each compiled graph running on this thread, innermost last.
-thread_local std::vector<bool> t_compiled_grad;
 
 ProbedOp resolve(const c10::OperatorHandle& handle, const AttentionOp* desc) {
   ProbedOp probed;
@@ -146,7 +137,7 @@ uintptr_t addressOf(const Tensors& tensors, Role role) {
 
 }  // namespace
 
-// Shared with foreign_calls.cpp (probes/libtorch/call_recording.h).
+// Shared with the probes of other attention (attention_hook.h).
 
 bool insideProbedOp() { return t_depth > 0; }
 
@@ -171,8 +162,7 @@ namespace {
 thread_local int t_worker_depth = 0;
 }
 
-WorkerCall::WorkerCall() {
-  Session& session = probes().session();
+WorkerCall::WorkerCall(Session& session) {
   if (!session.inWorker()) return;
   held_ = true;
   if (t_worker_depth++ == 0) session.countWorkerCall();
@@ -180,99 +170,6 @@ WorkerCall::WorkerCall() {
 
 WorkerCall::~WorkerCall() {
   if (held_) --t_worker_depth;
-}
-
-// Where a forward call runs: its module, whether autograd's engine is running it (activation
-// checkpointing recomputing the forward inside backward), and whether gradients are on.
-ForwardSite siteOfForward(const at::Tensor& q) {
-  Probes& p = probes();
-  ForwardSite site;
-  site.compiled = !t_compiled_grad.empty();
-  // Inside a compiled graph the bootstrap names calls in graph order: every call must ask it.
-  site.module = site.compiled ? InternedText(p.session().modulePath())
-                              : p.modulePaths().path(ModulePathCache::sourceParameter(q), [&p] { return p.session().modulePath(); });
-  site.in_backward = torch::autograd::get_current_graph_task_id() != -1;
-  site.grad_enabled = t_compiled_grad.empty() ? at::GradMode::is_enabled() : t_compiled_grad.back();
-  site.grad_enabled = site.grad_enabled && !c10::InferenceMode::is_enabled();
-  return site;
-}
-
-// A forward call's name; a call that begins the next inference forward pass closes the last.
-CallName nameForward(const ForwardSite& site) { return nameForward(site, 0); }
-
-CallName nameForward(const ForwardSite& site, uintptr_t link) {
-  Session& session = probes().session();
-  if (std::optional<CallName> module_call = claimBoundaryName()) {
-    if (link) session.identity().link(*module_call, link);
-    return *module_call;
-  }
-  CallName name = session.identity().forward(site, link);
-  if (name.opened_step) session.stepBegan(name.step);
-  return name;
-}
-
-// The rank is set here, once: every record begins here.
-CallEvent recordFor(const CallName& name, const AttentionOp& desc, Phase phase) {
-  Session& session = probes().session();
-  session.callBegun();
-  return CallEvent{.seq = name.seq, .rank = session.rank(), .step = name.step, .layer = name.layer, .call = name.call, .phase = phase,
-                   .fwd_seq = name.fwd_seq, .recompute = name.recompute, .op = desc.name, .backend = desc.backend,
-                   .module = name.module.c_str(), .compiled = name.compiled_training || !t_compiled_grad.empty()};
-}
-
-bool onCuda(const Tensors& tensors) { return cudaDeviceOf(tensors) >= 0; }
-
-static constexpr const char* kProfilerReason =
-    "torch.profiler was active: CUPTI serves one activity client per process, and the profiler had it";
-
-CallTrace::CallTrace(const CallName& name, int rank) {
-  KernelTracer& tracer = probes().tracer();
-  // Checked before CUPTI is touched: registering our buffers now would take the profiler's.
-  if (torch::profiler::impl::profilerEnabled()) {
-    tracer.yield(kProfilerReason);
-  } else if (!tracer.start().ok()) {
-    reason_ = tracer.unattributedReason();
-  } else if (tracer.yielded()) {
-    tracer.reclaim();
-  }
-  traced_ = tracer.enter(name.seq, tracer.wantsLabel() ? callName(rank, name.layer, name.call) : std::string());
-  if (!traced_ && *reason_ == '\0') reason_ = tracer.unattributedReason();
-}
-
-CallTrace::~CallTrace() { probes().tracer().exit(); }
-
-void inject(CallEvent& rec, const Tensors& outputs) {
-  Session& session = probes().session();
-  for (const InjectionSpec& spec : session.injections()) {
-    if (!spec.where.matches(session.rank(), rec.layer, rec.step, rec.call, rec.phase)) continue;
-    for (const auto& [role, t] : outputs) {
-      if (role != spec.tensor) continue;
-      corrupt(t, spec);
-      rec.injected = roleName(role);
-    }
-  }
-}
-
-void finish(CallEvent rec, const Tensors& tensors, const CallArgs& args) {
-  ProbeCost::countCall();
-  if (rec.phase == Phase::kForward) noteCheckedCall();
-  // Stored for the known-issue matcher (some need dropout on, some off): the call's own word.
-  for (const auto& [name, value] : args) {
-    if (name == "dropout_p" && value.isDouble()) rec.dropout_p = value.toDouble();
-  }
-  rec.device = Device::fromIndex(cudaDeviceOf(tensors));
-  if (!rec.device.isCpu()) {
-    probes().checks().submit(std::move(rec), tensors, args);
-    return;
-  }
-  // On the CPU the call's kernel is the op itself: readers show it from the call's own row
-  // (store/reader.h), so the store does not repeat it. Deferred as a CUDA call is (device_checks.h).
-  probes().checks().submitHost(std::move(rec), tensors, args);
-}
-
-Tensors concat(Tensors a, const Tensors& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
 }
 
 namespace {
@@ -286,9 +183,10 @@ void runOp(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack* sta
 
 // The caller opened a kDispatching scope: everything here that no other stage claims is that.
 void probeFusedCall(const ProbedOp* probed, const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack* stack) {
-  if (probed && (t_depth > 0 || !probes().session().active() || !probeable(*stack, probed->num_arguments))) probed = nullptr;
+  Probes& p = probes();
+  if (probed && (t_depth > 0 || !p.session().active() || !probeable(*stack, probed->num_arguments))) probed = nullptr;
   if (!probed) {
-    WorkerCall counted;
+    WorkerCall counted(p.session());
     ProbeCost::Scope op(ProbeStage::kTheOp);
     handle.redispatchBoxed(ks & kBelowProbe, stack);
     return;
@@ -298,15 +196,14 @@ void probeFusedCall(const ProbedOp* probed, const c10::OperatorHandle& handle, c
   Tensors inputs = takeInputs(*probed, *stack);
   unpadLse(*probed->desc, inputs, inputs);  // a backward's LSE input
   CallArgs args = takeArgs(*probed, *stack);
-  Session& session = probes().session();
-  CallIdentity& ids = session.identity();
+  CallRecorder& recorder = p.recorder();
   const bool forward = desc.phase == Phase::kForward;
   // On CUDA a call is named before it runs, so its kernels are traced under its name. On the
   // CPU, and on CUDA once the trace window is over, there is nothing to trace: a forward is
   // named after it ran, with its output's address for its backward, under one lock. Nothing
   // here may reach the op: on any failure the op runs unprobed.
   const bool cuda = onCuda(inputs);
-  const bool traced = cuda && !probes().tracer().settled();
+  const bool traced = cuda && recorder.tracing();
   const bool name_first = traced || !forward;
   CallName name;
   std::optional<CallTrace> trace;
@@ -315,10 +212,10 @@ void probeFusedCall(const ProbedOp* probed, const c10::OperatorHandle& handle, c
     guarded("attention probe", [&] {
       {
         ProbeCost::Scope cost(ProbeStage::kNaming);
-        name = forward ? nameForward(siteOfForward(tensorOf(inputs, Role::kQ))) : ids.backward(addressOf(inputs, Role::kO));
+        name = forward ? recorder.nameForward(tensorOf(inputs, Role::kQ)) : recorder.nameBackward(addressOf(inputs, Role::kO));
       }
       ProbeCost::Scope cost(ProbeStage::kTracing);
-      if (traced) trace.emplace(name, session.rank());
+      if (traced) trace.emplace(recorder, name);
       named = true;
     });
   }
@@ -330,7 +227,7 @@ void probeFusedCall(const ProbedOp* probed, const c10::OperatorHandle& handle, c
   runOp(handle, ks, stack);
   int64_t end = wallClockNs();
   // A CUDA call past the trace window keeps the reason its kernels are not attributed.
-  const char* unattributed = cuda && !traced ? probes().tracer().unattributedReason() : "";
+  const char* unattributed = cuda && !traced ? recorder.untracedReason() : "";
   if (trace) {
     ProbeCost::Scope cost(ProbeStage::kTracing);
     unattributed = trace->unattributed();
@@ -346,16 +243,16 @@ void probeFusedCall(const ProbedOp* probed, const c10::OperatorHandle& handle, c
     if (forward) {
       ProbeCost::Scope cost(ProbeStage::kNaming);
       uintptr_t link = addressOf(outputs, Role::kO);
-      if (name_first) ids.link(name, link);
-      else name = nameForward(siteOfForward(tensorOf(inputs, Role::kQ)), link);
+      if (name_first) recorder.link(name, link);
+      else name = recorder.nameForward(tensorOf(inputs, Role::kQ), link);
     }
     ProbeCost::Scope cost(ProbeStage::kDescribing);
-    CallEvent rec = recordFor(name, desc, desc.phase);
+    CallEvent rec = recorder.eventFor(name, desc, desc.phase);
     rec.start_ns = start;
     rec.end_ns = end;
     rec.unattributed = unattributed;
-    inject(rec, outputs);
-    finish(std::move(rec), concat(std::move(inputs), outputs), args);
+    recorder.inject(rec, outputs);
+    recorder.finish(std::move(rec), concat(std::move(inputs), outputs), args);
   });
 }
 
@@ -390,8 +287,9 @@ class OperatorProbe : public c10::OperatorKernel {
 // its own inputs and output, and its projection weights as arguments.
 void nativeMhaKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack* stack) {
   ProbeCost::Scope dispatching(ProbeStage::kDispatching);
-  if (t_depth > 0 || !probes().session().active() || !probeable(*stack, g_native_mha->num_arguments)) {
-    WorkerCall counted;
+  Probes& p = probes();
+  if (t_depth > 0 || !p.session().active() || !probeable(*stack, g_native_mha->num_arguments)) {
+    WorkerCall counted(p.session());
     ProbeCost::Scope op(ProbeStage::kTheOp);
     handle.redispatchBoxed(ks & kBelowProbe, stack);
     return;
@@ -409,12 +307,13 @@ void nativeMhaKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, 
   ++t_fused_calls;  // an enclosing encoder-layer op ran checked attention
   guarded("fast-path attention probe", [&] {
     Tensors outputs = takeOutputs(kNativeMhaOp, *stack, handle.schema().returns().size());
-    CallEvent rec = recordFor(nameForward(siteOfForward(tensorOf(inputs, Role::kQ))), kNativeMhaOp, Phase::kForward);
+    CallRecorder& recorder = p.recorder();
+    CallEvent rec = recorder.eventFor(recorder.nameForward(tensorOf(inputs, Role::kQ)), kNativeMhaOp, Phase::kForward);
     rec.start_ns = start;
     rec.end_ns = end;
     if (onCuda(inputs)) rec.unattributed = "the fast-path op ran its own kernels outside a traced call";
-    inject(rec, outputs);
-    finish(std::move(rec), concat(std::move(inputs), outputs), args);
+    recorder.inject(rec, outputs);
+    recorder.finish(std::move(rec), concat(std::move(inputs), outputs), args);
   });
 }
 
@@ -425,11 +324,12 @@ thread_local int t_unprobed_depth = 0;  // the encoder-layer op runs the attenti
 
 void unprobedKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack* stack) {
   int64_t fused_before = t_fused_calls;
-  bool count = t_depth == 0 && t_unprobed_depth == 0 && probes().session().active() &&
+  Session& session = probes().session();
+  bool count = t_depth == 0 && t_unprobed_depth == 0 && session.active() &&
                probeable(*stack, handle.schema().arguments().size());
   ++t_unprobed_depth;
   try {
-    WorkerCall counted;
+    WorkerCall counted(session);
     handle.redispatchBoxed(ks & kBelowProbe, stack);
   } catch (...) {
     --t_unprobed_depth;
@@ -437,13 +337,14 @@ void unprobedKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, S
   }
   --t_unprobed_depth;
   if (count && t_fused_calls == fused_before) {
-    guarded("unprobed attention count", [&] { probes().session().countUnprobed(handle.schema().name()); });
+    guarded("unprobed attention count", [&] { session.countUnprobed(handle.schema().name()); });
   }
 }
 
 // The MATH path's backward runs as separate autograd ops: assembled from tensor hooks on O and
 // the inputs (backward_watch.h).
-void watchMathBackward(const CallName& fwd, const Tensors& inputs, const CallArgs& args, const at::Tensor& out) {
+void watchMathBackward(CallRecorder& recorder, const CallName& fwd, const Tensors& inputs, const CallArgs& args,
+                       const at::Tensor& out) {
   if (!out.requires_grad()) return;
   std::vector<WatchedGradient> watched = {{Role::kdO, out, {}}};
   for (const auto& [role, t] : inputs) {
@@ -451,7 +352,7 @@ void watchMathBackward(const CallName& fwd, const Tensors& inputs, const CallArg
       watched.push_back({role == Role::kQ ? Role::kdQ : role == Role::kK ? Role::kdK : Role::kdV, t, {}});
     }
   }
-  watchBackward(fwd, kMathOp, concat(inputs, {{Role::kO, out}}), args, std::move(watched),
+  watchBackward(recorder, fwd, kMathOp, concat(inputs, {{Role::kO, out}}), args, std::move(watched),
                 "the MATH backward runs as separate autograd ops; its kernels are not one call's");
 }
 
@@ -495,13 +396,15 @@ void runCompositeSdpa(const c10::OperatorHandle& handle, c10::DispatchKeySet ks,
 }
 
 void sdpaKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack* stack) {
-  if (t_depth > 0 || !probes().session().active() || !probeable(*stack, g_sdpa->num_arguments)) {
-    WorkerCall counted;
+  Probes& p = probes();
+  if (t_depth > 0 || !p.session().active() || !probeable(*stack, g_sdpa->num_arguments)) {
+    WorkerCall counted(p.session());
     runCompositeSdpa(handle, ks, stack);
     return;
   }
   Tensors inputs = takeInputs(*g_sdpa, *stack);
   CallArgs args = takeArgs(*g_sdpa, *stack);
+  CallRecorder& recorder = p.recorder();
   // On CUDA, while kernels are traced, a MATH call is named first, so its kernels are traced
   // under its name; elsewhere (the CPU, past the trace window, or a fused backend probed
   // underneath) it is named after it ran, if it was MATH at all. Asking SDPA for its backend is
@@ -509,39 +412,34 @@ void sdpaKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack
   std::optional<CallName> name;
   std::optional<CallTrace> trace;
   const bool cuda = onCuda(inputs);
-  if (cuda && !probes().tracer().settled()) {
+  if (cuda && recorder.tracing()) {
     guarded("math attention probe", [&] {
       if (!mathOnCuda(*stack)) return;
-      name = nameForward(siteOfForward(tensorOf(inputs, Role::kQ)));
-      trace.emplace(*name, probes().session().rank());
+      name = recorder.nameForward(tensorOf(inputs, Role::kQ));
+      trace.emplace(recorder, *name);
     });
   }
   int64_t fused_before = t_fused_calls;
   int64_t start = wallClockNs();
   runCompositeSdpa(handle, ks, stack);
   int64_t end = wallClockNs();
-  const char* unattributed = trace ? trace->unattributed() : cuda ? probes().tracer().unattributedReason() : "";
+  const char* unattributed = trace ? trace->unattributed() : cuda ? recorder.untracedReason() : "";
   trace.reset();
   if (t_fused_calls != fused_before) return;  // a fused backend was probed underneath
   guarded("math attention probe", [&] {
     at::Tensor out = stack->back().toTensor();
-    if (!name) name = nameForward(siteOfForward(tensorOf(inputs, Role::kQ)));
-    CallEvent rec = recordFor(*name, kMathOp, Phase::kForward);
+    if (!name) name = recorder.nameForward(tensorOf(inputs, Role::kQ));
+    CallEvent rec = recorder.eventFor(*name, kMathOp, Phase::kForward);
     rec.start_ns = start;
     rec.end_ns = end;
     rec.unattributed = unattributed;
-    inject(rec, {{Role::kO, out}});
-    watchMathBackward(*name, inputs, args, out);
-    finish(std::move(rec), concat(inputs, {{Role::kO, out}}), args);
+    recorder.inject(rec, {{Role::kO, out}});
+    watchMathBackward(recorder, *name, inputs, args, out);
+    recorder.finish(std::move(rec), concat(inputs, {{Role::kO, out}}), args);
   });
 }
 
 }  // namespace
-
-void setCompiledGradMode(int mode) {
-  if (mode >= 0) t_compiled_grad.push_back(mode == 1);
-  else if (!t_compiled_grad.empty()) t_compiled_grad.pop_back();
-}
 
 Status installAttentionProbes() {
   static std::once_flag once;

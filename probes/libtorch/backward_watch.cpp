@@ -5,9 +5,8 @@
 #include <optional>
 
 #include "base/wall_clock.h"
-#include "probes/core/session.h"
-#include "probes/libtorch/call_recording.h"
-#include "probes/libtorch/probes.h"
+#include "probes/libtorch/call_recorder.h"
+#include "probes/libtorch/guarded.h"
 #include "probes/libtorch/tensor_health.h"
 
 namespace nanprov {
@@ -15,6 +14,7 @@ namespace {
 
 struct PendingBackward {
   std::mutex mu;
+  CallRecorder* recorder = nullptr;  // the process's, never destroyed
   CallName fwd;
   const AttentionOp* desc = nullptr;
   const char* unattributed = "";
@@ -28,24 +28,17 @@ struct PendingBackward {
     std::lock_guard<std::mutex> lock(mu);
     at::Tensor replaced;
     guarded("backward probe", [&] {
-      Session& session = probes().session();
       if (!rec) {
-        rec = recordFor(session.identity().backwardOf(fwd), *desc, Phase::kBackward);
+        rec = recorder->eventFor(recorder->nameBackwardOf(fwd), *desc, Phase::kBackward);
         rec->start_ns = wallClockNs();
       }
-      auto recorded = [&](const at::Tensor& g) { return w.as_recorded ? w.as_recorded(g) : g; };
-      for (const InjectionSpec& spec : session.injections()) {
-        if (spec.tensor == w.role && spec.where.matches(session.rank(), rec->layer, rec->step, rec->call, Phase::kBackward)) {
-          replaced = grad.clone();
-          corrupt(recorded(replaced), spec);
-          rec->injected = roleName(w.role);
-        }
-      }
-      grads.emplace_back(w.role, recorded(replaced.defined() ? replaced : grad));
+      replaced = recorder->injectGradient(*rec, w.role, grad, w.as_recorded);
+      const at::Tensor& received = replaced.defined() ? replaced : grad;
+      grads.emplace_back(w.role, w.as_recorded ? w.as_recorded(received) : received);
       if (static_cast<int>(grads.size()) == expected) {
         rec->end_ns = wallClockNs();
         if (onCuda(grads)) rec->unattributed = unattributed;
-        finish(std::move(*rec), concat(std::move(fwd_tensors), grads), fwd_args);
+        recorder->finish(std::move(*rec), concat(std::move(fwd_tensors), grads), fwd_args);
         rec.reset();
         grads.clear();
       }
@@ -56,9 +49,10 @@ struct PendingBackward {
 
 }  // namespace
 
-void watchBackward(const CallName& fwd, const AttentionOp& desc, const RoleTensors& fwd_tensors, const CallArgs& args,
-                   std::vector<WatchedGradient> watched, const char* unattributed) {
+void watchBackward(CallRecorder& recorder, const CallName& fwd, const AttentionOp& desc, const RoleTensors& fwd_tensors,
+                   const CallArgs& args, std::vector<WatchedGradient> watched, const char* unattributed) {
   auto pending = std::make_shared<PendingBackward>();
+  pending->recorder = &recorder;
   pending->fwd = fwd;
   pending->desc = &desc;
   pending->unattributed = unattributed;

@@ -14,6 +14,8 @@
 
 namespace nanprov {
 
+class CallRecorder;
+
 struct WatchedGradient {
   Role role;          // kdO, kdQ, kdK or kdV
   at::Tensor tensor;  // the forward tensor autograd hands that gradient to; needs grad
@@ -22,9 +24,10 @@ struct WatchedGradient {
   std::function<at::Tensor(const at::Tensor&)> as_recorded;
 };
 
-// `fwd_tensors` are held detached until the backward is recorded; `desc` names the backward's op
-// (its phase is taken as backward). `unattributed`: why a CUDA backward's kernels are not its own.
-void watchBackward(const CallName& fwd, const AttentionOp& desc, const RoleTensors& fwd_tensors, const CallArgs& args,
+// `fwd_tensors` are held detached until the backward is recorded by `recorder`; `desc` names the
+// backward's op (its phase is taken as backward). `unattributed`: why a CUDA backward's kernels are
+// not its own.
+void watchBackward(CallRecorder& recorder, const CallName& fwd, const AttentionOp& desc, const RoleTensors& fwd_tensors, const CallArgs& args,
                    std::vector<WatchedGradient> watched, const char* unattributed);
 
 }  // namespace nanprov

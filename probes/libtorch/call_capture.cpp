@@ -19,11 +19,9 @@
 #include "base/records/torch_dtype.h"
 #include "probes/core/audit_slice.h"
 #include "base/records/call_health.h"
-#include "probes/core/probe_cost.h"
 #include "base/records/roles.h"
 #include "probes/core/run_facts.h"
 #include "probes/core/session.h"
-#include "probes/libtorch/probes.h"
 #include "store/capture_file.h"
 
 #if NANPROV_HAVE_CUDA
@@ -393,15 +391,6 @@ void Captures::describeLayout(const RoleTensors& run_tensors, CaptureFile& file)
     file.metadata["offset." + name] = std::to_string(t.storage_offset());
     file.metadata["align." + name] = std::to_string(pointerAlignment(t.data_ptr()));
   }
-}
-
-void recordCheckedCall(CallEvent rec, const RoleTensors& tensors, const CallArgs& args, const char* missing) {
-  ProbeCost::Scope cost(ProbeStage::kRecording);
-  // Classified once, here, where the tensors' health is complete: the capture policy and the
-  // store both read it (readers find edges by it).
-  rec.health = static_cast<int>(edgeKindOf(rec));
-  probes().captures().offer(rec, tensors, args, missing);
-  probes().session().record(rec);
 }
 
 std::map<std::string, std::string> environmentOf(const Device& device) {

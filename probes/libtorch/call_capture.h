@@ -64,10 +64,6 @@ class Captures {
   CaptureWriter writer_;
 };
 
-// Where every checked call ends: offered for capture, then recorded in the store. `missing`, as
-// Captures::offer's.
-void recordCheckedCall(CallEvent rec, const RoleTensors& tensors, const CallArgs& args, const char* missing = nullptr);
-
 // Where the training runs and with what: the torch nanprov was built for and, on a CUDA device,
 // the CUDA runtime, cuDNN and the GPU ("NVIDIA H200 (sm_90)"), and on every device the facts the
 // bootstrap read (run_facts.h: CUDA build, loaded cuDNN, Triton, ptxas, FA4). Captures carry it, for replay and

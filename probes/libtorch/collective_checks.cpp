@@ -15,7 +15,8 @@
 #include "base/wall_clock.h"
 #include "probes/core/probe_cost.h"
 #include "probes/core/session.h"
-#include "probes/libtorch/call_recording.h"
+#include "probes/libtorch/attention_hook.h"
+#include "probes/libtorch/guarded.h"
 #include "probes/libtorch/probes.h"
 
 namespace nanprov {

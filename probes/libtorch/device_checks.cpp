@@ -12,7 +12,7 @@
 #include "base/log_once.h"
 #include "base/records/roles.h"
 #include "probes/core/probe_cost.h"
-#include "probes/libtorch/probes.h"
+#include "probes/core/session.h"
 
 #if NANPROV_HAVE_CUDA
 #include "kernels/health_check_queue.h"
@@ -157,21 +157,24 @@ constexpr const char* kModifiedUnprobed =
 
 }  // namespace
 
-DeviceChecks::DeviceChecks()
+DeviceChecks::DeviceChecks(Session& session, KernelTracer& tracer, CheckedCallSink& sink)
     : id_(g_next_checks_id.fetch_add(1)),
+      session_(session),
+      sink_(sink),
+      graphs_(session, tracer, sink),
       budget_(envInteger("NANPROV_HOLD_BYTES", kDefaultHoldBytes, 0)),
       defer_(static_cast<int>(std::min<int64_t>(envInteger("NANPROV_DEFER_CHECKS", 0, 0), 2))) {}
 
 void DeviceChecks::recordMeasuredSynchronously(CallEvent rec, const RoleTensors& tensors, const CallArgs& args) {
   for (const auto& [role, t] : tensors) rec.tensors.push_back(measureTensor(t, role));
   sync_measures_ += static_cast<int64_t>(tensors.size());
-  recordCheckedCall(std::move(rec), tensors, args);
+  sink_.record(std::move(rec), tensors, args);
 }
 
 void DeviceChecks::submit(CallEvent rec, const RoleTensors& tensors, const CallArgs& args) {
   ProbeCost::Scope cost(ProbeStage::kSubmitting);
   if (tensors.empty()) {
-    probes().session().record(rec);
+    session_.record(rec);
     return;
   }
   const int device = rec.device.index;  // finish() found it; -1 on the CPU
@@ -223,20 +226,20 @@ void DeviceChecks::submit(CallEvent rec, const RoleTensors& tensors, const CallA
     views.push_back(*view);
   }
   if (in_graph) {
-    probes().session().callBegun(-1);  // this call did not run: its graph's replays are the calls
+    session_.callBegun(-1);  // this call did not run: its graph's replays are the calls
     std::string why = unreadable_in_graph ? "attention captured into a CUDA graph with a tensor the check cannot read"
                       : views.empty()     ? "attention captured into a CUDA graph with no tensor to check"
                                           : graphs_.capture(rec, pending.checked, views.data(),
                                                             static_cast<int>(views.size()), device, stream.native_handle());
     if (!why.empty()) {
       logOnce("graph capture", why + ": not checked");
-      probes().session().countUnprobed(why);
+      session_.countUnprobed(why);
     }
     return;
   }
   pending.rec = std::move(rec);
   if (views.empty()) {
-    recordCheckedCall(std::move(pending.rec), tensors, args);
+    sink_.record(std::move(pending.rec), tensors, args);
     return;
   }
   if (GraphChecks::inGraphPool()) {
@@ -254,7 +257,7 @@ void DeviceChecks::submit(CallEvent rec, const RoleTensors& tensors, const CallA
 void DeviceChecks::submitHost(CallEvent rec, const RoleTensors& tensors, const CallArgs& args) {
   if (!rec.compiled && defer(rec, tensors, args, -1, std::nullopt)) return;
   for (const auto& [role, t] : tensors) rec.tensors.push_back(measureTensor(t, role));
-  recordCheckedCall(std::move(rec), tensors, args);
+  sink_.record(std::move(rec), tensors, args);
 }
 
 bool DeviceChecks::defer(CallEvent& rec, const RoleTensors& tensors, const CallArgs& args, int device,
@@ -383,11 +386,11 @@ void DeviceChecks::flushCalls(int device, const std::optional<c10::Stream>& stre
     if (p.rec.modified_roles != 0) {
       modified_.fetch_add(1, std::memory_order_relaxed);
       fallBack(p.rec);
-      probes().session().countUnprobed(kModifiedUnprobed);
+      session_.countUnprobed(kModifiedUnprobed);
     }
     if (device < 0 || p.checked.empty()) {  // the CPU, or nothing left to launch for
       held_bytes_.fetch_sub(d.held_bytes, std::memory_order_relaxed);
-      recordCheckedCall(std::move(p.rec), p.held, p.args);
+      sink_.record(std::move(p.rec), p.held, p.args);
       continue;
     }
     p.first = static_cast<int>(views.size() - p.checked.size());
@@ -816,7 +819,7 @@ void DeviceChecks::complete(Lane& lane, uint64_t slot, const HealthCounts* count
       Pending& p = parts[i];
       if (n == static_cast<int>(total)) {
         takeCounts(p.rec, p.checked, counts + p.first, static_cast<int>(p.checked.size()));
-        recordCheckedCall(std::move(p.rec), p.held, p.args, p.missing);
+        sink_.record(std::move(p.rec), p.held, p.args, p.missing);
       }
       release(p);
       p.checked.clear();
@@ -829,7 +832,7 @@ void DeviceChecks::complete(Lane& lane, uint64_t slot, const HealthCounts* count
     return;
   }
   takeCounts(pending.rec, pending.checked, counts, n);
-  recordCheckedCall(std::move(pending.rec), pending.held, pending.args, pending.missing);
+  sink_.record(std::move(pending.rec), pending.held, pending.args, pending.missing);
   release(pending);
 }
 

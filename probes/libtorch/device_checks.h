@@ -44,6 +44,7 @@
 
 #include "kernels/health_check.h"
 #include "probes/libtorch/call_capture.h"
+#include "probes/libtorch/checked_call_sink.h"
 #include "probes/libtorch/graph_checks.h"
 #include "probes/libtorch/tensor_health.h"
 #include "base/inline_vector.h"
@@ -60,17 +61,22 @@ namespace kernels {
 class HealthCheckQueue;
 }
 
+class KernelTracer;
+class Session;
+
 // Fills the counts of rec.tensors[checked[i]] from a kernel's counts[i], i < n.
 void takeCounts(CallEvent& rec, const GraphChecks::Checked& checked, const kernels::HealthCounts* counts, int n);
 
 class DeviceChecks {
  public:
-  DeviceChecks();
+  // Checked calls go to `sink` (CallRecorder) once their health is known, from the thread that
+  // collects them; what could not be checked is counted in `session`. `tracer` is GraphChecks'.
+  DeviceChecks(Session& session, KernelTracer& tracer, CheckedCallSink& sink);
   DeviceChecks(const DeviceChecks&) = delete;
   DeviceChecks& operator=(const DeviceChecks&) = delete;
 
   // Checks `tensors` (all on the CUDA device rec.device) and records `rec` with their health once known,
-  // offering it for capture with `args` (recordCheckedCall). What the fused kernel cannot read
+  // offering it for capture with `args` (CheckedCallSink). What the fused kernel cannot read
   // (float64, more than 6 dims) is measured synchronously, and counted as a host synchronisation.
   void submit(CallEvent rec, const RoleTensors& tensors, const CallArgs& args);
   // A CPU call's tensors: deferred to its thread's batch as a CUDA call's are, or measured now.
@@ -215,6 +221,8 @@ class DeviceChecks {
   void measureOnHost(const std::vector<at::Tensor>& tensors, Measured done, uint64_t context);
 
   const uint64_t id_;  // tells this instance's lanes in a thread's cache from an earlier one's
+  Session& session_;
+  CheckedCallSink& sink_;
   std::array<std::atomic<Lane*>, kMaxLanes> lanes_{};
   std::atomic<int> lane_count_{0};
   std::array<bool, kMaxDevices> failed_{};  // no queue can be made on the device

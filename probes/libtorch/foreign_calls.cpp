@@ -10,7 +10,9 @@
 
 #include "base/interned_text.h"
 #include "base/wall_clock.h"
-#include "probes/libtorch/call_recording.h"
+#include "probes/libtorch/attention_hook.h"
+#include "probes/libtorch/call_recorder.h"
+#include "probes/libtorch/guarded.h"
 #include "probes/libtorch/probes.h"
 
 namespace nanprov {
@@ -30,18 +32,17 @@ struct OpenCall {
 thread_local std::vector<OpenCall> t_open;
 thread_local int64_t t_recorded = 0;
 
-bool probing() { return !insideProbedOp() && probes().session().active(); }
+bool probing(Probes& p) { return !insideProbedOp() && p.session().active(); }
 
 void beginCall(const at::Tensor& q, const std::optional<at::Tensor>& o, bool boundary) {
   OpenCall open;
   open.boundary = boundary;
-  if (probing()) {
+  if (Probes& p = probes(); probing(p)) {
     guarded("attention probe", [&] {
-      Session& session = probes().session();
-      open.name = o ? session.identity().backward(reinterpret_cast<uintptr_t>(o->data_ptr()))
-                    : nameForward(siteOfForward());
+      CallRecorder& recorder = p.recorder();
+      open.name = o ? recorder.nameBackward(reinterpret_cast<uintptr_t>(o->data_ptr())) : recorder.nameForward();
       open.start_ns = wallClockNs();
-      if (q.is_cuda()) open.trace = std::make_unique<CallTrace>(*open.name, session.rank());
+      if (q.is_cuda()) open.trace = std::make_unique<CallTrace>(recorder, *open.name);
     });
   }
   t_open.push_back(std::move(open));
@@ -58,7 +59,8 @@ bool checkedInside() { return !t_open.empty() && t_open.back().checked_inside; }
 // The name a finished call gets, and its timing and kernels: from its bracket when it had one,
 // else named now by `name_now`.
 template <typename NameNow>
-CallEvent closeCall(const AttentionOp& desc, NameNow&& name_now, const RoleTensors& outputs, CallName* named) {
+CallEvent closeCall(CallRecorder& recorder, const AttentionOp& desc, NameNow&& name_now, const RoleTensors& outputs,
+                    CallName* named) {
   std::optional<OpenCall> open;
   if (!t_open.empty()) {
     open = std::move(t_open.back());
@@ -66,7 +68,7 @@ CallEvent closeCall(const AttentionOp& desc, NameNow&& name_now, const RoleTenso
   }
   bool bracketed = open && open->name;
   *named = bracketed ? *open->name : name_now();
-  CallEvent rec = recordFor(*named, desc, desc.phase);
+  CallEvent rec = recorder.eventFor(*named, desc, desc.phase);
   rec.end_ns = wallClockNs();
   rec.start_ns = bracketed ? open->start_ns : rec.end_ns;
   if (bracketed && open->trace) rec.unattributed = open->trace->unattributed();
@@ -96,8 +98,9 @@ void recordCall(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, c
                 const std::optional<at::Tensor>& cu_seqlens_k, const std::string& op, const std::string& backend,
                 const std::string& note, const std::optional<at::Tensor>& mask, const std::optional<at::Tensor>& link,
                 const std::string& kernel_backend, std::optional<double> dropout_p) {
-  if (!probing()) {
-    WorkerCall counted;  // a DataLoader worker's: counted for its rank
+  Probes& p = probes();
+  if (!probing(p)) {
+    WorkerCall counted(p.session());  // a DataLoader worker's: counted for its rank
     abandonCall();
     return;
   }
@@ -105,12 +108,13 @@ void recordCall(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, c
     // Interned: the event outlives this call's strings.
     const AttentionOp desc = {internText(op), internText(backend), Phase::kForward, {Role::kO}};
     RoleTensors outputs = {{Role::kO, o}};
+    CallRecorder& recorder = p.recorder();
     CallName name;
-    CallEvent rec = closeCall(desc, [] { return nameForward(siteOfForward()); }, outputs, &name);
+    CallEvent rec = closeCall(recorder, desc, [&recorder] { return recorder.nameForward(); }, outputs, &name);
     // For its backward: O's address, or that of the copy of O the call saved for it.
-    probes().session().identity().link(name, reinterpret_cast<uintptr_t>((link ? *link : o).data_ptr()));
+    recorder.link(name, reinterpret_cast<uintptr_t>((link ? *link : o).data_ptr()));
     ++t_recorded;
-    inject(rec, outputs);
+    recorder.inject(rec, outputs);
     CallArgs args = argsOf(scale, is_causal, layout, cu_seqlens_q, cu_seqlens_k, kernel_backend);
     // The bias (FlexAttention's score_mod and block mask, materialised by the bootstrap) is
     // captured for replay, not judged as an input: the call itself made it.
@@ -121,7 +125,7 @@ void recordCall(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, c
     RoleTensors tensors = {{Role::kQ, q}, {Role::kK, k}, {Role::kV, v}};
     if (mask) tensors.emplace_back(Role::kMask, *mask);
     tensors.emplace_back(Role::kO, o);
-    finish(std::move(rec), tensors, args);
+    recorder.finish(std::move(rec), tensors, args);
   });
 }
 
@@ -131,7 +135,8 @@ void recordBackward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
                     const std::string& layout, const std::optional<at::Tensor>& cu_seqlens_q,
                     const std::optional<at::Tensor>& cu_seqlens_k, const std::string& op, const std::string& backend,
                     const std::optional<at::Tensor>& mask, const std::string& kernel_backend) {
-  if (!probing()) {
+  Probes& p = probes();
+  if (!probing(p)) {
     abandonCall();
     return;
   }
@@ -141,14 +146,15 @@ void recordBackward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
     for (const auto& [role, grad] : {std::pair{Role::kdQ, &dq}, std::pair{Role::kdK, &dk}, std::pair{Role::kdV, &dv}}) {
       if (*grad) outputs.emplace_back(role, **grad);
     }
+    CallRecorder& recorder = p.recorder();
     CallName name;
-    auto linked = [&] { return probes().session().identity().backward(reinterpret_cast<uintptr_t>(o.data_ptr())); };
-    CallEvent rec = closeCall(desc, linked, outputs, &name);
-    inject(rec, outputs);
+    auto linked = [&] { return recorder.nameBackward(reinterpret_cast<uintptr_t>(o.data_ptr())); };
+    CallEvent rec = closeCall(recorder, desc, linked, outputs, &name);
+    recorder.inject(rec, outputs);
     RoleTensors inputs = {{Role::kQ, q}, {Role::kK, k}, {Role::kV, v}};
     if (mask) inputs.emplace_back(Role::kMask, *mask);
     inputs.insert(inputs.end(), {{Role::kO, o}, {Role::kdO, grad_out}});
-    finish(std::move(rec), concat(std::move(inputs), outputs), argsOf(scale, is_causal, layout, cu_seqlens_q, cu_seqlens_k, kernel_backend));
+    recorder.finish(std::move(rec), concat(std::move(inputs), outputs), argsOf(scale, is_causal, layout, cu_seqlens_q, cu_seqlens_k, kernel_backend));
   });
 }
 

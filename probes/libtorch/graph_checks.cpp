@@ -4,9 +4,10 @@
 
 #include "base/log_once.h"
 #include "base/wall_clock.h"
-#include "probes/libtorch/call_capture.h"
+#include "probes/core/session.h"
+#include "probes/libtorch/checked_call_sink.h"
 #include "probes/libtorch/device_checks.h"
-#include "probes/libtorch/probes.h"
+#include "tracer/kernel_tracer.h"
 
 #if NANPROV_HAVE_CUDA
 #include "kernels/graph_check.h"
@@ -45,7 +46,9 @@ void GraphChecks::enterGraphPool(bool entering) { t_graph_pool_depth = std::max(
 
 bool GraphChecks::inGraphPool() { return t_graph_pool_depth > 0; }
 
-GraphChecks::GraphChecks() = default;
+GraphChecks::GraphChecks(Session& session, KernelTracer& tracer, CheckedCallSink& sink)
+    : session_(session), tracer_(tracer), sink_(sink) {}
+
 GraphChecks::~GraphChecks() = default;
 
 void GraphChecks::captureBegan(int64_t key, void* stream) {
@@ -57,7 +60,7 @@ void GraphChecks::captureBegan(int64_t key, void* stream) {
     return;
   }
   // CUPTI attached at the graph's instantiation must stay: a replay after it detached faults.
-  probes().tracer().keepAttached();
+  tracer_.keepAttached();
   std::lock_guard<std::mutex> lock(mu_);
   keys_[id] = key;
   Graph& graph = graphs_[key];
@@ -108,7 +111,7 @@ void GraphChecks::replayed(int64_t key) {
     auto it = graphs_.find(key);
     if (it == graphs_.end() || it->second.checks.empty()) return;  // a graph without attention
     Graph& graph = it->second;
-    CallIdentity& ids = probes().session().identity();
+    CallIdentity& ids = session_.identity();
     std::vector<Name> names;
     names.reserve(graph.checks.size());
     const int64_t now = wallClockNs();
@@ -124,7 +127,7 @@ void GraphChecks::replayed(int64_t key) {
       if (original_forward) replayed_forward_[p.seq] = name.seq;
       names.push_back({name.seq, name.step, name.call, name.fwd_seq, now});
     }
-    probes().session().callBegun(static_cast<int64_t>(names.size()));
+    session_.callBegun(static_cast<int64_t>(names.size()));
     graph.waiting.push_back(std::move(names));
     if (graph.waiting.size() > kMaxWaitingReplays) {  // its checks never publish: counted, not kept
       graph.waiting.pop_front();
@@ -218,11 +221,10 @@ void GraphChecks::collectLocked(Finished& done, bool giving_up, int* unfinished)
 }
 
 void GraphChecks::recordOutsideLock(Finished& done) {
-  for (CallEvent& rec : done.records) recordCheckedCall(std::move(rec), {}, {}, kNoTensors);
+  for (CallEvent& rec : done.records) sink_.record(std::move(rec), {}, {}, kNoTensors);
   if (done.lost > 0) {
-    probes().session().countUnprobed("attention replayed in a CUDA graph, its check's counts overwritten before they "
-                                     "were read",
-                                     done.lost);
+    session_.countUnprobed("attention replayed in a CUDA graph, its check's counts overwritten before they were read",
+                           done.lost);
   }
 }
 

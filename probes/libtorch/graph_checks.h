@@ -27,9 +27,15 @@ namespace kernels {
 class GraphCheck;
 }
 
+class CheckedCallSink;
+class KernelTracer;
+class Session;
+
 class GraphChecks {
  public:
-  GraphChecks();
+  // Replays are named in `session`, their records go to `sink`; `tracer` is kept attached while
+  // graphs may replay (CUPTI detached under a replay faults it).
+  GraphChecks(Session& session, KernelTracer& tracer, CheckedCallSink& sink);
   ~GraphChecks();
   GraphChecks(const GraphChecks&) = delete;
   GraphChecks& operator=(const GraphChecks&) = delete;
@@ -83,6 +89,9 @@ class GraphChecks {
   void collectLocked(Finished& done, bool waiting, int* unfinished);
   void recordOutsideLock(Finished& done);
 
+  Session& session_;
+  KernelTracer& tracer_;
+  CheckedCallSink& sink_;
   std::mutex mu_;
   std::map<int64_t, Graph> graphs_;                  // by the bootstrap's key
   std::unordered_map<uint64_t, int64_t> keys_;       // CUDA capture id -> key

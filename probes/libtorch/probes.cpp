@@ -31,8 +31,9 @@ constexpr std::chrono::nanoseconds kCostEvery = std::chrono::seconds(1);
 }  // namespace
 
 Probes::Probes()
-    : tracer_(KernelTracer::create()), captures_(session_), sentinel_(session_, checks_), trail_(session_, checks_),
-      collectives_(session_, checks_) {
+    : tracer_(KernelTracer::create()), checks_(session_, *tracer_, recorder_), captures_(session_),
+      sentinel_(session_, checks_), recorder_(session_, *tracer_, module_paths_, checks_, captures_),
+      trail_(session_, checks_), collectives_(session_, checks_) {
   session_.setFlushHook(&flushProbes);
 }
 
@@ -52,7 +53,7 @@ void Probes::flush(bool at_exit) {
     }
     if (!at_exit) {
       closeStaleForeignCalls();
-      forgetSoftmaxAttention();
+      forgetSoftmaxAttention(session_);
     }
     std::vector<KernelRecord> kernels = tracer_->collect(at_exit);
     captures_.release(kernels, at_exit);  // after the checks: their captures need these names

@@ -1,11 +1,15 @@
 // Probes: everything nanprov runs inside one training process, owned in one place. The session
 // (the store, call names, the capture policy), the kernel tracer, the device checks, the captures
-// and their writer thread, the gradient sentinel, the collectives' checks, the module path cache and
-// the module trail (--trail) are members, built in
-// dependency order, and flush() is where the order of a step boundary and of exit is written.
+// and their writer thread, the gradient sentinel, the module path cache, the call recorder (how a
+// probed call becomes a record), the module trail (--trail) and the collectives' checks are
+// members, built in dependency order and handed what they use, and flush() is where the order of
+// a step boundary and of exit is written.
 //
 // probes() is the process's one instance, made on first use and never destroyed: the dispatcher's
-// kernels, CUPTI's callbacks and exit hooks may still reach it while static destructors run.
+// kernels, CUPTI's callbacks and exit hooks may still reach it while static destructors run. Only
+// entry points call it: the kernels the dispatcher runs, the ops the bootstrap calls, the C ABI
+// (entry.cpp), and the hooks and callbacks those registered. Everything else is handed its part
+// (tests/CMakeLists.txt: Layering.OnlyEntryPointsFindTheProbes).
 #pragma once
 
 #include <cstdint>
@@ -15,6 +19,7 @@
 
 #include "probes/core/session.h"
 #include "probes/libtorch/call_capture.h"
+#include "probes/libtorch/call_recorder.h"
 #include "probes/libtorch/collective_checks.h"
 #include "probes/libtorch/device_checks.h"
 #include "probes/libtorch/gradient_sentinel.h"
@@ -36,6 +41,7 @@ class Probes {
   Captures& captures() { return captures_; }
   GradientSentinel& sentinel() { return sentinel_; }
   ModulePathCache& modulePaths() { return module_paths_; }
+  CallRecorder& recorder() { return recorder_; }
   ModuleTrail& trail() { return trail_; }
   CollectiveChecks& collectives() { return collectives_; }
 
@@ -59,10 +65,11 @@ class Probes {
 
   Session session_;  // first: every other member records through it
   std::unique_ptr<KernelTracer> tracer_;
-  DeviceChecks checks_;
+  DeviceChecks checks_;  // hands its checked calls to recorder_, built below: it checks none before
   Captures captures_;
   GradientSentinel sentinel_;
   ModulePathCache module_paths_;
+  CallRecorder recorder_;
   ModuleTrail trail_;
   CollectiveChecks collectives_;
   int described_device_ = -2;  // the device describeEnvironment last wrote; -2: nothing written yet

@@ -15,9 +15,11 @@
 
 #include "base/wall_clock.h"
 #include "probes/core/session.h"
+#include "probes/libtorch/attention_hook.h"
 #include "probes/libtorch/backward_watch.h"
-#include "probes/libtorch/call_recording.h"
+#include "probes/libtorch/call_recorder.h"
 #include "probes/libtorch/foreign_calls.h"
+#include "probes/libtorch/guarded.h"
 #include "probes/libtorch/output_history.h"
 #include "probes/libtorch/probes.h"
 
@@ -120,21 +122,21 @@ bool isParameter(const at::Tensor& t) {
   return t.is_leaf();
 }
 
-void countUnchecked(std::string_view why) {
-  std::string pattern = patternOf(probes().session().modulePath());
+void countUnchecked(Session& session, std::string_view why) {
+  std::string pattern = patternOf(session.modulePath());
   std::string what = pattern.empty() ? "attention-like softmax(q·kᵀ) outside any module: not checked"
                                      : "attention-like softmax(q·kᵀ) in " + pattern + ": not checked; --probe-module '" +
                                            pattern + "' checks it";
   if (!why.empty()) what += " (" + std::string(why) + ")";
-  probes().session().countUnprobed(what);
+  session.countUnprobed(what);
 }
 
 // Counted as before, where this thread saw no matmul that made the scores: a softmax over the last
 // dim of a tensor of 3 or more dims whose autograd history shows a matmul of activations.
-void countIfAttention(const at::Tensor& x, int64_t dim) {
+void countIfAttention(Session& session, const at::Tensor& x, int64_t dim) {
   if (!x.defined() || x.dim() < 3 || (dim != -1 && dim != x.dim() - 1) || !x.requires_grad()) return;
   if (!realTensor(x) || c10::impl::TorchDispatchModeTLS::any_modes_set() || !madeByActivationMatmul(x)) return;
-  countUnchecked("");
+  countUnchecked(session, "");
 }
 
 // What this thread ran of one hand-written call so far.
@@ -159,8 +161,8 @@ thread_local PartialCall t_call;
 // Whether an op on this thread may belong to a hand-written call nanprov should check: not inside
 // attention it already probes, nor in autograd's backward (which runs its matmuls with gradients
 // off; a checkpoint's recompute runs the forward with them on).
-bool watching() {
-  if (!probes().session().active() || insideAttentionCall() || insideRecordedCall()) return false;
+bool watching(const Session& session) {
+  if (!session.active() || insideAttentionCall() || insideRecordedCall()) return false;
   if (c10::impl::TorchDispatchModeTLS::any_modes_set()) return false;  // FakeTensors: torch.compile tracing
   return at::GradMode::is_enabled() || torch::autograd::get_current_graph_task_id() == -1;
 }
@@ -192,7 +194,8 @@ bool readsProbabilities(const PartialCall& c, const at::Tensor& a, const at::Ten
 // Records the call the probabilities read by `read` and `v` ended, as attention's roles in
 // [batch, heads, seq, dim]: the scores' leading dimension is the batch and the rest of the matmul's
 // batch its heads; 3-d scores (diffusers' head_to_batch_dim) are batch·heads batches of one head.
-void recordCall(const PartialCall& c, const at::Tensor& read, const at::Tensor& v, const at::Tensor& o) {
+void recordCall(CallRecorder& recorder, const PartialCall& c, const at::Tensor& read, const at::Tensor& v,
+                const at::Tensor& o) {
   const int64_t n = c.a.size(0), rows = c.a.size(1), width = c.a.size(2), keys = c.b.size(2), v_width = v.size(2);
   const int64_t batch = c.s.dim() >= 4 ? c.s.size(0) : n, heads = n / batch;
   auto bhsd = [=](const at::Tensor& t, int64_t seq, int64_t w) { return t.reshape({batch, heads, seq, w}); };
@@ -200,12 +203,12 @@ void recordCall(const PartialCall& c, const at::Tensor& read, const at::Tensor& 
   const at::Tensor vv = bhsd(v, keys, v_width), out = bhsd(o, rows, v_width);
   const at::Tensor s = bhsd(c.s, rows, keys), p = bhsd(c.p, rows, keys);
 
-  CallName name = nameForward(siteOfForward(c.a));
-  CallEvent rec = recordFor(name, kSoftmaxAttentionOp, Phase::kForward);
+  CallName name = recorder.nameForward(c.a);
+  CallEvent rec = recorder.eventFor(name, kSoftmaxAttentionOp, Phase::kForward);
   rec.start_ns = c.start_ns;
   rec.end_ns = wallClockNs();
   if (o.is_cuda()) rec.unattributed = kSeparateOps;
-  inject(rec, {{Role::kO, out}});
+  recorder.inject(rec, {{Role::kO, out}});
   // The scale on the product is baddbmm's alpha, else unknown here: replay reads it, and the
   // bias, from S (replay/score_bias.h).
   CallArgs args;
@@ -231,19 +234,20 @@ void recordCall(const PartialCall& c, const at::Tensor& read, const at::Tensor& 
     // P, not S, goes with the backward: autograd holds P for the softmax's backward anyway, and
     // replay reads the bias from it as well as from S.
     RoleTensors held = {{Role::kQ, q}, {Role::kK, k}, {Role::kV, vv}, {Role::kP, p}, {Role::kO, out}};
+    CallRecorder* recording = &recorder;  // the process's, never destroyed
     whenOutputHasHistory(o, [=, watched = std::move(watched)](const at::Tensor& o_with_history) mutable {
       watched.insert(watched.begin(), {Role::kdO, o_with_history, [=](const at::Tensor& g) { return bhsd(g, rows, v_width); }});
-      watchBackward(name, kSoftmaxAttentionOp, held, args, std::move(watched), kSeparateOps);
+      watchBackward(*recording, name, kSoftmaxAttentionOp, held, args, std::move(watched), kSeparateOps);
     });
   }
-  finish(std::move(rec), {{Role::kQ, q}, {Role::kK, k}, {Role::kV, vv}, {Role::kS, s}, {Role::kP, p}, {Role::kO, out}},
+  recorder.finish(std::move(rec), {{Role::kQ, q}, {Role::kK, k}, {Role::kV, vv}, {Role::kS, s}, {Role::kP, p}, {Role::kO, out}},
          args);
 }
 
 // After a matmul of `a` with `b` gave `out`: the end of a call whose probabilities it reads, or the
 // scores of the next one.
-void afterMatmul(const at::Tensor& a, const at::Tensor& b, std::optional<double> alpha, bool baddbmm, int64_t start,
-                 const at::Tensor& out) {
+void afterMatmul(Probes& p, const at::Tensor& a, const at::Tensor& b, std::optional<double> alpha, bool baddbmm,
+                 int64_t start, const at::Tensor& out) {
   PartialCall& c = t_call;
   if (c.scoresSeen()) {
     // Taken off the thread first: naming the call may begin the next inference forward pass,
@@ -251,11 +255,11 @@ void afterMatmul(const at::Tensor& a, const at::Tensor& b, std::optional<double>
     PartialCall seen = std::move(c);
     c.forget();
     if (readsProbabilities(seen, a, b)) {
-      guarded("softmax attention probe", [&] { recordCall(seen, a, b, out); });
+      guarded("softmax attention probe", [&] { recordCall(p.recorder(), seen, a, b, out); });
       disarmOutputHistoryIfIdle();  // a record that failed left nothing to wait for
       return;
     }
-    countUnchecked("its probabilities went to no matmul nanprov saw");
+    countUnchecked(p.session(), "its probabilities went to no matmul nanprov saw");
     disarmOutputHistory();
   }
   c.a = a;
@@ -268,7 +272,8 @@ void afterMatmul(const at::Tensor& a, const at::Tensor& b, std::optional<double>
 // bmm(self, mat2) and baddbmm(self, batch1, batch2, *, beta, alpha).
 template <bool kBaddbmm>
 void matmulKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack* stack) {
-  if (!watching()) return handle.redispatchBoxed(ks & kBelowProbe, stack);
+  Probes& p = probes();
+  if (!watching(p.session())) return handle.redispatchBoxed(ks & kBelowProbe, stack);
   constexpr std::ptrdiff_t kArgs = kBaddbmm ? 5 : 2;
   auto first = stack->end() - kArgs;
   at::Tensor a = first[kBaddbmm ? 1 : 0].toTensor(), b = first[kBaddbmm ? 2 : 1].toTensor();
@@ -277,23 +282,24 @@ void matmulKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Sta
   const int64_t start = wallClockNs();
   handle.redispatchBoxed(ks & kBelowProbe, stack);
   if (a.dim() != 3 || b.dim() != 3 || !stack->back().isTensor()) return;
-  guarded("softmax attention probe", [&] { afterMatmul(a, b, alpha, kBaddbmm, start, stack->back().toTensor()); });
+  guarded("softmax attention probe", [&] { afterMatmul(p, a, b, alpha, kBaddbmm, start, stack->back().toTensor()); });
 }
 
 void softmaxKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack* stack) {
   // _softmax(Tensor self, int dim, bool half_to_float)
-  if (!watching() || stack->size() < 3) return handle.redispatchBoxed(ks & kBelowProbe, stack);
+  Session& session = probes().session();
+  if (!watching(session) || stack->size() < 3) return handle.redispatchBoxed(ks & kBelowProbe, stack);
   const c10::IValue& self = (*stack)[stack->size() - 3];
   const c10::IValue& dim = (*stack)[stack->size() - 2];
   if (!self.isTensor() || !dim.isInt()) return handle.redispatchBoxed(ks & kBelowProbe, stack);
   const at::Tensor x = self.toTensor();
   bool scores = false;
   guarded("softmax attention probe", [&] {
-    if (t_call.scoresSeen()) countUnchecked("its probabilities went to no matmul nanprov saw");
+    if (t_call.scoresSeen()) countUnchecked(session, "its probabilities went to no matmul nanprov saw");
     if (t_call.scoresSeen() || !isScoresOfLastMatmul(x, dim.toInt())) {
       if (t_call.scoresSeen()) disarmOutputHistory();
       t_call.forget();
-      countIfAttention(x, dim.toInt());
+      countIfAttention(session, x, dim.toInt());
     } else {
       scores = true;
     }
@@ -321,9 +327,9 @@ void installSoftmaxAttentionProbe() {
   lib->impl("baddbmm", torch::CppFunction::makeFromBoxedFunction<&matmulKernel<true>>());
 }
 
-void forgetSoftmaxAttention() {
+void forgetSoftmaxAttention(Session& session) {
   if (t_call.scoresSeen()) {
-    guarded("softmax attention probe", [] { countUnchecked("its probabilities went to no matmul nanprov saw"); });
+    guarded("softmax attention probe", [&] { countUnchecked(session, "its probabilities went to no matmul nanprov saw"); });
   }
   disarmOutputHistory();
   t_call.forget();

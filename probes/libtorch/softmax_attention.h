@@ -22,10 +22,13 @@
 
 namespace nanprov {
 
+class Session;
+
 // Called once from installAttentionProbes().
 void installSoftmaxAttentionProbe();
 
-// At a step boundary: a call half seen on this thread (no matmul with V came) is dropped.
-void forgetSoftmaxAttention();
+// At a step boundary: a call half seen on this thread (no matmul with V came) is dropped, and
+// counted in `session` as attention not checked.
+void forgetSoftmaxAttention(Session& session);
 
 }  // namespace nanprov
