@@ -35,12 +35,11 @@ class Probes {
   Probes(const Probes&) = delete;
   Probes& operator=(const Probes&) = delete;
 
+  // What the entry points reach; the tracer, the captures and the module path cache are the
+  // recorder's and the checks' alone.
   Session& session() { return session_; }
-  KernelTracer& tracer() { return *tracer_; }
   DeviceChecks& checks() { return checks_; }
-  Captures& captures() { return captures_; }
   GradientSentinel& sentinel() { return sentinel_; }
-  ModulePathCache& modulePaths() { return module_paths_; }
   CallRecorder& recorder() { return recorder_; }
   ModuleTrail& trail() { return trail_; }
   CollectiveChecks& collectives() { return collectives_; }
