@@ -1,6 +1,7 @@
 #include "probes/libtorch/call_recorder.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <torch/csrc/autograd/graph_task.h>
 #include <torch/csrc/profiler/orchestration/observer.h>
 
