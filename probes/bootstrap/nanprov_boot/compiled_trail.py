@@ -279,9 +279,10 @@ class _BackwardModules:
             if _target_name(node) in _VIEWS and len(made) == 1:
                 self.stacks[node] = self.stacks.get(made[0])
                 continue
-            stack = node.meta.get("fwd_nn_module_stack")
-            if stack is None and node.meta.get("autograd_backward"):
-                stack = node.meta.get("nn_module_stack")
+            # A custom Function's backward, and a forward op recomputed there, keep the stack they
+            # were traced in. torch 2.13 also marks them autograd_backward; 2.11 does not, so that
+            # mark is not asked for: without their own stack they would take their one maker's.
+            stack = node.meta.get("fwd_nn_module_stack") or node.meta.get("nn_module_stack")
             if stack is None:
                 # A node Inductor's own passes made (a product by a constant folded into a tensor)
                 # has no module: where all it takes was made by one module, it is that module's.
