@@ -10,7 +10,6 @@
 #include "base/text.h"
 #include "report/edges.h"
 #include "store/audit_file.h"
-#include "store/meta_values.h"
 #include "store/reader.h"
 
 namespace nanprov {
@@ -61,12 +60,11 @@ AuditSummary readAudit(const RunData& run) {
   a.coverage.every_steps = run.settings.audit.every_steps;
   a.coverage.budget_percent = run.settings.audit.budget_percent;
   for (const RankInfo& r : run.ranks) {
-    // "rotations held_back", written by the probes' capture policy.
-    const std::string* rotation = metaText(r.meta, "audit_rotation");
-    if (!rotation) continue;
-    size_t space = rotation->find(' ');
-    a.coverage.rotations += parseInteger(rotation->substr(0, space), 0, INT64_MAX).value_or(0);
-    if (space != std::string::npos) a.coverage.held_back += parseInteger(rotation->substr(space + 1), 0, INT64_MAX).value_or(0);
+    // Counted by the probes' capture policy.
+    if (const std::optional<AuditRotation>& rotation = r.counters.audit_rotation) {
+      a.coverage.rotations += rotation->rotations;
+      a.coverage.held_back += rotation->held_back;
+    }
   }
   std::map<std::tuple<int, int64_t, std::string>, AuditCoverage::Key> keys;
   auto keyOf = [&](const CaptureRecord& c) -> AuditCoverage::Key* {

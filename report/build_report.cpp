@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "base/records/roles.h"
-#include "store/meta_values.h"
 #include "store/reader.h"
 
 namespace nanprov {
@@ -49,7 +48,7 @@ EdgeCall edgeOf(const RunData& run, const CallKernelIndex& kernels, const CallRe
     edge.capture = EdgeCapture{.path = capture->path.empty() ? "" : run.capturePath(*capture), .skipped = capture->skipped};
   }
   if (const RankInfo* rank = rankOf(run, c.rank)) {
-    if (const std::string* mesh = metaText(rank->meta, "mesh")) edge.mesh = *mesh;
+    if (rank->counters.mesh) edge.mesh = *rank->counters.mesh;
   }
   return edge;
 }

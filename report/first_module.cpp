@@ -4,7 +4,6 @@
 
 #include "base/text.h"
 #include "report/run_overview.h"
-#include "store/meta_values.h"
 #include "store/reader.h"
 
 namespace nanprov {
@@ -172,9 +171,8 @@ std::string madeInUncheckedAttentionText(const FirstModule& first, StepUnit unit
 bool trailMissedCompiledCode(const RunData& run) {
   for (const RankInfo& r : run.ranks) {
     // A compiled graph ran; its modules' backward was checked only where every backward graph
-    // took the checks (a store from before those checks has no such key).
-    const std::string* backward = metaText(r.meta, "trail_compiled_backward");
-    if (r.meta.count("trail_compiled") && (!backward || *backward != "checked")) return true;
+    // took the checks (a store from before those checks says nothing of it).
+    if (r.counters.trail_compiled && r.counters.trail_compiled_backward != CompiledBackward::kChecked) return true;
   }
   return false;
 }

@@ -5,7 +5,6 @@
 
 #include "base/attention_like.h"
 #include "base/text.h"
-#include "store/meta_values.h"
 #include "store/reader.h"
 
 namespace nanprov {
@@ -19,7 +18,7 @@ constexpr std::string_view kSuggestionEnd = "' checks it";
 // The class of the modules at `pattern`, as the trail recorded it; none without --trail.
 std::optional<std::string> classAt(const RunData& run, const std::string& pattern) {
   for (const RankInfo& r : run.ranks) {
-    if (const std::string* cls = metaText(r.meta, "module_class:" + pattern)) return *cls;
+    if (auto it = r.counters.module_class.find(pattern); it != r.counters.module_class.end()) return it->second;
   }
   return std::nullopt;
 }

@@ -1,4 +1,4 @@
-// The attention a run recognised but did not check (the probes' "unprobed:<what>" counts), read
+// The attention a run recognised but did not check (the probes' RunCounters::unprobed counts), read
 // for the report: each kind apart from the --probe-module the probes said would check it, which
 // module the trail names may be one of them, and the one --probe-module suggestion the report
 // prints for them all.
@@ -27,7 +27,7 @@ std::vector<UncheckedAttention> uncheckedAttention(const RunData& run);
 bool isUncheckedAttention(const RunData& run, const ModuleCheckRecord& m);
 
 // The --probe-module SPECs that would check every kind that names one, once for the run: the one
-// class when a single class covers every such module (the trail's meta "module_class:<pattern>"
+// class when a single class covers every such module (the trail's RunCounters::module_class
 // gives the class of a path pattern), else each pattern. Never one the run was given (run.json).
 std::vector<std::string> suggestedProbeModules(const RunData& run);
 

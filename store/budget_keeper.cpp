@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "store/call_signature.h"
+#include "store/run_counters_meta.h"
 #include "store/schema.h"
 #include "store/sqlite_rows.h"
 
@@ -299,10 +300,8 @@ Status BudgetKeeper::prune(sqlite3* db) {
   const int64_t summary_limit = share(shares_.summaries) / kSummaryRowBytes;
   if (summary_rows_ > summary_limit) NANPROV_RETURN_IF_ERROR(thin(db));
   // Running totals, so a reader of a thousand ranks needs no scan of their summaries.
-  NANPROV_RETURN_IF_ERROR(sqlite::exec(db, "INSERT OR REPLACE INTO meta(key,value) VALUES('summary_every','" +
-                                               std::to_string(every_) + "'), ('calls_summarised','" +
-                                               std::to_string(summarised_calls_) + "'), ('not_clean_summarised','" +
-                                               std::to_string(summarised_not_clean_) + "')"));
+  NANPROV_RETURN_IF_ERROR(writeCounters(
+      db, RunCounters{.summarised = BudgetSummaries{.calls = summarised_calls_, .not_clean = summarised_not_clean_, .every = every_}}));
   return tx.commit();
 }
 

@@ -8,6 +8,7 @@
 
 #include "base/numbers.h"
 #include "store/meta_values.h"
+#include "store/run_counters_meta.h"
 #include "store/sqlite_rows.h"
 #include "store/run_dir.h"
 #include "store/task_run_files.h"
@@ -52,6 +53,7 @@ StatusOr<sqlite::Db> openRankStore(const std::string& path, RankInfo* info) {
     info->meta[columnText(s, 0)] = columnText(s, 1);
     return Status::Ok();
   }));
+  info->counters = runCountersOf(info->meta, &info->counters_unreadable);
   const std::string* version = metaText(info->meta, "schema_version");
   if (!version) return notAStore(path, "no schema_version");
   if (*version != std::to_string(kSchemaVersion)) {

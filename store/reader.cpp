@@ -8,7 +8,6 @@
 #include <set>
 #include <tuple>
 
-#include "base/numbers.h"
 #include "base/text.h"
 #include "store/call_cursor.h"
 #include "store/sqlite_rows.h"
@@ -216,17 +215,12 @@ int64_t countRows(sqlite3* db, const char* table) {
 // slowest part), and the first and last rows by key.
 Status loadSummarised(sqlite3* db, const std::string& path, RankInfo* info) {
   if (!sqlite::hasTable(db, "step_summaries")) return Status::Ok();
-  const std::string* count = metaText(info->meta, "calls_summarised");
-  if (!count) return Status::Ok();
-  auto calls = parseInteger(*count, 0, INT64_MAX / 4);
-  if (!calls) return notAStore(path, "meta.calls_summarised is not a count");
-  info->calls_summarised = *calls;
-  info->summary_every = metaInteger(info->meta, "summary_every", 1, INT64_MAX / 4).value_or(1);
-  if (const std::string* nc = metaText(info->meta, "not_clean_summarised")) {
-    auto not_clean = parseInteger(*nc, 0, info->calls_summarised);
-    if (!not_clean) return notAStore(path, "meta.not_clean_summarised is not a count of the calls summarised");
-    info->not_clean_summarised = *not_clean;
-  }
+  if (!info->counters_unreadable.empty()) return notAStore(path, info->counters_unreadable);
+  const std::optional<BudgetSummaries>& summaries = info->counters.summarised;
+  if (!summaries) return Status::Ok();
+  info->calls_summarised = summaries->calls;
+  info->summary_every = summaries->every;
+  info->not_clean_summarised = summaries->not_clean;
   auto st = sqlite::prepare(db, "SELECT (SELECT step FROM step_summaries ORDER BY step LIMIT 1), "
                                 "(SELECT last_step FROM step_summaries ORDER BY step DESC LIMIT 1)");
   if (!st.ok()) return notAStore(path, st.status().message());
@@ -312,21 +306,17 @@ std::vector<const KernelRecord*> RunData::kernelsOf(int rank, int64_t seq) const
 std::map<std::string, int64_t> RunData::unprobed() const {
   std::map<std::string, int64_t> out;
   for (const RankInfo& r : ranks) {
-    for (auto it = r.meta.lower_bound("unprobed:"); it != r.meta.end() && it->first.rfind("unprobed:", 0) == 0; ++it) {
-      out[it->first.substr(9)] += parseInteger(it->second, 0, INT64_MAX / 4).value_or(0);  // unreadable counts as none
-    }
+    for (const auto& [what, n] : r.counters.unprobed) out[what] += n;
   }
   for (const auto& [rank, n] : worker_calls) out[kWorkerAttention] += n;
   return out;
 }
 
 std::map<std::string, int64_t> RunData::unprobedFirstSteps() const {
-  const std::string prefix = "unprobed_step:";
   std::map<std::string, int64_t> seen;  // the earliest over ranks
   for (const RankInfo& r : ranks) {
-    for (auto it = r.meta.lower_bound(prefix); it != r.meta.end() && it->first.rfind(prefix, 0) == 0; ++it) {
-      const int64_t step = parseInteger(it->second, 0, INT64_MAX).value_or(0);
-      auto [slot, fresh] = seen.emplace(it->first.substr(prefix.size()), step);
+    for (const auto& [what, step] : r.counters.unprobed_first_step) {
+      auto [slot, fresh] = seen.emplace(what, step);
       if (!fresh) slot->second = std::min(slot->second, step);
     }
   }
@@ -394,24 +384,14 @@ std::string RunData::dirOf(int rank) const {
 }
 
 bool RunData::trailOn() const {
-  for (const RankInfo& r : ranks) {
-    if (r.meta.count("trail")) return true;
-  }
-  return false;
+  return std::any_of(ranks.begin(), ranks.end(), [](const RankInfo& r) { return r.counters.trail; });
 }
 
 StepUnit RunData::stepUnit() const {
   for (const RankInfo& r : ranks) {
-    const std::string* unit = metaText(r.meta, "step_unit");
-    if (unit && *unit == stepUnitName(StepUnit::kForwardPass)) return StepUnit::kForwardPass;
+    if (r.counters.step_unit == StepUnit::kForwardPass) return StepUnit::kForwardPass;
   }
   return StepUnit::kOptimizerStep;
-}
-
-// The calls a store's writer committed, from its running count; nullopt when the meta is absent
-// or no count.
-static std::optional<int64_t> callsWritten(const RankInfo& info) {
-  return metaInteger(info.meta, "calls_written", 0, INT64_MAX);
 }
 
 // The DataLoader workers' attention calls, per rank, from their counters (store/run_dir.h).
@@ -497,13 +477,14 @@ StatusOr<RunData> loadRun(const RunDirs& dirs, RunScope scope) {
     run.total_calls += kept;
     // Fewer rows than committed is damage; more is a live run's writer committing since the meta
     // was read (each statement reads its own snapshot).
-    if (auto written = callsWritten(info); written && *written > kept) {
+    // The writer's running count; none when the meta is absent or no count.
+    if (const std::optional<int64_t>& written = info.counters.calls_written; written && *written > kept) {
       run.damage.push_back("rank " + std::to_string(info.rank) + "'s store holds " + std::to_string(kept) +
                            " calls, but its writer committed " + std::to_string(*written) +
                            ": rows were deleted or lost, and what is counted is what is there");
     }
-    auto dropped = parseInteger(info.meta.count("dropped_rows") ? info.meta.at("dropped_rows") : "0", 0, INT64_MAX / 4);
-    info.calls_begun = tallyOf(callTallyPathOf(path, info.rank), info.rank, kept, dropped.value_or(0), &run.damage);
+    info.calls_begun = tallyOf(callTallyPathOf(path, info.rank), info.rank, kept, info.counters.dropped_rows.value_or(0),
+                               &run.damage);
     run.ranks.push_back(std::move(info));
   }
   countTalliesWithoutStore(dirs.all, &run);

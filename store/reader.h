@@ -14,6 +14,7 @@
 #include "base/logit_trend.h"
 #include "base/records/call_record.h"
 #include "base/records/collective_record.h"
+#include "base/records/run_counters.h"
 #include "base/records/summarised.h"
 #include "base/status.h"
 
@@ -25,7 +26,13 @@ inline constexpr const char* kWorkerAttention = "attention in DataLoader worker 
 struct RankInfo {
   int rank = 0;
   std::string path;
+  // The store's meta table as written, every row: the rank's identity (host, world_size, ...)
+  // and environment (torch, gpu, ...) are read from it as text; the run's counters are read
+  // from `counters`, parsed once (store/run_counters_meta.h).
   std::map<std::string, std::string> meta;
+  RunCounters counters;
+  // Why the budget's summary counts could not be read ("" when they could): the store is refused.
+  std::string counters_unreadable;
   int64_t steps = 0;  // step boundaries recorded
   // RunScope::kAll only: when each step ended (the steps table: the optimizer's step post hook,
   // or in inference the start of the next forward pass), step → CLOCK_REALTIME ns.
@@ -93,18 +100,18 @@ struct RunData {
   // The directory holding `rank`'s store (its captures and tally are beside it).
   std::string dirOf(int rank) const;
 
-  // Attention recognised but not checked, summed over ranks: what → count (meta "unprobed:*", and
-  // kWorkerAttention for the DataLoader workers' calls).
+  // Attention recognised but not checked, summed over ranks: what → count (RunCounters::unprobed,
+  // and kWorkerAttention for the DataLoader workers' calls).
   std::map<std::string, int64_t> unprobed() const;
   // The earliest step, over ranks, in which each kind of unchecked attention was first seen
-  // (meta "unprobed_step:*"); a kind a store older than that meta names is taken as step 0.
+  // (RunCounters::unprobed_first_step); a kind a store older than that count names is taken as step 0.
   std::map<std::string, int64_t> unprobedFirstSteps() const;
   // Calls the probes began that never reached a store, over all ranks: the process ended (by
   // SIGKILL, or a path that ran no exit hook) before the writer committed them.
   int64_t callsNotStored() const;
   // The calls summarised over all ranks; calls 0 when nothing was.
   Summarised summarised() const;
-  // Whether any rank ran with --trail (meta "trail").
+  // Whether any rank ran with --trail (RunCounters::trail).
   bool trailOn() const;
   // What a step counts: optimizer steps (training), or forward passes (inference, no optimizer).
   StepUnit stepUnit() const;

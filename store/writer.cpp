@@ -21,6 +21,7 @@
 #include "store/budget_keeper.h"
 #include "store/trend_keeper.h"
 #include "store/call_signature.h"
+#include "store/run_counters_meta.h"
 #include "store/schema.h"
 #include "store/sqlite_db.h"
 #include "store/sqlite_rows.h"
@@ -206,13 +207,14 @@ struct PendingRows {
   std::vector<CollectiveRecord> collectives;
   std::vector<StepRow> steps;
   std::map<std::string, std::string> meta;
+  RunCounters counters;  // what was said since the last batch (StoreWriter::setCounters)
+  bool counters_said = false;
   std::optional<int> rank;  // the rank the process learnt (StoreWriter::setRank)
 
   bool empty() const { return rows() == 0 && !rank; }
   size_t rows() const {
     return calls.size() + kernels.size() + captures.size() + sentinel.size() + module_checks.size() + collectives.size() +
-           steps.size() +
-           meta.size();
+           steps.size() + meta.size() + (counters_said ? 1 : 0);
   }
 };
 
@@ -226,6 +228,9 @@ struct StoreWriter::Impl {
   TrendSink on_warning;                  // called on the writer thread, after the warning committed
   Interned interned;
   int64_t calls_written = 0;
+  // The counters' rows as last committed (writer thread only): a counter said again with the same
+  // value is not written again, as the probes say theirs at every step.
+  std::map<std::string, std::string> counter_rows;
   int rank = -1;  // once set, every call's row carries it: events made before may carry a guess
 
   // Checked calls from the training threads, taken without a lock; `accepting` turns false at close.
@@ -272,8 +277,8 @@ struct StoreWriter::Impl {
     if (!batch.calls.empty()) NANPROV_RETURN_IF_ERROR(trends.write(db.get(), warnings));
     if (!batch.calls.empty()) {
       // A running total, so readers need no scan to say how many calls were checked.
-      NANPROV_RETURN_IF_ERROR(insertMeta(db.get(), statements, "calls_written",
-                                         std::to_string(calls_written + static_cast<int64_t>(batch.calls.size()))));
+      NANPROV_RETURN_IF_ERROR(writeCounters(
+          db.get(), RunCounters{.calls_written = calls_written + static_cast<int64_t>(batch.calls.size())}));
     }
     for (const KernelRecord& k : batch.kernels) NANPROV_RETURN_IF_ERROR(insertKernel(db.get(), statements, k));
     for (const CaptureRecord& c : batch.captures) NANPROV_RETURN_IF_ERROR(insertCapture(db.get(), statements, c));
@@ -283,12 +288,21 @@ struct StoreWriter::Impl {
     }
     for (const CollectiveRecord& c : batch.collectives) NANPROV_RETURN_IF_ERROR(insertCollective(db.get(), statements, c));
     for (const auto& [k, v] : batch.meta) NANPROV_RETURN_IF_ERROR(insertMeta(db.get(), statements, k, v));
+    std::map<std::string, std::string> changed;
+    if (batch.counters_said) {
+      for (auto& [k, v] : metaRowsOf(batch.counters)) {
+        auto it = counter_rows.find(k);
+        if (it == counter_rows.end() || it->second != v) changed.emplace(k, std::move(v));
+      }
+    }
+    for (const auto& [k, v] : changed) NANPROV_RETURN_IF_ERROR(insertMeta(db.get(), statements, k, v));
     for (const StepRow& s : batch.steps) {
       sqlite::bindRow(statements.step.get(), s.step, s.end_ns);
       NANPROV_RETURN_IF_ERROR(stepStatement(db.get(), statements.step.get()));
     }
     NANPROV_RETURN_IF_ERROR(tx.commit());
     calls_written += static_cast<int64_t>(batch.calls.size());
+    for (auto& [k, v] : changed) counter_rows[k] = std::move(v);
     if (on_warning) {
       for (const TrendWarning& w : warnings) on_warning(w);
     }
@@ -346,7 +360,7 @@ namespace {
 // reader therefore sees either no store or one with its schema and schema_version, never one
 // being created (that read as "damaged"). link() refuses an existing name, so a second process
 // claiming the same rank store fails instead of merging its rows into another run's.
-Status createStore(const std::string& path, const std::map<std::string, std::string>& meta) {
+Status createStore(const std::string& path, const std::map<std::string, std::string>& meta, const RunCounters& counters) {
   std::filesystem::path final_path(path);
   std::string staging = (final_path.parent_path() / ("." + final_path.filename().string() + "." +
                                                       std::to_string(getpid()) + ".creating")).string();
@@ -364,6 +378,7 @@ Status createStore(const std::string& path, const std::map<std::string, std::str
     std::map<std::string, std::string> all = meta;
     all["schema_version"] = std::to_string(kSchemaVersion);
     for (const auto& [k, v] : all) NANPROV_RETURN_IF_ERROR(insertMeta(raw, *statements, k, v));
+    NANPROV_RETURN_IF_ERROR(writeCounters(raw, counters));
   }  // closed: the WAL is folded into the file before it gets its name
   int linked = link(staging.c_str(), path.c_str());
   int link_errno = errno;
@@ -378,10 +393,11 @@ Status createStore(const std::string& path, const std::map<std::string, std::str
 }  // namespace
 
 StatusOr<std::unique_ptr<StoreWriter>> StoreWriter::open(
-    const std::string& path, const std::map<std::string, std::string>& meta, int64_t budget_bytes, TrendSink on_warning) {
-  std::map<std::string, std::string> all = meta;
-  if (budget_bytes > 0) all["store_budget"] = std::to_string(budget_bytes);
-  NANPROV_RETURN_IF_ERROR(createStore(path, all));
+    const std::string& path, const std::map<std::string, std::string>& meta, int64_t budget_bytes, TrendSink on_warning,
+    const RunCounters& counters) {
+  RunCounters all = counters;
+  if (budget_bytes > 0) all.store_budget = budget_bytes;
+  NANPROV_RETURN_IF_ERROR(createStore(path, meta, all));
   auto impl = std::make_unique<Impl>();
   auto db = sqlite::open(path, sqlite::Mode::kReadWrite);
   if (!db.ok()) return db.status();
@@ -478,6 +494,13 @@ void StoreWriter::setMeta(const std::string& key, const std::string& value) {
   if (impl_->state == Impl::State::kActive) impl_->pending.meta[key] = value;
 }
 
+void StoreWriter::setCounters(const RunCounters& counters) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  if (impl_->state != Impl::State::kActive) return;
+  impl_->pending.counters.update(counters);
+  impl_->pending.counters_said = true;
+}
+
 void StoreWriter::stepEnded(int64_t step, int64_t end_ns) {
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
@@ -510,8 +533,7 @@ Status StoreWriter::close() {
   impl_->recordFailure(impl_->writeBatch(impl_->pending), impl_->pending.rows());
   impl_->pending = {};
   sqlite3* raw = impl_->db.get();
-  sqlite::exec(raw, "INSERT OR REPLACE INTO meta(key,value) VALUES('dropped_rows','" +
-                        std::to_string(impl_->dropped.load()) + "')");
+  (void)writeCounters(raw, RunCounters{.dropped_rows = impl_->dropped.load()});
   // Fold the WAL back so a finished run is one plain file.
   sqlite::exec(raw, "PRAGMA wal_checkpoint(TRUNCATE); PRAGMA journal_mode=DELETE;");
   impl_->statements = {};

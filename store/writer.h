@@ -14,6 +14,7 @@
 #include "base/records/call_event.h"
 #include "base/records/call_record.h"
 #include "base/records/collective_record.h"
+#include "base/records/run_counters.h"
 #include "base/status.h"
 
 namespace nanprov {
@@ -27,13 +28,15 @@ using TrendSink = std::function<void(const TrendWarning&)>;
 
 class StoreWriter {
  public:
-  // Creates or opens `path`, applies the schema and writes `meta` (key → value) into it. With a
-  // `budget_bytes` (nanprov run --store-budget), the store stays under it for any run length: at
-  // step boundaries the clean calls of old steps become per-step summaries (store/budget_keeper.h).
-  // Every call also feeds its layer's trend (store/trend_keeper.h); `on_warning` hears its warnings.
+  // Creates or opens `path`, applies the schema and writes `meta` (key → value: the rank's identity
+  // and environment) and `counters` into it. With a `budget_bytes` (nanprov run --store-budget),
+  // the store stays under it for any run length: at step boundaries the clean calls of old steps
+  // become per-step summaries (store/budget_keeper.h). Every call also feeds its layer's trend
+  // (store/trend_keeper.h); `on_warning` hears its warnings.
   static StatusOr<std::unique_ptr<StoreWriter>> open(const std::string& path,
                                                      const std::map<std::string, std::string>& meta,
-                                                     int64_t budget_bytes = 0, TrendSink on_warning = {});
+                                                     int64_t budget_bytes = 0, TrendSink on_warning = {},
+                                                     const RunCounters& counters = {});
   ~StoreWriter();  // close()s
   StoreWriter(const StoreWriter&) = delete;
   StoreWriter& operator=(const StoreWriter&) = delete;
@@ -47,8 +50,12 @@ class StoreWriter {
   void appendSentinel(std::vector<SentinelRecord> findings);
   void appendModuleChecks(std::vector<ModuleCheckRecord> checks);
   void appendCollectives(std::vector<CollectiveRecord> collectives);
-  // Written with the next batch; a later value for the same key replaces it.
+  // Written with the next batch; a later value for the same key replaces it. The run's counters
+  // go through setCounters: this is for the rank's identity and environment, which are text.
   void setMeta(const std::string& key, const std::string& value);
+  // The fields `counters` says, written with the next batch (store/run_counters_meta.h spells
+  // them); later values replace earlier ones, and a value said again unchanged is not rewritten.
+  void setCounters(const RunCounters& counters);
   // The rank the process learnt after its store was made: the rows written so far, and every
   // call's row from now on, carry it (with the next batch).
   void setRank(int rank);

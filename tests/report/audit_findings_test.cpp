@@ -37,7 +37,7 @@ json allZeroJudgement() {
 RunData auditedRun(const fs::path& dir) {
   RunData run = synthetic::runOf({}, 3, dir.string());
   run.settings.audit.on = true;
-  run.ranks[0].meta["audit_rotation"] = "3 1";
+  run.ranks[0].counters.audit_rotation = AuditRotation{.rotations = 3, .held_back = 1};
   auto capture = [&](int64_t seq, const std::string& path, const std::string& skipped = "") {
     return CaptureRecord{.rank = 0, .seq = seq, .trigger = CaptureTrigger::kAudit, .path = path, .bytes = 1 << 20,
                          .skipped = skipped, .step = 2, .layer = 1, .phase = Phase::kForward};

@@ -80,7 +80,7 @@ TEST(Outcome, NothingCheckedSaysWhy) {
 // Attention recognised and not checked, with nothing non-finite: no fault, but partial.
 TEST(Outcome, UncheckedAttentionMakesACleanRunPartial) {
   RunData run = runOf({forward(0, 0, 0, 0)});
-  run.ranks[0].meta["unprobed:flex_attention"] = "3";
+  run.ranks[0].counters.unprobed["flex_attention"] = 3;
   const Conclusion c = conclude(run, analyze(run), std::nullopt);
   EXPECT_EQ(c.outcome, Outcome::kPartial);
   EXPECT_EQ(c.unprobed.at("flex_attention"), 3);

@@ -15,8 +15,8 @@ TEST(RunOverview, SayWhatTheStoresAndRunFileSay) {
   RunData run = runOf({forward(0, 0, 0, 0)}, /*steps=*/6);
   RankInfo second = run.ranks[0];
   second.rank = 2, second.steps = 7, second.path = "elsewhere/rank-2.sqlite";
-  second.meta = {{"world_size", "4"}, {"host", "node1"}, {"trail", "1"}, {"launcher_run_id", "job42"},
-                 {"unprobed:flex_attention", "12"}};
+  second.meta = {{"world_size", "4"}, {"host", "node1"}, {"launcher_run_id", "job42"}};
+  second.counters = {.trail = true, .unprobed = {{"flex_attention", 12}}};
   run.ranks.push_back(second);
   run.unrecorded = {{3, "could not create its store"}};
   run.settings.readable = true;
@@ -47,7 +47,7 @@ TEST(RunOverview, SayWhatTheStoresAndRunFileSay) {
 
 TEST(RunOverview, StepsAreForwardPassesInInference) {
   RunData run = runOf({forward(0, 0, 0, 0)});
-  run.ranks[0].meta["step_unit"] = stepUnitName(StepUnit::kForwardPass);
+  run.ranks[0].counters.step_unit = StepUnit::kForwardPass;
   EXPECT_EQ(runOverviewOf(run).step_unit, StepUnit::kForwardPass);
   EXPECT_EQ(stepLabel(StepUnit::kForwardPass, 3), "forward pass 3");
   EXPECT_EQ(stepLabel(StepUnit::kOptimizerStep, 3), "step 3");

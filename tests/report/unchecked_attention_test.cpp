@@ -10,14 +10,15 @@ namespace nanprov {
 namespace {
 
 // A run whose rank 0 counted `whats` unchecked, first at step 0.
-RunData runWith(const std::vector<std::string>& whats, const std::map<std::string, std::string>& more_meta = {}) {
+// `classes`: the trail's class of each module pattern.
+RunData runWith(const std::vector<std::string>& whats, const std::map<std::string, std::string>& classes = {}) {
   RunData run;
   RankInfo& r = run.ranks.emplace_back();
   for (const std::string& what : whats) {
-    r.meta["unprobed:" + what] = "3";
-    r.meta["unprobed_step:" + what] = "0";
+    r.counters.unprobed[what] = 3;
+    r.counters.unprobed_first_step[what] = 0;
   }
-  for (const auto& [k, v] : more_meta) r.meta[k] = v;
+  r.counters.module_class = classes;
   return run;
 }
 
@@ -48,18 +49,18 @@ TEST(UncheckedAttention, OneClassCoveringEveryPlaceIsSuggestedByName) {
   std::map<std::string, std::string> classes;
   for (const std::string& place : kDiffusersPlaces) {
     whats.push_back(bySoftmaxCount(place));
-    classes["module_class:" + place] = "Attention";
+    classes[place] = "Attention";
   }
   EXPECT_EQ(suggestedProbeModules(runWith(whats, classes)), std::vector<std::string>{"Attention"});
   EXPECT_EQ(suggestionText({"Attention"}), "nanprov run --probe-module Attention checks it");
   EXPECT_EQ(suggestedProbeModules(runWith(whats)).size(), 6u) << "no class known without --trail";
-  classes["module_class:" + kDiffusersPlaces[0]] = "JointAttention";
+  classes[kDiffusersPlaces[0]] = "JointAttention";
   EXPECT_EQ(suggestedProbeModules(runWith(whats, classes)).size(), 6u) << "two classes: each place";
 }
 
 // An option the run was given is never suggested again, by its pattern or by the class it names.
 TEST(UncheckedAttention, NeverSuggestsAnOptionTheRunWasGiven) {
-  RunData run = runWith({bySoftmaxCount("blocks.*.attn")}, {{"module_class:blocks.*.attn", "Attention"}});
+  RunData run = runWith({bySoftmaxCount("blocks.*.attn")}, {{"blocks.*.attn", "Attention"}});
   run.settings.probe_modules = {"blocks.*.attn"};
   EXPECT_TRUE(suggestedProbeModules(run).empty());
   run.settings.probe_modules = {"Attention:q=0,k=1,v=2"};

@@ -151,7 +151,7 @@ namespace {
 TEST(RunReader, ModuleChecksRoundTripAndOldStoresHaveNone) {
   fs::path dir = testing::freshDir("module-checks");
   {
-    auto w = StoreWriter::open((dir / rankStoreName(0)).string(), {{"rank", "0"}, {"trail", "1"}});
+    auto w = StoreWriter::open((dir / rankStoreName(0)).string(), {{"rank", "0"}}, 0, {}, {.trail = true});
     ASSERT_TRUE(w.ok());
     ModuleCheckRecord m;
     m.step = 2, m.phase = Phase::kBackward, m.module = "h.0.mlp.act", m.module_class = "Act";

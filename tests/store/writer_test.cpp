@@ -146,8 +146,8 @@ TEST(StoreWriter, RoundTripsKernelsMetaAndAttribution) {
       kernels[i].stream = 7;
     }
     (*writer)->appendKernels(kernels);
-    (*writer)->setMeta("host_syncs", "0");
-    (*writer)->setMeta("host_syncs", "2");  // a later value replaces the earlier
+    (*writer)->setCounters({.host_syncs = 0});
+    (*writer)->setCounters({.host_syncs = 2});  // a later value replaces the earlier
     ASSERT_TRUE((*writer)->close().ok());
   }
   auto run = loadRun(dir.string());
@@ -161,7 +161,8 @@ TEST(StoreWriter, RoundTripsKernelsMetaAndAttribution) {
   EXPECT_TRUE(run->kernelsOf(0, 1).empty()) << "another rank's seq 1 is another call";
   EXPECT_EQ(run->calls[0].device, Device::cuda(0));
   EXPECT_EQ(run->calls[1].unattributed, "torch.profiler was active");
-  EXPECT_EQ(run->ranks[0].meta.at("host_syncs"), "2");
+  EXPECT_EQ(run->ranks[0].counters.host_syncs, 2);
+  EXPECT_EQ(run->ranks[0].meta.at("host_syncs"), "2") << "the row nanprov sql shows";
   auto rows = queryRun(dir.string(), "SELECT rank, COUNT(*) FROM kernels GROUP BY rank");
   ASSERT_TRUE(rows.ok()) << rows.status().message();
   ASSERT_EQ(rows->rows.size(), 1u);
