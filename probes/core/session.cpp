@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <utility>
 
 #include "base/env.h"
 #include "base/log_once.h"
@@ -137,11 +138,12 @@ StoreWriter* Session::writer() {
   if (master_addr && *master_addr && master_port && *master_port) {
     meta["master"] = std::string(master_addr) + ":" + master_port;
   }
-  if (trail_) meta["trail"] = "1";
+  RunCounters counters = std::exchange(pending_counters_, {});
+  counters.trail = trail_;
   std::string path = (std::filesystem::path(run_dir_) / ownName(rankStoreName(rank()), processStoreName(getpid()))).string();
   // nanprov run --store-budget; a process started without nanprov run keeps the default.
   auto opened = StoreWriter::open(path, meta, envInteger("NANPROV_STORE_BUDGET", kDefaultStoreBudgetBytes, 0),
-                                  sayTrendWarning);
+                                  sayTrendWarning, counters);
   if (!opened.ok()) {
     writer_failed_ = true;
     storeRefused(opened.status().message());
@@ -315,6 +317,14 @@ void Session::setMeta(const std::string& key, const std::string& value) {
   else if (!writer_failed_) pending_meta_[key] = value;  // into the store's first meta when it is made
 }
 
+void Session::setCounters(const RunCounters& counters) {
+  if (!active()) return;
+  if (StoreWriter* w = open_writer_.load(std::memory_order_acquire)) return w->setCounters(counters);
+  std::lock_guard<std::mutex> lock(writer_mu_);
+  if (writer_) writer_->setCounters(counters);
+  else if (!writer_failed_) pending_counters_.update(counters);  // into the store as it is made
+}
+
 void Session::stepEnded(int64_t optimizer_steps) {
   if (!active()) return;
   // A process that trained a step with no process group has none: its guess is its rank.
@@ -357,19 +367,16 @@ void Session::countUnprobed(const std::string& what, int64_t n) {
 // Only what changed, and only once there is something: a process that saw no attention at all
 // (a torchrun launcher) leaves no store behind.
 void Session::writeCounters() {
-  std::map<std::string, int64_t> counts, first_steps;
+  RunCounters counters;
   {
     std::lock_guard<std::mutex> lock(unprobed_mu_);
     if (!unprobed_dirty_) return;
     unprobed_dirty_ = false;
-    counts = unprobed_;
-    first_steps = unprobed_first_step_;
+    counters.unprobed = unprobed_;
+    counters.unprobed_first_step = unprobed_first_step_;
   }
   // Unchecked attention is worth a store of its own: without one the report would say nothing ran.
-  StoreWriter* w = writer();
-  if (!w) return;
-  for (const auto& [what, n] : counts) w->setMeta("unprobed:" + what, std::to_string(n));
-  for (const auto& [what, step] : first_steps) w->setMeta("unprobed_step:" + what, std::to_string(step));
+  if (StoreWriter* w = writer()) w->setCounters(counters);
 }
 
 void Session::finalize(bool collect) {

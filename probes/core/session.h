@@ -22,6 +22,7 @@
 #include "base/records/call_event.h"
 #include "base/records/call_record.h"
 #include "base/records/collective_record.h"
+#include "base/records/run_counters.h"
 #include "base/status.h"
 
 namespace nanprov {
@@ -88,6 +89,9 @@ class Session {
   // of those (a DataLoader worker started with spawn, a helper process of the same rank) leaves
   // no store and takes no rank's store name.
   void setMeta(const std::string& key, const std::string& value);
+  // The fields of the run's counters `counters` says, as setMeta does (waiting for the store);
+  // later values replace earlier ones. The rank's counters go here, its identity to setMeta.
+  void setCounters(const RunCounters& counters);
   // An optimizer step completed; `optimizer_steps` is the count so far.
   void stepEnded(int64_t optimizer_steps);
   // A new step began (an optimizer step, or the next inference forward pass): device work of the
@@ -95,10 +99,10 @@ class Session {
   void stepBegan(int64_t step);
 
   // Attention that was recognised but could not be checked, counted by what it was (e.g.
-  // "aten::_native_multi_head_attention"). Written to the store's meta as "unprobed:<what>" at
-  // step boundaries and exit, so the report never calls a run clean that it did not check. The
-  // step it was first seen in goes beside it ("unprobed_step:<what>"): the gradient sentinel may
-  // blame code outside attention only for a step in which no attention ran unchecked.
+  // "aten::_native_multi_head_attention"). Written to the store (RunCounters::unprobed) at step
+  // boundaries and exit, so the report never calls a run clean that it did not check. The step it
+  // was first seen in goes beside it (unprobed_first_step): the gradient sentinel may blame code
+  // outside attention only for a step in which no attention ran unchecked.
   void countUnprobed(const std::string& what, int64_t n = 1);
   // How many times countUnprobed ran on this thread: a caller tells whether a call it wrapped
   // was counted as unchecked somewhere underneath.
@@ -143,6 +147,7 @@ class Session {
 
   std::mutex writer_mu_;  // taken to open the store, once; calls read open_writer_
   std::map<std::string, std::string> pending_meta_;  // setMeta before the store exists (writer_mu_)
+  RunCounters pending_counters_;                      // setCounters before the store exists (writer_mu_)
   std::unique_ptr<StoreWriter> writer_;
   std::atomic<StoreWriter*> open_writer_{nullptr};
   bool writer_failed_ = false;

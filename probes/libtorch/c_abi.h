@@ -57,7 +57,7 @@ NANPROV_API int nanprov_set_fact(const char* key, const char* value);
 // node (-1 when unknown). Its store and tally take that rank's names (probes/core/process_rank.h).
 NANPROV_API void nanprov_process_group(int rank, int world_size, int local_rank);
 // This rank's place in a DeviceMesh, as "dp=0,tp=1" (dimension names, or dim0, dim1...): kept in
-// the store's meta ("mesh").
+// the store's counters (RunCounters::mesh).
 NANPROV_API void nanprov_mesh(const char* coordinates);
 // Final flush; called from the interpreter's exit. Later calls are no-ops.
 NANPROV_API void nanprov_shutdown(void);

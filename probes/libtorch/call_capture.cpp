@@ -339,11 +339,11 @@ void Captures::releaseGuarded(const std::vector<KernelRecord>& kernels, bool at_
     }
   }
   for (CaptureJob& job : ready) writer_.push(std::move(job));
-  if (copies > 0) session_.setMeta("capture_host_copies", std::to_string(copies));
+  if (copies > 0) session_.setCounters({.capture_host_copies = copies});
   if (CapturePolicy& policy = session_.capturePolicy(); policy.auditing()) {
     // How often the rotation ran, and how often its budget held it back: the report's coverage.
     CapturePolicy::RotationCounts r = policy.rotationCounts();
-    session_.setMeta("audit_rotation", std::to_string(r.rotations) + " " + std::to_string(r.held_back));
+    session_.setCounters({.audit_rotation = AuditRotation{.rotations = r.rotations, .held_back = r.held_back}});
   }
   if (!at_exit) return;
   // The writer thread is joined once it has written everything; one stuck on a file is left to

@@ -150,7 +150,7 @@ long long nanprov_foreign_calls(void) { return nanprov::foreignCallsRecorded(); 
 
 void nanprov_trail_compiled(void) {
   static std::atomic<bool> noted{false};
-  if (!noted.exchange(true)) nanprov::probes().session().setMeta("trail_compiled", "1");
+  if (!noted.exchange(true)) nanprov::probes().session().setCounters({.trail_compiled = true});
 }
 
 void nanprov_become_worker(void) { nanprov::probes().session().becomeWorker(); }
@@ -180,7 +180,7 @@ void nanprov_process_group(int rank, int world_size, int local_rank) {
 
 void nanprov_mesh(const char* coordinates) {
   if (!coordinates || std::strlen(coordinates) > 512) return;
-  nanprov::guarded("device mesh", [&] { nanprov::probes().session().setMeta("mesh", coordinates); });
+  nanprov::guarded("device mesh", [&] { nanprov::probes().session().setCounters({.mesh = coordinates}); });
 }
 
 void nanprov_shutdown(void) {

@@ -220,7 +220,9 @@ void GradientSentinel::found(int64_t step, const std::string& parameter, Sentine
     }
     named = ++named_[static_cast<int>(kind)];
   }
-  session_.setMeta(kind == SentinelTensor::kGrad ? "sentinel_nonfinite_grads" : "sentinel_nonfinite_params", std::to_string(named));
+  RunCounters counted;
+  (kind == SentinelTensor::kGrad ? counted.sentinel_nonfinite_grads : counted.sentinel_nonfinite_params) = static_cast<int64_t>(named);
+  session_.setCounters(counted);
   if (named > kMaxNamed) return;
   SentinelRecord f;
   f.step = step;

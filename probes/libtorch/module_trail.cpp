@@ -74,7 +74,7 @@ bool ModuleTrail::name(int64_t id, const std::string& path, const std::string& m
                           " ran no attention op nanprov checks: not checked; --probe-module '" + module_class +
                           "' checks it";
     // The report names the class of a place other probes counted unchecked by its path alone.
-    session_.setMeta("module_class:" + pattern, module_class);
+    session_.setCounters({.module_class = {{pattern, module_class}}});
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (names_.size() <= static_cast<size_t>(id)) names_.resize(static_cast<size_t>(id) + 1);
@@ -251,7 +251,9 @@ void ModuleTrail::compiledBackwardState(bool checked) {
   // "unchecked" is final: one backward graph nanprov could not check is enough for the report to say so.
   while (was != 2 && was != want && !backward_state_.compare_exchange_weak(was, want)) {
   }
-  if (was != want && was != 2) session_.setMeta("trail_compiled_backward", checked ? "checked" : "unchecked");
+  if (was != want && was != 2) {
+    session_.setCounters({.trail_compiled_backward = checked ? CompiledBackward::kChecked : CompiledBackward::kUnchecked});
+  }
 }
 
 void ModuleTrail::check(const Site& s, const std::vector<at::Tensor>& tensors, size_t n_inputs) {

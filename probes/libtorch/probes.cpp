@@ -73,59 +73,50 @@ void Probes::flush(bool at_exit) {
     const bool torn_down = stats.detached || !stats.started;
     if (window_over && (torn_down || session_.identity().step() >= traceSteps() + 3)) steady_from_next_flush_ = true;
     writeCounters(stats, at_exit);
-    if (std::string why = tracer_->unattributedReason(); !why.empty()) writeMeta("kernel_tracer", why);
+    if (std::string why = tracer_->unattributedReason(); !why.empty()) session_.setCounters({.kernel_tracer = why});
   } catch (const std::exception& e) {
     logOnce("flush", std::string("flushing device work failed: ") + e.what());
   }
 }
 
 void Probes::writeCounters(const TracerStats& stats, bool at_exit) {
-  writeMeta("host_syncs", std::to_string(checks_.hostSyncs()));
-  if (const int64_t n = collectives_.checked(); n > 0) writeMeta("collectives_checked", std::to_string(n));
-  writeMeta("step_unit", stepUnitName(session_.identity().stepUnit()));
-  writeMeta("kernels_attributed", std::to_string(stats.attributed_kernels));
-  writeMeta("cupti_dropped_records", std::to_string(stats.dropped_records));
-  writeMeta("cupti_records", "kernel " + std::to_string(stats.kernel_records) + ", external id " +
-                                 std::to_string(stats.external_id_records) + ", api " + std::to_string(stats.api_records));
-  if (stats.detached) writeMeta("cupti_detached", "1");
+  RunCounters c;
+  c.host_syncs = checks_.hostSyncs();
+  if (const int64_t n = collectives_.checked(); n > 0) c.collectives_checked = n;
+  c.step_unit = session_.identity().stepUnit();
+  c.kernels_attributed = stats.attributed_kernels;
+  c.cupti_dropped_records = stats.dropped_records;
+  c.cupti_records = CuptiRecords{.kernel = stats.kernel_records, .external_id = stats.external_id_records, .api = stats.api_records};
+  c.cupti_detached = stats.detached;
   const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
                           std::chrono::steady_clock::now().time_since_epoch()).count();  // never steps back
-  if (!at_exit && cost_written_ns_ != 0 && now - cost_written_ns_ < kCostEvery.count()) return;
-  cost_written_ns_ = now;
-  writeMeta("probe_cost", ProbeCost::summary());
-  if (const int64_t released = checks_.released(); released > 0) {
-    writeMeta("released_tensors", std::to_string(released) + " released, freeing " + std::to_string(checks_.releasedLast()) +
-                                      " storages (the caching allocator's frees, moved from autograd)");
+  if (at_exit || cost_written_ns_ == 0 || now - cost_written_ns_ >= kCostEvery.count()) {
+    cost_written_ns_ = now;
+    c.probe_cost = ProbeCost::summary();
+    if (const int64_t released = checks_.released(); released > 0) {
+      c.released_tensors = ReleasedTensors{.released = released, .storages = checks_.releasedLast()};
+    }
+    // Deferred checks (device_checks.h), for the benchmark's note: how many calls waited for a
+    // batched launch, how many launches checked them, and how many went back to immediate checks.
+    DeferredChecks& deferred = c.deferred_checks.emplace();
+    if (checks_.deferMode() > 0) {
+      const DeviceChecks::DeferStats d = checks_.deferStats();
+      deferred = {.mode = checks_.deferMode() == 2 ? DeferMode::kCudaAndCpu : DeferMode::kCuda,
+                  .deferred = d.deferred,
+                  .batched_launches = d.batched_launches,
+                  .modified = d.modified,
+                  .immediate_fallbacks = d.immediate_fallbacks};
+    }
+    if (const int64_t dense = checks_.denseLaunches(), fused = checks_.measuredFusedLaunches(); dense + fused > 0) {
+      c.measure_launches = MeasureLaunches{.dense = dense, .fused = fused};
+    }
+    for (int s = 0; s < static_cast<int>(ProbeStage::kCount); ++s) {
+      const auto stage = static_cast<ProbeStage>(s);
+      c.probe_ns[ProbeCost::stageName(stage)] = ProbeCost::total(stage);
+    }
   }
-  // Deferred checks (device_checks.h), for the benchmark's note: how many calls waited for a
-  // batched launch, how many launches checked them, and how many went back to immediate checks.
-  if (checks_.deferMode() > 0) {
-    const DeviceChecks::DeferStats d = checks_.deferStats();
-    writeMeta("deferred_checks", std::string(checks_.deferMode() == 2 ? "CUDA and CPU calls: " : "CUDA calls: ") +
-                                     "deferred " + std::to_string(d.deferred) + ", batched launches " +
-                                     std::to_string(d.batched_launches) + ", modified before their check " +
-                                     std::to_string(d.modified) + ", immediate after a fallback " +
-                                     std::to_string(d.immediate_fallbacks));
-  } else {
-    writeMeta("deferred_checks", "off (NANPROV_DEFER_CHECKS=0)");
-  }
-  // The sentinel's and the trail's launches on CUDA: dense checks (64 tensors each), fused (12).
-  if (const int64_t dense = checks_.denseLaunches(), fused = checks_.measuredFusedLaunches(); dense + fused > 0) {
-    writeMeta("measure_launches", "dense " + std::to_string(dense) + ", fused " + std::to_string(fused));
-  }
-  for (int s = 0; s < static_cast<int>(ProbeStage::kCount); ++s) {
-    const auto stage = static_cast<ProbeStage>(s);
-    writeMeta(std::string("probe_ns:") + ProbeCost::stageName(stage), std::to_string(ProbeCost::total(stage)));
-  }
-}
-
-void Probes::writeMeta(const std::string& key, const std::string& value) {
-  auto [it, added] = written_meta_.try_emplace(key, value);
-  if (!added) {
-    if (it->second == value) return;
-    it->second = value;
-  }
-  session_.setMeta(key, value);
+  // The store's writer writes only what changed since it last wrote.
+  session_.setCounters(c);
 }
 
 void Probes::describeEnvironment() {

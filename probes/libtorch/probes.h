@@ -54,13 +54,12 @@ class Probes {
   // The environment (environmentOf) into the store's meta: once with the torch version, once
   // more when checks first ran on a GPU, whose runtime is then up, so asking it starts nothing.
   void describeEnvironment();
-  // The run's counters into the meta. Each key is written only when its value changed, and those
-  // that change every step (probe_cost, probe_ns:*, released_tensors, measure_launches) at most
-  // every kCostEvery and at a normal exit: written every step, with the summary formatted each
-  // time, they were most of a step boundary's cost (2 us a call on the H200's launch-bound model,
-  // 8 on the CPU demo).
+  // The run's counters (base/records/run_counters.h) to the store, which writes a value only when
+  // it changed. Those that change every step (the probe cost and its stages, released tensors,
+  // deferred checks, measure launches) at most every kCostEvery and at a normal exit: said every
+  // step, with the summary formatted each time, they were most of a step boundary's cost (2 us a
+  // call on the H200's launch-bound model, 8 on the CPU demo).
   void writeCounters(const TracerStats& stats, bool at_exit);
-  void writeMeta(const std::string& key, const std::string& value);
 
   Session session_;  // first: every other member records through it
   std::unique_ptr<KernelTracer> tracer_;
@@ -73,8 +72,7 @@ class Probes {
   CollectiveChecks collectives_;
   int described_device_ = -2;  // the device describeEnvironment last wrote; -2: nothing written yet
   bool steady_from_next_flush_ = false;  // the probes' steady state begins at the next flush
-  std::map<std::string, std::string> written_meta_;  // what writeMeta last wrote, by key
-  int64_t cost_written_ns_ = 0;                       // when probe_cost was last written (steady clock)
+  int64_t cost_written_ns_ = 0;  // when the probe cost was last said (steady clock)
 };
 
 Probes& probes();
