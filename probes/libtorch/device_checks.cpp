@@ -13,15 +13,11 @@
 #include "base/records/roles.h"
 #include "probes/core/probe_cost.h"
 #include "probes/core/session.h"
-
-#if NANPROV_HAVE_CUDA
-#include "kernels/health_check_queue.h"
-#endif
+#include "probes/libtorch/device_queue.h"
 
 namespace nanprov {
 namespace {
 
-using kernels::HealthCheckQueue;
 using kernels::HealthCounts;
 using kernels::TensorView;
 
@@ -64,9 +60,7 @@ std::optional<TensorView> viewOf(const at::Tensor& t, bool mask) {
   if (mask) {
     v.mask = *type == kernels::ElementType::kBool ? kernels::MaskKind::kBoolAllow : kernels::MaskKind::kAdditive;
   }
-#if NANPROV_HAVE_CUDA
-  if (!kernels::checkable(v)) return std::nullopt;
-#endif
+  if (!deviceReads(v)) return std::nullopt;
   return v;
 }
 
@@ -75,25 +69,18 @@ c10::Stream currentStream(int device) {
   return guard.getStream(c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device)));
 }
 
-bool capturing(const c10::Stream& stream) {
-#if NANPROV_HAVE_CUDA
-  return kernels::streamIsCapturing(stream.native_handle());
-#else
-  (void)stream;
-  return false;
-#endif
-}
+bool capturing(const c10::Stream& stream) { return streamCapturing(stream.native_handle()); }
 
 }  // namespace
 
 struct DeviceChecks::Lane {
   int device = -1;
-  HealthCheckQueue* queue = nullptr;
+  DeviceQueue* queue = nullptr;
   std::vector<Pending> pending;     // by slot: written by the owner before it publishes the slot
   // A batched launch's calls: kMaxBatchCalls per slot, as `pending`; made at the first one.
   std::vector<Pending> parts;
   // Dense checks: a second queue, made by the owner at its first dense check (collectors load it).
-  std::atomic<HealthCheckQueue*> dense{nullptr};
+  std::atomic<DeviceQueue*> dense{nullptr};
   std::vector<Measuring> measuring;  // by the dense queue's slot, as `pending`
   bool dense_failed = false;         // owner only: no dense queue, or its launch failed
   int64_t measures = 0;              // owner only
@@ -346,7 +333,6 @@ void DeviceChecks::flushCalls(int device, const std::optional<c10::Stream>& stre
   Lane* lane = device >= 0 && stream ? laneFor(device) : nullptr;
   int slot = -1;
   Pending* parts = nullptr;
-#if NANPROV_HAVE_CUDA
   if (lane) {
     slot = lane->queue->reserve(readyFor(*lane));
     if (lane->parts.empty()) {
@@ -356,7 +342,6 @@ void DeviceChecks::flushCalls(int device, const std::optional<c10::Stream>& stre
     }
     parts = &lane->parts[static_cast<size_t>(slot) * kMaxBatchCalls];
   }
-#endif
   int batched = 0;
   int64_t batched_bytes = 0;
   Views views;
@@ -405,7 +390,6 @@ void DeviceChecks::flushCalls(int device, const std::optional<c10::Stream>& stre
   calls.clear();
   if (batched == 0) return;
   Status st = Status::Ok();
-#if NANPROV_HAVE_CUDA
   Pending launch;  // the batch's one check; its calls are the slot's parts
   launch.held_bytes = batched_bytes;
   launch.batched = batched;
@@ -415,7 +399,6 @@ void DeviceChecks::flushCalls(int device, const std::optional<c10::Stream>& stre
     st = lane->queue->submit(views.data(), static_cast<int>(views.size()), stream->native_handle(),
                              static_cast<uint64_t>(slot));
   }
-#endif
   if (st.ok()) {
     batched_launches_.fetch_add(1, std::memory_order_relaxed);
     return;
@@ -553,16 +536,15 @@ int DeviceChecks::denseBatch(int device) {
 
 bool DeviceChecks::enqueueDense(Lane& lane, const std::vector<at::Tensor>& tensors, Measured done, uint64_t context,
                                 const c10::Stream& stream) {
-#if NANPROV_HAVE_CUDA
   if (tensors.empty() || lane.dense_failed) return false;
   InlineVector<kernels::DenseTensor, kernels::kMaxDense> dense;
   for (const at::Tensor& t : tensors) {
     if (!denseCheckable(t) || t.device().index() != lane.device) return false;
     dense.push_back(kernels::DenseTensor::of(t.data_ptr(), t.numel(), *elementType(t.scalar_type())));
   }
-  HealthCheckQueue* queue = lane.dense.load(std::memory_order_acquire);
+  DeviceQueue* queue = lane.dense.load(std::memory_order_acquire);
   if (!queue) {
-    auto created = HealthCheckQueue::create(lane.device, kDenseSlots, kernels::CheckKind::kDense);
+    auto created = DeviceQueue::create(lane.device, kDenseSlots, kernels::CheckKind::kDense);
     if (!created.ok()) {
       lane.dense_failed = true;
       logOnce("dense queue", "dense checks unavailable on cuda:" + std::to_string(lane.device) +
@@ -587,10 +569,6 @@ bool DeviceChecks::enqueueDense(Lane& lane, const std::vector<at::Tensor>& tenso
   logOnce("dense check", "dense check failed; gradients and parameters are checked twelve to a launch from now on: " +
                              st.message());
   return false;
-#else
-  (void)lane, (void)tensors, (void)done, (void)context, (void)stream;
-  return false;
-#endif
 }
 
 // Step boundaries: every lane's finished checks, taking its turn behind a collector already at
@@ -603,15 +581,14 @@ void DeviceChecks::poll() {
 
 void DeviceChecks::drain() {
   flushDeferred();
-#if NANPROV_HAVE_CUDA
   // Exit never hangs on the GPU: a stream stuck behind a hung kernel or collective (a dead peer)
   // would otherwise keep a process that was meant to end waiting forever.
   static const int64_t seconds = envInteger("NANPROV_EXIT_WAIT_SECONDS", kDefaultExitWaitSeconds, 0);
-  const auto deadline = HealthCheckQueue::Clock::now() + std::chrono::seconds(seconds);
+  const auto deadline = DeviceQueue::Clock::now() + std::chrono::seconds(seconds);
   int unfinished = 0;
   forEachLane([&](Lane& lane) {
     lane.queue->drain(readyFor(lane), deadline, &unfinished);
-    if (HealthCheckQueue* dense = lane.dense.load(std::memory_order_acquire)) {
+    if (DeviceQueue* dense = lane.dense.load(std::memory_order_acquire)) {
       dense->drain(denseReadyFor(lane), deadline, &unfinished);
     }
   });
@@ -621,7 +598,6 @@ void DeviceChecks::drain() {
                              " s after the run ended (a GPU stream still busy, or stuck behind a hung kernel or "
                              "collective): their calls are not recorded. NANPROV_EXIT_WAIT_SECONDS sets the wait");
   }
-#endif
 }
 
 template <typename Fn>
@@ -641,12 +617,10 @@ int DeviceChecks::firstDevice() const {
 
 int64_t DeviceChecks::hostSyncs() const {
   int64_t n = sync_measures_.load();
-#if NANPROV_HAVE_CUDA
   forEachLane([&](const Lane& lane) {
     n += lane.queue->forcedWaits();
-    if (const HealthCheckQueue* dense = lane.dense.load(std::memory_order_acquire)) n += dense->forcedWaits();
+    if (const DeviceQueue* dense = lane.dense.load(std::memory_order_acquire)) n += dense->forcedWaits();
   });
-#endif
   return n;
 }
 
@@ -655,18 +629,13 @@ void DeviceChecks::collect(bool patient) {
 }
 
 void DeviceChecks::collectLane(Lane& lane, bool patient) {
-#if NANPROV_HAVE_CUDA
   lane.queue->collect(readyFor(lane), patient);
-  if (HealthCheckQueue* dense = lane.dense.load(std::memory_order_acquire)) dense->collect(denseReadyFor(lane), patient);
-#else
-  (void)lane, (void)patient;
-#endif
+  if (DeviceQueue* dense = lane.dense.load(std::memory_order_acquire)) dense->collect(denseReadyFor(lane), patient);
 }
 
 // This thread's lane on `device`, made (or adopted) at its first check there. nullptr when no
 // queue can be made on the device: its checks are then measured on the host.
 DeviceChecks::Lane* DeviceChecks::laneFor(int device) {
-#if NANPROV_HAVE_CUDA
   if (device < 0 || device >= kMaxDevices) return nullptr;
   if (void* lane = threadLanes(id_).lanes[static_cast<size_t>(device)]) return static_cast<Lane*>(lane);
   Lane* lane = adoptLane(device);
@@ -675,15 +644,9 @@ DeviceChecks::Lane* DeviceChecks::laneFor(int device) {
     t_lanes.owned[static_cast<size_t>(device)] = &lane->owned;
   }
   return lane;
-#else
-  logOnce("no fused checks", "nanprov was built without the CUDA toolkit: CUDA tensors are measured on the host");
-  (void)device;
-  return nullptr;
-#endif
 }
 
 DeviceChecks::Lane* DeviceChecks::adoptLane(int device) {
-#if NANPROV_HAVE_CUDA
   std::lock_guard<std::mutex> lock(create_mu_);
   // A lane whose thread ended: its queue has one producer again, this thread.
   for (int i = 0; i < lane_count_.load(std::memory_order_acquire); ++i) {
@@ -698,7 +661,7 @@ DeviceChecks::Lane* DeviceChecks::adoptLane(int device) {
                                 "the others are measured on the host (slower)");
     return nullptr;
   }
-  auto created = HealthCheckQueue::create(device, kSlotsPerDevice);
+  auto created = DeviceQueue::create(device, kSlotsPerDevice, kernels::CheckKind::kFused);
   if (!created.ok()) {
     failed_[device] = true;
     logOnce("device queue", "fused health checks unavailable on cuda:" + std::to_string(device) +
@@ -712,10 +675,6 @@ DeviceChecks::Lane* DeviceChecks::adoptLane(int device) {
   lanes_[index].store(lane, std::memory_order_release);
   lane_count_.store(index + 1, std::memory_order_release);
   return lane;
-#else
-  (void)device;
-  return nullptr;
-#endif
 }
 
 std::optional<DeviceChecks::Pending> DeviceChecks::enqueue(Lane& lane, Pending pending, const Views& views,
@@ -736,7 +695,6 @@ std::optional<DeviceChecks::Pending> DeviceChecks::enqueue(Lane& lane, Pending p
     }
   }
   Status st = Status::Ok();
-#if NANPROV_HAVE_CUDA
   const int slot = lane.queue->reserve(readyFor(lane));
   lane.pending[static_cast<size_t>(slot)] = std::move(pending);
   {
@@ -746,10 +704,6 @@ std::optional<DeviceChecks::Pending> DeviceChecks::enqueue(Lane& lane, Pending p
     st = lane.queue->submit(views.data(), static_cast<int>(views.size()), stream.native_handle(), static_cast<uint64_t>(slot));
   }
   if (!st.ok()) pending = std::move(lane.pending[static_cast<size_t>(slot)]);  // never published
-#else
-  (void)lane, (void)views, (void)stream;
-  st = Status::Error("built without the CUDA toolkit");
-#endif
   if (st.ok()) return std::nullopt;
   logOnce("device check", "fused health check failed, measuring on the host instead: " + st.message());
   held_bytes_.fetch_sub(pending.held_bytes, std::memory_order_relaxed);

@@ -4,7 +4,8 @@
 // Tensors are held until their results are known, within a byte budget (NANPROV_HOLD_BYTES);
 // beyond it they are released early and the caching allocator is told the check still reads
 // them, so their memory is not reused under it. Built without the CUDA toolkit, or where a
-// device's queue cannot be made, every tensor is measured on the host (a counted host sync).
+// device's queue cannot be made (device_queue.h), every tensor is measured on the host (a counted
+// host sync).
 //
 // Deferred checks (NANPROV_DEFER_CHECKS): a launch costs 8-12 us inside a training process, most
 // of a call's probe cost, so a CUDA call whose tensors nanprov holds is not checked at once. It
@@ -56,10 +57,6 @@ class Stream;
 }
 
 namespace nanprov {
-
-namespace kernels {
-class HealthCheckQueue;
-}
 
 class KernelTracer;
 class Session;
@@ -198,7 +195,7 @@ class DeviceChecks {
                     const c10::Stream& stream);
   void markInUse(const RoleTensors& tensors, const c10::Stream& stream);
   void release(Pending& pending);
-  // What a lane's queue hands its finished checks to (HealthCheckQueue::Ready; the token is the slot).
+  // What a lane's queue hands its finished checks to (DeviceQueue::Ready; the token is the slot).
   std::function<void(uint64_t, const kernels::HealthCounts*, int)> readyFor(Lane& lane);
   void complete(Lane& lane, uint64_t slot, const kernels::HealthCounts* counts, int n);
   std::function<void(uint64_t, const kernels::HealthCounts*, int)> denseReadyFor(Lane& lane);
