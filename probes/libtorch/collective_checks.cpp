@@ -242,12 +242,8 @@ void CollectiveChecks::submit(uint64_t id, bool output, const std::vector<at::Te
   }
   const uint64_t context = id << 1 | (output ? 1 : 0);
   for (const std::vector<at::Tensor>& launch : launches) {
-    if (!checks_.measure(launch, &onMeasured, context)) measured(context, nullptr, -1);  // a graph capture: never read
+    if (!checks_.measure(launch, *this, context)) measured(context, nullptr, -1);  // a graph capture: never read
   }
-}
-
-void CollectiveChecks::onMeasured(uint64_t context, const DeviceChecks::Counts* counts, int n) {
-  probes().collectives().measured(context, counts, n);
 }
 
 void CollectiveChecks::measured(uint64_t context, const DeviceChecks::Counts* counts, int n) {

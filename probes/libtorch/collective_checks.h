@@ -34,7 +34,7 @@ namespace nanprov {
 
 class Session;
 
-class CollectiveChecks {
+class CollectiveChecks final : public DeviceChecks::MeasuredSink {
  public:
   CollectiveChecks(Session& session, DeviceChecks& checks) : session_(session), checks_(checks) {}
   CollectiveChecks(const CollectiveChecks&) = delete;
@@ -58,8 +58,8 @@ class CollectiveChecks {
   };
 
   void submit(uint64_t id, bool output, const std::vector<at::Tensor>& tensors);
-  static void onMeasured(uint64_t context, const DeviceChecks::Counts* counts, int n);
-  void measured(uint64_t context, const DeviceChecks::Counts* counts, int n);
+  // The counts of a measure() this part asked for (DeviceChecks::MeasuredSink).
+  void measured(uint64_t context, const DeviceChecks::Counts* counts, int n) override;
   // Under mu_: takes the collective out once nothing more will arrive; the caller records it.
   bool takeIfDone(std::map<uint64_t, Open>::iterator it, CollectiveRecord* out);
   void recordIfNotClean(const CollectiveRecord& rec);

@@ -478,17 +478,17 @@ void DeviceChecks::graphCaptureBegan(int64_t key) {
   graphs_.captureBegan(key, currentStream(guard.getDevice().index()).native_handle());
 }
 
-void DeviceChecks::measureOnHost(const std::vector<at::Tensor>& tensors, Measured done, uint64_t context) {
+void DeviceChecks::measureOnHost(const std::vector<at::Tensor>& tensors, MeasuredSink& sink, uint64_t context) {
   std::vector<Counts> counts(tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) {
     TensorHealth h = measureValues(tensors[i]);
     counts[i] = {h.nan, h.posinf, h.neginf, h.max_abs};
   }
   sync_measures_ += static_cast<int64_t>(tensors.size());
-  done(context, counts.data(), static_cast<int>(counts.size()));
+  sink.receive(context, counts.data(), static_cast<int>(counts.size()));
 }
 
-bool DeviceChecks::measure(const std::vector<at::Tensor>& tensors, Measured done, uint64_t context) {
+bool DeviceChecks::measure(const std::vector<at::Tensor>& tensors, MeasuredSink& sink, uint64_t context) {
   const int device = !tensors.empty() && tensors.front().is_cuda() ? tensors.front().device().index() : -1;
   std::optional<c10::Stream> stream;
   if (device >= 0) {
@@ -503,7 +503,7 @@ bool DeviceChecks::measure(const std::vector<at::Tensor>& tensors, Measured done
     ProbeCost::Scope collecting(ProbeStage::kCollecting);
     collectLane(*lane, false);
   }
-  if (lane && enqueueDense(*lane, tensors, done, context, *stream)) return true;
+  if (lane && enqueueDense(*lane, tensors, sink, context, *stream)) return true;
   if (tensors.size() > kMaxMeasured) lane = nullptr;
   Views views;
   for (const at::Tensor& t : tensors) {
@@ -512,13 +512,13 @@ bool DeviceChecks::measure(const std::vector<at::Tensor>& tensors, Measured done
     views.push_back(*view);
   }
   if (!lane || !stream || views.size() != tensors.size()) {  // rare: float64, no queue on the device
-    measureOnHost(tensors, done, context);
+    measureOnHost(tensors, sink, context);
     return true;
   }
   Pending pending;
-  pending.measured = done;
+  pending.measured = &sink;
   pending.context = context;
-  if (enqueue(*lane, std::move(pending), views, *stream)) measureOnHost(tensors, done, context);
+  if (enqueue(*lane, std::move(pending), views, *stream)) measureOnHost(tensors, sink, context);
   else measured_fused_launches_.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
@@ -534,7 +534,7 @@ int DeviceChecks::denseBatch(int device) {
   return lane && !lane->dense_failed ? kMaxMeasuredDense : kMaxMeasured;
 }
 
-bool DeviceChecks::enqueueDense(Lane& lane, const std::vector<at::Tensor>& tensors, Measured done, uint64_t context,
+bool DeviceChecks::enqueueDense(Lane& lane, const std::vector<at::Tensor>& tensors, MeasuredSink& sink, uint64_t context,
                                 const c10::Stream& stream) {
   if (tensors.empty() || lane.dense_failed) return false;
   InlineVector<kernels::DenseTensor, kernels::kMaxDense> dense;
@@ -556,7 +556,7 @@ bool DeviceChecks::enqueueDense(Lane& lane, const std::vector<at::Tensor>& tenso
     lane.dense.store(queue, std::memory_order_release);
   }
   const int slot = queue->reserve(denseReadyFor(lane));
-  lane.measuring[static_cast<size_t>(slot)] = {done, context};
+  lane.measuring[static_cast<size_t>(slot)] = {&sink, context};
   Status st = queue->submitDense(dense.data(), static_cast<int>(dense.size()), stream.native_handle(),
                                  static_cast<uint64_t>(slot));
   if (st.ok()) {
@@ -727,19 +727,19 @@ std::function<void(uint64_t, const HealthCounts*, int)> DeviceChecks::readyFor(L
 std::function<void(uint64_t, const HealthCounts*, int)> DeviceChecks::denseReadyFor(Lane& lane) {
   return [&lane](uint64_t slot, const HealthCounts* c, int n) {
     const Measuring m = lane.measuring[slot];
-    handOver(m.done, m.context, c, n);
+    handOver(*m.sink, m.context, c, n);
   };
 }
 
 // The counts a measure() caller is handed, from the kernel's results.
-void DeviceChecks::handOver(Measured done, uint64_t context, const HealthCounts* counts, int n) {
+void DeviceChecks::handOver(MeasuredSink& sink, uint64_t context, const HealthCounts* counts, int n) {
   std::array<Counts, kMaxMeasuredDense> measured{};
   n = std::min(n, kMaxMeasuredDense);
   for (int i = 0; i < n; ++i) {
     measured[static_cast<size_t>(i)] = {static_cast<int64_t>(counts[i].nan), static_cast<int64_t>(counts[i].posinf),
                                         static_cast<int64_t>(counts[i].neginf), counts[i].max_abs};
   }
-  done(context, measured.data(), n);
+  sink.receive(context, measured.data(), n);
 }
 
 void takeCounts(CallEvent& rec, const GraphChecks::Checked& checked, const HealthCounts* counts, int n) {
@@ -759,7 +759,7 @@ void DeviceChecks::complete(Lane& lane, uint64_t slot, const HealthCounts* count
   Pending pending = std::move(lane.pending[slot]);
   held_bytes_.fetch_sub(pending.held_bytes, std::memory_order_relaxed);
   if (pending.measured) {
-    handOver(pending.measured, pending.context, counts, n);
+    handOver(*pending.measured, pending.context, counts, n);
     return;
   }
   if (pending.batched > 0) {  // deferred calls checked in one launch: each its own slice

@@ -90,21 +90,34 @@ class DeviceChecks {
   int deferMode() const { return defer_; }  // NANPROV_DEFER_CHECKS: 0, 1 (CUDA calls), 2 (CPU calls too)
 
   // Tensors measured for something other than an attention call (the gradient sentinel, the
-  // module trail): NaN and Inf counts and the largest finite |x|. All on one CUDA device, checked
-  // on the device's current stream, and not held: the caller enqueues them after the work that
-  // made them, so stream order keeps their memory valid until the check ran. Up to
-  // kMaxMeasuredDense tensors in one dense check (kernels::launchDenseCheck) when each is dense
-  // float32/float16/bfloat16 and the dense check runs on this device (denseBatch); otherwise up
-  // to kMaxMeasured by the fused kernel, and more than that on the host.
-  // `done(context, counts, n)` runs at a later poll, on the polling thread; a check that failed
-  // on the device gives n = 0. What neither kernel can read is measured on the host at once, `done`
-  // called before measure returns (a counted host synchronisation). Returns false when `done` will
-  // never be called: the device's stream is capturing a CUDA graph, so nothing may touch it.
+  // module trail, the collectives' checks): NaN and Inf counts and the largest finite |x|. All on
+  // one CUDA device, checked on the device's current stream, and not held: the caller enqueues
+  // them after the work that made them, so stream order keeps their memory valid until the check
+  // ran. Up to kMaxMeasuredDense tensors in one dense check (kernels::launchDenseCheck) when each
+  // is dense float32/float16/bfloat16 and the dense check runs on this device (denseBatch);
+  // otherwise up to kMaxMeasured by the fused kernel, and more than that on the host.
+  // `sink` is handed the counts (MeasuredSink) at a later poll, on the polling thread; a check
+  // that failed on the device gives n = 0. What neither kernel can read is measured on the host at
+  // once, `sink` handed it before measure returns (a counted host synchronisation). Returns false
+  // when `sink` will never be handed them: the device's stream is capturing a CUDA graph, so
+  // nothing may touch it.
   struct Counts {
     int64_t nan = 0, posinf = 0, neginf = 0;
     double max_abs = 0;  // largest finite |x|
   };
-  using Measured = void (*)(uint64_t context, const Counts* counts, int n);
+  // Who a measure()'s counts go to: the part that asked, which hands itself with each measure(),
+  // so counts collected on any thread reach their owner without looking for the process's probes.
+  class MeasuredSink {
+   public:
+    // `context` as given to measure(); `counts[0..n)` in the order of its tensors.
+    void receive(uint64_t context, const Counts* counts, int n) { measured(context, counts, n); }
+
+   protected:
+    ~MeasuredSink() = default;  // not owned through this interface
+
+   private:
+    virtual void measured(uint64_t context, const Counts* counts, int n) = 0;
+  };
   static constexpr int kMaxMeasured = 12;
   static constexpr int kMaxMeasuredDense = kernels::kMaxDense;
   // How many dense tensors one measure() on `device` from this thread takes: kMaxMeasuredDense,
@@ -112,7 +125,7 @@ class DeviceChecks {
   int denseBatch(int device);
   // True when `t` can go in a dense check: a dense CUDA tensor the kernel reads.
   static bool denseCheckable(const at::Tensor& t);
-  bool measure(const std::vector<at::Tensor>& tensors, Measured done, uint64_t context);
+  bool measure(const std::vector<at::Tensor>& tensors, MeasuredSink& sink, uint64_t context);
 
   void poll();   // records every finished check; never waits for the GPU (it may wait its turn behind another collector)
   // Waits for every check in flight (exit only), at most NANPROV_EXIT_WAIT_SECONDS (30): what is
@@ -145,7 +158,7 @@ class DeviceChecks {
     int64_t held_bytes = 0;
     CallArgs args;
     const char* missing = nullptr;  // why `held` is empty, when it is not the hold budget
-    Measured measured = nullptr;
+    MeasuredSink* measured = nullptr;
     uint64_t context = 0;
     // A launch that checked a batch of deferred calls: `batched` of them, each a Pending in the
     // lane's parts of the slot, its counts at [first, first + checked.size()) of the results.
@@ -169,7 +182,7 @@ class DeviceChecks {
   struct Batch;
   // A dense check in flight: whom to hand its counts.
   struct Measuring {
-    Measured done = nullptr;
+    MeasuredSink* sink = nullptr;
     uint64_t context = 0;
   };
   // The checks one thread enqueued on one device: its queue, and the Pending of each of the
@@ -191,7 +204,7 @@ class DeviceChecks {
                                  const RoleTensors* tensors = nullptr);
   // Enqueues `tensors` as one dense check on the lane's dense queue (made at its first use).
   // False when they are not all dense or the check cannot be launched: measure them otherwise.
-  bool enqueueDense(Lane& lane, const std::vector<at::Tensor>& tensors, Measured done, uint64_t context,
+  bool enqueueDense(Lane& lane, const std::vector<at::Tensor>& tensors, MeasuredSink& sink, uint64_t context,
                     const c10::Stream& stream);
   void markInUse(const RoleTensors& tensors, const c10::Stream& stream);
   void release(Pending& pending);
@@ -199,7 +212,7 @@ class DeviceChecks {
   std::function<void(uint64_t, const kernels::HealthCounts*, int)> readyFor(Lane& lane);
   void complete(Lane& lane, uint64_t slot, const kernels::HealthCounts* counts, int n);
   std::function<void(uint64_t, const kernels::HealthCounts*, int)> denseReadyFor(Lane& lane);
-  static void handOver(Measured done, uint64_t context, const kernels::HealthCounts* counts, int n);
+  static void handOver(MeasuredSink& sink, uint64_t context, const kernels::HealthCounts* counts, int n);
   void recordMeasuredSynchronously(CallEvent rec, const RoleTensors& tensors, const CallArgs& args);
   // Defers the call into this thread's batch for `device` (-1: the CPU). False, `rec` untouched,
   // when it must be checked at once (see the header's list).
@@ -215,7 +228,7 @@ class DeviceChecks {
   bool fellBack(const CallEvent& rec);
   void fallBack(const CallEvent& rec);
   void measureHeldOnHost(Pending& p);
-  void measureOnHost(const std::vector<at::Tensor>& tensors, Measured done, uint64_t context);
+  void measureOnHost(const std::vector<at::Tensor>& tensors, MeasuredSink& sink, uint64_t context);
 
   const uint64_t id_;  // tells this instance's lanes in a thread's cache from an earlier one's
   Session& session_;

@@ -178,10 +178,6 @@ void GradientSentinel::measured(uint64_t context, const DeviceChecks::Counts* co
   }
 }
 
-void GradientSentinel::onMeasured(uint64_t context, const DeviceChecks::Counts* counts, int n) {
-  probes().sentinel().measured(context, counts, n);
-}
-
 void GradientSentinel::submit(const std::vector<at::Tensor>& batch, Slice slice, int64_t step, std::shared_ptr<const Watched> watched) {
   slice.step = step;
   slice.watched = std::move(watched);
@@ -193,7 +189,7 @@ void GradientSentinel::submit(const std::vector<at::Tensor>& batch, Slice slice,
   }
   bool pending = false;
   try {
-    pending = checks_.measure(batch, &onMeasured, context);
+    pending = checks_.measure(batch, *this, context);
   } catch (...) {
     forget(context);
     throw;

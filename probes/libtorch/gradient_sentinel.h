@@ -37,7 +37,7 @@ namespace nanprov {
 
 class Session;
 
-class GradientSentinel {
+class GradientSentinel final : public DeviceChecks::MeasuredSink {
  public:
   GradientSentinel(Session& session, DeviceChecks& checks) : session_(session), checks_(checks) {}
   GradientSentinel(const GradientSentinel&) = delete;
@@ -69,8 +69,8 @@ class GradientSentinel {
     std::array<std::pair<size_t, SentinelTensor>, DeviceChecks::kMaxMeasuredDense> of{};
   };
 
-  static void onMeasured(uint64_t context, const DeviceChecks::Counts* counts, int n);
-  void measured(uint64_t context, const DeviceChecks::Counts* counts, int n);
+  // The counts of a measure() this part asked for (DeviceChecks::MeasuredSink).
+  void measured(uint64_t context, const DeviceChecks::Counts* counts, int n) override;
   void submit(const std::vector<at::Tensor>& batch, Slice slice, int64_t step, std::shared_ptr<const Watched> watched);
   void forget(uint64_t context);  // a batch whose check will never call back
   void found(int64_t step, const std::string& parameter, SentinelTensor kind, double norm);

@@ -299,7 +299,7 @@ void ModuleTrail::check(const Site& s, const std::vector<at::Tensor>& tensors, s
   for (const auto& [context, batch] : launches) {
     bool answered = false;
     try {
-      answered = checks_.measure(batch, &onMeasured, context);
+      answered = checks_.measure(batch, *this, context);
     } catch (const std::exception& e) {
       logOnce("trail device", std::string("--trail: a module check failed on the device: ") + e.what());
     }
@@ -309,10 +309,6 @@ void ModuleTrail::check(const Site& s, const std::vector<at::Tensor>& tensors, s
       pending_.erase(pending_id);
     }
   }
-}
-
-void ModuleTrail::onMeasured(uint64_t context, const DeviceChecks::Counts* counts, int n) {
-  probes().trail().measured(context, counts, n);
 }
 
 void ModuleTrail::measured(uint64_t context, const DeviceChecks::Counts* counts, int n) {

@@ -38,7 +38,7 @@ namespace nanprov {
 
 class Session;
 
-class ModuleTrail {
+class ModuleTrail final : public DeviceChecks::MeasuredSink {
  public:
   ModuleTrail(Session& session, DeviceChecks& checks) : session_(session), checks_(checks) {}
   ModuleTrail(const ModuleTrail&) = delete;
@@ -123,8 +123,8 @@ class ModuleTrail {
   Site site(int64_t module, Phase phase);
   // Measures `tensors` (the first `n_inputs` are inputs) and judges them once all are known.
   void check(const Site& site, const std::vector<at::Tensor>& tensors, size_t n_inputs);
-  static void onMeasured(uint64_t context, const DeviceChecks::Counts* counts, int n);
-  void measured(uint64_t context, const DeviceChecks::Counts* counts, int n);
+  // The counts of a measure() this part asked for (DeviceChecks::MeasuredSink).
+  void measured(uint64_t context, const DeviceChecks::Counts* counts, int n) override;
   void judge(const Site& site, const Tally& in, const Tally& out);
   void watchGradients(int64_t id, const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs);
 
