@@ -1,9 +1,9 @@
 // CollectiveChecks: the collectives that carry tensors between ranks (c10d::allreduce_, the
 // reduce-scatters, all-gathers, broadcast_, alltoall and their coalesced forms: DDP's gradient
-// buckets, FSDP2's all-gathers and reduce-scatters), checked at the dispatcher as attention is:
-// each op's input before it runs, its output once it completed. A rank whose values went
-// non-finite only through a collective is then named by that collective and the ranks it came
-// from, never "outside attention".
+// buckets, FSDP2's all-gathers and reduce-scatters), checked at the dispatcher as attention is
+// (collective_probe.h wraps the ops): each op's input before it runs, its output once it
+// completed. A rank whose values went non-finite only through a collective is then named by that
+// collective and the ranks it came from, never "outside attention".
 //
 // No host synchronisation, nothing waits. The input is read on the caller's current stream before
 // the op is issued: a backend's collective stream waits on that stream (NCCL), so the check reads
@@ -75,9 +75,5 @@ class CollectiveChecks final : public DeviceChecks::MeasuredSink {
   int64_t recorded_ = 0;
   std::atomic<int64_t> checked_{0};
 };
-
-// Wraps the collectives of this torch build at the BackendSelect key, served by
-// probes().collectives(). Idempotent; a torch without c10d installs nothing.
-void installCollectiveProbes();
 
 }  // namespace nanprov

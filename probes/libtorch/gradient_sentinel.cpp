@@ -6,7 +6,6 @@
 #include <ATen/ATen.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <c10/util/intrusive_ptr.h>
-#include <torch/library.h>
 
 #include <algorithm>
 #include <array>
@@ -18,7 +17,6 @@
 
 #include "probes/core/probe_cost.h"
 #include "probes/core/session.h"
-#include "probes/libtorch/probes.h"
 
 namespace nanprov {
 namespace {
@@ -226,43 +224,6 @@ void GradientSentinel::found(int64_t step, const std::string& parameter, Sentine
   f.parameter = parameter;
   f.norm = norm;
   session_.recordSentinel({std::move(f)});
-}
-
-namespace {
-
-// The ops' bodies: nothing reaches the training.
-void watchParameters(int64_t key, const std::vector<at::Tensor>& params, const std::string& names,
-                     const std::vector<int64_t>& sharded) {
-  if (!probes().session().active()) return;
-  try {
-    probes().sentinel().watch(key, params, names, sharded);
-  } catch (const std::exception& e) {
-    logOnce("sentinel", std::string("gradient sentinel failed, gradients are not checked: ") + e.what());
-  }
-}
-
-bool checkStep(int64_t key, int64_t step, const c10::List<std::optional<at::Tensor>>& shards) {
-  if (!probes().session().active()) return true;
-  try {
-    at::NoGradGuard no_grad;
-    std::vector<std::optional<at::Tensor>> local(shards.begin(), shards.end());
-    return probes().sentinel().check(key, step, local);
-  } catch (const std::exception& e) {
-    logOnce("sentinel", std::string("gradient sentinel failed, gradients are not checked: ") + e.what());
-    return true;
-  }
-}
-
-}  // namespace
-
-void installGradientSentinel() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    // Leaked on purpose: dropping the Library deregisters the ops.
-    auto* library = new torch::Library(torch::Library::DEF, "nanprov", std::nullopt, __FILE__, __LINE__);
-    library->def("watch_parameters(int key, Tensor[] params, str names, int[] sharded) -> ()", &watchParameters);
-    library->def("check_step(int key, int step, Tensor?[] shards) -> bool", &checkStep);
-  });
 }
 
 }  // namespace nanprov

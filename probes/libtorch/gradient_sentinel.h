@@ -86,9 +86,4 @@ class GradientSentinel final : public DeviceChecks::MeasuredSink {
   size_t named_[2] = {0, 0};
 };
 
-// Registers the ops the bootstrap calls, served by the process's sentinel (probes().sentinel()):
-//   torch.ops.nanprov.watch_parameters(key, params, names, sharded)
-//   torch.ops.nanprov.check_step(key, step, shards) -> bool   (false: watch `key` again)
-void installGradientSentinel();
-
 }  // namespace nanprov
