@@ -4,7 +4,10 @@
 // the backwards in reverse (dO Q K V O LSE dQ dK dV), float32, real shapes. Near the end of rank 0
 // (at 95% of its calls) one forward turns finite inputs into NaN, and everything after it on that
 // rank propagates, as a real edge does.
-//   nanprov-store-bench DIR CALLS RANKS [LAYERS]
+//   nanprov-store-bench DIR CALLS RANKS [LAYERS [BUDGET_BYTES [WRITTEN]]]
+// WRITTEN: write only the first WRITTEN rank stores (each still holds CALLS / RANKS calls of a
+// world of RANKS); bench/store_scale.sh copies the last one for the others. A run of 1e9 calls
+// takes hours through one writer, and ranks past the first are alike.
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -70,8 +73,8 @@ CallRecord callOf(int rank, int64_t seq, int64_t layers, int64_t edge_seq, int64
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 4 || argc > 6) {
-    std::fprintf(stderr, "usage: nanprov-store-bench DIR CALLS RANKS [LAYERS [BUDGET_BYTES]]\n");
+  if (argc < 4 || argc > 7) {
+    std::fprintf(stderr, "usage: nanprov-store-bench DIR CALLS RANKS [LAYERS [BUDGET_BYTES [WRITTEN]]]\n");
     return 2;
   }
   namespace fs = std::filesystem;
@@ -79,16 +82,19 @@ int main(int argc, char** argv) {
   auto ranks = nanprov::parseInteger(argv[3], 1, 4096);
   auto layers = nanprov::parseInteger(argc >= 5 ? argv[4] : "8", 1, 1024);
   // Each rank store's budget (nanprov run --store-budget); 0, the default here, keeps every row.
-  auto budget = nanprov::parseInteger(argc == 6 ? argv[5] : "0", 0, int64_t{1} << 50);
-  if (!calls || !ranks || !layers || !budget) {
-    std::fprintf(stderr, "nanprov-store-bench: CALLS, RANKS and LAYERS are positive integers, BUDGET_BYTES a byte count\n");
+  auto budget = nanprov::parseInteger(argc >= 6 ? argv[5] : "0", 0, int64_t{1} << 50);
+  auto written = ranks ? nanprov::parseInteger(argc == 7 ? argv[6] : argv[3], 1, *ranks) : std::nullopt;
+  if (!calls || !ranks || !layers || !budget || !written) {
+    std::fprintf(stderr, "nanprov-store-bench: CALLS, RANKS and LAYERS are positive integers, BUDGET_BYTES a byte count, "
+                         "WRITTEN at most RANKS\n");
     return 2;
   }
   fs::path dir = argv[1];
   fs::create_directories(dir);
   std::ofstream(dir / "run.json") << "{\"command\": [\"nanprov-store-bench\"], \"exit_code\": 0}\n";
   auto begin = std::chrono::steady_clock::now();
-  for (int rank = 0; rank < *ranks; ++rank) {
+  int64_t total = 0;
+  for (int rank = 0; rank < *written; ++rank) {
     int64_t mine = *calls / *ranks + (rank < *calls % *ranks ? 1 : 0);
     // The edge: a forward at 95% of rank 0's calls.
     int64_t edge = rank == 0 ? (mine * 95 / 100) / (2 * *layers) * (2 * *layers) + 1 : -1;
@@ -99,6 +105,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "nanprov-store-bench: %s\n", writer.status().message().c_str());
       return 1;
     }
+    total += mine;
     std::vector<int64_t> fwd_seqs(static_cast<size_t>(*layers), -1);
     for (int64_t seq = 0; seq < mine; ++seq) {
       (*writer)->append(callOf(rank, seq, *layers, edge, fwd_seqs.data()));
@@ -115,7 +122,7 @@ int main(int argc, char** argv) {
     }
   }
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
-  std::printf("wrote %lld calls in %.2f s: %.0f calls/s through StoreWriter\n", static_cast<long long>(*calls), seconds,
-              static_cast<double>(*calls) / seconds);
+  std::printf("wrote %lld calls in %.2f s: %.0f calls/s through StoreWriter\n", static_cast<long long>(total), seconds,
+              static_cast<double>(total) / seconds);
   return 0;
 }
