@@ -77,6 +77,13 @@ BudgetKeeper::BudgetKeeper(std::string path, int64_t budget_bytes)
   ring_calls_limit_ = share(shares_.ring) / kCallRowBytes;
 }
 
+int64_t BudgetKeeper::chunkCalls() const {
+  // A call not clean weighs itself and a row per tensor (up to a dozen roles: hand-written
+  // attention adds S and P): a chunk at most an eighth of the ring's share.
+  constexpr int64_t kRowsOfTheHeaviestCall = 13;
+  return std::max<int64_t>(16, share(shares_.ring) / kCallRowBytes / kRowsOfTheHeaviestCall / 8);
+}
+
 int64_t BudgetKeeper::walBytes() const { return std::max<int64_t>(16 << 10, share(shares_.wal)); }
 
 int64_t BudgetKeeper::share(double fraction) const {

@@ -50,6 +50,10 @@ class BudgetKeeper {
   // After a batch with a step boundary committed: summarises the full steps the budget no longer
   // holds and thins the summaries, in one transaction.
   Status stepEnded(sqlite3* db);
+  // The most calls one transaction may write, each weighed as a call not clean with its tensor
+  // rows: a writer behind by many thousands of calls (a burst, a bench) would otherwise commit
+  // more than the budget holds before pruning saw any of it, and the file keeps its largest size.
+  int64_t chunkCalls() const;
 
  private:
   struct StepSpan {

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <iterator>
@@ -247,18 +248,34 @@ struct StoreWriter::Impl {
 
   std::unique_ptr<std::thread> thread;
 
-  // Writes one batch in one transaction. Called only by the writer thread, or by close() after
-  // the thread was joined, so the database handle has a single user at a time.
-  Status writeBatch(const PendingRows& batch) {
-    Status st = writeRows(batch);
+  // Writes one batch, a failure counted as its rows dropped. Under a budget, its calls past the
+  // budget keeper's chunk go first in transactions of their own, each pruned after it, so the
+  // store never holds much more than its budget between two prunes. Called only by the writer
+  // thread, or by close() after the thread was joined: the database handle has one user at a time.
+  void writeBatch(PendingRows& batch) {
+    const size_t chunk = budget->on() ? static_cast<size_t>(budget->chunkCalls()) : SIZE_MAX;
+    size_t from = 0;
+    for (; batch.calls.size() - from > chunk; from += chunk) {
+      PendingRows part;
+      auto first = batch.calls.begin() + static_cast<std::ptrdiff_t>(from);
+      part.calls.assign(std::make_move_iterator(first), std::make_move_iterator(first + static_cast<std::ptrdiff_t>(chunk)));
+      writeTransaction(part, true);
+    }
+    batch.calls.erase(batch.calls.begin(), batch.calls.begin() + static_cast<std::ptrdiff_t>(from));
+    writeTransaction(batch, !batch.steps.empty());
+  }
+
+  void writeTransaction(const PendingRows& rows, bool prune) {
+    Status st = writeRows(rows, prune);
     if (!st.ok()) {
       interned = {};  // the rolled-back transaction may have held new signatures
       trends.rewriteAll();  // and trend rows the keeper counts as written
     }
-    return st;
+    recordFailure(st, rows.rows());
   }
 
-  Status writeRows(const PendingRows& batch) {
+  // `prune`: after a step boundary, or a chunk of a batch under a budget.
+  Status writeRows(const PendingRows& batch, bool prune) {
     if (batch.empty()) return Status::Ok();
     sqlite::Transaction tx(db.get());
     NANPROV_RETURN_IF_ERROR(tx.begin());
@@ -306,9 +323,9 @@ struct StoreWriter::Impl {
     if (on_warning) {
       for (const TrendWarning& w : warnings) on_warning(w);
     }
-    // Pruning to the budget waits for a step boundary, in a transaction of its own, so what the
-    // batch committed is on disk whatever it meets.
-    return batch.steps.empty() ? Status::Ok() : budget->stepEnded(db.get());
+    // Pruning to the budget waits for a step boundary (or a chunk's end), in a transaction of its
+    // own, so what the batch committed is on disk whatever it meets.
+    return prune ? budget->stepEnded(db.get()) : Status::Ok();
   }
 
   // Rows that come a few a run (the first non-finite step's): queued for the next batch, no wake-up.
@@ -346,7 +363,7 @@ struct StoreWriter::Impl {
       std::swap(batch, pending);
       takeQueued(&batch);
       lock.unlock();
-      recordFailure(writeBatch(batch), batch.rows());
+      writeBatch(batch);
       lock.lock();
     }
   }
@@ -530,7 +547,7 @@ Status StoreWriter::close() {
   if (impl_->thread && impl_->thread->joinable()) impl_->thread->join();
   impl_->takeQueued(&impl_->pending);
   // The thread is gone: this is the single place that writes the final batch.
-  impl_->recordFailure(impl_->writeBatch(impl_->pending), impl_->pending.rows());
+  impl_->writeBatch(impl_->pending);
   impl_->pending = {};
   sqlite3* raw = impl_->db.get();
   (void)writeCounters(raw, RunCounters{.dropped_rows = impl_->dropped.load()});
