@@ -63,6 +63,10 @@ std::optional<size_t> indexIn(const RunData& window, const RunData& whole, std::
   return std::nullopt;
 }
 
+bool marked(const Timeline& t) {
+  return std::any_of(t.ranks.begin(), t.ranks.end(), [](const TimelineRank& r) { return !r.summarised.empty(); });
+}
+
 // Without --steps, the window is centred on the first edge; reading starts a window's worth of
 // steps before it (by the run's calls per step), so a long run is not read from its start.
 void startBeforeTheEdge(const RunData& whole, const CallRecord& edge, int64_t max_calls, CallQuery* q) {
@@ -118,6 +122,7 @@ int trace(const Options& opts) {
   // Summarised calls have no row, so no slice: said, not left for a gap in the timeline to imply.
   if (std::string summarised = summarisedText(whole->summarised()); !summarised.empty()) {
     std::cout << "  no slice for calls the store budget summarised: " << summarised << "\n";
+    if (marked(t)) std::cout << "  the track \"" << kSummarisedTrack << "\" marks those within the trace's steps\n";
   }
   std::cout << "open it at https://ui.perfetto.dev (Open trace file) or in chrome://tracing\n";
   return kClean;
@@ -135,7 +140,8 @@ void addTraceCommand(CLI::App& app, int* exit_code) {
       "steps and, inside them, the forward attention calls; an \"autograd\" track with the\n"
       "backward calls; and, where CUPTI traced them, a \"CUDA stream N\" track per stream with\n"
       "the kernels, each joined to its call by an arrow. Each call is named rank:layer:call as in\n"
-      "the report; click it for its module, phase, health and non-finite roles. The first\n"
+      "the report; click it for its module, phase, health and non-finite roles. Steps whose calls\n"
+      "the store budget summarised have a slice per stretch on a track of their own. The first\n"
       "non-finite edge is a marker across its rank (\"first non-finite edge: ...\"). Times are\n"
       "µs from the run's first event; slices whose stored times overlap are fitted to nest,\n"
       "and keep the stored times in their args.\n\n"

@@ -21,7 +21,7 @@ using nlohmann::json;
 // model: the same tid under two pids is one thread that moved), so rank r is process r + 1 and
 // each rank owns a block of tids.
 constexpr int64_t kTidsPerRank = 1000;
-constexpr int64_t kTrainingSlot = 1, kAutogradSlot = 2, kFirstStreamSlot = 10;
+constexpr int64_t kTrainingSlot = 1, kAutogradSlot = 2, kSummarisedSlot = 3, kFirstStreamSlot = 10;
 
 int64_t pidOf(int rank) { return int64_t{rank} + 1; }
 // More streams than a rank's block holds share its last track; fitting keeps that track nested.
@@ -78,7 +78,7 @@ class TraceBuilder {
   json build() {
     call_slice_.resize(timeline_.calls.size());
     for (size_t i = 0; i < timeline_.calls.size(); ++i) addCall(i);
-    for (const TimelineRank& rank : timeline_.ranks) addSteps(rank);
+    for (const TimelineRank& rank : timeline_.ranks) addSteps(rank), addSummarised(rank);
     fitTracks();
     return write();
   }
@@ -174,6 +174,32 @@ class TraceBuilder {
       json args = {{"step", step}, {"start", start_from}, {"end", end_from}};
       addSlice(rank.rank, kTrainingSlot, 0, *start, *end,
                {{"name", (passes ? "forward pass " : "step ") + std::to_string(step)}, {"cat", "step"}, {"args", args}});
+    }
+  }
+
+  // A stretch of summarised steps on a track of its own (it spans several step slices, so it
+  // cannot nest in one): from the end recorded for the step before it to its last step's end,
+  // the nearest recorded ones where those were not kept. With neither, no slice: the command's
+  // line still says what was summarised.
+  void addSummarised(const TimelineRank& rank) {
+    const std::map<int64_t, int64_t>& ends = rank.step_ends_ns;
+    for (const SummarisedStretch& s : rank.summarised) {
+      auto before = ends.upper_bound(s.first_step - 1);
+      auto after = ends.lower_bound(s.last_step);
+      if (before == ends.begin() || after == ends.end()) continue;
+      const std::string steps = std::to_string(s.first_step) + "-" + std::to_string(s.last_step);
+      json args = {{"steps", steps},
+                   {"calls", s.calls},
+                   {"not_clean", s.not_clean},
+                   {"why", "the store budget kept one summary row per step, layer and phase (nanprov run "
+                           "--store-budget): these calls have no slice"},
+                   {"see", "nanprov sql RUN \"SELECT * FROM step_summaries WHERE last_step >= " +
+                               std::to_string(s.first_step) + " AND step <= " + std::to_string(s.last_step) + "\""}};
+      json event = {{"name", "summarised: " + std::to_string(s.calls) + " calls, steps " + steps},
+                    {"cat", "summarised"},
+                    {"args", std::move(args)}};
+      if (s.not_clean > 0) event["cname"] = "bad";
+      addSlice(rank.rank, kSummarisedSlot, 0, std::prev(before)->second, after->second, std::move(event));
     }
   }
 
@@ -273,6 +299,7 @@ class TraceBuilder {
     };
     thread(kTrainingSlot, kTrainingThreadTrack);
     thread(kAutogradSlot, kAutogradTrack);
+    thread(kSummarisedSlot, kSummarisedTrack);
     auto streams = streams_.find(rank);
     if (streams == streams_.end()) return;
     std::set<int> devices;

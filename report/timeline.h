@@ -12,6 +12,7 @@
 
 #include "base/records/call_health.h"
 #include "base/records/call_record.h"
+#include "base/records/summarised.h"
 #include "base/status.h"
 #include "report/edges.h"
 
@@ -30,6 +31,9 @@ struct TimelineRank {
   // When each step ended (the optimizer's step post hook, or in inference the next forward pass
   // opening), step → CLOCK_REALTIME ns.
   std::map<int64_t, int64_t> step_ends_ns;
+  // Steps of the window whose calls the store budget summarised: they have no call rows, so no
+  // call slices; the trace marks them instead of leaving a gap.
+  std::vector<SummarisedStretch> summarised;
 };
 
 struct Timeline {

@@ -244,6 +244,29 @@ Status countSummarisedNotClean(sqlite3* db, const std::string& path, const RankI
   });
 }
 
+// The store's summary rows over steps first..last, joined where one follows another. A store's
+// summaries are bounded by its budget, so the stretches are too.
+Status loadSummarisedStretches(sqlite3* db, const std::string& path, int64_t first, int64_t last,
+                               std::vector<SummarisedStretch>* out) {
+  if (!sqlite::hasTable(db, "step_summaries")) return Status::Ok();
+  auto rows = sqlite::prepare(db, "SELECT step, last_step, SUM(calls), SUM(not_clean) FROM step_summaries "
+                                  "WHERE last_step >= ? AND step <= ? GROUP BY step, last_step ORDER BY step");
+  if (!rows.ok()) return notAStore(path, rows.status().message());
+  sqlite::bindRow(rows->get(), first, last);
+  return sqlite::eachRow(db, rows->get(), path, [&](sqlite3_stmt* s) {
+    SummarisedStretch row;
+    sqlite::readRow(s, 0, row.first_step, row.last_step, row.calls, row.not_clean);
+    if (!out->empty() && row.first_step <= out->back().last_step + 1) {
+      SummarisedStretch& joined = out->back();
+      joined.last_step = std::max(joined.last_step, row.last_step);
+      joined.calls += row.calls, joined.not_clean += row.not_clean;
+    } else {
+      out->push_back(row);
+    }
+    return Status::Ok();
+  });
+}
+
 Status loadStepEnds(sqlite3* db, const std::string& path, std::map<int64_t, int64_t>* out) {
   auto rows = sqlite::prepare(db, "SELECT step, end_ns FROM steps");
   if (!rows.ok()) return notAStore(path, rows.status().message());
@@ -588,8 +611,9 @@ StatusOr<RunData> loadRunWindow(const RunDirs& dirs, const CallQuery& query, int
       const auto [first, last] = steps.at(info.rank);
       // The step before the window's first: where its first step starts.
       for (auto it = ends.lower_bound(first - 1); it != ends.end() && it->first <= last; ++it) info.step_ends_ns.insert(*it);
+      NANPROV_RETURN_IF_ERROR(loadSummarisedStretches(db.get(), path, first, last, &info.summarised_stretches));
     }
-    run.ranks.push_back(std::move(info));  // its meta and the window's step ends; no counts (a scan each)
+    run.ranks.push_back(std::move(info));  // its meta, the window's step ends and summaries; no counts (a scan each)
   }
   for (const CallRecord& c : run.calls) {
     if (c.device.isCpu()) run.kernels.push_back(cpuKernelOf(c));

@@ -44,6 +44,8 @@ struct RankInfo {
   int64_t summarised_first_step = -1, summarised_last_step = -1;
   int64_t summary_every = 1;
   int64_t not_clean_summarised = 0;  // of calls_summarised, those that were not clean (meta not_clean_summarised)
+  // loadRunWindow only: the summarised stretches within the window's steps, in step order.
+  std::vector<SummarisedStretch> summarised_stretches;
   // From rank-<r>.tally; none in runs older than it, or when it contradicts the store (damage).
   std::optional<int64_t> calls_begun;
   // Each layer's trend, by layer then step, and the warnings the rank said (base/logit_trend.h).

@@ -7,6 +7,14 @@
 
 namespace nanprov {
 
+// Consecutive steps of one rank whose calls the store budget summarised (rows of step_summaries
+// that follow one another): what a timeline shows in their place.
+struct SummarisedStretch {
+  int64_t first_step = 0, last_step = 0;
+  int64_t calls = 0;
+  int64_t not_clean = 0;  // of `calls`
+};
+
 struct Summarised {
   int64_t calls = 0;
   int64_t not_clean = 0;  // of `calls`: a run that stayed non-finite past its first edge steps

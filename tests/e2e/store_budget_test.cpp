@@ -3,6 +3,7 @@
 // a SIGKILL mid-run leaves a readable store under it.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <regex>
 #include <sstream>
 
@@ -58,6 +59,22 @@ TEST(StoreBudget, LongRunUnderABudgetNamesTheSameEdgeAndNonFiniteCalls) {
   Result sums = sh(nanprov() + " sql " + bounded.dir.string() + " 'SELECT SUM(calls) FROM step_summaries' --json");
   EXPECT_EQ(sums.code, 0) << sums.out;
   EXPECT_NE(sums.out.find(std::to_string(summarised["calls"].get<int64_t>())), std::string::npos) << sums.out;
+
+  // The trace marks the summarised steps in place of their calls: the whole run fits one trace,
+  // so its marks count every summarised call, and its attention slices every call kept.
+  const fs::path file = bounded.dir / "trace.json";
+  Result traced = sh(nanprov() + " trace " + bounded.dir.string() + " --out " + file.string() + " 2>&1");
+  ASSERT_EQ(traced.code, 0) << traced.out;
+  EXPECT_NE(traced.out.find("the track \"summarised by the store budget\" marks"), std::string::npos) << traced.out;
+  const json trace = json::parse(std::ifstream(file), nullptr, false);
+  ASSERT_FALSE(trace.is_discarded());
+  int64_t marked = 0, sliced = 0;
+  for (const json& e : trace["traceEvents"]) {
+    if (e["ph"] == "X" && e["cat"] == "summarised") marked += e["args"]["calls"].get<int64_t>();
+    if (e["ph"] == "X" && e["cat"] == "attention") ++sliced;
+  }
+  EXPECT_EQ(marked, summarised["calls"].get<int64_t>());
+  EXPECT_EQ(sliced + marked, bounded.doc["summary"]["calls"].get<int64_t>());
 }
 
 // A run that trains on after its NaN (every later call propagates it) stays under the budget

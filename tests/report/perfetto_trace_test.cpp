@@ -259,6 +259,41 @@ TEST(TraceEvents, CpuCallsHaveNoKernelTracks) {
   EXPECT_FALSE(tidNamed(trace, *pidOfRank(trace, 0), "CUDA stream -1"));
 }
 
+// Steps the store budget summarised have no calls: a slice per stretch of them marks where they
+// were, on a track of its own, from the end recorded before the stretch to its last step's end
+// (the nearest recorded ends where those were thinned); one with no end around it gets none.
+TEST(TraceEvents, SummarisedStepsAreMarkedOnATrackOfTheirOwn) {
+  RunData run = twoRankRun();
+  // Rank 0 ran steps 0..5; 1..3 were summarised; step 2's end was not kept.
+  RankInfo& r0 = run.ranks[0];
+  r0.step_ends_ns = {{0, kT0 + 20'000}, {1, kT0 + 40'000}, {3, kT0 + 80'000}, {4, kT0 + 100'000}};
+  r0.summarised_stretches = {{.first_step = 1, .last_step = 3, .calls = 12, .not_clean = 0},
+                             {.first_step = 9, .last_step = 9, .calls = 4, .not_clean = 4}};  // no end after it
+  const json trace = traceOf(run);
+  expectSchema(trace);
+  expectTracksNest(trace);
+  const int64_t pid = *pidOfRank(trace, 0);
+  const std::optional<int64_t> track = tidNamed(trace, pid, kSummarisedTrack);
+  ASSERT_TRUE(track) << trace.dump();
+  std::vector<json> marked;
+  for (const json& e : eventsOf(trace, "X")) {
+    if (e["cat"] == "summarised") marked.push_back(e);
+  }
+  ASSERT_EQ(marked.size(), 1u) << trace.dump();
+  const json& m = marked[0];
+  EXPECT_EQ(m["pid"], pid);
+  EXPECT_EQ(m["tid"], *track);
+  EXPECT_EQ(m["name"], "summarised: 12 calls, steps 1-3");
+  EXPECT_EQ(m["args"]["calls"], 12);
+  EXPECT_EQ(m["args"]["not_clean"], 0);
+  EXPECT_NE(m["args"]["see"].get<std::string>().find("step_summaries"), std::string::npos);
+  // From step 0's end (19 µs past the first call) to step 3's.
+  EXPECT_EQ(ns(m["ts"]), 19'000);
+  EXPECT_EQ(ns(m["ts"]) + ns(m["dur"]), 79'000);
+  // Rank 1 summarised nothing: no such track.
+  EXPECT_FALSE(tidNamed(trace, *pidOfRank(trace, 1), kSummarisedTrack));
+}
+
 TEST(TraceEvents, AnEmptyRunIsAnEmptyTimeline) {
   RunData run;
   run.ranks.push_back(RankInfo{});
