@@ -252,6 +252,13 @@ Status BudgetKeeper::thin(sqlite3* db) {
       "CREATE TEMP TABLE thinned AS SELECT MIN(step) AS step, MAX(last_step) AS last_step, layer, phase, SUM(calls) AS calls, "
       "MIN(first_seq) AS first_seq, MAX(last_seq) AS last_seq" + maxima + ", SUM(not_clean) AS not_clean FROM step_summaries GROUP BY " + bucket +
       ", layer, phase; DELETE FROM step_summaries; INSERT INTO step_summaries SELECT * FROM thinned; DROP TABLE thinned;"));
+  // The steps table thins with them: of the steps they stand for, each row's last step keeps its
+  // end (a stretch of them ends there in a trace; the step before a stretch is another row's last,
+  // or a step held in full), and so does every step whose calls are held. The rest are counted.
+  NANPROV_RETURN_IF_ERROR(sqlite::exec(db,
+      "DELETE FROM steps WHERE step >= (SELECT MIN(step) FROM step_summaries) AND step <= (SELECT MAX(last_step) FROM "
+      "step_summaries) AND step NOT IN (SELECT last_step FROM step_summaries) AND step NOT IN (SELECT step FROM calls)"));
+  steps_thinned_ += sqlite3_changes(db);
   bucket_start_ = -1;
   auto st = sqlite::prepare(db, "SELECT COUNT(*), MAX(step) FROM step_summaries");
   if (!st.ok()) return st.status();
@@ -308,7 +315,8 @@ Status BudgetKeeper::prune(sqlite3* db) {
   if (summary_rows_ > summary_limit) NANPROV_RETURN_IF_ERROR(thin(db));
   // Running totals, so a reader of a thousand ranks needs no scan of their summaries.
   NANPROV_RETURN_IF_ERROR(writeCounters(
-      db, RunCounters{.summarised = BudgetSummaries{.calls = summarised_calls_, .not_clean = summarised_not_clean_, .every = every_}}));
+      db, RunCounters{.summarised = BudgetSummaries{.calls = summarised_calls_, .not_clean = summarised_not_clean_, .every = every_,
+                                                       .steps_thinned = steps_thinned_}}));
   return tx.commit();
 }
 

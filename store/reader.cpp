@@ -490,9 +490,10 @@ StatusOr<RunData> loadRun(const RunDirs& dirs, RunScope scope) {
     NANPROV_RETURN_IF_ERROR(loadSentinel(db.get(), path, info.rank, &run.sentinel));
     NANPROV_RETURN_IF_ERROR(loadModuleChecks(db.get(), path, info.rank, &run.module_checks));
     NANPROV_RETURN_IF_ERROR(loadCollectives(db.get(), path, info.rank, &run.collectives));
-    info.steps = countRows(db.get(), "steps");
     info.calls_stored = countRows(db.get(), "calls");
     NANPROV_RETURN_IF_ERROR(loadSummarised(db.get(), path, &info));
+    // The steps table's rows, and those the summaries' thinning took.
+    info.steps = countRows(db.get(), "steps") + (info.counters.summarised ? info.counters.summarised->steps_thinned : 0);
     if (scope == RunScope::kEdges) NANPROV_RETURN_IF_ERROR(countSummarisedNotClean(db.get(), path, info, &run));
     NANPROV_RETURN_IF_ERROR(loadTrends(db.get(), path, &info));
     // A summarised call was checked and counted, though its row is gone.

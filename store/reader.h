@@ -33,7 +33,7 @@ struct RankInfo {
   RunCounters counters;
   // Why the budget's summary counts could not be read ("" when they could): the store is refused.
   std::string counters_unreadable;
-  int64_t steps = 0;  // step boundaries recorded
+  int64_t steps = 0;  // step boundaries recorded (the steps table's rows, and those the store budget thinned)
   // RunScope::kAll only: when each step ended (the steps table: the optimizer's step post hook,
   // or in inference the start of the next forward pass), step → CLOCK_REALTIME ns.
   std::map<int64_t, int64_t> step_ends_ns;

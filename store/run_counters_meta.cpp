@@ -19,6 +19,7 @@ constexpr const char* kStoreBudget = "store_budget";
 constexpr const char* kCallsSummarised = "calls_summarised";
 constexpr const char* kNotCleanSummarised = "not_clean_summarised";
 constexpr const char* kSummaryEvery = "summary_every";
+constexpr const char* kStepsThinned = "steps_thinned";
 constexpr const char* kStepUnit = "step_unit";
 constexpr const char* kTrail = "trail";
 constexpr const char* kTrailCompiled = "trail_compiled";
@@ -134,6 +135,7 @@ std::optional<BudgetSummaries> summariesIn(const StoreMeta& meta, std::string* u
   if (!n) return refused(std::string("meta.") + kCallsSummarised + " is not a count");
   s.calls = *n;
   s.every = metaInteger(meta, kSummaryEvery, 1, kMaxSummed).value_or(1);
+  s.steps_thinned = metaInteger(meta, kStepsThinned, 0, kMaxSummed).value_or(0);
   if (const std::string* not_clean = find(meta, kNotCleanSummarised)) {
     auto nc = parseInteger(*not_clean, 0, s.calls);
     if (!nc) return refused(std::string("meta.") + kNotCleanSummarised + " is not a count of the calls summarised");
@@ -162,6 +164,7 @@ std::map<std::string, std::string> metaRowsOf(const RunCounters& c) {
     rows[kCallsSummarised] = std::to_string(s->calls);
     rows[kNotCleanSummarised] = std::to_string(s->not_clean);
     rows[kSummaryEvery] = std::to_string(s->every);
+    rows[kStepsThinned] = std::to_string(s->steps_thinned);
   }
   if (c.step_unit) rows[kStepUnit] = stepUnitName(*c.step_unit);
   flag(kTrail, c.trail);

@@ -62,6 +62,7 @@ enum class CompiledBackward { kNotCompiled, kChecked, kUnchecked };
 // how many of those were not clean, and how many steps one summary row stands for at most.
 struct BudgetSummaries {
   int64_t calls = 0, not_clean = 0, every = 1;
+  int64_t steps_thinned = 0;  // rows of the steps table the summaries' thinning took (their count stays)
   bool operator==(const BudgetSummaries&) const = default;
 };
 

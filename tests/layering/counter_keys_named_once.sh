@@ -10,7 +10,7 @@ pair=store/run_counters_meta.cpp
 dirs=(base store report cli probes tracer replay kernels bench)
 
 # Keys nothing else in nanprov spells: a quoted literal anywhere is one.
-keys=(calls_written dropped_rows store_budget calls_summarised not_clean_summarised summary_every host_syncs
+keys=(calls_written dropped_rows store_budget calls_summarised not_clean_summarised summary_every steps_thinned host_syncs
       collectives_checked kernels_attributed cupti_records cupti_dropped_records cupti_detached deferred_checks
       measure_launches released_tensors capture_host_copies audit_rotation sentinel_nonfinite_grads
       sentinel_nonfinite_params probe_cost kernel_tracer)

@@ -98,6 +98,10 @@ TEST(StoreBudget, LongRunStaysUnderItAndKeepsEveryCallThatIsNotClean) {
   EXPECT_GT(summarised.every, 1) << "the summaries were thinned";
   EXPECT_GT(summarised.first_step, 0) << "the first steps stay in full";
   EXPECT_LT(summarised.last_step, edge_step - 1) << "the steps before the edge stay in full";
+  EXPECT_EQ(run->ranks.at(0).steps, steps) << "every step is counted, its row kept or not";
+  auto step_rows = queryRun(dir.string(), "SELECT COUNT(*) FROM steps");
+  ASSERT_TRUE(step_rows.ok()) << step_rows.status().message();
+  EXPECT_LT(std::stoll(*step_rows->rows.at(0).at(0)), steps / 2) << "the steps table thins with the summaries";
 
   // Every call that was not clean is there, the edge first.
   int64_t not_clean = 0;

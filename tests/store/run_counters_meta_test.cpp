@@ -21,7 +21,7 @@ RunCounters everyCounter() {
       .calls_written = 2,  // the writer's own count of the calls below
       .dropped_rows = 0,   // the writer's own, at close
       .store_budget = 1 << 20,
-      .summarised = BudgetSummaries{.calls = 40, .not_clean = 3, .every = 4},
+      .summarised = BudgetSummaries{.calls = 40, .not_clean = 3, .every = 4, .steps_thinned = 7},
       .step_unit = StepUnit::kForwardPass,
       .trail = true,
       .trail_compiled = true,
@@ -93,6 +93,7 @@ TEST(RunCountersMeta, EveryCounterRoundTripsThroughAStore) {
       {"cupti_detached", "1"},
       {"step_unit", "forward_pass"},
       {"summary_every", "4"},
+      {"steps_thinned", "7"},
       {"calls_summarised", "40"},
       {"not_clean_summarised", "3"},
       {"calls_written", "2"},
