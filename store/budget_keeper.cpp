@@ -120,12 +120,11 @@ StatusOr<bool> BudgetKeeper::keptForAnEdge(sqlite3* db, int64_t step) {
   // Through the index over calls that are not clean; fixed once there are enough of them (the
   // calls of those steps are never summarised, so the answer cannot change).
   if (edge_steps_.size() < kEdgeStepsKept) {
-    auto st = sqlite::prepare(db, "SELECT DISTINCT step FROM calls WHERE health != 0 ORDER BY step LIMIT " +
-                                      std::to_string(kEdgeStepsKept));
-    if (!st.ok()) return st.status();
+    NANPROV_ASSIGN_OR_RETURN(sqlite::Stmt st, sqlite::prepare(db, "SELECT DISTINCT step FROM calls WHERE health != 0 ORDER BY "
+                                                                  "step LIMIT " + std::to_string(kEdgeStepsKept)));
     edge_steps_.clear();
     int rc;
-    while ((rc = sqlite3_step(st->get())) == SQLITE_ROW) edge_steps_.insert(sqlite3_column_int64(st->get(), 0));
+    while ((rc = sqlite3_step(st.get())) == SQLITE_ROW) edge_steps_.insert(sqlite3_column_int64(st.get(), 0));
     if (rc != SQLITE_DONE) return Status::Error(sqlite::errorOf(db));
   }
   return edge_steps_.count(step) > 0 || edge_steps_.count(step + 1) > 0;
@@ -133,19 +132,17 @@ StatusOr<bool> BudgetKeeper::keptForAnEdge(sqlite3* db, int64_t step) {
 
 StatusOr<const std::vector<Role>*> BudgetKeeper::rolesOf(sqlite3* db, int64_t sig) {
   if (auto it = roles_.find(sig); it != roles_.end()) return &it->second;
-  auto st = sqlite::prepare(db, "SELECT tensors FROM signatures WHERE id = ?");
-  if (!st.ok()) return st.status();
-  sqlite::bindRow(st->get(), sig);
-  if (sqlite3_step(st->get()) != SQLITE_ROW) return Status::Error("a call's signature " + std::to_string(sig) + " is missing");
+  NANPROV_ASSIGN_OR_RETURN(sqlite::Stmt st, sqlite::prepare(db, "SELECT tensors FROM signatures WHERE id = ?"));
+  sqlite::bindRow(st.get(), sig);
+  if (sqlite3_step(st.get()) != SQLITE_ROW) return Status::Error("a call's signature " + std::to_string(sig) + " is missing");
   std::vector<Role>& roles = roles_[sig];
-  for (const TensorHealth& t : tensorsFromDescription(columnText(st->get(), 0))) roles.push_back(t.role);
+  for (const TensorHealth& t : tensorsFromDescription(columnText(st.get(), 0))) roles.push_back(t.role);
   return &roles;
 }
 
 Status BudgetKeeper::summarise(sqlite3* db, int64_t step, const StepSpan& span) {
-  auto kept = keptForAnEdge(db, step);
-  if (!kept.ok()) return kept.status();
-  if (*kept) return Status::Ok();
+  NANPROV_ASSIGN_OR_RETURN(const bool kept, keptForAnEdge(db, step));
+  if (kept) return Status::Ok();
   if (!select_) {
     NANPROV_ASSIGN_OR_RETURN(select_, sqlite::prepare(db, "SELECT seq, layer, phase, sig, max_abs" + kPrunable));
     NANPROV_ASSIGN_OR_RETURN(erase_, sqlite::prepare(db, "DELETE" + kPrunable));
@@ -260,11 +257,10 @@ Status BudgetKeeper::thin(sqlite3* db) {
       "step_summaries) AND step NOT IN (SELECT last_step FROM step_summaries) AND step NOT IN (SELECT step FROM calls)"));
   steps_thinned_ += sqlite3_changes(db);
   bucket_start_ = -1;
-  auto st = sqlite::prepare(db, "SELECT COUNT(*), MAX(step) FROM step_summaries");
-  if (!st.ok()) return st.status();
-  if (sqlite3_step(st->get()) == SQLITE_ROW) {
-    summary_rows_ = sqlite3_column_int64(st->get(), 0);
-    if (sqlite3_column_type(st->get(), 1) != SQLITE_NULL) bucket_start_ = sqlite3_column_int64(st->get(), 1);
+  NANPROV_ASSIGN_OR_RETURN(sqlite::Stmt st, sqlite::prepare(db, "SELECT COUNT(*), MAX(step) FROM step_summaries"));
+  if (sqlite3_step(st.get()) == SQLITE_ROW) {
+    summary_rows_ = sqlite3_column_int64(st.get(), 0);
+    if (sqlite3_column_type(st.get(), 1) != SQLITE_NULL) bucket_start_ = sqlite3_column_int64(st.get(), 1);
   }
   return Status::Ok();
 }
@@ -295,8 +291,11 @@ Status BudgetKeeper::prune(sqlite3* db) {
   }
   // Freed pages are reused, so the file stops growing once the rows it holds stop growing; past
   // the high-water mark the ring gives up a quarter of its share.
-  if (liveBytes(db) > static_cast<int64_t>(static_cast<double>(budget_) * shares_.high_water)) {
+  // At most once a step: a burst written in chunks prunes many times within one step.
+  const int64_t newest = full_.empty() ? -1 : full_.rbegin()->first;
+  if (newest > shrunk_at_step_ && liveBytes(db) > static_cast<int64_t>(static_cast<double>(budget_) * shares_.high_water)) {
     ring_calls_limit_ = std::max<int64_t>(1, ring_calls_limit_ * 3 / 4);
+    shrunk_at_step_ = newest;
   }
   int64_t held = 0;
   for (const auto& [step, span] : full_) held += span.calls;

@@ -1,6 +1,7 @@
 // Private to store/: keeps one rank store under its byte budget (nanprov run --store-budget) for
-// any run length. Runs on the writer thread only, at step boundaries, after the step's batch has
-// committed: the training never waits on it.
+// any run length. Runs on the writer thread only, at step boundaries after the step's batch has
+// committed, and after each chunk of a batch larger than the budget holds (chunkCalls): the
+// training never waits on it.
 //
 // What stays in full: the first steps, the newest steps (a ring), the first steps that held a call
 // that was not clean (the edge and how it spread) and the step before each, and every call with a
@@ -47,8 +48,8 @@ class BudgetKeeper {
   // Every call row the writer wrote (in seq order within a batch), with the tensor rows it has (a
   // call that was not clean has one per tensor; a clean call none).
   void noteCall(int64_t seq, int64_t step, int64_t tensor_rows);
-  // After a batch with a step boundary committed: summarises the full steps the budget no longer
-  // holds and thins the summaries, in one transaction.
+  // After a batch with a step boundary (or a chunk of a large batch) committed: summarises the
+  // full steps the budget no longer holds and thins the summaries, in one transaction.
   Status stepEnded(sqlite3* db);
   // The most calls one transaction may write, each weighed as a call not clean with its tensor
   // rows: a writer behind by many thousands of calls (a burst, a bench) would otherwise commit
@@ -85,6 +86,7 @@ class BudgetKeeper {
   bool first_steps_done_ = false;
   int64_t first_calls_ = 0;
   int64_t ring_calls_limit_ = 0;
+  int64_t shrunk_at_step_ = -1;  // the newest step when the ring last shrank
   int64_t summary_rows_ = 0;
   int64_t summarised_calls_ = 0;  // meta calls_summarised, committed with the rows
   int64_t summarised_not_clean_ = 0;  // meta not_clean_summarised: of those, not clean

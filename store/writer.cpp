@@ -118,18 +118,15 @@ StatusOr<int64_t> signatureOf(sqlite3* db, Statements& st, Interned& interned, c
 }
 
 Status insertCall(sqlite3* db, Statements& st, Interned& interned, const CallRecord& c) {
-  auto sig = signatureOf(db, st, interned, c);
-  if (!sig.ok()) return sig.status();
+  NANPROV_ASSIGN_OR_RETURN(const int64_t sig, signatureOf(db, st, interned, c));
   std::optional<int64_t> note;
   if (!c.unattributed.empty()) {
     if (!interned.notes.count(c.unattributed)) sqlite::bindRow(st.note.get(), c.unattributed);
-    auto id = intern(db, interned.notes, c.unattributed, st.note.get());
-    if (!id.ok()) return id.status();
-    note = *id;
+    NANPROV_ASSIGN_OR_RETURN(note, intern(db, interned.notes, c.unattributed, st.note.get()));
   }
   bool compact = storedCompactly(c);
   sqlite3_stmt* s = st.call.get();
-  sqlite::bindRow(s, c.seq, c.rank, c.step, c.layer, c.call, phaseName(c.phase), sqlite::nullIfNegative(c.fwd_seq), *sig,
+  sqlite::bindRow(s, c.seq, c.rank, c.step, c.layer, c.call, phaseName(c.phase), sqlite::nullIfNegative(c.fwd_seq), sig,
                   c.start_ns, c.end_ns, sqlite::nullIfEmpty(c.injected), note, c.recompute, c.health);
   std::string blob = compact ? maxAbsBlob(c) : "";
   if (compact) sqlite3_bind_blob(s, 15, blob.data(), static_cast<int>(blob.size()), SQLITE_TRANSIENT);
@@ -254,28 +251,35 @@ struct StoreWriter::Impl {
   // thread, or by close() after the thread was joined: the database handle has one user at a time.
   void writeBatch(PendingRows& batch) {
     const size_t chunk = budget->on() ? static_cast<size_t>(budget->chunkCalls()) : SIZE_MAX;
-    size_t from = 0;
-    for (; batch.calls.size() - from > chunk; from += chunk) {
-      PendingRows part;
-      auto first = batch.calls.begin() + static_cast<std::ptrdiff_t>(from);
-      part.calls.assign(std::make_move_iterator(first), std::make_move_iterator(first + static_cast<std::ptrdiff_t>(chunk)));
-      writeTransaction(part, true);
+    if (batch.calls.size() <= chunk) return writeTransaction(batch, !batch.steps.empty());
+    // The first transaction takes every row but the calls past its chunk and the step ends: the
+    // captures and kernels that hold a call in full are there before any prune looks for them.
+    std::vector<CallEvent> calls = std::move(batch.calls);
+    std::vector<StepRow> steps = std::move(batch.steps);
+    for (size_t from = 0; from < calls.size(); from += chunk) {
+      const bool last = calls.size() - from <= chunk;
+      PendingRows part = from == 0 ? std::move(batch) : PendingRows{};
+      auto first = calls.begin() + static_cast<std::ptrdiff_t>(from);
+      part.calls.assign(std::make_move_iterator(first), std::make_move_iterator(last ? calls.end() : first + static_cast<std::ptrdiff_t>(chunk)));
+      if (last) part.steps = std::move(steps);
+      writeTransaction(part, !last || !part.steps.empty());
     }
-    batch.calls.erase(batch.calls.begin(), batch.calls.begin() + static_cast<std::ptrdiff_t>(from));
-    writeTransaction(batch, !batch.steps.empty());
   }
 
   void writeTransaction(const PendingRows& rows, bool prune) {
-    Status st = writeRows(rows, prune);
+    Status st = writeRows(rows);
     if (!st.ok()) {
       interned = {};  // the rolled-back transaction may have held new signatures
       trends.rewriteAll();  // and trend rows the keeper counts as written
+      return recordFailure(st, rows.rows());
     }
-    recordFailure(st, rows.rows());
+    // Pruning to the budget waits for a step boundary (or a chunk's end), in a transaction of its
+    // own: what the batch committed is on disk whatever the prune meets, so a failed prune drops
+    // no row; it is the writer's first error.
+    if (prune) recordFailure(budget->stepEnded(db.get()), 0);
   }
 
-  // `prune`: after a step boundary, or a chunk of a batch under a budget.
-  Status writeRows(const PendingRows& batch, bool prune) {
+  Status writeRows(const PendingRows& batch) {
     if (batch.empty()) return Status::Ok();
     sqlite::Transaction tx(db.get());
     NANPROV_RETURN_IF_ERROR(tx.begin());
@@ -323,9 +327,7 @@ struct StoreWriter::Impl {
     if (on_warning) {
       for (const TrendWarning& w : warnings) on_warning(w);
     }
-    // Pruning to the budget waits for a step boundary (or a chunk's end), in a transaction of its
-    // own, so what the batch committed is on disk whatever it meets.
-    return prune ? budget->stepEnded(db.get()) : Status::Ok();
+    return Status::Ok();
   }
 
   // Rows that come a few a run (the first non-finite step's): queued for the next batch, no wake-up.
@@ -383,18 +385,16 @@ Status createStore(const std::string& path, const std::map<std::string, std::str
                                                       std::to_string(getpid()) + ".creating")).string();
   std::filesystem::remove(staging);
   {
-    auto db = sqlite::open(staging, sqlite::Mode::kReadWriteCreate);
-    if (!db.ok()) return db.status();
-    sqlite3* raw = db->get();
+    NANPROV_ASSIGN_OR_RETURN(sqlite::Db db, sqlite::open(staging, sqlite::Mode::kReadWriteCreate));
+    sqlite3* raw = db.get();
     // WAL + NORMAL: a committed transaction survives the process dying (not a power cut), and
     // commits do not fsync on the training's time. WAL mode is stored in the file.
     NANPROV_RETURN_IF_ERROR(sqlite::exec(raw, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"));
     NANPROV_RETURN_IF_ERROR(sqlite::exec(raw, kSchemaSql));
-    auto statements = prepareStatements(raw);
-    if (!statements.ok()) return statements.status();
+    NANPROV_ASSIGN_OR_RETURN(Statements statements, prepareStatements(raw));
     std::map<std::string, std::string> all = meta;
     all["schema_version"] = std::to_string(kSchemaVersion);
-    for (const auto& [k, v] : all) NANPROV_RETURN_IF_ERROR(insertMeta(raw, *statements, k, v));
+    for (const auto& [k, v] : all) NANPROV_RETURN_IF_ERROR(insertMeta(raw, statements, k, v));
     NANPROV_RETURN_IF_ERROR(writeCounters(raw, counters));
   }  // closed: the WAL is folded into the file before it gets its name
   int linked = link(staging.c_str(), path.c_str());
@@ -416,17 +416,13 @@ StatusOr<std::unique_ptr<StoreWriter>> StoreWriter::open(
   if (budget_bytes > 0) all.store_budget = budget_bytes;
   NANPROV_RETURN_IF_ERROR(createStore(path, meta, all));
   auto impl = std::make_unique<Impl>();
-  auto db = sqlite::open(path, sqlite::Mode::kReadWrite);
-  if (!db.ok()) return db.status();
-  impl->db = std::move(*db);
+  NANPROV_ASSIGN_OR_RETURN(impl->db, sqlite::open(path, sqlite::Mode::kReadWrite));
   sqlite3* raw = impl->db.get();
   NANPROV_RETURN_IF_ERROR(sqlite::exec(raw, "PRAGMA synchronous=NORMAL;"));  // per connection
   impl->budget = std::make_unique<BudgetKeeper>(path, budget_bytes);
   NANPROV_RETURN_IF_ERROR(impl->budget->configure(raw));
   impl->on_warning = std::move(on_warning);
-  auto statements = prepareStatements(raw);
-  if (!statements.ok()) return statements.status();
-  impl->statements = std::move(*statements);
+  NANPROV_ASSIGN_OR_RETURN(impl->statements, prepareStatements(raw));
 
   Impl* p = impl.get();
   impl->thread = std::make_unique<std::thread>([p] { p->run(); });

@@ -55,9 +55,10 @@ int64_t bytesOnDisk(const fs::path& store) {
 
 // Writes `steps` steps of forward and backward calls per layer; layer 2's forward goes NaN at
 // `edge_step` and later calls propagate. Checks the files against the budget every 100 steps.
-// `paced` false: the calls come faster than the writer takes them, all in one batch.
+// `paced` false: the calls come faster than the writer takes them, all in one batch. A call
+// `captured` (a seq) gets a capture row, appended with the call.
 int64_t writeRun(const fs::path& store, int64_t budget, int64_t steps, int64_t edge_step, int64_t* largest,
-                 bool paced = true) {
+                 bool paced = true, int64_t captured = -1) {
   auto writer = StoreWriter::open(store.string(), {{"rank", "0"}}, budget);
   EXPECT_TRUE(writer.ok()) << writer.status().message();
   int64_t seq = 0;
@@ -66,6 +67,7 @@ int64_t writeRun(const fs::path& store, int64_t budget, int64_t steps, int64_t e
       for (int layer = 0; layer < kLayers; ++layer) {
         const bool bad = step >= edge_step && (step > edge_step || layer >= 2);
         const bool edge = step == edge_step && layer == 2 && phase == Phase::kForward;
+        if (seq == captured) (*writer)->appendCapture({.seq = seq, .path = "captures/held.safetensors", .bytes = 1});
         (*writer)->append(callOf(seq++, step, layer, phase, edge ? 1 : bad ? 2 : 0));
       }
     }
@@ -123,12 +125,17 @@ TEST(StoreBudget, LongRunStaysUnderItAndKeepsEveryCallThatIsNotClean) {
 
 // A writer far behind (a burst of calls, each not clean with its tensor rows, all in one batch)
 // writes them in chunks, each pruned after it: the file, which keeps its largest size, stays
-// under the budget. Written in one transaction they took 3.6 MB of a 256 KiB budget.
+// under the budget. Written in one transaction they took 3.2 MB of a 256 KiB budget. A call
+// captured mid-burst stays in full: its capture is written before any chunk is pruned.
 TEST(StoreBudget, ABurstFasterThanTheWriterStaysUnderIt) {
   fs::path dir = freshDir("budget_burst");
   int64_t largest = 0;
-  const int64_t calls = writeRun(dir / rankStoreName(0), kBudget, 3000, 10, &largest, false);
+  const int64_t captured = 1500 * 2 * kLayers + 1;
+  const int64_t calls = writeRun(dir / rankStoreName(0), kBudget, 3000, 10, &largest, false, captured);
   EXPECT_LE(largest, kBudget);
+  auto held = queryRun(dir.string(), "SELECT COUNT(*) FROM calls WHERE seq = " + std::to_string(captured));
+  ASSERT_TRUE(held.ok()) << held.status().message();
+  EXPECT_EQ(*held->rows.at(0).at(0), "1") << "the captured call was summarised away";
   auto run = loadRun(dir.string(), RunScope::kEdges);
   ASSERT_TRUE(run.ok()) << run.status().message();
   EXPECT_EQ(run->total_calls, calls);
