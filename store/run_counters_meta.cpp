@@ -135,7 +135,11 @@ std::optional<BudgetSummaries> summariesIn(const StoreMeta& meta, std::string* u
   if (!n) return refused(std::string("meta.") + kCallsSummarised + " is not a count");
   s.calls = *n;
   s.every = metaInteger(meta, kSummaryEvery, 1, kMaxSummed).value_or(1);
-  s.steps_thinned = metaInteger(meta, kStepsThinned, 0, kMaxSummed).value_or(0);
+  if (const std::string* thinned = find(meta, kStepsThinned)) {
+    auto n = parseInteger(*thinned, 0, kMaxSummed);
+    if (!n) return refused(std::string("meta.") + kStepsThinned + " is not a count");
+    s.steps_thinned = *n;
+  }
   if (const std::string* not_clean = find(meta, kNotCleanSummarised)) {
     auto nc = parseInteger(*not_clean, 0, s.calls);
     if (!nc) return refused(std::string("meta.") + kNotCleanSummarised + " is not a count of the calls summarised");

@@ -157,7 +157,8 @@ TEST(RunCountersMeta, ADamagedValueReadsAsUnsaid) {
 TEST(RunCountersMeta, ADamagedSummaryCountRefusesTheStore) {
   for (const auto& [key, value, why] : {std::tuple{"calls_summarised", "12abc", "meta.calls_summarised is not a count"},
                                         std::tuple{"not_clean_summarised", "41", "meta.not_clean_summarised is not a count of "
-                                                                                 "the calls summarised"}}) {
+                                                                                 "the calls summarised"},
+                                        std::tuple{"steps_thinned", "-3", "meta.steps_thinned is not a count"}}) {
     fs::path dir = freshDir("counters-damaged");
     {
       auto w = StoreWriter::open((dir / rankStoreName(0)).string(), {{"rank", "0"}}, 0, {},
