@@ -63,8 +63,10 @@ std::optional<size_t> indexIn(const RunData& window, const RunData& whole, std::
   return std::nullopt;
 }
 
-bool marked(const Timeline& t) {
-  return std::any_of(t.ranks.begin(), t.ranks.end(), [](const TimelineRank& r) { return !r.summarised.empty(); });
+// Whether the trace drew a summarised stretch (one with no recorded end around it has none).
+bool marked(const nlohmann::json& trace) {
+  const nlohmann::json& events = trace["traceEvents"];
+  return std::any_of(events.begin(), events.end(), [](const nlohmann::json& e) { return e.value("cat", "") == "summarised"; });
 }
 
 // Without --steps, the window is centred on the first edge; reading starts a window's worth of
@@ -122,7 +124,7 @@ int trace(const Options& opts) {
   // Summarised calls have no row, so no slice: said, not left for a gap in the timeline to imply.
   if (std::string summarised = summarisedText(whole->summarised()); !summarised.empty()) {
     std::cout << "  no slice for calls the store budget summarised: " << summarised << "\n";
-    if (marked(t)) std::cout << "  the track \"" << kSummarisedTrack << "\" marks those within the trace's steps\n";
+    if (marked(trace)) std::cout << "  the track \"" << kSummarisedTrack << "\" marks those within the trace's steps\n";
   }
   std::cout << "open it at https://ui.perfetto.dev (Open trace file) or in chrome://tracing\n";
   return kClean;

@@ -610,8 +610,11 @@ StatusOr<RunData> loadRunWindow(const RunDirs& dirs, const CallQuery& query, int
       std::map<int64_t, int64_t> ends;
       NANPROV_RETURN_IF_ERROR(loadStepEnds(db.get(), path, &ends));
       const auto [first, last] = steps.at(info.rank);
-      // The step before the window's first: where its first step starts.
-      for (auto it = ends.lower_bound(first - 1); it != ends.end() && it->first <= last; ++it) info.step_ends_ns.insert(*it);
+      // From the step before the window's first (where its first step starts), or the nearest
+      // recorded before it where the store budget thinned the steps table.
+      auto from = ends.upper_bound(first - 1);
+      if (from != ends.begin()) --from;
+      for (auto it = from; it != ends.end() && it->first <= last; ++it) info.step_ends_ns.insert(*it);
       NANPROV_RETURN_IF_ERROR(loadSummarisedStretches(db.get(), path, first, last, &info.summarised_stretches));
     }
     run.ranks.push_back(std::move(info));  // its meta, the window's step ends and summaries; no counts (a scan each)
