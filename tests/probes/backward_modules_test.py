@@ -2,7 +2,8 @@
 post-grad backward graph of the trail script's MLP compiled on the CPU: its hand-written
 autograd.Function's backward belongs to `act`, whether torch marks those nodes autograd_backward
 (2.13) or not (2.11, where the GPU machine saw them named after c_proj, the one module that made
-what they take: the single-maker rule meant for Inductor's metadata-less nodes).
+what they take: the single-maker rule meant for Inductor's metadata-less nodes); and no module's
+check reads a forward value recomputed in the backward as a gradient it sent.
 
 Usage: backward_modules_test.py BOOTSTRAP_DIR E2E_SCRIPTS_DIR
 """
@@ -51,6 +52,19 @@ def main():
         print(f"{torch_version}: {named}")
         if wrong:
             failures.append(f"{torch_version}: not named act: {wrong}")
+    # A module's backward check reads only what the gradients reached: the forward values the
+    # partitioner recomputed in the backward (the GELU's, kept in the act's stack) are not
+    # gradients the module sent.
+    reached = compiled_trail._from_gradients(graph)
+    g = compiled_trail._Graph(graph, torch.Tensor)
+    checks, _ = compiled_trail._module_checks(g, compiled_trail._BackwardModules(graph), compiled_trail.NO_MODULE,
+                                              backward=True, gradients=reached)
+    recomputed = [n for n in graph.nodes if n.op == "call_function" and n not in reached]
+    assert recomputed, "the partitioner recomputed nothing: the check below would prove nothing"
+    for _, _, (path, _), _, outputs, _, _ in checks:
+        sent = [n.name for n in outputs if n not in reached]
+        if sent:
+            failures.append(f"{path}'s backward check reads forward values as sent gradients: {sent}")
     if failures:
         sys.exit("\n".join(failures))
     print("ok")

@@ -20,7 +20,8 @@ block.
 
 The backward runs as one graph AOTAutograd made, with no module boundaries and no wrapper of
 ours around it, compiled when it first runs. Its nodes still carry the module of the forward node
-they differentiate (fwd_nn_module_stack, by autograd's sequence numbers), so an Inductor pass
+they differentiate (fwd_nn_module_stack, by autograd's sequence numbers; a custom Function's
+backward and a recomputed forward op keep the stack they were traced in), so an Inductor pass
 over the backward graph (_BackwardChecks) puts torch.ops.nanprov.trail_compiled_backward after
 each module's written gradients, by the same rules. Its module numbers are fixed in the graph: only
 where the forward graph it belongs to ran from one place; where that forward serves several, its
@@ -184,13 +185,16 @@ def _saved_scalar(g, node):
     return node.op == "placeholder" and not node.name.startswith("tangents") and g.is_tensor(node) and _value(node).dim() == 0
 
 
-def _module_checks(g, stack_of, no_module=None, backward=False):
+def _module_checks(g, stack_of, no_module=None, backward=False, gradients=None):
     """Each module's check in graph `g`: (graph order of the node it goes after, -its size, its
     (path, class), the written values it takes, the written values it makes, that node, the modules
     that ran unchecked before it), and every module's (path, class) by its stack key. `stack_of`
     gives a node's module stack, outermost first; a passed node with none is named `no_module`
     among the unchecked, when given. In a backward graph a view passed makes nothing: it names no
-    module among the unchecked (the backward of a Linear reshapes a saved forward value)."""
+    module among the unchecked (the backward of a Linear reshapes a saved forward value). Given
+    `gradients` (the nodes a backward graph's incoming gradients reach), a module's outputs are
+    only among them: a forward value recomputed in the backward, kept in its module's stack, is
+    not a gradient the module sent."""
     members, described, innermost = {}, {}, {}
     for node in g.nodes:
         if node.op in ("placeholder", "get_attr", "output"):
@@ -205,8 +209,8 @@ def _module_checks(g, stack_of, no_module=None, backward=False):
         # Its outputs: written values it made that are used outside it, and the written values
         # inside it of which it is the innermost module (an operand of a product inside it): else
         # a value made and used within a module would only ever be read as a later check's input.
-        outputs = sorted((n for n in inside if n in g.written and (innermost[n] == key or any(u not in inside for u in n.users))),
-                         key=g.order.get)
+        outputs = sorted((n for n in inside if n in g.written and (innermost[n] == key or any(u not in inside for u in n.users))
+                          and (gradients is None or n in gradients)), key=g.order.get)
         if not outputs:
             continue
         taken = {a for n in inside for a in n.all_input_nodes if a not in inside}
@@ -267,7 +271,8 @@ _VIEWS = frozenset(("view", "reshape", "_unsafe_view", "permute", "t", "transpos
 class _BackwardModules:
     """The module whose backward made each node's value in AOTAutograd's backward graph: the
     forward module it differentiates (fwd_nn_module_stack); a custom autograd.Function's backward,
-    traced inside its module, keeps that module's own stack. A view of a value is that value, made
+    traced inside its module, keeps that module's own stack, as does a forward op recomputed there
+    (which _from_gradients keeps out of a module's outputs). A view of a value is that value, made
     where it was: the backward of a Linear reshapes the gradient it is handed before its product,
     and that written operand is the gradient's maker's output, not the Linear's. Worked out once,
     in graph order (every node after what it takes)."""
@@ -295,6 +300,15 @@ class _BackwardModules:
         return self.stacks.get(node)
 
 
+def _from_gradients(graph):
+    """The nodes of a backward graph that the incoming gradients (its tangents) reach."""
+    reached = set()
+    for node in graph.nodes:
+        if (node.op == "placeholder" and node.name.startswith("tangents")) or any(a in reached for a in node.all_input_nodes):
+            reached.add(node)
+    return reached
+
+
 def _is_backward(graph):
     return any(n.op == "placeholder" and n.name.startswith("tangents") for n in graph.nodes)
 
@@ -304,7 +318,7 @@ def instrument_backward(graph, torch):
     after each module's written gradients, numbered from the forward plan the graph belongs to.
     Returns how many checks went in, or why none could: a text."""
     g = _Graph(graph, torch.Tensor)
-    checks, described = _module_checks(g, _BackwardModules(graph), NO_MODULE, backward=True)
+    checks, described = _module_checks(g, _BackwardModules(graph), NO_MODULE, backward=True, gradients=_from_gradients(graph))
     if not checks:
         return 0
     paths = {path for path, _ in described.values()}
