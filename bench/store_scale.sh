@@ -6,7 +6,7 @@
 #   bench/store_scale.sh CALLS RANKS [BUDGET]   e.g. bench/store_scale.sh 10000000 1 64M
 # BUDGET is each rank store's byte budget (nanprov run --store-budget; suffixes K M G), none by default.
 # WRITTEN (default RANKS) ranks go through the writer; each other rank is a copy of the last written
-# one with its own rank number (meta and calls): ranks past the edge's are alike, and 1e9 calls take
+# one with its own rank number (meta and calls; it has no kernels): ranks past the edge's are alike, and 1e9 calls take
 # the writer hours. Its last line says how many were copies.
 #   bench/store_scale.sh 1000000000 64 16M 2   the moonshot: 1e9 calls over 64 ranks
 # Its last line reads: calls <N> ranks <R> bytes_per_call <B> bytes_per_rank <P> report_s <T> report_rss_mb <M>
@@ -16,6 +16,8 @@ usage="usage: bench/store_scale.sh CALLS RANKS [BUDGET [WRITTEN]]"
 calls="${1:?$usage}" ranks="${2:?$usage}"
 budget="$(numfmt --from=iec "${3:-0}")"
 written="${4:-$ranks}"
+# One written rank holds the edge: its copies would all carry it.
+if [ "$written" -lt 2 ] && [ "$ranks" -gt 1 ]; then echo "bench/store_scale.sh: WRITTEN must be at least 2 (rank 0 holds the edge)" >&2; exit 2; fi
 "$root/scripts/setup" nanprov nanprov-store-bench >/dev/null
 bin="$root/build/bin"
 dir="$(mktemp -d)/run"

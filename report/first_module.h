@@ -32,7 +32,7 @@ struct FirstModule {
 std::optional<FirstModule> firstModule(const RunData& run, const Findings& findings);
 
 // Whether --trail ran alongside torch.compile'd code whose modules' backward it did not check
-// (meta trail_compiled_backward is not "checked").
+// (RunCounters::trail_compiled_backward is not kChecked).
 bool trailMissedCompiledCode(const RunData& run);
 
 // {rank, step, phase, module, class, inputs_finite, nonfinite, largest_input, shares_gradient_with,
