@@ -193,7 +193,7 @@ class TraceBuilder {
                    {"not_clean", s.not_clean},
                    {"why", "the store budget kept one summary row per step, layer and phase (nanprov run "
                            "--store-budget): these calls have no slice"},
-                   {"see", "nanprov sql RUN \"SELECT * FROM step_summaries WHERE last_step >= " +
+                   {"see", "nanprov sql " + timeline_.run + " \"SELECT * FROM step_summaries WHERE last_step >= " +
                                std::to_string(s.first_step) + " AND step <= " + std::to_string(s.last_step) + "\""}};
       json event = {{"name", "summarised: " + std::to_string(s.calls) + " calls, steps " + steps},
                     {"cat", "summarised"},

@@ -245,10 +245,10 @@ struct StoreWriter::Impl {
 
   std::unique_ptr<std::thread> thread;
 
-  // Writes one batch, a failure counted as its rows dropped. Under a budget, its calls past the
-  // budget keeper's chunk go first in transactions of their own, each pruned after it, so the
-  // store never holds much more than its budget between two prunes. Called only by the writer
-  // thread, or by close() after the thread was joined: the database handle has one user at a time.
+  // Writes one batch, a failure counted as its rows dropped. Under a budget, a batch of more calls
+  // than the budget keeper's chunk is written in chunks, each pruned after it, so the store never
+  // holds much more than its budget between two prunes. Called only by the writer thread, or by
+  // close() after the thread was joined: the database handle has one user at a time.
   void writeBatch(PendingRows& batch) {
     const size_t chunk = budget->on() ? static_cast<size_t>(budget->chunkCalls()) : SIZE_MAX;
     if (batch.calls.size() <= chunk) return writeTransaction(batch, !batch.steps.empty());
@@ -260,7 +260,8 @@ struct StoreWriter::Impl {
       const bool last = calls.size() - from <= chunk;
       PendingRows part = from == 0 ? std::move(batch) : PendingRows{};
       auto first = calls.begin() + static_cast<std::ptrdiff_t>(from);
-      part.calls.assign(std::make_move_iterator(first), std::make_move_iterator(last ? calls.end() : first + static_cast<std::ptrdiff_t>(chunk)));
+      auto end = last ? calls.end() : first + static_cast<std::ptrdiff_t>(chunk);
+      part.calls.assign(std::make_move_iterator(first), std::make_move_iterator(end));
       if (last) part.steps = std::move(steps);
       writeTransaction(part, !last || !part.steps.empty());
     }
