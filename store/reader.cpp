@@ -216,11 +216,7 @@ int64_t countRows(sqlite3* db, const char* table) {
 Status loadSummarised(sqlite3* db, const std::string& path, RankInfo* info) {
   if (!sqlite::hasTable(db, "step_summaries")) return Status::Ok();
   if (!info->counters_unreadable.empty()) return notAStore(path, info->counters_unreadable);
-  const std::optional<BudgetSummaries>& summaries = info->counters.summarised;
-  if (!summaries) return Status::Ok();
-  info->calls_summarised = summaries->calls;
-  info->summary_every = summaries->every;
-  info->not_clean_summarised = summaries->not_clean;
+  if (!info->counters.summarised) return Status::Ok();
   auto st = sqlite::prepare(db, "SELECT (SELECT step FROM step_summaries ORDER BY step LIMIT 1), "
                                 "(SELECT last_step FROM step_summaries ORDER BY step DESC LIMIT 1)");
   if (!st.ok()) return notAStore(path, st.status().message());
@@ -233,8 +229,9 @@ Status loadSummarised(sqlite3* db, const std::string& path, RankInfo* info) {
 // The calls that were not clean and were summarised (a run that stayed non-finite past its first
 // edge steps) still count in how far the values spread: their number, ranks and layers.
 Status countSummarisedNotClean(sqlite3* db, const std::string& path, const RankInfo& info, RunData* run) {
-  if (info.not_clean_summarised == 0) return Status::Ok();
-  run->not_clean.calls += info.not_clean_summarised;
+  const int64_t not_clean = info.summaries().not_clean;
+  if (not_clean == 0) return Status::Ok();
+  run->not_clean.calls += not_clean;
   run->not_clean.ranks.insert(info.rank);
   auto layers = sqlite::prepare(db, "SELECT DISTINCT layer FROM step_summaries WHERE not_clean > 0");
   if (!layers.ok()) return notAStore(path, layers.status().message());
@@ -351,7 +348,7 @@ std::map<std::string, int64_t> RunData::unprobedFirstSteps() const {
 int64_t RunData::callsNotStored() const {
   int64_t lost = calls_begun_without_store;
   for (const RankInfo& r : ranks) {
-    const int64_t kept = r.calls_stored + r.calls_summarised;
+    const int64_t kept = r.calls_stored + r.summaries().calls;
     if (r.calls_begun && *r.calls_begun > kept) lost += *r.calls_begun - kept;
   }
   return lost;
@@ -360,12 +357,13 @@ int64_t RunData::callsNotStored() const {
 Summarised RunData::summarised() const {
   Summarised out;
   for (const RankInfo& r : ranks) {
-    if (r.calls_summarised == 0) continue;
-    out.calls += r.calls_summarised;
-    out.not_clean += r.not_clean_summarised;
+    const BudgetSummaries s = r.summaries();
+    if (s.calls == 0) continue;
+    out.calls += s.calls;
+    out.not_clean += s.not_clean;
     out.first_step = out.ranks ? std::min(out.first_step, r.summarised_first_step) : r.summarised_first_step;
     out.last_step = std::max(out.last_step, r.summarised_last_step);
-    out.every = std::max(out.every, r.summary_every);
+    out.every = std::max(out.every, s.every);
     ++out.ranks;
   }
   return out;
@@ -493,11 +491,11 @@ StatusOr<RunData> loadRun(const RunDirs& dirs, RunScope scope) {
     info.calls_stored = countRows(db.get(), "calls");
     NANPROV_RETURN_IF_ERROR(loadSummarised(db.get(), path, &info));
     // The steps table's rows, and those the summaries' thinning took.
-    info.steps = countRows(db.get(), "steps") + (info.counters.summarised ? info.counters.summarised->steps_thinned : 0);
+    info.steps = countRows(db.get(), "steps") + info.summaries().steps_thinned;
     if (scope == RunScope::kEdges) NANPROV_RETURN_IF_ERROR(countSummarisedNotClean(db.get(), path, info, &run));
     NANPROV_RETURN_IF_ERROR(loadTrends(db.get(), path, &info));
     // A summarised call was checked and counted, though its row is gone.
-    const int64_t kept = info.calls_stored + info.calls_summarised;
+    const int64_t kept = info.calls_stored + info.summaries().calls;
     run.total_calls += kept;
     // Fewer rows than committed is damage; more is a live run's writer committing since the meta
     // was read (each statement reads its own snapshot).

@@ -33,17 +33,17 @@ struct RankInfo {
   RunCounters counters;
   // Why the budget's summary counts could not be read ("" when they could): the store is refused.
   std::string counters_unreadable;
+  // What the store budget folded into step_summaries (their rows are gone, their counts are not);
+  // all 0 when it summarised nothing.
+  BudgetSummaries summaries() const { return counters.summarised.value_or(BudgetSummaries{}); }
   int64_t steps = 0;  // step boundaries recorded (the steps table's rows, and those the store budget thinned)
   // RunScope::kAll only: when each step ended (the steps table: the optimizer's step post hook,
   // or in inference the start of the next forward pass), step → CLOCK_REALTIME ns.
   std::map<int64_t, int64_t> step_ends_ns;
   int64_t calls_stored = 0;             // call rows the store holds, counted
-  // Calls the store budget folded into step_summaries (their rows are gone, their count is not),
-  // the steps those span, and how many steps one summary row stands for at most (meta summary_every).
-  int64_t calls_summarised = 0;
+  // The steps the store budget's summaries span (step_summaries' first and last rows); what
+  // they count is in counters.summarised (summaries()).
   int64_t summarised_first_step = -1, summarised_last_step = -1;
-  int64_t summary_every = 1;
-  int64_t not_clean_summarised = 0;  // of calls_summarised, those that were not clean (meta not_clean_summarised)
   // loadRunWindow only: the summarised stretches within the window's steps, in step order.
   std::vector<SummarisedStretch> summarised_stretches;
   // From rank-<r>.tally; none in runs older than it, or when it contradicts the store (damage).

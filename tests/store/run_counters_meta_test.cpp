@@ -75,9 +75,9 @@ TEST(RunCountersMeta, EveryCounterRoundTripsThroughAStore) {
   const RankInfo& r = run->ranks.at(0);
   EXPECT_EQ(r.counters, all);
   EXPECT_TRUE(r.counters_unreadable.empty());
-  EXPECT_EQ(r.calls_summarised, 40);
-  EXPECT_EQ(r.not_clean_summarised, 3);
-  EXPECT_EQ(r.summary_every, 4);
+  EXPECT_EQ(r.summaries().calls, 40);
+  EXPECT_EQ(r.summaries().not_clean, 3);
+  EXPECT_EQ(r.summaries().every, 4);
   // The rows are the texts the probes always wrote: `nanprov sql` and its users read them.
   const std::map<std::string, std::string> rows = {
       {"host_syncs", "7"},
