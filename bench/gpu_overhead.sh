@@ -86,8 +86,12 @@ bench_model() {
   # The probes' own time on the training thread, by stage (meta probe_cost, first nanprov round).
   want nanprov && echo "  probe_cost: $(nanprov sql "$tmp/$name-full-1" "SELECT value FROM meta WHERE key='probe_cost'" | tail -n +2 | sed 's/ *$//')"
   # Deferred checks: calls deferred, batched launches, fallbacks to immediate (meta deferred_checks).
-  want deferred && echo "  deferred_checks: $(nanprov sql "$tmp/$name-deferred-1" "SELECT value FROM meta WHERE key='deferred_checks'" | tail -n +2 | sed 's/ *$//')"
-  want deferred && echo "  probe_cost deferred: $(nanprov sql "$tmp/$name-deferred-1" "SELECT value FROM meta WHERE key='probe_cost'" | tail -n +2 | sed 's/ *$//')"
+  # An `if`, not `want deferred && ...`: as the function's last command a false `want` was its
+  # status, and under `set -e` the script exited 1 after the first model's table (issue 66).
+  if want deferred; then
+    echo "  deferred_checks: $(nanprov sql "$tmp/$name-deferred-1" "SELECT value FROM meta WHERE key='deferred_checks'" | tail -n +2 | sed 's/ *$//')"
+    echo "  probe_cost deferred: $(nanprov sql "$tmp/$name-deferred-1" "SELECT value FROM meta WHERE key='probe_cost'" | tail -n +2 | sed 's/ *$//')"
+  fi
 }
 
 models=(${BENCH_MODELS:-gpu-bound launch-bound hf-llama})
