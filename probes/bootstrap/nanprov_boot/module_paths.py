@@ -6,6 +6,7 @@ import sys
 import threading
 import weakref
 
+from .module_tree import ModuleTree
 from .probe_library import Resolver
 
 
@@ -38,6 +39,10 @@ _DYNAMO_PREFIX = re.compile(r"^L\['[^']*'\]\.?")
 _DYNAMO_ITEM = re.compile(r"\._modules\['([^']*)'\]|\[(\d+)\]|\['([^']*)'\]")
 
 
+def _joined(prefix, path):
+    return f"{prefix}.{path}" if prefix and path else (prefix or path)
+
+
 def dynamo_path(text):
     """`L['self'].layers[0]._modules['attn']` (Dynamo's nn_module_stack) → `layers.0.attn`."""
     text = _DYNAMO_PREFIX.sub("", text)
@@ -48,15 +53,18 @@ def dynamo_path(text):
 class ModulePaths:
     """Module paths and parameter names of the models seen running attention.
 
-    A module is named by its path from the outermost module on the stack the first time it runs
-    attention. Under activation checkpointing the recompute runs from the checkpointed block, so
-    there the outermost module is the block itself: the path of the first, full forward is kept.
+    A module is named by its path from the outermost module holding it (module_tree.py), the
+    first time it runs attention: whether the model's forward called it or the training loop did.
+    Under activation checkpointing the recompute runs from the checkpointed block: the path of the
+    first, full forward is kept.
     """
 
     def __init__(self, torch):
         self.module_type = torch.nn.Module
         self.graph_module_type = torch.fx.GraphModule
+        self.tree = ModuleTree(torch, self._wrapper)
         self.roots = weakref.WeakKeyDictionary()  # outermost module -> {module -> path}
+        self.prefixes = weakref.WeakKeyDictionary()  # outermost module -> the name it is known by
         self.best = weakref.WeakKeyDictionary()   # module -> longest path seen
         self.parameters = {}  # id(parameter) -> (weakref, name): tensors compare elementwise
         self.compiled = threading.local()         # stack of compiled graphs running
@@ -70,16 +78,46 @@ class ModulePaths:
     def _table(self, inner, root):
         table = self.roots.get(root)
         if table is None or inner not in table:  # first call, or modules were added since
-            table = weakref.WeakKeyDictionary((m, clean_path(name)) for name, m in root.named_modules())
+            prefix = self.prefixes.get(root, "")
+            table = weakref.WeakKeyDictionary((m, _joined(prefix, clean_path(name))) for name, m in root.named_modules())
             self.roots[root] = table
-            self._name_parameters(root)
+            self._name_parameters(root, prefix)
         return table
 
-    def _name_parameters(self, root):
+    def _name_parameters(self, root, prefix):
         for name, p in root.named_parameters():
+            full = _joined(prefix, clean_path(name))
             known = self.parameters.get(id(p))
-            if known is None or known[0]() is not p:
-                self.parameters[id(p)] = (weakref.ref(p), clean_path(name))
+            # A name learnt from a block alone gives way to its path in the model holding it.
+            if known is None or known[0]() is not p or (known[1] != full and full.endswith("." + known[1])):
+                self.parameters[id(p)] = (weakref.ref(p), full)
+
+    def _path(self, inner, root, frame):
+        """`inner`'s path: `root` is the outermost module running, the training loop may hold more."""
+        outer = top = self.tree.outermost(root)
+        if inner is not top and inner not in self._table(inner, top):
+            top = self.tree.outermost(inner)  # held where registration does not see: a plain list
+        self._name_top(top, frame, running=top is root, holders=[outer] if top is not outer else [])
+        return self._table(inner, top).get(inner, "")
+
+    def _name_top(self, top, frame, running, holders=(), models=None):
+        """Fixes, once, the name an outermost module is known by (its paths' prefix): '' for the
+        model; a plain container's name and index for a module held in a list, tuple or dict; the
+        variable holding it for one of several separate models the training loop drives itself
+        (module_tree.py). The first answer stays, as a module's path does."""
+        if top in self.prefixes:
+            return
+        prefix = ""
+        held = self.tree.container_name(top, frame, holders)
+        if held is not None:
+            holder, name = held
+            prefix = name if holder is None else _joined(self._table(holder, self.tree.outermost(holder)).get(holder, ""), name)
+        elif not running:
+            models = self.tree.separate_models(frame, unwrapped) if models is None else models
+            if len(models) > 1 and id(top) in models:
+                prefix = models[id(top)][0]
+        self.prefixes[top] = prefix
+        self.roots.pop(top, None)  # its table is made again, with the prefix
 
     def current(self, frame):
         """The module path of the attention call running in `frame`'s thread: the innermost
@@ -105,6 +143,7 @@ class ModulePaths:
         """
         inner = root = None
         path = None
+        start = frame
         while frame is not None:
             code = frame.f_code
             if code.co_argcount and code.co_varnames[0] == "self" and code not in self.not_modules:
@@ -120,7 +159,7 @@ class ModulePaths:
                     root = obj
             frame = frame.f_back
         if inner is not None and path is None:
-            path = self._table(inner, root).get(inner, "")
+            path = self._path(inner, root, start)
             self.best[inner] = path
         return path or ""
 
@@ -130,20 +169,22 @@ class ModulePaths:
         attention) still has its parameters named as the model names them (`layers.1.in_proj_weight`).
         Asked again when parameters have no name yet: FSDP2 puts its sharded parameters (DTensors)
         on the model after the model first ran, and during a forward the model holds its unsharded
-        ones. The largest model first, so a submodule held on its own does not shorten the paths."""
+        ones. Each is named from the outermost module holding it (module_tree.py), so a block the
+        loop holds on its own (`for block in model.transformer.h`) does not shorten the paths, and
+        separate pieces the loop drives (a stem, a bare nn.ModuleList, a head) are named apart."""
         self.named_from_stack = True
         found = {}
-        depth = 0
-        while frame is not None and depth < 32:
-            for scope in (frame.f_locals, frame.f_globals):
-                for value in list(scope.values()):
-                    if isinstance(value, self.module_type):
-                        found[id(value)] = value
-            frame, depth = frame.f_back, depth + 1
-        models = {id(m): m for m in map(unwrapped, found.values())}
-        for root in sorted(models.values(), key=lambda m: -sum(1 for _ in m.parameters())):
-            self._table(root, root)
-            self._name_parameters(root)
+        for _, value in self.tree.variables(frame, inside_modules=True):  # a LightningModule's `self`
+            items = value if isinstance(value, (list, tuple)) and len(value) < 10_000 else (value,)
+            for item in items:
+                if isinstance(item, self.module_type):
+                    top = self.tree.outermost(unwrapped(item))
+                    found[id(top)] = top
+        models = self.tree.separate_models(frame, unwrapped)
+        for top in sorted(found.values(), key=lambda m: -sum(1 for _ in m.parameters())):
+            self._name_top(top, frame, running=False, models=models)
+            self._table(top, top)
+            self._name_parameters(top, self.prefixes.get(top, ""))
 
     def parameter_name(self, p):
         known = self.parameters.get(id(p))
