@@ -338,8 +338,10 @@ void Session::stepBegan(int64_t step) {
   countUnseenBackwards();
   if (FlushHook hook = flush_hook_.load()) hook(false);
   writeCounters();
-  std::lock_guard<std::mutex> lock(writer_mu_);
-  if (writer_) writer_->stepEnded(step - 1, wallClockNs());
+  // A step opens the store if nothing did before: a run whose attention nanprov never checked
+  // still trained its steps, and the report counts every one (issue 61). A launcher, which trains
+  // nothing, never steps and still leaves no store.
+  if (StoreWriter* w = writer()) w->stepEnded(step - 1, wallClockNs());
 }
 
 void Session::countUnseenBackwards() {
