@@ -22,6 +22,7 @@
 #include "probes/libtorch/guarded.h"
 #include "probes/libtorch/output_history.h"
 #include "probes/libtorch/probes.h"
+#include "probes/libtorch/score_layout.h"
 
 namespace nanprov {
 namespace {
@@ -32,26 +33,31 @@ using Stack = torch::jit::Stack;
 const c10::DispatchKeySet kBelowProbe(c10::DispatchKeySet::FULL_AFTER, c10::DispatchKey::BackendSelect);
 const AttentionOp kSoftmaxAttentionOp = {"softmax_attention", "plain_softmax", Phase::kForward, {Role::kO}};
 constexpr const char* kSeparateOps = "attention written in plain ops runs as separate ops; its kernels are not one call's";
+constexpr const char* kNoEnd = "its probabilities went to no matmul nanprov saw";
 constexpr const char* kChangedProbabilities =
     "the probabilities were changed between the softmax and the matmul with V (dropout?), which replay does not model";
 
 bool named(const Node& node, std::string_view prefix) { return node.name().rfind(prefix, 0) == 0; }
 
-// Nodes a score tensor passes through between its matmul and the softmax: scaling, a mask or
-// bias added, softcapping, a dtype cast, views.
-bool passesScores(const Node& node) {
-  for (std::string_view p : {"MulBackward", "DivBackward", "AddBackward", "SubBackward", "ToCopyBackward",
-                             "ViewBackward", "UnsafeViewBackward", "ReshapeAliasBackward", "MaskedFillBackward",
-                             "WhereBackward", "CloneBackward", "TanhBackward", "ExpandBackward"}) {
+// Nodes that only rearrange a tensor's elements: K's transpose, head reshapes, einsum's
+// permutes and views of its operands and of its product.
+bool isView(const Node& node) {
+  for (std::string_view p : {"TransposeBackward", "TBackward", "PermuteBackward", "ViewBackward", "UnsafeViewBackward",
+                             "ExpandBackward", "ReshapeAliasBackward", "CloneBackward", "SqueezeBackward",
+                             "UnsqueezeBackward", "AsStridedBackward", "AliasBackward"}) {
     if (named(node, p)) return true;
   }
   return false;
 }
 
-// Nodes between an activation and the matmul that reads it: K's transpose, head reshapes.
-bool isView(const Node& node) {
-  for (std::string_view p : {"TransposeBackward", "TBackward", "PermuteBackward", "ViewBackward",
-                             "UnsafeViewBackward", "ExpandBackward", "ReshapeAliasBackward", "CloneBackward"}) {
+// Nodes a score tensor passes through between its matmul and the softmax: any rearrangement, and
+// the elementwise ops attention puts there (scaling, a mask or bias added, softcapping, clamping,
+// a dtype cast, an in-place op on a view of the product).
+bool passesScores(const Node& node) {
+  if (isView(node)) return true;
+  for (std::string_view p : {"MulBackward", "DivBackward", "AddBackward", "SubBackward", "NegBackward", "ToCopyBackward",
+                             "MaskedFillBackward", "WhereBackward", "TanhBackward", "ClampBackward", "ClampMinBackward",
+                             "ClampMaxBackward", "CopySlices"}) {
     if (named(node, p)) return true;
   }
   return false;
@@ -84,7 +90,7 @@ bool madeByActivationMatmul(const at::Tensor& scores) {
   const Node* frontier[8];
   int count = 0, visited = 0;
   if (Node* fn = scores.grad_fn().get()) frontier[count++] = fn;
-  while (count > 0 && visited < 12) {
+  while (count > 0 && visited < 16) {
     const Node* node = frontier[--count];
     ++visited;
     if (isActivationMatmul(*node)) return true;
@@ -122,32 +128,40 @@ bool isParameter(const at::Tensor& t) {
   return t.is_leaf();
 }
 
-void countUnchecked(Session& session, std::string_view why) {
-  std::string pattern = patternOf(session.modulePath());
+// `module`: where the softmax ran (the module path then), not where the count is made: a call
+// whose end never came is counted at the next matmul or at the step's end, in another module.
+void countUnchecked(Session& session, const std::string& module, std::string_view why) {
+  std::string pattern = patternOf(module);
   std::string what = pattern.empty() ? "attention-like softmax(q·kᵀ) outside any module: not checked"
-                                     : "attention-like softmax(q·kᵀ) in " + pattern + ": not checked; --probe-module '" +
-                                           pattern + "' checks it";
+                                     : "attention-like softmax(q·kᵀ) in " + pattern + ": not checked";
   if (!why.empty()) what += " (" + std::string(why) + ")";
+  // The suggestion ends the line: the report reads it off there (report/unchecked_attention.h).
+  if (!pattern.empty()) what += "; --probe-module '" + pattern + "' checks it";
   session.countUnprobed(what);
 }
 
-// Counted as before, where this thread saw no matmul that made the scores: a softmax over the last
-// dim of a tensor of 3 or more dims whose autograd history shows a matmul of activations.
-void countIfAttention(Session& session, const at::Tensor& x, int64_t dim) {
-  if (!x.defined() || x.dim() < 3 || (dim != -1 && dim != x.dim() - 1) || !x.requires_grad()) return;
+// Counted as before, where this thread saw no matmul that made the scores (or could not place its
+// product in them): a softmax over any dim of a tensor of 3 or more dims whose autograd history
+// shows a matmul of activations.
+void countIfAttention(Session& session, const at::Tensor& x) {
+  if (!x.defined() || x.dim() < 3 || !x.requires_grad()) return;
   if (!realTensor(x) || c10::impl::TorchDispatchModeTLS::any_modes_set() || !madeByActivationMatmul(x)) return;
-  countUnchecked(session, "");
+  countUnchecked(session, session.modulePath(), "");
 }
 
 // What this thread ran of one hand-written call so far.
 struct PartialCall {
   // The last matmul of two 3-d tensors, as it got them: A [n, rows, d] and B [n, d, keys].
   at::Tensor a, b;
+  int64_t n = 0, rows = 0, keys = 0;
   std::optional<double> alpha;  // baddbmm's factor on the product
   bool baddbmm = false;
   int64_t start_ns = 0;
-  // Set by a softmax over that product: S as the softmax got it, P as it gave it.
+  // Set by a softmax over that product: S as the softmax got it, P as it gave it, and where the
+  // product's [n, rows, keys] sits in them.
   at::Tensor s, p;
+  ProductLayout layout;
+  std::string module;  // the module path at the softmax
 
   bool scoresSeen() const { return p.defined(); }
   void forget() {
@@ -167,41 +181,47 @@ bool watching(const Session& session) {
   return at::GradMode::is_enabled() || torch::autograd::get_current_graph_task_id() == -1;
 }
 
-// Whether `x`, about to be softmaxed over `dim`, holds the scores of the last matmul.
-bool isScoresOfLastMatmul(const at::Tensor& x, int64_t dim) {
+// Where the last matmul's product sits in `x`, about to be softmaxed over `dim`, if `x` holds its
+// scores: the product laid out in it (score_layout.h), the softmax over its keys.
+std::optional<ProductLayout> scoresOfLastMatmul(const at::Tensor& x, int64_t dim) {
   const PartialCall& c = t_call;
-  if (!c.a.defined() || x.dim() < 3 || (dim != -1 && dim != x.dim() - 1)) return false;
-  const int64_t n = c.a.size(0), rows = c.a.size(1), keys = c.b.size(2);
-  const bool shaped = x.numel() == n * rows * keys && x.size(-1) == keys && x.size(-2) == rows &&
-                      (x.dim() == 3 || (x.size(0) > 0 && n % x.size(0) == 0));
-  if (!shaped || c10::impl::TorchDispatchModeTLS::any_modes_set() || !realTensor(x) || !realTensor(c.a) ||
-      !realTensor(c.b)) {
-    return false;
-  }
+  if (!c.a.defined() || x.dim() < 2 || c10::impl::TorchDispatchModeTLS::any_modes_set()) return std::nullopt;
+  std::optional<ProductLayout> layout = productLayout(x, dim, c.n, c.rows, c.keys);
+  if (!layout || !realTensor(x) || !realTensor(c.a) || !realTensor(c.b)) return std::nullopt;
   // With gradients the scores' history must show the matmul of two activations.
-  if (x.requires_grad()) return madeByActivationMatmul(x);
-  return !isParameter(c.a) && !isParameter(c.b);
+  if (x.requires_grad() ? !madeByActivationMatmul(x) : isParameter(c.a) || isParameter(c.b)) return std::nullopt;
+  return layout;
 }
 
-// Whether a matmul of `a` with `b` reads the probabilities of the scores seen: P itself or a view
-// of it, or what dropout or a dtype cast made of it, times V.
+// Whether a matmul of `a` with `b` reads the probabilities of the scores seen, in the product's
+// order [n, rows, keys]: P itself seen through views, or what dropout or a dtype cast made of it,
+// times V [n, keys, dv].
 bool readsProbabilities(const PartialCall& c, const at::Tensor& a, const at::Tensor& b) {
-  const at::Tensor& p = c.p;
-  const bool probabilities = a.is_alias_of(p) || (a.numel() == p.numel() && a.size(-1) == p.size(-1) && a.size(-2) == p.size(-2));
-  return probabilities && b.size(0) == a.size(0) && b.size(1) == p.size(-1) && realTensor(a) && realTensor(b);
+  if (!realTensor(a) || !realTensor(b) || a.sizes() != c10::IntArrayRef{c.n, c.rows, c.keys} || b.size(0) != c.n ||
+      b.size(1) != c.keys) {
+    return false;
+  }
+  if (!a.is_alias_of(c.p)) return true;
+  // A view of P: its elements where the product's order puts them (a matmul over another order,
+  // say P's heads taken as its batch the other way round, is not this call's).
+  const at::Tensor ordered = inProductOrder(c.p, c.layout, c.n, c.rows, c.keys);
+  return !ordered.is_alias_of(c.p) ||
+         (ordered.strides() == a.strides() && ordered.storage_offset() == a.storage_offset());
 }
 
 // Records the call the probabilities read by `read` and `v` ended, as attention's roles in
-// [batch, heads, seq, dim]: the scores' leading dimension is the batch and the rest of the matmul's
-// batch its heads; 3-d scores (diffusers' head_to_batch_dim) are batch·heads batches of one head.
+// [batch, heads, seq, dim]: every role in the matmuls' order (Q and K as the first read them, V and
+// O as the second did, S and P in the product's order), n split into batch and heads as the scores'
+// dims say (score_layout.h).
 void recordCall(CallRecorder& recorder, const PartialCall& c, const at::Tensor& read, const at::Tensor& v,
                 const at::Tensor& o) {
-  const int64_t n = c.a.size(0), rows = c.a.size(1), width = c.a.size(2), keys = c.b.size(2), v_width = v.size(2);
-  const int64_t batch = c.s.dim() >= 4 ? c.s.size(0) : n, heads = n / batch;
+  const int64_t n = c.n, rows = c.rows, width = c.a.size(2), keys = c.keys, v_width = v.size(2);
+  const int64_t batch = c.layout.batch, heads = n / batch;
   auto bhsd = [=](const at::Tensor& t, int64_t seq, int64_t w) { return t.reshape({batch, heads, seq, w}); };
   const at::Tensor q = bhsd(c.a, rows, width), k = bhsd(c.b.transpose(1, 2), keys, width);
   const at::Tensor vv = bhsd(v, keys, v_width), out = bhsd(o, rows, v_width);
-  const at::Tensor s = bhsd(c.s, rows, keys), p = bhsd(c.p, rows, keys);
+  const at::Tensor s = bhsd(inProductOrder(c.s, c.layout, n, rows, keys), rows, keys);
+  const at::Tensor p = bhsd(inProductOrder(c.p, c.layout, n, rows, keys), rows, keys);
 
   CallName name = recorder.nameForward(c.a);
   CallEvent rec = recorder.eventFor(name, kSoftmaxAttentionOp, Phase::kForward);
@@ -259,11 +279,14 @@ void afterMatmul(Probes& p, const at::Tensor& a, const at::Tensor& b, std::optio
       disarmOutputHistoryIfIdle();  // a record that failed left nothing to wait for
       return;
     }
-    countUnchecked(p.session(), "its probabilities went to no matmul nanprov saw");
+    countUnchecked(p.session(), seen.module, kNoEnd);
     disarmOutputHistory();
   }
   c.a = a;
   c.b = b;
+  c.n = a.size(0);
+  c.rows = a.size(1);
+  c.keys = b.size(2);
   c.alpha = alpha;
   c.baddbmm = baddbmm;
   c.start_ns = start;
@@ -293,21 +316,22 @@ void softmaxKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, St
   const c10::IValue& dim = (*stack)[stack->size() - 2];
   if (!self.isTensor() || !dim.isInt()) return handle.redispatchBoxed(ks & kBelowProbe, stack);
   const at::Tensor x = self.toTensor();
-  bool scores = false;
+  std::optional<ProductLayout> layout;
   guarded("softmax attention probe", [&] {
-    if (t_call.scoresSeen()) countUnchecked(session, "its probabilities went to no matmul nanprov saw");
-    if (t_call.scoresSeen() || !isScoresOfLastMatmul(x, dim.toInt())) {
+    if (t_call.scoresSeen()) countUnchecked(session, t_call.module, kNoEnd);
+    if (!t_call.scoresSeen()) layout = scoresOfLastMatmul(x, dim.toInt());
+    if (!layout) {
       if (t_call.scoresSeen()) disarmOutputHistory();
       t_call.forget();
-      countIfAttention(session, x, dim.toInt());
-    } else {
-      scores = true;
+      countIfAttention(session, x);
     }
   });
   handle.redispatchBoxed(ks & kBelowProbe, stack);
-  if (scores && stack->back().isTensor()) {
+  if (layout && stack->back().isTensor()) {
     t_call.s = x;
     t_call.p = stack->back().toTensor();
+    t_call.layout = std::move(*layout);
+    guarded("softmax attention probe", [&] { t_call.module = session.modulePath(); });
     if (x.requires_grad()) guarded("softmax attention probe", [] { armOutputHistory(); });
   }
 }
@@ -329,7 +353,7 @@ void installSoftmaxAttentionProbe() {
 
 void forgetSoftmaxAttention(Session& session) {
   if (t_call.scoresSeen()) {
-    guarded("softmax attention probe", [&] { countUnchecked(session, "its probabilities went to no matmul nanprov saw"); });
+    guarded("softmax attention probe", [&] { countUnchecked(session, t_call.module, kNoEnd); });
   }
   disarmOutputHistory();
   t_call.forget();
