@@ -43,6 +43,10 @@ std::string whyNothingChecked(const RunData& run, const std::map<std::string, in
 
 }  // namespace
 
+const char* const kUnseenAttentionHint =
+    "if the model has attention nanprov did not recognise, nanprov run --probe-module PATTERN checks it "
+    "(its module's class, or a path glob such as 'layers.*.attn')";
+
 std::optional<SentinelFinding> earliestSentinel(const RunData& run, const std::set<std::pair<int, int64_t>>& received) {
   std::optional<SentinelFinding> best;
   auto order = [&](int rank, int64_t step) { return std::make_tuple(step, received.count({rank, step}) > 0, rank); };
@@ -105,7 +109,10 @@ Conclusion conclude(const RunData& run, const Findings& findings, const std::opt
     for (int rank : run.missingRanks()) {
       c.unchecked_by_sentinel_step.push_back("the attention of rank " + std::to_string(rank) + " (its store was not read)");
     }
-    const bool unchecked = (!c.unchecked_by_sentinel_step.empty() && !named_outside) || c.made_in_unchecked_attention;
+    // With no attention call checked, "outside attention" would rest on nothing: attention nanprov
+    // does not recognise may have run and made them, whatever --trail named.
+    const bool unchecked = (!c.unchecked_by_sentinel_step.empty() && !named_outside) || c.made_in_unchecked_attention ||
+                           run.total_calls == 0;
     c.outcome = unchecked ? Outcome::kUnattributed : Outcome::kOutsideAttention;
   } else if (findings.first) {
     c.outcome = Outcome::kEdgeFound;

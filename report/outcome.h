@@ -63,9 +63,13 @@ struct Conclusion {
   AuditSummary audit;                        // with any outcome
 };
 
+// What the report says when no attention call was checked: the one option that checks attention
+// nanprov did not recognise.
+extern const char* const kUnseenAttentionHint;
+
 // The sentinel wins when its step comes before the first attention edge's: the gradients went
-// bad first, and attention only received them. It blames code outside attention only when no
-// attention ran unchecked up to its step; otherwise the outcome is unattributed (exit 1): nanprov
+// bad first, and attention only received them. It blames code outside attention only when
+// attention was checked and none ran unchecked up to its step; otherwise the outcome is unattributed (exit 1): nanprov
 // cannot tell whether that attention made the values, unless --trail named that attention's
 // module (`first_module`, report/first_module.h) as where they were made.
 Conclusion conclude(const RunData& run, const Findings& findings, const std::optional<FirstModule>& first_module);

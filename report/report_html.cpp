@@ -246,6 +246,9 @@ std::string sentinelSection(const Report& report) {
     out += shown(made) + ".";
   } else if (conclusion.outcome == Outcome::kOutsideAttention) {
     out += "No probed attention call made them: the origin is outside attention.";
+  } else if (run.calls == 0 && conclusion.unchecked_by_sentinel_step.empty()) {
+    out += "No attention call was checked, so nanprov cannot tell whether attention made them: " +
+           shown(kUnseenAttentionHint) + ".";
   } else if (!conclusion.unchecked_by_sentinel_step.empty()) {
     out += "Attention ran unchecked by then (" + shown(joined(conclusion.unchecked_by_sentinel_step, "; ")) +
            "), so nanprov cannot tell whether attention made them.";

@@ -138,6 +138,10 @@ std::string sentinelFirstText(const Report& report) {
     out << ": " << madeInUncheckedAttentionText(*report.first_module, run.step_unit) << "\n";
   } else if (conclusion.outcome == Outcome::kOutsideAttention) {
     out << ": no probed attention call made them; the origin is outside attention\n";
+  } else if (run.calls == 0 && conclusion.unchecked_by_sentinel_step.empty()) {
+    // Nothing checked proves nothing: the model's attention may be of a kind nanprov did not see.
+    out << ", but no attention call was checked, so nanprov cannot tell whether attention made them\n"
+        << "  " << kUnseenAttentionHint << "\n";
   } else {
     // Never "outside attention" while attention ran unchecked: it may have made them.
     out << ", but attention ran unchecked by then, so nanprov cannot tell whether attention made them\n"

@@ -48,6 +48,20 @@ TEST(Outcome, TheSentinelWinsWhenItsStepComesFirst) {
   EXPECT_EQ(partial.unchecked_by_sentinel_step[0], "the attention of rank 1 (its store was not read)");
 }
 
+// With no attention call checked, "outside attention" would rest on nothing (attention nanprov
+// did not recognise may have made them): unattributed, even where --trail named a module outside
+// attention, and the text never says both "outside attention" and "no attention call was checked".
+TEST(Outcome, OutsideAttentionNeedsAttentionChecked) {
+  RunData run = runOf({});
+  run.sentinel = {SentinelRecord{.rank = 0, .step = 1, .tensor = SentinelTensor::kGrad, .parameter = "embed.weight"}};
+  EXPECT_EQ(conclude(run, analyze(run), std::nullopt).outcome, Outcome::kUnattributed);
+  ModuleCheckRecord m;
+  m.step = 1, m.module = "blocks.0.mlp", m.module_class = "Linear", m.posinf = 1;
+  EXPECT_EQ(conclude(run, analyze(run), FirstModule{.check = m}).outcome, Outcome::kUnattributed);
+  run.total_calls = 8;  // checked on a rank whose calls were not loaded: attention was checked
+  EXPECT_EQ(conclude(run, analyze(run), std::nullopt).outcome, Outcome::kOutsideAttention);
+}
+
 // At one step, the rank that received the values through a collective comes after the rank that
 // sent them.
 TEST(Outcome, TheEarliestSentinelPrefersTheRankThatSentThem) {

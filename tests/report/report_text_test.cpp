@@ -63,6 +63,17 @@ TEST(ReportText, EachOutcomeHasItsHeadline) {
                                         "made them; the origin is outside attention");
   EXPECT_NE(sentinel_text.find("  non-finite gradients: a, b, c, d, e and 2 more\n"), std::string::npos) << sentinel_text;
   EXPECT_NE(sentinel_text.find("  nanprov run --trail names the module that made them\n"), std::string::npos);
+  // No attention call checked: it cannot tell, says how to check attention it did not see, and
+  // never says "outside attention" beside "no attention call was checked".
+  Report unseen{.run = facts(0)};
+  unseen.conclusion = sentinel.conclusion;
+  unseen.conclusion.outcome = Outcome::kUnattributed;
+  const std::string unseen_text = reportText(unseen);
+  EXPECT_EQ(firstLineOf(unseen_text), "rank0:step 2  first non-finite values were gradients, at step 2, but no attention call "
+                                      "was checked, so nanprov cannot tell whether attention made them");
+  EXPECT_NE(unseen_text.find("\n  " + std::string(kUnseenAttentionHint) + "\n"), std::string::npos) << unseen_text;
+  EXPECT_NE(unseen_text.find("no attention call was checked\n"), std::string::npos) << unseen_text;
+  EXPECT_EQ(unseen_text.find("outside attention"), std::string::npos) << unseen_text;
   Report audit{.run = facts()};
   audit.conclusion.outcome = Outcome::kAuditFinding;
   audit.conclusion.audit.on = true;
