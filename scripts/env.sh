@@ -8,6 +8,8 @@ NANPROV_SAFETENSORS="${NANPROV_SAFETENSORS:-0.8.*}"
 NANPROV_ACCELERATE="${NANPROV_ACCELERATE:-1.16.*}"
 # Lightning starts its own ranks (ddp, ddp_spawn): the tests check nanprov follows them.
 NANPROV_LIGHTNING="${NANPROV_LIGHTNING:-2.6.*}"
+# x-transformers writes attention in einsum: the tests check nanprov recognises it as a user has it.
+NANPROV_X_TRANSFORMERS="${NANPROV_X_TRANSFORMERS:-2.31.10}"
 NANPROV_CACHE="${NANPROV_CACHE:-$HOME/.cache/nanprov}"
 NANPROV_VENV="${NANPROV_VENV:-$NANPROV_CACHE/venv-torch$NANPROV_TORCH}"
 NANPROV_BUILD="${NANPROV_BUILD:-$NANPROV_ROOT/build}"
