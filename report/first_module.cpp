@@ -62,16 +62,21 @@ std::vector<std::string> sharingItsGradient(const RunData& run, const ModuleChec
 
 // The module check firstModule names (report/first_module.h).
 std::optional<ModuleCheckRecord> firstCheck(const RunData& run, const Findings& findings) {
-  const ModuleCheckRecord* first = nullptr;  // the earliest call of the earliest step
-  const ModuleCheckRecord* source = nullptr;  // the earliest with finite inputs in that step
+  // The first step and phase with a non-finite module output. A step's backward runs after its
+  // forward, and a backward fed by a non-finite forward sends non-finite gradients from finite
+  // incoming ones (a loss module's: its gradient is 1.0): had the forward any non-finite output,
+  // that is where the values were made, or where they came in with the data.
+  auto when = [](const ModuleCheckRecord& m) { return std::pair(m.step, m.phase == Phase::kBackward); };
+  const ModuleCheckRecord* first = nullptr;   // the earliest call of that step and phase
+  const ModuleCheckRecord* source = nullptr;  // the earliest with finite inputs in it
   auto key = [](const ModuleCheckRecord& m) { return std::tie(m.step, m.time_ns, m.rank, m.order); };
   for (const ModuleCheckRecord& m : run.module_checks) {
-    if (!first || m.step < first->step) {
+    if (!first || when(m) < when(*first)) {
       first = &m;
       source = m.inputsFinite() ? &m : nullptr;
       continue;
     }
-    if (m.step > first->step) continue;
+    if (when(m) > when(*first)) continue;
     if (key(m) < key(*first)) first = &m;
     if (m.inputsFinite() && (!source || key(m) < key(*source))) source = &m;
   }

@@ -24,9 +24,10 @@ struct FirstModule {
   std::vector<std::string> shares_gradient_with;
 };
 
-// The first step that had a non-finite module output, and in it the first module call (inner
-// modules end first) whose inputs were finite: the innermost module around whatever made the value.
-// When none had finite inputs (the value came with the batch, or from the loss), the first call.
+// The first step and phase (a step's forward before its backward) that had a non-finite module
+// output, and in it the first module call (inner modules end first) whose inputs were finite: the
+// innermost module around whatever made the value. When none had finite inputs (the value came with
+// the batch, or from the loss), the first call.
 // None without --trail, or when the first non-finite value was attention's own (the first edge is
 // a source edge, and the module is its attention module or one around it).
 std::optional<FirstModule> firstModule(const RunData& run, const Findings& findings);

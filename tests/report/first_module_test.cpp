@@ -59,6 +59,28 @@ TEST(FirstModule, WithoutFiniteInputsTheFirstCallIsNamed) {
   EXPECT_FALSE(m->check.inputsFinite());
 }
 
+// A NaN that came with the data reaches a loss module (open_clip's ClipLoss), whose backward then
+// sends NaN gradients from the finite 1.0 it receives. That backward row has finite inputs, but the
+// forward of the same step already had non-finite outputs: the stem that first received the data is
+// named, and the backward, which comes after it, never is (it was judged "later" than the edge, and
+// nothing was named).
+TEST(FirstModule, AStepsForwardComesBeforeItsBackwardWhateverItsInputs) {
+  RunData run;
+  run.module_checks = {check(2, 1, "visual.conv1", false), check(2, 2, "visual.ln_pre", false),
+                       check(2, 9, "", true, Phase::kBackward)};
+  Findings f = withEdge(run, "visual.transformer.resblocks.0.attn", Origin::kUpstream, 2);
+  std::optional<FirstModule> m = firstModule(run, f);
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->check.module, "visual.conv1");
+  EXPECT_EQ(m->check.phase, Phase::kForward);
+  EXPECT_FALSE(m->check.inputsFinite());
+  // A backward is still named when no forward of its step had a non-finite output.
+  run.module_checks = {check(2, 9, "h.0.mlp.act", true, Phase::kBackward), check(3, 1, "wte", false)};
+  m = firstModule(run, Findings{});
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->check.module, "h.0.mlp.act");
+}
+
 // A module handed no tensor, or objects the trail does not look into (a batch it could not
 // walk), never made a value "from finite inputs": the outermost module of a run whose batch held
 // the NaN is not named over the first module that received it.
