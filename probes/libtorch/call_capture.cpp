@@ -266,6 +266,13 @@ void Captures::take(const CallEvent& rec, const RoleTensors& tensors, const Call
   for (const auto& [name, value] : args) {
     if (capturedArgument(name, value)) bytes += static_cast<int64_t>(value.toTensor().nbytes());
   }
+  // A call whose tensors replay could not rebuild (the probe knew): said instead of a capture
+  // replay would refuse.
+  if (std::string why = stringArg(args, "unreplayable"); !why.empty()) {
+    row.skipped = "replay could not rebuild it: " + why;
+    session_.recordCapture(std::move(row));
+    return;
+  }
   const RoleTensors* kept = &tensors;
   RoleTensors sliced;
   std::optional<AuditSlice> slice;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "base/interned_text.h"
+#include "base/log_once.h"
 #include "base/wall_clock.h"
 #include "probes/libtorch/attention_hook.h"
 #include "probes/libtorch/call_recorder.h"
@@ -25,6 +26,9 @@ struct OpenCall {
   bool boundary = false;        // a module's boundary (--probe-module), not the attention call itself
   bool checked_inside = false;  // a call nanprov checked ran inside it
   bool claimed = false;         // the first forward call inside took its name
+  // A boundary's: the scores the largest softmax inside it consumed (noteSoftmaxInside), recorded
+  // as the module call's S, so its logit trend reads the logits the module computed.
+  at::Tensor scores;
   int64_t start_ns = 0;
   std::unique_ptr<CallTrace> trace;  // CUDA only; destroyed first, so nanprov's own check kernels are not the call's
 };
@@ -92,6 +96,29 @@ CallArgs argsOf(std::optional<double> scale, bool is_causal, const std::string& 
   return args;
 }
 
+std::string shapeText(const at::Tensor& t) {
+  std::string out = "[";
+  for (int64_t d = 0; d < t.dim(); ++d) out += (d ? "," : "") + std::to_string(t.size(d));
+  return out + "]";
+}
+
+// Why a module's arguments are not one attention call's Q, K and V, as replay reads them ([batch,
+// heads, seq, dim], heads first; K and V of one length; O [batch, heads, seq, V's dim]); "" when
+// they are. A --probe-module whose module takes its hidden states ([B, S, E]) is checked at its
+// boundary all the same, but replay could only refuse its capture: the report says so instead.
+std::string notOneAttentionCall(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& o) {
+  for (const auto& [role, t] : {std::pair{"Q", &q}, std::pair{"K", &k}, std::pair{"V", &v}}) {
+    if (t->dim() != 4) return std::string(role) + " is " + shapeText(*t) + ", not [batch, heads, seq, dim]";
+  }
+  const bool one_call = k.size(0) == q.size(0) && v.size(0) == q.size(0) && k.size(3) == q.size(3) &&
+                        v.size(1) == k.size(1) && v.size(2) == k.size(2) && k.size(1) > 0 && q.size(1) % k.size(1) == 0 &&
+                        o.dim() == 4 && o.size(0) == q.size(0) && o.size(1) == q.size(1) && o.size(2) == q.size(2) &&
+                        o.size(3) == v.size(3);
+  if (one_call) return "";
+  return "Q " + shapeText(q) + ", K " + shapeText(k) + ", V " + shapeText(v) + " and O " + shapeText(o) +
+         " do not make one attention call";
+}
+
 void recordCall(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& o,
                 const std::optional<at::Tensor>& bias, std::optional<double> scale, bool is_causal,
                 const std::string& layout, const std::optional<at::Tensor>& cu_seqlens_q,
@@ -109,6 +136,8 @@ void recordCall(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, c
     const AttentionOp desc = {internText(op), internText(backend), Phase::kForward, {Role::kO}};
     RoleTensors outputs = {{Role::kO, o}};
     CallRecorder& recorder = p.recorder();
+    // Taken before closeCall ends the bracket: a module's boundary holds the scores seen inside it.
+    at::Tensor scores = !t_open.empty() && t_open.back().boundary ? t_open.back().scores : at::Tensor();
     CallName name;
     CallEvent rec = closeCall(recorder, desc, [&recorder] { return recorder.nameForward(); }, outputs, &name);
     // For its backward: O's address, or that of the copy of O the call saved for it.
@@ -120,10 +149,21 @@ void recordCall(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, c
     // captured for replay, not judged as an input: the call itself made it.
     if (bias) args.emplace_back("mask", *bias);
     if (!note.empty()) args.emplace_back("note", c10::IValue(note));
+    // A module's arguments (--probe-module) may be its hidden states: no capture replay could read.
+    if (backend == "module") {
+      if (std::string why = notOneAttentionCall(q, k, v, o); !why.empty()) {
+        const std::string cls = op.rfind("module:", 0) == 0 ? op.substr(7) : op;
+        const std::string text = "the module's arguments are not its Q, K and V (" + why + "); name them: --probe-module '" +
+                                 cls + ":q=ARG,k=ARG,v=ARG'";
+        logOnce("unreplayable " + op, "--probe-module: " + op + " is checked at its boundary, but replay could not rebuild its calls: " + text);
+        args.emplace_back("unreplayable", c10::IValue(text));
+      }
+    }
     // The probability the call applied (0 outside training), for its capture and the store.
     if (dropout_p) args.emplace_back("dropout_p", c10::IValue(*dropout_p));
     RoleTensors tensors = {{Role::kQ, q}, {Role::kK, k}, {Role::kV, v}};
     if (mask) tensors.emplace_back(Role::kMask, *mask);
+    if (scores.defined()) tensors.emplace_back(Role::kS, scores);
     tensors.emplace_back(Role::kO, o);
     recorder.finish(std::move(rec), tensors, args);
   });
@@ -224,5 +264,13 @@ void noteCheckedCall() {
 }
 
 void closeStaleForeignCalls() { t_open.clear(); }
+
+void noteSoftmaxInside(const at::Tensor& scores) {
+  if (t_open.empty()) return;
+  OpenCall& open = t_open.back();
+  // Only a module's own: once a checked call inside claimed the boundary, the module records nothing.
+  if (!open.boundary || !open.name || open.claimed || !scores.is_floating_point()) return;
+  if (!open.scores.defined() || scores.numel() > open.scores.numel()) open.scores = scores;
+}
 
 }  // namespace nanprov

@@ -18,6 +18,8 @@
 // compiled graphs, where the bootstrap's Inductor pass puts them around FlexAttention's nodes.
 #pragma once
 
+#include <ATen/core/Tensor.h>
+
 #include <cstdint>
 #include <optional>
 
@@ -46,6 +48,13 @@ void noteCheckedCall();
 // call once, not twice (and its kernels, traced from the boundary on, are its own). nullopt when
 // the innermost bracket is not an unclaimed, named boundary.
 std::optional<CallName> claimBoundaryName();
+
+// A softmax ran on this thread over `scores`. When the innermost bracket is a module's boundary
+// (--probe-module) whose attention nanprov did not find inside, the scores of its largest softmax
+// are kept and recorded as the module call's S: its logit trend then reads the logits the module
+// computed, not a bound from its arguments (which may be its hidden states, not its Q and K).
+// Held until the module's call is recorded or abandoned.
+void noteSoftmaxInside(const at::Tensor& scores);
 
 // At a step boundary: a bracket still open on this thread belongs to a call that raised past the
 // bootstrap (no bracket spans an optimizer step); it is closed so later kernels are not its.

@@ -316,6 +316,7 @@ void softmaxKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, St
   const c10::IValue& dim = (*stack)[stack->size() - 2];
   if (!self.isTensor() || !dim.isInt()) return handle.redispatchBoxed(ks & kBelowProbe, stack);
   const at::Tensor x = self.toTensor();
+  noteSoftmaxInside(x);  // a --probe-module boundary's logits (foreign_calls.h)
   std::optional<ProductLayout> layout;
   guarded("softmax attention probe", [&] {
     if (t_call.scoresSeen()) countUnchecked(session, t_call.module, kNoEnd);
