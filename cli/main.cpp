@@ -62,12 +62,17 @@ int main(int argc, char** argv) {
       "  nanprov doctor                      check torch, ABI and the probes\n",
       "nanprov"};
   // What a bug report needs to say which nanprov ran: the version and commit, and what it was
-  // built against (the probes refuse a training process whose torch differs).
+  // built against (the probes refuse a training process whose torch differs). CUDA is torch's:
+  // a CPU build (2.13.0+cpu) runs no CUDA whatever toolkit compiled nanprov's own kernels, which
+  // is named as such.
   namespace build = nanprov::build;
+  const std::string torch_cuda = std::string(build::kTorchCuda) == "none" ? ", a CPU build: no CUDA runtime"
+                                                                          : std::string(", CUDA ") + build::kTorchCuda;
   app.set_version_flag("--version", std::string("nanprov ") + build::kVersion + " (commit " + build::kCommit + ")\n" +
                                         "built against torch " + build::kTorchVersion + " (C++11 ABI " +
-                                        build::kCxx11Abi + ")\nCUDA " + build::kCudaVersion + ", cuDNN " +
-                                        build::kCudnnVersion + ", CUPTI " + build::kCuptiVersion);
+                                        build::kCxx11Abi + ")" + torch_cuda + "\nbuilt with CUDA toolkit " +
+                                        build::kCudaVersion + ", cuDNN " + build::kCudnnVersion + ", CUPTI " +
+                                        build::kCuptiVersion);
   app.formatter(std::make_shared<HelpFormat>());  // subcommands take it from here
   app.require_subcommand(1);
   int exit_code = 0;

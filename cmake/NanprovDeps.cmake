@@ -53,7 +53,7 @@ if(NOT Torch_FOUND)
                       "there first (nanprov builds against the torch you train with), or pass -DPython3_EXECUTABLE")
 endif()
 execute_process(
-  COMMAND "${Python3_EXECUTABLE}" -c "import torch,sys; sys.stdout.write(torch.__version__ + ' ' + str(int(torch._C._GLIBCXX_USE_CXX11_ABI)))"
+  COMMAND "${Python3_EXECUTABLE}" -c "import torch,sys; sys.stdout.write(torch.__version__ + ' ' + str(int(torch._C._GLIBCXX_USE_CXX11_ABI)) + ' ' + (torch.version.cuda or 'none'))"
   OUTPUT_VARIABLE _torch_info RESULT_VARIABLE _torch_rc)
 if(NOT _torch_rc EQUAL 0)
   message(FATAL_ERROR "nanprov: ${Python3_EXECUTABLE} cannot import torch; pass -DPython3_EXECUTABLE=<python with torch>")
@@ -61,6 +61,9 @@ endif()
 separate_arguments(_torch_info)
 list(GET _torch_info 0 NANPROV_TORCH_VERSION)
 list(GET _torch_info 1 NANPROV_CXX11_ABI)
+# The CUDA runtime torch itself was built with ("none" for a CPU build such as 2.13.0+cpu): what
+# `nanprov --version` names as CUDA, apart from the toolkit that compiled nanprov's own kernels.
+list(GET _torch_info 2 NANPROV_TORCH_CUDA)
 
 include(CheckLanguage)
 check_language(CUDA)

@@ -267,8 +267,18 @@ TEST(Cli, VersionNamesTheCommitAndWhatItWasBuiltAgainst) {
   EXPECT_TRUE(std::regex_search(r.out, std::regex("^nanprov [0-9]+\\.[0-9]+\\.[0-9]+ \\(commit [0-9a-f]{12}(-dirty)?\\)\n")))
       << r.out;
   EXPECT_NE(r.out.find("built against torch " + torch + " (C++11 ABI "), std::string::npos) << r.out;
-  EXPECT_TRUE(std::regex_search(r.out, std::regex("\nCUDA (none|[0-9.]+), cuDNN (none|[0-9.]+), CUPTI (none|API [0-9]+)\n$")))
+  EXPECT_TRUE(std::regex_search(r.out, std::regex("\nbuilt with CUDA toolkit (none|[0-9.]+), cuDNN (none|[0-9.]+), CUPTI (none|API [0-9]+)\n$")))
       << r.out;
+  // The CUDA it names is torch's: a CPU build (+cpu) names no CUDA runtime, whatever toolkit
+  // compiled nanprov's own kernels (issue 61).
+  const std::string torch_cuda = sh(python() + " -c 'import torch; print(torch.version.cuda or \"none\", end=\"\")'").out;
+  if (torch_cuda == "none") {
+    EXPECT_NE(r.out.find("), a CPU build: no CUDA runtime\nbuilt with CUDA toolkit "), std::string::npos) << r.out;
+    std::string rest = std::regex_replace(r.out, std::regex("CUDA toolkit"), "");
+    EXPECT_FALSE(std::regex_search(rest, std::regex("CUDA [0-9]"))) << "a CPU torch runs no CUDA: " << r.out;
+  } else {
+    EXPECT_NE(r.out.find("), CUDA " + torch_cuda + "\n"), std::string::npos) << r.out;
+  }
 }
 
 TEST(Errors, PythonWithoutTorchIsRefusedBeforeTraining) {
