@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <limits>
 
 #include "base/records/dtype.h"
 #include "base/text.h"
@@ -18,11 +19,39 @@ const TensorHealth* roleOf(const CallRecord& call, Role role) {
   return nullptr;
 }
 
-// The largest finite value of a 16-bit type, or of float32; a score near it is a mask's fill.
+// The largest finite value of a floating type; a score near it is a mask's fill.
 double largestFinite(const std::string& dtype) {
   if (dtype == "Half") return 65504.0;
   if (dtype == "Float" || dtype == "BFloat16") return 3.4e38;
-  return 1.8e308;
+  return std::numeric_limits<double>::max();  // float64, and what is not named: never an overflow here
+}
+
+// The largest finite |x| of the call's float mask (an additive mask's fill: -1e4, -1e9,
+// finfo.min); 0 for a bool mask or none.
+double maskFill(const CallRecord& call) {
+  const TensorHealth* mask = roleOf(call, Role::kMask);
+  return mask ? mask->max_abs : 0.0;
+}
+
+// What q . k can reach for the call's Q and K, d |Q|max |K|max (with any scale up to 1): plain-ops
+// scores above it hold something added to the product, a mask's fill. Infinity when unknown.
+double productCeiling(const CallRecord& call) {
+  const TensorHealth* q = roleOf(call, Role::kQ);
+  const TensorHealth* k = roleOf(call, Role::kK);
+  if (!q || !k || q->shape.ndim == 0) return std::numeric_limits<double>::infinity();
+  return static_cast<double>(q->shape.dims[q->shape.ndim - 1]) * q->max_abs * k->max_abs;
+}
+
+// The largest logit `t` (S or LSE) shows, masks or not: its largest value above 0 where the check
+// measured it; otherwise its largest |x|, unless that may be a mask's fill (near the dtype's limit,
+// as large as half the call's additive mask, or, for S, past what Q and K can make): nullopt then,
+// and the bound stands in.
+std::optional<double> largestLogit(const CallRecord& call, const TensorHealth& t) {
+  if (!std::isnan(t.max_positive)) return t.max_positive;
+  if (t.max_abs >= 0.5 * largestFinite(t.dtype.str())) return std::nullopt;
+  if (const double fill = maskFill(call); fill > 0 && t.max_abs >= 0.5 * fill) return std::nullopt;
+  if (t.role == Role::kS && t.max_abs > productCeiling(call)) return std::nullopt;
+  return t.max_abs;
 }
 
 // "float16" for "Half": torch's name, as users write it.
@@ -59,20 +88,25 @@ std::optional<TrendKind> parseTrendKind(const std::string& text) {
 
 std::optional<CallLogit> callLogit(const CallRecord& call) {
   if (call.phase != Phase::kForward) return std::nullopt;
+  // A logit of 0 or below (every key masked, or no score above 0) says nothing of growth.
+  auto positive = [](CallLogit l) { return l.value > 0 ? std::optional<CallLogit>(l) : std::nullopt; };
   const TensorHealth* s = roleOf(call, Role::kS);
-  if (s && s->max_abs < 0.5 * largestFinite(s->dtype.str())) {
-    return CallLogit{s->max_abs, LogitSource::kScores, s->dtype.str()};
+  if (s) {
+    if (std::optional<double> v = largestLogit(call, *s)) return positive({*v, LogitSource::kScores, s->dtype.str()});
   }
   const TensorHealth* q = roleOf(call, Role::kQ);
   // The MATH backend computes its scores in the inputs' type; fused kernels in float32.
   const std::string scores = call.backend == "math" && q ? q->dtype.str() : std::string("Float");
   if (const TensorHealth* lse = roleOf(call, Role::kLSE)) {
-    return CallLogit{lse->max_abs, LogitSource::kLse, scores};
+    if (std::optional<double> v = largestLogit(call, *lse)) return positive({*v, LogitSource::kLse, scores});
   }
   const TensorHealth* k = roleOf(call, Role::kK);
   if (!q || !k || q->shape.ndim == 0) return std::nullopt;
   const double d = static_cast<double>(q->shape.dims[q->shape.ndim - 1]);
-  return CallLogit{std::sqrt(d) * q->max_abs * k->max_abs, LogitSource::kBound, s ? s->dtype.str() : scores};
+  // float64 inputs near their limit: a bound past the largest double says nothing.
+  const double bound = std::sqrt(d) * q->max_abs * k->max_abs;
+  if (!std::isfinite(bound)) return std::nullopt;
+  return positive({bound, LogitSource::kBound, s ? s->dtype.str() : scores});
 }
 
 std::optional<double> coarseScoresFrom(const std::string& dtype) {
@@ -85,9 +119,11 @@ std::string TrendWarning::text() const {
   const std::string who = module.empty() ? "layer " + std::to_string(layer) : module;
   const char* what = source == LogitSource::kBound ? " attention logits (a bound from |Q| and |K|)" : " attention logits";
   if (kind == TrendKind::kGrowth) {
+    // The factor of a tiny start can pass the largest double: then it is not said.
     const double factor = from_value > 0 ? value / from_value : 0;
+    const std::string times = factor > 0 && std::isfinite(factor) ? " (x" + readableNumber(factor) + ")" : "";
     return who + what + " grew from " + readableNumber(from_value) + " to " + readableNumber(value) + " over " +
-           std::to_string(step - from_step) + " steps (x" + readableNumber(factor) + ")";
+           std::to_string(step - from_step) + " steps" + times;
   }
   std::string out = who + what + " reached " + readableNumber(value) + " in " + torchName(scores_dtype) +
                     " scores, where neighbouring scores are 2 apart";
@@ -97,7 +133,7 @@ std::string TrendWarning::text() const {
 
 std::vector<TrendWarning> LogitWatch::observe(int64_t step, const CallLogit& logit) {
   std::vector<TrendWarning> out;
-  if (!std::isfinite(logit.value)) return out;
+  if (!std::isfinite(logit.value) || logit.value <= 0) return out;  // says nothing of growth
   auto warning = [&](TrendKind kind) {
     TrendWarning w;
     w.kind = kind;
@@ -110,7 +146,8 @@ std::vector<TrendWarning> LogitWatch::observe(int64_t step, const CallLogit& log
     warned_[static_cast<int>(kind)] = true;
     return w;
   };
-  if (seen_ && !warned(TrendKind::kGrowth) && logit.value >= kGrowthLevel && logit.value >= kGrowthFactor * smallest_) {
+  // Divided, not multiplied: a float64 layer's smallest may be near the largest double.
+  if (seen_ && !warned(TrendKind::kGrowth) && logit.value >= kGrowthLevel && logit.value / kGrowthFactor >= smallest_) {
     out.push_back(warning(TrendKind::kGrowth));
   }
   if (std::optional<double> coarse = coarseScoresFrom(logit.scores_dtype);
@@ -123,6 +160,12 @@ std::vector<TrendWarning> LogitWatch::observe(int64_t step, const CallLogit& log
   }
   seen_ = true;
   return out;
+}
+
+std::string stepsBeforeText(int64_t warned_step, int64_t nonfinite_step) {
+  const int64_t before = nonfinite_step - warned_step;
+  if (before <= 0) return "at or after the first non-finite value";
+  return std::to_string(before) + (before == 1 ? " step" : " steps") + " before the first non-finite value";
 }
 
 std::string readableNumber(double v) {

@@ -4,11 +4,15 @@
 // warns about may still train.
 //
 // One call's logit comes from what the probes measured, best first:
-//   - S, the scores of attention written in plain ops: its largest |x| is the largest logit
-//     (unless it holds a mask fill near the dtype's limit, as Hugging Face's finfo.min);
+//   - S, the scores of attention written in plain ops: its largest value is the largest logit;
 //   - LSE, which fused kernels return: max logit <= LSE <= max logit + log(keys), so its largest
-//     |x| follows the largest logit once logits dominate log(keys) (about 3.5 for 32 keys);
+//     value follows the largest logit once logits dominate log(keys) (about 3.5 for 32 keys);
 //   - otherwise a bound: |q . k| / sqrt(d) <= sqrt(d) |Q|max |K|max, an upper bound, often 2-5x.
+// A mask's fills are not logits (issue 61): masks hide keys with values below 0 (-inf, finfo.min,
+// -1e9, diffusers' -10000 on every key of a dropped caption), so S and LSE are read by their
+// largest value above 0 (TensorHealth::max_positive). Where only their largest |x| was measured
+// (the CUDA checks), a value that may be a fill gives way to the bound. A call with no logit above
+// 0 says nothing of growth, and no arithmetic here overflows on float64 extremes.
 //
 // The rule, per layer (LogitWatch::observe):
 //   - growth: the logit reached kGrowthLevel (1,000) and is kGrowthFactor (10x) or more above the
@@ -66,6 +70,10 @@ struct TrendWarning {
   double from_value = 0;
   LogitSource source = LogitSource::kLse;
   std::string scores_dtype;
+  // Live only (the writer's, store/trend_keeper.h): the step of the rank's first non-finite value,
+  // once it came, so the line said while training tells how long before it the warning came. The
+  // report reads its own (report/layer_trends.h).
+  std::optional<int64_t> nonfinite_step;
 
   // "layers.7.attn attention logits grew from 14 to 9,800 over 300 steps (x700)", or for
   // precision "... reached 300 in bfloat16 scores, where neighbouring scores are 2 apart".
@@ -98,6 +106,11 @@ class LogitWatch {
   int64_t smallest_step_ = 0;
   bool warned_[2] = {false, false};
 };
+
+// How long before the first non-finite value a warning of `warned_step` came: "18 steps before
+// the first non-finite value" (or "1 step"), or "at or after the first non-finite value". The
+// report and the live line say it alike.
+std::string stepsBeforeText(int64_t warned_step, int64_t nonfinite_step);
 
 // 9800 → "9,800"; 0.25 → "0.25"; 3.4e7 → "34,000,000": a figure a person reads at a glance.
 std::string readableNumber(double v);

@@ -17,9 +17,7 @@ nlohmann::json orNull(const std::optional<double>& v) { return v ? nlohmann::jso
 
 std::string stepsBefore(const Trends& trends, const TrendWarning& w) {
   if (!trends.nonfinite_step) return "";
-  const int64_t before = *trends.nonfinite_step - w.step;
-  if (before <= 0) return " (at or after the first non-finite value)";
-  return " (" + std::to_string(before) + (before == 1 ? " step" : " steps") + " before the first non-finite value)";
+  return " (" + stepsBeforeText(w.step, *trends.nonfinite_step) + ")";
 }
 
 }  // namespace

@@ -107,7 +107,7 @@ std::string trendsSection(const Report& report) {
       const TrendWarning& w = t.warnings[i];
       std::string when = "rank " + std::to_string(w.rank) + ", step " + std::to_string(w.step);
       if (t.nonfinite_step && *t.nonfinite_step > w.step) {
-        when += ", " + std::to_string(*t.nonfinite_step - w.step) + " steps before the first non-finite value";
+        when += ", " + stepsBeforeText(w.step, *t.nonfinite_step);
       }
       out += "<li><b>" + when + ":</b> " + shown(w.text()) + "</li>\n";
     }

@@ -1,6 +1,7 @@
 #include "store/trend_keeper.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "store/sqlite_rows.h"
 
@@ -87,6 +88,8 @@ std::vector<TrendWarning> TrendKeeper::noteCall(const CallRecord& call) {
       w.rank = call.rank;
       w.layer = call.layer;
       w.module = layer.module;
+      w.nonfinite_step = nonfinite_step_;
+      if (!first_warning_ && !nonfinite_step_) first_warning_ = w;
     }
   }
   b.o = std::max(b.o, largestOf(call, Role::kO));
@@ -95,6 +98,14 @@ std::vector<TrendWarning> TrendKeeper::noteCall(const CallRecord& call) {
   b.dv = std::max(b.dv, largestOf(call, Role::kdV));
   if (layer.buckets.back().index - layer.buckets.front().index >= kBucketsPerLayer) coarsen();
   return warnings;
+}
+
+std::vector<TrendWarning> TrendKeeper::noteNonFinite(int64_t step) {
+  if (nonfinite_step_) return {};
+  nonfinite_step_ = step;
+  if (!first_warning_) return {};
+  first_warning_->nonfinite_step = step;
+  return {*std::exchange(first_warning_, std::nullopt)};
 }
 
 Status TrendKeeper::write(sqlite3* db, const std::vector<TrendWarning>& warnings) {

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,8 +29,13 @@ class TrendKeeper {
   // stays a few MB, and readers can refuse a larger one as damage.
   static constexpr size_t kLayersKept = 4096;
 
-  // One call as written (with the rank it was written under); the warnings it raised, if any.
+  // One call as written (with the rank it was written under); the warnings it raised, if any
+  // (with nonfinite_step once noteNonFinite was told it).
   std::vector<TrendWarning> noteCall(const CallRecord& call);
+  // The rank's values went non-finite at `step` (an edge, or the gradient sentinel's). The first
+  // time: the first warning handed out before it (the one the live line said), again, with its
+  // nonfinite_step, so the run says how many steps before the NaN it came. Otherwise none.
+  std::vector<TrendWarning> noteNonFinite(int64_t step);
   // Writes the buckets changed since the last write, and `warnings`, in the caller's transaction.
   Status write(sqlite3* db, const std::vector<TrendWarning>& warnings);
   int64_t bucketSteps() const { return int64_t{1} << shift_; }
@@ -56,6 +62,8 @@ class TrendKeeper {
   void coarsen();
 
   std::map<int64_t, Layer> layers_;
+  std::optional<TrendWarning> first_warning_;  // the first handed out, until the values went non-finite
+  std::optional<int64_t> nonfinite_step_;
   int shift_ = 0;
   bool rewrite_ = false;  // buckets merged: every row is rewritten
   // Prepared once, on the writer's connection: a step's write is a row or two per layer.

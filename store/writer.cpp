@@ -296,6 +296,15 @@ struct StoreWriter::Impl {
       budget->noteCall(record.seq, record.step, storedCompactly(record) ? 0 : static_cast<int64_t>(record.tensors.size()));
       for (TrendWarning& w : trends.noteCall(record)) warnings.push_back(std::move(w));
     }
+    // The rank's first non-finite values (an edge, or the sentinel's gradients): the warning said
+    // before them is said again with how many steps before them it came.
+    std::optional<int64_t> nonfinite;
+    auto earliest = [&](int64_t step) { nonfinite = nonfinite ? std::min(*nonfinite, step) : step; };
+    for (const CallEvent& c : batch.calls) {
+      if (c.health != 0) earliest(c.step);
+    }
+    for (const SentinelRecord& f : batch.sentinel) earliest(f.step);
+    std::vector<TrendWarning> said_again = nonfinite ? trends.noteNonFinite(*nonfinite) : std::vector<TrendWarning>{};
     if (!batch.calls.empty()) NANPROV_RETURN_IF_ERROR(trends.write(db.get(), warnings));
     if (!batch.calls.empty()) {
       // A running total, so readers need no scan to say how many calls were checked.
@@ -327,6 +336,7 @@ struct StoreWriter::Impl {
     for (auto& [k, v] : changed) counter_rows[k] = std::move(v);
     if (on_warning) {
       for (const TrendWarning& w : warnings) on_warning(w);
+      for (const TrendWarning& w : said_again) on_warning(w);
     }
     return Status::Ok();
   }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -36,6 +37,11 @@ struct TensorHealth {
   double max_abs = 0.0;    // largest finite |x|
   bool all_zero = false;
   int64_t masked_rows = -1;  // masks only: query rows with no visible key; -1 otherwise
+  // S and LSE, where the CPU checks read them: the largest finite x above 0 (0 when none). A mask
+  // hides keys with fills below 0 (-1e4, -1e9, finfo.min, -inf), so this is the largest logit
+  // whatever the mask, where max_abs would be the fill's. NaN where not measured (the CUDA
+  // checks, other roles). In memory only: the trend reads it on the writer thread.
+  double max_positive = std::numeric_limits<double>::quiet_NaN();
 
   int64_t nonfinite() const { return nan + posinf + neginf; }
 };

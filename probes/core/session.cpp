@@ -33,12 +33,22 @@ void disableInForkedChild() {
 
 // The first trend warning of the process, said while the training runs; the store keeps every
 // one, and the report lists them. Once: a rank whose logits grow says so for each layer otherwise.
+// When the values then go non-finite, the writer hands it again with that step: said again, with
+// how many steps before them it came (once; a warning said after them says so at once).
 // The module name is the model's (any ModuleDict key): printed escaped, as the report prints it.
 static void sayTrendWarning(const TrendWarning& w) {
-  static std::atomic<bool> said{false};
-  if (said.exchange(true)) return;
-  std::fprintf(stderr, "nanprov: warning: rank %d, step %lld: %s. A trend, not a verdict: `nanprov report` shows each layer's.\n",
-               w.rank, static_cast<long long>(w.step), printable(w.text()).c_str());
+  static std::atomic<bool> said{false}, said_again{false};
+  const std::string text = printable(w.text());
+  if (!said.exchange(true)) {
+    const std::string after = w.nonfinite_step ? " (" + stepsBeforeText(w.step, *w.nonfinite_step) + ")" : "";
+    std::fprintf(stderr, "nanprov: warning: rank %d, step %lld: %s%s. A trend, not a verdict: `nanprov report` shows each layer's.\n",
+                 w.rank, static_cast<long long>(w.step), text.c_str(), after.c_str());
+    return;
+  }
+  if (!w.nonfinite_step || said_again.exchange(true)) return;
+  std::fprintf(stderr, "nanprov: warning: rank %d, step %lld: %s: %s, at step %lld.\n", w.rank,
+               static_cast<long long>(w.step), text.c_str(), stepsBeforeText(w.step, *w.nonfinite_step).c_str(),
+               static_cast<long long>(*w.nonfinite_step));
 }
 
 Session::Session() = default;

@@ -81,10 +81,13 @@ template <typename Bits>
 struct BitTally {
   int64_t nan = 0, posinf = 0, neginf = 0;
   Bits largest_finite = 0;
+  Bits largest_positive = 0;  // with kPositive: a positive value's bits order like its value
   Bits any = 0;  // OR of every magnitude: 0 when every value is ±0
 };
 
-template <typename Bits, Bits kInf>
+// kPositive adds the largest finite value above 0 (S and LSE only: the trend's logit, which a
+// mask's negative fills must not reach): one more lane, paid by those two tensors alone.
+template <typename Bits, Bits kInf, bool kPositive>
 void tallyBits(const Bits* p, int64_t n, BitTally<Bits>& t) {
   static_assert(std::is_signed_v<Bits>);
   constexpr Bits kAbs = std::numeric_limits<Bits>::max();
@@ -93,7 +96,7 @@ void tallyBits(const Bits* p, int64_t n, BitTally<Bits>& t) {
   for (int64_t begin = 0; begin < n; begin += kBlock) {
     const int m = static_cast<int>(std::min(n - begin, kBlock));
     const Bits* q = p + begin;
-    Bits nan = 0, posinf = 0, neginf = 0, largest = t.largest_finite, any = 0;
+    Bits nan = 0, posinf = 0, neginf = 0, largest = t.largest_finite, positive = t.largest_positive, any = 0;
     for (int i = 0; i < m; ++i) {
       const Bits b = q[i];
       const Bits a = b & kAbs;
@@ -102,10 +105,15 @@ void tallyBits(const Bits* p, int64_t n, BitTally<Bits>& t) {
       neginf += static_cast<Bits>(b == kNegInf);
       const Bits finite = a < kInf ? a : Bits(0);
       largest = largest > finite ? largest : finite;
+      if constexpr (kPositive) {
+        const Bits above = b < kInf ? b : Bits(0);  // negative values (sign bit set) are below 0 as integers
+        positive = positive > above ? positive : above;
+      }
       any |= a;
     }
     t.nan += nan, t.posinf += posinf, t.neginf += neginf;
     t.largest_finite = largest;
+    t.largest_positive = positive;
     t.any |= any;
   }
 }
@@ -133,23 +141,24 @@ template <> struct IeeeBits<c10::Half> {
   static float widen(Bits b) { return static_cast<float>(c10::Half(static_cast<uint16_t>(b), c10::Half::from_bits())); }
 };
 
-// One pass: NaN, ±Inf, the largest finite |x| and whether every value is ±0. Contiguous rows go
-// through their bits; strided ones value by value, every dtype but double widened to float exactly.
-template <typename T>
-void scan(const at::Tensor& t, TensorHealth* h) {
+// One pass: NaN, ±Inf, the largest finite |x| and whether every value is ±0 (with kPositive, the
+// largest finite value above 0 too). Contiguous rows go through their bits; strided ones value by
+// value, every dtype but double widened to float exactly.
+template <typename T, bool kPositive>
+void scanWith(const at::Tensor& t, TensorHealth* h) {
   using Wide = std::conditional_t<std::is_same_v<T, double>, double, float>;
   using Bits = typename IeeeBits<T>::Bits;
   BitTally<Bits> bits;
   int64_t nan = 0, posinf = 0, neginf = 0;
-  Wide max_abs = 0;
+  Wide max_abs = 0, max_positive = 0;
   bool all_zero = true;
   forEachRow<T>(t, [&](const T* p, int64_t n, int64_t stride) {
-    if (stride == 1) return tallyBits<Bits, IeeeBits<T>::kInf>(reinterpret_cast<const Bits*>(p), n, bits);
+    if (stride == 1) return tallyBits<Bits, IeeeBits<T>::kInf, kPositive>(reinterpret_cast<const Bits*>(p), n, bits);
     for (int64_t i = 0; i < n; ++i) {
       const Wide x = static_cast<Wide>(p[i * stride]);
       if (std::isnan(x)) ++nan;
       else if (std::isinf(x)) (x > 0 ? posinf : neginf)++;
-      else max_abs = std::max(max_abs, std::fabs(x));
+      else max_abs = std::max(max_abs, std::fabs(x)), max_positive = std::max(max_positive, x);
       all_zero = all_zero && x == 0;
     }
   }, /*longest_rows=*/true);
@@ -161,6 +170,18 @@ void scan(const at::Tensor& t, TensorHealth* h) {
   h->neginf = neginf;
   h->max_abs = static_cast<double>(max_abs);
   h->all_zero = h->numel > 0 && all_zero;
+  if constexpr (kPositive) {
+    h->max_positive = static_cast<double>(std::max(max_positive, static_cast<Wide>(IeeeBits<T>::widen(bits.largest_positive))));
+  }
+}
+
+// The trend's logit (base/logit_trend.h) is read from these: they need the largest value above 0.
+bool wantsMaxPositive(Role role) { return role == Role::kS || role == Role::kLSE; }
+
+template <typename T>
+void scan(const at::Tensor& t, TensorHealth* h) {
+  if (wantsMaxPositive(h->role)) scanWith<T, true>(t, h);
+  else scanWith<T, false>(t, h);
 }
 
 // Query rows with no visible key, counted over the mask's own (unbroadcast) shape.

@@ -57,6 +57,72 @@ TEST(LogitTrend, ScoresFirstThenLseThenABoundFromQAndK) {
   EXPECT_FALSE(callLogit(bwd));
 }
 
+// A mask's fills are not logits (issue 61): where the check measured the largest value above 0,
+// that is the logit whatever the fill (-1e9, a dropped caption's -10000 on every key); where it did
+// not (the CUDA checks), a value that may be the fill (half the call's mask, or near the dtype's
+// limit) gives way to the bound.
+TEST(LogitTrend, AMasksFillIsNotALogit) {
+  TensorHealth filled_scores = tensor(Role::kS, "Float", 1e9);
+  filled_scores.max_positive = 2.5;
+  auto s = callLogit(forward({tensor(Role::kQ, "Float", 1), tensor(Role::kK, "Float", 1), filled_scores}));
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->source, LogitSource::kScores);
+  EXPECT_EQ(s->value, 2.5);
+
+  TensorHealth dropped_caption = tensor(Role::kLSE, "Float", 9997.5);
+  dropped_caption.max_positive = 3.1;
+  auto lse = callLogit(forward({tensor(Role::kQ, "Float", 1), tensor(Role::kK, "Float", 1), dropped_caption}));
+  ASSERT_TRUE(lse);
+  EXPECT_EQ(lse->source, LogitSource::kLse);
+  EXPECT_EQ(lse->value, 3.1);
+
+  TensorHealth every_key_hidden = tensor(Role::kLSE, "Float", 9997.5);
+  every_key_hidden.max_positive = 0;
+  EXPECT_FALSE(callLogit(forward({tensor(Role::kQ, "Float", 1), tensor(Role::kK, "Float", 1), every_key_hidden})))
+      << "no logit above 0 says nothing of growth";
+
+  auto unmeasured = callLogit(forward({tensor(Role::kQ, "Float", 1), tensor(Role::kK, "Float", 1),
+                                       tensor(Role::kMask, "Float", 10000, "[2,1,1,16]"), tensor(Role::kLSE, "Float", 9997.5)}));
+  ASSERT_TRUE(unmeasured);
+  EXPECT_EQ(unmeasured->source, LogitSource::kBound) << "an LSE as large as the mask's fill may be the fill";
+  EXPECT_DOUBLE_EQ(unmeasured->value, 4.0);
+  auto filled = callLogit(forward({tensor(Role::kQ, "Float", 1), tensor(Role::kK, "Float", 1), tensor(Role::kS, "Float", 1e9)}));
+  ASSERT_TRUE(filled);
+  EXPECT_EQ(filled->source, LogitSource::kBound) << "plain-ops scores past d |Q| |K| (16) hold a masked_fill's -1e9";
+}
+
+// float64 inputs never overflow the trend's own arithmetic (issue 61: "grew from 0.658 to
+// 1.8e+308 (x inf)" on a float64 padding mask of finfo(float64).min).
+TEST(LogitTrend, Float64ExtremesNeverOverflowTheTrendsArithmetic) {
+  auto filled = callLogit(forward({tensor(Role::kQ, "Double", 0.5), tensor(Role::kK, "Double", 0.5),
+                                   tensor(Role::kS, "Double", 1.7976931348623157e308)}));
+  ASSERT_TRUE(filled);
+  EXPECT_EQ(filled->source, LogitSource::kBound) << "finfo(float64).min is a fill near float64's limit";
+  EXPECT_DOUBLE_EQ(filled->value, 1.0);
+
+  EXPECT_FALSE(callLogit(forward({tensor(Role::kQ, "Double", 1e200), tensor(Role::kK, "Double", 1e200)}, "math")))
+      << "a bound past the largest double says nothing";
+
+  LogitWatch tiny_start;
+  EXPECT_TRUE(tiny_start.observe(0, logit(1e-300, "Double")).empty());
+  auto w = tiny_start.observe(5, logit(1e300, "Double"));
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_EQ(w[0].text().find("inf"), std::string::npos) << w[0].text();
+  EXPECT_EQ(w[0].text().find("(x"), std::string::npos) << "a factor past the largest double is not said: " << w[0].text();
+
+  LogitWatch near_limit;
+  EXPECT_TRUE(near_limit.observe(0, logit(1.7e308, "Double")).empty());
+  EXPECT_TRUE(near_limit.observe(1, logit(1.79e308, "Double")).empty()) << "x1.05 is no growth";
+  EXPECT_TRUE(near_limit.observe(2, logit(0, "Double")).empty()) << "0 says nothing";
+  EXPECT_TRUE(near_limit.observe(3, logit(2000, "Double")).empty()) << "not x10 above its smallest, 1.7e308";
+}
+
+TEST(LogitTrend, StepsBeforeTheFirstNonFiniteValue) {
+  EXPECT_EQ(stepsBeforeText(7, 25), "18 steps before the first non-finite value");
+  EXPECT_EQ(stepsBeforeText(24, 25), "1 step before the first non-finite value");
+  EXPECT_EQ(stepsBeforeText(25, 25), "at or after the first non-finite value");
+}
+
 TEST(LogitTrend, GrowthWarnsOnceAtTheLevelAndTheFactor) {
   LogitWatch watch;
   EXPECT_TRUE(watch.observe(0, logit(3.5)).empty());

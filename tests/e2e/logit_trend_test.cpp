@@ -33,14 +33,19 @@ TEST(LogitTrend, WarnsBeforeTheNaNAndFollowsTheScriptsOwnScores) {
   const int nan_step = std::stoi(oracle[2].str());
   expectFields(r.doc["first_edge"], {{"module", oracle[1].str()}, {"step", nan_step}, {"origin", "attention"}});
 
-  // Said once, while the training ran, before its NaN.
-  EXPECT_EQ(countOf(r.train.out, "nanprov: warning:"), 1) << r.train.out;
+  // Said once, while the training ran, before its NaN; and said again when the NaN came, with how
+  // many steps before it the warning came (issue 61).
+  EXPECT_EQ(countOf(r.train.out, "A trend, not a verdict"), 1) << r.train.out;
+  EXPECT_EQ(countOf(r.train.out, "nanprov: warning:"), 2) << r.train.out;
   std::smatch said;
   ASSERT_TRUE(std::regex_search(r.train.out, said, std::regex("nanprov: warning: rank 0, step (\\d+): (\\S+) attention logits grew")))
       << r.train.out;
   const int warned_step = std::stoi(said[1].str());
   EXPECT_LT(warned_step, nan_step) << "the warning must come before the NaN";
   EXPECT_LT(r.train.out.find("nanprov: warning:"), r.train.out.find("oracle:")) << "said while the training ran";
+  const std::string before = std::to_string(nan_step - warned_step) + " steps before the first non-finite value, at step " +
+                             std::to_string(nan_step) + ".\n";
+  EXPECT_NE(r.train.out.find(before), std::string::npos) << r.train.out;
   std::printf("warned at step %d, %d steps before the first non-finite value (step %d)\n", warned_step,
               nan_step - warned_step, nan_step);
 
@@ -92,6 +97,59 @@ TEST(LogitTrend, WarnsBeforeTheNaNAndFollowsTheScriptsOwnScores) {
   EXPECT_EQ(countOf(html, "<svg class=\"trend\""), 2) << "one plot per layer";
   EXPECT_NE(html.find("trend warning at step " + std::to_string(warned_step)), std::string::npos);
   EXPECT_NE(html.find("first non-finite value at step " + std::to_string(nan_step)), std::string::npos);
+}
+
+// Clean training with each kind of mask (tests/e2e/scripts/masked_attention.py): padding, and, for
+// the finite fills, a caption dropped as in diffusers' guidance-dropout training (every key of a
+// sample hidden by a -10000 bias), from step 3 on. A mask's fills are not logits: no warning, live
+// or in the report, and the trend follows the largest score over visible keys, which the script's
+// own hooks print (--oracle). float64 with finfo(float64).min must not overflow the trend's own
+// arithmetic (issue 61).
+void expectNoWarningWithMask(const std::string& mask, const std::string& dtype, const std::string& attn) {
+  SCOPED_TRACE(mask + " " + dtype + " " + attn);
+  const std::string name = "trend-mask-" + mask + "-" + dtype + "-" + attn;
+  TrainedRun r = train(name, "", "--mask " + mask + " --dtype " + dtype + " --attn " + attn + " --oracle",
+                       std::string(NANPROV_TEST_SCRIPTS) + "/masked_attention.py");
+  ASSERT_NE(r.train.out.find("oracle: every forward output finite"), std::string::npos) << r.train.out;
+  std::smatch oracle;
+  ASSERT_TRUE(std::regex_search(r.train.out, oracle, std::regex("oracle: largest visible score (\\S+)"))) << r.train.out;
+  const double visible = std::stod(oracle[1].str());
+  ASSERT_LT(visible, 100.0) << "the model's own logits stay small: any warning is a false alarm";
+  EXPECT_EQ(r.report.code, 0) << r.train.out << r.report.out;
+  expectFields(r.doc, {{"outcome", "clean"}});
+  EXPECT_EQ(r.train.out.find("warning:"), std::string::npos) << r.train.out;
+  EXPECT_TRUE(r.doc["trends"]["warnings"].empty()) << r.doc["trends"].dump();
+  ASSERT_EQ(r.doc["trends"]["layers"].size(), 2u) << r.doc["trends"].dump();
+  double peak = 0;
+  std::string source;
+  for (const json& layer : r.doc["trends"]["layers"]) {
+    for (const json& p : layer["points"]) {
+      if (p["logit"].is_number() && p["logit"].get<double>() > peak) {
+        peak = p["logit"].get<double>();
+        source = p["logit_source"].get<std::string>();
+      }
+    }
+  }
+  if (attn == "plain") {
+    EXPECT_EQ(source, "scores");
+    EXPECT_DOUBLE_EQ(peak, visible) << "the scores' largest value is the largest visible score, whatever the fill";
+  } else {
+    // LSE >= a row's largest visible logit, and above it by at most log(keys); a bound only above.
+    EXPECT_GE(peak, visible * (1 - 1e-6)) << r.doc["trends"].dump();
+    EXPECT_LT(peak, source == "lse" ? visible + 3.0 : 100.0) << source << " " << r.doc["trends"].dump();
+  }
+  const std::string text = sh(nanprov() + " report " + r.dir.string()).out;
+  EXPECT_EQ(text.find("trend warning"), std::string::npos) << text;
+}
+
+TEST(LogitTrend, NoWarningOnACleanRunWithAnyMaskInPlainOps) {
+  for (const char* mask : {"neg1e4", "neg1e9", "finfo", "neginf", "bool"}) expectNoWarningWithMask(mask, "float32", "plain");
+  expectNoWarningWithMask("finfo", "float64", "plain");
+}
+
+TEST(LogitTrend, NoWarningOnACleanRunWithAnyMaskInSdpa) {
+  for (const char* mask : {"neg1e4", "neg1e9", "finfo", "neginf", "bool"}) expectNoWarningWithMask(mask, "float32", "sdpa");
+  expectNoWarningWithMask("finfo", "float64", "sdpa");
 }
 
 // The same model at a learning rate it learns at: its logits grow (x10 and more) but stay far

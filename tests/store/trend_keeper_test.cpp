@@ -8,6 +8,7 @@
 
 #include "store/reader.h"
 #include "store/run_dir.h"
+#include "store/trend_keeper.h"
 #include "store/writer.h"
 #include "tests/temp_dir.h"
 
@@ -34,6 +35,26 @@ CallRecord callOf(int64_t seq, int64_t step, int layer, Phase phase, double lse)
     c.tensors = {{.role = Role::kdQ, .dtype = float32, .shape = shape, .numel = 1024, .max_abs = 0.5}};
   }
   return c;
+}
+
+// The live line says how many steps before the NaN its warning came (issue 61): when the rank's
+// values first go non-finite, the first warning handed out is handed again with that step, once;
+// a warning raised after them carries it at once.
+TEST(TrendKeeper, TheFirstWarningIsHandedAgainWhenTheValuesGoNonFinite) {
+  TrendKeeper keeper;
+  EXPECT_TRUE(keeper.noteCall(callOf(0, 0, 0, Phase::kForward, 3.5)).empty());
+  auto w = keeper.noteCall(callOf(1, 4, 0, Phase::kForward, 2000));
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_FALSE(w[0].nonfinite_step);
+  auto again = keeper.noteNonFinite(9);
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].step, 4);
+  EXPECT_EQ(again[0].nonfinite_step, 9);
+  EXPECT_TRUE(keeper.noteNonFinite(10).empty()) << "once";
+  EXPECT_TRUE(keeper.noteCall(callOf(2, 12, 1, Phase::kForward, 3.5)).empty());
+  auto late = keeper.noteCall(callOf(3, 13, 1, Phase::kForward, 5000));
+  ASSERT_EQ(late.size(), 1u);
+  EXPECT_EQ(late[0].nonfinite_step, 9);
 }
 
 TEST(TrendKeeper, ALongRunKeepsAFewHundredRowsPerLayerWithExactMaxima) {

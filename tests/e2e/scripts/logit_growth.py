@@ -5,8 +5,8 @@ computes it). At a high learning rate (--lr 0.2) the query and key weights grow 
 overflow float16 and the softmax makes NaN; at a low one (--lr 0.01) the model learns the task and
 its logits level off far below.
 
---truth prints, each step, the largest finite |score| each layer's softmax received: the ground
-truth nanprov's trend is compared with. --oracle prints the first module whose forward output went
+--truth prints, each step, the largest finite score each layer's softmax received (the largest
+logit; a mask's fills lie below it): the ground truth nanprov's trend is compared with. --oracle prints the first module whose forward output went
 non-finite from finite inputs (plain-PyTorch forward hooks). --print-losses prints each loss as an
 exact hex float. --device cuda trains on the GPU (batches drawn on the CPU, then moved)."""
 import argparse
@@ -36,7 +36,7 @@ class CausalAttention(nn.Module):
         att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
         att = att.masked_fill(torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1), float("-inf"))
         if self.largest is not None:
-            finite = att.detach()[torch.isfinite(att.detach())].abs()
+            finite = att.detach()[torch.isfinite(att.detach())]
             self.largest.append(float(finite.max()) if finite.numel() else 0.0)
         att = F.softmax(att, dim=-1)
         y = (att @ v).transpose(1, 2).reshape(B, T, C).float()
