@@ -122,14 +122,30 @@ std::string kernelsText(const EdgeCall& edge) {
   return out + "\n";
 }
 
+// The headline's start when the gradients went non-finite before any attention edge: where the
+// values first went bad, as the checks found it. --trail checks every module's forward: when its
+// first non-finite module output came in the forward by the sentinel's step, the values went bad
+// there, and the gradients only followed. Without the trail nothing outside attention was checked
+// in the forward, so the gradients are only the first values found.
+std::string firstNonFiniteText(const Report& report) {
+  const RunOverview& run = report.run;
+  const SentinelFinding& s = *report.conclusion.sentinel;
+  const std::optional<FirstModule>& m = report.first_module;
+  if (m && m->check.phase == Phase::kForward && m->check.step <= s.step) {
+    return "rank" + std::to_string(m->check.rank) + ":" + stepLabel(run.step_unit, m->check.step) +
+           "  first non-finite values were in the forward, at " + stepLabel(run.step_unit, m->check.step);
+  }
+  return "rank" + std::to_string(s.rank) + ":" + stepLabel(run.step_unit, s.step) + "  first non-finite values " +
+         (run.trail_on ? "were" : "found were") + " gradients, at " + stepLabel(run.step_unit, s.step);
+}
+
 // The headline and what follows it when the gradients went non-finite before any attention edge.
 std::string sentinelFirstText(const Report& report) {
   const RunOverview& run = report.run;
   const Conclusion& conclusion = report.conclusion;
   const SentinelFinding& s = *conclusion.sentinel;
   std::ostringstream out;
-  out << "rank" << s.rank << ":" << stepLabel(run.step_unit, s.step) << "  first non-finite values were gradients, at "
-      << stepLabel(run.step_unit, s.step);
+  out << firstNonFiniteText(report);
   if (receivedThroughCollective(conclusion.collective_paths).count({s.rank, s.step})) {
     // Every rank's came through a collective: never "outside attention" for what arrived.
     out << ", and they reached this rank through a collective\n";

@@ -59,8 +59,9 @@ TEST(ReportText, EachOutcomeHasItsHeadline) {
   sentinel.conclusion.sentinel_first = true;
   sentinel.conclusion.sentinel = SentinelFinding{.rank = 0, .step = 2, .gradients = {"a", "b", "c", "d", "e", "f", "g"}};
   const std::string sentinel_text = reportText(sentinel);
-  EXPECT_EQ(firstLineOf(sentinel_text), "rank0:step 2  first non-finite values were gradients, at step 2: no probed attention call "
-                                        "made them; the origin is outside attention");
+  EXPECT_EQ(firstLineOf(sentinel_text), "rank0:step 2  first non-finite values found were gradients, at step 2: no probed "
+                                        "attention call made them; the origin is outside attention")
+      << "without --trail the forward outside attention was not checked: the gradients are only the first found";
   EXPECT_NE(sentinel_text.find("  non-finite gradients: a, b, c, d, e and 2 more\n"), std::string::npos) << sentinel_text;
   EXPECT_NE(sentinel_text.find("  nanprov run --trail names the module that made them\n"), std::string::npos);
   // No attention call checked: it cannot tell, says how to check attention it did not see, and
@@ -74,6 +75,17 @@ TEST(ReportText, EachOutcomeHasItsHeadline) {
   EXPECT_NE(unseen_text.find("\n  " + std::string(kUnseenAttentionHint) + "\n"), std::string::npos) << unseen_text;
   EXPECT_NE(unseen_text.find("no attention call was checked\n"), std::string::npos) << unseen_text;
   EXPECT_EQ(unseen_text.find("outside attention"), std::string::npos) << unseen_text;
+  // --trail saw the forward go non-finite at the sentinel's step: the headline names the forward
+  // (issue 61); a trail whose first module is a backward one names the gradients.
+  Report forward = sentinel;
+  forward.run.trail_on = true;
+  forward.first_module = FirstModule{.check = ModuleCheckRecord{.rank = 0, .step = 2, .phase = Phase::kForward,
+                                                                .module = "head.fc", .module_class = "Linear"}};
+  EXPECT_EQ(firstLineOf(reportText(forward)), "rank0:step 2  first non-finite values were in the forward, at step 2: no "
+                                              "probed attention call made them; the origin is outside attention");
+  Report backward = forward;
+  backward.first_module->check.phase = Phase::kBackward;
+  EXPECT_EQ(firstLineOf(reportText(backward)).rfind("rank0:step 2  first non-finite values were gradients, at step 2: ", 0), 0u);
   Report audit{.run = facts()};
   audit.conclusion.outcome = Outcome::kAuditFinding;
   audit.conclusion.audit.on = true;
