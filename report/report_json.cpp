@@ -138,7 +138,7 @@ json reportJson(const Report& report) {
       {"outcome", outcomeName(conclusion.outcome)},
       {"nothing_checked_why", conclusion.nothing_checked_why.empty() ? json(nullptr) : json(conclusion.nothing_checked_why)},
       {"step_unit", stepUnitName(run.step_unit)},
-      {"summary", {{"ranks", run.ranks.size()}, {"calls", run.calls}, {"steps", run.steps}}},
+      {"summary", {{"ranks", run.ranksRan()}, {"calls", run.calls}, {"steps", run.steps}}},
       {"coverage", coverageJson(run)},
       {"gradient_sentinel", sentinelJson(conclusion.sentinel)},
       {"collective_paths", collectivePathsJson(conclusion)},

@@ -262,7 +262,7 @@ std::string maskedRowsText(const CallRecord& call, const TensorHealth& mask) {
 std::string summaryLine(const RunOverview& run) {
   std::ostringstream out;
   bool passes = run.step_unit == StepUnit::kForwardPass;
-  out << "run " << printable(run.dir) << ": " << run.ranks.size() << (run.ranks.size() == 1 ? " rank, " : " ranks, ")
+  out << "run " << printable(run.dir) << ": " << run.ranksRan() << (run.ranksRan() == 1 ? " rank, " : " ranks, ")
       << run.calls << " attention calls checked, " << (passes ? run.steps + 1 : run.steps)
       << (passes ? " forward passes" : " optimizer steps");
   // The tally outlives the process; the store keeps only what the writer committed.

@@ -4,6 +4,7 @@
 
 #include "report/first_module.h"
 #include "store/job.h"
+#include "store/process_notes.h"
 #include "store/reader.h"
 
 namespace nanprov {
@@ -33,6 +34,12 @@ RunOverview runOverviewOf(const RunData& run) {
   for (const RankInfo& r : run.ranks) {
     f.steps = std::max(f.steps, r.steps);
     f.ranks.push_back({.rank = r.rank, .store = r.path, .steps = r.steps, .calls_stored = r.calls_stored, .meta = r.meta});
+  }
+  if (f.ranks.empty()) {
+    // No store: the processes' notes say which ranks ran (a run that checked nothing is not "0 ranks").
+    const ProcessNotes notes = readProcessNotes(RunDirs(run.dirs));
+    f.ranks_without_store = static_cast<int>(notes.ranks.size());
+    if (!notes.ranks.empty()) f.world_size = std::max(f.world_size, *notes.ranks.rbegin() + 1);
   }
   return f;
 }

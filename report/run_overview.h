@@ -35,7 +35,12 @@ struct RunOverview {
   Summarised summarised;
   std::vector<std::string> damage;  // what in the run's files contradicts itself, a line each
   std::vector<RankOverview> ranks;
-  // The job: its world size, the ranks with no store read, those whose workers could not write
+  // Where no store was read (nothing checked leaves none): how many ranks the instrumented
+  // processes' notes name (store/process_notes.h).
+  int ranks_without_store = 0;
+  // The ranks that ran: those whose store was read, else those the processes' notes name.
+  int ranksRan() const { return ranks.empty() ? ranks_without_store : static_cast<int>(ranks.size()); }
+  // The job: its world size (at least the ranks that ran), the ranks with no store read, those whose workers could not write
   // one (→ why), whether clocks of several hosts order its calls, and its id ("" when none).
   int world_size = 0;
   std::vector<int> missing_ranks;

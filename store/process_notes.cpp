@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "base/records/call_name.h"
 #include "store/small_file.h"
 
 namespace nanprov {
@@ -20,6 +21,10 @@ ProcessNotes readProcessNotes(const RunDirs& dirs) {
       ++notes.processes;
       if (status == "instrumented") {
         ++notes.instrumented;
+        const nlohmann::json rank = note.value("rank", nlohmann::json());
+        notes.ranks.insert(rank.is_number_integer() && rank.get<int64_t>() >= 0 && rank.get<int64_t>() <= kMaxRank
+                               ? static_cast<int>(rank.get<int64_t>())
+                               : 0);
       } else {
         notes.problems.push_back("pid " + std::to_string(note.value("pid", 0)) + ": " +
                                  note.value("detail", std::string()));

@@ -132,8 +132,12 @@ TEST(TrainingModes, NoAttentionIsNothingChecked) {
   EXPECT_EQ(r.doc["outcome"], "nothing_checked");
   EXPECT_EQ(r.doc["clean"], false);
   EXPECT_EQ(r.doc["coverage"]["attention_calls"], 0);
+  // No store (nothing was checked), but the rank ran: not "0 ranks" (issue 61).
+  EXPECT_EQ(r.doc["summary"]["ranks"], 1) << r.report.out;
+  EXPECT_EQ(r.doc["world_size"], 1) << r.report.out;
   Result text = sh(nanprov() + " report " + r.dir.string());
   EXPECT_EQ(text.out.rfind("nothing checked", 0), 0u) << text.out;
+  EXPECT_NE(text.out.find(": 1 rank, 0 attention calls checked"), std::string::npos) << text.out;
 }
 
 TEST(TrainingModes, CrashBeforeAnyAttentionIsNothingChecked) {
