@@ -42,7 +42,7 @@ void Auditor::stopWatching() {
 
 void Auditor::start() {
   if (access(engine_.c_str(), X_OK) != 0) {
-    std::cerr << "nanprov: the audit cannot judge anything: replay engine missing at " << engine_
+    std::cerr << "nanprov: the audit cannot judge anything: replay engine missing at " << printable(engine_)
               << "; build nanprov (./scripts/test)\n";
     return;
   }
@@ -118,7 +118,7 @@ void Auditor::judge(const std::string& capture) {
     return;
   }
   if (failure.empty() && code == 1) {
-    std::cerr << "nanprov: " << said << "\n";  // a finding: said at once, not at the end
+    std::cerr << "nanprov: " << printable(said) << "\n";  // a finding: said at once, not at the end
     return;
   }
   auto judged = readAuditFile(capture);

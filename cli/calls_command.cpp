@@ -179,8 +179,8 @@ void addCallsCommand(CLI::App& app, int* exit_code) {
     list.reset();
     std::fflush(stdout);
     if (!read.ok()) return void(*exit_code = fail("calls", read));
-    if (!missing.empty()) std::cerr << "nanprov calls: " << missing << "\n";
-    if (!summarised.empty()) std::cerr << "nanprov calls: " << summarised << "\n";
+    if (!missing.empty()) std::cerr << "nanprov calls: " << printable(missing) << "\n";
+    if (!summarised.empty()) std::cerr << "nanprov calls: " << printable(summarised) << "\n";
     *exit_code = missing.empty() ? kClean : kUsageError;
   });
 }

@@ -17,9 +17,10 @@ namespace nanprov::cli {
 // warnings only (nanprov run --audit-warn-only) or `warn_only` is set.
 int reportExitCode(const Conclusion& c, bool warn_only = false);
 
-// Option text checks for numbers people type: digits only ("3"), and sizes ("512M", "1G").
+// Option text checks for numbers people type: digits only ("3"), and sizes ("512M", "1G"),
+// which sizeValue turns into their byte count (a transform: use it in place of check).
 CLI::Validator wholeNumber();
-CLI::Validator sizeText();
+CLI::Validator sizeValue();
 CLI::Validator percentText();  // "1", "0.5", "100"
 
 // The options most commands share, with one wording: the run directory arguments (default: the

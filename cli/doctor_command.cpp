@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "base/json_text.h"
+#include "base/text.h"
 #include "cli/build_info.h"
 #include "cli/install_layout.h"
 #include "base/child_process.h"
@@ -83,7 +84,7 @@ void addDoctorCommand(CLI::App& app, int* exit_code) {
                 << build::kCudnnVersion << ", CUPTI " << build::kCuptiVersion << "\n"
                 << "  " << (layout.installed_by.empty() ? "a nanprov without share/nanprov/build.json" : layout.installed_by)
                 << " at " << layout.prefix << " (built from " << layout.source_dir << ")\n";
-      for (const Check& c : checks) std::cout << (c.ok ? "  ok    " : "  FAIL  ") << c.name << ": " << c.detail << "\n";
+      for (const Check& c : checks) std::cout << (c.ok ? "  ok    " : "  FAIL  ") << c.name << ": " << printable(c.detail) << "\n";
       if (!torch.is_null()) {
         std::cout << "  info  CUDA " << (torch["cuda_build"].is_null() ? "none" : torch["cuda_build"].get<std::string>())
                   << ", cuDNN " << (torch["cudnn"].is_null() ? std::string("none") : jsonText(torch["cudnn"])) << ", SDPA backends " << jsonText(torch["sdpa_backends"]) << "\n";

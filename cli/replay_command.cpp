@@ -190,8 +190,7 @@ void addReplayCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--max-memory", opts->max_memory,
                   "Refuse, before running, a call whose replay on the CPU would need more memory than this "
                   "(estimated from its shapes; default three quarters of the memory available; suffixes K M G)")
-      ->check(sizeText())
-      ->transform(CLI::AsSizeValue(false))
+      ->transform(sizeValue())
       ->check(CLI::Range(int64_t{1} << 20, int64_t{1} << 50));
   cmd->callback([opts, exit_code, cmd] {
     opts->backends_given = cmd->count("--backends") > 0;

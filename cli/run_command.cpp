@@ -307,7 +307,7 @@ int run(RunOptions& opts) {
       {"NANPROV_AUDIT_SLICE_BYTES", std::to_string(opts.audit_slice_bytes)},
   };
   if (opts.no_kernels) env["NANPROV_KERNELS"] = "off";
-  std::cerr << "nanprov: recording into " << dir << (opts.audit ? ", auditing every layer" : "") << "\n";
+  std::cerr << "nanprov: recording into " << printable(dir) << (opts.audit ? ", auditing every layer" : "") << "\n";
   Auditor auditor(abs_dir);
   if (opts.audit) auditor.start();
   auto exit = runChild(cmd, env);
@@ -353,7 +353,7 @@ int run(RunOptions& opts) {
 
 // A byte count with K, M, G suffixes, at most kMaxCount.
 CLI::Option* addSizeOption(CLI::App* cmd, const std::string& name, int64_t& value, const std::string& help) {
-  return cmd->add_option(name, value, help)->check(sizeText())->transform(CLI::AsSizeValue(false))->check(CLI::Range(int64_t{0}, kMaxCount));
+  return cmd->add_option(name, value, help)->transform(sizeValue())->check(CLI::Range(int64_t{0}, kMaxCount));
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/json_text.h"
+#include "base/text.h"
 #include "cli/commands.h"
 #include "report/outcome.h"
 #include "report/build_report.h"
@@ -43,8 +44,13 @@ json describeRun(const fs::path& dir) {
   return row;
 }
 
+// Escaped (base/text.h), then cut on a character's first byte.
 std::string shortened(const std::string& text, size_t width) {
-  return text.size() <= width ? text : text.substr(0, width - 3) + "...";
+  std::string shown = printable(text);
+  if (shown.size() <= width) return shown;
+  size_t cut = width - 3;
+  while (cut > 0 && (static_cast<unsigned char>(shown[cut]) & 0xc0) == 0x80) --cut;
+  return shown.substr(0, cut) + "...";
 }
 
 // A column of `width`: shortened, then padded.
@@ -86,7 +92,7 @@ void addRunsCommand(CLI::App& app, int* exit_code) {
     if (opts->json) {
       std::cout << jsonText(rows, 2) << "\n";
     } else if (rows.empty()) {
-      std::cout << "no runs under " << opts->root << "; start one with `nanprov run -- python train.py`\n";
+      std::cout << "no runs under " << printable(opts->root) << "; start one with `nanprov run -- python train.py`\n";
     } else {
       std::cout << fitted("run", 40) << "  ranks  calls     " << fitted("outcome", 17) << "  command\n";
       for (const json& r : rows) {

@@ -38,8 +38,7 @@ void addSqlCommand(CLI::App& app, int* exit_code) {
       ->check(CLI::Range(0.0, 1e6));
   cmd->add_option("--max-memory", opts->max_memory,
                   "Memory the query may use for SQLite's work and the rows it prints (default 2G; suffixes K M G)")
-      ->check(sizeText())
-      ->transform(CLI::AsSizeValue(false))
+      ->transform(sizeValue())
       ->check(CLI::Range(int64_t{1} << 20, int64_t{1} << 40));
   cmd->callback([opts, exit_code, second] {
     bool run_given = second->count() > 0;  // `sql RUN ''` is an empty query, not a missing one

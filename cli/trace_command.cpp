@@ -20,6 +20,9 @@ namespace {
 // What one call costs while its trace is built (the call, its slices and their JSON), measured at
 // about 6.4 KB: the default keeps a trace's memory near 160 MB.
 constexpr int64_t kDefaultMaxCalls = 25'000;
+// The most a trace may hold: about 650 MB while it is written. A window of a run is what a trace
+// viewer opens anyway; a larger value is refused in one line rather than met with bad_alloc.
+constexpr int64_t kMostCalls = 100'000;
 
 struct Options {
   std::vector<std::string> run;
@@ -147,7 +150,8 @@ void addTraceCommand(CLI::App& app, int* exit_code) {
       "non-finite edge is a marker across its rank (\"first non-finite edge: ...\"). Times are\n"
       "µs from the run's first event; slices whose stored times overlap are fitted to nest,\n"
       "and keep the stored times in their args.\n\n"
-      "A trace holds at most --max-calls calls (default 25,000, about 160 MB while it is written):\n"
+      "A trace holds at most --max-calls calls (default 25,000, about 160 MB while it is written;\n"
+      "at most 100,000):\n"
       "by default the steps around the first non-finite edge, else the first steps. --steps and\n"
       "--ranks choose another window; a line says when calls were left out.\n\n"
       "Examples:\n"
@@ -157,8 +161,17 @@ void addTraceCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--out", opts->out, "The file to write (JSON)")->required()->type_name("FILE");
   cmd->add_option("--steps", opts->steps, "Only these steps: A:B (both included), A:, :B or one step")->type_name("A:B");
   cmd->add_option("--ranks", opts->ranks, "Only these ranks, a comma list")->type_name("LIST");
-  cmd->add_option("--max-calls", opts->max_calls, "At most this many calls (default 25000)")
-      ->check(CLI::Range(int64_t{1}, int64_t{10'000'000}));
+  cmd->add_option("--max-calls", opts->max_calls, "At most this many calls (default 25000, at most 100000)")
+      ->check(wholeNumber())
+      ->check(CLI::Validator(
+          [](std::string& s) {
+            auto n = parseInteger(s, 1, kMostCalls);
+            return n ? std::string()
+                     : "'" + s + "' is not a call count from 1 to " + std::to_string(kMostCalls) +
+                           " (a trace of more would take more memory than its window is worth; choose the steps "
+                           "with --steps A:B)";
+          },
+          "N", "call count"));
   cmd->callback([opts, exit_code] { *exit_code = trace(*opts); });
 }
 

@@ -16,6 +16,11 @@ std::string whyNothingChecked(const RunData& run, const std::map<std::string, in
   if (!unprobed.empty()) {
     return "every attention call the training made is of a kind nanprov does not check yet (listed below)";
   }
+  // A process that could not write its store said why beside it: that, not what it ran, is why.
+  if (!run.unrecorded.empty()) {
+    const auto& [rank, why] = *run.unrecorded.begin();
+    return "rank " + std::to_string(rank) + " could not write its store, so none of its calls was recorded (" + why + ")";
+  }
   const RunFile& settings = run.settings;
   if (settings.readable) {
     // `nanprov run` writes the exit status when the training has ended.
@@ -127,8 +132,12 @@ Conclusion conclude(const RunData& run, const Findings& findings, const std::opt
   } else if (run.total_calls == 0) {
     c.outcome = Outcome::kNothingChecked;
     c.nothing_checked_why = whyNothingChecked(run, c.unprobed);
-  } else if (!c.unprobed.empty() || !run.missingRanks().empty()) {
-    c.outcome = Outcome::kPartial;  // attention unchecked, or ranks of the job not read
+  } else if (!c.unprobed.empty() || !run.missingRanks().empty() || run.callsNotStored() > 0 || !run.incompleteStores().empty() ||
+             !run.damage.empty()) {
+    // Attention unchecked, ranks of the job not read, calls checked that no store holds (the
+    // process was killed, or its writes failed), or a store that contradicts itself: what was
+    // not stored, or cannot be trusted, was never read here as clean.
+    c.outcome = Outcome::kPartial;
   }
   c.audit = readAudit(run);
   if ((c.outcome == Outcome::kClean || c.outcome == Outcome::kPartial) && !c.audit.findings.empty()) {

@@ -271,11 +271,14 @@ std::string coverageSection(const Report& report) {
   out += row("attention calls checked", std::to_string(run.calls));
   if (std::string summarised = summarisedText(run.summarised); !summarised.empty()) out += row("summarised", shown(summarised));
   if (conclusion.outcome == Outcome::kNothingChecked) out += row("nothing checked, why", shown(conclusion.nothing_checked_why));
-  if (int64_t lost = run.calls_not_stored) {
+  if (int64_t lost = run.calls_not_stored; lost && !run.incomplete.empty()) {
+    out += row("not stored", plural(lost, "call", "calls") + " checked and not stored: writes to the store failed");
+  } else if (lost) {
     out += row("not stored", plural(lost, "call", "calls") +
                                  " the process began but never stored: it ended before they reached the store (killed, or it "
                                  "exited by a path that runs no exit hook)");
   }
+  for (const std::string& incomplete : run.incomplete) out += row("incomplete", shown(incomplete));
   for (const std::string& damage : run.damage) out += row("damaged", shown(damage));
   std::string unprobed;
   for (const UncheckedAttention& u : run.unchecked) {

@@ -22,12 +22,15 @@ json coverageJson(const RunOverview& run) {
     summarised = {{"calls", sum.calls}, {"first_step", sum.first_step}, {"last_step", sum.last_step},
                   {"steps_per_row", sum.every}, {"ranks", sum.ranks}, {"not_clean", sum.not_clean}};
   }
-  return {{"attention_calls", run.calls},
-          {"calls_not_stored", run.calls_not_stored},
-          {"summarised", summarised},
-          {"unprobed", unprobed},
-          {"suggested_probe_modules", run.suggested_probe_modules},
-          {"damage", run.damage}};
+  json coverage = {{"attention_calls", run.calls},
+                   {"calls_not_stored", run.calls_not_stored},
+                   {"summarised", summarised},
+                   {"unprobed", unprobed},
+                   {"suggested_probe_modules", run.suggested_probe_modules},
+                   {"damage", run.damage}};
+  // Only where a store's writes failed: a run whose writes all landed reads as before.
+  if (!run.incomplete.empty()) coverage["incomplete"] = run.incomplete;
+  return coverage;
 }
 
 // The ranks whose workers could not write their store, and why. With the ranks absent from the

@@ -266,11 +266,14 @@ std::string summaryLine(const RunOverview& run) {
       << run.calls << " attention calls checked, " << (passes ? run.steps + 1 : run.steps)
       << (passes ? " forward passes" : " optimizer steps");
   // The tally outlives the process; the store keeps only what the writer committed.
-  if (int64_t lost = run.calls_not_stored) {
+  if (int64_t lost = run.calls_not_stored; lost && !run.incomplete.empty()) {
+    out << "\n  " << lost << (lost == 1 ? " call was" : " calls were") << " checked and not stored: writes to the store failed";
+  } else if (lost) {
     out << "\n  the last " << lost << (lost == 1 ? " call was" : " calls were")
         << " not stored: the process ended before they reached the store (killed, or it exited "
            "by a path that runs no exit hook)";
   }
+  for (const std::string& incomplete : run.incomplete) out << "\n  " << printable(incomplete);
   if (std::string summarised = summarisedText(run.summarised); !summarised.empty()) out << "\n  summarised: " << summarised;
   for (const std::string& damage : run.damage) out << "\n  damaged: " << printable(damage);
   return out.str();

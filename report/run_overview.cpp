@@ -15,6 +15,7 @@ RunOverview runOverviewOf(const RunData& run) {
              .step_unit = run.stepUnit(),
              .calls = run.total_calls,
              .calls_not_stored = run.callsNotStored(),
+             .incomplete = run.incompleteStores(),
              .summarised = run.summarised(),
              .damage = run.damage,
              .world_size = run.worldSize(),

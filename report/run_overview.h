@@ -31,7 +31,9 @@ struct RunOverview {
   StepUnit step_unit = StepUnit::kOptimizerStep;
   int64_t calls = 0;              // checked calls over all ranks, loaded or not
   int64_t steps = 0;              // the most step boundaries a rank recorded
-  int64_t calls_not_stored = 0;   // begun by the probes, never committed (the process was killed)
+  int64_t calls_not_stored = 0;   // begun by the probes, never committed (the process was killed, or writes failed)
+  // Each rank whose store's writes failed (a full disk): "rank 0: the store is incomplete from step 12: the disk filled".
+  std::vector<std::string> incomplete;
   Summarised summarised;
   std::vector<std::string> damage;  // what in the run's files contradicts itself, a line each
   std::vector<RankOverview> ranks;

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <vector>
 
 namespace nanprov {
 
@@ -17,9 +18,19 @@ StatusOr<std::unique_ptr<MappedCounters>> MappedCounters::open(const std::string
   int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
   if (fd < 0) return Status::Error(path + ": " + std::strerror(errno));
   struct stat st {};
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (st.st_size < bytes && ftruncate(fd, bytes) != 0)) {
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
     return Status::Error(path + ": not a regular file of " + std::to_string(bytes) + " bytes");
+  }
+  // Zeros written, not a hole made by ftruncate: a hole's page is allocated by the first store
+  // through the mapping, and on a full disk that store is a SIGBUS in the training.
+  if (st.st_size < bytes) {
+    const std::vector<char> zeros(static_cast<size_t>(bytes - st.st_size), 0);
+    if (pwrite(fd, zeros.data(), zeros.size(), st.st_size) != static_cast<ssize_t>(zeros.size())) {
+      const int err = errno;
+      ::close(fd);
+      return Status::Error(path + ": " + std::strerror(err));
+    }
   }
   void* mapped = mmap(nullptr, static_cast<size_t>(bytes), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   ::close(fd);  // the mapping keeps the file
@@ -31,6 +42,10 @@ MappedCounters::~MappedCounters() { munmap(counts_, slots_ * sizeof(int64_t)); }
 
 void MappedCounters::add(size_t slot, int64_t n) {
   std::atomic_ref<int64_t>(counts_[slot]).fetch_add(n, std::memory_order_relaxed);
+}
+
+void MappedCounters::set(size_t slot, int64_t value) {
+  std::atomic_ref<int64_t>(counts_[slot]).store(value, std::memory_order_relaxed);
 }
 
 int64_t MappedCounters::get(size_t slot) const {

@@ -25,13 +25,15 @@ enum AuditProgressSlot : size_t { kAuditsJudged = 0, kAuditJudgeNs = 1, kAuditPr
 
 class MappedCounters {
  public:
-  // Creates `path` (slots × 8 bytes, zero) or reopens it, and maps it.
+  // Creates `path` (slots × 8 bytes, zero, written: its bytes are on the disk before the mapping
+  // writes them, so a disk that fills later cannot fault a write through it) or reopens it, and maps it.
   static StatusOr<std::unique_ptr<MappedCounters>> open(const std::string& path, size_t slots = 1);
   ~MappedCounters();
   MappedCounters(const MappedCounters&) = delete;
   MappedCounters& operator=(const MappedCounters&) = delete;
 
   void add(size_t slot, int64_t n = 1);  // one atomic add to the mapping: no system call
+  void set(size_t slot, int64_t value);
   int64_t get(size_t slot) const;
 
  private:

@@ -61,6 +61,7 @@ StatusOr<sqlite::Db> openRankStore(const std::string& path, RankInfo* info) {
                          std::to_string(kSchemaVersion) + "; use the nanprov that wrote the run");
   }
   info->path = path;
+  info->write_failure = readWriteFailure(path);
   // The rank the process learnt (meta.rank); a store whose process had not yet written it is the
   // rank its name links it to, or, left under its process name, the rank the environment guessed.
   auto named = rankOfStoreName(std::filesystem::path(path).filename().string());

@@ -10,6 +10,7 @@
 
 #include "base/text.h"
 #include "store/call_cursor.h"
+#include "store/derived_tables.h"
 #include "store/sqlite_rows.h"
 #include "store/trend_rows.h"
 #include "store/mapped_counters.h"
@@ -210,6 +211,16 @@ int64_t countRows(sqlite3* db, const char* table) {
   return sqlite3_column_int64(st->get(), 0);
 }
 
+// A store whose writes failed: its steps are at least those its calls and summaries reached (a
+// call at step s ran after s steps ended), though the rows of the batches lost are gone.
+Status countStepsReached(sqlite3* db, const std::string& path, RankInfo* info) {
+  auto reached = queryInteger(db, "SELECT MAX(s) FROM (SELECT MAX(step) AS s FROM calls UNION ALL "
+                                  "SELECT MAX(last_step) + 1 FROM step_summaries)", {});
+  if (!reached.ok()) return notAStore(path, reached.status().message());
+  if (*reached) info->steps = std::max(info->steps, **reached);
+  return Status::Ok();
+}
+
 // What the store budget summarised (a store written before it has no step_summaries): from the
 // writer's running total in meta (a SUM over a thousand ranks' summaries would be the report's
 // slowest part), and the first and last rows by key.
@@ -354,6 +365,14 @@ int64_t RunData::callsNotStored() const {
   return lost;
 }
 
+std::vector<std::string> RunData::incompleteStores() const {
+  std::vector<std::string> out;
+  for (const RankInfo& r : ranks) {
+    if (r.write_failure) out.push_back("rank " + std::to_string(r.rank) + ": " + writeFailureText(*r.write_failure));
+  }
+  return out;
+}
+
 Summarised RunData::summarised() const {
   Summarised out;
   for (const RankInfo& r : ranks) {
@@ -490,10 +509,14 @@ StatusOr<RunData> loadRun(const RunDirs& dirs, RunScope scope) {
     NANPROV_RETURN_IF_ERROR(loadCollectives(db.get(), path, info.rank, &run.collectives));
     info.calls_stored = countRows(db.get(), "calls");
     NANPROV_RETURN_IF_ERROR(loadSummarised(db.get(), path, &info));
-    // The steps table's rows, and those the summaries' thinning took.
+    // The steps table's rows, and those the summaries' thinning took. A store whose writes failed
+    // lacks the rows of the batches lost: the steps its calls ran in happened all the same.
     info.steps = countRows(db.get(), "steps") + info.summaries().steps_thinned;
+    if (info.write_failure) NANPROV_RETURN_IF_ERROR(countStepsReached(db.get(), path, &info));
     if (scope == RunScope::kEdges) NANPROV_RETURN_IF_ERROR(countSummarisedNotClean(db.get(), path, info, &run));
     NANPROV_RETURN_IF_ERROR(loadTrends(db.get(), path, &info));
+    // Summaries, steps and trends derive from the calls: where they disagree, the report says so.
+    for (std::string& line : derivedTableDisagreements(db.get(), info)) run.damage.push_back(std::move(line));
     // A summarised call was checked and counted, though its row is gone.
     const int64_t kept = info.calls_stored + info.summaries().calls;
     run.total_calls += kept;
@@ -505,8 +528,10 @@ StatusOr<RunData> loadRun(const RunDirs& dirs, RunScope scope) {
                            " calls, but its writer committed " + std::to_string(*written) +
                            ": rows were deleted or lost, and what is counted is what is there");
     }
-    info.calls_begun = tallyOf(callTallyPathOf(path, info.rank), info.rank, kept, info.counters.dropped_rows.value_or(0),
-                               &run.damage);
+    // A writer whose writes failed may have lost any number of calls: its tally is not bounded by
+    // what a process holds unstored.
+    const int64_t dropped = info.write_failure ? int64_t{1} << 62 : info.counters.dropped_rows.value_or(0);
+    info.calls_begun = tallyOf(callTallyPathOf(path, info.rank), info.rank, kept, dropped, &run.damage);
     run.ranks.push_back(std::move(info));
   }
   countTalliesWithoutStore(dirs.all, &run);

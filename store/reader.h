@@ -11,6 +11,7 @@
 
 #include "store/run_dir.h"
 #include "store/run_file.h"
+#include "store/write_failure.h"
 #include "base/logit_trend.h"
 #include "base/records/call_record.h"
 #include "base/records/collective_record.h"
@@ -48,6 +49,9 @@ struct RankInfo {
   std::vector<SummarisedStretch> summarised_stretches;
   // From rank-<r>.tally; none in runs older than it, or when it contradicts the store (damage).
   std::optional<int64_t> calls_begun;
+  // The first write its writer could not make (a full disk, `ulimit -f`): the store is incomplete
+  // from that step on (store/write_failure.h). None when every write was made.
+  std::optional<WriteFailure> write_failure;
   // Each layer's trend, by layer then step, and the warnings the rank said (base/logit_trend.h).
   std::vector<TrendPoint> trends;
   std::vector<TrendWarning> trend_warnings;
@@ -109,8 +113,12 @@ struct RunData {
   // (RunCounters::unprobed_first_step); a kind a store older than that count names is taken as step 0.
   std::map<std::string, int64_t> unprobedFirstSteps() const;
   // Calls the probes began that never reached a store, over all ranks: the process ended (by
-  // SIGKILL, or a path that ran no exit hook) before the writer committed them.
+  // SIGKILL, or a path that ran no exit hook) before the writer committed them, or its writes
+  // failed (RankInfo::write_failure).
   int64_t callsNotStored() const;
+  // Each rank whose store's writes failed: "rank 0: the store is incomplete from step 12: the disk
+  // filled", in rank order.
+  std::vector<std::string> incompleteStores() const;
   // The calls summarised over all ranks; calls 0 when nothing was.
   Summarised summarised() const;
   // Whether any rank ran with --trail (RunCounters::trail).

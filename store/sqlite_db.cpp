@@ -66,7 +66,11 @@ Status Transaction::begin() {
 
 Status Transaction::commit() {
   open_ = false;
-  return exec(db_, "COMMIT");
+  Status st = exec(db_, "COMMIT");
+  // A COMMIT that failed (a full disk) may leave the transaction open: rolled back here, or every
+  // later BEGIN would fail and the writer would never write again.
+  if (!st.ok() && !sqlite3_get_autocommit(db_)) exec(db_, "ROLLBACK");
+  return st;
 }
 
 }  // namespace nanprov::sqlite

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -219,11 +220,15 @@ struct PendingRows {
 struct StoreWriter::Impl {
   enum class State { kActive, kClosed };
 
+  std::string path;
   sqlite::Db db;
   Statements statements;
   std::unique_ptr<BudgetKeeper> budget;  // writer thread only
   TrendKeeper trends;                    // writer thread only
   TrendSink on_warning;                  // called on the writer thread, after the warning committed
+  std::unique_ptr<WriteFailureRecord> failure;  // noted by the writer thread (or close, after it)
+  WriteFailureSink on_failure;
+  int64_t newest_step = 0;  // of the calls written so far: where a batch without calls stands
   Interned interned;
   int64_t calls_written = 0;
   // The counters' rows as last committed (writer thread only): a counter said again with the same
@@ -247,22 +252,29 @@ struct StoreWriter::Impl {
 
   // Writes one batch, a failure counted as its rows dropped. Under a budget, a batch of more calls
   // than the budget keeper's chunk is written in chunks, each pruned after it, so the store never
-  // holds much more than its budget between two prunes. Called only by the writer thread, or by
-  // close() after the thread was joined: the database handle has one user at a time.
+  // holds much more than its budget between two prunes. Each chunk commits with the ends of the
+  // steps its calls have passed: a kill between two chunks leaves every stored call's earlier
+  // steps recorded, never calls past the steps the store counts. Called only by the writer thread,
+  // or by close() after the thread was joined: the database handle has one user at a time.
   void writeBatch(PendingRows& batch) {
     const size_t chunk = budget->on() ? static_cast<size_t>(budget->chunkCalls()) : SIZE_MAX;
     if (batch.calls.size() <= chunk) return writeTransaction(batch, !batch.steps.empty());
-    // The first transaction takes every row but the calls past its chunk and the step ends: the
-    // captures and kernels that hold a call in full are there before any prune looks for them.
+    // The first transaction takes every row but the calls past its chunk and the later step ends:
+    // the captures and kernels that hold a call in full are there before any prune looks for them.
     std::vector<CallEvent> calls = std::move(batch.calls);
     std::vector<StepRow> steps = std::move(batch.steps);
+    size_t steps_taken = 0;
     for (size_t from = 0; from < calls.size(); from += chunk) {
       const bool last = calls.size() - from <= chunk;
       PendingRows part = from == 0 ? std::move(batch) : PendingRows{};
       auto first = calls.begin() + static_cast<std::ptrdiff_t>(from);
       auto end = last ? calls.end() : first + static_cast<std::ptrdiff_t>(chunk);
+      int64_t reached = 0;  // the newest step a call of the chunk ran in: the steps before it ended
+      for (auto it = first; it != end; ++it) reached = std::max(reached, it->step);
+      while (steps_taken < steps.size() && (last || steps[steps_taken].step < reached)) {
+        part.steps.push_back(steps[steps_taken++]);
+      }
       part.calls.assign(std::make_move_iterator(first), std::make_move_iterator(end));
-      if (last) part.steps = std::move(steps);
       writeTransaction(part, !last || !part.steps.empty());
     }
   }
@@ -272,12 +284,23 @@ struct StoreWriter::Impl {
     if (!st.ok()) {
       interned = {};  // the rolled-back transaction may have held new signatures
       trends.rewriteAll();  // and trend rows the keeper counts as written
-      return recordFailure(st, rows.rows());
+      noteWriteFailure(rows, st);
+      recordFailure(st, rows.rows());
     }
     // Pruning to the budget waits for a step boundary (or a chunk's end), in a transaction of its
     // own: what the batch committed is on disk whatever the prune meets, so a failed prune drops
-    // no row; it is the writer's first error.
+    // no row; it is the writer's first error. After a failed batch it runs too: what it frees is
+    // room for the next batches.
     if (prune) recordFailure(budget->stepEnded(db.get()), 0);
+  }
+
+  // The store lacks `rows` from their earliest step on: recorded beside it, said once.
+  void noteWriteFailure(const PendingRows& rows, const Status& st) {
+    int64_t from = newest_step;
+    for (const CallEvent& c : rows.calls) from = std::min(from, c.step);
+    for (const StepRow& s : rows.steps) from = std::min(from, s.step);
+    const WriteFailureKind kind = writeFailureKindOf(db.get(), path, st.message());
+    if (failure && failure->note(kind, from) && on_failure) on_failure(*failure->failure(), st.message());
   }
 
   Status writeRows(const PendingRows& batch) {
@@ -290,6 +313,7 @@ struct StoreWriter::Impl {
     }
     std::vector<TrendWarning> warnings;
     for (const CallEvent& c : batch.calls) {
+      newest_step = std::max(newest_step, c.step);
       CallRecord record = c.record();
       if (rank >= 0) record.rank = rank;
       NANPROV_RETURN_IF_ERROR(insertCall(db.get(), statements, interned, record));
@@ -386,15 +410,8 @@ StoreWriter::StoreWriter(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 namespace {
 
-// Writes the schema and meta into a staging file next to `path`, then links it into place. A
-// reader therefore sees either no store or one with its schema and schema_version, never one
-// being created (that read as "damaged"). link() refuses an existing name, so a second process
-// claiming the same rank store fails instead of merging its rows into another run's.
-Status createStore(const std::string& path, const std::map<std::string, std::string>& meta, const RunCounters& counters) {
-  std::filesystem::path final_path(path);
-  std::string staging = (final_path.parent_path() / ("." + final_path.filename().string() + "." +
-                                                      std::to_string(getpid()) + ".creating")).string();
-  std::filesystem::remove(staging);
+// Writes the schema and meta into `staging`, and closes it: the WAL folded into the file.
+Status fillStaging(const std::string& staging, const std::map<std::string, std::string>& meta, const RunCounters& counters) {
   {
     NANPROV_ASSIGN_OR_RETURN(sqlite::Db db, sqlite::open(staging, sqlite::Mode::kReadWriteCreate));
     sqlite3* raw = db.get();
@@ -407,10 +424,35 @@ Status createStore(const std::string& path, const std::map<std::string, std::str
     all["schema_version"] = std::to_string(kSchemaVersion);
     for (const auto& [k, v] : all) NANPROV_RETURN_IF_ERROR(insertMeta(raw, statements, k, v));
     NANPROV_RETURN_IF_ERROR(writeCounters(raw, counters));
-  }  // closed: the WAL is folded into the file before it gets its name
-  int linked = link(staging.c_str(), path.c_str());
+  }
+  // A WAL left behind holds the schema (the fold failed on a full disk): the file alone, linked
+  // into place, would be read as damaged.
+  std::error_code ec;
+  if (std::filesystem::file_size(staging + "-wal", ec) > 0 && !ec) {
+    return Status::Error(staging + ": the store's schema could not be written into it (is the disk full?)");
+  }
+  return Status::Ok();
+}
+
+// Writes the schema and meta into a staging file next to `path`, then links it into place. A
+// reader therefore sees either no store or one with its schema and schema_version, never one
+// being created (that read as "damaged"). link() refuses an existing name, so a second process
+// claiming the same rank store fails instead of merging its rows into another run's. The staging
+// file goes whatever happens: a store that could not be made leaves nothing behind.
+Status createStore(const std::string& path, const std::map<std::string, std::string>& meta, const RunCounters& counters) {
+  std::filesystem::path final_path(path);
+  std::string staging = (final_path.parent_path() / ("." + final_path.filename().string() + "." +
+                                                      std::to_string(getpid()) + ".creating")).string();
+  auto removeStaging = [&] {
+    std::error_code ignored;
+    for (const char* suffix : {"", "-wal", "-shm", "-journal"}) std::filesystem::remove(staging + suffix, ignored);
+  };
+  removeStaging();
+  Status filled = fillStaging(staging, meta, counters);
+  int linked = filled.ok() ? link(staging.c_str(), path.c_str()) : -1;
   int link_errno = errno;
-  std::filesystem::remove(staging);
+  removeStaging();
+  if (!filled.ok()) return filled;
   if (linked != 0) {
     return Status::Error(link_errno == EEXIST ? path + " already exists: another process of this run holds this rank"
                                               : path + ": " + std::strerror(link_errno));
@@ -422,17 +464,20 @@ Status createStore(const std::string& path, const std::map<std::string, std::str
 
 StatusOr<std::unique_ptr<StoreWriter>> StoreWriter::open(
     const std::string& path, const std::map<std::string, std::string>& meta, int64_t budget_bytes, TrendSink on_warning,
-    const RunCounters& counters) {
+    const RunCounters& counters, WriteFailureSink on_failure) {
   RunCounters all = counters;
   if (budget_bytes > 0) all.store_budget = budget_bytes;
   NANPROV_RETURN_IF_ERROR(createStore(path, meta, all));
   auto impl = std::make_unique<Impl>();
+  impl->path = path;
   NANPROV_ASSIGN_OR_RETURN(impl->db, sqlite::open(path, sqlite::Mode::kReadWrite));
   sqlite3* raw = impl->db.get();
   NANPROV_RETURN_IF_ERROR(sqlite::exec(raw, "PRAGMA synchronous=NORMAL;"));  // per connection
   impl->budget = std::make_unique<BudgetKeeper>(path, budget_bytes);
   NANPROV_RETURN_IF_ERROR(impl->budget->configure(raw));
   impl->on_warning = std::move(on_warning);
+  impl->on_failure = std::move(on_failure);
+  NANPROV_ASSIGN_OR_RETURN(impl->failure, WriteFailureRecord::create(path));
   NANPROV_ASSIGN_OR_RETURN(impl->statements, prepareStatements(raw));
 
   Impl* p = impl.get();
@@ -558,14 +603,20 @@ Status StoreWriter::close() {
   impl_->pending = {};
   sqlite3* raw = impl_->db.get();
   (void)writeCounters(raw, RunCounters{.dropped_rows = impl_->dropped.load()});
-  // Fold the WAL back so a finished run is one plain file.
+  // Fold the WAL back so a finished run is one plain file. On a full disk that fails and the WAL
+  // keeps the committed rows: the store stays in WAL mode, readable with it.
   sqlite::exec(raw, "PRAGMA wal_checkpoint(TRUNCATE); PRAGMA journal_mode=DELETE;");
   impl_->statements = {};
   impl_->db.reset();
+  if (impl_->failure) impl_->failure->discardIfClean();
   return impl_->first_error;
 }
 
 int64_t StoreWriter::droppedRows() const { return impl_->dropped.load(); }
+
+std::optional<WriteFailure> StoreWriter::writeFailure() const {
+  return impl_->failure ? impl_->failure->failure() : std::nullopt;
+}
 
 size_t StoreWriter::pendingCalls() const {
   std::lock_guard<std::mutex> lock(impl_->mu);

@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "base/records/collective_record.h"
 #include "base/records/run_counters.h"
 #include "base/status.h"
+#include "store/write_failure.h"
 
 namespace nanprov {
 
@@ -25,6 +27,9 @@ inline constexpr int64_t kDefaultStoreBudgetBytes = int64_t{1} << 30;
 // Hears each trend warning (base/logit_trend.h) once it is in the store, on the writer's thread:
 // the training never waits on it, and no value is read from the device for it.
 using TrendSink = std::function<void(const TrendWarning&)>;
+// Hears the first write the store could not make (store/write_failure.h), with SQLite's words for
+// it, on the writer's thread: the run says it when it happens, and training goes on.
+using WriteFailureSink = std::function<void(const WriteFailure&, const std::string& error)>;
 
 class StoreWriter {
  public:
@@ -32,11 +37,13 @@ class StoreWriter {
   // and environment) and `counters` into it. With a `budget_bytes` (nanprov run --store-budget),
   // the store stays under it for any run length: at step boundaries the clean calls of old steps
   // become per-step summaries (store/budget_keeper.h). Every call also feeds its layer's trend
-  // (store/trend_keeper.h); `on_warning` hears its warnings.
+  // (store/trend_keeper.h); `on_warning` hears its warnings. A write that fails (a full disk) drops
+  // its rows, is recorded beside the store (store/write_failure.h) and said to `on_failure`, and
+  // the writer goes on with the next batch.
   static StatusOr<std::unique_ptr<StoreWriter>> open(const std::string& path,
                                                      const std::map<std::string, std::string>& meta,
                                                      int64_t budget_bytes = 0, TrendSink on_warning = {},
-                                                     const RunCounters& counters = {});
+                                                     const RunCounters& counters = {}, WriteFailureSink on_failure = {});
   ~StoreWriter();  // close()s
   StoreWriter(const StoreWriter&) = delete;
   StoreWriter& operator=(const StoreWriter&) = delete;
@@ -68,6 +75,8 @@ class StoreWriter {
 
   // Rows dropped because the writer failed; reported in meta at close.
   int64_t droppedRows() const;
+  // The first write the store could not make, if any (kept beside the store too).
+  std::optional<WriteFailure> writeFailure() const;
 
   // Calls appended and not yet taken by the writer thread (the probes never wait on it; the store
   // benchmark does, to measure the writer's sustained rate).

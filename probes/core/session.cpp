@@ -51,6 +51,14 @@ static void sayTrendWarning(const TrendWarning& w) {
                static_cast<long long>(*w.nonfinite_step));
 }
 
+// A store that could not be written (a full disk): said once, loudly, when it happens. The
+// training goes on; its calls are still checked and counted, and the report says from which step
+// the store lacks them.
+static void sayWriteFailure(int rank, const WriteFailure& failure, const std::string& error) {
+  std::fprintf(stderr, "nanprov: rank %d: %s (%s); training continues, and its calls are counted but may not be stored\n",
+               rank, printable(writeFailureText(failure)).c_str(), printable(error).c_str());
+}
+
 Session::Session() = default;
 Session::~Session() {
   Session* self = this;
@@ -153,7 +161,8 @@ StoreWriter* Session::writer() {
   std::string path = (std::filesystem::path(run_dir_) / ownName(rankStoreName(rank()), processStoreName(getpid()))).string();
   // nanprov run --store-budget; a process started without nanprov run keeps the default.
   auto opened = StoreWriter::open(path, meta, envInteger("NANPROV_STORE_BUDGET", kDefaultStoreBudgetBytes, 0),
-                                  sayTrendWarning, counters);
+                                  sayTrendWarning, counters,
+                                  [this](const WriteFailure& f, const std::string& error) { sayWriteFailure(rank(), f, error); });
   if (!opened.ok()) {
     writer_failed_ = true;
     storeRefused(opened.status().message());
@@ -225,7 +234,7 @@ void Session::storeRefused(const std::string& why) {
                "nanprov: RANK %s IS NOT RECORDED: cannot write its store; training continues unrecorded\n"
                "nanprov:   %s\n"
                "nanprov: ==================================================================\n",
-               number.c_str(), why.c_str());
+               number.c_str(), printable(why).c_str());
   std::ofstream note(std::filesystem::path(run_dir_) / unrecordedNoteName(rank()), std::ios::trunc);
   note << "pid " << getpid() << ": " << why << "\n";
 }
@@ -421,10 +430,14 @@ void Session::finalize(bool collect) {
   }
   Status st = writer->close();
   if (!st.ok()) logOnce("close", "store closed with an error: " + st.message());
-  // Closed, the store is one self-contained file: it takes its rank's name for good.
+  // Closed, the store is one self-contained file: it takes its rank's name for good. One whose
+  // writes failed keeps its process's name, which its WAL and its failure record go by (a full
+  // disk may have kept the WAL from folding back); the rank's link still leads to it.
   std::lock_guard<std::mutex> lock(writer_mu_);
-  store_link_.adopt();
-  tally_link_.adopt();
+  if (!writer->writeFailure()) {
+    store_link_.adopt();
+    tally_link_.adopt();  // the tally goes by the store's name (store/run_dir.h callTallyPathOf)
+  }
 }
 
 std::string Session::modulePath() const {

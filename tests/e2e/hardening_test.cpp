@@ -569,6 +569,22 @@ TEST_F(Hardening, ReadersRefuseMalformedValuesInOneLine) {
   }
 }
 
+// A run folder named with U+202E, U+2028, U+2029, U+0085 and an escape: `nanprov run` prints it
+// through the report's escaping, in every line it writes (it once printed "recording into" raw).
+TEST(HardeningCli, TheRunsOwnLinesEscapeItsFolderName) {
+  const std::string hostile = "run\xe2\x80\xae-\xe2\x80\xa8-\xe2\x80\xa9-\xc2\x85-\x1b[2J";
+  const fs::path dir = runDir("hostile") / hostile;
+  Result r = sh(nanprov() + " run --out '" + dir.string() + "' -- " + python() + " " + example("tiny_transformer.py") +
+                " --steps 1 2>&1 >/dev/null");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("recording into "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("run\\u202e-\\u2028-\\u2029-\\u0085-\\x1b[2J"), std::string::npos) << r.out;
+  for (const char* raw : {"\xe2\x80\xae", "\xe2\x80\xa8", "\xe2\x80\xa9", "\xc2\x85", "\x1b"}) {
+    EXPECT_EQ(r.out.find(raw), std::string::npos) << r.out;
+  }
+  fs::remove_all(dir.parent_path());
+}
+
 TEST(HardeningCli, CommandsThatCannotRunLeaveNothingBehind) {
   fs::path dir = runDir("cannot-run");
   struct Case {

@@ -3,6 +3,7 @@
 // a SIGKILL mid-run leaves a readable store under it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <regex>
 #include <sstream>
@@ -124,11 +125,20 @@ TEST(StoreBudget, SigkillMidRunLeavesAReadableStoreUnderTheBudget) {
   EXPECT_TRUE(r.doc["coverage"]["summarised"].is_object()) << r.report.out;
 }
 
+// nanprov's own one line, never the option library's words: what is wrong and what to give.
 TEST(StoreBudget, ABadSizeIsOneLineAndAUsageError) {
-  for (const std::string bad : {"lots", "100K", "-1"}) {
+  for (const std::string bad : {"lots", "100K", "-1", "1.5M", "1e99", "abc", "9999999999999999999G", "1T", "''", "1KK"}) {
+    SCOPED_TRACE(bad);
     Result r = sh(nanprov() + " run --store-budget " + bad + " -- true 2>&1");
-    EXPECT_EQ(r.code, 2) << bad << ": " << r.out;
+    EXPECT_EQ(r.code, 2) << r.out;
     EXPECT_NE(r.out.find("--store-budget"), std::string::npos) << r.out;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+    EXPECT_NE(r.out.find("see nanprov run --help"), std::string::npos) << r.out;
+    for (const char* raw : {"Could not convert", "value ", "[b, kb", "INT"}) EXPECT_EQ(r.out.find(raw), std::string::npos) << r.out;
+  }
+  for (const std::string good : {"512K", "1M", "1G", "1gib", "300000"}) {
+    Result r = sh(nanprov() + " run --out " + runDir("budget-good").string() + " --store-budget " + good + " -- true 2>&1");
+    EXPECT_EQ(r.code, 0) << good << ": " << r.out;
   }
 }
 

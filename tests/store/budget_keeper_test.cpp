@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <thread>
 
+#include <sqlite3.h>
+
 #include "store/reader.h"
 #include "store/run_dir.h"
 #include "store/writer.h"
@@ -151,6 +153,57 @@ TEST(StoreBudget, WithoutOneNothingIsSummarised) {
   EXPECT_EQ(run->total_calls, calls);
   EXPECT_EQ(run->ranks.at(0).calls_stored, calls);
   EXPECT_EQ(run->summarised().calls, 0);
+}
+
+
+// The budget's summaries, the steps table and the trends derive from the calls: a store whose rows
+// were edited by hand is read with a damaged line naming what disagrees, one per edit, and the
+// run is never read as plainly consistent. The unedited store has none (the tests above).
+TEST(StoreBudget, HandEditedDerivedTablesAreNamedAsDamage) {
+  fs::path dir = freshDir("budget_edited");
+  int64_t largest = 0;
+  writeRun(dir / rankStoreName(0), kBudget, 1500, 1490, &largest);
+  const fs::path original = dir / rankStoreName(0);
+  struct Edit {
+    const char* sql;
+    const char* said;  // in the damage line
+  };
+  const Edit edits[] = {
+      {"UPDATE step_summaries SET calls = calls + 5 WHERE step = (SELECT MIN(step) FROM step_summaries)", "step_summaries count"},
+      {"UPDATE step_summaries SET not_clean = calls + 1 WHERE step = (SELECT MIN(step) FROM step_summaries)", "no summary can be"},
+      {"UPDATE step_summaries SET last_step = step + 4096 WHERE step = (SELECT MIN(step) FROM step_summaries)",
+       "more than meta.summary_every"},
+      {"UPDATE meta SET value = '3' WHERE key = 'summary_every'", "not a power of two"},
+      {"UPDATE meta SET value = '1' WHERE key = 'summary_every'", "more than meta.summary_every"},
+      {"DELETE FROM steps WHERE step > 1400", "step rows were removed"},
+      {"INSERT INTO steps VALUES (100000, 1)", "do not count those steps once each"},
+      {"UPDATE trends SET calls = calls + 100 WHERE step = 0", "trends count"},
+      {"UPDATE trends SET max_o = 0.5", "beyond their layer's trend"},
+      {"UPDATE trends SET step = step + 1 WHERE layer = 0 AND step = (SELECT MAX(step) FROM trends WHERE layer = 0)",
+       "no trend bucket can be"},
+  };
+  for (const Edit& e : edits) {
+    SCOPED_TRACE(e.sql);
+    fs::path edited = freshDir("budget_edited_copy");
+    fs::copy_file(original, edited / rankStoreName(0));
+    {
+      sqlite3* db = nullptr;
+      ASSERT_EQ(sqlite3_open((edited / rankStoreName(0)).c_str(), &db), SQLITE_OK);
+      char* err = nullptr;
+      const int rc = sqlite3_exec(db, e.sql, nullptr, nullptr, &err);
+      const std::string why = err ? err : "";
+      sqlite3_free(err);
+      sqlite3_close(db);
+      ASSERT_EQ(rc, SQLITE_OK) << why;
+    }
+    auto run = loadRun(edited.string(), RunScope::kEdges);
+    ASSERT_TRUE(run.ok()) << run.status().message();
+    std::string damage;
+    for (const std::string& line : run->damage) damage += line + "\n";
+    EXPECT_NE(damage.find(e.said), std::string::npos) << damage;
+    EXPECT_NE(damage.find("rank 0's "), std::string::npos) << damage;
+    fs::remove_all(edited);
+  }
 }
 
 }  // namespace

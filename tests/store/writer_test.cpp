@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -11,6 +12,7 @@
 
 #include "store/reader.h"
 #include "store/run_dir.h"
+#include "store/write_failure.h"
 #include "tests/temp_dir.h"
 
 namespace nanprov {
@@ -257,6 +259,83 @@ TEST(StoreWriter, CloseTwiceIsANoOp) {
   EXPECT_TRUE((*writer)->close().ok());
   (*writer)->append(makeCall(0, 0, Phase::kForward, 0));  // after close: dropped, no crash
   EXPECT_EQ((*writer)->droppedRows(), 1);
+}
+
+
+// A store whose writes fail (here the file size limit, as `ulimit -f` sets it) keeps what it
+// committed readable, records from which step it is incomplete and why beside it, and goes on
+// writing once there is room: the budget's pruning makes room again.
+TEST(StoreWriter, AFileSizeLimitIsRecordedAndTheStoreStaysReadable) {
+  fs::path dir = freshDir("file-size-limit");
+  const std::string path = (dir / processStoreName(4242)).string();
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    signal(SIGXFSZ, SIG_IGN);  // as Python does: the write fails with EFBIG instead
+    rlimit limit{.rlim_cur = 400 << 10, .rlim_max = RLIM_INFINITY};
+    setrlimit(RLIMIT_FSIZE, &limit);
+    int said = 0;
+    auto writer = StoreWriter::open(path, {{"rank", "0"}}, 0, {}, {}, [&](const WriteFailure&, const std::string&) { ++said; });
+    if (!writer.ok()) _exit(2);
+    int64_t seq = 0;
+    for (int64_t step = 0; step < 300; ++step) {
+      for (int i = 0; i < 60; ++i) (*writer)->append(makeCall(seq++, step, Phase::kForward, 0));
+      (*writer)->stepEnded(step, 10'000 + step);
+      while ((*writer)->pendingCalls() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    Status closed = (*writer)->close();
+    _exit(!closed.ok() && said == 1 && (*writer)->writeFailure() ? 0 : 3);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  ASSERT_EQ(WEXITSTATUS(status), 0) << "the writer met the limit, said it once and kept it";
+  auto failure = readWriteFailure(path);
+  ASSERT_TRUE(failure.has_value());
+  EXPECT_EQ(failure->kind, WriteFailureKind::kFileSizeLimit);
+  EXPECT_GT(failure->from_step, 0);
+  EXPECT_LT(failure->from_step, 300);
+  auto run = loadRun(dir.string());
+  ASSERT_TRUE(run.ok()) << run.status().message();
+  ASSERT_EQ(run->ranks.size(), 1u);
+  EXPECT_TRUE(run->ranks[0].write_failure.has_value());
+  EXPECT_EQ(run->damage, std::vector<std::string>{});
+  EXPECT_GT(run->total_calls, 0);
+  EXPECT_LT(run->total_calls, 300 * 60);
+  EXPECT_GE(run->ranks[0].steps, failure->from_step);
+  ASSERT_EQ(run->incompleteStores().size(), 1u);
+  EXPECT_EQ(run->incompleteStores()[0], "rank 0: the store is incomplete from step " + std::to_string(failure->from_step) +
+                                            ": the file size limit (ulimit -f) was hit");
+}
+
+// A store that never failed leaves no failure record beside it.
+TEST(StoreWriter, AStoreThatNeverFailedLeavesNoFailureRecord) {
+  fs::path dir = freshDir("no-failure");
+  auto writer = StoreWriter::open((dir / rankStoreName(0)).string(), {{"rank", "0"}});
+  ASSERT_TRUE(writer.ok()) << writer.status().message();
+  (*writer)->append(makeCall(0, 0, Phase::kForward, 0));
+  ASSERT_TRUE((*writer)->close().ok());
+  EXPECT_FALSE(fs::exists(dir / "rank-0.sqlite.write-failure"));
+  EXPECT_FALSE(readWriteFailure((dir / rankStoreName(0)).string()).has_value());
+}
+
+// A store that cannot be made (its schema is past the file size limit) leaves nothing behind: no
+// staging file, no WAL of one, and the error says why.
+TEST(StoreWriter, AStoreThatCannotBeMadeLeavesNothingBehind) {
+  fs::path dir = freshDir("not-made");
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    signal(SIGXFSZ, SIG_IGN);
+    rlimit limit{.rlim_cur = 8 << 10, .rlim_max = RLIM_INFINITY};
+    setrlimit(RLIMIT_FSIZE, &limit);
+    auto writer = StoreWriter::open((dir / rankStoreName(0)).string(), {{"rank", "0"}});
+    _exit(writer.ok() ? 3 : 0);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  for (const auto& entry : fs::directory_iterator(dir)) ADD_FAILURE() << "left behind: " << entry.path();
 }
 
 }  // namespace

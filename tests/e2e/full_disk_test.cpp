@@ -1,0 +1,108 @@
+// End-to-end: a store whose writes fail mid-run, because the file size limit (`ulimit -f`) or a
+// small filesystem filled. The training is untouched (losses bit-identical); the run says when it
+// happens; afterwards every reader reads what the store holds, says the disk filled (or the limit
+// was hit) and from which step the store is incomplete, never that it is damaged; and the outcome
+// is never plainly clean: the calls checked and those stored are both counted.
+#include <gtest/gtest.h>
+#include <sys/mount.h>
+
+#include "tests/e2e/e2e_support.h"
+
+namespace {
+using namespace e2e;
+
+// 4 calls a step (2 layers, fwd and bwd): 1,600 calls, far more than the limits below hold.
+const std::string kTraining = example("tiny_transformer.py") + " --d-model 16 --heads 2 --seq 8 --batch 2 --steps 400 --print-losses";
+
+struct CutRun {
+  Result plain;   // the same training without nanprov: its losses
+  Result run;     // under nanprov: stdout holds the losses, stderr is in `said`
+  std::string said;
+};
+
+// `limit` is shell run first ("ulimit -f 1024"), `out` the run directory.
+CutRun runCut(const std::string& limit, const fs::path& out) {
+  CutRun r;
+  r.plain = sh(python() + " " + kTraining + " 2>&1");
+  const fs::path said = out.string() + ".stderr";
+  r.run = sh("bash -c '" + limit + "; " + nanprov() + " run --out " + out.string() + " -- " + python() + " " + kTraining + " 2>" +
+             said.string() + "'");
+  r.said = sh("cat " + said.string()).out;
+  fs::remove(said);
+  return r;
+}
+
+// What every reader says of a store cut short by `cause`.
+void expectReadAsIncomplete(const CutRun& r, const fs::path& dir, const std::string& cause) {
+  ASSERT_EQ(r.plain.code, 0) << r.plain.out;
+  EXPECT_EQ(r.run.code, 0) << r.said;
+  EXPECT_NE(r.plain.out.find("step399 loss 0x"), std::string::npos) << r.plain.out;
+  EXPECT_EQ(r.run.out, r.plain.out) << "the training's losses are bit-identical";
+  // Said while it ran, once.
+  EXPECT_NE(r.said.find("rank 0: the store is incomplete from step "), std::string::npos) << r.said;
+  EXPECT_NE(r.said.find(cause), std::string::npos) << r.said;
+
+  Result report = sh(nanprov() + " report " + dir.string() + " --json");
+  json doc = json::parse(report.out, nullptr, false);
+  ASSERT_FALSE(doc.is_discarded()) << report.out;
+  EXPECT_EQ(report.code, 0) << report.out;
+  EXPECT_EQ(doc["outcome"], "partial") << "never plainly clean: " << doc["coverage"].dump();
+  EXPECT_EQ(doc["coverage"]["damage"], json::array()) << doc["coverage"].dump();
+  ASSERT_EQ(doc["coverage"]["incomplete"].size(), 1u) << doc["coverage"].dump();
+  const std::string incomplete = doc["coverage"]["incomplete"][0];
+  EXPECT_NE(incomplete.find("rank 0: the store is incomplete from step "), std::string::npos) << incomplete;
+  EXPECT_NE(incomplete.find(cause), std::string::npos) << incomplete;
+  // Every call was checked: those stored and those not add up to the 1,600 the training made.
+  const int64_t stored = doc["summary"]["calls"], lost = doc["coverage"]["calls_not_stored"];
+  EXPECT_GT(stored, 0);
+  EXPECT_GT(lost, 0);
+  EXPECT_EQ(stored + lost, 1600) << doc["coverage"].dump();
+
+  Result text = sh(nanprov() + " report " + dir.string() + " 2>&1");
+  EXPECT_EQ(text.code, 0) << text.out;
+  EXPECT_NE(text.out.find("\n  rank 0: the store is incomplete from step "), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("checked and not stored: writes to the store failed"), std::string::npos) << text.out;
+  EXPECT_EQ(text.out.find("the process ended before"), std::string::npos) << "not a kill: " << text.out;
+  EXPECT_EQ(text.out.find("\nclean"), std::string::npos) << text.out;
+  // Every reader answers from what the store holds (written into /tmp: the full disk is the run's).
+  const fs::path elsewhere = runDir("full-disk-readers");
+  fs::create_directories(elsewhere);
+  for (const std::string& command :
+       {"report " + dir.string() + " --html " + (elsewhere / "page.html").string(), "calls " + dir.string() + " --step 0",
+        "trace " + dir.string() + " --out " + (elsewhere / "trace.json").string(),
+        "sql " + dir.string() + " 'SELECT COUNT(*) FROM calls'"}) {
+    Result read = sh(nanprov() + " " + command + " 2>&1");
+    EXPECT_EQ(read.code, 0) << command << ":\n" << read.out.substr(0, 2000);
+    for (const char* refusal : {"damaged", "not a readable"}) {
+      EXPECT_EQ(read.out.find(refusal), std::string::npos) << command << ":\n" << read.out.substr(0, 2000);
+    }
+  }
+  fs::remove_all(elsewhere);
+}
+
+TEST(FullDisk, AFileSizeLimitIsNamedAndTheStoreStaysReadable) {
+  const fs::path dir = runDir("file-size-limit");
+  // 1,024 blocks: the store's schema fits, its first few hundred calls do, 1,600 do not.
+  CutRun r = runCut("ulimit -f 1024", dir);
+  expectReadAsIncomplete(r, dir, "the file size limit (ulimit -f) was hit");
+}
+
+// A filesystem of 2 MiB that the store fills. Mounting one needs root (CI runs as root); elsewhere
+// the test skips.
+TEST(FullDisk, AFullFilesystemIsNamedAndTheStoreStaysReadable) {
+  const fs::path mount_point = runDir("small-disk");
+  fs::create_directories(mount_point);
+  if (mount("tmpfs", mount_point.c_str(), "tmpfs", 0, "size=2m") != 0) {
+    fs::remove_all(mount_point);
+    GTEST_SKIP() << "cannot mount a small tmpfs here (not root): " << std::strerror(errno);
+  }
+  const fs::path dir = mount_point / "run";
+  // The disk is filled around the store, leaving it about half a megabyte.
+  Result filler = sh("head -c 1400000 /dev/zero > " + (mount_point / "filler").string());
+  CutRun r = runCut("true", dir);
+  expectReadAsIncomplete(r, dir, "the disk filled");
+  umount(mount_point.c_str());
+  fs::remove_all(mount_point);
+}
+
+}  // namespace
