@@ -12,8 +12,9 @@
 namespace {
 using namespace e2e;
 
+// `query` names its one value n.
 int64_t sqlInteger(const fs::path& dir, const std::string& query) {
-  Result r = sh(nanprov() + " sql " + dir.string() + " \"" + query + " AS n\" --json");
+  Result r = sh(nanprov() + " sql " + dir.string() + " \"" + query + "\" --json");
   json rows = json::parse(r.out, nullptr, false);
   if (r.code != 0 || rows.is_discarded() || rows.empty() || rows[0]["n"].is_null()) return -1;
   return rows[0]["n"].get<int64_t>();
@@ -42,17 +43,23 @@ TEST(KillDrill, BudgetedRunsKilledAtRandomMomentsAreReadByEveryReader) {
     Result report = sh(nanprov() + " report " + dir.string() + " --json");
     json doc = json::parse(report.out, nullptr, false);
     ASSERT_FALSE(doc.is_discarded()) << report.out;
-    if (!fs::exists(dir / "rank-0.sqlite")) continue;
+    if (!fs::exists(dir / "rank-0.sqlite")) {
+      fs::remove_all(dir);
+      continue;
+    }
     EXPECT_EQ(report.code, 0) << report.out;
     EXPECT_EQ(doc["coverage"]["damage"], json::array()) << doc["coverage"].dump();
     // Calls lost to the kill were checked and never stored: the run is not plainly clean.
     if (doc["coverage"]["calls_not_stored"].get<int64_t>() > 0) EXPECT_EQ(doc["outcome"], "partial") << doc["coverage"].dump();
     // Every call the report counts is a row or in a summary; every step a call ran in was recorded.
-    const int64_t rows = sqlInteger(dir, "SELECT COUNT(*) FROM calls");
-    const int64_t in_summaries = sqlInteger(dir, "SELECT COALESCE(SUM(calls), 0) FROM step_summaries");
-    const int64_t last_step = sqlInteger(dir, "SELECT COALESCE(MAX(step), 0) FROM calls");
+    const int64_t rows = sqlInteger(dir, "SELECT COUNT(*) AS n FROM calls");
+    const int64_t in_summaries = sqlInteger(dir, "SELECT COALESCE(SUM(calls), 0) AS n FROM step_summaries");
+    const int64_t last_step = sqlInteger(dir, "SELECT COALESCE(MAX(step), 0) AS n FROM calls");
     ASSERT_GE(rows, 0);
-    if (rows + in_summaries == 0) continue;  // killed before its first batch: nothing to list
+    if (rows + in_summaries == 0) {  // killed before its first batch: nothing to list
+      fs::remove_all(dir);
+      continue;
+    }
     EXPECT_EQ(doc["summary"]["calls"].get<int64_t>(), rows + in_summaries) << doc["summary"].dump();
     EXPECT_GE(doc["summary"]["steps"].get<int64_t>(), last_step) << "a stored call's step has its row";
     if (in_summaries > 0) ++summarised;
