@@ -33,6 +33,7 @@ struct Options {
   std::string emit_repro;
   bool keep = false;
   int64_t max_memory = 0;  // 0: the engine's default
+  int reruns = replay::kDefaultReruns;
   bool backends_given = false;
   std::string python = installLayout().python;
 };
@@ -118,7 +119,8 @@ int replay(const Options& opts) {
                .output = opts.audit ? (opts.json ? EngineOutput::kAuditJson : EngineOutput::kAudit)
                          : opts.json ? EngineOutput::kJson : EngineOutput::kText,
                .emit_repro = opts.emit_repro,
-               .keep = opts.keep});
+               .keep = opts.keep,
+               .reruns = opts.reruns});
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -142,13 +144,20 @@ void addReplayCommand(CLI::App& app, int* exit_code) {
       "judges every output: ok, suspect, non-finite, all-zero, silent-wrong, unsupported or\n"
       "reference-invalid (rules in the README). The root cause is one of none,\n"
       "backend-specific, forward-ok-backward-wrong, input-caused, precision-limit,\n"
-      "fully-masked-rows, captured-backend-suspect, cannot-judge, not-reproduced or\n"
-      "reference-suspect.\n"
+      "fully-masked-rows, captured-backend-suspect, cannot-judge, not-reproduced,\n"
+      "reference-suspect, or nondeterministic.\n"
+      "The captured backend runs the call --reruns times (default 5), on this device and on\n"
+      "every other GPU here of the same model, each result compared bit for bit: the run's\n"
+      "result recurs every time (a deterministic fault), k of N times (nondeterministic: the\n"
+      "other backends are rerun too, to say whether the call or the kernel is unstable), or\n"
+      "never while every rerun gives the same bits (not-reproduced: the run's result cannot be\n"
+      "recomputed from its inputs here; suspect the device or the run's context).\n"
       "A FlashAttention 2/3/4 or FFPA call is also rerun through its own package, in --python,\n"
       "where it imports (FlashAttention 4 needs a Hopper or Blackwell GPU, FFPA a CUDA GPU);\n"
       "where it cannot be rerun, the root cause is captured-backend-suspect when every other\n"
       "backend gets the call right.\n"
-      "Exit code: 0 no fault recurred (none, not-reproduced, cannot-judge), 1 a fault recurred,\n"
+      "Exit code: 0 no fault recurred (none, not-reproduced, cannot-judge), 1 a fault recurred\n"
+      "(nondeterministic too),\n"
       "2 usage error, 3 unreadable capture.\n\n"
       "Examples:\n"
       "  nanprov replay                        the newest run's first source edge\n"
@@ -186,6 +195,11 @@ void addReplayCommand(CLI::App& app, int* exit_code) {
   cmd->add_flag("--keep", opts->keep,
                 "Also keep the verdicts next to the capture, as X.replay.json for X.safetensors, where "
                 "nanprov report --html shows them")
+      ->excludes(audit);
+  cmd->add_option("--reruns", opts->reruns,
+                  "How often the captured backend runs the call in all, each result compared bit for bit with the "
+                  "others and with the run's (default " + std::to_string(replay::kDefaultReruns) + "; 1 runs it once)")
+      ->check(CLI::Range(1, replay::kMaxReruns))
       ->excludes(audit);
   cmd->add_option("--max-memory", opts->max_memory,
                   "Refuse, before running, a call whose replay on the CPU would need more memory than this "

@@ -64,6 +64,7 @@ struct RunOptions {
   int64_t capture_bytes = kDefaultCaptureBytes;
   int64_t store_budget = kDefaultStoreBudgetBytes;
   bool no_capture = false;
+  int64_t reruns = 5;  // probes/core/capture_policy.h: kDefaultEdgeReruns
   bool audit = false;
   int64_t audit_every = 0;
   double audit_budget = kDefaultAuditPercent;
@@ -297,6 +298,7 @@ int run(RunOptions& opts) {
       {"NANPROV_CAPTURE_BYTES", std::to_string(opts.capture_bytes)},
       {"NANPROV_STORE_BUDGET", std::to_string(opts.store_budget)},
       {"NANPROV_CAPTURE_FIRST_EDGE", opts.no_capture ? "0" : "1"},
+      {"NANPROV_RERUNS", std::to_string(opts.reruns)},
       {"NANPROV_PROBE_MODULES", probe_modules},
       {"NANPROV_PROBE_OPS", probe_ops},
       {"NANPROV_AUDIT", opts.audit ? "1" : "0"},
@@ -431,6 +433,12 @@ void addRunCommand(CLI::App& app, int* exit_code, std::vector<std::string> wrapp
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_flag("--no-capture", opts->no_capture,
                 "Do not capture the first source edge (selectors and --capture-every still apply)");
+  cmd->add_option("--reruns", opts->reruns,
+                  "When it captures the first source edge, the process that ran it runs the call again this many "
+                  "times, right there (same op, inputs and device), and the capture says how often the run's result "
+                  "recurred, for nanprov replay's verdict: every time, some of the times (a nondeterministic kernel) "
+                  "or never (suspect the device or the run's context); 0: not rerun (default 5)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1000}));
   CLI::Option* audit = cmd->add_flag("--audit", opts->audit,
                 "Also catch outputs that are finite but wrong (an all-zero O, scaled gradients): judge what "
                 "the run computed against the float64 reference while the training runs. Every (call "

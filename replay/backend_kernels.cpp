@@ -133,10 +133,11 @@ std::vector<KernelRecord> BackendKernelTrace::kernelsOf(int run, Phase phase) {
   return it == by_call_.end() ? std::vector<KernelRecord>{} : it->second;
 }
 
-std::string gpuModel() {
+std::string gpuModel(int index) {
 #ifdef NANPROV_HAVE_CUDA
-  return at::hasCUDA() ? kernels::deviceDescription(0) : "";
+  return at::hasCUDA() ? kernels::deviceDescription(index) : "";
 #else
+  (void)index;
   return "";
 #endif
 }

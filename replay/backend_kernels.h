@@ -43,7 +43,8 @@ class BackendKernelTrace {
   std::map<int64_t, std::string> cpu_ops_;  // on the CPU: call number → outermost attention op
 };
 
-// "NVIDIA H200 (sm_90)": the model the device-side kernels are specific to; empty without CUDA.
-std::string gpuModel();
+// "NVIDIA H200 (sm_90)": the model the device-side kernels are specific to, of GPU `index`; empty
+// without CUDA.
+std::string gpuModel(int index = 0);
 
 }  // namespace nanprov::replay

@@ -1,6 +1,7 @@
 #include "replay/engine_request.h"
 
 #include <array>
+#include <string>
 #include <utility>
 
 namespace nanprov::replay {
@@ -44,6 +45,7 @@ std::vector<std::string> engineArgv(const std::string& engine, const EngineReque
   if (!request.backends.empty()) argv.insert(argv.end(), {"--backends", request.backends});
   if (!request.emit_repro.empty()) argv.insert(argv.end(), {"--emit-repro", request.emit_repro});
   if (request.keep) argv.push_back("--keep");
+  argv.insert(argv.end(), {"--reruns", std::to_string(request.reruns)});
   return argv;
 }
 

@@ -26,6 +26,11 @@ std::optional<EngineOutput> engineOutputNamed(std::string_view name);
 // Every name engineOutputNamed accepts, "text|json|…", for the engine's --help.
 std::string engineOutputNames();
 
+// Reruns of the captured backend when none are asked for: enough that a kernel failing half its
+// runs is caught with 97% odds, cheap next to the reference.
+inline constexpr int kDefaultReruns = 5;
+inline constexpr int kMaxReruns = 1000;
+
 struct EngineRequest {
   std::string capture;     // a .safetensors capture; unused by audit-serve
   std::string device = "auto";  // auto, cpu or cuda
@@ -35,6 +40,9 @@ struct EngineRequest {
   // text and json: also keep the verdicts next to the capture (X.replay.json for X.safetensors,
   // store/replay_verdicts.h), where `report --html` shows them.
   bool keep = false;
+  // text and json: how often the captured backend runs the call in all (its first run among
+  // them), each result compared bit for bit (replay/backend_reruns.h).
+  int reruns = kDefaultReruns;
 };
 
 // The argv that runs `engine` for `request` (argv[0] is `engine`).

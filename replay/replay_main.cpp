@@ -27,6 +27,7 @@
 #include "kernels/health_check.h"
 #include "replay/backend_kernels.h"
 #include "replay/backend_names.h"
+#include "replay/backend_reruns.h"
 #include "replay/backends.h"
 #include "replay/captured_call.h"
 #include "replay/engine_request.h"
@@ -275,6 +276,23 @@ bool recordKernels(BackendKernelTrace& trace, const CapturedCall& call, const st
   return written.ok();
 }
 
+// What the training process's own reruns of the call found when it captured it (probes/libtorch/
+// call_rerun.h), read strictly: a count out of range is left out, never bent into a number.
+std::optional<DeviceReruns> rerunsInRun(const CapturedCall& call) {
+  auto count = [&](const char* key) { return parseInteger(call.metaOr(key), 0, kMaxReruns); };
+  const auto runs = count("reruns.runs"), reproduced = count("reruns.reproduced"), identical = count("reruns.identical"),
+             distinct = count("reruns.distinct");
+  if (!runs || !reproduced || !identical || !distinct || *reproduced > *runs || *identical > *runs || *distinct > *runs) {
+    return std::nullopt;
+  }
+  const std::string gpu = call.metaOr("gpu");
+  return DeviceReruns{.device = call.metaOr("device", "?") + (gpu.empty() ? "" : " (" + gpu + ")") + ", in the run",
+                      .runs = static_cast<int>(*runs),
+                      .reproduced = static_cast<int>(*reproduced),
+                      .identical_to_run = static_cast<int>(*identical),
+                      .distinct = static_cast<int>(*distinct)};
+}
+
 int fail(const Status& st) {
   std::fprintf(stderr, "nanprov replay: %s\n", printable(st.message()).c_str());  // it names files: one line
   return kInputError;
@@ -330,7 +348,7 @@ std::string memoryRefusal(const CapturedCall& call, const at::Device& device, co
 
 // Replays (or audits) the capture at `path`; what it has to say is appended to *printed.
 int replayMain(const std::string& path, std::string device_name, const std::string& backend_list, Output output,
-               const std::string& emit_dir, bool keep, std::string* printed) {
+               const std::string& emit_dir, bool keep, int reruns, std::string* printed) {
   const auto started = std::chrono::steady_clock::now();
   const bool audit = output == Output::kAudit || output == Output::kAuditJson;
   QuietCublasContextWarning quiet;
@@ -434,13 +452,32 @@ int replayMain(const std::string& path, std::string device_name, const std::stri
     return keepAudit(r, auditJson(r, seconds), output, printed);
   }
   BackendKernelTrace trace(device);
+  Outputs original_outputs;  // the captured backend's first run, as it gave them: its first rerun
   for (const std::string& name : backends) {
     BackendRun run{.name = name, .original = name == r.backend};
     progress.stage(name);
     std::optional<Outputs> outputs = rerunsThroughItsPackage(name)
                                          ? runFlashPackage(run, *file, path, r.backend, device)
                                          : runTraced(run, *call, device, trace, static_cast<int>(r.backends.size()));
+    if (outputs && run.original) original_outputs = *outputs;
     r.backends.push_back(outputs ? judged(run, *outputs) : run);
+  }
+  // Untraced: the kernels named are the first runs'.
+  trace.attributeTo(-1);
+  r.reruns = rerunBackends({.call = &*call, .device = device, .runs = reruns, .captured = &*r.captured,
+                            .captured_outputs = capturedOutputs(*call)},
+                           r.backends, original_outputs, judged, [&](const std::string& what) { progress.stage(what); });
+  original_outputs = Outputs{};
+  if (r.reruns->backend.empty()) r.reruns->backend = r.backend;
+  r.reruns->in_run_not_rerun = call->metaOr("reruns.not_rerun");
+  r.reruns->in_run = rerunsInRun(*call);
+  if (r.reruns->dependsOnDevice()) {
+    std::string always, never;
+    for (const DeviceReruns& d : r.reruns->devices) {
+      if (d.runs > 0 && d.reproduced == d.runs) always += (always.empty() ? "" : ", ") + d.device;
+      if (d.runs > 0 && d.reproduced == 0) never += (never.empty() ? "" : ", ") + d.device;
+    }
+    r.notes.push_back("the result depends on the device: every rerun on " + always + " gave the run's result, none on " + never);
   }
   progress.stage("conditions and root cause");
   recordKernels(trace, *call, path, r);
@@ -474,7 +511,7 @@ int serveAudits(const std::string& device) {
     int code = kInputError;
     const auto started = std::chrono::steady_clock::now();
     try {
-      code = replayMain(path, device, "", Output::kAudit, "", false, &printed);
+      code = replayMain(path, device, "", Output::kAudit, "", false, 1, &printed);
     } catch (const std::exception& e) {
       printed = "replay failed: " + firstLine(e.what());  // c10 appends its stack trace after a newline
     }
@@ -503,6 +540,8 @@ int main(int argc, char** argv) {
   app.add_option("--output", output, nanprov::replay::engineOutputNames());
   app.add_option("--emit-repro", request.emit_repro, "folder for repro.py and its inputs");
   app.add_flag("--keep", request.keep, "also keep the verdicts next to the capture (X.replay.json)");
+  app.add_option("--reruns", request.reruns, "how often the captured backend runs the call in all")
+      ->check(CLI::Range(1, nanprov::replay::kMaxReruns));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -524,7 +563,7 @@ int main(int argc, char** argv) {
     if (*named == EngineOutput::kAuditServe) return nanprov::replay::serveAudits(request.device);
     std::string printed;
     int code = nanprov::replay::replayMain(request.capture, request.device, backends, *named, request.emit_repro, request.keep,
-                                                   &printed);
+                                                   request.reruns, &printed);
     std::fwrite(printed.data(), 1, printed.size(), stdout);
     return code;
   } catch (const std::exception& e) {

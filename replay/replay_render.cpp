@@ -149,6 +149,63 @@ std::string kernelsText(const ReplayResult& r) {
 
 }  // namespace
 
+namespace {
+
+// `reruns` in replay --json: null where replay did not rerun (audit); `not_rerun` says why the
+// captured backend could not be; `runs` and `reproduced` are the replay device's.
+json rerunsJson(const std::optional<Reruns>& reruns) {
+  if (!reruns) return nullptr;
+  json devices = json::array(), others = json::array();
+  for (const DeviceReruns& d : reruns->devices) {
+    devices.push_back({{"device", d.device}, {"runs", d.runs}, {"reproduced", d.reproduced},
+                       {"identical_to_run", d.identical_to_run}, {"distinct_results", d.distinct}});
+  }
+  for (const BackendStability& b : reruns->others) {
+    others.push_back({{"backend", b.name}, {"runs", b.runs}, {"failed", b.failed}, {"distinct_results", b.distinct},
+                      {"stable", b.distinct == 1 && b.failed == 0}});
+  }
+  const DeviceReruns* here = reruns->devices.empty() ? nullptr : &reruns->devices.front();
+  return {{"backend", reruns->backend},
+          {"not_rerun", nullable(reruns->not_rerun)},
+          {"device", here ? json(here->device) : json(nullptr)},
+          {"runs", here ? here->runs : 0},
+          {"reproduced", here ? here->reproduced : 0},
+          {"identical_to_run", here ? here->identical_to_run : 0},
+          {"distinct_results", here ? here->distinct : 0},
+          {"depends_on_device", reruns->dependsOnDevice()},
+          {"in_run", reruns->in_run ? json{{"device", reruns->in_run->device},
+                                           {"runs", reruns->in_run->runs},
+                                           {"reproduced", reruns->in_run->reproduced},
+                                           {"identical_to_run", reruns->in_run->identical_to_run},
+                                           {"distinct_results", reruns->in_run->distinct}}
+                                     : json(nullptr)},
+          {"in_run_not_rerun", nullable(reruns->in_run_not_rerun)},
+          {"devices", devices},
+          {"other_backends", others}};
+}
+
+// "reruns: flash_cpu on cpu gave the run's result 5 of 5 times, one bitwise result (identical to the run's)".
+std::string rerunsText(const std::optional<Reruns>& reruns) {
+  if (!reruns) return "";
+  std::string out;
+  if (!reruns->not_rerun.empty()) out += "reruns: " + reruns->backend + " not rerun here: " + reruns->not_rerun + "\n";
+  if (!reruns->in_run_not_rerun.empty()) out += "reruns in the run: not rerun, " + reruns->in_run_not_rerun + "\n";
+  std::vector<DeviceReruns> all = reruns->devices;
+  if (reruns->in_run) all.push_back(*reruns->in_run);
+  for (const DeviceReruns& d : all) {
+    out += "reruns: " + (reruns->backend.empty() ? std::string("the call") : reruns->backend) + " on " + d.device + " gave the run's result " + std::to_string(d.reproduced) + " of " +
+           std::to_string(d.runs) + " times, " +
+           (d.distinct == 1 ? std::string("one bitwise result") : std::to_string(d.distinct) + " bitwise-distinct results") +
+           (d.identical_to_run == d.runs ? " (identical to the run's)"
+            : d.identical_to_run == 0    ? " (none identical to the run's)"
+                                         : " (" + std::to_string(d.identical_to_run) + " identical to the run's)") +
+           "\n";
+  }
+  return out;
+}
+
+}  // namespace
+
 json toJson(const ReplayResult& r) {
   json backends = json::array();
   for (const BackendRun& b : r.backends) backends.push_back(backendJson(b));
@@ -184,6 +241,7 @@ json toJson(const ReplayResult& r) {
                           {"explanation", r.root_cause.explanation}}},
           {"captured", r.captured ? backendJson(*r.captured) : json(nullptr)},
           {"backends", backends},
+          {"reruns", rerunsJson(r.reruns)},
           {"yardstick", yardstick},
           {"yardstick_nonfinite", r.yardstick_nonfinite},
           {"conditions", conditionsJson(r.conditions)},
@@ -220,6 +278,14 @@ ReplayResult printableCopy(ReplayResult r) {
   for (BackendRun& b : r.backends) fixRun(b);
   if (r.captured) fixRun(*r.captured);
   if (r.received) fixRun(*r.received);
+  if (r.reruns) {
+    fix(r.reruns->backend);
+    fix(r.reruns->not_rerun);
+    fix(r.reruns->in_run_not_rerun);
+    for (DeviceReruns& d : r.reruns->devices) fix(d.device);
+    if (r.reruns->in_run) fix(r.reruns->in_run->device);
+    for (BackendStability& b : r.reruns->others) fix(b.name);
+  }
   return r;
 }
 
@@ -233,6 +299,7 @@ std::string toText(const ReplayResult& stored) {
   if (!r.root_cause.explanation.empty()) out += ": " + r.root_cause.explanation;
   out += "\n";
   if (!r.root_cause.kernel.empty()) out += "  kernel: " + r.root_cause.kernel + "\n";
+  out += rerunsText(r.reruns);
   out += "conditions: " + conditionsText(r.conditions) + "\n";
   for (const IssueMatch& m : knownIssuesOf(stored)) out += "known issue: " + matchText(m) + "\n";
   for (const IssueMatch& m : possibleKnownIssuesOf(stored)) out += "known issue: " + possibleText(m, "the capture") + "\n";

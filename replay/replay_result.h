@@ -35,6 +35,44 @@ struct BackendRun {
   std::vector<std::string> failing() const;  // roles whose verdict is a failure
 };
 
+// The captured backend rerun on the call, N times, on one device (nanprov replay --reruns).
+struct DeviceReruns {
+  std::string device;         // "cpu", "cuda:0 (NVIDIA H100 80GB HBM3 (sm_90))"
+  int runs = 0;
+  int reproduced = 0;         // reruns that gave the run's result: the same roles failing with the same verdicts
+  int identical_to_run = 0;   // reruns bitwise identical to the run's own outputs
+  int distinct = 0;           // bitwise-distinct results among the reruns
+};
+
+// Another backend rerun as often, to say whether the call itself is unstable or only the
+// captured backend: asked only when the captured backend's reruns disagreed.
+struct BackendStability {
+  std::string name;
+  int runs = 0;
+  int failed = 0;    // reruns with a failing verdict
+  int distinct = 0;  // bitwise-distinct results
+};
+
+// Whether the run's result recurs when the captured backend reruns the captured inputs: every time
+// (a deterministic fault), k of N (a nondeterministic kernel), or never while every rerun is
+// bitwise identical (the run's result cannot be recomputed from its inputs on this device).
+struct Reruns {
+  std::string backend;
+  std::string not_rerun;  // why the captured backend was not rerun; empty when it was
+  std::vector<DeviceReruns> devices;  // the replay's device first, then any other of the same model
+  std::vector<BackendStability> others;
+  // The training process's own reruns of the call when it captured it (nanprov run --reruns): on
+  // the device and in the state of the failure, and the only ones of an op replay cannot run.
+  std::optional<DeviceReruns> in_run;
+  std::string in_run_not_rerun;  // why the run did not rerun it, where it said
+
+  int runs() const;
+  int reproduced() const;
+  bool everyRerunIdentical() const;  // on each device, one bitwise result
+  // Every rerun on one device gave the run's result and none on another.
+  bool dependsOnDevice() const;
+};
+
 // How a tensor sits in memory: what kernels see besides its values. Unset: not recorded.
 struct TensorLayout {
   std::optional<std::vector<int64_t>> strides;
@@ -68,7 +106,7 @@ inline constexpr double kLseLimit = -88.7;  // log of float32's smallest normal,
 // The root cause classes of DESIGN.md, plus three of nanprov's own: captured-backend-suspect (the
 // run's backend could not be rerun; every other one is right), fully-masked-rows (a plain softmax
 // over rows with every key masked) and cannot-judge (the capture lacks part of the call, e.g. a
-// compiled score_mod).
+// compiled score_mod); and nondeterministic (the run's result recurred in only some reruns).
 enum class CauseClass {
   kNone,
   kBackendSpecific,
@@ -80,6 +118,7 @@ enum class CauseClass {
   kCapturedBackendSuspect,
   kFullyMaskedRows,
   kCannotJudge,
+  kNondeterministic,
 };
 const char* causeName(CauseClass c);  // "none", "backend-specific", ... as the JSON spells them
 
@@ -111,6 +150,7 @@ struct ReplayResult {
   std::optional<BackendRun> captured;  // the outputs the run itself produced
   std::optional<BackendRun> received;  // audit of a backward: the O and LSE its forward gave it
   std::vector<BackendRun> backends;
+  std::optional<Reruns> reruns;      // unset where replay does not rerun (audit, kernels)
   std::vector<std::string> yardstick_nonfinite;  // tensors the yardstick itself could not compute
   Conditions conditions;
   RootCause root_cause;
@@ -123,6 +163,10 @@ struct ReplayResult {
   // cudnn_library, triton, ptxas, flash_attn_4). What the known-issue matcher checks versions against.
   std::map<std::string, std::string> environment;
 };
+
+// Whether a rerun of the captured backend gave the run's result: every role the run's outputs
+// were judged on has the same verdict class (ok, or the same failure).
+bool reproduces(const BackendRun& rerun, const BackendRun& captured);
 
 // Applies DESIGN.md's root-cause table to the verdicts (first match wins).
 RootCause findRootCause(const ReplayResult& r);

@@ -16,6 +16,66 @@ std::string cannotJudge(const ReplayResult& r) {
          "), so replay cannot judge it; rerun with that part of the call captured";
 }
 
+std::string ofRuns(int k, int n) { return std::to_string(k) + " of " + std::to_string(n); }
+
+// k of N reruns on the replay's own device gave the run's result: the captured backend's kernel
+// is nondeterministic on this call. Whether the other backends are stable says whether the call
+// or the kernel is.
+bool sometimes(const DeviceReruns& d) { return d.reproduced > 0 && d.reproduced < d.runs; }
+
+// Where the run's result recurred in only some reruns: replay's own, else the run's.
+const DeviceReruns* unstable(const ReplayResult& r) {
+  if (!r.reruns) return nullptr;
+  if (!r.reruns->devices.empty() && sometimes(r.reruns->devices.front())) return &r.reruns->devices.front();
+  if (r.reruns->in_run && sometimes(*r.reruns->in_run)) return &*r.reruns->in_run;
+  return nullptr;
+}
+
+RootCause nondeterministic(const ReplayResult& r, const DeviceReruns& here) {
+  const Reruns& reruns = *r.reruns;
+  RootCause cause;
+  cause.cls = CauseClass::kNondeterministic;
+  cause.backend = reruns.backend.empty() ? r.backend : reruns.backend;
+  cause.kernel = r.main_kernel;
+  cause.tensors = r.captured ? r.captured->failing() : std::vector<std::string>{};
+  cause.explanation = cause.backend + " gave the run's result in " + ofRuns(here.reproduced, here.runs) +
+                      " reruns of the captured inputs on " + here.device + " (" + std::to_string(here.distinct) +
+                      " bitwise-distinct results): a nondeterministic kernel";
+  for (const BackendStability& b : reruns.others) {
+    cause.explanation += "; " + b.name + (b.distinct == 1 && b.failed == 0 ? " is stable on the same call (" + std::to_string(b.runs) +
+                                                                               " reruns, one result)"
+                                                                         : " varies too (" + std::to_string(b.distinct) +
+                                                                               " distinct results, " + ofRuns(b.failed, b.runs) + " failing)");
+  }
+  return cause;
+}
+
+// What the captured backend's reruns add to "not reproduced": whether they were bitwise
+// identical (then the run's result cannot be recomputed from its inputs on this device).
+// The reruns that never gave the run's result: replay's own, else the run's; nullptr when none ran.
+const DeviceReruns* neverReproduced(const ReplayResult& r) {
+  if (!r.reruns) return nullptr;
+  if (!r.reruns->devices.empty() && r.reruns->devices.front().runs > 0) {
+    const DeviceReruns& here = r.reruns->devices.front();
+    return here.reproduced == 0 ? &here : nullptr;
+  }
+  if (r.reruns->in_run && r.reruns->in_run->runs > 0 && r.reruns->in_run->reproduced == 0) return &*r.reruns->in_run;
+  return nullptr;
+}
+
+std::string rerunsNeverReproduced(const ReplayResult& r) {
+  const DeviceReruns* never = neverReproduced(r);
+  if (!never) return "";
+  const DeviceReruns& here = *never;
+  std::string text = "; " + (r.reruns->backend.empty() ? r.backend : r.reruns->backend) + " never gave the run's result in " +
+                     std::to_string(here.runs) + " reruns on " + here.device;
+  if (here.distinct == 1) {
+    return text + ", each bitwise identical: the run's result cannot be recomputed from its inputs on this device";
+  }
+  return text + ", and the reruns differ in their bits (" + std::to_string(here.distinct) +
+         " distinct results): a nondeterministic kernel that more reruns (--reruns) may catch";
+}
+
 }  // namespace
 
 const Comparison* BackendRun::tensor(const std::string& role) const {
@@ -55,6 +115,7 @@ RootCause findRootCause(const ReplayResult& r) {
                         "): the inputs are at fault, not a kernel";
     return cause;
   }
+  if (const DeviceReruns* here = unstable(r)) return nondeterministic(r, *here);
   std::vector<const BackendRun*> passing, failing;
   for (const BackendRun& b : r.backends) {
     if (!b.ran) continue;
@@ -74,13 +135,24 @@ RootCause findRootCause(const ReplayResult& r) {
     bool captured_rerun = std::any_of(r.backends.begin(), r.backends.end(),
                                       [](const BackendRun& b) { return b.original && b.ran; });
     if (!r.injected.empty()) {
-      cause.explanation += r.injected + " was corrupted by nanprov run --inject, so the kernel itself is fine";
+      cause.explanation += r.injected + " was corrupted by nanprov run --inject, so the kernel itself is fine" +
+                           rerunsNeverReproduced(r);
     } else if (!r.incomplete.empty()) {
       // Not "not reproduced": replay did not rerun the call the run made (a compiled score_mod, a
       // softcap), so it can neither confirm nor clear the kernel.
       cause.cls = CauseClass::kCannotJudge;
       cause.explanation += cannotJudge(r);
-    } else if (!captured_rerun && !passing.empty()) {
+    } else if (!captured_rerun && !passing.empty() && r.reruns && r.reruns->in_run &&
+               r.reruns->in_run->reproduced == r.reruns->in_run->runs && r.reruns->in_run->runs > 0) {
+      // Replay cannot run it, but the run's process reran it and it failed every time, while
+      // every backend replay ran computes the call right: the captured backend is at fault.
+      cause.cls = CauseClass::kBackendSpecific;
+      std::vector<std::string> ok_names;
+      for (const BackendRun* b : passing) ok_names.push_back(b->name);
+      cause.explanation = r.backend + " gets " + joined(captured_bad) + " wrong every time: the run's process reran it " +
+                          std::to_string(r.reruns->in_run->runs) + " times on " + r.reruns->in_run->device + ", while " +
+                          joined(ok_names) + " and the float64 reference compute the call correctly";
+    } else if (!captured_rerun && !passing.empty() && !neverReproduced(r)) {
       // Replay never ran what the run ran (FlashAttention 2/3/4, a module's own code): every
       // backend that could run gets the call right from the same inputs, so it is the suspect.
       cause.cls = CauseClass::kCapturedBackendSuspect;
@@ -93,8 +165,13 @@ RootCause findRootCause(const ReplayResult& r) {
       cause.explanation = r.backend + " got " + joined(captured_bad) + " wrong in the run, while " + joined(ok_names) +
                           " and the float64 reference compute the call correctly from the captured inputs; replay "
                           "cannot rerun " + r.backend + " here" + why + ", so " + r.backend + " is the suspect";
+    } else if (const DeviceReruns* never = neverReproduced(r); never && never->distinct == 1) {
+      // Every rerun computed the same bits, none the run's: the run's result came from
+      // something the inputs do not hold.
+      cause.explanation += "suspect the device it ran on (" + (r.environment.count("gpu") ? r.environment.at("gpu") : r.captured_on) +
+                           ") or the run's context (a race, memory corruption)" + rerunsNeverReproduced(r);
     } else {
-      cause.explanation += "the failure is nondeterministic, or needs context the capture does not hold";
+      cause.explanation += "the failure is nondeterministic, or needs context the capture does not hold" + rerunsNeverReproduced(r);
     }
     return cause;
   }
@@ -182,6 +259,7 @@ const char* causeName(CauseClass c) {
     case CauseClass::kCapturedBackendSuspect: return "captured-backend-suspect";
     case CauseClass::kFullyMaskedRows: return "fully-masked-rows";
     case CauseClass::kCannotJudge: return "cannot-judge";
+    case CauseClass::kNondeterministic: return "nondeterministic";
   }
   return "?";
 }

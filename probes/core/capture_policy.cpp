@@ -39,6 +39,7 @@ StatusOr<CapturePlan> capturePlanFromEnvironment() {
   plan.every = envInteger("NANPROV_CAPTURE_EVERY", 0, 0);
   plan.budget_bytes = envInteger("NANPROV_CAPTURE_BYTES", kDefaultCaptureBytes, 0);
   plan.first_source_edge = envInteger("NANPROV_CAPTURE_FIRST_EDGE", 1, 0) != 0;
+  plan.edge_reruns = envInteger("NANPROV_RERUNS", kDefaultEdgeReruns, 0);
   plan.audit.on = envInteger("NANPROV_AUDIT", 0, 0) != 0;
   plan.audit.every_steps = envInteger("NANPROV_AUDIT_EVERY", 0, 0);
   // Hundredths of a percent, so the environment carries a whole number.
@@ -63,6 +64,11 @@ void CapturePolicy::configure(CapturePlan plan, ProgressReader progress, Clock c
 AuditPlan CapturePolicy::auditPlan() {
   std::lock_guard<std::mutex> lock(mu_);
   return plan_.audit;
+}
+
+int64_t CapturePolicy::edgeReruns() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return plan_.edge_reruns;
 }
 
 std::optional<CaptureTrigger> CapturePolicy::triggerFor(const CallEvent& rec, std::optional<uint64_t> audit_key) {

@@ -56,8 +56,13 @@ struct AuditProgress {
   int64_t judge_ns = 0;  // time spent judging them
 };
 
+// How often the process that ran the first source edge runs its call in all, right when it
+// captures it (call_rerun.h); `nanprov run --reruns`, 0 or 1: not rerun.
+inline constexpr int64_t kDefaultEdgeReruns = 5;
+
 struct CapturePlan {
   bool first_source_edge = true;        // off with `nanprov run --no-capture`
+  int64_t edge_reruns = kDefaultEdgeReruns;
   std::vector<CallSelector> selectors;  // --capture
   int64_t every = 0;                    // --capture-every; 0: off
   int64_t budget_bytes = kDefaultCaptureBytes;
@@ -68,7 +73,7 @@ struct CapturePlan {
 StatusOr<CallSelector> parseCaptureSelector(const std::string& text);
 
 // From NANPROV_CAPTURE (selectors separated by ';'), NANPROV_CAPTURE_EVERY,
-// NANPROV_CAPTURE_BYTES, NANPROV_CAPTURE_FIRST_EDGE=0 and NANPROV_AUDIT, NANPROV_AUDIT_EVERY,
+// NANPROV_CAPTURE_BYTES, NANPROV_CAPTURE_FIRST_EDGE=0, NANPROV_RERUNS and NANPROV_AUDIT, NANPROV_AUDIT_EVERY,
 // NANPROV_AUDIT_BYTES, NANPROV_AUDIT_SLICE_BYTES, as `nanprov run` sets them.
 StatusOr<CapturePlan> capturePlanFromEnvironment();
 
@@ -90,6 +95,7 @@ class CapturePolicy {
   // Whether audits are on: only then is a call's audit key worth working out.
   bool auditing() const { return auditing_.load(std::memory_order_relaxed); }
   AuditPlan auditPlan();
+  int64_t edgeReruns();
 
   // Takes `bytes` from the trigger's budget (audits have their own, given back as the judge
   // catches up); false, taking nothing, when they do not fit. An audit that does not fit is

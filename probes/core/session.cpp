@@ -401,6 +401,7 @@ void Session::writeCounters() {
 }
 
 void Session::finalize(bool collect) {
+  closing_.store(true, std::memory_order_release);
   // The hook still records (the session is active): pending checks and kernels reach the store.
   // A forked child skips it: it owns neither the GPU work nor the writer.
   const bool owner = active() && getpid() == owner_pid_;

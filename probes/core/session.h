@@ -46,6 +46,8 @@ class Session {
   // Python (C's exit(), SIGTERM), where LibTorch and CUDA may already be torn down; calls whose
   // checks were still in flight are then counted by the tally as not stored.
   void finalize(bool collect = true);
+  // From finalize() on: the process is exiting, and Python (a --probe-op's kernel) may be gone.
+  bool closing() const { return closing_.load(std::memory_order_acquire); }
 
   CallIdentity& identity() { return identity_; }
   const std::vector<InjectionSpec>& injections() const { return injections_; }
@@ -132,6 +134,7 @@ class Session {
   void countUnseenBackwards();
 
   std::atomic<State> state_{State::kUninitialized};
+  std::atomic<bool> closing_{false};
   std::atomic<FlushHook> flush_hook_{nullptr};
   std::atomic<ModuleResolver> module_resolver_{nullptr};
   std::string run_dir_;

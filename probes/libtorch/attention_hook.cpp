@@ -17,6 +17,7 @@
 #include "probes/core/session.h"
 #include "probes/libtorch/backward_watch.h"
 #include "probes/libtorch/call_recorder.h"
+#include "probes/libtorch/call_rerun.h"
 #include "probes/libtorch/collective_probe.h"
 #include "probes/libtorch/foreign_calls.h"
 #include "probes/libtorch/gradient_sentinel_ops.h"
@@ -93,6 +94,17 @@ ProbedOp resolve(const c10::OperatorHandle& handle, const AttentionOp* desc) {
   return probed;
 }
 
+// A forward op's calls can be run again when captured (call_rerun.h).
+void offerReruns(const c10::OperatorHandle& handle, const ProbedOp& probed) {
+  if (probed.desc->phase != Phase::kForward) return;
+  RerunnableOp recipe{.handle = handle, .desc = probed.desc, .inputs = probed.inputs, .num_arguments = probed.num_arguments};
+  for (const auto& [index, name] : probed.others) recipe.others.push_back(index);
+  for (const auto& [index, role] : probed.inputs) {
+    if (role == Role::kO) recipe.out_argument = index;
+  }
+  registerRerunnableOp(std::move(recipe));
+}
+
 Tensors takeInputs(const ProbedOp& probed, const Stack& stack) {
   Tensors inputs;
   auto first = stack.end() - static_cast<std::ptrdiff_t>(probed.num_arguments);
@@ -140,6 +152,9 @@ uintptr_t addressOf(const Tensors& tensors, Role role) {
 // Shared with the probes of other attention (attention_hook.h).
 
 bool insideProbedOp() { return t_depth > 0; }
+
+ProbesPassThrough::ProbesPassThrough() { ++t_depth; }
+ProbesPassThrough::~ProbesPassThrough() { --t_depth; }
 
 // Whether a tensor holds real data the probes may read. While torch.compile traces (Dynamo,
 // AOTAutograd) attention runs on FakeTensors, functional wrappers and meta tensors: they have no
@@ -462,11 +477,13 @@ Status installAttentionProbes() {
         auto handle = dispatcher.findSchema({desc.name, ""});
         if (!handle || !want_fused) continue;  // not in this torch build, or not wanted
         g_probed->emplace_back(*handle, resolve(*handle, &desc));
+        offerReruns(*handle, g_probed->back().second);
         std::string bare = std::string(desc.name).substr(6);  // drop "aten::"
         fused->impl(bare.c_str(), torch::CppFunction::makeFromBoxedFunction<&fusedKernel>());
       }
       if (auto mha = dispatcher.findSchema({kNativeMhaOp.name, ""}); mha && want_fused) {
         g_native_mha = new ProbedOp(resolve(*mha, &kNativeMhaOp));
+        offerReruns(*mha, *g_native_mha);
         fused->impl("_native_multi_head_attention", torch::CppFunction::makeFromBoxedFunction<&nativeMhaKernel>());
       }
       if (dispatcher.findSchema({"aten::_transformer_encoder_layer_fwd", ""}) && want_fused) {
@@ -527,6 +544,7 @@ Status probeOperator(const std::string& name, const std::vector<std::pair<std::s
   auto* desc = new AttentionOp{(new std::string(name))->c_str(), (new std::string(backend))->c_str(), Phase::kForward,
                                output_argument ? std::vector<Role>{} : std::vector<Role>{Role::kO}};
   op.desc = desc;
+  offerReruns(*handle, op);
   auto* lib = new torch::Library(torch::Library::IMPL, ns, c10::DispatchKey::BackendSelect, __FILE__, __LINE__);
   lib->impl(bare.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::make_unique<OperatorProbe>(std::move(op))));
   probed.insert(name);

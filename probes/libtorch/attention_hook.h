@@ -40,6 +40,16 @@ bool realTensor(const at::Tensor& t);
 // True while this thread runs a probed op or SDPA's composite: a softmax there is SDPA's own.
 bool insideAttentionCall();
 
+// Held while nanprov runs an op itself (call_rerun.h): the probes let every call on this thread
+// through, as they do inside a probed op.
+class ProbesPassThrough {
+ public:
+  ProbesPassThrough();
+  ~ProbesPassThrough();
+  ProbesPassThrough(const ProbesPassThrough&) = delete;
+  ProbesPassThrough& operator=(const ProbesPassThrough&) = delete;
+};
+
 // Held around an attention call that is not probed: in a DataLoader worker (Session::becomeWorker)
 // the outermost one on the thread is counted for the rank, once, whatever runs inside it (SDPA's
 // fused op, the fast path's SDPA). Elsewhere it does nothing.

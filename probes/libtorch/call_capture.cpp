@@ -22,6 +22,7 @@
 #include "base/records/roles.h"
 #include "probes/core/run_facts.h"
 #include "probes/core/session.h"
+#include "probes/libtorch/call_rerun.h"
 #include "store/capture_file.h"
 
 #if NANPROV_HAVE_CUDA
@@ -302,6 +303,7 @@ void Captures::take(const CallEvent& rec, const RoleTensors& tensors, const Call
     return;
   }
   CaptureJob job;
+  if (trigger == CaptureTrigger::kFirstSourceEdge) rerunEdge(rec, tensors, args, job.file);
   job.row = std::move(row);
   job.row.path = fileNameOf(rec);
   job.row.bytes = bytes;
@@ -319,6 +321,18 @@ void Captures::take(const CallEvent& rec, const RoleTensors& tensors, const Call
   std::lock_guard<std::mutex> lock(mu_);
   waiting_.push_back(std::move(job));
   ++device_copies_;
+}
+
+void Captures::rerunEdge(const CallEvent& rec, const RoleTensors& tensors, const CallArgs& args, CaptureFile& file) {
+  const int64_t runs = session_.capturePolicy().edgeReruns();
+  if (runs <= 0) return;
+  CallReruns reruns;
+  if (session_.closing()) {
+    reruns.not_rerun = "its check finished as the process exited";
+  } else {
+    reruns = rerunCall(rec, tensors, args, static_cast<int>(std::min<int64_t>(runs, 1000)), classify(rec.record()).nonfinite_outputs);
+  }
+  describeReruns(reruns, file.metadata);
 }
 
 void Captures::releaseGuarded(const std::vector<KernelRecord>& kernels, bool at_exit) {

@@ -50,6 +50,8 @@ class Captures {
   void releaseGuarded(const std::vector<KernelRecord>& kernels, bool at_exit);
   void take(const CallEvent& rec, const RoleTensors& tensors, const CallArgs& args, CaptureTrigger trigger,
             std::optional<uint64_t> key);
+  // The first source edge run again where it ran (call_rerun.h), said in the capture's metadata.
+  void rerunEdge(const CallEvent& rec, const RoleTensors& tensors, const CallArgs& args, CaptureFile& file);
   static void describe(const CallRecord& rec, const RoleTensors& tensors, const CallArgs& args, CaptureFile& file);
   // offset.ROLE and align.ROLE: each captured tensor's storage offset and data-pointer alignment in the run.
   static void describeLayout(const RoleTensors& run_tensors, CaptureFile& file);

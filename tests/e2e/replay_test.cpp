@@ -63,6 +63,16 @@ TEST(Replay, DemoOverflowEdgeIsCapturedAndReplaysAsPrecisionLimit) {
   EXPECT_EQ(backend(d, "flash_cpu")["original"], true);
   EXPECT_NE(std::find(d["yardstick_nonfinite"].begin(), d["yardstick_nonfinite"].end(), "O"),
             d["yardstick_nonfinite"].end()) << "the float32 yardstick overflows too";
+  // The overflow is the kernel's deterministic answer to these inputs: every rerun of the captured
+  // backend gives it, bit for bit as the run did.
+  const json& reruns = d["reruns"];
+  EXPECT_EQ(reruns["backend"], "flash_cpu") << reruns.dump(1);
+  EXPECT_EQ(reruns["device"], "cpu");
+  EXPECT_EQ(reruns["runs"], 5) << "the default";
+  EXPECT_EQ(reruns["reproduced"], 5) << reruns.dump(1);
+  EXPECT_EQ(reruns["distinct_results"], 1) << reruns.dump(1);
+  EXPECT_EQ(reruns["identical_to_run"], 5) << "the run's own outputs, bit for bit: " << reruns.dump(1);
+  EXPECT_TRUE(reruns["other_backends"].empty()) << "others are rerun only when the captured backend varies";
 
   // The emitted script shows the failure with plain PyTorch, without nanprov.
   Result script = sh("cd / && " + python() + " " + (repro / "repro.py").string() + " 2>&1");
@@ -123,6 +133,90 @@ TEST(Replay, InjectedBackwardFaultIsNotReproduced) {
   EXPECT_EQ(backend(rp.doc, "flash_cpu")["tensors"]["dQ"]["verdict"], "ok");
   Result text = sh(nanprov() + " replay " + rp.doc["capture"].get<std::string>());
   EXPECT_NE(text.out.find("corrupted by nanprov run --inject, so the kernel itself is fine"), std::string::npos) << text.out;
+  // An injected NaN never recurs, and the reruns agree bit for bit among themselves: the run's
+  // result cannot be recomputed from its inputs.
+  const json& reruns = rp.doc["reruns"];
+  EXPECT_EQ(reruns["runs"], 5) << reruns.dump(1);
+  EXPECT_EQ(reruns["reproduced"], 0) << reruns.dump(1);
+  EXPECT_EQ(reruns["distinct_results"], 1) << reruns.dump(1);
+  EXPECT_EQ(reruns["identical_to_run"], 0) << reruns.dump(1);
+  EXPECT_NE(rp.doc["root_cause"]["explanation"].get<std::string>().find("5 reruns on cpu, each bitwise identical"), std::string::npos)
+      << rp.doc["root_cause"].dump(1);
+  EXPECT_NE(text.out.find("reruns: flash_cpu on cpu gave the run's result 0 of 5 times, one bitwise result (none identical to the run's)"),
+            std::string::npos) << text.out;
+  // --reruns sets how often; 1 runs the backend once, as before.
+  Replay three = replay(rp.doc["capture"].get<std::string>() + " --reruns 3");
+  EXPECT_EQ(three.doc["reruns"]["runs"], 3) << three.result.out;
+  Replay once = replay(rp.doc["capture"].get<std::string>() + " --reruns 1");
+  EXPECT_EQ(once.doc["reruns"]["runs"], 1) << once.result.out;
+  for (const char* bad : {"0", "-2", "abc", "1001"}) {
+    Result r = sh(nanprov() + " replay " + rp.doc["capture"].get<std::string>() + " --reruns " + bad + " 2>&1");
+    EXPECT_EQ(r.code, 2) << bad << ": " << r.out;
+    EXPECT_NE(r.out.find("--reruns"), std::string::npos) << r.out;
+  }
+}
+
+// Issue 64: a library's own op (flaky::attn, a --probe-op) that writes a NaN on every other call,
+// as a kernel with a race would on about half its runs. Replay cannot run the op; the run's process
+// reruns the first edge's call where it ran, 20 times, and finds the NaN in exactly 10 (the op's
+// own rule is the ground truth): replay names it nondeterministic from those reruns.
+TEST(Replay, AFlakyLibraryOpRerunInTheRunIsNondeterministic) {
+  const fs::path dir = runDir("flaky-op");
+  const std::string script = std::string(NANPROV_TEST_SCRIPTS) + "/flaky_library_op.py";
+  Result run = sh(nanprov() + " run --out " + dir.string() + " --reruns 20 --probe-op 'flaky::attn:q=Q,k=K,v=V' -- " + python() +
+                  " " + script + " --oracle 2>&1");
+  ASSERT_EQ(run.code, 1) << run.out << "\n(1: the training exited 0 and nanprov found an edge)";
+  EXPECT_NE(run.out.find("oracle: flaky::attn call 3 wrote a NaN"), std::string::npos) << run.out;
+  json doc = json::parse(sh(nanprov() + " report " + dir.string() + " --json").out, nullptr, false);
+  ASSERT_FALSE(doc.is_discarded());
+  const json& e = doc["first_edge"];
+  EXPECT_EQ(e["op"], "flaky::attn") << e.dump(1);
+  EXPECT_EQ(e["inputs_finite"], true) << e.dump(1);
+  ASSERT_TRUE(e["capture"].is_string()) << e.dump(1);
+  Replay rp = replay(e["capture"].get<std::string>());
+  EXPECT_EQ(rp.result.code, 1) << rp.result.out << "\n(1: the fault recurred, in some reruns)";
+  const json& in_run = rp.doc["reruns"]["in_run"];
+  ASSERT_TRUE(in_run.is_object()) << rp.doc["reruns"].dump(1);
+  EXPECT_EQ(in_run["runs"], 20);
+  EXPECT_EQ(in_run["reproduced"], 10) << "every other call of the op writes its NaN";
+  EXPECT_EQ(in_run["distinct_results"], 2) << in_run.dump(1);
+  EXPECT_EQ(rp.doc["root_cause"]["class"], "nondeterministic") << rp.doc["root_cause"].dump(1);
+  EXPECT_NE(rp.doc["root_cause"]["explanation"].get<std::string>().find("10 of 20 reruns"), std::string::npos)
+      << rp.doc["root_cause"].dump(1);
+  EXPECT_EQ(rp.doc["reruns"]["not_rerun"], "replay has no backend of its own that runs it") << rp.doc["reruns"].dump(1);
+}
+
+// An injected NaN in a forward: the run's process and replay both rerun the call (the CPU flash
+// kernel), never see the NaN, and every rerun gives the same bits: not reproduced, the injection
+// named. The reruns change nothing the training computes: its losses are the plain run's.
+TEST(Replay, AnInjectedForwardNaNIsNeverReproducedAndTheRerunsLeaveTheTrainingAlone) {
+  const std::string args = example("tiny_transformer.py") + " --steps 3 --print-losses";
+  TrainedRun r = train("rerun-inject", "--inject 'layer=0,phase=fwd,tensor=O,step=1,value=nan'", "--steps 3");
+  ASSERT_EQ(r.report.code, 1) << r.train.out;
+  ASSERT_TRUE(r.doc["first_edge"]["capture"].is_string()) << r.doc["first_edge"].dump(1);
+  Replay rp = replay(r.doc["first_edge"]["capture"].get<std::string>());
+  EXPECT_EQ(rp.result.code, 0) << rp.result.out;
+  EXPECT_EQ(rp.doc["root_cause"]["class"], "not-reproduced") << rp.doc["root_cause"].dump(1);
+  const json& in_run = rp.doc["reruns"]["in_run"];
+  ASSERT_TRUE(in_run.is_object()) << rp.doc["reruns"].dump(1);
+  EXPECT_EQ(in_run["runs"], 5) << "the default";
+  EXPECT_EQ(in_run["reproduced"], 0);
+  EXPECT_EQ(in_run["identical_to_run"], 0);
+  EXPECT_EQ(in_run["distinct_results"], 1) << "every rerun computes the same bits";
+  EXPECT_EQ(rp.doc["reruns"]["reproduced"], 0);
+
+  // A real overflow edge in a forward is rerun in the run; the losses stay the plain run's.
+  const std::string glitch = " --glitch-step 1 --glitch-scale 1e20";
+  Result plain = sh(python() + " " + args + glitch + " 2>/dev/null");
+  const fs::path losses_dir = runDir("rerun-losses");
+  Result rerun = sh(nanprov() + " run --out " + losses_dir.string() + " -- " + python() + " " + args + glitch + " 2>/dev/null");
+  EXPECT_NE(plain.out.find("step2 loss 0x"), std::string::npos) << plain.out;
+  EXPECT_EQ(plain.out, rerun.out);
+  json doc = json::parse(sh(nanprov() + " report " + losses_dir.string() + " --json").out, nullptr, false);
+  ASSERT_TRUE(doc["first_edge"]["capture"].is_string()) << doc.dump(1);
+  Replay again = replay(doc["first_edge"]["capture"].get<std::string>());
+  EXPECT_EQ(again.doc["reruns"]["in_run"]["reproduced"], 5) << again.doc["reruns"].dump(1);
+  EXPECT_EQ(again.doc["reruns"]["in_run"]["identical_to_run"], 5) << again.doc["reruns"].dump(1);
 }
 
 TEST(Replay, SamplingAndTheByteBudgetAreRecordedWithReasons) {

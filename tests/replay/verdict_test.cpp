@@ -138,6 +138,73 @@ TEST(RootCause, EveryBackendAlikeIsPrecisionLimitOnlyWhenTheYardstickFailsToo) {
   EXPECT_EQ(findRootCause(r).cls, CauseClass::kForwardOkBackwardWrong);
 }
 
+Reruns rerunsOn(const std::string& device, int runs, int reproduced, int distinct) {
+  Reruns reruns;
+  reruns.backend = "cudnn";
+  reruns.devices.push_back({.device = device, .runs = runs, .reproduced = reproduced, .identical_to_run = 0, .distinct = distinct});
+  return reruns;
+}
+
+TEST(RootCause, RerunsThatGiveTheRunsResultSometimesAreANondeterministicKernel) {
+  ReplayResult r;
+  r.backend = "cudnn";
+  r.main_kernel = "cudnn_generated_fort_native_sdpa_sm90_flash_bprop";
+  r.captured = run("captured", {{"dQ", Verdict::kNonFinite}});
+  r.backends = {run("cudnn", {{"dQ", Verdict::kOk}}, true), run("efficient", {{"dQ", Verdict::kOk}})};
+  r.reruns = rerunsOn("cuda:0 (NVIDIA H100 80GB HBM3 (sm_90))", 5, 2, 3);
+  r.reruns->others.push_back({.name = "efficient", .runs = 5, .failed = 0, .distinct = 1});
+  RootCause c = findRootCause(r);
+  EXPECT_EQ(c.cls, CauseClass::kNondeterministic);
+  EXPECT_STREQ(causeName(c.cls), "nondeterministic");
+  EXPECT_EQ(c.backend, "cudnn");
+  EXPECT_EQ(c.kernel, r.main_kernel);
+  EXPECT_EQ(c.tensors, std::vector<std::string>{"dQ"});
+  EXPECT_NE(c.explanation.find("2 of 5 reruns"), std::string::npos) << c.explanation;
+  EXPECT_NE(c.explanation.find("efficient is stable on the same call"), std::string::npos) << c.explanation;
+  EXPECT_EQ(exitCodeOf(c), 1) << "a fault that recurs sometimes recurred";
+  // Every rerun gives it: the verdicts decide, as without reruns.
+  r.reruns = rerunsOn("cpu", 5, 5, 1);
+  r.backends[0] = run("cudnn", {{"dQ", Verdict::kNonFinite}}, true);
+  EXPECT_EQ(findRootCause(r).cls, CauseClass::kBackendSpecific);
+}
+
+TEST(RootCause, NeverReproducedWhileEveryRerunIsIdenticalSuspectsTheDevice) {
+  ReplayResult r;
+  r.backend = "cudnn";
+  r.captured_on = "cuda:0";
+  r.environment["gpu"] = "NVIDIA H100 80GB HBM3 (sm_90)";
+  r.captured = run("captured", {{"O", Verdict::kSilentWrong}});
+  r.backends = {run("cudnn", {{"O", Verdict::kOk}}, true)};
+  r.reruns = rerunsOn("cuda:0", 5, 0, 1);
+  RootCause c = findRootCause(r);
+  EXPECT_EQ(c.cls, CauseClass::kNotReproduced);
+  EXPECT_NE(c.explanation.find("suspect the device it ran on (NVIDIA H100 80GB HBM3 (sm_90))"), std::string::npos) << c.explanation;
+  EXPECT_NE(c.explanation.find("each bitwise identical"), std::string::npos) << c.explanation;
+  // Reruns that differ in their bits without failing: nondeterministic, but never this failure.
+  r.reruns = rerunsOn("cuda:0", 5, 0, 4);
+  c = findRootCause(r);
+  EXPECT_EQ(c.cls, CauseClass::kNotReproduced);
+  EXPECT_NE(c.explanation.find("4 distinct results"), std::string::npos) << c.explanation;
+  EXPECT_EQ(c.explanation.find("suspect the device"), std::string::npos) << c.explanation;
+}
+
+TEST(RootCause, ARerunReproducesTheRunOnlyWithTheSameVerdicts) {
+  BackendRun captured = run("captured", {{"O", Verdict::kOk}, {"dQ", Verdict::kNonFinite}});
+  EXPECT_TRUE(reproduces(run("cudnn", {{"O", Verdict::kSuspect}, {"dQ", Verdict::kNonFinite}}), captured));
+  EXPECT_FALSE(reproduces(run("cudnn", {{"O", Verdict::kOk}, {"dQ", Verdict::kOk}}), captured));
+  EXPECT_FALSE(reproduces(run("cudnn", {{"O", Verdict::kOk}, {"dQ", Verdict::kSilentWrong}}), captured)) << "another failure";
+  EXPECT_FALSE(reproduces(run("cudnn", {{"O", Verdict::kOk}}), captured)) << "dQ missing";
+  EXPECT_FALSE(reproduces(BackendRun{.name = "cudnn"}, captured)) << "did not run";
+  Reruns two;
+  two.devices = {{.device = "cuda:0", .runs = 5, .reproduced = 5, .identical_to_run = 5, .distinct = 1},
+                 {.device = "cuda:1", .runs = 5, .reproduced = 0, .identical_to_run = 0, .distinct = 1}};
+  EXPECT_TRUE(two.dependsOnDevice());
+  EXPECT_EQ(two.runs(), 10);
+  EXPECT_EQ(two.reproduced(), 5);
+  two.devices[1].reproduced = 5;
+  EXPECT_FALSE(two.dependsOnDevice());
+}
+
 TEST(RootCause, ACapturedFailureNoBackendRepeatsIsNotReproducedAndAnInvalidReferenceIsTheInput) {
   ReplayResult r;
   r.backends = {run("flash_cpu", {{"dQ", Verdict::kOk}})};
