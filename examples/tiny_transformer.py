@@ -245,6 +245,10 @@ def main():
     p.add_argument("--alibi-f32-from-step", type=int, default=0)
     p.add_argument("--alibi-f32", action="store_true",
                    help="pass an ALiBi position bias, built in float32, as the attention mask")
+    p.add_argument("--band-layer", type=int, default=-1,
+                   help="an additive float mask of zeros in every layer; from --band-from-step on, this layer's "
+                        "hides a band of keys with -30000 (a mask value arriving mid-run)")
+    p.add_argument("--band-from-step", type=int, default=0)
     p.add_argument("--math", action="store_true", help="force the MATH SDPA backend")
     p.add_argument("--mask-rows", action="store_true",
                    help="padding also hides whole query rows (those rows see no key)")
@@ -372,6 +376,10 @@ def main():
             x, y = x.to(args.device, dtype), y.to(args.device, dtype)
             if late_mask is not None and step == args.mask_rows_from:
                 mask = late_mask
+            if args.band_layer >= 0:
+                mask = [torch.zeros(1, 1, args.seq, args.seq, dtype=dtype, device=args.device) for _ in range(args.layers)]
+                if step >= args.band_from_step:
+                    mask[args.band_layer][..., : args.seq // 4] = -30000.0
             if args.alibi_f32_layer >= 0:
                 bias = alibi_bias(args).to(args.device)
                 mask = [bias.to(dtype)] * args.layers

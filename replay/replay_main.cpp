@@ -405,6 +405,9 @@ int replayMain(const std::string& path, std::string device_name, const std::stri
   r.kernels = lines(call->metaOr("kernels"));
   r.main_kernel = call->metaOr("kernel.main", r.kernels.size() == 1 ? r.kernels[0] : "");
   r.layout = call->metaOr("arg.layout");
+  if (std::string change = call->metaOr("audit.regime_change"); !change.empty()) {
+    r.notes.push_back("the audit judged this call because its conditions changed: " + change);
+  }
   r.flex_backend = call->metaOr("arg.kernel_backend");
   for (const char* key : {"torch", "cudnn", "gpu", "cuda_build", "cudnn_loaded", "cudnn_library", "triton", "ptxas",
                           "flash_attn_4"}) {

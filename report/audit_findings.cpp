@@ -64,6 +64,7 @@ AuditSummary readAudit(const RunData& run) {
     if (const std::optional<AuditRotation>& rotation = r.counters.audit_rotation) {
       a.coverage.rotations += rotation->rotations;
       a.coverage.held_back += rotation->held_back;
+      a.coverage.regime_changes += rotation->regime_changes;
     }
   }
   std::map<std::tuple<int, int64_t, std::string>, AuditCoverage::Key> keys;
@@ -149,7 +150,8 @@ json coverageJson(const AuditSummary& a) {
           {"rotation", {{"every_steps", a.coverage.every_steps},
                         {"budget_percent", a.coverage.budget_percent},
                         {"rotations", a.coverage.rotations},
-                        {"held_back", a.coverage.held_back}}}};
+                        {"held_back", a.coverage.held_back},
+                        {"regime_changes", a.coverage.regime_changes}}}};
 }
 
 // "0-3, 5, 7-8"
@@ -208,6 +210,11 @@ std::string coverageText(const AuditSummary& a) {
              " (it counts the judge's time and the training thread's copies)";
     }
     out += "\n";
+  }
+  if (cov.regime_changes > 0) {
+    out += "    judged again when their conditions changed: " + std::to_string(cov.regime_changes) +
+           (cov.regime_changes == 1 ? " call" : " calls") +
+           " (a mask value, fully masked rows, an LSE past -88.7, or logits or outputs tenfold)\n";
   }
   return out + never;
 }

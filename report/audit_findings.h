@@ -32,6 +32,7 @@ struct AuditCoverage {
   int64_t every_steps = 0;
   double budget_percent = 0;
   int64_t rotations = 0, held_back = 0;  // steps whose rotation ran, and steps the budget held it back
+  int64_t regime_changes = 0;            // calls judged again because their conditions changed
 };
 
 // A call the audit found wrong: finite outputs (or worse) against the float64 reference, as its

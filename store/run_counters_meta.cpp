@@ -191,7 +191,10 @@ std::map<std::string, std::string> metaRowsOf(const RunCounters& c) {
   if (const auto& m = c.measure_launches) rows[kMeasureLaunches] = spelled(kMeasureLaunchesWords, {m->dense, m->fused});
   if (const auto& r = c.released_tensors) rows[kReleasedTensors] = spelled(kReleasedWords, {r->released, r->storages});
   number(kCaptureHostCopies, c.capture_host_copies);
-  if (const auto& a = c.audit_rotation) rows[kAuditRotation] = std::to_string(a->rotations) + " " + std::to_string(a->held_back);
+  if (const auto& a = c.audit_rotation) {
+    rows[kAuditRotation] =
+        std::to_string(a->rotations) + " " + std::to_string(a->held_back) + " " + std::to_string(a->regime_changes);
+  }
   number(kSentinelNonfiniteGrads, c.sentinel_nonfinite_grads);
   number(kSentinelNonfiniteParams, c.sentinel_nonfinite_params);
   for (const auto& [what, n] : c.unprobed) rows[under(kUnprobed, what)] = std::to_string(n);
@@ -250,11 +253,16 @@ RunCounters runCountersOf(const StoreMeta& meta, std::string* unreadable) {
   }
   c.capture_host_copies = count(meta, kCaptureHostCopies);
   if (const std::string* t = find(meta, kAuditRotation)) {
-    // "rotations held_back": each half read on its own, a damaged one as none.
-    const size_t space = t->find(' ');
+    // "rotations held_back regime_changes" (the last since issue 63): each read on its own, a
+    // damaged one as none.
     AuditRotation& a = c.audit_rotation.emplace();
-    a.rotations = parseInteger(std::string_view(*t).substr(0, space), 0, kMaxCount).value_or(0);
-    if (space != std::string::npos) a.held_back = parseInteger(std::string_view(*t).substr(space + 1), 0, kMaxCount).value_or(0);
+    std::string_view rest = *t;
+    for (int64_t* field : {&a.rotations, &a.held_back, &a.regime_changes}) {
+      const size_t space = rest.find(' ');
+      *field = parseInteger(rest.substr(0, space), 0, kMaxCount).value_or(0);
+      if (space == std::string_view::npos) break;
+      rest.remove_prefix(space + 1);
+    }
   }
   c.sentinel_nonfinite_grads = count(meta, kSentinelNonfiniteGrads);
   c.sentinel_nonfinite_params = count(meta, kSentinelNonfiniteParams);

@@ -48,9 +48,11 @@ struct MeasureLaunches {
   bool operator==(const MeasureLaunches&) const = default;
 };
 
-// --audit: steps whose rotation ran, and steps its budget held it back.
+// --audit: steps whose rotation ran, steps its budget held it back, and calls judged again
+// because their conditions left the regime they were judged in (probes/core/condition_regime.h).
 struct AuditRotation {
   int64_t rotations = 0, held_back = 0;
+  int64_t regime_changes = 0;
   bool operator==(const AuditRotation&) const = default;
 };
 

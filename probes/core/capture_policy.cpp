@@ -71,7 +71,8 @@ int64_t CapturePolicy::edgeReruns() {
   return plan_.edge_reruns;
 }
 
-std::optional<CaptureTrigger> CapturePolicy::triggerFor(const CallEvent& rec, std::optional<uint64_t> audit_key) {
+std::optional<CaptureTrigger> CapturePolicy::triggerFor(const CallEvent& rec, std::optional<uint64_t> audit_key,
+                                                       std::string* regime_change) {
   if (edges_only_.load(std::memory_order_relaxed) && static_cast<EdgeKind>(rec.health) != EdgeKind::kSourceEdge) {
     return std::nullopt;
   }
@@ -90,13 +91,24 @@ std::optional<CaptureTrigger> CapturePolicy::triggerFor(const CallEvent& rec, st
   // finite inputs.
   if (!plan_.audit.on || !audit_key || kind != EdgeKind::kClean) return std::nullopt;
   if (started_ns_ < 0) started_ns_ = clock_();
+  judged_on_device_ = judged_on_device_ || !rec.device.isCpu();
   AuditedKey& key = audited_.try_emplace(*audit_key, AuditedKey{.layer = rec.layer}).first->second;
+  const ConditionRegime now = regimeOf(rec);
   auto take = [&]() -> std::optional<CaptureTrigger> {
     key.previous_step = key.last_step;
     key.last_step = rec.step;
+    key.previously_judged = key.judged;
+    key.judged = now;
     return CaptureTrigger::kAudit;
   };
   if (key.last_step < 0) return take();  // the first pass
+  // A new regime is judged at its first call, whatever the rotation's budget: faults start when
+  // the data changes. The budget governs the rotation alone.
+  if (std::string change = regimeChange(key.judged, now); !change.empty()) {
+    ++counts_.regime_changes;
+    if (regime_change) *regime_change = change + " at step " + std::to_string(rec.step);
+    return take();
+  }
   if (plan_.audit.every_steps > 0) {
     return rec.step % plan_.audit.every_steps == 0 ? take() : std::nullopt;
   }
@@ -136,9 +148,9 @@ bool CapturePolicy::rotationAffordable() {
   if (!progress_) return false;
   catchUp();
   if (judged_seen_ < written_) return false;  // the judge has not caught up with the last rotation
-  const AuditProgress done = progress_();
+  const int64_t judge_ns = judged_on_device_ ? progress_().judge_ns : 0;
   const double elapsed = static_cast<double>(clock_() - started_ns_);
-  return static_cast<double>(audit_cost_ns_ + done.judge_ns) <= plan_.audit.budget_percent / 100 * elapsed;
+  return static_cast<double>(audit_cost_ns_ + judge_ns) <= plan_.audit.budget_percent / 100 * elapsed;
 }
 
 bool CapturePolicy::reserve(int64_t bytes, CaptureTrigger trigger, std::optional<uint64_t> audit_key) {
@@ -152,7 +164,10 @@ bool CapturePolicy::reserve(int64_t bytes, CaptureTrigger trigger, std::optional
   if (outstanding_total_ + bytes > plan_.audit.budget_bytes) {
     if (audit_key) {
       auto it = audited_.find(*audit_key);
-      if (it != audited_.end()) it->second.last_step = it->second.previous_step;  // tried again later
+      if (it != audited_.end()) {  // tried again later
+        it->second.last_step = it->second.previous_step;
+        it->second.judged = it->second.previously_judged;
+      }
     }
     return false;
   }

@@ -29,6 +29,7 @@
 #include "base/records/call_event.h"
 #include "base/records/call_record.h"
 #include "base/status.h"
+#include "probes/core/condition_regime.h"
 
 namespace nanprov {
 
@@ -57,7 +58,7 @@ struct AuditProgress {
 };
 
 // How often the process that ran the first source edge runs its call in all, right when it
-// captures it (call_rerun.h); `nanprov run --reruns`, 0 or 1: not rerun.
+// captures it (call_rerun.h); `nanprov run --reruns`, 0: not rerun.
 inline constexpr int64_t kDefaultEdgeReruns = 5;
 
 struct CapturePlan {
@@ -90,7 +91,10 @@ class CapturePolicy {
   // the call's (signature, layer, phase), hashed (auditKey() in call_capture.cpp).
   // Takes no lock when only the first source edge is wanted and `rec` is none (every call of a
   // default run but that one).
-  std::optional<CaptureTrigger> triggerFor(const CallEvent& rec, std::optional<uint64_t> audit_key = std::nullopt);
+  // An audit taken because the call's conditions left the regime its key was last judged in
+  // (condition_regime.h) says what changed in *regime_change.
+  std::optional<CaptureTrigger> triggerFor(const CallEvent& rec, std::optional<uint64_t> audit_key = std::nullopt,
+                                           std::string* regime_change = nullptr);
 
   // Whether audits are on: only then is a call's audit key worth working out.
   bool auditing() const { return auditing_.load(std::memory_order_relaxed); }
@@ -111,6 +115,7 @@ class CapturePolicy {
   // budget (or a judge behind) held back.
   struct RotationCounts {
     int64_t rotations = 0, held_back = 0;
+    int64_t regime_changes = 0;  // calls judged again because their conditions changed
   };
   RotationCounts rotationCounts();
 
@@ -118,6 +123,7 @@ class CapturePolicy {
   struct AuditedKey {
     int64_t layer = 0;
     int64_t last_step = -1, previous_step = -1;  // -1: never judged
+    ConditionRegime judged, previously_judged;  // the regimes of those judgements
   };
   // At the first call of a new step: which layer's calls, if any, this step's rotation audits.
   void decideRotation(int64_t step);
@@ -141,6 +147,10 @@ class CapturePolicy {
   RotationCounts counts_;
   int64_t started_ns_ = -1;     // the first audit: the budget counts the run's time from there
   int64_t audit_cost_ns_ = 0;   // the training thread's, over the run
+  // Whether an audited call ran on a GPU: the judge then runs on the training's device, and its
+  // time is the training's. On the CPU it is a process of its own, niced, which the training
+  // waits for only through the rotation's "judged the last one first" rule.
+  bool judged_on_device_ = false;
   int64_t written_ = 0;         // audit captures handed over to be judged
   int64_t judged_seen_ = 0;     // of them, judged (or lost) as of the last look
   std::deque<int64_t> outstanding_bytes_;  // bytes of each capture not judged yet, oldest first

@@ -238,7 +238,8 @@ void Captures::offerGuarded(const CallEvent& rec, const RoleTensors& tensors, co
                             const char* missing) {
   CapturePolicy& policy = session_.capturePolicy();
   const std::optional<uint64_t> key = policy.auditing() ? std::optional(auditKey(rec, args)) : std::nullopt;
-  const std::optional<CaptureTrigger> trigger = policy.triggerFor(rec, key);
+  std::string regime_change;
+  const std::optional<CaptureTrigger> trigger = policy.triggerFor(rec, key, &regime_change);
   if (!trigger) return;
   if (tensors.empty()) {
     CaptureRecord row;
@@ -248,16 +249,16 @@ void Captures::offerGuarded(const CallEvent& rec, const RoleTensors& tensors, co
     session_.recordCapture(std::move(row));
     return;
   }
-  if (*trigger != CaptureTrigger::kAudit) return take(rec, tensors, args, *trigger, key);
+  if (*trigger != CaptureTrigger::kAudit) return take(rec, tensors, args, *trigger, key, "");
   // The audit's own cost on the training thread (slicing, the copy to the host), which its
   // budget counts.
   const auto started = std::chrono::steady_clock::now();
-  take(rec, tensors, args, *trigger, key);
+  take(rec, tensors, args, *trigger, key, regime_change);
   policy.addAuditCost(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - started).count());
 }
 
 void Captures::take(const CallEvent& rec, const RoleTensors& tensors, const CallArgs& args, CaptureTrigger trigger,
-                    std::optional<uint64_t> key) {
+                    std::optional<uint64_t> key, const std::string& regime_change) {
   CapturePolicy& policy = session_.capturePolicy();
   CaptureRecord row;
   row.seq = rec.seq;
@@ -312,6 +313,7 @@ void Captures::take(const CallEvent& rec, const RoleTensors& tensors, const Call
   describeLayout(tensors, job.file);
   job.file.metadata["trigger"] = captureTriggerName(trigger);
   if (slice) job.file.metadata["slice"] = slice->text;
+  if (!regime_change.empty()) job.file.metadata["audit.regime_change"] = regime_change;
   if (rec.device.isCpu()) {
     job.file.metadata["kernels"] = rec.op;  // on the CPU the ATen op is the kernel
     job.file.metadata["kernel.main"] = rec.op;
@@ -364,7 +366,8 @@ void Captures::releaseGuarded(const std::vector<KernelRecord>& kernels, bool at_
   if (CapturePolicy& policy = session_.capturePolicy(); policy.auditing()) {
     // How often the rotation ran, and how often its budget held it back: the report's coverage.
     CapturePolicy::RotationCounts r = policy.rotationCounts();
-    session_.setCounters({.audit_rotation = AuditRotation{.rotations = r.rotations, .held_back = r.held_back}});
+    session_.setCounters({.audit_rotation = AuditRotation{
+                              .rotations = r.rotations, .held_back = r.held_back, .regime_changes = r.regime_changes}});
   }
   if (!at_exit) return;
   // The writer thread is joined once it has written everything; one stuck on a file is left to

@@ -11,6 +11,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -49,7 +50,7 @@ class Captures {
   void offerGuarded(const CallEvent& rec, const RoleTensors& tensors, const CallArgs& args, const char* missing);
   void releaseGuarded(const std::vector<KernelRecord>& kernels, bool at_exit);
   void take(const CallEvent& rec, const RoleTensors& tensors, const CallArgs& args, CaptureTrigger trigger,
-            std::optional<uint64_t> key);
+            std::optional<uint64_t> key, const std::string& regime_change);
   // The first source edge run again where it ran (call_rerun.h), said in the capture's metadata.
   void rerunEdge(const CallEvent& rec, const RoleTensors& tensors, const CallArgs& args, CaptureFile& file);
   static void describe(const CallRecord& rec, const RoleTensors& tensors, const CallArgs& args, CaptureFile& file);

@@ -197,6 +197,53 @@ TEST(Audit, AFaultThatStartsMidRunIsFoundWithinOneRotation) {
   EXPECT_NE(text.out.find("each layer was judged again about every 4 steps"), std::string::npos) << text.out;
 }
 
+// Issue 63: a mask value arrives in layer 2 at step 5 (a band of -30000 in an additive mask of
+// zeros) and the kernel goes wrong with it (an injected finite 2% error from that step). The call's
+// conditions leave the regime its layer was judged in at step 0, so the default --audit judges it
+// again at that very call, however tight the rotation's budget, and replay names the change.
+TEST(Audit, AMaskValueArrivingMidRunIsJudgedAtItsStep) {
+  TrainedRun r = train("audit-regime", "--audit --inject 'layer=2,tensor=O,value=scale:1.02,from-step=5'",
+                       "--steps 8 --layers 4 --band-layer 2 --band-from-step 5");
+  ASSERT_EQ(r.report.code, 5) << r.report.out;
+  const json* first = nullptr;
+  for (const json& f : r.doc["audit_findings"]) {
+    EXPECT_EQ(f["layer"], 2) << f.dump();
+    if (f["phase"] == "fwd" && (!first || f["step"] < (*first)["step"])) first = &f;
+  }
+  ASSERT_NE(first, nullptr) << r.doc["audit_findings"].dump(1);
+  EXPECT_EQ((*first)["step"], 5) << "judged at the call whose mask changed";
+  EXPECT_GE(r.doc["audit"]["coverage"]["rotation"]["regime_changes"].get<int64_t>(), 1) << r.doc["audit"].dump(1);
+  ASSERT_TRUE((*first)["capture"].is_string()) << first->dump(1);
+  Result replay = sh(nanprov() + " replay " + (*first)["capture"].get<std::string>() + " 2>&1");
+  EXPECT_NE(replay.out.find("the audit judged this call because its conditions changed: the mask's largest |x| went from 0 to "
+                            "3e+04 at step 5"), std::string::npos) << replay.out;
+
+  // The same run without the fault: no finding, and the new regime judged once per phase, not at
+  // every step.
+  TrainedRun clean = train("audit-regime-clean", "--audit", "--steps 8 --layers 4 --band-layer 2 --band-from-step 5");
+  EXPECT_EQ(clean.report.code, 0) << clean.report.out;
+  EXPECT_TRUE(clean.doc["audit_findings"].empty()) << clean.doc["audit_findings"].dump(1);
+  const int64_t changes = clean.doc["audit"]["coverage"]["rotation"]["regime_changes"];
+  EXPECT_GE(changes, 1);
+  EXPECT_LE(changes, 2) << "layer 2's forward and backward, once each";
+  Result text = sh(nanprov() + " report " + clean.dir.string());
+  EXPECT_NE(text.out.find("judged again when their conditions changed: " + std::to_string(changes)), std::string::npos) << text.out;
+}
+
+// A subtle fault with no change of conditions (2% off from step 3, layer 1) is still found by the
+// default audit's rotation, before a 40-step run ends.
+TEST(Audit, ASubtleFaultWithNoConditionChangeIsFoundByTheRotation) {
+  TrainedRun r = train("audit-subtle", "--audit --inject 'layer=1,tensor=O,value=scale:1.02,from-step=3'", "--steps 40 --layers 2");
+  ASSERT_EQ(r.report.code, 5) << r.report.out;
+  int64_t first = -1;
+  for (const json& f : r.doc["audit_findings"]) {
+    EXPECT_EQ(f["layer"], 1) << f.dump();
+    if (first < 0 || f["step"].get<int64_t>() < first) first = f["step"].get<int64_t>();
+  }
+  EXPECT_GE(first, 3) << "nothing was wrong before";
+  EXPECT_LT(first, 40) << r.doc["audit"].dump(1);
+}
+
 // FlashAttention (bshd and packed thd) and plain-softmax attention are judged like SDPA calls, on
 // slices along their own axes, and clean ones are ok.
 TEST(Audit, EveryAttentionKindIsJudgedOnASliceOfItsOwnLayout) {

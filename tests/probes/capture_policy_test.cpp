@@ -149,6 +149,7 @@ TEST(CapturePolicy, TheBudgetHoldsTheRotationBackUntilTheJudgeAndTheTimeAllow) {
   auto at = [](int64_t seq, int64_t step) {
     CallEvent c = call(seq, 0, Phase::kForward, 0);
     c.step = step;
+    c.device = Device::fromIndex(0);  // on a GPU the judge runs where the training does
     return c;
   };
   ASSERT_EQ(said(policy.triggerFor(at(0, 0), 1)), "audit");
@@ -162,6 +163,24 @@ TEST(CapturePolicy, TheBudgetHoldsTheRotationBackUntilTheJudgeAndTheTimeAllow) {
   EXPECT_EQ(said(policy.triggerFor(at(3, 3), 1)), "audit");
   EXPECT_EQ(policy.rotationCounts().held_back, 2);
   EXPECT_EQ(policy.rotationCounts().rotations, 1);
+
+  // On the CPU the judge is a niced process of its own: only the training thread's share counts,
+  // and the rotation waits for the judge to finish the last one.
+  CapturePolicy cpu;
+  progress = {};
+  now = 0;
+  cpu.configure(plan, [&] { return progress; }, [&] { return now; });
+  auto on_cpu = [](int64_t seq, int64_t step) {
+    CallEvent c = call(seq, 0, Phase::kForward, 0);
+    c.step = step;
+    return c;
+  };
+  ASSERT_EQ(said(cpu.triggerFor(on_cpu(0, 0), 1)), "audit");
+  ASSERT_TRUE(cpu.reserve(100, CaptureTrigger::kAudit, 1));
+  now = 1'000'000'000;
+  EXPECT_EQ(said(cpu.triggerFor(on_cpu(1, 1), 1)), "") << "the judge has not judged the first capture yet";
+  progress = {.judged = 1, .judge_ns = 500'000'000};  // half a second of the judge's own
+  EXPECT_EQ(said(cpu.triggerFor(on_cpu(2, 2), 1)), "audit");
 }
 
 TEST(CapturePolicy, BadSelectorsSayWhatIsWrong) {

@@ -1,0 +1,80 @@
+#include "probes/core/condition_regime.h"
+
+#include <gtest/gtest.h>
+
+#include <limits>
+
+#include "probes/core/capture_policy.h"
+
+namespace nanprov {
+namespace {
+
+// A forward call with a float mask whose largest |x| is `mask`, Q and K of `qk` each, and O of `out`.
+CallEvent forward(double mask, double qk = 1, double out = 1, int64_t masked_rows = 0, double lse = 3) {
+  CallEvent c;
+  c.tensors = {TensorHealth{.role = Role::kQ, .dtype = DtypeName::ofStatic("Float"), .numel = 8, .max_abs = qk},
+               TensorHealth{.role = Role::kK, .dtype = DtypeName::ofStatic("Float"), .numel = 8, .max_abs = qk},
+               TensorHealth{.role = Role::kMask, .dtype = DtypeName::ofStatic("Float"), .numel = 8, .max_abs = mask,
+                            .masked_rows = masked_rows},
+               TensorHealth{.role = Role::kO, .dtype = DtypeName::ofStatic("Float"), .numel = 8, .max_abs = out},
+               TensorHealth{.role = Role::kLSE, .dtype = DtypeName::ofStatic("Float"), .numel = 2, .max_abs = lse}};
+  return c;
+}
+
+std::string change(const CallEvent& judged, const CallEvent& now) { return regimeChange(regimeOf(judged), regimeOf(now)); }
+
+TEST(ConditionRegime, AMaskValueArrivingFullyMaskedRowsAndTheLseLineAreNewRegimes) {
+  EXPECT_EQ(change(forward(0), forward(0)), "");
+  EXPECT_EQ(change(forward(0), forward(30000)), "the mask's largest |x| went from 0 to 3e+04");
+  EXPECT_EQ(change(forward(10000), forward(30000)), "") << "the same order of magnitude";
+  EXPECT_EQ(change(forward(1e4), forward(1e9)), "the mask's largest |x| went from 1e+04 to 1e+09");
+  EXPECT_EQ(change(forward(0), forward(0, 1, 1, 4)), "query rows with every key masked appeared");
+  EXPECT_EQ(change(forward(0, 1, 1, 4), forward(0)), "no query row has every key masked any more");
+  EXPECT_EQ(change(forward(0, 1, 1, 0, 80), forward(0, 1, 1, 0, 95)), "a row's LSE went past -88.7");
+}
+
+TEST(ConditionRegime, MagnitudesMoveTheRegimeOnlyTenfoldSoACleanRunDoesNotFlap) {
+  EXPECT_EQ(change(forward(0, 3), forward(0, 3.2)), "") << "logits 9 -> 10.2: across a decade's edge, not tenfold";
+  EXPECT_EQ(change(forward(0, 3), forward(0, 9.6)), "the logits' bound went from 9 to 92.2");
+  EXPECT_EQ(change(forward(0, 1, 2), forward(0, 1, 19)), "");
+  EXPECT_EQ(change(forward(0, 1, 2), forward(0, 1, 25)), "the output's largest |x| went from 2 to 25");
+  CallEvent zero = forward(0);
+  zero.tensors[3].all_zero = true;
+  zero.tensors[3].max_abs = 0;
+  EXPECT_EQ(change(forward(0), zero), "the output became exactly zero");
+  // A bool mask has no magnitude: only its hidden rows count.
+  CallEvent boolean = forward(0), boolean_later = forward(0);
+  boolean.tensors[2].dtype = boolean_later.tensors[2].dtype = DtypeName::ofStatic("Bool");
+  boolean_later.tensors[2].max_abs = 1;
+  EXPECT_EQ(change(boolean, boolean_later), "");
+}
+
+// The audit judges a key again at the first call of a new regime, whatever the rotation's budget,
+// and says why; the same regime is left to the rotation.
+TEST(ConditionRegime, TheAuditJudgesANewRegimeAtItsFirstCallWhateverTheBudget) {
+  CapturePlan plan;
+  plan.first_source_edge = false;
+  plan.audit.on = true;
+  plan.audit.budget_percent = 1;
+  CapturePolicy policy;
+  AuditProgress progress;
+  policy.configure(plan, [&] { return progress; }, [] { return int64_t{0}; });  // no time passes: no rotation is affordable
+  auto at = [](int64_t step, double mask) {
+    CallEvent c = forward(mask);
+    c.step = step;
+    return c;
+  };
+  ASSERT_TRUE(policy.triggerFor(at(0, 0), 7).has_value()) << "the first pass";
+  ASSERT_TRUE(policy.reserve(100, CaptureTrigger::kAudit, 7));
+  std::string why;
+  EXPECT_FALSE(policy.triggerFor(at(1, 0), 7, &why).has_value()) << "same regime, the rotation is held back";
+  EXPECT_FALSE(policy.triggerFor(at(2, 0), 7, &why).has_value());
+  EXPECT_TRUE(policy.triggerFor(at(3, 30000), 7, &why).has_value());
+  EXPECT_EQ(why, "the mask's largest |x| went from 0 to 3e+04 at step 3");
+  ASSERT_TRUE(policy.reserve(100, CaptureTrigger::kAudit, 7));
+  EXPECT_FALSE(policy.triggerFor(at(4, 30000), 7).has_value()) << "judged in this regime already";
+  EXPECT_EQ(policy.rotationCounts().regime_changes, 1);
+}
+
+}  // namespace
+}  // namespace nanprov
