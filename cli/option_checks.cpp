@@ -51,9 +51,9 @@ CLI::Validator sizeValue() {
         uint64_t n = 0;
         for (size_t i = 0; i < digits; ++i) {
           n = n * 10 + static_cast<uint64_t>(s[i] - '0');
-          if (n > kMost) return "'" + s + "' is too large a size (at most 1024T)";
+          if (n > kMost) return "'" + s + "' is too large a size (at most 1048576G)";
         }
-        if (n > (kMost >> shift)) return "'" + s + "' is too large a size (at most 1024T)";
+        if (n > (kMost >> shift)) return "'" + s + "' is too large a size (at most 1048576G)";
         s = std::to_string(n << shift);
         return std::string();
       },
