@@ -65,6 +65,7 @@ struct RunOptions {
   int64_t store_budget = kDefaultStoreBudgetBytes;
   bool no_capture = false;
   int64_t reruns = 5;  // probes/core/capture_policy.h: kDefaultEdgeReruns
+  bool reruns_given = false;
   bool audit = false;
   int64_t audit_every = 0;
   double audit_budget = kDefaultAuditPercent;
@@ -299,6 +300,8 @@ int run(RunOptions& opts) {
       {"NANPROV_STORE_BUDGET", std::to_string(opts.store_budget)},
       {"NANPROV_CAPTURE_FIRST_EDGE", opts.no_capture ? "0" : "1"},
       {"NANPROV_RERUNS", std::to_string(opts.reruns)},
+      // Given on the command line, it reruns a --probe-op's own code too (call_rerun.h).
+      {"NANPROV_RERUN_USER_OPS", opts.reruns_given ? "1" : "0"},
       {"NANPROV_PROBE_MODULES", probe_modules},
       {"NANPROV_PROBE_OPS", probe_ops},
       {"NANPROV_AUDIT", opts.audit ? "1" : "0"},
@@ -437,7 +440,8 @@ void addRunCommand(CLI::App& app, int* exit_code, std::vector<std::string> wrapp
                   "When it captures the first source edge, the process that ran it runs the call again this many "
                   "times, right there (same op, inputs and device), and the capture says how often the run's result "
                   "recurred, for nanprov replay's verdict: every time, some of the times (a nondeterministic kernel) "
-                  "or never (suspect the device or the run's context); 0: not rerun (default 5)")
+                  "or never (suspect the device or the run's context); 0: not rerun (default 5). A --probe-op, "
+                  "the library's own code, is rerun only when this is given")
       ->check(CLI::Range(int64_t{0}, int64_t{1000}));
   CLI::Option* audit = cmd->add_flag("--audit", opts->audit,
                 "Also catch outputs that are finite but wrong (an all-zero O, scaled gradients): judge what "
@@ -478,6 +482,7 @@ void addRunCommand(CLI::App& app, int* exit_code, std::vector<std::string> wrapp
   // Without "--", everything from the first positional on is the user's command.
   cmd->prefix_command();
   cmd->callback([opts, exit_code, cmd, wrapped] {
+    opts->reruns_given = cmd->count("--reruns") > 0;
     opts->command = cmd->remaining();
     // Before "--", a leading dash is a mistyped nanprov option, not a program to run.
     if (!opts->command.empty() && opts->command.front().rfind("-", 0) == 0) {

@@ -66,7 +66,11 @@ DeviceReruns rerunOn(const RerunRequest& req, const std::string& backend, const 
   while (out.runs < req.runs) {
     stage("rerunning " + backend + " on " + device.str() + " (" + std::to_string(out.runs + 1) + " of " + std::to_string(req.runs) + ")");
     auto outputs = runBackend(backend, *req.call, device);
-    if (!outputs.ok()) break;  // it ran once here: a later failure is counted as not reproduced
+    if (!outputs.ok()) {
+      if (out.runs == 0) break;  // it cannot run on this device at all: no reruns there
+      ++out.runs;  // it ran before: a rerun that fails gave not the run's result
+      continue;
+    }
     const Outputs raw = *outputs;  // judging makes new tensors: these stay as the backend gave them
     count(raw, judge(BackendRun{.name = backend, .ran = true, .original = true}, *outputs));
   }

@@ -63,6 +63,19 @@ const DeviceReruns* neverReproduced(const ReplayResult& r) {
   return nullptr;
 }
 
+std::string runsDevice(const ReplayResult& r) {
+  return r.environment.count("gpu") ? r.environment.at("gpu") : r.captured_on;
+}
+
+// Whether reruns ran on the kind of device the run used: the run's own reruns, or replay's on
+// the CPU for a CPU run or on a GPU of the model the capture names.
+bool onTheRunsDevice(const ReplayResult& r, const DeviceReruns& d) {
+  if (r.reruns && r.reruns->in_run && &d == &*r.reruns->in_run) return true;
+  if (r.captured_on == "cpu") return d.device == "cpu";
+  const auto gpu = r.environment.find("gpu");
+  return gpu != r.environment.end() && !gpu->second.empty() && d.device.find(gpu->second) != std::string::npos;
+}
+
 std::string rerunsNeverReproduced(const ReplayResult& r) {
   const DeviceReruns* never = neverReproduced(r);
   if (!never) return "";
@@ -165,11 +178,16 @@ RootCause findRootCause(const ReplayResult& r) {
       cause.explanation = r.backend + " got " + joined(captured_bad) + " wrong in the run, while " + joined(ok_names) +
                           " and the float64 reference compute the call correctly from the captured inputs; replay "
                           "cannot rerun " + r.backend + " here" + why + ", so " + r.backend + " is the suspect";
-    } else if (const DeviceReruns* never = neverReproduced(r); never && never->distinct == 1) {
-      // Every rerun computed the same bits, none the run's: the run's result came from
-      // something the inputs do not hold.
-      cause.explanation += "suspect the device it ran on (" + (r.environment.count("gpu") ? r.environment.at("gpu") : r.captured_on) +
-                           ") or the run's context (a race, memory corruption)" + rerunsNeverReproduced(r);
+    } else if (const DeviceReruns* never = neverReproduced(r); never && never->distinct == 1 && onTheRunsDevice(r, *never)) {
+      // Every rerun computed the same bits on the run's kind of device, none the run's: the run's
+      // result came from something the inputs do not hold.
+      cause.explanation += "suspect the device it ran on (" + runsDevice(r) + ") or the run's context (a race, memory corruption)" +
+                           rerunsNeverReproduced(r);
+    } else if (never && never->distinct == 1) {
+      // Identical reruns, but on another kind of device than the run's: they cannot tell a
+      // faulty device from a kernel that differs between the two.
+      cause.explanation += "replayed on another kind of device than the run's (" + runsDevice(r) +
+                           "): replay it where it ran to tell the device from the kernel" + rerunsNeverReproduced(r);
     } else {
       cause.explanation += "the failure is nondeterministic, or needs context the capture does not hold" + rerunsNeverReproduced(r);
     }

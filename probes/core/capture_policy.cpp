@@ -40,6 +40,7 @@ StatusOr<CapturePlan> capturePlanFromEnvironment() {
   plan.budget_bytes = envInteger("NANPROV_CAPTURE_BYTES", kDefaultCaptureBytes, 0);
   plan.first_source_edge = envInteger("NANPROV_CAPTURE_FIRST_EDGE", 1, 0) != 0;
   plan.edge_reruns = envInteger("NANPROV_RERUNS", kDefaultEdgeReruns, 0);
+  plan.rerun_user_ops = envInteger("NANPROV_RERUN_USER_OPS", 0, 0) != 0;
   plan.audit.on = envInteger("NANPROV_AUDIT", 0, 0) != 0;
   plan.audit.every_steps = envInteger("NANPROV_AUDIT_EVERY", 0, 0);
   // Hundredths of a percent, so the environment carries a whole number.
@@ -71,6 +72,11 @@ int64_t CapturePolicy::edgeReruns() {
   return plan_.edge_reruns;
 }
 
+bool CapturePolicy::rerunUserOps() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return plan_.rerun_user_ops;
+}
+
 std::optional<CaptureTrigger> CapturePolicy::triggerFor(const CallEvent& rec, std::optional<uint64_t> audit_key,
                                                        std::string* regime_change) {
   if (edges_only_.load(std::memory_order_relaxed) && static_cast<EdgeKind>(rec.health) != EdgeKind::kSourceEdge) {
@@ -94,20 +100,28 @@ std::optional<CaptureTrigger> CapturePolicy::triggerFor(const CallEvent& rec, st
   judged_on_device_ = judged_on_device_ || !rec.device.isCpu();
   AuditedKey& key = audited_.try_emplace(*audit_key, AuditedKey{.layer = rec.layer}).first->second;
   const ConditionRegime now = regimeOf(rec);
-  auto take = [&]() -> std::optional<CaptureTrigger> {
+  const bool new_regime = std::none_of(key.regimes.begin(), key.regimes.end(),
+                                       [&](const ConditionRegime& judged) { return regimeChange(judged, now).empty(); });
+  auto take = [&](bool for_new_regime = false) -> std::optional<CaptureTrigger> {
     key.previous_step = key.last_step;
     key.last_step = rec.step;
-    key.previously_judged = key.judged;
-    key.judged = now;
+    key.added_regime = new_regime;
+    key.for_new_regime = for_new_regime;
+    if (new_regime) {
+      if (key.regimes.size() >= kRegimesKept) key.regimes.erase(key.regimes.begin());
+      key.regimes.push_back(now);
+    }
+    if (for_new_regime) ++counts_.regime_changes;
     return CaptureTrigger::kAudit;
   };
   if (key.last_step < 0) return take();  // the first pass
   // A new regime is judged at its first call, whatever the rotation's budget: faults start when
   // the data changes. The budget governs the rotation alone.
-  if (std::string change = regimeChange(key.judged, now); !change.empty()) {
-    ++counts_.regime_changes;
-    if (regime_change) *regime_change = change + " at step " + std::to_string(rec.step);
-    return take();
+  if (new_regime) {
+    if (regime_change) {
+      *regime_change = regimeChange(key.regimes.back(), now) + " at step " + std::to_string(rec.step);
+    }
+    return take(true);
   }
   if (plan_.audit.every_steps > 0) {
     return rec.step % plan_.audit.every_steps == 0 ? take() : std::nullopt;
@@ -165,8 +179,11 @@ bool CapturePolicy::reserve(int64_t bytes, CaptureTrigger trigger, std::optional
     if (audit_key) {
       auto it = audited_.find(*audit_key);
       if (it != audited_.end()) {  // tried again later
-        it->second.last_step = it->second.previous_step;
-        it->second.judged = it->second.previously_judged;
+        AuditedKey& key = it->second;
+        key.last_step = key.previous_step;
+        if (key.added_regime) key.regimes.pop_back();
+        if (key.for_new_regime) --counts_.regime_changes;
+        key.added_regime = key.for_new_regime = false;
       }
     }
     return false;

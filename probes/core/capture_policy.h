@@ -64,6 +64,7 @@ inline constexpr int64_t kDefaultEdgeReruns = 5;
 struct CapturePlan {
   bool first_source_edge = true;        // off with `nanprov run --no-capture`
   int64_t edge_reruns = kDefaultEdgeReruns;
+  bool rerun_user_ops = false;  // a --probe-op too: asked for by giving `nanprov run --reruns`
   std::vector<CallSelector> selectors;  // --capture
   int64_t every = 0;                    // --capture-every; 0: off
   int64_t budget_bytes = kDefaultCaptureBytes;
@@ -100,6 +101,7 @@ class CapturePolicy {
   bool auditing() const { return auditing_.load(std::memory_order_relaxed); }
   AuditPlan auditPlan();
   int64_t edgeReruns();
+  bool rerunUserOps();
 
   // Takes `bytes` from the trigger's budget (audits have their own, given back as the judge
   // catches up); false, taking nothing, when they do not fit. An audit that does not fit is
@@ -120,10 +122,15 @@ class CapturePolicy {
   RotationCounts rotationCounts();
 
  private:
+  static constexpr size_t kRegimesKept = 8;
   struct AuditedKey {
     int64_t layer = 0;
     int64_t last_step = -1, previous_step = -1;  // -1: never judged
-    ConditionRegime judged, previously_judged;  // the regimes of those judgements
+    // The regimes it was judged in, the latest last (at most kRegimesKept): a regime judged before
+    // is not new again. Whether the last judgement added one, and was for a new regime, so that a
+    // judgement the budget refused is taken back whole.
+    std::vector<ConditionRegime> regimes;
+    bool added_regime = false, for_new_regime = false;
   };
   // At the first call of a new step: which layer's calls, if any, this step's rotation audits.
   void decideRotation(int64_t step);

@@ -8,7 +8,9 @@
 // Coarse on purpose, so a clean run does not judge every step: a magnitude moves the regime only
 // when it changed tenfold since the judgement (a value hovering at a decade's edge does not flap),
 // a zero becoming non-zero (a mask band appearing), rows going from none to some fully masked,
-// and the LSE crossing the −88.7 line.
+// and a row's |LSE| crossing 88.7 (the checks measure |LSE|, not its sign: below −88.7, the seed-004
+// line, and huge logits alike). A regime a key was judged in before is not new again: a padding
+// mask present in some batches and not others is judged once in each.
 #pragma once
 
 #include <optional>

@@ -95,9 +95,10 @@ ProbedOp resolve(const c10::OperatorHandle& handle, const AttentionOp* desc) {
 }
 
 // A forward op's calls can be run again when captured (call_rerun.h).
-void offerReruns(const c10::OperatorHandle& handle, const ProbedOp& probed) {
+void offerReruns(const c10::OperatorHandle& handle, const ProbedOp& probed, bool user_op = false) {
   if (probed.desc->phase != Phase::kForward) return;
-  RerunnableOp recipe{.handle = handle, .desc = probed.desc, .inputs = probed.inputs, .num_arguments = probed.num_arguments};
+  RerunnableOp recipe{.handle = handle, .desc = probed.desc, .inputs = probed.inputs, .num_arguments = probed.num_arguments,
+                      .user_op = user_op};
   for (const auto& [index, name] : probed.others) recipe.others.push_back(index);
   for (const auto& [index, role] : probed.inputs) {
     if (role == Role::kO) recipe.out_argument = index;
@@ -544,7 +545,7 @@ Status probeOperator(const std::string& name, const std::vector<std::pair<std::s
   auto* desc = new AttentionOp{(new std::string(name))->c_str(), (new std::string(backend))->c_str(), Phase::kForward,
                                output_argument ? std::vector<Role>{} : std::vector<Role>{Role::kO}};
   op.desc = desc;
-  offerReruns(*handle, op);
+  offerReruns(*handle, op, /*user_op=*/true);
   auto* lib = new torch::Library(torch::Library::IMPL, ns, c10::DispatchKey::BackendSelect, __FILE__, __LINE__);
   lib->impl(bare.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::make_unique<OperatorProbe>(std::move(op))));
   probed.insert(name);

@@ -332,7 +332,9 @@ void Captures::rerunEdge(const CallEvent& rec, const RoleTensors& tensors, const
   if (session_.closing()) {
     reruns.not_rerun = "its check finished as the process exited";
   } else {
-    reruns = rerunCall(rec, tensors, args, static_cast<int>(std::min<int64_t>(runs, 1000)), classify(rec.record()).nonfinite_outputs);
+    CapturePolicy& policy = session_.capturePolicy();
+    reruns = rerunCall(rec, tensors, args, static_cast<int>(std::min<int64_t>(runs, 1000)), classify(rec.record()).nonfinite_outputs,
+                       policy.rerunUserOps());
   }
   describeReruns(reruns, file.metadata);
 }

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
 #include <c10/core/GradMode.h>
+#include <c10/core/impl/TorchDispatchModeTLS.h>
 
 #include <cstring>
 #include <map>
@@ -72,9 +73,13 @@ std::set<std::string> nonfiniteRoles(const RoleTensors& results) {
   return roles;
 }
 
-std::string whyNot(const CallEvent& rec, const CallArgs& args, const std::optional<RerunnableOp>& op) {
+std::string whyNot(const CallEvent& rec, const CallArgs& args, const std::optional<RerunnableOp>& op, bool user_ops) {
   if (rec.phase != Phase::kForward) return "a backward is rerun by nanprov replay from its capture, not in the run";
   if (!op) return std::string("its call is not one op nanprov can run again (") + rec.op + ")";
+  if (op->user_op && !user_ops) {
+    return "a --probe-op is the library's own code, which may keep state: nanprov run --reruns N reruns it";
+  }
+  if (c10::impl::TorchDispatchModeTLS::any_modes_set()) return "a dispatch mode was active when it was captured";
   for (const auto& [name, value] : args) {
     if (name == "dropout_p" && value.isDouble() && value.toDouble() > 0) {
       return "it used dropout, whose random mask a rerun would draw anew";
@@ -163,10 +168,10 @@ void registerRerunnableOp(RerunnableOp recipe) {
 }
 
 CallReruns rerunCall(const CallEvent& rec, const RoleTensors& tensors, const CallArgs& args, int runs,
-                     const std::vector<std::string>& nonfinite_outputs) {
+                     const std::vector<std::string>& nonfinite_outputs, bool user_ops) {
   CallReruns out;
   const std::optional<RerunnableOp> op = rerunnableOp(rec.op);
-  if (std::string why = whyNot(rec, args, op); !why.empty()) {
+  if (std::string why = whyNot(rec, args, op, user_ops); !why.empty()) {
     out.not_rerun = why;
     return out;
   }
@@ -178,7 +183,8 @@ CallReruns rerunCall(const CallEvent& rec, const RoleTensors& tensors, const Cal
     run = onHost(run);
     const std::set<std::string> failed(nonfinite_outputs.begin(), nonfinite_outputs.end());
     const at::Tensor q = lastOf(tensors, Role::kQ);
-    GeneratorKept generator(q.defined() ? q.device() : at::Device(at::kCPU));
+    std::optional<GeneratorKept> generator;  // only a library's own op may draw: put back what it drew
+    if (op->user_op) generator.emplace(q.defined() ? q.device() : at::Device(at::kCPU));
     at::NoGradGuard no_grad;
     ProbesPassThrough unprobed;  // the rerun is nanprov's own call, not the training's
     std::vector<RoleTensors> kept;

@@ -6,7 +6,9 @@
 // same bits. Costs a few calls' time and one host sync, once per rank.
 //
 // Never changes the training: reruns run with gradients off and below the probes, on fresh copies
-// of every argument the op writes, and the device's random generator is put back as it was. A
+// of every argument the op writes; an ATen op without dropout draws nothing random. A library's
+// own op (--probe-op) may keep state, so it is rerun only when `nanprov run --reruns` is given,
+// and then the device's random generator is put back as it was. A
 // call whose op nanprov cannot run again (attention written in plain ops, a module probe, a
 // backward, which replay reruns from its capture) or that draws dropout says why it was not rerun.
 #pragma once
@@ -34,6 +36,9 @@ struct RerunnableOp {
   std::vector<size_t> others;                   // argument indices of CallArgs, in their order
   size_t num_arguments = 0;
   std::optional<size_t> out_argument;           // an out buffer the op fills: O
+  // A --probe-op: the user's own code, which may keep state (a counter, a cache, its own random
+  // draws), so it is rerun only when asked (nanprov run --reruns N given).
+  bool user_op = false;
 };
 
 // Called as each forward op is probed (installAttentionProbes, --probe-op); calls of it carry
@@ -49,9 +54,9 @@ struct CallReruns {
 };
 
 // Runs the call `rec` (its tensors and arguments as held) `runs` times. `nonfinite_outputs` are
-// the roles the run's outputs went non-finite in.
+// the roles the run's outputs went non-finite in; `user_ops`: a --probe-op may be rerun.
 CallReruns rerunCall(const CallEvent& rec, const RoleTensors& tensors, const CallArgs& args, int runs,
-                     const std::vector<std::string>& nonfinite_outputs);
+                     const std::vector<std::string>& nonfinite_outputs, bool user_ops);
 
 // The capture's metadata for it: reruns.runs, .reproduced, .identical, .distinct, or reruns.not_rerun.
 void describeReruns(const CallReruns& reruns, std::map<std::string, std::string>& meta);

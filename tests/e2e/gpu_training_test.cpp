@@ -190,6 +190,14 @@ TEST(Gpu, CudnnDqNaNIsCapturedAndReplaysAsBackendSpecific) {
   EXPECT_EQ(d["root_cause"]["tensors"], json::array({"dQ"}));
   EXPECT_NE(d["root_cause"]["kernel"].get<std::string>().find("flash_bprop"), std::string::npos) << d["root_cause"].dump(1);
   EXPECT_EQ(d["captured"]["tensors"]["dQ"]["verdict"], "non-finite");
+  // Issue 64: a deterministic kernel fault: every rerun of cuDNN on the captured inputs gives the
+  // run's NaN. The backward is rerun by replay, not in the run.
+  const json& reruns = d["reruns"];
+  EXPECT_EQ(reruns["backend"], "cudnn") << reruns.dump(1);
+  EXPECT_EQ(reruns["runs"], 5) << reruns.dump(1);
+  EXPECT_EQ(reruns["reproduced"], 5) << reruns.dump(1);
+  EXPECT_GE(reruns["distinct_results"], 1) << reruns.dump(1);  // dQ's atomics may vary its bits
+  EXPECT_EQ(reruns["in_run_not_rerun"], "a backward is rerun by nanprov replay from its capture, not in the run") << reruns.dump(1);
   for (const json& b : d["backends"]) {
     if (b["name"] == "efficient" || b["name"] == "math") {
       ASSERT_EQ(b["status"], "ran") << b.dump(1);

@@ -184,6 +184,19 @@ TEST(Replay, AFlakyLibraryOpRerunInTheRunIsNondeterministic) {
   EXPECT_NE(rp.doc["root_cause"]["explanation"].get<std::string>().find("10 of 20 reruns"), std::string::npos)
       << rp.doc["root_cause"].dump(1);
   EXPECT_EQ(rp.doc["reruns"]["not_rerun"], "replay has no backend of its own that runs it") << rp.doc["reruns"].dump(1);
+
+  // Without --reruns the library's own code, which may keep state, is not run again: the training
+  // computes what it would without nanprov, and replay says why it has no in-run reruns.
+  const fs::path plain_dir = runDir("flaky-op-default");
+  Result plain = sh(nanprov() + " run --out " + plain_dir.string() + " --probe-op 'flaky::attn:q=Q,k=K,v=V' -- " + python() + " " +
+                    script + " 2>&1");
+  ASSERT_EQ(plain.code, 1) << plain.out;
+  json plain_doc = json::parse(sh(nanprov() + " report " + plain_dir.string() + " --json").out, nullptr, false);
+  ASSERT_TRUE(plain_doc["first_edge"]["capture"].is_string()) << plain_doc.dump(1);
+  Replay plain_rp = replay(plain_doc["first_edge"]["capture"].get<std::string>());
+  EXPECT_EQ(plain_rp.doc["reruns"]["in_run_not_rerun"],
+            "a --probe-op is the library's own code, which may keep state: nanprov run --reruns N reruns it")
+      << plain_rp.doc["reruns"].dump(1);
 }
 
 // An injected NaN in a forward: the run's process and replay both rerun the call (the CPU flash

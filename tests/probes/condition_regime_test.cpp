@@ -30,7 +30,7 @@ TEST(ConditionRegime, AMaskValueArrivingFullyMaskedRowsAndTheLseLineAreNewRegime
   EXPECT_EQ(change(forward(1e4), forward(1e9)), "the mask's largest |x| went from 1e+04 to 1e+09");
   EXPECT_EQ(change(forward(0), forward(0, 1, 1, 4)), "query rows with every key masked appeared");
   EXPECT_EQ(change(forward(0, 1, 1, 4), forward(0)), "no query row has every key masked any more");
-  EXPECT_EQ(change(forward(0, 1, 1, 0, 80), forward(0, 1, 1, 0, 95)), "a row's LSE went past -88.7");
+  EXPECT_EQ(change(forward(0, 1, 1, 0, 80), forward(0, 1, 1, 0, 95)), "a row's |LSE| went past 88.7 (exp(-LSE) leaves float32)");
 }
 
 TEST(ConditionRegime, MagnitudesMoveTheRegimeOnlyTenfoldSoACleanRunDoesNotFlap) {
@@ -73,7 +73,17 @@ TEST(ConditionRegime, TheAuditJudgesANewRegimeAtItsFirstCallWhateverTheBudget) {
   EXPECT_EQ(why, "the mask's largest |x| went from 0 to 3e+04 at step 3");
   ASSERT_TRUE(policy.reserve(100, CaptureTrigger::kAudit, 7));
   EXPECT_FALSE(policy.triggerFor(at(4, 30000), 7).has_value()) << "judged in this regime already";
+  // A padding mask present in some batches and not in others: each regime was judged once.
+  EXPECT_FALSE(policy.triggerFor(at(5, 0), 7).has_value()) << "the first regime, judged at step 0";
+  EXPECT_FALSE(policy.triggerFor(at(6, 30000), 7).has_value());
   EXPECT_EQ(policy.rotationCounts().regime_changes, 1);
+  // A judgement the audit's byte budget refuses is taken back whole, and tried again.
+  EXPECT_TRUE(policy.triggerFor(at(7, 1e9), 7, &why).has_value());
+  EXPECT_EQ(why, "the mask's largest |x| went from 3e+04 to 1e+09 at step 7");
+  EXPECT_EQ(policy.rotationCounts().regime_changes, 2);
+  ASSERT_FALSE(policy.reserve(int64_t{1} << 60, CaptureTrigger::kAudit, 7));
+  EXPECT_EQ(policy.rotationCounts().regime_changes, 1);
+  EXPECT_TRUE(policy.triggerFor(at(8, 1e9), 7).has_value()) << "still a new regime";
 }
 
 }  // namespace

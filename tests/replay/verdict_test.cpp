@@ -175,11 +175,17 @@ TEST(RootCause, NeverReproducedWhileEveryRerunIsIdenticalSuspectsTheDevice) {
   r.environment["gpu"] = "NVIDIA H100 80GB HBM3 (sm_90)";
   r.captured = run("captured", {{"O", Verdict::kSilentWrong}});
   r.backends = {run("cudnn", {{"O", Verdict::kOk}}, true)};
-  r.reruns = rerunsOn("cuda:0", 5, 0, 1);
+  r.reruns = rerunsOn("cuda:0 (NVIDIA H100 80GB HBM3 (sm_90))", 5, 0, 1);
   RootCause c = findRootCause(r);
   EXPECT_EQ(c.cls, CauseClass::kNotReproduced);
   EXPECT_NE(c.explanation.find("suspect the device it ran on (NVIDIA H100 80GB HBM3 (sm_90))"), std::string::npos) << c.explanation;
   EXPECT_NE(c.explanation.find("each bitwise identical"), std::string::npos) << c.explanation;
+  // Replayed on another model: identical reruns there cannot blame the run's device.
+  r.reruns = rerunsOn("cuda:0 (NVIDIA H200 (sm_90))", 5, 0, 1);
+  c = findRootCause(r);
+  EXPECT_EQ(c.explanation.find("suspect the device"), std::string::npos) << c.explanation;
+  EXPECT_NE(c.explanation.find("replay it where it ran"), std::string::npos) << c.explanation;
+  r.reruns = rerunsOn("cuda:0 (NVIDIA H100 80GB HBM3 (sm_90))", 5, 0, 1);
   // Reruns that differ in their bits without failing: nondeterministic, but never this failure.
   r.reruns = rerunsOn("cuda:0", 5, 0, 4);
   c = findRootCause(r);
