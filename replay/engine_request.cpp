@@ -45,7 +45,8 @@ std::vector<std::string> engineArgv(const std::string& engine, const EngineReque
   if (!request.backends.empty()) argv.insert(argv.end(), {"--backends", request.backends});
   if (!request.emit_repro.empty()) argv.insert(argv.end(), {"--emit-repro", request.emit_repro});
   if (request.keep) argv.push_back("--keep");
-  argv.insert(argv.end(), {"--reruns", std::to_string(request.reruns)});
+  // The engine's default is the same constant: said only when another is asked for.
+  if (request.reruns != kDefaultReruns) argv.insert(argv.end(), {"--reruns", std::to_string(request.reruns)});
   return argv;
 }
 

@@ -76,6 +76,8 @@ TEST(EngineRequest, ArgvNamesEveryFieldAndOutputsParseBack) {
                                             "c.safetensors", "--backends", "math,cudnn", "--emit-repro", "out"}));
   EXPECT_EQ(replay::engineArgv("e", {.output = EngineOutput::kAuditServe}),
             (std::vector<std::string>{"e", "--output", "audit-serve", "--device", "auto"}));
+  EXPECT_EQ(replay::engineArgv("e", {.reruns = 20}),
+            (std::vector<std::string>{"e", "--output", "text", "--device", "auto", "--reruns", "20"}));
 }
 
 }  // namespace

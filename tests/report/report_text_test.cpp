@@ -70,8 +70,9 @@ TEST(ReportText, EachOutcomeHasItsHeadline) {
   unseen.conclusion = sentinel.conclusion;
   unseen.conclusion.outcome = Outcome::kUnattributed;
   const std::string unseen_text = reportText(unseen);
-  EXPECT_EQ(firstLineOf(unseen_text), "rank0:step 2  first non-finite values were gradients, at step 2, but no attention call "
-                                      "was checked, so nanprov cannot tell whether attention made them");
+  EXPECT_EQ(firstLineOf(unseen_text), "rank0:step 2  first non-finite values found were gradients, at step 2, but no "
+                                      "attention call was checked, so nanprov cannot tell whether attention made them")
+      << "without --trail the gradients are only the first found";
   EXPECT_NE(unseen_text.find("\n  " + std::string(kUnseenAttentionHint) + "\n"), std::string::npos) << unseen_text;
   EXPECT_NE(unseen_text.find("no attention call was checked\n"), std::string::npos) << unseen_text;
   EXPECT_EQ(unseen_text.find("outside attention"), std::string::npos) << unseen_text;
