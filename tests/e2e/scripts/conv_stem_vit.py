@@ -20,7 +20,7 @@ recognise, so --probe-module is the way to check it. --args qkv gives it Q, K an
 With --oracle, plain-PyTorch hooks (nothing of nanprov's) print the first module call whose output
 went non-finite (inner modules end first) and whether what it received was finite:
   oracle: step S phase fwd first PATH inputs finite|non-finite
-and, with --attn hand, each step's largest |score| the first block's softmax consumed:
+and, with --attn hand, each step's largest score the first block's softmax consumed:
   oracle: step S logits L
 Each step prints its loss exactly (repr), so two runs compare bit for bit.
 """
@@ -39,14 +39,14 @@ class HandAttention(nn.Module):
         self.heads, self.takes = heads, takes
         self.qkv = nn.Linear(width, 3 * width) if takes == "x" else None
         self.gain = 1.0
-        self.peak = None  # the oracle's: the largest |score| of the last call
+        self.peak = None  # the oracle's: the largest score of the last call (logits are read above 0: masks fill below)
 
     def forward(self, q, k=None, v=None):
         if self.qkv is not None:
             b, s, e = q.shape
             q, k, v = (t.view(b, s, self.heads, e // self.heads).transpose(1, 2) for t in self.qkv(q).chunk(3, dim=-1))
         scores = (k @ q.transpose(-2, -1)) * (q.shape[-1] ** -0.5 * self.gain)  # [B, H, keys, queries]
-        self.peak = scores.detach().abs().max().item()
+        self.peak = scores.detach().max().item()
         p = scores.softmax(dim=-2)
         o = p.transpose(-2, -1) @ v
         if self.qkv is not None:
