@@ -64,7 +64,7 @@ struct RunOptions {
   int64_t capture_bytes = kDefaultCaptureBytes;
   int64_t store_budget = kDefaultStoreBudgetBytes;
   bool no_capture = false;
-  int64_t reruns = 5;  // probes/core/capture_policy.h: kDefaultEdgeReruns
+  int64_t reruns = kDefaultEdgeReruns;
   bool reruns_given = false;
   bool audit = false;
   int64_t audit_every = 0;
@@ -440,7 +440,8 @@ void addRunCommand(CLI::App& app, int* exit_code, std::vector<std::string> wrapp
                   "When it captures the first source edge, the process that ran it runs the call again this many "
                   "times, right there (same op, inputs and device), and the capture says how often the run's result "
                   "recurred, for nanprov replay's verdict: every time, some of the times (a nondeterministic kernel) "
-                  "or never (suspect the device or the run's context); 0: not rerun (default 5). A --probe-op, "
+                  "or never (suspect the device or the run's context); 0: not rerun (default " +
+                      std::to_string(kDefaultEdgeReruns) + "). A --probe-op, "
                   "the library's own code, is rerun only when this is given")
       ->check(CLI::Range(int64_t{0}, int64_t{1000}));
   CLI::Option* audit = cmd->add_flag("--audit", opts->audit,
