@@ -180,13 +180,17 @@ Status BudgetKeeper::summarise(sqlite3* db, int64_t step, const StepSpan& span) 
   sqlite3_reset(select_.get());
   if (rc != SQLITE_DONE) return Status::Error(sqlite::errorOf(db));
   NANPROV_RETURN_IF_ERROR(summariseWithTensorRows(db, step, span, &rows));
-  // A step joins the newest bucket until that bucket spans `every_` steps.
-  if (bucket_start_ < 0 || step >= bucket_start_ + every_) bucket_start_ = step;
+  // A step joins the newest bucket until that bucket spans `every_` steps. A step older than that
+  // bucket (its calls reached the writer after newer steps' were summarised) gets rows of its own:
+  // a row's range must hold only the steps of its calls, as the trends and readers take it.
+  const bool late = bucket_start_ >= 0 && step < bucket_start_;
+  if (!late && (bucket_start_ < 0 || step >= bucket_start_ + every_)) bucket_start_ = step;
+  const int64_t row_start = late ? step : bucket_start_;
   // Rows counted as they open a bucket (a later step joining one rarely adds a row); thin() recounts.
-  if (bucket_start_ == step) summary_rows_ += static_cast<int64_t>(rows.size());
+  if (row_start == step) summary_rows_ += static_cast<int64_t>(rows.size());
   for (const auto& [key, sum] : rows) {
     sqlite3_stmt* s = upsert_.get();
-    sqlite::bindRow(s, bucket_start_, step, key.first, key.second, sum.calls, sum.first_seq, sum.last_seq);
+    sqlite::bindRow(s, row_start, step, key.first, key.second, sum.calls, sum.first_seq, sum.last_seq);
     for (int r = 0; r < kRoleCount; ++r) {
       if (sum.seen[r]) sqlite3_bind_double(s, 8 + r, sum.max_abs[r]);
       else sqlite3_bind_null(s, 8 + r);

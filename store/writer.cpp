@@ -14,6 +14,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -257,6 +258,13 @@ struct StoreWriter::Impl {
   // steps recorded, never calls past the steps the store counts. Called only by the writer thread,
   // or by close() after the thread was joined: the database handle has one user at a time.
   void writeBatch(PendingRows& batch) {
+    // A writer behind takes the calls held aside while its queue was full before the queue's older
+    // ones: written in step order, or a chunk of newer steps would be pruned with older steps'
+    // calls still to come (and a step's calls would land in two summaries).
+    auto byStep = [](const CallEvent& a, const CallEvent& b) { return std::tie(a.step, a.seq) < std::tie(b.step, b.seq); };
+    if (!std::is_sorted(batch.calls.begin(), batch.calls.end(), byStep)) {
+      std::stable_sort(batch.calls.begin(), batch.calls.end(), byStep);
+    }
     const size_t chunk = budget->on() ? static_cast<size_t>(budget->chunkCalls()) : SIZE_MAX;
     if (batch.calls.size() <= chunk) return writeTransaction(batch, !batch.steps.empty());
     // The first transaction takes every row but the calls past its chunk and the later step ends:

@@ -142,6 +142,44 @@ TEST(StoreBudget, ABurstFasterThanTheWriterStaysUnderIt) {
   ASSERT_TRUE(run.ok()) << run.status().message();
   EXPECT_EQ(run->total_calls, calls);
   EXPECT_GT(run->summarised().not_clean, calls / 2) << "the burst was summarised, not kept";
+  // The calls held aside while the writer's queue was full come first in its batch: written in
+  // step order, each summary row holds only its steps' calls, within its layer's trend.
+  EXPECT_TRUE(run->damage.empty()) << run->damage.front();
+}
+
+// A call that reaches the writer after its step was summarised (a backward that came late) is
+// summarised in rows of its own step: no summary row holds a step outside its range, and every
+// reader finds the store consistent with its trends.
+TEST(StoreBudget, ACallOfAStepAlreadySummarisedKeepsTheSummariesTruthful) {
+  fs::path dir = freshDir("budget_late");
+  auto writer = StoreWriter::open((dir / rankStoreName(0)).string(), {{"rank", "0"}}, kBudget);
+  ASSERT_TRUE(writer.ok()) << writer.status().message();
+  int64_t seq = 0;
+  for (int64_t step = 0; step < 600; ++step) {
+    for (int layer = 0; layer < kLayers; ++layer) (*writer)->append(callOf(seq++, step, layer, Phase::kForward, 0));
+    (*writer)->stepEnded(step, 1000 + seq * 10);
+    while ((*writer)->pendingCalls() > 0) std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  // Step 300's late call, its |O| the largest of the run: its own trend bucket and summary row.
+  CallRecord late = callOf(seq++, 300, 0, Phase::kForward, 0);
+  late.tensors[1].max_abs = 5000;
+  (*writer)->append(late);
+  for (int64_t step = 600; step < 700; ++step) {
+    for (int layer = 0; layer < kLayers; ++layer) (*writer)->append(callOf(seq++, step, layer, Phase::kForward, 0));
+    (*writer)->stepEnded(step, 1000 + seq * 10);
+    while ((*writer)->pendingCalls() > 0) std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  ASSERT_TRUE((*writer)->close().ok());
+  auto run = loadRun(dir.string(), RunScope::kEdges);
+  ASSERT_TRUE(run.ok()) << run.status().message();
+  EXPECT_TRUE(run->damage.empty()) << run->damage.front();
+  EXPECT_EQ(run->total_calls, seq);
+  auto rows = queryRun(dir.string(), "SELECT COUNT(*) FROM step_summaries WHERE max_o >= 5000 AND step <= 300 AND last_step >= 300");
+  ASSERT_TRUE(rows.ok()) << rows.status().message();
+  EXPECT_EQ(*rows->rows.at(0).at(0), "1") << "the late call is in a row whose steps include its own";
+  auto held = queryRun(dir.string(), "SELECT COUNT(*) FROM calls WHERE step = 300");
+  ASSERT_TRUE(held.ok()) << held.status().message();
+  EXPECT_EQ(*held->rows.at(0).at(0), "0") << "step 300 was summarised, before and after its late call";
 }
 
 TEST(StoreBudget, WithoutOneNothingIsSummarised) {
