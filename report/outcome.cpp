@@ -139,6 +139,14 @@ Conclusion conclude(const RunData& run, const Findings& findings, const std::opt
     // not stored, or cannot be trusted, was never read here as clean.
     c.outcome = Outcome::kPartial;
   }
+  // Nothing stored shows a non-finite value, but a process saw one: its rows were lost, and with
+  // them what made it. Never clean, nor partial: values did go non-finite.
+  if (!c.sentinel && !findings.first) {
+    if (auto seen = run.earliestNonFiniteTallied()) {
+      c.outcome = Outcome::kUnattributed;
+      c.nonfinite_not_stored = Conclusion::Unstored{.rank = seen->second, .step = seen->first};
+    }
+  }
   c.audit = readAudit(run);
   if ((c.outcome == Outcome::kClean || c.outcome == Outcome::kPartial) && !c.audit.findings.empty()) {
     c.outcome = Outcome::kAuditFinding;

@@ -60,6 +60,13 @@ struct Conclusion {
   // module of attention the run counted unchecked: the values were made inside that attention.
   bool made_in_unchecked_attention = false;
   std::string nothing_checked_why;           // set for kNothingChecked
+  // Unattributed for want of rows: a rank's process saw a non-finite value at this step (its call
+  // tally says), but no call or finding that shows it reached the store (killed, or the disk filled).
+  struct Unstored {
+    int rank = 0;
+    int64_t step = 0;
+  };
+  std::optional<Unstored> nonfinite_not_stored;
   AuditSummary audit;                        // with any outcome
 };
 

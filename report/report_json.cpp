@@ -140,6 +140,10 @@ json reportJson(const Report& report) {
       {"clean", conclusion.outcome == Outcome::kClean},
       {"outcome", outcomeName(conclusion.outcome)},
       {"nothing_checked_why", conclusion.nothing_checked_why.empty() ? json(nullptr) : json(conclusion.nothing_checked_why)},
+      // A rank saw non-finite values whose rows never reached its store (outcome unattributed).
+      {"nonfinite_not_stored", conclusion.nonfinite_not_stored
+                                   ? json{{"rank", conclusion.nonfinite_not_stored->rank}, {"step", conclusion.nonfinite_not_stored->step}}
+                                   : json(nullptr)},
       {"step_unit", stepUnitName(run.step_unit)},
       {"summary", {{"ranks", run.ranksRan()}, {"calls", run.calls}, {"steps", run.steps}}},
       {"coverage", coverageJson(run)},

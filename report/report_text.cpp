@@ -300,6 +300,15 @@ std::string reportText(const Report& stored) {
            printable(conclusion.nothing_checked_why) + "\n" + closing(report);
   }
   if (conclusion.sentinel_first) return sentinelFirstText(report) + closing(report);
+  if (const auto& lost = conclusion.nonfinite_not_stored) {
+    const bool going = run.run_file_readable && !run.exit_code && !run.signal;
+    const std::string why = !run.incomplete.empty() ? "its rows were lost: writes to the store failed"
+                            : going                 ? "its rows are not stored yet: the run is still going; ask again in a moment"
+                                                    : "its rows were lost: the process ended before they were written";
+    return "values went non-finite at " + stepLabel(run.step_unit, lost->step) + " on rank " + std::to_string(lost->rank) +
+           ", but the calls that saw them never reached the store, so nanprov cannot tell where they were made\n"
+           "  the rank's call tally kept the step; " + why + "\n" + closing(report);
+  }
   if (!report.first_edge && conclusion.outcome == Outcome::kAuditFinding) {
     const AuditFinding& first = conclusion.audit.findings.front();
     return first.name + "  audit finding: finite outputs that are " + first.verdict.value_or("?") +

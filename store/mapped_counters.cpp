@@ -48,6 +48,13 @@ void MappedCounters::set(size_t slot, int64_t value) {
   std::atomic_ref<int64_t>(counts_[slot]).store(value, std::memory_order_relaxed);
 }
 
+void MappedCounters::keepSmallest(size_t slot, int64_t value) {
+  std::atomic_ref<int64_t> at(counts_[slot]);
+  int64_t held = at.load(std::memory_order_relaxed);
+  while ((held == 0 || value < held) && !at.compare_exchange_weak(held, value, std::memory_order_relaxed)) {
+  }
+}
+
 int64_t MappedCounters::get(size_t slot) const {
   return std::atomic_ref<int64_t>(counts_[slot]).load(std::memory_order_relaxed);
 }

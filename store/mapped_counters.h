@@ -2,8 +2,10 @@
 // mapping. Every update is in the kernel's page cache the moment it is made, so the counts survive
 // the process ending by any path, SIGKILL included, and another process that maps the same file
 // sees them at once, without a system call on either side. Two uses:
-//  - the call tally (rank-<r>.tally, 1 counter): how many attention calls a rank's probes began,
-//    so the report can say how many of the last calls never reached the store;
+//  - the call tally (rank-<r>.tally, kCallTallySlots): how many attention calls a rank's probes
+//    began, so the report can say how many of the last calls never reached the store, and the
+//    earliest step at which the process saw a non-finite value (a call not clean, or the
+//    sentinel's gradients), so a NaN whose rows were lost to a kill or a full disk is still said;
 //  - the audit's progress (rank-<r>.audit-progress, kAuditProgressSlots): how many of the rank's
 //    audit captures `nanprov run`'s judge has judged, and how long judging them took, which the
 //    probes read to pace the audit's rotation (probes/core/capture_policy.h).
@@ -20,6 +22,10 @@
 
 namespace nanprov {
 
+// Slots of the call tally. kFirstNonFiniteStep holds that step + 1 (0: none seen); a tally of
+// one slot is an older run's.
+enum CallTallySlot : size_t { kCallsBegun = 0, kFirstNonFiniteStep = 1, kCallTallySlots = 2 };
+
 // Slots of the audit-progress file.
 enum AuditProgressSlot : size_t { kAuditsJudged = 0, kAuditJudgeNs = 1, kAuditProgressSlots = 2 };
 
@@ -34,6 +40,8 @@ class MappedCounters {
 
   void add(size_t slot, int64_t n = 1);  // one atomic add to the mapping: no system call
   void set(size_t slot, int64_t value);
+  // Lowers `slot` to `value` unless it holds a smaller one other than 0 (0: unset).
+  void keepSmallest(size_t slot, int64_t value);
   int64_t get(size_t slot) const;
 
  private:

@@ -291,14 +291,27 @@ Status loadStepEnds(sqlite3* db, const std::string& path, std::map<int64_t, int6
 // writer dropped, is damage, not a death.
 constexpr int64_t kMostCallsUnstored = int64_t{1} << 22;
 
-// A rank's call tally (store/mapped_counters.h), checked against the `stored` calls of its store
-// and the rows its writer `dropped`: nullopt when there is none, or when it contradicts the store
-// (then `damage` says so once).
-std::optional<int64_t> tallyOf(const std::string& path, int rank, int64_t stored, int64_t dropped,
-                               std::vector<std::string>* damage) {
-  auto counts = readMappedCounters(path);
+// A rank's call tally (store/mapped_counters.h): how many calls began, and the earliest step at
+// which the process saw a non-finite value (none in tallies of one slot, older runs').
+struct CallTally {
+  int64_t begun = 0;
+  std::optional<int64_t> nonfinite_step;
+};
+
+// The tally checked against the `stored` calls of its store and the rows its writer `dropped`:
+// nullopt when there is none, or when it contradicts the store (then `damage` says so once).
+std::optional<CallTally> tallyOf(const std::string& path, int rank, int64_t stored, int64_t dropped,
+                                 std::vector<std::string>* damage) {
+  auto counts = readMappedCounters(path, kCallTallySlots);
+  if (!counts) counts = readMappedCounters(path, 1);
   if (!counts) return std::nullopt;
-  const int64_t begun = (*counts)[0];
+  CallTally tally{.begun = (*counts)[kCallsBegun]};
+  // Bounded as a step can be: a damaged slot never names a step past any run's.
+  if (counts->size() > kFirstNonFiniteStep && (*counts)[kFirstNonFiniteStep] > 0 &&
+      (*counts)[kFirstNonFiniteStep] <= int64_t{1} << 40) {
+    tally.nonfinite_step = (*counts)[kFirstNonFiniteStep] - 1;
+  }
+  const int64_t begun = tally.begun;
   const std::string said = "rank " + std::to_string(rank) + "'s call tally says " + std::to_string(begun) + " calls began, ";
   if (begun < stored) {
     damage->push_back(said + "fewer than the " + std::to_string(stored) + " its store holds: the tally is damaged and not counted");
@@ -308,7 +321,7 @@ std::optional<int64_t> tallyOf(const std::string& path, int rank, int64_t stored
     damage->push_back(said + "more unstored than any process holds: the tally is damaged and not counted");
     return std::nullopt;
   }
-  return begun;
+  return tally;
 }
 
 }  // namespace
@@ -354,6 +367,18 @@ std::map<std::string, int64_t> RunData::unprobedFirstSteps() const {
   std::map<std::string, int64_t> out;
   for (const auto& [what, n] : unprobed()) out[what] = seen.count(what) ? seen[what] : 0;
   return out;
+}
+
+std::optional<std::pair<int64_t, int>> RunData::earliestNonFiniteTallied() const {
+  std::optional<std::pair<int64_t, int>> earliest;
+  auto consider = [&](int rank, int64_t step) {
+    if (!earliest || std::make_pair(step, rank) < *earliest) earliest = std::make_pair(step, rank);
+  };
+  for (const RankInfo& r : ranks) {
+    if (r.nonfinite_step_seen) consider(r.rank, *r.nonfinite_step_seen);
+  }
+  for (const auto& [rank, step] : nonfinite_without_store) consider(rank, step);
+  return earliest;
 }
 
 int64_t RunData::callsNotStored() const {
@@ -453,7 +478,10 @@ static void countTalliesWithoutStore(const std::vector<std::string>& dirs, RunDa
     for (const auto& [rank, tally] : callTallyPaths(dir)) {
       // An unrecorded rank's calls are said with its reason (store/run_dir.h), not as a death.
       if (stored.count(rank) || run->unrecorded.count(rank)) continue;
-      run->calls_begun_without_store += tallyOf(processFileBehind(tally), rank, 0, 0, &run->damage).value_or(0);
+      const std::optional<CallTally> counted = tallyOf(processFileBehind(tally), rank, 0, 0, &run->damage);
+      if (!counted) continue;
+      run->calls_begun_without_store += counted->begun;
+      if (counted->nonfinite_step) run->nonfinite_without_store[rank] = *counted->nonfinite_step;
     }
   }
 }
@@ -531,7 +559,10 @@ StatusOr<RunData> loadRun(const RunDirs& dirs, RunScope scope) {
     // A writer whose writes failed may have lost any number of calls: its tally is not bounded by
     // what a process holds unstored.
     const int64_t dropped = info.write_failure ? int64_t{1} << 62 : info.counters.dropped_rows.value_or(0);
-    info.calls_begun = tallyOf(callTallyPathOf(path, info.rank), info.rank, kept, dropped, &run.damage);
+    if (std::optional<CallTally> tally = tallyOf(callTallyPathOf(path, info.rank), info.rank, kept, dropped, &run.damage)) {
+      info.calls_begun = tally->begun;
+      info.nonfinite_step_seen = tally->nonfinite_step;
+    }
     run.ranks.push_back(std::move(info));
   }
   countTalliesWithoutStore(dirs.all, &run);

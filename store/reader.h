@@ -7,6 +7,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "store/run_dir.h"
@@ -49,6 +50,9 @@ struct RankInfo {
   std::vector<SummarisedStretch> summarised_stretches;
   // From rank-<r>.tally; none in runs older than it, or when it contradicts the store (damage).
   std::optional<int64_t> calls_begun;
+  // Also from the tally: the earliest step at which the process saw a non-finite value (a call not
+  // clean, the sentinel's gradients), whether or not its rows reached the store.
+  std::optional<int64_t> nonfinite_step_seen;
   // The first write its writer could not make (a full disk, `ulimit -f`): the store is incomplete
   // from that step on (store/write_failure.h). None when every write was made.
   std::optional<WriteFailure> write_failure;
@@ -88,6 +92,7 @@ struct RunData {
   // Collectives that carried a non-finite value in or out, per rank in the order they were issued.
   std::vector<CollectiveRecord> collectives;
   int64_t calls_begun_without_store = 0;  // tallied by ranks that died before creating their store
+  std::map<int, int64_t> nonfinite_without_store;  // and the step their tally saw non-finite values at, by rank
   std::map<int, std::string> unrecorded;  // ranks whose workers could not write their store → why
   // What in the run's files contradicts itself, one line each (a store missing rows its writer
   // committed, a tally below what was stored or past any process's reach): said once in the
@@ -116,6 +121,9 @@ struct RunData {
   // SIGKILL, or a path that ran no exit hook) before the writer committed them, or its writes
   // failed (RankInfo::write_failure).
   int64_t callsNotStored() const;
+  // The earliest (step, rank) at which a rank's process saw a non-finite value, as its tally says:
+  // with no stored call or finding to show it, the rows that would have were lost.
+  std::optional<std::pair<int64_t, int>> earliestNonFiniteTallied() const;
   // Each rank whose store's writes failed: "rank 0: the store is incomplete from step 12: the disk
   // filled", in rank order.
   std::vector<std::string> incompleteStores() const;

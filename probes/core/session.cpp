@@ -243,24 +243,31 @@ static thread_local int64_t t_calls_begun = 0;
 
 int64_t Session::callsBegunOnThread() { return t_calls_begun; }
 
+MappedCounters* Session::tally() {
+  MappedCounters* tally = tally_.load(std::memory_order_acquire);
+  if (tally || tally_failed_.load(std::memory_order_relaxed)) return tally;
+  std::lock_guard<std::mutex> lock(writer_mu_);
+  tally = tally_.load(std::memory_order_acquire);
+  if (tally) return tally;
+  const std::string name = ownName(callTallyName(rank()), processTallyName(getpid()));
+  auto opened = MappedCounters::open((std::filesystem::path(run_dir_) / name).string(), kCallTallySlots);
+  if (opened.ok()) {
+    if (rank_source_.load() == RankSource::kGuess) tally_link_ = RankLink(run_dir_, name);
+    tally_.store(tally = opened->release(), std::memory_order_release);
+  } else if (!tally_failed_.exchange(true)) {
+    logOnce("tally", "calls not tallied: " + opened.status().message());
+  }
+  return tally;
+}
+
 void Session::callBegun(int64_t n) {
   if (!active()) return;
   if (n > 0) t_calls_begun += n;
-  MappedCounters* tally = tally_.load(std::memory_order_acquire);
-  if (!tally && !tally_failed_.load(std::memory_order_relaxed)) {
-    std::lock_guard<std::mutex> lock(writer_mu_);
-    tally = tally_.load(std::memory_order_acquire);
-    if (!tally) {
-      const std::string name = ownName(callTallyName(rank()), processTallyName(getpid()));
-      auto opened = MappedCounters::open((std::filesystem::path(run_dir_) / name).string());
-      if (opened.ok()) {
-        if (rank_source_.load() == RankSource::kGuess) tally_link_ = RankLink(run_dir_, name);
-        tally_.store(tally = opened->release(), std::memory_order_release);
-      }
-      else if (!tally_failed_.exchange(true)) logOnce("tally", "calls not tallied: " + opened.status().message());
-    }
-  }
-  if (tally) tally->add(0, n);
+  if (MappedCounters* counts = tally()) counts->add(kCallsBegun, n);
+}
+
+void Session::sawNonFinite(int64_t step) {
+  if (MappedCounters* counts = tally()) counts->keepSmallest(kFirstNonFiniteStep, std::max<int64_t>(0, step) + 1);
 }
 
 void Session::becomeWorker() {
@@ -295,6 +302,7 @@ void Session::countWorkerCall(int64_t n) {
 
 void Session::record(const CallEvent& call) {
   if (!active()) return;
+  if (call.health != 0) sawNonFinite(call.step);
   if (StoreWriter* w = writer()) w->append(call);
 }
 
@@ -312,7 +320,10 @@ void Session::recordCapture(CaptureRecord capture) {
 
 void Session::recordSentinel(std::vector<SentinelRecord> findings) {
   if (!active() || findings.empty()) return;
-  for (SentinelRecord& f : findings) f.rank = rank();
+  for (SentinelRecord& f : findings) {
+    f.rank = rank();
+    sawNonFinite(f.step);
+  }
   if (StoreWriter* w = writer()) w->appendSentinel(std::move(findings));
 }
 

@@ -154,6 +154,10 @@ class Session {
   std::unique_ptr<StoreWriter> writer_;
   std::atomic<StoreWriter*> open_writer_{nullptr};
   bool writer_failed_ = false;
+  // The call tally, opened by the first call (nullptr: not yet, or it could not be made).
+  MappedCounters* tally();
+  // The store may never get the rows that say so (a kill, a full disk): the tally keeps the step.
+  void sawNonFinite(int64_t step);
   std::atomic<MappedCounters*> tally_{nullptr};  // created by the first call; never freed (calls may race exit)
   std::atomic<bool> tally_failed_{false};
   std::atomic<bool> worker_{false};
