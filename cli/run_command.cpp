@@ -283,7 +283,11 @@ int run(RunOptions& opts) {
     std::cerr << "nanprov run: " << printable(st.message()) << "\n";
     return kUsageError;
   }
-  if (!slurm) writeRunFile(dir, doc);
+  // The training runs whatever nanprov can write: it is said, not refused (a full disk).
+  if (Status st = slurm ? Status::Ok() : writeRunFile(dir, doc); !st.ok()) {
+    std::cerr << "nanprov: " << printable(st.message()) << ": the training runs, but nanprov may record none of it; free space "
+              << "on that disk or pick another --out\n";
+  }
 
   std::map<std::string, std::string> env = {
       {"PYTHONPATH", bootstrapPythonPath()},
@@ -321,8 +325,9 @@ int run(RunOptions& opts) {
 
   doc["exit_code"] = exit->signal ? json(nullptr) : json(exit->exit_code);
   doc["signal"] = exit->signal ? json(strsignal(exit->signal)) : json(nullptr);
-  if (!slurm) writeRunFile(dir, doc);
-  else if (Status st = writeTaskRunFile(dir, slurm->task, doc); !st.ok()) std::cerr << "nanprov: " << printable(st.message()) << "\n";
+  if (Status st = slurm ? writeTaskRunFile(dir, slurm->task, doc) : writeRunFile(dir, doc); !st.ok()) {
+    std::cerr << "nanprov: " << printable(st.message()) << "\n";
+  }
   const TaskEnding ending = slurm ? endTask(dir, *slurm, kOtherTasksWait) : TaskEnding{};
 
   std::cerr << "\n" << ending.preface;
@@ -459,7 +464,7 @@ void addRunCommand(CLI::App& app, int* exit_code, std::vector<std::string> wrapp
   cmd->add_option("--audit-budget", opts->audit_budget,
                   "With --audit, the share of the run's time the rotation may take, in percent: the training "
                   "thread copying calls out plus the judge judging them (default 1; 100: one layer every step, "
-                  "whatever it costs). The first pass is not limited")
+                  "whatever it costs). The first pass and calls judged again for their conditions are neither limited nor charged to it")
       ->check(percentText())
       ->check(CLI::Range(0.01, 100.0))
       ->needs(audit);

@@ -1,6 +1,9 @@
 #include "store/run_dir.h"
 
+#include <sys/statvfs.h>
+
 #include <algorithm>
+#include <cstdint>
 #include <chrono>
 #include <ctime>
 #include <filesystem>
@@ -109,6 +112,17 @@ std::string auditProgressName(int rank) { return rankFileName(rank, kAuditProgre
 std::string workerCallsName(int rank) { return rankFileName(rank, kWorkerCallsSuffix); }
 std::string unrecordedNoteName(int rank) { return rankFileName(rank, kUnrecordedSuffix); }
 
+// A rank that could not write its store and whose note of why is empty: the note's own write
+// failed, most often because the disk is full, which its free space then says.
+static std::string whyNothingNoted(const std::string& dir) {
+  constexpr uint64_t kNoRoom = 64 << 10;  // less than a store's schema and first batch
+  struct statvfs disk {};
+  if (statvfs(dir.c_str(), &disk) == 0 && static_cast<uint64_t>(disk.f_bavail) * disk.f_frsize < kNoRoom) {
+    return "its store could not be written: the disk holding " + dir + " is full";
+  }
+  return "its store could not be written";
+}
+
 std::map<int, std::string> unrecordedRanks(const std::string& dir) {
   std::map<int, std::string> out;
   std::error_code ec;
@@ -118,7 +132,7 @@ std::map<int, std::string> unrecordedRanks(const std::string& dir) {
     auto text = readSmallFile(entry.path().string(), 4096);
     std::string why = text.ok() && *text ? **text : "";
     while (!why.empty() && (why.back() == '\n' || why.back() == '\r')) why.pop_back();
-    out[*rank] = why.empty() ? "its store could not be written" : why;
+    out[*rank] = why.empty() ? whyNothingNoted(dir) : why;
   }
   return out;
 }

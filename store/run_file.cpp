@@ -6,7 +6,6 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 
 #include "base/json_text.h"
 #include "store/small_file.h"
@@ -70,6 +69,24 @@ StatusOr<bool> claimRunFile(const std::string& dir) {
   return true;
 }
 
-void writeRunFile(const std::string& dir, const nlohmann::json& doc) { std::ofstream(pathIn(dir)) << jsonText(doc, 2) << "\n"; }
+Status writeRunFile(const std::string& dir, const nlohmann::json& doc) {
+  const std::string path = pathIn(dir);
+  const std::string text = jsonText(doc, 2) + "\n";
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return Status::Error("cannot write " + path + ": " + std::strerror(errno));
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : EIO;
+      ::close(fd);
+      return Status::Error("cannot write " + path + ": " + std::strerror(err));
+    }
+    done += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  return Status::Ok();
+}
 
 }  // namespace nanprov

@@ -40,7 +40,8 @@ RunFile readRunFile(const std::string& dir);
 // second, exactly one gets it. false: it exists (another run holds the directory).
 StatusOr<bool> claimRunFile(const std::string& dir);
 
-// Writes the run's settings (and, at the end, its exit) over the claimed file.
-void writeRunFile(const std::string& dir, const nlohmann::json& doc);
+// Writes the run's settings (and, at the end, its exit) over the claimed file. An error (a full
+// disk) says the path and why.
+Status writeRunFile(const std::string& dir, const nlohmann::json& doc);
 
 }  // namespace nanprov

@@ -87,22 +87,89 @@ TEST(FullDisk, AFileSizeLimitIsNamedAndTheStoreStaysReadable) {
   expectReadAsIncomplete(r, dir, "the file size limit (ulimit -f) was hit");
 }
 
-// A filesystem of 2 MiB that the store fills. Mounting one needs root (CI runs as root); elsewhere
-// the test skips.
-TEST(FullDisk, AFullFilesystemIsNamedAndTheStoreStaysReadable) {
-  const fs::path mount_point = runDir("small-disk");
-  fs::create_directories(mount_point);
-  if (mount("tmpfs", mount_point.c_str(), "tmpfs", 0, "size=2m") != 0) {
-    fs::remove_all(mount_point);
-    GTEST_SKIP() << "cannot mount a small tmpfs here (not root): " << std::strerror(errno);
+// Values go non-finite after the store was cut (a glitched batch at step 350, the store full
+// from about step 100): no row shows them, but the rank's call tally kept the step. The run is
+// unattributed at that step, never partial with exit 0. The truth: the first loss the plain
+// training printed that is not finite.
+TEST(FullDisk, ANonFiniteStepWhoseRowsWereLostIsSaid) {
+  const fs::path dir = runDir("file-size-limit-nan");
+  const std::string training = kTraining + " --glitch-step 350";
+  Result plain = sh(python() + " " + training + " 2>&1");
+  ASSERT_EQ(plain.code, 0) << plain.out;
+  int64_t first_bad = -1;
+  for (int64_t step = 0; step < 400 && first_bad < 0; ++step) {
+    const std::string line = "step" + std::to_string(step) + " loss ";
+    const size_t at = plain.out.find(line);
+    ASSERT_NE(at, std::string::npos) << plain.out;
+    if (plain.out.compare(at + line.size(), 2, "0x") != 0 && plain.out.compare(at + line.size(), 3, "-0x") != 0) first_bad = step;
   }
-  const fs::path dir = mount_point / "run";
-  // The disk is filled around the store, leaving it about half a megabyte.
-  Result filler = sh("head -c 1400000 /dev/zero > " + (mount_point / "filler").string());
+  ASSERT_GE(first_bad, 300) << "the glitch makes the loss non-finite after the store is cut:\n" << plain.out;
+
+  Result run = sh("bash -c 'ulimit -f 1024; " + nanprov() + " run --out " + dir.string() + " -- " + python() + " " + training +
+                  " >/dev/null 2>&1'");
+  EXPECT_EQ(run.code, 1) << "the training exited 0 and its values went non-finite";
+  Result report = sh(nanprov() + " report " + dir.string() + " --json");
+  json doc = json::parse(report.out, nullptr, false);
+  ASSERT_FALSE(doc.is_discarded()) << report.out;
+  EXPECT_EQ(report.code, 1) << report.out;
+  EXPECT_EQ(doc["outcome"], "unattributed") << doc["coverage"].dump();
+  EXPECT_EQ(doc["first_edge"], nullptr) << "no stored call shows it";
+  EXPECT_EQ(doc["nonfinite_not_stored"], (json{{"rank", 0}, {"step", first_bad}}));
+  EXPECT_EQ(doc["coverage"]["damage"], json::array()) << doc["coverage"].dump();
+  Result text = sh(nanprov() + " report " + dir.string() + " 2>&1");
+  EXPECT_EQ(text.code, 1) << text.out;
+  EXPECT_EQ(text.out.rfind("values went non-finite at step " + std::to_string(first_bad) + " on rank 0, but the calls that saw them "
+                           "never reached the store", 0), 0u) << text.out;
+  EXPECT_NE(text.out.find("writes to the store failed"), std::string::npos) << text.out;
+  fs::remove_all(dir);
+}
+
+// A small tmpfs at a fresh directory, `filled` bytes of it taken by a file, unmounted at the end.
+// Mounting one needs root (CI runs as root); elsewhere the tests skip.
+struct SmallDisk {
+  fs::path at;
+  bool mounted = false;
+  std::string why_not;
+  SmallDisk(const std::string& name, const char* size, int64_t filled) : at(runDir(name)) {
+    fs::create_directories(at);
+    mounted = mount("tmpfs", at.c_str(), "tmpfs", 0, size) == 0;
+    if (!mounted) why_not = std::string("cannot mount a small tmpfs here (not root): ") + std::strerror(errno);
+    else sh("head -c " + std::to_string(filled) + " /dev/zero > " + (at / "filler").string() + " 2>/dev/null");
+  }
+  ~SmallDisk() {
+    if (mounted) umount(at.c_str());
+    fs::remove_all(at);
+  }
+};
+
+// A filesystem of 2 MiB that the store fills.
+TEST(FullDisk, AFullFilesystemIsNamedAndTheStoreStaysReadable) {
+  SmallDisk disk("small-disk", "size=2m", 1400000);  // about half a megabyte left around the store
+  if (!disk.mounted) GTEST_SKIP() << disk.why_not;
+  const fs::path dir = disk.at / "run";
   CutRun r = runCut("true", dir);
   expectReadAsIncomplete(r, dir, "the disk filled");
-  umount(mount_point.c_str());
-  fs::remove_all(mount_point);
+}
+
+// A disk already full when the run starts: nanprov says so before the training (which runs, its
+// losses bit-identical), and the report's why names the full disk, not a kill or a missing probe.
+TEST(FullDisk, ADiskFullBeforeTheRunIsNamed) {
+  SmallDisk disk("full-disk", "size=1m", 2000000);  // more than it holds: full
+  if (!disk.mounted) GTEST_SKIP() << disk.why_not;
+  const fs::path dir = disk.at / "run";
+  const std::string training = example("tiny_transformer.py") + " --steps 3 --print-losses";
+  Result plain = sh(python() + " " + training + " 2>/dev/null");
+  const fs::path said = runDir("full-disk-said");
+  Result run = sh(nanprov() + " run --out " + dir.string() + " -- " + python() + " " + training + " 2>" + said.string());
+  const std::string stderr_text = sh("cat " + said.string()).out;
+  fs::remove(said);
+  EXPECT_EQ(run.out, plain.out) << "the training's losses are bit-identical";
+  EXPECT_NE(stderr_text.find("nanprov: cannot write " + (dir / "run.json").string() + ": No space left on device: the training runs"),
+            std::string::npos) << stderr_text;
+  Result report = sh(nanprov() + " report " + dir.string() + " 2>&1");
+  EXPECT_EQ(report.code, 4) << report.out;
+  EXPECT_NE(report.out.find("why: rank 0 could not write its store, so none of its calls was recorded (its store could not be "
+                            "written: the disk holding " + dir.string() + " is full)"), std::string::npos) << report.out;
 }
 
 }  // namespace
