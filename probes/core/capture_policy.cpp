@@ -102,7 +102,8 @@ std::optional<CaptureTrigger> CapturePolicy::triggerFor(const CallEvent& rec, st
   const ConditionRegime now = regimeOf(rec);
   const bool new_regime = std::none_of(key.regimes.begin(), key.regimes.end(),
                                        [&](const ConditionRegime& judged) { return regimeChange(judged, now).empty(); });
-  auto take = [&](bool for_new_regime = false) -> std::optional<CaptureTrigger> {
+  auto take = [&](bool for_new_regime = false, bool by_rotation = false) -> std::optional<CaptureTrigger> {
+    key.by_rotation = by_rotation;
     key.previous_step = key.last_step;
     key.last_step = rec.step;
     key.added_regime = new_regime;
@@ -127,7 +128,7 @@ std::optional<CaptureTrigger> CapturePolicy::triggerFor(const CallEvent& rec, st
     return rec.step % plan_.audit.every_steps == 0 ? take() : std::nullopt;
   }
   if (rec.step != rotation_step_) decideRotation(rec.step);
-  if (rotation_layer_ && *rotation_layer_ == rec.layer && key.last_step < rec.step) return take();
+  if (rotation_layer_ && *rotation_layer_ == rec.layer && key.last_step < rec.step) return take(false, true);
   return std::nullopt;
 }
 
@@ -194,9 +195,12 @@ bool CapturePolicy::reserve(int64_t bytes, CaptureTrigger trigger, std::optional
   return true;
 }
 
-void CapturePolicy::addAuditCost(int64_t ns) {
+void CapturePolicy::addAuditCost(int64_t ns, std::optional<uint64_t> audit_key) {
   std::lock_guard<std::mutex> lock(mu_);
-  audit_cost_ns_ += ns;
+  // The first pass and a new regime's first call are judged whatever they cost: charged to the
+  // rotation's budget, a small run's first pass would hold the rotation back for the whole run.
+  auto it = audit_key ? audited_.find(*audit_key) : audited_.end();
+  if (it == audited_.end() || it->second.by_rotation) audit_cost_ns_ += ns;
 }
 
 void CapturePolicy::auditLost() {

@@ -5,10 +5,11 @@
 //  - the first pass: every (call signature, layer, phase) at its first clean call;
 //  - the rotation: then, at each optimizer step, every clean call of the layer judged least
 //    recently (ties: the lowest layer), so each layer is judged again every (layers) steps, while
-//    the audit's own cost stays within --audit-budget percent of the run's time: the training
-//    thread's time taking audit captures plus the judge's time judging them, which the judge
+//    the rotation's own cost stays within --audit-budget percent of the run's time: the training
+//    thread's time taking its captures plus the judge's time judging them, which the judge
 //    counts in rank-<r>.audit-progress (store/mapped_counters.h). Under budget, a new rotation
-//    starts only once the judge has caught up;
+//    starts only once the judge has caught up. The first pass and a new regime's first call are
+//    judged whatever they cost, and not charged to it;
 //  - or, with --audit-every N, every clean call of every N-th step (a complete audit).
 // Each within a byte budget per rank (audits: bytes captured and not judged yet): a call that does
 // not fit is skipped, and the store says so; an audit skipped so is tried again later. No
@@ -108,8 +109,9 @@ class CapturePolicy {
   // tried again at a later call of its key.
   bool reserve(int64_t bytes, CaptureTrigger trigger = CaptureTrigger::kSelector,
                std::optional<uint64_t> audit_key = std::nullopt);
-  // Time the training thread spent taking one audit capture.
-  void addAuditCost(int64_t ns);
+  // Time the training thread spent taking the audit capture of `audit_key`'s call; the budget
+  // counts it only when the rotation took it.
+  void addAuditCost(int64_t ns, std::optional<uint64_t> audit_key = std::nullopt);
   // An audit capture that will never be judged (its file could not be written).
   void auditLost();
 
@@ -131,6 +133,7 @@ class CapturePolicy {
     // judgement the budget refused is taken back whole.
     std::vector<ConditionRegime> regimes;
     bool added_regime = false, for_new_regime = false;
+    bool by_rotation = false;  // the last judgement was the rotation's (its cost is the budget's)
   };
   // At the first call of a new step: which layer's calls, if any, this step's rotation audits.
   void decideRotation(int64_t step);

@@ -254,7 +254,7 @@ void Captures::offerGuarded(const CallEvent& rec, const RoleTensors& tensors, co
   // budget counts.
   const auto started = std::chrono::steady_clock::now();
   take(rec, tensors, args, *trigger, key, regime_change);
-  policy.addAuditCost(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - started).count());
+  policy.addAuditCost(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - started).count(), key);
 }
 
 void Captures::take(const CallEvent& rec, const RoleTensors& tensors, const CallArgs& args, CaptureTrigger trigger,

@@ -230,6 +230,21 @@ TEST(Audit, AMaskValueArrivingMidRunIsJudgedAtItsStep) {
   EXPECT_NE(text.out.find("judged again when their conditions changed: " + std::to_string(changes)), std::string::npos) << text.out;
 }
 
+// A subtle fault with no change of conditions (2% off from step 3, layer 1) is still found by the
+// default audit's rotation, before a 40-step run ends: the first pass's captures, however long
+// they took on a small CPU run, are not charged to the rotation's budget.
+TEST(Audit, ASubtleFaultWithNoConditionChangeIsFoundByTheRotation) {
+  TrainedRun r = train("audit-subtle", "--audit --inject 'layer=1,tensor=O,value=scale:1.02,from-step=3'", "--steps 40 --layers 2");
+  ASSERT_EQ(r.report.code, 5) << r.report.out;
+  int64_t first = -1;
+  for (const json& f : r.doc["audit_findings"]) {
+    EXPECT_EQ(f["layer"], 1) << f.dump();
+    if (first < 0 || f["step"].get<int64_t>() < first) first = f["step"].get<int64_t>();
+  }
+  EXPECT_GE(first, 3) << "nothing was wrong before";
+  EXPECT_LT(first, 40) << r.doc["audit"].dump(1);
+}
+
 // FlashAttention (bshd and packed thd) and plain-softmax attention are judged like SDPA calls, on
 // slices along their own axes, and clean ones are ok.
 TEST(Audit, EveryAttentionKindIsJudgedOnASliceOfItsOwnLayout) {

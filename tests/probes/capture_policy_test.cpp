@@ -181,6 +181,24 @@ TEST(CapturePolicy, TheBudgetHoldsTheRotationBackUntilTheJudgeAndTheTimeAllow) {
   EXPECT_EQ(said(cpu.triggerFor(on_cpu(1, 1), 1)), "") << "the judge has not judged the first capture yet";
   progress = {.judged = 1, .judge_ns = 500'000'000};  // half a second of the judge's own
   EXPECT_EQ(said(cpu.triggerFor(on_cpu(2, 2), 1)), "audit");
+
+  // The first pass is judged whatever it costs, and not charged to the rotation: a small run's
+  // slow first captures never hold the rotation back. The rotation's own takes are charged.
+  CapturePolicy slow_first;
+  progress = {};
+  now = 0;
+  slow_first.configure(plan, [&] { return progress; }, [&] { return now; });
+  ASSERT_EQ(said(slow_first.triggerFor(on_cpu(0, 0), 1)), "audit");
+  ASSERT_TRUE(slow_first.reserve(100, CaptureTrigger::kAudit, 1));
+  slow_first.addAuditCost(500'000'000, 1);  // the first pass's capture took half a second
+  now = 1'000'000'000;
+  progress = {.judged = 1};
+  EXPECT_EQ(said(slow_first.triggerFor(on_cpu(1, 1), 1)), "audit") << "the first pass's cost is not the rotation's";
+  ASSERT_TRUE(slow_first.reserve(100, CaptureTrigger::kAudit, 1));
+  slow_first.addAuditCost(500'000'000, 1);  // the rotation's: charged
+  progress = {.judged = 2};
+  now = 2'000'000'000;
+  EXPECT_EQ(said(slow_first.triggerFor(on_cpu(2, 2), 1)), "") << "half a second is more than 1% of 2 s";
 }
 
 TEST(CapturePolicy, BadSelectorsSayWhatIsWrong) {
