@@ -1,9 +1,13 @@
 #include "replay/known_issues.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
-#include <cstdlib>
 #include <functional>
+#include <limits>
+#include <string_view>
+
+#include "base/numbers.h"
 
 namespace nanprov::replay {
 
@@ -27,7 +31,10 @@ std::vector<long long> versionParts(const std::string& text) {
   while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) {
     size_t end = i;
     while (end < text.size() && std::isdigit(static_cast<unsigned char>(text[end]))) ++end;
-    parts.push_back(std::strtoll(text.substr(i, end - i).c_str(), nullptr, 10));
+    // Digits only, so the one way to fail is a component too long for 64 bits: it counts as the
+    // largest, as a version that outgrew every constraint.
+    constexpr int64_t kLargest = std::numeric_limits<int64_t>::max();
+    parts.push_back(parseInteger(std::string_view(text).substr(i, end - i), 0, kLargest).value_or(kLargest));
     if (end >= text.size() || text[end] != '.') break;  // "+cu130", "a0", "rc1": the rest is a build tag
     i = end + 1;
   }
@@ -338,7 +345,10 @@ void addEnvironment(const std::map<std::string, std::string>& environment, Issue
   // the one torch was built against ("cudnn").
   std::string cudnn = entry("cudnn_loaded");
   if (cudnn.empty()) cudnn = entry("cudnn");
-  if (!cudnn.empty()) f.versions["cudnn"] = cudnnVersionText(std::strtoll(cudnn.c_str(), nullptr, 10));
+  // cudnnGetVersion()'s integer as text (91900); anything else is an unknown version.
+  if (!cudnn.empty()) {
+    f.versions["cudnn"] = cudnnVersionText(parseInteger(cudnn, 0, std::numeric_limits<int64_t>::max()).value_or(0));
+  }
   for (const auto& [key, component] : {std::pair{"cuda_build", "cuda"}, std::pair{"triton", "triton"},
                                        std::pair{"ptxas", "ptxas"}, std::pair{"flash_attn_4", "flash_attn_4"}}) {
     if (std::string v = entry(key); !v.empty()) f.versions[component] = v;
