@@ -242,25 +242,29 @@ std::optional<std::vector<std::string>> undecidedConditions(const KnownIssue& is
   return undecided;
 }
 
-std::vector<IssueMatch> possibleKnownIssues(const IssueFacts& facts) {
+namespace {
+
+// The entries whose undecided conditions `keep` accepts (none: a match; some: a possible one), in
+// the database's order.
+std::vector<IssueMatch> issuesWhere(const IssueFacts& facts, bool (*keep)(const std::vector<std::string>&)) {
   std::vector<IssueMatch> out;
   const auto& issues = knownIssues();
   if (!issues.ok()) return out;
   for (const KnownIssue& k : issues.value()) {
     auto undecided = undecidedConditions(k, facts);
-    if (undecided && !undecided->empty()) out.push_back({&k, fixText(k, facts), std::move(*undecided)});
+    if (undecided && keep(*undecided)) out.push_back({&k, fixText(k, facts), std::move(*undecided)});
   }
   return out;
 }
 
+}  // namespace
+
+std::vector<IssueMatch> possibleKnownIssues(const IssueFacts& facts) {
+  return issuesWhere(facts, [](const std::vector<std::string>& undecided) { return !undecided.empty(); });
+}
+
 std::vector<IssueMatch> matchKnownIssues(const IssueFacts& facts) {
-  std::vector<IssueMatch> out;
-  const auto& issues = knownIssues();
-  if (!issues.ok()) return out;
-  for (const KnownIssue& k : issues.value()) {
-    if (matches(k, facts)) out.push_back({&k, fixText(k, facts)});
-  }
-  return out;
+  return issuesWhere(facts, [](const std::vector<std::string>& undecided) { return undecided.empty(); });
 }
 
 std::string matchText(const IssueMatch& m) {
