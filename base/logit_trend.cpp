@@ -54,12 +54,6 @@ std::optional<double> largestLogit(const CallRecord& call, const TensorHealth& t
   return t.max_abs;
 }
 
-// "float16" for "Half": torch's name, as users write it.
-std::string torchName(const std::string& cpp) {
-  const DtypeInfo* info = dtypeOfCppName(cpp);
-  return info ? info->torch : cpp;
-}
-
 }  // namespace
 
 const char* logitSourceName(LogitSource s) {
@@ -125,7 +119,7 @@ std::string TrendWarning::text() const {
     return who + what + " grew from " + readableNumber(from_value) + " to " + readableNumber(value) + " over " +
            std::to_string(step - from_step) + " steps" + times;
   }
-  std::string out = who + what + " reached " + readableNumber(value) + " in " + torchName(scores_dtype) +
+  std::string out = who + what + " reached " + readableNumber(value) + " in " + torchDtypeName(scores_dtype) +
                     " scores, where neighbouring scores are 2 apart";
   if (scores_dtype == "Half") out += " and overflow (65,504) is x" + readableNumber(65504.0 / value) + " away";
   return out;

@@ -366,6 +366,15 @@ CLI::Option* addSizeOption(CLI::App* cmd, const std::string& name, int64_t& valu
   return cmd->add_option(name, value, help)->transform(sizeValue())->check(CLI::Range(int64_t{0}, kMaxCount));
 }
 
+// An option given once per value (--inject A --inject B), each value whole: a selector's commas
+// are its own, not a list of values.
+CLI::Option* addRepeatableOption(CLI::App* cmd, const std::string& name, std::vector<std::string>& values,
+                                 const std::string& help) {
+  return cmd->add_option(name, values, help + " Repeatable.")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+}
+
 }  // namespace
 
 void addRunCommand(CLI::App& app, int* exit_code, std::vector<std::string> wrapped) {
@@ -394,11 +403,10 @@ void addRunCommand(CLI::App& app, int* exit_code, std::vector<std::string> wrapp
       "keeps the command's own code.\n"
       "The first source edge of each rank is captured into <run>/captures/ for nanprov replay.");
   cmd->add_option("--out", opts->out, "Run directory to write (default: ./nanprov-runs/<UTC timestamp>)");
-  cmd->add_option("--inject", opts->inject,
-                  "Corrupt one output of matching calls after the kernel, to test the setup: "
-                  "keys tensor (O LSE dQ dK dV), value (nan inf -inf zero scale:F), rank, layer, step, from-step, call, phase. Repeatable.")
-      ->expected(1)
-      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  addRepeatableOption(cmd, "--inject", opts->inject,
+                      "Corrupt one output of matching calls after the kernel, to test the setup: "
+                      "keys tensor (O LSE dQ dK dV), value (nan inf -inf zero scale:F), rank, layer, step, from-step, "
+                      "call, phase.");
   cmd->add_option("--trace-steps", opts->trace_steps,
                   "Attribute CUDA kernels with CUPTI during the first N optimizer steps (default 2), "
                   "then stop tracing: later calls show the kernels of the same layer, op and shapes "
@@ -407,11 +415,9 @@ void addRunCommand(CLI::App& app, int* exit_code, std::vector<std::string> wrapp
       ->check(CLI::Range(0, 1000000));
   cmd->add_flag("--no-kernels", opts->no_kernels,
                 "Do not attribute kernels at all (no CUPTI): checks only, the cheapest setting");
-  cmd->add_option("--capture", opts->capture,
-                  "Also capture every call matching this selector (keys rank, layer, step, from-step, call, phase), "
-                  "for nanprov replay. Repeatable.")
-      ->expected(1)
-      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  addRepeatableOption(cmd, "--capture", opts->capture,
+                      "Also capture every call matching this selector (keys rank, layer, step, from-step, call, "
+                      "phase), for nanprov replay.");
   cmd->add_option("--capture-every", opts->capture_every,
                   "Also capture every Nth attention call of each rank, for nanprov replay (default 0: off)")
       ->check(wholeNumber())
@@ -424,21 +430,18 @@ void addRunCommand(CLI::App& app, int* exit_code, std::vector<std::string> wrapp
                 "calls that are not clean, the first and last steps and the steps around each edge stay in full, "
                 "the other steps' clean calls become per-step summaries")
       ->check(CLI::Range(kSmallestStoreBudget, kMaxCount));
-  cmd->add_option("--probe-module", opts->probe_modules,
-                  "Also check attention that runs as no op nanprov wraps (hand-written softmax(QK^T)V, a "
-                  "library's module), at the boundary of modules matching PATTERN[:q=ARG,k=ARG,v=ARG]: a "
-                  "class-name glob, or a module-path glob when it holds a '.'; ARG is a forward argument "
-                  "by position or name (default q=0,k=1,v=2). Preset: 'te' (TransformerEngine DotProductAttention). "
-                  "Forward and, in training, backward (tensor hooks). Repeatable.")
-      ->expected(1)
-      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  cmd->add_option("--probe-op", opts->probe_ops,
-                  "Also check a library's own attention op in PyTorch's dispatcher, NAMESPACE::OP[:q=ARG,k=ARG,v=ARG,o=ARG] "
-                  "(ARG: a schema argument name; default query, key, value; O is the argument mapped to o, else "
-                  "the op's first result). Probed like the SDPA ops, kernels named; forward only. FlashAttention "
-                  "2/3/4 and FFPA need none: they are checked by default. Repeatable.")
-      ->expected(1)
-      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  addRepeatableOption(cmd, "--probe-module", opts->probe_modules,
+                      "Also check attention that runs as no op nanprov wraps (hand-written softmax(QK^T)V, a "
+                      "library's module), at the boundary of modules matching PATTERN[:q=ARG,k=ARG,v=ARG]: a "
+                      "class-name glob, or a module-path glob when it holds a '.'; ARG is a forward argument "
+                      "by position or name (default q=0,k=1,v=2). Preset: 'te' (TransformerEngine "
+                      "DotProductAttention). Forward and, in training, backward (tensor hooks).");
+  addRepeatableOption(cmd, "--probe-op", opts->probe_ops,
+                      "Also check a library's own attention op in PyTorch's dispatcher, "
+                      "NAMESPACE::OP[:q=ARG,k=ARG,v=ARG,o=ARG] "
+                      "(ARG: a schema argument name; default query, key, value; O is the argument mapped to o, else "
+                      "the op's first result). Probed like the SDPA ops, kernels named; forward only. FlashAttention "
+                      "2/3/4 and FFPA need none: they are checked by default.");
   cmd->add_flag("--no-capture", opts->no_capture,
                 "Do not capture the first source edge (selectors and --capture-every still apply)");
   cmd->add_option("--reruns", opts->reruns,

@@ -88,13 +88,10 @@ CaptureTensor toCaptureTensor(const std::string& name, const at::Tensor& t) {
 }
 
 std::string dtypeName(const at::Tensor& t) {
-  std::string name = c10::toString(t.scalar_type());  // "BFloat16"
-  if (name == "BFloat16") return "bfloat16";
-  if (name == "Half") return "float16";
-  if (name == "Float") return "float32";
-  if (name == "Double") return "float64";
-  if (name == "Bool") return "bool";
-  return name;
+  const char* cpp = c10::toString(t.scalar_type());  // "BFloat16"
+  // An integer keeps LibTorch's name ("mask is Long"), as replay's refusals of one have always said it.
+  if (at::isIntegralType(t.scalar_type(), /*includeBool=*/false)) return cpp;
+  return torchDtypeName(cpp);
 }
 
 StatusOr<CapturedCall> toCapturedCall(const CaptureFile& file, const std::string& source) {

@@ -43,7 +43,8 @@ StatusOr<CapturedCall> toCapturedCall(const CaptureFile& file, const std::string
 // A tensor as a capture file holds it (for the repro's inputs).
 CaptureTensor toCaptureTensor(const std::string& name, const at::Tensor& t);
 
-// "bfloat16", as torch spells dtypes.
+// "bfloat16", as torch spells dtypes (base/records/dtype.h's table); an integer type as LibTorch
+// names it ("Long").
 std::string dtypeName(const at::Tensor& t);
 
 }  // namespace nanprov::replay

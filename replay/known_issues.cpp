@@ -1,9 +1,13 @@
 #include "replay/known_issues.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
-#include <cstdlib>
 #include <functional>
+#include <limits>
+#include <string_view>
+
+#include "base/numbers.h"
 
 namespace nanprov::replay {
 
@@ -27,7 +31,10 @@ std::vector<long long> versionParts(const std::string& text) {
   while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) {
     size_t end = i;
     while (end < text.size() && std::isdigit(static_cast<unsigned char>(text[end]))) ++end;
-    parts.push_back(std::strtoll(text.substr(i, end - i).c_str(), nullptr, 10));
+    // Digits only, so the one way to fail is a component too long for 64 bits: it counts as the
+    // largest, as a version that outgrew every constraint.
+    constexpr int64_t kLargest = std::numeric_limits<int64_t>::max();
+    parts.push_back(parseInteger(std::string_view(text).substr(i, end - i), 0, kLargest).value_or(kLargest));
     if (end >= text.size() || text[end] != '.') break;  // "+cu130", "a0", "rc1": the rest is a build tag
     i = end + 1;
   }
@@ -235,25 +242,29 @@ std::optional<std::vector<std::string>> undecidedConditions(const KnownIssue& is
   return undecided;
 }
 
-std::vector<IssueMatch> possibleKnownIssues(const IssueFacts& facts) {
+namespace {
+
+// The entries whose undecided conditions `keep` accepts (none: a match; some: a possible one), in
+// the database's order.
+std::vector<IssueMatch> issuesWhere(const IssueFacts& facts, bool (*keep)(const std::vector<std::string>&)) {
   std::vector<IssueMatch> out;
   const auto& issues = knownIssues();
   if (!issues.ok()) return out;
   for (const KnownIssue& k : issues.value()) {
     auto undecided = undecidedConditions(k, facts);
-    if (undecided && !undecided->empty()) out.push_back({&k, fixText(k, facts), std::move(*undecided)});
+    if (undecided && keep(*undecided)) out.push_back({&k, fixText(k, facts), std::move(*undecided)});
   }
   return out;
 }
 
+}  // namespace
+
+std::vector<IssueMatch> possibleKnownIssues(const IssueFacts& facts) {
+  return issuesWhere(facts, [](const std::vector<std::string>& undecided) { return !undecided.empty(); });
+}
+
 std::vector<IssueMatch> matchKnownIssues(const IssueFacts& facts) {
-  std::vector<IssueMatch> out;
-  const auto& issues = knownIssues();
-  if (!issues.ok()) return out;
-  for (const KnownIssue& k : issues.value()) {
-    if (matches(k, facts)) out.push_back({&k, fixText(k, facts)});
-  }
-  return out;
+  return issuesWhere(facts, [](const std::vector<std::string>& undecided) { return undecided.empty(); });
 }
 
 std::string matchText(const IssueMatch& m) {
@@ -338,7 +349,10 @@ void addEnvironment(const std::map<std::string, std::string>& environment, Issue
   // the one torch was built against ("cudnn").
   std::string cudnn = entry("cudnn_loaded");
   if (cudnn.empty()) cudnn = entry("cudnn");
-  if (!cudnn.empty()) f.versions["cudnn"] = cudnnVersionText(std::strtoll(cudnn.c_str(), nullptr, 10));
+  // cudnnGetVersion()'s integer as text (91900); anything else is an unknown version.
+  if (!cudnn.empty()) {
+    f.versions["cudnn"] = cudnnVersionText(parseInteger(cudnn, 0, std::numeric_limits<int64_t>::max()).value_or(0));
+  }
   for (const auto& [key, component] : {std::pair{"cuda_build", "cuda"}, std::pair{"triton", "triton"},
                                        std::pair{"ptxas", "ptxas"}, std::pair{"flash_attn_4", "flash_attn_4"}}) {
     if (std::string v = entry(key); !v.empty()) f.versions[component] = v;

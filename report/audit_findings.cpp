@@ -224,10 +224,6 @@ std::string coverageText(const AuditSummary& a) {
 json auditFindingsJson(const AuditSummary& a) {
   json findings = json::array();
   for (const AuditFinding& f : a.findings) {
-    json known = json::array();
-    for (const KnownIssueNote& k : f.known_issues) {
-      known.push_back({{"id", k.id}, {"url", k.url}, {"title", k.title}, {"fix", k.fix}, {"status", k.status}, {"workaround", k.workaround}});
-    }
     auto orNull = [](const auto& v) { return v ? json(*v) : json(nullptr); };
     findings.push_back({{"rank", f.rank},
                         {"layer", orNull(f.layer)},
@@ -245,7 +241,7 @@ json auditFindingsJson(const AuditSummary& a) {
                         {"slice", orNull(f.slice)},
                         {"received", f.received_as_written},
                         {"received_wrong", orNull(f.received_wrong)},
-                        {"known_issues", known},
+                        {"known_issues", knownIssuesJson(f.known_issues)},
                         {"capture", f.capture}});
   }
   return findings;

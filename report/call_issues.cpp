@@ -4,6 +4,7 @@
 
 #include "base/records/dtype.h"
 #include "base/records/roles.h"
+#include "replay/known_issues.h"
 
 namespace nanprov {
 namespace {
@@ -68,7 +69,16 @@ replay::IssueFacts factsOfCall(const CallRecord& call, const std::map<std::strin
 CallIssues knownIssuesOfCall(const CallRecord& call, const std::map<std::string, std::string>& rank_meta) {
   if (!call.injected.empty()) return {};
   const replay::IssueFacts facts = factsOfCall(call, rank_meta);
-  return {replay::matchKnownIssues(facts), replay::possibleKnownIssues(facts)};
+  CallIssues out;
+  for (const replay::IssueMatch& m : replay::matchKnownIssues(facts)) {
+    const replay::KnownIssue& k = *m.issue;
+    out.matches.push_back({{k.id, k.url, k.title, m.fix, k.status, k.workaround}, replay::matchText(m)});
+  }
+  for (const replay::IssueMatch& m : replay::possibleKnownIssues(facts)) {
+    const replay::KnownIssue& k = *m.issue;
+    out.possible.push_back({k.id, k.url, k.title, m.undecided, replay::possibleText(m, "the store")});
+  }
+  return out;
 }
 
 }  // namespace nanprov

@@ -10,18 +10,34 @@
 #include <vector>
 
 #include "base/records/call_record.h"
-#include "replay/known_issues.h"
+#include "report/judgements.h"
 
 namespace nanprov {
 
+namespace replay {
+struct IssueFacts;  // replay/known_issues.h: the renderers never see it
+}  // namespace replay
+
 replay::IssueFacts factsOfCall(const CallRecord& call, const std::map<std::string, std::string>& rank_meta);
 
+// A known issue the call matches: its entry, and the sentence the text and the page say it in
+// ("matches pytorch#196678 (title); fixed in cuDNN 9.26, this run has 9.19.0; ... URL").
+struct IssueMatchNote {
+  KnownIssueNote issue;
+  std::string sentence;
+};
+// One it may match: every fact the store holds agrees, and a replay would decide the rest.
+struct PossibleIssueNote {
+  std::string id, url, title;
+  std::vector<std::string> undecided;  // the conditions the store does not say ("row_lse_below")
+  std::string sentence;                // "may match pytorch#196678 (title); the store does not say row_lse_below"
+};
+
 struct CallIssues {
-  std::vector<replay::IssueMatch> matches;
-  std::vector<replay::IssueMatch> possible;  // each with the conditions a replay would decide
+  std::vector<IssueMatchNote> matches;
+  std::vector<PossibleIssueNote> possible;
 };
 // Nothing for an injected call: a fault --inject planted is nobody's bug.
 CallIssues knownIssuesOfCall(const CallRecord& call, const std::map<std::string, std::string>& rank_meta);
-
 
 }  // namespace nanprov

@@ -56,6 +56,14 @@ std::vector<KnownIssueNote> knownIssueNotesOf(const json& issues) {
   return out;
 }
 
+json knownIssuesJson(const std::vector<KnownIssueNote>& issues) {
+  json out = json::array();
+  for (const KnownIssueNote& k : issues) {
+    out.push_back({{"id", k.id}, {"url", k.url}, {"title", k.title}, {"fix", k.fix}, {"status", k.status}, {"workaround", k.workaround}});
+  }
+  return out;
+}
+
 const TensorJudgement* judgementOf(const std::vector<TensorJudgement>& judgements, const std::string& role) {
   for (const TensorJudgement& j : judgements) {
     if (j.role == role) return &j;

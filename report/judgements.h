@@ -31,6 +31,8 @@ struct KnownIssueNote {
 std::vector<TensorJudgement> judgementsOf(const nlohmann::json& tensors);
 // Entries whose fields are all text, and only those fields; anything else is not shown.
 std::vector<KnownIssueNote> knownIssueNotesOf(const nlohmann::json& issues);
+// The notes as the engine writes them (replay::matchesJson's fields): what knownIssueNotesOf reads.
+nlohmann::json knownIssuesJson(const std::vector<KnownIssueNote>& issues);
 
 // The judgement of `role`, or nullptr when the list has none.
 const TensorJudgement* judgementOf(const std::vector<TensorJudgement>& judgements, const std::string& role);

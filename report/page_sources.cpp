@@ -1,7 +1,12 @@
 #include "report/page_sources.h"
 
+#include <cstdint>
+
+#include "base/numbers.h"
+#include "replay/known_issues.h"
 #include "report/report.h"
 #include "store/capture_file.h"
+#include "store/meta_values.h"
 #include "store/reader.h"
 #include "store/replay_verdicts.h"
 
@@ -49,6 +54,24 @@ KeptReplay keptReplayOf(const json& doc) {
   return kept;
 }
 
+// CUDA's integer runtime version (12080) as "12.8".
+std::string cudaVersionText(const std::string& v) {
+  const std::optional<int64_t> n = parseInteger(v, 1, INT64_MAX);
+  if (!n) return v;
+  return std::to_string(*n / 1000) + "." + std::to_string(*n % 1000 / 10);
+}
+
+// From a meta that names the GPU: the cuda_runtime, cudnn and gpu entries, in the page's words.
+RunEnvironment environmentOf(const StoreMeta& meta) {
+  RunEnvironment env;
+  if (const std::string* cuda = metaText(meta, "cuda_runtime")) env.cuda_runtime = cudaVersionText(*cuda);
+  if (const std::string* cudnn = metaText(meta, "cudnn")) {
+    env.cudnn = replay::cudnnVersionText(parseInteger(*cudnn, 0, INT64_MAX).value_or(0));
+  }
+  if (const std::string* gpu = metaText(meta, "gpu")) env.gpu = *gpu;
+  return env;
+}
+
 }  // namespace
 
 StatusOr<PageSources> readPageSources(const RunData& run, const Report& report) {
@@ -69,19 +92,14 @@ StatusOr<PageSources> readPageSources(const RunData& run, const Report& report) 
   // store older than that meta leaves them to a capture's own.
   for (const RankInfo& r : run.ranks) {
     if (!r.meta.count("gpu")) continue;
-    for (const char* key : {"cuda_runtime", "cudnn", "gpu"}) {
-      if (r.meta.count(key)) sources.environment[key] = r.meta.at(key);
-    }
-    break;
+    sources.environment = environmentOf(r.meta);
+    return sources;
   }
   for (const CaptureRecord& c : run.captures) {
-    if (!sources.environment.empty()) break;
     if (c.path.empty()) continue;
     auto meta = readCaptureMetadata(run.capturePath(c));
     if (!meta.ok() || !meta->count("gpu")) continue;
-    for (const char* key : {"cuda_runtime", "cudnn", "gpu"}) {
-      if (meta->count(key)) sources.environment[key] = meta->at(key);
-    }
+    sources.environment = environmentOf(*meta);
     break;
   }
   return sources;

@@ -3,7 +3,6 @@
 // (streamed from the stores), the edge's kept replay, and the versions and GPU the run had.
 #pragma once
 
-#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -35,13 +34,21 @@ struct KeptReplay {
   std::vector<KnownIssueNote> known_issues;
 };
 
+// The versions and GPU the run had (a rank's meta, else a capture's), in the words the page shows;
+// nullopt: not recorded (no CUDA call was checked).
+struct RunEnvironment {
+  std::optional<std::string> cuda_runtime;  // "12.8" for CUDA's 12080; as recorded when not a number
+  std::optional<std::string> cudnn;         // "9.19.0" for cuDNN's 91900; "" when not a number
+  std::optional<std::string> gpu;           // "NVIDIA H200 (sm_90)"
+};
+
 struct PageSources {
   HealthPicture picture;
   std::string capture;                 // the edge's capture file; empty: none was written
   std::string kept_replay_path;        // where its replay is kept, or would be (CAPTURE.replay.json)
   std::optional<KeptReplay> replay;    // its replay, when kept there
   std::string replay_problem;          // why a kept replay could not be read
-  std::map<std::string, std::string> environment;  // cuda_runtime, cudnn, gpu: a rank's meta, else a capture's
+  RunEnvironment environment;
 };
 
 // `report` holds the edges and the audit the picture marks.

@@ -4,11 +4,9 @@
 
 #include "base/records/call_name.h"
 #include "base/records/roles.h"
-#include "base/numbers.h"
 #include "base/text.h"
 #include "report/report_text.h"
 #include "report/trend_plots.h"
-#include "replay/known_issues.h"
 
 namespace nanprov {
 namespace {
@@ -206,8 +204,8 @@ std::string firstEdgeSection(const Report& report) {
   }
   // The first source edge's: the call whose conditions were matched (it is this one unless the
   // origin is upstream).
-  for (const replay::IssueMatch& m : report.source_issues.matches) out += row("known issue", shown(replay::matchText(m)));
-  for (const replay::IssueMatch& m : report.source_issues.possible) out += row("known issue?", shown(replay::possibleText(m, "the store")));
+  for (const IssueMatchNote& m : report.source_issues.matches) out += row("known issue", shown(m.sentence));
+  for (const PossibleIssueNote& m : report.source_issues.possible) out += row("known issue?", shown(m.sentence));
   const Propagation& p = report.propagation;
   out += row("after it", plural(p.calls, "non-finite call", "non-finite calls") + " across " + plural(p.layers, "layer", "layers") +
                              " on " + plural(p.ranks, "rank", "ranks"));
@@ -587,13 +585,6 @@ std::string replaySection(const Report& report, const PageSources& sources) {
 
 // ---- the run's facts ----
 
-// CUDA's integer runtime version (12080) as "12.8".
-std::string cudaVersionText(const std::string& v) {
-  const std::optional<int64_t> n = parseInteger(v, 1, INT64_MAX);
-  if (!n) return shown(v);
-  return std::to_string(*n / 1000) + "." + std::to_string(*n % 1000 / 10);
-}
-
 std::string factsSection(const Report& report, const PageSources& sources) {
   const RunOverview& run = report.run;
   std::string out = "<section id=\"facts\">\n<h2>The run</h2>\n<table class=\"facts\">\n";
@@ -608,13 +599,12 @@ std::string factsSection(const Report& report, const PageSources& sources) {
   out += row("training", ended);
   out += row("a step is", run.step_unit == StepUnit::kForwardPass ? "a forward pass (no optimizer ran: inference)" : "an optimizer step");
   out += row("torch", run.torch.empty() ? "not recorded" : shown(run.torch));
-  const auto& env = sources.environment;
-  auto from_capture = [&](const char* key, const std::string& text) -> std::string {
-    return env.count(key) ? text : "not recorded (no CUDA call was checked)";
+  auto recorded = [](const std::optional<std::string>& text) {
+    return text ? shown(*text) : std::string("not recorded (no CUDA call was checked)");
   };
-  out += row("CUDA runtime", from_capture("cuda_runtime", env.count("cuda_runtime") ? cudaVersionText(env.at("cuda_runtime")) : ""));
-  out += row("cuDNN", from_capture("cudnn", env.count("cudnn") ? shown(replay::cudnnVersionText(parseInteger(env.at("cudnn"), 0, INT64_MAX).value_or(0))) : ""));
-  out += row("GPU", from_capture("gpu", env.count("gpu") ? shown(env.at("gpu")) : ""));
+  out += row("CUDA runtime", recorded(sources.environment.cuda_runtime));
+  out += row("cuDNN", recorded(sources.environment.cudnn));
+  out += row("GPU", recorded(sources.environment.gpu));
   out += "</table>\n<h3>Ranks</h3>\n<table class=\"list ranks\"><tr><th>rank</th><th>host</th><th>world size</th><th>steps</th>"
          "<th>calls stored</th><th>store</th></tr>\n";
   for (const RankOverview& r : run.ranks) {

@@ -66,6 +66,20 @@ json collectivePathsJson(const Conclusion& c) {
   return paths;
 }
 
+json matchesJson(const std::vector<IssueMatchNote>& matches) {
+  std::vector<KnownIssueNote> issues;
+  for (const IssueMatchNote& m : matches) issues.push_back(m.issue);
+  return knownIssuesJson(issues);
+}
+
+json possibleJson(const std::vector<PossibleIssueNote>& possible) {
+  json out = json::array();
+  for (const PossibleIssueNote& m : possible) {
+    out.push_back({{"id", m.id}, {"url", m.url}, {"title", m.title}, {"undecided", m.undecided}});
+  }
+  return out;
+}
+
 json trailJson(const std::optional<InputTrail>& t) {
   if (!t) return nullptr;
   const std::optional<CallRecord>& previous = t->previous;
@@ -166,8 +180,8 @@ json reportJson(const Report& report) {
       {"propagation", {{"calls", p.calls}, {"layers", p.layers}, {"ranks", p.ranks}}},
       {"audit", auditCostJson(conclusion.audit)},
       {"audit_findings", auditFindingsJson(conclusion.audit)},
-      {"known_issues", replay::matchesJson(report.source_issues.matches)},
-      {"possible_known_issues", replay::possibleJson(report.source_issues.possible)},
+      {"known_issues", matchesJson(report.source_issues.matches)},
+      {"possible_known_issues", possibleJson(report.source_issues.possible)},
       {"trends", trendsJson(report.trends)},
   };
   if (report.first_edge) {

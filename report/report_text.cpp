@@ -239,8 +239,8 @@ std::string edgeText(const Report& report) {
   if (report.origin == Origin::kUpstream && report.first_source_edge) {
     out << "  first source edge inside attention came later: " << callName(report.first_source_edge->call) << "\n";
   }
-  for (const replay::IssueMatch& m : report.source_issues.matches) out << "  known issue: " << printable(replay::matchText(m)) << "\n";
-  for (const replay::IssueMatch& m : report.source_issues.possible) out << "  known issue: " << printable(replay::possibleText(m, "the store")) << "\n";
+  for (const IssueMatchNote& m : report.source_issues.matches) out << "  known issue: " << printable(m.sentence) << "\n";
+  for (const PossibleIssueNote& m : report.source_issues.possible) out << "  known issue: " << printable(m.sentence) << "\n";
   const Propagation& p = report.propagation;
   out << "  after it: " << p.calls << " non-finite calls across " << p.layers << (p.layers == 1 ? " layer" : " layers") << " on "
       << p.ranks << (p.ranks == 1 ? " rank" : " ranks") << "\n";

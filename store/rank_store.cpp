@@ -47,9 +47,7 @@ StatusOr<sqlite::Db> openRankStore(const std::string& path, RankInfo* info) {
     return notAStore(path, "its " + columnText(shape->get(), 0) + " is a " + columnText(shape->get(), 1) +
                                " whose rows are computed, not a plain table");
   }
-  auto meta = sqlite::prepare(db->get(), "SELECT key, value FROM meta");
-  if (!meta.ok()) return notAStore(path, meta.status().message());
-  NANPROV_RETURN_IF_ERROR(sqlite::eachRow(db->get(), meta->get(), path, [info](sqlite3_stmt* s) {
+  NANPROV_RETURN_IF_ERROR(sqlite::eachRowOf(db->get(), path, "SELECT key, value FROM meta", [info](sqlite3_stmt* s) {
     info->meta[columnText(s, 0)] = columnText(s, 1);
     return Status::Ok();
   }));

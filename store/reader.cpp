@@ -105,12 +105,11 @@ Status loadEdges(sqlite3* db, const std::string& path, RunData* run, std::vector
 Status loadKernels(sqlite3* db, const std::string& path, int rank, const std::vector<int64_t>* seqs,
                    std::vector<KernelRecord>* out) {
   if (seqs && seqs->empty()) return Status::Ok();
-  auto kernels = sqlite::prepare(db,
+  const std::string kernels =
       "SELECT seq,correlation_id,name,grid_x,grid_y,grid_z,block_x,block_y,block_z,start_ns,end_ns,"
       "device,stream FROM kernels" + (seqs ? " WHERE seq IN (" + seqList(*seqs) + ")" : std::string()) +
-      " ORDER BY seq, start_ns, rowid");
-  if (!kernels.ok()) return notAStore(path, kernels.status().message());
-  return sqlite::eachRow(db, kernels->get(), path, [&](sqlite3_stmt* s) {
+      " ORDER BY seq, start_ns, rowid";
+  return sqlite::eachRowOf(db, path, kernels, [&](sqlite3_stmt* s) {
     KernelRecord& k = out->emplace_back();
     k.rank = rank;
     sqlite::readRow(s, 0, k.seq, k.correlation_id, k.name, k.grid[0], k.grid[1], k.grid[2], k.block[0], k.block[1],
@@ -121,11 +120,10 @@ Status loadKernels(sqlite3* db, const std::string& path, int rank, const std::ve
 
 Status loadCaptures(sqlite3* db, const std::string& path, int rank, std::vector<CaptureRecord>* out) {
   // With the captured call's step, layer and phase, for the audit's coverage (calls.seq is the key).
-  auto captures = sqlite::prepare(db,
-                                  "SELECT c.seq,c.trigger,c.path,c.bytes,c.skipped,k.step,k.layer,k.phase FROM captures c "
-                                  "LEFT JOIN calls k ON k.seq = c.seq ORDER BY c.rowid");
-  if (!captures.ok()) return notAStore(path, captures.status().message());
-  return sqlite::eachRow(db, captures->get(), path, [&](sqlite3_stmt* s) {
+  const char* captures =
+      "SELECT c.seq,c.trigger,c.path,c.bytes,c.skipped,k.step,k.layer,k.phase FROM captures c "
+      "LEFT JOIN calls k ON k.seq = c.seq ORDER BY c.rowid";
+  return sqlite::eachRowOf(db, path, captures, [&](sqlite3_stmt* s) {
     CaptureRecord& c = out->emplace_back();
     c.rank = rank;
     std::string trigger;
@@ -142,9 +140,8 @@ Status loadCaptures(sqlite3* db, const std::string& path, int rank, std::vector<
 }
 
 Status loadSentinel(sqlite3* db, const std::string& path, int rank, std::vector<SentinelRecord>* out) {
-  auto rows = sqlite::prepare(db, "SELECT step,tensor,parameter,IFNULL(norm,'nan') FROM sentinel ORDER BY rowid");
-  if (!rows.ok()) return notAStore(path, rows.status().message());
-  return sqlite::eachRow(db, rows->get(), path, [&](sqlite3_stmt* s) {
+  const char* rows = "SELECT step,tensor,parameter,IFNULL(norm,'nan') FROM sentinel ORDER BY rowid";
+  return sqlite::eachRowOf(db, path, rows, [&](sqlite3_stmt* s) {
     SentinelRecord& f = out->emplace_back();
     f.rank = rank;
     std::string tensor;
@@ -164,11 +161,10 @@ Status loadModuleChecks(sqlite3* db, const std::string& path, int rank, std::vec
   // Stores written before the trail told a module handed no tensor from one with finite inputs
   // have no `inputs` column: their inputs_finite is all they say.
   const bool has_inputs = sqlite::hasColumn(db, "module_checks", "inputs");
-  auto rows = sqlite::prepare(db,
+  const std::string rows =
       std::string("SELECT step,phase,module,class,inputs_finite,nan,posinf,neginf,largest_input,ord,time_ns,gradient,") +
-          (has_unchecked ? "unchecked" : "''") + "," + (has_inputs ? "inputs" : "''") + " FROM module_checks ORDER BY ord");
-  if (!rows.ok()) return notAStore(path, rows.status().message());
-  return sqlite::eachRow(db, rows->get(), path, [&](sqlite3_stmt* s) {
+      (has_unchecked ? "unchecked" : "''") + "," + (has_inputs ? "inputs" : "''") + " FROM module_checks ORDER BY ord";
+  return sqlite::eachRowOf(db, path, rows, [&](sqlite3_stmt* s) {
     ModuleCheckRecord& m = out->emplace_back();
     m.rank = rank;
     std::string phase, unchecked, inputs;
@@ -188,11 +184,10 @@ Status loadModuleChecks(sqlite3* db, const std::string& path, int rank, std::vec
 // Stores written before collectives were checked have no such table: nothing to read.
 Status loadCollectives(sqlite3* db, const std::string& path, int rank, std::vector<CollectiveRecord>* out) {
   if (!sqlite::hasTable(db, "collectives")) return Status::Ok();
-  auto rows = sqlite::prepare(db,
+  const char* rows =
       "SELECT step,ord,op,grp,group_size,tensors,in_checked,in_numel,in_nan,in_posinf,in_neginf,in_max_abs,"
-      "out_checked,out_numel,out_nan,out_posinf,out_neginf,out_max_abs,time_ns FROM collectives ORDER BY rowid");
-  if (!rows.ok()) return notAStore(path, rows.status().message());
-  return sqlite::eachRow(db, rows->get(), path, [&](sqlite3_stmt* s) {
+      "out_checked,out_numel,out_nan,out_posinf,out_neginf,out_max_abs,time_ns FROM collectives ORDER BY rowid";
+  return sqlite::eachRowOf(db, path, rows, [&](sqlite3_stmt* s) {
     CollectiveRecord& c = out->emplace_back();
     c.rank = rank;
     CollectiveSide& i = c.input;
@@ -228,10 +223,9 @@ Status loadSummarised(sqlite3* db, const std::string& path, RankInfo* info) {
   if (!sqlite::hasTable(db, "step_summaries")) return Status::Ok();
   if (!info->counters_unreadable.empty()) return notAStore(path, info->counters_unreadable);
   if (!info->counters.summarised) return Status::Ok();
-  auto st = sqlite::prepare(db, "SELECT (SELECT step FROM step_summaries ORDER BY step LIMIT 1), "
-                                "(SELECT last_step FROM step_summaries ORDER BY step DESC LIMIT 1)");
-  if (!st.ok()) return notAStore(path, st.status().message());
-  return sqlite::eachRow(db, st->get(), path, [&](sqlite3_stmt* s) {
+  const char* ends = "SELECT (SELECT step FROM step_summaries ORDER BY step LIMIT 1), "
+                     "(SELECT last_step FROM step_summaries ORDER BY step DESC LIMIT 1)";
+  return sqlite::eachRowOf(db, path, ends, [&](sqlite3_stmt* s) {
     sqlite::readRow(s, 0, info->summarised_first_step, info->summarised_last_step);
     return Status::Ok();
   });
@@ -244,9 +238,8 @@ Status countSummarisedNotClean(sqlite3* db, const std::string& path, const RankI
   if (not_clean == 0) return Status::Ok();
   run->not_clean.calls += not_clean;
   run->not_clean.ranks.insert(info.rank);
-  auto layers = sqlite::prepare(db, "SELECT DISTINCT layer FROM step_summaries WHERE not_clean > 0");
-  if (!layers.ok()) return notAStore(path, layers.status().message());
-  return sqlite::eachRow(db, layers->get(), path, [&](sqlite3_stmt* s) {
+  const char* layers = "SELECT DISTINCT layer FROM step_summaries WHERE not_clean > 0";
+  return sqlite::eachRowOf(db, path, layers, [&](sqlite3_stmt* s) {
     run->not_clean.layers.insert(sqlite3_column_int64(s, 0));
     return Status::Ok();
   });
@@ -276,9 +269,7 @@ Status loadSummarisedStretches(sqlite3* db, const std::string& path, int64_t fir
 }
 
 Status loadStepEnds(sqlite3* db, const std::string& path, std::map<int64_t, int64_t>* out) {
-  auto rows = sqlite::prepare(db, "SELECT step, end_ns FROM steps");
-  if (!rows.ok()) return notAStore(path, rows.status().message());
-  return sqlite::eachRow(db, rows->get(), path, [&](sqlite3_stmt* s) {
+  return sqlite::eachRowOf(db, path, "SELECT step, end_ns FROM steps", [&](sqlite3_stmt* s) {
     int64_t step = 0, end_ns = 0;
     sqlite::readRow(s, 0, step, end_ns);
     (*out)[step] = end_ns;

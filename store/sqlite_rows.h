@@ -1,7 +1,7 @@
 // Private to store/: records to rows and back. A statement's parameters are bound from the fields
 // named once, in INSERT order (bindRow), its result columns read into them in SELECT order
-// (readRow), and every reader walks its rows through one loop (eachRow), so a failed step is
-// reported the same way everywhere.
+// (readRow), and every reader walks its rows through one loop (eachRow, or eachRowOf from the
+// query's text), so a failed prepare or step is reported the same way everywhere.
 #pragma once
 
 #include <cstdint>
@@ -72,6 +72,15 @@ Status eachRow(sqlite3* db, sqlite3_stmt* s, const std::string& path, Row&& row)
     if (Status st = row(s); !st.ok()) return st;
   }
   return rc == SQLITE_DONE ? Status::Ok() : notAStore(path, errorOf(db));
+}
+
+// Prepares `sql` and steps it through eachRow: a statement that does not prepare (a table or
+// column the file lacks) is `path`'s "not a readable nanprov store" too.
+template <class Row>
+Status eachRowOf(sqlite3* db, const std::string& path, const std::string& sql, Row&& row) {
+  auto st = prepare(db, sql);
+  if (!st.ok()) return notAStore(path, st.status().message());
+  return eachRow(db, st->get(), path, std::forward<Row>(row));
 }
 
 }  // namespace nanprov::sqlite

@@ -14,12 +14,11 @@ constexpr int64_t kMostRows = static_cast<int64_t>(TrendKeeper::kLayersKept) * (
 
 Status loadTrends(sqlite3* db, const std::string& path, RankInfo* info) {
   if (!sqlite::hasTable(db, "trends") || !sqlite::hasTable(db, "trend_warnings")) return Status::Ok();
-  auto rows = sqlite::prepare(db,
+  const std::string trends =
       "SELECT layer, step, last_step, bucket_steps, calls, IFNULL(module, ''), logit, IFNULL(logit_source, 'lse'), "
       "IFNULL(scores_dtype, ''), max_o, max_dq, max_dk, max_dv FROM trends ORDER BY layer, step LIMIT " +
-      std::to_string(kMostRows + 1));
-  if (!rows.ok()) return notAStore(path, rows.status().message());
-  NANPROV_RETURN_IF_ERROR(sqlite::eachRow(db, rows->get(), path, [&](sqlite3_stmt* s) {
+      std::to_string(kMostRows + 1);
+  NANPROV_RETURN_IF_ERROR(sqlite::eachRowOf(db, path, trends, [&](sqlite3_stmt* s) {
     if (static_cast<int64_t>(info->trends.size()) >= kMostRows) return notAStore(path, "its trends table is too large");
     TrendPoint p;
     std::string source;
@@ -33,11 +32,10 @@ Status loadTrends(sqlite3* db, const std::string& path, RankInfo* info) {
     info->trends.push_back(std::move(p));
     return Status::Ok();
   }));
-  auto warnings = sqlite::prepare(db,
+  const char* warnings =
       "SELECT layer, IFNULL(module, ''), kind, step, value, from_step, from_value, source, IFNULL(scores_dtype, '') "
-      "FROM trend_warnings ORDER BY step, layer LIMIT 8192");
-  if (!warnings.ok()) return notAStore(path, warnings.status().message());
-  return sqlite::eachRow(db, warnings->get(), path, [&](sqlite3_stmt* s) {
+      "FROM trend_warnings ORDER BY step, layer LIMIT 8192";
+  return sqlite::eachRowOf(db, path, warnings, [&](sqlite3_stmt* s) {
     TrendWarning w;
     std::string kind, source;
     sqlite::readRow(s, 0, w.layer, w.module, kind, w.step, w.value, w.from_step, w.from_value, source, w.scores_dtype);

@@ -27,6 +27,11 @@ const DtypeInfo* dtypeOfCppName(std::string_view cpp) {
   return nullptr;
 }
 
+std::string torchDtypeName(std::string_view cpp) {
+  const DtypeInfo* d = dtypeOfCppName(cpp);
+  return d ? std::string(d->torch) : std::string(cpp);
+}
+
 size_t dtypeSize(std::string_view safetensors) {
   const DtypeInfo* d = dtypeOfCapture(safetensors);
   return d ? d->bytes : 0;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -25,6 +26,9 @@ const DtypeInfo* dtypeOfCapture(std::string_view safetensors);
 
 // The entry for LibTorch's C++ name of a dtype ("BFloat16"); nullptr when no capture holds it.
 const DtypeInfo* dtypeOfCppName(std::string_view cpp);
+// torch's name for LibTorch's C++ name ("float16" for "Half"), as users write it; a dtype the
+// table lacks keeps its C++ name.
+std::string torchDtypeName(std::string_view cpp);
 // Bytes per element of a safetensors dtype; 0 when the dtype is unknown.
 size_t dtypeSize(std::string_view safetensors);
 

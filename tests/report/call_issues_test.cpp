@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "replay/known_issues.h"
+
 namespace nanprov {
 namespace {
 
@@ -39,9 +41,15 @@ CallRecord cudnnMaskedRowsBackward() {
 const std::map<std::string, std::string> kH200 = {
     {"torch", "2.11.0+cu130"}, {"cudnn", "91900"}, {"gpu", "NVIDIA H200 (sm_90)"}, {"cuda_build", "13.0"}};
 
-std::vector<std::string> ids(const std::vector<replay::IssueMatch>& matches) {
+std::vector<std::string> ids(const std::vector<IssueMatchNote>& matches) {
   std::vector<std::string> out;
-  for (const replay::IssueMatch& m : matches) out.push_back(m.issue->id);
+  for (const IssueMatchNote& m : matches) out.push_back(m.issue.id);
+  return out;
+}
+
+std::vector<std::string> ids(const std::vector<PossibleIssueNote>& possible) {
+  std::vector<std::string> out;
+  for (const PossibleIssueNote& m : possible) out.push_back(m.id);
   return out;
 }
 
@@ -63,7 +71,7 @@ TEST(CallIssues, CudnnPaddingMaskDqNaNMatchesItsReport) {
   CallIssues found = knownIssuesOfCall(cudnnMaskedRowsBackward(), kH200);
   EXPECT_EQ(ids(found.matches), std::vector<std::string>{"pytorch#196678"});
   ASSERT_FALSE(found.matches.empty());
-  EXPECT_NE(found.matches[0].fix.find("this run has 9.19.0"), std::string::npos) << found.matches[0].fix;
+  EXPECT_NE(found.matches[0].issue.fix.find("this run has 9.19.0"), std::string::npos) << found.matches[0].issue.fix;
 }
 
 TEST(CallIssues, WhatTheStoreDoesNotSayLeavesAPossibleMatchNotAMatch) {
@@ -76,7 +84,7 @@ TEST(CallIssues, WhatTheStoreDoesNotSayLeavesAPossibleMatchNotAMatch) {
   EXPECT_TRUE(found.matches.empty());
   ASSERT_EQ(ids(found.possible), std::vector<std::string>{"pytorch#196678"});
   EXPECT_EQ(found.possible[0].undecided, std::vector<std::string>{"row_lse_below"});
-  EXPECT_NE(replay::possibleText(found.possible[0], "the store").find("the store does not say row_lse_below"), std::string::npos);
+  EXPECT_NE(found.possible[0].sentence.find("the store does not say row_lse_below"), std::string::npos);
   // A store from before nanprov kept the CUDA build: the cuDNN illegal-access report on CUDA < 12.9
   // (pytorch#169849) is possible too, and says what it lacks.
   std::map<std::string, std::string> no_build = kH200;

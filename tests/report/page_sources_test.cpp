@@ -72,8 +72,8 @@ TEST(PageSources, AreReadWhenThePageIsAskedFor) {
   EXPECT_FALSE(page.replay->rows[3].supported);
   EXPECT_EQ(page.replay->rows[3].detail, "no GPU");
   EXPECT_EQ(page.replay->root_cause, "precision-limit");
-  EXPECT_EQ(page.environment.at("gpu"), "NVIDIA H100 (sm_90)");
-  EXPECT_EQ(page.environment.at("cudnn"), "91000");
+  EXPECT_EQ(page.environment.gpu, "NVIDIA H100 (sm_90)");
+  EXPECT_EQ(page.environment.cudnn, "9.10.0") << "cuDNN's 91000, in the page's words";
   ASSERT_EQ(page.picture.ranks.size(), 1u);
   EXPECT_EQ(page.picture.columns, 2);
   EXPECT_TRUE(page.picture.ranks[0].cell(0, Phase::kForward, 1).first_edge);

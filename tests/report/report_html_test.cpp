@@ -34,7 +34,7 @@ PageSources sources() {
                         .rows = {ReplayedBackend{.captured = true, .tensors = {bad}},
                                  ReplayedBackend{.name = "math", .tensors = {ok}},
                                  ReplayedBackend{.name = "cudnn", .supported = false, .detail = "no GPU"}}};
-  s.environment = {{"gpu", "NVIDIA H100"}, {"cuda_runtime", "12080"}, {"cudnn", "91000"}};
+  s.environment = {.cuda_runtime = "12.8", .cudnn = "9.10.0", .gpu = "NVIDIA H100"};
   return s;
 }
 
