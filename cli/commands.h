@@ -52,5 +52,6 @@ void addSqlCommand(CLI::App& app, int* exit_code);
 void addDoctorCommand(CLI::App& app, int* exit_code);
 void addKnownIssuesCommand(CLI::App& app, int* exit_code);
 void addTraceCommand(CLI::App& app, int* exit_code);
+void addVerdictCommand(CLI::App& app, int* exit_code);
 
 }  // namespace nanprov::cli

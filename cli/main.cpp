@@ -57,6 +57,7 @@ int main(int argc, char** argv) {
       "  nanprov calls --nonfinite           the calls that touched NaN/Inf\n"
       "  nanprov kernels --call rank0:layer1:call1   the kernels that ran a call\n"
       "  nanprov replay                      is the first edge's kernel at fault? (float64 check)\n"
+      "  nanprov verdict                     kernel, device, or data? one exit code for the scheduler\n"
       "  nanprov trace --out nan.json        the run as a timeline for ui.perfetto.dev\n"
       "  nanprov sql \"SELECT ...\"            read-only SQL over the run's stores\n"
       "  nanprov doctor                      check torch, ABI and the probes\n",
@@ -95,6 +96,7 @@ int main(int argc, char** argv) {
   addDoctorCommand(app, &exit_code);
   addKnownIssuesCommand(app, &exit_code);
   addTraceCommand(app, &exit_code);
+  addVerdictCommand(app, &exit_code);
   const std::vector<CLI::App*> commands = app.get_subcommands([](CLI::App*) { return true; });
   for (CLI::App* sub : commands) {
     for (CLI::Option* opt : sub->get_options()) {

@@ -47,9 +47,9 @@ EdgeCall edgeOf(const RunData& run, const CallKernelIndex& kernels, const CallRe
   if (const CaptureRecord* capture = run.captureOf(c.rank, c.seq)) {
     edge.capture = EdgeCapture{.path = capture->path.empty() ? "" : run.capturePath(*capture), .skipped = capture->skipped};
   }
-  if (const RankInfo* rank = rankOf(run, c.rank)) {
-    if (rank->counters.mesh) edge.mesh = *rank->counters.mesh;
-  }
+  const RankInfo* rank = rankOf(run, c.rank);
+  if (rank && rank->counters.mesh) edge.mesh = *rank->counters.mesh;
+  edge.device = rank ? rank->device.forDevice(c.device) : DeviceIdentity{.device = c.device.name()};
   return edge;
 }
 

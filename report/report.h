@@ -9,6 +9,7 @@
 
 #include "base/records/call_health.h"
 #include "base/records/call_record.h"
+#include "base/records/device_identity.h"
 #include "report/call_issues.h"
 #include "report/call_kernels.h"
 #include "report/edges.h"
@@ -33,6 +34,7 @@ struct EdgeCall {
   KernelsOfCall kernels;
   std::optional<EdgeCapture> capture;  // none: no capture was decided for it
   std::string mesh;                    // where a DeviceMesh placed its rank (dp, tp, pp...); "" when none
+  DeviceIdentity device;               // the host and GPU it ran on (its rank's, for its device)
   double largest_finite_input = 0;     // the largest |x| among its finite inputs (masks aside)
 };
 

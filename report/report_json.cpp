@@ -98,10 +98,18 @@ json edgeJson(const EdgeCall& edge) {
   const std::optional<EdgeCapture>& capture = edge.capture;
   out["capture"] = capture && !capture->path.empty() ? json(capture->path) : json(nullptr);
   out["capture_skipped"] = capture && capture->path.empty() ? json(capture->skipped) : json(nullptr);
+  out["device_identity"] = deviceIdentityJson(edge.device);
   return out;
 }
 
 }  // namespace
+
+json deviceIdentityJson(const DeviceIdentity& id) {
+  auto text = [](const std::string& s) { return s.empty() ? json(nullptr) : json(s); };
+  return {{"host", text(id.host)},         {"device", text(id.device)},           {"gpu", text(id.gpu)},
+          {"gpu_uuid", text(id.gpu_uuid)}, {"pci_bus_id", text(id.pci_bus_id)},   {"driver", text(id.driver)},
+          {"cuda_driver", text(id.cuda_driver)}, {"cudnn", text(id.cudnn)}};
+}
 
 json callJson(const CallRecord& call, const CallHealth& health) {
   json counts = json::object();

@@ -16,4 +16,8 @@ nlohmann::json reportJson(const Report& report);
 // One call with its health, as `report --json` names the edges and `calls --json` lists calls.
 nlohmann::json callJson(const CallRecord& call, const CallHealth& health);
 
+// Where a call ran, for whoever acts on the node: {host, device, gpu, gpu_uuid, pci_bus_id,
+// driver, cuda_driver, cudnn}, null for what is not known (every GPU field on the CPU).
+nlohmann::json deviceIdentityJson(const DeviceIdentity& id);
+
 }  // namespace nanprov

@@ -211,6 +211,8 @@ std::string edgeText(const Report& report) {
   // Where a DeviceMesh placed the rank (dp, tp, pp...): which replica or shard made the NaN.
   if (!edge.mesh.empty()) out << ", mesh " << edge.mesh;
   out << "\n";
+  // Which node and GPU, so that "this node" can be acted on (excluded, drained, its GPU swapped).
+  if (std::string device = deviceIdentityText(edge.device); !device.empty()) out << "  on " << device << "\n";
   std::vector<std::string> finite_inputs;
   for (const TensorHealth& t : c.tensors) {
     bool output = isOutputRole(c.phase, t.role);
@@ -237,7 +239,11 @@ std::string edgeText(const Report& report) {
     else out << "  captured: nanprov replay " << shellWord(edge.capture->path) << "\n";
   }
   if (report.origin == Origin::kUpstream && report.first_source_edge) {
-    out << "  first source edge inside attention came later: " << callName(report.first_source_edge->call) << "\n";
+    const EdgeCall& source = *report.first_source_edge;
+    out << "  first source edge inside attention came later: " << callName(source.call);
+    // Its node only when it is not the first edge's: a rank on another host or GPU.
+    if (std::string device = deviceIdentityText(source.device); device != deviceIdentityText(edge.device)) out << ", on " << device;
+    out << "\n";
   }
   for (const IssueMatchNote& m : report.source_issues.matches) out << "  known issue: " << printable(m.sentence) << "\n";
   for (const PossibleIssueNote& m : report.source_issues.possible) out << "  known issue: " << printable(m.sentence) << "\n";

@@ -34,7 +34,7 @@ RunOverview runOverviewOf(const RunData& run) {
              .signal = run.settings.signal};
   for (const RankInfo& r : run.ranks) {
     f.steps = std::max(f.steps, r.steps);
-    f.ranks.push_back({.rank = r.rank, .store = r.path, .steps = r.steps, .calls_stored = r.calls_stored, .meta = r.meta});
+    f.ranks.push_back({.rank = r.rank, .store = r.path, .steps = r.steps, .calls_stored = r.calls_stored, .meta = r.meta, .device = r.device});
   }
   if (f.ranks.empty()) {
     // No store: the processes' notes say which ranks ran (a run that checked nothing is not "0 ranks").

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "base/records/call_record.h"
+#include "base/records/device_identity.h"
 #include "base/records/summarised.h"
 #include "report/unchecked_attention.h"
 
@@ -23,6 +24,7 @@ struct RankOverview {
   int64_t steps = 0;                        // step boundaries recorded
   int64_t calls_stored = 0;                 // call rows the store holds
   std::map<std::string, std::string> meta;  // the store's meta table
+  DeviceIdentity device;                    // its host and GPU, as the probes described them
 };
 
 struct RunOverview {

@@ -15,8 +15,15 @@ void escape(std::optional<std::string>& s) {
   if (s) escape(*s);
 }
 
+void escape(DeviceIdentity& id) {
+  for (std::string* s : {&id.host, &id.device, &id.gpu, &id.gpu_uuid, &id.pci_bus_id, &id.driver, &id.cuda_driver, &id.cudnn}) {
+    escape(*s);
+  }
+}
+
 void escape(EdgeCall& edge) {
   edge.call = forTerminal(std::move(edge.call));
+  escape(edge.device);
   for (KernelRecord& k : edge.kernels.kernels) escape(k.name);
   for (std::string* s : {&edge.kernels.inferred_from, &edge.kernels.attribution, &edge.mesh}) escape(*s);
   if (edge.capture) {
@@ -34,6 +41,7 @@ void escape(RunOverview& run) {
   }
   for (RankOverview& r : run.ranks) {
     escape(r.store);
+    escape(r.device);
     std::map<std::string, std::string> meta;
     for (const auto& [key, value] : r.meta) meta.emplace(printable(key), printable(value));
     r.meta = std::move(meta);

@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "base/numbers.h"
+#include "base/records/device_identity.h"
 #include "store/meta_values.h"
 #include "store/run_counters_meta.h"
 #include "store/sqlite_rows.h"
@@ -17,6 +18,28 @@
 namespace nanprov {
 namespace {
 constexpr const char* kTableList = "('meta','signatures','notes','calls','tensors','kernels','captures','sentinel','steps','step_summaries','trends','trend_warnings')";
+
+// The rank's device as its probes described it (base/records/device_identity.h). The GPU's facts
+// only where they describe a CUDA device: a CPU run's process may have read a cuDNN version it
+// never used. A store older than the record has its host alone, the device unknown.
+DeviceIdentity deviceIdentityOf(const StoreMeta& meta) {
+  auto text = [&meta](const char* key) {
+    const std::string* value = metaText(meta, key);
+    return value ? *value : std::string();
+  };
+  DeviceIdentity id{.host = text(kMetaHost), .device = text(kMetaDescribedDevice)};
+  const std::optional<Device> device = Device::parse(id.device);
+  if (!device) id.device.clear();
+  if (!device || device->isCpu()) return id;
+  id.gpu = text(kMetaGpu);
+  id.gpu_uuid = text(kMetaGpuUuid);
+  id.pci_bus_id = text(kMetaPciBusId);
+  id.driver = text(kMetaDriver);
+  id.cuda_driver = text(kMetaCudaDriver);
+  id.cudnn = text(kMetaCudnnLoaded);
+  if (id.cudnn.empty()) id.cudnn = text(kMetaCudnn);
+  return id;
+}
 }  // namespace
 
 std::string columnText(sqlite3_stmt* s, int i) {
@@ -52,6 +75,7 @@ StatusOr<sqlite::Db> openRankStore(const std::string& path, RankInfo* info) {
     return Status::Ok();
   }));
   info->counters = runCountersOf(info->meta, &info->counters_unreadable);
+  info->device = deviceIdentityOf(info->meta);
   const std::string* version = metaText(info->meta, "schema_version");
   if (!version) return notAStore(path, "no schema_version");
   if (*version != std::to_string(kSchemaVersion)) {

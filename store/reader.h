@@ -16,6 +16,7 @@
 #include "base/logit_trend.h"
 #include "base/records/call_record.h"
 #include "base/records/collective_record.h"
+#include "base/records/device_identity.h"
 #include "base/records/run_counters.h"
 #include "base/records/summarised.h"
 #include "base/status.h"
@@ -33,6 +34,9 @@ struct RankInfo {
   // from `counters`, parsed once (store/run_counters_meta.h).
   std::map<std::string, std::string> meta;
   RunCounters counters;
+  // Which host and GPU the rank ran on, read from the meta (host, gpu_uuid, pci_bus_id, driver,
+  // cuDNN); a CPU rank's is its host and "cpu".
+  DeviceIdentity device;
   // Why the budget's summary counts could not be read ("" when they could): the store is refused.
   std::string counters_unreadable;
   // What the store budget folded into step_summaries (their rows are gone, their counts are not);

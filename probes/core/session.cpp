@@ -14,6 +14,7 @@
 #include "base/log_once.h"
 #include "base/text.h"
 #include "base/records/call_health.h"
+#include "base/records/device_identity.h"
 #include "base/wall_clock.h"
 #include "store/mapped_counters.h"
 #include "store/run_dir.h"
@@ -127,7 +128,7 @@ StoreWriter* Session::writer() {
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
   std::map<std::string, std::string> meta = {
-      {"host", host},
+      {kMetaHost, host},
       {"pid", std::to_string(getpid())},
       {"started_ns", std::to_string(wallClockNs())},
   };

@@ -16,6 +16,7 @@
 #include "base/log_once.h"
 #include "base/pointer_alignment.h"
 #include "base/records/call_name.h"
+#include "base/records/device_identity.h"
 #include "base/records/torch_dtype.h"
 #include "probes/core/audit_slice.h"
 #include "base/records/call_health.h"
@@ -26,6 +27,7 @@
 #include "store/capture_file.h"
 
 #if NANPROV_HAVE_CUDA
+#include "kernels/device_identity.h"
 #include "kernels/health_check_queue.h"
 #endif
 
@@ -428,7 +430,14 @@ std::map<std::string, std::string> environmentOf(const Device& device) {
   meta["cuda_runtime"] = std::to_string(cuda.versionCUDART());
   meta["cudnn"] = std::to_string(cuda.versionCuDNN());
 #if NANPROV_HAVE_CUDA
-  meta["gpu"] = kernels::deviceDescription(device.index);
+  meta[kMetaGpu] = kernels::deviceDescription(device.index);
+  // Which GPU of which machine, for the report's "this node" (base/records/device_identity.h);
+  // read once per device, and asking waits for nothing on it.
+  const kernels::GpuIdentity id = kernels::gpuIdentity(device.index);
+  for (const auto& [key, value] : {std::pair{kMetaGpuUuid, &id.uuid}, std::pair{kMetaPciBusId, &id.pci_bus_id},
+                                   std::pair{kMetaDriver, &id.driver}, std::pair{kMetaCudaDriver, &id.cuda_driver}}) {
+    if (!value->empty()) meta[key] = *value;
+  }
 #endif
   return meta;
 }

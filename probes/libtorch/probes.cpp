@@ -6,6 +6,7 @@
 
 #include "base/env.h"
 #include "base/log_once.h"
+#include "base/records/device_identity.h"
 #include "probes/core/probe_cost.h"
 #include "probes/libtorch/foreign_calls.h"
 #include "probes/libtorch/softmax_attention.h"
@@ -122,7 +123,10 @@ void Probes::writeCounters(const TracerStats& stats, bool at_exit) {
 void Probes::describeEnvironment() {
   const int device = checks_.firstDevice();
   if (device == described_device_) return;
-  for (const auto& [key, value] : environmentOf(Device::fromIndex(device))) session_.setMeta(key, value);
+  const Device described = Device::fromIndex(device);
+  for (const auto& [key, value] : environmentOf(described)) session_.setMeta(key, value);
+  // Which device the GPU keys describe: the report names them beside an edge only for that one.
+  session_.setMeta(kMetaDescribedDevice, described.name());
   described_device_ = device;
 }
 

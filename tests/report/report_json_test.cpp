@@ -37,6 +37,18 @@ TEST(ReportJson, TheEdgeCarriesWhatTheModelSaysOfIt) {
   EXPECT_EQ(doc["gradient_sentinel"]["nonfinite"], 1);
 }
 
+// Each edge names the node and GPU it ran on; what is not known is null, never "".
+TEST(ReportJson, EachEdgeNamesItsDevice) {
+  Report r = edgeReport();
+  r.first_edge->device = DeviceIdentity{.host = "vm", .device = "cpu"};
+  const json doc = reportJson(r);
+  EXPECT_EQ(doc["first_edge"]["device_identity"],
+            json({{"host", "vm"}, {"device", "cpu"}, {"gpu", nullptr}, {"gpu_uuid", nullptr}, {"pci_bus_id", nullptr},
+                  {"driver", nullptr}, {"cuda_driver", nullptr}, {"cudnn", nullptr}}));
+  EXPECT_EQ(doc["first_edge"]["device"], "cpu") << "the call's device stays the string it was";
+  EXPECT_EQ(doc["first_source_edge"]["device_identity"]["host"], nullptr) << "its own, not the first edge's";
+}
+
 TEST(ReportJson, TheRunsFactsAreListed) {
   Report r{.run = facts()};
   r.run.summarised = Summarised{.calls = 5, .first_step = 1, .last_step = 2, .ranks = 1};

@@ -27,6 +27,33 @@ TEST(ReportText, NamesTheEdgeAndWhatTheModelSaysOfIt) {
   EXPECT_NE(text.rfind("\n  run runs/edge: 1 rank, 24 attention calls checked, 6 optimizer steps\n"), std::string::npos) << text;
 }
 
+// The node and GPU beside the edge, so that "this node" can be acted on; a host name from the
+// store is escaped like any of its texts. A later source edge on another node names its own.
+TEST(ReportText, NamesTheDeviceBesideTheEdge) {
+  Report r = edgeReport();
+  r.first_edge->device = DeviceIdentity{.host = "node17\x1b[2J", .device = "cuda:0", .gpu_uuid = "GPU-5e2c1f0a-1b2c-3d4e-5f60-718293a4b5c6",
+                                        .pci_bus_id = "00000000:19:00.0", .driver = "580.65.06", .cudnn = "91900"};
+  std::string text = reportText(r);
+  EXPECT_NE(text.find("module layers.0.attn\n  on host node17\\x1b[2J, cuda:0, GPU-5e2c1f0a-1b2c-3d4e-5f60-718293a4b5c6, PCI "
+                      "00000000:19:00.0, driver 580.65.06, cuDNN 91900\n"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find('\x1b'), std::string::npos);
+
+  r.origin = Origin::kUpstream;
+  r.first_source_edge->call.seq = 40;
+  r.first_source_edge->device = DeviceIdentity{.host = "node18", .device = "cpu"};
+  text = reportText(r);
+  EXPECT_NE(text.find("first source edge inside attention came later: rank0:layer0:call6, on host node18, cpu\n"), std::string::npos)
+      << text;
+  r.first_source_edge->device = r.first_edge->device;
+  text = reportText(r);
+  EXPECT_NE(text.find("first source edge inside attention came later: rank0:layer0:call6\n"), std::string::npos)
+      << "the same node is not said twice: " << text;
+
+  EXPECT_EQ(reportText(edgeReport()).find("  on "), std::string::npos) << "nothing known, nothing said";
+}
+
 // A store may say anything: a module name holding a newline or a terminal escape cannot forge a
 // line or rewrite the screen.
 TEST(ReportText, TextsFromTheStoreAreEscaped) {
