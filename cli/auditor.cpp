@@ -22,8 +22,9 @@ namespace nanprov::cli {
 namespace {
 namespace fs = std::filesystem;
 
-// How often the captures directory is looked at while the training runs.
-constexpr auto kWatchEvery = std::chrono::seconds(2);
+// How often the captures directory is looked at while the training runs: the rotation waits for
+// the judge to catch up, so a slow look paces it (one listing of a small directory, cheap).
+constexpr auto kWatchEvery = std::chrono::milliseconds(250);
 
 }  // namespace
 

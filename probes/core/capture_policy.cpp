@@ -162,7 +162,11 @@ bool CapturePolicy::rotationAffordable() {
   if (plan_.audit.budget_percent >= kUnboundedAuditPercent) return true;
   if (!progress_) return false;
   catchUp();
-  if (judged_seen_ < written_) return false;  // the judge has not caught up with the last rotation
+  // The judge may trail the rotation by one cycle (a capture per audited key), so every layer is
+  // judged again while a slow judge (on the CPU, a process of its own) catches up; the byte budget
+  // bounds what waits. The first pass's and new regimes' captures never hold it back.
+  const int64_t rotation_backlog = written_ - judged_seen_ - unpaced_written_;
+  if (rotation_backlog >= static_cast<int64_t>(audited_.size())) return false;
   const int64_t judge_ns = judged_on_device_ ? progress_().judge_ns : 0;
   const double elapsed = static_cast<double>(clock_() - started_ns_);
   return static_cast<double>(audit_cost_ns_ + judge_ns) <= plan_.audit.budget_percent / 100 * elapsed;
@@ -192,6 +196,10 @@ bool CapturePolicy::reserve(int64_t bytes, CaptureTrigger trigger, std::optional
   outstanding_bytes_.push_back(bytes);
   outstanding_total_ += bytes;
   ++written_;
+  if (audit_key) {
+    auto it = audited_.find(*audit_key);
+    if (it != audited_.end() && !it->second.by_rotation) ++unpaced_written_;
+  }
   return true;
 }
 

@@ -8,8 +8,10 @@
 //    the rotation's own cost stays within --audit-budget percent of the run's time: the training
 //    thread's time taking its captures plus the judge's time judging them, which the judge
 //    counts in rank-<r>.audit-progress (store/mapped_counters.h). Under budget, a new rotation
-//    starts only once the judge has caught up. The first pass and a new regime's first call are
-//    judged whatever they cost, and not charged to it;
+//    starts while the judge trails the rotation's captures by less than one cycle. The first pass and a
+//    new regime's first call are judged whatever they cost; their captures' training-thread time
+//    is not charged to the rotation, nor does it wait for them (on a GPU the judge's total time,
+//    theirs included, still counts);
 //  - or, with --audit-every N, every clean call of every N-th step (a complete audit).
 // Each within a byte budget per rank (audits: bytes captured and not judged yet): a call that does
 // not fit is skipped, and the store says so; an audit skipped so is tried again later. No
@@ -162,6 +164,7 @@ class CapturePolicy {
   // waits for only through the rotation's "judged the last one first" rule.
   bool judged_on_device_ = false;
   int64_t written_ = 0;         // audit captures handed over to be judged
+  int64_t unpaced_written_ = 0;  // of them, the first pass's and new regimes' (not the rotation's)
   int64_t judged_seen_ = 0;     // of them, judged (or lost) as of the last look
   std::deque<int64_t> outstanding_bytes_;  // bytes of each capture not judged yet, oldest first
   int64_t outstanding_total_ = 0;

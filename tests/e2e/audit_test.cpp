@@ -232,9 +232,12 @@ TEST(Audit, AMaskValueArrivingMidRunIsJudgedAtItsStep) {
 
 // A subtle fault with no change of conditions (2% off from step 3, layer 1) is still found by the
 // default audit's rotation, before a 40-step run ends: the first pass's captures, however long
-// they took on a small CPU run, are not charged to the rotation's budget.
+// they took, are not charged to the rotation's budget, nor does it wait for the judge to judge
+// them. The model is big enough for steps of a few hundred ms: the judge (its engine takes seconds
+// to start on the CPU) must keep up with the rotation; a 4-second run ends before its first answer.
 TEST(Audit, ASubtleFaultWithNoConditionChangeIsFoundByTheRotation) {
-  TrainedRun r = train("audit-subtle", "--audit --inject 'layer=1,tensor=O,value=scale:1.02,from-step=3'", "--steps 40 --layers 2");
+  TrainedRun r = train("audit-subtle", "--audit --inject 'layer=1,tensor=O,value=scale:1.02,from-step=3'",
+                       "--steps 40 --layers 2 --seq 128 --d-model 128 --batch 8");
   ASSERT_EQ(r.report.code, 5) << r.report.out;
   int64_t first = -1;
   for (const json& f : r.doc["audit_findings"]) {
