@@ -74,18 +74,33 @@ void judgeByReplay(RunVerdict& v, const ReplayAnswer& a) {
     return;
   }
   v.reason = a.cause;
-  const std::optional<VerdictClass> cls = classOfCause(a.cause);
+  std::optional<VerdictClass> cls = classOfCause(a.cause);
+  // The device is suspected only on the evidence: on the run's kind of device, every rerun gave
+  // one bitwise result and none the run's. Reruns that differ, or another kind of device, settle
+  // nothing; an --inject fault is a drill, never a reason to exclude a node.
+  if (cls == VerdictClass::kSuspectDevice) {
+    const json& r = a.reruns;
+    const bool identical = r.is_object() && r.value("runs", 0) > 0 && r.value("reproduced", -1) == 0 && r.value("distinct_results", 0) == 1;
+    if (v.injected) {
+      cls.reset();
+      v.reason = "injected";
+    } else if (!identical || !a.same_device_kind) {
+      cls.reset();
+    }
+  }
   v.cls = cls.value_or(VerdictClass::kUndetermined);
   std::string why;
   switch (v.cls) {
     case VerdictClass::kKernel: why = "a kernel fails this call every time it runs it"; break;
     case VerdictClass::kNondeterministicKernel: why = "the fault recurs in some reruns of the call, not all: a nondeterministic kernel"; break;
     case VerdictClass::kSuspectDevice:
-      why = v.injected ? "the run's result never recurs from its inputs: it was injected by nanprov run --inject"
-                       : "the run's result never recurs from its inputs while every rerun computes the same bits: suspect the device";
+      why = "the run's result never recurs from its inputs while every rerun computes the same bits: suspect the device";
       break;
     case VerdictClass::kDataOrModel: why = "the data or the model made the non-finite values, not a kernel"; break;
-    default: why = "replay does not settle whether the kernel, the device or the data is at fault"; break;
+    default:
+      why = v.injected ? "the run's result never recurs from its inputs: it was injected by nanprov run --inject, a drill, not a fault"
+                       : "replay does not settle whether the kernel, the device or the data is at fault";
+      break;
   }
   v.explanation = why + " (" + a.cause + (a.explanation.empty() ? "" : ": " + a.explanation) + ")";
 }
@@ -175,6 +190,11 @@ ReplayAnswer replayAnswerOf(const json& doc) {
                  .kernel = textOr(*cause, "kernel"),
                  .injected = textOr(doc, "injected")};
   if (auto reruns = doc.find("reruns"); reruns != doc.end()) a.reruns = *reruns;
+  auto kind = [&](const char* key) {
+    const std::string device = textOr(doc, key);
+    return device.substr(0, device.find(':'));
+  };
+  a.same_device_kind = !kind("captured_on").empty() && kind("captured_on") == kind("replayed_on");
   return a;
 }
 
@@ -216,6 +236,14 @@ RunVerdict verdictOf(const Report& report, const std::optional<ReplayAnswer>& re
     v.cls = VerdictClass::kUndetermined;
     v.reason = "unattributed";
     v.explanation = "values went non-finite where what made them was not checked (nanprov report names it)";
+    if (const auto& lost = c.nonfinite_not_stored) {
+      v.rank = lost->rank;
+      v.step = lost->step;
+      v.device = deviceOfRank(report.run, lost->rank);
+      v.call = v.phase = v.op = v.backend = v.module = "";  // a later stored edge is not where it was
+      v.reason = "rows-lost";
+      v.explanation = "values went non-finite, but the rows of the calls that saw them never reached the store (killed, or the disk filled)";
+    }
     return v;
   }
   if (c.outcome == Outcome::kOutsideAttention || (c.outcome == Outcome::kEdgeFound && report.origin == Origin::kUpstream)) {

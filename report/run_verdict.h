@@ -54,6 +54,9 @@ struct ReplayAnswer {
   std::string backend, kernel;  // root_cause's, where named
   std::string injected;     // the role --inject corrupted in the run; "" when none
   nlohmann::json reruns;    // replay's `reruns` as it wrote them (runs, reproduced, devices, in_run); null when none
+  // Replay's device kind was the run's (cuda and cuda, cpu and cpu): only then can its reruns
+  // speak for the run's device.
+  bool same_device_kind = false;
 };
 ReplayAnswer replayAnswerOf(const nlohmann::json& replay_json);
 ReplayAnswer replayFailed(const std::string& why);

@@ -62,9 +62,10 @@ TEST(Verdict, ACleanRunIsNoFaultAndItsStoreNamesItsHost) {
 }
 
 // An injected NaN: the run's process and replay rerun the call and never see it, every rerun the
-// same bits: the device's class (exit 12), and the verdict says it was injected. The report names
-// the host beside the edge, in its text and its JSON.
-TEST(Verdict, AnInjectedNaNIsNotReproducibleAndSuspectsTheDevice) {
+// same bits, as a bad device would give; but it was injected, a drill, so the verdict is
+// undetermined (exit 14, inspect) and says so, never "exclude the node". The report names the host
+// beside the edge, in its text and its JSON.
+TEST(Verdict, AnInjectedNaNIsNotReproducibleAndNeverExcludesTheNode) {
   TrainedRun r = train("verdict-inject", "--inject 'layer=0,phase=fwd,tensor=O,step=1,value=nan'", "--steps 3");
   ASSERT_EQ(r.report.code, 1) << r.train.out;
   const json& edge = r.doc["first_edge"];
@@ -72,11 +73,11 @@ TEST(Verdict, AnInjectedNaNIsNotReproducibleAndSuspectsTheDevice) {
   EXPECT_NE(r.train.out.find("  on host " + hostName() + ", cpu\n"), std::string::npos) << r.train.out;
 
   Verdict v = verdict(r.dir, "--reruns 3");
-  ASSERT_EQ(v.result.code, 12) << v.result.out << "\n(12: suspect device)";
-  expectFields(v.doc, {{"verdict", "suspect_device"},
-                       {"exit_code", 12},
-                       {"action", "exclude_node"},
-                       {"reason", "not-reproduced"},
+  ASSERT_EQ(v.result.code, 14) << v.result.out << "\n(14: undetermined)";
+  expectFields(v.doc, {{"verdict", "undetermined"},
+                       {"exit_code", 14},
+                       {"action", "inspect"},
+                       {"reason", "injected"},
                        {"outcome", "edge"},
                        {"injected", true},
                        {"rank", 0},
@@ -90,8 +91,8 @@ TEST(Verdict, AnInjectedNaNIsNotReproducibleAndSuspectsTheDevice) {
   EXPECT_EQ(v.doc["reruns"]["reproduced"], 0);
   EXPECT_EQ(v.doc["reruns"]["in_run"]["reproduced"], 0) << "nor in the run's own reruns";
   Result line = sh(nanprov() + " verdict " + r.dir.string());
-  EXPECT_EQ(line.code, 12);
-  EXPECT_EQ(line.out.rfind("suspect_device (exit 12, exclude_node): " + edge["name"].get<std::string>() + ", step 1, on host " +
+  EXPECT_EQ(line.code, 14);
+  EXPECT_EQ(line.out.rfind("undetermined (exit 14, inspect): " + edge["name"].get<std::string>() + ", step 1, on host " +
                                hostName() + ", cpu: ", 0),
             0u)
       << line.out;

@@ -34,10 +34,14 @@ Report gpuEdge() {
 }
 
 // Replay's JSON as the engine writes it, for one root cause.
-json replayJson(const std::string& cause, const std::string& injected = "") {
+// Its reruns give `distinct` bitwise results, on `replayed_on` (the run's device is cuda:0).
+json replayJson(const std::string& cause, const std::string& injected = "", int distinct = 1,
+                const std::string& replayed_on = "cuda:0") {
   return {{"root_cause", {{"class", cause}, {"explanation", "why " + cause}, {"backend", "cudnn"}, {"kernel", nullptr}, {"tensors", json::array()}}},
           {"injected", injected.empty() ? json(nullptr) : json(injected)},
-          {"reruns", {{"runs", 5}, {"reproduced", cause == "nondeterministic" ? 2 : 0}}}};
+          {"captured_on", "cuda:0"},
+          {"replayed_on", replayed_on},
+          {"reruns", {{"runs", 5}, {"reproduced", cause == "nondeterministic" ? 2 : 0}, {"distinct_results", distinct}}}};
 }
 
 VerdictClass classFor(const std::string& cause) { return verdictOf(gpuEdge(), replayAnswerOf(replayJson(cause))).cls; }
@@ -45,6 +49,9 @@ VerdictClass classFor(const std::string& cause) { return verdictOf(gpuEdge(), re
 // Every root cause replay gives lands in one class, and the ones that do not settle kernel,
 // device or data stay undetermined: never a false attribution.
 TEST(RunVerdict, EachRootCauseHasItsClass) {
+  // The device is suspected only when its reruns agree bit for bit, on the run's kind of device.
+  EXPECT_EQ(verdictOf(gpuEdge(), replayAnswerOf(replayJson("not-reproduced", "", 2))).cls, VerdictClass::kUndetermined);
+  EXPECT_EQ(verdictOf(gpuEdge(), replayAnswerOf(replayJson("not-reproduced", "", 1, "cpu"))).cls, VerdictClass::kUndetermined);
   EXPECT_EQ(classFor("backend-specific"), VerdictClass::kKernel);
   EXPECT_EQ(classFor("forward-ok-backward-wrong"), VerdictClass::kKernel);
   EXPECT_EQ(classFor("nondeterministic"), VerdictClass::kNondeterministicKernel);
@@ -198,14 +205,16 @@ TEST(RunVerdict, TheJsonCarriesTheVerdictTheCallAndTheDevice) {
   EXPECT_NE(line.find("GPU-5e2c1f0a"), std::string::npos) << line;
 }
 
-// An injected fault is never recomputed from its inputs either: the class is the device's, as the
-// reruns say, and the verdict says it was injected rather than blaming the node in words.
+// An injected fault is never recomputed from its inputs either, but it is a drill: never a reason
+// to exclude a node. The verdict is undetermined, says it was injected, and asks for a look.
 TEST(RunVerdict, AnInjectedFaultIsSaidToBeInjected) {
   Report r = gpuEdge();
   r.first_edge->call.injected = "O";
   r.first_source_edge->call.injected = "O";
   RunVerdict v = verdictOf(r, replayAnswerOf(replayJson("not-reproduced", "O")));
-  EXPECT_EQ(v.cls, VerdictClass::kSuspectDevice);
+  EXPECT_EQ(v.cls, VerdictClass::kUndetermined);
+  EXPECT_EQ(v.reason, "injected");
+  EXPECT_EQ(verdictJson(v)["action"], "inspect");
   EXPECT_TRUE(v.injected);
   EXPECT_TRUE(verdictJson(v)["injected"]);
   EXPECT_NE(v.explanation.find("injected"), std::string::npos) << v.explanation;
