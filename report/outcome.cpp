@@ -139,12 +139,18 @@ Conclusion conclude(const RunData& run, const Findings& findings, const std::opt
     // not stored, or cannot be trusted, was never read here as clean.
     c.outcome = Outcome::kPartial;
   }
-  // Nothing stored shows a non-finite value, but a process saw one: its rows were lost, and with
-  // them what made it. Never clean, nor partial: values did go non-finite.
-  if (!c.sentinel && !findings.first) {
-    if (auto seen = run.earliestNonFiniteTallied()) {
+  // A process saw a non-finite value earlier than anything stored shows (or nothing stored shows
+  // one): its rows were lost, and with them what made it. Never clean or partial, and never an
+  // attribution to what was stored later: values went non-finite first where no row tells.
+  if (auto seen = run.earliestNonFiniteTallied()) {
+    const int64_t step = seen->first;
+    const bool before_edge = !findings.first || step < run.calls[*findings.first].step;
+    const bool before_sentinel = !c.sentinel || step < c.sentinel->step;
+    if (before_edge && before_sentinel) {
       c.outcome = Outcome::kUnattributed;
-      c.nonfinite_not_stored = Conclusion::Unstored{.rank = seen->second, .step = seen->first};
+      c.nonfinite_not_stored = Conclusion::Unstored{.rank = seen->second, .step = step};
+      c.sentinel_first = false;
+      c.nothing_checked_why.clear();
     }
   }
   c.audit = readAudit(run);

@@ -174,9 +174,11 @@ std::string rolesTable(const CallRecord& c) {
 std::string firstEdgeSection(const Report& report) {
   const RunOverview& run = report.run;
   if (!report.first_edge) {
-    return std::string("<section id=\"first-edge\" data-name=\"\">\n<h2>First non-finite edge</h2>\n<p>") +
-           (run.calls == 0 ? "No attention call was checked, so none can be named." : "No checked attention call had a non-finite input or output.") +
-           "</p>\n</section>\n";
+    // Values went non-finite whose rows never reached the store: no stored call shows them.
+    const char* none = report.conclusion.nonfinite_not_stored ? "No stored attention call had a non-finite input or output; the calls that saw them were not stored."
+                       : run.calls == 0                       ? "No attention call was checked, so none can be named."
+                                                              : "No checked attention call had a non-finite input or output.";
+    return std::string("<section id=\"first-edge\" data-name=\"\">\n<h2>First non-finite edge</h2>\n<p>") + none + "</p>\n</section>\n";
   }
   const EdgeCall& edge = *report.first_edge;
   const CallRecord& c = edge.call;
@@ -231,9 +233,10 @@ std::string sentinelSection(const Report& report) {
     bool training = run.step_unit == StepUnit::kOptimizerStep;
     // The sentinel runs in the probes: without a rank store, nothing was checked at all.
     return out + "<p>" +
-           (run.ranks.empty() ? "No process left a store: the gradients were not checked either."
-            : training        ? "Every gradient, and every parameter after its update, was finite at every optimizer step."
-                              : "An inference run: no optimizer step, so no gradients to check.") +
+           (run.ranks.empty()                         ? "No process left a store: the gradients were not checked either."
+            : report.conclusion.nonfinite_not_stored  ? "No stored finding: the rows of the step whose values went non-finite were not stored."
+            : training                                ? "Every gradient, and every parameter after its update, was finite at every optimizer step."
+                                                      : "An inference run: no optimizer step, so no gradients to check.") +
            "</p>\n</section>\n";
   }
   const SentinelFinding& s = *conclusion.sentinel;

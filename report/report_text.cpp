@@ -305,7 +305,6 @@ std::string reportText(const Report& stored) {
     return "nothing checked: no attention call was probed, so nanprov cannot call this run clean\n  why: " +
            printable(conclusion.nothing_checked_why) + "\n" + closing(report);
   }
-  if (conclusion.sentinel_first) return sentinelFirstText(report) + closing(report);
   if (const auto& lost = conclusion.nonfinite_not_stored) {
     const bool going = run.run_file_readable && !run.exit_code && !run.signal;
     const std::string why = !run.incomplete.empty() ? "its rows were lost: writes to the store failed"
@@ -315,6 +314,7 @@ std::string reportText(const Report& stored) {
            ", but the calls that saw them never reached the store, so nanprov cannot tell where they were made\n"
            "  the rank's call tally kept the step; " + why + "\n" + closing(report);
   }
+  if (conclusion.sentinel_first) return sentinelFirstText(report) + closing(report);
   if (!report.first_edge && conclusion.outcome == Outcome::kAuditFinding) {
     const AuditFinding& first = conclusion.audit.findings.front();
     return first.name + "  audit finding: finite outputs that are " + first.verdict.value_or("?") +

@@ -467,11 +467,14 @@ static void countTalliesWithoutStore(const std::vector<std::string>& dirs, RunDa
   for (const RankInfo& r : run->ranks) stored.insert(r.rank);
   for (const std::string& dir : dirs) {
     for (const auto& [rank, tally] : callTallyPaths(dir)) {
-      // An unrecorded rank's calls are said with its reason (store/run_dir.h), not as a death.
-      if (stored.count(rank) || run->unrecorded.count(rank)) continue;
-      const std::optional<CallTally> counted = tallyOf(processFileBehind(tally), rank, 0, 0, &run->damage);
+      if (stored.count(rank)) continue;
+      // A rank that trained unrecorded may have begun any number of calls: no bound applies.
+      const int64_t unbounded = run->unrecorded.count(rank) ? int64_t{1} << 62 : 0;
+      const std::optional<CallTally> counted = tallyOf(processFileBehind(tally), rank, 0, unbounded, &run->damage);
       if (!counted) continue;
-      run->calls_begun_without_store += counted->begun;
+      // An unrecorded rank's calls are said with its reason (store/run_dir.h), not as a death; what
+      // its tally saw go non-finite is said all the same.
+      if (!run->unrecorded.count(rank)) run->calls_begun_without_store += counted->begun;
       if (counted->nonfinite_step) run->nonfinite_without_store[rank] = *counted->nonfinite_step;
     }
   }
