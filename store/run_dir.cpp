@@ -118,7 +118,7 @@ static std::string whyNothingNoted(const std::string& dir) {
   constexpr uint64_t kNoRoom = 64 << 10;  // less than a store's schema and first batch
   struct statvfs disk {};
   if (statvfs(dir.c_str(), &disk) == 0 && static_cast<uint64_t>(disk.f_bavail) * disk.f_frsize < kNoRoom) {
-    return "its store could not be written: the disk holding " + dir + " is full";
+    return "its store could not be written; the disk holding " + dir + " is full now";
   }
   return "its store could not be written";
 }

@@ -71,9 +71,15 @@ StatusOr<bool> claimRunFile(const std::string& dir) {
 
 Status writeRunFile(const std::string& dir, const nlohmann::json& doc) {
   const std::string path = pathIn(dir);
+  // Written beside it, then renamed over it: on a full disk the run.json written before stays whole.
+  const std::string staging = path + "." + std::to_string(getpid()) + ".writing";
   const std::string text = jsonText(doc, 2) + "\n";
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Status::Error("cannot write " + path + ": " + std::strerror(errno));
+  auto failed = [&](int err) {
+    ::unlink(staging.c_str());
+    return Status::Error("cannot write " + path + ": " + std::strerror(err));
+  };
+  int fd = ::open(staging.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return failed(errno);
   size_t done = 0;
   while (done < text.size()) {
     const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
@@ -81,11 +87,11 @@ Status writeRunFile(const std::string& dir, const nlohmann::json& doc) {
     if (n <= 0) {
       const int err = n < 0 ? errno : EIO;
       ::close(fd);
-      return Status::Error("cannot write " + path + ": " + std::strerror(err));
+      return failed(err);
     }
     done += static_cast<size_t>(n);
   }
-  ::close(fd);
+  if (::close(fd) != 0 || ::rename(staging.c_str(), path.c_str()) != 0) return failed(errno);
   return Status::Ok();
 }
 

@@ -436,7 +436,7 @@ std::map<std::string, std::string> environmentOf(const Device& device) {
   const kernels::GpuIdentity id = kernels::gpuIdentity(device.index);
   for (const auto& [key, value] : {std::pair{kMetaGpuUuid, &id.uuid}, std::pair{kMetaPciBusId, &id.pci_bus_id},
                                    std::pair{kMetaDriver, &id.driver}, std::pair{kMetaCudaDriver, &id.cuda_driver}}) {
-    if (!value->empty()) meta[key] = *value;
+    meta[key] = *value;  // empty too: a value of the device described before must not stay
   }
 #endif
   return meta;
