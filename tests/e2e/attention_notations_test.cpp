@@ -99,7 +99,10 @@ TEST(AttentionNotations, CleanRunsAreCleanAndBackwardCapturesReplay) {
 TEST(AttentionNotations, OutsideAttentionOnlyWhenEveryAttentionWasChecked) {
   TrainedRun checked = train("notation-mlp-checked", "", "--notation einsum-bhsd --fault mlp --glitch-step 2 --oracle", kScript);
   ASSERT_EQ(checked.report.code, 1) << checked.report.out;
-  EXPECT_EQ(oracleModule(checked.train.out), "layers.1.mlp.1") << checked.train.out;
+  // Where the weight's overflow first shows differs by CPU (GELU's vector code): in the MLP or the
+  // norm after it, always outside attention.
+  const std::string made = oracleModule(checked.train.out);
+  EXPECT_TRUE(made.rfind("layers.1.mlp.", 0) == 0 || made == "norm") << checked.train.out;
   EXPECT_EQ(checked.doc["coverage"]["unprobed"].size(), 0u) << checked.doc["coverage"].dump();
   EXPECT_EQ(checked.doc["first_edge"]["origin"], "upstream") << "the backward received the MLP's NaN";
   EXPECT_EQ(checked.doc["outcome"], "edge");

@@ -257,7 +257,9 @@ TEST(Audit, EveryAttentionKindIsJudgedOnASliceOfItsOwnLayout) {
     TrainedRun r = train("audit-fa2" + std::string(layout.empty() ? "" : "-varlen"), "--audit --audit-slice-bytes 1K",
                          "--flavour fa2 --dtype float32 --steps 2" + layout, "flash_attn_training.py");
     ASSERT_EQ(r.report.code, 0) << r.report.out;
-    EXPECT_EQ(r.doc["audit"]["calls"].get<int64_t>(), 6) << "3 layers, forward and backward";
+    // 3 layers, forward and backward, in the first pass; the rotation may judge one layer again at step 1.
+    const int64_t judged = r.doc["audit"]["calls"].get<int64_t>();
+    EXPECT_TRUE(judged == 6 || judged == 8) << judged;
     EXPECT_TRUE(r.doc["audit"]["not_audited"].empty()) << r.doc["audit"].dump(1);
     Result slices = sh("cat " + (r.dir / "captures").string() + "/*.audit.json | grep -h '\"slice\"' | sort -u");
     EXPECT_NE(slices.out.find(layout.empty() ? "batches 0-1 of 2; heads 0,3 of 4" : "every sequence; heads 0,3 of 4"),

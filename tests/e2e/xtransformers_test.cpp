@@ -62,7 +62,10 @@ TEST(XTransformers, CleanRunIsClean) {
 TEST(XTransformers, MlpFaultIsOutsideAttentionAndLossesAreBitIdentical) {
   TrainedRun r = train("xtransformers-mlp", "", "--glitch-step 2 --fault mlp --oracle", kScript);
   ASSERT_EQ(r.report.code, 1) << r.report.out;
-  EXPECT_NE(r.train.out.find("first non-finite forward output: attn_layers.layers.3.1.ff"), std::string::npos) << r.train.out;
+  // Where the overflow first shows differs by CPU: the feedforward or the final norm after it.
+  EXPECT_TRUE(r.train.out.find("first non-finite forward output: attn_layers.layers.3.1.ff") != std::string::npos ||
+              r.train.out.find("first non-finite forward output: attn_layers.final_norm") != std::string::npos)
+      << r.train.out;
   EXPECT_EQ(r.doc["coverage"]["unprobed"].size(), 0u) << r.doc["coverage"].dump();
   Result text = sh(nanprov() + " report " + r.dir.string());
   EXPECT_NE(text.out.find("outside attention"), std::string::npos) << text.out;

@@ -58,7 +58,7 @@ TEST(ConditionRegime, TheAuditJudgesANewRegimeAtItsFirstCallWhateverTheBudget) {
   plan.audit.budget_percent = 1;
   CapturePolicy policy;
   AuditProgress progress;
-  policy.configure(plan, [&] { return progress; }, [] { return int64_t{0}; });  // no time passes: no rotation is affordable
+  policy.configure(plan, [&] { return progress; }, [] { return int64_t{0}; });  // no time passes
   auto at = [](int64_t step, double mask) {
     CallEvent c = forward(mask);
     c.step = step;
@@ -66,6 +66,7 @@ TEST(ConditionRegime, TheAuditJudgesANewRegimeAtItsFirstCallWhateverTheBudget) {
   };
   ASSERT_TRUE(policy.triggerFor(at(0, 0), 7).has_value()) << "the first pass";
   ASSERT_TRUE(policy.reserve(100, CaptureTrigger::kAudit, 7));
+  policy.addAuditCost(1'000'000);  // a rotation's cost, with no time passing: none is affordable
   std::string why;
   EXPECT_FALSE(policy.triggerFor(at(1, 0), 7, &why).has_value()) << "same regime, the rotation is held back";
   EXPECT_FALSE(policy.triggerFor(at(2, 0), 7, &why).has_value());
