@@ -16,17 +16,25 @@ Status replaceFile(const std::string& path, const std::string& what, const std::
   // each rename a whole file of their own, and the last one wins.
   static std::atomic<int64_t> writes{0};
   const std::string aside = path + suffix + "." + std::to_string(getpid()) + "." + std::to_string(writes++);
+  // The path asked for, and why (the failed write's errno: "No space left on device"); the name
+  // of the file aside is nanprov's business.
+  auto cannotWrite = [&](int err) {
+    return Status::Error("cannot write " + (what.empty() ? "" : what + " ") + path + ": " +
+                         (err ? std::strerror(err) : "the disk may be full"));
+  };
   {
     errno = 0;
     std::ofstream out(aside, std::ios::binary | std::ios::trunc);
-    // The path asked for, and why: the name of the file aside is nanprov's business.
-    if (!out) return Status::Error("cannot write " + what + " " + path + (errno ? std::string(": ") + std::strerror(errno) : ""));
+    if (!out) return cannotWrite(errno);
     write(out);
-    if (!out.flush()) {
-      out.close();
+    errno = 0;
+    const bool flushed = static_cast<bool>(out.flush());
+    const int err = errno;
+    out.close();
+    if (!flushed || out.fail()) {
       std::error_code ignored;
       std::filesystem::remove(aside, ignored);
-      return Status::Error("cannot write " + what + " " + aside + " (disk full?)");
+      return cannotWrite(err ? err : errno);
     }
   }
   std::error_code ec;

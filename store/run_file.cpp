@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "base/json_text.h"
+#include "store/file_replace.h"
 #include "store/small_file.h"
 #include "store/task_run_files.h"
 
@@ -70,29 +71,8 @@ StatusOr<bool> claimRunFile(const std::string& dir) {
 }
 
 Status writeRunFile(const std::string& dir, const nlohmann::json& doc) {
-  const std::string path = pathIn(dir);
   // Written beside it, then renamed over it: on a full disk the run.json written before stays whole.
-  const std::string staging = path + "." + std::to_string(getpid()) + ".writing";
-  const std::string text = jsonText(doc, 2) + "\n";
-  auto failed = [&](int err) {
-    ::unlink(staging.c_str());
-    return Status::Error("cannot write " + path + ": " + std::strerror(err));
-  };
-  int fd = ::open(staging.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return failed(errno);
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = n < 0 ? errno : EIO;
-      ::close(fd);
-      return failed(err);
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::close(fd) != 0 || ::rename(staging.c_str(), path.c_str()) != 0) return failed(errno);
-  return Status::Ok();
+  return replaceFile(pathIn(dir), "", [&](std::ostream& out) { out << jsonText(doc, 2) << "\n"; });
 }
 
 }  // namespace nanprov
