@@ -249,6 +249,9 @@ def main():
                    help="an additive float mask of zeros in every layer; from --band-from-step on, this layer's "
                         "hides a band of keys with -30000 (a mask value arriving mid-run)")
     p.add_argument("--band-from-step", type=int, default=0)
+    p.add_argument("--band-f32", action="store_true",
+                   help="build the --band-layer masks in float32 whatever the model's dtype (cuDNN's silent-wrong "
+                        "case: every layer shares one call signature, and the band arrives in one)")
     p.add_argument("--math", action="store_true", help="force the MATH SDPA backend")
     p.add_argument("--mask-rows", action="store_true",
                    help="padding also hides whole query rows (those rows see no key)")
@@ -377,7 +380,9 @@ def main():
             if late_mask is not None and step == args.mask_rows_from:
                 mask = late_mask
             if args.band_layer >= 0:
-                mask = [torch.zeros(1, 1, args.seq, args.seq, dtype=dtype, device=args.device) for _ in range(args.layers)]
+                band_dtype = torch.float32 if args.band_f32 else dtype
+                mask = [torch.zeros(1, 1, args.seq, args.seq, dtype=band_dtype, device=args.device)
+                        for _ in range(args.layers)]
                 if step >= args.band_from_step:
                     mask[args.band_layer][..., : args.seq // 4] = -30000.0
             if args.alibi_f32_layer >= 0:

@@ -10,6 +10,10 @@
 #                                     found there; clean bf16 runs over head_dim 64-512 rotated through
 #                                     200 steps (--audit-budget 100) find nothing; the benchmark model
 #                                     under the default budget, with its coverage
+#   scripts/device-audit.sh midrun    issue 63's case: six bf16 layers share one float32 additive mask
+#                                     signature; from step 3 layer 4's mask hides a band of keys with
+#                                     -30000. The plain-PyTorch oracle (cuDNN's O against MATH's) says
+#                                     where it is wrong; the default --audit must find it there, and replay
 #   scripts/device-audit.sh tests     the audit tests (CPU and GPU); the benchmark model audited,
 #                                     with the slices it judged; losses with and without --audit;
 #                                     every finding of the float32-bias run
@@ -77,6 +81,28 @@ PY
 for f in json.load(sys.stdin)["audit_findings"]:
     print(f["name"], f["phase"], f["backend"], f["verdict"], {r: (t["verdict"], round(t["cosine"], 3)) for r, t in f["tensors"].items()})'
   ;;
+midrun)
+  midrun=(--steps 6 --batch 4 --seq 256 --heads 4 --d-model 512 --layers 6 --band-layer 4 --band-from-step 3 --band-f32)
+  python3 - <<'PY'
+import torch, torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+torch.manual_seed(0)
+q, k, v = (torch.randn(4, 4, 256, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+for band in (False, True):
+    mask = torch.zeros(1, 1, 256, 256, device="cuda", dtype=torch.float32)
+    if band:
+        mask[..., :64] = -30000.0
+    outs = {}
+    for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("math", SDPBackend.MATH)):
+        with sdpa_kernel(backend):
+            outs[name] = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    print(f"oracle: band={band} cuDNN vs MATH max |dO| = {(outs['cudnn'].float() - outs['math'].float()).abs().max().item():.4g}")
+PY
+  audited midrun "${midrun[@]}"
+  nanprov report "$out/midrun" | grep -E "audit|regime|judged|layer" | head -20
+  nanprov report "$out/midrun" --json >"$out/midrun.json"; echo "report exit $?"
+  nanprov replay "$out/midrun" 2>&1 | tail -25
+  ;;
 *)
-  echo "usage: scripts/device-audit.sh findings|cost|tests" >&2; exit 2 ;;
+  echo "usage: scripts/device-audit.sh findings|coverage|cost|midrun|tests" >&2; exit 2 ;;
 esac
