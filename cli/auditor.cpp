@@ -112,7 +112,9 @@ void Auditor::judge(const std::string& capture) {
       }
     }
   }
-  countJudged(meta.ok() && meta->count("rank") ? meta->at("rank") : "", took_ns);
+  // The rotation's own are the budget's: the first pass and new regimes are judged whatever they cost.
+  const bool by_rotation = meta.ok() && meta->count("audit.by_rotation") && meta->at("audit.by_rotation") == "1";
+  countJudged(meta.ok() && meta->count("rank") ? meta->at("rank") : "", took_ns, by_rotation);
   if (failure.empty() && code == 0) {
     std::error_code ec;
     std::filesystem::remove(capture, ec);  // ok: the judgement says so; nothing to replay
@@ -131,7 +133,7 @@ void Auditor::judge(const std::string& capture) {
   if (Status st = writeAuditFile(capture, doc); !st.ok()) std::cerr << "nanprov: " << printable(st.message()) << "\n";
 }
 
-void Auditor::countJudged(const std::string& rank_text, int64_t took_ns) {
+void Auditor::countJudged(const std::string& rank_text, int64_t took_ns, bool by_rotation) {
   auto rank = parseInteger(rank_text, 0, kMaxRank);
   if (!rank) return;
   auto& counters = progress_[static_cast<int>(*rank)];
@@ -142,6 +144,7 @@ void Auditor::countJudged(const std::string& rank_text, int64_t took_ns) {
     counters = std::move(*opened);
   }
   counters->add(kAuditJudgeNs, took_ns);
+  if (by_rotation) counters->add(kRotationJudgeNs, took_ns);
   counters->add(kAuditsJudged);
 }
 

@@ -36,7 +36,7 @@ class Auditor {
   void sweep();
   void judge(const std::string& capture);
   // One more of `rank`'s audit captures judged, in `took_ns`: the probes pace the rotation by it.
-  void countJudged(const std::string& rank, int64_t took_ns);
+  void countJudged(const std::string& rank, int64_t took_ns, bool by_rotation);
 
   std::string dir_;
   std::string engine_;

@@ -115,13 +115,35 @@ AuditSummary readAudit(const RunData& run) {
       if (AuditCoverage::Key* k = keyOf(c)) {
         ++k->judged;
         k->last_step = std::max(k->last_step, c.step);
+        k->judged_steps.insert(c.step);
       }
     } catch (const std::exception& e) {
       ++a.not_audited[auditFilePath(path) + " is not an audit result (" + e.what() + "); delete it and run nanprov replay " +
                       path + " --audit"];
     }
   }
-  for (auto& [where, k] : keys) a.coverage.keys.push_back(std::move(k));
+  // The regimes each key met, as the probes counted them: one is judged where a judgement of its
+  // key exists at the step it was last taken at; taken with none, or never taken, it is not.
+  for (const RankInfo& r : run.ranks) {
+    for (const auto& [slot, regime] : r.counters.audit_regimes) {
+      AuditCoverage::Key& k = keys[{r.rank, regime.layer, phaseName(regime.phase)}];
+      k.rank = r.rank, k.layer = regime.layer, k.phase = phaseName(regime.phase);
+      AuditCoverage::Key::Regime seen{.conditions = regime.conditions,
+                                      .first_seen = regime.first_seen,
+                                      .last_seen = regime.last_seen,
+                                      .calls = regime.calls};
+      if (regime.last_judged >= 0) {
+        (k.judged_steps.contains(regime.last_judged) ? seen.judged_at : seen.taken_at) = regime.last_judged;
+      }
+      ++a.coverage.regimes_seen;
+      if (seen.judged()) ++a.coverage.regimes_judged;
+      k.regimes.push_back(std::move(seen));
+    }
+  }
+  for (auto& [where, k] : keys) {
+    std::stable_sort(k.regimes.begin(), k.regimes.end(), [](const auto& x, const auto& y) { return x.first_seen < y.first_seen; });
+    a.coverage.keys.push_back(std::move(k));
+  }
   std::stable_sort(a.findings.begin(), a.findings.end(), [](const AuditFinding& x, const AuditFinding& y) {
     return std::tie(x.step, x.rank) < std::tie(y.step, y.rank);
   });
@@ -130,13 +152,41 @@ AuditSummary readAudit(const RunData& run) {
 
 namespace {
 
+json stepOrNull(const std::optional<int64_t>& step) { return step ? json(*step) : json(nullptr); }
+
+json regimeJson(const AuditCoverage::Key::Regime& r) {
+  return {{"conditions", r.conditions}, {"first_seen", r.first_seen}, {"last_seen", r.last_seen},
+          {"calls", r.calls},           {"judged_at", stepOrNull(r.judged_at)}, {"taken_at", stepOrNull(r.taken_at)}};
+}
+
+// Why a regime was not judged, in words: taken and not judged, or never taken (its key's reasons).
+std::string regimeNotJudgedWhy(const AuditCoverage::Key& k, const AuditCoverage::Key::Regime& r) {
+  std::string why;
+  for (const auto& [reason, n] : k.not_judged) why += (why.empty() ? "" : "; ") + reason;
+  if (r.taken_at) return "taken at step " + std::to_string(*r.taken_at) + ", with no judgement" + (why.empty() ? "" : " (" + why + ")");
+  return why.empty() ? "never taken to be judged" : "never judged: " + why;
+}
+
 json coverageJson(const AuditSummary& a) {
   std::set<int64_t> layers;
-  json per_layer = json::array(), never = json::array();
+  json per_layer = json::array(), never = json::array(), regimes_not_judged = json::array();
   for (const AuditCoverage::Key& k : a.coverage.keys) {
     layers.insert(k.layer);
+    json regimes = json::array();
+    for (const AuditCoverage::Key::Regime& r : k.regimes) {
+      regimes.push_back(regimeJson(r));
+      if (r.judged()) continue;
+      json late = regimeJson(r);
+      late.update({{"rank", k.rank}, {"layer", k.layer}, {"phase", k.phase}, {"why", regimeNotJudgedWhy(k, r)}});
+      regimes_not_judged.push_back(std::move(late));
+    }
     if (k.judged > 0) {
-      per_layer.push_back({{"rank", k.rank}, {"layer", k.layer}, {"phase", k.phase}, {"judged", k.judged}, {"last_step", k.last_step}});
+      per_layer.push_back({{"rank", k.rank},
+                           {"layer", k.layer},
+                           {"phase", k.phase},
+                           {"judged", k.judged},
+                           {"last_step", k.last_step},
+                           {"regimes", std::move(regimes)}});
       continue;
     }
     std::string why;
@@ -147,6 +197,9 @@ json coverageJson(const AuditSummary& a) {
           {"calls_judged", a.audited},
           {"per_layer", per_layer},
           {"never_judged", never},
+          {"regimes", {{"seen", a.coverage.regimes_seen},
+                       {"judged", a.coverage.regimes_judged},
+                       {"not_judged", regimes_not_judged}}},
           {"rotation", {{"every_steps", a.coverage.every_steps},
                         {"budget_percent", a.coverage.budget_percent},
                         {"rotations", a.coverage.rotations},
@@ -215,6 +268,19 @@ std::string coverageText(const AuditSummary& a) {
     out += "    judged again when their conditions changed: " + std::to_string(cov.regime_changes) +
            (cov.regime_changes == 1 ? " call" : " calls") +
            " (a mask value, fully masked rows, an LSE past -88.7, or logits or outputs tenfold)\n";
+  }
+  if (cov.regimes_seen > 0) {
+    out += "    regimes of conditions: " + std::to_string(cov.regimes_seen) + " seen, " + std::to_string(cov.regimes_judged) +
+           " judged (per layer and phase, in report --json)\n";
+  }
+  for (const AuditCoverage::Key& k : cov.keys) {
+    for (const AuditCoverage::Key::Regime& r : k.regimes) {
+      if (r.judged()) continue;
+      out += "    regime not judged: rank " + std::to_string(k.rank) + " layer " + std::to_string(k.layer) + " " + k.phase +
+             ", " + printable(r.conditions) + " (steps " + std::to_string(r.first_seen) +
+             (r.last_seen > r.first_seen ? "-" + std::to_string(r.last_seen) : "") + ", " + std::to_string(r.calls) +
+             (r.calls == 1 ? " call" : " calls") + "): " + printable(regimeNotJudgedWhy(k, r)) + "\n";
+    }
   }
   return out + never;
 }

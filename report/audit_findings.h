@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -27,8 +28,20 @@ struct AuditCoverage {
     int64_t judged = 0;                           // calls judged
     int64_t last_step = -1;                       // the latest judged, -1: never
     std::map<std::string, int64_t> not_judged;   // why → calls met but not judged
+    std::set<int64_t> judged_steps;              // the steps of its judged calls
+    // The conditions its calls ran in (probes/core/condition_regime.h), from the rank's meta, by
+    // when each was first seen.
+    struct Regime {
+      std::string conditions;  // in words
+      int64_t first_seen = 0, last_seen = 0, calls = 0;
+      std::optional<int64_t> judged_at;  // the step of its latest judgement
+      std::optional<int64_t> taken_at;   // taken to be judged at this step, with no judgement (yet)
+      bool judged() const { return judged_at.has_value(); }
+    };
+    std::vector<Regime> regimes;
   };
   std::vector<Key> keys;  // by rank, layer, phase
+  int64_t regimes_seen = 0, regimes_judged = 0;
   int64_t every_steps = 0;
   double budget_percent = 0;
   int64_t rotations = 0, held_back = 0;  // steps whose rotation ran, and steps the budget held it back

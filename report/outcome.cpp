@@ -157,6 +157,11 @@ Conclusion conclude(const RunData& run, const Findings& findings, const std::opt
   if ((c.outcome == Outcome::kClean || c.outcome == Outcome::kPartial) && !c.audit.findings.empty()) {
     c.outcome = Outcome::kAuditFinding;
   }
+  // The audit vouches only for what it judged: conditions its calls met and it never judged (a
+  // mask band that appeared, rows that lost every key) leave the run partial, never plainly clean.
+  if (c.outcome == Outcome::kClean && c.audit.coverage.regimes_judged < c.audit.coverage.regimes_seen) {
+    c.outcome = Outcome::kPartial;
+  }
   return c;
 }
 

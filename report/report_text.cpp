@@ -326,6 +326,10 @@ std::string reportText(const Report& stored) {
     // Inference runs have no optimizer steps, and so no gradients to vouch for.
     bool training = run.step_unit == StepUnit::kOptimizerStep;
     out += conclusion.sentinel || !training ? "\n" : ", and so were the gradients at every optimizer step\n";
+    if (const AuditCoverage& cov = conclusion.audit.coverage; cov.regimes_judged < cov.regimes_seen) {
+      out += "  the audit judged " + std::to_string(cov.regimes_judged) + " of the " + std::to_string(cov.regimes_seen) +
+             " regimes of conditions its calls ran in: those not judged are listed below\n";
+    }
     return out + closing(report);
   }
   return edgeText(report) + closing(report);

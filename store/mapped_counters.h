@@ -7,8 +7,9 @@
 //    earliest step at which the process saw a non-finite value (a call not clean, or the
 //    sentinel's gradients), so a NaN whose rows were lost to a kill or a full disk is still said;
 //  - the audit's progress (rank-<r>.audit-progress, kAuditProgressSlots): how many of the rank's
-//    audit captures `nanprov run`'s judge has judged, and how long judging them took, which the
-//    probes read to pace the audit's rotation (probes/core/capture_policy.h).
+//    audit captures `nanprov run`'s judge has judged, and how long judging them (and the
+//    rotation's alone) took, which the probes read to pace the audit's rotation
+//    (probes/core/capture_policy.h).
 #pragma once
 
 #include <cstddef>
@@ -26,8 +27,9 @@ namespace nanprov {
 // one slot is an older run's.
 enum CallTallySlot : size_t { kCallsBegun = 0, kFirstNonFiniteStep = 1, kCallTallySlots = 2 };
 
-// Slots of the audit-progress file.
-enum AuditProgressSlot : size_t { kAuditsJudged = 0, kAuditJudgeNs = 1, kAuditProgressSlots = 2 };
+// Slots of the audit-progress file: captures judged, the time judging them, and of it the time
+// judging the rotation's captures (the one the rotation's budget counts).
+enum AuditProgressSlot : size_t { kAuditsJudged = 0, kAuditJudgeNs = 1, kRotationJudgeNs = 2, kAuditProgressSlots = 3 };
 
 class MappedCounters {
  public:

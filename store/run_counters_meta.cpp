@@ -45,6 +45,7 @@ constexpr std::string_view kUnprobed = "unprobed:";
 constexpr std::string_view kUnprobedStep = "unprobed_step:";
 constexpr std::string_view kProbeNs = "probe_ns:";
 constexpr std::string_view kModuleClass = "module_class:";
+constexpr std::string_view kAuditRegime = "audit_regime:";
 
 // Values of several numbers: the words around them, written and read by the same list.
 template <size_t N>
@@ -103,6 +104,33 @@ void eachUnder(const StoreMeta& meta, std::string_view prefix, Fn fn) {
 }
 
 std::string under(std::string_view prefix, const std::string& rest) { return std::string(prefix) + rest; }
+
+// An audit regime: "layer phase first_seen last_seen calls last_judged conditions in words".
+std::string auditRegimeText(const AuditRegime& r) {
+  return std::to_string(r.layer) + " " + phaseName(r.phase) + " " + std::to_string(r.first_seen) + " " +
+         std::to_string(r.last_seen) + " " + std::to_string(r.calls) + " " + std::to_string(r.last_judged) + " " +
+         r.conditions;
+}
+
+// A damaged row reads as none: the report then has one regime fewer to vouch for, never a wrong one.
+std::optional<AuditRegime> auditRegimeIn(std::string_view text) {
+  std::array<std::string_view, 6> fields;
+  for (std::string_view& field : fields) {
+    const size_t space = text.find(' ');
+    if (space == std::string_view::npos) return std::nullopt;
+    field = text.substr(0, space);
+    text.remove_prefix(space + 1);
+  }
+  AuditRegime r;
+  if (!parsePhase(std::string(fields[1]), &r.phase)) return std::nullopt;
+  auto layer = parseInteger(fields[0], 0, kMaxCount);
+  auto first = parseInteger(fields[2], 0, kMaxCount), last = parseInteger(fields[3], 0, kMaxCount);
+  auto calls = parseInteger(fields[4], 0, kMaxSummed), judged = parseInteger(fields[5], -1, kMaxCount);
+  if (!layer || !first || !last || !calls || !judged || *last < *first) return std::nullopt;
+  r.layer = *layer, r.first_seen = *first, r.last_seen = *last, r.calls = *calls, r.last_judged = *judged;
+  r.conditions = std::string(text);
+  return r;
+}
 
 std::optional<DeferredChecks> deferredIn(std::string_view text) {
   if (text == kDeferredOff) return DeferredChecks{};
@@ -204,6 +232,7 @@ std::map<std::string, std::string> metaRowsOf(const RunCounters& c) {
   text(kKernelTracer, c.kernel_tracer);
   text(kMesh, c.mesh);
   for (const auto& [pattern, cls] : c.module_class) rows[under(kModuleClass, pattern)] = cls;
+  for (const auto& [slot, r] : c.audit_regimes) rows[under(kAuditRegime, slot)] = auditRegimeText(r);
   return rows;
 }
 
@@ -280,6 +309,9 @@ RunCounters runCountersOf(const StoreMeta& meta, std::string* unreadable) {
   if (const std::string* t = find(meta, kKernelTracer)) c.kernel_tracer = *t;
   if (const std::string* t = find(meta, kMesh)) c.mesh = *t;
   eachUnder(meta, kModuleClass, [&](const std::string& pattern, const std::string& cls) { c.module_class[pattern] = cls; });
+  eachUnder(meta, kAuditRegime, [&](const std::string& slot, const std::string& text) {
+    if (auto r = auditRegimeIn(text)) c.audit_regimes[slot] = std::move(*r);
+  });
   return c;
 }
 

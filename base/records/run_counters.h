@@ -56,6 +56,18 @@ struct AuditRotation {
   bool operator==(const AuditRotation&) const = default;
 };
 
+// --audit: a regime of conditions one audit key met (its call signature, layer and phase;
+// probes/core/condition_regime.h): when it was first and last seen, how many calls ran in it, and
+// the step it was last taken to be judged (-1: never). What was not judged is the report's to say.
+struct AuditRegime {
+  int64_t layer = 0;
+  Phase phase = Phase::kForward;
+  int64_t first_seen = 0, last_seen = 0, calls = 0;
+  int64_t last_judged = -1;
+  std::string conditions;  // in words (regimeText)
+  bool operator==(const AuditRegime&) const = default;
+};
+
 // The modules' backward of torch.compile'd code: not compiled (no row), checked in every backward
 // graph, or unchecked once one graph could not be (one forward graph run for several places).
 enum class CompiledBackward { kNotCompiled, kChecked, kUnchecked };
@@ -96,6 +108,8 @@ struct RunCounters {
   // seen in. What is open-ended (an op's name, a module class's words), so these are maps.
   std::map<std::string, int64_t> unprobed, unprobed_first_step;
   std::map<std::string, int64_t> probe_ns;  // the probes' time by stage (ProbeCost's stage names)
+  // --audit's regimes by "k<key>.r<slot>": a key's slot is kept for its life, so a row is rewritten in place.
+  std::map<std::string, AuditRegime> audit_regimes;
 
   // Text by nature, kept as text: nothing reads a number out of them.
   std::optional<std::string> probe_cost;     // ProbeCost's summary as printed; probe_ns has its numbers

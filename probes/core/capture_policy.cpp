@@ -78,7 +78,7 @@ bool CapturePolicy::rerunUserOps() {
 }
 
 std::optional<CaptureTrigger> CapturePolicy::triggerFor(const CallEvent& rec, std::optional<uint64_t> audit_key,
-                                                       std::string* regime_change) {
+                                                       std::string* regime_change, bool* by_rotation) {
   if (edges_only_.load(std::memory_order_relaxed) && static_cast<EdgeKind>(rec.health) != EdgeKind::kSourceEdge) {
     return std::nullopt;
   }
@@ -98,20 +98,22 @@ std::optional<CaptureTrigger> CapturePolicy::triggerFor(const CallEvent& rec, st
   if (!plan_.audit.on || !audit_key || kind != EdgeKind::kClean) return std::nullopt;
   if (started_ns_ < 0) started_ns_ = clock_();
   judged_on_device_ = judged_on_device_ || !rec.device.isCpu();
-  AuditedKey& key = audited_.try_emplace(*audit_key, AuditedKey{.layer = rec.layer}).first->second;
+  const auto ordinal = static_cast<int64_t>(audited_.size());
+  AuditedKey& key =
+      audited_.try_emplace(*audit_key, AuditedKey{.layer = rec.layer, .phase = rec.phase, .ordinal = ordinal}).first->second;
   const ConditionRegime now = regimeOf(rec);
-  const bool new_regime = std::none_of(key.regimes.begin(), key.regimes.end(),
-                                       [&](const ConditionRegime& judged) { return regimeChange(judged, now).empty(); });
-  auto take = [&](bool for_new_regime = false, bool by_rotation = false) -> std::optional<CaptureTrigger> {
-    key.by_rotation = by_rotation;
+  const int slot = regimeSlot(key, now, rec.step);
+  SeenRegime& seen = key.regimes[slot];
+  const bool new_regime = seen.last_judged < 0;
+  auto take = [&](bool for_new_regime = false, bool rotation = false) -> std::optional<CaptureTrigger> {
+    key.by_rotation = rotation;
+    if (by_rotation) *by_rotation = rotation;
     key.previous_step = key.last_step;
     key.last_step = rec.step;
-    key.added_regime = new_regime;
+    key.judged_slot = slot;
     key.for_new_regime = for_new_regime;
-    if (new_regime) {
-      if (key.regimes.size() >= kRegimesKept) key.regimes.erase(key.regimes.begin());
-      key.regimes.push_back(now);
-    }
+    seen.previous_judged = seen.last_judged;
+    seen.last_judged = rec.step;
     if (for_new_regime) ++counts_.regime_changes;
     return CaptureTrigger::kAudit;
   };
@@ -120,7 +122,11 @@ std::optional<CaptureTrigger> CapturePolicy::triggerFor(const CallEvent& rec, st
   // the data changes. The budget governs the rotation alone.
   if (new_regime) {
     if (regime_change) {
-      *regime_change = regimeChange(key.regimes.back(), now) + " at step " + std::to_string(rec.step);
+      const SeenRegime* latest = nullptr;  // the regime judged last
+      for (const SeenRegime& r : key.regimes) {
+        if (r.last_judged >= 0 && (!latest || r.last_judged > latest->last_judged)) latest = &r;
+      }
+      if (latest) *regime_change = regimeChange(latest->regime, now) + " at step " + std::to_string(rec.step);
     }
     return take(true);
   }
@@ -130,6 +136,67 @@ std::optional<CaptureTrigger> CapturePolicy::triggerFor(const CallEvent& rec, st
   if (rec.step != rotation_step_) decideRotation(rec.step);
   if (rotation_layer_ && *rotation_layer_ == rec.layer && key.last_step < rec.step) return take(false, true);
   return std::nullopt;
+}
+
+int CapturePolicy::regimeSlot(AuditedKey& key, const ConditionRegime& now, int64_t step) {
+  int slot = -1;
+  for (size_t i = 0; i < key.regimes.size(); ++i) {
+    if (!sameRegime(key.regimes[i].regime, now)) continue;
+    if (key.regimes[i].last_judged >= 0) {
+      slot = static_cast<int>(i);
+      break;
+    }
+    if (slot < 0) slot = static_cast<int>(i);
+  }
+  if (slot < 0) {
+    if (key.regimes.size() < kRegimesKept) {
+      slot = static_cast<int>(key.regimes.size());
+      key.regimes.emplace_back();
+    } else {
+      // A judged regime gives way first: one seen and never judged stays for the report to name.
+      auto stalest = [&](bool judged) {
+        int best = -1;
+        for (size_t i = 0; i < key.regimes.size(); ++i) {
+          if ((key.regimes[i].last_judged >= 0) != judged || static_cast<int>(i) == key.judged_slot) continue;
+          if (best < 0 || key.regimes[i].last_seen < key.regimes[best].last_seen) best = static_cast<int>(i);
+        }
+        return best;
+      };
+      slot = stalest(true);
+      if (slot < 0) slot = stalest(false);
+      if (slot < 0) slot = 0;
+    }
+    key.regimes[slot] = SeenRegime{.regime = now, .text = regimeText(now), .first_seen = step, .last_seen = step};
+  }
+  SeenRegime& seen = key.regimes[slot];
+  seen.last_seen = std::max(seen.last_seen, step);
+  ++seen.calls;
+  return slot;
+}
+
+void CapturePolicy::takeBack(AuditedKey& key) {
+  key.last_step = key.previous_step;
+  if (key.judged_slot >= 0) {
+    SeenRegime& r = key.regimes[key.judged_slot];
+    r.last_judged = r.previous_judged;
+  }
+  if (key.for_new_regime) --counts_.regime_changes;
+  key.judged_slot = -1;
+  key.for_new_regime = false;
+}
+
+std::map<std::string, AuditRegime> CapturePolicy::regimes() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::map<std::string, AuditRegime> out;
+  for (const auto& [hash, key] : audited_) {
+    for (size_t i = 0; i < key.regimes.size(); ++i) {
+      const SeenRegime& r = key.regimes[i];
+      out["k" + std::to_string(key.ordinal) + ".r" + std::to_string(i)] =
+          AuditRegime{.layer = key.layer, .phase = key.phase, .first_seen = r.first_seen, .last_seen = r.last_seen,
+                      .calls = r.calls, .last_judged = r.last_judged, .conditions = r.text};
+    }
+  }
+  return out;
 }
 
 void CapturePolicy::decideRotation(int64_t step) {
@@ -183,13 +250,7 @@ bool CapturePolicy::reserve(int64_t bytes, CaptureTrigger trigger, std::optional
   if (outstanding_total_ + bytes > plan_.audit.budget_bytes) {
     if (audit_key) {
       auto it = audited_.find(*audit_key);
-      if (it != audited_.end()) {  // tried again later
-        AuditedKey& key = it->second;
-        key.last_step = key.previous_step;
-        if (key.added_regime) key.regimes.pop_back();
-        if (key.for_new_regime) --counts_.regime_changes;
-        key.added_regime = key.for_new_regime = false;
-      }
+      if (it != audited_.end()) takeBack(it->second);
     }
     return false;
   }

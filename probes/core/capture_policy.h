@@ -9,9 +9,8 @@
 //    thread's time taking its captures plus the judge's time judging them, which the judge
 //    counts in rank-<r>.audit-progress (store/mapped_counters.h). Under budget, a new rotation
 //    starts while the judge trails the rotation's captures by less than one cycle. The first pass and a
-//    new regime's first call are judged whatever they cost; their captures' training-thread time
-//    is not charged to the rotation, nor does it wait for them (on a GPU the judge's total time,
-//    theirs included, still counts);
+//    new regime's first call are judged whatever they cost; neither their captures' training-thread
+//    time nor the judge's time judging them is charged to the rotation, nor does it wait for them;
 //  - or, with --audit-every N, every clean call of every N-th step (a complete audit).
 // Each within a byte budget per rank (audits: bytes captured and not judged yet): a call that does
 // not fit is skipped, and the store says so; an audit skipped so is tried again later. No
@@ -22,6 +21,7 @@
 #include <deque>
 #include <functional>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <unordered_map>
 #include <mutex>
@@ -31,6 +31,7 @@
 #include "probes/core/call_selector.h"
 #include "base/records/call_event.h"
 #include "base/records/call_record.h"
+#include "base/records/run_counters.h"
 #include "base/status.h"
 #include "probes/core/condition_regime.h"
 
@@ -57,7 +58,7 @@ struct AuditPlan {
 // What the judge has done with this rank's audit captures so far.
 struct AuditProgress {
   int64_t judged = 0;    // captures judged (or given up on)
-  int64_t judge_ns = 0;  // time spent judging them
+  int64_t judge_ns = 0;  // time spent judging the rotation's (the budget's share)
 };
 
 // How often the process that ran the first source edge runs its call in all, right when it
@@ -96,9 +97,10 @@ class CapturePolicy {
   // Takes no lock when only the first source edge is wanted and `rec` is none (every call of a
   // default run but that one).
   // An audit taken because the call's conditions left the regime its key was last judged in
-  // (condition_regime.h) says what changed in *regime_change.
+  // (condition_regime.h) says what changed in *regime_change; one the rotation took sets
+  // *by_rotation, so its judge's time is charged to the budget (kRotationJudgeNs).
   std::optional<CaptureTrigger> triggerFor(const CallEvent& rec, std::optional<uint64_t> audit_key = std::nullopt,
-                                           std::string* regime_change = nullptr);
+                                           std::string* regime_change = nullptr, bool* by_rotation = nullptr);
 
   // Whether audits are on: only then is a call's audit key worth working out.
   bool auditing() const { return auditing_.load(std::memory_order_relaxed); }
@@ -125,18 +127,37 @@ class CapturePolicy {
   };
   RotationCounts rotationCounts();
 
+  // Every regime each audit key met, for the store's meta (RunCounters::audit_regimes): the report
+  // says which were seen and never judged, so a clean --audit run claims no more than was judged.
+  std::map<std::string, AuditRegime> regimes();
+
  private:
   static constexpr size_t kRegimesKept = 8;
+  // A regime a key met: when, how often, and the step it was last taken to be judged in.
+  struct SeenRegime {
+    ConditionRegime regime;
+    std::string text;  // regimeText(regime), said once
+    int64_t first_seen = 0, last_seen = 0, calls = 0;
+    int64_t last_judged = -1, previous_judged = -1;  // -1: never
+  };
   struct AuditedKey {
     int64_t layer = 0;
+    Phase phase = Phase::kForward;
+    int64_t ordinal = 0;  // the order keys were met in: the regimes' meta rows are named by it
     int64_t last_step = -1, previous_step = -1;  // -1: never judged
-    // The regimes it was judged in, the latest last (at most kRegimesKept): a regime judged before
-    // is not new again. Whether the last judgement added one, and was for a new regime, so that a
-    // judgement the budget refused is taken back whole.
-    std::vector<ConditionRegime> regimes;
-    bool added_regime = false, for_new_regime = false;
+    // The regimes it met (at most kRegimesKept, each in its slot for its life): a regime judged
+    // before is not new again. The slot the last judgement was for, and whether it was for a new
+    // regime, so that a judgement the budget refused is taken back whole.
+    std::vector<SeenRegime> regimes;
+    int judged_slot = -1;
+    bool for_new_regime = false;
     bool by_rotation = false;  // the last judgement was the rotation's (its cost is the budget's)
   };
+  // The slot of the regime `rec`'s call ran in, met now: the first judged regime it is in, else
+  // the first seen one, else a new slot (the least recently seen, judged ones first, once full).
+  static int regimeSlot(AuditedKey& key, const ConditionRegime& now, int64_t step);
+  // The judgement of a key the byte budget refused, taken back: it is tried again at a later call.
+  void takeBack(AuditedKey& key);
   // At the first call of a new step: which layer's calls, if any, this step's rotation audits.
   void decideRotation(int64_t step);
   bool rotationAffordable();

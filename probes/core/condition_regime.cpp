@@ -54,6 +54,24 @@ ConditionRegime regimeOf(const CallEvent& rec) {
   return r;
 }
 
+bool sameRegime(const ConditionRegime& judged, const ConditionRegime& now) {
+  return !moved(judged.mask, now.mask) && judged.masked_rows == now.masked_rows &&
+         judged.lse_past_limit == now.lse_past_limit && !moved(judged.logits, now.logits) &&
+         judged.output_zero == now.output_zero && !moved(judged.output, now.output);
+}
+
+std::string regimeText(const ConditionRegime& r) {
+  std::string out;
+  auto add = [&](const std::string& part) { out += (out.empty() ? "" : ", ") + part; };
+  if (r.mask) add("mask |x| " + number(*r.mask));
+  if (r.masked_rows) add("rows fully masked");
+  if (r.lse_past_limit) add("|LSE| past 88.7");
+  if (r.logits) add("logits " + number(*r.logits));
+  if (r.output_zero) add("O zero");
+  else if (r.output) add("O " + number(*r.output));
+  return out.empty() ? "no magnitude measured" : out;
+}
+
 std::string regimeChange(const ConditionRegime& judged, const ConditionRegime& now) {
   if (moved(judged.mask, now.mask)) {
     return "the mask's largest |x| went from " + magnitude(judged.mask) + " to " + magnitude(now.mask);

@@ -36,5 +36,12 @@ ConditionRegime regimeOf(const CallEvent& rec);
 // What moved `now` out of the regime `judged` was in, in words for the audit's finding ("the
 // mask's largest |x| went from 0 to 3e+04"); empty when it is the same regime.
 std::string regimeChange(const ConditionRegime& judged, const ConditionRegime& now);
+// Whether `now` is in the regime `judged` was in: regimeChange's test, without its words (asked at
+// every audited call).
+bool sameRegime(const ConditionRegime& judged, const ConditionRegime& now);
+
+// The regime in words, for the report's coverage: "mask |x| 3e+04, rows fully masked, |LSE| past
+// 88.7, logits 12.5, O 1.02" (only what the call had; each magnitude stands for its decade).
+std::string regimeText(const ConditionRegime& r);
 
 }  // namespace nanprov

@@ -101,7 +101,7 @@ Status Session::start() {
                                          kAuditProgressSlots);
     if (counters.ok()) {
       std::shared_ptr<MappedCounters> shared = std::move(*counters);
-      progress = [shared] { return AuditProgress{shared->get(kAuditsJudged), shared->get(kAuditJudgeNs)}; };
+      progress = [shared] { return AuditProgress{shared->get(kAuditsJudged), shared->get(kRotationJudgeNs)}; };
     } else {
       logOnce("audit progress", "the audit cannot pace its rotation (" + counters.status().message() +
                                     "): after the first pass it judges only with --audit-every or --audit-budget 100");

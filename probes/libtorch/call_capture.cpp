@@ -240,8 +240,8 @@ void Captures::offerGuarded(const CallEvent& rec, const RoleTensors& tensors, co
                             const char* missing) {
   CapturePolicy& policy = session_.capturePolicy();
   const std::optional<uint64_t> key = policy.auditing() ? std::optional(auditKey(rec, args)) : std::nullopt;
-  std::string regime_change;
-  const std::optional<CaptureTrigger> trigger = policy.triggerFor(rec, key, &regime_change);
+  AuditReason reason;
+  const std::optional<CaptureTrigger> trigger = policy.triggerFor(rec, key, &reason.regime_change, &reason.by_rotation);
   if (!trigger) return;
   if (tensors.empty()) {
     CaptureRecord row;
@@ -251,16 +251,16 @@ void Captures::offerGuarded(const CallEvent& rec, const RoleTensors& tensors, co
     session_.recordCapture(std::move(row));
     return;
   }
-  if (*trigger != CaptureTrigger::kAudit) return take(rec, tensors, args, *trigger, key, "");
+  if (*trigger != CaptureTrigger::kAudit) return take(rec, tensors, args, *trigger, key, {});
   // The audit's own cost on the training thread (slicing, the copy to the host), which its
   // budget counts.
   const auto started = std::chrono::steady_clock::now();
-  take(rec, tensors, args, *trigger, key, regime_change);
+  take(rec, tensors, args, *trigger, key, reason);
   policy.addAuditCost(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - started).count(), key);
 }
 
 void Captures::take(const CallEvent& rec, const RoleTensors& tensors, const CallArgs& args, CaptureTrigger trigger,
-                    std::optional<uint64_t> key, const std::string& regime_change) {
+                    std::optional<uint64_t> key, const AuditReason& reason) {
   CapturePolicy& policy = session_.capturePolicy();
   CaptureRecord row;
   row.seq = rec.seq;
@@ -315,7 +315,8 @@ void Captures::take(const CallEvent& rec, const RoleTensors& tensors, const Call
   describeLayout(tensors, job.file);
   job.file.metadata["trigger"] = captureTriggerName(trigger);
   if (slice) job.file.metadata["slice"] = slice->text;
-  if (!regime_change.empty()) job.file.metadata["audit.regime_change"] = regime_change;
+  if (!reason.regime_change.empty()) job.file.metadata["audit.regime_change"] = reason.regime_change;
+  if (reason.by_rotation) job.file.metadata["audit.by_rotation"] = "1";
   if (rec.device.isCpu()) {
     job.file.metadata["kernels"] = rec.op;  // on the CPU the ATen op is the kernel
     job.file.metadata["kernel.main"] = rec.op;
@@ -368,10 +369,12 @@ void Captures::releaseGuarded(const std::vector<KernelRecord>& kernels, bool at_
   for (CaptureJob& job : ready) writer_.push(std::move(job));
   if (copies > 0) session_.setCounters({.capture_host_copies = copies});
   if (CapturePolicy& policy = session_.capturePolicy(); policy.auditing()) {
-    // How often the rotation ran, and how often its budget held it back: the report's coverage.
+    // How often the rotation ran, how often its budget held it back, and the regimes each key met
+    // and when each was judged: the report's coverage.
     CapturePolicy::RotationCounts r = policy.rotationCounts();
-    session_.setCounters({.audit_rotation = AuditRotation{
-                              .rotations = r.rotations, .held_back = r.held_back, .regime_changes = r.regime_changes}});
+    session_.setCounters({.audit_rotation = AuditRotation{.rotations = r.rotations, .held_back = r.held_back,
+                                                          .regime_changes = r.regime_changes},
+                          .audit_regimes = policy.regimes()});
   }
   if (!at_exit) return;
   // The writer thread is joined once it has written everything; one stuck on a file is left to

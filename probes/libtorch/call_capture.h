@@ -49,8 +49,13 @@ class Captures {
   // offer() and release() without their guard: an exception stops at the guard, never the training.
   void offerGuarded(const CallEvent& rec, const RoleTensors& tensors, const CallArgs& args, const char* missing);
   void releaseGuarded(const std::vector<KernelRecord>& kernels, bool at_exit);
+  // Why the audit took a call, for its capture's metadata (the judge and replay read it).
+  struct AuditReason {
+    std::string regime_change;  // the conditions that changed, when that is why
+    bool by_rotation = false;   // the rotation's: its judging is charged to --audit-budget
+  };
   void take(const CallEvent& rec, const RoleTensors& tensors, const CallArgs& args, CaptureTrigger trigger,
-            std::optional<uint64_t> key, const std::string& regime_change);
+            std::optional<uint64_t> key, const AuditReason& reason);
   // The first source edge run again where it ran (call_rerun.h), said in the capture's metadata.
   void rerunEdge(const CallEvent& rec, const RoleTensors& tensors, const CallArgs& args, CaptureFile& file);
   static void describe(const CallRecord& rec, const RoleTensors& tensors, const CallArgs& args, CaptureFile& file);

@@ -160,6 +160,15 @@ TEST(Audit, CallsOverTheBudgetAreReportedAsNotAudited) {
   Result text = sh(nanprov() + " report " + r.dir.string());
   EXPECT_NE(text.out.find("8 not audited: over the audit budget"), std::string::npos) << text.out;
   EXPECT_NE(text.out.find("never judged: rank 0 layer 0 fwd (over the audit budget"), std::string::npos) << text.out;
+  // Nothing was judged, so the audit vouches for none of the conditions its calls ran in: the run
+  // is partial, never clean, and says which regimes went unjudged.
+  EXPECT_EQ(r.doc["outcome"], "partial") << r.report.out;
+  const json& regimes = r.doc["audit"]["coverage"]["regimes"];
+  EXPECT_GE(regimes["seen"].get<int64_t>(), 4) << regimes.dump(1);
+  EXPECT_EQ(regimes["judged"], 0);
+  EXPECT_EQ(regimes["not_judged"].size(), regimes["seen"].get<size_t>());
+  EXPECT_NE(text.out.find("the audit judged 0 of the "), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("regime not judged: rank 0 layer 0 fwd, "), std::string::npos) << text.out;
 }
 
 // The first pass judges every layer: a fault confined to a middle layer's data (all-zero O in layer
@@ -228,6 +237,20 @@ TEST(Audit, AMaskValueArrivingMidRunIsJudgedAtItsStep) {
   EXPECT_LE(changes, 2) << "layer 2's forward and backward, once each";
   Result text = sh(nanprov() + " report " + clean.dir.string());
   EXPECT_NE(text.out.find("judged again when their conditions changed: " + std::to_string(changes)), std::string::npos) << text.out;
+  // Every regime seen was judged, the band's included, at the step it arrived: a clean run.
+  EXPECT_EQ(clean.doc["outcome"], "clean") << text.out;
+  const json& regimes = clean.doc["audit"]["coverage"]["regimes"];
+  EXPECT_EQ(regimes["judged"], regimes["seen"]) << regimes.dump(1);
+  bool band_judged_at_5 = false;
+  for (const json& k : clean.doc["audit"]["coverage"]["per_layer"]) {
+    if (k["layer"] != 2 || k["phase"] != "fwd") continue;
+    for (const json& g : k["regimes"]) {
+      band_judged_at_5 |= g["first_seen"] == 5 && g["conditions"].get<std::string>().starts_with("mask |x| 3e+04") &&
+                          g["judged_at"].is_number() && g["judged_at"].get<int64_t>() >= 5;
+    }
+  }
+  EXPECT_TRUE(band_judged_at_5) << clean.doc["audit"]["coverage"].dump(1);
+  EXPECT_NE(text.out.find("regimes of conditions: "), std::string::npos) << text.out;
 }
 
 // A subtle fault with no change of conditions (2% off from step 3, layer 1) is still found by the

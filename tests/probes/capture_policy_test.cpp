@@ -112,15 +112,19 @@ TEST(CapturePolicy, AuditRotatesThroughTheLayersOrTakesEveryNthStep) {
   rotating.configure(plan);
   int64_t seq = 0;
   std::map<int64_t, std::vector<int64_t>> layers_by_step;  // step → layers audited in it
+  int64_t by_rotation = 0;  // audits said to be the rotation's: their judging is its budget's
   for (int64_t step = 0; step < 7; ++step) {
     for (int64_t layer : {0, 1, 2}) {
       for (Phase phase : {Phase::kForward, Phase::kBackward}) {
-        if (said(rotating.triggerFor(at(seq++, step, layer, phase), keyOf(layer, phase))) == "audit" && phase == Phase::kForward) {
-          layers_by_step[step].push_back(layer);
-        }
+        bool rotation = false;
+        const std::string why = said(rotating.triggerFor(at(seq++, step, layer, phase), keyOf(layer, phase), nullptr, &rotation));
+        by_rotation += rotation;
+        EXPECT_TRUE(!rotation || (why == "audit" && step > 0)) << "step " << step;
+        if (why == "audit" && phase == Phase::kForward) layers_by_step[step].push_back(layer);
       }
     }
   }
+  EXPECT_EQ(by_rotation, 12) << "6 rotations, forward and backward; the first pass is not the rotation's";
   EXPECT_EQ(layers_by_step[0], (std::vector<int64_t>{0, 1, 2})) << "the first pass";
   for (int64_t step = 1; step < 7; ++step) {
     EXPECT_EQ(layers_by_step[step], std::vector<int64_t>{(step - 1) % 3}) << "step " << step;

@@ -2,7 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <limits>
+#include <map>
+#include <string>
 
 #include "probes/core/capture_policy.h"
 
@@ -85,6 +88,69 @@ TEST(ConditionRegime, TheAuditJudgesANewRegimeAtItsFirstCallWhateverTheBudget) {
   ASSERT_FALSE(policy.reserve(int64_t{1} << 60, CaptureTrigger::kAudit, 7));
   EXPECT_EQ(policy.rotationCounts().regime_changes, 1);
   EXPECT_TRUE(policy.triggerFor(at(8, 1e9), 7).has_value()) << "still a new regime";
+}
+
+
+// Every regime a key met is kept for the report, with when it was seen and last judged: one whose
+// judgement the byte budget refused stays seen and never judged, and once the slots are full a
+// judged regime gives way before one never judged.
+TEST(ConditionRegime, TheRegimesSeenAreKeptWithTheStepEachWasLastJudgedAt) {
+  CapturePlan plan;
+  plan.first_source_edge = false;
+  plan.audit.on = true;
+  CapturePolicy policy;
+  AuditProgress progress;
+  policy.configure(plan, [&] { return progress; }, [] { return int64_t{0}; });
+  auto at = [](int64_t step, double mask, Phase phase = Phase::kForward) {
+    CallEvent c = forward(mask);
+    c.step = step;
+    c.layer = 4;
+    c.phase = phase;
+    return c;
+  };
+  ASSERT_TRUE(policy.triggerFor(at(0, 0), 7).has_value());
+  ASSERT_TRUE(policy.reserve(100, CaptureTrigger::kAudit, 7));
+  policy.addAuditCost(1'000'000);  // a rotation's cost, with no time passing: the rotation is held back
+  EXPECT_FALSE(policy.triggerFor(at(1, 0), 7).has_value());
+  EXPECT_FALSE(policy.triggerFor(at(2, 0), 7).has_value());
+  ASSERT_TRUE(policy.triggerFor(at(3, 30000), 7).has_value()) << "a mask band arrives";
+  ASSERT_FALSE(policy.reserve(int64_t{1} << 60, CaptureTrigger::kAudit, 7)) << "and does not fit";
+  ASSERT_TRUE(policy.triggerFor(at(0, 0, Phase::kBackward), 9).has_value()) << "another key";
+
+  const std::map<std::string, AuditRegime> regimes = policy.regimes();
+  ASSERT_EQ(regimes.size(), 3u);
+  const AuditRegime& before = regimes.at("k0.r0");
+  EXPECT_EQ(before.layer, 4);
+  EXPECT_EQ(before.phase, Phase::kForward);
+  EXPECT_EQ(before.first_seen, 0);
+  EXPECT_EQ(before.last_seen, 2);
+  EXPECT_EQ(before.calls, 3);
+  EXPECT_EQ(before.last_judged, 0);
+  EXPECT_EQ(before.conditions, "mask |x| 0, logits 1, O 1");
+  const AuditRegime& band = regimes.at("k0.r1");
+  EXPECT_EQ(band.first_seen, 3);
+  EXPECT_EQ(band.last_judged, -1) << "seen, and its judgement taken back";
+  EXPECT_EQ(band.conditions, "mask |x| 3e+04, logits 1, O 1");
+  EXPECT_EQ(regimes.at("k1.r0").phase, Phase::kBackward);
+
+  // Eight slots a key: nine more regimes, each a tenfold mask, each judged but the band's. The
+  // band, never judged, is still there at the end.
+  for (int i = 0; i < 9; ++i) {
+    const double mask = std::pow(10.0, 6 + i);
+    ASSERT_TRUE(policy.triggerFor(at(10 + i, mask), 7).has_value());
+    ASSERT_TRUE(policy.reserve(100, CaptureTrigger::kAudit, 7));
+  }
+  int never_judged = 0, of_key = 0;
+  for (const auto& [slot, r] : policy.regimes()) {
+    if (!slot.starts_with("k0.")) continue;
+    ++of_key;
+    if (r.last_judged < 0) {
+      ++never_judged;
+      EXPECT_EQ(r.first_seen, 3);
+    }
+  }
+  EXPECT_EQ(of_key, 8);
+  EXPECT_EQ(never_judged, 1);
 }
 
 }  // namespace

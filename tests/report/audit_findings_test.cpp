@@ -106,5 +106,49 @@ TEST(AuditFindings, JsonPassesTheJudgementOnAndTextNamesWhatIsWrong) {
   EXPECT_EQ(auditText(AuditSummary{}), "") << "nothing when the run was not audited";
 }
 
+
+// The regimes the probes counted: judged where a judgement of their key exists at the step they
+// were last taken at; taken with none, or never taken, they are named with why.
+TEST(AuditFindings, EveryRegimeSeenIsJudgedOrNamedWithWhy) {
+  const fs::path dir = testing::freshDir("audit-regimes");
+  fs::create_directories(dir / "captures");
+  RunData run = auditedRun(dir);
+  auto regime = [](int64_t first, int64_t last, int64_t judged, const std::string& conditions) {
+    return AuditRegime{.layer = 1, .phase = Phase::kForward, .first_seen = first, .last_seen = last, .calls = last - first + 1,
+                       .last_judged = judged, .conditions = conditions};
+  };
+  run.ranks[0].counters.audit_regimes = {{"k0.r0", regime(0, 2, 2, "mask |x| 0, O 1")},
+                                         {"k0.r1", regime(3, 5, -1, "mask |x| 3e+04, O 1")},
+                                         {"k0.r2", regime(6, 6, 6, "mask |x| 1e+09, O 1")}};
+  const AuditSummary a = readAudit(run);
+  EXPECT_EQ(a.coverage.regimes_seen, 3);
+  EXPECT_EQ(a.coverage.regimes_judged, 1) << "only the first: a.safetensors judged it at step 2";
+  ASSERT_EQ(a.coverage.keys.size(), 1u);
+  const auto& regimes = a.coverage.keys[0].regimes;
+  ASSERT_EQ(regimes.size(), 3u);
+  EXPECT_EQ(regimes[0].judged_at, 2);
+  EXPECT_FALSE(regimes[1].judged_at);
+  EXPECT_FALSE(regimes[1].taken_at);
+  EXPECT_EQ(regimes[2].taken_at, 6);
+
+  const json cov = auditCostJson(a)["coverage"];
+  EXPECT_EQ(cov["regimes"]["seen"], 3);
+  EXPECT_EQ(cov["regimes"]["judged"], 1);
+  ASSERT_EQ(cov["regimes"]["not_judged"].size(), 2u);
+  EXPECT_EQ(cov["regimes"]["not_judged"][0]["conditions"], "mask |x| 3e+04, O 1");
+  EXPECT_EQ(cov["regimes"]["not_judged"][0]["first_seen"], 3);
+  EXPECT_EQ(cov["regimes"]["not_judged"][1]["why"].get<std::string>().rfind("taken at step 6, with no judgement (", 0), 0u)
+      << cov["regimes"]["not_judged"][1].dump();
+  EXPECT_EQ(cov["per_layer"][0]["regimes"].size(), 3u);
+  EXPECT_EQ(cov["per_layer"][0]["regimes"][0]["judged_at"], 2);
+
+  const std::string text = auditText(a);
+  EXPECT_NE(text.find("    regimes of conditions: 3 seen, 1 judged"), std::string::npos) << text;
+  EXPECT_NE(text.find("    regime not judged: rank 0 layer 1 fwd, mask |x| 3e+04, O 1 (steps 3-5, 3 calls): never judged: "),
+            std::string::npos) << text;
+  EXPECT_NE(text.find("over --audit-max-bytes"), std::string::npos) << text;
+  EXPECT_NE(text.find("(steps 6, 1 call): taken at step 6, with no judgement ("), std::string::npos) << text;
+}
+
 }  // namespace
 }  // namespace nanprov

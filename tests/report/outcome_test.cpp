@@ -100,5 +100,20 @@ TEST(Outcome, UncheckedAttentionMakesACleanRunPartial) {
   EXPECT_EQ(c.unprobed.at("flex_attention"), 3);
 }
 
+
+// --audit vouches only for what it judged: a regime of conditions seen and never judged leaves a
+// run without a fault partial.
+TEST(Outcome, ARegimeTheAuditNeverJudgedMakesACleanRunPartial) {
+  RunData run = runOf({forward(0, 0, 0, 0)});
+  run.settings.audit.on = true;
+  EXPECT_EQ(conclude(run, analyze(run), std::nullopt).outcome, Outcome::kClean) << "no regime counted";
+  run.ranks[0].counters.audit_regimes["k0.r0"] =
+      AuditRegime{.layer = 0, .first_seen = 3, .last_seen = 3, .calls = 1, .last_judged = -1, .conditions = "mask |x| 3e+04"};
+  const Conclusion c = conclude(run, analyze(run), std::nullopt);
+  EXPECT_EQ(c.outcome, Outcome::kPartial);
+  EXPECT_EQ(c.audit.coverage.regimes_seen, 1);
+  EXPECT_EQ(c.audit.coverage.regimes_judged, 0);
+}
+
 }  // namespace
 }  // namespace nanprov

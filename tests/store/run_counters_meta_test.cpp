@@ -43,6 +43,8 @@ RunCounters everyCounter() {
       .unprobed = {{"flex_attention", 3}, {"aten::_native_multi_head_attention", 1}},
       .unprobed_first_step = {{"flex_attention", 2}, {"aten::_native_multi_head_attention", 0}},
       .probe_ns = {{"dispatching", 1500}, {"trail", 0}},
+      .audit_regimes = {{"k0.r1", AuditRegime{.layer = 4, .phase = Phase::kBackward, .first_seen = 3, .last_seen = 5,
+                                              .calls = 12, .last_judged = -1, .conditions = "mask |x| 3e+04, O 1"}}},
       .probe_cost = "dispatching 1.5 us a call\nflushing 0 us",
       .kernel_tracer = "torch.profiler held CUPTI",
       .mesh = "dp=0,tp=1",
@@ -104,6 +106,7 @@ TEST(RunCountersMeta, EveryCounterRoundTripsThroughAStore) {
       {"module_class:blocks.*.attn", "Attention"},
       {"module_class:", "Outer"},
       {"mesh", "dp=0,tp=1"},
+      {"audit_regime:k0.r1", "4 bwd 3 5 12 -1 mask |x| 3e+04, O 1"},
   };
   for (const auto& [key, value] : rows) {
     ASSERT_TRUE(r.meta.count(key)) << key;
@@ -130,6 +133,9 @@ TEST(RunCountersMeta, ADamagedValueReadsAsUnsaid) {
       {"unprobed:flex_attention", "12abc"},
       {"unprobed_step:flex_attention", "soon"},
       {"probe_ns:naming", "1e3"},
+      {"audit_regime:k0.r0", "4 sideways 3 5 12 -1 mask"},
+      {"audit_regime:k0.r1", "4 fwd 5 3 12 -1 mask"},
+      {"audit_regime:k0.r2", "4 fwd 3 5 12"},
       {"summary_every", "0"},
       {"calls_summarised", "10"},
   };
@@ -148,6 +154,7 @@ TEST(RunCountersMeta, ADamagedValueReadsAsUnsaid) {
   EXPECT_EQ(c.unprobed.at("flex_attention"), 0) << "counted as none, its kind still named";
   EXPECT_EQ(c.unprobed_first_step.at("flex_attention"), 0);
   EXPECT_FALSE(c.probe_ns.count("naming"));
+  EXPECT_TRUE(c.audit_regimes.empty()) << "a phase not named, a last step before the first, fields missing";
   EXPECT_EQ(c.summarised, (BudgetSummaries{.calls = 10, .not_clean = 0, .every = 1})) << "a width of 0 reads as 1";
   EXPECT_TRUE(unreadable.empty());
   EXPECT_EQ(runCountersOf({{"deferred_checks", "off (NANPROV_DEFER_CHECKS=0)"}}).deferred_checks, DeferredChecks{});
