@@ -54,7 +54,7 @@ pre{white-space:pre-wrap;word-break:break-all}
 .verdict{border-radius:6px;padding:12px 16px;color:#fff;background:#5f6368}
 .verdict .sub{opacity:.92;margin:2px 0 0}
 .outcome-clean{background:#188038}.outcome-partial{background:#b06000}.outcome-unattributed{background:#a50e0e}.outcome-edge{background:#c5221f}
-.outcome-outside_attention{background:#b3261e}.outcome-nothing_checked{background:#5f6368}.outcome-audit_finding{background:#1967d2}
+.outcome-outside_attention{background:#b3261e}.outcome-nothing_checked{background:#5f6368}.outcome-audit_finding{background:#1967d2}.outcome-replica_divergence{background:#b3261e}
 nav{margin:8px 0;font-size:13px}nav a{margin-right:12px;color:#1a73e8}
 table{border-collapse:collapse}
 table.facts th,table.list th{text-align:left;font-weight:600;padding:3px 12px 3px 0;vertical-align:top;white-space:nowrap}
@@ -270,6 +270,9 @@ std::string coverageSection(const Report& report) {
   const Conclusion& conclusion = report.conclusion;
   std::string out = "<section id=\"coverage\">\n<h2>Coverage</h2>\n<table class=\"facts\">\n";
   out += row("attention calls checked", std::to_string(run.calls));
+  if (std::string replicas = replicaCheckText(conclusion.replicas, run.step_unit); !replicas.empty()) {
+    out += row("replicas", shown(replicas));
+  }
   if (std::string summarised = summarisedText(run.summarised); !summarised.empty()) out += row("summarised", shown(summarised));
   if (conclusion.outcome == Outcome::kNothingChecked) out += row("nothing checked, why", shown(conclusion.nothing_checked_why));
   if (int64_t lost = run.calls_not_stored; lost && !run.incomplete.empty()) {

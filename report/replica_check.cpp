@@ -1,0 +1,147 @@
+#include "report/replica_check.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <utility>
+
+#include "base/text.h"
+#include "report/run_overview.h"
+#include "store/reader.h"
+
+namespace nanprov {
+namespace {
+
+// One rank's digests of one step: (parameter, digest) in the order written (the model's).
+using StepDigests = std::vector<std::pair<std::string, int64_t>>;
+
+std::vector<int> ranksOfGroup(const std::string& text) {
+  std::vector<int> ranks;
+  size_t from = 0;
+  while (from < text.size()) {
+    size_t end = std::min(text.find(',', from), text.size());
+    try {
+      ranks.push_back(std::stoi(text.substr(from, end - from)));
+    } catch (const std::exception&) {
+      return {};  // not a list this reader wrote: compare nothing rather than guess
+    }
+    from = end + 1;
+  }
+  return ranks;
+}
+
+// The ranks holding a digest other than the majority's (held by more than half of `held`); every
+// rank when no digest has a majority (two replicas that disagree, or a split).
+std::vector<int> disagreeing(const std::map<int, int64_t>& held, bool* by_majority) {
+  std::map<int64_t, int> count;
+  for (const auto& [rank, digest] : held) ++count[digest];
+  if (count.size() < 2) return {};
+  for (const auto& [digest, n] : count) {
+    if (2 * n > static_cast<int>(held.size())) {
+      *by_majority = true;
+      std::vector<int> out;
+      for (const auto& [rank, d] : held) {
+        if (d != digest) out.push_back(rank);
+      }
+      return out;
+    }
+  }
+  *by_majority = false;
+  std::vector<int> out;
+  for (const auto& [rank, d] : held) out.push_back(rank);
+  return out;
+}
+
+// The first divergence among `ranks` (one replica group), comparing each step that two or more
+// of them recorded; counts the steps compared and the ranks that took part.
+std::optional<ReplicaDivergence> firstDivergence(const std::map<int, std::map<int64_t, StepDigests>>& digests,
+                                                 const std::vector<int>& ranks, int64_t* steps, std::set<int>* compared) {
+  std::set<int64_t> all_steps;
+  for (int r : ranks) {
+    if (auto it = digests.find(r); it != digests.end()) {
+      for (const auto& [step, rows] : it->second) all_steps.insert(step);
+    }
+  }
+  for (int64_t step : all_steps) {
+    std::map<int, std::map<std::string, int64_t>> at;  // rank → parameter → digest, the ranks that recorded it
+    const StepDigests* order = nullptr;                 // the longest list of parameters: the model's order
+    for (int r : ranks) {
+      auto it = digests.find(r);
+      if (it == digests.end()) continue;
+      auto s = it->second.find(step);
+      if (s == it->second.end()) continue;
+      auto& of = at[r];
+      for (const auto& [parameter, digest] : s->second) of.emplace(parameter, digest);
+      if (!order || s->second.size() > order->size()) order = &s->second;
+    }
+    if (at.size() < 2) continue;
+    ++*steps;
+    for (const auto& [r, of] : at) compared->insert(r);
+    std::optional<ReplicaDivergence> found;
+    std::set<int> off;
+    for (const auto& [parameter, unused] : *order) {
+      std::map<int, int64_t> held;
+      for (const auto& [r, of] : at) {
+        if (auto d = of.find(parameter); d != of.end()) held.emplace(r, d->second);
+      }
+      if (held.size() < 2) continue;
+      bool by_majority = false;
+      std::vector<int> ranks_off = disagreeing(held, &by_majority);
+      if (ranks_off.empty()) continue;
+      if (!found) found = ReplicaDivergence{.step = step, .by_majority = by_majority, .parameter = parameter};
+      found->by_majority = found->by_majority && by_majority;
+      off.insert(ranks_off.begin(), ranks_off.end());
+    }
+    if (found) {
+      found->ranks.assign(off.begin(), off.end());
+      return found;
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+ReplicaCheck checkReplicas(const RunData& run) {
+  ReplicaCheck check;
+  // The groups as their ranks recorded them: a rank counts in a group that lists it.
+  std::map<std::string, std::vector<int>> groups;
+  for (const RankInfo& info : run.ranks) {
+    if (auto s = info.meta.find(kReplicaShardedMeta); s != info.meta.end() && s->second == "1") check.sharded = true;
+    auto g = info.meta.find(kReplicaGroupMeta);
+    if (g == info.meta.end()) continue;
+    const std::vector<int> listed = ranksOfGroup(g->second);
+    if (std::find(listed.begin(), listed.end(), info.rank) != listed.end()) groups[g->second].push_back(info.rank);
+  }
+  std::map<int, std::map<int64_t, StepDigests>> digests;
+  for (const ReplicaDigestRecord& d : run.replica_digests) digests[d.rank][d.step].emplace_back(d.parameter, d.digest);
+  std::set<int> compared;
+  for (const auto& [group, ranks] : groups) {
+    std::optional<ReplicaDivergence> found = firstDivergence(digests, ranks, &check.steps, &compared);
+    if (found && (!check.first_divergence || found->step < check.first_divergence->step)) check.first_divergence = found;
+  }
+  check.ranks.assign(compared.begin(), compared.end());
+  check.checked = check.steps > 0;
+  if (!check.checked) {
+    check.why_not = check.sharded ? "parameters are sharded (FSDP): replicas are not compared"
+                    : groups.empty() ? "no parameters replicated across ranks (DDP) were recorded"
+                                     : "no two ranks that replicate their parameters recorded digests of one step";
+  }
+  return check;
+}
+
+std::string ranksText(const std::vector<int>& ranks) {
+  std::vector<std::string> each;
+  for (int r : ranks) each.push_back(std::to_string(r));
+  return (ranks.size() == 1 ? "rank " : "ranks ") + joined(each, ranks.size() == 2 ? " and " : ", ");
+}
+
+std::string replicaCheckText(const ReplicaCheck& r, StepUnit unit) {
+  if (!r.checked) return r.sharded ? "not compared: " + r.why_not : "";
+  std::string out = ranksText(r.ranks) + " compared after each of " + std::to_string(r.steps) + " steps: ";
+  if (!r.first_divergence) return out + "bit for bit equal";
+  const ReplicaDivergence& d = *r.first_divergence;
+  return out + "diverged at " + stepLabel(unit, d.step) + " (" + ranksText(d.ranks) + ", first in " + d.parameter + ")";
+}
+
+}  // namespace nanprov
