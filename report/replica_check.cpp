@@ -53,7 +53,7 @@ std::vector<int> disagreeing(const std::map<int, int64_t>& held, bool* by_majori
 }
 
 // The first divergence among `ranks` (one replica group), comparing each step that two or more
-// of them recorded; counts the steps compared and the ranks that took part.
+// of them recorded; counts the steps compared (after the divergence too) and the ranks that took part.
 std::optional<ReplicaDivergence> firstDivergence(const std::map<int, std::map<int64_t, StepDigests>>& digests,
                                                  const std::vector<int>& ranks, int64_t* steps, std::set<int>* compared) {
   std::set<int64_t> all_steps;
@@ -62,6 +62,7 @@ std::optional<ReplicaDivergence> firstDivergence(const std::map<int, std::map<in
       for (const auto& [step, rows] : it->second) all_steps.insert(step);
     }
   }
+  std::optional<ReplicaDivergence> first;
   for (int64_t step : all_steps) {
     std::map<int, std::map<std::string, int64_t>> at;  // rank → parameter → digest, the ranks that recorded it
     const StepDigests* order = nullptr;                 // the longest list of parameters: the model's order
@@ -77,6 +78,7 @@ std::optional<ReplicaDivergence> firstDivergence(const std::map<int, std::map<in
     if (at.size() < 2) continue;
     ++*steps;
     for (const auto& [r, of] : at) compared->insert(r);
+    if (first) continue;  // later steps count as compared; the first divergence is the finding
     std::optional<ReplicaDivergence> found;
     std::set<int> off;
     for (const auto& [parameter, unused] : *order) {
@@ -94,10 +96,10 @@ std::optional<ReplicaDivergence> firstDivergence(const std::map<int, std::map<in
     }
     if (found) {
       found->ranks.assign(off.begin(), off.end());
-      return found;
+      first = found;
     }
   }
-  return std::nullopt;
+  return first;
 }
 
 }  // namespace
@@ -123,7 +125,7 @@ ReplicaCheck checkReplicas(const RunData& run) {
   check.ranks.assign(compared.begin(), compared.end());
   check.checked = check.steps > 0;
   if (!check.checked) {
-    check.why_not = check.sharded ? "parameters are sharded (FSDP): replicas are not compared"
+    check.why_not = check.sharded ? "the parameters are sharded (FSDP, DTensor)"
                     : groups.empty() ? "no parameters replicated across ranks (DDP) were recorded"
                                      : "no two ranks that replicate their parameters recorded digests of one step";
   }

@@ -54,7 +54,7 @@ pre{white-space:pre-wrap;word-break:break-all}
 .verdict{border-radius:6px;padding:12px 16px;color:#fff;background:#5f6368}
 .verdict .sub{opacity:.92;margin:2px 0 0}
 .outcome-clean{background:#188038}.outcome-partial{background:#b06000}.outcome-unattributed{background:#a50e0e}.outcome-edge{background:#c5221f}
-.outcome-outside_attention{background:#b3261e}.outcome-nothing_checked{background:#5f6368}.outcome-audit_finding{background:#1967d2}.outcome-replica_divergence{background:#b3261e}
+.outcome-outside_attention{background:#b3261e}.outcome-nothing_checked{background:#5f6368}.outcome-audit_finding{background:#1967d2}
 nav{margin:8px 0;font-size:13px}nav a{margin-right:12px;color:#1a73e8}
 table{border-collapse:collapse}
 table.facts th,table.list th{text-align:left;font-weight:600;padding:3px 12px 3px 0;vertical-align:top;white-space:nowrap}

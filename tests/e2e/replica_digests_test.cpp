@@ -128,9 +128,9 @@ TEST(ReplicaDigests, Fsdp2RunSaysReplicasWereNotCompared) {
   const json& r = doc["replicas"];
   EXPECT_EQ(r["checked"], false) << r.dump();
   EXPECT_EQ(r["sharded"], true) << r.dump();
-  EXPECT_EQ(r["reason"], "parameters are sharded (FSDP): replicas are not compared") << r.dump();
+  EXPECT_EQ(r["reason"], "the parameters are sharded (FSDP, DTensor)") << r.dump();
   EXPECT_EQ(r["first_divergence"], nullptr);
-  EXPECT_NE(t.out.find("replicas: not compared: parameters are sharded (FSDP)"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("replicas: not compared: the parameters are sharded (FSDP, DTensor)"), std::string::npos) << t.out;
 }
 
 }  // namespace

@@ -72,7 +72,7 @@ TEST(ReplicaCheck, TwoReplicasThatDisagreeAreBothNamed) {
   EXPECT_FALSE(r.first_divergence->by_majority);
   EXPECT_EQ(r.first_divergence->parameter, "head.weight");
   EXPECT_EQ(replicaCheckText(r, StepUnit::kOptimizerStep),
-            "ranks 0 and 1 compared after each of 3 steps: diverged at step 3 (ranks 0 and 1, first in head.weight)");
+            "ranks 0 and 1 compared after each of 6 steps: diverged at step 3 (ranks 0 and 1, first in head.weight)");
 }
 
 // A rank that died after step 2 is compared while it recorded; the two left go on being compared,
@@ -129,8 +129,8 @@ TEST(ReplicaCheck, ShardedParametersAreNotCompared) {
   const ReplicaCheck r = checkReplicas(run);
   EXPECT_FALSE(r.checked);
   EXPECT_TRUE(r.sharded);
-  EXPECT_EQ(r.why_not, "parameters are sharded (FSDP): replicas are not compared");
-  EXPECT_EQ(replicaCheckText(r, StepUnit::kOptimizerStep), "not compared: parameters are sharded (FSDP): replicas are not compared");
+  EXPECT_EQ(r.why_not, "the parameters are sharded (FSDP, DTensor)");
+  EXPECT_EQ(replicaCheckText(r, StepUnit::kOptimizerStep), "not compared: the parameters are sharded (FSDP, DTensor)");
 }
 
 TEST(ReplicaCheck, ARunWithoutReplicasComparesNothingAndSaysNothing) {
