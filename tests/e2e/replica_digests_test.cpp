@@ -114,7 +114,7 @@ TEST(ReplicaDigests, CleanDdpRunComparesReplicasAndFindsNoDivergence) {
   EXPECT_NE(t.out.find("replicas: ranks 0, 1, 2 compared after each of 6 steps: bit for bit equal"), std::string::npos) << t.out;
   // Every rank digested every parameter at every step, named as the model names them (without
   // DDP's `module.`). Not among nanprov sql's tables: read with Python's sqlite3.
-  Result rows = sh(python() + R"( -c 'import sqlite3,sys; d=sqlite3.connect(sys.argv[1]); print(d.execute("SELECT COUNT(DISTINCT step), SUM(parameter LIKE "module.%"), COUNT(DISTINCT parameter) = COUNT(*) / 6 FROM replica_digests").fetchone())' )" +
+  Result rows = sh(python() + R"( -c 'import sqlite3,sys; d=sqlite3.connect(sys.argv[1]); print(d.execute("SELECT COUNT(DISTINCT step), SUM(parameter LIKE \"module.%\"), COUNT(DISTINCT parameter) = COUNT(*) / 6 FROM replica_digests").fetchone())' )" +
                    (dir / "rank-2.sqlite").string());
   EXPECT_EQ(rows.out, "(6, 0, 1)\n") << rows.out;
 }
