@@ -77,16 +77,16 @@ void GradientSentinel::watch(int64_t key, const std::vector<at::Tensor>& params,
 bool GradientSentinel::check(int64_t key, int64_t step, const std::vector<std::optional<at::Tensor>>& shards) {
   ProbeCost::Scope cost(ProbeStage::kSentinel);
   std::shared_ptr<const Watched> w;
-  bool judged = false;
+  bool past_first_finding = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = watched_.find(key);
     if (it == watched_.end()) return false;
     w = it->second;
-    judged = found_step_ >= 0 && step > found_step_;  // the first non-finite step is what the report needs
+    past_first_finding = found_step_ >= 0 && step > found_step_;  // the first non-finite step is what the report needs
   }
   digestReplicated(*w, step);  // every step: a replica may diverge after the values went non-finite
-  if (judged) return true;
+  if (past_first_finding) return true;
   // Gradients and parameters by device: the CPU's scanned on the host, each GPU's in batches,
   // dense tensors apart from the rest (a dense check takes 64, a fused one 12).
   std::vector<at::Tensor> cpu;
