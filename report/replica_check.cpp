@@ -1,12 +1,15 @@
 #include "report/replica_check.h"
 
 #include <algorithm>
+#include <climits>
 #include <map>
 #include <set>
+#include <string_view>
 #include <utility>
 
 #include "base/text.h"
 #include "report/run_overview.h"
+#include "store/meta_values.h"
 #include "store/reader.h"
 
 namespace nanprov {
@@ -15,16 +18,15 @@ namespace {
 // One rank's digests of one step: (parameter, digest) in the order written (the model's).
 using StepDigests = std::vector<std::pair<std::string, int64_t>>;
 
+// The ranks a group's meta lists ("0,1,2"), each parsed strictly; none when one is not a rank.
 std::vector<int> ranksOfGroup(const std::string& text) {
   std::vector<int> ranks;
   size_t from = 0;
   while (from < text.size()) {
     size_t end = std::min(text.find(',', from), text.size());
-    try {
-      ranks.push_back(std::stoi(text.substr(from, end - from)));
-    } catch (const std::exception&) {
-      return {};  // not a list this reader wrote: compare nothing rather than guess
-    }
+    std::optional<int64_t> rank = parseInteger(std::string_view(text).substr(from, end - from), 0, INT32_MAX);
+    if (!rank) return {};  // not a list this reader wrote: compare nothing rather than guess
+    ranks.push_back(static_cast<int>(*rank));
     from = end + 1;
   }
   return ranks;
@@ -109,11 +111,11 @@ ReplicaCheck checkReplicas(const RunData& run) {
   // The groups as their ranks recorded them: a rank counts in a group that lists it.
   std::map<std::string, std::vector<int>> groups;
   for (const RankInfo& info : run.ranks) {
-    if (auto s = info.meta.find(kReplicaShardedMeta); s != info.meta.end() && s->second == "1") check.sharded = true;
-    auto g = info.meta.find(kReplicaGroupMeta);
-    if (g == info.meta.end()) continue;
-    const std::vector<int> listed = ranksOfGroup(g->second);
-    if (std::find(listed.begin(), listed.end(), info.rank) != listed.end()) groups[g->second].push_back(info.rank);
+    if (const std::string* sharded = metaText(info.meta, kReplicaShardedMeta); sharded && *sharded == "1") check.sharded = true;
+    const std::string* group = metaText(info.meta, kReplicaGroupMeta);
+    if (!group) continue;
+    const std::vector<int> listed = ranksOfGroup(*group);
+    if (std::find(listed.begin(), listed.end(), info.rank) != listed.end()) groups[*group].push_back(info.rank);
   }
   std::map<int, std::map<int64_t, StepDigests>> digests;
   for (const ReplicaDigestRecord& d : run.replica_digests) digests[d.rank][d.step].emplace_back(d.parameter, d.digest);

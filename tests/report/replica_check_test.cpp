@@ -116,6 +116,8 @@ TEST(ReplicaCheck, OnlyRanksOfOneGroupAreCompared) {
   const ReplicaCheck r = checkReplicas(run);
   EXPECT_FALSE(r.first_divergence);
   EXPECT_EQ(r.ranks, (std::vector<int>{0, 2}));
+  run.ranks[2].meta[kReplicaGroupMeta] = "0,two";  // damaged: read as no group, never bent into one
+  EXPECT_FALSE(checkReplicas(run).checked);
 }
 
 TEST(ReplicaCheck, ShardedParametersAreNotCompared) {
