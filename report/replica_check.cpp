@@ -54,8 +54,56 @@ std::vector<int> disagreeing(const std::map<int, int64_t>& held, bool* by_majori
   return out;
 }
 
+// rank → parameter → digest, for the ranks that recorded one step; and that step's parameters in
+// the model's order (the longest list recorded).
+struct StepHeld {
+  std::map<int, std::map<std::string, int64_t>> by_rank;
+  const StepDigests* order = nullptr;
+};
+
+StepHeld heldAt(const std::map<int, std::map<int64_t, StepDigests>>& digests, const std::vector<int>& ranks, int64_t step) {
+  StepHeld at;
+  for (int r : ranks) {
+    auto it = digests.find(r);
+    if (it == digests.end()) continue;
+    auto s = it->second.find(step);
+    if (s == it->second.end()) continue;
+    auto& of = at.by_rank[r];
+    for (const auto& [parameter, digest] : s->second) of.emplace(parameter, digest);
+    if (!at.order || s->second.size() > at.order->size()) at.order = &s->second;
+  }
+  return at;
+}
+
+// The first parameter, in the model's order, whose digests differ among the ranks of `at`, with
+// every rank that disagrees on any parameter; none when each parameter's digests agree (or none
+// were kept at this step). The whole model's digest (parameter "") is not a parameter.
+std::optional<ReplicaDivergence> parameterDivergence(const StepHeld& at, int64_t step) {
+  std::optional<ReplicaDivergence> found;
+  std::set<int> off;
+  for (const auto& [parameter, unused] : *at.order) {
+    if (parameter.empty()) continue;
+    std::map<int, int64_t> held;
+    for (const auto& [r, of] : at.by_rank) {
+      if (auto d = of.find(parameter); d != of.end()) held.emplace(r, d->second);
+    }
+    if (held.size() < 2) continue;
+    bool by_majority = false;
+    std::vector<int> ranks_off = disagreeing(held, &by_majority);
+    if (ranks_off.empty()) continue;
+    if (!found) found = ReplicaDivergence{.step = step, .by_majority = by_majority, .parameter = parameter, .parameter_step = step};
+    found->by_majority = found->by_majority && by_majority;
+    off.insert(ranks_off.begin(), ranks_off.end());
+  }
+  if (found) found->ranks.assign(off.begin(), off.end());
+  return found;
+}
+
 // The first divergence among `ranks` (one replica group), comparing each step that two or more
 // of them recorded; counts the steps compared (after the divergence too) and the ranks that took part.
+// A step's whole-model digests decide whether it diverged, where every rank holds one; the first
+// parameter that differs is named from the first step from there whose per-parameter digests were
+// kept (store/replica_digest_rows.h): a parameter that went wrong stays wrong on its rank.
 std::optional<ReplicaDivergence> firstDivergence(const std::map<int, std::map<int64_t, StepDigests>>& digests,
                                                  const std::vector<int>& ranks, int64_t* steps, std::set<int>* compared) {
   std::set<int64_t> all_steps;
@@ -65,40 +113,31 @@ std::optional<ReplicaDivergence> firstDivergence(const std::map<int, std::map<in
     }
   }
   std::optional<ReplicaDivergence> first;
-  for (int64_t step : all_steps) {
-    std::map<int, std::map<std::string, int64_t>> at;  // rank → parameter → digest, the ranks that recorded it
-    const StepDigests* order = nullptr;                 // the longest list of parameters: the model's order
-    for (int r : ranks) {
-      auto it = digests.find(r);
-      if (it == digests.end()) continue;
-      auto s = it->second.find(step);
-      if (s == it->second.end()) continue;
-      auto& of = at[r];
-      for (const auto& [parameter, digest] : s->second) of.emplace(parameter, digest);
-      if (!order || s->second.size() > order->size()) order = &s->second;
-    }
-    if (at.size() < 2) continue;
+  for (auto step_it = all_steps.begin(); step_it != all_steps.end(); ++step_it) {
+    const int64_t step = *step_it;
+    const StepHeld at = heldAt(digests, ranks, step);
+    if (at.by_rank.size() < 2) continue;
     ++*steps;
-    for (const auto& [r, of] : at) compared->insert(r);
+    for (const auto& [r, of] : at.by_rank) compared->insert(r);
     if (first) continue;  // later steps count as compared; the first divergence is the finding
-    std::optional<ReplicaDivergence> found;
-    std::set<int> off;
-    for (const auto& [parameter, unused] : *order) {
-      std::map<int, int64_t> held;
-      for (const auto& [r, of] : at) {
-        if (auto d = of.find(parameter); d != of.end()) held.emplace(r, d->second);
-      }
-      if (held.size() < 2) continue;
-      bool by_majority = false;
-      std::vector<int> ranks_off = disagreeing(held, &by_majority);
-      if (ranks_off.empty()) continue;
-      if (!found) found = ReplicaDivergence{.step = step, .by_majority = by_majority, .parameter = parameter};
-      found->by_majority = found->by_majority && by_majority;
-      off.insert(ranks_off.begin(), ranks_off.end());
+    std::map<int, int64_t> whole;
+    for (const auto& [r, of] : at.by_rank) {
+      if (auto d = of.find(""); d != of.end()) whole.emplace(r, d->second);
     }
-    if (found) {
-      found->ranks.assign(off.begin(), off.end());
-      first = found;
+    if (whole.size() < at.by_rank.size()) {  // no whole-model digest to go by: each parameter's
+      first = parameterDivergence(at, step);
+      continue;
+    }
+    bool by_majority = false;
+    std::vector<int> off = disagreeing(whole, &by_majority);
+    if (off.empty()) continue;
+    first = ReplicaDivergence{.step = step, .ranks = off, .by_majority = by_majority};
+    for (auto later = step_it; later != all_steps.end(); ++later) {
+      if (auto named = parameterDivergence(heldAt(digests, ranks, *later), *later)) {
+        first->parameter = named->parameter;
+        first->parameter_step = *later;
+        break;
+      }
     }
   }
   return first;
@@ -140,12 +179,18 @@ std::string ranksText(const std::vector<int>& ranks) {
   return (ranks.size() == 1 ? "rank " : "ranks ") + joined(each, ranks.size() == 2 ? " and " : ", ");
 }
 
+std::string parameterText(const ReplicaDivergence& d) {
+  if (d.parameter.empty()) return "no parameter named: no per-parameter digests were kept from that step on";
+  return "first in " + d.parameter +
+         (d.parameter_step > d.step ? " (by the per-parameter digests of step " + std::to_string(d.parameter_step) + ")" : "");
+}
+
 std::string replicaCheckText(const ReplicaCheck& r, StepUnit unit) {
   if (!r.checked) return r.sharded ? "not compared: " + r.why_not : "";
   std::string out = ranksText(r.ranks) + " compared after each of " + std::to_string(r.steps) + " steps: ";
   if (!r.first_divergence) return out + "bit for bit equal";
   const ReplicaDivergence& d = *r.first_divergence;
-  return out + "diverged at " + stepLabel(unit, d.step) + " (" + ranksText(d.ranks) + ", first in " + d.parameter + ")";
+  return out + "diverged at " + stepLabel(unit, d.step) + " (" + ranksText(d.ranks) + ", " + parameterText(d) + ")";
 }
 
 }  // namespace nanprov

@@ -22,7 +22,10 @@ struct ReplicaDivergence {
   // more, no rank can be told wrong: every rank that disagrees is named.
   std::vector<int> ranks;
   bool by_majority = false;  // ranks were told apart by a majority of the replicas
-  std::string parameter;     // the first parameter, in the model's order, whose digests differ
+  std::string parameter;     // the first parameter, in the model's order, whose digests differ ("": none kept)
+  // The step whose per-parameter digests named it: `step`, or the first later step that kept them
+  // (store/replica_digest_rows.h).
+  int64_t parameter_step = 0;
 };
 
 struct ReplicaCheck {
@@ -42,6 +45,8 @@ ReplicaCheck checkReplicas(const RunData& run);
 // What was compared and what it showed, in one line for people ("ranks 0, 1, 2 compared after
 // each of 8 steps: bit for bit equal"); "" for a run with no replicas and nothing sharded.
 std::string replicaCheckText(const ReplicaCheck& r, StepUnit unit);
+// "first in head.weight", with the step its digests were compared at when later than the divergence.
+std::string parameterText(const ReplicaDivergence& d);
 // "ranks 0 and 1", "ranks 0, 1, 2", "rank 1".
 std::string ranksText(const std::vector<int>& ranks);
 

@@ -106,10 +106,10 @@ std::string replicaDivergenceText(const RunOverview& run, const ReplicaDivergenc
   const std::string at = stepLabel(run.step_unit, d.step);
   if (d.ranks.size() == 1 && d.by_majority) {
     const std::string rank = ranksText(d.ranks);
-    return "replicas diverged at " + at + ": " + rank + "'s parameters differ from its replicas', first " + d.parameter +
+    return "replicas diverged at " + at + ": " + rank + "'s parameters differ from its replicas', " + parameterText(d) +
            "; every value stayed finite: suspect " + rank + "'s device\n";
   }
-  return "replicas diverged at " + at + ": " + ranksText(d.ranks) + " hold different parameters, first " + d.parameter +
+  return "replicas diverged at " + at + ": " + ranksText(d.ranks) + " hold different parameters, " + parameterText(d) +
          "; every value stayed finite, and no majority tells which rank is wrong: suspect the devices of " + ranksText(d.ranks) +
          "\n";
 }

@@ -228,10 +228,10 @@ RunVerdict verdictOf(const Report& report, const std::optional<ReplayAnswer>& re
         v.rank = d.ranks.front();
         v.device = deviceOfRank(report.run, d.ranks.front());
         v.explanation = ranks + "'s parameters differ from its replicas' after step " + std::to_string(d.step) +
-                        ", first " + d.parameter + ", while every value stayed finite: suspect its device";
+                        ", " + parameterText(d) + ", while every value stayed finite: suspect its device";
       } else {
         v.explanation = "the replicas on " + ranks + " hold different parameters after step " + std::to_string(d.step) +
-                        ", first " + d.parameter + ", while every value stayed finite; no majority tells which is wrong: "
+                        ", " + parameterText(d) + ", while every value stayed finite; no majority tells which is wrong: "
                         "suspect the devices of those ranks";
       }
       return v;

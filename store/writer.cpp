@@ -24,6 +24,7 @@
 #include "store/budget_keeper.h"
 #include "store/trend_keeper.h"
 #include "store/call_signature.h"
+#include "store/replica_digest_rows.h"
 #include "store/run_counters_meta.h"
 #include "store/schema.h"
 #include "store/sqlite_db.h"
@@ -358,8 +359,15 @@ struct StoreWriter::Impl {
       NANPROV_RETURN_IF_ERROR(insertModuleCheck(db.get(), statements, m));
     }
     for (const CollectiveRecord& c : batch.collectives) NANPROV_RETURN_IF_ERROR(insertCollective(db.get(), statements, c));
-    for (const ReplicaDigestRecord& d : batch.replica_digests) {
-      NANPROV_RETURN_IF_ERROR(insertReplicaDigest(db.get(), statements, d));
+    if (!batch.replica_digests.empty()) {
+      // Bounded: each step's whole-model digest, and each parameter's only where
+      // store/replica_digest_rows.h keeps them.
+      int64_t newest = 0;
+      for (const ReplicaDigestRecord& d : withModelDigests(batch.replica_digests)) {
+        NANPROV_RETURN_IF_ERROR(insertReplicaDigest(db.get(), statements, d));
+        newest = std::max(newest, d.step);
+      }
+      NANPROV_RETURN_IF_ERROR(pruneParameterDigests(db.get(), newest));
     }
     for (const auto& [k, v] : batch.meta) NANPROV_RETURN_IF_ERROR(insertMeta(db.get(), statements, k, v));
     std::map<std::string, std::string> changed;

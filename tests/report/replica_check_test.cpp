@@ -2,7 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+#include <utility>
+
 #include "store/reader.h"
+#include "store/replica_digest_rows.h"
 
 namespace nanprov {
 namespace {
@@ -145,6 +149,32 @@ TEST(ReplicaCheck, ARunWithoutReplicasComparesNothingAndSaysNothing) {
   RunData alone = replicas(2, 3);
   std::erase_if(alone.replica_digests, [](const ReplicaDigestRecord& d) { return d.rank == 1; });
   EXPECT_FALSE(checkReplicas(alone).checked) << "one replica has nothing to be compared with";
+}
+
+// As the store keeps them (store/replica_digest_rows.h): every step's whole-model digest finds
+// the step; the per-parameter digests, kept at landmarks and the newest steps only, name the
+// parameter at the first kept step after it, and the text says which step named it.
+TEST(ReplicaCheck, TheWholeModelFindsTheStepAndALaterKeptStepNamesTheParameter) {
+  RunData run = replicas(3, 40);
+  diverge(run, 1, 20, "head.weight");
+  std::map<std::pair<int, int64_t>, std::vector<ReplicaDigestRecord>> steps;
+  for (const ReplicaDigestRecord& d : run.replica_digests) steps[{d.rank, d.step}].push_back(d);
+  run.replica_digests.clear();
+  for (const auto& [at, rows] : steps) {
+    for (const ReplicaDigestRecord& d : withModelDigests(rows)) {
+      if (d.parameter.empty() || isLandmarkStep(d.step) || d.step > 39 - kNewestParameterSteps) run.replica_digests.push_back(d);
+    }
+  }
+  const ReplicaCheck r = checkReplicas(run);
+  ASSERT_TRUE(r.first_divergence);
+  EXPECT_EQ(r.steps, 40);
+  EXPECT_EQ(r.first_divergence->step, 20);
+  EXPECT_EQ(r.first_divergence->ranks, std::vector<int>{1});
+  EXPECT_EQ(r.first_divergence->parameter, "head.weight");
+  EXPECT_EQ(r.first_divergence->parameter_step, 32);
+  EXPECT_EQ(replicaCheckText(r, StepUnit::kOptimizerStep),
+            "ranks 0, 1, 2 compared after each of 40 steps: diverged at step 20 (rank 1, first in head.weight (by the "
+            "per-parameter digests of step 32))");
 }
 
 }  // namespace

@@ -127,7 +127,7 @@ TEST(ReportText, EachOutcomeHasItsHeadline) {
   replicas.conclusion.replicas.first_divergence =
       ReplicaDivergence{.step = 4, .ranks = {1}, .by_majority = true, .parameter = "head.weight"};
   const std::string text = reportText(replicas);
-  EXPECT_EQ(firstLineOf(text), "replicas diverged at step 4: rank 1's parameters differ from its replicas', first head.weight; "
+  EXPECT_EQ(firstLineOf(text), "replicas diverged at step 4: rank 1's parameters differ from its replicas', first in head.weight; "
                                "every value stayed finite: suspect rank 1's device");
   EXPECT_NE(text.find("\n  replicas: ranks 0, 1, 2 compared after each of 6 steps: diverged at step 4 (rank 1, first in "
                       "head.weight)\n"),
@@ -137,7 +137,7 @@ TEST(ReportText, EachOutcomeHasItsHeadline) {
   replicas.conclusion.replicas.first_divergence->ranks = {0, 1};
   replicas.conclusion.replicas.first_divergence->by_majority = false;
   EXPECT_EQ(firstLineOf(reportText(replicas)),
-            "replicas diverged at step 4: ranks 0 and 1 hold different parameters, first head.weight; every value stayed finite, "
+            "replicas diverged at step 4: ranks 0 and 1 hold different parameters, first in head.weight; every value stayed finite, "
             "and no majority tells which rank is wrong: suspect the devices of ranks 0 and 1");
 }
 

@@ -237,7 +237,7 @@ TEST(RunVerdict, AReplicaDivergenceSuspectsTheDeviceOfTheRankThatDiverged) {
   EXPECT_EQ(v.rank, 0);
   EXPECT_EQ(v.step, 4);
   EXPECT_EQ(v.device.gpu_uuid, kGpu.gpu_uuid);
-  EXPECT_NE(v.explanation.find("rank 0's parameters differ from its replicas' after step 4, first head.weight"), std::string::npos)
+  EXPECT_NE(v.explanation.find("rank 0's parameters differ from its replicas' after step 4, first in head.weight"), std::string::npos)
       << v.explanation;
 
   r.conclusion.replicas.first_divergence = ReplicaDivergence{.step = 4, .ranks = {0, 1}, .parameter = "head.weight"};
