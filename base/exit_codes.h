@@ -1,6 +1,7 @@
 // Exit codes shared by every nanprov binary (the nanprov command and its replay engine), so a code
 // means one thing wherever it is returned. report: 0 clean, 1 a non-finite edge was found, 4
-// nothing was checked, 5 the audit found finite but wrong outputs (and no edge). replay: 0 no fault
+// nothing was checked, 5 the audit found finite but wrong outputs (and no edge), 7 replicas' parameters
+// diverged while every value stayed finite (a suspected device). replay: 0 no fault
 // recurred, 1 one did (audit: a finding), 3 the capture could not be read or judged. Every reader
 // given several run directories: 6 they are not one job's.
 //
@@ -20,6 +21,7 @@ enum ExitCode : int {
   kNothingChecked = 4,
   kAuditFound = 5,
   kNotOneJob = 6,
+  kReplicaDiverged = 7,  // report: ranks that replicate their parameters (DDP) held different ones, all finite
   // verdict
   kKernelFault = 10,              // a kernel fails the call every time it runs it: fix the code (or avoid the backend)
   kNondeterministicKernel = 11,   // the fault recurs in some reruns only: requeue (and fix the kernel)

@@ -20,6 +20,7 @@ int reportExitCode(const Conclusion& c, bool warn_only) {
     case Outcome::kUnattributed: return kEdgeFound;
     case Outcome::kNothingChecked: return kNothingChecked;
     case Outcome::kAuditFinding: return warn_only || c.audit.warn_only ? kClean : kAuditFound;
+    case Outcome::kReplicaDivergence: return kReplicaDiverged;
     case Outcome::kEdgeFound:
     case Outcome::kOutsideAttention: break;
   }
@@ -55,7 +56,10 @@ void addReportCommand(CLI::App& app, int* exit_code) {
       "5 the audit (nanprov run --audit) found outputs that were finite but wrong, and no edge\n"
       "(JSON outcome \"audit_finding\"; 0 instead when the run or this report says --audit-warn-only).\n"
       "Audit findings are listed under audit_findings in the JSON, beside the edges. 6: the run\n"
-      "directories given are not one job's (one line says what differs).\n\n"
+      "directories given are not one job's (one line says what differs). 7: ranks that replicate\n"
+      "their parameters (DDP) held different values after a step while every value stayed finite\n"
+      "(JSON outcome \"replica_divergence\"; replicas.first_divergence names the step, the rank and\n"
+      "the first parameter that differs): suspect that rank's device.\n\n"
       "Several run directories (one per node of a multi-node job, each written by that node's\n"
       "nanprov run) are read as one run: calls ordered by step first, then time (clocks differ\n"
       "between hosts). Ranks of the job with no store read are listed as missing_ranks.\n\n"

@@ -355,7 +355,7 @@ int run(RunOptions& opts) {
     // real training loops keep going on a NaN loss and exit 0, and a CI job must not stay green.
     if (exit->passThroughCode() == 0 && !opts.warn_only) {
       int found = reportExitCode(report.conclusion);
-      if (found == kEdgeFound || found == kAuditFound) return found;
+      if (found == kEdgeFound || found == kAuditFound || found == kReplicaDiverged) return found;
     }
   }
   return exit->passThroughCode();

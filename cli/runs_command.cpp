@@ -76,7 +76,7 @@ void addRunsCommand(CLI::App& app, int* exit_code) {
       "multi-node job share it, and nanprov report DIR1 DIR2 reads them as one run.\n"
       "outcome is what `nanprov report` concludes (clean; partial: nothing went non-finite, but not\n"
       "everything was checked; unattributed: values went non-finite and what made them was not checked;\n"
-      "edge, outside_attention, nothing_checked, audit_finding), or unreadable. Commands without a run\n"
+      "edge, outside_attention, nothing_checked, audit_finding, replica_divergence), or unreadable. Commands without a run\n"
       "default to the newest run that recorded data.");
   cmd->add_option("--root", opts->root, "Folder holding run directories (default: ./nanprov-runs)");
   addJsonFlag(cmd, &opts->json);

@@ -222,6 +222,21 @@ def die(how, forward):
         time.sleep(5)
 
 
+def flip_bit(model, name, rank, step):
+    """Flips mantissa bit 20 of the first element of parameter `name` in place, as a faulty device
+    might, and prints what it flipped: the oracle the replica digests are tested against."""
+    w = dict(model.named_parameters())[name]
+    words = {2: torch.int16, 4: torch.int32, 8: torch.int64}[w.element_size()]
+    bit = 20 if w.element_size() >= 4 else 3  # a mantissa bit in float32/64; in 16-bit floats, a low one
+    with torch.no_grad():
+        first = w.view(-1)[:1].view(words)
+        before = first.item()
+        first.bitwise_xor_(1 << bit)
+        after = first.item()
+    shown = name[len("module."):] if name.startswith("module.") else name  # as the model names it, without DDP's wrapper
+    say(f"flipped bit {bit} of {shown}[0] on rank {rank} at step {step}: {before:#x} -> {after:#x}")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--steps", type=int, default=8)
@@ -273,6 +288,10 @@ def main():
                    help="FSDP2 (fully_shard per block, then the whole model) over gloo (run under torchrun)")
     p.add_argument("--bucket-health", action="store_true",
                    help="with --ddp: print whether each gradient bucket was finite before and after its all-reduce")
+    p.add_argument("--flip-bit-step", type=int, default=-1,
+                   help="at this step, after backward and before the optimizer step, flip mantissa bit 20 of the "
+                        "first element of the head's weight (a silent device fault: finite, on one rank only)")
+    p.add_argument("--flip-bit-rank", type=int, default=0, help="the rank whose parameter --flip-bit-step flips")
     p.add_argument("--print-losses", action="store_true", help="print each loss as an exact hex float")
     p.add_argument("--speed", action="store_true", help="print steady-state steps/s (steps after the first)")
     p.add_argument("--profile", action="store_true", help="train inside torch.profiler (CPU and CUDA activities)")
@@ -402,6 +421,8 @@ def main():
                     loss = loss + 1e-3 * torch.sqrt(((w - anchor) ** 2).sum())
                 opt.zero_grad()
                 loss.backward()
+                if step == args.flip_bit_step and rank == args.flip_bit_rank:
+                    flip_bit(model, head_weight, rank, step)
                 opt.step()
             if args.print_losses:
                 say(f"rank{rank} step{step} loss {loss.item().hex()}")

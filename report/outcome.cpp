@@ -72,13 +72,14 @@ const char* outcomeName(Outcome o) {
     case Outcome::kOutsideAttention: return "outside_attention";
     case Outcome::kNothingChecked: return "nothing_checked";
     case Outcome::kAuditFinding: return "audit_finding";
+    case Outcome::kReplicaDivergence: return "replica_divergence";
   }
   return "clean";
 }
 
 bool outcomeIsFault(Outcome o) {
   return o == Outcome::kUnattributed || o == Outcome::kEdgeFound || o == Outcome::kOutsideAttention ||
-         o == Outcome::kAuditFinding;
+         o == Outcome::kAuditFinding || o == Outcome::kReplicaDivergence;
 }
 
 namespace {
@@ -154,6 +155,12 @@ Conclusion conclude(const RunData& run, const Findings& findings, const std::opt
     }
   }
   c.audit = readAudit(run);
+  // Replicas that diverged while every value stayed finite: a fault, never clean. Beside a
+  // non-finite value it is listed, and the non-finite value is the answer.
+  c.replicas = checkReplicas(run);
+  if ((c.outcome == Outcome::kClean || c.outcome == Outcome::kPartial) && c.replicas.first_divergence) {
+    c.outcome = Outcome::kReplicaDivergence;
+  }
   if ((c.outcome == Outcome::kClean || c.outcome == Outcome::kPartial) && !c.audit.findings.empty()) {
     c.outcome = Outcome::kAuditFinding;
   }

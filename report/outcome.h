@@ -1,5 +1,6 @@
 // What a run's report concludes: clean, a non-finite edge, non-finite gradients that started
-// outside attention (the gradient sentinel), or nothing checked at all. "Clean" means attention
+// outside attention (the gradient sentinel), replicas whose parameters diverged, or nothing checked
+// at all. "Clean" means attention
 // was checked and every value was finite, never that nanprov saw nothing.
 #pragma once
 
@@ -14,6 +15,7 @@
 #include "report/collective_paths.h"
 #include "report/edges.h"
 #include "report/first_module.h"
+#include "report/replica_check.h"
 
 namespace nanprov {
 
@@ -35,8 +37,11 @@ std::optional<SentinelFinding> earliestSentinel(const RunData& run, const std::s
 // kUnattributed: values went non-finite, and what made them was not checked: attention ran
 // unchecked by then (or ranks were not read), and nothing nanprov checked is known to have made them.
 // kAuditFinding: every value was finite, but the audit found a call whose outputs were wrong.
-enum class Outcome { kClean, kPartial, kUnattributed, kEdgeFound, kOutsideAttention, kNothingChecked, kAuditFinding };
+// kReplicaDivergence: every value was finite, but ranks that replicate their parameters (DDP) held
+// different ones after a step (report/replica_check.h): finite corruption, a suspected device.
+enum class Outcome { kClean, kPartial, kUnattributed, kEdgeFound, kOutsideAttention, kNothingChecked, kAuditFinding, kReplicaDivergence };
 // "clean" | "partial" | "unattributed" | "edge" | "outside_attention" | "nothing_checked" | "audit_finding"
+// | "replica_divergence"
 const char* outcomeName(Outcome o);
 // Whether it says a fault was found (values went non-finite, or the audit found wrong ones).
 bool outcomeIsFault(Outcome o);
@@ -68,6 +73,7 @@ struct Conclusion {
   };
   std::optional<Unstored> nonfinite_not_stored;
   AuditSummary audit;                        // with any outcome
+  ReplicaCheck replicas;                     // with any outcome; decides it only where nothing else was found
 };
 
 // What the report says when no attention call was checked: the one option that checks attention

@@ -270,6 +270,9 @@ std::string coverageSection(const Report& report) {
   const Conclusion& conclusion = report.conclusion;
   std::string out = "<section id=\"coverage\">\n<h2>Coverage</h2>\n<table class=\"facts\">\n";
   out += row("attention calls checked", std::to_string(run.calls));
+  if (std::string replicas = replicaCheckText(conclusion.replicas, run.step_unit); !replicas.empty()) {
+    out += row("replicas", shown(replicas));
+  }
   if (std::string summarised = summarisedText(run.summarised); !summarised.empty()) out += row("summarised", shown(summarised));
   if (conclusion.outcome == Outcome::kNothingChecked) out += row("nothing checked, why", shown(conclusion.nothing_checked_why));
   if (int64_t lost = run.calls_not_stored; lost && !run.incomplete.empty()) {

@@ -153,6 +153,29 @@ json callJson(const CallRecord& call, const CallHealth& health) {
           {"tensors", tensors}};
 }
 
+namespace {
+
+// The replicas compared (report/replica_check.h): what was compared, or why nothing was, and the
+// first step at which a rank's parameters differed from its replicas'.
+json replicasJson(const ReplicaCheck& r) {
+  json divergence = nullptr;
+  if (const auto& d = r.first_divergence) {
+    divergence = {{"step", d->step},
+                  {"rank", d->ranks.size() == 1 && d->by_majority ? json(d->ranks.front()) : json(nullptr)},
+                  {"ranks", d->ranks},
+                  {"by_majority", d->by_majority},
+                  {"parameter", d->parameter}};
+  }
+  return {{"checked", r.checked},
+          {"reason", r.checked ? json(nullptr) : json(r.why_not)},
+          {"ranks", r.ranks},
+          {"steps", r.steps},
+          {"sharded", r.sharded},
+          {"first_divergence", divergence}};
+}
+
+}  // namespace
+
 json reportJson(const Report& report) {
   const RunOverview& run = report.run;
   const Conclusion& conclusion = report.conclusion;
@@ -188,6 +211,7 @@ json reportJson(const Report& report) {
       {"propagation", {{"calls", p.calls}, {"layers", p.layers}, {"ranks", p.ranks}}},
       {"audit", auditCostJson(conclusion.audit)},
       {"audit_findings", auditFindingsJson(conclusion.audit)},
+      {"replicas", replicasJson(conclusion.replicas)},
       {"known_issues", matchesJson(report.source_issues.matches)},
       {"possible_known_issues", possibleJson(report.source_issues.possible)},
       {"trends", trendsJson(report.trends)},

@@ -94,10 +94,31 @@ std::string trailText(StepUnit unit, const CallRecord& c, const InputTrail& t) {
          shortNumber(t.previous_largest) + ": they grew between " + before + " and " + here;
 }
 
-// Every report ends alike: the audit's findings and totals (when it ran), the trend warnings, the
-// attention that was not checked, and the run's size.
+// The replicas' comparison, where there were replicas to compare or sharded parameters that were
+// not: a run of one process says nothing of it.
+std::string replicasText(const RunOverview& run, const ReplicaCheck& r) {
+  const std::string line = replicaCheckText(r, run.step_unit);
+  return line.empty() ? "" : "  replicas: " + line + "\n";
+}
+
+// The headline of a run whose replicas diverged while every value stayed finite.
+std::string replicaDivergenceText(const RunOverview& run, const ReplicaDivergence& d) {
+  const std::string at = stepLabel(run.step_unit, d.step);
+  if (d.ranks.size() == 1 && d.by_majority) {
+    const std::string rank = ranksText(d.ranks);
+    return "replicas diverged at " + at + ": " + rank + "'s parameters differ from its replicas', " + parameterText(d) +
+           "; every value stayed finite: suspect " + rank + "'s device\n";
+  }
+  return "replicas diverged at " + at + ": " + ranksText(d.ranks) + " hold different parameters, " + parameterText(d) +
+         "; every value stayed finite, and no majority tells which rank is wrong: suspect the devices of " + ranksText(d.ranks) +
+         "\n";
+}
+
+// Every report ends alike: the audit's findings and totals (when it ran), the replicas compared,
+// the trend warnings, the attention that was not checked, and the run's size.
 std::string closing(const Report& report) {
-  return auditText(report.conclusion.audit) + trendsText(report.trends) + unprobedLines(report.run) +
+  return auditText(report.conclusion.audit) + replicasText(report.run, report.conclusion.replicas) + trendsText(report.trends) +
+         unprobedLines(report.run) +
          ranksNotReadText(report.run) + "  " + summaryLine(report.run) + "\n";
 }
 
@@ -315,6 +336,9 @@ std::string reportText(const Report& stored) {
            "  the rank's call tally kept the step; " + why + "\n" + closing(report);
   }
   if (conclusion.sentinel_first) return sentinelFirstText(report) + closing(report);
+  if (conclusion.outcome == Outcome::kReplicaDivergence) {
+    return replicaDivergenceText(run, *conclusion.replicas.first_divergence) + closing(report);
+  }
   if (!report.first_edge && conclusion.outcome == Outcome::kAuditFinding) {
     const AuditFinding& first = conclusion.audit.findings.front();
     return first.name + "  audit finding: finite outputs that are " + first.verdict.value_or("?") +

@@ -216,6 +216,26 @@ RunVerdict verdictOf(const Report& report, const std::optional<ReplayAnswer>& re
       v.reason = "nothing-checked";
       v.explanation = "no attention call was checked: " + c.nothing_checked_why;
       return v;
+    case Outcome::kReplicaDivergence: {
+      // Replicas of the same parameters came apart while every value stayed finite: the device
+      // (or its memory) of the rank that went its own way. With two replicas either may be it.
+      const ReplicaDivergence& d = *c.replicas.first_divergence;
+      v.cls = VerdictClass::kSuspectDevice;
+      v.reason = "replica-divergence";
+      v.step = d.step;
+      const std::string ranks = ranksText(d.ranks);
+      if (d.ranks.size() == 1 && d.by_majority) {
+        v.rank = d.ranks.front();
+        v.device = deviceOfRank(report.run, d.ranks.front());
+        v.explanation = ranks + "'s parameters differ from its replicas' after step " + std::to_string(d.step) +
+                        ", " + parameterText(d) + ", while every value stayed finite: suspect its device";
+      } else {
+        v.explanation = "the replicas on " + ranks + " hold different parameters after step " + std::to_string(d.step) +
+                        ", " + parameterText(d) + ", while every value stayed finite; no majority tells which is wrong: "
+                        "suspect the devices of those ranks";
+      }
+      return v;
+    }
     case Outcome::kUnattributed:
     case Outcome::kOutsideAttention:
     case Outcome::kEdgeFound:

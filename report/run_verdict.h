@@ -9,7 +9,8 @@
 //   kernel                    10    fix_code      replay: backend-specific, forward-ok-backward-wrong
 //   nondeterministic_kernel   11    requeue       replay: nondeterministic (the fault recurs in k of N reruns)
 //   suspect_device            12    exclude_node  replay: not-reproduced (never recurs, every rerun bitwise
-//                                                 identical); later also a replica divergence (issue 64 item 3)
+//                                                 identical); report: replica_divergence (DDP replicas' parameters
+//                                                 came apart, all finite; the rank, when a majority tells it)
 //   data_or_model             13    fix_code      replay: input-caused, precision-limit, fully-masked-rows;
 //                                                 report: the origin is outside attention
 //   undetermined              14    inspect       report unattributed; no capture; replay none, cannot-judge,
@@ -65,7 +66,7 @@ struct RunVerdict {
   VerdictClass cls = VerdictClass::kNoFault;
   // The word for what decided it: replay's root cause ("not-reproduced"), or the report's
   // ("outside-attention", "unattributed", "clean", "partial", "not-captured", "replay-failed",
-  // "nothing-checked"). Within suspect_device, a future "replica-divergence" goes here too.
+  // "nothing-checked"), or "replica-divergence" (suspect_device, from the report alone).
   std::string reason;
   std::string explanation;  // one sentence, for people
   std::string outcome;      // the report's outcome ("edge", "clean", ...)

@@ -60,6 +60,7 @@ void escape(Conclusion& c) {
   escape(c.unchecked_by_sentinel_step);
   escape(c.unchecked_by_edge_step);
   escape(c.nothing_checked_why);
+  if (c.replicas.first_divergence) escape(c.replicas.first_divergence->parameter);
   c.audit = forTerminal(std::move(c.audit));
 }
 

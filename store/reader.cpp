@@ -181,6 +181,18 @@ Status loadModuleChecks(sqlite3* db, const std::string& path, int rank, std::vec
   });
 }
 
+// Stores written before replica digests, or by a rank whose parameters nothing replicates, hold none.
+Status loadReplicaDigests(sqlite3* db, const std::string& path, int rank, std::vector<ReplicaDigestRecord>* out) {
+  if (!sqlite::hasTable(db, "replica_digests")) return Status::Ok();
+  const char* rows = "SELECT step,parameter,digest FROM replica_digests ORDER BY rowid";
+  return sqlite::eachRowOf(db, path, rows, [&](sqlite3_stmt* s) {
+    ReplicaDigestRecord& d = out->emplace_back();
+    d.rank = rank;
+    sqlite::readRow(s, 0, d.step, d.parameter, d.digest);
+    return Status::Ok();
+  });
+}
+
 // Stores written before collectives were checked have no such table: nothing to read.
 Status loadCollectives(sqlite3* db, const std::string& path, int rank, std::vector<CollectiveRecord>* out) {
   if (!sqlite::hasTable(db, "collectives")) return Status::Ok();
@@ -529,6 +541,7 @@ StatusOr<RunData> loadRun(const RunDirs& dirs, RunScope scope) {
     NANPROV_RETURN_IF_ERROR(loadSentinel(db.get(), path, info.rank, &run.sentinel));
     NANPROV_RETURN_IF_ERROR(loadModuleChecks(db.get(), path, info.rank, &run.module_checks));
     NANPROV_RETURN_IF_ERROR(loadCollectives(db.get(), path, info.rank, &run.collectives));
+    NANPROV_RETURN_IF_ERROR(loadReplicaDigests(db.get(), path, info.rank, &run.replica_digests));
     info.calls_stored = countRows(db.get(), "calls");
     NANPROV_RETURN_IF_ERROR(loadSummarised(db.get(), path, &info));
     // The steps table's rows, and those the summaries' thinning took. A store whose writes failed

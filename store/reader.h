@@ -16,6 +16,7 @@
 #include "base/logit_trend.h"
 #include "base/records/call_record.h"
 #include "base/records/collective_record.h"
+#include "base/records/replica_digest.h"
 #include "base/records/device_identity.h"
 #include "base/records/run_counters.h"
 #include "base/records/summarised.h"
@@ -95,6 +96,9 @@ struct RunData {
   std::vector<ModuleCheckRecord> module_checks;
   // Collectives that carried a non-finite value in or out, per rank in the order they were issued.
   std::vector<CollectiveRecord> collectives;
+  // Each replicated parameter's digest after each step, per rank in the order written (the model's
+  // parameter order within a step); the report compares the ranks that replicate each other.
+  std::vector<ReplicaDigestRecord> replica_digests;
   int64_t calls_begun_without_store = 0;  // tallied by ranks that died before creating their store
   std::map<int, int64_t> nonfinite_without_store;  // and the step their tally saw non-finite values at, by rank
   std::map<int, std::string> unrecorded;  // ranks whose workers could not write their store → why

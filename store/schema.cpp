@@ -127,6 +127,15 @@ CREATE TABLE IF NOT EXISTS collectives (
   out_max_abs REAL NOT NULL,
   time_ns     INTEGER NOT NULL
 );
+-- Digests of a rank's parameters that DDP replicates, after the step's update
+-- (base/records/replica_digest.h): every step's of the whole model (parameter ''), and each
+-- parameter's at the steps store/replica_digest_rows.h keeps.
+CREATE TABLE IF NOT EXISTS replica_digests (
+  step      INTEGER NOT NULL,
+  parameter TEXT NOT NULL,
+  digest    INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS replica_digests_by_step ON replica_digests(step);
 -- The store budget's summaries: one row per (step, layer, phase) for calls whose rows were pruned
 -- (store/budget_keeper.h); a row may stand for the steps step..last_step once thinned. not_clean:
 -- how many of its calls were not clean (a run that stayed non-finite past its first edge steps).

@@ -24,6 +24,7 @@
 #include "store/budget_keeper.h"
 #include "store/trend_keeper.h"
 #include "store/call_signature.h"
+#include "store/replica_digest_rows.h"
 #include "store/run_counters_meta.h"
 #include "store/schema.h"
 #include "store/sqlite_db.h"
@@ -49,7 +50,7 @@ struct StepRow {
 
 // Prepared statements reused for every batch.
 struct Statements {
-  sqlite::Stmt call, tensor, step, kernel, capture, meta, sentinel, module_check, collective, signature, note;
+  sqlite::Stmt call, tensor, step, kernel, capture, meta, sentinel, module_check, collective, replica_digest, signature, note;
 };
 
 StatusOr<Statements> prepareStatements(sqlite3* db) {
@@ -70,6 +71,7 @@ StatusOr<Statements> prepareStatements(sqlite3* db) {
       {&st.capture, "INSERT INTO captures(seq,trigger,path,bytes,skipped) VALUES(?,?,?,?,?)"},
       {&st.meta, "INSERT OR REPLACE INTO meta(key,value) VALUES(?,?)"},
       {&st.sentinel, "INSERT INTO sentinel(step,tensor,parameter,norm) VALUES(?,?,?,?)"},
+      {&st.replica_digest, "INSERT INTO replica_digests(step,parameter,digest) VALUES(?,?,?)"},
       {&st.module_check,
        "INSERT INTO module_checks(step,phase,module,class,inputs_finite,nan,posinf,neginf,largest_input,ord,time_ns,"
        "gradient,unchecked,inputs) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)"},
@@ -190,6 +192,12 @@ Status insertCollective(sqlite3* db, Statements& st, const CollectiveRecord& c) 
   return stepStatement(db, s);
 }
 
+Status insertReplicaDigest(sqlite3* db, Statements& st, const ReplicaDigestRecord& d) {
+  sqlite3_stmt* s = st.replica_digest.get();
+  sqlite::bindRow(s, d.step, d.parameter, d.digest);
+  return stepStatement(db, s);
+}
+
 Status insertMeta(sqlite3* db, Statements& st, const std::string& key, const std::string& value) {
   sqlite::bindRow(st.meta.get(), key, value);
   return stepStatement(db, st.meta.get());
@@ -205,6 +213,7 @@ struct PendingRows {
   std::vector<SentinelRecord> sentinel;
   std::vector<ModuleCheckRecord> module_checks;
   std::vector<CollectiveRecord> collectives;
+  std::vector<ReplicaDigestRecord> replica_digests;
   std::vector<StepRow> steps;
   std::map<std::string, std::string> meta;
   RunCounters counters;  // what was said since the last batch (StoreWriter::setCounters)
@@ -214,7 +223,7 @@ struct PendingRows {
   bool empty() const { return rows() == 0 && !rank; }
   size_t rows() const {
     return calls.size() + kernels.size() + captures.size() + sentinel.size() + module_checks.size() + collectives.size() +
-           steps.size() + meta.size() + (counters_said ? 1 : 0);
+           replica_digests.size() + steps.size() + meta.size() + (counters_said ? 1 : 0);
   }
 };
 
@@ -350,6 +359,16 @@ struct StoreWriter::Impl {
       NANPROV_RETURN_IF_ERROR(insertModuleCheck(db.get(), statements, m));
     }
     for (const CollectiveRecord& c : batch.collectives) NANPROV_RETURN_IF_ERROR(insertCollective(db.get(), statements, c));
+    if (!batch.replica_digests.empty()) {
+      // Bounded: each step's whole-model digest, and each parameter's only where
+      // store/replica_digest_rows.h keeps them.
+      int64_t newest = 0;
+      for (const ReplicaDigestRecord& d : withModelDigests(batch.replica_digests)) {
+        NANPROV_RETURN_IF_ERROR(insertReplicaDigest(db.get(), statements, d));
+        newest = std::max(newest, d.step);
+      }
+      NANPROV_RETURN_IF_ERROR(pruneParameterDigests(db.get(), newest));
+    }
     for (const auto& [k, v] : batch.meta) NANPROV_RETURN_IF_ERROR(insertMeta(db.get(), statements, k, v));
     std::map<std::string, std::string> changed;
     if (batch.counters_said) {
@@ -546,6 +565,10 @@ void StoreWriter::appendModuleChecks(std::vector<ModuleCheckRecord> checks) {
 
 void StoreWriter::appendCollectives(std::vector<CollectiveRecord> collectives) {
   impl_->appendFew(&PendingRows::collectives, std::move(collectives));
+}
+
+void StoreWriter::appendReplicaDigests(std::vector<ReplicaDigestRecord> digests) {
+  impl_->appendFew(&PendingRows::replica_digests, std::move(digests));
 }
 
 void StoreWriter::appendCapture(CaptureRecord capture) {

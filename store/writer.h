@@ -15,6 +15,7 @@
 #include "base/records/call_event.h"
 #include "base/records/call_record.h"
 #include "base/records/collective_record.h"
+#include "base/records/replica_digest.h"
 #include "base/records/run_counters.h"
 #include "base/status.h"
 #include "store/write_failure.h"
@@ -57,6 +58,8 @@ class StoreWriter {
   void appendSentinel(std::vector<SentinelRecord> findings);
   void appendModuleChecks(std::vector<ModuleCheckRecord> checks);
   void appendCollectives(std::vector<CollectiveRecord> collectives);
+  // One row per parameter, once per step (base/records/replica_digest.h).
+  void appendReplicaDigests(std::vector<ReplicaDigestRecord> digests);
   // Written with the next batch; a later value for the same key replaces it. The run's counters
   // go through setCounters: this is for the rank's identity and environment, which are text.
   void setMeta(const std::string& key, const std::string& value);

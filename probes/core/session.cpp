@@ -340,6 +340,12 @@ void Session::recordCollectives(std::vector<CollectiveRecord> collectives) {
   if (StoreWriter* w = writer()) w->appendCollectives(std::move(collectives));
 }
 
+void Session::recordReplicaDigests(std::vector<ReplicaDigestRecord> digests) {
+  if (!active() || digests.empty()) return;
+  for (ReplicaDigestRecord& d : digests) d.rank = rank();
+  if (StoreWriter* w = writer()) w->appendReplicaDigests(std::move(digests));
+}
+
 void Session::setMeta(const std::string& key, const std::string& value) {
   if (!active()) return;
   if (StoreWriter* w = open_writer_.load(std::memory_order_acquire)) return w->setMeta(key, value);

@@ -22,6 +22,7 @@
 #include "base/records/call_event.h"
 #include "base/records/call_record.h"
 #include "base/records/collective_record.h"
+#include "base/records/replica_digest.h"
 #include "base/records/run_counters.h"
 #include "base/status.h"
 
@@ -69,6 +70,7 @@ class Session {
   void recordSentinel(std::vector<SentinelRecord> findings);
   void recordModuleChecks(std::vector<ModuleCheckRecord> checks);
   void recordCollectives(std::vector<CollectiveRecord> collectives);
+  void recordReplicaDigests(std::vector<ReplicaDigestRecord> digests);
   // A probed call began: counted in rank-<r>.tally, which outlives any death of the process, so
   // the report can say how many calls never reached the store. `n` = -1 withdraws one that will
   // never be stored because it did not run (attention captured into a CUDA graph: its replays

@@ -31,13 +31,28 @@ constexpr size_t kMaxWatched = 64;
 }  // namespace
 
 void GradientSentinel::watch(int64_t key, const std::vector<at::Tensor>& params, const std::string& names,
-                             const std::vector<int64_t>& sharded) {
+                             const std::vector<int64_t>& sharded, const std::vector<int64_t>& replicated,
+                             const std::vector<int64_t>& replica_ranks) {
   auto w = std::make_shared<Watched>();
   for (const at::Tensor& p : params) w->params.emplace_back(p.getIntrusivePtr());
-  w->sharded.assign(params.size(), false);
-  for (int64_t i : sharded) {
-    if (i >= 0 && static_cast<size_t>(i) < params.size()) w->sharded[static_cast<size_t>(i)] = true;
+  auto positions = [&](const std::vector<int64_t>& of) {
+    std::vector<bool> at(params.size(), false);
+    for (int64_t i : of) {
+      if (i >= 0 && static_cast<size_t>(i) < params.size()) at[static_cast<size_t>(i)] = true;
+    }
+    return at;
+  };
+  w->sharded = positions(sharded);
+  w->replicated = positions(replicated);
+  for (size_t i = 0; i < params.size(); ++i) w->replicated[i] = w->replicated[i] && !w->sharded[i];
+  // What the report compares: the ranks that replicate this rank's parameters, and whether some
+  // parameters are sharded (never compared).
+  if (std::count(w->replicated.begin(), w->replicated.end(), true) > 0 && !replica_ranks.empty()) {
+    std::string group;
+    for (int64_t r : replica_ranks) group += (group.empty() ? "" : ",") + std::to_string(r);
+    session_.setMeta(kReplicaGroupMeta, group);
   }
+  if (!sharded.empty()) session_.setMeta(kReplicaShardedMeta, "1");
   size_t from = 0;
   while (w->names.size() < params.size()) {
     size_t end = std::min(names.find('\n', from), names.size());
@@ -62,13 +77,16 @@ void GradientSentinel::watch(int64_t key, const std::vector<at::Tensor>& params,
 bool GradientSentinel::check(int64_t key, int64_t step, const std::vector<std::optional<at::Tensor>>& shards) {
   ProbeCost::Scope cost(ProbeStage::kSentinel);
   std::shared_ptr<const Watched> w;
+  bool past_first_finding = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = watched_.find(key);
     if (it == watched_.end()) return false;
-    if (found_step_ >= 0 && step > found_step_) return true;  // the first non-finite step is what the report needs
     w = it->second;
+    past_first_finding = found_step_ >= 0 && step > found_step_;  // the first non-finite step is what the report needs
   }
+  digestReplicated(*w, step);  // every step: a replica may diverge after the values went non-finite
+  if (past_first_finding) return true;
   // Gradients and parameters by device: the CPU's scanned on the host, each GPU's in batches,
   // dense tensors apart from the rest (a dense check takes 64, a fused one 12).
   std::vector<at::Tensor> cpu;
@@ -152,6 +170,22 @@ bool GradientSentinel::check(int64_t key, int64_t step, const std::vector<std::o
     found(step, w->names[cpu_of[i].first], cpu_of[i].second, norm);
   }
   return true;
+}
+
+// The replicated parameters' values after `step`, by device (a digest batch is one device's).
+void GradientSentinel::digestReplicated(const Watched& w, int64_t step) {
+  std::map<std::pair<int, int>, std::pair<std::vector<std::string>, std::vector<at::Tensor>>> by_device;  // (type, index)
+  for (size_t i = 0; i < w.params.size(); ++i) {
+    if (!w.replicated[i]) continue;
+    c10::intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl> impl = w.params[i].lock();
+    if (!impl) continue;
+    at::Tensor p(std::move(impl));
+    if (p.unsafeGetTensorImpl()->is_python_dispatch() || p.is_sparse() || !p.has_storage()) continue;
+    auto& [names, params] = by_device[{static_cast<int>(p.device().type()), p.device().index()}];
+    names.push_back(w.names[i]);
+    params.push_back(std::move(p));
+  }
+  for (auto& [device, batch] : by_device) replicas_.take(step, std::move(batch.first), batch.second);
 }
 
 void GradientSentinel::measured(uint64_t context, const DeviceChecks::Counts* counts, int n) {

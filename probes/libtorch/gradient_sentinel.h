@@ -16,6 +16,10 @@
 // qualified name. The C++ side never reads a tensor subclass itself: a DTensor is a wrapper
 // without storage (reading it as a plain tensor crashed the process), and any op on it would
 // dispatch to Python and may start a collective.
+//
+// The parameters DDP replicates (watch's `replicated`) are also digested after each step
+// (ReplicaDigests), for the report to compare across the ranks that replicate them; the digests
+// go on whatever the sentinel found, and sharded parameters are never digested.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -32,6 +36,7 @@
 
 #include "base/records/call_record.h"
 #include "probes/libtorch/device_checks.h"
+#include "probes/libtorch/replica_digests.h"
 
 namespace nanprov {
 
@@ -39,19 +44,23 @@ class Session;
 
 class GradientSentinel final : public DeviceChecks::MeasuredSink {
  public:
-  GradientSentinel(Session& session, DeviceChecks& checks) : session_(session), checks_(checks) {}
+  GradientSentinel(Session& session, DeviceChecks& checks) : session_(session), checks_(checks), replicas_(session) {}
   GradientSentinel(const GradientSentinel&) = delete;
   GradientSentinel& operator=(const GradientSentinel&) = delete;
 
   // The parameters an optimizer steps, `names` one line per parameter; replaces what `key` (the
   // optimizer's id) watched before. `sharded`: the positions of the parameters whose local shards
-  // each check is given (in that order).
+  // each check is given (in that order). `replicated`: the positions of the parameters DDP
+  // replicates over the global ranks `replica_ranks` (digested after each step).
   void watch(int64_t key, const std::vector<at::Tensor>& params, const std::string& names,
-             const std::vector<int64_t>& sharded);
+             const std::vector<int64_t>& sharded, const std::vector<int64_t>& replicated = {},
+             const std::vector<int64_t>& replica_ranks = {});
   // Checks their gradients and their values after `step` (the step that produced the gradients).
   // `shards` holds, per sharded parameter, its local shard and its gradient's (undefined when it
   // has none). False when `key` is not watched (never was, or forgotten to bound memory).
   bool check(int64_t key, int64_t step, const std::vector<std::optional<at::Tensor>>& shards);
+  // Records the replica digests the device finished (at every step boundary; waits at exit).
+  void collectDigests(bool at_exit) { replicas_.collect(at_exit); }
 
  private:
   // The parameters one optimizer steps. Held weakly: the sentinel never keeps a model alive.
@@ -59,6 +68,7 @@ class GradientSentinel final : public DeviceChecks::MeasuredSink {
     std::vector<c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>> params;
     std::vector<std::string> names;  // "param<i>" where the bootstrap knew none
     std::vector<bool> sharded;       // read from the check's local shards, never from the parameter
+    std::vector<bool> replicated;    // digested after each step (never a sharded one)
     uint64_t order = 0;              // when it was watched, to forget the oldest first
   };
   // Which parameter, and which of its tensors, each count of one measured batch is.
@@ -74,9 +84,11 @@ class GradientSentinel final : public DeviceChecks::MeasuredSink {
   void submit(const std::vector<at::Tensor>& batch, Slice slice, int64_t step, std::shared_ptr<const Watched> watched);
   void forget(uint64_t context);  // a batch whose check will never call back
   void found(int64_t step, const std::string& parameter, SentinelTensor kind, double norm);
+  void digestReplicated(const Watched& w, int64_t step);
 
   Session& session_;
   DeviceChecks& checks_;
+  ReplicaDigests replicas_;
   std::mutex mu_;
   std::map<int64_t, std::shared_ptr<Watched>> watched_;  // by the bootstrap's key: the optimizer's id
   uint64_t next_order_ = 0;

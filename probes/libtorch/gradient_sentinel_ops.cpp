@@ -20,10 +20,11 @@ namespace {
 
 // The ops' bodies: nothing reaches the training.
 void watchParameters(int64_t key, const std::vector<at::Tensor>& params, const std::string& names,
-                     const std::vector<int64_t>& sharded) {
+                     const std::vector<int64_t>& sharded, const std::vector<int64_t>& replicated,
+                     const std::vector<int64_t>& replica_ranks) {
   if (!probes().session().active()) return;
   try {
-    probes().sentinel().watch(key, params, names, sharded);
+    probes().sentinel().watch(key, params, names, sharded, replicated, replica_ranks);
   } catch (const std::exception& e) {
     logOnce("sentinel", std::string("gradient sentinel failed, gradients are not checked: ") + e.what());
   }
@@ -48,7 +49,9 @@ void installGradientSentinel() {
   std::call_once(once, [] {
     // Leaked on purpose: dropping the Library deregisters the ops.
     auto* library = new torch::Library(torch::Library::DEF, "nanprov", std::nullopt, __FILE__, __LINE__);
-    library->def("watch_parameters(int key, Tensor[] params, str names, int[] sharded) -> ()", &watchParameters);
+    library->def("watch_parameters(int key, Tensor[] params, str names, int[] sharded, int[] replicated=[], "
+                 "int[] replica_ranks=[]) -> ()",
+                 &watchParameters);
     library->def("check_step(int key, int step, Tensor?[] shards) -> bool", &checkStep);
   });
 }

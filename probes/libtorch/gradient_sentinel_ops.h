@@ -5,7 +5,7 @@
 namespace nanprov {
 
 // Registers the ops the bootstrap calls, served by the process's sentinel (probes().sentinel()):
-//   torch.ops.nanprov.watch_parameters(key, params, names, sharded)
+//   torch.ops.nanprov.watch_parameters(key, params, names, sharded, replicated=[], replica_ranks=[])
 //   torch.ops.nanprov.check_step(key, step, shards) -> bool   (false: watch `key` again)
 void installGradientSentinel();
 

@@ -51,6 +51,7 @@ void Probes::flush(bool at_exit) {
     {
       ProbeCost::Scope collecting(ProbeStage::kCollecting);
       if (at_exit) checks_.drain(); else checks_.poll();
+      sentinel_.collectDigests(at_exit);
     }
     if (!at_exit) {
       closeStaleForeignCalls();

@@ -28,6 +28,35 @@ TEST(Outcome, CleanIsCheckedAndFiniteAndAnEdgeIsAFault) {
   EXPECT_STREQ(outcomeName(Outcome::kNothingChecked), "nothing_checked");
 }
 
+// Replicas that diverged while every value stayed finite: never clean. Beside a non-finite edge the
+// edge is the answer, and the divergence is still listed.
+TEST(Outcome, ReplicasThatDivergedAreAFaultUnlessSomethingWentNonFinite) {
+  RunData run = runOf({forward(0, 0, 0, 0)});
+  RankInfo other = run.ranks[0];
+  other.rank = 1;
+  run.ranks.push_back(other);
+  for (RankInfo& r : run.ranks) r.meta[kReplicaGroupMeta] = "0,1";
+  run.ranks[0].meta["world_size"] = run.ranks[1].meta["world_size"] = "2";
+  for (int rank : {0, 1}) {
+    for (int64_t step : {0, 1}) {
+      run.replica_digests.push_back(ReplicaDigestRecord{.rank = rank, .step = step, .parameter = "head.weight",
+                                                        .digest = step == 1 && rank == 1 ? 9 : 5});
+    }
+  }
+  const Conclusion c = conclude(run, analyze(run), std::nullopt);
+  EXPECT_EQ(c.outcome, Outcome::kReplicaDivergence);
+  EXPECT_TRUE(outcomeIsFault(c.outcome));
+  EXPECT_STREQ(outcomeName(c.outcome), "replica_divergence");
+  ASSERT_TRUE(c.replicas.first_divergence);
+  EXPECT_EQ(c.replicas.first_divergence->step, 1);
+  RunData edge = runOf({forward(0, 0, 0, 0, /*o_nan=*/2)});
+  edge.ranks = run.ranks;
+  edge.replica_digests = run.replica_digests;
+  const Conclusion e = conclude(edge, analyze(edge), std::nullopt);
+  EXPECT_EQ(e.outcome, Outcome::kEdgeFound);
+  EXPECT_TRUE(e.replicas.first_divergence);
+}
+
 // Gradients that went non-finite before any attention edge are the answer; with no attention
 // unchecked and every rank read, the origin is outside attention.
 TEST(Outcome, TheSentinelWinsWhenItsStepComesFirst) {

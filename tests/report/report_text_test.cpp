@@ -121,6 +121,24 @@ TEST(ReportText, EachOutcomeHasItsHeadline) {
   EXPECT_EQ(firstLineOf(reportText(audit)),
             "rank0:layer1:call5  audit finding: finite outputs that are silent-wrong against the float64 reference (no value "
             "was non-finite)");
+  Report replicas{.run = facts()};
+  replicas.conclusion.outcome = Outcome::kReplicaDivergence;
+  replicas.conclusion.replicas = ReplicaCheck{.checked = true, .ranks = {0, 1, 2}, .steps = 6};
+  replicas.conclusion.replicas.first_divergence =
+      ReplicaDivergence{.step = 4, .ranks = {1}, .by_majority = true, .parameter = "head.weight"};
+  const std::string text = reportText(replicas);
+  EXPECT_EQ(firstLineOf(text), "replicas diverged at step 4: rank 1's parameters differ from its replicas', first in head.weight; "
+                               "every value stayed finite: suspect rank 1's device");
+  EXPECT_NE(text.find("\n  replicas: ranks 0, 1, 2 compared after each of 6 steps: diverged at step 4 (rank 1, first in "
+                      "head.weight)\n"),
+            std::string::npos)
+      << text;
+  replicas.conclusion.replicas.ranks = {0, 1};
+  replicas.conclusion.replicas.first_divergence->ranks = {0, 1};
+  replicas.conclusion.replicas.first_divergence->by_majority = false;
+  EXPECT_EQ(firstLineOf(reportText(replicas)),
+            "replicas diverged at step 4: ranks 0 and 1 hold different parameters, first in head.weight; every value stayed finite, "
+            "and no majority tells which rank is wrong: suspect the devices of ranks 0 and 1");
 }
 
 TEST(ReportText, TheSummarySaysTheRunsSizeAndWhatItLost) {

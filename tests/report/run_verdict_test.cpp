@@ -220,5 +220,34 @@ TEST(RunVerdict, AnInjectedFaultIsSaidToBeInjected) {
   EXPECT_NE(v.explanation.find("injected"), std::string::npos) << v.explanation;
 }
 
+// Replicas that diverged, all values finite: a suspected device, from the report alone (nothing to
+// replay). With a majority the rank and its device are named; with two replicas neither is.
+TEST(RunVerdict, AReplicaDivergenceSuspectsTheDeviceOfTheRankThatDiverged) {
+  Report r{.run = facts()};
+  r.run.ranks[0].device = kGpu;
+  r.conclusion.outcome = Outcome::kReplicaDivergence;
+  r.conclusion.replicas.checked = true;
+  r.conclusion.replicas.first_divergence =
+      ReplicaDivergence{.step = 4, .ranks = {0}, .by_majority = true, .parameter = "head.weight"};
+  EXPECT_FALSE(replayTargetOf(r));
+  RunVerdict v = verdictOf(r, std::nullopt);
+  EXPECT_EQ(v.cls, VerdictClass::kSuspectDevice);
+  EXPECT_EQ(verdictExitCode(v.cls), 12);
+  EXPECT_EQ(v.reason, "replica-divergence");
+  EXPECT_EQ(v.rank, 0);
+  EXPECT_EQ(v.step, 4);
+  EXPECT_EQ(v.device.gpu_uuid, kGpu.gpu_uuid);
+  EXPECT_NE(v.explanation.find("rank 0's parameters differ from its replicas' after step 4, first in head.weight"), std::string::npos)
+      << v.explanation;
+
+  r.conclusion.replicas.first_divergence = ReplicaDivergence{.step = 4, .ranks = {0, 1}, .parameter = "head.weight"};
+  v = verdictOf(r, std::nullopt);
+  EXPECT_EQ(v.cls, VerdictClass::kSuspectDevice);
+  EXPECT_FALSE(v.rank);
+  EXPECT_EQ(v.step, 4);
+  EXPECT_NE(v.explanation.find("ranks 0 and 1"), std::string::npos) << v.explanation;
+}
+
+
 }  // namespace
 }  // namespace nanprov

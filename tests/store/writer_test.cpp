@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <set>
 #include <thread>
 
 #include "store/reader.h"
@@ -336,6 +337,33 @@ TEST(StoreWriter, AStoreThatCannotBeMadeLeavesNothingBehind) {
   waitpid(child, &status, 0);
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
   for (const auto& entry : fs::directory_iterator(dir)) ADD_FAILURE() << "left behind: " << entry.path();
+}
+
+// Replica digests stay bounded over any run's length: every step's whole-model digest (parameter
+// ""), each parameter's only at the landmark steps (the first 16, then powers of two) and the
+// newest kNewestParameterSteps.
+TEST(StoreWriter, ReplicaDigestsKeepEveryStepsWholeModelAndFewStepsOfEachParameter) {
+  fs::path dir = freshDir("replica-digests");
+  {
+    auto writer = StoreWriter::open((dir / rankStoreName(0)).string(), {{"rank", "0"}});
+    ASSERT_TRUE(writer.ok()) << writer.status().message();
+    for (int64_t step = 0; step < 100; ++step) {
+      std::vector<ReplicaDigestRecord> rows;
+      for (const char* p : {"embed.weight", "head.weight", "head.bias"}) rows.push_back({.step = step, .parameter = p, .digest = step});
+      (*writer)->appendReplicaDigests(std::move(rows));
+      if (step % 10 == 9) (*writer)->requestFlush();
+    }
+    ASSERT_TRUE((*writer)->close().ok());
+  }
+  auto run = loadRun(dir.string());
+  ASSERT_TRUE(run.ok()) << run.status().message();
+  std::set<int64_t> whole, of_parameters;
+  for (const ReplicaDigestRecord& d : run->replica_digests) (d.parameter.empty() ? whole : of_parameters).insert(d.step);
+  EXPECT_EQ(whole.size(), 100u);
+  std::set<int64_t> kept = {16, 32, 64, 96, 97, 98, 99};
+  for (int64_t step = 0; step < 16; ++step) kept.insert(step);
+  EXPECT_EQ(of_parameters, kept);
+  EXPECT_EQ(run->replica_digests.size(), 100 + 3 * kept.size());
 }
 
 }  // namespace

@@ -11,7 +11,7 @@ import sys
 
 from . import (compiled_graphs, compiled_flex, compiled_trail, cuda_graphs, dataloader_workers, eager_flex, ffpa_probes, flash_attn_probes,
                launchers, module_paths, module_probes, op_probes, optimizer_steps, plain_softmax, probe_library,
-               process_group, run_facts, trail)
+               process_group, replicas, run_facts, trail)
 from .import_watcher import ImportWatcher
 
 
@@ -75,7 +75,9 @@ def _load(torch):
         _watcher.watch("torch._inductor.cudagraph_trees",
                        lambda m: _guarded("cudagraph trees", lambda: cuda_graphs.watch_cudagraph_trees(m, lib)))
         modules = module_paths.ModulePaths(torch)
-        optimizer_steps.watch(lib, torch, modules, _say, before_step)
+        replicated = replicas.Replicas(torch)
+        _guarded("replica digests", replicated.install)
+        optimizer_steps.watch(lib, torch, modules, _say, before_step, replicated)
         resolver = module_paths.install_resolver(lib, modules)
         if os.environ.get("NANPROV_COMPILED_PATHS", "1") != "0":
             _watcher.watch("torch._dynamo.output_graph", lambda m: compiled_graphs.watch(lib, torch, m, modules))

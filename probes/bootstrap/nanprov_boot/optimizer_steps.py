@@ -5,7 +5,7 @@ import sys
 import weakref
 
 
-def watch(lib, torch, modules, say, before_step=lambda: None):
+def watch(lib, torch, modules, say, before_step=lambda: None, replicas=None):
     """Step = the most steps any one optimizer has taken, so two optimizers do not count twice.
 
     After each optimizer step the gradient sentinel checks the gradients it applied and the
@@ -15,7 +15,9 @@ def watch(lib, torch, modules, say, before_step=lambda: None):
     costs one call with two integers, not a walk over every parameter. Sharded parameters (FSDP2's
     DTensors) are the exception: their local shards, and their gradients', are handed over at each
     step (two attribute reads per sharded parameter; no collective), because a DTensor's gradient
-    is a new DTensor every step and only Python can reach a DTensor's local shard.
+    is a new DTensor every step and only Python can reach a DTensor's local shard. The parameters
+    DDP replicates (`replicas`, replicas.Replicas) are handed over with their group's ranks: the
+    sentinel digests them after each step, for the report to compare across ranks.
     """
     taken = weakref.WeakKeyDictionary()
     watched = weakref.WeakKeyDictionary()  # optimizer -> the layout of its groups when handed over
@@ -34,7 +36,8 @@ def watch(lib, torch, modules, say, before_step=lambda: None):
             modules.name_from_stack(frame)
             names = [modules.parameter_name(p) for p in params]
         positions = [i for i, p in enumerate(params) if local_shard(p) is not None]
-        watch_parameters(id(optimizer), params, "\n".join(names), positions)
+        replicated, ranks = replicas.of(params) if replicas is not None else ([], [])
+        watch_parameters(id(optimizer), params, "\n".join(names), positions, replicated, ranks)
         sharded[optimizer] = [weakref.ref(params[i]) for i in positions]
         watched[optimizer] = layout
 
