@@ -24,11 +24,12 @@ class Replicas:
         init = ddp.__init__
         replicas = self
 
+        # The instance is named as no DDP argument is: Lightning passes `module=` by keyword.
         @functools.wraps(init)
-        def init_then_note(module, *args, **kwargs):
-            init(module, *args, **kwargs)
+        def init_then_note(_nanprov_ddp_self, *args, **kwargs):
+            init(_nanprov_ddp_self, *args, **kwargs)
             try:
-                replicas.note(module)
+                replicas.note(_nanprov_ddp_self)
             except Exception:  # the training never notices; its parameters are then not compared
                 pass
 
