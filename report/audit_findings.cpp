@@ -159,10 +159,16 @@ json regimeJson(const AuditCoverage::Key::Regime& r) {
           {"calls", r.calls},           {"judged_at", stepOrNull(r.judged_at)}, {"taken_at", stepOrNull(r.taken_at)}};
 }
 
-// Why a regime was not judged, in words: taken and not judged, or never taken (its key's reasons).
-std::string regimeNotJudgedWhy(const AuditCoverage::Key& k, const AuditCoverage::Key::Regime& r) {
+// Why a key's calls were met and not judged, its reasons joined ("" when none was said).
+std::string notJudgedWhy(const AuditCoverage::Key& k) {
   std::string why;
   for (const auto& [reason, n] : k.not_judged) why += (why.empty() ? "" : "; ") + reason;
+  return why;
+}
+
+// Why a regime was not judged, in words: taken and not judged, or never taken (its key's reasons).
+std::string regimeNotJudgedWhy(const AuditCoverage::Key& k, const AuditCoverage::Key::Regime& r) {
+  const std::string why = notJudgedWhy(k);
   if (r.taken_at) return "taken at step " + std::to_string(*r.taken_at) + ", with no judgement" + (why.empty() ? "" : " (" + why + ")");
   return why.empty() ? "never taken to be judged" : "never judged: " + why;
 }
@@ -189,9 +195,7 @@ json coverageJson(const AuditSummary& a) {
                            {"regimes", std::move(regimes)}});
       continue;
     }
-    std::string why;
-    for (const auto& [reason, n] : k.not_judged) why += (why.empty() ? "" : "; ") + reason;
-    never.push_back({{"rank", k.rank}, {"layer", k.layer}, {"phase", k.phase}, {"why", why}});
+    never.push_back({{"rank", k.rank}, {"layer", k.layer}, {"phase", k.phase}, {"why", notJudgedWhy(k)}});
   }
   return {{"layers", layers},
           {"calls_judged", a.audited},
@@ -227,8 +231,7 @@ std::string coverageText(const AuditSummary& a) {
   std::string never;
   for (const AuditCoverage::Key& k : cov.keys) {
     if (k.judged == 0) {
-      std::string why;
-      for (const auto& [reason, n] : k.not_judged) why += (why.empty() ? "" : "; ") + reason;
+      const std::string why = notJudgedWhy(k);
       never += "    never judged: rank " + std::to_string(k.rank) + " layer " + std::to_string(k.layer) + " " + k.phase +
                (why.empty() ? "" : " (" + printable(why) + ")") + "\n";
       continue;
