@@ -20,7 +20,7 @@ void addSqlCommand(CLI::App& app, int* exit_code) {
     int64_t max_memory = int64_t{2} << 30;
   };
   auto opts = std::make_shared<Options>();
-  CLI::App* cmd = app.add_subcommand("sql", "Read-only SQL over a run (tables: calls, tensors, kernels, captures, steps, sentinel, meta, step_summaries, trends, trend_warnings)");
+  CLI::App* cmd = app.add_subcommand("sql", "Read-only SQL over a run (tables: calls, tensors, kernels, captures, steps, sentinel, meta, step_summaries, trends, trend_warnings, replica_digests)");
   cmd->footer(
       "Examples:\n"
       "  nanprov sql \"SELECT rank, layer, call, phase FROM calls WHERE injected IS NOT NULL\"\n"

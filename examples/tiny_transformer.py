@@ -226,6 +226,7 @@ def flip_bit(model, name, rank, step):
     """Flips mantissa bit 20 of the first element of parameter `name` in place, as a faulty device
     might, and prints what it flipped: the oracle the replica digests are tested against."""
     w = dict(model.named_parameters())[name]
+    w = getattr(w, "_local_tensor", w)  # FSDP2's DTensor: this rank's own shard
     words = {2: torch.int16, 4: torch.int32, 8: torch.int64}[w.element_size()]
     bit = 20 if w.element_size() >= 4 else 3  # a mantissa bit in float32/64; in 16-bit floats, a low one
     with torch.no_grad():
@@ -286,6 +287,9 @@ def main():
                    help="with --ddp: one forward pass (no grad) before the process group is started")
     p.add_argument("--fsdp2", action="store_true",
                    help="FSDP2 (fully_shard per block, then the whole model) over gloo (run under torchrun)")
+    p.add_argument("--hsdp", action="store_true",
+                   help="with --fsdp2: HSDP, a 2-D mesh (replicate, shard) with shards of 2 ranks, replicated "
+                        "across the rest (an even world size)")
     p.add_argument("--bucket-health", action="store_true",
                    help="with --ddp: print whether each gradient bucket was finite before and after its all-reduce")
     p.add_argument("--flip-bit-step", type=int, default=-1,
@@ -349,7 +353,11 @@ def main():
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         dist.init_process_group("nccl" if device_type == "cuda" else "gloo")
         # The mesh on the model's device: FSDP2's default is the accelerator's, even for a CPU model.
-        mesh = init_device_mesh(device_type, (dist.get_world_size(),))
+        world = dist.get_world_size()
+        if args.hsdp:  # shards of 2 ranks, replicated world/2 times: [[0, 1], [2, 3]] for 4 ranks
+            mesh = init_device_mesh(device_type, (world // 2, 2), mesh_dim_names=("replicate", "shard"))
+        else:
+            mesh = init_device_mesh(device_type, (world,))
         # Parameters become DTensors sharded over the ranks; the names stay the model's.
         for block in model.blocks():
             fully_shard(block, mesh=mesh)

@@ -100,12 +100,12 @@ std::optional<ReplicaDivergence> parameterDivergence(const StepHeld& at, int64_t
 }
 
 // The first divergence among `ranks` (one replica group), comparing each step that two or more
-// of them recorded; counts the steps compared (after the divergence too) and the ranks that took part.
+// of them recorded; adds the steps compared (after the divergence too) and the ranks that took part.
 // A step's whole-model digests decide whether it diverged, where every rank holds one; the first
 // parameter that differs is named from the first step from there whose per-parameter digests were
 // kept (store/replica_digest_rows.h): a parameter that went wrong stays wrong on its rank.
 std::optional<ReplicaDivergence> firstDivergence(const std::map<int, std::map<int64_t, StepDigests>>& digests,
-                                                 const std::vector<int>& ranks, int64_t* steps, std::set<int>* compared) {
+                                                 const std::vector<int>& ranks, std::set<int64_t>* steps, std::set<int>* compared) {
   std::set<int64_t> all_steps;
   for (int r : ranks) {
     if (auto it = digests.find(r); it != digests.end()) {
@@ -117,7 +117,7 @@ std::optional<ReplicaDivergence> firstDivergence(const std::map<int, std::map<in
     const int64_t step = *step_it;
     const StepHeld at = heldAt(digests, ranks, step);
     if (at.by_rank.size() < 2) continue;
-    ++*steps;
+    steps->insert(step);
     for (const auto& [r, of] : at.by_rank) compared->insert(r);
     if (first) continue;  // later steps count as compared; the first divergence is the finding
     std::map<int, int64_t> whole;
@@ -159,25 +159,38 @@ ReplicaCheck checkReplicas(const RunData& run) {
   std::map<int, std::map<int64_t, StepDigests>> digests;
   for (const ReplicaDigestRecord& d : run.replica_digests) digests[d.rank][d.step].emplace_back(d.parameter, d.digest);
   std::set<int> compared;
+  std::set<int64_t> steps;  // a step compared in two groups (HSDP's) is one step
   for (const auto& [group, ranks] : groups) {
-    std::optional<ReplicaDivergence> found = firstDivergence(digests, ranks, &check.steps, &compared);
+    std::set<int> in_group;
+    std::optional<ReplicaDivergence> found = firstDivergence(digests, ranks, &steps, &in_group);
     if (found && (!check.first_divergence || found->step < check.first_divergence->step)) check.first_divergence = found;
+    if (in_group.size() >= 2) check.groups.emplace_back(in_group.begin(), in_group.end());
+    compared.insert(in_group.begin(), in_group.end());
   }
+  std::sort(check.groups.begin(), check.groups.end());
   check.ranks.assign(compared.begin(), compared.end());
+  check.steps = static_cast<int64_t>(steps.size());
   check.checked = check.steps > 0;
   if (!check.checked) {
     check.why_not = check.sharded ? "the parameters are sharded (FSDP, DTensor)"
-                    : groups.empty() ? "no parameters replicated across ranks (DDP) were recorded"
+                    : groups.empty() ? "no parameters replicated across ranks (DDP, HSDP) were recorded"
                                      : "no two ranks that replicate their parameters recorded digests of one step";
   }
   return check;
 }
 
-std::string ranksText(const std::vector<int>& ranks) {
+namespace {
+
+// "0 and 1", "0, 1, 2".
+std::string rankList(const std::vector<int>& ranks) {
   std::vector<std::string> each;
   for (int r : ranks) each.push_back(std::to_string(r));
-  return (ranks.size() == 1 ? "rank " : "ranks ") + joined(each, ranks.size() == 2 ? " and " : ", ");
+  return joined(each, ranks.size() == 2 ? " and " : ", ");
 }
+
+}  // namespace
+
+std::string ranksText(const std::vector<int>& ranks) { return (ranks.size() == 1 ? "rank " : "ranks ") + rankList(ranks); }
 
 std::string parameterText(const ReplicaDivergence& d) {
   if (d.parameter.empty()) return "no parameter named: no per-parameter digests were kept from that step on";
@@ -187,7 +200,13 @@ std::string parameterText(const ReplicaDivergence& d) {
 
 std::string replicaCheckText(const ReplicaCheck& r, StepUnit unit) {
   if (!r.checked) return r.sharded ? "not compared: " + r.why_not : "";
-  std::string out = ranksText(r.ranks) + " compared after each of " + std::to_string(r.steps) + " steps: ";
+  std::string out = ranksText(r.ranks);
+  if (r.groups.size() > 1) {  // "ranks 0, 1, 2, 3 (replica groups 0 and 2; 1 and 3)"
+    std::vector<std::string> each;
+    for (const std::vector<int>& g : r.groups) each.push_back(rankList(g));
+    out += " (replica groups " + joined(each, "; ") + ")";
+  }
+  out += " compared after each of " + std::to_string(r.steps) + " steps: ";
   if (!r.first_divergence) return out + "bit for bit equal";
   const ReplicaDivergence& d = *r.first_divergence;
   return out + "diverged at " + stepLabel(unit, d.step) + " (" + ranksText(d.ranks) + ", " + parameterText(d) + ")";

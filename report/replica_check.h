@@ -32,6 +32,9 @@ struct ReplicaCheck {
   bool checked = false;
   std::string why_not;     // when !checked: why nothing was compared
   std::vector<int> ranks;  // the ranks compared, at one step or more
+  // The replica groups compared, each its ranks in order: one for DDP, one per shard for HSDP
+  // (whose ranks 0 and 2 may hold one shard, 1 and 3 the other).
+  std::vector<std::vector<int>> groups;
   int64_t steps = 0;       // steps at which two replicas or more were compared
   bool sharded = false;    // some parameters were sharded (FSDP, DTensor): never compared
   std::optional<ReplicaDivergence> first_divergence;

@@ -169,6 +169,7 @@ json replicasJson(const ReplicaCheck& r) {
   return {{"checked", r.checked},
           {"reason", r.checked ? json(nullptr) : json(r.why_not)},
           {"ranks", r.ranks},
+          {"groups", r.groups},
           {"steps", r.steps},
           {"sharded", r.sharded},
           {"first_divergence", divergence}};

@@ -74,13 +74,14 @@ StatusOr<sqlite::Stmt> prepareOneStatement(sqlite3* db, const std::string& sql, 
 const std::vector<std::pair<std::string, bool>> kQueryTables = {
     {"calls", false}, {"tensors", true}, {"kernels", true}, {"captures", true},
     {"steps", true},  {"meta", true},    {"sentinel", true}, {"step_summaries", true},
-    {"trends", true}, {"trend_warnings", true}};
+    {"trends", true}, {"trend_warnings", true}, {"replica_digests", true}};
 
 // Tables later nanprov added, with their columns: a store written before one has no rows of it.
 std::vector<const char*> laterTableColumns(const std::string& table) {
   if (table == "step_summaries") return {std::begin(kStepSummaryColumns), std::end(kStepSummaryColumns)};
   if (table == "trends") return kTrendColumns;
   if (table == "trend_warnings") return kTrendWarningColumns;
+  if (table == "replica_digests") return kReplicaDigestColumns;
   return {};
 }
 

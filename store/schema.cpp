@@ -12,6 +12,7 @@ const std::vector<const char*> kTrendColumns = {"layer",        "step",         
                                                "max_dq",       "max_dk",       "max_dv"};
 const std::vector<const char*> kTrendWarningColumns = {"layer",      "module", "kind",   "step",         "value",
                                                        "from_step", "from_value", "source", "scores_dtype", "text"};
+const std::vector<const char*> kReplicaDigestColumns = {"step", "parameter", "digest"};
 
 const char* const kSchemaSql = R"sql(
 CREATE TABLE IF NOT EXISTS meta (

@@ -21,6 +21,8 @@ extern const char* const kStepSummaryColumns[20];
 // 5, later: trends and trend_warnings (base/logit_trend.h), written by the writer for every call.
 extern const std::vector<const char*> kTrendColumns;
 extern const std::vector<const char*> kTrendWarningColumns;
+// 5, later: replica_digests (base/records/replica_digest.h).
+extern const std::vector<const char*> kReplicaDigestColumns;
 
 // Idempotent: every statement is CREATE ... IF NOT EXISTS.
 extern const char* const kSchemaSql;

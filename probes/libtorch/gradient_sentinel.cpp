@@ -44,15 +44,19 @@ void GradientSentinel::watch(int64_t key, const std::vector<at::Tensor>& params,
   };
   w->sharded = positions(sharded);
   w->replicated = positions(replicated);
-  for (size_t i = 0; i < params.size(); ++i) w->replicated[i] = w->replicated[i] && !w->sharded[i];
-  // What the report compares: the ranks that replicate this rank's parameters, and whether some
-  // parameters are sharded (never compared).
+  // What the report compares: the ranks that replicate this rank's parameters (or, for HSDP, its
+  // local shards), and whether some parameters are sharded and replicated nowhere (never compared).
   if (std::count(w->replicated.begin(), w->replicated.end(), true) > 0 && !replica_ranks.empty()) {
     std::string group;
     for (int64_t r : replica_ranks) group += (group.empty() ? "" : ",") + std::to_string(r);
     session_.setMeta(kReplicaGroupMeta, group);
   }
-  if (!sharded.empty()) session_.setMeta(kReplicaShardedMeta, "1");
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (w->sharded[i] && !w->replicated[i]) {
+      session_.setMeta(kReplicaShardedMeta, "1");
+      break;
+    }
+  }
   size_t from = 0;
   while (w->names.size() < params.size()) {
     size_t end = std::min(names.find('\n', from), names.size());
@@ -85,7 +89,14 @@ bool GradientSentinel::check(int64_t key, int64_t step, const std::vector<std::o
     w = it->second;
     past_first_finding = found_step_ >= 0 && step > found_step_;  // the first non-finite step is what the report needs
   }
-  digestReplicated(*w, step);  // every step: a replica may diverge after the values went non-finite
+  const size_t sharded_count = static_cast<size_t>(std::count(w->sharded.begin(), w->sharded.end(), true));
+  const bool shards_match = shards.size() == 2 * sharded_count;
+  if (!shards_match) {
+    logOnce("sentinel shards", "gradient sentinel: the local shards handed over do not match the sharded parameters; "
+                               "sharded parameters are not checked");
+  }
+  // Every step: a replica may diverge after the values went non-finite.
+  digestReplicated(*w, step, shards_match ? shards : std::vector<std::optional<at::Tensor>>{});
   if (past_first_finding) return true;
   // Gradients and parameters by device: the CPU's scanned on the host, each GPU's in batches,
   // dense tensors apart from the rest (a dense check takes 64, a fused one 12).
@@ -128,12 +139,6 @@ bool GradientSentinel::check(int64_t key, int64_t step, const std::vector<std::o
   auto readable = [](const at::Tensor& t) {
     return t.defined() && !t.unsafeGetTensorImpl()->is_python_dispatch() && !t.is_sparse() && t.is_floating_point();
   };
-  const size_t sharded_count = static_cast<size_t>(std::count(w->sharded.begin(), w->sharded.end(), true));
-  const bool shards_match = shards.size() == 2 * sharded_count;
-  if (!shards_match) {
-    logOnce("sentinel shards", "gradient sentinel: the local shards handed over do not match the sharded parameters; "
-                               "sharded parameters are not checked");
-  }
   size_t shard = 0;
   for (size_t i = 0; i < w->params.size(); ++i) {
     at::Tensor p, g;
@@ -172,15 +177,23 @@ bool GradientSentinel::check(int64_t key, int64_t step, const std::vector<std::o
   return true;
 }
 
-// The replicated parameters' values after `step`, by device (a digest batch is one device's).
-void GradientSentinel::digestReplicated(const Watched& w, int64_t step) {
+// The replicated parameters' values after `step`, by device (a digest batch is one device's). A
+// sharded one (HSDP: sharded within a node, replicated across) is digested through its local
+// shard, which is what its replicas hold equal; `shards` is empty when they did not match.
+void GradientSentinel::digestReplicated(const Watched& w, int64_t step, const std::vector<std::optional<at::Tensor>>& shards) {
   std::map<std::pair<int, int>, std::pair<std::vector<std::string>, std::vector<at::Tensor>>> by_device;  // (type, index)
+  size_t shard = 0;
   for (size_t i = 0; i < w.params.size(); ++i) {
+    const size_t local = w.sharded[i] ? shard++ : 0;
     if (!w.replicated[i]) continue;
-    c10::intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl> impl = w.params[i].lock();
-    if (!impl) continue;
-    at::Tensor p(std::move(impl));
-    if (p.unsafeGetTensorImpl()->is_python_dispatch() || p.is_sparse() || !p.has_storage()) continue;
+    at::Tensor p;
+    if (w.sharded[i]) {
+      if (2 * local >= shards.size()) continue;
+      p = shards[2 * local].value_or(at::Tensor());
+    } else if (c10::intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl> impl = w.params[i].lock()) {
+      p = at::Tensor(std::move(impl));
+    }
+    if (!p.defined() || p.unsafeGetTensorImpl()->is_python_dispatch() || p.is_sparse() || !p.has_storage()) continue;
     auto& [names, params] = by_device[{static_cast<int>(p.device().type()), p.device().index()}];
     names.push_back(w.names[i]);
     params.push_back(std::move(p));

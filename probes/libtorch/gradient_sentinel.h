@@ -19,7 +19,8 @@
 //
 // The parameters DDP replicates (watch's `replicated`) are also digested after each step
 // (ReplicaDigests), for the report to compare across the ranks that replicate them; the digests
-// go on whatever the sentinel found, and sharded parameters are never digested.
+// go on whatever the sentinel found. A sharded parameter is digested only where its local shard is
+// replicated (HSDP's replicate dimension), through that shard.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -50,8 +51,8 @@ class GradientSentinel final : public DeviceChecks::MeasuredSink {
 
   // The parameters an optimizer steps, `names` one line per parameter; replaces what `key` (the
   // optimizer's id) watched before. `sharded`: the positions of the parameters whose local shards
-  // each check is given (in that order). `replicated`: the positions of the parameters DDP
-  // replicates over the global ranks `replica_ranks` (digested after each step).
+  // each check is given (in that order). `replicated`: the positions of the parameters (or
+  // local shards) replicated over the global ranks `replica_ranks` (digested after each step).
   void watch(int64_t key, const std::vector<at::Tensor>& params, const std::string& names,
              const std::vector<int64_t>& sharded, const std::vector<int64_t>& replicated = {},
              const std::vector<int64_t>& replica_ranks = {});
@@ -68,7 +69,7 @@ class GradientSentinel final : public DeviceChecks::MeasuredSink {
     std::vector<c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>> params;
     std::vector<std::string> names;  // "param<i>" where the bootstrap knew none
     std::vector<bool> sharded;       // read from the check's local shards, never from the parameter
-    std::vector<bool> replicated;    // digested after each step (never a sharded one)
+    std::vector<bool> replicated;    // digested after each step (a sharded one through its local shard)
     uint64_t order = 0;              // when it was watched, to forget the oldest first
   };
   // Which parameter, and which of its tensors, each count of one measured batch is.
@@ -84,7 +85,7 @@ class GradientSentinel final : public DeviceChecks::MeasuredSink {
   void submit(const std::vector<at::Tensor>& batch, Slice slice, int64_t step, std::shared_ptr<const Watched> watched);
   void forget(uint64_t context);  // a batch whose check will never call back
   void found(int64_t step, const std::string& parameter, SentinelTensor kind, double norm);
-  void digestReplicated(const Watched& w, int64_t step);
+  void digestReplicated(const Watched& w, int64_t step, const std::vector<std::optional<at::Tensor>>& shards);
 
   Session& session_;
   DeviceChecks& checks_;

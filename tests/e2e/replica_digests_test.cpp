@@ -113,10 +113,36 @@ TEST(ReplicaDigests, CleanDdpRunComparesReplicasAndFindsNoDivergence) {
   EXPECT_EQ(r["first_divergence"], nullptr) << r.dump();
   EXPECT_NE(t.out.find("replicas: ranks 0, 1, 2 compared after each of 6 steps: bit for bit equal"), std::string::npos) << t.out;
   // Every rank digested every parameter at every step, named as the model names them (without
-  // DDP's `module.`). Not among nanprov sql's tables: read with Python's sqlite3.
-  Result rows = sh(python() + R"( -c 'import sqlite3,sys; d=sqlite3.connect(sys.argv[1]); print(d.execute("SELECT COUNT(DISTINCT step), SUM(parameter LIKE \"module.%\"), COUNT(DISTINCT parameter) = COUNT(*) / 6 FROM replica_digests").fetchone())' )" +
-                   (dir / "rank-2.sqlite").string());
-  EXPECT_EQ(rows.out, "(6, 0, 1)\n") << rows.out;
+  // DDP's `module.`), as nanprov sql shows them.
+  Result rows = sh(nanprov() + " sql " + dir.string() +
+                   " \"SELECT COUNT(DISTINCT step) AS steps, SUM(parameter LIKE 'module.%') AS wrapped, "
+                   "COUNT(DISTINCT parameter) = COUNT(*) / 6 AS every_step FROM replica_digests WHERE rank = 2\" --json");
+  EXPECT_EQ(rows.code, 0) << rows.out;
+  EXPECT_EQ(json::parse(rows.out, nullptr, false), json::parse(R"([{"steps": 6, "wrapped": 0, "every_step": 1}])")) << rows.out;
+}
+
+// HSDP (FSDP2 over a 2-D mesh): 4 ranks, shards of 2 ranks replicated twice. Ranks 0 and 2 hold
+// one shard, 1 and 3 the other; rank 2 flips a bit of its own shard of the head's weight at step
+// 4. Its replica group is ranks 0 and 2: two replicas, so both are named; 1 and 3 agree.
+TEST(ReplicaDigests, HsdpComparesEachShardsReplicasAndNamesTheGroupThatDiverged) {
+  const fs::path dir = runDir("replicas-hsdp");
+  Result t = trainUnderTorchrun(dir, 4, "--steps 6 --fsdp2 --hsdp --flip-bit-step 4 --flip-bit-rank 2");
+  ASSERT_EQ(t.code, 7) << "the training exits 0; its replicas diverged: " << t.out;
+  const Flip flip = flipOf(t.out);
+  ASSERT_EQ(flip.rank, 2) << t.out;
+  json doc = reportJson(dir, 7);
+  EXPECT_EQ(doc["outcome"], "replica_divergence");
+  const json& r = doc["replicas"];
+  EXPECT_EQ(r["checked"], true) << r.dump();
+  EXPECT_EQ(r["sharded"], false) << "every shard is replicated: " << r.dump();
+  EXPECT_EQ(r["groups"], json::parse("[[0, 2], [1, 3]]")) << r.dump();
+  EXPECT_EQ(r["steps"], 6) << r.dump();
+  const json& d = r["first_divergence"];
+  ASSERT_TRUE(d.is_object()) << r.dump();
+  EXPECT_EQ(d["step"], flip.step);
+  EXPECT_EQ(d["ranks"], json::array({0, 2})) << d.dump();
+  EXPECT_EQ(d["rank"], nullptr) << d.dump();
+  EXPECT_EQ(d["parameter"], flip.parameter);
 }
 
 // FSDP2 shards every parameter: nothing replicated is compared, and the report says so.

@@ -124,6 +124,27 @@ TEST(ReplicaCheck, OnlyRanksOfOneGroupAreCompared) {
   EXPECT_FALSE(checkReplicas(run).checked);
 }
 
+// HSDP: each shard has its own replica group (ranks 0 and 2 hold one shard, 1 and 3 the other).
+// A step compared in both groups is one step, and the text names the groups.
+TEST(ReplicaCheck, TwoReplicaGroupsCountEachStepOnceAndAreNamed) {
+  RunData run = replicas(4, 3);
+  run.ranks[0].meta[kReplicaGroupMeta] = run.ranks[2].meta[kReplicaGroupMeta] = "0,2";
+  run.ranks[1].meta[kReplicaGroupMeta] = run.ranks[3].meta[kReplicaGroupMeta] = "1,3";
+  diverge(run, 1, 0, "embed.weight");  // shards differ between groups: no divergence
+  diverge(run, 3, 0, "embed.weight");
+  ReplicaCheck r = checkReplicas(run);
+  EXPECT_EQ(r.steps, 3);
+  EXPECT_EQ(r.groups, (std::vector<std::vector<int>>{{0, 2}, {1, 3}}));
+  EXPECT_EQ(replicaCheckText(r, StepUnit::kOptimizerStep),
+            "ranks 0, 1, 2, 3 (replica groups 0 and 2; 1 and 3) compared after each of 3 steps: bit for bit equal");
+  diverge(run, 2, 1, "head.weight");
+  r = checkReplicas(run);
+  ASSERT_TRUE(r.first_divergence);
+  EXPECT_EQ(r.first_divergence->step, 1);
+  EXPECT_EQ(r.first_divergence->ranks, (std::vector<int>{0, 2}));
+  EXPECT_EQ(r.first_divergence->parameter, "head.weight");
+}
+
 TEST(ReplicaCheck, ShardedParametersAreNotCompared) {
   RunData run;
   for (int r = 0; r < 2; ++r) {
@@ -144,7 +165,7 @@ TEST(ReplicaCheck, ARunWithoutReplicasComparesNothingAndSaysNothing) {
   run.ranks.push_back(RankInfo{});
   const ReplicaCheck r = checkReplicas(run);
   EXPECT_FALSE(r.checked);
-  EXPECT_EQ(r.why_not, "no parameters replicated across ranks (DDP) were recorded");
+  EXPECT_EQ(r.why_not, "no parameters replicated across ranks (DDP, HSDP) were recorded");
   EXPECT_EQ(replicaCheckText(r, StepUnit::kOptimizerStep), "");
   RunData alone = replicas(2, 3);
   std::erase_if(alone.replica_digests, [](const ReplicaDigestRecord& d) { return d.rank == 1; });
