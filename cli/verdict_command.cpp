@@ -92,11 +92,14 @@ void addVerdictCommand(CLI::App& app, int* exit_code) {
       "The JSON object: verdict, exit_code, action (none, fix_code, requeue, exclude_node, inspect),\n"
       "reason (replay's root cause, or the report's: outside-attention, unattributed...),\n"
       "explanation, outcome, rank, step, call, phase, op, backend, module, device_identity {host,\n"
-      "device, gpu, gpu_uuid, pci_bus_id, driver, cuda_driver, cudnn}, injected, capture,\n"
+      "device, gpu, gpu_uuid, pci_bus_id, driver, cuda_driver, cudnn}, suspects [{rank,\n"
+      "device_identity}] (the nodes suspect_device excludes: both of two replicas that diverged),\n"
+      "injected, capture,\n"
       "root_cause {class, explanation, backend, kernel} and reruns (as nanprov replay --json).\n\n"
       "Examples:\n"
       "  nanprov verdict                        the newest run\n"
       "  nanprov verdict runs/$SLURM_JOB_ID --json | jq '{verdict, action, host: .device_identity.host}'\n"
+      "  nanprov verdict runs/$JOB --json | jq -r '.suspects[].device_identity.host'   the hosts to exclude\n"
       "  nanprov verdict runs/$JOB; case $? in 11) requeue ;; 12) exclude the host, then requeue ;; esac\n"
       "  (the README has a Slurm script that does it)");
   addRunArgument(cmd, &opts->run);

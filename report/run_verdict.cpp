@@ -4,6 +4,7 @@
 
 #include "base/exit_codes.h"
 #include "base/records/call_name.h"
+#include "base/text.h"
 #include "report/report_json.h"
 #include "report/run_overview.h"
 
@@ -89,6 +90,7 @@ void judgeByReplay(RunVerdict& v, const ReplayAnswer& a) {
     }
   }
   v.cls = cls.value_or(VerdictClass::kUndetermined);
+  if (v.cls == VerdictClass::kSuspectDevice && v.rank) v.suspects.push_back({.rank = *v.rank, .device = v.device});
   std::string why;
   switch (v.cls) {
     case VerdictClass::kKernel: why = "a kernel fails this call every time it runs it"; break;
@@ -224,6 +226,7 @@ RunVerdict verdictOf(const Report& report, const std::optional<ReplayAnswer>& re
       v.reason = "replica-divergence";
       v.step = d.step;
       const std::string ranks = ranksText(d.ranks);
+      for (int r : d.ranks) v.suspects.push_back({.rank = r, .device = deviceOfRank(report.run, r)});
       if (d.ranks.size() == 1 && d.by_majority) {
         v.rank = d.ranks.front();
         v.device = deviceOfRank(report.run, d.ranks.front());
@@ -294,6 +297,8 @@ json verdictJson(const RunVerdict& v) {
                   {"kernel", nullable(v.replay->kernel)}};
     reruns = v.replay->reruns;
   }
+  json suspects = json::array();
+  for (const RunVerdict::Suspect& s : v.suspects) suspects.push_back({{"rank", s.rank}, {"device_identity", deviceIdentityJson(s.device)}});
   return {{"verdict", verdictClassName(v.cls)},
           {"exit_code", verdictExitCode(v.cls)},
           {"action", verdictActionName(verdictAction(v.cls))},
@@ -308,6 +313,7 @@ json verdictJson(const RunVerdict& v) {
           {"backend", nullable(v.backend)},
           {"module", nullable(v.module)},
           {"device_identity", v.rank ? deviceIdentityJson(v.device) : json(nullptr)},
+          {"suspects", suspects},
           {"injected", v.injected},
           {"capture", nullable(v.capture)},
           {"root_cause", root_cause},
@@ -318,6 +324,14 @@ std::string verdictLine(const RunVerdict& v) {
   std::string out = std::string(verdictClassName(v.cls)) + " (exit " + std::to_string(verdictExitCode(v.cls)) + ", " +
                     verdictActionName(verdictAction(v.cls)) + ")";
   std::string where = v.call.empty() && v.rank ? "rank " + std::to_string(*v.rank) : v.call;
+  if (where.empty() && v.suspects.size() > 1) {  // "rank 0 on host a, cuda:0 ..., rank 2 on host b, ..."
+    std::vector<std::string> each;
+    for (const RunVerdict::Suspect& s : v.suspects) {
+      const std::string device = deviceIdentityText(s.device);
+      each.push_back("rank " + std::to_string(s.rank) + (device.empty() ? "" : " on " + device));
+    }
+    where = joined(each, "; ");
+  }
   if (v.step) where += (where.empty() ? "" : ", ") + std::string("step ") + std::to_string(*v.step);
   if (std::string device = deviceIdentityText(v.device); !device.empty()) where += ", on " + device;
   if (!where.empty()) out += ": " + where;

@@ -76,6 +76,13 @@ struct RunVerdict {
   std::optional<int64_t> step;
   std::string call, phase, op, backend, module;
   DeviceIdentity device;
+  // The nodes a scheduler should exclude (suspect_device only): the rank whose result never
+  // recurred, or every rank a replica divergence names (both of two replicas: either may be wrong).
+  struct Suspect {
+    int rank = 0;
+    DeviceIdentity device;
+  };
+  std::vector<Suspect> suspects;
   bool injected = false;                  // the fault was put there by nanprov run --inject
   std::optional<ReplayAnswer> replay;     // when a capture was replayed (or tried)
   std::string capture;                    // that capture
@@ -85,8 +92,9 @@ struct RunVerdict {
 RunVerdict verdictOf(const Report& report, const std::optional<ReplayAnswer>& replay);
 
 // {verdict, exit_code, action, reason, explanation, outcome, rank, step, call, phase, op, backend,
-//  module, device_identity, injected, capture, root_cause {class, explanation, backend, kernel},
-//  reruns}: one object, null for what does not apply.
+//  module, device_identity, suspects [{rank, device_identity}], injected, capture, root_cause
+//  {class, explanation, backend, kernel}, reruns}: one object, null (suspects: []) for what does
+//  not apply.
 nlohmann::json verdictJson(const RunVerdict& v);
 // "suspect_device (exit 12, exclude_node): rank0:layer0:call2, step 1, on host vm, cpu: ...".
 std::string verdictLine(const RunVerdict& v);

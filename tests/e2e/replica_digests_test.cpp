@@ -90,6 +90,9 @@ void expectTheFlipIsNamed(int ranks, int flipped) {
   EXPECT_EQ(verdict["reason"], "replica-divergence") << v.out;
   EXPECT_EQ(verdict["step"], 4) << v.out;
   EXPECT_EQ(verdict["rank"], ranks >= 3 ? json(flipped) : json(nullptr)) << v.out;
+  std::vector<int> suspects;
+  for (const json& s : verdict["suspects"]) suspects.push_back(s["rank"].get<int>());
+  EXPECT_EQ(suspects, ranks >= 3 ? std::vector<int>{flipped} : all) << v.out;
 }
 
 TEST(ReplicaDigests, ThreeDdpRanksNameTheRankThatFlippedABit) { expectTheFlipIsNamed(3, 1); }

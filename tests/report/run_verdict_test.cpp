@@ -200,6 +200,7 @@ TEST(RunVerdict, TheJsonCarriesTheVerdictTheCallAndTheDevice) {
   EXPECT_EQ(doc["root_cause"]["backend"], "cudnn");
   EXPECT_EQ(doc["root_cause"]["kernel"], nullptr);
   EXPECT_EQ(doc["reruns"]["runs"], 5);
+  EXPECT_EQ(doc["suspects"], json::array({{{"rank", 0}, {"device_identity", doc["device_identity"]}}}));
   const std::string line = verdictLine(v);
   EXPECT_EQ(line.rfind("suspect_device (exit 12, exclude_node): rank0:layer0:call6, step 3, on host node17, cuda:0", 0), 0u) << line;
   EXPECT_NE(line.find("GPU-5e2c1f0a"), std::string::npos) << line;
@@ -217,11 +218,13 @@ TEST(RunVerdict, AnInjectedFaultIsSaidToBeInjected) {
   EXPECT_EQ(verdictJson(v)["action"], "inspect");
   EXPECT_TRUE(v.injected);
   EXPECT_TRUE(verdictJson(v)["injected"]);
+  EXPECT_EQ(verdictJson(v)["suspects"], json::array()) << "a drill excludes no node";
   EXPECT_NE(v.explanation.find("injected"), std::string::npos) << v.explanation;
 }
 
 // Replicas that diverged, all values finite: a suspected device, from the report alone (nothing to
-// replay). With a majority the rank and its device are named; with two replicas neither is.
+// replay). With a majority the rank and its device are named; with two replicas neither is, and
+// both are suspects, each with its device: the scheduler excludes both nodes.
 TEST(RunVerdict, AReplicaDivergenceSuspectsTheDeviceOfTheRankThatDiverged) {
   Report r{.run = facts()};
   r.run.ranks[0].device = kGpu;
@@ -246,6 +249,14 @@ TEST(RunVerdict, AReplicaDivergenceSuspectsTheDeviceOfTheRankThatDiverged) {
   EXPECT_FALSE(v.rank);
   EXPECT_EQ(v.step, 4);
   EXPECT_NE(v.explanation.find("ranks 0 and 1"), std::string::npos) << v.explanation;
+  const json suspects = verdictJson(v)["suspects"];
+  ASSERT_EQ(suspects.size(), 2u) << suspects.dump();
+  EXPECT_EQ(suspects[0]["rank"], 0);
+  EXPECT_EQ(suspects[0]["device_identity"]["gpu_uuid"], kGpu.gpu_uuid);
+  EXPECT_EQ(suspects[1]["rank"], 1);
+  const std::string line = verdictLine(v);
+  EXPECT_EQ(line.rfind("suspect_device (exit 12, exclude_node): rank 0 on host node17, cuda:0", 0), 0u) << line;
+  EXPECT_NE(line.find("; rank 1"), std::string::npos) << line;
 }
 
 
