@@ -112,9 +112,13 @@ def main():
     p.add_argument("--model", default="blocks", choices=["blocks", "hf-llama"])
     p.add_argument("--phases", action="store_true", help="also time forward, backward and optimizer step apart")
     p.add_argument("--compile", action="store_true", help="train torch.compile(model); raise --warmup past the compile")
+    p.add_argument("--ddp", action="store_true",
+                   help="train under DistributedDataParallel, one rank over NCCL: what the replica digests cost")
     args = p.parse_args()
     if args.model == "hf-llama" and (args.check == "naive" or args.attention != "sdpa"):
         p.error("--model hf-llama runs transformers' own SDPA attention: no --check naive, no --attention")
+    if args.ddp and (args.model == "hf-llama" or args.compile):
+        p.error("--ddp wraps the hand-written model, uncompiled")
 
     torch.manual_seed(0)
     naive = args.check == "naive"
@@ -125,6 +129,15 @@ def main():
         model = nn.Sequential(*[Block(args.d_model, args.heads, naive, attend) for _ in range(args.layers)]).cuda().bfloat16()
         x = torch.randn(args.batch, args.seq, args.d_model, device="cuda", dtype=torch.bfloat16)
         run = torch.compile(model) if args.compile else model
+        if args.ddp:
+            import os
+
+            import torch.distributed as dist
+
+            os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+            os.environ.setdefault("MASTER_PORT", "29517")
+            dist.init_process_group("nccl", rank=0, world_size=1)
+            run = nn.parallel.DistributedDataParallel(model)
         forward = lambda: run(x).float().pow(2).mean()  # noqa: E731
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     anomaly = torch.autograd.detect_anomaly(check_nan=True) if args.check == "anomaly" else contextlib.nullcontext()

@@ -14,6 +14,9 @@
 #             is what the sentinel's one fused check of all gradients and parameters costs
 #   bootstrap `nanprov run` with no attention probe installed (NANPROV_HOOKS=none): the bootstrap, the
 #             store and the gradient sentinel only; nanprov/bootstrap is what probing attention costs
+#   nodigest  `nanprov run` without the replica digests (NANPROV_REPLICA_DIGESTS=0): with BENCH_DDP=1
+#             (the model under one-rank DDP, whose parameters are digested after every step),
+#             nanprov/nodigest is what the digests cost (issue 64: <= 1.002x of a GPU-bound step)
 #   anomaly   torch.autograd.detect_anomaly(check_nan=True)
 #   naive     isfinite().all() with a host sync on Q, K, V, O and their gradients
 # For each model (GPU-bound: B=4 S=2048; launch-bound: B=1 S=256; hf-llama: a random-init ~1B Hugging
@@ -24,6 +27,8 @@
 #   bench/gpu_overhead.sh [rounds] [steps]      (needs a CUDA GPU and a built nanprov on PATH)
 # BENCH_CONFIGS narrows the configurations, e.g. BENCH_CONFIGS="none nanprov checks".
 # BENCH_COMPILE=1 trains torch.compile(model) (its first 8 steps, the compile, not timed).
+# BENCH_DDP=1 trains the hand-written model under one-rank DDP (NCCL): its parameters are digested
+# after every step; the `nodigest` configuration is the same run without the digests.
 # BENCH_ATTENTION=fa4|flex runs the model with FlashAttention-4 or compiled FlexAttention (seen
 # through the bootstrap's brackets); BENCH_MODELS="gpu-bound" runs only that model (of gpu-bound, launch-bound, hf-llama).
 set -euo pipefail
@@ -47,11 +52,13 @@ bench_model() {
   local args=("$root/bench/gpu_model.py" --steps "$steps" --attention "${BENCH_ATTENTION:-sdpa}" "$@")
   # BENCH_COMPILE=1: the model under torch.compile, its first steps (the compile) left out.
   [ "${BENCH_COMPILE:-0}" = 1 ] && args+=(--compile --warmup 8)
+  [ "${BENCH_DDP:-0}" = 1 ] && args+=(--ddp)
   declare -A ms=()
   local syncs="?"
   for r in $(seq "$rounds"); do
     want none && ms[none]+=" $("$py" "${args[@]}" | step_ms)"
     want nanprov && ms[nanprov]+=" $(nanprov run --out "$tmp/$name-full-$r" -- "$py" "${args[@]}" 2>/dev/null | step_ms)"
+    want nodigest && ms[nodigest]+=" $(NANPROV_REPLICA_DIGESTS=0 nanprov run --out "$tmp/$name-nodigest-$r" -- "$py" "${args[@]}" 2>/dev/null | step_ms)"
     want nosentinel && ms[nosentinel]+=" $(NANPROV_SENTINEL=0 nanprov run --out "$tmp/$name-nosent-$r" -- "$py" "${args[@]}" 2>/dev/null | step_ms)"
     want exact && ms[exact]+=" $(nanprov run --trace-steps 0 --out "$tmp/$name-exact-$r" -- "$py" "${args[@]}" 2>/dev/null | step_ms)"
     want bootstrap && ms[bootstrap]+=" $(NANPROV_HOOKS=none nanprov run --out "$tmp/$name-boot-$r" -- "$py" "${args[@]}" 2>/dev/null | step_ms)"

@@ -4,14 +4,33 @@ All logic lives in libnanprov_probes (C++). This module only: waits for `import 
 that the torch in this process is the one nanprov was built against, loads the library, and
 feeds it what only Python knows: optimizer steps, and on request the current module path.
 """
+
 import atexit
 import json
 import os
 import sys
 
-from . import (compiled_graphs, compiled_flex, compiled_trail, cuda_graphs, dataloader_workers, eager_flex, ffpa_probes, flash_attn_probes,
-               launchers, module_paths, module_probes, op_probes, optimizer_steps, plain_softmax, probe_library,
-               process_group, replicas, run_facts, trail)
+from . import (
+    compiled_flex,
+    compiled_graphs,
+    compiled_trail,
+    cuda_graphs,
+    dataloader_workers,
+    eager_flex,
+    ffpa_probes,
+    flash_attn_probes,
+    launchers,
+    module_paths,
+    module_probes,
+    op_probes,
+    optimizer_steps,
+    plain_softmax,
+    probe_library,
+    process_group,
+    replicas,
+    run_facts,
+    trail,
+)
 from .import_watcher import ImportWatcher
 
 
@@ -29,8 +48,16 @@ def _report(status, detail=""):
         os.makedirs(folder, exist_ok=True)
         with open(os.path.join(folder, f"{os.getpid()}.json"), "w") as f:
             rank = _group_rank[0] if _group_rank else os.environ.get("RANK")
-            json.dump({"pid": os.getpid(), "rank": int(rank) if rank is not None and rank != "" else None,
-                       "status": status, "detail": detail, "argv": sys.argv}, f)
+            json.dump(
+                {
+                    "pid": os.getpid(),
+                    "rank": int(rank) if rank is not None and rank != "" else None,
+                    "status": status,
+                    "detail": detail,
+                    "argv": sys.argv,
+                },
+                f,
+            )
     except Exception:
         pass
 
@@ -56,9 +83,11 @@ def _load(torch):
         have, have_abi = torch.__version__, _abi_of(torch)
         if (have, have_abi) != (built, built_abi):
             rebuild = os.environ.get("NANPROV_REBUILD", "")
-            message = (f"torch {have} (C++11 ABI {have_abi}) in this process, but nanprov was built "
-                       f"against torch {built} (ABI {built_abi}); training continues uninstrumented. "
-                       f"Rebuild it for this torch: {rebuild or 'see nanprov doctor'}")
+            message = (
+                f"torch {have} (C++11 ABI {have_abi}) in this process, but nanprov was built "
+                f"against torch {built} (ABI {built_abi}); training continues uninstrumented. "
+                f"Rebuild it for this torch: {rebuild or 'see nanprov doctor'}"
+            )
             _say(message)
             _report("torch-mismatch", message)
             return
@@ -72,11 +101,16 @@ def _load(torch):
         _guarded("DataLoader workers", lambda: dataloader_workers.install(torch, lib))
         before_step = _learn_rank(torch, lib)
         _guarded("CUDA graphs", lambda: cuda_graphs.install(torch, lib))
-        _watcher.watch("torch._inductor.cudagraph_trees",
-                       lambda m: _guarded("cudagraph trees", lambda: cuda_graphs.watch_cudagraph_trees(m, lib)))
+        _watcher.watch(
+            "torch._inductor.cudagraph_trees",
+            lambda m: _guarded("cudagraph trees", lambda: cuda_graphs.watch_cudagraph_trees(m, lib)),
+        )
         modules = module_paths.ModulePaths(torch)
-        replicated = replicas.Replicas(torch)
-        _guarded("replica digests", replicated.install)
+        # NANPROV_REPLICA_DIGESTS=0: no digests (what bench/gpu_overhead.sh's `nodigest` measures).
+        replicated = None
+        if os.environ.get("NANPROV_REPLICA_DIGESTS", "1") != "0":
+            replicated = replicas.Replicas(torch)
+            _guarded("replica digests", replicated.install)
         optimizer_steps.watch(lib, torch, modules, _say, before_step, replicated)
         resolver = module_paths.install_resolver(lib, modules)
         if os.environ.get("NANPROV_COMPILED_PATHS", "1") != "0":
@@ -87,14 +121,17 @@ def _load(torch):
         flash_attn_probes.watch(_watcher, torch, _say, count_unprobed)
         ffpa_probes.watch(_watcher, torch, _say, count_unprobed)
         _guarded("nn.MultiheadAttention", lambda: plain_softmax.install_mha(torch, _say, count_unprobed))
-        _watcher.watch("transformers.modeling_utils",
-                       lambda m: _guarded("Hugging Face eager attention", lambda: plain_softmax.install_hf_eager(torch, _say, m)))
+        _watcher.watch(
+            "transformers.modeling_utils",
+            lambda m: _guarded("Hugging Face eager attention", lambda: plain_softmax.install_hf_eager(torch, _say, m)),
+        )
         unmatched = module_probes.install(torch, modules, _say)
         _guarded("--trail", lambda: trail.install(torch, lib, modules, _say))
         ops_unmatched = op_probes.install(torch, lib, _say)
         # Shutdown drops the resolver before the interpreter (and the callback) goes away.
-        atexit.register(lambda: (unmatched and unmatched(), ops_unmatched and ops_unmatched(), lib.nanprov_shutdown(),
-                                 resolver))
+        atexit.register(
+            lambda: (unmatched and unmatched(), ops_unmatched and ops_unmatched(), lib.nanprov_shutdown(), resolver)
+        )
         _close_store_before_os_exit(lib)
         _report("instrumented")
     except Exception as exc:
@@ -109,7 +146,10 @@ def _learn_rank(torch, lib):
     def fail(exc):
         if not failed:
             failed.append(exc)
-            _say(f"the process group's rank is not read ({type(exc).__name__}: {exc}); the environment's names this process")
+            _say(
+                f"the process group's rank is not read ({type(exc).__name__}: {exc}); "
+                "the environment's names this process"
+            )
 
     def on_rank(rank):
         _group_rank[:] = [rank]
