@@ -10,6 +10,8 @@ NANPROV_ACCELERATE="${NANPROV_ACCELERATE:-1.16.*}"
 NANPROV_LIGHTNING="${NANPROV_LIGHTNING:-2.6.*}"
 # x-transformers writes attention in einsum: the tests check nanprov recognises it as a user has it.
 NANPROV_X_TRANSFORMERS="${NANPROV_X_TRANSFORMERS:-2.31.10}"
+# ruff checks the bootstrap's Python (pyproject.toml [tool.ruff]; the ctest Lint.BootstrapIsRuffClean).
+NANPROV_RUFF="${NANPROV_RUFF:-0.17.6}"
 NANPROV_CACHE="${NANPROV_CACHE:-$HOME/.cache/nanprov}"
 NANPROV_VENV="${NANPROV_VENV:-$NANPROV_CACHE/venv-torch$NANPROV_TORCH}"
 NANPROV_BUILD="${NANPROV_BUILD:-$NANPROV_ROOT/build}"

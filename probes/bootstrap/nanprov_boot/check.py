@@ -1,5 +1,6 @@
 """`python -m nanprov_boot.check`: what `nanprov run` and `nanprov doctor` need to know about the
 torch of an interpreter, as one JSON line. Exit 3 when torch cannot be imported."""
+
 import json
 import sys
 

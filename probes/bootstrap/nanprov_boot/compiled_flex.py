@@ -13,12 +13,15 @@ says so, and replay runs plain attention.
 A user's own post-grad pass keeps running, before ours. The pass is part of Inductor's cache key,
 so graphs compiled without nanprov are never reused with it, nor the reverse.
 """
+
 import operator
 
 from .eager_flex import kernel_backend
 
-_NOTE = ("compiled FlexAttention: its score_mod and block mask were not materialised (run it eagerly "
-         "to capture them); replayed as plain attention, which differs from the call where they act")
+_NOTE = (
+    "compiled FlexAttention: its score_mod and block mask were not materialised (run it eagerly "
+    "to capture them); replayed as plain attention, which differs from the call where they act"
+)
 _state = {"installed": False}
 
 
@@ -67,17 +70,29 @@ class _Pass:
     def _forward(self, graph, node):
         q, k, v, _score_mod, _block_mask, scale = node.args[:6]
         out = _getitem(graph, node, 0)
-        self._bracket(graph, node, (q, None), self.record,
-                 (q, k, v, out, None, scale, False, "bhsd", None, None, "flex_attention", "flex", _NOTE), [out],
-                 kernel_backend(node.args[6] if len(node.args) > 6 else None))
+        self._bracket(
+            graph,
+            node,
+            (q, None),
+            self.record,
+            (q, k, v, out, None, scale, False, "bhsd", None, None, "flex_attention", "flex", _NOTE),
+            [out],
+            kernel_backend(node.args[6] if len(node.args) > 6 else None),
+        )
 
     def _backward(self, graph, node):
         q, k, v, out, _lse, grad_out = node.args[:6]
         scale = node.args[10] if len(node.args) > 10 else None
         grads = [_getitem(graph, node, i) for i in range(3)]
-        self._bracket(graph, node, (q, out), self.record_backward,
-                 (q, k, v, out, grad_out, *grads, scale, False, "bhsd", None, None, "flex_attention", "flex"), grads,
-                 kernel_backend(node.args[11] if len(node.args) > 11 else None))
+        self._bracket(
+            graph,
+            node,
+            (q, out),
+            self.record_backward,
+            (q, k, v, out, grad_out, *grads, scale, False, "bhsd", None, None, "flex_attention", "flex"),
+            grads,
+            kernel_backend(node.args[11] if len(node.args) > 11 else None),
+        )
 
     def _bracket(self, graph, node, begin_args, record_op, record_args, after, kernel_backend):
         """begin_call right before `node`, the record right after the last of `after`."""

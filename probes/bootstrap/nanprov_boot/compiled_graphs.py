@@ -1,10 +1,10 @@
 """Module paths inside torch.compile'd code, FlexAttention a compiled graph ran unseen, and the
 trail's checks inside compiled graphs."""
+
 import sys
 
 from . import compiled_flex, compiled_trail, trail
 from .module_paths import dynamo_path
-
 
 # Graph nodes that make one probed attention call each at run time (the fast-path encoder layer
 # makes its one through the MHA op inside it).
@@ -58,7 +58,9 @@ def watch(lib, torch, output_graph, modules):
             try:
                 trailed = compiled_trail.instrument(gm, torch)
             except Exception as exc:  # the graph as Dynamo made it
-                trail.say_once("instrument", f"--trail: a compiled graph's modules are not checked ({type(exc).__name__}: {exc})")
+                trail.say_once(
+                    "instrument", f"--trail: a compiled graph's modules are not checked ({type(exc).__name__}: {exc})"
+                )
         try:
             compiled = original(self, gm, *args, **kwargs)
         except Exception as exc:
@@ -73,7 +75,9 @@ def watch(lib, torch, output_graph, modules):
                 compiled = original(self, gm, *args, **kwargs)
             except Exception:
                 raise exc from None
-            trail.say_once("backend", f"--trail: a compiled graph's modules are not checked ({type(exc).__name__}: {exc})")
+            trail.say_once(
+                "backend", f"--trail: a compiled graph's modules are not checked ({type(exc).__name__}: {exc})"
+            )
         try:
             graph = _CompiledGraph(gm, compiled_flex.installed())
         except Exception:

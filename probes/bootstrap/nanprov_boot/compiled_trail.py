@@ -29,6 +29,7 @@ backward is not checked, and the store says so (trail_compiled_backward: uncheck
 in no module (the residual stream's gradient sums) is named among a check's unchecked as
 NO_MODULE. docs/architecture.md says what was measured on torch 2.13 to get here.
 """
+
 import collections
 import itertools
 import operator
@@ -47,7 +48,9 @@ NO_MODULE = "backward code in no module"
 _MAX_PLANS = 256
 # Ops Inductor runs as kernels of their own (a library call or a template) that read every operand
 # from memory, by the name of their target (function, method or operator).
-_READ_FROM_MEMORY = frozenset(("linear", "matmul", "mm", "bmm", "addmm", "baddbmm", "addbmm", "conv1d", "conv2d", "conv3d"))
+_READ_FROM_MEMORY = frozenset(
+    ("linear", "matmul", "mm", "bmm", "addmm", "baddbmm", "addbmm", "conv1d", "conv2d", "conv3d")
+)
 
 
 def _class_name(cls):
@@ -56,7 +59,9 @@ def _class_name(cls):
 
 def _weight(node):
     """A parameter or buffer of the model: Dynamo lifts them to graph inputs named for them."""
-    return node.op == "get_attr" or (node.op == "placeholder" and ("_parameters_" in node.name or "_buffers_" in node.name))
+    return node.op == "get_attr" or (
+        node.op == "placeholder" and ("_parameters_" in node.name or "_buffers_" in node.name)
+    )
 
 
 def _target_name(node):
@@ -155,6 +160,7 @@ class Plan:
         """The number of the graph's first module when it runs from the module at `prefix`."""
         first = self.bases.get(prefix)
         if first is None:
+
             def full(inside):
                 if inside == FURTHER_UPSTREAM:
                     return inside
@@ -182,7 +188,12 @@ _plans = []  # the newest forward plans, for their backward graphs to find
 
 
 def _saved_scalar(g, node):
-    return node.op == "placeholder" and not node.name.startswith("tangents") and g.is_tensor(node) and _value(node).dim() == 0
+    return (
+        node.op == "placeholder"
+        and not node.name.startswith("tangents")
+        and g.is_tensor(node)
+        and _value(node).dim() == 0
+    )
 
 
 def _module_checks(g, stack_of, no_module=None, backward=False, gradients=None):
@@ -209,8 +220,16 @@ def _module_checks(g, stack_of, no_module=None, backward=False, gradients=None):
         # Its outputs: written values it made that are used outside it, and the written values
         # inside it of which it is the innermost module (an operand of a product inside it): else
         # a value made and used within a module would only ever be read as a later check's input.
-        outputs = sorted((n for n in inside if n in g.written and (innermost[n] == key or any(u not in inside for u in n.users))
-                          and (gradients is None or n in gradients)), key=g.order.get)
+        outputs = sorted(
+            (
+                n
+                for n in inside
+                if n in g.written
+                and (innermost[n] == key or any(u not in inside for u in n.users))
+                and (gradients is None or n in gradients)
+            ),
+            key=g.order.get,
+        )
         if not outputs:
             continue
         taken = {a for n in inside for a in n.all_input_nodes if a not in inside}
@@ -265,7 +284,9 @@ def instrument(gm, torch):
 
 
 # ATen ops that only reshape a value: Inductor makes no new buffer for them.
-_VIEWS = frozenset(("view", "reshape", "_unsafe_view", "permute", "t", "transpose", "expand", "squeeze", "unsqueeze", "alias"))
+_VIEWS = frozenset(
+    ("view", "reshape", "_unsafe_view", "permute", "t", "transpose", "expand", "squeeze", "unsqueeze", "alias")
+)
 
 
 class _BackwardModules:
@@ -304,7 +325,9 @@ def _from_gradients(graph):
     """The nodes of a backward graph that the incoming gradients (its tangents) reach."""
     reached = set()
     for node in graph.nodes:
-        if (node.op == "placeholder" and node.name.startswith("tangents")) or any(a in reached for a in node.all_input_nodes):
+        if (node.op == "placeholder" and node.name.startswith("tangents")) or any(
+            a in reached for a in node.all_input_nodes
+        ):
             reached.add(node)
     return reached
 
@@ -318,15 +341,22 @@ def instrument_backward(graph, torch):
     after each module's written gradients, numbered from the forward plan the graph belongs to.
     Returns how many checks went in, or why none could: a text."""
     g = _Graph(graph, torch.Tensor)
-    checks, described = _module_checks(g, _BackwardModules(graph), NO_MODULE, backward=True, gradients=_from_gradients(graph))
+    checks, described = _module_checks(
+        g, _BackwardModules(graph), NO_MODULE, backward=True, gradients=_from_gradients(graph)
+    )
     if not checks:
         return 0
     paths = {path for path, _ in described.values()}
     plans = [p for p in _plans if paths <= p.slots.keys()]
     places = {prefix for p in plans for prefix in p.bases}
     if len(places) != 1:
-        return ("its forward graph is not known" if not plans else
-                "its forward has not run yet" if not places else "its forward graph serves several places")
+        return (
+            "its forward graph is not known"
+            if not plans
+            else "its forward has not run yet"
+            if not places
+            else "its forward graph serves several places"
+        )
     plan = next(p for p in reversed(plans) if p.bases)
     first = plan.bases[next(iter(places))]
     ops = torch.ops.nanprov
@@ -336,10 +366,14 @@ def instrument_backward(graph, torch):
     for position, (_, _, (path, _cls), inputs, outputs, after, unchecked) in enumerate(checks):
         number = first + plan.slots[path]
         prefix = next(iter(places))
-        ops.trail_backward_unchecked(number, "\n".join(u if u in (FURTHER_UPSTREAM, NO_MODULE) or not prefix else f"{prefix}.{u}"
-                                                       for u in unchecked))
+        ops.trail_backward_unchecked(
+            number,
+            "\n".join(u if u in (FURTHER_UPSTREAM, NO_MODULE) or not prefix else f"{prefix}.{u}" for u in unchecked),
+        )
         with graph.inserting_after(after):
-            graph.call_function(check, (number, graph_number, position, len(checks), inputs, outputs)).meta["val"] = None
+            graph.call_function(check, (number, graph_number, position, len(checks), inputs, outputs)).meta["val"] = (
+                None
+            )
     for p in plans:  # a new place for any of them may be the one this backward runs for
         p.baked.append((first, len(plan.modules)))
     return len(checks)

@@ -11,6 +11,7 @@ torch.compile's cudagraph trees also run a graph's code eagerly once, allocating
 private memory pool, and stop the training if any allocation there is alive that they did not
 hand out. Around that warm-up the probes are told not to hold the tensors they check.
 """
+
 import contextlib
 import functools
 import itertools

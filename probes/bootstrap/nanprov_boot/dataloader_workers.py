@@ -11,6 +11,7 @@ The loop is replaced where DataLoader looks it up when it starts a worker
 (`_utils.worker._worker_loop`, read at that moment), under its own name, so a spawned worker
 unpickles this wrapper as it would the original.
 """
+
 import functools
 
 

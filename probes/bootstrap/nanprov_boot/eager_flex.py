@@ -7,6 +7,7 @@ backward (FlexAttentionBackwardHOP, run by autograd on CUDA) by begin_call(q, ou
 record_backward, linked to its forward by O. The ops re-enter themselves while they dispatch:
 only the outermost call is recorded. Nothing here changes what the ops return.
 """
+
 import threading
 
 # The most bytes a FlexAttention call's materialised bias may take; above, the capture says why
@@ -22,8 +23,12 @@ def _bias(torch, query, key, score_mod, block_mask, score_buffers, mask_buffers)
     if b * h * sq * skv * 4 > _BIAS_BYTES:
         return None, f"the bias of {b}x{h}x{sq}x{skv} is over {_BIAS_BYTES >> 20} MiB"
     dev = query.device
-    idx = (torch.arange(b, device=dev).view(b, 1, 1, 1), torch.arange(h, device=dev).view(1, h, 1, 1),
-           torch.arange(sq, device=dev).view(1, 1, sq, 1), torch.arange(skv, device=dev).view(1, 1, 1, skv))
+    idx = (
+        torch.arange(b, device=dev).view(b, 1, 1, 1),
+        torch.arange(h, device=dev).view(1, h, 1, 1),
+        torch.arange(sq, device=dev).view(1, 1, sq, 1),
+        torch.arange(skv, device=dev).view(1, 1, 1, skv),
+    )
     with torch.no_grad():
         zero = torch.zeros(b, h, sq, skv, device=dev, dtype=torch.float32)
         bias = score_mod(zero, *idx, *score_buffers).float().expand(b, h, sq, skv)
@@ -41,7 +46,6 @@ def _bias(torch, query, key, score_mod, block_mask, score_buffers, mask_buffers)
     return bias.contiguous(), ""
 
 
-
 class _Wrapped:
     """One higher-order op's __call__, bracketed for its outermost real (not traced) calls."""
 
@@ -54,8 +58,12 @@ class _Wrapped:
 
     def probed(self, query):
         torch = self.torch
-        return (not getattr(self.depth, "n", 0) and not torch.compiler.is_compiling()
-                and isinstance(query, torch.Tensor) and not self.fake.is_fake(query))
+        return (
+            not getattr(self.depth, "n", 0)
+            and not torch.compiler.is_compiling()
+            and isinstance(query, torch.Tensor)
+            and not self.fake.is_fake(query)
+        )
 
     def fail(self, e):
         if not self.warned:
@@ -99,9 +107,22 @@ def _wrap_forward(torch, say, cls):
         result = w.run(original, call, kwargs)
         try:
             out = result[0] if isinstance(result, tuple) else result
-            w.ops.record_call(query.detach(), key.detach(), value.detach(), out.detach(), bias,
-                              None if scale is None else float(scale), False, "bhsd", None, None, "flex_attention",
-                              "flex", note, kernel_backend=backend)
+            w.ops.record_call(
+                query.detach(),
+                key.detach(),
+                value.detach(),
+                out.detach(),
+                bias,
+                None if scale is None else float(scale),
+                False,
+                "bhsd",
+                None,
+                None,
+                "flex_attention",
+                "flex",
+                note,
+                kernel_backend=backend,
+            )
         except Exception as e:  # never let the probe reach the training
             w.ops.abandon_call()
             w.fail(e)
@@ -135,9 +156,24 @@ def _wrap_backward(torch, say, cls):
         result = w.run(original, call, kwargs)
         try:
             dq, dk, dv = (g.detach() if isinstance(g, torch.Tensor) else None for g in result[:3])
-            w.ops.record_backward(query.detach(), key.detach(), value.detach(), out.detach(), grad_out.detach(), dq,
-                                  dk, dv, None if scale is None else float(scale), False, "bhsd", None, None,
-                                  "flex_attention", "flex", kernel_backend=backend)
+            w.ops.record_backward(
+                query.detach(),
+                key.detach(),
+                value.detach(),
+                out.detach(),
+                grad_out.detach(),
+                dq,
+                dk,
+                dv,
+                None if scale is None else float(scale),
+                False,
+                "bhsd",
+                None,
+                None,
+                "flex_attention",
+                "flex",
+                kernel_backend=backend,
+            )
         except Exception as e:
             w.ops.abandon_call()
             w.fail(e)
@@ -149,7 +185,7 @@ def _wrap_backward(torch, say, cls):
 def install(torch, say):
     try:
         hops = __import__("torch._higher_order_ops.flex_attention", fromlist=["FlexAttentionHOP"])
-        torch.ops.nanprov.begin_call  # the probes' ops are there
+        _ = torch.ops.nanprov.begin_call  # the probes' ops are there (raises where they are not)
     except Exception:
         return
     _wrap_forward(torch, say, hops.FlexAttentionHOP)

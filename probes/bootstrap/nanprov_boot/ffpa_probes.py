@@ -19,6 +19,7 @@ head_dims the function itself runs through ATen's flash forward, and a backward 
 CuTe DSL only) and the CUDA backend's no-grad fast path are counted as unchecked attention, so a
 run with them is never called clean.
 """
+
 from .bracket import run_bracketed
 
 _O_SAVED = 3  # _FFPAAttnFunc saves (q, k, v, O, lse, rng_state, unused), each .contiguous()
@@ -54,8 +55,11 @@ class _Wrapper:
                 notes.append(f"dropout p={a.dropout_p}")
             if causal and q.shape[-2] != k.shape[-2]:
                 notes.append("a causal mask aligned bottom-right with Nq != Nkv")
-            note = f"the call used {', '.join(notes)}, which replay does not model: replayed as plain attention" \
-                if notes else ""
+            note = (
+                f"the call used {', '.join(notes)}, which replay does not model: replayed as plain attention"
+                if notes
+                else ""
+            )
             mask = attn_bias.detach() if attn_bias is not None else None
         except Exception as e:
             self._fail(e)
@@ -66,12 +70,32 @@ class _Wrapper:
             # not contiguous (FFPA allocates it like Q, a transposed view in most models).
             saved = getattr(ctx, "to_save", None)
             link = saved[_O_SAVED] if saved and len(saved) > _O_SAVED else out
-            self.ops.record_call(q.detach(), k.detach(), v.detach(), out.detach(), None, scale, causal, "bhsd",
-                                 None, None, "ffpa_attn_func", "ffpa", note, mask, link.detach())
+            self.ops.record_call(
+                q.detach(),
+                k.detach(),
+                v.detach(),
+                out.detach(),
+                None,
+                scale,
+                causal,
+                "bhsd",
+                None,
+                None,
+                "ffpa_attn_func",
+                "ffpa",
+                note,
+                mask,
+                link.detach(),
+            )
             ctx._nanprov_plan = (scale, causal)
 
-        return run_bracketed(self.ops, lambda: self.ops.begin_call(q.detach(), None),
-                             lambda: self.forward(ctx, q, k, v, attn_bias, meta), record, self._fail)
+        return run_bracketed(
+            self.ops,
+            lambda: self.ops.begin_call(q.detach(), None),
+            lambda: self.forward(ctx, q, k, v, attn_bias, meta),
+            record,
+            self._fail,
+        )
 
     def wrapped_backward(self, ctx, grad_out):
         plan = getattr(ctx, "_nanprov_plan", None)
@@ -89,11 +113,27 @@ class _Wrapper:
             return self.backward(ctx, grad_out)
 
         def record(grads):
-            self.ops.record_backward(q, k, v, out, grad_out, grads[0], grads[1], grads[2], *plan, "bhsd", None, None,
-                                     "ffpa_attn_func", "ffpa", mask)
+            self.ops.record_backward(
+                q,
+                k,
+                v,
+                out,
+                grad_out,
+                grads[0],
+                grads[1],
+                grads[2],
+                *plan,
+                "bhsd",
+                None,
+                None,
+                "ffpa_attn_func",
+                "ffpa",
+                mask,
+            )
 
-        return run_bracketed(self.ops, lambda: self.ops.begin_call(q, out), lambda: self.backward(ctx, grad_out),
-                             record, self._fail)
+        return run_bracketed(
+            self.ops, lambda: self.ops.begin_call(q, out), lambda: self.backward(ctx, grad_out), record, self._fail
+        )
 
 
 def _counted(function, what, count_unprobed, returned=lambda result: True):
@@ -115,16 +155,19 @@ def _install(torch, say, count_unprobed, interface):
     cls.backward = staticmethod(wrapper.wrapped_backward)
     varlen = getattr(functional, "FFPAAttnVarlenFunc", None)
     if varlen is not None:
-        varlen.apply = classmethod(_counted(varlen.apply.__func__, "ffpa_attn_varlen_func (ffpa, packed sequences)",
-                                            count_unprobed))
+        varlen.apply = classmethod(
+            _counted(varlen.apply.__func__, "ffpa_attn_varlen_func (ffpa, packed sequences)", count_unprobed)
+        )
     fast = getattr(interface, "_ffpa_attn_forward", None)
     if callable(fast):  # the CUDA backend's no-grad fast path: None when it declined the call
-        interface._ffpa_attn_forward = _counted(fast, "ffpa_attn_func (ffpa, CUDA backend fast path)", count_unprobed,
-                                                lambda result: result is not None)
+        interface._ffpa_attn_forward = _counted(
+            fast, "ffpa_attn_func (ffpa, CUDA backend fast path)", count_unprobed, lambda result: result is not None
+        )
 
 
 def watch(watcher, torch, say, count_unprobed):
     """count_unprobed(what): counts one call nanprov recognised but could not check."""
+
     def installed(interface):
         try:
             _install(torch, say, count_unprobed, interface)

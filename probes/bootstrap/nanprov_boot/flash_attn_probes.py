@@ -14,6 +14,7 @@ the call is still checked. Multi-latent attention (FA3/FA4 `qv`, or k is v at he
 kv-cache reads (`flash_attn_with_kvcache`: the cache's unused slots hold no data, so its K and V
 cannot be checked whole) are counted as unchecked attention instead.
 """
+
 import inspect
 
 from .bracket import run_bracketed
@@ -49,32 +50,75 @@ class Flavour:
 
 
 _FA2 = ("dropout_p", "window_size", "softcap", "alibi_slopes", "block_table")
-_FA3 = ("window_size", "softcap", "attention_chunk", "q_descale", "k_descale", "v_descale", "seqused_q",
-        "seqused_k", "page_table", "sink")
-_FA4 = ("softcap", "window_size", "score_mod", "mask_mod", "learnable_sink", "block_sparse_tensors", "page_table",
-        "seqused_q", "seqused_k", "gather_kv_indices")
+_FA3 = (
+    "window_size",
+    "softcap",
+    "attention_chunk",
+    "q_descale",
+    "k_descale",
+    "v_descale",
+    "seqused_q",
+    "seqused_k",
+    "page_table",
+    "sink",
+)
+_FA4 = (
+    "softcap",
+    "window_size",
+    "score_mod",
+    "mask_mod",
+    "learnable_sink",
+    "block_sparse_tensors",
+    "page_table",
+    "seqused_q",
+    "seqused_k",
+    "gather_kv_indices",
+)
 
 # module → its autograd functions, and the plain functions counted as unchecked.
 FLAVOURS = {
-    "flash_attn.flash_attn_interface": ([  # FlashAttention 2 (package flash-attn)
-        Flavour("FlashAttnFunc", "flash_attn_func", "fa2", 3, unmodelled=_FA2),
-        Flavour("FlashAttnVarlenFunc", "flash_attn_varlen_func", "fa2", 3, (5, 6), unmodelled=_FA2),
-        Flavour("FlashAttnQKVPackedFunc", "flash_attn_qkvpacked_func", "fa2", 3, inputs=("qkv",), unmodelled=_FA2),
-        Flavour("FlashAttnVarlenQKVPackedFunc", "flash_attn_varlen_qkvpacked_func", "fa2", 3, (5, 6),
-                inputs=("qkv",), unmodelled=_FA2),
-        Flavour("FlashAttnKVPackedFunc", "flash_attn_kvpacked_func", "fa2", 3, inputs=("q", "kv"), unmodelled=_FA2),
-        Flavour("FlashAttnVarlenKVPackedFunc", "flash_attn_varlen_kvpacked_func", "fa2", 3, (5, 6),
-                inputs=("q", "kv"), unmodelled=_FA2),
-    ], ("flash_attn_with_kvcache",)),
-    "flash_attn_interface": ([  # FlashAttention 3 (hopper/, module flash_attn_interface)
-        Flavour("FlashAttnFunc", "flash_attn_func", "fa3", 3, unmodelled=_FA3),
-        Flavour("FlashAttnVarlenFunc", "flash_attn_varlen_func", "fa3", 3, (5, 6), unmodelled=_FA3),
-        Flavour("FlashAttnQKVPackedFunc", "flash_attn_qkvpacked_func", "fa3", 3, inputs=("qkv",), unmodelled=_FA3),
-    ], ("flash_attn_with_kvcache",)),
-    "flash_attn.cute.interface": ([  # FlashAttention 4 (package flash-attn-4)
-        Flavour("FlashAttnFunc", "flash_attn_func", "fa4", 4, unmodelled=_FA4),
-        Flavour("FlashAttnVarlenFunc", "flash_attn_varlen_func", "fa4", 4, (11, 12), unmodelled=_FA4),
-    ], ()),
+    "flash_attn.flash_attn_interface": (
+        [  # FlashAttention 2 (package flash-attn)
+            Flavour("FlashAttnFunc", "flash_attn_func", "fa2", 3, unmodelled=_FA2),
+            Flavour("FlashAttnVarlenFunc", "flash_attn_varlen_func", "fa2", 3, (5, 6), unmodelled=_FA2),
+            Flavour("FlashAttnQKVPackedFunc", "flash_attn_qkvpacked_func", "fa2", 3, inputs=("qkv",), unmodelled=_FA2),
+            Flavour(
+                "FlashAttnVarlenQKVPackedFunc",
+                "flash_attn_varlen_qkvpacked_func",
+                "fa2",
+                3,
+                (5, 6),
+                inputs=("qkv",),
+                unmodelled=_FA2,
+            ),
+            Flavour("FlashAttnKVPackedFunc", "flash_attn_kvpacked_func", "fa2", 3, inputs=("q", "kv"), unmodelled=_FA2),
+            Flavour(
+                "FlashAttnVarlenKVPackedFunc",
+                "flash_attn_varlen_kvpacked_func",
+                "fa2",
+                3,
+                (5, 6),
+                inputs=("q", "kv"),
+                unmodelled=_FA2,
+            ),
+        ],
+        ("flash_attn_with_kvcache",),
+    ),
+    "flash_attn_interface": (
+        [  # FlashAttention 3 (hopper/, module flash_attn_interface)
+            Flavour("FlashAttnFunc", "flash_attn_func", "fa3", 3, unmodelled=_FA3),
+            Flavour("FlashAttnVarlenFunc", "flash_attn_varlen_func", "fa3", 3, (5, 6), unmodelled=_FA3),
+            Flavour("FlashAttnQKVPackedFunc", "flash_attn_qkvpacked_func", "fa3", 3, inputs=("qkv",), unmodelled=_FA3),
+        ],
+        ("flash_attn_with_kvcache",),
+    ),
+    "flash_attn.cute.interface": (
+        [  # FlashAttention 4 (package flash-attn-4)
+            Flavour("FlashAttnFunc", "flash_attn_func", "fa4", 4, unmodelled=_FA4),
+            Flavour("FlashAttnVarlenFunc", "flash_attn_varlen_func", "fa4", 4, (11, 12), unmodelled=_FA4),
+        ],
+        (),
+    ),
 }
 
 _NAMES = {"fa2": "FlashAttention 2", "fa3": "FlashAttention 3", "fa4": "FlashAttention-4"}
@@ -106,7 +150,9 @@ class _Wrapper:
     def _fail(self, e):
         if not self.failed:
             self.failed = True
-            self.say(f"{_NAMES[self.flavour.backend]} probe failed, its calls are not recorded: {type(e).__name__}: {e}")
+            self.say(
+                f"{_NAMES[self.flavour.backend]} probe failed, its calls are not recorded: {type(e).__name__}: {e}"
+            )
 
     def wrapped_forward(self, ctx, *args, **kwargs):
         torch, f = self.torch, self.flavour
@@ -122,8 +168,13 @@ class _Wrapper:
                 return self.forward(ctx, *args, **kwargs)
             layout = "thd" if f.saved_cu and a.get("cu_seqlens_q") is not None else "bshd"
             scale = a.get("softmax_scale")
-            plan = (None if scale is None else float(scale), bool(a.get("causal")), layout,
-                    a.get("cu_seqlens_q") if layout == "thd" else None, a.get("cu_seqlens_k") if layout == "thd" else None)
+            plan = (
+                None if scale is None else float(scale),
+                bool(a.get("causal")),
+                layout,
+                a.get("cu_seqlens_q") if layout == "thd" else None,
+                a.get("cu_seqlens_k") if layout == "thd" else None,
+            )
             note = _note(torch, f, a)
         except Exception as e:
             self._fail(e)
@@ -134,8 +185,13 @@ class _Wrapper:
             self.ops.record_call(q.detach(), k.detach(), v.detach(), out.detach(), None, *plan, f.op, f.backend, note)
             ctx._nanprov_plan = plan[:3]  # scale, causal, layout; cu_seqlens come back from saved_tensors
 
-        return run_bracketed(self.ops, lambda: self.ops.begin_call(q.detach(), None),
-                             lambda: self.forward(ctx, *args, **kwargs), record, self._fail)
+        return run_bracketed(
+            self.ops,
+            lambda: self.ops.begin_call(q.detach(), None),
+            lambda: self.forward(ctx, *args, **kwargs),
+            record,
+            self._fail,
+        )
 
     def wrapped_backward(self, ctx, dout, *rest):
         plan, f = getattr(ctx, "_nanprov_plan", None), self.flavour
@@ -155,8 +211,9 @@ class _Wrapper:
             dq, dk, dv = f.grads(grads)
             self.ops.record_backward(q, k, v, out, dout, dq, dk, dv, *plan, *cu, f.op, f.backend)
 
-        return run_bracketed(self.ops, lambda: self.ops.begin_call(q, out), lambda: self.backward(ctx, dout, *rest),
-                             record, self._fail)
+        return run_bracketed(
+            self.ops, lambda: self.ops.begin_call(q, out), lambda: self.backward(ctx, dout, *rest), record, self._fail
+        )
 
 
 def _count_instead(function, what, count_unprobed):
@@ -186,6 +243,7 @@ def _install(torch, say, count_unprobed, interface, classes, unchecked):
 def watch(watcher, torch, say, count_unprobed):
     """count_unprobed(what): counts one call nanprov recognised but could not check."""
     for module, (classes, unchecked) in FLAVOURS.items():
+
         def installed(interface, classes=classes, unchecked=unchecked):
             try:
                 _install(torch, say, count_unprobed, interface, classes, unchecked)

@@ -12,6 +12,7 @@ safetensors, in that same layout. Exit 0 when it ran; 3, with one
 line on stdout, when the package does not import here (the engine then names the captured backend
 the suspect); 1, with one line, when the call failed. Stdout carries only that line.
 """
+
 import importlib
 import sys
 
@@ -36,8 +37,10 @@ def _ffpa(tensors, scale, causal):
     from ffpa_attn import ffpa_attn_func
 
     def call(q, k, v):
-        return ffpa_attn_func(q, k, v, attn_mask=tensors.get("mask"), is_causal=causal, scale=scale,
-                              enable_gqa=q.shape[1] != k.shape[1])
+        return ffpa_attn_func(
+            q, k, v, attn_mask=tensors.get("mask"), is_causal=causal, scale=scale, enable_gqa=q.shape[1] != k.shape[1]
+        )
+
     return call
 
 
@@ -63,8 +66,12 @@ def rerun(capture, output, device):
     kwargs = {} if meta.get("backend") == "ffpa" else {"softmax_scale": scale, "causal": causal}
     if varlen:
         cu_q, cu_k = (tensors[n].to(device=device, dtype=torch.int32) for n in ("cu_seqlens_q", "cu_seqlens_k"))
-        kwargs.update(cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=int((cu_q[1:] - cu_q[:-1]).max()),
-                      max_seqlen_k=int((cu_k[1:] - cu_k[:-1]).max()))
+        kwargs.update(
+            cu_seqlens_q=cu_q,
+            cu_seqlens_k=cu_k,
+            max_seqlen_q=int((cu_q[1:] - cu_q[:-1]).max()),
+            max_seqlen_k=int((cu_k[1:] - cu_k[:-1]).max()),
+        )
     with torch.enable_grad():
         result = function(q, k, v, **kwargs)
         out = result[0] if isinstance(result, tuple) else result

@@ -1,5 +1,6 @@
 """Runs a callback right after a module finished importing: how the bootstrap waits for torch,
 and for the torch modules it hooks only when the training uses them."""
+
 import importlib.util
 import sys
 

@@ -6,6 +6,7 @@ store name (rank-0.sqlite) and the real rank 0 would train unrecorded. A launche
 no probes. A process is a launcher only by what it runs (its entry point, below) and only
 without RANK: a plain `python train.py` has neither and records as rank 0.
 """
+
 import os
 import sys
 

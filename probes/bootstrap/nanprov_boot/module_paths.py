@@ -1,5 +1,6 @@
 """Module paths of attention calls ("model.layers.3.self_attn") and parameter names, found from
 the Python stack, for the probes to name calls and the gradient sentinel to name parameters."""
+
 import ctypes
 import re
 import sys
@@ -8,7 +9,6 @@ import weakref
 
 from .module_tree import ModuleTree
 from .probe_library import Resolver
-
 
 # Attributes under which wrappers hold the user's module: torch.compile (`_orig_mod`), FSDP1 and
 # activation checkpointing's wrapper. They are not part of the model as the user wrote it.
@@ -65,9 +65,9 @@ class ModulePaths:
         self.tree = ModuleTree(torch, self._wrapper)
         self.roots = weakref.WeakKeyDictionary()  # outermost module -> {module -> path}
         self.prefixes = weakref.WeakKeyDictionary()  # outermost module -> the name it is known by
-        self.best = weakref.WeakKeyDictionary()   # module -> longest path seen
+        self.best = weakref.WeakKeyDictionary()  # module -> longest path seen
         self.parameters = {}  # id(parameter) -> (weakref, name): tensors compare elementwise
-        self.compiled = threading.local()         # stack of compiled graphs running
+        self.compiled = threading.local()  # stack of compiled graphs running
         self.not_modules = set()  # code objects whose `self` is not a module: never read again
         self.named_from_stack = False
 
@@ -79,7 +79,9 @@ class ModulePaths:
         table = self.roots.get(root)
         if table is None or inner not in table:  # first call, or modules were added since
             prefix = self.prefixes.get(root, "")
-            table = weakref.WeakKeyDictionary((m, _joined(prefix, clean_path(name))) for name, m in root.named_modules())
+            table = weakref.WeakKeyDictionary(
+                (m, _joined(prefix, clean_path(name))) for name, m in root.named_modules()
+            )
             self.roots[root] = table
             self._name_parameters(root, prefix)
         return table
@@ -111,7 +113,11 @@ class ModulePaths:
         held = self.tree.container_name(top, frame, holders)
         if held is not None:
             holder, name = held
-            prefix = name if holder is None else _joined(self._table(holder, self.tree.outermost(holder)).get(holder, ""), name)
+            prefix = (
+                name
+                if holder is None
+                else _joined(self._table(holder, self.tree.outermost(holder)).get(holder, ""), name)
+            )
         elif not running:
             models = self.tree.separate_models(frame, unwrapped) if models is None else models
             if len(models) > 1 and id(top) in models:

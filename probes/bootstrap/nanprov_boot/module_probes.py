@@ -1,10 +1,11 @@
 """`nanprov run --probe-module SPEC`: attention that runs as no op nanprov can wrap (hand-written
 softmax(Q K^T) V, or a library's own module) is checked at its module's boundary.
 
-SPEC is `PATTERN[:q=ARG,k=ARG,v=ARG]`, or a preset name (PRESETS). PATTERN is a shell glob over the module's class name, or,
-when it holds a '.', over its module path ("layers.*.attn"). ARG is a forward argument, by position
-(0 is the first after self) or by name; by default q=0, k=1, v=2, and a missing k or v is the one
-before it (self-attention modules take one x). O is the forward's output, or its first element.
+SPEC is `PATTERN[:q=ARG,k=ARG,v=ARG]`, or a preset name (PRESETS). PATTERN is a shell glob over
+the module's class name, or, when it holds a '.', over its module path ("layers.*.attn"). ARG is a
+forward argument, by position (0 is the first after self) or by name; by default q=0, k=1, v=2, and
+a missing k or v is the one before it (self-attention modules take one x). O is the forward's
+output, or its first element.
 
 A forward pre-hook on each matching module opens the call (torch.ops.nanprov.begin_call: named, its
 kernels traced from here) and a forward hook records it after it ran (record_call): checked, named
@@ -19,11 +20,11 @@ module inside which nanprov checked an attention call (SDPA, or softmax(q kᵀ) 
 ops, which nanprov checks by default) records nothing of its own: that call was recorded with its
 real Q, K and V, where the module's arguments may be its hidden states.
 """
+
 import fnmatch
 import inspect
 import os
 import weakref
-
 
 # Presets for attention modules of libraries nanprov knows the call signature of. Each assumes:
 #   te: TransformerEngine's DotProductAttention.forward(query_layer, key_layer, value_layer, ...);
@@ -78,8 +79,24 @@ def watch_backward(ops, op, q, k, v, o, backend="module", scale=None, mask=None,
         if name == "dO":
             ops.begin_call(fwd["Q"], fwd["O"])
         if "dO" in grads and expected <= grads.keys():
-            ops.record_backward(fwd["Q"], fwd["K"], fwd["V"], fwd["O"], grads["dO"], grads.get("dQ"),
-                                grads.get("dK"), grads.get("dV"), scale, False, "bhsd", None, None, op, backend, mask)
+            ops.record_backward(
+                fwd["Q"],
+                fwd["K"],
+                fwd["V"],
+                fwd["O"],
+                grads["dO"],
+                grads.get("dQ"),
+                grads.get("dK"),
+                grads.get("dV"),
+                scale,
+                False,
+                "bhsd",
+                None,
+                None,
+                op,
+                backend,
+                mask,
+            )
 
     o.register_hook(lambda g: arrived("dO", g))
     for name, t in inputs:
@@ -145,11 +162,26 @@ def install(torch, modules, say):
                     ops.abandon_call()
                     if not getattr(hook, "warned", False):
                         hook.warned = True
-                        say(f"--probe-module '{spec.text}': {op} did not give tensors for Q, K, V and O; "
-                            f"name its arguments, e.g. '{spec.pattern}:q=query,k=key,v=value'")
+                        say(
+                            f"--probe-module '{spec.text}': {op} did not give tensors for Q, K, V and O; "
+                            f"name its arguments, e.g. '{spec.pattern}:q=query,k=key,v=value'"
+                        )
                     return
-                ops.record_call(q.detach(), k.detach(), v.detach(), o.detach(), None, None, False, "bhsd", None, None,
-                                op, "module", "")
+                ops.record_call(
+                    q.detach(),
+                    k.detach(),
+                    v.detach(),
+                    o.detach(),
+                    None,
+                    None,
+                    False,
+                    "bhsd",
+                    None,
+                    None,
+                    op,
+                    "module",
+                    "",
+                )
                 if torch.is_grad_enabled() and o.requires_grad:
                     watch_backward(ops, op, q, k, v, o)
             except Exception as e:  # never let the probe reach the training
@@ -191,7 +223,9 @@ def install(torch, modules, say):
             return
         for spec in specs:
             if not spec.matched:
-                say(f"--probe-module '{spec.text}' matched no module that ran eagerly: nothing was checked for it "
-                    "(modules inside torch.compile'd code run no hooks of nanprov's)")
+                say(
+                    f"--probe-module '{spec.text}' matched no module that ran eagerly: nothing was checked for it "
+                    "(modules inside torch.compile'd code run no hooks of nanprov's)"
+                )
 
     return unmatched

@@ -13,6 +13,7 @@ trainable parameters (a stem, a bare nn.ModuleList of blocks and a head, each a 
 loop), each is named by the variable that holds it, so that no two parameters or layers share a
 name.
 """
+
 import weakref
 
 # Frames read looking for the training's variables: the loop is a few frames above any module.
@@ -78,8 +79,9 @@ class ModuleTree:
         """A module's method, or a closure over its `self` (Module._call_impl's `inner` with hooks)."""
         code = frame.f_code
         local = frame.f_locals
-        return (bool(code.co_argcount) and isinstance(local.get(code.co_varnames[0]), self.module_type)) or \
-            isinstance(local.get("self"), self.module_type)
+        return (bool(code.co_argcount) and isinstance(local.get(code.co_varnames[0]), self.module_type)) or isinstance(
+            local.get("self"), self.module_type
+        )
 
     def separate_models(self, frame, unwrapped):
         """{id(outermost module): variable name} for each separate module with trainable parameters

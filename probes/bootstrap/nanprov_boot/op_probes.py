@@ -10,6 +10,7 @@ fills), else the op's first result. Libraries define their ops when imported, af
 whose op is not registered yet is retried after every torch.library definition, and said at exit
 if it never appeared.
 """
+
 import os
 import re
 
@@ -30,7 +31,7 @@ def install(torch, lib, say):
         return None
 
     def retry():
-        for name, (text, roles, backend) in list(pending.items()):
+        for name, (_text, roles, backend) in list(pending.items()):
             try:
                 said = lib.nanprov_probe_op(name.encode(), roles.encode(), backend.encode()).decode(errors="replace")
             except Exception as e:  # never reaches the training
@@ -50,6 +51,7 @@ def install(torch, lib, say):
                 if pending:
                     retry()
                 return result
+
             return wrapped
 
         library.define = after(library.define)

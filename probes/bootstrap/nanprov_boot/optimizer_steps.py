@@ -1,4 +1,5 @@
 """What only Python knows about steps: when an optimizer stepped, and which gradients it applied."""
+
 import importlib
 import os
 import sys

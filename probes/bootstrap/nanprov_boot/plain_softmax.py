@@ -17,6 +17,7 @@ backward from tensor hooks) with backend `plain_softmax`, which replay reruns as
 
 Everything here only reads: each wrapper returns exactly what the wrapped function returned.
 """
+
 import inspect
 import threading
 
@@ -58,7 +59,7 @@ def install_mha(torch, say, count_unprobed):
     signature = inspect.signature(original)
     linear = F.linear
     here = threading.local()  # active on this thread while a probed call runs
-    swapped = [0]             # calls running with `linear` swapped, over all threads
+    swapped = [0]  # calls running with `linear` swapped, over all threads
     fail = _Failures(say, "nn.MultiheadAttention")
 
     def keep_projection(helper):
@@ -67,6 +68,7 @@ def install_mha(torch, say, count_unprobed):
             if getattr(here, "active", False):
                 here.projected = result
             return result
+
         return projected
 
     def reading_linear(input, weight, bias=None):
@@ -100,8 +102,23 @@ def install_mha(torch, say, count_unprobed):
         op = "multi_head_attention_forward"
         # MHA applies its dropout only in training (known issues need dropout on, or off).
         dropout = float(a["dropout_p"]) if a["training"] else 0.0
-        ops.record_call(view(q.detach(), "Q"), view(k.detach(), "K"), view(v.detach(), "V"), view(o.detach(), "O"),
-                        None, None, False, "bhsd", None, None, op, "plain_softmax", "", mask, dropout_p=dropout)
+        ops.record_call(
+            view(q.detach(), "Q"),
+            view(k.detach(), "K"),
+            view(v.detach(), "V"),
+            view(o.detach(), "O"),
+            None,
+            None,
+            False,
+            "bhsd",
+            None,
+            None,
+            op,
+            "plain_softmax",
+            "",
+            mask,
+            dropout_p=dropout,
+        )
         if torch.is_grad_enabled() and o.requires_grad:
             module_probes.watch_backward(ops, op, q, k, v, o, "plain_softmax", None, mask, view)
 
@@ -141,8 +158,13 @@ def install_mha(torch, say, count_unprobed):
         except Exception as e:
             fail(e)
             return original(*args, **kwargs)
-        return run_bracketed(ops, lambda: ops.begin_call(a["query"].detach(), None),
-                             lambda: call_reading_projections(args, kwargs), lambda result: record_seen(a), fail)
+        return run_bracketed(
+            ops,
+            lambda: ops.begin_call(a["query"].detach(), None),
+            lambda: call_reading_projections(args, kwargs),
+            lambda result: record_seen(a),
+            fail,
+        )
 
     multi_head_attention_forward.__wrapped__ = original
     F.multi_head_attention_forward = multi_head_attention_forward
@@ -178,11 +200,36 @@ def install_hf_eager(torch, say, modeling_utils):
                 dropout = kwargs.get("dropout", args[1] if len(args) > 1 else 0.0)
                 dropout = float(dropout or 0.0) if getattr(module, "training", False) else 0.0
                 op = "eager_attention_forward"
-                ops.record_call(query.detach(), key.detach(), value.detach(), out.detach().transpose(1, 2), None, scale,
-                                False, "bhsd", None, None, op, "plain_softmax", note, mask, dropout_p=dropout)
+                ops.record_call(
+                    query.detach(),
+                    key.detach(),
+                    value.detach(),
+                    out.detach().transpose(1, 2),
+                    None,
+                    scale,
+                    False,
+                    "bhsd",
+                    None,
+                    None,
+                    op,
+                    "plain_softmax",
+                    note,
+                    mask,
+                    dropout_p=dropout,
+                )
                 if torch.is_grad_enabled() and out.requires_grad:
-                    module_probes.watch_backward(ops, op, query, key, value, out, "plain_softmax", scale, mask,
-                                                 lambda t, role: t.transpose(1, 2) if role == "O" else t)
+                    module_probes.watch_backward(
+                        ops,
+                        op,
+                        query,
+                        key,
+                        value,
+                        out,
+                        "plain_softmax",
+                        scale,
+                        mask,
+                        lambda t, role: t.transpose(1, 2) if role == "O" else t,
+                    )
 
             return run_bracketed(ops, lambda: ops.begin_call(query.detach(), None), call, record, fail)
 

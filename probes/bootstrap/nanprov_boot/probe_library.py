@@ -4,6 +4,7 @@ One table, checked against probes/libtorch/c_abi.h by tests/probes/abi_table_tes
 added to one side only, or a type changed on one side only, fails that test instead of
 corrupting a training process's stack.
 """
+
 import ctypes
 
 # int resolve(char* buffer, size_t capacity): writes the current module path, returns its length.

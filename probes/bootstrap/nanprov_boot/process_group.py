@@ -7,6 +7,7 @@ Lightning, accelerate), so the probes learn the rank there, from the group itsel
 (nanprov_process_group). A group made some other way is found at the next optimizer step, before
 the probes settle on the environment's guess. A DeviceMesh's coordinates go beside the rank.
 """
+
 import os
 
 _LOCAL_RANK_VARIABLES = ("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID")

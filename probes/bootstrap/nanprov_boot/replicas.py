@@ -12,6 +12,7 @@ ranks:
   from the parameter when the optimizer's parameters are handed over, not per step.
 A DTensor sharded along every dimension it spans (plain FSDP2) is replicated nowhere: never named.
 """
+
 import functools
 
 

@@ -7,6 +7,7 @@ Cheap on purpose: package metadata and torch attributes, one read of /proc/self/
 `ptxas --version` when Triton ships one. Nothing is imported that the training has not imported
 (importing triton costs about a second). A fact that cannot be read is left out, never guessed.
 """
+
 import importlib.metadata
 import importlib.util
 import os

@@ -17,6 +17,7 @@ into the backward graph AOTAutograd compiles for it. The store's meta says a com
 (trail_compiled), and whether its modules' backward was checked (trail_compiled_backward), so the
 report can say so.
 """
+
 import inspect
 import os
 import sys
@@ -141,7 +142,10 @@ def install(torch, lib, modules, say):
         try:
             op(n)
         except Exception as exc:  # never reaches the training
-            say_once("enter", f"--trail: attention-like modules are not watched ({type(exc).__name__}: {exc}); training continues")
+            say_once(
+                "enter",
+                f"--trail: attention-like modules are not watched ({type(exc).__name__}: {exc}); training continues",
+            )
         return None
 
     def hook(module, args, kwargs, output):
