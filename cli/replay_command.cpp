@@ -14,7 +14,9 @@
 #include "cli/build_info.h"
 #include "cli/install_layout.h"
 #include "cli/commands.h"
+#include "report/build_report.h"
 #include "report/edges.h"
+#include "report/run_verdict.h"
 #include "replay/backend_names.h"
 #include "replay/engine_request.h"
 #include "store/capture_file.h"
@@ -38,8 +40,10 @@ struct Options {
   std::string python = installLayout().python;
 };
 
-// What a run directory gives replay: the capture of its first source edge, or, when attention
-// made no non-finite value, why there is nothing to replay (not an error: the answer is elsewhere).
+// What a run directory gives replay: the capture of its first source edge; when no value went
+// non-finite, the capture of the audit's first finding (a finite, silent-wrong call), as
+// `nanprov verdict` replays it; else why there is nothing to replay (not an error: the answer is
+// elsewhere).
 struct RunCapture {
   std::string path;
   std::string nothing;
@@ -49,7 +53,14 @@ StatusOr<RunCapture> captureOfRun(const RunDirs& dirs) {
   NANPROV_ASSIGN_OR_RETURN(auto run, loadRun(dirs, RunScope::kEdges));
   Findings f = analyze(run);
   if (!f.first_source) {
-    if (!f.first) return RunCapture{.nothing = "no attention call in " + run.dir + " met a non-finite value; see nanprov report"};
+    if (!f.first) {
+      NANPROV_ASSIGN_OR_RETURN(Report report, buildReport(run, f));
+      if (std::optional<ReplayTarget> audited = replayTargetOf(report)) {
+        if (audited->capture.empty()) return Status::Error(audited->why);
+        return RunCapture{.path = audited->capture};
+      }
+      return RunCapture{.nothing = "no attention call in " + run.dir + " met a non-finite value; see nanprov report"};
+    }
     const std::string trail = run.trailOn() ? "nanprov report names the module that made it"
                                              : "run again with nanprov run --trail to name the module that made it";
     return RunCapture{.nothing = "attention received the non-finite values (" + callName(run.calls[*f.first]) +
@@ -169,7 +180,8 @@ void addReplayCommand(CLI::App& app, int* exit_code) {
       "With --audit: exit 0 the run's outputs are ok, 1 a finding, 3 not auditable (why is printed);\n"
       "the judgement is kept next to the capture (CAPTURE.audit.json) for nanprov report.");
   cmd->add_option("capture", opts->targets,
-                  "A capture file, or a run directory for its first source edge's capture (default: the newest run); "
+                  "A capture file, or a run directory for its first source edge's capture, or where no value went "
+                  "non-finite its audit's first finding's (default: the newest run); "
                   "several directories of one multi-node job are read as one run")
       ->expected(0, -1);
   cmd->add_option("--backends", opts->backends,

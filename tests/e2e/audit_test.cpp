@@ -226,6 +226,10 @@ TEST(Audit, AMaskValueArrivingMidRunIsJudgedAtItsStep) {
   Result replay = sh(nanprov() + " replay " + (*first)["capture"].get<std::string>() + " 2>&1");
   EXPECT_NE(replay.out.find("the audit judged this call because its conditions changed: the mask's largest |x| went from 0 to "
                             "3e+04 at step 5"), std::string::npos) << replay.out;
+  // No value went non-finite: the run directory replays the audit's first finding, as verdict does.
+  Result by_run = sh(nanprov() + " replay " + r.dir.string() + " 2>&1");
+  EXPECT_EQ(by_run.out.find("nothing to replay"), std::string::npos) << by_run.out;
+  EXPECT_NE(by_run.out.find("the audit judged this call because its conditions changed"), std::string::npos) << by_run.out;
 
   // The same run without the fault: no finding, and the new regime judged once per phase, not at
   // every step.
