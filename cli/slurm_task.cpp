@@ -6,7 +6,6 @@
 
 #include "base/env.h"
 #include "base/text.h"
-#include "store/rank_store.h"
 #include "store/run_dir.h"
 #include "store/run_file.h"
 #include "store/task_run_files.h"
@@ -45,7 +44,7 @@ std::string slurmJobOfThisProcess() {
 
 Status joinRunDir(const std::string& dir, const SlurmTask& task, const nlohmann::json& doc) {
   const std::string taken = dir + " already holds a run; pick a new --out (or remove the directory)";
-  if (isRunDir(dir) && taskRunFilePaths(dir).empty()) return Status::Error(taken);
+  if (holdsRunFile(dir) && taskRunFilePaths(dir).empty()) return Status::Error(taken);
   const TaskStates siblings = taskStates(dir);
   for (const auto& [other, job] : siblings.job) {
     if (job.empty()) return Status::Error(dir + "/" + taskRunFileName(other) + " is damaged; pick a new --out (or remove the directory)");

@@ -614,8 +614,8 @@ std::string factsSection(const Report& report, const PageSources& sources) {
   out += "</table>\n<h3>Ranks</h3>\n<table class=\"list ranks\"><tr><th>rank</th><th>host</th><th>world size</th><th>steps</th>"
          "<th>calls stored</th><th>store</th></tr>\n";
   for (const RankOverview& r : run.ranks) {
-    auto meta = [&](const char* key) { auto it = r.meta.find(key); return it == r.meta.end() ? std::string("&ndash;") : shown(it->second); };
-    out += "<tr><td>" + std::to_string(r.rank) + "</td><td>" + meta("host") + "</td><td>" + meta("world_size") + "</td><td>" +
+    auto said = [](const std::optional<std::string>& text) { return text ? shown(*text) : std::string("&ndash;"); };
+    out += "<tr><td>" + std::to_string(r.rank) + "</td><td>" + said(r.host) + "</td><td>" + said(r.world_size) + "</td><td>" +
            std::to_string(r.steps) + "</td><td>" + std::to_string(r.calls_stored) + "</td><td class=\"mono\">" + shown(r.store) +
            "</td></tr>\n";
   }

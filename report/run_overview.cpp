@@ -4,6 +4,7 @@
 
 #include "report/first_module.h"
 #include "store/job.h"
+#include "store/meta_values.h"
 #include "store/process_notes.h"
 #include "store/reader.h"
 
@@ -34,7 +35,12 @@ RunOverview runOverviewOf(const RunData& run) {
              .signal = run.settings.signal};
   for (const RankInfo& r : run.ranks) {
     f.steps = std::max(f.steps, r.steps);
-    f.ranks.push_back({.rank = r.rank, .store = r.path, .steps = r.steps, .calls_stored = r.calls_stored, .meta = r.meta, .device = r.device});
+    auto said = [&](const char* key) {
+      const std::string* text = metaText(r.meta, key);
+      return text ? std::optional<std::string>(*text) : std::nullopt;
+    };
+    f.ranks.push_back({.rank = r.rank, .store = r.path, .steps = r.steps, .calls_stored = r.calls_stored, .meta = r.meta,
+                       .device = r.device, .host = said(kMetaHost), .world_size = said("world_size")});
   }
   if (f.ranks.empty()) {
     // No store: the processes' notes say which ranks ran (a run that checked nothing is not "0 ranks").

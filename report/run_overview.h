@@ -23,8 +23,10 @@ struct RankOverview {
   std::string store;                        // its store file
   int64_t steps = 0;                        // step boundaries recorded
   int64_t calls_stored = 0;                 // call rows the store holds
-  std::map<std::string, std::string> meta;  // the store's meta table
+  std::map<std::string, std::string> meta;  // the store's meta table, for the JSON (values as stored)
   DeviceIdentity device;                    // its host and GPU, as the probes described them
+  // Its meta's host and world size, as stored (the page's ranks table); nullopt where it has none.
+  std::optional<std::string> host, world_size;
 };
 
 struct RunOverview {

@@ -42,6 +42,8 @@ void escape(RunOverview& run) {
   for (RankOverview& r : run.ranks) {
     escape(r.store);
     escape(r.device);
+    escape(r.host);
+    escape(r.world_size);
     std::map<std::string, std::string> meta;
     for (const auto& [key, value] : r.meta) meta.emplace(printable(key), printable(value));
     r.meta = std::move(meta);

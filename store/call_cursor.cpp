@@ -62,28 +62,27 @@ StatusOr<CallCursor> CallCursor::open(sqlite3* db, const std::string& path, cons
   // and those before dropout was recorded no `dropout_p` (nothing said it).
   const bool has_modified = sqlite::hasColumn(db, "calls", "modified");
   const bool has_dropout = sqlite::hasColumn(db, "calls", "dropout_p");
-  auto calls = sqlite::prepare(db,
+  NANPROV_ASSIGN_OR_RETURN(sqlite::Stmt calls, orNotAStore(path, sqlite::prepare(db,
       "SELECT c.seq,c.rank,c.step,c.layer,c.call,c.phase,IFNULL(c.fwd_seq,-1),s.op,s.backend,IFNULL(s.module,''),"
       "c.start_ns,c.end_ns,IFNULL(c.injected,''),s.device,IFNULL(n.text,''),c.recompute,c.health,c.max_abs,s.tensors,"
       "c.detail,c.sig," + std::string(has_modified ? "IFNULL(c.modified,'')" : "''") + "," +
       (has_dropout ? "c.dropout_p" : "NULL") + " "
       "FROM calls c JOIN signatures s ON s.id = c.sig LEFT JOIN notes n ON n.id = c.note" + where +
-      (filter.by_time ? " ORDER BY c.step, c.start_ns, c.seq" : " ORDER BY c.seq"));
-  if (!calls.ok()) return notAStore(path, calls.status().message());
+      (filter.by_time ? " ORDER BY c.step, c.start_ns, c.seq" : " ORDER BY c.seq"))));
   int i = 1;
   for (const auto& arg : filter.args) {
     if (const int64_t* n = std::get_if<int64_t>(&arg)) {
-      sqlite3_bind_int64(calls->get(), i++, *n);
+      sqlite3_bind_int64(calls.get(), i++, *n);
     } else {
       const std::string& text = std::get<std::string>(arg);
-      sqlite3_bind_text(calls->get(), i++, text.c_str(), static_cast<int>(text.size()), SQLITE_TRANSIENT);
+      sqlite3_bind_text(calls.get(), i++, text.c_str(), static_cast<int>(text.size()), SQLITE_TRANSIENT);
     }
   }
-  auto tensors = sqlite::prepare(db,
+  // rowid keeps the probes' role order.
+  NANPROV_ASSIGN_OR_RETURN(sqlite::Stmt tensors, orNotAStore(path, sqlite::prepare(db,
       "SELECT role,dtype,shape,numel,nan,posinf,neginf,max_abs,all_zero,IFNULL(masked_rows,-1) FROM tensors "
-      "WHERE seq = ? ORDER BY rowid");  // rowid keeps the probes' role order
-  if (!tensors.ok()) return notAStore(path, tensors.status().message());
-  return CallCursor(db, path, std::move(*calls), std::move(*tensors));
+      "WHERE seq = ? ORDER BY rowid")));
+  return CallCursor(db, path, std::move(calls), std::move(tensors));
 }
 
 Status CallCursor::readTensorRows(CallRecord* call) {

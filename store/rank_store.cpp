@@ -58,19 +58,17 @@ StatusOr<sqlite::Db> openRankStore(const std::string& path, RankInfo* info) {
     return Status::Error(path + ": permission denied; make it readable (chmod u+r) or read the run as its owner");
   }
   if (std::filesystem::file_size(path, ec) == 0 && !ec) return notAStore(path, "empty file");
-  auto db = sqlite::open(path, sqlite::Mode::kReadOnly);
-  if (!db.ok()) return notAStore(path, db.status().message());
+  NANPROV_ASSIGN_OR_RETURN(sqlite::Db db, orNotAStore(path, sqlite::open(path, sqlite::Mode::kReadOnly)));
   // Views, virtual tables and generated columns run a query of the file's choosing on every
   // read (an endless recursive view hangs every reader): nanprov's tables are plain tables.
-  auto shape = sqlite::prepare(db->get(),
+  NANPROV_ASSIGN_OR_RETURN(sqlite::Stmt shape, orNotAStore(path, sqlite::prepare(db.get(),
       "SELECT name, type FROM sqlite_master WHERE name IN " + std::string(kTableList) +
-      " AND (type != 'table' OR sql LIKE 'CREATE VIRTUAL%' OR EXISTS (SELECT 1 FROM pragma_table_xinfo(name) WHERE hidden > 1))");
-  if (!shape.ok()) return notAStore(path, shape.status().message());
-  if (sqlite3_step(shape->get()) == SQLITE_ROW) {
-    return notAStore(path, "its " + columnText(shape->get(), 0) + " is a " + columnText(shape->get(), 1) +
+      " AND (type != 'table' OR sql LIKE 'CREATE VIRTUAL%' OR EXISTS (SELECT 1 FROM pragma_table_xinfo(name) WHERE hidden > 1))")));
+  if (sqlite3_step(shape.get()) == SQLITE_ROW) {
+    return notAStore(path, "its " + columnText(shape.get(), 0) + " is a " + columnText(shape.get(), 1) +
                                " whose rows are computed, not a plain table");
   }
-  NANPROV_RETURN_IF_ERROR(sqlite::eachRowOf(db->get(), path, "SELECT key, value FROM meta", [info](sqlite3_stmt* s) {
+  NANPROV_RETURN_IF_ERROR(sqlite::eachRowOf(db.get(), path, "SELECT key, value FROM meta", [info](sqlite3_stmt* s) {
     info->meta[columnText(s, 0)] = columnText(s, 1);
     return Status::Ok();
   }));

@@ -14,6 +14,15 @@ namespace nanprov {
 // "<path>: not a readable nanprov store (<why>); the file is damaged or was not written by nanprov".
 Status notAStore(const std::string& path, const std::string& why);
 
+// `result` as it is, or where it failed, `path`'s notAStore with its message: a query a store
+// cannot answer (a table or column it lacks, a damaged page) says so in the one way.
+//   NANPROV_ASSIGN_OR_RETURN(sqlite::Stmt st, orNotAStore(path, sqlite::prepare(db, sql)));
+template <class T>
+StatusOr<T> orNotAStore(const std::string& path, StatusOr<T> result) {
+  if (!result.ok()) return notAStore(path, result.status().message());
+  return result;
+}
+
 // A text column, "" for NULL.
 std::string columnText(sqlite3_stmt* s, int i);
 

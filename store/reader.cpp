@@ -67,8 +67,9 @@ StatusOr<std::optional<int64_t>> previousForward(sqlite3* db, int64_t seq, int64
 Status loadEdges(sqlite3* db, const std::string& path, RunData* run, std::vector<int64_t>* loaded) {
   std::vector<int64_t> seqs;
   auto add = [&](StatusOr<std::optional<int64_t>> found) {
-    if (found.ok() && *found) seqs.push_back(**found);
-    return found.ok() ? Status::Ok() : notAStore(path, found.status().message());
+    NANPROV_ASSIGN_OR_RETURN(std::optional<int64_t> seq, orNotAStore(path, std::move(found)));
+    if (seq) seqs.push_back(*seq);
+    return Status::Ok();
   };
   const std::string by_time = " ORDER BY step, start_ns, seq LIMIT 1";
   NANPROV_RETURN_IF_ERROR(add(queryInteger(db, "SELECT seq FROM calls WHERE health != 0" + by_time, {})));
@@ -79,11 +80,10 @@ Status loadEdges(sqlite3* db, const std::string& path, RunData* run, std::vector
     if (!step.ok() || !*step) return notAStore(path, "a call vanished while it was read");
     NANPROV_RETURN_IF_ERROR(add(previousForward(db, seq, **step)));
     // Only the traced calls (the kernels table's) are candidates: a few steps' worth, looked up by seq.
-    auto untraced_cuda = queryInteger(db,
+    NANPROV_ASSIGN_OR_RETURN(std::optional<int64_t> untraced_cuda, orNotAStore(path, queryInteger(db,
         "SELECT c.seq FROM calls c JOIN signatures s ON s.id = c.sig WHERE c.seq = ? AND s.device != 'cpu' "
-        "AND NOT EXISTS (SELECT 1 FROM kernels WHERE kernels.seq = c.seq)", {seq});
-    if (!untraced_cuda.ok()) return notAStore(path, untraced_cuda.status().message());
-    if (!*untraced_cuda) continue;
+        "AND NOT EXISTS (SELECT 1 FROM kernels WHERE kernels.seq = c.seq)", {seq})));
+    if (!untraced_cuda) continue;
     NANPROV_RETURN_IF_ERROR(add(queryInteger(db,
         "SELECT d.seq FROM calls d, calls c WHERE c.seq = ? AND d.seq IN (SELECT DISTINCT seq FROM kernels) "
         "AND d.sig = c.sig AND d.layer = c.layer AND d.phase = c.phase ORDER BY d.seq DESC LIMIT 1", {seq})));
@@ -92,12 +92,12 @@ Status loadEdges(sqlite3* db, const std::string& path, RunData* run, std::vector
   seqs.erase(std::unique(seqs.begin(), seqs.end()), seqs.end());
   if (!seqs.empty()) NANPROV_RETURN_IF_ERROR(loadCalls(db, path, CallFilter::of(seqs), &run->calls));
   *loaded = seqs;
-  auto count = queryInteger(db, "SELECT COUNT(*) FROM calls WHERE health != 0", {});
-  if (!count.ok()) return notAStore(path, count.status().message());
-  run->not_clean.calls += **count;
-  auto layers = sqlite::prepare(db, "SELECT DISTINCT layer FROM calls WHERE health != 0");
-  if (!layers.ok()) return notAStore(path, layers.status().message());
-  while (sqlite3_step(layers->get()) == SQLITE_ROW) run->not_clean.layers.insert(sqlite3_column_int64(layers->get(), 0));
+  NANPROV_ASSIGN_OR_RETURN(std::optional<int64_t> count,
+                           orNotAStore(path, queryInteger(db, "SELECT COUNT(*) FROM calls WHERE health != 0", {})));
+  run->not_clean.calls += *count;
+  NANPROV_ASSIGN_OR_RETURN(sqlite::Stmt layers,
+                           orNotAStore(path, sqlite::prepare(db, "SELECT DISTINCT layer FROM calls WHERE health != 0")));
+  while (sqlite3_step(layers.get()) == SQLITE_ROW) run->not_clean.layers.insert(sqlite3_column_int64(layers.get(), 0));
   return Status::Ok();
 }
 
@@ -221,10 +221,10 @@ int64_t countRows(sqlite3* db, const char* table) {
 // A store whose writes failed: its steps are at least those its calls and summaries reached (a
 // call at step s ran after s steps ended), though the rows of the batches lost are gone.
 Status countStepsReached(sqlite3* db, const std::string& path, RankInfo* info) {
-  auto reached = queryInteger(db, "SELECT MAX(s) FROM (SELECT MAX(step) AS s FROM calls UNION ALL "
-                                  "SELECT MAX(last_step) + 1 FROM step_summaries)", {});
-  if (!reached.ok()) return notAStore(path, reached.status().message());
-  if (*reached) info->steps = std::max(info->steps, **reached);
+  NANPROV_ASSIGN_OR_RETURN(std::optional<int64_t> reached,
+                           orNotAStore(path, queryInteger(db, "SELECT MAX(s) FROM (SELECT MAX(step) AS s FROM calls UNION ALL "
+                                                              "SELECT MAX(last_step) + 1 FROM step_summaries)", {})));
+  if (reached) info->steps = std::max(info->steps, *reached);
   return Status::Ok();
 }
 
@@ -262,11 +262,11 @@ Status countSummarisedNotClean(sqlite3* db, const std::string& path, const RankI
 Status loadSummarisedStretches(sqlite3* db, const std::string& path, int64_t first, int64_t last,
                                std::vector<SummarisedStretch>* out) {
   if (!sqlite::hasTable(db, "step_summaries")) return Status::Ok();
-  auto rows = sqlite::prepare(db, "SELECT step, last_step, SUM(calls), SUM(not_clean) FROM step_summaries "
-                                  "WHERE last_step >= ? AND step <= ? GROUP BY step, last_step ORDER BY step");
-  if (!rows.ok()) return notAStore(path, rows.status().message());
-  sqlite::bindRow(rows->get(), first, last);
-  return sqlite::eachRow(db, rows->get(), path, [&](sqlite3_stmt* s) {
+  NANPROV_ASSIGN_OR_RETURN(sqlite::Stmt rows,
+                           orNotAStore(path, sqlite::prepare(db, "SELECT step, last_step, SUM(calls), SUM(not_clean) FROM step_summaries "
+                                                                 "WHERE last_step >= ? AND step <= ? GROUP BY step, last_step ORDER BY step")));
+  sqlite::bindRow(rows.get(), first, last);
+  return sqlite::eachRow(db, rows.get(), path, [&](sqlite3_stmt* s) {
     SummarisedStretch row;
     sqlite::readRow(s, 0, row.first_step, row.last_step, row.calls, row.not_clean);
     if (!out->empty() && row.first_step <= out->back().last_step + 1) {

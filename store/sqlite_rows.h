@@ -78,9 +78,8 @@ Status eachRow(sqlite3* db, sqlite3_stmt* s, const std::string& path, Row&& row)
 // column the file lacks) is `path`'s "not a readable nanprov store" too.
 template <class Row>
 Status eachRowOf(sqlite3* db, const std::string& path, const std::string& sql, Row&& row) {
-  auto st = prepare(db, sql);
-  if (!st.ok()) return notAStore(path, st.status().message());
-  return eachRow(db, st->get(), path, std::forward<Row>(row));
+  NANPROV_ASSIGN_OR_RETURN(Stmt st, orNotAStore(path, prepare(db, sql)));
+  return eachRow(db, st.get(), path, std::forward<Row>(row));
 }
 
 }  // namespace nanprov::sqlite

@@ -61,6 +61,16 @@ TEST(ReportHtml, RendersTheModelAndThePagesSources) {
   EXPECT_NE(page.find("<tr><th>cuDNN</th><td>9.10.0</td></tr>"), std::string::npos);
   EXPECT_NE(page.find("<code>python train.py</code>"), std::string::npos);
   EXPECT_NE(page.find("exited with code 0"), std::string::npos);
+  EXPECT_NE(page.find("<tr><td>0</td><td>vm</td><td>1</td><td>6</td><td>24</td>"), std::string::npos);
+}
+
+// A rank's host and world size are shown as its store says them, a dash where it says none.
+TEST(ReportHtml, RanksSayTheirHostAndWorldSizeAsStored) {
+  Report r = edgeReport();
+  r.run.ranks[0].host = "node<1>";
+  r.run.ranks[0].world_size.reset();
+  const std::string page = reportHtml(r);
+  EXPECT_NE(page.find("<tr><td>0</td><td>node&lt;1&gt;</td><td>&ndash;</td>"), std::string::npos);
 }
 
 // A text from the store is text on the page, whatever it holds.

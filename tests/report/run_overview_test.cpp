@@ -38,6 +38,9 @@ TEST(RunOverview, SayWhatTheStoresAndRunFileSay) {
   ASSERT_EQ(f.ranks.size(), 2u);
   EXPECT_EQ(f.ranks[1].store, "elsewhere/rank-2.sqlite");
   EXPECT_EQ(f.ranks[1].meta.at("host"), "node1");
+  EXPECT_EQ(f.ranks[1].host, "node1");
+  EXPECT_EQ(f.ranks[1].world_size, "4");
+  EXPECT_EQ(f.ranks[0].world_size, "1");
   EXPECT_TRUE(f.run_file_readable);
   EXPECT_EQ(f.signal, "SIGKILL");
   EXPECT_EQ(f.command, (std::vector<std::string>{"python", "train.py"}));

@@ -12,7 +12,7 @@ namespace nanprov::synthetic {
 inline RunOverview facts(int64_t calls = 24, int64_t steps = 6) {
   return RunOverview{.dir = "runs/edge", .dirs = {"runs/edge"}, .calls = calls, .steps = steps,
                   .ranks = {RankOverview{.rank = 0, .store = "runs/edge/rank-0.sqlite", .steps = steps, .calls_stored = calls,
-                                      .meta = {{"host", "vm"}, {"world_size", "1"}}}},
+                                      .meta = {{"host", "vm"}, {"world_size", "1"}}, .host = "vm", .world_size = "1"}},
                   .world_size = 1, .run_file_readable = true, .command = {"python", "train.py"}, .torch = "2.13.0", .exit_code = 0};
 }
 

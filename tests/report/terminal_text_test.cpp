@@ -24,6 +24,7 @@ TEST(TerminalText, EveryStoredTextOfTheModelIsMadePrintable) {
   r.conclusion.audit.findings = {AuditFinding{.name = forged, .tensors = {TensorJudgement{.role = forged}},
                                               .known_issues = {KnownIssueNote{.title = forged}}}};
   r.run.ranks[0].meta = {{forged, forged}};
+  r.run.ranks[0].host = forged;
   r.run.unchecked = {UncheckedAttention{.what = forged, .kind = forged}};
   r.run.command = {forged};
   r.trends.warnings = {TrendWarning{.module = forged}};
@@ -42,6 +43,7 @@ TEST(TerminalText, EveryStoredTextOfTheModelIsMadePrintable) {
   EXPECT_EQ(p.conclusion.audit.findings[0].known_issues[0].title, shown);
   EXPECT_EQ(p.run.ranks[0].meta.begin()->first, shown);
   EXPECT_EQ(p.run.ranks[0].meta.begin()->second, shown);
+  EXPECT_EQ(p.run.ranks[0].host, shown);
   EXPECT_EQ(p.run.unchecked[0].kind, shown);
   EXPECT_EQ(p.run.command[0], shown);
   EXPECT_EQ(p.trends.warnings[0].module, shown);
