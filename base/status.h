@@ -1,16 +1,19 @@
 // Status and StatusOr: library code reports failure as a value, never by throwing across a
 // module boundary. The CLI turns a Status into one line and an exit code; the probes log it and
 // carry on, because they run inside someone's training job.
+// Both are [[nodiscard]]: a result dropped without a look does not compile quietly. A caller that
+// means to go on whatever happened says so (`.ignore()`, with a comment saying why).
 #pragma once
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <variant>
 
 namespace nanprov {
 
-class Status {
+class [[nodiscard]] Status {
  public:
   Status() = default;
   static Status Ok() { return Status(); }
@@ -21,6 +24,13 @@ class Status {
     static const std::string kOk = "ok";
     return message_ ? *message_ : kOk;
   }
+  // The same failure with what was being done in front ("reading runs/a: disk I/O error"), added
+  // on the way up; Ok stays Ok.
+  Status withContext(std::string_view context) const {
+    return ok() ? Status() : Status(std::string(context) + ": " + *message_);
+  }
+  // Visibly discards the result: the caller goes on whatever it was.
+  void ignore() const {}
 
  private:
   explicit Status(std::string message) : message_(std::move(message)) {}
@@ -28,7 +38,7 @@ class Status {
 };
 
 template <typename T>
-class StatusOr {
+class [[nodiscard]] StatusOr {
  public:
   StatusOr(T value) : value_(std::move(value)) {}                  // NOLINT: implicit by design
   StatusOr(Status status) : value_(std::move(status)) {}           // NOLINT: implicit by design
@@ -49,6 +59,13 @@ class StatusOr {
   do {                                         \
     ::nanprov::Status _st = (expr);            \
     if (!_st.ok()) return _st;                 \
+  } while (0)
+
+// As NANPROV_RETURN_IF_ERROR, returning the failure with `context` in front (Status::withContext).
+#define NANPROV_RETURN_IF_ERROR_WITH(expr, context)      \
+  do {                                                   \
+    ::nanprov::Status _st = (expr);                      \
+    if (!_st.ok()) return _st.withContext(context);      \
   } while (0)
 
 // NANPROV_ASSIGN_OR_RETURN(auto rows, readRows(db)): declares `rows` from a StatusOr's value, or

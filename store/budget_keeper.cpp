@@ -276,7 +276,8 @@ Status BudgetKeeper::stepEnded(sqlite3* db) {
   // now (the writer thread's time, a few pages), so the batch and prune of one step is its most.
   std::error_code ec;
   const auto wal = std::filesystem::file_size(path_ + "-wal", ec);
-  if (!ec && static_cast<int64_t>(wal) > walBytes()) sqlite::exec(db, "PRAGMA wal_checkpoint(TRUNCATE);");
+  // A checkpoint that fails (busy, a full disk) leaves the WAL as it was: tried again next step.
+  if (!ec && static_cast<int64_t>(wal) > walBytes()) sqlite::exec(db, "PRAGMA wal_checkpoint(TRUNCATE);").ignore();
   return pruned;
 }
 

@@ -25,7 +25,7 @@ std::string n(int64_t v) { return std::to_string(v); }
 struct Snapshot {
   explicit Snapshot(sqlite3* db) : db(db) { open = sqlite::exec(db, "BEGIN").ok(); }
   ~Snapshot() {
-    if (open) sqlite::exec(db, "COMMIT");
+    if (open) sqlite::exec(db, "COMMIT").ignore();  // a read transaction: nothing to keep or lose
   }
   sqlite3* db;
   bool open = false;

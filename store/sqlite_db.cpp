@@ -55,7 +55,8 @@ bool hasTable(sqlite3* db, const std::string& table) {
 Transaction::Transaction(sqlite3* db) : db_(db) {}
 
 Transaction::~Transaction() {
-  if (open_) exec(db_, "ROLLBACK");
+  // A rollback that fails leaves nothing of the transaction's: SQLite rolls it back at close.
+  if (open_) exec(db_, "ROLLBACK").ignore();
 }
 
 Status Transaction::begin() {
@@ -69,7 +70,7 @@ Status Transaction::commit() {
   Status st = exec(db_, "COMMIT");
   // A COMMIT that failed (a full disk) may leave the transaction open: rolled back here, or every
   // later BEGIN would fail and the writer would never write again.
-  if (!st.ok() && !sqlite3_get_autocommit(db_)) exec(db_, "ROLLBACK");
+  if (!st.ok() && !sqlite3_get_autocommit(db_)) exec(db_, "ROLLBACK").ignore();  // the COMMIT's failure is the one returned
   return st;
 }
 

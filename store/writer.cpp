@@ -512,7 +512,8 @@ StatusOr<std::unique_ptr<StoreWriter>> StoreWriter::open(
   return std::unique_ptr<StoreWriter>(new StoreWriter(std::move(impl)));
 }
 
-StoreWriter::~StoreWriter() { close(); }
+// A writer its owner never closed: what failed was already said through on_failure as it happened.
+StoreWriter::~StoreWriter() { close().ignore(); }
 
 void StoreWriter::append(const CallEvent& call) {
   if (!impl_->accepting.load(std::memory_order_acquire)) {
@@ -636,7 +637,7 @@ Status StoreWriter::close() {
   (void)writeCounters(raw, RunCounters{.dropped_rows = impl_->dropped.load()});
   // Fold the WAL back so a finished run is one plain file. On a full disk that fails and the WAL
   // keeps the committed rows: the store stays in WAL mode, readable with it.
-  sqlite::exec(raw, "PRAGMA wal_checkpoint(TRUNCATE); PRAGMA journal_mode=DELETE;");
+  sqlite::exec(raw, "PRAGMA wal_checkpoint(TRUNCATE); PRAGMA journal_mode=DELETE;").ignore();
   impl_->statements = {};
   impl_->db.reset();
   if (impl_->failure) impl_->failure->discardIfClean();
