@@ -33,8 +33,8 @@ constexpr std::chrono::nanoseconds kCostEvery = std::chrono::seconds(1);
 
 Probes::Probes()
     : tracer_(KernelTracer::create()), checks_(session_, *tracer_, recorder_), captures_(session_),
-      sentinel_(session_, checks_), recorder_(session_, *tracer_, module_paths_, checks_, captures_),
-      trail_(session_, checks_), collectives_(session_, checks_) {
+      sentinel_(session_, checks_.measured()), recorder_(session_, *tracer_, module_paths_, checks_, captures_),
+      trail_(session_, checks_.measured()), collectives_(session_, checks_.measured()) {
   session_.setFlushHook(&flushProbes);
 }
 
@@ -102,7 +102,7 @@ void Probes::writeCounters(const TracerStats& stats, bool at_exit) {
     // batched launch, how many launches checked them, and how many went back to immediate checks.
     DeferredChecks& deferred = c.deferred_checks.emplace();
     if (checks_.deferMode() > 0) {
-      const DeviceChecks::DeferStats d = checks_.deferStats();
+      const DeferStats d = checks_.deferStats();
       deferred = {.mode = checks_.deferMode() == 2 ? DeferMode::kCudaAndCpu : DeferMode::kCuda,
                   .deferred = d.deferred,
                   .batched_launches = d.batched_launches,
