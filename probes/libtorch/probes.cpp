@@ -8,8 +8,7 @@
 #include "base/log_once.h"
 #include "base/records/device_identity.h"
 #include "probes/core/probe_cost.h"
-#include "probes/libtorch/foreign_calls.h"
-#include "probes/libtorch/softmax_attention.h"
+#include "probes/libtorch/probe_thread.h"
 
 namespace nanprov {
 namespace {
@@ -54,8 +53,7 @@ void Probes::flush(bool at_exit) {
       sentinel_.collectDigests(at_exit);
     }
     if (!at_exit) {
-      closeStaleForeignCalls();
-      forgetSoftmaxAttention(session_);
+      endStepOnThread(session_);  // brackets left open, softmax attention half seen
     }
     std::vector<KernelRecord> kernels = tracer_->collect(at_exit);
     captures_.release(kernels, at_exit);  // after the checks: their captures need these names
