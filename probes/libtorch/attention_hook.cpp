@@ -6,6 +6,7 @@
 #include <torch/library.h>
 
 #include <cstdlib>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -18,14 +19,10 @@
 #include "probes/libtorch/backward_watch.h"
 #include "probes/libtorch/call_recorder.h"
 #include "probes/libtorch/call_rerun.h"
-#include "probes/libtorch/collective_probe.h"
-#include "probes/libtorch/foreign_calls.h"
-#include "probes/libtorch/gradient_sentinel_ops.h"
 #include "probes/libtorch/guarded.h"
-#include "probes/libtorch/module_trail_ops.h"
 #include "probes/libtorch/padded_lse.h"
+#include "probes/libtorch/probe_thread.h"
 #include "probes/libtorch/probes.h"
-#include "probes/libtorch/softmax_attention.h"
 #include "probes/libtorch/tensor_health.h"
 
 namespace nanprov {
@@ -63,15 +60,8 @@ const AttentionOp kMathOp = {"aten::_scaled_dot_product_attention_math", "math",
 const AttentionOp kNativeMhaOp = {"aten::_native_multi_head_attention", "native_mha", Phase::kForward,
                                   {Role::kO}};
 
-// >0 while this thread is inside a probed op: inner attention ops are part of the outer call.
-thread_local int t_depth = 0;
 // Fused calls probed on this thread; tells the SDPA wrapper whether a fused backend ran.
 thread_local int64_t t_fused_calls = 0;
-
-struct DepthGuard {
-  DepthGuard() { ++t_depth; }
-  ~DepthGuard() { --t_depth; }
-};
 
 bool probeable(const Stack& stack, size_t num_arguments) {
   if (c10::impl::TorchDispatchModeTLS::any_modes_set()) return false;  // e.g. FakeTensorMode
@@ -150,49 +140,11 @@ uintptr_t addressOf(const Tensors& tensors, Role role) {
 
 }  // namespace
 
-// Shared with the probes of other attention (attention_hook.h).
-
-bool insideProbedOp() { return t_depth > 0; }
-
-ProbesPassThrough::ProbesPassThrough() { ++t_depth; }
-ProbesPassThrough::~ProbesPassThrough() { --t_depth; }
-
-// Whether a tensor holds real data the probes may read. While torch.compile traces (Dynamo,
-// AOTAutograd) attention runs on FakeTensors, functional wrappers and meta tensors: they have no
-// data, and asking Python for a module path from inside the tracer recurses into it. Such calls
-// pass through untouched, as if nanprov were absent.
-bool realTensor(const at::Tensor& t) {
-  if (!t.defined()) return true;
-  c10::DispatchKeySet keys = t.key_set();
-  return !t.is_meta() && t.has_storage() && t.layout() == c10::kStrided &&
-         !keys.has(c10::DispatchKey::Python) && !keys.has(c10::DispatchKey::Functionalize);
-}
-
-namespace {
-thread_local int t_sdpa_depth = 0;  // inside SDPA's composite (its MATH path runs a softmax)
-}
-
-bool insideAttentionCall() { return t_depth > 0 || t_sdpa_depth > 0; }
-
-namespace {
-thread_local int t_worker_depth = 0;
-}
-
-WorkerCall::WorkerCall(Session& session) {
-  if (!session.inWorker()) return;
-  held_ = true;
-  if (t_worker_depth++ == 0) session.countWorkerCall();
-}
-
-WorkerCall::~WorkerCall() {
-  if (held_) --t_worker_depth;
-}
-
 namespace {
 
 // The op itself, below the probes: its time is in no stage of probe_cost.
 void runOp(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack* stack) {
-  DepthGuard depth;
+  InsideProbedOp depth;
   ProbeCost::Scope op(ProbeStage::kTheOp);
   handle.redispatchBoxed(ks & kBelowProbe, stack);
 }
@@ -200,7 +152,7 @@ void runOp(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack* sta
 // The caller opened a kDispatching scope: everything here that no other stage claims is that.
 void probeFusedCall(const ProbedOp* probed, const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack* stack) {
   Probes& p = probes();
-  if (probed && (t_depth > 0 || !p.session().active() || !probeable(*stack, probed->num_arguments))) probed = nullptr;
+  if (probed && (insideProbedOp() || !p.session().active() || !probeable(*stack, probed->num_arguments))) probed = nullptr;
   if (!probed) {
     WorkerCall counted(p.session());
     ProbeCost::Scope op(ProbeStage::kTheOp);
@@ -304,7 +256,7 @@ class OperatorProbe : public c10::OperatorKernel {
 void nativeMhaKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack* stack) {
   ProbeCost::Scope dispatching(ProbeStage::kDispatching);
   Probes& p = probes();
-  if (t_depth > 0 || !p.session().active() || !probeable(*stack, g_native_mha->num_arguments)) {
+  if (insideProbedOp() || !p.session().active() || !probeable(*stack, g_native_mha->num_arguments)) {
     WorkerCall counted(p.session());
     ProbeCost::Scope op(ProbeStage::kTheOp);
     handle.redispatchBoxed(ks & kBelowProbe, stack);
@@ -341,7 +293,7 @@ thread_local int t_unprobed_depth = 0;  // the encoder-layer op runs the attenti
 void unprobedKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack* stack) {
   int64_t fused_before = t_fused_calls;
   Session& session = probes().session();
-  bool count = t_depth == 0 && t_unprobed_depth == 0 && session.active() &&
+  bool count = !insideProbedOp() && t_unprobed_depth == 0 && session.active() &&
                probeable(*stack, handle.schema().arguments().size());
   ++t_unprobed_depth;
   try {
@@ -404,16 +356,13 @@ bool mathOnCuda(const Stack& stack) {
 // (after_autograd_keyset) gives the whole op to a tracing mode, which records it without a
 // backward: torch.compile then trains attention with no gradient at all.
 void runCompositeSdpa(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack* stack) {
-  struct InSdpa {
-    InSdpa() { ++t_sdpa_depth; }
-    ~InSdpa() { --t_sdpa_depth; }
-  } in_sdpa;
+  InsideSdpa in_sdpa;
   handle.redispatchBoxed(ks & kBelowProbe, stack);
 }
 
 void sdpaKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack* stack) {
   Probes& p = probes();
-  if (t_depth > 0 || !p.session().active() || !probeable(*stack, g_sdpa->num_arguments)) {
+  if (insideProbedOp() || !p.session().active() || !probeable(*stack, g_sdpa->num_arguments)) {
     WorkerCall counted(p.session());
     runCompositeSdpa(handle, ks, stack);
     return;
@@ -457,10 +406,10 @@ void sdpaKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack
 
 }  // namespace
 
-Status installAttentionProbes() {
+Status installAttentionProbes(const std::function<void(bool want_fused)>& install_others) {
   static std::once_flag once;
   static Status result;
-  std::call_once(once, [] {
+  std::call_once(once, [&] {
     try {
       auto& dispatcher = c10::Dispatcher::singleton();
       // NANPROV_HOOKS=fused|sdpa narrows what is wrapped, to bisect a misbehaving torch build.
@@ -491,11 +440,7 @@ Status installAttentionProbes() {
         fused->impl("_transformer_encoder_layer_fwd", torch::CppFunction::makeFromBoxedFunction<&unprobedKernel>());
       }
       g_sdp_choice = new std::optional<c10::OperatorHandle>(dispatcher.findSchema({"aten::_fused_sdp_choice", ""}));
-      installGradientSentinel();
-      installCollectiveProbes();
-      installModuleTrail();
-      installForeignCallOps();
-      if (want_fused) installSoftmaxAttentionProbe();
+      install_others(want_fused);
       auto sdpa = dispatcher.findSchema({"aten::scaled_dot_product_attention", ""});
       if (sdpa && want_sdpa) {
         g_sdpa = new ProbedOp(resolve(*sdpa, &kMathOp));

@@ -2,11 +2,13 @@
 // table are wrapped, so every other op of the training pays nothing (a global RecordFunction
 // observer costs 1.16-1.20x on launch-bound steps, GPU.md). The wrappers are entry points: they
 // find the process's probes and hand each call to its CallRecorder (call_recorder.h). What they
-// know about the thread they run on is said here, for the probes of other attention.
+// know about the thread they run on is the thread's state, for the probes of other attention
+// (probe_thread.h).
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -16,12 +18,12 @@
 
 namespace nanprov {
 
-class Session;
-
 // Idempotent. Wraps each op of attentionOps() present in this torch build at the
 // BackendSelect key, and aten::scaled_dot_product_attention at the Autograd keys to see the
-// MATH path, which has no fused op of its own.
-Status installAttentionProbes();
+// MATH path, which has no fused op of its own. `install_others` installs the other probes
+// (install_probes.h) at their place in the order, before SDPA's; `want_fused` unless
+// NANPROV_HOOKS leaves the fused ops out.
+Status installAttentionProbes(const std::function<void(bool want_fused)>& install_others);
 
 // --probe-op: probes a dispatcher op outside the role table (a library's own attention op, e.g.
 // mylib::attn) as a forward call of `backend`. Arguments get roles from `roles` (by
@@ -30,38 +32,5 @@ Status installAttentionProbes();
 // Q, K or V. Idempotent per op.
 Status probeOperator(const std::string& name, const std::vector<std::pair<std::string, Role>>& roles,
                      const std::string& backend);
-
-// True while this thread is inside a probed op: attention inside it is part of that call.
-bool insideProbedOp();
-// Whether a tensor holds real data the probes may read (not a FakeTensor, functional wrapper or
-// meta tensor of torch.compile's tracing).
-bool realTensor(const at::Tensor& t);
-
-// True while this thread runs a probed op or SDPA's composite: a softmax there is SDPA's own.
-bool insideAttentionCall();
-
-// Held while nanprov runs an op itself (call_rerun.h): the probes let every call on this thread
-// through, as they do inside a probed op.
-class ProbesPassThrough {
- public:
-  ProbesPassThrough();
-  ~ProbesPassThrough();
-  ProbesPassThrough(const ProbesPassThrough&) = delete;
-  ProbesPassThrough& operator=(const ProbesPassThrough&) = delete;
-};
-
-// Held around an attention call that is not probed: in a DataLoader worker (Session::becomeWorker)
-// the outermost one on the thread is counted for the rank, once, whatever runs inside it (SDPA's
-// fused op, the fast path's SDPA). Elsewhere it does nothing.
-class WorkerCall {
- public:
-  explicit WorkerCall(Session& session);
-  ~WorkerCall();
-  WorkerCall(const WorkerCall&) = delete;
-  WorkerCall& operator=(const WorkerCall&) = delete;
-
- private:
-  bool held_ = false;
-};
 
 }  // namespace nanprov

@@ -24,12 +24,8 @@
 #include "probes/core/run_facts.h"
 #include "probes/core/session.h"
 #include "probes/libtorch/call_rerun.h"
+#include "probes/libtorch/device_queue.h"
 #include "store/capture_file.h"
-
-#if NANPROV_HAVE_CUDA
-#include "kernels/device_identity.h"
-#include "kernels/health_check_queue.h"
-#endif
 
 namespace nanprov {
 namespace {
@@ -432,16 +428,7 @@ std::map<std::string, std::string> environmentOf(const Device& device) {
   const auto& cuda = at::detail::getCUDAHooks();
   meta["cuda_runtime"] = std::to_string(cuda.versionCUDART());
   meta["cudnn"] = std::to_string(cuda.versionCuDNN());
-#if NANPROV_HAVE_CUDA
-  meta[kMetaGpu] = kernels::deviceDescription(device.index);
-  // Which GPU of which machine, for the report's "this node" (base/records/device_identity.h);
-  // read once per device, and asking waits for nothing on it.
-  const kernels::GpuIdentity id = kernels::gpuIdentity(device.index);
-  for (const auto& [key, value] : {std::pair{kMetaGpuUuid, &id.uuid}, std::pair{kMetaPciBusId, &id.pci_bus_id},
-                                   std::pair{kMetaDriver, &id.driver}, std::pair{kMetaCudaDriver, &id.cuda_driver}}) {
-    meta[key] = *value;  // empty too: a value of the device described before must not stay
-  }
-#endif
+  describeDevice(device.index, meta);
   return meta;
 }
 

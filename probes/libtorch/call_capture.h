@@ -18,16 +18,12 @@
 
 #include "base/records/call_record.h"
 #include "probes/core/capture_writer.h"
+#include "probes/libtorch/call_args.h"
 #include "probes/libtorch/tensor_health.h"
 
 namespace nanprov {
 
 class Session;
-
-// The arguments of a call that are not role tensors, as the op received them: scale, is_causal,
-// dropout_p, enable_gqa, philox seed and offset... Held as IValues: formatted only for a capture.
-// Inline, for the same reason as RoleTensors; the names are the probed op's own (they outlive it).
-using CallArgs = c10::SmallVector<std::pair<std::string_view, c10::IValue>, 16>;
 
 class Captures {
  public:

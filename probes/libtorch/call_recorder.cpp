@@ -13,8 +13,8 @@
 #include "probes/core/probe_cost.h"
 #include "probes/core/session.h"
 #include "probes/libtorch/device_checks.h"
-#include "probes/libtorch/foreign_calls.h"
 #include "probes/libtorch/module_path_cache.h"
+#include "probes/libtorch/probe_thread.h"
 #include "tracer/kernel_tracer.h"
 
 namespace nanprov {

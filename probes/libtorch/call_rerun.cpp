@@ -13,8 +13,8 @@
 
 #include "base/status.h"
 #include "base/text.h"
-#include "probes/libtorch/attention_hook.h"
 #include "probes/libtorch/padded_lse.h"
+#include "probes/libtorch/probe_thread.h"
 
 namespace nanprov {
 namespace {

@@ -23,7 +23,8 @@
 
 #include "base/records/call_event.h"
 #include "base/records/roles.h"
-#include "probes/libtorch/call_capture.h"
+#include "probes/libtorch/call_args.h"
+#include "probes/libtorch/tensor_health.h"
 
 namespace nanprov {
 

@@ -15,7 +15,7 @@ namespace {
 // gradient is NaN each later step would add rows for nothing.
 constexpr int64_t kMaxRecorded = 64;
 
-void addCounts(CollectiveSide& side, const DeviceChecks::Counts& c) {
+void addCounts(CollectiveSide& side, const MeasuredChecks::Counts& c) {
   side.nan += c.nan;
   side.posinf += c.posinf;
   side.neginf += c.neginf;
@@ -72,7 +72,7 @@ void CollectiveChecks::submit(uint64_t id, bool output, const std::vector<at::Te
       addCounts(host, {h.nan, h.posinf, h.neginf, h.max_abs});
       continue;
     }
-    if (launches.empty() || launches.back().size() == DeviceChecks::kMaxMeasured ||
+    if (launches.empty() || launches.back().size() == MeasuredChecks::kMaxMeasured ||
         launches.back().front().device() != t.device()) {
       launches.emplace_back();
     }
@@ -96,7 +96,7 @@ void CollectiveChecks::submit(uint64_t id, bool output, const std::vector<at::Te
   }
 }
 
-void CollectiveChecks::measured(uint64_t context, const DeviceChecks::Counts* counts, int n) {
+void CollectiveChecks::measured(uint64_t context, const MeasuredChecks::Counts* counts, int n) {
   CollectiveRecord done;
   {
     std::lock_guard<std::mutex> lock(mu_);

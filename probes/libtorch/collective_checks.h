@@ -11,7 +11,7 @@
 // ProcessGroupNCCL completes its future as it enqueues, with events on its stream, and the future
 // runs the callback on a stream that waits on them (recording the outputs' storages there for
 // the caching allocator); gloo runs it on its worker thread once the values arrived. CUDA tensors
-// go through DeviceChecks::measure (counts back at a later poll), CPU tensors are scanned at once,
+// go through MeasuredChecks::measure (counts back at a later poll), CPU tensors are scanned at once,
 // as the gradient sentinel does.
 //
 // The store gets a row only for a collective that carried a non-finite value (a few per run:
@@ -28,15 +28,15 @@
 #include <vector>
 
 #include "base/records/collective_record.h"
-#include "probes/libtorch/device_checks.h"
+#include "probes/libtorch/measured_checks.h"
 
 namespace nanprov {
 
 class Session;
 
-class CollectiveChecks final : public DeviceChecks::MeasuredSink {
+class CollectiveChecks final : public MeasuredSink {
  public:
-  CollectiveChecks(Session& session, DeviceChecks& checks) : session_(session), checks_(checks) {}
+  CollectiveChecks(Session& session, MeasuredChecks& checks) : session_(session), checks_(checks) {}
   CollectiveChecks(const CollectiveChecks&) = delete;
   CollectiveChecks& operator=(const CollectiveChecks&) = delete;
 
@@ -58,14 +58,14 @@ class CollectiveChecks final : public DeviceChecks::MeasuredSink {
   };
 
   void submit(uint64_t id, bool output, const std::vector<at::Tensor>& tensors);
-  // The counts of a measure() this part asked for (DeviceChecks::MeasuredSink).
-  void measured(uint64_t context, const DeviceChecks::Counts* counts, int n) override;
+  // The counts of a measure() this part asked for (MeasuredSink).
+  void measured(uint64_t context, const MeasuredChecks::Counts* counts, int n) override;
   // Under mu_: takes the collective out once nothing more will arrive; the caller records it.
   bool takeIfDone(std::map<uint64_t, Open>::iterator it, CollectiveRecord* out);
   void recordIfNotClean(const CollectiveRecord& rec);
 
   Session& session_;
-  DeviceChecks& checks_;
+  MeasuredChecks& checks_;
   std::mutex mu_;
   std::map<uint64_t, Open> open_;
   uint64_t next_id_ = 1;

@@ -18,8 +18,8 @@
 #include "base/log_once.h"
 #include "probes/core/probe_cost.h"
 #include "probes/core/session.h"
-#include "probes/libtorch/attention_hook.h"
 #include "probes/libtorch/guarded.h"
+#include "probes/libtorch/probe_thread.h"
 #include "probes/libtorch/probes.h"
 
 namespace nanprov {

@@ -23,7 +23,8 @@
 #include "probes/libtorch/c_abi.h"
 #include "probes/libtorch/attention_hook.h"
 #include "probes/libtorch/call_recorder.h"
-#include "probes/libtorch/foreign_calls.h"
+#include "probes/libtorch/install_probes.h"
+#include "probes/libtorch/probe_thread.h"
 #include "probes/libtorch/guarded.h"
 #include "probes/core/run_facts.h"
 #include "probes/core/session.h"
@@ -96,7 +97,7 @@ int nanprov_start(void) {
     nanprov::printBacktraceOnCrash();  // for bug reports; off by default: the training owns its handlers
   }
   nanprov::Status st = nanprov::probes().session().start();
-  if (st.ok()) st = nanprov::installAttentionProbes();
+  if (st.ok()) st = nanprov::installProbes();
   if (!st.ok()) {
     t_last_error = st.message();
     nanprov::probes().session().finalize();

@@ -11,64 +11,57 @@
 #include "base/interned_text.h"
 #include "base/log_once.h"
 #include "base/wall_clock.h"
-#include "probes/libtorch/attention_hook.h"
 #include "probes/libtorch/call_recorder.h"
 #include "probes/libtorch/guarded.h"
+#include "probes/libtorch/probe_thread.h"
 #include "probes/libtorch/probes.h"
 
 namespace nanprov {
 namespace {
 
-// One bracket opened by begin_call on this thread. Unnamed when the call is not probed (the
-// session is off, or it runs inside a probed op): brackets stay balanced either way.
-struct OpenCall {
-  std::optional<CallName> name;
-  bool boundary = false;        // a module's boundary (--probe-module), not the attention call itself
-  bool checked_inside = false;  // a call nanprov checked ran inside it
-  bool claimed = false;         // the first forward call inside took its name
-  // A boundary's: the scores the largest softmax inside it consumed (noteSoftmaxInside), recorded
-  // as the module call's S, so its logit trend reads the logits the module computed.
-  at::Tensor scores;
-  int64_t start_ns = 0;
-  std::unique_ptr<CallTrace> trace;  // CUDA only; destroyed first, so nanprov's own check kernels are not the call's
-};
+// A bracket's kernel trace, held by the bracket (probe_thread.h) until the call is recorded.
+class TracedBracket final : public BracketTrace {
+ public:
+  TracedBracket(CallRecorder& recorder, const CallName& name) : trace_(recorder, name) {}
+  const char* unattributed() const override { return trace_.unattributed(); }
 
-thread_local std::vector<OpenCall> t_open;
-thread_local int64_t t_recorded = 0;
+ private:
+  CallTrace trace_;
+};
 
 bool probing(Probes& p) { return !insideProbedOp() && p.session().active(); }
 
 void beginCall(const at::Tensor& q, const std::optional<at::Tensor>& o, bool boundary) {
-  OpenCall open;
+  OpenBracket open;
   open.boundary = boundary;
   if (Probes& p = probes(); probing(p)) {
     guarded("attention probe", [&] {
       CallRecorder& recorder = p.recorder();
       open.name = o ? recorder.nameBackward(reinterpret_cast<uintptr_t>(o->data_ptr())) : recorder.nameForward();
       open.start_ns = wallClockNs();
-      if (q.is_cuda()) open.trace = std::make_unique<CallTrace>(recorder, *open.name);
+      if (q.is_cuda()) open.trace = std::make_unique<TracedBracket>(recorder, *open.name);
     });
   }
-  t_open.push_back(std::move(open));
+  openBrackets().push_back(std::move(open));
 }
 
 void abandonCall() {
-  if (!t_open.empty()) t_open.pop_back();
+  if (!openBrackets().empty()) openBrackets().pop_back();
 }
 
 // Whether the innermost bracket saw a call nanprov checked run inside it: a module probe then
 // records nothing of its own, since the call inside has the real Q, K and V.
-bool checkedInside() { return !t_open.empty() && t_open.back().checked_inside; }
+bool checkedInside() { return !openBrackets().empty() && openBrackets().back().checked_inside; }
 
 // The name a finished call gets, and its timing and kernels: from its bracket when it had one,
 // else named now by `name_now`.
 template <typename NameNow>
 CallEvent closeCall(CallRecorder& recorder, const AttentionOp& desc, NameNow&& name_now, const RoleTensors& outputs,
                     CallName* named) {
-  std::optional<OpenCall> open;
-  if (!t_open.empty()) {
-    open = std::move(t_open.back());
-    t_open.pop_back();
+  std::optional<OpenBracket> open;
+  if (std::vector<OpenBracket>& brackets = openBrackets(); !brackets.empty()) {
+    open = std::move(brackets.back());
+    brackets.pop_back();
   }
   bool bracketed = open && open->name;
   *named = bracketed ? *open->name : name_now();
@@ -137,12 +130,13 @@ void recordCall(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, c
     RoleTensors outputs = {{Role::kO, o}};
     CallRecorder& recorder = p.recorder();
     // Taken before closeCall ends the bracket: a module's boundary holds the scores seen inside it.
-    at::Tensor scores = !t_open.empty() && t_open.back().boundary ? t_open.back().scores : at::Tensor();
+    const std::vector<OpenBracket>& brackets = openBrackets();
+    at::Tensor scores = !brackets.empty() && brackets.back().boundary ? brackets.back().scores : at::Tensor();
     CallName name;
     CallEvent rec = closeCall(recorder, desc, [&recorder] { return recorder.nameForward(); }, outputs, &name);
     // For its backward: O's address, or that of the copy of O the call saved for it.
     recorder.link(name, reinterpret_cast<uintptr_t>((link ? *link : o).data_ptr()));
-    ++t_recorded;
+    countForeignCall();
     recorder.inject(rec, outputs);
     CallArgs args = argsOf(scale, is_causal, layout, cu_seqlens_q, cu_seqlens_k, kernel_backend);
     // The bias (FlexAttention's score_mod and block mask, materialised by the bootstrap) is
@@ -240,37 +234,6 @@ void installForeignCallOps() {
   meta->impl("begin_call", &beginCallMeta);
   meta->impl("record_call", &recordCallMeta);
   meta->impl("record_backward", &recordBackwardMeta);
-}
-
-int64_t foreignCallsRecorded() { return t_recorded; }
-
-bool insideRecordedCall() {
-  for (const OpenCall& open : t_open) {
-    if (open.name && !open.boundary) return true;
-  }
-  return false;
-}
-
-std::optional<CallName> claimBoundaryName() {
-  if (t_open.empty()) return std::nullopt;
-  OpenCall& open = t_open.back();
-  if (!open.boundary || !open.name || open.claimed) return std::nullopt;
-  open.claimed = true;
-  return open.name;
-}
-
-void noteCheckedCall() {
-  for (OpenCall& open : t_open) open.checked_inside = true;
-}
-
-void closeStaleForeignCalls() { t_open.clear(); }
-
-void noteSoftmaxInside(const at::Tensor& scores) {
-  if (t_open.empty()) return;
-  OpenCall& open = t_open.back();
-  // Only a module's own: once a checked call inside claimed the boundary, the module records nothing.
-  if (!open.boundary || !open.name || open.claimed || !scores.is_floating_point()) return;
-  if (!open.scores.defined() || scores.numel() > open.scores.numel()) open.scores = scores;
 }
 
 }  // namespace nanprov

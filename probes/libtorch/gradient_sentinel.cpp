@@ -105,7 +105,7 @@ bool GradientSentinel::check(int64_t key, int64_t step, const std::vector<std::o
   struct Batch {
     std::vector<at::Tensor> tensors;
     Slice slice;
-    int most = 0;  // tensors a measure() takes (DeviceChecks::denseBatch, or kMaxMeasured)
+    int most = 0;  // tensors a measure() takes (MeasuredChecks::denseBatch, or kMaxMeasured)
   };
   std::map<std::pair<int, bool>, Batch> cuda;  // by (device, dense)
   auto add = [&](const at::Tensor& t, size_t param, SentinelTensor kind) {
@@ -116,7 +116,7 @@ bool GradientSentinel::check(int64_t key, int64_t step, const std::vector<std::o
     }
     // What neither kernel can read would cost a copy to the host every step: not checked.
     const auto type = t.scalar_type();
-    const bool dense = DeviceChecks::denseCheckable(t);
+    const bool dense = MeasuredChecks::denseCheckable(t);
     if (!dense && (!t.is_cuda() || t.dim() > 6 || (type != at::kFloat && type != at::kHalf && type != at::kBFloat16))) {
       logOnce("sentinel unreadable", "gradient sentinel: parameters that are not float32/float16/bfloat16 CUDA tensors "
                                      "of at most 6 dims are not checked (reading them would synchronise every step)");
@@ -124,7 +124,7 @@ bool GradientSentinel::check(int64_t key, int64_t step, const std::vector<std::o
     }
     Batch& batch = cuda[{t.device().index(), dense}];
     if (batch.tensors.empty()) {
-      batch.most = dense ? checks_.denseBatch(t.device().index()) : DeviceChecks::kMaxMeasured;
+      batch.most = dense ? checks_.denseBatch(t.device().index()) : MeasuredChecks::kMaxMeasured;
       batch.tensors.reserve(static_cast<size_t>(batch.most));
     }
     batch.tensors.push_back(t);
@@ -201,7 +201,7 @@ void GradientSentinel::digestReplicated(const Watched& w, int64_t step, const st
   for (auto& [device, batch] : by_device) replicas_.take(step, std::move(batch.first), batch.second);
 }
 
-void GradientSentinel::measured(uint64_t context, const DeviceChecks::Counts* counts, int n) {
+void GradientSentinel::measured(uint64_t context, const MeasuredChecks::Counts* counts, int n) {
   Slice slice;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -215,7 +215,7 @@ void GradientSentinel::measured(uint64_t context, const DeviceChecks::Counts* co
     return;
   }
   for (int i = 0; i < n; ++i) {
-    const DeviceChecks::Counts& c = counts[i];
+    const MeasuredChecks::Counts& c = counts[i];
     if (c.nan + c.posinf + c.neginf == 0) continue;
     const double norm = c.nan ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
     const auto& [param, kind] = slice.of[static_cast<size_t>(i)];

@@ -4,7 +4,7 @@
 // input.
 //
 // The bootstrap hands each optimizer's parameters over once (watch_parameters), so a step costs
-// Python one call with two integers. On CUDA the tensors are read by DeviceChecks::measure: dense
+// Python one call with two integers. On CUDA the tensors are read by MeasuredChecks::measure: dense
 // ones 64 to a launch (the dense check), the rest twelve to a launch by the attention checks'
 // fused kernel. The counts come back through mapped memory at later step boundaries: no host
 // synchronisation, no copy, no event; what neither kernel can read (float64, more than 6 dims) is
@@ -36,16 +36,16 @@
 #include <vector>
 
 #include "base/records/call_record.h"
-#include "probes/libtorch/device_checks.h"
+#include "probes/libtorch/measured_checks.h"
 #include "probes/libtorch/replica_digests.h"
 
 namespace nanprov {
 
 class Session;
 
-class GradientSentinel final : public DeviceChecks::MeasuredSink {
+class GradientSentinel final : public MeasuredSink {
  public:
-  GradientSentinel(Session& session, DeviceChecks& checks) : session_(session), checks_(checks), replicas_(session) {}
+  GradientSentinel(Session& session, MeasuredChecks& checks) : session_(session), checks_(checks), replicas_(session) {}
   GradientSentinel(const GradientSentinel&) = delete;
   GradientSentinel& operator=(const GradientSentinel&) = delete;
 
@@ -77,18 +77,18 @@ class GradientSentinel final : public DeviceChecks::MeasuredSink {
     int64_t step = 0;
     std::shared_ptr<const Watched> watched;  // its names outlive the batch in flight
     int n = 0;
-    std::array<std::pair<size_t, SentinelTensor>, DeviceChecks::kMaxMeasuredDense> of{};
+    std::array<std::pair<size_t, SentinelTensor>, MeasuredChecks::kMaxMeasuredDense> of{};
   };
 
-  // The counts of a measure() this part asked for (DeviceChecks::MeasuredSink).
-  void measured(uint64_t context, const DeviceChecks::Counts* counts, int n) override;
+  // The counts of a measure() this part asked for (MeasuredSink).
+  void measured(uint64_t context, const MeasuredChecks::Counts* counts, int n) override;
   void submit(const std::vector<at::Tensor>& batch, Slice slice, int64_t step, std::shared_ptr<const Watched> watched);
   void forget(uint64_t context);  // a batch whose check will never call back
   void found(int64_t step, const std::string& parameter, SentinelTensor kind, double norm);
   void digestReplicated(const Watched& w, int64_t step, const std::vector<std::optional<at::Tensor>>& shards);
 
   Session& session_;
-  DeviceChecks& checks_;
+  MeasuredChecks& checks_;
   ReplicaDigests replicas_;
   std::mutex mu_;
   std::map<int64_t, std::shared_ptr<Watched>> watched_;  // by the bootstrap's key: the optimizer's id

@@ -6,12 +6,9 @@
 #include "base/wall_clock.h"
 #include "probes/core/session.h"
 #include "probes/libtorch/checked_call_sink.h"
-#include "probes/libtorch/device_checks.h"
+#include "probes/libtorch/check_views.h"
+#include "probes/libtorch/device_queue.h"
 #include "tracer/kernel_tracer.h"
-
-#if NANPROV_HAVE_CUDA
-#include "kernels/graph_check.h"
-#endif
 
 namespace nanprov {
 namespace {
@@ -27,9 +24,7 @@ thread_local int t_graph_pool_depth = 0;
 }  // namespace
 
 struct GraphChecks::Captured {
-#if NANPROV_HAVE_CUDA
-  std::unique_ptr<kernels::GraphCheck> check;
-#endif
+  std::unique_ptr<CapturedCheck> check;
   CallEvent pattern;  // the record at capture: tensors described, names and counts filled per replay
   Checked checked;
   uint64_t next = 0;  // the next replay to record
@@ -52,8 +47,8 @@ GraphChecks::GraphChecks(Session& session, KernelTracer& tracer, CheckedCallSink
 GraphChecks::~GraphChecks() = default;
 
 void GraphChecks::captureBegan(int64_t key, void* stream) {
-#if NANPROV_HAVE_CUDA
-  const uint64_t id = kernels::captureIdOf(stream);
+  if (!graphChecksBuilt()) return;  // no check can be captured: the graph's attention is counted unprobed
+  const uint64_t id = captureIdOf(stream);
   if (id == 0) {
     logOnce("graph capture id", "a CUDA graph began capturing on a stream that is not capturing: its attention "
                                 "cannot be checked");
@@ -68,15 +63,12 @@ void GraphChecks::captureBegan(int64_t key, void* stream) {
   for (Captured& c : graph.checks) retired_.push_back(std::move(c.check));
   graph = Graph{};
   graph.capture_id = id;
-#else
-  (void)key, (void)stream;
-#endif
 }
 
 std::string GraphChecks::capture(const CallEvent& rec, const Checked& checked, const kernels::TensorView* views,
                                  int count, int device, void* stream) {
-#if NANPROV_HAVE_CUDA
-  const uint64_t id = kernels::captureIdOf(stream);
+  if (!graphChecksBuilt()) return "attention captured into a CUDA graph (nanprov was built without the CUDA toolkit)";
+  const uint64_t id = captureIdOf(stream);
   std::lock_guard<std::mutex> lock(mu_);
   auto key = keys_.find(id);
   if (id == 0 || key == keys_.end()) {
@@ -85,7 +77,7 @@ std::string GraphChecks::capture(const CallEvent& rec, const Checked& checked, c
   if (captured_ >= kMaxChecks) {
     return "attention captured into CUDA graphs past the first " + std::to_string(kMaxChecks) + " calls";
   }
-  auto check = kernels::GraphCheck::capture(device, views, count, stream);
+  auto check = CapturedCheck::capture(device, views, count, stream);
   if (!check.ok()) {
     logOnce("graph check", "a check could not be captured into a CUDA graph: " + check.status().message());
     return "attention captured into a CUDA graph whose check could not be captured with it";
@@ -98,10 +90,6 @@ std::string GraphChecks::capture(const CallEvent& rec, const Checked& checked, c
   captured.checked = checked;
   graphs_[key->second].checks.push_back(std::move(captured));
   return "";
-#else
-  (void)rec, (void)checked, (void)views, (void)count, (void)device, (void)stream;
-  return "attention captured into a CUDA graph (nanprov was built without the CUDA toolkit)";
-#endif
 }
 
 void GraphChecks::replayed(int64_t key) {
@@ -146,9 +134,7 @@ void GraphChecks::reset(int64_t key) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = graphs_.find(key);
   if (it == graphs_.end()) return;
-#if NANPROV_HAVE_CUDA
   for (Captured& c : it->second.checks) retired_.push_back(std::move(c.check));
-#endif
   keys_.erase(it->second.capture_id);
   graphs_.erase(it);
 }
@@ -181,15 +167,14 @@ void GraphChecks::drain(Clock::time_point deadline, int* unfinished) {
 // Takes every published replay of every check, in replay order. With `giving_up`, replays still
 // unpublished are dropped and counted in `*unfinished`.
 void GraphChecks::collectLocked(Finished& done, bool giving_up, int* unfinished) {
-#if NANPROV_HAVE_CUDA
   kernels::HealthCounts counts[kernels::kMaxTensors];
   for (auto& [key, graph] : graphs_) {
     const uint64_t named = graph.first_waiting + graph.waiting.size();
     for (Captured& c : graph.checks) {
       for (; c.next < named; ++c.next) {
         const auto state = c.check->read(c.next, counts);
-        if (state == kernels::GraphCheck::Replay::kPending) break;
-        if (state == kernels::GraphCheck::Replay::kOverwritten) {
+        if (state == CapturedCheck::Replay::kPending) break;
+        if (state == CapturedCheck::Replay::kOverwritten) {
           ++done.lost;
           continue;
         }
@@ -215,9 +200,6 @@ void GraphChecks::collectLocked(Finished& done, bool giving_up, int* unfinished)
       ++graph.first_waiting;
     }
   }
-#else
-  (void)done, (void)giving_up, (void)unfinished;
-#endif
 }
 
 void GraphChecks::recordOutsideLock(Finished& done) {

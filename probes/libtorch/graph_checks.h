@@ -20,13 +20,11 @@
 #include "base/inline_vector.h"
 #include "base/records/call_event.h"
 #include "kernels/health_check.h"
+#include "probes/libtorch/check_views.h"
 
 namespace nanprov {
 
-namespace kernels {
-class GraphCheck;
-}
-
+class CapturedCheck;
 class CheckedCallSink;
 class KernelTracer;
 class Session;
@@ -41,7 +39,7 @@ class GraphChecks {
   GraphChecks& operator=(const GraphChecks&) = delete;
 
   // rec.tensors index of each view the kernel reads.
-  using Checked = InlineVector<uint8_t, kMaxCallTensors>;
+  using Checked = CheckedTensors;
 
   // The bootstrap: graph `key` began capturing on `stream` (a cudaStream_t).
   void captureBegan(int64_t key, void* stream);
@@ -96,7 +94,7 @@ class GraphChecks {
   std::map<int64_t, Graph> graphs_;                  // by the bootstrap's key
   std::unordered_map<uint64_t, int64_t> keys_;       // CUDA capture id -> key
   std::unordered_map<int64_t, int64_t> replayed_forward_;  // a captured forward's seq -> its latest replay's
-  std::vector<std::unique_ptr<kernels::GraphCheck>> retired_;  // checks of reset graphs, kept (see kMaxChecks)
+  std::vector<std::unique_ptr<CapturedCheck>> retired_;  // checks of reset graphs, kept (see kMaxChecks)
   int64_t captured_ = 0;
 };
 

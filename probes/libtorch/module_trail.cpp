@@ -56,7 +56,7 @@ int64_t attentionSeenOnThread() { return Session::callsBegunOnThread() + Session
 
 }  // namespace
 
-void ModuleTrail::Tally::add(const DeviceChecks::Counts& c) {
+void ModuleTrail::Tally::add(const MeasuredChecks::Counts& c) {
   nan += c.nan, posinf += c.posinf, neginf += c.neginf;
   largest = std::max(largest, c.max_abs);
 }
@@ -280,8 +280,8 @@ void ModuleTrail::check(const Site& s, const std::vector<at::Tensor>& tensors, s
     Pending& p = pending_[pending_id];
     p.site = s, p.in = in, p.out = out;
     for (const auto& [device, indices] : cuda) {
-      for (size_t from = 0; from < indices.size(); from += DeviceChecks::kMaxMeasured) {
-        const size_t to = std::min(indices.size(), from + DeviceChecks::kMaxMeasured);
+      for (size_t from = 0; from < indices.size(); from += MeasuredChecks::kMaxMeasured) {
+        const size_t to = std::min(indices.size(), from + MeasuredChecks::kMaxMeasured);
         Launch launch{.pending = pending_id};
         std::vector<at::Tensor> batch;
         for (size_t k = from; k < to; ++k) {
@@ -311,7 +311,7 @@ void ModuleTrail::check(const Site& s, const std::vector<at::Tensor>& tensors, s
   }
 }
 
-void ModuleTrail::measured(uint64_t context, const DeviceChecks::Counts* counts, int n) {
+void ModuleTrail::measured(uint64_t context, const MeasuredChecks::Counts* counts, int n) {
   Pending done;
   {
     std::lock_guard<std::mutex> lock(mu_);

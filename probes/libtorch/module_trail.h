@@ -6,7 +6,7 @@
 // The bootstrap's one global forward hook (probes/bootstrap/nanprov_boot/trail.py) hands every
 // module call's tensors to torch.ops.nanprov.trail_forward. The forward's inputs and outputs are
 // measured at once: on the CPU on the host (the checks' bit-level scan), on CUDA by the attention
-// checks' own fused kernel (DeviceChecks::measure), results collected at later polls, no host
+// checks' own fused kernel (MeasuredChecks::measure), results collected at later polls, no host
 // synchronisation. In training, C++ tensor hooks on the call's outputs keep the gradients the
 // module receives until the gradient of one of its inputs arrives; both are then measured
 // together. The hooks only read: the training's values are untouched.
@@ -32,15 +32,15 @@
 #include <vector>
 
 #include "base/records/call_record.h"
-#include "probes/libtorch/device_checks.h"
+#include "probes/libtorch/measured_checks.h"
 
 namespace nanprov {
 
 class Session;
 
-class ModuleTrail final : public DeviceChecks::MeasuredSink {
+class ModuleTrail final : public MeasuredSink {
  public:
-  ModuleTrail(Session& session, DeviceChecks& checks) : session_(session), checks_(checks) {}
+  ModuleTrail(Session& session, MeasuredChecks& checks) : session_(session), checks_(checks) {}
   ModuleTrail(const ModuleTrail&) = delete;
   ModuleTrail& operator=(const ModuleTrail&) = delete;
 
@@ -106,7 +106,7 @@ class ModuleTrail final : public DeviceChecks::MeasuredSink {
   struct Tally {
     int64_t nan = 0, posinf = 0, neginf = 0;
     double largest = 0;
-    void add(const DeviceChecks::Counts& c);
+    void add(const MeasuredChecks::Counts& c);
     int64_t nonfinite() const { return nan + posinf + neginf; }
   };
   // A check whose CUDA tensors are in flight, in one or more launches.
@@ -123,14 +123,14 @@ class ModuleTrail final : public DeviceChecks::MeasuredSink {
   Site site(int64_t module, Phase phase);
   // Measures `tensors` (the first `n_inputs` are inputs) and judges them once all are known.
   void check(const Site& site, const std::vector<at::Tensor>& tensors, size_t n_inputs);
-  // The counts of a measure() this part asked for (DeviceChecks::MeasuredSink).
-  void measured(uint64_t context, const DeviceChecks::Counts* counts, int n) override;
+  // The counts of a measure() this part asked for (MeasuredSink).
+  void measured(uint64_t context, const MeasuredChecks::Counts* counts, int n) override;
   void judge(const Site& site, const Tally& in, const Tally& out);
   void watchGradients(int64_t id, const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs);
 
   Session& session_;
-  DeviceChecks& checks_;
-  std::mutex mu_;  // guards everything below; never held across a DeviceChecks call
+  MeasuredChecks& checks_;
+  std::mutex mu_;  // guards everything below; never held across a MeasuredChecks call
   struct Name {
     std::string path, module_class;
     std::vector<std::string> unchecked_before;

@@ -8,8 +8,7 @@
 #include "base/log_once.h"
 #include "base/records/device_identity.h"
 #include "probes/core/probe_cost.h"
-#include "probes/libtorch/foreign_calls.h"
-#include "probes/libtorch/softmax_attention.h"
+#include "probes/libtorch/probe_thread.h"
 
 namespace nanprov {
 namespace {
@@ -33,8 +32,8 @@ constexpr std::chrono::nanoseconds kCostEvery = std::chrono::seconds(1);
 
 Probes::Probes()
     : tracer_(KernelTracer::create()), checks_(session_, *tracer_, recorder_), captures_(session_),
-      sentinel_(session_, checks_), recorder_(session_, *tracer_, module_paths_, checks_, captures_),
-      trail_(session_, checks_), collectives_(session_, checks_) {
+      sentinel_(session_, checks_.measured()), recorder_(session_, *tracer_, module_paths_, checks_, captures_),
+      trail_(session_, checks_.measured()), collectives_(session_, checks_.measured()) {
   session_.setFlushHook(&flushProbes);
 }
 
@@ -54,8 +53,7 @@ void Probes::flush(bool at_exit) {
       sentinel_.collectDigests(at_exit);
     }
     if (!at_exit) {
-      closeStaleForeignCalls();
-      forgetSoftmaxAttention(session_);
+      endStepOnThread(session_);  // brackets left open, softmax attention half seen
     }
     std::vector<KernelRecord> kernels = tracer_->collect(at_exit);
     captures_.release(kernels, at_exit);  // after the checks: their captures need these names
@@ -102,7 +100,7 @@ void Probes::writeCounters(const TracerStats& stats, bool at_exit) {
     // batched launch, how many launches checked them, and how many went back to immediate checks.
     DeferredChecks& deferred = c.deferred_checks.emplace();
     if (checks_.deferMode() > 0) {
-      const DeviceChecks::DeferStats d = checks_.deferStats();
+      const DeferStats d = checks_.deferStats();
       deferred = {.mode = checks_.deferMode() == 2 ? DeferMode::kCudaAndCpu : DeferMode::kCuda,
                   .deferred = d.deferred,
                   .batched_launches = d.batched_launches,

@@ -15,12 +15,11 @@
 
 #include "base/wall_clock.h"
 #include "probes/core/session.h"
-#include "probes/libtorch/attention_hook.h"
 #include "probes/libtorch/backward_watch.h"
 #include "probes/libtorch/call_recorder.h"
-#include "probes/libtorch/foreign_calls.h"
 #include "probes/libtorch/guarded.h"
 #include "probes/libtorch/output_history.h"
+#include "probes/libtorch/probe_thread.h"
 #include "probes/libtorch/probes.h"
 #include "probes/libtorch/score_layout.h"
 
@@ -316,7 +315,7 @@ void softmaxKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, St
   const c10::IValue& dim = (*stack)[stack->size() - 2];
   if (!self.isTensor() || !dim.isInt()) return handle.redispatchBoxed(ks & kBelowProbe, stack);
   const at::Tensor x = self.toTensor();
-  noteSoftmaxInside(x);  // a --probe-module boundary's logits (foreign_calls.h)
+  noteSoftmaxInside(x);  // a --probe-module boundary's logits (probe_thread.h)
   std::optional<ProductLayout> layout;
   guarded("softmax attention probe", [&] {
     if (t_call.scoresSeen()) countUnchecked(session, t_call.module, kNoEnd);
@@ -359,5 +358,10 @@ void forgetSoftmaxAttention(Session& session) {
   disarmOutputHistory();
   t_call.forget();
 }
+
+namespace {
+// Forgotten at every step boundary (probe_thread.h: endStepOnThread), from when the library loads.
+const bool kForgottenAtStepBoundary = (forgetAtStepBoundary(&forgetSoftmaxAttention), true);
+}  // namespace
 
 }  // namespace nanprov

@@ -29,11 +29,12 @@ namespace nanprov {
 
 class Session;
 
-// Called once from installAttentionProbes().
+// Called once from installProbes() (install_probes.h).
 void installSoftmaxAttentionProbe();
 
 // At a step boundary: a call half seen on this thread (no matmul with V came) is dropped, and
-// counted in `session` as attention not checked.
+// counted in `session` as attention not checked. Registered with forgetAtStepBoundary
+// (probe_thread.h), which the probes' flush calls.
 void forgetSoftmaxAttention(Session& session);
 
 }  // namespace nanprov

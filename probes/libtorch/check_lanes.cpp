@@ -1,0 +1,164 @@
+#include "probes/libtorch/check_lanes.h"
+
+#include <string>
+#include <utility>
+
+#include "base/log_once.h"
+#include "probes/core/probe_cost.h"
+#include "probes/libtorch/graph_checks.h"
+
+namespace nanprov {
+namespace {
+
+using kernels::HealthCounts;
+
+constexpr int kSlotsPerDevice = 1024;
+
+}  // namespace
+
+CheckLanes::CheckLanes(CheckedCallSink& sink, HeldTensors& held, DeviceQueueFactory make_queue)
+    : sink_(sink), held_(held), make_queue_(std::move(make_queue)) {}
+
+CheckLane* CheckLanes::laneFor(int device) {
+  if (device < 0 || device >= kMaxDevices) return nullptr;
+  return lanes_.get(static_cast<size_t>(device), device, [&](bool room) -> CheckLane* {
+    if (failed_[device]) return nullptr;
+    if (!room) {
+      logOnce("device lanes", "more than " + std::to_string(kMaxLanes) + " threads ran checked CUDA calls at once: "
+                                  "the others are measured on the host (slower)");
+      return nullptr;
+    }
+    auto created = make_queue_(device, kSlotsPerDevice, kernels::CheckKind::kFused);
+    if (!created.ok()) {
+      failed_[device] = true;
+      logOnce("device queue", "fused health checks unavailable on cuda:" + std::to_string(device) +
+                                  ", measuring on the host (slower): " + created.status().message());
+      return nullptr;
+    }
+    auto* lane = new CheckLane();  // leaked: checks may be in flight at exit
+    lane->device = device;
+    lane->queue = created->release();
+    lane->pending.resize(static_cast<size_t>(lane->queue->slots()));
+    return lane;
+  });
+}
+
+std::optional<PendingCheck> CheckLanes::enqueue(CheckLane& lane, PendingCheck pending, const Views& views,
+                                                const c10::Stream& stream, const RoleTensors* tensors) {
+  if (tensors) {
+    int64_t bytes = 0;
+    for (const auto& [role, t] : *tensors) bytes += static_cast<int64_t>(t.nbytes());
+    // In a CUDA graph's memory pool a held tensor would be an allocation the graph's owner does
+    // not expect (GraphChecks::inGraphPool): marked in use instead, as past the budget.
+    if (!GraphChecks::inGraphPool() && held_.tryHold(bytes)) {
+      pending.held_bytes = bytes;
+      pending.held = *tensors;
+    } else {
+      HeldTensors::markInUse(*tensors, stream);
+    }
+  }
+  Status st = Status::Ok();
+  const int slot = lane.queue->reserve(readyFor(lane));
+  lane.pending[static_cast<size_t>(slot)] = std::move(pending);
+  {
+    // An attention call's launch; the sentinel's and the trail's count in their own stages.
+    std::optional<ProbeCost::Scope> cost;
+    if (tensors) cost.emplace(ProbeStage::kLaunching);
+    st = lane.queue->submit(views.data(), static_cast<int>(views.size()), stream.native_handle(), static_cast<uint64_t>(slot));
+  }
+  if (!st.ok()) pending = std::move(lane.pending[static_cast<size_t>(slot)]);  // never published
+  if (st.ok()) return std::nullopt;
+  logOnce("device check", "fused health check failed, measuring on the host instead: " + st.message());
+  held_.unhold(pending.held_bytes);
+  return pending;
+}
+
+// The capture fits in std::function's own storage: no allocation.
+std::function<void(uint64_t, const HealthCounts*, int)> CheckLanes::readyFor(CheckLane& lane) {
+  return [this, &lane](uint64_t slot, const HealthCounts* c, int n) { complete(lane, slot, c, n); };
+}
+
+std::function<void(uint64_t, const HealthCounts*, int)> CheckLanes::denseReadyFor(CheckLane& lane) {
+  return [&lane](uint64_t slot, const HealthCounts* c, int n) {
+    const CheckLane::Measuring m = lane.measuring[slot];
+    handOver(*m.sink, m.context, c, n);
+  };
+}
+
+void CheckLanes::complete(CheckLane& lane, uint64_t slot, const HealthCounts* counts, int n) {
+  PendingCheck pending = std::move(lane.pending[slot]);
+  held_.unhold(pending.held_bytes);
+  if (pending.measured) {
+    handOver(*pending.measured, pending.context, counts, n);
+    return;
+  }
+  if (pending.batched > 0) {  // deferred calls checked in one launch: each its own slice
+    PendingCheck* parts = &lane.parts[slot * CheckLane::kMaxBatchCalls];
+    size_t total = 0;
+    for (int i = 0; i < pending.batched; ++i) total += parts[i].checked.size();
+    if (n != static_cast<int>(total)) {
+      logOnce("device check result", "a batched health check failed on the device; its calls are not recorded");
+    }
+    for (int i = 0; i < pending.batched; ++i) {
+      PendingCheck& p = parts[i];
+      if (n == static_cast<int>(total)) {
+        takeCounts(p.rec, p.checked, counts + p.first, static_cast<int>(p.checked.size()));
+        sink_.record(std::move(p.rec), p.held, p.args, p.missing);
+      }
+      release(p);
+      p.checked.clear();
+    }
+    return;
+  }
+  if (n != static_cast<int>(pending.checked.size())) {
+    logOnce("device check result", "a fused health check failed on the device; its call is not recorded");
+    release(pending);
+    return;
+  }
+  takeCounts(pending.rec, pending.checked, counts, n);
+  sink_.record(std::move(pending.rec), pending.held, pending.args, pending.missing);
+  release(pending);
+}
+
+void CheckLanes::collect(bool patient) {
+  lanes_.forEach([&](CheckLane& lane) { collectLane(lane, patient); });
+}
+
+void CheckLanes::collectLane(CheckLane& lane, bool patient) {
+  lane.queue->collect(readyFor(lane), patient);
+  if (DeviceQueue* dense = lane.dense.load(std::memory_order_acquire)) dense->collect(denseReadyFor(lane), patient);
+}
+
+void CheckLanes::drain(DeviceQueue::Clock::time_point deadline, int* unfinished) {
+  lanes_.forEach([&](CheckLane& lane) {
+    lane.queue->drain(readyFor(lane), deadline, unfinished);
+    if (DeviceQueue* dense = lane.dense.load(std::memory_order_acquire)) {
+      dense->drain(denseReadyFor(lane), deadline, unfinished);
+    }
+  });
+}
+
+void CheckLanes::recordOnHost(CallEvent rec, const RoleTensors& tensors, const CallArgs& args) {
+  for (const auto& [role, t] : tensors) rec.tensors.push_back(measureTensor(t, role));
+  sync_measures_ += static_cast<int64_t>(tensors.size());
+  sink_.record(std::move(rec), tensors, args);
+}
+
+int CheckLanes::firstDevice() const {
+  int first = -1;
+  lanes_.forEach([&](const CheckLane& lane) {
+    if (first < 0 || lane.device < first) first = lane.device;
+  });
+  return first;
+}
+
+int64_t CheckLanes::hostSyncs() const {
+  int64_t n = sync_measures_.load();
+  lanes_.forEach([&](const CheckLane& lane) {
+    n += lane.queue->forcedWaits();
+    if (const DeviceQueue* dense = lane.dense.load(std::memory_order_acquire)) n += dense->forcedWaits();
+  });
+  return n;
+}
+
+}  // namespace nanprov
