@@ -28,7 +28,10 @@ class FlexSelfAttention(nn.Module):
 
     def forward(self, x, block_mask=None):
         b, s, d = x.shape
-        q, k, v = (t.view(b, s, self.heads, d // self.heads).transpose(1, 2) for t in self.qkv(x).chunk(3, -1))
+        # Each its own buffer: compiled on CUDA, torch 2.11's flex lowering refuses Q, K and V that are
+        # views of one buffer ("Unsupported for now if query, key, value are the same buffer").
+        q, k, v = (t.view(b, s, self.heads, d // self.heads).transpose(1, 2).contiguous()
+                   for t in self.qkv(x).chunk(3, -1))
         options = {"BACKEND": self.kernel_backend} if self.kernel_backend else None
         o = flex_attention(q, k, v, score_mod=self.bad_score_mod if self.bad else self.score_mod, block_mask=block_mask,
                            kernel_options=options)
