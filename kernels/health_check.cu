@@ -61,6 +61,9 @@ struct Tally {
   // Largest |x| bits of finite values met on the fast path: the high lane (or the only one) in
   // `high_bits`, the low lane shifted up in `low_bits`. Turned into a float once, at the end.
   unsigned int high_bits = 0, low_bits = 0;
+  // The wrapping sum of the 32-bit words read as vectors (and of a dense tail's whole words):
+  // only the dense check publishes it (HealthCounts::word_sum).
+  unsigned int word_sum = 0;
 
   __device__ void add(float x) {
     if (isnan(x)) {
@@ -178,7 +181,10 @@ __device__ void scanVectors(const Share& share, Index vectors, Address address, 
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      if (i + u * stride < vectors) addVector<T>(raw[u], t);
+      if (i + u * stride < vectors) {
+        t.word_sum += raw[u].x + raw[u].y + raw[u].z + raw[u].w;
+        addVector<T>(raw[u], t);
+      }
     }
   }
 }
@@ -206,6 +212,10 @@ __device__ void scanValues(const Share& share, const TensorView& v, Tally& t) {
     const Index vectors = numel / per_vector;
     scanVectors<T>(share, vectors, [p](Index i) { return p + i; }, t);
     for (Index i = vectors * per_vector + first; i < numel; i += stride) t.add(widen(v.data, i, T));
+    // The tail's whole words, for the word sum (used only where the tail is whole words).
+    const auto* tail = reinterpret_cast<const unsigned int*>(p + vectors);
+    const Index tail_words = (numel - vectors * per_vector) * size / 4;
+    for (Index w = first; w < tail_words; w += stride) t.word_sum += tail[w];
   } else if (rowsVectorisable(v, size)) {
     const Index per_row = static_cast<Index>(v.sizes[v.ndim - 1]) / per_vector;
     if (v.ndim == 2 && sizeof(Index) == 4) {
@@ -280,14 +290,14 @@ __device__ float warpMax(float x) {
 // Reduces the block's tallies into the check's accumulators (one atomic per counter per block).
 template <int N>
 __device__ void accumulate(Tally t, Accumulators<N>* scratch, int tensor) {
-  __shared__ unsigned int sums[5][kWarps];
+  __shared__ unsigned int sums[6][kWarps];
   __shared__ float maxes[kWarps];
-  unsigned int values[5] = {t.nan, t.posinf, t.neginf, t.nonzero, t.masked_rows};
+  unsigned int values[6] = {t.nan, t.posinf, t.neginf, t.nonzero, t.masked_rows, t.word_sum};
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  for (int c = 0; c < 5; ++c) values[c] = warpSum(values[c]);
+  for (int c = 0; c < 6; ++c) values[c] = warpSum(values[c]);  // the word sum wraps, as it should
   float m = warpMax(t.max_abs);
   if (lane == 0) {
-    for (int c = 0; c < 5; ++c) sums[c][warp] = values[c];
+    for (int c = 0; c < 6; ++c) sums[c][warp] = values[c];
     maxes[warp] = m;
   }
   __syncthreads();
@@ -297,6 +307,9 @@ __device__ void accumulate(Tally t, Accumulators<N>* scratch, int tensor) {
       for (int w = 0; w < kWarps; ++w) total += sums[c][w];
       if (total) atomicAdd(&scratch->counts[tensor][c], total);
     }
+    unsigned int word_sum = 0;
+    for (int w = 0; w < kWarps; ++w) word_sum += sums[5][w];
+    if (word_sum) atomicAdd(&scratch->word_sums[tensor], word_sum);
     float block_max = 0.f;
     for (int w = 0; w < kWarps; ++w) block_max = fmaxf(block_max, maxes[w]);
     if (block_max > 0.f) atomicMax(&scratch->max_bits[tensor], __float_as_uint(block_max));
@@ -313,11 +326,11 @@ struct Destination {
 // Once every block of the grid accumulated: the last one publishes every result and resets the
 // scratch; the `written` flags (and a ring entry's stamp) come last, once both are visible to the
 // host, so a host that sees them may take the counts and reuse the slot without asking the driver
-// (health_check_queue.cpp, graph_check.cpp). Result i comes from tensor source(i); tensors
-// [0, used) are reset.
-template <int N, typename Source>
+// (health_check_queue.cpp, graph_check.cpp). Result i comes from tensor source(i), whose words
+// were summed whole where summed(i); tensors [0, used) are reset.
+template <int N, typename Source, typename Summed>
 __device__ void publishOnceAllAccumulated(Accumulators<N>* scratch, Destination to, int count, int used,
-                                          Source source) {
+                                          Source source, Summed summed) {
   __shared__ bool last;
   __shared__ unsigned long long replay;
   if (threadIdx.x == 0) {
@@ -352,12 +365,15 @@ __device__ void publishOnceAllAccumulated(Accumulators<N>* scratch, Destination 
     out.nonzero = counts[3];
     out.masked_rows = counts[4];
     out.max_abs = __uint_as_float(*(volatile unsigned int*)&scratch->max_bits[from]);
+    out.word_summed = summed(i) ? 1u : 0u;
+    out.word_sum = out.word_summed ? *(volatile unsigned int*)&scratch->word_sums[from] : 0u;
   }
   __syncthreads();  // every result is read before its accumulators are reset
   for (int i = threadIdx.x; i < used; i += blockDim.x) {
     volatile unsigned long long* counts = scratch->counts[i];
     for (int c = 0; c < 5; ++c) counts[c] = 0;
     scratch->max_bits[i] = 0;
+    scratch->word_sums[i] = 0;
   }
   if (threadIdx.x == 0) scratch->blocks_done = 0;
   __threadfence_system();  // this thread's counts and resets reach the host before any flag
@@ -391,7 +407,7 @@ __global__ void __launch_bounds__(kThreads) healthCheckKernel(CheckArgs args) {
   scanTensor(share, args.views[tensor], t);
   accumulate(t, args.scratch, tensor);
   publishOnceAllAccumulated(args.scratch, Destination{args.results, args.ring}, args.count, args.distinct,
-                            [&args](int i) { return args.source[i]; });
+                            [&args](int i) { return args.source[i]; }, [](int) { return false; });
 }
 
 struct DenseArgs {
@@ -401,6 +417,15 @@ struct DenseArgs {
   DenseScratch* scratch;
   HealthCounts* results;
 };
+
+// health_check.h's wordSummable, on the device: scanValues reads such a tensor as vectors and its
+// tail as whole words.
+__device__ bool wordSummed(const DenseTensor& d) {
+  const auto type = static_cast<ElementType>(d.numel_and_type & 0xff);
+  const auto numel = static_cast<int64_t>(d.numel_and_type >> 8);
+  return type != ElementType::kBool && (reinterpret_cast<uintptr_t>(d.data) & 15) == 0 &&
+         numel * elementBytes(type) % 4 == 0;
+}
 
 __global__ void __launch_bounds__(kThreads) denseCheckKernel(DenseArgs args) {
   // The last tensor whose first block is at or before this one: up to 64 of them, so a search.
@@ -423,7 +448,7 @@ __global__ void __launch_bounds__(kThreads) denseCheckKernel(DenseArgs args) {
   scanTensor(share, v, t);
   accumulate(t, args.scratch, lo);
   publishOnceAllAccumulated(args.scratch, Destination{args.results, nullptr}, args.count, args.count,
-                            [](int i) { return i; });
+                            [](int i) { return i; }, [&args](int i) { return wordSummed(args.tensors[i]); });
 }
 
 // Blocks that are useful for `v`: a few 16-byte vectors (or, for a mask, a few rows) per thread.

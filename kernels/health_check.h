@@ -48,6 +48,11 @@ struct HealthCounts {
   unsigned long long nonzero;
   unsigned long long masked_rows;  // masks only
   float max_abs;                   // largest finite |x|
+  // The dense check only: the tensor's bytes read as 32-bit words and summed, wrapping, where
+  // `word_summed` (wordSummable: whole 16-byte vectors from a 16-byte aligned start, a whole number
+  // of words). It is the replica digest (probes/libtorch/replica_digests.h), taken on the way.
+  uint32_t word_sum;
+  uint32_t word_summed;
   uint32_t written;                // 1 once the device wrote this entry
 };
 
@@ -57,6 +62,7 @@ template <int N>
 struct Accumulators {
   unsigned long long counts[N][5];
   unsigned int max_bits[N];  // bit pattern of a non-negative float: ordered like uint
+  unsigned int word_sums[N];  // wrapping sums of the 32-bit words (HealthCounts::word_sum)
   unsigned int blocks_done;
 };
 using CheckScratch = Accumulators<kMaxTensors>;
@@ -91,6 +97,14 @@ struct DenseTensor {
   ElementType type() const { return static_cast<ElementType>(numel_and_type & 0xff); }
 };
 using DenseScratch = Accumulators<kMaxDense>;
+
+// True when the dense check sums `t`'s words (HealthCounts::word_sum): it reads it as 16-byte
+// vectors from a 16-byte aligned start, and its bytes are a whole number of 32-bit words. The
+// kernel keeps the same rule (health_check.cu, wordSummed).
+inline bool wordSummable(const DenseTensor& t) {
+  const int64_t bytes = t.numel() * (t.type() == ElementType::kFloat32 ? 4 : 2);
+  return t.type() != ElementType::kBool && reinterpret_cast<uintptr_t>(t.data) % 16 == 0 && bytes % 4 == 0;
+}
 
 // True when `view` can be read by the kernel (supported type, at most kMaxDims dimensions).
 bool checkable(const TensorView& view);

@@ -30,6 +30,11 @@ constexpr size_t kMaxWatched = 64;
 
 }  // namespace
 
+GradientSentinel::GradientSentinel(Session& session, MeasuredChecks& checks)
+    : GradientSentinel(session, checks, [&session](std::vector<ReplicaDigestRecord> digests) {
+        session.recordReplicaDigests(std::move(digests));
+      }) {}
+
 void GradientSentinel::watch(int64_t key, const std::vector<at::Tensor>& params, const std::string& names,
                              const std::vector<int64_t>& sharded, const std::vector<int64_t>& replicated,
                              const std::vector<int64_t>& replica_ranks) {
@@ -96,8 +101,11 @@ bool GradientSentinel::check(int64_t key, int64_t step, const std::vector<std::o
                                "sharded parameters are not checked");
   }
   // Every step: a replica may diverge after the values went non-finite.
-  digestReplicated(*w, step, shards_match ? shards : std::vector<std::optional<at::Tensor>>{});
-  if (past_first_finding) return true;
+  Digesting digesting = openDigests(*w, step, shards_match ? shards : std::vector<std::optional<at::Tensor>>{});
+  if (past_first_finding) {
+    sumDigests(digesting);
+    return true;
+  }
   // Gradients and parameters by device: the CPU's scanned on the host, each GPU's in batches,
   // dense tensors apart from the rest (a dense check takes 64, a fused one 12).
   std::vector<at::Tensor> cpu;
@@ -126,6 +134,14 @@ bool GradientSentinel::check(int64_t key, int64_t step, const std::vector<std::o
     if (batch.tensors.empty()) {
       batch.most = dense ? checks_.denseBatch(t.device().index()) : MeasuredChecks::kMaxMeasured;
       batch.tensors.reserve(static_cast<size_t>(batch.most));
+    }
+    // A replicated parameter's digest comes with its dense check, where that check sums its words.
+    const int32_t place = kind == SentinelTensor::kParam ? digesting.place_of[param] : -1;
+    if (place >= 0 && dense && batch.most == MeasuredChecks::kMaxMeasuredDense && MeasuredChecks::wordSummable(t) &&
+        digesting.tensors[static_cast<size_t>(place)].is_same(t)) {
+      batch.slice.digests = digesting.id;
+      batch.slice.digest_place[static_cast<size_t>(batch.slice.n)] = place;
+      digesting.by_check[static_cast<size_t>(place)] = true;
     }
     batch.tensors.push_back(t);
     batch.slice.of[static_cast<size_t>(batch.slice.n++)] = {param, kind};
@@ -166,6 +182,7 @@ bool GradientSentinel::check(int64_t key, int64_t step, const std::vector<std::o
   for (auto& [where, batch] : cuda) {
     if (batch.slice.n > 0) submit(batch.tensors, std::move(batch.slice), step, w);
   }
+  sumDigests(digesting);
   // On the CPU the checks' own host scan, which reads each tensor once through its bits: ATen's
   // infinity-norm reduction is not vectorised there and cost a tenth of a small model's step.
   for (size_t i = 0; i < cpu.size(); ++i) {
@@ -177,11 +194,14 @@ bool GradientSentinel::check(int64_t key, int64_t step, const std::vector<std::o
   return true;
 }
 
-// The replicated parameters' values after `step`, by device (a digest batch is one device's). A
+// The replicated parameters' values after `step`, each given a place in the step's digests. A
 // sharded one (HSDP: sharded within a node, replicated across) is digested through its local
 // shard, which is what its replicas hold equal; `shards` is empty when they did not match.
-void GradientSentinel::digestReplicated(const Watched& w, int64_t step, const std::vector<std::optional<at::Tensor>>& shards) {
-  std::map<std::pair<int, int>, std::pair<std::vector<std::string>, std::vector<at::Tensor>>> by_device;  // (type, index)
+GradientSentinel::Digesting GradientSentinel::openDigests(const Watched& w, int64_t step,
+                                                          const std::vector<std::optional<at::Tensor>>& shards) {
+  Digesting d;
+  d.place_of.assign(w.params.size(), -1);
+  std::vector<std::string> names;
   size_t shard = 0;
   for (size_t i = 0; i < w.params.size(); ++i) {
     const size_t local = w.sharded[i] ? shard++ : 0;
@@ -194,11 +214,25 @@ void GradientSentinel::digestReplicated(const Watched& w, int64_t step, const st
       p = at::Tensor(std::move(impl));
     }
     if (!p.defined() || p.unsafeGetTensorImpl()->is_python_dispatch() || p.is_sparse() || !p.has_storage()) continue;
-    auto& [names, params] = by_device[{static_cast<int>(p.device().type()), p.device().index()}];
+    d.place_of[i] = static_cast<int32_t>(d.tensors.size());
     names.push_back(w.names[i]);
-    params.push_back(std::move(p));
+    d.tensors.push_back(std::move(p));
   }
-  for (auto& [device, batch] : by_device) replicas_.take(step, std::move(batch.first), batch.second);
+  d.by_check.assign(d.tensors.size(), false);
+  d.id = replicas_.open(step, std::move(names));
+  return d;
+}
+
+void GradientSentinel::sumDigests(const Digesting& d) {
+  std::map<std::pair<int, int>, std::pair<std::vector<size_t>, std::vector<at::Tensor>>> by_device;  // (type, index)
+  for (size_t place = 0; place < d.tensors.size(); ++place) {
+    if (d.by_check[place]) continue;
+    const at::Tensor& p = d.tensors[place];
+    auto& [places, params] = by_device[{static_cast<int>(p.device().type()), p.device().index()}];
+    places.push_back(place);
+    params.push_back(p);
+  }
+  for (auto& [device, batch] : by_device) replicas_.sum(d.id, batch.first, batch.second);
 }
 
 void GradientSentinel::measured(uint64_t context, const MeasuredChecks::Counts* counts, int n) {
@@ -212,10 +246,16 @@ void GradientSentinel::measured(uint64_t context, const MeasuredChecks::Counts* 
   }
   if (n != slice.n) {
     logOnce("sentinel device", "a gradient sentinel check failed on the device; that step's gradients are not judged");
+    if (slice.digests) replicas_.lost(slice.digests);
     return;
   }
   for (int i = 0; i < n; ++i) {
     const MeasuredChecks::Counts& c = counts[i];
+    if (const int32_t place = slice.digest_place[static_cast<size_t>(i)]; place >= 0) {
+      // Measured some other way (the dense check failed at launch): no digest came with it.
+      if (c.word_summed) replicas_.digest(slice.digests, static_cast<size_t>(place), c.word_sum);
+      else replicas_.lost(slice.digests);
+    }
     if (c.nan + c.posinf + c.neginf == 0) continue;
     const double norm = c.nan ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
     const auto& [param, kind] = slice.of[static_cast<size_t>(i)];
@@ -243,8 +283,15 @@ void GradientSentinel::submit(const std::vector<at::Tensor>& batch, Slice slice,
 }
 
 void GradientSentinel::forget(uint64_t context) {
-  std::lock_guard<std::mutex> lock(mu_);
-  in_flight_.erase(context);
+  uint64_t digests = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = in_flight_.find(context);
+    if (it == in_flight_.end()) return;
+    digests = it->second.digests;
+    in_flight_.erase(it);
+  }
+  if (digests) replicas_.lost(digests);
 }
 
 // Records one non-finite tensor of `step`, unless an earlier step already had one. Results do not

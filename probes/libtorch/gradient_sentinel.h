@@ -19,8 +19,9 @@
 //
 // The parameters DDP replicates (watch's `replicated`) are also digested after each step
 // (ReplicaDigests), for the report to compare across the ranks that replicate them; the digests
-// go on whatever the sentinel found. A sharded parameter is digested only where its local shard is
-// replicated (HSDP's replicate dimension), through that shard.
+// go on whatever the sentinel found. The dense check that reads a parameter sums its words on the
+// way (its digest); the rest are summed by ATen. A sharded parameter is digested only where its
+// local shard is replicated (HSDP's replicate dimension), through that shard.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -45,7 +46,10 @@ class Session;
 
 class GradientSentinel final : public MeasuredSink {
  public:
-  GradientSentinel(Session& session, MeasuredChecks& checks) : session_(session), checks_(checks), replicas_(session) {}
+  GradientSentinel(Session& session, MeasuredChecks& checks);
+  // As above, the replica digests going to `digests` instead of the session (tests).
+  GradientSentinel(Session& session, MeasuredChecks& checks, ReplicaDigests::Record digests)
+      : session_(session), checks_(checks), replicas_(std::move(digests)) {}
   GradientSentinel(const GradientSentinel&) = delete;
   GradientSentinel& operator=(const GradientSentinel&) = delete;
 
@@ -78,6 +82,22 @@ class GradientSentinel final : public MeasuredSink {
     std::shared_ptr<const Watched> watched;  // its names outlive the batch in flight
     int n = 0;
     std::array<std::pair<size_t, SentinelTensor>, MeasuredChecks::kMaxMeasuredDense> of{};
+    // The replica digests this check sums: the place (in the step's digests, `digests`) of each
+    // count that is one, or -1.
+    uint64_t digests = 0;
+    std::array<int32_t, MeasuredChecks::kMaxMeasuredDense> digest_place = filled(-1);
+    static std::array<int32_t, MeasuredChecks::kMaxMeasuredDense> filled(int32_t v) {
+      std::array<int32_t, MeasuredChecks::kMaxMeasuredDense> a;
+      a.fill(v);
+      return a;
+    }
+  };
+  // One step's replicated parameters, by place in its digests (ReplicaDigests::open).
+  struct Digesting {
+    uint64_t id = 0;
+    std::vector<int32_t> place_of;  // by parameter; -1: not digested
+    std::vector<at::Tensor> tensors;  // by place: the parameter or its local shard
+    std::vector<bool> by_check;       // by place: a dense check sums it
   };
 
   // The counts of a measure() this part asked for (MeasuredSink).
@@ -85,7 +105,9 @@ class GradientSentinel final : public MeasuredSink {
   void submit(const std::vector<at::Tensor>& batch, Slice slice, int64_t step, std::shared_ptr<const Watched> watched);
   void forget(uint64_t context);  // a batch whose check will never call back
   void found(int64_t step, const std::string& parameter, SentinelTensor kind, double norm);
-  void digestReplicated(const Watched& w, int64_t step, const std::vector<std::optional<at::Tensor>>& shards);
+  Digesting openDigests(const Watched& w, int64_t step, const std::vector<std::optional<at::Tensor>>& shards);
+  // Sums what no dense check took, by device.
+  void sumDigests(const Digesting& d);
 
   Session& session_;
   MeasuredChecks& checks_;

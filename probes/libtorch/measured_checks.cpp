@@ -74,6 +74,11 @@ bool MeasuredChecks::denseCheckable(const at::Tensor& t) {
          *type != kernels::ElementType::kBool;
 }
 
+bool MeasuredChecks::wordSummable(const at::Tensor& t) {
+  return denseCheckable(t) && kernels::wordSummable(kernels::DenseTensor::of(t.data_ptr(), t.numel(),
+                                                                             *elementType(t.scalar_type())));
+}
+
 int MeasuredChecks::denseBatch(int device) {
   CheckLane* lane = device >= 0 ? lanes_.laneFor(device) : nullptr;
   return lane && !lane->dense_failed ? kMaxMeasuredDense : kMaxMeasured;

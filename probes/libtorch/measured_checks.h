@@ -42,6 +42,8 @@ class MeasuredChecks {
   int denseBatch(int device);
   // True when `t` can go in a dense check: a dense CUDA tensor the kernel reads.
   static bool denseCheckable(const at::Tensor& t);
+  // True when a dense check of `t` also sums its words (kernels::wordSummable): its replica digest.
+  static bool wordSummable(const at::Tensor& t);
 
   // measure()'s launches so far: dense checks, and fused checks of measured tensors.
   int64_t denseLaunches() const { return dense_launches_.load(std::memory_order_relaxed); }

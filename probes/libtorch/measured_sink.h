@@ -14,6 +14,10 @@ namespace nanprov {
 struct MeasuredCounts {
   int64_t nan = 0, posinf = 0, neginf = 0;
   double max_abs = 0;  // largest finite |x|
+  // A dense check's sum of the tensor's words, where it took one (kernels::HealthCounts): the
+  // replica digest (replica_digests.h).
+  bool word_summed = false;
+  uint32_t word_sum = 0;
 };
 
 // Who a measure()'s counts go to, so counts collected on any thread reach their owner without
@@ -36,7 +40,8 @@ inline void handOver(MeasuredSink& sink, uint64_t context, const kernels::Health
   n = std::min(n, kernels::kMaxDense);
   for (int i = 0; i < n; ++i) {
     measured[static_cast<size_t>(i)] = {static_cast<int64_t>(counts[i].nan), static_cast<int64_t>(counts[i].posinf),
-                                        static_cast<int64_t>(counts[i].neginf), counts[i].max_abs};
+                                        static_cast<int64_t>(counts[i].neginf), counts[i].max_abs,
+                                        counts[i].word_summed != 0, counts[i].word_sum};
   }
   sink.receive(context, measured.data(), n);
 }

@@ -6,13 +6,13 @@
 #include <utility>
 
 #include "base/log_once.h"
-#include "probes/core/session.h"
 
 namespace nanprov {
 namespace {
 
-// Digests waiting for their device: past this many steps behind, the oldest are waited for, so a
-// stream that never finishes cannot grow the queue without bound.
+// Steps whose digests are still on their way: past this many, the oldest one's sums are waited
+// for, and, when it still lacks a dense check's digests, it is dropped, so a stream that never
+// finishes cannot grow the queue without bound.
 constexpr size_t kMaxInFlight = 8;
 
 }  // namespace
@@ -31,58 +31,108 @@ at::Tensor ReplicaDigests::digestOf(const at::Tensor& param) {
   return at::sum(flat.view(same_width), at::kInt);
 }
 
-void ReplicaDigests::take(int64_t step, std::vector<std::string> names, const std::vector<at::Tensor>& params) {
+uint64_t ReplicaDigests::open(int64_t step, std::vector<std::string> names) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const uint64_t id = next_id_++;
+  if (names.empty()) return id;  // nothing replicated: no step to record
+  Step s;
+  s.id = id;
+  s.step = step;
+  s.digests.assign(names.size(), 0);
+  s.missing = names.size();
+  s.names = std::move(names);
+  steps_.push_back(std::move(s));
+  return id;
+}
+
+ReplicaDigests::Step* ReplicaDigests::find(uint64_t id) {
+  for (Step& s : steps_) {
+    if (s.id == id) return &s;
+  }
+  return nullptr;  // dropped (too far behind), or opened with no parameter
+}
+
+void ReplicaDigests::give(Step& s, size_t place, int32_t digest) {
+  if (place >= s.digests.size() || s.missing == 0) return;
+  s.digests[place] = digest;
+  --s.missing;
+}
+
+void ReplicaDigests::digest(uint64_t id, size_t place, uint32_t digest) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (Step* s = find(id)) give(*s, place, static_cast<int32_t>(digest));
+}
+
+void ReplicaDigests::lost(uint64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (Step* s = find(id)) s->lost = true;
+}
+
+void ReplicaDigests::sum(uint64_t id, const std::vector<size_t>& places, const std::vector<at::Tensor>& params) {
   if (params.empty()) return;
   std::vector<at::Tensor> digests;
   digests.reserve(params.size());
   for (const at::Tensor& p : params) digests.push_back(digestOf(p));
   at::Tensor all = at::stack(digests);
+  Sums sums;
+  sums.places = places;
   if (all.is_cpu()) {
-    record(step, names, all);
-    return;
+    sums.host = all;
+  } else {
+    sums.host = at::empty({all.numel()}, at::TensorOptions().dtype(at::kInt).pinned_memory(true));
+    sums.host.copy_(all, /*non_blocking=*/true);
+    const c10::Device device = all.device();
+    sums.copied = std::make_unique<c10::Event>(device.type());
+    sums.copied->record(c10::impl::VirtualGuardImpl(device.type()).getStream(device));
   }
-  InFlight f;
-  f.step = step;
-  f.names = std::move(names);
-  f.host = at::empty({all.numel()}, at::TensorOptions().dtype(at::kInt).pinned_memory(true));
-  f.host.copy_(all, /*non_blocking=*/true);
-  const c10::Device device = all.device();
-  f.copied = std::make_unique<c10::Event>(device.type());
-  f.copied->record(c10::impl::VirtualGuardImpl(device.type()).getStream(device));
-  bool full;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    in_flight_.push_back(std::move(f));
-    full = in_flight_.size() > kMaxInFlight;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (Step* s = find(id)) s->sums.push_back(std::move(sums));
+}
+
+std::vector<ReplicaDigests::Step> ReplicaDigests::takeSettled(bool at_exit) {
+  std::vector<Step> settled;
+  std::lock_guard<std::mutex> lock(mu_);
+  while (!steps_.empty()) {
+    Step& s = steps_.front();
+    const bool behind = steps_.size() > kMaxInFlight;
+    if (behind) logOnce("replica digests behind", "replica digests: the device fell more than 8 steps behind; they were waited for");
+    for (auto it = s.sums.begin(); it != s.sums.end();) {
+      if (it->copied && !(at_exit || behind) && !it->copied->query()) {
+        ++it;
+        continue;
+      }
+      if (it->copied) it->copied->synchronize();
+      const int32_t* words = it->host.const_data_ptr<int32_t>();
+      for (size_t i = 0; i < it->places.size() && static_cast<int64_t>(i) < it->host.numel(); ++i) {
+        give(s, it->places[i], words[i]);
+      }
+      it = s.sums.erase(it);
+    }
+    if (s.missing > 0 && !s.lost && (at_exit || behind)) {
+      // What is still missing is a dense check's, which cannot be waited for here.
+      logOnce("replica digests dropped", "replica digests: a step's dense checks had not finished; that step was not "
+                                         "compared (step " + std::to_string(s.step) + ")");
+      s.lost = true;
+    }
+    if (s.lost && !s.sums.empty() && !at_exit) break;  // its copies still read pinned memory: kept till done
+    if (s.missing > 0 && !s.lost) break;               // in order: later steps wait behind it
+    settled.push_back(std::move(s));
+    steps_.pop_front();
   }
-  if (full) logOnce("replica digests behind", "replica digests: the device fell more than 8 steps behind; they were waited for");
-  collect(full);
+  return settled;
 }
 
 void ReplicaDigests::collect(bool at_exit) {
-  for (;;) {
-    InFlight f;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (in_flight_.empty()) return;
-      InFlight& oldest = in_flight_.front();
-      if (!at_exit && !oldest.copied->query()) return;
-      f = std::move(oldest);
-      in_flight_.pop_front();
-    }
-    if (at_exit) f.copied->synchronize();
-    record(f.step, f.names, f.host);
-  }
-}
-
-void ReplicaDigests::record(int64_t step, const std::vector<std::string>& names, const at::Tensor& host) {
-  const int32_t* words = host.const_data_ptr<int32_t>();
   std::vector<ReplicaDigestRecord> rows;
-  rows.reserve(names.size());
-  for (size_t i = 0; i < names.size() && static_cast<int64_t>(i) < host.numel(); ++i) {
-    rows.push_back(ReplicaDigestRecord{.step = step, .parameter = names[i], .digest = words[i]});
+  for (Step& s : takeSettled(at_exit)) {
+    if (s.lost) continue;
+    for (size_t i = 0; i < s.names.size(); ++i) {
+      rows.push_back(ReplicaDigestRecord{.step = s.step, .parameter = std::move(s.names[i]), .digest = s.digests[i]});
+    }
   }
-  session_.recordReplicaDigests(std::move(rows));
+  // One batch: each step's digests reach the store together, which weighs them into its
+  // whole-model digest (store/replica_digest_rows.h).
+  if (!rows.empty()) record_(std::move(rows));
 }
 
 }  // namespace nanprov

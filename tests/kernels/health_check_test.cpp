@@ -267,7 +267,61 @@ TEST(DenseCheck, SixtyFourTensorsOfEveryTypeCountExactlyAndTwice) {
       EXPECT_EQ(got[i].neginf, e.neginf);
       EXPECT_EQ(got[i].nonzero, e.nonzero);
       EXPECT_EQ(got[i].max_abs, e.max_abs);
+      // The replica digest taken on the way: the words summed, wrapping, where they are whole.
+      ASSERT_EQ(got[i].word_summed != 0, wordSummable(tensors[i]));
+      if (!wordSummable(tensors[i])) continue;
+      uint32_t words = 0;
+      const size_t from = static_cast<size_t>(offsets[i] * bytesOf(tensors[i].type()));
+      for (size_t b = 0; b < static_cast<size_t>(tensors[i].numel() * bytesOf(tensors[i].type())); b += 4) {
+        uint32_t word;
+        std::memcpy(&word, host.data() + from + b, 4);
+        words += word;
+      }
+      EXPECT_EQ(got[i].word_sum, words);
     }
+  }
+}
+
+// The word sums of every dense type, each from a 16-byte aligned start, of sizes whose bytes end
+// mid-vector (a tail of whole words) or mid-word (not summed), up to tensors spread over many
+// blocks: each against the host's sum of the same words.
+TEST(DenseCheck, WordSumsAreTheWrappingSumOfEveryWord) {
+  REQUIRE_GPU();
+  std::vector<uint8_t> host = randomBits(1 << 25, 17);
+  DeviceBuffer dev(host);
+  const ElementType types[] = {ElementType::kFloat32, ElementType::kFloat16, ElementType::kBFloat16};
+  const int64_t sizes[] = {2, 3, 6, 10, 4098, 1 << 20, (1 << 21) + 6};
+  std::vector<DenseTensor> tensors;
+  std::vector<uint32_t> expected;
+  size_t start = 0;
+  for (ElementType type : types) {
+    for (int64_t numel : sizes) {
+      const size_t bytes = static_cast<size_t>(numel * bytesOf(type));
+      tensors.push_back(DenseTensor::of(static_cast<const uint8_t*>(dev.p) + start, numel, type));
+      uint32_t sum = 0;
+      for (size_t b = 0; b + 4 <= bytes; b += 4) {
+        uint32_t word;
+        std::memcpy(&word, host.data() + start + b, 4);
+        sum += word;
+      }
+      expected.push_back(sum);
+      start = (start + bytes + 15) / 16 * 16;
+    }
+  }
+  ASSERT_LE(start, host.size());
+  auto queue = HealthCheckQueue::create(0, 1, CheckKind::kDense);
+  ASSERT_TRUE(queue.ok()) << queue.status().message();
+  std::vector<HealthCounts> got;
+  auto ready = [&](uint64_t, const HealthCounts* c, int n) { got.assign(c, c + n); };
+  (*queue)->reserve(ready);
+  ASSERT_TRUE((*queue)->submitDense(tensors.data(), static_cast<int>(tensors.size()), nullptr, 1).ok());
+  EXPECT_EQ((*queue)->drain(ready), 1);
+  ASSERT_EQ(got.size(), tensors.size()) << "the check failed on the device";
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    SCOPED_TRACE("tensor " + std::to_string(i) + ": " + std::to_string(tensors[i].numel()) + " elements");
+    ASSERT_TRUE(wordSummable(tensors[i]) || tensors[i].numel() % 2 == 1);
+    EXPECT_EQ(got[i].word_summed != 0, wordSummable(tensors[i]));
+    if (wordSummable(tensors[i])) EXPECT_EQ(got[i].word_sum, expected[i]);
   }
 }
 
