@@ -1,11 +1,11 @@
 #include "base/child_process.h"
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -74,7 +74,7 @@ ChildExit waitFor(pid_t pid) {
 namespace {
 
 bool isExecutableFile(const std::string& path) {
-  struct stat st {};
+  struct stat st{};
   return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(path.c_str(), X_OK) == 0;
 }
 
@@ -100,12 +100,13 @@ std::string findExecutable(const std::string& name) {
 }
 
 std::string whyNotExecutable(const std::string& name) {
-  struct stat st {};
+  struct stat st{};
   if (stat(name.c_str(), &st) != 0) return "command not found: " + name + " (not a file here, nor on PATH)";
   if (S_ISDIR(st.st_mode)) return name + " is a directory, not a command to run";
   // `nanprov run train.py`: the file is here, but a name without '/' is looked up on PATH only.
   if (name.find('/') == std::string::npos) {
-    return name + " is a file here, not a command on PATH: run it through its interpreter, e.g. nanprov run -- python " + name;
+    return name +
+           " is a file here, not a command on PATH: run it through its interpreter, e.g. nanprov run -- python " + name;
   }
   return name + " is not executable (chmod +x it, or run it through its interpreter, e.g. python " + name + ")";
 }
@@ -113,7 +114,7 @@ std::string whyNotExecutable(const std::string& name) {
 StatusOr<ChildExit> runChild(const std::vector<std::string>& argv,
                              const std::map<std::string, std::string>& extra_env) {
   if (argv.empty()) return Status::Error("no command given");
-  struct sigaction act {}, old[std::size(kForwarded)];
+  struct sigaction act{}, old[std::size(kForwarded)];
   act.sa_sigaction = &forward;
   act.sa_flags = SA_SIGINFO | SA_RESTART;
   sigemptyset(&act.sa_mask);

@@ -31,8 +31,7 @@ struct ChildExit {
 // Starts argv with `extra_env` added to the environment and waits for it. While it runs, signals
 // sent to nanprov (SIGTERM, SIGHUP, SIGUSR1/2, and SIGINT/SIGQUIT sent by kill) are forwarded to
 // it; terminal-generated SIGINT/SIGQUIT reach the child directly and are ignored here.
-StatusOr<ChildExit> runChild(const std::vector<std::string>& argv,
-                             const std::map<std::string, std::string>& extra_env);
+StatusOr<ChildExit> runChild(const std::vector<std::string>& argv, const std::map<std::string, std::string>& extra_env);
 
 // Runs argv to completion and returns its stdout; for short helper commands. A non-empty
 // `working_dir` is the child's current directory: a Python helper started with `-m` puts its

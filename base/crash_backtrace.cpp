@@ -48,7 +48,7 @@ void printBacktrace(int sig, siginfo_t* info, void* context) {
 }  // namespace
 
 void printBacktraceOnCrash() {
-  struct sigaction act {};
+  struct sigaction act{};
   act.sa_sigaction = &printBacktrace;
   act.sa_flags = SA_SIGINFO;
   sigemptyset(&act.sa_mask);

@@ -23,11 +23,11 @@ enum ExitCode : int {
   kNotOneJob = 6,
   kReplicaDiverged = 7,  // report: ranks that replicate their parameters (DDP) held different ones, all finite
   // verdict
-  kKernelFault = 10,              // a kernel fails the call every time it runs it: fix the code (or avoid the backend)
-  kNondeterministicKernel = 11,   // the fault recurs in some reruns only: requeue (and fix the kernel)
-  kSuspectDevice = 12,            // the run's result cannot be recomputed from its inputs: exclude the node, requeue
-  kDataOrModelFault = 13,         // the data or the model made it (input-caused, precision limit, masked rows, outside attention): fix them
-  kUndetermined = 14,             // a fault, not classified (unchecked origin, no capture, replay could not judge): a person looks
+  kKernelFault = 10,             // a kernel fails the call every time it runs it: fix the code (or avoid the backend)
+  kNondeterministicKernel = 11,  // the fault recurs in some reruns only: requeue (and fix the kernel)
+  kSuspectDevice = 12,           // the run's result cannot be recomputed from its inputs: exclude the node, requeue
+  kDataOrModelFault = 13,        // data or model (inputs, precision limit, masked rows, outside attention): fix them
+  kUndetermined = 14,  // a fault, not classified (unchecked origin, no capture, replay could not judge): a person looks
 };
 
 }  // namespace nanprov

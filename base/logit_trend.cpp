@@ -111,7 +111,8 @@ std::optional<double> coarseScoresFrom(const std::string& dtype) {
 
 std::string TrendWarning::text() const {
   const std::string who = module.empty() ? "layer " + std::to_string(layer) : module;
-  const char* what = source == LogitSource::kBound ? " attention logits (a bound from |Q| and |K|)" : " attention logits";
+  const char* what =
+      source == LogitSource::kBound ? " attention logits (a bound from |Q| and |K|)" : " attention logits";
   if (kind == TrendKind::kGrowth) {
     // The factor of a tiny start can pass the largest double: then it is not said.
     const double factor = from_value > 0 ? value / from_value : 0;

@@ -64,9 +64,9 @@ struct TrendWarning {
   int64_t layer = -1;
   std::string module;
   TrendKind kind = TrendKind::kGrowth;
-  int64_t step = 0;            // the step of the call that crossed the line
-  double value = 0;            // its logit
-  int64_t from_step = 0;       // growth: the step of the smallest value before
+  int64_t step = 0;       // the step of the call that crossed the line
+  double value = 0;       // its logit
+  int64_t from_step = 0;  // growth: the step of the smallest value before
   double from_value = 0;
   LogitSource source = LogitSource::kLse;
   std::string scores_dtype;

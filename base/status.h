@@ -40,8 +40,8 @@ class [[nodiscard]] Status {
 template <typename T>
 class [[nodiscard]] StatusOr {
  public:
-  StatusOr(T value) : value_(std::move(value)) {}                  // NOLINT: implicit by design
-  StatusOr(Status status) : value_(std::move(status)) {}           // NOLINT: implicit by design
+  StatusOr(T value) : value_(std::move(value)) {}         // NOLINT: implicit by design
+  StatusOr(Status status) : value_(std::move(status)) {}  // NOLINT: implicit by design
 
   bool ok() const { return std::holds_alternative<T>(value_); }
   Status status() const { return ok() ? Status::Ok() : std::get<Status>(value_); }
@@ -55,24 +55,25 @@ class [[nodiscard]] StatusOr {
   std::variant<T, Status> value_;
 };
 
-#define NANPROV_RETURN_IF_ERROR(expr)          \
-  do {                                         \
-    ::nanprov::Status _st = (expr);            \
-    if (!_st.ok()) return _st;                 \
+#define NANPROV_RETURN_IF_ERROR(expr) \
+  do {                                \
+    ::nanprov::Status _st = (expr);   \
+    if (!_st.ok()) return _st;        \
   } while (0)
 
 // As NANPROV_RETURN_IF_ERROR, returning the failure with `context` in front (Status::withContext).
-#define NANPROV_RETURN_IF_ERROR_WITH(expr, context)      \
-  do {                                                   \
-    ::nanprov::Status _st = (expr);                      \
-    if (!_st.ok()) return _st.withContext(context);      \
+#define NANPROV_RETURN_IF_ERROR_WITH(expr, context) \
+  do {                                              \
+    ::nanprov::Status _st = (expr);                 \
+    if (!_st.ok()) return _st.withContext(context); \
   } while (0)
 
 // NANPROV_ASSIGN_OR_RETURN(auto rows, readRows(db)): declares `rows` from a StatusOr's value, or
 // returns its Status from the enclosing function.
 #define NANPROV_CONCAT_INNER(a, b) a##b
 #define NANPROV_CONCAT(a, b) NANPROV_CONCAT_INNER(a, b)
-#define NANPROV_ASSIGN_OR_RETURN(lhs, expr) NANPROV_ASSIGN_OR_RETURN_IMPL(NANPROV_CONCAT(_statusor_, __LINE__), lhs, expr)
+#define NANPROV_ASSIGN_OR_RETURN(lhs, expr) \
+  NANPROV_ASSIGN_OR_RETURN_IMPL(NANPROV_CONCAT(_statusor_, __LINE__), lhs, expr)
 #define NANPROV_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
   auto tmp = (expr);                                  \
   if (!tmp.ok()) return tmp.status();                 \

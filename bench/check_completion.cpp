@@ -66,7 +66,8 @@ int main(int argc, char** argv) {
       !ok(cudaMalloc(&scratch, sizeof(CheckScratch) * checks), "cudaMalloc") ||
       !ok(cudaMemset(scratch, 0, sizeof(CheckScratch) * checks), "cudaMemset") ||
       !ok(cudaHostAlloc(&results, sizeof(HealthCounts) * checks, cudaHostAllocMapped), "cudaHostAlloc") ||
-      !ok(cudaHostGetDevicePointer(reinterpret_cast<void**>(&results_device), results, 0), "cudaHostGetDevicePointer") ||
+      !ok(cudaHostGetDevicePointer(reinterpret_cast<void**>(&results_device), results, 0),
+          "cudaHostGetDevicePointer") ||
       !ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate")) {
     return 1;
   }
@@ -105,10 +106,12 @@ int main(int argc, char** argv) {
       }
       double f0 = nowUs();
       int written = 0;
-      for (int i = 0; i < checks; ++i) written += static_cast<int>(*static_cast<volatile uint32_t*>(&results[i].written));
+      for (int i = 0; i < checks; ++i)
+        written += static_cast<int>(*static_cast<volatile uint32_t*>(&results[i].written));
       flags.push_back((nowUs() - f0) / checks);
       if (written != checks) {
-        std::fprintf(stderr, "nanprov-check-completion: %d of %d checks did not set their flag\n", checks - written, checks);
+        std::fprintf(stderr, "nanprov-check-completion: %d of %d checks did not set their flag\n", checks - written,
+                     checks);
         return 1;
       }
     }

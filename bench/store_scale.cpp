@@ -85,8 +85,9 @@ int main(int argc, char** argv) {
   auto budget = nanprov::parseInteger(argc >= 6 ? argv[5] : "0", 0, int64_t{1} << 50);
   auto written = ranks ? nanprov::parseInteger(argc == 7 ? argv[6] : argv[3], 1, *ranks) : std::nullopt;
   if (!calls || !ranks || !layers || !budget || !written) {
-    std::fprintf(stderr, "nanprov-store-bench: CALLS, RANKS and LAYERS are positive integers, BUDGET_BYTES a byte count, "
-                         "WRITTEN at most RANKS\n");
+    std::fprintf(stderr,
+                 "nanprov-store-bench: CALLS, RANKS and LAYERS are positive integers, BUDGET_BYTES a byte count, "
+                 "WRITTEN at most RANKS\n");
     return 2;
   }
   fs::path dir = argv[1];

@@ -7,16 +7,16 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "base/child_process.h"
+#include "base/numbers.h"
+#include "base/text.h"
 #include "cli/build_info.h"
 #include "cli/install_layout.h"
-#include "base/child_process.h"
+#include "replay/engine_request.h"
 #include "store/audit_file.h"
 #include "store/capture_file.h"
 #include "store/mapped_counters.h"
 #include "store/run_dir.h"
-#include "base/numbers.h"
-#include "base/text.h"
-#include "replay/engine_request.h"
 
 namespace nanprov::cli {
 namespace {
@@ -74,7 +74,8 @@ void Auditor::sweep() {
     if (entry.path().extension() != ".safetensors" || seen_.count(path)) continue;
     seen_.insert(path);
     auto meta = readCaptureMetadata(path);
-    if (!meta.ok() || meta->count("trigger") == 0 || meta->at("trigger") != captureTriggerName(CaptureTrigger::kAudit)) continue;
+    if (!meta.ok() || meta->count("trigger") == 0 || meta->at("trigger") != captureTriggerName(CaptureTrigger::kAudit))
+      continue;
     auto judged = readAuditFile(path);
     if (judged.ok() && *judged) continue;
     judge(path);
@@ -127,9 +128,14 @@ void Auditor::judge(const std::string& capture) {
   auto judged = readAuditFile(capture);
   if (judged.ok() && *judged) return;  // not audited, and the engine said why
   std::string why = failure.empty() ? "the replay engine failed (exit " + std::to_string(code) + ")" : failure;
-  nlohmann::json doc = {{"format", kAuditFormat}, {"call", meta.ok() ? (*meta)["call"] : "?"},
-                        {"step", meta.ok() ? (*meta)["step"] : "?"}, {"phase", meta.ok() ? (*meta)["phase"] : "?"},
-                        {"capture", capture}, {"audited", false}, {"not_audited_why", why}, {"finding", false}};
+  nlohmann::json doc = {{"format", kAuditFormat},
+                        {"call", meta.ok() ? (*meta)["call"] : "?"},
+                        {"step", meta.ok() ? (*meta)["step"] : "?"},
+                        {"phase", meta.ok() ? (*meta)["phase"] : "?"},
+                        {"capture", capture},
+                        {"audited", false},
+                        {"not_audited_why", why},
+                        {"finding", false}};
   if (Status st = writeAuditFile(capture, doc); !st.ok()) std::cerr << "nanprov: " << printable(st.message()) << "\n";
 }
 

@@ -37,12 +37,12 @@ CallQuery queryOf(const Options& o) {
 // A filter naming a layer or rank the run does not have matches nothing by mistake, not by
 // finding: say which exist instead of printing an empty table. Asked only when nothing matched.
 StatusOr<std::string> missingSelection(const Options& o, const RunDirs& dir) {
-  for (const auto& [name, value] : {std::pair{"rank", o.rank ? std::optional<int64_t>(*o.rank) : std::nullopt},
-                                    std::pair{"layer", o.layer}}) {
+  for (const auto& [name, value] :
+       {std::pair{"rank", o.rank ? std::optional<int64_t>(*o.rank) : std::nullopt}, std::pair{"layer", o.layer}}) {
     if (!value) continue;
     std::string column = name;
-    NANPROV_ASSIGN_OR_RETURN(auto found, queryRun(dir, "SELECT MIN(" + column + "), MAX(" + column + "), MAX(" + column +
-                                                           " = " + std::to_string(*value) + ") FROM calls"));
+    NANPROV_ASSIGN_OR_RETURN(auto found, queryRun(dir, "SELECT MIN(" + column + "), MAX(" + column + "), MAX(" +
+                                                           column + " = " + std::to_string(*value) + ") FROM calls"));
     const auto& row = found.rows.at(0);
     if (row[2] && *row[2] == "1") continue;
     std::string range = row[0] ? *row[0] + "-" + *row[1] : "none";
@@ -102,12 +102,14 @@ StatusOr<std::string> summarisedNote(const Options& o, const RunDirs& dir) {
   if (o.layer) where += " AND layer = " + std::to_string(*o.layer);
   if (o.step) where += " AND " + std::to_string(*o.step) + " BETWEEN step AND last_step";
   if (!o.phase.empty()) where += " AND phase = '" + o.phase + "'";  // fwd or bwd, checked by the option
-  NANPROV_ASSIGN_OR_RETURN(auto found, queryRun(dir, std::string("SELECT IFNULL(SUM(") + count +
-                                                          "), 0), MIN(step), MAX(last_step) FROM step_summaries WHERE " + where));
+  NANPROV_ASSIGN_OR_RETURN(auto found,
+                           queryRun(dir, std::string("SELECT IFNULL(SUM(") + count +
+                                             "), 0), MIN(step), MAX(last_step) FROM step_summaries WHERE " + where));
   const auto& row = found.rows.at(0);
   if (!row[0] || *row[0] == "0") return std::string();
   return *row[0] + (o.nonfinite ? " more calls that were not clean" : " more calls") + " of steps " + *row[1] + "-" +
-         *row[2] + " were summarised by the store budget (counts and max |x| per step, layer and phase): "
+         *row[2] +
+         " were summarised by the store budget (counts and max |x| per step, layer and phase): "
          "nanprov sql \"SELECT * FROM step_summaries\"";
 }
 
@@ -135,7 +137,8 @@ void addCallsCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--layer", opts->layer, "Only this layer")->check(wholeNumber());
   cmd->add_option("--step", opts->step, "Only this optimizer step")->check(wholeNumber());
   cmd->add_option("--phase", opts->phase, "Only fwd or bwd")->check(CLI::IsMember({"fwd", "bwd"}));
-  cmd->add_option("--backend", opts->backend, "Only this backend (flash_cpu, math, cudnn, flash, efficient, native_mha)");
+  cmd->add_option("--backend", opts->backend,
+                  "Only this backend (flash_cpu, math, cudnn, flash, efficient, native_mha)");
   cmd->add_option("--module", opts->module, "Only modules whose path matches this shell pattern (e.g. 'layers.3.*')");
   cmd->add_flag("--nonfinite", opts->nonfinite, "Only calls with a non-finite input or output");
   addJsonFlag(cmd, &opts->json);
@@ -148,7 +151,9 @@ void addCallsCommand(CLI::App& app, int* exit_code) {
     std::optional<StreamedTable> table;
     std::optional<JsonArrayPrinter> list;
     if (opts->json) list.emplace();
-    else table.emplace(std::vector<std::string>{"call", "step", "phase", "backend", "kind", "bad in", "bad out", "module"});
+    else
+      table.emplace(
+          std::vector<std::string>{"call", "step", "phase", "backend", "kind", "bad in", "bad out", "module"});
     Status read = forEachCall(*dir, queryOf(*opts), [&](const CallRecord& c) {
       CallHealth h = classify(c);
       if (list) {

@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "base/exit_codes.h"
+#include "base/status.h"
 #include "report/outcome.h"
 #include "store/reader.h"
-#include "base/status.h"
 
 namespace nanprov::cli {
 
@@ -34,7 +34,8 @@ int fail(const std::string& command, const Status& status);
 // The run directories named on the command line (or the newest run); several are checked to be
 // one job's (store/job.h). On failure prints the one-line error for `command` and sets
 // *exit_code (kNotOneJob when they are not one job's).
-std::optional<RunDirs> resolveRunDirs(const std::string& command, const std::vector<std::string>& given, int* exit_code);
+std::optional<RunDirs> resolveRunDirs(const std::string& command, const std::vector<std::string>& given,
+                                      int* exit_code);
 
 // The run named on the command line (or the newest), loaded; on failure prints the one-line
 // error for `command` and sets *exit_code.

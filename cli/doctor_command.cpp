@@ -5,12 +5,12 @@
 #include <filesystem>
 #include <iostream>
 
+#include "base/child_process.h"
 #include "base/json_text.h"
 #include "base/text.h"
 #include "cli/build_info.h"
-#include "cli/install_layout.h"
-#include "base/child_process.h"
 #include "cli/commands.h"
+#include "cli/install_layout.h"
 #include "cli/python_torch.h"
 
 namespace nanprov::cli {
@@ -45,7 +45,8 @@ void addDoctorCommand(CLI::App& app, int* exit_code) {
     checks.push_back({"probe library", std::filesystem::exists(lib), lib});
     const InstallLayout& layout = installLayout();
     checks.push_back({"replay engine", access(layout.replay_engine.c_str(), X_OK) == 0, layout.replay_engine});
-    checks.push_back({"bootstrap", std::filesystem::exists(layout.bootstrap_dir + "/sitecustomize.py"), layout.bootstrap_dir});
+    checks.push_back(
+        {"bootstrap", std::filesystem::exists(layout.bootstrap_dir + "/sitecustomize.py"), layout.bootstrap_dir});
     std::string python = findExecutable(opts->python);
     if (python.empty()) {
       checks.push_back({"python", false, opts->python + " not found on PATH; pass --python"});
@@ -55,11 +56,13 @@ void addDoctorCommand(CLI::App& app, int* exit_code) {
       torch = *info;
       Status match = checkTorchMatchesBuild(python, *info);
       checks.push_back({"torch", true, python + ": torch " + info->value("torch", "")});
-      checks.push_back({"ABI match", match.ok(), match.ok() ? "built against the same torch and C++ ABI" : match.message()});
+      checks.push_back(
+          {"ABI match", match.ok(), match.ok() ? "built against the same torch and C++ ABI" : match.message()});
       bool cuda = info->value("cuda_available", false);
       checks.push_back({"CUDA device", true, cuda ? jsonText(info->at("devices")) : "none: CPU path only"});
     }
-    checks.push_back({"CUPTI tracer", true, build::kHaveCupti ? "compiled in" : "not compiled (no CUDA toolkit at build time)"});
+    checks.push_back(
+        {"CUPTI tracer", true, build::kHaveCupti ? "compiled in" : "not compiled (no CUDA toolkit at build time)"});
     bool all_ok = true;
     for (const Check& c : checks) all_ok = all_ok && c.ok;
     if (opts->json) {
@@ -71,23 +74,28 @@ void addDoctorCommand(CLI::App& app, int* exit_code) {
                             {"cupti", build::kHaveCupti},
                             {"cudnn_headers", build::kHaveCudnn},
                             {"python_torch", torch},
-                            {"install", {{"installed_by", layout.installed_by},
-                                         {"prefix", layout.prefix},
-                                         {"python", layout.python},
-                                         {"source_dir", layout.source_dir}}},
+                            {"install",
+                             {{"installed_by", layout.installed_by},
+                              {"prefix", layout.prefix},
+                              {"python", layout.python},
+                              {"source_dir", layout.source_dir}}},
                             {"checks", nlohmann::json::array()}};
       for (const Check& c : checks) out["checks"].push_back({{"name", c.name}, {"ok", c.ok}, {"detail", c.detail}});
       std::cout << jsonText(out, 2) << "\n";
     } else {
-      std::cout << "nanprov " << build::kVersion << ", built against torch " << build::kTorchVersion
-                << " (C++11 ABI " << build::kCxx11Abi << "), CUDA toolkit " << build::kCudaVersion << ", cuDNN "
-                << build::kCudnnVersion << ", CUPTI " << build::kCuptiVersion << "\n"
-                << "  " << (layout.installed_by.empty() ? "a nanprov without share/nanprov/build.json" : layout.installed_by)
+      std::cout << "nanprov " << build::kVersion << ", built against torch " << build::kTorchVersion << " (C++11 ABI "
+                << build::kCxx11Abi << "), CUDA toolkit " << build::kCudaVersion << ", cuDNN " << build::kCudnnVersion
+                << ", CUPTI " << build::kCuptiVersion << "\n"
+                << "  "
+                << (layout.installed_by.empty() ? "a nanprov without share/nanprov/build.json" : layout.installed_by)
                 << " at " << layout.prefix << " (built from " << layout.source_dir << ")\n";
-      for (const Check& c : checks) std::cout << (c.ok ? "  ok    " : "  FAIL  ") << c.name << ": " << printable(c.detail) << "\n";
+      for (const Check& c : checks)
+        std::cout << (c.ok ? "  ok    " : "  FAIL  ") << c.name << ": " << printable(c.detail) << "\n";
       if (!torch.is_null()) {
-        std::cout << "  info  CUDA " << (torch["cuda_build"].is_null() ? "none" : torch["cuda_build"].get<std::string>())
-                  << ", cuDNN " << (torch["cudnn"].is_null() ? std::string("none") : jsonText(torch["cudnn"])) << ", SDPA backends " << jsonText(torch["sdpa_backends"]) << "\n";
+        std::cout << "  info  CUDA "
+                  << (torch["cuda_build"].is_null() ? "none" : torch["cuda_build"].get<std::string>()) << ", cuDNN "
+                  << (torch["cudnn"].is_null() ? std::string("none") : jsonText(torch["cudnn"])) << ", SDPA backends "
+                  << jsonText(torch["sdpa_backends"]) << "\n";
       }
     }
     *exit_code = all_ok ? 0 : 1;

@@ -15,8 +15,8 @@ struct InstallLayout {
   std::string probes_library;  // NANPROV_PROBES_LIB overrides it
   std::string replay_engine;
   std::string bootstrap_dir;
-  std::string installed_by;    // "build tree", "cmake --install" or "pip" (build.json; "" if it is missing)
-  std::string source_dir;      // the sources it was built from, and their build tree (build.json)
+  std::string installed_by;  // "build tree", "cmake --install" or "pip" (build.json; "" if it is missing)
+  std::string source_dir;    // the sources it was built from, and their build tree (build.json)
   std::string build_dir;
   // The Python that reruns a FlashAttention call and that `replay` defaults to: the environment's
   // own when pip installed nanprov into it (it moves with the environment), else the one it was

@@ -4,8 +4,8 @@
 
 #include "base/json_text.h"
 #include "base/text.h"
-#include "report/call_kernels.h"
 #include "cli/commands.h"
+#include "report/call_kernels.h"
 #include "report/edges.h"
 #include "report/terminal_text.h"
 #include "store/run_dir.h"
@@ -75,9 +75,15 @@ void addKernelsCommand(CLI::App& app, int* exit_code) {
       if (c.device.isCpu()) k.kernels = {cpuKernelOf(c)};
       if (list) {
         nlohmann::json entry = {
-            {"call", callName(c)}, {"rank", c.rank}, {"seq", c.seq}, {"step", c.step},
-            {"phase", phaseName(c.phase)}, {"op", c.op}, {"backend", c.backend},
-            {"device", c.device.name()}, {"attribution", k.attribution},
+            {"call", callName(c)},
+            {"rank", c.rank},
+            {"seq", c.seq},
+            {"step", c.step},
+            {"phase", phaseName(c.phase)},
+            {"op", c.op},
+            {"backend", c.backend},
+            {"device", c.device.name()},
+            {"attribution", k.attribution},
             {"kernels_from", k.from.empty() ? nlohmann::json(nullptr) : nlohmann::json(k.from)},
             {"unattributed", c.unattributed.empty() ? nlohmann::json(nullptr) : nlohmann::json(c.unattributed)},
             {"inferred_from", k.inferred_from.empty() ? nlohmann::json(nullptr) : nlohmann::json(k.inferred_from)},
@@ -93,8 +99,9 @@ void addKernelsCommand(CLI::App& app, int* exit_code) {
     std::fflush(stdout);
     if (!read.ok()) return void(*exit_code = fail("kernels", read));
     if (!found && !opts->call.empty()) {
-      *exit_code = fail("kernels", Status::Error("no call named " + opts->call +
-                                                 " in this run; names look like rank0:layer1:call1 (see nanprov calls)"));
+      *exit_code =
+          fail("kernels", Status::Error("no call named " + opts->call +
+                                        " in this run; names look like rank0:layer1:call1 (see nanprov calls)"));
       return;
     }
     *exit_code = kClean;

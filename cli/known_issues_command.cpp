@@ -30,7 +30,8 @@ std::string conditionsText(const json& conditions) {
 std::string versionsText(const json& versions) {
   std::string out;
   if (!versions.is_object()) return "";
-  for (const auto& [component, text] : versions.items()) out += (out.empty() ? "" : ", ") + component + " " + valueText(text);
+  for (const auto& [component, text] : versions.items())
+    out += (out.empty() ? "" : ", ") + component + " " + valueText(text);
   return out;
 }
 

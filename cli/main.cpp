@@ -3,8 +3,8 @@
 
 #include "base/text.h"
 #include "cli/build_info.h"
-#include "cli/commit.h"
 #include "cli/commands.h"
+#include "cli/commit.h"
 #include "cli/help_format.h"
 #include "store/job.h"
 #include "store/run_dir.h"
@@ -18,7 +18,8 @@ int fail(const std::string& command, const Status& status) {
   return nanprov::kInputError;
 }
 
-std::optional<RunDirs> resolveRunDirs(const std::string& command, const std::vector<std::string>& given, int* exit_code) {
+std::optional<RunDirs> resolveRunDirs(const std::string& command, const std::vector<std::string>& given,
+                                      int* exit_code) {
   std::vector<std::string> dirs;
   for (const std::string& one : given.empty() ? std::vector<std::string>{""} : given) {
     auto dir = resolveRunDir(one);
@@ -101,7 +102,8 @@ int main(int argc, char** argv) {
   for (CLI::App* sub : commands) {
     for (CLI::Option* opt : sub->get_options()) {
       // A flag given twice (`report --json --json`) is a typo, not a count.
-      if (opt->get_items_expected_max() == 0 && opt->get_name() != "--help") opt->multi_option_policy(CLI::MultiOptionPolicy::Throw);
+      if (opt->get_items_expected_max() == 0 && opt->get_name() != "--help")
+        opt->multi_option_policy(CLI::MultiOptionPolicy::Throw);
       // Help for people: "--capture-bytes SIZE", not CLI11's "INT:SIZE [b, kb(=1024b), ...]:INT in
       // [0 - 1125899906842624]"; the option's own text says the range and the units.
       for (int i = 0;; ++i) {
@@ -136,8 +138,8 @@ int main(int argc, char** argv) {
     // One line, always: CLI11's own message, then where the help is.
     std::string what = nanprov::firstLine(e.what());
     while (!what.empty() && (what.back() == '.' || what.back() == ' ')) what.pop_back();
-    std::cerr << "nanprov" << (command.empty() ? "" : " " + command) << ": " << nanprov::printable(what) << "; see nanprov "
-              << (command.empty() ? "" : command + " ") << "--help\n";
+    std::cerr << "nanprov" << (command.empty() ? "" : " " + command) << ": " << nanprov::printable(what)
+              << "; see nanprov " << (command.empty() ? "" : command + " ") << "--help\n";
     return nanprov::kUsageError;
   } catch (const std::exception& e) {
     // Whatever a damaged input provokes that a command did not foresee: one line, never abort().

@@ -15,9 +15,10 @@ bool allDigits(const std::string& s) {
 }  // namespace
 
 CLI::Option* addRunArgument(CLI::App* cmd, std::vector<std::string>* runs) {
-  return cmd->add_option("run", *runs,
-                         "Run directory (default: the newest under ./nanprov-runs); several directories of one "
-                         "multi-node job (one per node) are read as one run")
+  return cmd
+      ->add_option("run", *runs,
+                   "Run directory (default: the newest under ./nanprov-runs); several directories of one "
+                   "multi-node job (one per node) are read as one run")
       ->expected(0, -1);
 }
 
@@ -35,14 +36,24 @@ CLI::Validator wholeNumber() {
 CLI::Validator sizeValue() {
   return CLI::Validator(
       [](std::string& s) {
-        const std::string refused = "'" + s + "' is not a size: give whole bytes, or a whole number with K, M or G (256K, 1G)";
+        const std::string refused =
+            "'" + s + "' is not a size: give whole bytes, or a whole number with K, M or G (256K, 1G)";
         size_t digits = 0;
         while (digits < s.size() && std::isdigit(static_cast<unsigned char>(s[digits]))) ++digits;
         std::string unit = s.substr(digits);
         std::transform(unit.begin(), unit.end(), unit.begin(), [](unsigned char c) { return std::toupper(c); });
         int shift = -1;
-        for (auto [name, bits] : {std::pair{"", 0}, {"B", 0}, {"K", 10}, {"KB", 10}, {"KIB", 10}, {"M", 20}, {"MB", 20},
-                                  {"MIB", 20}, {"G", 30}, {"GB", 30}, {"GIB", 30}}) {
+        for (auto [name, bits] : {std::pair{"", 0},
+                                  {"B", 0},
+                                  {"K", 10},
+                                  {"KB", 10},
+                                  {"KIB", 10},
+                                  {"M", 20},
+                                  {"MB", 20},
+                                  {"MIB", 20},
+                                  {"G", 30},
+                                  {"GB", 30},
+                                  {"GIB", 30}}) {
           if (unit == name) shift = bits;
         }
         if (digits == 0 || shift < 0) return refused;

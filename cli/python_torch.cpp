@@ -4,9 +4,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/child_process.h"
 #include "cli/build_info.h"
 #include "cli/install_layout.h"
-#include "base/child_process.h"
 
 namespace nanprov {
 namespace fs = std::filesystem;
@@ -38,8 +38,8 @@ std::string pythonOf(const std::string& resolved) {
 
 StatusOr<nlohmann::json> torchInfo(const std::string& python) {
   int code = 0;
-  NANPROV_ASSIGN_OR_RETURN(auto out,
-                           captureOutput({python, "-m", "nanprov_boot.check"}, {{"PYTHONPATH", bootstrapPythonPath()}}, &code));
+  NANPROV_ASSIGN_OR_RETURN(
+      auto out, captureOutput({python, "-m", "nanprov_boot.check"}, {{"PYTHONPATH", bootstrapPythonPath()}}, &code));
   if (code > 128) {
     return Status::Error("the torch check (" + python + " -m nanprov_boot.check) was killed by signal " +
                          std::to_string(code - 128) + "; run again");
@@ -56,9 +56,9 @@ StatusOr<nlohmann::json> torchInfo(const std::string& python) {
 Status checkTorchMatchesBuild(const std::string& python, const nlohmann::json& info) {
   std::string torch = info.value("torch", ""), abi = info.value("cxx11_abi", "");
   if (torch == build::kTorchVersion && abi == build::kCxx11Abi) return Status::Ok();
-  return Status::Error(python + " has torch " + torch + " (C++11 ABI " + abi + "), but nanprov was built against torch " +
-                       build::kTorchVersion + " (ABI " + build::kCxx11Abi + "); rebuild it for this torch: " +
-                       installLayout().rebuildCommand(python));
+  return Status::Error(python + " has torch " + torch + " (C++11 ABI " + abi +
+                       "), but nanprov was built against torch " + build::kTorchVersion + " (ABI " + build::kCxx11Abi +
+                       "); rebuild it for this torch: " + installLayout().rebuildCommand(python));
 }
 
 }  // namespace nanprov

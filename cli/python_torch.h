@@ -10,7 +10,7 @@
 
 namespace nanprov {
 
-std::string probesLibrary();  // NANPROV_PROBES_LIB, else the one built with this nanprov
+std::string probesLibrary();        // NANPROV_PROBES_LIB, else the one built with this nanprov
 std::string bootstrapPythonPath();  // the bootstrap folder, then any PYTHONPATH already set
 
 // The interpreter a command runs: `python*` itself, or the shebang interpreter of a script such as

@@ -12,13 +12,13 @@
 #include "base/json_text.h"
 #include "base/text.h"
 #include "cli/build_info.h"
-#include "cli/install_layout.h"
 #include "cli/commands.h"
+#include "cli/install_layout.h"
+#include "replay/backend_names.h"
+#include "replay/engine_request.h"
 #include "report/build_report.h"
 #include "report/edges.h"
 #include "report/run_verdict.h"
-#include "replay/backend_names.h"
-#include "replay/engine_request.h"
 #include "store/capture_file.h"
 #include "store/run_dir.h"
 
@@ -62,20 +62,24 @@ StatusOr<RunCapture> captureOfRun(const RunDirs& dirs) {
       return RunCapture{.nothing = "no attention call in " + run.dir + " met a non-finite value; see nanprov report"};
     }
     const std::string trail = run.trailOn() ? "nanprov report names the module that made it"
-                                             : "run again with nanprov run --trail to name the module that made it";
+                                            : "run again with nanprov run --trail to name the module that made it";
     return RunCapture{.nothing = "attention received the non-finite values (" + callName(run.calls[*f.first]) +
                                  " took them from upstream) and made none itself: " + trail};
   }
   const CallRecord& edge = run.calls[*f.first_source];
   const CaptureRecord* capture = run.captureOf(edge.rank, edge.seq);
-  if (!capture) return Status::Error("the first source edge " + callName(edge) + " was not captured (run with nanprov run's defaults)");
-  if (capture->path.empty()) return Status::Error("the first source edge " + callName(edge) + " was not captured: " + capture->skipped);
+  if (!capture)
+    return Status::Error("the first source edge " + callName(edge) +
+                         " was not captured (run with nanprov run's defaults)");
+  if (capture->path.empty())
+    return Status::Error("the first source edge " + callName(edge) + " was not captured: " + capture->skipped);
   return RunCapture{.path = run.capturePath(*capture)};
 }
 
 // Comma list of backend names, checked; "reference" is always run and accepted for clarity.
 StatusOr<std::string> checkedBackends(const std::string& list, bool given) {
-  if (given && list.empty()) return Status::Error("--backends '' names no backend; leave it out for every backend of the device");
+  if (given && list.empty())
+    return Status::Error("--backends '' names no backend; leave it out for every backend of the device");
   std::string out;
   size_t begin = 0;
   while (begin <= list.size() && !list.empty()) {
@@ -83,7 +87,8 @@ StatusOr<std::string> checkedBackends(const std::string& list, bool given) {
     if (end == std::string::npos) end = list.size();
     std::string name = list.substr(begin, end - begin);
     begin = end + 1;
-    if (name.empty()) return Status::Error("--backends '" + list + "' has an empty name (two commas, or one at an end)");
+    if (name.empty())
+      return Status::Error("--backends '" + list + "' has an empty name (two commas, or one at an end)");
     if (name == "reference") continue;
     // The package backends rerun through their own Python package, and only for calls that ran them.
     if (!replay::isKnownBackend(name) && !replay::rerunsThroughItsPackage(name)) {
@@ -97,7 +102,8 @@ StatusOr<std::string> checkedBackends(const std::string& list, bool given) {
 
 int replay(const Options& opts) {
   auto backends = checkedBackends(opts.backends, opts.backends_given);
-  if (!backends.ok()) return std::cerr << "nanprov replay: " << printable(backends.status().message()) << "\n", kUsageError;
+  if (!backends.ok())
+    return std::cerr << "nanprov replay: " << printable(backends.status().message()) << "\n", kUsageError;
   std::string capture = opts.targets.size() == 1 ? opts.targets.front() : "";
   std::error_code ec;
   if (opts.targets.size() > 1 && !fs::is_directory(opts.targets.front(), ec)) {
@@ -123,15 +129,16 @@ int replay(const Options& opts) {
     return fail("replay", Status::Error("replay engine missing at " + engine + "; build nanprov (./scripts/test)"));
   }
   using replay::EngineOutput;
-  std::vector<std::string> args = replay::engineArgv(
-      engine, {.capture = capture,
-               .device = opts.device,
-               .backends = *backends,
-               .output = opts.audit ? (opts.json ? EngineOutput::kAuditJson : EngineOutput::kAudit)
-                         : opts.json ? EngineOutput::kJson : EngineOutput::kText,
-               .emit_repro = opts.emit_repro,
-               .keep = opts.keep,
-               .reruns = opts.reruns});
+  std::vector<std::string> args =
+      replay::engineArgv(engine, {.capture = capture,
+                                  .device = opts.device,
+                                  .backends = *backends,
+                                  .output = opts.audit  ? (opts.json ? EngineOutput::kAuditJson : EngineOutput::kAudit)
+                                            : opts.json ? EngineOutput::kJson
+                                                        : EngineOutput::kText,
+                                  .emit_repro = opts.emit_repro,
+                                  .keep = opts.keep,
+                                  .reruns = opts.reruns});
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -190,10 +197,13 @@ void addReplayCommand(CLI::App& app, int* exit_code) {
                   "and HF eager compute it), fa2, fa3, fa4, ffpa (a FlashAttention or FFPA call, rerun through its "
                   "package); default: every backend of the device, plus the call's own backend when it is one of the "
                   "last five");
-  cmd->add_option("--python", opts->python,
-                  "The Python that reruns a FlashAttention or FFPA call through its package (default: the one nanprov was "
-                  "built against, " + installLayout().python + ")");
-  cmd->add_option("--device", opts->device, "auto, cpu or cuda (default auto: where the call was captured, if present here, else the CPU)")
+  cmd->add_option(
+      "--python", opts->python,
+      "The Python that reruns a FlashAttention or FFPA call through its package (default: the one nanprov was "
+      "built against, " +
+          installLayout().python + ")");
+  cmd->add_option("--device", opts->device,
+                  "auto, cpu or cuda (default auto: where the call was captured, if present here, else the CPU)")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   addJsonFlag(cmd, &opts->json);
   CLI::Option* audit = cmd->add_flag("--audit", opts->audit,
@@ -210,7 +220,8 @@ void addReplayCommand(CLI::App& app, int* exit_code) {
       ->excludes(audit);
   cmd->add_option("--reruns", opts->reruns,
                   "How often the captured backend runs the call in all, each result compared bit for bit with the "
-                  "others and with the run's (default " + std::to_string(replay::kDefaultReruns) + "; 1 runs it once)")
+                  "others and with the run's (default " +
+                      std::to_string(replay::kDefaultReruns) + "; 1 runs it once)")
       ->check(CLI::Range(1, replay::kMaxReruns))
       ->excludes(audit);
   cmd->add_option("--max-memory", opts->max_memory,

@@ -75,7 +75,8 @@ void addReportCommand(CLI::App& app, int* exit_code) {
       "  nanprov report --html report.html");
   addRunArgument(cmd, &opts->run);
   addJsonFlag(cmd, &opts->json);
-  cmd->add_option("--html", opts->html, "Also write the report as one self-contained HTML page to FILE")->type_name("FILE");
+  cmd->add_option("--html", opts->html, "Also write the report as one self-contained HTML page to FILE")
+      ->type_name("FILE");
   cmd->add_flag("--audit-warn-only", opts->audit_warn_only, "Audit findings are reported, but exit 0");
   cmd->callback([opts, exit_code] {
     auto run = openRun("report", opts->run, exit_code, RunScope::kEdges);

@@ -5,31 +5,31 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
-#include <cstring>
-#include <cmath>
 #include <chrono>
+#include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "base/child_process.h"
 #include "base/json_text.h"
 #include "base/text.h"
 #include "cli/auditor.h"
 #include "cli/build_info.h"
-#include "cli/install_layout.h"
-#include "report/call_kernels.h"
-#include "base/child_process.h"
 #include "cli/commands.h"
-#include "report/edges.h"
+#include "cli/install_layout.h"
 #include "cli/python_torch.h"
-#include "report/build_report.h"
-#include "report/report_text.h"
 #include "cli/slurm_task.h"
 #include "probes/core/call_selector.h"
 #include "probes/core/capture_policy.h"
 #include "probes/core/injection.h"
 #include "replay/backend_names.h"
 #include "replay/engine_request.h"
+#include "report/build_report.h"
+#include "report/call_kernels.h"
+#include "report/edges.h"
+#include "report/report_text.h"
 #include "store/process_notes.h"
 #include "store/reader.h"
 #include "store/run_dir.h"
@@ -114,17 +114,20 @@ void traceKernelsOfLateEdges(const RunData& run, const Findings& f) {
     if (!replay::isKnownBackend(c.backend)) continue;
     int code = 0;
     auto said = captureOutput(
-        replay::engineArgv(engine, {.capture = run.capturePath(*capture), .device = "cuda",
-                                    .output = replay::EngineOutput::kKernels}),
+        replay::engineArgv(
+            engine, {.capture = run.capturePath(*capture), .device = "cuda", .output = replay::EngineOutput::kKernels}),
         {}, &code);
-    if (!said.ok()) std::cerr << "nanprov: could not replay " << callName(c) << " for its kernels: " << printable(said.status().message()) << "\n";
+    if (!said.ok())
+      std::cerr << "nanprov: could not replay " << callName(c)
+                << " for its kernels: " << printable(said.status().message()) << "\n";
   }
 }
 
 // A Python identifier or schema argument name: "query", "_q1".
 bool isIdentifier(const std::string& s) {
   return !s.empty() && (std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_') &&
-         std::all_of(s.begin(), s.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+         std::all_of(s.begin(), s.end(),
+                     [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
 }
 
 // `PATTERN[:q=ARG,k=ARG,v=ARG]` (probes/bootstrap/nanprov_boot/module_probes.py reads it): checked
@@ -143,7 +146,8 @@ Status checkProbeModule(const std::string& spec) {
   for (const auto& [key, value] : *pairs) {
     if (key != "q" && key != "k" && key != "v") return bad("unknown key '" + key + "'; keys are q, k, v");
     bool position = !value.empty() && value.size() <= 6 && std::all_of(value.begin(), value.end(), ::isdigit);
-    if (!position && !isIdentifier(value)) return bad(key + "=" + value + " is neither an argument position nor a name");
+    if (!position && !isIdentifier(value))
+      return bad(key + "=" + value + " is neither an argument position nor a name");
   }
   return Status::Ok();
 }
@@ -169,7 +173,8 @@ Status checkProbeOp(const std::string& spec) {
   auto pairs = splitKeyValues(spec.substr(colon + 1));
   if (!pairs.ok()) return bad(pairs.status().message());
   for (const auto& [key, value] : *pairs) {
-    if (key != "q" && key != "k" && key != "v" && key != "o") return bad("unknown key '" + key + "'; keys are q, k, v, o");
+    if (key != "q" && key != "k" && key != "v" && key != "o")
+      return bad("unknown key '" + key + "'; keys are q, k, v, o");
     if (!isIdentifier(value)) return bad(key + "=" + value + " is not a schema argument name");
   }
   return Status::Ok();
@@ -182,7 +187,8 @@ Status claimRunDir(const std::string& dir) {
   std::string taken = dir + " already holds a run; pick a new --out (or remove the directory)";
   // A tally or a worker-call counter alone is a run's too (a rank that died before its store): a
   // new run would count on from it.
-  if (holdsRankStores(dir) || !callTallyPaths(dir).empty() || !workerCallPaths(dir).empty() || !taskRunFilePaths(dir).empty()) {
+  if (holdsRankStores(dir) || !callTallyPaths(dir).empty() || !workerCallPaths(dir).empty() ||
+      !taskRunFilePaths(dir).empty()) {
     return Status::Error(taken);
   }
   NANPROV_ASSIGN_OR_RETURN(auto claimed, claimRunFile(dir));
@@ -216,13 +222,14 @@ int run(RunOptions& opts) {
   // Each repeatable option is checked here, so a typo is a usage error before training starts,
   // and handed to the probes as one ';'-joined environment variable.
   std::string inject, capture, probe_modules, probe_ops;
-  for (auto [specs, joined, check] : {
-           SpecList{&opts.inject, &inject, [](const std::string& s) { return parseInjection(s).status(); }},
-           SpecList{&opts.capture, &capture, [](const std::string& s) { return parseCaptureSelector(s).status(); }},
-           SpecList{&opts.probe_modules, &probe_modules, &checkProbeModule},
-           SpecList{&opts.probe_ops, &probe_ops, &checkProbeOp}}) {
+  for (auto [specs, joined, check] :
+       {SpecList{&opts.inject, &inject, [](const std::string& s) { return parseInjection(s).status(); }},
+        SpecList{&opts.capture, &capture, [](const std::string& s) { return parseCaptureSelector(s).status(); }},
+        SpecList{&opts.probe_modules, &probe_modules, &checkProbeModule},
+        SpecList{&opts.probe_ops, &probe_ops, &checkProbeOp}}) {
     for (const std::string& spec : *specs) {
-      if (Status st = check(spec); !st.ok()) return std::cerr << "nanprov run: " << printable(st.message()) << "\n", kUsageError;
+      if (Status st = check(spec); !st.ok())
+        return std::cerr << "nanprov run: " << printable(st.message()) << "\n", kUsageError;
       if (specs == &opts.probe_ops && spec == kRetiredFfpaPreset) {
         std::cerr << "nanprov run: FFPA is checked by default (ffpa_attn_func, forward and backward); "
                      "--probe-op ffpa adds nothing\n";
@@ -239,7 +246,8 @@ int run(RunOptions& opts) {
     return exists ? 126 : 127;  // as a shell answers: found but not runnable, or not found
   }
   if (!fs::exists(probesLibrary())) {
-    return fail("run", Status::Error("probe library missing at " + probesLibrary() + "; build nanprov first (./scripts/test)"));
+    return fail(
+        "run", Status::Error("probe library missing at " + probesLibrary() + "; build nanprov first (./scripts/test)"));
   }
   const std::string python = pythonOf(resolved);
   if (!python.empty()) {
@@ -253,27 +261,30 @@ int run(RunOptions& opts) {
   std::string abs_dir = fs::absolute(dir).string();
   json doc = {{"command", cmd},
               {"cwd", fs::current_path().string()},
-              {"started_ns", std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                 std::chrono::system_clock::now().time_since_epoch()).count()},
+              {"started_ns",
+               std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+                   .count()},
               {"nanprov_version", build::kVersion},
               {"built_torch", build::kTorchVersion},
               {"inject", opts.inject},
-              {"capture", {{"first_source_edge", !opts.no_capture},
-                           {"selectors", opts.capture},
-                           {"every", opts.capture_every},
-                           {"budget_bytes", opts.capture_bytes}}},
+              {"capture",
+               {{"first_source_edge", !opts.no_capture},
+                {"selectors", opts.capture},
+                {"every", opts.capture_every},
+                {"budget_bytes", opts.capture_bytes}}},
               {"probe_modules", opts.probe_modules},
               {"probe_ops", opts.probe_ops},
               {"trace_steps", opts.trace_steps},
               {"store_budget_bytes", opts.store_budget},
               {"trail", opts.trail},
               {"kernels", !opts.no_kernels},
-              {"audit", {{"on", opts.audit},
-                         {"every_steps", opts.audit_every},
-                         {"budget_percent", opts.audit_budget},
-                         {"budget_bytes", opts.audit_bytes},
-                         {"slice_bytes", opts.audit_slice_bytes},
-                         {"warn_only", opts.warn_only}}}};
+              {"audit",
+               {{"on", opts.audit},
+                {"every_steps", opts.audit_every},
+                {"budget_percent", opts.audit_budget},
+                {"budget_bytes", opts.audit_bytes},
+                {"slice_bytes", opts.audit_slice_bytes},
+                {"warn_only", opts.warn_only}}}};
   // Started by srun, this is one task of several recording into `dir`: it joins with a run file of
   // its own (cli/slurm_task.h); otherwise it claims the directory alone.
   const std::optional<SlurmTask> slurm = slurmTaskOfThisProcess();
@@ -285,7 +296,8 @@ int run(RunOptions& opts) {
   }
   // The training runs whatever nanprov can write: it is said, not refused (a full disk).
   if (Status st = slurm ? Status::Ok() : writeRunFile(dir, doc); !st.ok()) {
-    std::cerr << "nanprov: " << printable(st.message()) << ": the training runs, but nanprov may record none of it; free space "
+    std::cerr << "nanprov: " << printable(st.message())
+              << ": the training runs, but nanprov may record none of it; free space "
               << "on that disk or pick another --out\n";
   }
 
@@ -346,7 +358,8 @@ int run(RunOptions& opts) {
     // Once per directory: the other tasks of a Slurm step would replay the same edges again.
     if (!opts.no_kernels && ending.prints_report) traceKernelsOfLateEdges(*data, findings);
     auto built = buildReport(*data, std::move(findings));
-    if (!built.ok()) return std::cerr << "nanprov: " << printable(built.status().message()) << "\n", exit->passThroughCode();
+    if (!built.ok())
+      return std::cerr << "nanprov: " << printable(built.status().message()) << "\n", exit->passThroughCode();
     const Report& report = *built;
     const std::string text = reportText(report);
     std::cerr << (ending.prints_report ? text : text.substr(0, text.find('\n') + 1)) << "  details: nanprov report "
@@ -379,9 +392,9 @@ CLI::Option* addRepeatableOption(CLI::App* cmd, const std::string& name, std::ve
 
 void addRunCommand(CLI::App& app, int* exit_code, std::vector<std::string> wrapped) {
   auto opts = std::make_shared<RunOptions>();
-  CLI::App* cmd = app.add_subcommand(
-      "run", "Run a training command with nanprov's probes in every Python process:\n"
-             "  nanprov run [OPTIONS] -- CMD [ARGS...]");
+  CLI::App* cmd = app.add_subcommand("run",
+                                     "Run a training command with nanprov's probes in every Python process:\n"
+                                     "  nanprov run [OPTIONS] -- CMD [ARGS...]");
   cmd->footer(
       "Examples:\n"
       "  nanprov run -- python train.py --lr 3e-4\n"
@@ -449,15 +462,17 @@ void addRunCommand(CLI::App& app, int* exit_code, std::vector<std::string> wrapp
                   "times, right there (same op, inputs and device), and the capture says how often the run's result "
                   "recurred, for nanprov replay's verdict: every time, some of the times (a nondeterministic kernel) "
                   "or never (suspect the device or the run's context); 0: not rerun (default " +
-                      std::to_string(kDefaultEdgeReruns) + "). A --probe-op, "
-                  "the library's own code, is rerun only when this is given")
+                      std::to_string(kDefaultEdgeReruns) +
+                      "). A --probe-op, "
+                      "the library's own code, is rerun only when this is given")
       ->check(CLI::Range(int64_t{0}, int64_t{1000}));
-  CLI::Option* audit = cmd->add_flag("--audit", opts->audit,
-                "Also catch outputs that are finite but wrong (an all-zero O, scaled gradients): judge what "
-                "the run computed against the float64 reference while the training runs. Every (call "
-                "signature, layer, phase) is judged at its first call; then, step after step, the layer judged "
-                "least recently, within --audit-budget. Findings are printed, listed by nanprov report with "
-                "the coverage (which layers were judged, when last), and make the run exit 5");
+  CLI::Option* audit =
+      cmd->add_flag("--audit", opts->audit,
+                    "Also catch outputs that are finite but wrong (an all-zero O, scaled gradients): judge what "
+                    "the run computed against the float64 reference while the training runs. Every (call "
+                    "signature, layer, phase) is judged at its first call; then, step after step, the layer judged "
+                    "least recently, within --audit-budget. Findings are printed, listed by nanprov report with "
+                    "the coverage (which layers were judged, when last), and make the run exit 5");
   cmd->add_option("--audit-every", opts->audit_every,
                   "With --audit, judge every call of every N-th optimizer step instead of rotating: a complete "
                   "audit, for debugging (default 0: the rotation)")
@@ -467,7 +482,8 @@ void addRunCommand(CLI::App& app, int* exit_code, std::vector<std::string> wrapp
   cmd->add_option("--audit-budget", opts->audit_budget,
                   "With --audit, the share of the run's time the rotation may take, in percent: the training "
                   "thread copying calls out plus the judge judging them (default 1; 100: one layer every step, "
-                  "whatever it costs). The first pass and calls judged again for their conditions are neither limited nor charged to it")
+                  "whatever it costs). The first pass and calls judged again for their conditions are neither limited "
+                  "nor charged to it")
       ->check(percentText())
       ->check(CLI::Range(0.01, 100.0))
       ->needs(audit);

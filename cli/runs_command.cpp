@@ -7,8 +7,8 @@
 #include "base/json_text.h"
 #include "base/text.h"
 #include "cli/commands.h"
-#include "report/outcome.h"
 #include "report/build_report.h"
+#include "report/outcome.h"
 #include "store/job.h"
 #include "store/run_dir.h"
 
@@ -72,11 +72,13 @@ void addRunsCommand(CLI::App& app, int* exit_code) {
       "Examples:\n"
       "  nanprov runs\n"
       "  nanprov runs --root /scratch/nan-hunt --json | jq '.[] | select(.outcome == \"edge\")'\n\n"
-      "job (JSON) is the job's id (slurm:<job>.<step> under srun, else torchrun's --rdzv-id): the run directories of one\n"
+      "job (JSON) is the job's id (slurm:<job>.<step> under srun, else torchrun's --rdzv-id): the run directories of "
+      "one\n"
       "multi-node job share it, and nanprov report DIR1 DIR2 reads them as one run.\n"
       "outcome is what `nanprov report` concludes (clean; partial: nothing went non-finite, but not\n"
       "everything was checked; unattributed: values went non-finite and what made them was not checked;\n"
-      "edge, outside_attention, nothing_checked, audit_finding, replica_divergence), or unreadable. Commands without a run\n"
+      "edge, outside_attention, nothing_checked, audit_finding, replica_divergence), or unreadable. Commands without a "
+      "run\n"
       "default to the newest run that recorded data.");
   cmd->add_option("--root", opts->root, "Folder holding run directories (default: ./nanprov-runs)");
   addJsonFlag(cmd, &opts->json);
@@ -98,7 +100,8 @@ void addRunsCommand(CLI::App& app, int* exit_code) {
       for (const json& r : rows) {
         std::string calls = r["calls"].is_null() ? "-" : std::to_string(r["calls"].get<int64_t>());
         std::cout << fitted(r["run"], 40) << "  " << fitted(std::to_string(r["ranks"].get<int64_t>()), 5) << "  "
-                  << fitted(calls, 8) << "  " << fitted(r["outcome"], 17) << "  " << shortened(r["command"], 60) << "\n";
+                  << fitted(calls, 8) << "  " << fitted(r["outcome"], 17) << "  " << shortened(r["command"], 60)
+                  << "\n";
       }
     }
     *exit_code = kClean;

@@ -47,7 +47,9 @@ Status joinRunDir(const std::string& dir, const SlurmTask& task, const nlohmann:
   if (holdsRunFile(dir) && taskRunFilePaths(dir).empty()) return Status::Error(taken);
   const TaskStates siblings = taskStates(dir);
   for (const auto& [other, job] : siblings.job) {
-    if (job.empty()) return Status::Error(dir + "/" + taskRunFileName(other) + " is damaged; pick a new --out (or remove the directory)");
+    if (job.empty())
+      return Status::Error(dir + "/" + taskRunFileName(other) +
+                           " is damaged; pick a new --out (or remove the directory)");
     if (job != task.job) {
       return Status::Error(dir + " holds Slurm job " + job + "'s run, not job " + task.job +
                            "'s; give each job its own --out (e.g. --out runs/$SLURM_JOB_ID)");
@@ -59,8 +61,8 @@ Status joinRunDir(const std::string& dir, const SlurmTask& task, const nlohmann:
   }
   NANPROV_ASSIGN_OR_RETURN(auto claimed, claimTaskRunFile(dir, task.task, doc));
   if (!claimed) {
-    return Status::Error("task " + std::to_string(task.task) + " of Slurm job " + task.job + " already recorded into " + dir +
-                         "; pick a new --out for a rerun");
+    return Status::Error("task " + std::to_string(task.task) + " of Slurm job " + task.job + " already recorded into " +
+                         dir + "; pick a new --out for a rerun");
   }
   return Status::Ok();
 }
@@ -93,12 +95,14 @@ TaskEnding endTask(const std::string& dir, const SlurmTask& task, std::chrono::m
   for (const auto& [t, job] : taskStates(dir).job) here.push_back(t);
   const std::string shown = printable(dir);
   if (!running.empty()) {
-    end.preface += "nanprov: task(s) " + joinedTasks(running) + " of Slurm job " + task.job + " still running: the report " +
-                   "below is what they recorded so far; nanprov report " + shown + " once the job ended\n";
+    end.preface += "nanprov: task(s) " + joinedTasks(running) + " of Slurm job " + task.job +
+                   " still running: the report " + "below is what they recorded so far; nanprov report " + shown +
+                   " once the job ended\n";
   }
   if (static_cast<int>(here.size()) < task.tasks) {
-    end.preface += "nanprov: " + shown + " holds task(s) " + joinedTasks(here) + " of the " + std::to_string(task.tasks) +
-                   " tasks of Slurm job " + task.job + "; the others recorded into their nodes' directories: " +
+    end.preface += "nanprov: " + shown + " holds task(s) " + joinedTasks(here) + " of the " +
+                   std::to_string(task.tasks) + " tasks of Slurm job " + task.job +
+                   "; the others recorded into their nodes' directories: " +
                    "nanprov report DIR1 DIR2 ... reads them as one job\n";
   }
   if (!here.empty() && here.front() != task.task) {

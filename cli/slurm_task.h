@@ -15,10 +15,10 @@
 namespace nanprov::cli {
 
 struct SlurmTask {
-  std::string job;  // "<SLURM_JOB_ID>.<SLURM_STEP_ID>"
-  int task = 0;     // SLURM_PROCID
-  int tasks = 1;    // SLURM_NTASKS: of the whole step, on every node
-  int node = 0;     // SLURM_NODEID
+  std::string job;              // "<SLURM_JOB_ID>.<SLURM_STEP_ID>"
+  int task = 0;                 // SLURM_PROCID
+  int tasks = 1;                // SLURM_NTASKS: of the whole step, on every node
+  int node = 0;                 // SLURM_NODEID
   nlohmann::json json() const;  // run file's "slurm" entry
 };
 

@@ -20,7 +20,9 @@ void addSqlCommand(CLI::App& app, int* exit_code) {
     int64_t max_memory = int64_t{2} << 30;
   };
   auto opts = std::make_shared<Options>();
-  CLI::App* cmd = app.add_subcommand("sql", "Read-only SQL over a run (tables: calls, tensors, kernels, captures, steps, sentinel, meta, step_summaries, trends, trend_warnings, replica_digests)");
+  CLI::App* cmd = app.add_subcommand("sql",
+                                     "Read-only SQL over a run (tables: calls, tensors, kernels, captures, steps, "
+                                     "sentinel, meta, step_summaries, trends, trend_warnings, replica_digests)");
   cmd->footer(
       "Examples:\n"
       "  nanprov sql \"SELECT rank, layer, call, phase FROM calls WHERE injected IS NOT NULL\"\n"
@@ -28,7 +30,8 @@ void addSqlCommand(CLI::App& app, int* exit_code) {
       "  nanprov sql node0/run node1/run \"SELECT rank, COUNT(*) FROM calls GROUP BY rank\"   one job, two nodes\n\n"
       "The schema is documented in store/README.md. Statements that write are refused.");
   // Two positionals, not one taking 1-2 values: CLI11 then prints a usage line people can read.
-  cmd->add_option("RUN_OR_QUERY", opts->first, "The run directory, or the query when the run is the newest")->required();
+  cmd->add_option("RUN_OR_QUERY", opts->first, "The run directory, or the query when the run is the newest")
+      ->required();
   CLI::Option* second = cmd->add_option("QUERY", opts->rest,
                                         "One SELECT over the run given first (several directories of one multi-node "
                                         "job may come before it)")

@@ -37,9 +37,12 @@ Status parseSteps(const std::string& text, CallQuery* q) {
   const size_t colon = text.find(':');
   auto step = [](const std::string& part) { return parseInteger(part, 0, INT64_MAX); };
   const std::string first = text.substr(0, colon), last = colon == std::string::npos ? first : text.substr(colon + 1);
-  if (!first.empty() && !(q->first_step = step(first))) return Status::Error("bad --steps '" + text + "': '" + first + "' is not a step");
-  if (!last.empty() && !(q->last_step = step(last))) return Status::Error("bad --steps '" + text + "': '" + last + "' is not a step");
-  if (text.empty() || text == ":") return Status::Error("--steps '" + text + "' names no step (example: --steps 100:120)");
+  if (!first.empty() && !(q->first_step = step(first)))
+    return Status::Error("bad --steps '" + text + "': '" + first + "' is not a step");
+  if (!last.empty() && !(q->last_step = step(last)))
+    return Status::Error("bad --steps '" + text + "': '" + last + "' is not a step");
+  if (text.empty() || text == ":")
+    return Status::Error("--steps '" + text + "' names no step (example: --steps 100:120)");
   if (q->first_step && q->last_step && *q->first_step > *q->last_step) {
     return Status::Error("bad --steps '" + text + "': the first step is after the last");
   }
@@ -69,7 +72,8 @@ std::optional<size_t> indexIn(const RunData& window, const RunData& whole, std::
 // Whether the trace drew a summarised stretch (one with no recorded end around it has none).
 bool marked(const nlohmann::json& trace) {
   const nlohmann::json& events = trace["traceEvents"];
-  return std::any_of(events.begin(), events.end(), [](const nlohmann::json& e) { return e.value("cat", "") == "summarised"; });
+  return std::any_of(events.begin(), events.end(),
+                     [](const nlohmann::json& e) { return e.value("cat", "") == "summarised"; });
 }
 
 // Without --steps, the window is centred on the first edge; reading starts a window's worth of
@@ -84,10 +88,12 @@ void startBeforeTheEdge(const RunData& whole, const CallRecord& edge, int64_t ma
 int trace(const Options& opts) {
   CallQuery query;
   if (!opts.steps.empty()) {
-    if (Status st = parseSteps(opts.steps, &query); !st.ok()) return std::cerr << "nanprov trace: " << printable(st.message()) << "\n", kUsageError;
+    if (Status st = parseSteps(opts.steps, &query); !st.ok())
+      return std::cerr << "nanprov trace: " << printable(st.message()) << "\n", kUsageError;
   }
   if (!opts.ranks.empty()) {
-    if (Status st = parseRanks(opts.ranks, &query); !st.ok()) return std::cerr << "nanprov trace: " << printable(st.message()) << "\n", kUsageError;
+    if (Status st = parseRanks(opts.ranks, &query); !st.ok())
+      return std::cerr << "nanprov trace: " << printable(st.message()) << "\n", kUsageError;
   }
   int code = kClean;
   auto dirs = resolveRunDirs("trace", opts.run, &code);
@@ -114,14 +120,18 @@ int trace(const Options& opts) {
   // Written aside and renamed: a viewer never opens half a trace.
   Status wrote = replaceFile(opts.out, "trace", [&](std::ostream& out) { out << jsonText(trace) << "\n"; });
   if (!wrote.ok()) return fail("trace", wrote);
-  std::cout << "wrote " << printable(opts.out) << ": " << t.ranks.size() << (t.ranks.size() == 1 ? " rank, " : " ranks, ")
-            << t.calls.size() << " attention calls";
+  std::cout << "wrote " << printable(opts.out) << ": " << t.ranks.size()
+            << (t.ranks.size() == 1 ? " rank, " : " ranks, ") << t.calls.size() << " attention calls";
   if (t.first_edge) std::cout << ", first non-finite edge " << callName(t.calls[*t.first_edge].call);
   std::cout << "\n";
   if (cut || t.calls.size() < static_cast<size_t>(whole->total_calls)) {
     std::cout << "  of the run's " << whole->total_calls << " calls, the trace holds "
-              << (t.calls.empty() ? "none" : "steps " + std::to_string(t.calls.front().call.step) + "-" + std::to_string(t.calls.back().call.step))
-              << (found.first && !findings.first ? " (not the first edge's, step " + std::to_string(whole->calls[*found.first].step) + ")" : "")
+              << (t.calls.empty() ? "none"
+                                  : "steps " + std::to_string(t.calls.front().call.step) + "-" +
+                                        std::to_string(t.calls.back().call.step))
+              << (found.first && !findings.first
+                      ? " (not the first edge's, step " + std::to_string(whole->calls[*found.first].step) + ")"
+                      : "")
               << "; choose others with --steps A:B and --ranks, or raise --max-calls\n";
   }
   // Summarised calls have no row, so no slice: said, not left for a gap in the timeline to imply.
@@ -137,7 +147,8 @@ int trace(const Options& opts) {
 
 void addTraceCommand(CLI::App& app, int* exit_code) {
   auto opts = std::make_shared<Options>();
-  CLI::App* cmd = app.add_subcommand("trace", "Write the run as a timeline that ui.perfetto.dev and chrome://tracing open");
+  CLI::App* cmd =
+      app.add_subcommand("trace", "Write the run as a timeline that ui.perfetto.dev and chrome://tracing open");
   cmd->footer(
       "The file is Chrome trace-event JSON. Open it at https://ui.perfetto.dev (\"Open trace\n"
       "file\", or drag it onto the page; it stays in the browser) or in chrome://tracing (Load).\n\n"
@@ -159,7 +170,8 @@ void addTraceCommand(CLI::App& app, int* exit_code) {
       "  nanprov trace runs/nan-hunt --out nan.json --steps 1200:1210 --ranks 0,3");
   addRunArgument(cmd, &opts->run);
   cmd->add_option("--out", opts->out, "The file to write (JSON)")->required()->type_name("FILE");
-  cmd->add_option("--steps", opts->steps, "Only these steps: A:B (both included), A:, :B or one step")->type_name("A:B");
+  cmd->add_option("--steps", opts->steps, "Only these steps: A:B (both included), A:, :B or one step")
+      ->type_name("A:B");
   cmd->add_option("--ranks", opts->ranks, "Only these ranks, a comma list")->type_name("LIST");
   cmd->add_option("--max-calls", opts->max_calls, "At most this many calls (default 25000, at most 100000)")
       ->check(wholeNumber())

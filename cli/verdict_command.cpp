@@ -31,14 +31,16 @@ struct Options {
 ReplayAnswer replayCapture(const std::string& capture, int reruns) {
   if (Status st = checkCapture(capture); !st.ok()) return replayFailed(st.message());
   const std::string engine = installLayout().replay_engine;
-  if (access(engine.c_str(), X_OK) != 0) return replayFailed("replay engine missing at " + engine + "; build nanprov (./scripts/test)");
+  if (access(engine.c_str(), X_OK) != 0)
+    return replayFailed("replay engine missing at " + engine + "; build nanprov (./scripts/test)");
   // As `nanprov replay` runs it: the Python that reruns a FlashAttention or FFPA call through its
   // package (never a module named by a file), and the bootstrap it imports from.
   const std::map<std::string, std::string> env = {{"NANPROV_REPLAY_PYTHON", installLayout().python},
                                                   {"NANPROV_BOOTSTRAP_DIR", installLayout().bootstrap_dir}};
   int code = 0;
-  auto said = captureOutput(replay::engineArgv(engine, {.capture = capture, .output = replay::EngineOutput::kJson, .reruns = reruns}),
-                            env, &code);
+  auto said = captureOutput(
+      replay::engineArgv(engine, {.capture = capture, .output = replay::EngineOutput::kJson, .reruns = reruns}), env,
+      &code);
   if (!said.ok()) return replayFailed(said.status().message());
   nlohmann::json doc = nlohmann::json::parse(*said, nullptr, false);
   if (doc.is_discarded()) return replayFailed("the replay engine exited " + std::to_string(code) + " without its JSON");
@@ -65,7 +67,8 @@ int verdict(const Options& opts) {
 
 void addVerdictCommand(CLI::App& app, int* exit_code) {
   auto opts = std::make_shared<Options>();
-  CLI::App* cmd = app.add_subcommand("verdict", "What a scheduler should do with a run: one exit code per class of fault");
+  CLI::App* cmd =
+      app.add_subcommand("verdict", "What a scheduler should do with a run: one exit code per class of fault");
   cmd->footer(
       "Reads the run's conclusion as `nanprov report` does. Where attention made the first\n"
       "non-finite value (or, with no edge, the audit found a wrong one), it replays that call's\n"

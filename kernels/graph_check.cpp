@@ -40,7 +40,8 @@ uint64_t captureIdOf(void* stream) {
 
 StatusOr<std::unique_ptr<GraphCheck>> GraphCheck::capture(int device, const TensorView* views, int count,
                                                           void* stream) {
-  if (count <= 0 || count > kMaxTensors) return Status::Error("a graph check takes 1 to " + std::to_string(kMaxTensors));
+  if (count <= 0 || count > kMaxTensors)
+    return Status::Error("a graph check takes 1 to " + std::to_string(kMaxTensors));
   DeviceScope scope(device);
   std::unique_ptr<GraphCheck> check(new GraphCheck());  // frees what it holds if a step below fails
   check->device_ = device;

@@ -43,8 +43,8 @@ class GraphCheck {
   GraphCheck() = default;
   int device_ = 0;
   int count_ = 0;
-  void* scratch_ = nullptr;          // device: a CheckScratch
-  GraphRing* ring_ = nullptr;        // host view of the mapped ring
+  void* scratch_ = nullptr;    // device: a CheckScratch
+  GraphRing* ring_ = nullptr;  // host view of the mapped ring
 };
 
 }  // namespace nanprov::kernels

@@ -1,9 +1,8 @@
-#include "kernels/health_check.h"
-
-#include "kernels/view_layout.h"
-
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+
+#include "kernels/health_check.h"
+#include "kernels/view_layout.h"
 
 namespace nanprov::kernels {
 namespace {
@@ -21,11 +20,11 @@ struct CheckArgs {
   // Blocks [first_block[t], first_block[t + 1]) read views[t]: shares in proportion to size.
   unsigned int first_block[kMaxTensors + 1];
   int distinct;
-  int source[kMaxTensors];        // result i comes from views[source[i]]
-  int count;                      // results
+  int source[kMaxTensors];  // result i comes from views[source[i]]
+  int count;                // results
   CheckScratch* scratch;
   HealthCounts* results;
-  GraphRing* ring;                // a check captured into a graph publishes here instead
+  GraphRing* ring;  // a check captured into a graph publishes here instead
 };
 // The classic kernel-parameter limit, which every toolkit and driver takes (health_check.h).
 static_assert(sizeof(CheckArgs) <= 4096, "CheckArgs must fit the 4 KB kernel-parameter limit");
@@ -39,7 +38,7 @@ struct Lanes {
   static constexpr bool kHalves = T != ElementType::kFloat32;
   static constexpr unsigned int abs_mask = kHalves ? 0x7fff7fffu : 0x7fffffffu;
   static constexpr unsigned int top = kHalves ? 0x80008000u : 0x80000000u;
-  static constexpr unsigned int finite_gap = T == ElementType::kFloat32  ? 0x00800000u
+  static constexpr unsigned int finite_gap = T == ElementType::kFloat32    ? 0x00800000u
                                              : T == ElementType::kBFloat16 ? 0x00800080u
                                                                            : 0x04000400u;
 };
@@ -49,9 +48,13 @@ struct Lanes {
 struct Share {
   unsigned int block, blocks;
   template <typename Index>
-  __device__ Index firstThread() const { return static_cast<Index>(block) * blockDim.x + threadIdx.x; }
+  __device__ Index firstThread() const {
+    return static_cast<Index>(block) * blockDim.x + threadIdx.x;
+  }
   template <typename Index>
-  __device__ Index threads() const { return static_cast<Index>(blocks) * blockDim.x; }
+  __device__ Index threads() const {
+    return static_cast<Index>(blocks) * blockDim.x;
+  }
 };
 
 // Per-thread running counts. 32-bit is enough: no thread sees 2^32 elements.
@@ -222,15 +225,21 @@ __device__ void scanValues(const Share& share, const TensorView& v, Tally& t) {
       // Uniform rows (Q, K, V split from one projection): a multiply-high per vector finds its row.
       const int64_t row_stride = v.strides[0] / per_vector;
       const Divider by_row(static_cast<unsigned int>(per_row));
-      scanVectors<T>(share, numel / per_vector, [p, per_row, row_stride, by_row](Index i) {
-        Index row = by_row.quotient(static_cast<unsigned int>(i));
-        return p + row * row_stride + (i - row * per_row);
-      }, t);
+      scanVectors<T>(
+          share, numel / per_vector,
+          [p, per_row, row_stride, by_row](Index i) {
+            Index row = by_row.quotient(static_cast<unsigned int>(i));
+            return p + row * row_stride + (i - row * per_row);
+          },
+          t);
     } else {
-      scanVectors<T>(share, numel / per_vector, [&v, p, per_row](Index i) {
-        Index row = i / per_row;
-        return p + (offsetOf<Index>(v, row, v.ndim - 1) / per_vector + (i - row * per_row));
-      }, t);
+      scanVectors<T>(
+          share, numel / per_vector,
+          [&v, p, per_row](Index i) {
+            Index row = i / per_row;
+            return p + (offsetOf<Index>(v, row, v.ndim - 1) / per_vector + (i - row * per_row));
+          },
+          t);
     }
   } else if (v.contiguous) {
     for (Index i = first; i < numel; i += stride) t.add(widen(v.data, i, T));
@@ -329,8 +338,8 @@ struct Destination {
 // (health_check_queue.cpp, graph_check.cpp). Result i comes from tensor source(i), whose words
 // were summed whole where summed(i); tensors [0, used) are reset.
 template <int N, typename Source, typename Summed>
-__device__ void publishOnceAllAccumulated(Accumulators<N>* scratch, Destination to, int count, int used,
-                                          Source source, Summed summed) {
+__device__ void publishOnceAllAccumulated(Accumulators<N>* scratch, Destination to, int count, int used, Source source,
+                                          Summed summed) {
   __shared__ bool last;
   __shared__ unsigned long long replay;
   if (threadIdx.x == 0) {
@@ -406,8 +415,9 @@ __global__ void __launch_bounds__(kThreads) healthCheckKernel(CheckArgs args) {
   Tally t;
   scanTensor(share, args.views[tensor], t);
   accumulate(t, args.scratch, tensor);
-  publishOnceAllAccumulated(args.scratch, Destination{args.results, args.ring}, args.count, args.distinct,
-                            [&args](int i) { return args.source[i]; }, [](int) { return false; });
+  publishOnceAllAccumulated(
+      args.scratch, Destination{args.results, args.ring}, args.count, args.distinct,
+      [&args](int i) { return args.source[i]; }, [](int) { return false; });
 }
 
 struct DenseArgs {
@@ -432,7 +442,8 @@ __global__ void __launch_bounds__(kThreads) denseCheckKernel(DenseArgs args) {
   int lo = 0, hi = args.count - 1;
   while (lo < hi) {
     const int mid = (lo + hi + 1) / 2;
-    if (args.first_block[mid] <= blockIdx.x) lo = mid; else hi = mid - 1;
+    if (args.first_block[mid] <= blockIdx.x) lo = mid;
+    else hi = mid - 1;
   }
   const DenseTensor d = args.tensors[lo];
   TensorView v;  // one dense run
@@ -447,14 +458,16 @@ __global__ void __launch_bounds__(kThreads) denseCheckKernel(DenseArgs args) {
   Tally t;
   scanTensor(share, v, t);
   accumulate(t, args.scratch, lo);
-  publishOnceAllAccumulated(args.scratch, Destination{args.results, nullptr}, args.count, args.count,
-                            [](int i) { return i; }, [&args](int i) { return wordSummed(args.tensors[i]); });
+  publishOnceAllAccumulated(
+      args.scratch, Destination{args.results, nullptr}, args.count, args.count, [](int i) { return i; },
+      [&args](int i) { return wordSummed(args.tensors[i]); });
 }
 
 // Blocks that are useful for `v`: a few 16-byte vectors (or, for a mask, a few rows) per thread.
 int64_t usefulBlocks(const TensorView& v) {
-  int64_t items = v.mask != MaskKind::kNotAMask ? v.numel / (v.ndim > 0 && v.sizes[v.ndim - 1] ? v.sizes[v.ndim - 1] : 1) * 32
-                                                : v.numel / 8;
+  int64_t items = v.mask != MaskKind::kNotAMask
+                      ? v.numel / (v.ndim > 0 && v.sizes[v.ndim - 1] ? v.sizes[v.ndim - 1] : 1) * 32
+                      : v.numel / 8;
   int64_t blocks = (items + kThreads * kVectorsPerThreadTarget - 1) / (kThreads * kVectorsPerThreadTarget);
   return blocks < 1 ? 1 : blocks;
 }
@@ -542,8 +555,8 @@ FusedLaunch planFusedCheck(const TensorView* views, int count, int wave_blocks) 
 
 }  // namespace
 
-int launchHealthCheck(const TensorView* views, int count, CheckScratch* scratch, HealthCounts* results,
-                      void* stream, int wave_blocks) {
+int launchHealthCheck(const TensorView* views, int count, CheckScratch* scratch, HealthCounts* results, void* stream,
+                      int wave_blocks) {
   FusedLaunch launch = planFusedCheck(views, count, wave_blocks);
   if (!launch.ok) return cudaErrorInvalidValue;
   launch.args.scratch = scratch;
@@ -568,8 +581,8 @@ int captureGraphHealthCheck(const TensorView* views, int count, CheckScratch* sc
   return cudaGetLastError();
 }
 
-int launchDenseCheck(const DenseTensor* tensors, int count, DenseScratch* scratch, HealthCounts* results,
-                     void* stream, int wave_blocks) {
+int launchDenseCheck(const DenseTensor* tensors, int count, DenseScratch* scratch, HealthCounts* results, void* stream,
+                     int wave_blocks) {
   if (count <= 0 || count > kMaxDense) return cudaErrorInvalidValue;
   DenseArgs args;
   args.count = count;

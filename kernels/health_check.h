@@ -53,7 +53,7 @@ struct HealthCounts {
   // of words). It is the replica digest (probes/libtorch/replica_digests.h), taken on the way.
   uint32_t word_sum;
   uint32_t word_summed;
-  uint32_t written;                // 1 once the device wrote this entry
+  uint32_t written;  // 1 once the device wrote this entry
 };
 
 // Device accumulators of one check of up to N tensors. Zeroed once when allocated; the last block
@@ -61,7 +61,7 @@ struct HealthCounts {
 template <int N>
 struct Accumulators {
   unsigned long long counts[N][5];
-  unsigned int max_bits[N];  // bit pattern of a non-negative float: ordered like uint
+  unsigned int max_bits[N];   // bit pattern of a non-negative float: ordered like uint
   unsigned int word_sums[N];  // wrapping sums of the 32-bit words (HealthCounts::word_sum)
   unsigned int blocks_done;
 };
@@ -119,8 +119,8 @@ int residentDenseBlocks(int device);
 // in about `wave` blocks (residentBlocks of that device; each tensor gets at least one). `scratch` is device memory,
 // `results` host-mapped pinned memory with room for `count` entries. Returns a cudaError_t
 // value; 0 is success.
-int launchHealthCheck(const TensorView* views, int count, CheckScratch* scratch, HealthCounts* results,
-                      void* stream, int wave);
+int launchHealthCheck(const TensorView* views, int count, CheckScratch* scratch, HealthCounts* results, void* stream,
+                      int wave);
 
 // As launchHealthCheck, for a stream that is capturing a CUDA graph: the check becomes a node of
 // the graph, after a node that zeroes `scratch`, and every replay publishes into `ring` (device
@@ -132,7 +132,7 @@ int captureGraphHealthCheck(const TensorView* views, int count, CheckScratch* sc
 // The dense check of `tensors[0..count)` (count <= kMaxDense; float32, float16 or bfloat16, each
 // dense in memory) on `stream`, as launchHealthCheck: `results` has room for `count` entries,
 // `wave` is residentBlocks'. Returns a cudaError_t value; 0 is success.
-int launchDenseCheck(const DenseTensor* tensors, int count, DenseScratch* scratch, HealthCounts* results,
-                     void* stream, int wave);
+int launchDenseCheck(const DenseTensor* tensors, int count, DenseScratch* scratch, HealthCounts* results, void* stream,
+                     int wave);
 
 }  // namespace nanprov::kernels

@@ -23,8 +23,8 @@ using MappedHostMemory = ScopedResource<void*, &cudaFreeHost>;
 }  // namespace
 
 struct HealthCheckQueue::Buffers {
-  DeviceMemory scratch;       // every slot's CheckScratch (DenseScratch)
-  MappedHostMemory results;   // every slot's HealthCounts, mapped into the device
+  DeviceMemory scratch;      // every slot's CheckScratch (DenseScratch)
+  MappedHostMemory results;  // every slot's HealthCounts, mapped into the device
 };
 
 bool streamIsCapturing(void* stream) {
@@ -43,7 +43,7 @@ struct HealthCheckQueue::Slot {
   void* scratch = nullptr;          // device: a CheckScratch (DenseScratch in a dense queue)
   HealthCounts* results = nullptr;  // host view of the mapped results
   HealthCounts* results_device = nullptr;
-  void* stream = nullptr;           // where the check ran: asked only when waiting for it
+  void* stream = nullptr;  // where the check ran: asked only when waiting for it
   uint64_t token = 0;
   int count = 0;
 };
@@ -63,7 +63,8 @@ StatusOr<std::unique_ptr<HealthCheckQueue>> HealthCheckQueue::create(int device,
   if (cudaError_t err = cudaGetDeviceCount(&devices); err != cudaSuccess) {
     return cudaFailure("no usable CUDA device", err);
   }
-  if (device < 0 || device >= devices) return Status::Error("CUDA device " + std::to_string(device) + " does not exist");
+  if (device < 0 || device >= devices)
+    return Status::Error("CUDA device " + std::to_string(device) + " does not exist");
   if (slots < 1) return Status::Error("a health check queue needs at least one slot");
   DeviceScope scope(device);
   std::unique_ptr<HealthCheckQueue> q(new HealthCheckQueue());
@@ -80,7 +81,8 @@ StatusOr<std::unique_ptr<HealthCheckQueue>> HealthCheckQueue::create(int device,
   if (cudaError_t err = cudaMalloc(&scratch, scratch_bytes); err != cudaSuccess) return cudaFailure("cudaMalloc", err);
   q->buffers_->scratch.reset(scratch);
   // Zeroed once; every check leaves its scratch zeroed again.
-  if (cudaError_t err = cudaMemset(scratch, 0, scratch_bytes); err != cudaSuccess) return cudaFailure("cudaMemset", err);
+  if (cudaError_t err = cudaMemset(scratch, 0, scratch_bytes); err != cudaSuccess)
+    return cudaFailure("cudaMemset", err);
   void* results = nullptr;
   if (cudaError_t err = cudaHostAlloc(&results, result_bytes, cudaHostAllocMapped); err != cudaSuccess) {
     return cudaFailure("cudaHostAlloc", err);
@@ -91,7 +93,8 @@ StatusOr<std::unique_ptr<HealthCheckQueue>> HealthCheckQueue::create(int device,
     return cudaFailure("cudaHostGetDevicePointer", err);
   }
   // One-time wait so the zeroed scratch is in place before any check can use it.
-  if (cudaError_t err = cudaDeviceSynchronize(); err != cudaSuccess) return cudaFailure("zeroing the check scratch", err);
+  if (cudaError_t err = cudaDeviceSynchronize(); err != cudaSuccess)
+    return cudaFailure("zeroing the check scratch", err);
   q->slots_.resize(static_cast<size_t>(slots));
   for (int i = 0; i < slots; ++i) {
     Slot& s = q->slots_[static_cast<size_t>(i)];
@@ -156,7 +159,8 @@ Status HealthCheckQueue::submitWith(CheckKind kind, int count, void* stream, uin
   const char* what = dense ? "dense check" : "fused check";
   if (kind_ != kind) return Status::Error(std::string("a ") + what + " submitted to a queue of the other kind");
   const int most = dense ? kMaxDense : kMaxTensors;
-  if (count <= 0 || count > most) return Status::Error(std::string("a ") + what + " takes 1 to " + std::to_string(most));
+  if (count <= 0 || count > most)
+    return Status::Error(std::string("a ") + what + " takes 1 to " + std::to_string(most));
   Slot* s = nextSlot(count);
   if (!s) return Status::Error("no free slot: reserve() first");
   DeviceScope scope(device_);
@@ -177,7 +181,8 @@ Status HealthCheckQueue::submitDense(const DenseTensor* tensors, int count, void
   });
 }
 
-Status HealthCheckQueue::submit(const TensorView* views, int count, void* stream, uint64_t token, const Ready& overflow) {
+Status HealthCheckQueue::submit(const TensorView* views, int count, void* stream, uint64_t token,
+                                const Ready& overflow) {
   reserve(overflow);
   return submit(views, count, stream, token);
 }

@@ -21,8 +21,8 @@
 #include <string>
 #include <vector>
 
-#include "kernels/health_check.h"
 #include "base/status.h"
+#include "kernels/health_check.h"
 
 namespace nanprov::kernels {
 

@@ -50,8 +50,8 @@ class ResultTally {
 };
 
 // The captured backend on one device: `runs` reruns (the first given, when it ran there).
-DeviceReruns rerunOn(const RerunRequest& req, const std::string& backend, const at::Device& device, const Outputs* first,
-                     const BackendRun* first_judged, const JudgeOutputs& judge,
+DeviceReruns rerunOn(const RerunRequest& req, const std::string& backend, const at::Device& device,
+                     const Outputs* first, const BackendRun* first_judged, const JudgeOutputs& judge,
                      const std::function<void(const std::string&)>& stage) {
   DeviceReruns out;
   out.device = deviceName(device);
@@ -64,11 +64,12 @@ DeviceReruns rerunOn(const RerunRequest& req, const std::string& backend, const 
   };
   if (first && first_judged) count(*first, *first_judged);
   while (out.runs < req.runs) {
-    stage("rerunning " + backend + " on " + device.str() + " (" + std::to_string(out.runs + 1) + " of " + std::to_string(req.runs) + ")");
+    stage("rerunning " + backend + " on " + device.str() + " (" + std::to_string(out.runs + 1) + " of " +
+          std::to_string(req.runs) + ")");
     auto outputs = runBackend(backend, *req.call, device);
     if (!outputs.ok()) {
       if (out.runs == 0) break;  // it cannot run on this device at all: no reruns there
-      ++out.runs;  // it ran before: a rerun that fails gave not the run's result
+      ++out.runs;                // it ran before: a rerun that fails gave not the run's result
       continue;
     }
     const Outputs raw = *outputs;  // judging makes new tensors: these stay as the backend gave them
@@ -85,7 +86,8 @@ std::vector<at::Device> sameModelDevices(const at::Device& device) {
   const int count = at::detail::getCUDAHooks().getNumGPUs();
   const std::string model = gpuModel(device.index());
   for (int i = 0; i < count; ++i) {
-    if (i != device.index() && !model.empty() && gpuModel(i) == model) out.emplace_back(at::kCUDA, static_cast<at::DeviceIndex>(i));
+    if (i != device.index() && !model.empty() && gpuModel(i) == model)
+      out.emplace_back(at::kCUDA, static_cast<at::DeviceIndex>(i));
   }
   return out;
 }

@@ -25,9 +25,9 @@ using JudgeOutputs = std::function<BackendRun(BackendRun, Outputs)>;
 struct RerunRequest {
   const CapturedCall* call = nullptr;
   at::Device device = at::kCPU;
-  int runs = 5;                   // in all, the replay's first run of each backend among them
+  int runs = 5;                          // in all, the replay's first run of each backend among them
   const BackendRun* captured = nullptr;  // the run's own outputs, judged
-  Outputs captured_outputs;       // and raw, for the bitwise comparison
+  Outputs captured_outputs;              // and raw, for the bitwise comparison
 };
 
 // `first` holds each backend's first run as replay judged it; `original_outputs` the raw outputs

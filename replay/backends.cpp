@@ -48,7 +48,8 @@ class OnlyBackend {
  public:
   explicit OnlyBackend(const std::string& backend) {
     auto& ctx = at::globalContext();
-    saved_ = {ctx.userEnabledFlashSDP(), ctx.userEnabledMemEfficientSDP(), ctx.userEnabledCuDNNSDP(), ctx.userEnabledMathSDP()};
+    saved_ = {ctx.userEnabledFlashSDP(), ctx.userEnabledMemEfficientSDP(), ctx.userEnabledCuDNNSDP(),
+              ctx.userEnabledMathSDP()};
     ctx.setSDPUseFlash(backend == "flash" || backend == "flash_cpu");
     ctx.setSDPUseMemEfficient(backend == "efficient");
     ctx.setSDPUseCuDNN(backend == "cudnn");
@@ -167,7 +168,8 @@ std::string refusal(const std::string& backend, const CapturedCall& call, const 
   }
   if (backend == "math" || backend == "plain_softmax") return "";
   // Laid out as the backend will get them: dispatch reads strides and alignment.
-  at::Tensor q = replicaOn(call.at("Q"), device), k = replicaOn(call.at("K"), device), v = replicaOn(call.at("V"), device);
+  at::Tensor q = replicaOn(call.at("Q"), device), k = replicaOn(call.at("K"), device),
+             v = replicaOn(call.at("V"), device);
   std::optional<at::Tensor> mask = maskOn(call, device);
   WarningCollector warnings;
   c10::WarningUtils::WarningHandlerGuard guard(&warnings);
@@ -220,8 +222,8 @@ StatusOr<Outputs> runBackend(const std::string& backend, const CapturedCall& cal
     } else if (backend == "plain_softmax") {
       o = plainSoftmaxAttention(q, kk, vv, mask, call);
     } else if (backend == "math") {
-      o = std::get<0>(at::_scaled_dot_product_attention_math(q, k, v, mask, p, call.causal, std::nullopt, call.scale,
-                                                              groups > 1));
+      o = std::get<0>(
+          at::_scaled_dot_product_attention_math(q, k, v, mask, p, call.causal, std::nullopt, call.scale, groups > 1));
     } else {
       return Status::Error("unknown backend " + backend);
     }

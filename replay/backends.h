@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "base/status.h"
 #include "replay/captured_call.h"
 #include "replay/outputs.h"
-#include "base/status.h"
 
 namespace nanprov::replay {
 

@@ -4,8 +4,8 @@
 #include <cstdlib>
 
 #include "base/numbers.h"
-#include "base/text.h"
 #include "base/records/torch_dtype.h"
+#include "base/text.h"
 #include "replay/packed_layouts.h"
 #include "replay/score_bias.h"
 #include "replay/tensor_layout.h"
@@ -32,14 +32,17 @@ Status unpackFastPath(CapturedCall& call) {
   const at::Tensor& b = call.at("qkv_bias");
   auto heads = parseInteger(call.metaOr("arg.num_head"), 1, 1 << 16);
   if (w.dim() != 2 || w.size(0) % 3 != 0 || b.dim() != 1 || b.size(0) != w.size(0)) {
-    return Status::Error("qkv_weight " + shapeText(w) + " and qkv_bias " + shapeText(b) + " are not a [3E, E] projection");
+    return Status::Error("qkv_weight " + shapeText(w) + " and qkv_bias " + shapeText(b) +
+                         " are not a [3E, E] projection");
   }
   const int64_t embed = w.size(0) / 3;
-  if (!heads || embed % *heads != 0) return Status::Error("arg.num_head does not divide the embedding of " + std::to_string(embed));
+  if (!heads || embed % *heads != 0)
+    return Status::Error("arg.num_head does not divide the embedding of " + std::to_string(embed));
   for (const char* role : {"Q", "K", "V"}) {
     const at::Tensor& x = call.at(role);
     if (x.dim() != 3 || x.size(2) != w.size(1)) {
-      return Status::Error(std::string(role) + " is " + shapeText(x) + ", not [batch, seq, " + std::to_string(w.size(1)) + "]");
+      return Status::Error(std::string(role) + " is " + shapeText(x) + ", not [batch, seq, " +
+                           std::to_string(w.size(1)) + "]");
     }
   }
   std::vector<at::Tensor> ws = w.chunk(3, 0), bs = b.chunk(3, 0);
@@ -56,14 +59,16 @@ Status unpackFastPath(CapturedCall& call) {
     at::Tensor mask = call.at("mask");
     if (mask.scalar_type() == at::kBool) mask = mask.logical_not();
     if (call.metaOr("arg.mask_type") == "1") {
-      if (mask.dim() != 2) return Status::Error("a key padding mask (mask_type 1) of " + shapeText(mask) + ", not [batch, seq]");
+      if (mask.dim() != 2)
+        return Status::Error("a key padding mask (mask_type 1) of " + shapeText(mask) + ", not [batch, seq]");
       mask = mask.view({mask.size(0), 1, 1, mask.size(1)});
     }
     call.tensors["mask"] = mask;
   }
   call.tensors.erase("O");
-  call.meta["replay.note"] = "fast-path capture: Q, K and V projected with the captured qkv weights; the run's O "
-                             "(after the out-projection) is not compared";
+  call.meta["replay.note"] =
+      "fast-path capture: Q, K and V projected with the captured qkv weights; the run's O "
+      "(after the out-projection) is not compared";
   return Status::Ok();
 }
 
@@ -124,8 +129,9 @@ StatusOr<CapturedCall> toCapturedCall(const CaptureFile& file, const std::string
   if (call.metaOr("op") == "flex_attention") {
     if (call.has("mask")) {
       call.materialised_bias = true;
-      call.meta["replay.note"] = "FlexAttention capture: the mask is the additive bias its score_mod and block mask applied, "
-                                 "materialised by nanprov";
+      call.meta["replay.note"] =
+          "FlexAttention capture: the mask is the additive bias its score_mod and block mask applied, "
+          "materialised by nanprov";
     } else {
       call.incomplete = note.empty() ? "its score_mod and block mask were not materialised" : note;
       call.meta["replay.note"] = "FlexAttention capture without its bias (" + call.incomplete +
@@ -137,14 +143,16 @@ StatusOr<CapturedCall> toCapturedCall(const CaptureFile& file, const std::string
   }
   for (const char* role : {"Q", "K", "V"}) {
     if (!call.has(role)) return bad(std::string("no ") + role + " tensor");
-    if (call.at(role).dim() != 4) return bad(std::string(role) + " is " + shapeText(call.at(role)) + ", replay needs [batch, heads, seq, dim]");
+    if (call.at(role).dim() != 4)
+      return bad(std::string(role) + " is " + shapeText(call.at(role)) + ", replay needs [batch, heads, seq, dim]");
   }
   // Attention computes in floating point: integer or bool Q/K/V/O/LSE/gradients are not a call
   // any backend made (SDPA would fail deep inside with a stack trace). Masks may be bool, and
   // bookkeeping tensors (a CUDA call's philox seed and offset) are integers.
   for (const char* role : {"Q", "K", "V", "O", "LSE", "dO", "dQ", "dK", "dV"}) {
     if (call.has(role) && !at::isFloatingType(call.at(role).scalar_type())) {
-      return bad(std::string("tensor ") + role + " is " + dtypeName(call.at(role)) + "; attention tensors are floating point");
+      return bad(std::string("tensor ") + role + " is " + dtypeName(call.at(role)) +
+                 "; attention tensors are floating point");
     }
   }
   const at::Tensor &q = call.at("Q"), &k = call.at("K"), &v = call.at("V");
@@ -160,10 +168,12 @@ StatusOr<CapturedCall> toCapturedCall(const CaptureFile& file, const std::string
   call.v_dim = v.size(3);
   if (k.size(0) != call.batch || v.size(0) != call.batch || v.size(1) != call.kv_heads || v.size(2) != call.s_kv ||
       k.size(3) != call.head_dim) {
-    return bad("Q " + shapeText(q) + ", K " + shapeText(k) + " and V " + shapeText(v) + " do not make one attention call");
+    return bad("Q " + shapeText(q) + ", K " + shapeText(k) + " and V " + shapeText(v) +
+               " do not make one attention call");
   }
   if (call.kv_heads == 0 || call.q_heads % call.kv_heads != 0) {
-    return bad(std::to_string(call.q_heads) + " query heads are not a multiple of " + std::to_string(call.kv_heads) + " key/value heads");
+    return bad(std::to_string(call.q_heads) + " query heads are not a multiple of " + std::to_string(call.kv_heads) +
+               " key/value heads");
   }
   std::vector<int64_t> out_shape = {call.batch, call.q_heads, call.s_q, call.v_dim};
   for (const char* role : {"O", "dO"}) {
@@ -172,7 +182,8 @@ StatusOr<CapturedCall> toCapturedCall(const CaptureFile& file, const std::string
     }
   }
   for (const auto& [grad, of] : {std::pair{"dQ", "Q"}, std::pair{"dK", "K"}, std::pair{"dV", "V"}}) {
-    if (call.has(grad) && call.at(grad).sizes() != call.at(of).sizes()) return bad(std::string(grad) + " and " + of + " differ in shape");
+    if (call.has(grad) && call.at(grad).sizes() != call.at(of).sizes())
+      return bad(std::string(grad) + " and " + of + " differ in shape");
   }
   if (call.has("LSE")) {
     // [batch, q heads, s_q], or padded past s_q (efficient pads rows to 32), or with a trailing 1.

@@ -9,9 +9,9 @@
 #include <optional>
 #include <string>
 
-#include "store/capture_file.h"
 #include "base/status.h"
 #include "replay/replay_result.h"
+#include "store/capture_file.h"
 
 namespace nanprov::replay {
 
@@ -24,10 +24,10 @@ struct CapturedCall {
   double dropout_p = 0;
   bool dropout_recorded = false;  // the capture says dropout_p (else 0 is a default, not a fact)
   int64_t batch = 0, q_heads = 0, kv_heads = 0, s_q = 0, s_kv = 0, head_dim = 0, v_dim = 0;
-  at::Tensor valid_q, valid_kv;  // [batch, seq] bool for packed sequences unpacked with padding
-  std::string incomplete;        // what of the call the capture lacks, so replay cannot judge it
+  at::Tensor valid_q, valid_kv;       // [batch, seq] bool for packed sequences unpacked with padding
+  std::string incomplete;             // what of the call the capture lacks, so replay cannot judge it
   std::vector<LayoutReport> layouts;  // each tensor's memory layout: in the run, and as rebuilt here
-  bool materialised_bias = false;  // the mask is a bias nanprov computed (FlexAttention's score_mod), in float32
+  bool materialised_bias = false;     // the mask is a bias nanprov computed (FlexAttention's score_mod), in float32
   // How the run made its scores, for plain_softmax: "matmul" (Q·Kᵀ, then scaled), "baddbmm" (scaled
   // by its alpha before rounding), "" (Q scaled first: nn.MultiheadAttention).
   std::string scores_by;

@@ -39,8 +39,8 @@ std::string engineOutputNames() {
 }
 
 std::vector<std::string> engineArgv(const std::string& engine, const EngineRequest& request) {
-  std::vector<std::string> argv = {engine, "--output", std::string(engineOutputName(request.output)),
-                                   "--device", request.device};
+  std::vector<std::string> argv = {engine, "--output", std::string(engineOutputName(request.output)), "--device",
+                                   request.device};
   if (!request.capture.empty()) argv.insert(argv.end(), {"--capture", request.capture});
   if (!request.backends.empty()) argv.insert(argv.end(), {"--backends", request.backends});
   if (!request.emit_repro.empty()) argv.insert(argv.end(), {"--emit-repro", request.emit_repro});

@@ -32,9 +32,9 @@ inline constexpr int kDefaultReruns = 5;
 inline constexpr int kMaxReruns = 1000;
 
 struct EngineRequest {
-  std::string capture;     // a .safetensors capture; unused by audit-serve
+  std::string capture;          // a .safetensors capture; unused by audit-serve
   std::string device = "auto";  // auto, cpu or cuda
-  std::string backends;    // comma list; empty: every backend the call's device has
+  std::string backends;         // comma list; empty: every backend the call's device has
   EngineOutput output = EngineOutput::kText;
   std::string emit_repro;  // a folder for repro.py and its inputs; empty: none
   // text and json: also keep the verdicts next to the capture (X.replay.json for X.safetensors,

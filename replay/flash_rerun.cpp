@@ -28,7 +28,8 @@ class ScratchDir {
     // Flat: the helper writes its output (and perhaps a temporary beside it) and nothing else.
     if (DIR* dir = opendir(path_.c_str())) {
       while (const dirent* e = readdir(dir)) {
-        if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) unlink((path_ + "/" + e->d_name).c_str());
+        if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0)
+          unlink((path_ + "/" + e->d_name).c_str());
       }
       closedir(dir);
     }
@@ -42,7 +43,8 @@ class ScratchDir {
 
 }  // namespace
 
-StatusOr<Outputs> rerunThroughPackage(const CaptureFile& file, const std::string& capture_path, const at::Device& device) {
+StatusOr<Outputs> rerunThroughPackage(const CaptureFile& file, const std::string& capture_path,
+                                      const at::Device& device) {
   const char* python = std::getenv("NANPROV_REPLAY_PYTHON");
   const char* bootstrap = std::getenv("NANPROV_BOOTSTRAP_DIR");
   if (!python || !*python || !bootstrap || !*bootstrap) {
@@ -62,8 +64,9 @@ StatusOr<Outputs> rerunThroughPackage(const CaptureFile& file, const std::string
   std::string path = absolutePath(bootstrap);
   if (const char* user = std::getenv("PYTHONPATH"); user && *user) path += std::string(":") + user;
   int code = 0;
-  NANPROV_ASSIGN_OR_RETURN(auto said, captureOutput({python, "-m", "nanprov_boot.flash_rerun", capture, output, device.str()},
-                                                    {{"PYTHONPATH", path}, {"NANPROV_RUN_DIR", ""}}, &code, scratch.path()));
+  NANPROV_ASSIGN_OR_RETURN(auto said,
+                           captureOutput({python, "-m", "nanprov_boot.flash_rerun", capture, output, device.str()},
+                                         {{"PYTHONPATH", path}, {"NANPROV_RUN_DIR", ""}}, &code, scratch.path()));
   if (code != 0) {
     std::string why = firstLine(said);
     if (why.empty()) why = "the rerun exited with code " + std::to_string(code);

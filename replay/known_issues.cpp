@@ -91,10 +91,12 @@ bool conditionHolds(const std::string& name, const nlohmann::json& want, const I
   if (name == "fully_masked_rows") {
     return f.fully_masked_rows && want.is_boolean() && (*f.fully_masked_rows > 0) == want.get<bool>();
   }
-  if (name == "gqa") return f.q_heads && f.kv_heads && want.is_boolean() && (*f.kv_heads < *f.q_heads) == want.get<bool>();
+  if (name == "gqa")
+    return f.q_heads && f.kv_heads && want.is_boolean() && (*f.kv_heads < *f.q_heads) == want.get<bool>();
   if (name == "kv_heads_below") return f.kv_heads && want.is_number_integer() && *f.kv_heads < want.get<int64_t>();
   if (name == "arch") return !f.arch.empty() && listHas(want, f.arch);
-  if (name == "qkv_aligned_16") return f.qkv_alignment && want.is_boolean() && (*f.qkv_alignment >= 16) == want.get<bool>();
+  if (name == "qkv_aligned_16")
+    return f.qkv_alignment && want.is_boolean() && (*f.qkv_alignment >= 16) == want.get<bool>();
   if (name == "packed") return f.packed && want.is_boolean() && *f.packed == want.get<bool>();
   if (name == "flex_backend") return f.flex_backend && listHas(want, *f.flex_backend);
   return false;  // a condition the matcher does not know: never a match
@@ -103,7 +105,9 @@ bool conditionHolds(const std::string& name, const nlohmann::json& want, const I
 // Conditions no fact nanprov records can decide: the form of a mask_mod's code, or whether a
 // build predates a fix that no release number names. An entry listing one is at most a possible
 // match, and says what would decide it.
-bool neverRecorded(const std::string& name) { return name == "mask_mod_abs_difference" || name == "build_predates_fix"; }
+bool neverRecorded(const std::string& name) {
+  return name == "mask_mod_abs_difference" || name == "build_predates_fix";
+}
 
 // Whether the facts say anything about what a condition needs.
 bool factKnown(const std::string& name, const IssueFacts& f) {
@@ -187,8 +191,11 @@ StatusOr<std::vector<KnownIssue>> parse() {
     }
     KnownIssue k;
     k.id = e["id"];
-    auto text = [&e](const char* key) { return e.contains(key) && e[key].is_string() ? e[key].get<std::string>() : ""; };
-    k.url = text("url"), k.title = text("title"), k.op = text("op"), k.backend = text("backend"), k.phase = text("phase");
+    auto text = [&e](const char* key) {
+      return e.contains(key) && e[key].is_string() ? e[key].get<std::string>() : "";
+    };
+    k.url = text("url"), k.title = text("title"), k.op = text("op"), k.backend = text("backend"),
+    k.phase = text("phase");
     k.status = text("status"), k.workaround = text("workaround"), k.narrower_than = text("narrower_than");
     k.conditions = e.value("conditions", nlohmann::json::object());
     k.symptom = e.value("symptom", nlohmann::json::object());
@@ -207,10 +214,27 @@ const StatusOr<std::vector<KnownIssue>>& knownIssues() {
 }
 
 const std::set<std::string>& knownConditions() {
-  static const std::set<std::string> names = {
-      "arch", "build_predates_fix", "causal", "dropout", "dtype", "flex_backend", "fully_masked_rows", "gqa",
-      "head_dim", "kv_heads_below", "mask", "mask_dtype", "mask_mod_abs_difference", "packed", "qkv_aligned_16",
-      "row_lse_below", "s_kv", "s_kv_mod_128", "s_kv_mod_128_nonzero", "s_kv_mod_32", "s_q"};
+  static const std::set<std::string> names = {"arch",
+                                              "build_predates_fix",
+                                              "causal",
+                                              "dropout",
+                                              "dtype",
+                                              "flex_backend",
+                                              "fully_masked_rows",
+                                              "gqa",
+                                              "head_dim",
+                                              "kv_heads_below",
+                                              "mask",
+                                              "mask_dtype",
+                                              "mask_mod_abs_difference",
+                                              "packed",
+                                              "qkv_aligned_16",
+                                              "row_lse_below",
+                                              "s_kv",
+                                              "s_kv_mod_128",
+                                              "s_kv_mod_128_nonzero",
+                                              "s_kv_mod_32",
+                                              "s_q"};
   return names;
 }
 
@@ -289,17 +313,30 @@ nlohmann::json possibleJson(const std::vector<IssueMatch>& possible) {
 }
 
 nlohmann::json issueJson(const KnownIssue& k) {
-  return {{"id", k.id},         {"url", k.url},         {"title", k.title},         {"op", k.op},
-          {"backend", k.backend}, {"phase", k.phase},   {"conditions", k.conditions}, {"symptom", k.symptom},
-          {"affected", k.affected}, {"fixed_in", k.fixed_in}, {"status", k.status}, {"workaround", k.workaround},
+  return {{"id", k.id},
+          {"url", k.url},
+          {"title", k.title},
+          {"op", k.op},
+          {"backend", k.backend},
+          {"phase", k.phase},
+          {"conditions", k.conditions},
+          {"symptom", k.symptom},
+          {"affected", k.affected},
+          {"fixed_in", k.fixed_in},
+          {"status", k.status},
+          {"workaround", k.workaround},
           {"narrower_than", k.narrower_than.empty() ? nlohmann::json(nullptr) : nlohmann::json(k.narrower_than)}};
 }
 
 nlohmann::json matchesJson(const std::vector<IssueMatch>& matches) {
   nlohmann::json out = nlohmann::json::array();
   for (const IssueMatch& m : matches) {
-    out.push_back({{"id", m.issue->id}, {"url", m.issue->url}, {"title", m.issue->title}, {"fix", m.fix},
-                   {"status", m.issue->status}, {"workaround", m.issue->workaround}});
+    out.push_back({{"id", m.issue->id},
+                   {"url", m.issue->url},
+                   {"title", m.issue->title},
+                   {"fix", m.fix},
+                   {"status", m.issue->status},
+                   {"workaround", m.issue->workaround}});
   }
   return out;
 }

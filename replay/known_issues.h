@@ -6,12 +6,11 @@
 #pragma once
 
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "base/status.h"
 
@@ -22,11 +21,11 @@ struct KnownIssue {
   // op: "sdpa" (PyTorch's scaled-dot-product ops), "mha" (nn.MultiheadAttention's own softmax
   // path) or a backend's name (fa4); backend and phase as nanprov names them; "any" matches all.
   std::string op, backend, phase;
-  nlohmann::json conditions;       // see knownConditions()
-  nlohmann::json symptom;          // {"kind": nan|wrong|zeros|wrong-or-nan, "tensors": [...], "only": bool}
-  nlohmann::json affected;         // {"torch": ">=2.11", "cudnn": "<9.26"}: every constraint must hold
-  nlohmann::json fixed_in;         // {"cudnn": "9.26"} or null
-  std::string status;              // fixed | open | closed
+  nlohmann::json conditions;  // see knownConditions()
+  nlohmann::json symptom;     // {"kind": nan|wrong|zeros|wrong-or-nan, "tensors": [...], "only": bool}
+  nlohmann::json affected;    // {"torch": ">=2.11", "cudnn": "<9.26"}: every constraint must hold
+  nlohmann::json fixed_in;    // {"cudnn": "9.26"} or null
+  std::string status;         // fixed | open | closed
   std::string workaround;
   // A special case of another entry (the same mechanism under more conditions): where it matches,
   // that one does too, and both are named.
@@ -36,9 +35,9 @@ struct KnownIssue {
 // What nanprov knows of one call: its replay's conditions, the verdicts of its outputs and the
 // versions it ran with. Unset optionals and empty strings are unknown.
 struct IssueFacts {
-  std::string op;              // as recorded: "aten::_scaled_dot_product_cudnn_attention_backward"
-  std::string backend, phase;  // "cudnn", "bwd"
-  std::string dtype;           // the query's, as torch names it: "bfloat16"
+  std::string op;                         // as recorded: "aten::_scaled_dot_product_cudnn_attention_backward"
+  std::string backend, phase;             // "cudnn", "bwd"
+  std::string dtype;                      // the query's, as torch names it: "bfloat16"
   std::optional<std::string> mask_dtype;  // "" without a mask
   std::optional<int64_t> s_q, s_kv, head_dim, q_heads, kv_heads;
   std::optional<bool> causal;
@@ -46,11 +45,11 @@ struct IssueFacts {
   std::optional<int64_t> fully_masked_rows;
   std::optional<double> min_row_lse;
   std::set<std::string> nonfinite, wrong, zero;  // outputs by what is wrong with them
-  bool judged = false;  // against a reference: wrong and zero are facts (non-finite always is)
-  std::string arch;                               // "sm_90"; empty: unknown or the CPU
-  std::optional<int64_t> qkv_alignment;  // bytes: the least aligned of Q, K and V's data pointers
-  std::optional<bool> packed;            // packed sequences (cu_seqlens, layout "thd")
-  std::optional<std::string> flex_backend;  // FlexAttention's kernel_options["BACKEND"]
+  bool judged = false;                           // against a reference: wrong and zero are facts (non-finite always is)
+  std::string arch;                              // "sm_90"; empty: unknown or the CPU
+  std::optional<int64_t> qkv_alignment;          // bytes: the least aligned of Q, K and V's data pointers
+  std::optional<bool> packed;                    // packed sequences (cu_seqlens, layout "thd")
+  std::optional<std::string> flex_backend;       // FlexAttention's kernel_options["BACKEND"]
   // "torch" -> "2.11.0+cu130", "cudnn" -> "9.19.0" (the loaded library's where known), "cuda"
   // (torch.version.cuda), "triton", "ptxas", "flash_attn_4". A version an entry's `affected`
   // names that is unknown leaves it undecided ("ptxas version"), never matched.
@@ -64,7 +63,7 @@ const std::set<std::string>& knownConditions();
 
 struct IssueMatch {
   const KnownIssue* issue = nullptr;
-  std::string fix;  // "fixed in cuDNN 9.26, this run has 9.19.0" / "open" / ...
+  std::string fix;                     // "fixed in cuDNN 9.26, this run has 9.19.0" / "open" / ...
   std::vector<std::string> undecided;  // possible matches only: the conditions facts lack
 };
 std::vector<IssueMatch> matchKnownIssues(const IssueFacts& facts);

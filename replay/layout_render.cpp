@@ -33,7 +33,8 @@ std::string layoutsText(const std::vector<LayoutReport>& layouts) {
     if (l.faithful()) faithful.push_back(printable(l.role));
     else out += "layout: " + printable(l.role) + ": " + printable(l.note) + "\n";
   }
-  if (!faithful.empty()) out = "layout: " + joined(faithful, ", ") + " rebuilt as in the run (strides, storage offset, alignment)\n" + out;
+  if (!faithful.empty())
+    out = "layout: " + joined(faithful, ", ") + " rebuilt as in the run (strides, storage offset, alignment)\n" + out;
   return out;
 }
 

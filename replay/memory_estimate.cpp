@@ -25,7 +25,8 @@ MemoryNeed replayMemory(const CallShape& call, const std::vector<std::string>& b
   const int64_t kv_rows = call.batch * call.kv_heads * call.s_kv;
   // The outputs of one backend; the reference's in float64 (kept, and again on the host to judge),
   // and the two yardsticks' the judge measures against, held in float64 beside them (an audit's too).
-  const int64_t outputs = q_rows * (call.v_dim + 1) + (call.backward ? q_rows * call.head_dim + kv_rows * (call.head_dim + call.v_dim) : 0);
+  const int64_t outputs =
+      q_rows * (call.v_dim + 1) + (call.backward ? q_rows * call.head_dim + kv_rows * (call.head_dim + call.v_dim) : 0);
   int64_t resident = call.input_bytes + 4 * 8 * outputs;
   // Backends whose scores are materialised whole: forward keeps scores, logits and probabilities
   // (at least float32), the backward as many again for their gradients.

@@ -19,8 +19,8 @@ struct CallShape {
 };
 
 struct MemoryNeed {
-  int64_t bytes = 0;     // at the peak, host memory, for a replay on the CPU
-  std::string largest;   // what needs the most ("the MATH backend's scores, 25.8 GB")
+  int64_t bytes = 0;    // at the peak, host memory, for a replay on the CPU
+  std::string largest;  // what needs the most ("the MATH backend's scores, 25.8 GB")
 };
 
 // `backends` as replay will run them; `judge_only` for an audit (the reference and the

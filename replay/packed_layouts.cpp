@@ -19,8 +19,8 @@ StatusOr<std::vector<int64_t>> boundaries(const CapturedCall& call, const char* 
   cu = cu.to(at::kLong).contiguous();
   std::vector<int64_t> b(cu.data_ptr<int64_t>(), cu.data_ptr<int64_t>() + cu.numel());
   if (b.front() != 0 || b.back() != total) {
-    return Status::Error(std::string(name) + " runs from " + std::to_string(b.front()) + " to " + std::to_string(b.back()) +
-                         ", not from 0 to the " + std::to_string(total) + " packed rows");
+    return Status::Error(std::string(name) + " runs from " + std::to_string(b.front()) + " to " +
+                         std::to_string(b.back()) + ", not from 0 to the " + std::to_string(total) + " packed rows");
   }
   for (size_t i = 1; i < b.size(); ++i) {
     if (b[i] < b[i - 1]) return Status::Error(std::string(name) + " is not non-decreasing");
@@ -39,7 +39,8 @@ at::Tensor unpack(const at::Tensor& packed, const std::vector<int64_t>& b) {
   const int64_t batch = static_cast<int64_t>(b.size()) - 1;
   at::Tensor out = at::zeros({batch, packed.size(1), longest(b), packed.size(2)}, packed.options());
   for (int64_t i = 0; i < batch; ++i) {
-    if (b[i + 1] > b[i]) out[i].narrow(1, 0, b[i + 1] - b[i]).copy_(packed.narrow(0, b[i], b[i + 1] - b[i]).transpose(0, 1));
+    if (b[i + 1] > b[i])
+      out[i].narrow(1, 0, b[i + 1] - b[i]).copy_(packed.narrow(0, b[i], b[i + 1] - b[i]).transpose(0, 1));
   }
   return out;
 }
@@ -68,7 +69,8 @@ Status toHeadsFirst(CapturedCall& call) {
   std::string layout = call.metaOr("arg.layout", "bhsd");
   if (layout == "bhsd") return Status::Ok();
   if (layout != "bshd" && layout != "thd") return Status::Error("arg.layout '" + layout + "' is not bhsd, bshd or thd");
-  if (call.has("mask")) return Status::Error("a " + layout + " capture with a mask, which FlashAttention calls never have");
+  if (call.has("mask"))
+    return Status::Error("a " + layout + " capture with a mask, which FlashAttention calls never have");
   bool causal = call.metaOr("arg.is_causal", "false") == "true";
   at::Tensor len_q, len_kv;
   if (layout == "bshd") {
@@ -85,7 +87,8 @@ Status toHeadsFirst(CapturedCall& call) {
   } else {
     if (!call.has("Q") || !call.has("K")) return Status::Error("a thd capture without Q and K");
     for (const char* role : kRoles) {
-      if (call.has(role) && call.at(role).dim() != 3) return Status::Error(std::string(role) + " of a thd capture is not (total, heads, dim)");
+      if (call.has(role) && call.at(role).dim() != 3)
+        return Status::Error(std::string(role) + " of a thd capture is not (total, heads, dim)");
     }
     NANPROV_ASSIGN_OR_RETURN(auto bq, boundaries(call, "cu_seqlens_q", call.at("Q").size(0)));
     NANPROV_ASSIGN_OR_RETURN(auto bk, boundaries(call, "cu_seqlens_k", call.at("K").size(0)));

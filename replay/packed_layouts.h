@@ -5,9 +5,9 @@
 // compare equal everywhere.
 #pragma once
 
+#include "base/status.h"
 #include "replay/backends.h"
 #include "replay/captured_call.h"
-#include "base/status.h"
 
 namespace nanprov::replay {
 

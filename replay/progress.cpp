@@ -5,8 +5,8 @@
 namespace nanprov::replay {
 namespace {
 
-constexpr std::chrono::seconds kQuiet{2};   // replays shorter than this print nothing
-constexpr std::chrono::seconds kEvery{5};   // then a line this often
+constexpr std::chrono::seconds kQuiet{2};  // replays shorter than this print nothing
+constexpr std::chrono::seconds kEvery{5};  // then a line this often
 
 double secondsSince(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
@@ -28,7 +28,8 @@ Progress::~Progress() {
   if (total < std::chrono::duration<double>(kQuiet).count()) return;
   std::string parts;
   for (const auto& [name, seconds] : done_) {
-    if (seconds >= 0.05) parts += (parts.empty() ? "" : ", ") + name + " " + std::to_string(seconds).substr(0, 4) + " s";
+    if (seconds >= 0.05)
+      parts += (parts.empty() ? "" : ", ") + name + " " + std::to_string(seconds).substr(0, 4) + " s";
   }
   std::fprintf(stderr, "nanprov replay: done in %.1f s (%s)\n", total, parts.c_str());
 }
@@ -44,7 +45,8 @@ void Progress::tick() {
   std::unique_lock<std::mutex> lock(mu_);
   auto next = start_ + kQuiet;
   while (!wake_.wait_until(lock, next, [this] { return stopping_; })) {
-    if (!stage_.empty()) std::fprintf(stderr, "nanprov replay: %s... (%.0f s so far)\n", stage_.c_str(), secondsSince(start_));
+    if (!stage_.empty())
+      std::fprintf(stderr, "nanprov replay: %s... (%.0f s so far)\n", stage_.c_str(), secondsSince(start_));
     next += kEvery;
   }
 }

@@ -50,7 +50,8 @@ ReferenceOutputs referenceByBlocks(const ReferenceInputs& in, const at::Device& 
         if (in.causal) hidden = keys > at::arange(r0, r1, keys.options()).unsqueeze(1);
         if (mask.defined()) {
           at::Tensor m = mask[b][h].slice(0, r0, r1);
-          if (m.scalar_type() == at::kBool) hidden = hidden.defined() ? hidden.logical_or(m.logical_not()) : m.logical_not();
+          if (m.scalar_type() == at::kBool)
+            hidden = hidden.defined() ? hidden.logical_or(m.logical_not()) : m.logical_not();
           else scores.add_(m);
         }
         if (hidden.defined()) scores.masked_fill_(hidden, kMinusInf);
@@ -60,7 +61,8 @@ ReferenceOutputs referenceByBlocks(const ReferenceInputs& in, const at::Device& 
         at::Tensor p = (scores - at::where(seen, max, at::zeros_like(max))).exp_();
         at::Tensor sum = p.sum(-1, true);
         p.div_(at::where(seen, sum, at::ones_like(sum)));
-        out.lse[b][h].slice(0, r0, r1).copy_(at::where(seen, max + sum.log(), at::full_like(max, kMinusInf)).squeeze(-1));
+        out.lse[b][h].slice(0, r0, r1).copy_(
+            at::where(seen, max + sum.log(), at::full_like(max, kMinusInf)).squeeze(-1));
         out.o[b][h].slice(0, r0, r1).copy_(at::matmul(p, vb));
         if (!backward) continue;
         // dP = dO V^T; dS = P (dP - rowsum(P dP)) scale; dQ = dS K; dK += dS^T Q; dV += P^T dO.

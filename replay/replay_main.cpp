@@ -2,16 +2,15 @@
 // arguments and the capture, then runs this). Its flags are defined once, in
 // replay/engine_request.h, with what each --output prints.
 #include <ATen/ATen.h>
-#include <sys/resource.h>
 #include <ATen/Context.h>
 #include <c10/util/Exception.h>
+#include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
-
 #include <chrono>
 #include <cmath>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -23,6 +22,7 @@
 #include "base/exit_codes.h"
 #include "base/json_text.h"
 #include "base/numbers.h"
+#include "base/records/call_record.h"
 #include "base/text.h"
 #include "kernels/health_check.h"
 #include "replay/backend_kernels.h"
@@ -37,10 +37,9 @@
 #include "replay/packed_layouts.h"
 #include "replay/progress.h"
 #include "replay/replay_result.h"
-#include "replay/tensor_measures.h"
 #include "replay/repro_script.h"
+#include "replay/tensor_measures.h"
 #include "store/audit_file.h"
-#include "base/records/call_record.h"
 #include "store/capture_file.h"
 #include "store/file_replace.h"
 #include "store/replay_verdicts.h"
@@ -48,8 +47,6 @@
 
 namespace nanprov::replay {
 namespace {
-
-
 
 std::string nonfiniteText(const std::string& role, const at::Tensor& t) {
   int64_t n = (~at::isfinite(t)).sum().item<int64_t>();
@@ -161,7 +158,8 @@ Status emitRepro(const std::string& dir, const CaptureFile& file, const Captured
   ReproSpec spec;
   spec.call = r.call;
   spec.root_cause = causeName(r.root_cause.cls);
-  spec.finding = "root cause " + std::string(causeName(r.root_cause.cls)) + (r.root_cause.explanation.empty() ? "" : ": " + r.root_cause.explanation);
+  spec.finding = "root cause " + std::string(causeName(r.root_cause.cls)) +
+                 (r.root_cause.explanation.empty() ? "" : ": " + r.root_cause.explanation);
   spec.backend = r.root_cause.backend.empty() ? r.backend : r.root_cause.backend;
   if (spec.backend == "flash_cpu" || r.replayed_on == "cpu") spec.device = "cpu";
   else spec.device = "cuda";
@@ -169,8 +167,9 @@ Status emitRepro(const std::string& dir, const CaptureFile& file, const Captured
   spec.scale = call.scale;
   spec.gqa = call.q_heads != call.kv_heads;
   spec.versions = "torch " + call.metaOr("torch", "?") +
-                  (r.captured_on == "cpu" ? "" : ", CUDA runtime " + call.metaOr("cuda_runtime", "?") + ", cuDNN " +
-                                                     call.metaOr("cudnn", "?") + ", " + call.metaOr("gpu", "?"));
+                  (r.captured_on == "cpu" ? ""
+                                          : ", CUDA runtime " + call.metaOr("cuda_runtime", "?") + ", cuDNN " +
+                                                call.metaOr("cudnn", "?") + ", " + call.metaOr("gpu", "?"));
   std::ofstream script(fs::path(dir) / kReproScript);
   script << reproScript(spec);
   if (!script.flush()) return Status::Error("cannot write " + (fs::path(dir) / kReproScript).string());
@@ -252,8 +251,10 @@ bool recordKernels(BackendKernelTrace& trace, const CapturedCall& call, const st
     for (const KernelRecord& k : traced) pointers.push_back(&k);
     const KernelRecord* main = mainKernel(pointers);
     for (const KernelRecord& k : traced) {
-      r.backends[i].kernels.push_back(
-          {.name = k.name, .short_name = shortKernelName(k.name), .duration_ns = k.end_ns - k.start_ns, .main = &k == main});
+      r.backends[i].kernels.push_back({.name = k.name,
+                                       .short_name = shortKernelName(k.name),
+                                       .duration_ns = k.end_ns - k.start_ns,
+                                       .main = &k == main});
     }
     if (r.backends[i].original) original = std::move(traced);
   }
@@ -280,9 +281,10 @@ bool recordKernels(BackendKernelTrace& trace, const CapturedCall& call, const st
 // call_rerun.h), read strictly: a count out of range is left out, never bent into a number.
 std::optional<DeviceReruns> rerunsInRun(const CapturedCall& call) {
   auto count = [&](const char* key) { return parseInteger(call.metaOr(key), 0, kMaxReruns); };
-  const auto runs = count("reruns.runs"), reproduced = count("reruns.reproduced"), identical = count("reruns.identical"),
-             distinct = count("reruns.distinct");
-  if (!runs || !reproduced || !identical || !distinct || *reproduced > *runs || *identical > *runs || *distinct > *runs) {
+  const auto runs = count("reruns.runs"), reproduced = count("reruns.reproduced"),
+             identical = count("reruns.identical"), distinct = count("reruns.distinct");
+  if (!runs || !reproduced || !identical || !distinct || *reproduced > *runs || *identical > *runs ||
+      *distinct > *runs) {
     return std::nullopt;
   }
   const std::string gpu = call.metaOr("gpu");
@@ -309,8 +311,10 @@ int keepKernels(const CapturedCall& call, const std::string& capture, const at::
   r.backends.push_back(run);
   r.main_kernel.clear();  // what the run traced is not the question here
   bool kept = recordKernels(trace, call, capture, r);
-  std::string why = !run.ran ? run.detail : !r.kernel_tracing.empty() ? r.kernel_tracing
-                                          : r.notes.empty() ? "no kernel was traced" : r.notes.back();
+  std::string why = !run.ran                    ? run.detail
+                    : !r.kernel_tracing.empty() ? r.kernel_tracing
+                    : r.notes.empty()           ? "no kernel was traced"
+                                                : r.notes.back();
   std::fprintf(stderr, "nanprov: %s\n",
                kept ? (r.call + " ran " + r.main_kernel + " (traced in a replay of its capture)").c_str()
                     : ("the kernels of " + r.call + " are unknown: " + why).c_str());
@@ -322,8 +326,9 @@ int keepKernels(const CapturedCall& call, const std::string& capture, const at::
 int keepAudit(const ReplayResult& r, const nlohmann::json& doc, Output output, std::string* printed) {
   if (Status st = writeAuditFile(r.capture, doc); !st.ok()) return fail(st);
   *printed += output == Output::kAuditJson ? jsonText(doc, 2) + "\n"
-              : doc["audited"] ? auditText(r) + "\n"
-                               : "audit " + r.call + ": not audited, " + doc["not_audited_why"].get<std::string>() + "\n";
+              : doc["audited"]
+                  ? auditText(r) + "\n"
+                  : "audit " + r.call + ": not audited, " + doc["not_audited_why"].get<std::string>() + "\n";
   return !doc["audited"] ? kInputError : doc["finding"] ? kEdgeFound : kClean;
 }
 
@@ -333,17 +338,24 @@ int keepAudit(const ReplayResult& r, const nlohmann::json& doc, Output output, s
 std::string memoryRefusal(const CapturedCall& call, const at::Device& device, const std::vector<std::string>& backends,
                           bool audit) {
   if (!device.is_cpu()) return "";
-  CallShape shape{.batch = call.batch, .q_heads = call.q_heads, .kv_heads = call.kv_heads, .s_q = call.s_q,
-                  .s_kv = call.s_kv, .head_dim = call.head_dim, .v_dim = call.v_dim,
-                  .element_bytes = static_cast<int64_t>(call.at("Q").element_size()), .backward = call.backward};
+  CallShape shape{.batch = call.batch,
+                  .q_heads = call.q_heads,
+                  .kv_heads = call.kv_heads,
+                  .s_q = call.s_q,
+                  .s_kv = call.s_kv,
+                  .head_dim = call.head_dim,
+                  .v_dim = call.v_dim,
+                  .element_bytes = static_cast<int64_t>(call.at("Q").element_size()),
+                  .backward = call.backward};
   for (const auto& [role, t] : call.tensors) shape.input_bytes += static_cast<int64_t>(t.nbytes());
   MemoryNeed need = replayMemory(shape, backends, audit);
   const char* given = std::getenv("NANPROV_REPLAY_MAX_MEMORY");
   const std::optional<int64_t> asked = given ? parseInteger(given, 1, INT64_MAX) : std::nullopt;
   const int64_t budget = asked ? *asked : defaultReplayBudget();
   if (need.bytes <= budget) return "";
-  return "replaying it needs about " + gigabytes(need.bytes) + " of memory (largest: " + need.largest + "), more than the " +
-         gigabytes(budget) + " allowed (nanprov replay --max-memory; default three quarters of the memory available)";
+  return "replaying it needs about " + gigabytes(need.bytes) + " of memory (largest: " + need.largest +
+         "), more than the " + gigabytes(budget) +
+         " allowed (nanprov replay --max-memory; default three quarters of the memory available)";
 }
 
 // Replays (or audits) the capture at `path`; what it has to say is appended to *printed.
@@ -409,8 +421,8 @@ int replayMain(const std::string& path, std::string device_name, const std::stri
     r.notes.push_back("the audit judged this call because its conditions changed: " + change);
   }
   r.flex_backend = call->metaOr("arg.kernel_backend");
-  for (const char* key : {"torch", "cudnn", "gpu", "cuda_build", "cudnn_loaded", "cudnn_library", "triton", "ptxas",
-                          "flash_attn_4"}) {
+  for (const char* key :
+       {"torch", "cudnn", "gpu", "cuda_build", "cudnn_loaded", "cudnn_library", "triton", "ptxas", "flash_attn_4"}) {
     if (std::string value = call->metaOr(key); !value.empty()) r.environment[key] = value;
   }
 
@@ -420,7 +432,8 @@ int replayMain(const std::string& path, std::string device_name, const std::stri
     return fail(Status::Error(r.call + ": " + why));
   }
   if (audit && !call->incomplete.empty()) {
-    return keepAudit(r, notAuditedJson(r, "the reference cannot rebuild the call: " + call->incomplete), output, printed);
+    return keepAudit(r, notAuditedJson(r, "the reference cannot rebuild the call: " + call->incomplete), output,
+                     printed);
   }
 
   progress.stage("float64 reference");
@@ -467,9 +480,13 @@ int replayMain(const std::string& path, std::string device_name, const std::stri
   }
   // Untraced: the kernels named are the first runs'.
   trace.attributeTo(-1);
-  r.reruns = rerunBackends({.call = &*call, .device = device, .runs = reruns, .captured = &*r.captured,
-                            .captured_outputs = capturedOutputs(*call)},
-                           r.backends, original_outputs, judged, [&](const std::string& what) { progress.stage(what); });
+  r.reruns =
+      rerunBackends({.call = &*call,
+                     .device = device,
+                     .runs = reruns,
+                     .captured = &*r.captured,
+                     .captured_outputs = capturedOutputs(*call)},
+                    r.backends, original_outputs, judged, [&](const std::string& what) { progress.stage(what); });
   original_outputs = Outputs{};
   if (r.reruns->backend.empty()) r.reruns->backend = r.backend;
   r.reruns->in_run_not_rerun = call->metaOr("reruns.not_rerun");
@@ -480,7 +497,8 @@ int replayMain(const std::string& path, std::string device_name, const std::stri
       if (d.runs > 0 && d.reproduced == d.runs) always += (always.empty() ? "" : ", ") + d.device;
       if (d.runs > 0 && d.reproduced == 0) never += (never.empty() ? "" : ", ") + d.device;
     }
-    r.notes.push_back("the result depends on the device: every rerun on " + always + " gave the run's result, none on " + never);
+    r.notes.push_back("the result depends on the device: every rerun on " + always +
+                      " gave the run's result, none on " + never);
   }
   progress.stage("conditions and root cause");
   recordKernels(trace, *call, path, r);
@@ -488,12 +506,13 @@ int replayMain(const std::string& path, std::string device_name, const std::stri
   r.root_cause = findRootCause(r);
   if (!emit_dir.empty()) {
     if (Status st = emitRepro(emit_dir, *file, *call, r); !st.ok()) return fail(st);
-    r.notes.push_back("wrote " + emit_dir + "/" + kReproScript + " and " + kReproInputs +
-                      ": python " + emit_dir + "/" + kReproScript + " reruns it with plain PyTorch");
+    r.notes.push_back("wrote " + emit_dir + "/" + kReproScript + " and " + kReproInputs + ": python " + emit_dir + "/" +
+                      kReproScript + " reruns it with plain PyTorch");
   }
   if (keep) {
     const std::string kept = replayVerdictsPath(path);
-    Status written = replaceFile(kept, "replay verdicts", [&](std::ostream& out) { out << jsonText(toJson(r), 2) << "\n"; });
+    Status written =
+        replaceFile(kept, "replay verdicts", [&](std::ostream& out) { out << jsonText(toJson(r), 2) << "\n"; });
     r.notes.push_back(written.ok() ? "kept the verdicts in " + kept + ", where nanprov report --html shows them"
                                    : "verdicts not kept: " + written.message());
   }
@@ -535,8 +554,9 @@ int main(int argc, char** argv) {
   using nanprov::replay::EngineOutput;
   nanprov::replay::EngineRequest request;
   std::string output = "text";
-  CLI::App app{"nanprov-replay: the replay engine that `nanprov replay` and `nanprov run` start; "
-               "see nanprov replay --help"};
+  CLI::App app{
+      "nanprov-replay: the replay engine that `nanprov replay` and `nanprov run` start; "
+      "see nanprov replay --help"};
   app.add_option("--capture", request.capture, "a .safetensors capture (not with audit-serve)");
   app.add_option("--device", request.device, "auto, cpu or cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   app.add_option("--backends", request.backends, "comma list of backends; default: all");
@@ -557,7 +577,8 @@ int main(int argc, char** argv) {
     return nanprov::kUsageError;
   }
   if (*named != EngineOutput::kAuditServe && request.capture.empty()) {
-    std::fprintf(stderr, "nanprov-replay: --capture is required; it is run by `nanprov replay` (see nanprov replay --help)\n");
+    std::fprintf(stderr,
+                 "nanprov-replay: --capture is required; it is run by `nanprov replay` (see nanprov replay --help)\n");
     return nanprov::kUsageError;
   }
   std::string backends = request.backends;
@@ -565,13 +586,14 @@ int main(int argc, char** argv) {
   try {
     if (*named == EngineOutput::kAuditServe) return nanprov::replay::serveAudits(request.device);
     std::string printed;
-    int code = nanprov::replay::replayMain(request.capture, request.device, backends, *named, request.emit_repro, request.keep,
-                                                   request.reruns, &printed);
+    int code = nanprov::replay::replayMain(request.capture, request.device, backends, *named, request.emit_repro,
+                                           request.keep, request.reruns, &printed);
     std::fwrite(printed.data(), 1, printed.size(), stdout);
     return code;
   } catch (const std::exception& e) {
     // One line: c10 appends its stack trace after a newline (an allocation that failed inside LibTorch).
-    std::fprintf(stderr, "nanprov replay: replay failed: %s\n", nanprov::printable(nanprov::firstLine(e.what())).c_str());
+    std::fprintf(stderr, "nanprov replay: replay failed: %s\n",
+                 nanprov::printable(nanprov::firstLine(e.what())).c_str());
     return nanprov::kInputError;
   }
 }

@@ -52,7 +52,8 @@ json backendJson(const BackendRun& b) {
   for (const Comparison& c : b.tensors) tensors[c.role] = comparisonJson(c);
   json kernels = json::array();
   for (const ReplayedKernel& k : b.kernels) {
-    kernels.push_back({{"name", k.name}, {"short_name", k.short_name}, {"duration_ns", k.duration_ns}, {"main", k.main}});
+    kernels.push_back(
+        {{"name", k.name}, {"short_name", k.short_name}, {"duration_ns", k.duration_ns}, {"main", k.main}});
   }
   return {{"name", b.name},
           {"status", b.ran ? "ran" : "unsupported"},
@@ -95,7 +96,8 @@ std::string conditionsText(const Conditions& c) {
   if (c.causal) parts.push_back("causal");
   parts.push_back(c.window == "none" ? "window none" : "sliding window " + c.window);
   parts.push_back(c.mask_dtype.empty() ? "no mask"
-                                       : "mask " + c.mask_dtype + (c.mask_dtype != c.query_dtype ? " (query " + c.query_dtype + ")" : ""));
+                                       : "mask " + c.mask_dtype +
+                                             (c.mask_dtype != c.query_dtype ? " (query " + c.query_dtype + ")" : ""));
   if (c.dropout_p > 0) parts.push_back("dropout " + shortNumber(c.dropout_p));
   return joined(parts, "; ");
 }
@@ -157,11 +159,17 @@ json rerunsJson(const std::optional<Reruns>& reruns) {
   if (!reruns) return nullptr;
   json devices = json::array(), others = json::array();
   for (const DeviceReruns& d : reruns->devices) {
-    devices.push_back({{"device", d.device}, {"runs", d.runs}, {"reproduced", d.reproduced},
-                       {"identical_to_run", d.identical_to_run}, {"distinct_results", d.distinct}});
+    devices.push_back({{"device", d.device},
+                       {"runs", d.runs},
+                       {"reproduced", d.reproduced},
+                       {"identical_to_run", d.identical_to_run},
+                       {"distinct_results", d.distinct}});
   }
   for (const BackendStability& b : reruns->others) {
-    others.push_back({{"backend", b.name}, {"runs", b.runs}, {"failed", b.failed}, {"distinct_results", b.distinct},
+    others.push_back({{"backend", b.name},
+                      {"runs", b.runs},
+                      {"failed", b.failed},
+                      {"distinct_results", b.distinct},
                       {"stable", b.distinct == 1 && b.failed == 0}});
   }
   const DeviceReruns* here = reruns->devices.empty() ? nullptr : &reruns->devices.front();
@@ -178,7 +186,7 @@ json rerunsJson(const std::optional<Reruns>& reruns) {
                                            {"reproduced", reruns->in_run->reproduced},
                                            {"identical_to_run", reruns->in_run->identical_to_run},
                                            {"distinct_results", reruns->in_run->distinct}}
-                                     : json(nullptr)},
+                                    : json(nullptr)},
           {"in_run_not_rerun", nullable(reruns->in_run_not_rerun)},
           {"devices", devices},
           {"other_backends", others}};
@@ -193,9 +201,10 @@ std::string rerunsText(const std::optional<Reruns>& reruns) {
   std::vector<DeviceReruns> all = reruns->devices;
   if (reruns->in_run) all.push_back(*reruns->in_run);
   for (const DeviceReruns& d : all) {
-    out += "reruns: " + (reruns->backend.empty() ? std::string("the call") : reruns->backend) + " on " + d.device + " gave the run's result " + std::to_string(d.reproduced) + " of " +
-           std::to_string(d.runs) + " times, " +
-           (d.distinct == 1 ? std::string("one bitwise result") : std::to_string(d.distinct) + " bitwise-distinct results") +
+    out += "reruns: " + (reruns->backend.empty() ? std::string("the call") : reruns->backend) + " on " + d.device +
+           " gave the run's result " + std::to_string(d.reproduced) + " of " + std::to_string(d.runs) + " times, " +
+           (d.distinct == 1 ? std::string("one bitwise result")
+                            : std::to_string(d.distinct) + " bitwise-distinct results") +
            (d.identical_to_run == d.runs ? " (identical to the run's)"
             : d.identical_to_run == 0    ? " (none identical to the run's)"
                                          : " (" + std::to_string(d.identical_to_run) + " identical to the run's)") +
@@ -233,12 +242,16 @@ json toJson(const ReplayResult& r) {
           {"kernel_tracing", nullable(r.kernel_tracing)},
           {"injected", nullable(r.injected)},
           {"captured_edge", nullable(r.captured_edge)},
-          {"reference", {{"valid", r.reference_problem.empty()}, {"problem", nullable(r.reference_problem)}, {"device", r.reference_device}}},
-          {"root_cause", {{"class", causeName(r.root_cause.cls)},
-                          {"backend", nullable(r.root_cause.backend)},
-                          {"kernel", nullable(r.root_cause.kernel)},
-                          {"tensors", r.root_cause.tensors},
-                          {"explanation", r.root_cause.explanation}}},
+          {"reference",
+           {{"valid", r.reference_problem.empty()},
+            {"problem", nullable(r.reference_problem)},
+            {"device", r.reference_device}}},
+          {"root_cause",
+           {{"class", causeName(r.root_cause.cls)},
+            {"backend", nullable(r.root_cause.backend)},
+            {"kernel", nullable(r.root_cause.kernel)},
+            {"tensors", r.root_cause.tensors},
+            {"explanation", r.root_cause.explanation}}},
           {"captured", r.captured ? backendJson(*r.captured) : json(nullptr)},
           {"backends", backends},
           {"reruns", rerunsJson(r.reruns)},
@@ -257,11 +270,31 @@ namespace {
 // (module, op, notes) holding a newline or terminal escape must not forge verdict lines.
 ReplayResult printableCopy(ReplayResult r) {
   auto fix = [](std::string& s) { s = printable(s); };
-  for (std::string* s : {&r.capture, &r.call, &r.phase, &r.op, &r.backend, &r.module, &r.step, &r.slice, &r.captured_on,
-                         &r.replayed_on, &r.note, &r.incomplete, &r.dtype, &r.main_kernel, &r.kernels_from,
-                         &r.kernel_tracing, &r.injected, &r.captured_edge, &r.reference_problem,
-                         &r.root_cause.backend, &r.root_cause.kernel, &r.root_cause.explanation,
-                         &r.conditions.window, &r.conditions.query_dtype, &r.conditions.mask_dtype}) {
+  for (std::string* s : {&r.capture,
+                         &r.call,
+                         &r.phase,
+                         &r.op,
+                         &r.backend,
+                         &r.module,
+                         &r.step,
+                         &r.slice,
+                         &r.captured_on,
+                         &r.replayed_on,
+                         &r.note,
+                         &r.incomplete,
+                         &r.dtype,
+                         &r.main_kernel,
+                         &r.kernels_from,
+                         &r.kernel_tracing,
+                         &r.injected,
+                         &r.captured_edge,
+                         &r.reference_problem,
+                         &r.root_cause.backend,
+                         &r.root_cause.kernel,
+                         &r.root_cause.explanation,
+                         &r.conditions.window,
+                         &r.conditions.query_dtype,
+                         &r.conditions.mask_dtype}) {
     fix(*s);
   }
   for (auto* list : {&r.kernels, &r.notes, &r.root_cause.tensors, &r.yardstick_nonfinite}) {
@@ -302,7 +335,8 @@ std::string toText(const ReplayResult& stored) {
   out += rerunsText(r.reruns);
   out += "conditions: " + conditionsText(r.conditions) + "\n";
   for (const IssueMatch& m : knownIssuesOf(stored)) out += "known issue: " + matchText(m) + "\n";
-  for (const IssueMatch& m : possibleKnownIssuesOf(stored)) out += "known issue: " + possibleText(m, "the capture") + "\n";
+  for (const IssueMatch& m : possibleKnownIssuesOf(stored))
+    out += "known issue: " + possibleText(m, "the capture") + "\n";
   if (!r.note.empty()) out += "note: " + r.note + "\n";
   out += layoutsText(r.layouts);
   out += "\n";
@@ -325,8 +359,9 @@ std::string toText(const ReplayResult& stored) {
   std::vector<std::string> details;
   auto detail = [&](const std::string& name, const BackendRun& b) {
     for (const Comparison& c : b.tensors) {
-      if (c.nonfinite) details.push_back(name + " " + c.role + ": " + std::to_string(c.nonfinite) +
-                                         " non-finite where the reference is finite, at " + c.nonfinite_where);
+      if (c.nonfinite)
+        details.push_back(name + " " + c.role + ": " + std::to_string(c.nonfinite) +
+                          " non-finite where the reference is finite, at " + c.nonfinite_where);
       if (c.all_zero) details.push_back(name + " " + c.role + ": exactly zero over " + c.all_zero_where);
     }
   };
@@ -358,9 +393,18 @@ int severity(Verdict v) {
 }
 
 json auditHead(const ReplayResult& r) {
-  return {{"format", kAuditFormat}, {"call", r.call},   {"step", r.step},        {"phase", r.phase},
-          {"op", r.op},             {"backend", r.backend}, {"module", r.module}, {"kernel", nullable(r.main_kernel)},
-          {"capture", r.capture},   {"slice", nullable(r.slice)}, {"dtype", r.dtype}, {"replayed_on", r.replayed_on}};
+  return {{"format", kAuditFormat},
+          {"call", r.call},
+          {"step", r.step},
+          {"phase", r.phase},
+          {"op", r.op},
+          {"backend", r.backend},
+          {"module", r.module},
+          {"kernel", nullable(r.main_kernel)},
+          {"capture", r.capture},
+          {"slice", nullable(r.slice)},
+          {"dtype", r.dtype},
+          {"replayed_on", r.replayed_on}};
 }
 
 // A backward's inputs from its forward that fail against the reference: "O silent-wrong, LSE ok"
@@ -393,7 +437,8 @@ json auditJson(const ReplayResult& r, double seconds) {
     for (const Comparison& c : r.captured->tensors) tensors[c.role] = comparisonJson(c);
   }
   doc["audited"] = r.reference_problem.empty();
-  doc["not_audited_why"] = r.reference_problem.empty() ? json(nullptr) : json("the reference is invalid: " + r.reference_problem);
+  doc["not_audited_why"] =
+      r.reference_problem.empty() ? json(nullptr) : json("the reference is invalid: " + r.reference_problem);
   doc["verdict"] = verdictName(worst);
   // A suspect tensor is within PyTorch's own looser tolerances for its kernels (DESIGN.md rule 6):
   // noted, never a finding. On the H200 cuDNN's dQ with GQA lands there on clean calls.
@@ -430,16 +475,18 @@ std::string auditText(const ReplayResult& stored) {
     for (const Comparison& c : r.captured->tensors) {
       if (c.verdict == Verdict::kOk) continue;
       std::string where = !c.all_zero_where.empty() ? c.all_zero_where : c.nonfinite_where;
-      bad.push_back(c.role + " " + verdictName(c.verdict) + " (max error " + shortNumber(c.max_abs_err) + ", yardstick " +
-                    shortNumber(c.yardstick_max_err) + (where.empty() ? "" : ", " + where) + ")");
+      bad.push_back(c.role + " " + verdictName(c.verdict) + " (max error " + shortNumber(c.max_abs_err) +
+                    ", yardstick " + shortNumber(c.yardstick_max_err) + (where.empty() ? "" : ", " + where) + ")");
     }
   }
   std::string upstream = receivedWrong(r);
-  if (!upstream.empty()) upstream = "; the O and LSE it received from its forward were already wrong (" + upstream + "): look at the forward";
+  if (!upstream.empty())
+    upstream =
+        "; the O and LSE it received from its forward were already wrong (" + upstream + "): look at the forward";
   if (bad.empty()) return out + "ok";
   const bool only_suspect = r.captured && !isFailure(worstVerdict(*r.captured));
-  return out + joined(bad, ", ") + (only_suspect ? " (within PyTorch's looser tolerances: not a finding)" : "") + upstream +
-         "; conditions: " + conditionsText(r.conditions);
+  return out + joined(bad, ", ") + (only_suspect ? " (within PyTorch's looser tolerances: not a finding)" : "") +
+         upstream + "; conditions: " + conditionsText(r.conditions);
 }
 
 }  // namespace nanprov::replay

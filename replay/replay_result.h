@@ -3,8 +3,8 @@
 // call. Plain data, rendered as text for people and JSON for scripts (replay_render.cpp).
 #pragma once
 
-#include <nlohmann/json.hpp>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -22,11 +22,11 @@ struct ReplayedKernel {
 };
 
 struct BackendRun {
-  std::string name;       // cudnn, flash, efficient, math, flash_cpu; "captured" for the run's own outputs
-  bool ran = false;       // false: unsupported (or not replayable), `detail` says why
+  std::string name;  // cudnn, flash, efficient, math, flash_cpu; "captured" for the run's own outputs
+  bool ran = false;  // false: unsupported (or not replayable), `detail` says why
   std::string detail;
-  bool original = false;  // the backend that ran the captured call
-  std::vector<Comparison> tensors;  // O, LSE, dQ, dK, dV as far as produced
+  bool original = false;                // the backend that ran the captured call
+  std::vector<Comparison> tensors;      // O, LSE, dQ, dK, dV as far as produced
   std::vector<ReplayedKernel> kernels;  // of the captured phase's attention op, in launch order
 
   std::string mainKernel() const;  // short name; empty when none was traced
@@ -37,11 +37,11 @@ struct BackendRun {
 
 // The captured backend rerun on the call, N times, on one device (nanprov replay --reruns).
 struct DeviceReruns {
-  std::string device;         // "cpu", "cuda:0 (NVIDIA H100 80GB HBM3 (sm_90))"
+  std::string device;  // "cpu", "cuda:0 (NVIDIA H100 80GB HBM3 (sm_90))"
   int runs = 0;
-  int reproduced = 0;         // reruns that gave the run's result: the same roles failing with the same verdicts
-  int identical_to_run = 0;   // reruns bitwise identical to the run's own outputs
-  int distinct = 0;           // bitwise-distinct results among the reruns
+  int reproduced = 0;        // reruns that gave the run's result: the same roles failing with the same verdicts
+  int identical_to_run = 0;  // reruns bitwise identical to the run's own outputs
+  int distinct = 0;          // bitwise-distinct results among the reruns
 };
 
 // Another backend rerun as often, to say whether the call itself is unstable or only the
@@ -58,7 +58,7 @@ struct BackendStability {
 // bitwise identical (the run's result cannot be recomputed from its inputs on this device).
 struct Reruns {
   std::string backend;
-  std::string not_rerun;  // why the captured backend was not rerun; empty when it was
+  std::string not_rerun;              // why the captured backend was not rerun; empty when it was
   std::vector<DeviceReruns> devices;  // the replay's device first, then any other of the same model
   std::vector<BackendStability> others;
   // The training process's own reruns of the call when it captured it (nanprov run --reruns): on
@@ -91,9 +91,9 @@ struct LayoutReport {
 // What the captured data looks like, in the terms known bugs are described in (seed 004:
 // cuDNN backward NaN in dQ when s_kv % 128 != 0 and a row's LSE is below about -88.7).
 struct Conditions {
-  int64_t fully_masked_rows = 0;        // query rows no key is visible to (mask, causal)
-  std::optional<double> min_row_lse;    // smallest finite row LSE of the reference
-  bool lse_below_limit = false;         // min_row_lse < -88.7: exp(-LSE) overflows float32
+  int64_t fully_masked_rows = 0;      // query rows no key is visible to (mask, causal)
+  std::optional<double> min_row_lse;  // smallest finite row LSE of the reference
+  bool lse_below_limit = false;       // min_row_lse < -88.7: exp(-LSE) overflows float32
   int64_t s_q = 0, s_kv = 0, head_dim = 0, q_heads = 0, kv_heads = 0;
   bool causal = false;
   std::string window = "none";
@@ -130,27 +130,27 @@ struct RootCause {
 };
 
 struct ReplayResult {
-  std::string capture;               // path
+  std::string capture;  // path
   std::string call, phase, op, backend, module;
-  std::string step;                  // of the captured call, as the capture says
-  std::string slice;                 // the part of a big call an audit capture kept; empty: all of it
+  std::string step;                      // of the captured call, as the capture says
+  std::string slice;                     // the part of a big call an audit capture kept; empty: all of it
   std::string captured_on, replayed_on;  // devices
-  std::string note;  // how the capture was turned into the call replayed, when not as captured
-  std::string incomplete;  // what of the call the capture lacks (a score_mod, softcap...): empty when complete
-  std::string dtype;                 // of the query
-  std::string main_kernel;           // of the captured call, when known
+  std::string note;                      // how the capture was turned into the call replayed, when not as captured
+  std::string incomplete;   // what of the call the capture lacks (a score_mod, softcap...): empty when complete
+  std::string dtype;        // of the query
+  std::string main_kernel;  // of the captured call, when known
   std::vector<std::string> kernels;
-  std::string kernels_from;          // run (traced in the run), replay (this replay traced the
-                                     // captured backend), or empty: unknown
-  std::string kernel_tracing;        // why backends[].kernels are empty on CUDA, when they are
-  std::string injected;              // role corrupted by --inject in the run
-  std::string captured_edge;         // clean, source, propagated (when captured)
-  std::string reference_problem;     // empty: the reference is valid
+  std::string kernels_from;       // run (traced in the run), replay (this replay traced the
+                                  // captured backend), or empty: unknown
+  std::string kernel_tracing;     // why backends[].kernels are empty on CUDA, when they are
+  std::string injected;           // role corrupted by --inject in the run
+  std::string captured_edge;      // clean, source, propagated (when captured)
+  std::string reference_problem;  // empty: the reference is valid
   std::string reference_device = "cpu";
   std::optional<BackendRun> captured;  // the outputs the run itself produced
   std::optional<BackendRun> received;  // audit of a backward: the O and LSE its forward gave it
   std::vector<BackendRun> backends;
-  std::optional<Reruns> reruns;      // unset where replay does not rerun (audit, kernels)
+  std::optional<Reruns> reruns;                  // unset where replay does not rerun (audit, kernels)
   std::vector<std::string> yardstick_nonfinite;  // tensors the yardstick itself could not compute
   Conditions conditions;
   RootCause root_cause;

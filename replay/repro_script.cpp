@@ -64,7 +64,8 @@ std::string reproScript(const ReproSpec& spec) {
   if (spec.scale) std::snprintf(scale, sizeof scale, "%.17g", *spec.scale);
   std::string s;
   s += "#!/usr/bin/env python3\n";
-  s += "# Reproduces what `nanprov replay` found for " + pythonEscaped(spec.call) + ":\n#   " + pythonEscaped(spec.finding) + "\n";
+  s += "# Reproduces what `nanprov replay` found for " + pythonEscaped(spec.call) + ":\n#   " +
+       pythonEscaped(spec.finding) + "\n";
   s += "# Captured with: " + pythonEscaped(spec.versions) + "\n";
   s += "# Needs only PyTorch. Run: python repro.py [cuda|cpu]   (exit 1: reproduced, 0: not)\n";
   s += R"py(import json

@@ -10,14 +10,14 @@
 namespace nanprov::replay {
 
 struct ReproSpec {
-  std::string call;         // rank0:layer1:call1
-  std::string finding;      // one line: what replay found
-  std::string backend;      // nanprov's name: cudnn flash efficient math flash_cpu
-  std::string device;       // "cuda" or "cpu"
+  std::string call;     // rank0:layer1:call1
+  std::string finding;  // one line: what replay found
+  std::string backend;  // nanprov's name: cudnn flash efficient math flash_cpu
+  std::string device;   // "cuda" or "cpu"
   bool causal = false;
   std::optional<double> scale;
   bool gqa = false;
-  std::string versions;     // where the capture was taken: torch, CUDA, cuDNN, GPU
+  std::string versions;  // where the capture was taken: torch, CUDA, cuDNN, GPU
   // The root cause class; "precision-limit" makes the script say the failure is the dtype's
   // range, shared by every backend, and not a kernel bug.
   std::string root_cause;

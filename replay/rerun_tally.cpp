@@ -32,13 +32,16 @@ int Reruns::reproduced() const {
 }
 
 bool Reruns::everyRerunIdentical() const {
-  return !devices.empty() && std::all_of(devices.begin(), devices.end(), [](const DeviceReruns& d) { return d.distinct == 1; });
+  return !devices.empty() &&
+         std::all_of(devices.begin(), devices.end(), [](const DeviceReruns& d) { return d.distinct == 1; });
 }
 
 bool Reruns::dependsOnDevice() const {
   // Every rerun on one device gave the run's result, and none on another.
-  const bool always = std::any_of(devices.begin(), devices.end(), [](const DeviceReruns& d) { return d.runs > 0 && d.reproduced == d.runs; });
-  const bool never = std::any_of(devices.begin(), devices.end(), [](const DeviceReruns& d) { return d.runs > 0 && d.reproduced == 0; });
+  const bool always = std::any_of(devices.begin(), devices.end(),
+                                  [](const DeviceReruns& d) { return d.runs > 0 && d.reproduced == d.runs; });
+  const bool never = std::any_of(devices.begin(), devices.end(),
+                                 [](const DeviceReruns& d) { return d.runs > 0 && d.reproduced == 0; });
   return always && never;
 }
 

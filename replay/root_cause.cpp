@@ -42,10 +42,11 @@ RootCause nondeterministic(const ReplayResult& r, const DeviceReruns& here) {
                       " reruns of the captured inputs on " + here.device + " (" + std::to_string(here.distinct) +
                       " bitwise-distinct results): a nondeterministic kernel";
   for (const BackendStability& b : reruns.others) {
-    cause.explanation += "; " + b.name + (b.distinct == 1 && b.failed == 0 ? " is stable on the same call (" + std::to_string(b.runs) +
-                                                                               " reruns, one result)"
-                                                                         : " varies too (" + std::to_string(b.distinct) +
-                                                                               " distinct results, " + ofRuns(b.failed, b.runs) + " failing)");
+    cause.explanation += "; " + b.name +
+                         (b.distinct == 1 && b.failed == 0
+                              ? " is stable on the same call (" + std::to_string(b.runs) + " reruns, one result)"
+                              : " varies too (" + std::to_string(b.distinct) + " distinct results, " +
+                                    ofRuns(b.failed, b.runs) + " failing)");
   }
   return cause;
 }
@@ -80,8 +81,8 @@ std::string rerunsNeverReproduced(const ReplayResult& r) {
   const DeviceReruns* never = neverReproduced(r);
   if (!never) return "";
   const DeviceReruns& here = *never;
-  std::string text = "; " + (r.reruns->backend.empty() ? r.backend : r.reruns->backend) + " never gave the run's result in " +
-                     std::to_string(here.runs) + " reruns on " + here.device;
+  std::string text = "; " + (r.reruns->backend.empty() ? r.backend : r.reruns->backend) +
+                     " never gave the run's result in " + std::to_string(here.runs) + " reruns on " + here.device;
   if (here.distinct == 1) {
     return text + ", each bitwise identical: the run's result cannot be recomputed from its inputs on this device";
   }
@@ -137,16 +138,17 @@ RootCause findRootCause(const ReplayResult& r) {
   if (failing.empty()) {
     std::vector<std::string> captured_bad = r.captured ? r.captured->failing() : std::vector<std::string>{};
     if (captured_bad.empty()) {
-      cause.explanation = passing.empty() ? "no backend could run this call" : "every backend that ran agrees with the reference";
+      cause.explanation =
+          passing.empty() ? "no backend could run this call" : "every backend that ran agrees with the reference";
       return cause;
     }
     cause.cls = CauseClass::kNotReproduced;
     cause.tensors = captured_bad;
     cause.backend = r.backend;
-    cause.explanation = "the run's " + joined(captured_bad) + " failed, but every backend computes this call correctly from " +
-                        "the captured inputs: ";
-    bool captured_rerun = std::any_of(r.backends.begin(), r.backends.end(),
-                                      [](const BackendRun& b) { return b.original && b.ran; });
+    cause.explanation = "the run's " + joined(captured_bad) +
+                        " failed, but every backend computes this call correctly from " + "the captured inputs: ";
+    bool captured_rerun =
+        std::any_of(r.backends.begin(), r.backends.end(), [](const BackendRun& b) { return b.original && b.ran; });
     if (!r.injected.empty()) {
       cause.explanation += r.injected + " was corrupted by nanprov run --inject, so the kernel itself is fine" +
                            rerunsNeverReproduced(r);
@@ -162,9 +164,10 @@ RootCause findRootCause(const ReplayResult& r) {
       cause.cls = CauseClass::kBackendSpecific;
       std::vector<std::string> ok_names;
       for (const BackendRun* b : passing) ok_names.push_back(b->name);
-      cause.explanation = r.backend + " gets " + joined(captured_bad) + " wrong every time: the run's process reran it " +
-                          std::to_string(r.reruns->in_run->runs) + " times on " + r.reruns->in_run->device + ", while " +
-                          joined(ok_names) + " and the float64 reference compute the call correctly";
+      cause.explanation = r.backend + " gets " + joined(captured_bad) +
+                          " wrong every time: the run's process reran it " + std::to_string(r.reruns->in_run->runs) +
+                          " times on " + r.reruns->in_run->device + ", while " + joined(ok_names) +
+                          " and the float64 reference compute the call correctly";
     } else if (!captured_rerun && !passing.empty() && !neverReproduced(r)) {
       // Replay never ran what the run ran (FlashAttention 2/3/4, a module's own code): every
       // backend that could run gets the call right from the same inputs, so it is the suspect.
@@ -177,19 +180,22 @@ RootCause findRootCause(const ReplayResult& r) {
       }
       cause.explanation = r.backend + " got " + joined(captured_bad) + " wrong in the run, while " + joined(ok_names) +
                           " and the float64 reference compute the call correctly from the captured inputs; replay "
-                          "cannot rerun " + r.backend + " here" + why + ", so " + r.backend + " is the suspect";
-    } else if (const DeviceReruns* never = neverReproduced(r); never && never->distinct == 1 && onTheRunsDevice(r, *never)) {
+                          "cannot rerun " +
+                          r.backend + " here" + why + ", so " + r.backend + " is the suspect";
+    } else if (const DeviceReruns* never = neverReproduced(r);
+               never && never->distinct == 1 && onTheRunsDevice(r, *never)) {
       // Every rerun computed the same bits on the run's kind of device, none the run's: the run's
       // result came from something the inputs do not hold.
-      cause.explanation += "suspect the device it ran on (" + runsDevice(r) + ") or the run's context (a race, memory corruption)" +
-                           rerunsNeverReproduced(r);
+      cause.explanation += "suspect the device it ran on (" + runsDevice(r) +
+                           ") or the run's context (a race, memory corruption)" + rerunsNeverReproduced(r);
     } else if (never && never->distinct == 1) {
       // Identical reruns, but on another kind of device than the run's: they cannot tell a
       // faulty device from a kernel that differs between the two.
       cause.explanation += "replayed on another kind of device than the run's (" + runsDevice(r) +
                            "): replay it where it ran to tell the device from the kernel" + rerunsNeverReproduced(r);
     } else {
-      cause.explanation += "the failure is nondeterministic, or needs context the capture does not hold" + rerunsNeverReproduced(r);
+      cause.explanation +=
+          "the failure is nondeterministic, or needs context the capture does not hold" + rerunsNeverReproduced(r);
     }
     return cause;
   }
@@ -211,8 +217,9 @@ RootCause findRootCause(const ReplayResult& r) {
                           ": a plain softmax (what " + r.op +
                           " ran) gives NaN there, where SDPA's safe softmax and the float64 reference give 0. The mask "
                           "is the cause (pytorch#41508): unmask one key per row, or " +
-                          (r.op == "multi_head_attention_forward" ? std::string("call nn.MultiheadAttention with need_weights=False (SDPA)")
-                                                                   : std::string("compute the attention with SDPA"));
+                          (r.op == "multi_head_attention_forward"
+                               ? std::string("call nn.MultiheadAttention with need_weights=False (SDPA)")
+                               : std::string("compute the attention with SDPA"));
       return cause;
     }
     std::vector<std::string> ok_names;
@@ -224,15 +231,16 @@ RootCause findRootCause(const ReplayResult& r) {
       // keep them in float32: not a kernel fault, the precision the code chose (diffusers' float16
       // baddbmm, the SD-2 story).
       cause.cls = CauseClass::kPrecisionLimit;
-      cause.explanation = "the scores overflow " + r.dtype + " where the call computes them in plain ops (" + r.op +
-                          "), while " + joined(ok_names) + " (which keep the scores in float32) and the float64 "
-                          "reference stay finite: compute the scores in float32 (diffusers: upcast_attention) or call SDPA";
+      cause.explanation =
+          "the scores overflow " + r.dtype + " where the call computes them in plain ops (" + r.op + "), while " +
+          joined(ok_names) +
+          " (which keep the scores in float32) and the float64 "
+          "reference stay finite: compute the scores in float32 (diffusers: upcast_attention) or call SDPA";
       return cause;
     }
     cause.kernel = culprit->original && !r.main_kernel.empty() ? r.main_kernel : culprit->mainKernel();
-    cause.explanation = culprit->name + " gets " + joined(cause.tensors) +
-                        (cause.tensors.size() == 1 ? " only" : "") + " wrong; " + joined(ok_names) +
-                        " compute the same call correctly";
+    cause.explanation = culprit->name + " gets " + joined(cause.tensors) + (cause.tensors.size() == 1 ? " only" : "") +
+                        " wrong; " + joined(ok_names) + " compute the same call correctly";
     return cause;
   }
   // Every backend that ran fails. Alike with the yardstick: the input's precision cannot hold
@@ -259,8 +267,9 @@ RootCause findRootCause(const ReplayResult& r) {
     cause.explanation = "every backend's forward agrees with the reference; its " + joined(common) + " do not";
   } else {
     cause.cls = CauseClass::kReferenceSuspect;
-    cause.explanation = "every backend disagrees with the reference alike while the yardstick agrees: check the "
-                        "captured semantics (mask alignment, scale, GQA mapping)";
+    cause.explanation =
+        "every backend disagrees with the reference alike while the yardstick agrees: check the "
+        "captured semantics (mask alignment, scale, GQA mapping)";
   }
   return cause;
 }

@@ -23,7 +23,8 @@ at::Tensor productAsRun(const CapturedCall& call, bool baddbmm) {
   if (!baddbmm) return at::matmul(q, k.transpose(-2, -1));
   at::Tensor q3 = q.reshape({-1, call.s_q, call.head_dim}), k3 = k.reshape({-1, call.s_kv, call.head_dim});
   at::Tensor zeros = at::zeros({q3.size(0), call.s_q, call.s_kv}, q.options());
-  return at::baddbmm(zeros, q3, k3.transpose(1, 2), 0.0, *call.scale).view({call.batch, call.q_heads, call.s_q, call.s_kv});
+  return at::baddbmm(zeros, q3, k3.transpose(1, 2), 0.0, *call.scale)
+      .view({call.batch, call.q_heads, call.s_q, call.s_kv});
 }
 
 // One unit in the last place at 1 for `type`: how much rounding a value of that dtype carries.
@@ -86,7 +87,8 @@ std::optional<double> scaleOfScores(const at::Tensor& s, const at::Tensor& r, in
 Status deriveScoreBias(CapturedCall& call) {
   if (call.metaOr("op") != kPlainOpsAttention) return Status::Ok();
   const bool from_p = !call.has("S");
-  if (from_p && !call.has("P")) return Status::Error("a capture of attention written in plain ops holds neither S nor P");
+  if (from_p && !call.has("P"))
+    return Status::Error("a capture of attention written in plain ops holds neither S nor P");
   const std::vector<int64_t> full = {call.batch, call.q_heads, call.s_q, call.s_kv};
   at::Tensor s = from_p ? call.at("P") : call.at("S");
   if (s.sizes() != at::IntArrayRef(full)) {
@@ -122,7 +124,8 @@ Status deriveScoreBias(CapturedCall& call) {
   // Where the run's own product overflowed, or could have in the order its kernel summed, S is no
   // measure of a bias: the call made that value. Elsewhere -inf in S where the product was not
   // -inf is a hidden key (masked_fill).
-  const at::Tensor own_overflow = at::logical_not(at::isfinite(s64)) & mayHaveOverflowed(call, s.scalar_type(), baddbmm);
+  const at::Tensor own_overflow =
+      at::logical_not(at::isfinite(s64)) & mayHaveOverflowed(call, s.scalar_type(), baddbmm);
   bias = at::where(at::isfinite(r64) & at::logical_not(own_overflow), bias, 0.0);
   bias = at::where((s64 == -inf) & (r64 != -inf) & at::logical_not(own_overflow), -inf, bias);
   const bool any_bias = (bias != 0).any().item<bool>();

@@ -27,7 +27,8 @@ std::optional<int64_t> spanOf(at::IntArrayRef sizes, const std::vector<int64_t>&
   for (size_t d = 0; d < sizes.size(); ++d) {
     if (sizes[d] == 0) return 0;
     int64_t step;
-    if (__builtin_mul_overflow(sizes[d] - 1, strides[d], &step) || __builtin_add_overflow(span, step, &span)) return std::nullopt;
+    if (__builtin_mul_overflow(sizes[d] - 1, strides[d], &step) || __builtin_add_overflow(span, step, &span))
+      return std::nullopt;
   }
   return span;
 }
@@ -92,7 +93,8 @@ bool fillLayout(at::Tensor dst, at::Tensor values) {
 
 }  // namespace
 
-StatusOr<TensorLayout> recordedLayout(const std::map<std::string, std::string>& meta, const std::string& role, int64_t dims) {
+StatusOr<TensorLayout> recordedLayout(const std::map<std::string, std::string>& meta, const std::string& role,
+                                      int64_t dims) {
   TensorLayout out;
   auto text = [&](const std::string& key) -> const std::string* {
     auto it = meta.find(key + "." + role);
@@ -113,7 +115,8 @@ StatusOr<TensorLayout> recordedLayout(const std::map<std::string, std::string>& 
       begin = end + 1;
     }
     if (static_cast<int64_t>(strides.size()) != dims) {
-      return bad("stride", "has " + std::to_string(strides.size()) + " strides for " + std::to_string(dims) + " dimensions");
+      return bad("stride",
+                 "has " + std::to_string(strides.size()) + " strides for " + std::to_string(dims) + " dimensions");
     }
     out.strides = strides;
   }
@@ -153,12 +156,14 @@ at::Tensor withRecordedLayout(const at::Tensor& values, const TensorLayout& reco
     note = "layout not recorded, replayed contiguous";
   } else if (!missing.empty()) {
     std::string list;
-    for (size_t i = 0; i < missing.size(); ++i) list += (i ? (i + 1 == missing.size() ? " and " : ", ") : "") + missing[i];
+    for (size_t i = 0; i < missing.size(); ++i)
+      list += (i ? (i + 1 == missing.size() ? " and " : ", ") : "") + missing[i];
     note = list + " not recorded: replayed " + (recorded.strides ? "with the run's strides" : "contiguous") +
            (recorded.storage_offset ? "" : " at storage offset 0") + (recorded.alignment ? "" : ", 256-byte aligned");
   }
   if (alignment < item) {  // a data pointer below its element's alignment: no kernel reads that
-    note = "alignment " + std::to_string(alignment) + " is below the element size: replayed " + std::to_string(item) + "-byte aligned";
+    note = "alignment " + std::to_string(alignment) + " is below the element size: replayed " + std::to_string(item) +
+           "-byte aligned";
     alignment = item;
   }
   std::optional<int64_t> span = spanOf(values.sizes(), strides);
@@ -168,12 +173,14 @@ at::Tensor withRecordedLayout(const at::Tensor& values, const TensorLayout& reco
     span = values.numel();
   }
   if (offset * item > kMaxExtraBytes) {
-    note = "storage offset " + std::to_string(offset) + " is over 256 MiB into its buffer: replayed at offset 0 with the run's alignment";
+    note = "storage offset " + std::to_string(offset) +
+           " is over 256 MiB into its buffer: replayed at offset 0 with the run's alignment";
     offset = 0;
   }
   at::Tensor out = placed(values.sizes(), strides, offset, alignment, *span, values.options());
   if (!fillLayout(out, values)) {
-    note = "strides [" + listText(strides) + "] overlap (or the values differ along a broadcast dimension): replayed contiguous";
+    note = "strides [" + listText(strides) +
+           "] overlap (or the values differ along a broadcast dimension): replayed contiguous";
     out = placed(values.sizes(), denseStrides(values.sizes()), offset, alignment, values.numel(), values.options());
     out.copy_(values);
   }
@@ -187,7 +194,8 @@ at::Tensor replicaOn(const at::Tensor& t, const at::Device& device) {
   std::optional<int64_t> span = spanOf(t.sizes(), strides);
   const int64_t item = static_cast<int64_t>(t.element_size());
   if (span && (*span - t.numel()) * item <= kMaxExtraBytes && t.storage_offset() * item <= kMaxExtraBytes) {
-    at::Tensor out = placed(t.sizes(), strides, t.storage_offset(), pointerAlignment(t.data_ptr()), *span, t.options().device(device));
+    at::Tensor out = placed(t.sizes(), strides, t.storage_offset(), pointerAlignment(t.data_ptr()), *span,
+                            t.options().device(device));
     if (fillLayout(out, t.to(device))) return out;
   }
   return t.to(device).clone(at::MemoryFormat::Contiguous);

@@ -19,7 +19,8 @@ namespace nanprov::replay {
 
 // The layout the capture's metadata records for `role` of `dims` dimensions; absent parts stay
 // unset. A malformed or impossible value is an error (one line).
-StatusOr<TensorLayout> recordedLayout(const std::map<std::string, std::string>& meta, const std::string& role, int64_t dims);
+StatusOr<TensorLayout> recordedLayout(const std::map<std::string, std::string>& meta, const std::string& role,
+                                      int64_t dims);
 
 // The layout `t` has: strides, storage offset, data-pointer alignment.
 TensorLayout layoutOf(const at::Tensor& t);

@@ -163,9 +163,7 @@ const char* verdictName(Verdict v) {
   return "?";
 }
 
-bool isFailure(Verdict v) {
-  return v == Verdict::kNonFinite || v == Verdict::kAllZero || v == Verdict::kSilentWrong;
-}
+bool isFailure(Verdict v) { return v == Verdict::kNonFinite || v == Verdict::kAllZero || v == Verdict::kSilentWrong; }
 
 double okMultiplier(const std::string& role) { return role == "O" || role == "LSE" ? 2 : 3; }
 
@@ -231,8 +229,8 @@ Comparison judge(const RoleReference& ref, const Measures& m, double floor) {
   if (c.max_abs_err <= okMultiplier(role) * el + floor && c.mean_abs_err <= 1.5 * c.yardstick_mean_err + floor) {
     c.verdict = Verdict::kOk;  // rule 5
   } else if (c.max_abs_err <= suspectMultiplier(role) * el + floor &&
-             (c.cosine >= 0.999 || (c.yardstick_rel_l2 >= kUnresolvedRelL2 &&
-                                    c.rel_l2 <= okMultiplier(role) * c.yardstick_rel_l2))) {
+             (c.cosine >= 0.999 ||
+              (c.yardstick_rel_l2 >= kUnresolvedRelL2 && c.rel_l2 <= okMultiplier(role) * c.yardstick_rel_l2))) {
     c.verdict = Verdict::kSuspect;  // rule 6
   } else {
     c.verdict = Verdict::kSilentWrong;  // rule 7

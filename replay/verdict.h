@@ -40,8 +40,8 @@ struct Comparison {
   double max_abs_err = 0, mean_abs_err = 0, rel_l2 = 0, cosine = 1;
   double yardstick_max_err = 0, yardstick_mean_err = 0, yardstick_rel_l2 = 0;
   int64_t yardstick_nonfinite = 0;
-  double floor = 0;             // about one ulp of the dtype near max|G|
-  int64_t compared = 0;         // positions where G is finite
+  double floor = 0;      // about one ulp of the dtype near max|G|
+  int64_t compared = 0;  // positions where G is finite
 };
 
 // A tensor's values, dense [batch, heads, rows, cols] float64, owned elsewhere.
@@ -58,8 +58,8 @@ struct Errors {
 // here (measure) or by LibTorch where B and G already are (replay/tensor_measures.h): the same
 // counts, locations and maxima, and sums equal to rounding.
 struct Measures {
-  Errors err;                    // over the positions where G is finite
-  int64_t compared = 0;          // positions where both are finite
+  Errors err;            // over the positions where G is finite
+  int64_t compared = 0;  // positions where both are finite
   double diff2 = 0, g2 = 0, b2 = 0, bg = 0;
   // One entry per row of the grid, (batch, head, row) in order: the fault locations come from these.
   std::vector<int64_t> row_nonfinite;  // B non-finite where G is finite

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <climits>
 #include <set>
-#include <tuple>
 #include <stdexcept>
+#include <tuple>
 
 #include "base/numbers.h"
 #include "base/text.h"
@@ -69,7 +69,7 @@ AuditSummary readAudit(const RunData& run) {
   }
   std::map<std::tuple<int, int64_t, std::string>, AuditCoverage::Key> keys;
   auto keyOf = [&](const CaptureRecord& c) -> AuditCoverage::Key* {
-    if (c.layer < 0) return nullptr;  // its call row never reached the store
+    if (c.layer < 0) return nullptr;               // its call row never reached the store
     const std::string phase = phaseName(c.phase);  // keyed by its name: the coverage lists "bwd" before "fwd"
     AuditCoverage::Key& k = keys[{c.rank, c.layer, phase}];
     k.rank = c.rank, k.layer = c.layer, k.phase = phase;
@@ -118,8 +118,8 @@ AuditSummary readAudit(const RunData& run) {
         k->judged_steps.insert(c.step);
       }
     } catch (const std::exception& e) {
-      ++a.not_audited[auditFilePath(path) + " is not an audit result (" + e.what() + "); delete it and run nanprov replay " +
-                      path + " --audit"];
+      ++a.not_audited[auditFilePath(path) + " is not an audit result (" + e.what() +
+                      "); delete it and run nanprov replay " + path + " --audit"];
     }
   }
   // The regimes each key met, as the probes counted them: one is judged where a judgement of its
@@ -141,7 +141,8 @@ AuditSummary readAudit(const RunData& run) {
     }
   }
   for (auto& [where, k] : keys) {
-    std::stable_sort(k.regimes.begin(), k.regimes.end(), [](const auto& x, const auto& y) { return x.first_seen < y.first_seen; });
+    std::stable_sort(k.regimes.begin(), k.regimes.end(),
+                     [](const auto& x, const auto& y) { return x.first_seen < y.first_seen; });
     a.coverage.keys.push_back(std::move(k));
   }
   std::stable_sort(a.findings.begin(), a.findings.end(), [](const AuditFinding& x, const AuditFinding& y) {
@@ -155,7 +156,7 @@ namespace {
 json stepOrNull(const std::optional<int64_t>& step) { return step ? json(*step) : json(nullptr); }
 
 json regimeJson(const AuditCoverage::Key::Regime& r) {
-  return {{"conditions", r.conditions}, {"first_seen", r.first_seen}, {"last_seen", r.last_seen},
+  return {{"conditions", r.conditions}, {"first_seen", r.first_seen},           {"last_seen", r.last_seen},
           {"calls", r.calls},           {"judged_at", stepOrNull(r.judged_at)}, {"taken_at", stepOrNull(r.taken_at)}};
 }
 
@@ -169,7 +170,9 @@ std::string notJudgedWhy(const AuditCoverage::Key& k) {
 // Why a regime was not judged, in words: taken and not judged, or never taken (its key's reasons).
 std::string regimeNotJudgedWhy(const AuditCoverage::Key& k, const AuditCoverage::Key::Regime& r) {
   const std::string why = notJudgedWhy(k);
-  if (r.taken_at) return "taken at step " + std::to_string(*r.taken_at) + ", with no judgement" + (why.empty() ? "" : " (" + why + ")");
+  if (r.taken_at)
+    return "taken at step " + std::to_string(*r.taken_at) + ", with no judgement" +
+           (why.empty() ? "" : " (" + why + ")");
   return why.empty() ? "never taken to be judged" : "never judged: " + why;
 }
 
@@ -197,18 +200,19 @@ json coverageJson(const AuditSummary& a) {
     }
     never.push_back({{"rank", k.rank}, {"layer", k.layer}, {"phase", k.phase}, {"why", notJudgedWhy(k)}});
   }
-  return {{"layers", layers},
-          {"calls_judged", a.audited},
-          {"per_layer", per_layer},
-          {"never_judged", never},
-          {"regimes", {{"seen", a.coverage.regimes_seen},
-                       {"judged", a.coverage.regimes_judged},
-                       {"not_judged", regimes_not_judged}}},
-          {"rotation", {{"every_steps", a.coverage.every_steps},
-                        {"budget_percent", a.coverage.budget_percent},
-                        {"rotations", a.coverage.rotations},
-                        {"held_back", a.coverage.held_back},
-                        {"regime_changes", a.coverage.regime_changes}}}};
+  return {
+      {"layers", layers},
+      {"calls_judged", a.audited},
+      {"per_layer", per_layer},
+      {"never_judged", never},
+      {"regimes",
+       {{"seen", a.coverage.regimes_seen}, {"judged", a.coverage.regimes_judged}, {"not_judged", regimes_not_judged}}},
+      {"rotation",
+       {{"every_steps", a.coverage.every_steps},
+        {"budget_percent", a.coverage.budget_percent},
+        {"rotations", a.coverage.rotations},
+        {"held_back", a.coverage.held_back},
+        {"regime_changes", a.coverage.regime_changes}}}};
 }
 
 // "0-3, 5, 7-8"
@@ -226,14 +230,14 @@ std::string rangesText(const std::set<int64_t>& values) {
 std::string coverageText(const AuditSummary& a) {
   const AuditCoverage& cov = a.coverage;
   if (cov.keys.empty()) return "";
-  std::map<int, std::set<int64_t>> judged_layers;  // rank → layers with every phase judged
+  std::map<int, std::set<int64_t>> judged_layers;    // rank → layers with every phase judged
   std::map<int, std::map<int64_t, int64_t>> oldest;  // rank → layer → the older of its phases' last steps
   std::string never;
   for (const AuditCoverage::Key& k : cov.keys) {
     if (k.judged == 0) {
       const std::string why = notJudgedWhy(k);
-      never += "    never judged: rank " + std::to_string(k.rank) + " layer " + std::to_string(k.layer) + " " + k.phase +
-               (why.empty() ? "" : " (" + printable(why) + ")") + "\n";
+      never += "    never judged: rank " + std::to_string(k.rank) + " layer " + std::to_string(k.layer) + " " +
+               k.phase + (why.empty() ? "" : " (" + printable(why) + ")") + "\n";
       continue;
     }
     auto [it, first] = oldest[k.rank].emplace(k.layer, k.last_step);
@@ -247,11 +251,12 @@ std::string coverageText(const AuditSummary& a) {
       judged.insert(layer);
       last += (last.empty() ? "" : ", ") + std::to_string(layer) + " at " + std::to_string(step);
     }
-    out += "    coverage, rank " + std::to_string(rank) + ": layers " + rangesText(judged) + " judged; last judged (layer at step): " +
-           last + "\n";
+    out += "    coverage, rank " + std::to_string(rank) + ": layers " + rangesText(judged) +
+           " judged; last judged (layer at step): " + last + "\n";
   }
   if (cov.every_steps > 0) {
-    out += "    every call of every " + std::to_string(cov.every_steps) + (cov.every_steps == 1 ? "" : "th") + " step judged (--audit-every)\n";
+    out += "    every call of every " + std::to_string(cov.every_steps) + (cov.every_steps == 1 ? "" : "th") +
+           " step judged (--audit-every)\n";
   } else if (const int64_t steps = cov.rotations + cov.held_back; steps > 0) {
     size_t layers = 0;
     for (const auto& [rank, of_rank] : oldest) layers = std::max(layers, of_rank.size());
@@ -259,11 +264,12 @@ std::string coverageText(const AuditSummary& a) {
            " steps after the first pass";
     if (cov.rotations > 0) {
       const int64_t every = (static_cast<int64_t>(layers) * steps + cov.rotations - 1) / cov.rotations;
-      out += ", so each layer was judged again about every " + std::to_string(every) + (every == 1 ? " step" : " steps");
+      out +=
+          ", so each layer was judged again about every " + std::to_string(every) + (every == 1 ? " step" : " steps");
     }
     if (cov.held_back > 0) {
-      out += "; --audit-budget " + shortNumber(cov.budget_percent) + "% held it back at " + std::to_string(cov.held_back) +
-             " (it counts the judge's time and the training thread's copies)";
+      out += "; --audit-budget " + shortNumber(cov.budget_percent) + "% held it back at " +
+             std::to_string(cov.held_back) + " (it counts the judge's time and the training thread's copies)";
     }
     out += "\n";
   }
@@ -273,14 +279,14 @@ std::string coverageText(const AuditSummary& a) {
            " (a mask value, fully masked rows, an LSE past -88.7, or logits or outputs tenfold)\n";
   }
   if (cov.regimes_seen > 0) {
-    out += "    regimes of conditions: " + std::to_string(cov.regimes_seen) + " seen, " + std::to_string(cov.regimes_judged) +
-           " judged (per layer and phase, in report --json)\n";
+    out += "    regimes of conditions: " + std::to_string(cov.regimes_seen) + " seen, " +
+           std::to_string(cov.regimes_judged) + " judged (per layer and phase, in report --json)\n";
   }
   for (const AuditCoverage::Key& k : cov.keys) {
     for (const AuditCoverage::Key::Regime& r : k.regimes) {
       if (r.judged()) continue;
-      out += "    regime not judged: rank " + std::to_string(k.rank) + " layer " + std::to_string(k.layer) + " " + k.phase +
-             ", " + printable(r.conditions) + " (steps " + std::to_string(r.first_seen) +
+      out += "    regime not judged: rank " + std::to_string(k.rank) + " layer " + std::to_string(k.layer) + " " +
+             k.phase + ", " + printable(r.conditions) + " (steps " + std::to_string(r.first_seen) +
              (r.last_seen > r.first_seen ? "-" + std::to_string(r.last_seen) : "") + ", " + std::to_string(r.calls) +
              (r.calls == 1 ? " call" : " calls") + "): " + printable(regimeNotJudgedWhy(k, r)) + "\n";
     }
@@ -319,9 +325,15 @@ json auditFindingsJson(const AuditSummary& a) {
 json auditCostJson(const AuditSummary& a) {
   json not_audited = json::array();
   for (const auto& [why, n] : a.not_audited) not_audited.push_back({{"why", why}, {"calls", n}});
-  return {{"on", a.on},           {"warn_only", a.warn_only},   {"calls", a.audited},
-          {"findings", a.findings.size()}, {"seconds", a.seconds}, {"bytes", a.bytes},
-          {"suspect", a.suspect},          {"not_audited", not_audited},    {"unjudged", a.unjudged},
+  return {{"on", a.on},
+          {"warn_only", a.warn_only},
+          {"calls", a.audited},
+          {"findings", a.findings.size()},
+          {"seconds", a.seconds},
+          {"bytes", a.bytes},
+          {"suspect", a.suspect},
+          {"not_audited", not_audited},
+          {"unjudged", a.unjudged},
           {"coverage", coverageJson(a)}};
 }
 
@@ -329,35 +341,40 @@ std::string auditText(const AuditSummary& a) {
   if (!a.on) return "";
   std::string out;
   for (const AuditFinding& f : a.findings) {
-    out += "  audit finding " + f.name + " (step " + std::to_string(f.step) + ", " + f.phase + ", " + f.backend + "): " + f.verdict.value_or("?") +
-           " against the float64 reference\n";
+    out += "  audit finding " + f.name + " (step " + std::to_string(f.step) + ", " + f.phase + ", " + f.backend +
+           "): " + f.verdict.value_or("?") + " against the float64 reference\n";
     for (const TensorJudgement& t : f.tensors) {
       if (t.verdict == "ok") continue;
       std::string where = !t.all_zero_where.empty() ? t.all_zero_where : t.nonfinite_where;
-      out += "    " + t.role + " " + t.verdict + ": max error " + shortNumber(t.max_abs_err.value_or(0)) + " (yardstick " +
-             shortNumber(t.yardstick_max_err.value_or(0)) + "), cosine " + shortNumber(t.cosine.value_or(0)) +
-             (where.empty() ? "" : ", " + where) + "\n";
+      out += "    " + t.role + " " + t.verdict + ": max error " + shortNumber(t.max_abs_err.value_or(0)) +
+             " (yardstick " + shortNumber(t.yardstick_max_err.value_or(0)) + "), cosine " +
+             shortNumber(t.cosine.value_or(0)) + (where.empty() ? "" : ", " + where) + "\n";
     }
     if (f.received_wrong && !f.received_wrong->empty()) {
-      out += "    its inputs from the forward were already wrong (" + *f.received_wrong + "): the fault is upstream, in the forward\n";
+      out += "    its inputs from the forward were already wrong (" + *f.received_wrong +
+             "): the fault is upstream, in the forward\n";
     }
     if (f.kernel) out += "    kernel " + *f.kernel + "\n";
     out += "    conditions: " + f.conditions_text + "\n";
     for (const KnownIssueNote& k : f.known_issues) {
-      out += "    known issue: " + k.id + " (" + k.title + "); " + k.fix + (k.workaround.empty() ? "" : "; workaround: " + k.workaround) + "\n";
+      out += "    known issue: " + k.id + " (" + k.title + "); " + k.fix +
+             (k.workaround.empty() ? "" : "; workaround: " + k.workaround) + "\n";
     }
     if (f.slice) out += "    audited on a slice: " + *f.slice + "\n";
     out += "    captured: nanprov replay " + f.capture + "\n";
   }
-  out += "  audit: " + std::to_string(a.audited) + (a.audited == 1 ? " call" : " calls") + " judged against the float64 reference, " +
-         std::to_string(a.findings.size()) + (a.findings.size() == 1 ? " finding" : " findings") + " (" +
-         shortNumber(a.seconds) + " s judging, " + shortNumber(static_cast<double>(a.bytes) / (1 << 20)) + " MiB captured)" +
+  out += "  audit: " + std::to_string(a.audited) + (a.audited == 1 ? " call" : " calls") +
+         " judged against the float64 reference, " + std::to_string(a.findings.size()) +
+         (a.findings.size() == 1 ? " finding" : " findings") + " (" + shortNumber(a.seconds) + " s judging, " +
+         shortNumber(static_cast<double>(a.bytes) / (1 << 20)) + " MiB captured)" +
          (a.warn_only && !a.findings.empty() ? ", warn only" : "") + "\n";
   if (a.suspect) {
-    out += "    " + std::to_string(a.suspect) + (a.suspect == 1 ? " call" : " calls") +
-           " within only PyTorch's looser tolerances (suspect, not findings; their judgements are kept as *.audit.json)\n";
+    out +=
+        "    " + std::to_string(a.suspect) + (a.suspect == 1 ? " call" : " calls") +
+        " within only PyTorch's looser tolerances (suspect, not findings; their judgements are kept as *.audit.json)\n";
   }
-  for (const auto& [why, n] : a.not_audited) out += "    " + std::to_string(n) + " not audited: " + printable(why) + "\n";
+  for (const auto& [why, n] : a.not_audited)
+    out += "    " + std::to_string(n) + " not audited: " + printable(why) + "\n";
   if (a.unjudged) out += "    " + std::to_string(a.unjudged) + " audit captures not judged yet\n";
   return out + coverageText(a);
 }

@@ -6,9 +6,9 @@
 
 #include <cstdint>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -25,10 +25,10 @@ struct AuditCoverage {
     int rank = 0;
     int64_t layer = 0;
     std::string phase;
-    int64_t judged = 0;                           // calls judged
-    int64_t last_step = -1;                       // the latest judged, -1: never
-    std::map<std::string, int64_t> not_judged;   // why → calls met but not judged
-    std::set<int64_t> judged_steps;              // the steps of its judged calls
+    int64_t judged = 0;                         // calls judged
+    int64_t last_step = -1;                     // the latest judged, -1: never
+    std::map<std::string, int64_t> not_judged;  // why → calls met but not judged
+    std::set<int64_t> judged_steps;             // the steps of its judged calls
     // The conditions its calls ran in (probes/core/condition_regime.h), from the rank's meta, by
     // when each was first seen.
     struct Regime {
@@ -60,7 +60,7 @@ struct AuditFinding {
   std::optional<std::string> verdict;  // the worst of its tensors'
   std::vector<TensorJudgement> tensors;
   std::string conditions_text;
-  std::optional<std::string> slice;           // audited on a slice of the call
+  std::optional<std::string> slice;  // audited on a slice of the call
   // A backward's O and LSE from its forward, judged; those already wrong (the fault is then in
   // the forward, upstream of this call).
   std::optional<std::string> received_wrong;
@@ -72,15 +72,15 @@ struct AuditFinding {
 };
 
 struct AuditSummary {
-  bool on = false;         // the run audited (run.json), or holds audit captures
-  bool warn_only = false;  // --audit-warn-only: findings do not fail the run
-  int64_t audited = 0;     // calls judged
-  int64_t suspect = 0;     // judged calls within only PyTorch's looser tolerances: not findings
-  int64_t bytes = 0;       // captured for the audit, over all ranks
-  double seconds = 0;      // judging, summed over calls
+  bool on = false;                             // the run audited (run.json), or holds audit captures
+  bool warn_only = false;                      // --audit-warn-only: findings do not fail the run
+  int64_t audited = 0;                         // calls judged
+  int64_t suspect = 0;                         // judged calls within only PyTorch's looser tolerances: not findings
+  int64_t bytes = 0;                           // captured for the audit, over all ranks
+  double seconds = 0;                          // judging, summed over calls
   std::map<std::string, int64_t> not_audited;  // why → calls
-  int64_t unjudged = 0;    // audit captures with no judgement (the run ended before, or is running)
-  std::vector<AuditFinding> findings;  // ordered by step, rank, call
+  int64_t unjudged = 0;                        // audit captures with no judgement (the run ended before, or is running)
+  std::vector<AuditFinding> findings;          // ordered by step, rank, call
   AuditCoverage coverage;
 };
 

@@ -45,7 +45,8 @@ const RankInfo* rankOf(const RunData& run, int rank) {
 EdgeCall edgeOf(const RunData& run, const CallKernelIndex& kernels, const CallRecord& c, const CallHealth& health) {
   EdgeCall edge{.call = c, .health = health, .kernels = kernels.of(c), .largest_finite_input = largestFiniteInput(c)};
   if (const CaptureRecord* capture = run.captureOf(c.rank, c.seq)) {
-    edge.capture = EdgeCapture{.path = capture->path.empty() ? "" : run.capturePath(*capture), .skipped = capture->skipped};
+    edge.capture =
+        EdgeCapture{.path = capture->path.empty() ? "" : run.capturePath(*capture), .skipped = capture->skipped};
   }
   const RankInfo* rank = rankOf(run, c.rank);
   if (rank && rank->counters.mesh) edge.mesh = *rank->counters.mesh;
@@ -55,7 +56,9 @@ EdgeCall edgeOf(const RunData& run, const CallKernelIndex& kernels, const CallRe
 
 }  // namespace
 
-StatusOr<Report> buildReport(const RunData& run, const ReportOptions& options) { return buildReport(run, analyze(run), options); }
+StatusOr<Report> buildReport(const RunData& run, const ReportOptions& options) {
+  return buildReport(run, analyze(run), options);
+}
 
 StatusOr<Report> buildReport(const RunData& run, Findings findings, const ReportOptions& options) {
   Report r{.run = runOverviewOf(run), .origin = findings.origin, .propagation = findings.propagation};
@@ -67,7 +70,8 @@ StatusOr<Report> buildReport(const RunData& run, Findings findings, const Report
   if (findings.first_source) {
     // The first edge again when attention made the first values: its kernels are read once.
     const CallRecord& c = run.calls[*findings.first_source];
-    r.first_source_edge = findings.first_source == findings.first ? *r.first_edge : edgeOf(run, kernels, c, classify(c));
+    r.first_source_edge =
+        findings.first_source == findings.first ? *r.first_edge : edgeOf(run, kernels, c, classify(c));
     const RankInfo* rank = rankOf(run, c.rank);
     r.source_issues = knownIssuesOfCall(c, rank ? rank->meta : std::map<std::string, std::string>{});
   }

@@ -19,6 +19,7 @@ struct ReportOptions {
 
 // Fails only where the page's reading fails (a damaged store the picture cannot draw).
 StatusOr<Report> buildReport(const RunData& run, const ReportOptions& options = {});
-StatusOr<Report> buildReport(const RunData& run, Findings findings, const ReportOptions& options = {});  // edges already analyzed
+StatusOr<Report> buildReport(const RunData& run, Findings findings,
+                             const ReportOptions& options = {});  // edges already analyzed
 
 }  // namespace nanprov

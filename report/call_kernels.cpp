@@ -28,9 +28,10 @@ nlohmann::json kernelsJson(const std::vector<KernelRecord>& kernels) {
 namespace {
 
 std::string signatureOf(const CallRecord& c) {
-  std::string sig = std::to_string(c.rank) + "|" + std::to_string(c.layer) + "|" + phaseName(c.phase) + "|" +
-                    c.op + "|" + c.backend;
-  for (const TensorHealth& t : c.tensors) sig += std::string("|") + roleName(t.role) + ":" + t.dtype.c_str() + t.shape.text();
+  std::string sig =
+      std::to_string(c.rank) + "|" + std::to_string(c.layer) + "|" + phaseName(c.phase) + "|" + c.op + "|" + c.backend;
+  for (const TensorHealth& t : c.tensors)
+    sig += std::string("|") + roleName(t.role) + ":" + t.dtype.c_str() + t.shape.text();
   return sig;
 }
 
@@ -57,7 +58,8 @@ const ReplayedKernels* CallKernelIndex::replayedKernelsOf(const CallRecord& call
   auto it = replayed_.find(path);
   if (it == replayed_.end()) {
     auto read = readReplayedKernels(path);  // an unreadable list is as good as none
-    it = replayed_.emplace(path, read.ok() && *read ? std::make_unique<ReplayedKernels>(std::move(**read)) : nullptr).first;
+    it = replayed_.emplace(path, read.ok() && *read ? std::make_unique<ReplayedKernels>(std::move(**read)) : nullptr)
+             .first;
   }
   return it->second && !it->second->kernels.empty() ? it->second.get() : nullptr;
 }
@@ -85,8 +87,9 @@ KernelsOfCall CallKernelIndex::of(const CallRecord& call) const {
   }
   auto it = traced_.find(signatureOf(call));
   if (it == traced_.end()) {
-    out.attribution = !call.unattributed.empty() ? "unattributed: " + call.unattributed
-                                                 : "no kernel record arrived (the run may have ended before CUPTI flushed)";
+    out.attribution = !call.unattributed.empty()
+                          ? "unattributed: " + call.unattributed
+                          : "no kernel record arrived (the run may have ended before CUPTI flushed)";
     return out;
   }
   const CallRecord& source = *it->second;

@@ -58,18 +58,24 @@ std::set<std::pair<int, int64_t>> receivedThroughCollective(const std::vector<Co
 std::string collectivePathText(const CollectivePath& path, StepUnit unit, const std::string& carrying) {
   std::vector<std::string> from;
   for (int r : path.from) from.push_back(std::to_string(r));
-  std::string where = !from.empty()          ? "non-finite on rank" + std::string(from.size() == 1 ? " " : "s ") + joined(from, ", ")
-                      : path.made_by_collective ? "finite on every rank: the collective itself made them (a reduction that overflowed)"
-                                                : "finite on every rank read; the ranks not read may have sent them";
-  return "rank " + std::to_string(path.rank) + (carrying.empty() ? ": values" : ": gradients") + " went non-finite at " + stepLabel(unit, path.step) + " in " + path.op +
+  std::string where =
+      !from.empty()             ? "non-finite on rank" + std::string(from.size() == 1 ? " " : "s ") + joined(from, ", ")
+      : path.made_by_collective ? "finite on every rank: the collective itself made them (a reduction that overflowed)"
+                                : "finite on every rank read; the ranks not read may have sent them";
+  return "rank " + std::to_string(path.rank) + (carrying.empty() ? ": values" : ": gradients") +
+         " went non-finite at " + stepLabel(unit, path.step) + " in " + path.op +
          (carrying.empty() ? "" : " (carrying " + carrying + ")") + ": its input was finite here and " + where;
 }
 
 nlohmann::json collectivePathJson(const CollectivePath& path) {
-  return {{"rank", path.rank},           {"step", path.step},
-          {"op", path.op},               {"group", path.group},
-          {"ordinal", path.ord},         {"from_ranks", path.from},
-          {"made_by_collective", path.made_by_collective}, {"parameters", path.parameters}};
+  return {{"rank", path.rank},
+          {"step", path.step},
+          {"op", path.op},
+          {"group", path.group},
+          {"ordinal", path.ord},
+          {"from_ranks", path.from},
+          {"made_by_collective", path.made_by_collective},
+          {"parameters", path.parameters}};
 }
 
 }  // namespace nanprov

@@ -6,7 +6,6 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
-
 #include <set>
 #include <string>
 #include <utility>
@@ -21,9 +20,9 @@ struct RunData;  // store/reader.h: the model's types need no store header
 struct CollectivePath {
   int rank = 0;
   int64_t step = 0;
-  std::string op;     // "c10d::allreduce_"
-  std::string group;  // the process group's name
-  int64_t ord = 0;    // the collective's ordinal among its group's in the step
+  std::string op;         // "c10d::allreduce_"
+  std::string group;      // the process group's name
+  int64_t ord = 0;        // the collective's ordinal among its group's in the step
   std::vector<int> from;  // ranks whose input to it was non-finite
   // No rank's recorded input to it was non-finite, and every rank of the job was read: the
   // collective itself made the values (a sum that overflowed).

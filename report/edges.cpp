@@ -3,8 +3,8 @@
 #include <set>
 
 #include "base/numbers.h"
-#include "store/run_dir.h"
 #include "store/reader.h"
+#include "store/run_dir.h"
 
 namespace nanprov {
 

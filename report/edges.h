@@ -14,9 +14,8 @@ namespace nanprov {
 
 struct RunData;  // store/reader.h: the model's types need no store header
 
-
 struct Propagation {
-  int64_t calls = 0;   // non-finite calls from the first edge on, the edge included
+  int64_t calls = 0;  // non-finite calls from the first edge on, the edge included
   int64_t layers = 0;
   int64_t ranks = 0;
 };
@@ -28,7 +27,7 @@ const char* originName(Origin o);  // "attention" | "upstream" (JSON); kNone has
 
 struct Findings {
   // The earliest call, across ranks by (step, time), that touched a non-finite value.
-  std::optional<size_t> first;        // index into RunData::calls
+  std::optional<size_t> first;  // index into RunData::calls
   CallHealth first_health;
   Origin origin = Origin::kNone;
   // The earliest source edge; differs from `first` when the origin is upstream.

@@ -31,7 +31,8 @@ std::string forwardInputsText(ModuleInputs inputs, const std::string& largest) {
              "receive as arguments";
     case ModuleInputs::kPartlySeen:
       return ", from inputs --trail could not see whole (objects it does not look into, or more than it walks); those "
-             "seen were finite" + largest;
+             "seen were finite" +
+             largest;
   }
   return "";
 }
@@ -53,7 +54,8 @@ std::vector<std::string> sharingItsGradient(const RunData& run, const ModuleChec
   std::vector<std::string> out;
   if (m.phase != Phase::kBackward || m.gradient == 0) return out;
   for (const ModuleCheckRecord& o : run.module_checks) {
-    if (o.rank != m.rank || o.step != m.step || o.phase != m.phase || o.gradient != m.gradient || !o.inputsFinite()) continue;
+    if (o.rank != m.rank || o.step != m.step || o.phase != m.phase || o.gradient != m.gradient || !o.inputsFinite())
+      continue;
     if (encloses(o.module, m.module) || encloses(m.module, o.module)) continue;
     out.push_back(o.module);
   }
@@ -93,9 +95,9 @@ std::optional<ModuleCheckRecord> firstCheck(const RunData& run, const Findings& 
     const bool same_phase = chosen->step == edge.step && chosen->phase == edge.phase;
     const bool ran_after = same_phase && chosen->rank == edge.rank && edge.start_ns > 0 &&
                            chosen->time_ns > edge.start_ns && !encloses(chosen->module, edge.module);
-    const bool later = chosen->step > edge.step ||
-                       (chosen->step == edge.step && chosen->phase == Phase::kBackward && edge.phase == Phase::kForward) ||
-                       ran_after;
+    const bool later =
+        chosen->step > edge.step ||
+        (chosen->step == edge.step && chosen->phase == Phase::kBackward && edge.phase == Phase::kForward) || ran_after;
     if (later) return std::nullopt;
     // Attention made it: the module is the attention module or one around it.
     if (findings.origin == Origin::kAttention && chosen->step == edge.step && encloses(chosen->module, edge.module)) {
@@ -143,7 +145,8 @@ std::string uncheckedBeforeText(const ModuleCheckRecord& m, const std::string& r
   for (size_t i = 0; i < modules.size() && i < 4; ++i) shown.push_back(printable(modules[i]));
   if (modules.size() > shown.size()) shown.push_back("and " + std::to_string(modules.size() - shown.size()) + " more");
   if (further) shown.push_back("code further upstream");
-  return "; in compiled code, " + joined(shown, ", ") + " ran unchecked between those " + read + " and it, and may have made it";
+  return "; in compiled code, " + joined(shown, ", ") + " ran unchecked between those " + read +
+         " and it, and may have made it";
 }
 
 }  // namespace
@@ -153,7 +156,8 @@ std::string firstModuleText(const FirstModule& first, StepUnit unit, bool at) {
   const std::string when = at ? " at " + stepLabel(unit, m.step) + " " + phaseName(m.phase) : "";
   const std::string largest = " (largest |x| " + shortNumber(m.largest_input) + ")";
   if (m.phase == Phase::kForward) {
-    return "the output of " + moduleName(m) + when + forwardInputsText(m.inputs, largest) + uncheckedBeforeText(m, "inputs");
+    return "the output of " + moduleName(m) + when + forwardInputsText(m.inputs, largest) +
+           uncheckedBeforeText(m, "inputs");
   }
   std::string text = "the gradient that the backward of " + moduleName(m) + " sent to its input" + when +
                      backwardInputsText(m.inputs, largest) + uncheckedBeforeText(m, "gradients");
@@ -170,7 +174,8 @@ std::string madeInUncheckedAttentionText(const FirstModule& first, StepUnit unit
   const std::string where = m.phase == Phase::kForward ? "inside " : "inside the backward of ";
   return "the first non-finite values were made " + where + moduleName(m) + " at " + stepLabel(unit, m.step) + " " +
          phaseName(m.phase) + ", from finite " + (m.phase == Phase::kForward ? "inputs" : "incoming gradients") +
-         " (largest |x| " + shortNumber(m.largest_input) + "): unchecked attention, so the kernel that made them is not known";
+         " (largest |x| " + shortNumber(m.largest_input) +
+         "): unchecked attention, so the kernel that made them is not known";
 }
 
 bool trailMissedCompiledCode(const RunData& run) {
@@ -183,7 +188,9 @@ bool trailMissedCompiledCode(const RunData& run) {
 }
 
 std::string upstreamOriginText(const RunOverview& run, const std::optional<FirstModule>& m, const CallRecord& edge) {
-  if (m) return "the first non-finite value was " + firstModuleText(*m, run.step_unit, m->check.step != edge.step || m->check.phase != edge.phase);
+  if (m)
+    return "the first non-finite value was " +
+           firstModuleText(*m, run.step_unit, m->check.step != edge.step || m->check.phase != edge.phase);
   if (!run.trail_on) return "the origin is outside attention (nanprov run --trail names the module that made it)";
   if (run.trail_missed_compiled_code) {
     return "the origin is outside attention (--trail could not name the module: the modules' backward inside some "

@@ -12,7 +12,8 @@ namespace {
 
 // "rank0:layer1:call4: non-finite O, LSE" or "...: non-finite input Q"
 std::string badCallText(const CallRecord& call, const CallHealth& health) {
-  if (health.kind == EdgeKind::kPropagated) return callName(call) + ": non-finite input " + joined(health.nonfinite_inputs);
+  if (health.kind == EdgeKind::kPropagated)
+    return callName(call) + ": non-finite input " + joined(health.nonfinite_inputs);
   return callName(call) + ": non-finite " + joined(health.nonfinite_outputs);
 }
 
@@ -43,8 +44,9 @@ void mergeInto(PictureCell& into, PictureCell&& from) {
 // Doubles the layers a row holds until no rank has more than kMaxRows rows, merging the cells.
 void widenRows(HealthPicture& picture) {
   auto tooMany = [&] {
-    return std::any_of(picture.ranks.begin(), picture.ranks.end(),
-                       [](const RankPicture& r) { return static_cast<int64_t>(r.rows.size()) > HealthPicture::kMaxRows; });
+    return std::any_of(picture.ranks.begin(), picture.ranks.end(), [](const RankPicture& r) {
+      return static_cast<int64_t>(r.rows.size()) > HealthPicture::kMaxRows;
+    });
   };
   while (tooMany() && picture.layers_per_row <= INT64_MAX / 2) {
     picture.layers_per_row *= 2;
@@ -107,8 +109,8 @@ const PictureCell& RankPicture::cell(int64_t row, Phase phase, int64_t column) c
   return it == cells.end() ? kUnprobedCell : it->second;
 }
 
-StatusOr<HealthPicture> drawHealthPicture(const RunData& run, const std::vector<AuditFinding>& findings, const CallRecord* first_edge,
-                                          const CallRecord* first_source_edge) {
+StatusOr<HealthPicture> drawHealthPicture(const RunData& run, const std::vector<AuditFinding>& findings,
+                                          const CallRecord* first_edge, const CallRecord* first_source_edge) {
   HealthPicture picture;
   picture.steps_per_column = stepsPerColumn(run);
   // Every rank that left a store gets its rows, even one that checked nothing.
@@ -158,7 +160,8 @@ StatusOr<HealthPicture> drawHealthPicture(const RunData& run, const std::vector<
   // Audit findings name their call by (rank, layer, step, phase), as the report lists them.
   for (const AuditFinding& f : findings) {
     Phase phase;
-    if (!f.layer || !parsePhase(f.phase, &phase)) continue;  // a finding whose call is not known: listed in the findings table only
+    if (!f.layer || !parsePhase(f.phase, &phase))
+      continue;  // a finding whose call is not known: listed in the findings table only
     if (PictureCell* cell = cellAt(picture, f.rank, *f.layer, phase, f.step)) {
       cell->audit_findings.push_back(f.name + " " + f.verdict.value_or("?"));
       cell->health = std::max(cell->health, CellHealth::kAuditFinding);
@@ -170,7 +173,8 @@ StatusOr<HealthPicture> drawHealthPicture(const RunData& run, const std::vector<
   if (const CallRecord* c = first_source_edge) {
     if (PictureCell* cell = cellAt(picture, c->rank, c->layer, c->phase, c->step)) cell->first_source_edge = true;
   }
-  std::sort(picture.ranks.begin(), picture.ranks.end(), [](const RankPicture& a, const RankPicture& b) { return a.rank < b.rank; });
+  std::sort(picture.ranks.begin(), picture.ranks.end(),
+            [](const RankPicture& a, const RankPicture& b) { return a.rank < b.rank; });
   return picture;
 }
 

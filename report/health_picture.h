@@ -59,14 +59,14 @@ struct HealthPicture {
 
   int64_t steps_per_column = 1;
   int64_t layers_per_row = 1;  // row r holds layers [r·layers_per_row, (r+1)·layers_per_row)
-  int64_t columns = 0;        // column c holds steps [c·steps_per_column, (c+1)·steps_per_column)
-  std::vector<Phase> phases;  // the phases any call of the run had, fwd first
+  int64_t columns = 0;         // column c holds steps [c·steps_per_column, (c+1)·steps_per_column)
+  std::vector<Phase> phases;   // the phases any call of the run had, fwd first
   std::vector<RankPicture> ranks;
 };
 
 // Reads every call of the run from its stores, and marks the report's audit findings, its first
 // edge and (when it is a later call) its first source edge.
-StatusOr<HealthPicture> drawHealthPicture(const RunData& run, const std::vector<AuditFinding>& findings, const CallRecord* first_edge,
-                                          const CallRecord* first_source_edge);
+StatusOr<HealthPicture> drawHealthPicture(const RunData& run, const std::vector<AuditFinding>& findings,
+                                          const CallRecord* first_edge, const CallRecord* first_source_edge);
 
 }  // namespace nanprov

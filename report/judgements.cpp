@@ -44,8 +44,12 @@ std::vector<KnownIssueNote> knownIssueNotesOf(const json& issues) {
     if (!k.is_object()) continue;
     KnownIssueNote note;
     bool text_only = true;
-    for (auto [field, into] : {std::pair{"id", &note.id}, {"url", &note.url}, {"title", &note.title}, {"fix", &note.fix},
-                               {"status", &note.status}, {"workaround", &note.workaround}}) {
+    for (auto [field, into] : {std::pair{"id", &note.id},
+                               {"url", &note.url},
+                               {"title", &note.title},
+                               {"fix", &note.fix},
+                               {"status", &note.status},
+                               {"workaround", &note.workaround}}) {
       auto it = k.find(field);
       if (it == k.end()) continue;
       if (!it->is_string()) text_only = false;
@@ -59,7 +63,12 @@ std::vector<KnownIssueNote> knownIssueNotesOf(const json& issues) {
 json knownIssuesJson(const std::vector<KnownIssueNote>& issues) {
   json out = json::array();
   for (const KnownIssueNote& k : issues) {
-    out.push_back({{"id", k.id}, {"url", k.url}, {"title", k.title}, {"fix", k.fix}, {"status", k.status}, {"workaround", k.workaround}});
+    out.push_back({{"id", k.id},
+                   {"url", k.url},
+                   {"title", k.title},
+                   {"fix", k.fix},
+                   {"status", k.status},
+                   {"workaround", k.workaround}});
   }
   return out;
 }

@@ -95,7 +95,8 @@ nlohmann::json trendsJson(const Trends& trends) {
                         {"calls", p.calls},
                         {"logit", orNull(p.logit)},
                         {"logit_source", p.logit ? nlohmann::json(logitSourceName(p.source)) : nlohmann::json(nullptr)},
-                        {"scores_dtype", p.logit && !p.scores_dtype.empty() ? nlohmann::json(p.scores_dtype) : nlohmann::json(nullptr)},
+                        {"scores_dtype",
+                         p.logit && !p.scores_dtype.empty() ? nlohmann::json(p.scores_dtype) : nlohmann::json(nullptr)},
                         {"O", orNull(p.o)},
                         {"dQ", orNull(p.dq)},
                         {"dK", orNull(p.dk)},
@@ -120,7 +121,10 @@ nlohmann::json trendsJson(const Trends& trends) {
                         {"steps_before_first_nonfinite", before},
                         {"text", w.text()}});
   }
-  return {{"layers", layers}, {"warnings", warnings}, {"first_nonfinite_step", trends.nonfinite_step ? nlohmann::json(*trends.nonfinite_step) : nlohmann::json(nullptr)}};
+  return {{"layers", layers},
+          {"warnings", warnings},
+          {"first_nonfinite_step",
+           trends.nonfinite_step ? nlohmann::json(*trends.nonfinite_step) : nlohmann::json(nullptr)}};
 }
 
 std::string trendsText(const Trends& trends) {

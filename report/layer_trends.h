@@ -5,7 +5,6 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
-
 #include <optional>
 #include <string>
 #include <vector>
@@ -28,10 +27,10 @@ struct LayerTrend {
 };
 
 struct Trends {
-  std::vector<LayerTrend> layers;      // by layer
-  std::vector<size_t> by_growth;       // indices into layers: those with a logit, most growth first
+  std::vector<LayerTrend> layers;         // by layer
+  std::vector<size_t> by_growth;          // indices into layers: those with a logit, most growth first
   int64_t first_step = 0, last_step = 0;  // the steps every layer's points span together
-  std::vector<TrendWarning> warnings;  // over ranks, by step then rank
+  std::vector<TrendWarning> warnings;     // over ranks, by step then rank
   // The first step whose values went non-finite (an edge or the sentinel's), to say how long
   // before it each warning came; nullopt in a run that stayed finite.
   std::optional<int64_t> nonfinite_step;

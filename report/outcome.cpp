@@ -19,7 +19,8 @@ std::string whyNothingChecked(const RunData& run, const std::map<std::string, in
   // A process that could not write its store said why beside it: that, not what it ran, is why.
   if (!run.unrecorded.empty()) {
     const auto& [rank, why] = *run.unrecorded.begin();
-    return "rank " + std::to_string(rank) + " could not write its store, so none of its calls was recorded (" + why + ")";
+    return "rank " + std::to_string(rank) + " could not write its store, so none of its calls was recorded (" + why +
+           ")";
   }
   const RunFile& settings = run.settings;
   if (settings.readable) {
@@ -30,8 +31,9 @@ std::string whyNothingChecked(const RunData& run, const std::map<std::string, in
     }
     // The tally outlives the process: whether attention ran before it ended, or not at all.
     const int64_t begun = run.callsNotStored();
-    const std::string when = begun ? " after " + std::to_string(begun) + " attention calls began, before any reached the store"
-                                   : " before any attention call";
+    const std::string when =
+        begun ? " after " + std::to_string(begun) + " attention calls began, before any reached the store"
+              : " before any attention call";
     if (settings.signal) return "the training was killed by " + *settings.signal + when;
     if (settings.exit_code && *settings.exit_code != 0) {
       return "the training exited with code " + std::to_string(*settings.exit_code) + when;
@@ -103,17 +105,20 @@ Conclusion conclude(const RunData& run, const Findings& findings, const std::opt
   c.collective_paths = collectivePaths(run);
   c.sentinel = earliestSentinel(run, receivedThroughCollective(c.collective_paths));
   c.unprobed = run.unprobed();
-  c.made_in_unchecked_attention = first_module && first_module->inputsFinite() && isUncheckedAttention(run, *first_module);
+  c.made_in_unchecked_attention =
+      first_module && first_module->inputsFinite() && isUncheckedAttention(run, *first_module);
   // --trail's answer, when it is not that attention: the module that made them from finite inputs,
   // or the first that received them from outside any module (the batch, the loss).
-  const bool named_outside = first_module && !c.made_in_unchecked_attention &&
-                             (first_module->inputs == ModuleInputs::kFinite || first_module->inputs == ModuleInputs::kNonFinite);
+  const bool named_outside =
+      first_module && !c.made_in_unchecked_attention &&
+      (first_module->inputs == ModuleInputs::kFinite || first_module->inputs == ModuleInputs::kNonFinite);
   if (c.sentinel && (!findings.first || c.sentinel->step < run.calls[*findings.first].step)) {
     c.sentinel_first = true;
     c.unchecked_by_sentinel_step = uncheckedBy(run, c.sentinel->step);
     // A rank not read may have made them in its attention (and sent them in a collective).
     for (int rank : run.missingRanks()) {
-      c.unchecked_by_sentinel_step.push_back("the attention of rank " + std::to_string(rank) + " (its store was not read)");
+      c.unchecked_by_sentinel_step.push_back("the attention of rank " + std::to_string(rank) +
+                                             " (its store was not read)");
     }
     // With no attention call checked, "outside attention" would rest on nothing: attention nanprov
     // does not recognise may have run and made them, whatever --trail named.
@@ -133,8 +138,8 @@ Conclusion conclude(const RunData& run, const Findings& findings, const std::opt
   } else if (run.total_calls == 0) {
     c.outcome = Outcome::kNothingChecked;
     c.nothing_checked_why = whyNothingChecked(run, c.unprobed);
-  } else if (!c.unprobed.empty() || !run.missingRanks().empty() || run.callsNotStored() > 0 || !run.incompleteStores().empty() ||
-             !run.damage.empty()) {
+  } else if (!c.unprobed.empty() || !run.missingRanks().empty() || run.callsNotStored() > 0 ||
+             !run.incompleteStores().empty() || !run.damage.empty()) {
     // Attention unchecked, ranks of the job not read, calls checked that no store holds (the
     // process was killed, or its writes failed), or a store that contradicts itself: what was
     // not stored, or cannot be trusted, was never read here as clean.

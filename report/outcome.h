@@ -39,7 +39,16 @@ std::optional<SentinelFinding> earliestSentinel(const RunData& run, const std::s
 // kAuditFinding: every value was finite, but the audit found a call whose outputs were wrong.
 // kReplicaDivergence: every value was finite, but ranks that replicate their parameters (DDP) held
 // different ones after a step (report/replica_check.h): finite corruption, a suspected device.
-enum class Outcome { kClean, kPartial, kUnattributed, kEdgeFound, kOutsideAttention, kNothingChecked, kAuditFinding, kReplicaDivergence };
+enum class Outcome {
+  kClean,
+  kPartial,
+  kUnattributed,
+  kEdgeFound,
+  kOutsideAttention,
+  kNothingChecked,
+  kAuditFinding,
+  kReplicaDivergence
+};
 // "clean" | "partial" | "unattributed" | "edge" | "outside_attention" | "nothing_checked" | "audit_finding"
 // | "replica_divergence"
 const char* outcomeName(Outcome o);
@@ -64,7 +73,7 @@ struct Conclusion {
   // --trail named, as the module that made the first non-finite values from finite inputs, a
   // module of attention the run counted unchecked: the values were made inside that attention.
   bool made_in_unchecked_attention = false;
-  std::string nothing_checked_why;           // set for kNothingChecked
+  std::string nothing_checked_why;  // set for kNothingChecked
   // Unattributed for want of rows: a rank's process saw a non-finite value at this step (its call
   // tally says), but no call or finding that shows it reached the store (killed, or the disk filled).
   struct Unstored {
@@ -72,8 +81,8 @@ struct Conclusion {
     int64_t step = 0;
   };
   std::optional<Unstored> nonfinite_not_stored;
-  AuditSummary audit;                        // with any outcome
-  ReplicaCheck replicas;                     // with any outcome; decides it only where nothing else was found
+  AuditSummary audit;     // with any outcome
+  ReplicaCheck replicas;  // with any outcome; decides it only where nothing else was found
 };
 
 // What the report says when no attention call was checked: the one option that checks attention

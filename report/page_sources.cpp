@@ -26,7 +26,8 @@ std::string edgeCapture(const Report& report) {
 
 std::optional<std::string> textOf(const json& doc, const char* key) {
   auto it = doc.is_object() ? doc.find(key) : doc.end();
-  return doc.is_object() && it != doc.end() && it->is_string() ? std::optional<std::string>(it->get<std::string>()) : std::nullopt;
+  return doc.is_object() && it != doc.end() && it->is_string() ? std::optional<std::string>(it->get<std::string>())
+                                                               : std::nullopt;
 }
 
 // What the page needs of a replay's JSON (replay/replay_render.cpp); a field of another type is
@@ -78,8 +79,10 @@ StatusOr<PageSources> readPageSources(const RunData& run, const Report& report) 
   PageSources sources;
   const CallRecord* first = report.first_edge ? &report.first_edge->call : nullptr;
   const CallRecord* first_source = report.first_source_edge ? &report.first_source_edge->call : nullptr;
-  if (first && first_source && first->rank == first_source->rank && first->seq == first_source->seq) first_source = nullptr;
-  NANPROV_ASSIGN_OR_RETURN(sources.picture, drawHealthPicture(run, report.conclusion.audit.findings, first, first_source));
+  if (first && first_source && first->rank == first_source->rank && first->seq == first_source->seq)
+    first_source = nullptr;
+  NANPROV_ASSIGN_OR_RETURN(sources.picture,
+                           drawHealthPicture(run, report.conclusion.audit.findings, first, first_source));
   sources.capture = edgeCapture(report);
   if (!sources.capture.empty()) {
     sources.kept_replay_path = replayVerdictsPath(sources.capture);

@@ -44,10 +44,10 @@ struct RunEnvironment {
 
 struct PageSources {
   HealthPicture picture;
-  std::string capture;                 // the edge's capture file; empty: none was written
-  std::string kept_replay_path;        // where its replay is kept, or would be (CAPTURE.replay.json)
-  std::optional<KeptReplay> replay;    // its replay, when kept there
-  std::string replay_problem;          // why a kept replay could not be read
+  std::string capture;               // the edge's capture file; empty: none was written
+  std::string kept_replay_path;      // where its replay is kept, or would be (CAPTURE.replay.json)
+  std::optional<KeptReplay> replay;  // its replay, when kept there
+  std::string replay_problem;        // why a kept replay could not be read
   RunEnvironment environment;
 };
 

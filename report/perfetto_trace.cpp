@@ -85,8 +85,13 @@ class TraceBuilder {
 
  private:
   size_t addSlice(int rank, int64_t slot, int depth, int64_t start_ns, int64_t end_ns, json event) {
-    Slice s{.pid = pidOf(rank), .tid = tidOf(rank, slot), .depth = depth, .start_ns = start_ns,
-            .end_ns = std::max(start_ns, end_ns), .stored_start_ns = start_ns, .stored_end_ns = end_ns,
+    Slice s{.pid = pidOf(rank),
+            .tid = tidOf(rank, slot),
+            .depth = depth,
+            .start_ns = start_ns,
+            .end_ns = std::max(start_ns, end_ns),
+            .stored_start_ns = start_ns,
+            .stored_end_ns = end_ns,
             .event = std::move(event)};
     slices_.push_back(std::move(s));
     return slices_.size() - 1;
@@ -95,11 +100,16 @@ class TraceBuilder {
   void addCall(size_t index) {
     const CallRecord& c = timeline_.calls[index].call;
     const CallHealth& h = timeline_.calls[index].health;
-    json args = {{"module", c.module},          {"phase", phaseName(c.phase)},
-                 {"step", c.step},              {"health", edgeKindName(h.kind)},
-                 {"nonfinite_inputs", h.nonfinite_inputs}, {"nonfinite_outputs", h.nonfinite_outputs},
-                 {"op", c.op},                  {"backend", c.backend},
-                 {"device", c.device.name()},   {"seq", c.seq}};
+    json args = {{"module", c.module},
+                 {"phase", phaseName(c.phase)},
+                 {"step", c.step},
+                 {"health", edgeKindName(h.kind)},
+                 {"nonfinite_inputs", h.nonfinite_inputs},
+                 {"nonfinite_outputs", h.nonfinite_outputs},
+                 {"op", c.op},
+                 {"backend", c.backend},
+                 {"device", c.device.name()},
+                 {"seq", c.seq}};
     if (c.recompute) args["recompute"] = true;
     if (!c.injected.empty()) args["injected"] = c.injected;
     if (timeline_.first_edge == index) args["first_edge"] = true;
@@ -112,7 +122,8 @@ class TraceBuilder {
     // calls, and the forwards activation checkpointing recomputes inside them, on a thread of its
     // own on CUDA (on the CPU, on the thread that called backward()).
     const bool in_backward = c.phase == Phase::kBackward || c.recompute;
-    call_slice_[index] = addSlice(c.rank, in_backward ? kAutogradSlot : kTrainingSlot, 1, c.start_ns, c.end_ns, std::move(event));
+    call_slice_[index] =
+        addSlice(c.rank, in_backward ? kAutogradSlot : kTrainingSlot, 1, c.start_ns, c.end_ns, std::move(event));
     addKernels(c, timeline_.calls[index].kernels, call_slice_[index]);
     auto [span, fresh] = step_spans_.try_emplace({c.rank, c.step}, c.start_ns, c.end_ns);
     if (!fresh) {
@@ -172,8 +183,9 @@ class TraceBuilder {
       }
       if (!start || !end) continue;
       json args = {{"step", step}, {"start", start_from}, {"end", end_from}};
-      addSlice(rank.rank, kTrainingSlot, 0, *start, *end,
-               {{"name", (passes ? "forward pass " : "step ") + std::to_string(step)}, {"cat", "step"}, {"args", args}});
+      addSlice(
+          rank.rank, kTrainingSlot, 0, *start, *end,
+          {{"name", (passes ? "forward pass " : "step ") + std::to_string(step)}, {"cat", "step"}, {"args", args}});
     }
   }
 
@@ -191,8 +203,9 @@ class TraceBuilder {
       json args = {{"steps", steps},
                    {"calls", s.calls},
                    {"not_clean", s.not_clean},
-                   {"why", "the store budget kept one summary row per step, layer and phase (nanprov run "
-                           "--store-budget): these calls have no slice"},
+                   {"why",
+                    "the store budget kept one summary row per step, layer and phase (nanprov run "
+                    "--store-budget): these calls have no slice"},
                    {"see", "nanprov sql " + timeline_.run + " \"SELECT * FROM step_summaries WHERE last_step >= " +
                                std::to_string(s.first_step) + " AND step <= " + std::to_string(s.last_step) + "\""}};
       json event = {{"name", "summarised: " + std::to_string(s.calls) + " calls, steps " + steps},
@@ -249,16 +262,31 @@ class TraceBuilder {
         continue;
       }
       ++flow_id;
-      events.push_back({{"ph", "s"}, {"id", flow_id}, {"cat", "launch"}, {"name", "launch"}, {"pid", from.pid},
-                        {"tid", from.tid}, {"ts", micros(midpoint(from), origin)}});
-      events.push_back({{"ph", "f"}, {"bp", "e"}, {"id", flow_id}, {"cat", "launch"}, {"name", "launch"},
-                        {"pid", to.pid}, {"tid", to.tid}, {"ts", micros(midpoint(to), origin)}});
+      events.push_back({{"ph", "s"},
+                        {"id", flow_id},
+                        {"cat", "launch"},
+                        {"name", "launch"},
+                        {"pid", from.pid},
+                        {"tid", from.tid},
+                        {"ts", micros(midpoint(from), origin)}});
+      events.push_back({{"ph", "f"},
+                        {"bp", "e"},
+                        {"id", flow_id},
+                        {"cat", "launch"},
+                        {"name", "launch"},
+                        {"pid", to.pid},
+                        {"tid", to.tid},
+                        {"ts", micros(midpoint(to), origin)}});
     }
 
     markEdge(timeline_.first_edge, "first non-finite edge: ", events, origin);
-    if (timeline_.first_source_edge != timeline_.first_edge) markEdge(timeline_.first_source_edge, "first source edge: ", events, origin);
+    if (timeline_.first_source_edge != timeline_.first_edge)
+      markEdge(timeline_.first_source_edge, "first source edge: ", events, origin);
 
-    json other = {{"generator", "nanprov trace"}, {"run", timeline_.run}, {"time_origin_ns", origin}, {"clock", "CLOCK_REALTIME"}};
+    json other = {{"generator", "nanprov trace"},
+                  {"run", timeline_.run},
+                  {"time_origin_ns", origin},
+                  {"clock", "CLOCK_REALTIME"}};
     if (timeline_.first_edge) other["first_edge"] = callName(timeline_.calls[*timeline_.first_edge].call);
     if (flows_dropped) other["flows_without_room"] = flows_dropped;
     return {{"traceEvents", std::move(events)}, {"otherData", std::move(other)}};
@@ -273,12 +301,22 @@ class TraceBuilder {
     const CallRecord& c = timeline_.calls[*index].call;
     const Slice& s = slices_[call_slice_[*index]];
     const json& args = s.event["args"];
-    events.push_back({{"ph", "i"}, {"s", "p"}, {"name", label + callName(c)}, {"cat", "edge"}, {"pid", s.pid},
-                      {"tid", s.tid}, {"ts", micros(s.start_ns, origin)},
-                      {"args", {{"call", callName(c)}, {"module", c.module}, {"phase", phaseName(c.phase)},
-                                {"step", c.step}, {"health", args["health"]}, {"origin", originName(timeline_.origin)},
-                                {"nonfinite_inputs", args["nonfinite_inputs"]},
-                                {"nonfinite_outputs", args["nonfinite_outputs"]}}}});
+    events.push_back({{"ph", "i"},
+                      {"s", "p"},
+                      {"name", label + callName(c)},
+                      {"cat", "edge"},
+                      {"pid", s.pid},
+                      {"tid", s.tid},
+                      {"ts", micros(s.start_ns, origin)},
+                      {"args",
+                       {{"call", callName(c)},
+                        {"module", c.module},
+                        {"phase", phaseName(c.phase)},
+                        {"step", c.step},
+                        {"health", args["health"]},
+                        {"origin", originName(timeline_.origin)},
+                        {"nonfinite_inputs", args["nonfinite_inputs"]},
+                        {"nonfinite_outputs", args["nonfinite_outputs"]}}}});
   }
 
   // Metadata: the rank's process name and order, and a name for each track it uses.
@@ -313,10 +351,11 @@ class TraceBuilder {
 
   const Timeline& timeline_;
   std::vector<Slice> slices_;
-  std::vector<size_t> call_slice_;                  // run.calls index → its slice
-  std::vector<std::pair<size_t, size_t>> launches_;  // (call slice, kernel slice)
+  std::vector<size_t> call_slice_;                                     // run.calls index → its slice
+  std::vector<std::pair<size_t, size_t>> launches_;                    // (call slice, kernel slice)
   std::map<int, std::map<std::pair<int, int64_t>, int64_t>> streams_;  // rank → (device, stream) → slot
-  std::map<std::pair<int, int64_t>, std::pair<int64_t, int64_t>> step_spans_;  // (rank, step) → its calls' first start, last end
+  std::map<std::pair<int, int64_t>, std::pair<int64_t, int64_t>>
+      step_spans_;  // (rank, step) → its calls' first start, last end
 };
 
 }  // namespace

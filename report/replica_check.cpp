@@ -61,7 +61,8 @@ struct StepHeld {
   const StepDigests* order = nullptr;
 };
 
-StepHeld heldAt(const std::map<int, std::map<int64_t, StepDigests>>& digests, const std::vector<int>& ranks, int64_t step) {
+StepHeld heldAt(const std::map<int, std::map<int64_t, StepDigests>>& digests, const std::vector<int>& ranks,
+                int64_t step) {
   StepHeld at;
   for (int r : ranks) {
     auto it = digests.find(r);
@@ -91,7 +92,9 @@ std::optional<ReplicaDivergence> parameterDivergence(const StepHeld& at, int64_t
     bool by_majority = false;
     std::vector<int> ranks_off = disagreeing(held, &by_majority);
     if (ranks_off.empty()) continue;
-    if (!found) found = ReplicaDivergence{.step = step, .by_majority = by_majority, .parameter = parameter, .parameter_step = step};
+    if (!found)
+      found =
+          ReplicaDivergence{.step = step, .by_majority = by_majority, .parameter = parameter, .parameter_step = step};
     found->by_majority = found->by_majority && by_majority;
     off.insert(ranks_off.begin(), ranks_off.end());
   }
@@ -105,7 +108,8 @@ std::optional<ReplicaDivergence> parameterDivergence(const StepHeld& at, int64_t
 // parameter that differs is named from the first step from there whose per-parameter digests were
 // kept (store/replica_digest_rows.h): a parameter that went wrong stays wrong on its rank.
 std::optional<ReplicaDivergence> firstDivergence(const std::map<int, std::map<int64_t, StepDigests>>& digests,
-                                                 const std::vector<int>& ranks, std::set<int64_t>* steps, std::set<int>* compared) {
+                                                 const std::vector<int>& ranks, std::set<int64_t>* steps,
+                                                 std::set<int>* compared) {
   std::set<int64_t> all_steps;
   for (int r : ranks) {
     if (auto it = digests.find(r); it != digests.end()) {
@@ -150,7 +154,8 @@ ReplicaCheck checkReplicas(const RunData& run) {
   // The groups as their ranks recorded them: a rank counts in a group that lists it.
   std::map<std::string, std::vector<int>> groups;
   for (const RankInfo& info : run.ranks) {
-    if (const std::string* sharded = metaText(info.meta, kReplicaShardedMeta); sharded && *sharded == "1") check.sharded = true;
+    if (const std::string* sharded = metaText(info.meta, kReplicaShardedMeta); sharded && *sharded == "1")
+      check.sharded = true;
     const std::string* group = metaText(info.meta, kReplicaGroupMeta);
     if (!group) continue;
     const std::vector<int> listed = ranksOfGroup(*group);
@@ -163,7 +168,8 @@ ReplicaCheck checkReplicas(const RunData& run) {
   for (const auto& [group, ranks] : groups) {
     std::set<int> in_group;
     std::optional<ReplicaDivergence> found = firstDivergence(digests, ranks, &steps, &in_group);
-    if (found && (!check.first_divergence || found->step < check.first_divergence->step)) check.first_divergence = found;
+    if (found && (!check.first_divergence || found->step < check.first_divergence->step))
+      check.first_divergence = found;
     if (in_group.size() >= 2) check.groups.emplace_back(in_group.begin(), in_group.end());
     compared.insert(in_group.begin(), in_group.end());
   }
@@ -172,7 +178,7 @@ ReplicaCheck checkReplicas(const RunData& run) {
   check.steps = static_cast<int64_t>(steps.size());
   check.checked = check.steps > 0;
   if (!check.checked) {
-    check.why_not = check.sharded ? "the parameters are sharded (FSDP, DTensor)"
+    check.why_not = check.sharded    ? "the parameters are sharded (FSDP, DTensor)"
                     : groups.empty() ? "no parameters replicated across ranks (DDP, HSDP) were recorded"
                                      : "no two ranks that replicate their parameters recorded digests of one step";
   }
@@ -190,12 +196,15 @@ std::string rankList(const std::vector<int>& ranks) {
 
 }  // namespace
 
-std::string ranksText(const std::vector<int>& ranks) { return (ranks.size() == 1 ? "rank " : "ranks ") + rankList(ranks); }
+std::string ranksText(const std::vector<int>& ranks) {
+  return (ranks.size() == 1 ? "rank " : "ranks ") + rankList(ranks);
+}
 
 std::string parameterText(const ReplicaDivergence& d) {
   if (d.parameter.empty()) return "no parameter named: no per-parameter digests were kept from that step on";
   return "first in " + d.parameter +
-         (d.parameter_step > d.step ? " (by the per-parameter digests of step " + std::to_string(d.parameter_step) + ")" : "");
+         (d.parameter_step > d.step ? " (by the per-parameter digests of step " + std::to_string(d.parameter_step) + ")"
+                                    : "");
 }
 
 std::string replicaCheckText(const ReplicaCheck& r, StepUnit unit) {

@@ -35,8 +35,8 @@ struct ReplicaCheck {
   // The replica groups compared, each its ranks in order: one for DDP, one per shard for HSDP
   // (whose ranks 0 and 2 may hold one shard, 1 and 3 the other).
   std::vector<std::vector<int>> groups;
-  int64_t steps = 0;       // steps at which two replicas or more were compared
-  bool sharded = false;    // some parameters were sharded (FSDP, DTensor): never compared
+  int64_t steps = 0;     // steps at which two replicas or more were compared
+  bool sharded = false;  // some parameters were sharded (FSDP, DTensor): never compared
   std::optional<ReplicaDivergence> first_divergence;
 };
 

@@ -57,11 +57,11 @@ struct Report {
   // The earliest source edge: the first edge, unless the values came from upstream.
   std::optional<EdgeCall> first_source_edge;
   Propagation propagation;
-  Conclusion conclusion;     // the sentinel, coverage, the audit, the outcome
-  CallIssues source_issues;  // the known issues the first source edge matches, or may match
+  Conclusion conclusion;                    // the sentinel, coverage, the audit, the outcome
+  CallIssues source_issues;                 // the known issues the first source edge matches, or may match
   std::optional<FirstModule> first_module;  // --trail: the module that made the first non-finite value
-  Trends trends;  // each layer's trend and the warnings the run said
-  std::optional<PageSources> page;  // what only the HTML page shows (ReportOptions::page)
+  Trends trends;                            // each layer's trend and the warnings the run said
+  std::optional<PageSources> page;          // what only the HTML page shows (ReportOptions::page)
 };
 
 }  // namespace nanprov

@@ -39,8 +39,9 @@ std::string row(const std::string& header, const std::string& value) {
   return "<tr><th>" + header + "</th><td>" + value + "</td></tr>\n";
 }
 
-std::string plural(int64_t n, const char* one, const char* many) { return std::to_string(n) + " " + (n == 1 ? one : many); }
-
+std::string plural(int64_t n, const char* one, const char* many) {
+  return std::to_string(n) + " " + (n == 1 ? one : many);
+}
 
 const char* kStyle = R"(
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0 auto;max-width:1240px;padding:16px 20px;color:#202124}
@@ -113,11 +114,14 @@ std::string trendsSection(const Report& report) {
       out += "<li>and " + std::to_string(t.warnings.size() - kListedWarnings) +
              " more: <code>nanprov report --json</code> lists them under trends.warnings</li>\n";
     }
-    out += "</ul>\n<p class=\"note\">A trend, not a verdict: the rule is the growth that preceded published instabilities.</p>\n";
+    out +=
+        "</ul>\n<p class=\"note\">A trend, not a verdict: the rule is the growth that preceded published "
+        "instabilities.</p>\n";
   }
   const PlotFrame frame{.first_step = t.first_step, .last_step = t.last_step, .nonfinite_step = t.nonfinite_step};
   auto warned = [&](size_t layer) {
-    return std::any_of(t.warnings.begin(), t.warnings.end(), [&](const TrendWarning& w) { return w.layer == t.layers[layer].layer; });
+    return std::any_of(t.warnings.begin(), t.warnings.end(),
+                       [&](const TrendWarning& w) { return w.layer == t.layers[layer].layer; });
   };
   // The layers warned about first, then those whose logits grew most; layers without a logit last.
   std::vector<size_t> order = t.by_growth;
@@ -141,7 +145,8 @@ std::string trendsSection(const Report& report) {
            " more layers: <code>nanprov report --json</code> lists every layer's under trends.layers.</p>\n";
   }
   const int64_t every = t.layers.front().bucket_steps;
-  if (every > 1) out += "<p class=\"note\">Each point stands for " + std::to_string(every) + " steps, their largest.</p>\n";
+  if (every > 1)
+    out += "<p class=\"note\">Each point stands for " + std::to_string(every) + " steps, their largest.</p>\n";
   return out + "</section>\n";
 }
 
@@ -151,21 +156,23 @@ std::string trendsSection(const Report& report) {
 std::string verdictSection(const Report& report, const std::string& headline) {
   const std::string outcome = outcomeName(report.conclusion.outcome);
   std::string sub = "outcome <b>" + outcome + "</b> &middot; " + shown(firstLine(summaryLine(report.run)));
-  return "<header id=\"verdict\" class=\"verdict outcome-" + outcome + "\" data-outcome=\"" + outcome + "\">\n<h1 id=\"headline\">" +
-         escapedHtml(headline) + "</h1>\n<p class=\"sub\">" + sub + "</p>\n</header>\n";
+  return "<header id=\"verdict\" class=\"verdict outcome-" + outcome + "\" data-outcome=\"" + outcome +
+         "\">\n<h1 id=\"headline\">" + escapedHtml(headline) + "</h1>\n<p class=\"sub\">" + sub + "</p>\n</header>\n";
 }
 
 std::string shownCallName(const CallRecord& c) { return "<span class=\"mono\">" + shown(callName(c)) + "</span>"; }
 
 std::string rolesTable(const CallRecord& c) {
-  std::string out = "<table class=\"list roles\"><tr><th>role</th><th>side</th><th>dtype</th><th>shape</th><th>NaN</th>"
-                    "<th>+Inf</th><th>&minus;Inf</th><th>largest finite |x|</th><th>all zero</th></tr>\n";
+  std::string out =
+      "<table class=\"list roles\"><tr><th>role</th><th>side</th><th>dtype</th><th>shape</th><th>NaN</th>"
+      "<th>+Inf</th><th>&minus;Inf</th><th>largest finite |x|</th><th>all zero</th></tr>\n";
   for (const TensorHealth& t : c.tensors) {
     bool output = isOutputRole(c.phase, t.role);
-    out += std::string("<tr") + (t.nonfinite() && t.role != Role::kMask ? " class=\"bad\"" : "") + "><td>" + roleName(t.role) +
-           "</td><td>" + (output ? "output" : "input") + "</td><td>" + shown(t.dtype.str()) + "</td><td class=\"mono\">" +
-           shown(t.shape.text()) + "</td><td>" + std::to_string(t.nan) + "</td><td>" + std::to_string(t.posinf) + "</td><td>" +
-           std::to_string(t.neginf) + "</td><td>" + shortNumber(t.max_abs) + "</td><td>" + (t.all_zero ? "yes" : "no") +
+    out += std::string("<tr") + (t.nonfinite() && t.role != Role::kMask ? " class=\"bad\"" : "") + "><td>" +
+           roleName(t.role) + "</td><td>" + (output ? "output" : "input") + "</td><td>" + shown(t.dtype.str()) +
+           "</td><td class=\"mono\">" + shown(t.shape.text()) + "</td><td>" + std::to_string(t.nan) + "</td><td>" +
+           std::to_string(t.posinf) + "</td><td>" + std::to_string(t.neginf) + "</td><td>" + shortNumber(t.max_abs) +
+           "</td><td>" + (t.all_zero ? "yes" : "no") +
            (t.masked_rows > 0 ? " (" + shown(maskedRowsText(c, t)) + ")" : "") + "</td></tr>\n";
   }
   return out + "</table>\n";
@@ -175,31 +182,38 @@ std::string firstEdgeSection(const Report& report) {
   const RunOverview& run = report.run;
   if (!report.first_edge) {
     // Values went non-finite whose rows never reached the store: no stored call shows them.
-    const char* none = report.conclusion.nonfinite_not_stored ? "No stored attention call had a non-finite input or output; the calls that saw them were not stored."
-                       : run.calls == 0                       ? "No attention call was checked, so none can be named."
-                                                              : "No checked attention call had a non-finite input or output.";
-    return std::string("<section id=\"first-edge\" data-name=\"\">\n<h2>First non-finite edge</h2>\n<p>") + none + "</p>\n</section>\n";
+    const char* none =
+        report.conclusion.nonfinite_not_stored
+            ? "No stored attention call had a non-finite input or output; the calls that saw them were not stored."
+        : run.calls == 0 ? "No attention call was checked, so none can be named."
+                         : "No checked attention call had a non-finite input or output.";
+    return std::string("<section id=\"first-edge\" data-name=\"\">\n<h2>First non-finite edge</h2>\n<p>") + none +
+           "</p>\n</section>\n";
   }
   const EdgeCall& edge = *report.first_edge;
   const CallRecord& c = edge.call;
   const CallHealth& h = edge.health;
-  std::string origin =
-      report.origin == Origin::kAttention
-          ? "<b>attention</b>: every checked input finite, non-finite " + shown(joined(h.nonfinite_outputs)) + " came out"
-          : "<b>upstream</b>: non-finite " + shown(joined(h.nonfinite_inputs)) + " reached attention from before it; " +
-                escapedHtml(upstreamOriginText(run, report.first_module, c));  // already printable
-  std::string out = "<section id=\"first-edge\" data-name=\"" + shown(callName(c)) + "\">\n<h2>First non-finite edge</h2>\n";
+  std::string origin = report.origin == Origin::kAttention
+                           ? "<b>attention</b>: every checked input finite, non-finite " +
+                                 shown(joined(h.nonfinite_outputs)) + " came out"
+                           : "<b>upstream</b>: non-finite " + shown(joined(h.nonfinite_inputs)) +
+                                 " reached attention from before it; " +
+                                 escapedHtml(upstreamOriginText(run, report.first_module, c));  // already printable
+  std::string out =
+      "<section id=\"first-edge\" data-name=\"" + shown(callName(c)) + "\">\n<h2>First non-finite edge</h2>\n";
   out += "<table class=\"facts\">\n";
   out += row("call", "<span class=\"mono name\" id=\"edge-name\">" + shown(callName(c)) + "</span>");
   out += row("step", shown(stepLabel(run.step_unit, c.step)));
   out += row("phase", std::string(phaseName(c.phase)) + (c.recompute ? " (checkpoint recompute)" : ""));
   out += row("module", c.module.empty() ? "&ndash;" : "<span class=\"mono\">" + shown(c.module) + "</span>");
-  out += row("op", "<span class=\"mono\">" + shown(c.op) + "</span> (" + shown(c.backend) + ") on " + shown(c.device.name()));
+  out += row("op",
+             "<span class=\"mono\">" + shown(c.op) + "</span> (" + shown(c.backend) + ") on " + shown(c.device.name()));
   out += row("origin", origin);
   if (!c.injected.empty()) out += row("injected", shown(c.injected) + " was corrupted by <code>--inject</code>");
   if (const std::optional<EdgeCapture>& capture = edge.capture) {
-    out += row("capture", capture->path.empty() ? "not captured: " + shown(capture->skipped)
-                                                : "<code>nanprov replay " + shown(shellWord(capture->path)) + "</code>");
+    out +=
+        row("capture", capture->path.empty() ? "not captured: " + shown(capture->skipped)
+                                             : "<code>nanprov replay " + shown(shellWord(capture->path)) + "</code>");
   }
   if (report.origin == Origin::kUpstream && report.first_source_edge) {
     out += row("first source edge", shownCallName(report.first_source_edge->call) + " (later, inside attention)");
@@ -209,8 +223,8 @@ std::string firstEdgeSection(const Report& report) {
   for (const IssueMatchNote& m : report.source_issues.matches) out += row("known issue", shown(m.sentence));
   for (const PossibleIssueNote& m : report.source_issues.possible) out += row("known issue?", shown(m.sentence));
   const Propagation& p = report.propagation;
-  out += row("after it", plural(p.calls, "non-finite call", "non-finite calls") + " across " + plural(p.layers, "layer", "layers") +
-                             " on " + plural(p.ranks, "rank", "ranks"));
+  out += row("after it", plural(p.calls, "non-finite call", "non-finite calls") + " across " +
+                             plural(p.layers, "layer", "layers") + " on " + plural(p.ranks, "rank", "ranks"));
   out += "</table>\n<h3>Roles</h3>\n" + rolesTable(c) + "</section>\n";
   return out;
 }
@@ -221,8 +235,8 @@ std::string parameterList(const std::vector<std::string>& names) {
   if (names.empty()) return "&ndash;";
   std::string items;
   for (const std::string& n : names) items += "<li class=\"mono\">" + shown(n) + "</li>";
-  return "<details><summary>" + plural(static_cast<int64_t>(names.size()), "parameter", "parameters") + "</summary><ul>" + items +
-         "</ul></details>";
+  return "<details><summary>" + plural(static_cast<int64_t>(names.size()), "parameter", "parameters") +
+         "</summary><ul>" + items + "</ul></details>";
 }
 
 std::string sentinelSection(const Report& report) {
@@ -233,14 +247,16 @@ std::string sentinelSection(const Report& report) {
     bool training = run.step_unit == StepUnit::kOptimizerStep;
     // The sentinel runs in the probes: without a rank store, nothing was checked at all.
     return out + "<p>" +
-           (run.ranks.empty()                         ? "No process left a store: the gradients were not checked either."
-            : report.conclusion.nonfinite_not_stored  ? "No stored finding: the rows of the step whose values went non-finite were not stored."
-            : training                                ? "Every gradient, and every parameter after its update, was finite at every optimizer step."
-                                                      : "An inference run: no optimizer step, so no gradients to check.") +
+           (run.ranks.empty() ? "No process left a store: the gradients were not checked either."
+            : report.conclusion.nonfinite_not_stored
+                ? "No stored finding: the rows of the step whose values went non-finite were not stored."
+            : training ? "Every gradient, and every parameter after its update, was finite at every optimizer step."
+                       : "An inference run: no optimizer step, so no gradients to check.") +
            "</p>\n</section>\n";
   }
   const SentinelFinding& s = *conclusion.sentinel;
-  out += "<p>Gradients first went non-finite on rank " + std::to_string(s.rank) + " at " + shown(stepLabel(run.step_unit, s.step)) + ". ";
+  out += "<p>Gradients first went non-finite on rank " + std::to_string(s.rank) + " at " +
+         shown(stepLabel(run.step_unit, s.step)) + ". ";
   if (conclusion.made_in_unchecked_attention) {
     std::string made = madeInUncheckedAttentionText(*report.first_module, run.step_unit);
     made[0] = 'T';  // "the first non-finite values were made...", as a sentence
@@ -273,14 +289,17 @@ std::string coverageSection(const Report& report) {
   if (std::string replicas = replicaCheckText(conclusion.replicas, run.step_unit); !replicas.empty()) {
     out += row("replicas", shown(replicas));
   }
-  if (std::string summarised = summarisedText(run.summarised); !summarised.empty()) out += row("summarised", shown(summarised));
-  if (conclusion.outcome == Outcome::kNothingChecked) out += row("nothing checked, why", shown(conclusion.nothing_checked_why));
+  if (std::string summarised = summarisedText(run.summarised); !summarised.empty())
+    out += row("summarised", shown(summarised));
+  if (conclusion.outcome == Outcome::kNothingChecked)
+    out += row("nothing checked, why", shown(conclusion.nothing_checked_why));
   if (int64_t lost = run.calls_not_stored; lost && !run.incomplete.empty()) {
     out += row("not stored", plural(lost, "call", "calls") + " checked and not stored: writes to the store failed");
   } else if (lost) {
-    out += row("not stored", plural(lost, "call", "calls") +
-                                 " the process began but never stored: it ended before they reached the store (killed, or it "
-                                 "exited by a path that runs no exit hook)");
+    out += row("not stored",
+               plural(lost, "call", "calls") +
+                   " the process began but never stored: it ended before they reached the store (killed, or it "
+                   "exited by a path that runs no exit hook)");
   }
   for (const std::string& incomplete : run.incomplete) out += row("incomplete", shown(incomplete));
   for (const std::string& damage : run.damage) out += row("damaged", shown(damage));
@@ -292,8 +311,10 @@ std::string coverageSection(const Report& report) {
   if (std::string suggestion = suggestionText(run.suggested_probe_modules); !suggestion.empty()) {
     out += row("would check it", "<span class=\"mono\">" + shown(suggestion) + "</span>");
   }
-  return out + "</table>\n<p class=\"note\">Clean means checked and finite, never unseen: a picture cell with no checked call "
-               "is drawn as unprobed.</p>\n</section>\n";
+  return out +
+         "</table>\n<p class=\"note\">Clean means checked and finite, never unseen: a picture cell with no checked "
+         "call "
+         "is drawn as unprobed.</p>\n</section>\n";
 }
 
 // A measure the engine could not take (written null) as a dash.
@@ -305,8 +326,9 @@ std::string judgedTensors(const std::vector<TensorJudgement>& tensors) {
   for (const TensorJudgement& t : tensors) {
     if (t.verdict == "ok") continue;
     const std::string& where = !t.all_zero_where.empty() ? t.all_zero_where : t.nonfinite_where;
-    lines.push_back(shown(t.role) + " <b>" + shown(t.verdict) + "</b>: max error " + shownMeasure(t.max_abs_err) + " (yardstick " +
-                    shownMeasure(t.yardstick_max_err) + "), cosine " + shownMeasure(t.cosine) + (where.empty() ? "" : ", " + shown(where)));
+    lines.push_back(shown(t.role) + " <b>" + shown(t.verdict) + "</b>: max error " + shownMeasure(t.max_abs_err) +
+                    " (yardstick " + shownMeasure(t.yardstick_max_err) + "), cosine " + shownMeasure(t.cosine) +
+                    (where.empty() ? "" : ", " + shown(where)));
   }
   return lines.empty() ? "every tensor ok" : joined(lines, "<br>");
 }
@@ -326,19 +348,21 @@ std::string auditSection(const Report& report) {
   const AuditSummary& a = report.conclusion.audit;
   std::string out = "<section id=\"audit\">\n<h2>Audit findings</h2>\n";
   if (!a.on) {
-    return out + "<p>The run was not audited. <code>nanprov run --audit</code> compares sampled calls with the float64 "
-                 "reference while training runs: it finds outputs that are finite and still wrong.</p>\n</section>\n";
+    return out +
+           "<p>The run was not audited. <code>nanprov run --audit</code> compares sampled calls with the float64 "
+           "reference while training runs: it finds outputs that are finite and still wrong.</p>\n</section>\n";
   }
   out += "<p>" + plural(a.audited, "call", "calls") + " judged against the float64 reference, " +
-         plural(static_cast<int64_t>(a.findings.size()), "finding", "findings") + " (" + shortSeconds(a.seconds) + " judging, " +
-         shortNumber(static_cast<double>(a.bytes) / (1 << 20)) + " MiB captured)" +
+         plural(static_cast<int64_t>(a.findings.size()), "finding", "findings") + " (" + shortSeconds(a.seconds) +
+         " judging, " + shortNumber(static_cast<double>(a.bytes) / (1 << 20)) + " MiB captured)" +
          (a.warn_only && !a.findings.empty() ? ", warn only" : "") + ".</p>\n";
   if (!a.findings.empty()) {
-    out += "<table class=\"list findings\"><tr><th>call</th><th>step</th><th>phase</th><th>backend</th><th>verdict</th>"
-           "<th>tensors</th><th>kernel, conditions, capture</th></tr>\n";
+    out +=
+        "<table class=\"list findings\"><tr><th>call</th><th>step</th><th>phase</th><th>backend</th><th>verdict</th>"
+        "<th>tensors</th><th>kernel, conditions, capture</th></tr>\n";
     for (const AuditFinding& f : a.findings) {
-      std::string details = (f.kernel ? "kernel <span class=\"mono\">" + shown(*f.kernel) + "</span><br>" : "") + "conditions: " +
-                            shown(f.conditions_text);
+      std::string details = (f.kernel ? "kernel <span class=\"mono\">" + shown(*f.kernel) + "</span><br>" : "") +
+                            "conditions: " + shown(f.conditions_text);
       if (f.received_wrong && !f.received_wrong->empty()) {
         details += "<br>its inputs from the forward were already wrong (" + shown(*f.received_wrong) +
                    "): the fault is upstream, in the forward";
@@ -346,26 +370,32 @@ std::string auditSection(const Report& report) {
       if (std::string issues = knownIssuesText(f.known_issues); !issues.empty()) details += "<br>" + issues;
       if (f.slice) details += "<br>audited on a slice: " + shown(*f.slice);
       details += "<br><code>nanprov replay " + shown(shellWord(f.capture)) + "</code>";
-      out += "<tr class=\"finding\" data-name=\"" + shown(f.name) + "\"><td class=\"name\">" + shown(f.name) + "</td><td>" +
-             std::to_string(f.step) + "</td><td>" + shown(f.phase) + "</td><td>" + shown(f.backend) + "</td><td><b>" +
-             (f.verdict ? shown(*f.verdict) : "&ndash;") + "</b></td><td>" + judgedTensors(f.tensors) + "</td><td>" + details +
-             "</td></tr>\n";
+      out += "<tr class=\"finding\" data-name=\"" + shown(f.name) + "\"><td class=\"name\">" + shown(f.name) +
+             "</td><td>" + std::to_string(f.step) + "</td><td>" + shown(f.phase) + "</td><td>" + shown(f.backend) +
+             "</td><td><b>" + (f.verdict ? shown(*f.verdict) : "&ndash;") + "</b></td><td>" + judgedTensors(f.tensors) +
+             "</td><td>" + details + "</td></tr>\n";
     }
     out += "</table>\n";
   }
   std::string notes;
-  if (a.suspect) notes += "<li>" + plural(a.suspect, "call", "calls") + " within only PyTorch's looser tolerances (suspect, not findings)</li>";
-  for (const auto& [why, n] : a.not_audited) notes += "<li>" + std::to_string(n) + " not audited: " + shown(why) + "</li>";
+  if (a.suspect)
+    notes += "<li>" + plural(a.suspect, "call", "calls") +
+             " within only PyTorch's looser tolerances (suspect, not findings)</li>";
+  for (const auto& [why, n] : a.not_audited)
+    notes += "<li>" + std::to_string(n) + " not audited: " + shown(why) + "</li>";
   if (a.unjudged) notes += "<li>" + plural(a.unjudged, "audit capture", "audit captures") + " not judged yet</li>";
   if (!notes.empty()) out += "<ul>" + notes + "</ul>\n";
   std::string judged;
   for (const AuditCoverage::Key& k : a.coverage.keys) {
-    judged += "<tr><td>" + std::to_string(k.rank) + "</td><td>" + std::to_string(k.layer) + "</td><td>" + shown(k.phase) + "</td><td>" +
-              std::to_string(k.judged) + "</td><td>" + (k.last_step < 0 ? "never" : std::to_string(k.last_step)) + "</td></tr>";
+    judged += "<tr><td>" + std::to_string(k.rank) + "</td><td>" + std::to_string(k.layer) + "</td><td>" +
+              shown(k.phase) + "</td><td>" + std::to_string(k.judged) + "</td><td>" +
+              (k.last_step < 0 ? "never" : std::to_string(k.last_step)) + "</td></tr>";
   }
   if (!judged.empty()) {
-    out += "<details><summary>what was judged, per layer</summary><table class=\"list\"><tr><th>rank</th><th>layer</th>"
-           "<th>phase</th><th>calls judged</th><th>last judged step</th></tr>" + judged + "</table></details>\n";
+    out +=
+        "<details><summary>what was judged, per layer</summary><table class=\"list\"><tr><th>rank</th><th>layer</th>"
+        "<th>phase</th><th>calls judged</th><th>last judged step</th></tr>" +
+        judged + "</table></details>\n";
   }
   return out + "</section>\n";
 }
@@ -394,24 +424,31 @@ std::string legend() {
       {CellHealth::kUnprobed, "no checked call"}};
   std::string out = "<div class=\"legend\">";
   for (const auto& [h, what] : kinds) {
-    out += std::string("<span title=\"") + what + "\"><span class=\"swatch h-" + cellHealthName(h) + "\"></span>" + healthLabel(h) + "</span>";
+    out += std::string("<span title=\"") + what + "\"><span class=\"swatch h-" + cellHealthName(h) + "\"></span>" +
+           healthLabel(h) + "</span>";
   }
-  return out + "<span><span class=\"swatch h-clean first\" style=\"outline:2px solid #000\"></span>the first edge</span></div>\n";
+  return out +
+         "<span><span class=\"swatch h-clean first\" style=\"outline:2px solid #000\"></span>the first "
+         "edge</span></div>\n";
 }
 
 // "layer 3", or "layers 0–79" for a row that holds a band of them.
 std::string rowLabel(const PictureRow& row) {
-  return row.first_layer == row.last_layer ? "layer " + std::to_string(row.first_layer)
-                                           : "layers " + std::to_string(row.first_layer) + "–" + std::to_string(row.last_layer);
+  return row.first_layer == row.last_layer
+             ? "layer " + std::to_string(row.first_layer)
+             : "layers " + std::to_string(row.first_layer) + "–" + std::to_string(row.last_layer);
 }
 
-std::string cellTooltip(const RankPicture& rank, const PictureRow& row, Phase phase, const std::string& steps, const PictureCell& cell) {
+std::string cellTooltip(const RankPicture& rank, const PictureRow& row, Phase phase, const std::string& steps,
+                        const PictureCell& cell) {
   const std::string& module = row.module;
-  std::vector<std::string> lines = {"rank" + std::to_string(rank.rank) + " · " + rowLabel(row) +
-                                    (module.empty() ? "" : " (" + shown(module) + (row.first_layer == row.last_layer ? "" : ", …") + ")") +
-                                    " · " + steps + " · " + phaseName(phase)};
+  std::vector<std::string> lines = {
+      "rank" + std::to_string(rank.rank) + " · " + rowLabel(row) +
+      (module.empty() ? "" : " (" + shown(module) + (row.first_layer == row.last_layer ? "" : ", …") + ")") + " · " +
+      steps + " · " + phaseName(phase)};
   if (cell.calls == 0) {
-    lines.push_back("unprobed: no checked attention call (the layer did not run then, ran unchecked, or its process had ended)");
+    lines.push_back(
+        "unprobed: no checked attention call (the layer did not run then, ran unchecked, or its process had ended)");
     return tooltip(lines);
   }
   lines.push_back(std::string(healthLabel(cell.health)) + ": " + plural(cell.calls, "call", "calls") +
@@ -439,9 +476,10 @@ std::string phaseTable(const HealthPicture& picture, const RankPicture& rank, Ph
     }
   }
   const std::string phase_name = phaseName(phase);
-  std::string out = "<table class=\"picture\" data-rank=\"" + std::to_string(rank.rank) + "\" data-phase=\"" + phase_name +
-                    "\" style=\"--cell:" + std::to_string(cell_px) + "px\">\n<caption>" +
-                    (phase == Phase::kForward ? "forward" : "backward") + "</caption>\n<thead><tr><th>layer \\ step</th>";
+  std::string out = "<table class=\"picture\" data-rank=\"" + std::to_string(rank.rank) + "\" data-phase=\"" +
+                    phase_name + "\" style=\"--cell:" + std::to_string(cell_px) + "px\">\n<caption>" +
+                    (phase == Phase::kForward ? "forward" : "backward") +
+                    "</caption>\n<thead><tr><th>layer \\ step</th>";
   for (int64_t col = 0; col < picture.columns; ++col) {
     out += "<th>" + (col % label_every == 0 ? "<span>" + std::to_string(col * spc) + "</span>" : "") + "</th>";
   }
@@ -462,9 +500,9 @@ std::string phaseTable(const HealthPicture& picture, const RankPicture& rank, Ph
              std::to_string(rank.rank) + "\" data-layer=\"" + std::to_string(layer) + "\"" +
              (row.last_layer != layer ? " data-layer-last=\"" + std::to_string(row.last_layer) + "\"" : "") +
              " data-step=\"" + std::to_string(step) + "\"" +
-             (spc > 1 ? " data-step-last=\"" + std::to_string(step + spc - 1) + "\"" : "") + " data-phase=\"" + phase_name +
-             "\" data-health=\"" + cellHealthName(cell.health) + "\" data-calls=\"" + std::to_string(cell.calls) + "\" title=\"" +
-             cellTooltip(rank, row, phase, steps, cell) + "\"></td>";
+             (spc > 1 ? " data-step-last=\"" + std::to_string(step + spc - 1) + "\"" : "") + " data-phase=\"" +
+             phase_name + "\" data-health=\"" + cellHealthName(cell.health) + "\" data-calls=\"" +
+             std::to_string(cell.calls) + "\" title=\"" + cellTooltip(rank, row, phase, steps, cell) + "\"></td>";
     }
     out += "</tr>\n";
   }
@@ -478,17 +516,20 @@ std::string pictureSection(const Report& report, const HealthPicture& picture) {
          std::string(run.step_unit == StepUnit::kForwardPass ? "forward pass" : "optimizer step") +
          ", coloured by the worst health of its attention calls; hover a cell for its calls.";
   if (picture.steps_per_column > 1) {
-    out += " This run is long: each column holds " + std::to_string(picture.steps_per_column) + " steps, and a cell the worst of them.";
+    out += " This run is long: each column holds " + std::to_string(picture.steps_per_column) +
+           " steps, and a cell the worst of them.";
   }
   if (picture.layers_per_row > 1) {
     out += " This model is deep: each row holds up to " + std::to_string(picture.layers_per_row) +
            " consecutive layer numbers, and a cell the worst of them.";
   }
   out += "</p>\n" + legend();
-  if (picture.columns == 0) return out + "<p>No attention call was checked: there is nothing to draw.</p>\n</section>\n";
+  if (picture.columns == 0)
+    return out + "<p>No attention call was checked: there is nothing to draw.</p>\n</section>\n";
   out += "<div class=\"ranks\">\n";
   for (const RankPicture& rank : picture.ranks) {
-    out += "<div class=\"rank\" data-rank=\"" + std::to_string(rank.rank) + "\">\n<h3>rank " + std::to_string(rank.rank) + "</h3>\n";
+    out += "<div class=\"rank\" data-rank=\"" + std::to_string(rank.rank) + "\">\n<h3>rank " +
+           std::to_string(rank.rank) + "</h3>\n";
     if (rank.rows.empty()) {
       out += "<p>No attention call was checked on this rank.</p>\n</div>\n";
       continue;
@@ -510,12 +551,17 @@ std::string kernelsSection(const Report& report) {
   out += "<p>" + shownCallName(c) + " on " + shown(c.device.name()) + ": " + shown(found.attribution) + ".</p>\n";
   if (found.kernels.empty()) return out + "</section>\n";
   const KernelRecord* main = mainKernel(found.kernels);
-  out += "<table class=\"list kernels\"><tr><th>kernel</th><th>grid</th><th>block</th><th>time</th><th>device</th><th>stream</th></tr>\n";
+  out +=
+      "<table class=\"list "
+      "kernels\"><tr><th>kernel</th><th>grid</th><th>block</th><th>time</th><th>device</th><th>stream</th></tr>\n";
   for (const KernelRecord& k : found.kernels) {
-    auto dims = [](const int d[3]) { return std::to_string(d[0]) + "&times;" + std::to_string(d[1]) + "&times;" + std::to_string(d[2]); };
+    auto dims = [](const int d[3]) {
+      return std::to_string(d[0]) + "&times;" + std::to_string(d[1]) + "&times;" + std::to_string(d[2]);
+    };
     bool cpu = k.device < 0;
-    out += "<tr><td class=\"mono\" title=\"" + shown(k.name) + "\">" + shown(shortKernelName(k.name)) + (&k == main ? " <b>(main)</b>" : "") +
-           "</td><td>" + (cpu ? "&ndash;" : dims(k.grid)) + "</td><td>" + (cpu ? "&ndash;" : dims(k.block)) + "</td><td>" +
+    out += "<tr><td class=\"mono\" title=\"" + shown(k.name) + "\">" + shown(shortKernelName(k.name)) +
+           (&k == main ? " <b>(main)</b>" : "") + "</td><td>" + (cpu ? "&ndash;" : dims(k.grid)) + "</td><td>" +
+           (cpu ? "&ndash;" : dims(k.block)) + "</td><td>" +
            shortNumber(static_cast<double>(k.end_ns - k.start_ns) / 1000.0) + " &micro;s</td><td>" +
            (cpu ? std::string("cpu") : "cuda:" + std::to_string(k.device)) + "</td><td>" +
            (cpu ? "&ndash;" : std::to_string(k.stream)) + "</td></tr>\n";
@@ -529,19 +575,21 @@ std::string shownText(const std::optional<std::string>& text) { return text ? sh
 std::string verdictCell(const TensorJudgement* judged) {
   if (!judged) return "<td>&ndash;</td>";
   const TensorJudgement& t = *judged;
-  std::vector<std::string> tip = {"max error " + shownMeasure(t.max_abs_err) + " (yardstick " + shownMeasure(t.yardstick_max_err) +
-                                      ", floor " + shownMeasure(t.floor) + ")",
+  std::vector<std::string> tip = {"max error " + shownMeasure(t.max_abs_err) + " (yardstick " +
+                                      shownMeasure(t.yardstick_max_err) + ", floor " + shownMeasure(t.floor) + ")",
                                   "relative L2 " + shownMeasure(t.rel_l2) + ", cosine " + shownMeasure(t.cosine)};
   if (t.nonfinite > 0) {
-    tip.push_back(std::to_string(t.nonfinite) + " non-finite " + (t.nonfinite_where.empty() ? "&ndash;" : shown(t.nonfinite_where)));
+    tip.push_back(std::to_string(t.nonfinite) + " non-finite " +
+                  (t.nonfinite_where.empty() ? "&ndash;" : shown(t.nonfinite_where)));
   }
   if (!t.all_zero_where.empty()) tip.push_back("all zero: " + shown(t.all_zero_where));
   return "<td class=\"v-" + shown(t.verdict) + "\" title=\"" + tooltip(tip) + "\">" + shown(t.verdict) + "</td>";
 }
 
 std::string replayMatrix(const KeptReplay& replay) {
-  std::string out = "<p>Replayed on " + shownText(replay.replayed_on) + " (captured on " + shownText(replay.captured_on) +
-                    "), root cause <b>" + shownText(replay.root_cause) + "</b>: " + shownText(replay.explanation) + "</p>\n";
+  std::string out = "<p>Replayed on " + shownText(replay.replayed_on) + " (captured on " +
+                    shownText(replay.captured_on) + "), root cause <b>" + shownText(replay.root_cause) +
+                    "</b>: " + shownText(replay.explanation) + "</p>\n";
   // The tensors any backend was judged on, in the verdict rules' order.
   std::vector<std::string> roles;
   for (const char* role : {"O", "LSE", "dQ", "dK", "dV"}) {
@@ -560,8 +608,8 @@ std::string replayMatrix(const KeptReplay& replay) {
     std::string label = b.captured ? "the run's own outputs" : name + (b.original ? " (the run's backend)" : "");
     out += "<tr data-backend=\"" + (b.captured ? std::string("captured") : name) + "\"><th>" + label + "</th>";
     if (!b.supported) {
-      out += "<td class=\"v-unsupported\" colspan=\"" + std::to_string(std::max<size_t>(roles.size(), 1)) + "\">unsupported: " +
-             (b.detail.empty() ? "&ndash;" : shown(b.detail)) + "</td></tr>\n";
+      out += "<td class=\"v-unsupported\" colspan=\"" + std::to_string(std::max<size_t>(roles.size(), 1)) +
+             "\">unsupported: " + (b.detail.empty() ? "&ndash;" : shown(b.detail)) + "</td></tr>\n";
       continue;
     }
     for (const std::string& r : roles) out += verdictCell(judgementOf(b.tensors, r));
@@ -577,16 +625,23 @@ std::string replaySection(const Report& report, const PageSources& sources) {
   if (sources.capture.empty()) {
     return out + "<p>" +
            (report.first_edge ? "The edge was not captured, so there is nothing to replay."
-                                  : "No edge, so nothing to replay.") +
+                              : "No edge, so nothing to replay.") +
            "</p>\n</section>\n";
   }
   const std::string& kept = sources.kept_replay_path;
-  if (sources.replay) return out + replayMatrix(*sources.replay) + "<p class=\"note\">From <code>" + shown(kept) + "</code>.</p>\n</section>\n";
-  if (!sources.replay_problem.empty()) out += "<p>The kept replay could not be read: " + shown(sources.replay_problem) + "</p>\n";
-  return out + "<p>The run holds no replay of its capture. For the verdict of every backend against the float64 reference, "
-               "replay it, keeping the verdicts next to the capture (in " + shown(kept) + "), and write this page again:</p>\n"
-               "<pre class=\"box\"><code>nanprov replay " + shown(shellWord(sources.capture)) + " --keep\nnanprov report " +
-         shown(shellWord(report.run.dir)) + " --html PAGE.html</code></pre>\n</section>\n";
+  if (sources.replay)
+    return out + replayMatrix(*sources.replay) + "<p class=\"note\">From <code>" + shown(kept) +
+           "</code>.</p>\n</section>\n";
+  if (!sources.replay_problem.empty())
+    out += "<p>The kept replay could not be read: " + shown(sources.replay_problem) + "</p>\n";
+  return out +
+         "<p>The run holds no replay of its capture. For the verdict of every backend against the float64 reference, "
+         "replay it, keeping the verdicts next to the capture (in " +
+         shown(kept) +
+         "), and write this page again:</p>\n"
+         "<pre class=\"box\"><code>nanprov replay " +
+         shown(shellWord(sources.capture)) + " --keep\nnanprov report " + shown(shellWord(report.run.dir)) +
+         " --html PAGE.html</code></pre>\n</section>\n";
 }
 
 // ---- the run's facts ----
@@ -598,12 +653,13 @@ std::string factsSection(const Report& report, const PageSources& sources) {
   std::vector<std::string> words;
   for (const std::string& w : run.command) words.push_back(shellWord(w));
   out += row("command", run.command.empty() ? "not recorded" : "<code>" + shown(joined(words, " ")) + "</code>");
-  std::string ended = run.signal ? "killed by " + shown(*run.signal)
-                      : run.exit_code ? "exited with code " + std::to_string(*run.exit_code)
+  std::string ended = run.signal              ? "killed by " + shown(*run.signal)
+                      : run.exit_code         ? "exited with code " + std::to_string(*run.exit_code)
                       : run.run_file_readable ? "not ended when this page was written"
                                               : "unknown (no readable run.json)";
   out += row("training", ended);
-  out += row("a step is", run.step_unit == StepUnit::kForwardPass ? "a forward pass (no optimizer ran: inference)" : "an optimizer step");
+  out += row("a step is", run.step_unit == StepUnit::kForwardPass ? "a forward pass (no optimizer ran: inference)"
+                                                                  : "an optimizer step");
   out += row("torch", run.torch.empty() ? "not recorded" : shown(run.torch));
   auto recorded = [](const std::optional<std::string>& text) {
     return text ? shown(*text) : std::string("not recorded (no CUDA call was checked)");
@@ -611,19 +667,20 @@ std::string factsSection(const Report& report, const PageSources& sources) {
   out += row("CUDA runtime", recorded(sources.environment.cuda_runtime));
   out += row("cuDNN", recorded(sources.environment.cudnn));
   out += row("GPU", recorded(sources.environment.gpu));
-  out += "</table>\n<h3>Ranks</h3>\n<table class=\"list ranks\"><tr><th>rank</th><th>host</th><th>world size</th><th>steps</th>"
-         "<th>calls stored</th><th>store</th></tr>\n";
+  out +=
+      "</table>\n<h3>Ranks</h3>\n<table class=\"list ranks\"><tr><th>rank</th><th>host</th><th>world "
+      "size</th><th>steps</th>"
+      "<th>calls stored</th><th>store</th></tr>\n";
   for (const RankOverview& r : run.ranks) {
     auto said = [](const std::optional<std::string>& text) { return text ? shown(*text) : std::string("&ndash;"); };
-    out += "<tr><td>" + std::to_string(r.rank) + "</td><td>" + said(r.host) + "</td><td>" + said(r.world_size) + "</td><td>" +
-           std::to_string(r.steps) + "</td><td>" + std::to_string(r.calls_stored) + "</td><td class=\"mono\">" + shown(r.store) +
-           "</td></tr>\n";
+    out += "<tr><td>" + std::to_string(r.rank) + "</td><td>" + said(r.host) + "</td><td>" + said(r.world_size) +
+           "</td><td>" + std::to_string(r.steps) + "</td><td>" + std::to_string(r.calls_stored) +
+           "</td><td class=\"mono\">" + shown(r.store) + "</td></tr>\n";
   }
   return out + "</table>\n</section>\n";
 }
 
 }  // namespace
-
 
 std::string reportHtml(const Report& report) {
   static const PageSources kNothingRead;
@@ -636,11 +693,16 @@ std::string reportHtml(const Report& report) {
       "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>nanprov report: " +
       escapedHtml(headline) + "</title>\n<style>" + kStyle + "</style>\n</head>\n<body>\n";
   out += verdictSection(report, headline);
-  out += "<nav><a href=\"#first-edge\">first edge</a><a href=\"#sentinel\">gradient sentinel</a><a href=\"#coverage\">coverage</a>"
-         "<a href=\"#audit\">audit</a><a href=\"#trends\">trends</a><a href=\"#picture\">layers &times; steps</a><a href=\"#kernels\">kernels</a>"
-         "<a href=\"#replay\">replay</a><a href=\"#facts\">the run</a></nav>\n";
-  out += firstEdgeSection(report) + sentinelSection(report) + coverageSection(report) + auditSection(report) + trendsSection(report);
-  out += pictureSection(report, sources.picture) + kernelsSection(report) + replaySection(report, sources) + factsSection(report, sources);
+  out +=
+      "<nav><a href=\"#first-edge\">first edge</a><a href=\"#sentinel\">gradient sentinel</a><a "
+      "href=\"#coverage\">coverage</a>"
+      "<a href=\"#audit\">audit</a><a href=\"#trends\">trends</a><a href=\"#picture\">layers &times; steps</a><a "
+      "href=\"#kernels\">kernels</a>"
+      "<a href=\"#replay\">replay</a><a href=\"#facts\">the run</a></nav>\n";
+  out += firstEdgeSection(report) + sentinelSection(report) + coverageSection(report) + auditSection(report) +
+         trendsSection(report);
+  out += pictureSection(report, sources.picture) + kernelsSection(report) + replaySection(report, sources) +
+         factsSection(report, sources);
   return out + "</body>\n</html>\n";
 }
 

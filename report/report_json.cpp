@@ -13,14 +13,16 @@ using nlohmann::json;
 json coverageJson(const RunOverview& run) {
   json unprobed = json::array();
   for (const UncheckedAttention& u : run.unchecked) {
-    unprobed.push_back({{"what", u.what}, {"kind", u.kind}, {"count", u.count},
+    unprobed.push_back({{"what", u.what},
+                        {"kind", u.kind},
+                        {"count", u.count},
                         {"probe_module", u.probe_module.empty() ? json(nullptr) : json(u.probe_module)}});
   }
   const Summarised& sum = run.summarised;
   json summarised = nullptr;
   if (sum.calls) {
-    summarised = {{"calls", sum.calls}, {"first_step", sum.first_step}, {"last_step", sum.last_step},
-                  {"steps_per_row", sum.every}, {"ranks", sum.ranks}, {"not_clean", sum.not_clean}};
+    summarised = {{"calls", sum.calls},         {"first_step", sum.first_step}, {"last_step", sum.last_step},
+                  {"steps_per_row", sum.every}, {"ranks", sum.ranks},           {"not_clean", sum.not_clean}};
   }
   json coverage = {{"attention_calls", run.calls},
                    {"calls_not_stored", run.calls_not_stored},
@@ -46,7 +48,8 @@ json unrecordedJson(const RunOverview& run) {
 
 json ranksJson(const RunOverview& run) {
   json ranks = json::array();
-  for (const RankOverview& r : run.ranks) ranks.push_back({{"rank", r.rank}, {"store", r.store}, {"steps", r.steps}, {"meta", r.meta}});
+  for (const RankOverview& r : run.ranks)
+    ranks.push_back({{"rank", r.rank}, {"store", r.store}, {"steps", r.steps}, {"meta", r.meta}});
   return ranks;
 }
 
@@ -56,8 +59,8 @@ json sentinelJson(const std::optional<SentinelFinding>& s) {
   for (const std::string& v : s->values) {
     if (std::find(all.begin(), all.end(), v) == all.end()) all.push_back(v);
   }
-  return {{"rank", s->rank},           {"step", s->step},       {"parameters", all},
-          {"nonfinite", all.size()},   {"gradients", s->gradients}, {"values", s->values}};
+  return {{"rank", s->rank},         {"step", s->step},           {"parameters", all},
+          {"nonfinite", all.size()}, {"gradients", s->gradients}, {"values", s->values}};
 }
 
 json collectivePathsJson(const Conclusion& c) {
@@ -106,9 +109,14 @@ json edgeJson(const EdgeCall& edge) {
 
 json deviceIdentityJson(const DeviceIdentity& id) {
   auto text = [](const std::string& s) { return s.empty() ? json(nullptr) : json(s); };
-  return {{"host", text(id.host)},         {"device", text(id.device)},           {"gpu", text(id.gpu)},
-          {"gpu_uuid", text(id.gpu_uuid)}, {"pci_bus_id", text(id.pci_bus_id)},   {"driver", text(id.driver)},
-          {"cuda_driver", text(id.cuda_driver)}, {"cudnn", text(id.cudnn)}};
+  return {{"host", text(id.host)},
+          {"device", text(id.device)},
+          {"gpu", text(id.gpu)},
+          {"gpu_uuid", text(id.gpu_uuid)},
+          {"pci_bus_id", text(id.pci_bus_id)},
+          {"driver", text(id.driver)},
+          {"cuda_driver", text(id.cuda_driver)},
+          {"cudnn", text(id.cudnn)}};
 }
 
 json callJson(const CallRecord& call, const CallHealth& health) {
@@ -117,9 +125,9 @@ json callJson(const CallRecord& call, const CallHealth& health) {
   for (const TensorHealth& t : call.tensors) {
     counts[roleName(t.role)] = {{"nan", t.nan}, {"posinf", t.posinf}, {"neginf", t.neginf}, {"numel", t.numel}};
     json tj = {{"role", roleName(t.role)}, {"dtype", t.dtype.str()}, {"shape", t.shape.text()},
-               {"numel", t.numel},     {"nan", t.nan},       {"posinf", t.posinf},
-               {"neginf", t.neginf},   {"max_abs", t.max_abs}, {"all_zero", t.all_zero}};
-    if (t.masked_rows >= 0) tj["masked_rows"] = t.masked_rows;  // rows of the mask tensor itself
+               {"numel", t.numel},         {"nan", t.nan},           {"posinf", t.posinf},
+               {"neginf", t.neginf},       {"max_abs", t.max_abs},   {"all_zero", t.all_zero}};
+    if (t.masked_rows >= 0) tj["masked_rows"] = t.masked_rows;                  // rows of the mask tensor itself
     if (auto rows = maskedQueryRows(call, t)) tj["masked_query_rows"] = *rows;  // replay's unit
     tensors.push_back(tj);
   }
@@ -185,11 +193,12 @@ json reportJson(const Report& report) {
       {"run", run.dir},
       {"clean", conclusion.outcome == Outcome::kClean},
       {"outcome", outcomeName(conclusion.outcome)},
-      {"nothing_checked_why", conclusion.nothing_checked_why.empty() ? json(nullptr) : json(conclusion.nothing_checked_why)},
+      {"nothing_checked_why",
+       conclusion.nothing_checked_why.empty() ? json(nullptr) : json(conclusion.nothing_checked_why)},
       // A rank saw non-finite values whose rows never reached its store (outcome unattributed).
-      {"nonfinite_not_stored", conclusion.nonfinite_not_stored
-                                   ? json{{"rank", conclusion.nonfinite_not_stored->rank}, {"step", conclusion.nonfinite_not_stored->step}}
-                                   : json(nullptr)},
+      {"nonfinite_not_stored", conclusion.nonfinite_not_stored ? json{{"rank", conclusion.nonfinite_not_stored->rank},
+                                                                      {"step", conclusion.nonfinite_not_stored->step}}
+                                                               : json(nullptr)},
       {"step_unit", stepUnitName(run.step_unit)},
       {"summary", {{"ranks", run.ranksRan()}, {"calls", run.calls}, {"steps", run.steps}}},
       {"coverage", coverageJson(run)},

@@ -29,7 +29,8 @@ std::string unprobedLines(const RunOverview& run) {
   for (const UncheckedAttention& u : run.unchecked) parts.push_back(u.kind + " x" + std::to_string(u.count));
   if (parts.empty()) return "";
   const std::string suggestion = suggestionText(run.suggested_probe_modules);
-  return "  attention not checked: " + joined(parts, ", ") + "\n" + (suggestion.empty() ? "" : "    " + suggestion + "\n");
+  return "  attention not checked: " + joined(parts, ", ") + "\n" +
+         (suggestion.empty() ? "" : "    " + suggestion + "\n");
 }
 
 // Lines for the ranks not read, and for a job read from several directories; "" when neither.
@@ -87,7 +88,8 @@ std::string trailText(StepUnit unit, const CallRecord& c, const InputTrail& t) {
   std::string here = c.module.empty() ? "this call" : c.module;
   if (!t.previous) {
     std::string each = unit == StepUnit::kForwardPass ? "forward pass" : "step";
-    return "it is the " + each + "'s first attention call: the large inputs came with the batch or from the modules in or before " + here;
+    return "it is the " + each +
+           "'s first attention call: the large inputs came with the batch or from the modules in or before " + here;
   }
   std::string before = t.previous->module.empty() ? callName(*t.previous) : t.previous->module;
   return "the attention call before it, " + callName(*t.previous) + " (" + before + "), had inputs up to " +
@@ -110,16 +112,16 @@ std::string replicaDivergenceText(const RunOverview& run, const ReplicaDivergenc
            "; every value stayed finite: suspect " + rank + "'s device\n";
   }
   return "replicas diverged at " + at + ": " + ranksText(d.ranks) + " hold different parameters, " + parameterText(d) +
-         "; every value stayed finite, and no majority tells which rank is wrong: suspect the devices of " + ranksText(d.ranks) +
-         "\n";
+         "; every value stayed finite, and no majority tells which rank is wrong: suspect the devices of " +
+         ranksText(d.ranks) + "\n";
 }
 
 // Every report ends alike: the audit's findings and totals (when it ran), the replicas compared,
 // the trend warnings, the attention that was not checked, and the run's size.
 std::string closing(const Report& report) {
-  return auditText(report.conclusion.audit) + replicasText(report.run, report.conclusion.replicas) + trendsText(report.trends) +
-         unprobedLines(report.run) +
-         ranksNotReadText(report.run) + "  " + summaryLine(report.run) + "\n";
+  return auditText(report.conclusion.audit) + replicasText(report.run, report.conclusion.replicas) +
+         trendsText(report.trends) + unprobedLines(report.run) + ranksNotReadText(report.run) + "  " +
+         summaryLine(report.run) + "\n";
 }
 
 // The attention that ran unchecked by then, for the headline's second line: named here only when
@@ -138,7 +140,8 @@ std::string kernelsText(const EdgeCall& edge) {
   std::vector<std::string> names;
   const KernelRecord* main = mainKernel(found.kernels);
   for (const KernelRecord& k : found.kernels) names.push_back(shortKernelName(k.name) + (&k == main ? " (main)" : ""));
-  std::string out = "  kernels on " + edge.call.device.name() + ": " + (names.empty() ? found.attribution : joined(names, ", "));
+  std::string out =
+      "  kernels on " + edge.call.device.name() + ": " + (names.empty() ? found.attribution : joined(names, ", "));
   if (found.from == "inferred" || found.from == "replay") out += "\n    (" + found.attribution + ")";
   return out + "\n";
 }
@@ -194,8 +197,8 @@ std::string sentinelFirstText(const Report& report) {
   out << collectivePathsText(run, conclusion);
   if (report.first_edge) {
     const CallRecord& c = report.first_edge->call;
-    out << "  attention first saw non-finite values later: " << callName(c) << " (" << stepLabel(run.step_unit, c.step) << ", "
-        << (report.origin == Origin::kAttention ? "source" : "propagated") << ")\n";
+    out << "  attention first saw non-finite values later: " << callName(c) << " (" << stepLabel(run.step_unit, c.step)
+        << ", " << (report.origin == Origin::kAttention ? "source" : "propagated") << ")\n";
   } else {
     out << (run.calls == 0 ? "  no attention call was checked\n" : "  every checked attention call was finite\n");
   }
@@ -212,22 +215,25 @@ std::string edgeText(const Report& report) {
   std::ostringstream out;
   std::string inj = c.injected.empty() ? "" : "  [injected " + c.injected + " by --inject]";
   if (report.origin == Origin::kAttention) {
-    out << callName(c) << "  first non-finite edge: finite inputs, non-finite " << joined(h.nonfinite_outputs, ", ") << inj << "\n";
+    out << callName(c) << "  first non-finite edge: finite inputs, non-finite " << joined(h.nonfinite_outputs, ", ")
+        << inj << "\n";
   } else if (conclusion.made_in_unchecked_attention) {
-    out << callName(c) << "  non-finite " << joined(h.nonfinite_inputs, ", ") << " reached attention from upstream: "
-        << madeInUncheckedAttentionText(*report.first_module, run.step_unit) << inj << "\n";
+    out << callName(c) << "  non-finite " << joined(h.nonfinite_inputs, ", ")
+        << " reached attention from upstream: " << madeInUncheckedAttentionText(*report.first_module, run.step_unit)
+        << inj << "\n";
   } else if (conclusion.outcome == Outcome::kUnattributed) {
     // Never "outside attention" while attention ran unchecked before it: it may have made them.
     out << callName(c) << "  non-finite " << joined(h.nonfinite_inputs, ", ")
         << " reached attention from upstream, but attention ran unchecked by then, so nanprov cannot tell whether "
-           "attention made them" << inj << "\n"
+           "attention made them"
+        << inj << "\n"
         << "  unchecked: " << uncheckedByThenText(run, conclusion.unchecked_by_edge_step) << "\n";
   } else {
     out << callName(c) << "  non-finite " << joined(h.nonfinite_inputs, ", ")
         << " reached attention from upstream: " << upstreamOriginText(run, report.first_module, c) << inj << "\n";
   }
-  out << "  " << stepLabel(run.step_unit, c.step) << ", " << phaseName(c.phase) << (c.recompute ? " (checkpoint recompute)" : "")
-      << ", " << c.op << " (" << c.backend << ")";
+  out << "  " << stepLabel(run.step_unit, c.step) << ", " << phaseName(c.phase)
+      << (c.recompute ? " (checkpoint recompute)" : "") << ", " << c.op << " (" << c.backend << ")";
   if (!c.module.empty()) out << ", module " << c.module;
   // Where a DeviceMesh placed the rank (dp, tp, pp...): which replica or shard made the NaN.
   if (!edge.mesh.empty()) out << ", mesh " << edge.mesh;
@@ -248,7 +254,8 @@ std::string edgeText(const Report& report) {
     if (t.masked_rows > 0) out << "  mask: " << maskedRowsText(c, t) << "\n";
   }
   if (!finite_inputs.empty()) {
-    out << "  finite inputs " << joined(finite_inputs, " ") << " (largest |x| " << shortNumber(edge.largest_finite_input) << ")\n";
+    out << "  finite inputs " << joined(finite_inputs, " ") << " (largest |x| "
+        << shortNumber(edge.largest_finite_input) << ")\n";
     // Only worth a line when the inputs are large: then where they grew is the question.
     if (const auto& trail = report.input_trail; trail && trail->largest >= kLargeInput) {
       out << "    " << trailText(run.step_unit, c, *trail) << "\n";
@@ -263,14 +270,17 @@ std::string edgeText(const Report& report) {
     const EdgeCall& source = *report.first_source_edge;
     out << "  first source edge inside attention came later: " << callName(source.call);
     // Its node only when it is not the first edge's: a rank on another host or GPU.
-    if (std::string device = deviceIdentityText(source.device); device != deviceIdentityText(edge.device)) out << ", on " << device;
+    if (std::string device = deviceIdentityText(source.device); device != deviceIdentityText(edge.device))
+      out << ", on " << device;
     out << "\n";
   }
-  for (const IssueMatchNote& m : report.source_issues.matches) out << "  known issue: " << printable(m.sentence) << "\n";
-  for (const PossibleIssueNote& m : report.source_issues.possible) out << "  known issue: " << printable(m.sentence) << "\n";
+  for (const IssueMatchNote& m : report.source_issues.matches)
+    out << "  known issue: " << printable(m.sentence) << "\n";
+  for (const PossibleIssueNote& m : report.source_issues.possible)
+    out << "  known issue: " << printable(m.sentence) << "\n";
   const Propagation& p = report.propagation;
-  out << "  after it: " << p.calls << " non-finite calls across " << p.layers << (p.layers == 1 ? " layer" : " layers") << " on "
-      << p.ranks << (p.ranks == 1 ? " rank" : " ranks") << "\n";
+  out << "  after it: " << p.calls << " non-finite calls across " << p.layers << (p.layers == 1 ? " layer" : " layers")
+      << " on " << p.ranks << (p.ranks == 1 ? " rank" : " ranks") << "\n";
   if (conclusion.sentinel) {
     out << "  gradients went non-finite at " << stepLabel(run.step_unit, conclusion.sentinel->step) << ": "
         << listed(conclusion.sentinel->gradients) << "\n";
@@ -294,21 +304,24 @@ std::string summaryLine(const RunOverview& run) {
       << (passes ? " forward passes" : " optimizer steps");
   // The tally outlives the process; the store keeps only what the writer committed.
   if (int64_t lost = run.calls_not_stored; lost && !run.incomplete.empty()) {
-    out << "\n  " << lost << (lost == 1 ? " call was" : " calls were") << " checked and not stored: writes to the store failed";
+    out << "\n  " << lost << (lost == 1 ? " call was" : " calls were")
+        << " checked and not stored: writes to the store failed";
   } else if (lost) {
     out << "\n  the last " << lost << (lost == 1 ? " call was" : " calls were")
         << " not stored: the process ended before they reached the store (killed, or it exited "
            "by a path that runs no exit hook)";
   }
   for (const std::string& incomplete : run.incomplete) out << "\n  " << printable(incomplete);
-  if (std::string summarised = summarisedText(run.summarised); !summarised.empty()) out << "\n  summarised: " << summarised;
+  if (std::string summarised = summarisedText(run.summarised); !summarised.empty())
+    out << "\n  summarised: " << summarised;
   for (const std::string& damage : run.damage) out << "\n  damaged: " << printable(damage);
   return out.str();
 }
 
 std::string summarisedText(const Summarised& s) {
   if (!s.calls) return "";
-  const std::string which = s.not_clean ? " calls (" + std::to_string(s.not_clean) + " of them not clean)" : " clean calls";
+  const std::string which =
+      s.not_clean ? " calls (" + std::to_string(s.not_clean) + " of them not clean)" : " clean calls";
   return std::to_string(s.calls) + which + " of steps " + std::to_string(s.first_step) + "-" +
          std::to_string(s.last_step) + " kept only as counts and max |x| per (step, layer, phase)" +
          (s.every > 1 ? ", up to " + std::to_string(s.every) + " steps a row" : std::string()) +
@@ -329,11 +342,13 @@ std::string reportText(const Report& stored) {
   if (const auto& lost = conclusion.nonfinite_not_stored) {
     const bool going = run.run_file_readable && !run.exit_code && !run.signal;
     const std::string why = !run.incomplete.empty() ? "its rows were lost: writes to the store failed"
-                            : going                 ? "its rows are not stored yet: the run is still going; ask again in a moment"
-                                                    : "its rows were lost: the process ended before they were written";
-    return "values went non-finite at " + stepLabel(run.step_unit, lost->step) + " on rank " + std::to_string(lost->rank) +
+                            : going ? "its rows are not stored yet: the run is still going; ask again in a moment"
+                                    : "its rows were lost: the process ended before they were written";
+    return "values went non-finite at " + stepLabel(run.step_unit, lost->step) + " on rank " +
+           std::to_string(lost->rank) +
            ", but the calls that saw them never reached the store, so nanprov cannot tell where they were made\n"
-           "  the rank's call tally kept the step; " + why + "\n" + closing(report);
+           "  the rank's call tally kept the step; " +
+           why + "\n" + closing(report);
   }
   if (conclusion.sentinel_first) return sentinelFirstText(report) + closing(report);
   if (conclusion.outcome == Outcome::kReplicaDivergence) {
@@ -345,13 +360,15 @@ std::string reportText(const Report& stored) {
            " against the float64 reference (no value was non-finite)\n" + closing(report);
   }
   if (!report.first_edge) {
-    std::string out = conclusion.outcome == Outcome::kPartial ? "no fault in what was checked, but not everything was: " : "clean: ";
+    std::string out =
+        conclusion.outcome == Outcome::kPartial ? "no fault in what was checked, but not everything was: " : "clean: ";
     out += "every checked attention input and output was finite";
     // Inference runs have no optimizer steps, and so no gradients to vouch for.
     bool training = run.step_unit == StepUnit::kOptimizerStep;
     out += conclusion.sentinel || !training ? "\n" : ", and so were the gradients at every optimizer step\n";
     if (const AuditCoverage& cov = conclusion.audit.coverage; cov.regimes_judged < cov.regimes_seen) {
-      out += "  the audit judged " + std::to_string(cov.regimes_judged) + " of the " + std::to_string(cov.regimes_seen) +
+      out += "  the audit judged " + std::to_string(cov.regimes_judged) + " of the " +
+             std::to_string(cov.regimes_seen) +
              " regimes of conditions its calls ran in: those not judged are listed below\n";
     }
     return out + closing(report);

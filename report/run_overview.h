@@ -33,10 +33,11 @@ struct RunOverview {
   std::string dir;                // the first directory given: the run's name in what is printed
   std::vector<std::string> dirs;  // every directory of the job (one per node)
   StepUnit step_unit = StepUnit::kOptimizerStep;
-  int64_t calls = 0;              // checked calls over all ranks, loaded or not
-  int64_t steps = 0;              // the most step boundaries a rank recorded
-  int64_t calls_not_stored = 0;   // begun by the probes, never committed (the process was killed, or writes failed)
-  // Each rank whose store's writes failed (a full disk): "rank 0: the store is incomplete from step 12: the disk filled".
+  int64_t calls = 0;             // checked calls over all ranks, loaded or not
+  int64_t steps = 0;             // the most step boundaries a rank recorded
+  int64_t calls_not_stored = 0;  // begun by the probes, never committed (the process was killed, or writes failed)
+  // Each rank whose store's writes failed (a full disk): "rank 0: the store is incomplete from step 12: the disk
+  // filled".
   std::vector<std::string> incomplete;
   Summarised summarised;
   std::vector<std::string> damage;  // what in the run's files contradicts itself, a line each
@@ -46,16 +47,16 @@ struct RunOverview {
   int ranks_without_store = 0;
   // The ranks that ran: those whose store was read, else those the processes' notes name.
   int ranksRan() const { return ranks.empty() ? ranks_without_store : static_cast<int>(ranks.size()); }
-  // The job: its world size (at least the ranks that ran), the ranks with no store read, those whose workers could not write
-  // one (→ why), whether clocks of several hosts order its calls, and its id ("" when none).
+  // The job: its world size (at least the ranks that ran), the ranks with no store read, those whose workers could not
+  // write one (→ why), whether clocks of several hosts order its calls, and its id ("" when none).
   int world_size = 0;
   std::vector<int> missing_ranks;
   std::map<int, std::string> unrecorded;
   bool clocks_differ = false;
   std::string job;
-  bool trail_on = false;                    // --trail
-  bool trail_missed_compiled_code = false;  // --trail beside torch.compile'd code, whose backward it cannot check
-  std::vector<UncheckedAttention> unchecked;         // attention recognised and not checked
+  bool trail_on = false;                      // --trail
+  bool trail_missed_compiled_code = false;    // --trail beside torch.compile'd code, whose backward it cannot check
+  std::vector<UncheckedAttention> unchecked;  // attention recognised and not checked
   std::vector<std::string> suggested_probe_modules;  // the --probe-module that would check it
   // run.json: what `nanprov run` ran, the torch it was built against, and how the training ended.
   bool run_file_readable = false;

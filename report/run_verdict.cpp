@@ -20,7 +20,8 @@ std::optional<VerdictClass> classOfCause(const std::string& cause) {
   if (cause == "backend-specific" || cause == "forward-ok-backward-wrong") return VerdictClass::kKernel;
   if (cause == "nondeterministic") return VerdictClass::kNondeterministicKernel;
   if (cause == "not-reproduced") return VerdictClass::kSuspectDevice;
-  if (cause == "input-caused" || cause == "precision-limit" || cause == "fully-masked-rows") return VerdictClass::kDataOrModel;
+  if (cause == "input-caused" || cause == "precision-limit" || cause == "fully-masked-rows")
+    return VerdictClass::kDataOrModel;
   return std::nullopt;
 }
 
@@ -81,7 +82,8 @@ void judgeByReplay(RunVerdict& v, const ReplayAnswer& a) {
   // nothing; an --inject fault is a drill, never a reason to exclude a node.
   if (cls == VerdictClass::kSuspectDevice) {
     const json& r = a.reruns;
-    const bool identical = r.is_object() && r.value("runs", 0) > 0 && r.value("reproduced", -1) == 0 && r.value("distinct_results", 0) == 1;
+    const bool identical = r.is_object() && r.value("runs", 0) > 0 && r.value("reproduced", -1) == 0 &&
+                           r.value("distinct_results", 0) == 1;
     if (v.injected) {
       cls.reset();
       v.reason = "injected";
@@ -94,13 +96,17 @@ void judgeByReplay(RunVerdict& v, const ReplayAnswer& a) {
   std::string why;
   switch (v.cls) {
     case VerdictClass::kKernel: why = "a kernel fails this call every time it runs it"; break;
-    case VerdictClass::kNondeterministicKernel: why = "the fault recurs in some reruns of the call, not all: a nondeterministic kernel"; break;
+    case VerdictClass::kNondeterministicKernel:
+      why = "the fault recurs in some reruns of the call, not all: a nondeterministic kernel";
+      break;
     case VerdictClass::kSuspectDevice:
-      why = "the run's result never recurs from its inputs while every rerun computes the same bits: suspect the device";
+      why =
+          "the run's result never recurs from its inputs while every rerun computes the same bits: suspect the device";
       break;
     case VerdictClass::kDataOrModel: why = "the data or the model made the non-finite values, not a kernel"; break;
     default:
-      why = v.injected ? "the run's result never recurs from its inputs: it was injected by nanprov run --inject, a drill, not a fault"
+      why = v.injected ? "the run's result never recurs from its inputs: it was injected by nanprov run --inject, a "
+                         "drill, not a fault"
                        : "replay does not settle whether the kernel, the device or the data is at fault";
       break;
   }
@@ -170,7 +176,8 @@ std::optional<ReplayTarget> replayTargetOf(const Report& report) {
     if (f.capture.empty()) return ReplayTarget{.why = "the audit finding " + f.name + " has no capture"};
     return ReplayTarget{.capture = f.capture};
   }
-  if (c.outcome != Outcome::kEdgeFound || c.sentinel_first || report.origin != Origin::kAttention || !report.first_source_edge) {
+  if (c.outcome != Outcome::kEdgeFound || c.sentinel_first || report.origin != Origin::kAttention ||
+      !report.first_source_edge) {
     return std::nullopt;
   }
   const std::optional<EdgeCapture>& capture = report.first_source_edge->capture;
@@ -210,8 +217,9 @@ RunVerdict verdictOf(const Report& report, const std::optional<ReplayAnswer>& re
     case Outcome::kPartial:
       v.cls = VerdictClass::kNoFault;
       v.reason = v.outcome;
-      v.explanation = c.outcome == Outcome::kClean ? "every checked attention input and output was finite"
-                                                   : "no fault in what was checked, but not everything was (nanprov report says what)";
+      v.explanation = c.outcome == Outcome::kClean
+                          ? "every checked attention input and output was finite"
+                          : "no fault in what was checked, but not everything was (nanprov report says what)";
       return v;
     case Outcome::kNothingChecked:
       v.cls = VerdictClass::kNothingChecked;
@@ -230,11 +238,12 @@ RunVerdict verdictOf(const Report& report, const std::optional<ReplayAnswer>& re
       if (d.ranks.size() == 1 && d.by_majority) {
         v.rank = d.ranks.front();
         v.device = deviceOfRank(report.run, d.ranks.front());
-        v.explanation = ranks + "'s parameters differ from its replicas' after step " + std::to_string(d.step) +
-                        ", " + parameterText(d) + ", while every value stayed finite: suspect its device";
+        v.explanation = ranks + "'s parameters differ from its replicas' after step " + std::to_string(d.step) + ", " +
+                        parameterText(d) + ", while every value stayed finite: suspect its device";
       } else {
         v.explanation = "the replicas on " + ranks + " hold different parameters after step " + std::to_string(d.step) +
-                        ", " + parameterText(d) + ", while every value stayed finite; no majority tells which is wrong: "
+                        ", " + parameterText(d) +
+                        ", while every value stayed finite; no majority tells which is wrong: "
                         "suspect the devices of those ranks";
       }
       return v;
@@ -251,7 +260,8 @@ RunVerdict verdictOf(const Report& report, const std::optional<ReplayAnswer>& re
     v.step = c.sentinel->step;
     v.device = deviceOfRank(report.run, c.sentinel->rank);
   } else if (report.first_edge) {
-    placeAtCall(v, report.origin == Origin::kAttention && report.first_source_edge ? *report.first_source_edge : *report.first_edge);
+    placeAtCall(v, report.origin == Origin::kAttention && report.first_source_edge ? *report.first_source_edge
+                                                                                   : *report.first_edge);
   } else if (!c.audit.findings.empty()) {
     placeAtFinding(v, report.run, c.audit.findings.front());
   }
@@ -265,22 +275,28 @@ RunVerdict verdictOf(const Report& report, const std::optional<ReplayAnswer>& re
       v.device = deviceOfRank(report.run, lost->rank);
       v.call = v.phase = v.op = v.backend = v.module = "";  // a later stored edge is not where it was
       v.reason = "rows-lost";
-      v.explanation = "values went non-finite, but the rows of the calls that saw them never reached the store (killed, or the disk filled)";
+      v.explanation =
+          "values went non-finite, but the rows of the calls that saw them never reached the store (killed, or the "
+          "disk filled)";
     }
     return v;
   }
-  if (c.outcome == Outcome::kOutsideAttention || (c.outcome == Outcome::kEdgeFound && report.origin == Origin::kUpstream)) {
+  if (c.outcome == Outcome::kOutsideAttention ||
+      (c.outcome == Outcome::kEdgeFound && report.origin == Origin::kUpstream)) {
     v.cls = VerdictClass::kDataOrModel;
     v.reason = "outside-attention";
-    v.explanation = c.sentinel_first ? "the gradients went non-finite before any attention call met a non-finite value: the origin is outside attention"
-                                     : "non-finite values reached attention from upstream: the origin is outside attention";
+    v.explanation = c.sentinel_first
+                        ? "the gradients went non-finite before any attention call met a non-finite value: the origin "
+                          "is outside attention"
+                        : "non-finite values reached attention from upstream: the origin is outside attention";
     return v;
   }
   const std::optional<ReplayTarget> target = replayTargetOf(report);
   if (!target || target->capture.empty()) {
     v.cls = VerdictClass::kUndetermined;
     v.reason = "not-captured";
-    v.explanation = (target ? target->why : std::string("no capture to replay")) + ": replay cannot say whether the kernel, the device or the data is at fault";
+    v.explanation = (target ? target->why : std::string("no capture to replay")) +
+                    ": replay cannot say whether the kernel, the device or the data is at fault";
     return v;
   }
   v.capture = target->capture;
@@ -298,7 +314,8 @@ json verdictJson(const RunVerdict& v) {
     reruns = v.replay->reruns;
   }
   json suspects = json::array();
-  for (const RunVerdict::Suspect& s : v.suspects) suspects.push_back({{"rank", s.rank}, {"device_identity", deviceIdentityJson(s.device)}});
+  for (const RunVerdict::Suspect& s : v.suspects)
+    suspects.push_back({{"rank", s.rank}, {"device_identity", deviceIdentityJson(s.device)}});
   return {{"verdict", verdictClassName(v.cls)},
           {"exit_code", verdictExitCode(v.cls)},
           {"action", verdictActionName(verdictAction(v.cls))},

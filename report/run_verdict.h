@@ -30,7 +30,15 @@
 
 namespace nanprov {
 
-enum class VerdictClass { kNoFault, kKernel, kNondeterministicKernel, kSuspectDevice, kDataOrModel, kUndetermined, kNothingChecked };
+enum class VerdictClass {
+  kNoFault,
+  kKernel,
+  kNondeterministicKernel,
+  kSuspectDevice,
+  kDataOrModel,
+  kUndetermined,
+  kNothingChecked
+};
 enum class VerdictAction { kNone, kFixCode, kRequeue, kExcludeNode, kInspect };
 
 const char* verdictClassName(VerdictClass c);    // "no_fault", "kernel", ... as the JSON spells them
@@ -50,11 +58,11 @@ std::optional<ReplayTarget> replayTargetOf(const Report& report);
 
 // What replay said of the capture, from its --json (replay/replay_render.cpp), or why it said nothing.
 struct ReplayAnswer {
-  std::string cause;        // root_cause.class: "backend-specific", "not-reproduced", ...; "" when replay failed
-  std::string explanation;  // root_cause.explanation, or why replay failed
+  std::string cause;            // root_cause.class: "backend-specific", "not-reproduced", ...; "" when replay failed
+  std::string explanation;      // root_cause.explanation, or why replay failed
   std::string backend, kernel;  // root_cause's, where named
-  std::string injected;     // the role --inject corrupted in the run; "" when none
-  nlohmann::json reruns;    // replay's `reruns` as it wrote them (runs, reproduced, devices, in_run); null when none
+  std::string injected;         // the role --inject corrupted in the run; "" when none
+  nlohmann::json reruns;  // replay's `reruns` as it wrote them (runs, reproduced, devices, in_run); null when none
   // Replay's device kind was the run's (cuda and cuda, cpu and cpu): only then can its reruns
   // speak for the run's device.
   bool same_device_kind = false;
@@ -83,9 +91,9 @@ struct RunVerdict {
     DeviceIdentity device;
   };
   std::vector<Suspect> suspects;
-  bool injected = false;                  // the fault was put there by nanprov run --inject
-  std::optional<ReplayAnswer> replay;     // when a capture was replayed (or tried)
-  std::string capture;                    // that capture
+  bool injected = false;               // the fault was put there by nanprov run --inject
+  std::optional<ReplayAnswer> replay;  // when a capture was replayed (or tried)
+  std::string capture;                 // that capture
 };
 
 // `replay` is the answer for replayTargetOf(report)'s capture, when there was one to replay.

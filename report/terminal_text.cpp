@@ -16,7 +16,8 @@ void escape(std::optional<std::string>& s) {
 }
 
 void escape(DeviceIdentity& id) {
-  for (std::string* s : {&id.host, &id.device, &id.gpu, &id.gpu_uuid, &id.pci_bus_id, &id.driver, &id.cuda_driver, &id.cudnn}) {
+  for (std::string* s :
+       {&id.host, &id.device, &id.gpu, &id.gpu_uuid, &id.pci_bus_id, &id.driver, &id.cuda_driver, &id.cudnn}) {
     escape(*s);
   }
 }
@@ -33,7 +34,8 @@ void escape(EdgeCall& edge) {
 
 void escape(RunOverview& run) {
   for (std::string* s : {&run.dir, &run.torch}) escape(*s);
-  for (std::vector<std::string>* texts : {&run.dirs, &run.damage, &run.command, &run.suggested_probe_modules}) escape(*texts);
+  for (std::vector<std::string>* texts : {&run.dirs, &run.damage, &run.command, &run.suggested_probe_modules})
+    escape(*texts);
   escape(run.signal);
   for (auto& [rank, why] : run.unrecorded) escape(why);
   for (UncheckedAttention& u : run.unchecked) {
@@ -111,7 +113,8 @@ Report forTerminal(Report report) {
   escape(report.run);
   if (report.first_edge) escape(*report.first_edge);
   if (report.first_source_edge) escape(*report.first_source_edge);
-  if (report.input_trail && report.input_trail->previous) report.input_trail->previous = forTerminal(std::move(*report.input_trail->previous));
+  if (report.input_trail && report.input_trail->previous)
+    report.input_trail->previous = forTerminal(std::move(*report.input_trail->previous));
   escape(report.conclusion);
   report.trends = forTerminal(std::move(report.trends));
   return report;

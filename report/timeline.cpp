@@ -34,8 +34,11 @@ Status checkTimes(const RunData& run) {
 
 StatusOr<Timeline> timelineOf(RunData window, const Findings& findings) {
   NANPROV_RETURN_IF_ERROR(checkTimes(window));
-  Timeline t{.run = window.dir, .step_unit = window.stepUnit(), .first_edge = findings.first,
-             .first_source_edge = findings.first_source, .origin = findings.origin};
+  Timeline t{.run = window.dir,
+             .step_unit = window.stepUnit(),
+             .first_edge = findings.first,
+             .first_source_edge = findings.first_source,
+             .origin = findings.origin};
   for (const RankInfo& r : window.ranks) {
     t.ranks.push_back({.rank = r.rank, .step_ends_ns = r.step_ends_ns, .summarised = r.summarised_stretches});
   }

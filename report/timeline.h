@@ -47,9 +47,9 @@ struct Timeline {
 };
 
 // The window is taken whole: its calls move into the timeline, so they are held once. `findings`
-// indexes its calls (analyze over the whole run, its edges found in the window). Refuses times no timeline can hold: every call and kernel must end after it starts,
-// after the epoch, and the whole window span less than a year; a damaged store's times would
-// otherwise overflow the arithmetic and give a trace no viewer can place.
+// indexes its calls (analyze over the whole run, its edges found in the window). Refuses times no timeline can hold:
+// every call and kernel must end after it starts, after the epoch, and the whole window span less than a year; a
+// damaged store's times would otherwise overflow the arithmetic and give a trace no viewer can place.
 StatusOr<Timeline> timelineOf(RunData window, const Findings& findings);
 
 }  // namespace nanprov

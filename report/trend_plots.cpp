@@ -58,11 +58,13 @@ std::string trendPlotSvg(const LayerTrend& trend, const PlotFrame& frame) {
   lo = std::floor(lo);
   hi = std::max(std::ceil(hi), lo + 1);
   const double span = static_cast<double>(std::max<int64_t>(frame.last_step - frame.first_step, 1));
-  auto x = [&](double step) { return kLeft + (step - static_cast<double>(frame.first_step)) / span * (kWidth - kLeft - kRight); };
+  auto x = [&](double step) {
+    return kLeft + (step - static_cast<double>(frame.first_step)) / span * (kWidth - kLeft - kRight);
+  };
   auto y = [&](double v) { return kTop + (hi - std::log10(v)) / (hi - lo) * (kHeight - kTop - kBottom); };
 
-  std::string out = "<svg class=\"trend\" width=\"" + number(kWidth) + "\" height=\"" + number(kHeight) + "\" viewBox=\"0 0 " +
-                    number(kWidth) + " " + number(kHeight) + "\" role=\"img\">\n";
+  std::string out = "<svg class=\"trend\" width=\"" + number(kWidth) + "\" height=\"" + number(kHeight) +
+                    "\" viewBox=\"0 0 " + number(kWidth) + " " + number(kHeight) + "\" role=\"img\">\n";
   out += "<rect x=\"" + number(kLeft) + "\" y=\"" + number(kTop) + "\" width=\"" + number(kWidth - kLeft - kRight) +
          "\" height=\"" + number(kHeight - kTop - kBottom) + "\" fill=\"#fafafa\" stroke=\"#dadce0\"/>\n";
   // Decades on the y axis, labelled 1e<k>: at most 5 of them, so 1e-10 to 1e5 stays legible.
@@ -74,8 +76,9 @@ std::string trendPlotSvg(const LayerTrend& trend, const PlotFrame& frame) {
            "\" font-size=\"9\" text-anchor=\"end\" fill=\"#5f6368\">1e" + std::to_string(k) + "</text>\n";
   }
   out += "<text x=\"" + number(kLeft) + "\" y=\"" + number(kHeight - 3) + "\" font-size=\"9\" fill=\"#5f6368\">step " +
-         std::to_string(frame.first_step) + "</text><text x=\"" + number(kWidth - kRight) + "\" y=\"" + number(kHeight - 3) +
-         "\" font-size=\"9\" text-anchor=\"end\" fill=\"#5f6368\">" + std::to_string(frame.last_step) + "</text>\n";
+         std::to_string(frame.first_step) + "</text><text x=\"" + number(kWidth - kRight) + "\" y=\"" +
+         number(kHeight - 3) + "\" font-size=\"9\" text-anchor=\"end\" fill=\"#5f6368\">" +
+         std::to_string(frame.last_step) + "</text>\n";
   auto vertical = [&](int64_t step, const char* colour, const char* dash, const std::string& title) {
     const double xx = x(static_cast<double>(step));
     return "<line x1=\"" + number(xx) + "\" x2=\"" + number(xx) + "\" y1=\"" + number(kTop) + "\" y2=\"" +
@@ -86,7 +89,8 @@ std::string trendPlotSvg(const LayerTrend& trend, const PlotFrame& frame) {
     out += vertical(step, "#e8710a", " stroke-dasharray=\"3,2\"", "trend warning at step " + std::to_string(step));
   }
   if (frame.nonfinite_step) {
-    out += vertical(*frame.nonfinite_step, "#d93025", "", "first non-finite value at step " + std::to_string(*frame.nonfinite_step));
+    out += vertical(*frame.nonfinite_step, "#d93025", "",
+                    "first non-finite value at step " + std::to_string(*frame.nonfinite_step));
   }
   for (const Series& s : series()) {
     std::string points;
@@ -105,10 +109,12 @@ std::string trendPlotSvg(const LayerTrend& trend, const PlotFrame& frame) {
 std::string trendPlotLegend() {
   std::string out = "<div class=\"legend\">";
   for (const Series& s : series()) {
-    out += std::string("<span><span class=\"swatch\" style=\"background:") + s.colour + "\"></span>" + s.name + "</span>";
+    out +=
+        std::string("<span><span class=\"swatch\" style=\"background:") + s.colour + "\"></span>" + s.name + "</span>";
   }
-  return out + "<span><span class=\"swatch\" style=\"background:#e8710a\"></span>trend warning</span>"
-               "<span><span class=\"swatch\" style=\"background:#d93025\"></span>first non-finite value</span></div>\n";
+  return out +
+         "<span><span class=\"swatch\" style=\"background:#e8710a\"></span>trend warning</span>"
+         "<span><span class=\"swatch\" style=\"background:#d93025\"></span>first non-finite value</span></div>\n";
 }
 
 }  // namespace nanprov

@@ -49,7 +49,8 @@ std::vector<UncheckedAttention> uncheckedAttention(const RunData& run) {
 bool isUncheckedAttention(const RunData& run, const ModuleCheckRecord& m) {
   for (const UncheckedAttention& u : uncheckedAttention(run)) {
     if (u.probe_module.empty()) continue;
-    if (byPath(u.probe_module) ? matchesModulePattern(u.probe_module, m.module) : u.probe_module == m.module_class) return true;
+    if (byPath(u.probe_module) ? matchesModulePattern(u.probe_module, m.module) : u.probe_module == m.module_class)
+      return true;
   }
   return false;
 }

@@ -12,6 +12,8 @@ NANPROV_LIGHTNING="${NANPROV_LIGHTNING:-2.6.*}"
 NANPROV_X_TRANSFORMERS="${NANPROV_X_TRANSFORMERS:-2.31.10}"
 # ruff checks the bootstrap's Python (pyproject.toml [tool.ruff]; the ctest Lint.BootstrapIsRuffClean).
 NANPROV_RUFF="${NANPROV_RUFF:-0.17.6}"
+# clang-format checks the C++ and CUDA (.clang-format; the ctest Lint.SourcesAreClangFormatClean).
+NANPROV_CLANG_FORMAT="${NANPROV_CLANG_FORMAT:-23.1.5}"
 NANPROV_CACHE="${NANPROV_CACHE:-$HOME/.cache/nanprov}"
 NANPROV_VENV="${NANPROV_VENV:-$NANPROV_CACHE/venv-torch$NANPROV_TORCH}"
 NANPROV_BUILD="${NANPROV_BUILD:-$NANPROV_ROOT/build}"

@@ -11,8 +11,8 @@ namespace nanprov {
 std::string auditFilePath(const std::string& capture_path) { return captureSidecarPath(capture_path, ".audit.json"); }
 
 Status writeAuditFile(const std::string& capture_path, const nlohmann::json& doc) {
-  return replaceFile(auditFilePath(capture_path), "audit result", [&](std::ostream& out) { out << doc.dump(1) << "\n"; },
-                     ".tmp");
+  return replaceFile(
+      auditFilePath(capture_path), "audit result", [&](std::ostream& out) { out << doc.dump(1) << "\n"; }, ".tmp");
 }
 
 StatusOr<std::optional<nlohmann::json>> readAuditFile(const std::string& capture_path) {

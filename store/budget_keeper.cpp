@@ -48,13 +48,14 @@ std::string upsertSql() {
   for (const char* c : kRoleColumns) {
     cols += std::string(",") + c;
     params += ",?";
-    merge += std::string(",") + c + "=CASE WHEN " + c + " IS NULL OR excluded." + c + " > " + c + " THEN excluded." + c +
-             " ELSE " + c + " END";
+    merge += std::string(",") + c + "=CASE WHEN " + c + " IS NULL OR excluded." + c + " > " + c + " THEN excluded." +
+             c + " ELSE " + c + " END";
   }
   return "INSERT INTO step_summaries(step,last_step,layer,phase,calls,first_seq,last_seq" + cols +
          ",not_clean) VALUES(?,?,?,?,?,?,?" + params +
          ",?) ON CONFLICT(step,layer,phase) DO UPDATE SET last_step=MAX(last_step,excluded.last_step),"
-         "calls=calls+excluded.calls,first_seq=MIN(first_seq,excluded.first_seq),last_seq=MAX(last_seq,excluded.last_seq)," +
+         "calls=calls+excluded.calls,first_seq=MIN(first_seq,excluded.first_seq),last_seq=MAX(last_seq,excluded.last_"
+         "seq)," +
          "not_clean=not_clean+excluded.not_clean" + merge;
 }
 
@@ -97,7 +98,8 @@ Status BudgetKeeper::configure(sqlite3* db) {
   // A checkpoint once the WAL holds its share, and the WAL file cut back to it afterwards (it
   // otherwise keeps its largest size).
   return sqlite::exec(db, "PRAGMA wal_autocheckpoint=" + std::to_string(std::max<int64_t>(4, wal_bytes / page / 2)) +
-                              "; PRAGMA journal_size_limit=" + std::to_string(wal_bytes) + "; PRAGMA temp_store=MEMORY;");
+                              "; PRAGMA journal_size_limit=" + std::to_string(wal_bytes) +
+                              "; PRAGMA temp_store=MEMORY;");
 }
 
 void BudgetKeeper::noteCall(int64_t seq, int64_t step, int64_t tensor_rows) {
@@ -113,15 +115,19 @@ int64_t BudgetKeeper::liveBytes(sqlite3* db) const {
   std::error_code ec;
   auto wal = std::filesystem::file_size(path_ + "-wal", ec);
   const int64_t wal_bytes = ec ? 0 : static_cast<int64_t>(wal);
-  return (pragmaInteger(db, "page_count") - pragmaInteger(db, "freelist_count")) * pragmaInteger(db, "page_size") + wal_bytes;
+  return (pragmaInteger(db, "page_count") - pragmaInteger(db, "freelist_count")) * pragmaInteger(db, "page_size") +
+         wal_bytes;
 }
 
 StatusOr<bool> BudgetKeeper::keptForAnEdge(sqlite3* db, int64_t step) {
   // Through the index over calls that are not clean; fixed once there are enough of them (the
   // calls of those steps are never summarised, so the answer cannot change).
   if (edge_steps_.size() < kEdgeStepsKept) {
-    NANPROV_ASSIGN_OR_RETURN(sqlite::Stmt st, sqlite::prepare(db, "SELECT DISTINCT step FROM calls WHERE health != 0 ORDER BY "
-                                                                  "step LIMIT " + std::to_string(kEdgeStepsKept)));
+    NANPROV_ASSIGN_OR_RETURN(sqlite::Stmt st,
+                             sqlite::prepare(db,
+                                             "SELECT DISTINCT step FROM calls WHERE health != 0 ORDER BY "
+                                             "step LIMIT " +
+                                                 std::to_string(kEdgeStepsKept)));
     edge_steps_.clear();
     int rc;
     while ((rc = sqlite3_step(st.get())) == SQLITE_ROW) edge_steps_.insert(sqlite3_column_int64(st.get(), 0));
@@ -134,7 +140,8 @@ StatusOr<const std::vector<Role>*> BudgetKeeper::rolesOf(sqlite3* db, int64_t si
   if (auto it = roles_.find(sig); it != roles_.end()) return &it->second;
   NANPROV_ASSIGN_OR_RETURN(sqlite::Stmt st, sqlite::prepare(db, "SELECT tensors FROM signatures WHERE id = ?"));
   sqlite::bindRow(st.get(), sig);
-  if (sqlite3_step(st.get()) != SQLITE_ROW) return Status::Error("a call's signature " + std::to_string(sig) + " is missing");
+  if (sqlite3_step(st.get()) != SQLITE_ROW)
+    return Status::Error("a call's signature " + std::to_string(sig) + " is missing");
   std::vector<Role>& roles = roles_[sig];
   for (const TensorHealth& t : tensorsFromDescription(columnText(st.get(), 0))) roles.push_back(t.role);
   return &roles;
@@ -147,12 +154,16 @@ Status BudgetKeeper::summarise(sqlite3* db, int64_t step, const StepSpan& span) 
     NANPROV_ASSIGN_OR_RETURN(select_, sqlite::prepare(db, "SELECT seq, layer, phase, sig, max_abs" + kPrunable));
     NANPROV_ASSIGN_OR_RETURN(erase_, sqlite::prepare(db, "DELETE" + kPrunable));
     NANPROV_ASSIGN_OR_RETURN(upsert_, sqlite::prepare(db, upsertSql()));
-    NANPROV_ASSIGN_OR_RETURN(select_detailed_, sqlite::prepare(db,
-        "SELECT calls.seq, calls.layer, calls.phase, calls.health, t.role, t.max_abs, t.numel, t.nan + t.posinf + t.neginf"
-        " FROM tensors t JOIN calls ON calls.seq = t.seq WHERE t.seq IN (SELECT calls.seq" + kPrunableWithTensorRows +
-        ") ORDER BY calls.seq"));
-    NANPROV_ASSIGN_OR_RETURN(erase_detailed_tensors_,
-                             sqlite::prepare(db, "DELETE FROM tensors WHERE seq IN (SELECT calls.seq" + kPrunableWithTensorRows + ")"));
+    NANPROV_ASSIGN_OR_RETURN(
+        select_detailed_,
+        sqlite::prepare(db,
+                        "SELECT calls.seq, calls.layer, calls.phase, calls.health, t.role, t.max_abs, t.numel, t.nan + "
+                        "t.posinf + t.neginf"
+                        " FROM tensors t JOIN calls ON calls.seq = t.seq WHERE t.seq IN (SELECT calls.seq" +
+                            kPrunableWithTensorRows + ") ORDER BY calls.seq"));
+    NANPROV_ASSIGN_OR_RETURN(
+        erase_detailed_tensors_,
+        sqlite::prepare(db, "DELETE FROM tensors WHERE seq IN (SELECT calls.seq" + kPrunableWithTensorRows + ")"));
     NANPROV_ASSIGN_OR_RETURN(erase_detailed_, sqlite::prepare(db, "DELETE" + kPrunableWithTensorRows));
   }
   std::map<std::pair<int64_t, std::string>, Summary> rows;
@@ -210,7 +221,7 @@ Status BudgetKeeper::summarise(sqlite3* db, int64_t step, const StepSpan& span) 
 // fully masked rows or an all-zero tensor): counted into `rows` with the largest finite |x| of each
 // role, then their rows and tensor rows deleted.
 Status BudgetKeeper::summariseWithTensorRows(sqlite3* db, int64_t step, const StepSpan& span,
-                                       std::map<std::pair<int64_t, std::string>, Summary>* rows) {
+                                             std::map<std::pair<int64_t, std::string>, Summary>* rows) {
   sqlite3_stmt* s = select_detailed_.get();
   sqlite::bindRow(s, span.first_seq, span.last_seq, step);
   int64_t last_seq = -1;
@@ -250,15 +261,21 @@ Status BudgetKeeper::thin(sqlite3* db) {
   // Neighbouring buckets merge in pairs: keyed by their first step, counts summed, maxima kept.
   const std::string bucket = "(step - (SELECT MIN(step) FROM step_summaries)) / " + std::to_string(every_);
   NANPROV_RETURN_IF_ERROR(sqlite::exec(db,
-      "CREATE TEMP TABLE thinned AS SELECT MIN(step) AS step, MAX(last_step) AS last_step, layer, phase, SUM(calls) AS calls, "
-      "MIN(first_seq) AS first_seq, MAX(last_seq) AS last_seq" + maxima + ", SUM(not_clean) AS not_clean FROM step_summaries GROUP BY " + bucket +
-      ", layer, phase; DELETE FROM step_summaries; INSERT INTO step_summaries SELECT * FROM thinned; DROP TABLE thinned;"));
+                                       "CREATE TEMP TABLE thinned AS SELECT MIN(step) AS step, MAX(last_step) AS "
+                                       "last_step, layer, phase, SUM(calls) AS calls, "
+                                       "MIN(first_seq) AS first_seq, MAX(last_seq) AS last_seq" +
+                                           maxima + ", SUM(not_clean) AS not_clean FROM step_summaries GROUP BY " +
+                                           bucket +
+                                           ", layer, phase; DELETE FROM step_summaries; INSERT INTO step_summaries "
+                                           "SELECT * FROM thinned; DROP TABLE thinned;"));
   // The steps table thins with them: of the steps they stand for, each row's last step keeps its
   // end (a stretch of them ends there in a trace; the step before a stretch is another row's last,
   // or a step held in full), and so does every step whose calls are held. The rest are counted.
-  NANPROV_RETURN_IF_ERROR(sqlite::exec(db,
+  NANPROV_RETURN_IF_ERROR(sqlite::exec(
+      db,
       "DELETE FROM steps WHERE step >= (SELECT MIN(step) FROM step_summaries) AND step <= (SELECT MAX(last_step) FROM "
-      "step_summaries) AND step NOT IN (SELECT last_step FROM step_summaries) AND step NOT IN (SELECT step FROM calls)"));
+      "step_summaries) AND step NOT IN (SELECT last_step FROM step_summaries) AND step NOT IN (SELECT step FROM "
+      "calls)"));
   steps_thinned_ += sqlite3_changes(db);
   bucket_start_ = -1;
   NANPROV_ASSIGN_OR_RETURN(sqlite::Stmt st, sqlite::prepare(db, "SELECT COUNT(*), MAX(step) FROM step_summaries"));
@@ -298,7 +315,8 @@ Status BudgetKeeper::prune(sqlite3* db) {
   // the high-water mark the ring gives up a quarter of its share.
   // At most once a step: a burst written in chunks prunes many times within one step.
   const int64_t newest = full_.empty() ? -1 : full_.rbegin()->first;
-  if (newest > shrunk_at_step_ && liveBytes(db) > static_cast<int64_t>(static_cast<double>(budget_) * shares_.high_water)) {
+  if (newest > shrunk_at_step_ &&
+      liveBytes(db) > static_cast<int64_t>(static_cast<double>(budget_) * shares_.high_water)) {
     ring_calls_limit_ = std::max<int64_t>(1, ring_calls_limit_ * 3 / 4);
     shrunk_at_step_ = newest;
   }
@@ -318,9 +336,11 @@ Status BudgetKeeper::prune(sqlite3* db) {
   const int64_t summary_limit = share(shares_.summaries) / kSummaryRowBytes;
   if (summary_rows_ > summary_limit) NANPROV_RETURN_IF_ERROR(thin(db));
   // Running totals, so a reader of a thousand ranks needs no scan of their summaries.
-  NANPROV_RETURN_IF_ERROR(writeCounters(
-      db, RunCounters{.summarised = BudgetSummaries{.calls = summarised_calls_, .not_clean = summarised_not_clean_, .every = every_,
-                                                       .steps_thinned = steps_thinned_}}));
+  NANPROV_RETURN_IF_ERROR(
+      writeCounters(db, RunCounters{.summarised = BudgetSummaries{.calls = summarised_calls_,
+                                                                  .not_clean = summarised_not_clean_,
+                                                                  .every = every_,
+                                                                  .steps_thinned = steps_thinned_}}));
   return tx.commit();
 }
 

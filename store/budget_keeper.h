@@ -88,11 +88,11 @@ class BudgetKeeper {
   int64_t ring_calls_limit_ = 0;
   int64_t shrunk_at_step_ = -1;  // the newest step when the ring last shrank
   int64_t summary_rows_ = 0;
-  int64_t summarised_calls_ = 0;  // meta calls_summarised, committed with the rows
-  int64_t summarised_not_clean_ = 0;  // meta not_clean_summarised: of those, not clean
-  int64_t steps_thinned_ = 0;  // meta steps_thinned
-  int64_t every_ = 1;          // steps one summary row may stand for
-  int64_t bucket_start_ = -1;  // the step of the newest summary bucket, which later steps join
+  int64_t summarised_calls_ = 0;                // meta calls_summarised, committed with the rows
+  int64_t summarised_not_clean_ = 0;            // meta not_clean_summarised: of those, not clean
+  int64_t steps_thinned_ = 0;                   // meta steps_thinned
+  int64_t every_ = 1;                           // steps one summary row may stand for
+  int64_t bucket_start_ = -1;                   // the step of the newest summary bucket, which later steps join
   std::map<int64_t, std::vector<Role>> roles_;  // signature id → role of each max |x|
   sqlite::Stmt select_, upsert_, erase_;
   sqlite::Stmt select_detailed_, erase_detailed_tensors_, erase_detailed_;

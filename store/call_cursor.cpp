@@ -1,7 +1,7 @@
 #include "store/call_cursor.h"
 
-#include "store/call_signature.h"
 #include "base/text.h"
+#include "store/call_signature.h"
 #include "store/rank_store.h"
 #include "store/sqlite_rows.h"
 
@@ -62,13 +62,22 @@ StatusOr<CallCursor> CallCursor::open(sqlite3* db, const std::string& path, cons
   // and those before dropout was recorded no `dropout_p` (nothing said it).
   const bool has_modified = sqlite::hasColumn(db, "calls", "modified");
   const bool has_dropout = sqlite::hasColumn(db, "calls", "dropout_p");
-  NANPROV_ASSIGN_OR_RETURN(sqlite::Stmt calls, orNotAStore(path, sqlite::prepare(db,
-      "SELECT c.seq,c.rank,c.step,c.layer,c.call,c.phase,IFNULL(c.fwd_seq,-1),s.op,s.backend,IFNULL(s.module,''),"
-      "c.start_ns,c.end_ns,IFNULL(c.injected,''),s.device,IFNULL(n.text,''),c.recompute,c.health,c.max_abs,s.tensors,"
-      "c.detail,c.sig," + std::string(has_modified ? "IFNULL(c.modified,'')" : "''") + "," +
-      (has_dropout ? "c.dropout_p" : "NULL") + " "
-      "FROM calls c JOIN signatures s ON s.id = c.sig LEFT JOIN notes n ON n.id = c.note" + where +
-      (filter.by_time ? " ORDER BY c.step, c.start_ns, c.seq" : " ORDER BY c.seq"))));
+  NANPROV_ASSIGN_OR_RETURN(
+      sqlite::Stmt calls,
+      orNotAStore(
+          path,
+          sqlite::prepare(
+              db,
+              "SELECT "
+              "c.seq,c.rank,c.step,c.layer,c.call,c.phase,IFNULL(c.fwd_seq,-1),s.op,s.backend,IFNULL(s.module,''),"
+              "c.start_ns,c.end_ns,IFNULL(c.injected,''),s.device,IFNULL(n.text,''),c.recompute,c.health,c.max_abs,s."
+              "tensors,"
+              "c.detail,c.sig," +
+                  std::string(has_modified ? "IFNULL(c.modified,'')" : "''") + "," +
+                  (has_dropout ? "c.dropout_p" : "NULL") +
+                  " "
+                  "FROM calls c JOIN signatures s ON s.id = c.sig LEFT JOIN notes n ON n.id = c.note" +
+                  where + (filter.by_time ? " ORDER BY c.step, c.start_ns, c.seq" : " ORDER BY c.seq"))));
   int i = 1;
   for (const auto& arg : filter.args) {
     if (const int64_t* n = std::get_if<int64_t>(&arg)) {
@@ -79,9 +88,14 @@ StatusOr<CallCursor> CallCursor::open(sqlite3* db, const std::string& path, cons
     }
   }
   // rowid keeps the probes' role order.
-  NANPROV_ASSIGN_OR_RETURN(sqlite::Stmt tensors, orNotAStore(path, sqlite::prepare(db,
-      "SELECT role,dtype,shape,numel,nan,posinf,neginf,max_abs,all_zero,IFNULL(masked_rows,-1) FROM tensors "
-      "WHERE seq = ? ORDER BY rowid")));
+  NANPROV_ASSIGN_OR_RETURN(
+      sqlite::Stmt tensors,
+      orNotAStore(
+          path,
+          sqlite::prepare(
+              db,
+              "SELECT role,dtype,shape,numel,nan,posinf,neginf,max_abs,all_zero,IFNULL(masked_rows,-1) FROM tensors "
+              "WHERE seq = ? ORDER BY rowid")));
   return CallCursor(db, path, std::move(calls), std::move(tensors));
 }
 
@@ -118,7 +132,8 @@ StatusOr<bool> CallCursor::next(CallRecord* out) {
                   c.end_ns, c.injected, device, c.unattributed, c.recompute, c.health);
   parsePhase(phase, &c.phase);
   if (auto parsed = Device::parse(device)) c.device = *parsed;
-  else return notAStore(path_, "call " + std::to_string(c.seq) + " ran on an unknown device '" + printable(device) + "'");
+  else
+    return notAStore(path_, "call " + std::to_string(c.seq) + " ran on an unknown device '" + printable(device) + "'");
   // A clean call carries max |x| per tensor, any other its detail blob; both fill the tensors its
   // signature describes. Calls with neither have tensor rows.
   bool compact = sqlite3_column_type(s, 17) == SQLITE_BLOB, detailed = sqlite3_column_type(s, 19) == SQLITE_BLOB;

@@ -5,9 +5,9 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <string_view>
 #include <tuple>
-#include <nlohmann/json.hpp>
 
 #include "base/json_text.h"
 #include "base/records/dtype.h"
@@ -47,7 +47,8 @@ Status checkHeaderText(std::string_view text) {
     } else if (c == '"') {
       in_string = true;
     } else if (c == '{' || c == '[') {
-      if (++depth > kMaxHeaderDepth) return Status::Error("the header nests deeper than " + std::to_string(kMaxHeaderDepth) + " levels");
+      if (++depth > kMaxHeaderDepth)
+        return Status::Error("the header nests deeper than " + std::to_string(kMaxHeaderDepth) + " levels");
     } else if (c == '}' || c == ']') {
       --depth;
     }
@@ -73,7 +74,8 @@ Status writeCapture(const std::string& path, const CaptureFile& file) {
   header["__metadata__"] = file.metadata;
   uint64_t offset = 0;
   for (const CaptureTensor& t : file.tensors) {
-    if (t.name == "__metadata__" || t.name.empty()) return Status::Error("capture tensor with a reserved or empty name");
+    if (t.name == "__metadata__" || t.name.empty())
+      return Status::Error("capture tensor with a reserved or empty name");
     uint64_t numel = 1;
     for (int64_t d : t.shape) numel *= static_cast<uint64_t>(d);
     if (dtypeSize(t.dtype) == 0 || numel * dtypeSize(t.dtype) != t.bytes.size()) {
@@ -102,7 +104,7 @@ namespace {
 // Where each tensor's bytes lie in the file (offsets from the file's start), with the header
 // checked: what every reader needs before touching the data.
 struct CaptureLayout {
-  CaptureFile file;  // tensors without their bytes
+  CaptureFile file;                                  // tensors without their bytes
   std::vector<std::pair<uint64_t, uint64_t>> spans;  // [begin, end) of file.tensors[i]
 };
 
@@ -144,7 +146,8 @@ StatusOr<CaptureLayout> parseLayout(std::string_view head, uint64_t file_size, c
         file.metadata[m.key()] = m.value().get<std::string>();
       }
       // A newer or foreign format may mean something else by the same keys.
-      if (auto format = file.metadata.find("format"); format != file.metadata.end() && format->second != kCaptureFormat) {
+      if (auto format = file.metadata.find("format");
+          format != file.metadata.end() && format->second != kCaptureFormat) {
         return Status::Error(source + ": capture format '" + printable(format->second) + "', this nanprov reads '" +
                              kCaptureFormat + "'; replay it with the nanprov that wrote it");
       }
@@ -162,7 +165,8 @@ StatusOr<CaptureLayout> parseLayout(std::string_view head, uint64_t file_size, c
     if (size == 0) return broken(source, "tensor " + name + " has unknown dtype '" + t.dtype + "'");
     uint64_t numel = 1;
     for (const nlohmann::json& d : entry["shape"]) {
-      if (!d.is_number_integer() || d.get<int64_t>() < 0) return broken(source, "tensor " + name + " has a bad dimension");
+      if (!d.is_number_integer() || d.get<int64_t>() < 0)
+        return broken(source, "tensor " + name + " has a bad dimension");
       uint64_t dim = d.get<uint64_t>();
       if (dim != 0 && numel > std::numeric_limits<uint64_t>::max() / 8 / dim) {
         return broken(source, "tensor " + name + " has an impossibly large shape");
@@ -176,8 +180,9 @@ StatusOr<CaptureLayout> parseLayout(std::string_view head, uint64_t file_size, c
     }
     uint64_t begin = off[0].get<uint64_t>(), end = off[1].get<uint64_t>();
     if (begin > end || end > data_size) {
-      return broken(source, "tensor " + name + " has data_offsets [" + std::to_string(begin) + "," + std::to_string(end) +
-                                "] out of range of the " + std::to_string(data_size) + "-byte data");
+      return broken(source, "tensor " + name + " has data_offsets [" + std::to_string(begin) + "," +
+                                std::to_string(end) + "] out of range of the " + std::to_string(data_size) +
+                                "-byte data");
     }
     if (end - begin != numel * size) {
       return broken(source, "tensor " + name + " has shape " + shapeText(t.shape) + " of " + t.dtype + " = " +
@@ -197,7 +202,8 @@ StatusOr<CaptureLayout> parseLayout(std::string_view head, uint64_t file_size, c
     if (s.begin > expected) return broken(source, "unused bytes before tensor " + s.name);
     expected = s.end;
   }
-  if (expected != data_size) return broken(source, "the data holds " + std::to_string(data_size - expected) + " bytes no tensor covers");
+  if (expected != data_size)
+    return broken(source, "the data holds " + std::to_string(data_size - expected) + " bytes no tensor covers");
   // Keep the writer's order (data order), not JSON's alphabetical one.
   std::map<std::string, uint64_t> order;
   for (const Span& s : spans) order[s.name] = s.begin;
@@ -243,7 +249,7 @@ StatusOr<CaptureFile> parseCapture(const std::string& bytes, const std::string& 
   for (size_t i = 0; i < layout.spans.size(); ++i) {
     auto [begin, end] = layout.spans[i];
     layout.file.tensors[i].bytes.assign(bytes.begin() + static_cast<std::ptrdiff_t>(begin),
-                                         bytes.begin() + static_cast<std::ptrdiff_t>(end));
+                                        bytes.begin() + static_cast<std::ptrdiff_t>(end));
   }
   return std::move(layout.file);
 }
@@ -260,7 +266,8 @@ StatusOr<CaptureFile> readCapture(const std::string& path) {
     in.seekg(static_cast<std::streamoff>(begin));
     in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
     if (static_cast<uint64_t>(in.gcount()) != end - begin) {
-      return broken(path, "tensor " + layout.file.tensors[i].name + " was cut short while reading (was the file truncated?)");
+      return broken(path,
+                    "tensor " + layout.file.tensors[i].name + " was cut short while reading (was the file truncated?)");
     }
   }
   return std::move(layout.file);

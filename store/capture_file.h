@@ -18,8 +18,8 @@ namespace nanprov {
 inline constexpr const char* kCaptureFormat = "nanprov-capture 1";
 
 struct CaptureTensor {
-  std::string name;            // role: Q K V mask O LSE dO dQ dK dV
-  std::string dtype;           // safetensors spelling: F64 F32 F16 BF16 BOOL I64 ...
+  std::string name;   // role: Q K V mask O LSE dO dQ dK dV
+  std::string dtype;  // safetensors spelling: F64 F32 F16 BF16 BOOL I64 ...
   std::vector<int64_t> shape;
   std::vector<uint8_t> bytes;  // dense row-major, little-endian
 };

@@ -27,7 +27,7 @@ constexpr int64_t kMostStartSpreadNs = int64_t{15} * 60 * 1'000'000'000;
 
 struct DirIdentity {
   JobIdentity job;
-  std::string path;                  // a store that says it
+  std::string path;                   // a store that says it
   std::optional<int64_t> started_ns;  // the earliest of its stores' starts, where they say
 };
 
@@ -58,7 +58,8 @@ StatusOr<std::optional<DirIdentity>> identityOf(const std::string& dir) {
 // and SLURM_STEP_ID, else "launcher run id B, not A".
 std::string runIdsDiffer(const std::string& b, const std::string& a) {
   constexpr std::string_view kSlurm = "slurm:";
-  if (b.starts_with(kSlurm) && a.starts_with(kSlurm)) return "Slurm job " + b.substr(kSlurm.size()) + ", not " + a.substr(kSlurm.size());
+  if (b.starts_with(kSlurm) && a.starts_with(kSlurm))
+    return "Slurm job " + b.substr(kSlurm.size()) + ", not " + a.substr(kSlurm.size());
   return "launcher run id " + b + ", not " + a;
 }
 
@@ -83,7 +84,8 @@ Status checkOneJob(const RunDirs& dirs) {
     const std::string& dir = dirs.all[i];
     for (size_t j = 0; j < i; ++j) {
       std::error_code ec;
-      if (dirs.all[j] == dir || std::filesystem::equivalent(dirs.all[j], dir, ec)) return Status::Error(dir + " is given twice");
+      if (dirs.all[j] == dir || std::filesystem::equivalent(dirs.all[j], dir, ec))
+        return Status::Error(dir + " is given twice");
     }
     NANPROV_ASSIGN_OR_RETURN(auto id, identityOf(dir));
     if (!id) continue;
@@ -96,13 +98,13 @@ Status checkOneJob(const RunDirs& dirs) {
     const std::optional<int64_t> a_start = first->first.started_ns, b_start = id->started_ns;
     const bool anonymous = a.run_id == "(none)" && a.master == "(none)";
     const int64_t gap = a_start && b_start ? (*a_start > *b_start ? *a_start - *b_start : *b_start - *a_start) : 0;
-    std::string differs = a.run_id != b.run_id ? runIdsDiffer(b.run_id, a.run_id)
-                          : a.master != b.master ? "rendezvous master " + b.master + ", not " + a.master
+    std::string differs = a.run_id != b.run_id           ? runIdsDiffer(b.run_id, a.run_id)
+                          : a.master != b.master         ? "rendezvous master " + b.master + ", not " + a.master
                           : a.world_size != b.world_size ? "world size " + b.world_size + ", not " + a.world_size
-                          : anonymous && gap > kMostStartSpreadNs
-                              ? "its processes started " + apart(gap) + " apart from those, and no launcher run id or "
-                                "rendezvous master says they are one job"
-                              : "";
+                          : anonymous && gap > kMostStartSpreadNs ? "its processes started " + apart(gap) +
+                                                                        " apart from those, and no launcher run id or "
+                                                                        "rendezvous master says they are one job"
+                                                                  : "";
     if (!differs.empty()) {
       return Status::Error(dir + " is another job's run directory than " + first->second + " (" + differs +
                            "); give the directories of one job");

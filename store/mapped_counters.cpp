@@ -17,7 +17,7 @@ StatusOr<std::unique_ptr<MappedCounters>> MappedCounters::open(const std::string
   const off_t bytes = static_cast<off_t>(slots * sizeof(int64_t));
   int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
   if (fd < 0) return Status::Error(path + ": " + std::strerror(errno));
-  struct stat st {};
+  struct stat st{};
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
     return Status::Error(path + ": not a regular file of " + std::to_string(bytes) + " bytes");
@@ -62,7 +62,7 @@ int64_t MappedCounters::get(size_t slot) const {
 std::optional<std::vector<int64_t>> readMappedCounters(const std::string& path, size_t slots) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0) return std::nullopt;
-  struct stat st {};
+  struct stat st{};
   std::vector<int64_t> counts(slots, -1);
   const ssize_t bytes = static_cast<ssize_t>(slots * sizeof(int64_t));
   bool ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size == bytes &&

@@ -10,14 +10,16 @@
 #include "base/records/device_identity.h"
 #include "store/meta_values.h"
 #include "store/run_counters_meta.h"
-#include "store/sqlite_rows.h"
 #include "store/run_dir.h"
-#include "store/task_run_files.h"
 #include "store/schema.h"
+#include "store/sqlite_rows.h"
+#include "store/task_run_files.h"
 
 namespace nanprov {
 namespace {
-constexpr const char* kTableList = "('meta','signatures','notes','calls','tensors','kernels','captures','sentinel','steps','step_summaries','trends','trend_warnings')";
+constexpr const char* kTableList =
+    "('meta','signatures','notes','calls','tensors','kernels','captures','sentinel','steps','step_summaries','trends','"
+    "trend_warnings')";
 
 // The rank's device as its probes described it (base/records/device_identity.h). The GPU's facts
 // only where they describe a CUDA device: a CPU run's process may have read a cuDNN version it
@@ -61,9 +63,12 @@ StatusOr<sqlite::Db> openRankStore(const std::string& path, RankInfo* info) {
   NANPROV_ASSIGN_OR_RETURN(sqlite::Db db, orNotAStore(path, sqlite::open(path, sqlite::Mode::kReadOnly)));
   // Views, virtual tables and generated columns run a query of the file's choosing on every
   // read (an endless recursive view hangs every reader): nanprov's tables are plain tables.
-  NANPROV_ASSIGN_OR_RETURN(sqlite::Stmt shape, orNotAStore(path, sqlite::prepare(db.get(),
-      "SELECT name, type FROM sqlite_master WHERE name IN " + std::string(kTableList) +
-      " AND (type != 'table' OR sql LIKE 'CREATE VIRTUAL%' OR EXISTS (SELECT 1 FROM pragma_table_xinfo(name) WHERE hidden > 1))")));
+  NANPROV_ASSIGN_OR_RETURN(
+      sqlite::Stmt shape,
+      orNotAStore(path, sqlite::prepare(db.get(), "SELECT name, type FROM sqlite_master WHERE name IN " +
+                                                      std::string(kTableList) +
+                                                      " AND (type != 'table' OR sql LIKE 'CREATE VIRTUAL%' OR EXISTS "
+                                                      "(SELECT 1 FROM pragma_table_xinfo(name) WHERE hidden > 1))")));
   if (sqlite3_step(shape.get()) == SQLITE_ROW) {
     return notAStore(path, "its " + columnText(shape.get(), 0) + " is a " + columnText(shape.get(), 1) +
                                " whose rows are computed, not a plain table");
@@ -95,9 +100,10 @@ StatusOr<sqlite::Db> openRankStore(const std::string& path, RankInfo* info) {
   }
   // A store copied or renamed to another rank's name would be read as that rank.
   if (named && *named != info->rank) {
-    return Status::Error(path + ": its meta.rank is " + std::to_string(info->rank) + ", but the file is named for rank " +
-                         std::to_string(*named) + "; a store was renamed or copied: give it back its name " +
-                         rankStoreName(info->rank) + " or remove it");
+    return Status::Error(path + ": its meta.rank is " + std::to_string(info->rank) +
+                         ", but the file is named for rank " + std::to_string(*named) +
+                         "; a store was renamed or copied: give it back its name " + rankStoreName(info->rank) +
+                         " or remove it");
   }
   return db;
 }
@@ -113,7 +119,8 @@ StatusOr<std::vector<std::string>> storesOf(const RunDirs& dirs) {
   if (paths.empty()) {
     std::string named;
     for (const std::string& dir : dirs.all) named += (named.empty() ? "" : " and ") + dir;
-    return Status::Error(named + (dirs.all.size() == 1 ? " holds" : " hold") + " no rank store (rank-<r>.sqlite): the run recorded no attention "
+    return Status::Error(named + (dirs.all.size() == 1 ? " holds" : " hold") +
+                         " no rank store (rank-<r>.sqlite): the run recorded no attention "
                          "call, or it is not a nanprov run directory");
   }
   return paths;

@@ -1,8 +1,8 @@
 #include "store/reader.h"
 
 #include <algorithm>
-#include <deque>
 #include <cmath>
+#include <deque>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -11,12 +11,12 @@
 #include "base/text.h"
 #include "store/call_cursor.h"
 #include "store/derived_tables.h"
-#include "store/sqlite_rows.h"
-#include "store/trend_rows.h"
 #include "store/mapped_counters.h"
 #include "store/meta_values.h"
-#include "store/run_dir.h"
 #include "store/rank_store.h"
+#include "store/run_dir.h"
+#include "store/sqlite_rows.h"
+#include "store/trend_rows.h"
 
 namespace nanprov {
 namespace {
@@ -33,7 +33,8 @@ Status loadCalls(sqlite3* db, const std::string& path, const CallFilter& filter,
 }
 
 // One integer from a query with bound integer parameters, or nullopt when it gives no row.
-StatusOr<std::optional<int64_t>> queryInteger(sqlite3* db, const std::string& sql, std::initializer_list<int64_t> args) {
+StatusOr<std::optional<int64_t>> queryInteger(sqlite3* db, const std::string& sql,
+                                              std::initializer_list<int64_t> args) {
   NANPROV_ASSIGN_OR_RETURN(auto st, sqlite::prepare(db, sql));
   int i = 1;
   for (int64_t a : args) sqlite3_bind_int64(st.get(), i++, a);
@@ -48,8 +49,8 @@ StatusOr<std::optional<int64_t>> queryInteger(sqlite3* db, const std::string& sq
 // The forward call before `seq` in its step on this rank, not a recompute: walked back by seq,
 // which grows with time on a rank, until the step changes.
 StatusOr<std::optional<int64_t>> previousForward(sqlite3* db, int64_t seq, int64_t step) {
-  NANPROV_ASSIGN_OR_RETURN(auto st,
-                           sqlite::prepare(db, "SELECT seq, step, phase, recompute FROM calls WHERE seq < ? ORDER BY seq DESC"));
+  NANPROV_ASSIGN_OR_RETURN(
+      auto st, sqlite::prepare(db, "SELECT seq, step, phase, recompute FROM calls WHERE seq < ? ORDER BY seq DESC"));
   sqlite3_bind_int64(st.get(), 1, seq);
   while (sqlite3_step(st.get()) == SQLITE_ROW) {
     if (sqlite3_column_int64(st.get(), 1) != step) break;
@@ -73,20 +74,29 @@ Status loadEdges(sqlite3* db, const std::string& path, RunData* run, std::vector
   };
   const std::string by_time = " ORDER BY step, start_ns, seq LIMIT 1";
   NANPROV_RETURN_IF_ERROR(add(queryInteger(db, "SELECT seq FROM calls WHERE health != 0" + by_time, {})));
-  NANPROV_RETURN_IF_ERROR(add(queryInteger(db, "SELECT seq FROM calls WHERE health != 0 AND health = 1" + by_time, {})));
+  NANPROV_RETURN_IF_ERROR(
+      add(queryInteger(db, "SELECT seq FROM calls WHERE health != 0 AND health = 1" + by_time, {})));
   std::vector<int64_t> edges = seqs;
   for (int64_t seq : edges) {
     auto step = queryInteger(db, "SELECT step FROM calls WHERE seq = ?", {seq});
     if (!step.ok() || !*step) return notAStore(path, "a call vanished while it was read");
     NANPROV_RETURN_IF_ERROR(add(previousForward(db, seq, **step)));
     // Only the traced calls (the kernels table's) are candidates: a few steps' worth, looked up by seq.
-    NANPROV_ASSIGN_OR_RETURN(std::optional<int64_t> untraced_cuda, orNotAStore(path, queryInteger(db,
-        "SELECT c.seq FROM calls c JOIN signatures s ON s.id = c.sig WHERE c.seq = ? AND s.device != 'cpu' "
-        "AND NOT EXISTS (SELECT 1 FROM kernels WHERE kernels.seq = c.seq)", {seq})));
+    NANPROV_ASSIGN_OR_RETURN(
+        std::optional<int64_t> untraced_cuda,
+        orNotAStore(
+            path,
+            queryInteger(
+                db,
+                "SELECT c.seq FROM calls c JOIN signatures s ON s.id = c.sig WHERE c.seq = ? AND s.device != 'cpu' "
+                "AND NOT EXISTS (SELECT 1 FROM kernels WHERE kernels.seq = c.seq)",
+                {seq})));
     if (!untraced_cuda) continue;
-    NANPROV_RETURN_IF_ERROR(add(queryInteger(db,
+    NANPROV_RETURN_IF_ERROR(add(queryInteger(
+        db,
         "SELECT d.seq FROM calls d, calls c WHERE c.seq = ? AND d.seq IN (SELECT DISTINCT seq FROM kernels) "
-        "AND d.sig = c.sig AND d.layer = c.layer AND d.phase = c.phase ORDER BY d.seq DESC LIMIT 1", {seq})));
+        "AND d.sig = c.sig AND d.layer = c.layer AND d.phase = c.phase ORDER BY d.seq DESC LIMIT 1",
+        {seq})));
   }
   std::sort(seqs.begin(), seqs.end());
   seqs.erase(std::unique(seqs.begin(), seqs.end()), seqs.end());
@@ -95,8 +105,9 @@ Status loadEdges(sqlite3* db, const std::string& path, RunData* run, std::vector
   NANPROV_ASSIGN_OR_RETURN(std::optional<int64_t> count,
                            orNotAStore(path, queryInteger(db, "SELECT COUNT(*) FROM calls WHERE health != 0", {})));
   run->not_clean.calls += *count;
-  NANPROV_ASSIGN_OR_RETURN(sqlite::Stmt layers,
-                           orNotAStore(path, sqlite::prepare(db, "SELECT DISTINCT layer FROM calls WHERE health != 0")));
+  NANPROV_ASSIGN_OR_RETURN(
+      sqlite::Stmt layers,
+      orNotAStore(path, sqlite::prepare(db, "SELECT DISTINCT layer FROM calls WHERE health != 0")));
   while (sqlite3_step(layers.get()) == SQLITE_ROW) run->not_clean.layers.insert(sqlite3_column_int64(layers.get(), 0));
   return Status::Ok();
 }
@@ -107,8 +118,8 @@ Status loadKernels(sqlite3* db, const std::string& path, int rank, const std::ve
   if (seqs && seqs->empty()) return Status::Ok();
   const std::string kernels =
       "SELECT seq,correlation_id,name,grid_x,grid_y,grid_z,block_x,block_y,block_z,start_ns,end_ns,"
-      "device,stream FROM kernels" + (seqs ? " WHERE seq IN (" + seqList(*seqs) + ")" : std::string()) +
-      " ORDER BY seq, start_ns, rowid";
+      "device,stream FROM kernels" +
+      (seqs ? " WHERE seq IN (" + seqList(*seqs) + ")" : std::string()) + " ORDER BY seq, start_ns, rowid";
   return sqlite::eachRowOf(db, path, kernels, [&](sqlite3_stmt* s) {
     KernelRecord& k = out->emplace_back();
     k.rank = rank;
@@ -129,7 +140,9 @@ Status loadCaptures(sqlite3* db, const std::string& path, int rank, std::vector<
     std::string trigger;
     sqlite::readRow(s, 0, c.seq, trigger, c.path, c.bytes, c.skipped);
     if (auto named = captureTriggerNamed(trigger)) c.trigger = *named;
-    else return notAStore(path, "capture of call " + std::to_string(c.seq) + " has an unknown trigger '" + printable(trigger) + "'");
+    else
+      return notAStore(
+          path, "capture of call " + std::to_string(c.seq) + " has an unknown trigger '" + printable(trigger) + "'");
     if (sqlite3_column_type(s, 5) != SQLITE_NULL) {
       std::string phase;
       sqlite::readRow(s, 5, c.step, c.layer, phase);
@@ -147,7 +160,9 @@ Status loadSentinel(sqlite3* db, const std::string& path, int rank, std::vector<
     std::string tensor;
     sqlite::readRow(s, 0, f.step, tensor, f.parameter);
     if (auto named = sentinelTensorNamed(tensor)) f.tensor = *named;
-    else return notAStore(path, "the gradient sentinel's finding at step " + std::to_string(f.step) + " has an unknown tensor '" + printable(tensor) + "'");
+    else
+      return notAStore(path, "the gradient sentinel's finding at step " + std::to_string(f.step) +
+                                 " has an unknown tensor '" + printable(tensor) + "'");
     f.norm = sqlite3_column_type(s, 3) == SQLITE_TEXT ? std::nan("") : sqlite3_column_double(s, 3);
     return Status::Ok();
   });
@@ -162,7 +177,8 @@ Status loadModuleChecks(sqlite3* db, const std::string& path, int rank, std::vec
   // have no `inputs` column: their inputs_finite is all they say.
   const bool has_inputs = sqlite::hasColumn(db, "module_checks", "inputs");
   const std::string rows =
-      std::string("SELECT step,phase,module,class,inputs_finite,nan,posinf,neginf,largest_input,ord,time_ns,gradient,") +
+      std::string(
+          "SELECT step,phase,module,class,inputs_finite,nan,posinf,neginf,largest_input,ord,time_ns,gradient,") +
       (has_unchecked ? "unchecked" : "''") + "," + (has_inputs ? "inputs" : "''") + " FROM module_checks ORDER BY ord";
   return sqlite::eachRowOf(db, path, rows, [&](sqlite3_stmt* s) {
     ModuleCheckRecord& m = out->emplace_back();
@@ -176,7 +192,8 @@ Status loadModuleChecks(sqlite3* db, const std::string& path, int rank, std::vec
     if (!inputs.empty() && !parseModuleInputs(inputs, &m.inputs)) {
       return notAStore(path, "a module check has unknown inputs '" + printable(inputs) + "'");
     }
-    if (!parsePhase(phase, &m.phase)) return notAStore(path, "a module check has an unknown phase '" + printable(phase) + "'");
+    if (!parsePhase(phase, &m.phase))
+      return notAStore(path, "a module check has an unknown phase '" + printable(phase) + "'");
     return Status::Ok();
   });
 }
@@ -221,9 +238,12 @@ int64_t countRows(sqlite3* db, const char* table) {
 // A store whose writes failed: its steps are at least those its calls and summaries reached (a
 // call at step s ran after s steps ended), though the rows of the batches lost are gone.
 Status countStepsReached(sqlite3* db, const std::string& path, RankInfo* info) {
-  NANPROV_ASSIGN_OR_RETURN(std::optional<int64_t> reached,
-                           orNotAStore(path, queryInteger(db, "SELECT MAX(s) FROM (SELECT MAX(step) AS s FROM calls UNION ALL "
-                                                              "SELECT MAX(last_step) + 1 FROM step_summaries)", {})));
+  NANPROV_ASSIGN_OR_RETURN(
+      std::optional<int64_t> reached,
+      orNotAStore(path, queryInteger(db,
+                                     "SELECT MAX(s) FROM (SELECT MAX(step) AS s FROM calls UNION ALL "
+                                     "SELECT MAX(last_step) + 1 FROM step_summaries)",
+                                     {})));
   if (reached) info->steps = std::max(info->steps, *reached);
   return Status::Ok();
 }
@@ -235,8 +255,9 @@ Status loadSummarised(sqlite3* db, const std::string& path, RankInfo* info) {
   if (!sqlite::hasTable(db, "step_summaries")) return Status::Ok();
   if (!info->counters_unreadable.empty()) return notAStore(path, info->counters_unreadable);
   if (!info->counters.summarised) return Status::Ok();
-  const char* ends = "SELECT (SELECT step FROM step_summaries ORDER BY step LIMIT 1), "
-                     "(SELECT last_step FROM step_summaries ORDER BY step DESC LIMIT 1)";
+  const char* ends =
+      "SELECT (SELECT step FROM step_summaries ORDER BY step LIMIT 1), "
+      "(SELECT last_step FROM step_summaries ORDER BY step DESC LIMIT 1)";
   return sqlite::eachRowOf(db, path, ends, [&](sqlite3_stmt* s) {
     sqlite::readRow(s, 0, info->summarised_first_step, info->summarised_last_step);
     return Status::Ok();
@@ -262,9 +283,11 @@ Status countSummarisedNotClean(sqlite3* db, const std::string& path, const RankI
 Status loadSummarisedStretches(sqlite3* db, const std::string& path, int64_t first, int64_t last,
                                std::vector<SummarisedStretch>* out) {
   if (!sqlite::hasTable(db, "step_summaries")) return Status::Ok();
-  NANPROV_ASSIGN_OR_RETURN(sqlite::Stmt rows,
-                           orNotAStore(path, sqlite::prepare(db, "SELECT step, last_step, SUM(calls), SUM(not_clean) FROM step_summaries "
-                                                                 "WHERE last_step >= ? AND step <= ? GROUP BY step, last_step ORDER BY step")));
+  NANPROV_ASSIGN_OR_RETURN(
+      sqlite::Stmt rows,
+      orNotAStore(path, sqlite::prepare(db,
+                                        "SELECT step, last_step, SUM(calls), SUM(not_clean) FROM step_summaries "
+                                        "WHERE last_step >= ? AND step <= ? GROUP BY step, last_step ORDER BY step")));
   sqlite::bindRow(rows.get(), first, last);
   return sqlite::eachRow(db, rows.get(), path, [&](sqlite3_stmt* s) {
     SummarisedStretch row;
@@ -315,9 +338,11 @@ std::optional<CallTally> tallyOf(const std::string& path, int rank, int64_t stor
     tally.nonfinite_step = (*counts)[kFirstNonFiniteStep] - 1;
   }
   const int64_t begun = tally.begun;
-  const std::string said = "rank " + std::to_string(rank) + "'s call tally says " + std::to_string(begun) + " calls began, ";
+  const std::string said =
+      "rank " + std::to_string(rank) + "'s call tally says " + std::to_string(begun) + " calls began, ";
   if (begun < stored) {
-    damage->push_back(said + "fewer than the " + std::to_string(stored) + " its store holds: the tally is damaged and not counted");
+    damage->push_back(said + "fewer than the " + std::to_string(stored) +
+                      " its store holds: the tally is damaged and not counted");
     return std::nullopt;
   }
   if (begun - stored > kMostCallsUnstored + dropped) {
@@ -498,7 +523,8 @@ static bool byStepAndTime(const CallRecord& a, const CallRecord& b) {
 }
 
 KernelRecord cpuKernelOf(const CallRecord& call) {
-  return KernelRecord{.rank = call.rank, .seq = call.seq, .name = call.op, .start_ns = call.start_ns, .end_ns = call.end_ns};
+  return KernelRecord{
+      .rank = call.rank, .seq = call.seq, .name = call.op, .start_ns = call.start_ns, .end_ns = call.end_ns};
 }
 
 StatusOr<RunData> loadRun(const RunDirs& dirs, RunScope scope) {
@@ -566,7 +592,8 @@ StatusOr<RunData> loadRun(const RunDirs& dirs, RunScope scope) {
     // A writer whose writes failed may have lost any number of calls: its tally is not bounded by
     // what a process holds unstored.
     const int64_t dropped = info.write_failure ? int64_t{1} << 62 : info.counters.dropped_rows.value_or(0);
-    if (std::optional<CallTally> tally = tallyOf(callTallyPathOf(path, info.rank), info.rank, kept, dropped, &run.damage)) {
+    if (std::optional<CallTally> tally =
+            tallyOf(callTallyPathOf(path, info.rank), info.rank, kept, dropped, &run.damage)) {
       info.calls_begun = tally->begun;
       info.nonfinite_step_seen = tally->nonfinite_step;
     }
@@ -625,8 +652,8 @@ Status forEachCall(const RunDirs& dirs, const CallQuery& query, const std::funct
   return Status::Ok();
 }
 
-StatusOr<RunData> loadRunWindow(const RunDirs& dirs, const CallQuery& query, int64_t max_calls, const CallRecord* centre,
-                                bool* cut) {
+StatusOr<RunData> loadRunWindow(const RunDirs& dirs, const CallQuery& query, int64_t max_calls,
+                                const CallRecord* centre, bool* cut) {
   RunData run;
   run.dirs = dirs.all;
   run.dir = dirs.all.front();
@@ -654,7 +681,7 @@ StatusOr<RunData> loadRunWindow(const RunDirs& dirs, const CallQuery& query, int
     return true;
   }));
   run.calls.assign(std::make_move_iterator(window.begin()), std::make_move_iterator(window.end()));
-  std::map<int, std::vector<int64_t>> seqs;  // per rank, ascending (each rank streams by seq)
+  std::map<int, std::vector<int64_t>> seqs;          // per rank, ascending (each rank streams by seq)
   std::map<int, std::pair<int64_t, int64_t>> steps;  // per rank, the window's first and last step
   for (const CallRecord& c : run.calls) {
     seqs[c.rank].push_back(c.seq);

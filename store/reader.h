@@ -10,17 +10,17 @@
 #include <utility>
 #include <vector>
 
-#include "store/run_dir.h"
-#include "store/run_file.h"
-#include "store/write_failure.h"
 #include "base/logit_trend.h"
 #include "base/records/call_record.h"
 #include "base/records/collective_record.h"
-#include "base/records/replica_digest.h"
 #include "base/records/device_identity.h"
+#include "base/records/replica_digest.h"
 #include "base/records/run_counters.h"
 #include "base/records/summarised.h"
 #include "base/status.h"
+#include "store/run_dir.h"
+#include "store/run_file.h"
+#include "store/write_failure.h"
 
 namespace nanprov {
 
@@ -47,7 +47,7 @@ struct RankInfo {
   // RunScope::kAll only: when each step ended (the steps table: the optimizer's step post hook,
   // or in inference the start of the next forward pass), step → CLOCK_REALTIME ns.
   std::map<int64_t, int64_t> step_ends_ns;
-  int64_t calls_stored = 0;             // call rows the store holds, counted
+  int64_t calls_stored = 0;  // call rows the store holds, counted
   // The steps the store budget's summaries span (step_summaries' first and last rows); what
   // they count is in counters.summarised (summaries()).
   int64_t summarised_first_step = -1, summarised_last_step = -1;
@@ -83,14 +83,14 @@ struct NotClean {
 struct RunData {
   std::string dir;                // the first directory given: the run's name in what is printed
   std::vector<std::string> dirs;  // every directory of the job (one per node); dir is dirs[0]
-  RunFile settings;  // run.json: the command, the audit's settings, how the training ended
+  RunFile settings;               // run.json: the command, the audit's settings, how the training ended
   RunScope scope = RunScope::kAll;
   int64_t total_calls = 0;  // checked calls over all ranks, loaded or not
   std::vector<RankInfo> ranks;
-  std::vector<CallRecord> calls;  // all ranks, in the scope's subset, ordered by (step, start_ns, rank, seq)
-  NotClean not_clean;             // kEdges only
-  std::vector<KernelRecord> kernels;  // ordered by rank, then seq, then start; a CPU call's is its op
-  std::vector<CaptureRecord> captures;  // per rank in the order decided
+  std::vector<CallRecord> calls;         // all ranks, in the scope's subset, ordered by (step, start_ns, rank, seq)
+  NotClean not_clean;                    // kEdges only
+  std::vector<KernelRecord> kernels;     // ordered by rank, then seq, then start; a CPU call's is its op
+  std::vector<CaptureRecord> captures;   // per rank in the order decided
   std::vector<SentinelRecord> sentinel;  // per rank: the first step whose gradients went non-finite
   // --trail: module calls whose outputs went non-finite, per rank in the order they ended.
   std::vector<ModuleCheckRecord> module_checks;
@@ -99,9 +99,9 @@ struct RunData {
   // Each replicated parameter's digest after each step, per rank in the order written (the model's
   // parameter order within a step); the report compares the ranks that replicate each other.
   std::vector<ReplicaDigestRecord> replica_digests;
-  int64_t calls_begun_without_store = 0;  // tallied by ranks that died before creating their store
+  int64_t calls_begun_without_store = 0;           // tallied by ranks that died before creating their store
   std::map<int, int64_t> nonfinite_without_store;  // and the step their tally saw non-finite values at, by rank
-  std::map<int, std::string> unrecorded;  // ranks whose workers could not write their store → why
+  std::map<int, std::string> unrecorded;           // ranks whose workers could not write their store → why
   // What in the run's files contradicts itself, one line each (a store missing rows its writer
   // committed, a tally below what was stored or past any process's reach): said once in the
   // report; the counts shown are what is there.
@@ -181,8 +181,8 @@ Status forEachCall(const RunDirs& dirs, const CallQuery& query, const std::funct
 // length, in memory bounded by `max_calls`. The first that match, or, given `centre` (a call by
 // rank and seq), those around it: up to half the window after it, the rest before. *cut says
 // whether calls that match were left out.
-StatusOr<RunData> loadRunWindow(const RunDirs& dirs, const CallQuery& query, int64_t max_calls, const CallRecord* centre,
-                                bool* cut);
+StatusOr<RunData> loadRunWindow(const RunDirs& dirs, const CallQuery& query, int64_t max_calls,
+                                const CallRecord* centre, bool* cut);
 
 // A CPU call's kernel: its ATen op, timed by the call itself (stores do not repeat it).
 KernelRecord cpuKernelOf(const CallRecord& call);
@@ -191,7 +191,7 @@ KernelRecord cpuKernelOf(const CallRecord& call);
 struct QueryResult {
   std::vector<std::string> columns;
   std::vector<std::vector<std::optional<std::string>>> rows;  // nullopt is SQL NULL
-  std::vector<bool> numeric;                                    // per column, from the first row
+  std::vector<bool> numeric;                                  // per column, from the first row
 };
 
 // Runs `sql` over the run's stores, which appear as the tables calls, tensors, kernels, captures, steps and meta

@@ -5,7 +5,9 @@
 
 namespace nanprov {
 
-std::string replayVerdictsPath(const std::string& capture_path) { return captureSidecarPath(capture_path, ".replay.json"); }
+std::string replayVerdictsPath(const std::string& capture_path) {
+  return captureSidecarPath(capture_path, ".replay.json");
+}
 
 StatusOr<std::optional<nlohmann::json>> readReplayVerdicts(const std::string& capture_path) {
   const std::string path = replayVerdictsPath(capture_path);

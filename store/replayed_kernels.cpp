@@ -1,8 +1,8 @@
 #include "store/replayed_kernels.h"
 
 #include <filesystem>
-#include <ostream>
 #include <nlohmann/json.hpp>
+#include <ostream>
 
 #include "store/capture_file.h"
 #include "store/file_replace.h"
@@ -26,10 +26,10 @@ Status writeReplayedKernels(const std::string& capture_path, const ReplayedKerne
                        {"stream", k.stream},
                        {"correlation_id", k.correlation_id}});
   }
-  nlohmann::json doc = {{"gpu", replayed.gpu}, {"backend", replayed.backend}, {"phase", replayed.phase},
-                        {"kernels", kernels}};
-  return replaceFile(replayedKernelsPath(capture_path), "kernel list",
-                     [&](std::ostream& out) { out << doc.dump(1) << "\n"; }, ".tmp");
+  nlohmann::json doc = {
+      {"gpu", replayed.gpu}, {"backend", replayed.backend}, {"phase", replayed.phase}, {"kernels", kernels}};
+  return replaceFile(
+      replayedKernelsPath(capture_path), "kernel list", [&](std::ostream& out) { out << doc.dump(1) << "\n"; }, ".tmp");
 }
 
 StatusOr<std::optional<ReplayedKernels>> readReplayedKernels(const std::string& capture_path) {
@@ -37,7 +37,9 @@ StatusOr<std::optional<ReplayedKernels>> readReplayedKernels(const std::string& 
   NANPROV_ASSIGN_OR_RETURN(std::optional<std::string> text, readSmallFile(path));
   if (!text) return std::optional<ReplayedKernels>();
   nlohmann::json doc = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
-  auto bad = [&] { return Status::Error(path + " is not a replay's kernel list; delete it and run nanprov replay again"); };
+  auto bad = [&] {
+    return Status::Error(path + " is not a replay's kernel list; delete it and run nanprov replay again");
+  };
   if (!doc.is_object() || !doc["kernels"].is_array()) return bad();
   ReplayedKernels out;
   try {

@@ -14,9 +14,9 @@
 namespace nanprov {
 
 struct ReplayedKernels {
-  std::string gpu;      // the GPU model replayed on, which is also the one captured on
-  std::string backend;  // the captured call's backend, whose kernels these are
-  std::string phase;    // fwd, bwd
+  std::string gpu;                    // the GPU model replayed on, which is also the one captured on
+  std::string backend;                // the captured call's backend, whose kernels these are
+  std::string phase;                  // fwd, bwd
   std::vector<KernelRecord> kernels;  // launch order; seq and rank are the captured call's
 };
 

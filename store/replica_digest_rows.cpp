@@ -34,8 +34,9 @@ std::vector<ReplicaDigestRecord> withModelDigests(const std::vector<ReplicaDiges
 Status pruneParameterDigests(sqlite3* db, int64_t newest) {
   NANPROV_ASSIGN_OR_RETURN(
       sqlite::Stmt prune,
-      sqlite::prepare(db, "DELETE FROM replica_digests WHERE parameter <> '' AND step < ? AND step >= 16 AND "
-                          "(step & (step - 1)) <> 0"));
+      sqlite::prepare(db,
+                      "DELETE FROM replica_digests WHERE parameter <> '' AND step < ? AND step >= 16 AND "
+                      "(step & (step - 1)) <> 0"));
   sqlite::bindRow(prune.get(), newest - kNewestParameterSteps + 1);
   if (sqlite3_step(prune.get()) != SQLITE_DONE) return Status::Error(sqlite::errorOf(db));
   return Status::Ok();

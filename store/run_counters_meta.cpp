@@ -51,7 +51,8 @@ constexpr std::string_view kAuditRegime = "audit_regime:";
 template <size_t N>
 using Words = std::array<std::string_view, N>;
 constexpr Words<4> kCuptiRecordsWords = {"kernel ", ", external id ", ", api ", ""};
-constexpr Words<3> kReleasedWords = {"", " released, freeing ", " storages (the caching allocator's frees, moved from autograd)"};
+constexpr Words<3> kReleasedWords = {"", " released, freeing ",
+                                     " storages (the caching allocator's frees, moved from autograd)"};
 constexpr Words<3> kMeasureLaunchesWords = {"dense ", ", fused ", ""};
 constexpr Words<5> kDeferredWords = {"deferred ", ", batched launches ", ", modified before their check ",
                                      ", immediate after a fallback ", ""};
@@ -207,14 +208,16 @@ std::map<std::string, std::string> metaRowsOf(const RunCounters& c) {
   number(kHostSyncs, c.host_syncs);
   number(kCollectivesChecked, c.collectives_checked);
   number(kKernelsAttributed, c.kernels_attributed);
-  if (const auto& r = c.cupti_records) rows[kCuptiRecords] = spelled(kCuptiRecordsWords, {r->kernel, r->external_id, r->api});
+  if (const auto& r = c.cupti_records)
+    rows[kCuptiRecords] = spelled(kCuptiRecordsWords, {r->kernel, r->external_id, r->api});
   number(kCuptiDroppedRecords, c.cupti_dropped_records);
   flag(kCuptiDetached, c.cupti_detached);
   if (const auto& d = c.deferred_checks) {
-    rows[kDeferredChecks] = d->mode == DeferMode::kOff
-                                ? std::string(kDeferredOff)
-                                : std::string(d->mode == DeferMode::kCudaAndCpu ? kDeferredCudaAndCpu : kDeferredCuda) +
-                                      spelled(kDeferredWords, {d->deferred, d->batched_launches, d->modified, d->immediate_fallbacks});
+    rows[kDeferredChecks] =
+        d->mode == DeferMode::kOff
+            ? std::string(kDeferredOff)
+            : std::string(d->mode == DeferMode::kCudaAndCpu ? kDeferredCudaAndCpu : kDeferredCuda) +
+                  spelled(kDeferredWords, {d->deferred, d->batched_launches, d->modified, d->immediate_fallbacks});
   }
   if (const auto& m = c.measure_launches) rows[kMeasureLaunches] = spelled(kMeasureLaunchesWords, {m->dense, m->fused});
   if (const auto& r = c.released_tensors) rows[kReleasedTensors] = spelled(kReleasedWords, {r->released, r->storages});
@@ -237,7 +240,8 @@ std::map<std::string, std::string> metaRowsOf(const RunCounters& c) {
 }
 
 Status writeCounters(sqlite3* db, const RunCounters& counters) {
-  NANPROV_ASSIGN_OR_RETURN(sqlite::Stmt insert, sqlite::prepare(db, "INSERT OR REPLACE INTO meta(key,value) VALUES(?,?)"));
+  NANPROV_ASSIGN_OR_RETURN(sqlite::Stmt insert,
+                           sqlite::prepare(db, "INSERT OR REPLACE INTO meta(key,value) VALUES(?,?)"));
   for (const auto& [key, value] : metaRowsOf(counters)) {
     sqlite::bindRow(insert.get(), key, value);
     const int rc = sqlite3_step(insert.get());
@@ -308,7 +312,8 @@ RunCounters runCountersOf(const StoreMeta& meta, std::string* unreadable) {
   if (const std::string* t = find(meta, kProbeCost)) c.probe_cost = *t;
   if (const std::string* t = find(meta, kKernelTracer)) c.kernel_tracer = *t;
   if (const std::string* t = find(meta, kMesh)) c.mesh = *t;
-  eachUnder(meta, kModuleClass, [&](const std::string& pattern, const std::string& cls) { c.module_class[pattern] = cls; });
+  eachUnder(meta, kModuleClass,
+            [&](const std::string& pattern, const std::string& cls) { c.module_class[pattern] = cls; });
   eachUnder(meta, kAuditRegime, [&](const std::string& slot, const std::string& text) {
     if (auto r = auditRegimeIn(text)) c.audit_regimes[slot] = std::move(*r);
   });

@@ -3,8 +3,8 @@
 #include <sys/statvfs.h>
 
 #include <algorithm>
-#include <cstdint>
 #include <chrono>
+#include <cstdint>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -15,8 +15,8 @@
 
 #include "base/numbers.h"
 #include "store/run_file.h"
-#include "store/sqlite_db.h"
 #include "store/small_file.h"
+#include "store/sqlite_db.h"
 
 namespace nanprov {
 namespace fs = std::filesystem;
@@ -36,11 +36,13 @@ std::string newRunDirName(const std::string& root) {
 
 namespace {
 
-constexpr std::string_view kRankPrefix = "rank-", kProcessPrefix = "process-", kStoreSuffix = ".sqlite", kTallySuffix = ".tally",
-                           kAuditProgressSuffix = ".audit-progress", kUnrecordedSuffix = ".unrecorded",
-                           kWorkerCallsSuffix = ".worker-calls";
+constexpr std::string_view kRankPrefix = "rank-", kProcessPrefix = "process-", kStoreSuffix = ".sqlite",
+                           kTallySuffix = ".tally", kAuditProgressSuffix = ".audit-progress",
+                           kUnrecordedSuffix = ".unrecorded", kWorkerCallsSuffix = ".worker-calls";
 
-std::string rankFileName(int rank, std::string_view suffix) { return std::string(kRankPrefix) + std::to_string(rank) + std::string(suffix); }
+std::string rankFileName(int rank, std::string_view suffix) {
+  return std::string(kRankPrefix) + std::to_string(rank) + std::string(suffix);
+}
 
 bool namedForRank(const std::string& name, std::string_view suffix) {
   return name.size() > kRankPrefix.size() + suffix.size() && name.starts_with(kRankPrefix) && name.ends_with(suffix);
@@ -95,7 +97,8 @@ bool namedForProcess(const std::string& name) {
 std::optional<int> rankInProcessStore(const fs::path& path) {
   auto db = sqlite::open(path.string(), sqlite::Mode::kReadOnly);
   if (!db.ok()) return std::nullopt;
-  auto meta = sqlite::prepare(db->get(), "SELECT value FROM meta WHERE key IN ('rank', 'rank_guess') ORDER BY key = 'rank' DESC LIMIT 1");
+  auto meta = sqlite::prepare(
+      db->get(), "SELECT value FROM meta WHERE key IN ('rank', 'rank_guess') ORDER BY key = 'rank' DESC LIMIT 1");
   if (!meta.ok() || sqlite3_step(meta->get()) != SQLITE_ROW) return std::nullopt;
   const unsigned char* text = sqlite3_column_text(meta->get(), 0);
   auto rank = parseInteger(text ? reinterpret_cast<const char*>(text) : "", 0, kMaxRank);
@@ -105,8 +108,12 @@ std::optional<int> rankInProcessStore(const fs::path& path) {
 }  // namespace
 
 std::string rankStoreName(int rank) { return rankFileName(rank, kStoreSuffix); }
-std::string processStoreName(int pid) { return std::string(kProcessPrefix) + std::to_string(pid) + std::string(kStoreSuffix); }
-std::string processTallyName(int pid) { return std::string(kProcessPrefix) + std::to_string(pid) + std::string(kTallySuffix); }
+std::string processStoreName(int pid) {
+  return std::string(kProcessPrefix) + std::to_string(pid) + std::string(kStoreSuffix);
+}
+std::string processTallyName(int pid) {
+  return std::string(kProcessPrefix) + std::to_string(pid) + std::string(kTallySuffix);
+}
 std::string callTallyName(int rank) { return rankFileName(rank, kTallySuffix); }
 std::string auditProgressName(int rank) { return rankFileName(rank, kAuditProgressSuffix); }
 std::string workerCallsName(int rank) { return rankFileName(rank, kWorkerCallsSuffix); }
@@ -116,7 +123,7 @@ std::string unrecordedNoteName(int rank) { return rankFileName(rank, kUnrecorded
 // failed, most often because the disk is full, which its free space then says.
 static std::string whyNothingNoted(const std::string& dir) {
   constexpr uint64_t kNoRoom = 64 << 10;  // less than a store's schema and first batch
-  struct statvfs disk {};
+  struct statvfs disk{};
   if (statvfs(dir.c_str(), &disk) == 0 && static_cast<uint64_t>(disk.f_bavail) * disk.f_frsize < kNoRoom) {
     return "its store could not be written; the disk holding " + dir + " is full now";
   }
@@ -193,7 +200,7 @@ StatusOr<std::vector<std::string>> rankStorePaths(const RunDirs& dirs) {
     if (ec) continue;
     const std::map<int, std::string> unrecorded = unrecordedRanks(dir);
     std::map<int, std::string> here;
-    std::set<std::string> linked;         // process stores a rank's name links to
+    std::set<std::string> linked;          // process stores a rank's name links to
     std::vector<fs::path> process_stores;  // every process store, linked or not
     for (const auto& entry : it) {
       std::string name = entry.path().filename().string();
@@ -204,14 +211,16 @@ StatusOr<std::vector<std::string>> rankStorePaths(const RunDirs& dirs) {
       }
       if (!namedLikeStore(name)) continue;
       std::error_code link_ec;
-      if (fs::is_symlink(entry.symlink_status(link_ec))) linked.insert(fs::read_symlink(entry.path(), link_ec).filename().string());
+      if (fs::is_symlink(entry.symlink_status(link_ec)))
+        linked.insert(fs::read_symlink(entry.path(), link_ec).filename().string());
       std::string path = entry.path().string();
       if (std::string what = notRegularFile(entry.path()); !what.empty()) {
         return Status::Error(path + " is " + what + ", not a store file; remove it (nanprov writes regular files)");
       }
       auto rank = rankOfStoreName(name);
       if (!rank) {
-        return Status::Error(path + " is named like a rank store, but not as nanprov names them (rank-<r>.sqlite, r a "
+        return Status::Error(path +
+                             " is named like a rank store, but not as nanprov names them (rank-<r>.sqlite, r a "
                              "rank number without leading zeros); rename or remove it");
       }
       // A worker of this rank could not create its store because this file was there first: when
@@ -255,15 +264,16 @@ StatusOr<std::vector<std::string>> runsNewestFirst(const std::string& root) {
       std::error_code time_ec;
       auto written = fs::last_write_time(entry.path() / kRunFileName, time_ec);
       if (time_ec) written = fs::last_write_time(entry.path(), time_ec);
-      started = time_ec ? 0 : std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                  std::chrono::file_clock::to_sys(written).time_since_epoch()).count();
+      started = time_ec ? 0
+                        : std::chrono::duration_cast<std::chrono::nanoseconds>(
+                              std::chrono::file_clock::to_sys(written).time_since_epoch())
+                              .count();
     }
     runs.push_back({*started, dir});
   }
   if (ec) return Status::Error("cannot list " + root + ": " + ec.message());
-  std::sort(runs.begin(), runs.end(), [](const Run& a, const Run& b) {
-    return std::tie(a.started_ns, a.dir) > std::tie(b.started_ns, b.dir);
-  });
+  std::sort(runs.begin(), runs.end(),
+            [](const Run& a, const Run& b) { return std::tie(a.started_ns, a.dir) > std::tie(b.started_ns, b.dir); });
   std::vector<std::string> out;
   for (Run& r : runs) out.push_back(std::move(r.dir));
   return out;

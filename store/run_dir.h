@@ -17,7 +17,7 @@ inline constexpr const char* kDefaultRunsRoot = "nanprov-runs";
 // The run directories read as one run: one, or one per node of a multi-node job, each written by
 // that node's own `nanprov run` on its local disk (store/job.h checks that they are one job's).
 struct RunDirs {
-  RunDirs(std::string dir) : all{std::move(dir)} {}  // NOLINT: one directory is the usual run
+  RunDirs(std::string dir) : all{std::move(dir)} {}    // NOLINT: one directory is the usual run
   RunDirs(const char* dir) : all{std::string(dir)} {}  // NOLINT
   explicit RunDirs(std::vector<std::string> dirs) : all(std::move(dirs)) {}
   std::vector<std::string> all;
@@ -44,7 +44,7 @@ std::string rankStoreName(int rank);  // "rank-<r>.sqlite"
 // the rank its meta gives (rank, else rank_guess), when no other store holds that rank.
 std::string processStoreName(int pid);
 std::string processTallyName(int pid);
-std::string callTallyName(int rank);  // "rank-<r>.tally" (store/mapped_counters.h)
+std::string callTallyName(int rank);      // "rank-<r>.tally" (store/mapped_counters.h)
 std::string auditProgressName(int rank);  // "rank-<r>.audit-progress" (store/mapped_counters.h)
 // "rank-<r>.worker-calls" (store/mapped_counters.h, 1 counter): the attention calls the rank's
 // DataLoader worker processes ran, which check nothing and own no store.

@@ -35,12 +35,14 @@ RunFile runFileFrom(const nlohmann::json& doc) {
   if (doc.is_discarded() || !doc.is_object()) return f;
   f.readable = true;
   if (doc.contains("command") && doc["command"].is_array()) {
-    for (const nlohmann::json& word : doc["command"]) f.command.push_back(word.is_string() ? word.get<std::string>() : "?");
+    for (const nlohmann::json& word : doc["command"])
+      f.command.push_back(word.is_string() ? word.get<std::string>() : "?");
   }
   if (doc.contains("built_torch") && doc["built_torch"].is_string()) f.torch = doc["built_torch"].get<std::string>();
   if (doc.contains("exit_code") && doc["exit_code"].is_number_integer()) f.exit_code = doc["exit_code"].get<int>();
   if (doc.contains("signal") && doc["signal"].is_string()) f.signal = doc["signal"].get<std::string>();
-  if (doc.contains("started_ns") && doc["started_ns"].is_number_integer()) f.started_ns = doc["started_ns"].get<int64_t>();
+  if (doc.contains("started_ns") && doc["started_ns"].is_number_integer())
+    f.started_ns = doc["started_ns"].get<int64_t>();
   if (doc.contains("probe_modules") && doc["probe_modules"].is_array()) {
     for (const nlohmann::json& spec : doc["probe_modules"]) {
       if (spec.is_string()) f.probe_modules.push_back(spec.get<std::string>());

@@ -21,25 +21,18 @@ struct QueryGuard {
   bool denied = false;
 
   static int authorize(void* self, int action, const char* a, const char* b, const char*, const char*) {
-    static const std::set<std::string> kInternalFunctions = {
-        "fts3_tokenizer", "load_extension", "readfile", "writefile", "edit", "sqlite_offset"};
-    static const std::set<std::string> kReadPragmas = {"table_info", "table_xinfo", "table_list", "index_list",
+    static const std::set<std::string> kInternalFunctions = {"fts3_tokenizer", "load_extension", "readfile",
+                                                             "writefile",      "edit",           "sqlite_offset"};
+    static const std::set<std::string> kReadPragmas = {"table_info", "table_xinfo",   "table_list",    "index_list",
                                                        "index_info", "function_list", "collation_list"};
     bool allowed = false;
     switch (action) {
       case SQLITE_SELECT:
       case SQLITE_READ:
-      case SQLITE_RECURSIVE:
-        allowed = true;
-        break;
-      case SQLITE_FUNCTION:
-        allowed = b && !kInternalFunctions.count(b);
-        break;
-      case SQLITE_PRAGMA:
-        allowed = a && kReadPragmas.count(a);
-        break;
-      default:
-        break;
+      case SQLITE_RECURSIVE: allowed = true; break;
+      case SQLITE_FUNCTION: allowed = b && !kInternalFunctions.count(b); break;
+      case SQLITE_PRAGMA: allowed = a && kReadPragmas.count(a); break;
+      default: break;
     }
     if (!allowed) static_cast<QueryGuard*>(self)->denied = true;
     return allowed ? SQLITE_OK : SQLITE_DENY;
@@ -72,8 +65,8 @@ StatusOr<sqlite::Stmt> prepareOneStatement(sqlite3* db, const std::string& sql, 
 // The tables `nanprov sql` shows, each as the SELECT that gives one rank store's rows (`calls`
 // has its own rank column; the others gain one).
 const std::vector<std::pair<std::string, bool>> kQueryTables = {
-    {"calls", false}, {"tensors", true}, {"kernels", true}, {"captures", true},
-    {"steps", true},  {"meta", true},    {"sentinel", true}, {"step_summaries", true},
+    {"calls", false}, {"tensors", true},        {"kernels", true},        {"captures", true},
+    {"steps", true},  {"meta", true},           {"sentinel", true},       {"step_summaries", true},
     {"trends", true}, {"trend_warnings", true}, {"replica_digests", true}};
 
 // Tables later nanprov added, with their columns: a store written before one has no rows of it.
@@ -92,12 +85,12 @@ std::string rowsOf(sqlite3* db, const std::string& table, bool add_rank, const s
     auto later = [&](const char* column) {
       return std::string(sqlite::hasColumn(db, "calls", column, alias) ? "c." : "NULL AS ") + column;
     };
-    return std::string("SELECT c.seq, c.rank, c.step, c.layer, c.call, c.phase, c.fwd_seq, c.recompute, s.op, s.backend, "
-           "s.module, c.start_ns, c.end_ns, c.injected, s.device, n.text AS unattributed, "
-           "CASE c.health WHEN 0 THEN 'clean' WHEN 1 THEN 'source' ELSE 'propagated' END AS edge, ") +
-           later("modified") + ", " + later("dropout_p") + " FROM " +
-           alias + ".calls c JOIN " + alias + ".signatures s ON s.id = c.sig LEFT JOIN " + alias +
-           ".notes n ON n.id = c.note";
+    return std::string(
+               "SELECT c.seq, c.rank, c.step, c.layer, c.call, c.phase, c.fwd_seq, c.recompute, s.op, s.backend, "
+               "s.module, c.start_ns, c.end_ns, c.injected, s.device, n.text AS unattributed, "
+               "CASE c.health WHEN 0 THEN 'clean' WHEN 1 THEN 'source' ELSE 'propagated' END AS edge, ") +
+           later("modified") + ", " + later("dropout_p") + " FROM " + alias + ".calls c JOIN " + alias +
+           ".signatures s ON s.id = c.sig LEFT JOIN " + alias + ".notes n ON n.id = c.note";
   }
   // A store whose summaries predate their not_clean column summarised clean calls only.
   if (table == "step_summaries" && sqlite::hasColumn(db, table, "calls", alias) &&
@@ -111,7 +104,8 @@ std::string rowsOf(sqlite3* db, const std::string& table, bool add_rank, const s
     for (const char* column : columns) nulls += std::string(", NULL AS ") + column;
     return "SELECT " + std::to_string(rank) + " AS rank" + nulls + " WHERE 0";
   }
-  return std::string("SELECT ") + (add_rank ? std::to_string(rank) + " AS rank, " : "") + "* FROM " + alias + "." + table;
+  return std::string("SELECT ") + (add_rank ? std::to_string(rank) + " AS rank, " : "") + "* FROM " + alias + "." +
+         table;
 }
 
 // Attaches one rank store read-only as `alias`; its rank in *rank.
@@ -176,7 +170,8 @@ Status tablesFromStores(sqlite3* db, const std::vector<std::string>& paths, cons
       std::string alias = "r" + std::to_string(i - first);
       NANPROV_RETURN_IF_ERROR(attachStore(db, paths[i], alias, &rank));
       for (const auto& [table, add_rank] : kQueryTables) {
-        if (reads.tables.count(table)) copy += "INSERT INTO main." + table + " " + rowsOf(db, table, add_rank, alias, rank) + "; ";
+        if (reads.tables.count(table))
+          copy += "INSERT INTO main." + table + " " + rowsOf(db, table, add_rank, alias, rank) + "; ";
       }
       detach += "DETACH DATABASE " + alias + "; ";
     }
@@ -209,8 +204,8 @@ StatusOr<QueryResult> queryRun(const RunDirs& dirs, const std::string& sql, cons
   if (limits.max_memory_bytes > 0) sqlite3_hard_heap_limit64(limits.max_memory_bytes);
   const std::string over_memory = "refused: the query needs more than " + bytesText(limits.max_memory_bytes) +
                                   " of memory (nanprov sql --max-memory)";
-  Deadline deadline{.at = std::chrono::steady_clock::now() + std::chrono::milliseconds(
-                                                                  static_cast<int64_t>(limits.timeout_seconds * 1000))};
+  Deadline deadline{.at = std::chrono::steady_clock::now() +
+                          std::chrono::milliseconds(static_cast<int64_t>(limits.timeout_seconds * 1000))};
   auto failed = [&](sqlite3* db, const std::string& context) {
     int code = sqlite3_errcode(db);
     if (deadline.passed || code == SQLITE_INTERRUPT) {
@@ -226,7 +221,7 @@ StatusOr<QueryResult> queryRun(const RunDirs& dirs, const std::string& sql, cons
   if (limits.timeout_seconds > 0) sqlite3_progress_handler(raw, 10000, &Deadline::check, &deadline);
   int attachable = sqlite3_limit(raw, SQLITE_LIMIT_ATTACHED, -1);
   Status opened = static_cast<int>(paths.size()) <= attachable ? viewsOverStores(raw, paths)
-                                                                 : tablesFromStores(raw, paths, sql, attachable);
+                                                               : tablesFromStores(raw, paths, sql, attachable);
   if (!opened.ok()) return deadline.passed || sqlite3_errcode(raw) == SQLITE_NOMEM ? failed(raw, "") : opened;
   NANPROV_RETURN_IF_ERROR(sqlite::exec(raw, "PRAGMA query_only=ON;"));
 

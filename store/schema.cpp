@@ -2,15 +2,14 @@
 
 namespace nanprov {
 
-const char* const kStepSummaryColumns[20] = {"step",   "last_step", "layer",  "phase",  "calls",    "first_seq", "last_seq",
-                                             "max_q",  "max_k",     "max_v",  "max_mask", "max_o",  "max_lse",
-                                             "max_do", "max_dq",    "max_dk", "max_dv",   "max_s",  "max_p",
-                                             "not_clean"};
+const char* const kStepSummaryColumns[20] = {
+    "step",     "last_step", "layer",   "phase",  "calls",  "first_seq", "last_seq", "max_q", "max_k", "max_v",
+    "max_mask", "max_o",     "max_lse", "max_do", "max_dq", "max_dk",    "max_dv",   "max_s", "max_p", "not_clean"};
 
-const std::vector<const char*> kTrendColumns = {"layer",        "step",         "last_step", "bucket_steps", "calls",
-                                               "module",       "logit",        "logit_source", "scores_dtype", "max_o",
-                                               "max_dq",       "max_dk",       "max_dv"};
-const std::vector<const char*> kTrendWarningColumns = {"layer",      "module", "kind",   "step",         "value",
+const std::vector<const char*> kTrendColumns = {"layer",  "step",   "last_step",    "bucket_steps", "calls",
+                                                "module", "logit",  "logit_source", "scores_dtype", "max_o",
+                                                "max_dq", "max_dk", "max_dv"};
+const std::vector<const char*> kTrendWarningColumns = {"layer",     "module",     "kind",   "step",         "value",
                                                        "from_step", "from_value", "source", "scores_dtype", "text"};
 const std::vector<const char*> kReplicaDigestColumns = {"step", "parameter", "digest"};
 

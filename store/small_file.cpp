@@ -17,7 +17,7 @@ StatusOr<std::optional<std::string>> readSmallFile(const std::string& path, int6
     if (errno == EACCES) return Status::Error(path + ": permission denied");
     return Status::Error(path + ": " + std::strerror(errno));
   }
-  struct stat st {};
+  struct stat st{};
   std::string why;
   if (fstat(fd, &st) != 0) why = std::strerror(errno);
   else if (!S_ISREG(st.st_mode)) why = "not a regular file";

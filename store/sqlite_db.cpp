@@ -70,7 +70,8 @@ Status Transaction::commit() {
   Status st = exec(db_, "COMMIT");
   // A COMMIT that failed (a full disk) may leave the transaction open: rolled back here, or every
   // later BEGIN would fail and the writer would never write again.
-  if (!st.ok() && !sqlite3_get_autocommit(db_)) exec(db_, "ROLLBACK").ignore();  // the COMMIT's failure is the one returned
+  if (!st.ok() && !sqlite3_get_autocommit(db_))
+    exec(db_, "ROLLBACK").ignore();  // the COMMIT's failure is the one returned
   return st;
 }
 

@@ -23,7 +23,8 @@ std::string pathOf(const std::string& dir, int task) { return (fs::path(dir) / t
 
 // The task a file name claims, spelt as nanprov spells it ("run.task-01.json" is no task's).
 std::optional<int> taskOfName(const std::string& name) {
-  if (name.size() <= kPrefix.size() + kSuffix.size() || !name.starts_with(kPrefix) || !name.ends_with(kSuffix)) return std::nullopt;
+  if (name.size() <= kPrefix.size() + kSuffix.size() || !name.starts_with(kPrefix) || !name.ends_with(kSuffix))
+    return std::nullopt;
   std::string digits = name.substr(kPrefix.size(), name.size() - kPrefix.size() - kSuffix.size());
   auto task = parseInteger(digits, 0, kMaxRank);
   if (!task || std::to_string(*task) != digits) return std::nullopt;
@@ -48,7 +49,8 @@ std::map<int, std::string> taskRunFilePaths(const std::string& dir) {
 StatusOr<bool> claimTaskRunFile(const std::string& dir, int task, const nlohmann::json& doc) {
   const std::string path = pathOf(dir, task);
   const std::string aside = path + ".claim." + std::to_string(getpid());
-  if (Status st = replaceFile(aside, "run file", [&](std::ostream& out) { out << jsonText(doc, 2) << "\n"; }); !st.ok()) return st;
+  if (Status st = replaceFile(aside, "run file", [&](std::ostream& out) { out << jsonText(doc, 2) << "\n"; }); !st.ok())
+    return st;
   // link() fails with EEXIST atomically where rename() would replace: exactly one claim wins.
   const int linked = ::link(aside.c_str(), path.c_str());
   const int err = errno;
@@ -69,7 +71,8 @@ TaskStates taskStates(const std::string& dir) {
     const nlohmann::json doc = readJsonFile(path);
     const nlohmann::json* slurm = doc.is_object() && doc.contains("slurm") ? &doc["slurm"] : nullptr;
     states.job[task] = slurm && slurm->is_object() && slurm->contains("job") && (*slurm)["job"].is_string()
-                           ? (*slurm)["job"].get<std::string>() : "";
+                           ? (*slurm)["job"].get<std::string>()
+                           : "";
     if (!runFileFrom(doc).ended()) states.running.push_back(task);
   }
   return states;

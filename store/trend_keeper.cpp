@@ -111,12 +111,18 @@ std::vector<TrendWarning> TrendKeeper::noteNonFinite(int64_t step) {
 Status TrendKeeper::write(sqlite3* db, const std::vector<TrendWarning>& warnings) {
   if (rewrite_) NANPROV_RETURN_IF_ERROR(sqlite::exec(db, "DELETE FROM trends"));
   if (!insert_row_) {
-    NANPROV_ASSIGN_OR_RETURN(insert_row_, sqlite::prepare(db,
-        "INSERT OR REPLACE INTO trends(layer, step, last_step, bucket_steps, calls, module, logit, logit_source, "
-        "scores_dtype, max_o, max_dq, max_dk, max_dv) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)"));
-    NANPROV_ASSIGN_OR_RETURN(insert_warning_, sqlite::prepare(db,
-        "INSERT OR IGNORE INTO trend_warnings(layer, module, kind, step, value, from_step, from_value, source, "
-        "scores_dtype, text) VALUES (?,?,?,?,?,?,?,?,?,?)"));
+    NANPROV_ASSIGN_OR_RETURN(
+        insert_row_,
+        sqlite::prepare(
+            db,
+            "INSERT OR REPLACE INTO trends(layer, step, last_step, bucket_steps, calls, module, logit, logit_source, "
+            "scores_dtype, max_o, max_dq, max_dk, max_dv) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)"));
+    NANPROV_ASSIGN_OR_RETURN(
+        insert_warning_,
+        sqlite::prepare(
+            db,
+            "INSERT OR IGNORE INTO trend_warnings(layer, module, kind, step, value, from_step, from_value, source, "
+            "scores_dtype, text) VALUES (?,?,?,?,?,?,?,?,?,?)"));
   }
   sqlite3_stmt* row = insert_row_.get();
   for (auto& [id, layer] : layers_) {
@@ -124,8 +130,9 @@ Status TrendKeeper::write(sqlite3* db, const std::vector<TrendWarning>& warnings
       if (!b.dirty && !rewrite_) continue;
       sqlite3_reset(row);
       const bool has_logit = b.logit >= 0;
-      sqlite::bindRow(row, id, b.index << shift_, b.last_step, bucketSteps(), b.calls, sqlite::nullIfEmpty(layer.module),
-                      seen(b.logit), has_logit ? std::optional<std::string>(logitSourceName(b.source)) : std::nullopt,
+      sqlite::bindRow(row, id, b.index << shift_, b.last_step, bucketSteps(), b.calls,
+                      sqlite::nullIfEmpty(layer.module), seen(b.logit),
+                      has_logit ? std::optional<std::string>(logitSourceName(b.source)) : std::nullopt,
                       has_logit ? sqlite::nullIfEmpty(b.scores_dtype) : std::nullopt, seen(b.o), seen(b.dq), seen(b.dk),
                       seen(b.dv));
       if (sqlite3_step(row) != SQLITE_DONE) return Status::Error("trends: " + sqlite::errorOf(db));
@@ -137,8 +144,8 @@ Status TrendKeeper::write(sqlite3* db, const std::vector<TrendWarning>& warnings
   sqlite3_stmt* warn = insert_warning_.get();
   for (const TrendWarning& w : warnings) {
     sqlite3_reset(warn);
-    sqlite::bindRow(warn, w.layer, sqlite::nullIfEmpty(w.module), trendKindName(w.kind), w.step, w.value,
-                    w.from_step, w.from_value, logitSourceName(w.source), sqlite::nullIfEmpty(w.scores_dtype), w.text());
+    sqlite::bindRow(warn, w.layer, sqlite::nullIfEmpty(w.module), trendKindName(w.kind), w.step, w.value, w.from_step,
+                    w.from_value, logitSourceName(w.source), sqlite::nullIfEmpty(w.scores_dtype), w.text());
     if (sqlite3_step(warn) != SQLITE_DONE) return Status::Error("trend_warnings: " + sqlite::errorOf(db));
   }
   return Status::Ok();

@@ -22,8 +22,8 @@ Status loadTrends(sqlite3* db, const std::string& path, RankInfo* info) {
     if (static_cast<int64_t>(info->trends.size()) >= kMostRows) return notAStore(path, "its trends table is too large");
     TrendPoint p;
     std::string source;
-    sqlite::readRow(s, 0, p.layer, p.step, p.last_step, p.bucket_steps, p.calls, p.module, p.logit, source, p.scores_dtype,
-                    p.o, p.dq, p.dk, p.dv);
+    sqlite::readRow(s, 0, p.layer, p.step, p.last_step, p.bucket_steps, p.calls, p.module, p.logit, source,
+                    p.scores_dtype, p.o, p.dq, p.dk, p.dv);
     auto parsed = parseLogitSource(source);
     if (!parsed || p.last_step < p.step || p.bucket_steps < 1 || p.calls < 0) {
       return notAStore(path, "a trends row for layer " + std::to_string(p.layer) + " is not one nanprov writes");

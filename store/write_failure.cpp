@@ -30,7 +30,8 @@ std::string writeFailureCause(WriteFailureKind kind) {
 }
 
 std::string writeFailureText(const WriteFailure& failure) {
-  return "the store is incomplete from step " + std::to_string(failure.from_step) + ": " + writeFailureCause(failure.kind);
+  return "the store is incomplete from step " + std::to_string(failure.from_step) + ": " +
+         writeFailureCause(failure.kind);
 }
 
 WriteFailureKind writeFailureKindOf(sqlite3* db, const std::string& store_path, const std::string& error) {
@@ -48,8 +49,9 @@ WriteFailureKind writeFailureKindOf(sqlite3* db, const std::string& store_path, 
     }
     if (largest + kNearTheLimit >= static_cast<int64_t>(limit.rlim_cur)) return WriteFailureKind::kFileSizeLimit;
   }
-  if (err == ENOSPC || err == EDQUOT || error.find("disk is full") != std::string::npos) return WriteFailureKind::kDiskFull;
-  struct statvfs disk {};
+  if (err == ENOSPC || err == EDQUOT || error.find("disk is full") != std::string::npos)
+    return WriteFailureKind::kDiskFull;
+  struct statvfs disk{};
   const std::string dir = std::filesystem::path(store_path).parent_path().string();
   if (statvfs(dir.empty() ? "." : dir.c_str(), &disk) == 0 &&
       static_cast<int64_t>(disk.f_bavail) * static_cast<int64_t>(disk.f_frsize) < kNearTheLimit) {

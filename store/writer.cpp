@@ -19,16 +19,16 @@
 #include <vector>
 
 #include "base/bounded_queue.h"
-#include "base/text.h"
 #include "base/records/call_event.h"
+#include "base/text.h"
 #include "store/budget_keeper.h"
-#include "store/trend_keeper.h"
 #include "store/call_signature.h"
 #include "store/replica_digest_rows.h"
 #include "store/run_counters_meta.h"
 #include "store/schema.h"
 #include "store/sqlite_db.h"
 #include "store/sqlite_rows.h"
+#include "store/trend_keeper.h"
 
 namespace nanprov {
 namespace {
@@ -50,7 +50,8 @@ struct StepRow {
 
 // Prepared statements reused for every batch.
 struct Statements {
-  sqlite::Stmt call, tensor, step, kernel, capture, meta, sentinel, module_check, collective, replica_digest, signature, note;
+  sqlite::Stmt call, tensor, step, kernel, capture, meta, sentinel, module_check, collective, replica_digest, signature,
+      note;
 };
 
 StatusOr<Statements> prepareStatements(sqlite3* db) {
@@ -140,7 +141,8 @@ Status insertCall(sqlite3* db, Statements& st, Interned& interned, const CallRec
   std::string detail = !compact && describable(c) ? detailBlob(c) : "";
   if (!detail.empty()) sqlite3_bind_blob(s, 16, detail.data(), static_cast<int>(detail.size()), SQLITE_TRANSIENT);
   else sqlite3_bind_null(s, 16);
-  if (!c.modified.empty()) sqlite3_bind_text(s, 17, c.modified.c_str(), static_cast<int>(c.modified.size()), SQLITE_TRANSIENT);
+  if (!c.modified.empty())
+    sqlite3_bind_text(s, 17, c.modified.c_str(), static_cast<int>(c.modified.size()), SQLITE_TRANSIENT);
   else sqlite3_bind_null(s, 17);
   if (c.dropout_p) sqlite3_bind_double(s, 18, *c.dropout_p);
   else sqlite3_bind_null(s, 18);
@@ -148,8 +150,8 @@ Status insertCall(sqlite3* db, Statements& st, Interned& interned, const CallRec
   if (compact) return Status::Ok();
   for (const TensorHealth& t : c.tensors) {
     sqlite3_stmt* ts = st.tensor.get();
-    sqlite::bindRow(ts, c.seq, std::string(roleName(t.role)), std::string(t.dtype.c_str()), t.shape.text(), t.numel, t.nan, t.posinf, t.neginf, t.max_abs, t.all_zero,
-                    sqlite::nullIfNegative(t.masked_rows));
+    sqlite::bindRow(ts, c.seq, std::string(roleName(t.role)), std::string(t.dtype.c_str()), t.shape.text(), t.numel,
+                    t.nan, t.posinf, t.neginf, t.max_abs, t.all_zero, sqlite::nullIfNegative(t.masked_rows));
     NANPROV_RETURN_IF_ERROR(stepStatement(db, ts));
   }
   return Status::Ok();
@@ -157,8 +159,8 @@ Status insertCall(sqlite3* db, Statements& st, Interned& interned, const CallRec
 
 Status insertKernel(sqlite3* db, Statements& st, const KernelRecord& k) {
   sqlite3_stmt* s = st.kernel.get();
-  sqlite::bindRow(s, k.seq, k.correlation_id, k.name, k.grid[0], k.grid[1], k.grid[2], k.block[0], k.block[1], k.block[2],
-                  k.start_ns, k.end_ns, k.device, k.stream);
+  sqlite::bindRow(s, k.seq, k.correlation_id, k.name, k.grid[0], k.grid[1], k.grid[2], k.block[0], k.block[1],
+                  k.block[2], k.start_ns, k.end_ns, k.device, k.stream);
   return stepStatement(db, s);
 }
 
@@ -177,8 +179,8 @@ Status insertSentinel(sqlite3* db, Statements& st, const SentinelRecord& f) {
 
 Status insertModuleCheck(sqlite3* db, Statements& st, const ModuleCheckRecord& m) {
   sqlite3_stmt* s = st.module_check.get();
-  sqlite::bindRow(s, m.step, std::string(phaseName(m.phase)), m.module, m.module_class, m.inputsFinite(), m.nan, m.posinf,
-                  m.neginf, m.largest_input, m.order, m.time_ns, m.gradient, joined(m.unchecked_before, "\n"),
+  sqlite::bindRow(s, m.step, std::string(phaseName(m.phase)), m.module, m.module_class, m.inputsFinite(), m.nan,
+                  m.posinf, m.neginf, m.largest_input, m.order, m.time_ns, m.gradient, joined(m.unchecked_before, "\n"),
                   std::string(moduleInputsName(m.inputs)));
   return stepStatement(db, s);
 }
@@ -187,8 +189,8 @@ Status insertCollective(sqlite3* db, Statements& st, const CollectiveRecord& c) 
   sqlite3_stmt* s = st.collective.get();
   const CollectiveSide& i = c.input;
   const CollectiveSide& o = c.output;
-  sqlite::bindRow(s, c.step, c.ord, c.op, c.group, c.group_size, c.tensors, i.checked, i.numel, i.nan, i.posinf, i.neginf,
-                  i.max_abs, o.checked, o.numel, o.nan, o.posinf, o.neginf, o.max_abs, c.time_ns);
+  sqlite::bindRow(s, c.step, c.ord, c.op, c.group, c.group_size, c.tensors, i.checked, i.numel, i.nan, i.posinf,
+                  i.neginf, i.max_abs, o.checked, o.numel, o.nan, o.posinf, o.neginf, o.max_abs, c.time_ns);
   return stepStatement(db, s);
 }
 
@@ -222,8 +224,8 @@ struct PendingRows {
 
   bool empty() const { return rows() == 0 && !rank; }
   size_t rows() const {
-    return calls.size() + kernels.size() + captures.size() + sentinel.size() + module_checks.size() + collectives.size() +
-           replica_digests.size() + steps.size() + meta.size() + (counters_said ? 1 : 0);
+    return calls.size() + kernels.size() + captures.size() + sentinel.size() + module_checks.size() +
+           collectives.size() + replica_digests.size() + steps.size() + meta.size() + (counters_said ? 1 : 0);
   }
 };
 
@@ -233,9 +235,9 @@ struct StoreWriter::Impl {
   std::string path;
   sqlite::Db db;
   Statements statements;
-  std::unique_ptr<BudgetKeeper> budget;  // writer thread only
-  TrendKeeper trends;                    // writer thread only
-  TrendSink on_warning;                  // called on the writer thread, after the warning committed
+  std::unique_ptr<BudgetKeeper> budget;         // writer thread only
+  TrendKeeper trends;                           // writer thread only
+  TrendSink on_warning;                         // called on the writer thread, after the warning committed
   std::unique_ptr<WriteFailureRecord> failure;  // noted by the writer thread (or close, after it)
   WriteFailureSink on_failure;
   int64_t newest_step = 0;  // of the calls written so far: where a batch without calls stands
@@ -270,7 +272,9 @@ struct StoreWriter::Impl {
     // A writer behind takes the calls held aside while its queue was full before the queue's older
     // ones: written in step order, or a chunk of newer steps would be pruned with older steps'
     // calls still to come (and a step's calls would land in two summaries).
-    auto byStep = [](const CallEvent& a, const CallEvent& b) { return std::tie(a.step, a.seq) < std::tie(b.step, b.seq); };
+    auto byStep = [](const CallEvent& a, const CallEvent& b) {
+      return std::tie(a.step, a.seq) < std::tie(b.step, b.seq);
+    };
     if (!std::is_sorted(batch.calls.begin(), batch.calls.end(), byStep)) {
       std::stable_sort(batch.calls.begin(), batch.calls.end(), byStep);
     }
@@ -299,7 +303,7 @@ struct StoreWriter::Impl {
   void writeTransaction(const PendingRows& rows, bool prune) {
     Status st = writeRows(rows);
     if (!st.ok()) {
-      interned = {};  // the rolled-back transaction may have held new signatures
+      interned = {};        // the rolled-back transaction may have held new signatures
       trends.rewriteAll();  // and trend rows the keeper counts as written
       noteWriteFailure(rows, st);
       recordFailure(st, rows.rows());
@@ -334,7 +338,8 @@ struct StoreWriter::Impl {
       CallRecord record = c.record();
       if (rank >= 0) record.rank = rank;
       NANPROV_RETURN_IF_ERROR(insertCall(db.get(), statements, interned, record));
-      budget->noteCall(record.seq, record.step, storedCompactly(record) ? 0 : static_cast<int64_t>(record.tensors.size()));
+      budget->noteCall(record.seq, record.step,
+                       storedCompactly(record) ? 0 : static_cast<int64_t>(record.tensors.size()));
       for (TrendWarning& w : trends.noteCall(record)) warnings.push_back(std::move(w));
     }
     // The rank's first non-finite values (an edge, or the sentinel's gradients): the warning said
@@ -358,7 +363,8 @@ struct StoreWriter::Impl {
     for (const ModuleCheckRecord& m : batch.module_checks) {
       NANPROV_RETURN_IF_ERROR(insertModuleCheck(db.get(), statements, m));
     }
-    for (const CollectiveRecord& c : batch.collectives) NANPROV_RETURN_IF_ERROR(insertCollective(db.get(), statements, c));
+    for (const CollectiveRecord& c : batch.collectives)
+      NANPROV_RETURN_IF_ERROR(insertCollective(db.get(), statements, c));
     if (!batch.replica_digests.empty()) {
       // Bounded: each step's whole-model digest, and each parameter's only where
       // store/replica_digest_rows.h keeps them.
@@ -394,7 +400,7 @@ struct StoreWriter::Impl {
 
   // Rows that come a few a run (the first non-finite step's): queued for the next batch, no wake-up.
   template <typename Row>
-  void appendFew(std::vector<Row> PendingRows::*table, std::vector<Row> rows) {
+  void appendFew(std::vector<Row> PendingRows::* table, std::vector<Row> rows) {
     std::lock_guard<std::mutex> lock(mu);
     if (state != State::kActive) {
       dropped += static_cast<int64_t>(rows.size());
@@ -438,7 +444,8 @@ StoreWriter::StoreWriter(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 namespace {
 
 // Writes the schema and meta into `staging`, and closes it: the WAL folded into the file.
-Status fillStaging(const std::string& staging, const std::map<std::string, std::string>& meta, const RunCounters& counters) {
+Status fillStaging(const std::string& staging, const std::map<std::string, std::string>& meta,
+                   const RunCounters& counters) {
   {
     NANPROV_ASSIGN_OR_RETURN(sqlite::Db db, sqlite::open(staging, sqlite::Mode::kReadWriteCreate));
     sqlite3* raw = db.get();
@@ -466,10 +473,12 @@ Status fillStaging(const std::string& staging, const std::map<std::string, std::
 // being created (that read as "damaged"). link() refuses an existing name, so a second process
 // claiming the same rank store fails instead of merging its rows into another run's. The staging
 // file goes whatever happens: a store that could not be made leaves nothing behind.
-Status createStore(const std::string& path, const std::map<std::string, std::string>& meta, const RunCounters& counters) {
+Status createStore(const std::string& path, const std::map<std::string, std::string>& meta,
+                   const RunCounters& counters) {
   std::filesystem::path final_path(path);
-  std::string staging = (final_path.parent_path() / ("." + final_path.filename().string() + "." +
-                                                      std::to_string(getpid()) + ".creating")).string();
+  std::string staging =
+      (final_path.parent_path() / ("." + final_path.filename().string() + "." + std::to_string(getpid()) + ".creating"))
+          .string();
   auto removeStaging = [&] {
     std::error_code ignored;
     for (const char* suffix : {"", "-wal", "-shm", "-journal"}) std::filesystem::remove(staging + suffix, ignored);
@@ -489,9 +498,10 @@ Status createStore(const std::string& path, const std::map<std::string, std::str
 
 }  // namespace
 
-StatusOr<std::unique_ptr<StoreWriter>> StoreWriter::open(
-    const std::string& path, const std::map<std::string, std::string>& meta, int64_t budget_bytes, TrendSink on_warning,
-    const RunCounters& counters, WriteFailureSink on_failure) {
+StatusOr<std::unique_ptr<StoreWriter>> StoreWriter::open(const std::string& path,
+                                                         const std::map<std::string, std::string>& meta,
+                                                         int64_t budget_bytes, TrendSink on_warning,
+                                                         const RunCounters& counters, WriteFailureSink on_failure) {
   RunCounters all = counters;
   if (budget_bytes > 0) all.store_budget = budget_bytes;
   NANPROV_RETURN_IF_ERROR(createStore(path, meta, all));
@@ -543,8 +553,7 @@ void StoreWriter::appendKernels(std::vector<KernelRecord> kernels) {
     impl_->dropped += static_cast<int64_t>(kernels.size());
     return;
   }
-  pending.insert(pending.end(), std::make_move_iterator(kernels.begin()),
-                 std::make_move_iterator(kernels.end()));
+  pending.insert(pending.end(), std::make_move_iterator(kernels.begin()), std::make_move_iterator(kernels.end()));
 }
 
 void StoreWriter::appendSentinel(std::vector<SentinelRecord> findings) {

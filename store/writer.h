@@ -44,7 +44,8 @@ class StoreWriter {
   static StatusOr<std::unique_ptr<StoreWriter>> open(const std::string& path,
                                                      const std::map<std::string, std::string>& meta,
                                                      int64_t budget_bytes = 0, TrendSink on_warning = {},
-                                                     const RunCounters& counters = {}, WriteFailureSink on_failure = {});
+                                                     const RunCounters& counters = {},
+                                                     WriteFailureSink on_failure = {});
   ~StoreWriter();  // close()s
   StoreWriter(const StoreWriter&) = delete;
   StoreWriter& operator=(const StoreWriter&) = delete;

@@ -33,7 +33,8 @@ inline std::vector<json> eventsOf(const json& trace, const std::string& ph) {
 // The pid of the process named "rank <r>", or nullopt.
 inline std::optional<int64_t> pidOfRank(const json& trace, int rank) {
   for (const json& e : eventsOf(trace, "M")) {
-    if (e["name"] == "process_name" && e["args"]["name"] == "rank " + std::to_string(rank)) return e["pid"].get<int64_t>();
+    if (e["name"] == "process_name" && e["args"]["name"] == "rank " + std::to_string(rank))
+      return e["pid"].get<int64_t>();
   }
   return std::nullopt;
 }
@@ -59,7 +60,8 @@ inline void expectSchema(const json& trace) {
     if (e["ph"] == "M") continue;
     ASSERT_TRUE(e["ts"].is_number()) << e.dump();
     EXPECT_GE(e["ts"].get<double>(), 0.0) << e.dump();
-    EXPECT_NEAR(e["ts"].get<double>() * 1000.0, static_cast<double>(ns(e["ts"])), 1e-3) << "ts is µs at ns resolution: " << e.dump();
+    EXPECT_NEAR(e["ts"].get<double>() * 1000.0, static_cast<double>(ns(e["ts"])), 1e-3)
+        << "ts is µs at ns resolution: " << e.dump();
     if (e["ph"] == "X") {
       ASSERT_TRUE(e["dur"].is_number()) << e.dump();
       EXPECT_GE(e["dur"].get<double>(), 0.0) << e.dump();
@@ -98,7 +100,8 @@ inline void expectTracksNest(const json& trace) {
       while (!open.empty() && std::get<1>(*open.back()) <= std::get<0>(s)) open.pop_back();
       if (!open.empty()) {
         EXPECT_LE(std::get<1>(s), std::get<1>(*open.back()))
-            << std::get<2>(s) << " overlaps " << std::get<2>(*open.back()) << " on pid " << track.first << " tid " << track.second;
+            << std::get<2>(s) << " overlaps " << std::get<2>(*open.back()) << " on pid " << track.first << " tid "
+            << track.second;
       }
       open.push_back(&s);
     }

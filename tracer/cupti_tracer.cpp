@@ -71,8 +71,7 @@ StatusOr<Cupti> loadCupti() {
   if (!lib) return Status::Error("CUPTI library not found (tried " + tried + ")");
   Cupti c;
   bool ok = resolve(lib, "cuptiActivityRegisterCallbacks", &c.registerCallbacks) &&
-            resolve(lib, "cuptiActivityEnable", &c.enable) &&
-            resolve(lib, "cuptiActivityDisable", &c.disable) &&
+            resolve(lib, "cuptiActivityEnable", &c.enable) && resolve(lib, "cuptiActivityDisable", &c.disable) &&
             resolve(lib, "cuptiActivityPushExternalCorrelationId", &c.push) &&
             resolve(lib, "cuptiActivityPopExternalCorrelationId", &c.pop) &&
             resolve(lib, "cuptiActivityFlushAll", &c.flushAll) &&
@@ -363,19 +362,25 @@ class CuptiTracer final : public KernelTracer {
     const char* api = std::getenv("NANPROV_CUPTI_API");
     if ((api && std::strcmp(api, "all") == 0) || !c.enableRuntimeApi || !c.enableDriverApi) return Status::Ok();
     const std::set<CUpti_CallbackId> runtime_launches = {
-        CUPTI_RUNTIME_TRACE_CBID_cudaLaunch_v3020, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000,
+        CUPTI_RUNTIME_TRACE_CBID_cudaLaunch_v3020,
+        CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000,
         CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_v9000,
         CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernelMultiDevice_v9000,
-        CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060,
+        CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000,
+        CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060,
         CUPTI_RUNTIME_TRACE_CBID___cudaLaunchKernel_v13000};
-    const std::set<CUpti_CallbackId> driver_launches = {
-        CUPTI_DRIVER_TRACE_CBID_cuLaunch, CUPTI_DRIVER_TRACE_CBID_cuLaunchGrid,
-        CUPTI_DRIVER_TRACE_CBID_cuLaunchGridAsync, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,
-        CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz, CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel,
-        CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz,
-        CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernelMultiDevice, CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch,
-        CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx,
-        CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz};
+    const std::set<CUpti_CallbackId> driver_launches = {CUPTI_DRIVER_TRACE_CBID_cuLaunch,
+                                                        CUPTI_DRIVER_TRACE_CBID_cuLaunchGrid,
+                                                        CUPTI_DRIVER_TRACE_CBID_cuLaunchGridAsync,
+                                                        CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,
+                                                        CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz,
+                                                        CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel,
+                                                        CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz,
+                                                        CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernelMultiDevice,
+                                                        CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch,
+                                                        CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz,
+                                                        CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx,
+                                                        CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz};
     // Ids this CUPTI does not know are refused one by one; that is fine, they are never called.
     for (CUpti_CallbackId id = 1; id < CUPTI_RUNTIME_TRACE_CBID_SIZE; ++id) {
       if (!runtime_launches.count(id)) c.enableRuntimeApi(id, 0);

@@ -10,8 +10,8 @@ namespace nanprov {
 std::string demangleKernelName(const std::string& name) {
   if (name.rfind("_Z", 0) != 0) return name;
   int status = 0;
-  std::unique_ptr<char, decltype(&std::free)> out(
-      abi::__cxa_demangle(name.c_str(), nullptr, nullptr, &status), &std::free);
+  std::unique_ptr<char, decltype(&std::free)> out(abi::__cxa_demangle(name.c_str(), nullptr, nullptr, &status),
+                                                  &std::free);
   return status == 0 && out ? std::string(out.get()) : name;
 }
 

@@ -19,7 +19,7 @@ namespace nanprov {
 
 struct TracerStats {
   int64_t attributed_kernels = 0;
-  int64_t dropped_records = 0;     // CUPTI had no buffer for them (the buffer cap was reached)
+  int64_t dropped_records = 0;  // CUPTI had no buffer for them (the buffer cap was reached)
   int64_t buffers_in_use = 0;
   int64_t kernel_records = 0;       // CONCURRENT_KERNEL records seen, attention's or not
   int64_t external_id_records = 0;  // our EXTERNAL_CORRELATION records seen

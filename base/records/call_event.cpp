@@ -21,7 +21,8 @@ CallRecord CallEvent::record() const {
   r.end_ns = end_ns;
   r.injected = injected;
   for (int role = 0; role < kRoleCount; ++role) {
-    if (modified_roles & (1u << role)) r.modified += (r.modified.empty() ? "" : ",") + std::string(roleName(static_cast<Role>(role)));
+    if (modified_roles & (1u << role))
+      r.modified += (r.modified.empty() ? "" : ",") + std::string(roleName(static_cast<Role>(role)));
   }
   if (dropout_p >= 0) r.dropout_p = dropout_p;
   r.device = device;

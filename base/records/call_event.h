@@ -32,9 +32,9 @@ struct CallEvent {
   const char* module = "";
   int64_t start_ns = 0;
   int64_t end_ns = 0;
-  const char* injected = "";      // a role name; "" when nothing was injected
-  uint32_t modified_roles = 0;    // bit 1 << Role of each tensor changed before its deferred check
-  double dropout_p = -1;          // CallRecord::dropout_p; negative when nothing says
+  const char* injected = "";    // a role name; "" when nothing was injected
+  uint32_t modified_roles = 0;  // bit 1 << Role of each tensor changed before its deferred check
+  double dropout_p = -1;        // CallRecord::dropout_p; negative when nothing says
   // Ran inside a torch.compile'd graph (its forward, or its backward): Inductor reuses a dead
   // buffer by writing into it with its own kernels, which bump no version counter, so the probes
   // check such a call at once, never deferred. Not stored.

@@ -17,7 +17,7 @@ const char* edgeKindName(EdgeKind k);  // "clean" | "source" | "propagated"
 struct CallHealth {
   EdgeKind kind = EdgeKind::kClean;
   bool inputs_finite = true;
-  std::vector<std::string> nonfinite_inputs;   // roles, in stored order
+  std::vector<std::string> nonfinite_inputs;  // roles, in stored order
   std::vector<std::string> nonfinite_outputs;
 };
 

@@ -18,15 +18,15 @@ struct CollectiveSide {
 };
 
 struct CollectiveRecord {
-  int rank = 0;             // the recording process's rank (the store's)
-  int64_t step = 0;         // optimizer steps completed before it ran, as for attention calls
-  int64_t ord = 0;          // its ordinal among its group's collectives in the step: equal on every rank
-  std::string op;           // "c10d::allreduce_"
-  std::string group;        // the process group's name ("0" for the default group)
+  int rank = 0;       // the recording process's rank (the store's)
+  int64_t step = 0;   // optimizer steps completed before it ran, as for attention calls
+  int64_t ord = 0;    // its ordinal among its group's collectives in the step: equal on every rank
+  std::string op;     // "c10d::allreduce_"
+  std::string group;  // the process group's name ("0" for the default group)
   int64_t group_size = 0;
-  int64_t tensors = 0;      // floating-point tensors it carried
+  int64_t tensors = 0;  // floating-point tensors it carried
   CollectiveSide input, output;
-  int64_t time_ns = 0;      // CLOCK_REALTIME when it was issued
+  int64_t time_ns = 0;  // CLOCK_REALTIME when it was issued
 };
 
 }  // namespace nanprov

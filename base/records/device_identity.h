@@ -14,18 +14,19 @@ namespace nanprov {
 // The rank store's meta keys. "host" and "cudnn" (torch's compile-time cuDNN) and
 // "cudnn_loaded" (the library in the process) predate this record and keep their names.
 inline constexpr const char* kMetaHost = "host";
-inline constexpr const char* kMetaDescribedDevice = "described_device";  // the device the GPU keys describe: "cpu", "cuda:0"
-inline constexpr const char* kMetaGpu = "gpu";                            // "NVIDIA H200 (sm_90)"
-inline constexpr const char* kMetaGpuUuid = "gpu_uuid";                   // "GPU-5e2c1f0a-..."
-inline constexpr const char* kMetaPciBusId = "pci_bus_id";               // "0000:19:00.0"
-inline constexpr const char* kMetaDriver = "driver";                      // the NVIDIA kernel module, "580.65.06"
-inline constexpr const char* kMetaCudaDriver = "cuda_driver";             // the CUDA driver API, "13.0"
+inline constexpr const char* kMetaDescribedDevice =
+    "described_device";                                        // the device the GPU keys describe: "cpu", "cuda:0"
+inline constexpr const char* kMetaGpu = "gpu";                 // "NVIDIA H200 (sm_90)"
+inline constexpr const char* kMetaGpuUuid = "gpu_uuid";        // "GPU-5e2c1f0a-..."
+inline constexpr const char* kMetaPciBusId = "pci_bus_id";     // "0000:19:00.0"
+inline constexpr const char* kMetaDriver = "driver";           // the NVIDIA kernel module, "580.65.06"
+inline constexpr const char* kMetaCudaDriver = "cuda_driver";  // the CUDA driver API, "13.0"
 inline constexpr const char* kMetaCudnn = "cudnn";
 inline constexpr const char* kMetaCudnnLoaded = "cudnn_loaded";
 
 struct DeviceIdentity {
   std::string host;
-  std::string device;  // "cpu", "cuda:0"; "" when the store does not say
+  std::string device;                                                 // "cpu", "cuda:0"; "" when the store does not say
   std::string gpu, gpu_uuid, pci_bus_id, driver, cuda_driver, cudnn;  // "" when not known (the CPU)
 
   bool known() const { return !host.empty() || !device.empty(); }

@@ -3,13 +3,21 @@
 namespace nanprov {
 
 const std::vector<DtypeInfo>& captureDtypes() {
-  static const std::vector<DtypeInfo> table = {
-      {"F64", "float64", 8, "Double"},    {"F32", "float32", 4, "Float"},   {"F16", "float16", 2, "Half"},
-      {"BF16", "bfloat16", 2, "BFloat16"}, {"BOOL", "bool", 1, "Bool"},     {"I64", "int64", 8, "Long"},
-      {"I32", "int32", 4, "Int"},         {"I16", "int16", 2, "Short"},     {"I8", "int8", 1, "Char"},
-      {"U8", "uint8", 1, "Byte"},         {"U64", "uint64", 8, "UInt64"},   {"U32", "uint32", 4, "UInt32"},
-      {"U16", "uint16", 2, "UInt16"},     {"F8_E4M3", "float8_e4m3fn", 1, "Float8_e4m3fn"},
-      {"F8_E5M2", "float8_e5m2", 1, "Float8_e5m2"}};
+  static const std::vector<DtypeInfo> table = {{"F64", "float64", 8, "Double"},
+                                               {"F32", "float32", 4, "Float"},
+                                               {"F16", "float16", 2, "Half"},
+                                               {"BF16", "bfloat16", 2, "BFloat16"},
+                                               {"BOOL", "bool", 1, "Bool"},
+                                               {"I64", "int64", 8, "Long"},
+                                               {"I32", "int32", 4, "Int"},
+                                               {"I16", "int16", 2, "Short"},
+                                               {"I8", "int8", 1, "Char"},
+                                               {"U8", "uint8", 1, "Byte"},
+                                               {"U64", "uint64", 8, "UInt64"},
+                                               {"U32", "uint32", 4, "UInt32"},
+                                               {"U16", "uint16", 2, "UInt16"},
+                                               {"F8_E4M3", "float8_e4m3fn", 1, "Float8_e4m3fn"},
+                                               {"F8_E5M2", "float8_e5m2", 1, "Float8_e5m2"}};
   return table;
 }
 

@@ -25,8 +25,8 @@ bool holdsMaskedRows(Role role);
 std::optional<Role> roleOfArgument(std::string_view schema_arg_name);
 
 struct AttentionOp {
-  const char* name;      // "aten::_scaled_dot_product_flash_attention_for_cpu"
-  const char* backend;   // "flash_cpu", "cudnn", "flash", "efficient", "math"
+  const char* name;     // "aten::_scaled_dot_product_flash_attention_for_cpu"
+  const char* backend;  // "flash_cpu", "cudnn", "flash", "efficient", "math"
   Phase phase;
   std::vector<Role> outputs;  // roles of the leading results, in order
 };

@@ -27,11 +27,13 @@ void RunCounters::update(const RunCounters& later) {
            &C::collectives_checked, &C::kernels_attributed, &C::cupti_records, &C::cupti_dropped_records,
            &C::deferred_checks, &C::measure_launches, &C::released_tensors, &C::capture_host_copies, &C::audit_rotation,
            &C::sentinel_nonfinite_grads, &C::sentinel_nonfinite_params, &C::unprobed, &C::unprobed_first_step,
-           &C::probe_ns, &C::audit_regimes, &C::probe_cost, &C::kernel_tracer, &C::mesh, &C::module_class>(*this, later);
+           &C::probe_ns, &C::audit_regimes, &C::probe_cost, &C::kernel_tracer, &C::mesh, &C::module_class>(*this,
+                                                                                                           later);
   trail = trail || later.trail;
   trail_compiled = trail_compiled || later.trail_compiled;
   cupti_detached = cupti_detached || later.cupti_detached;
-  if (later.trail_compiled_backward != CompiledBackward::kNotCompiled) trail_compiled_backward = later.trail_compiled_backward;
+  if (later.trail_compiled_backward != CompiledBackward::kNotCompiled)
+    trail_compiled_backward = later.trail_compiled_backward;
 }
 
 }  // namespace nanprov

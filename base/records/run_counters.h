@@ -92,7 +92,7 @@ struct RunCounters {
   bool trail = false;           // ran with --trail
   bool trail_compiled = false;  // a torch.compile'd graph ran under the trail
   CompiledBackward trail_compiled_backward = CompiledBackward::kNotCompiled;
-  std::optional<int64_t> host_syncs;          // synchronisations nanprov added (CUDA)
+  std::optional<int64_t> host_syncs;  // synchronisations nanprov added (CUDA)
   std::optional<int64_t> collectives_checked;
   std::optional<int64_t> kernels_attributed;
   std::optional<CuptiRecords> cupti_records;

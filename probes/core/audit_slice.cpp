@@ -38,7 +38,8 @@ std::optional<AuditSlice> chooseAuditSlice(const AuditShape& shape, int64_t byte
   AuditSlice s;
   s.batches = ends(shape.batch);
   s.kv_heads = ends(shape.kv_heads);
-  if (s.batches.size() == static_cast<size_t>(shape.batch) && s.kv_heads.size() == static_cast<size_t>(shape.kv_heads)) {
+  if (s.batches.size() == static_cast<size_t>(shape.batch) &&
+      s.kv_heads.size() == static_cast<size_t>(shape.kv_heads)) {
     return std::nullopt;  // the slice would be the whole call
   }
   const int64_t group = shape.q_heads / shape.kv_heads;

@@ -23,7 +23,6 @@ int64_t layerFromModulePath(std::string_view path) {
   return numbers == 1 ? layer : -1;
 }
 
-
 CallName CallIdentity::nameCall(int64_t layer, InternedText module, int64_t fwd_seq) {
   CallName name;
   name.seq = next_seq_++;

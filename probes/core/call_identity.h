@@ -28,19 +28,19 @@ struct CallName {
   int64_t step = 0;
   int64_t layer = -1;
   int64_t call = 0;
-  int64_t fwd_seq = -1;     // backward: its forward; recompute: the original forward
-  InternedText module;      // copied with the name, never reallocated
-  bool recompute = false;   // a forward recomputed by activation checkpointing
-  bool opened_step = false; // this call began a new forward pass (inference without optimizer)
+  int64_t fwd_seq = -1;            // backward: its forward; recompute: the original forward
+  InternedText module;             // copied with the name, never reallocated
+  bool recompute = false;          // a forward recomputed by activation checkpointing
+  bool opened_step = false;        // this call began a new forward pass (inference without optimizer)
   bool compiled_training = false;  // ran inside a torch.compile'd graph with gradients on
 };
 
 // What the probe knows about a forward call when it names it.
 struct ForwardSite {
-  InternedText module;         // module path; may be empty
-  bool in_backward = false;    // autograd's engine is running: checkpointing recomputes it
-  bool grad_enabled = true;    // false under no_grad / inference_mode
-  bool compiled = false;       // inside a torch.compile'd graph
+  InternedText module;       // module path; may be empty
+  bool in_backward = false;  // autograd's engine is running: checkpointing recomputes it
+  bool grad_enabled = true;  // false under no_grad / inference_mode
+  bool compiled = false;     // inside a torch.compile'd graph
 };
 
 // What `step` counts: optimizer steps, or, in a run that never steps an optimizer and runs

@@ -1,7 +1,6 @@
 #include "probes/core/call_selector.h"
 
 #include <algorithm>
-
 #include <limits>
 #include <set>
 
@@ -11,8 +10,7 @@ namespace nanprov {
 
 bool CallSelector::matches(int rank_, int64_t layer_, int64_t step_, int64_t call_, Phase phase_) const {
   return (!rank || *rank == rank_) && (!layer || *layer == layer_) && (!step || *step == step_) &&
-         (!from_step || step_ >= *from_step) &&
-         (!call || *call == call_) && (!phase || *phase == phase_);
+         (!from_step || step_ >= *from_step) && (!call || *call == call_) && (!phase || *phase == phase_);
 }
 
 bool readSelectorKey(CallSelector* selector, const std::string& key, const std::string& value, bool* ok) {
@@ -28,7 +26,10 @@ bool readSelectorKey(CallSelector* selector, const std::string& key, const std::
     auto v = parseInteger(value, 0, std::numeric_limits<int64_t>::max());
     *ok = v.has_value();
     if (*ok) {
-      (key == "layer" ? selector->layer : key == "step" ? selector->step : key == "call" ? selector->call : selector->from_step) = *v;
+      (key == "layer"  ? selector->layer
+       : key == "step" ? selector->step
+       : key == "call" ? selector->call
+                       : selector->from_step) = *v;
     }
   } else {
     return false;

@@ -22,7 +22,9 @@ struct CallSelector {
 
   bool matches(int rank_, int64_t layer_, int64_t step_, int64_t call_, Phase phase_) const;
   template <typename Call>  // a CallRecord or a CallEvent
-  bool matches(const Call& c) const { return matches(c.rank, c.layer, c.step, c.call, c.phase); }
+  bool matches(const Call& c) const {
+    return matches(c.rank, c.layer, c.step, c.call, c.phase);
+  }
 };
 
 // Reads one key=value of a selector (rank, layer, step, from-step, call, phase). Returns false when `key`

@@ -44,8 +44,9 @@ StatusOr<CapturePlan> capturePlanFromEnvironment() {
   plan.audit.on = envInteger("NANPROV_AUDIT", 0, 0) != 0;
   plan.audit.every_steps = envInteger("NANPROV_AUDIT_EVERY", 0, 0);
   // Hundredths of a percent, so the environment carries a whole number.
-  plan.audit.budget_percent =
-      static_cast<double>(envInteger("NANPROV_AUDIT_BUDGET_CENTIPERCENT", static_cast<int64_t>(kDefaultAuditPercent * 100), 0)) / 100;
+  plan.audit.budget_percent = static_cast<double>(envInteger("NANPROV_AUDIT_BUDGET_CENTIPERCENT",
+                                                             static_cast<int64_t>(kDefaultAuditPercent * 100), 0)) /
+                              100;
   plan.audit.budget_bytes = envInteger("NANPROV_AUDIT_BYTES", kDefaultAuditBytes, 0);
   plan.audit.slice_bytes = envInteger("NANPROV_AUDIT_SLICE_BYTES", kDefaultAuditSliceBytes, 0);
   return plan;
@@ -56,7 +57,8 @@ void CapturePolicy::configure(CapturePlan plan, ProgressReader progress, Clock c
   plan_ = std::move(plan);
   progress_ = std::move(progress);
   clock_ = clock ? std::move(clock) : Clock([] {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
   });
   auditing_ = plan_.audit.on;
   edges_only_ = plan_.selectors.empty() && plan_.every == 0 && !plan_.audit.on;
@@ -78,7 +80,7 @@ bool CapturePolicy::rerunUserOps() {
 }
 
 std::optional<CaptureTrigger> CapturePolicy::triggerFor(const CallEvent& rec, std::optional<uint64_t> audit_key,
-                                                       std::string* regime_change, bool* by_rotation) {
+                                                        std::string* regime_change, bool* by_rotation) {
   if (edges_only_.load(std::memory_order_relaxed) && static_cast<EdgeKind>(rec.health) != EdgeKind::kSourceEdge) {
     return std::nullopt;
   }
@@ -100,7 +102,8 @@ std::optional<CaptureTrigger> CapturePolicy::triggerFor(const CallEvent& rec, st
   judged_on_device_ = judged_on_device_ || !rec.device.isCpu();
   const auto ordinal = static_cast<int64_t>(audited_.size());
   AuditedKey& key =
-      audited_.try_emplace(*audit_key, AuditedKey{.layer = rec.layer, .phase = rec.phase, .ordinal = ordinal}).first->second;
+      audited_.try_emplace(*audit_key, AuditedKey{.layer = rec.layer, .phase = rec.phase, .ordinal = ordinal})
+          .first->second;
   const ConditionRegime now = regimeOf(rec);
   const int slot = regimeSlot(key, now, rec.step);
   SeenRegime& seen = key.regimes[slot];
@@ -191,9 +194,13 @@ std::map<std::string, AuditRegime> CapturePolicy::regimes() {
   for (const auto& [hash, key] : audited_) {
     for (size_t i = 0; i < key.regimes.size(); ++i) {
       const SeenRegime& r = key.regimes[i];
-      out["k" + std::to_string(key.ordinal) + ".r" + std::to_string(i)] =
-          AuditRegime{.layer = key.layer, .phase = key.phase, .first_seen = r.first_seen, .last_seen = r.last_seen,
-                      .calls = r.calls, .last_judged = r.last_judged, .conditions = r.text};
+      out["k" + std::to_string(key.ordinal) + ".r" + std::to_string(i)] = AuditRegime{.layer = key.layer,
+                                                                                      .phase = key.phase,
+                                                                                      .first_seen = r.first_seen,
+                                                                                      .last_seen = r.last_seen,
+                                                                                      .calls = r.calls,
+                                                                                      .last_judged = r.last_judged,
+                                                                                      .conditions = r.text};
     }
   }
   return out;

@@ -18,21 +18,21 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <deque>
 #include <functional>
-#include <cstdint>
 #include <map>
-#include <optional>
-#include <unordered_map>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
-#include "probes/core/call_selector.h"
 #include "base/records/call_event.h"
 #include "base/records/call_record.h"
 #include "base/records/run_counters.h"
 #include "base/status.h"
+#include "probes/core/call_selector.h"
 #include "probes/core/condition_regime.h"
 
 namespace nanprov {
@@ -48,11 +48,11 @@ inline constexpr double kDefaultAuditPercent = 1.0;
 inline constexpr double kUnboundedAuditPercent = 100.0;
 
 struct AuditPlan {
-  bool on = false;                                  // --audit
-  int64_t every_steps = 0;                          // --audit-every; 0: first pass, then the rotation
-  double budget_percent = kDefaultAuditPercent;     // --audit-budget
-  int64_t budget_bytes = kDefaultAuditBytes;        // --audit-max-bytes: captured, not judged yet
-  int64_t slice_bytes = kDefaultAuditSliceBytes;    // --audit-slice-bytes
+  bool on = false;                                // --audit
+  int64_t every_steps = 0;                        // --audit-every; 0: first pass, then the rotation
+  double budget_percent = kDefaultAuditPercent;   // --audit-budget
+  int64_t budget_bytes = kDefaultAuditBytes;      // --audit-max-bytes: captured, not judged yet
+  int64_t slice_bytes = kDefaultAuditSliceBytes;  // --audit-slice-bytes
 };
 
 // What the judge has done with this rank's audit captures so far.
@@ -66,9 +66,9 @@ struct AuditProgress {
 inline constexpr int64_t kDefaultEdgeReruns = 5;
 
 struct CapturePlan {
-  bool first_source_edge = true;        // off with `nanprov run --no-capture`
+  bool first_source_edge = true;  // off with `nanprov run --no-capture`
   int64_t edge_reruns = kDefaultEdgeReruns;
-  bool rerun_user_ops = false;  // a --probe-op too: asked for by giving `nanprov run --reruns`
+  bool rerun_user_ops = false;          // a --probe-op too: asked for by giving `nanprov run --reruns`
   std::vector<CallSelector> selectors;  // --capture
   int64_t every = 0;                    // --capture-every; 0: off
   int64_t budget_bytes = kDefaultCaptureBytes;
@@ -143,7 +143,7 @@ class CapturePolicy {
   struct AuditedKey {
     int64_t layer = 0;
     Phase phase = Phase::kForward;
-    int64_t ordinal = 0;  // the order keys were met in: the regimes' meta rows are named by it
+    int64_t ordinal = 0;                         // the order keys were met in: the regimes' meta rows are named by it
     int64_t last_step = -1, previous_step = -1;  // -1: never judged
     // The regimes it met (at most kRegimesKept, each in its slot for its life): a regime judged
     // before is not new again. The slot the last judgement was for, and whether it was for a new
@@ -178,15 +178,15 @@ class CapturePolicy {
   int64_t rotation_step_ = -1;                        // the step whose rotation is decided
   std::optional<int64_t> rotation_layer_;             // this step's, when one runs
   RotationCounts counts_;
-  int64_t started_ns_ = -1;     // the first audit: the budget counts the run's time from there
-  int64_t audit_cost_ns_ = 0;   // the training thread's, over the run
+  int64_t started_ns_ = -1;    // the first audit: the budget counts the run's time from there
+  int64_t audit_cost_ns_ = 0;  // the training thread's, over the run
   // Whether an audited call ran on a GPU: the judge then runs on the training's device, and its
   // time is the training's. On the CPU it is a process of its own, niced, which the training
   // waits for only through the rotation's "judged the last one first" rule.
   bool judged_on_device_ = false;
-  int64_t written_ = 0;         // audit captures handed over to be judged
-  int64_t unpaced_written_ = 0;  // of them, the first pass's and new regimes' (not the rotation's)
-  int64_t judged_seen_ = 0;     // of them, judged (or lost) as of the last look
+  int64_t written_ = 0;                    // audit captures handed over to be judged
+  int64_t unpaced_written_ = 0;            // of them, the first pass's and new regimes' (not the rotation's)
+  int64_t judged_seen_ = 0;                // of them, judged (or lost) as of the last look
   std::deque<int64_t> outstanding_bytes_;  // bytes of each capture not judged yet, oldest first
   int64_t outstanding_total_ = 0;
   int64_t lost_ = 0;

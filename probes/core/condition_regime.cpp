@@ -80,12 +80,14 @@ std::string regimeChange(const ConditionRegime& judged, const ConditionRegime& n
     return now.masked_rows ? "query rows with every key masked appeared" : "no query row has every key masked any more";
   }
   if (judged.lse_past_limit != now.lse_past_limit) {
-    return now.lse_past_limit ? "a row's |LSE| went past 88.7 (exp(-LSE) leaves float32)" : "every row's |LSE| came back within 88.7";
+    return now.lse_past_limit ? "a row's |LSE| went past 88.7 (exp(-LSE) leaves float32)"
+                              : "every row's |LSE| came back within 88.7";
   }
   if (moved(judged.logits, now.logits)) {
     return "the logits' bound went from " + magnitude(judged.logits) + " to " + magnitude(now.logits);
   }
-  if (judged.output_zero != now.output_zero) return now.output_zero ? "the output became exactly zero" : "the output is no longer zero";
+  if (judged.output_zero != now.output_zero)
+    return now.output_zero ? "the output became exactly zero" : "the output is no longer zero";
   if (moved(judged.output, now.output)) {
     return "the output's largest |x| went from " + magnitude(judged.output) + " to " + magnitude(now.output);
   }

@@ -48,7 +48,8 @@ StatusOr<InjectionSpec> parseInjection(const std::string& text) {
   if (!have_tensor) return bad("tensor= is required, one of O LSE dQ dK dV");
   bool fwd_out = isOutputRole(Phase::kForward, spec.tensor);
   bool bwd_out = isOutputRole(Phase::kBackward, spec.tensor);
-  if (!fwd_out && !bwd_out) return bad(std::string(roleName(spec.tensor)) + " is an input; inject into O, LSE, dQ, dK or dV");
+  if (!fwd_out && !bwd_out)
+    return bad(std::string(roleName(spec.tensor)) + " is an input; inject into O, LSE, dQ, dK or dV");
   Phase implied = fwd_out ? Phase::kForward : Phase::kBackward;
   if (spec.where.phase && *spec.where.phase != implied) {
     return bad(std::string(roleName(spec.tensor)) + " is not produced in phase " + phaseName(*spec.where.phase));

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "probes/core/call_selector.h"
 #include "base/records/roles.h"
 #include "base/status.h"
+#include "probes/core/call_selector.h"
 
 namespace nanprov {
 
@@ -30,8 +30,8 @@ struct InjectionSpec {
 };
 
 // One spec: comma-separated key=value pairs. Keys: tensor (required), value (nan|inf|-inf|zero|
-// scale:F with F finite, default nan), rank, layer, step, from-step, call, phase (fwd|bwd). The tensor must be an output of the
-// phase, because injection corrupts what the kernel produced.
+// scale:F with F finite, default nan), rank, layer, step, from-step, call, phase (fwd|bwd). The tensor must be an
+// output of the phase, because injection corrupts what the kernel produced.
 StatusOr<InjectionSpec> parseInjection(const std::string& text);
 
 // Several specs separated by ';' (how `nanprov run` passes repeated --inject to the probes).

@@ -57,7 +57,8 @@ std::string millis(int64_t ns) {
 
 }  // namespace
 
-ProbeCost::Scope::Scope(ProbeStage stage) : stage_(stage), start_(std::chrono::steady_clock::now()), outer_(t_innermost) {
+ProbeCost::Scope::Scope(ProbeStage stage)
+    : stage_(stage), start_(std::chrono::steady_clock::now()), outer_(t_innermost) {
   if (outer_) add(outer_->stage_, nanosBetween(outer_->start_, start_));
   t_innermost = this;
 }
@@ -115,10 +116,12 @@ std::string costLine(const std::array<int64_t, kStages>& ns, int64_t calls) {
   int64_t all = 0;
   for (size_t s = 0; s < kStages; ++s) {
     all += ns[s];
-    out += std::string(out.empty() ? "" : ", ") + ProbeCost::stageName(static_cast<ProbeStage>(s)) + " " + millis(ns[s]);
+    out +=
+        std::string(out.empty() ? "" : ", ") + ProbeCost::stageName(static_cast<ProbeStage>(s)) + " " + millis(ns[s]);
   }
   char per_call[48] = "";
-  if (calls > 0) std::snprintf(per_call, sizeof per_call, " (%.1f us per call)", static_cast<double>(all) / 1e3 / calls);
+  if (calls > 0)
+    std::snprintf(per_call, sizeof per_call, " (%.1f us per call)", static_cast<double>(all) / 1e3 / calls);
   return out + " over " + std::to_string(calls) + " calls" + per_call;
 }
 

@@ -16,20 +16,20 @@ enum class ProbeStage : int {
   kDispatching = 0,  // the rest of a probed call: its arguments taken from the dispatcher's stack, its op
                      // found, its clock read (everything between entering the probe and leaving it
                      // that no stage below claims, the op itself excepted)
-  kNaming,       // naming a call: its module path (a Python callback), step, layer and call
-  kTracing,      // entering and leaving the call's kernel-trace range
-  kDescribing,   // its outputs taken, its tensors described (or measured, on the host)
-  kSubmitting,   // a CUDA call handed to its check: its stream, its lane, the kernel's views, a free slot
-  kLaunching,    // the fused check launched (the CUDA runtime's and driver's time)
-  kRecording,    // a checked call handed to the capture policy and the store's writer
-  kCollecting,   // finished checks read and their calls completed: at step boundaries, and every few calls
-  kReleasing,    // the tensors held for a finished check dropped (where the last reference goes, the
-                 // caching allocator's free, which autograd would otherwise have paid)
-  kSentinel,     // the gradient sentinel: every gradient and parameter handed to checks, once a step
-                 // (its launches included: a per-step cost, spread over the step's calls in the summary)
-  kCollectives,  // the collectives' inputs and outputs handed to checks (CPU: scanned), a few a step
-  kTrail,        // --trail: module outputs and gradients handed to checks (launches included)
-  kFlushing,     // step boundaries, the rest: kernels read, captures released, meta written
+  kNaming,           // naming a call: its module path (a Python callback), step, layer and call
+  kTracing,          // entering and leaving the call's kernel-trace range
+  kDescribing,       // its outputs taken, its tensors described (or measured, on the host)
+  kSubmitting,       // a CUDA call handed to its check: its stream, its lane, the kernel's views, a free slot
+  kLaunching,        // the fused check launched (the CUDA runtime's and driver's time)
+  kRecording,        // a checked call handed to the capture policy and the store's writer
+  kCollecting,       // finished checks read and their calls completed: at step boundaries, and every few calls
+  kReleasing,        // the tensors held for a finished check dropped (where the last reference goes, the
+                     // caching allocator's free, which autograd would otherwise have paid)
+  kSentinel,         // the gradient sentinel: every gradient and parameter handed to checks, once a step
+                     // (its launches included: a per-step cost, spread over the step's calls in the summary)
+  kCollectives,      // the collectives' inputs and outputs handed to checks (CPU: scanned), a few a step
+  kTrail,            // --trail: module outputs and gradients handed to checks (launches included)
+  kFlushing,         // step boundaries, the rest: kernels read, captures released, meta written
   kCount,
   kTheOp = kCount  // the probed op itself, inside kDispatching: pauses it, and its time is in no stage
 };

@@ -18,8 +18,8 @@ std::map<std::string, std::string>& facts() {
 bool isRunFactKey(const std::string& key) {
   // cuda_build: torch.version.cuda; cudnn_loaded: cudnnGetVersion() of the library in the process
   // (the "cudnn" meta is the version torch was compiled against); cudnn_library: its path.
-  static const std::set<std::string> keys = {"cuda_build", "cudnn_loaded", "cudnn_library", "triton", "ptxas",
-                                             "flash_attn_4"};
+  static const std::set<std::string> keys = {"cuda_build", "cudnn_loaded", "cudnn_library",
+                                             "triton",     "ptxas",        "flash_attn_4"};
   return keys.count(key) > 0;
 }
 

@@ -12,9 +12,9 @@
 
 #include "base/env.h"
 #include "base/log_once.h"
-#include "base/text.h"
 #include "base/records/call_health.h"
 #include "base/records/device_identity.h"
+#include "base/text.h"
 #include "base/wall_clock.h"
 #include "store/mapped_counters.h"
 #include "store/run_dir.h"
@@ -42,8 +42,10 @@ static void sayTrendWarning(const TrendWarning& w) {
   const std::string text = printable(w.text());
   if (!said.exchange(true)) {
     const std::string after = w.nonfinite_step ? " (" + stepsBeforeText(w.step, *w.nonfinite_step) + ")" : "";
-    std::fprintf(stderr, "nanprov: warning: rank %d, step %lld: %s%s. A trend, not a verdict: `nanprov report` shows each layer's.\n",
-                 w.rank, static_cast<long long>(w.step), text.c_str(), after.c_str());
+    std::fprintf(
+        stderr,
+        "nanprov: warning: rank %d, step %lld: %s%s. A trend, not a verdict: `nanprov report` shows each layer's.\n",
+        w.rank, static_cast<long long>(w.step), text.c_str(), after.c_str());
     return;
   }
   if (!w.nonfinite_step || said_again.exchange(true)) return;
@@ -56,8 +58,9 @@ static void sayTrendWarning(const TrendWarning& w) {
 // training goes on; its calls are still checked and counted, and the report says from which step
 // the store lacks them.
 static void sayWriteFailure(int rank, const WriteFailure& failure, const std::string& error) {
-  std::fprintf(stderr, "nanprov: rank %d: %s (%s); training continues, and its calls are counted but may not be stored\n",
-               rank, printable(writeFailureText(failure)).c_str(), printable(error).c_str());
+  std::fprintf(stderr,
+               "nanprov: rank %d: %s (%s); training continues, and its calls are counted but may not be stored\n", rank,
+               printable(writeFailureText(failure)).c_str(), printable(error).c_str());
 }
 
 Session::Session() = default;
@@ -159,11 +162,12 @@ StoreWriter* Session::writer() {
   }
   RunCounters counters = std::exchange(pending_counters_, {});
   counters.trail = trail_;
-  std::string path = (std::filesystem::path(run_dir_) / ownName(rankStoreName(rank()), processStoreName(getpid()))).string();
+  std::string path =
+      (std::filesystem::path(run_dir_) / ownName(rankStoreName(rank()), processStoreName(getpid()))).string();
   // nanprov run --store-budget; a process started without nanprov run keeps the default.
-  auto opened = StoreWriter::open(path, meta, envInteger("NANPROV_STORE_BUDGET", kDefaultStoreBudgetBytes, 0),
-                                  sayTrendWarning, counters,
-                                  [this](const WriteFailure& f, const std::string& error) { sayWriteFailure(rank(), f, error); });
+  auto opened = StoreWriter::open(
+      path, meta, envInteger("NANPROV_STORE_BUDGET", kDefaultStoreBudgetBytes, 0), sayTrendWarning, counters,
+      [this](const WriteFailure& f, const std::string& error) { sayWriteFailure(rank(), f, error); });
   if (!opened.ok()) {
     writer_failed_ = true;
     storeRefused(opened.status().message());
@@ -188,8 +192,9 @@ void Session::learnRank(int rank, int world_size, int local_rank) {
   // from then on: a group that names another rank later cannot rename what is written.
   if (rank_source_.load() == RankSource::kSettled && rank != rank_.load() && writer_ &&
       store_link_.processName().empty()) {
-    logOnce("late group", "the process group came up after this process trained without one: it stays recorded as rank " +
-                              std::to_string(rank_.load()) + ", though the group says " + std::to_string(rank));
+    logOnce("late group",
+            "the process group came up after this process trained without one: it stays recorded as rank " +
+                std::to_string(rank_.load()) + ", though the group says " + std::to_string(rank));
     return;
   }
   rank_ = rank;
@@ -217,7 +222,8 @@ void Session::claimRank() {
     writer_->setMeta("world_size", std::to_string(env_.world_size));
     writer_->setMeta("local_rank", std::to_string(env_.local_rank));
   }
-  for (auto [link, name] : {std::pair{&store_link_, rankStoreName(rank)}, std::pair{&tally_link_, callTallyName(rank)}}) {
+  for (auto [link, name] :
+       {std::pair{&store_link_, rankStoreName(rank)}, std::pair{&tally_link_, callTallyName(rank)}}) {
     if (link->processName().empty()) continue;
     if (Status st = link->link(name); !st.ok()) {
       storeRefused(st.message() + "; this process's records stay in " + link->processName());

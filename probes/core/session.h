@@ -8,29 +8,28 @@
 #pragma once
 
 #include <atomic>
-#include <map>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
-#include "probes/core/call_identity.h"
-#include "probes/core/capture_policy.h"
-#include "probes/core/injection.h"
-#include "probes/core/process_rank.h"
 #include "base/records/call_event.h"
 #include "base/records/call_record.h"
 #include "base/records/collective_record.h"
 #include "base/records/replica_digest.h"
 #include "base/records/run_counters.h"
 #include "base/status.h"
+#include "probes/core/call_identity.h"
+#include "probes/core/capture_policy.h"
+#include "probes/core/injection.h"
+#include "probes/core/process_rank.h"
 
 namespace nanprov {
 
 class MappedCounters;
 class StoreWriter;
-
 
 class Session {
  public:
@@ -142,7 +141,7 @@ class Session {
   std::string run_dir_;
   int owner_pid_ = 0;
   bool trail_ = false;  // NANPROV_TRAIL: written into the store's meta
-  RankEnv env_;  // world size and local rank (writer_mu_); the rank is rank_
+  RankEnv env_;         // world size and local rank (writer_mu_); the rank is rank_
   std::atomic<int> rank_{0};
   std::atomic<RankSource> rank_source_{RankSource::kGuess};
   RankLink store_link_, tally_link_;  // the rank's names for files made before it was known (writer_mu_)
@@ -150,9 +149,9 @@ class Session {
   CallIdentity identity_;
   CapturePolicy capture_policy_;
 
-  std::mutex writer_mu_;  // taken to open the store, once; calls read open_writer_
+  std::mutex writer_mu_;                             // taken to open the store, once; calls read open_writer_
   std::map<std::string, std::string> pending_meta_;  // setMeta before the store exists (writer_mu_)
-  RunCounters pending_counters_;                      // setCounters before the store exists (writer_mu_)
+  RunCounters pending_counters_;                     // setCounters before the store exists (writer_mu_)
   std::unique_ptr<StoreWriter> writer_;
   std::atomic<StoreWriter*> open_writer_{nullptr};
   bool writer_failed_ = false;

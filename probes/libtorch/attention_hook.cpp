@@ -40,7 +40,7 @@ using Tensors = RoleTensors;
 // A probed op, resolved against this torch build's schema.
 struct ProbedOp {
   const AttentionOp* desc = nullptr;
-  std::vector<std::pair<size_t, Role>> inputs;  // argument index → role
+  std::vector<std::pair<size_t, Role>> inputs;         // argument index → role
   std::vector<std::pair<size_t, std::string>> others;  // every other argument, for captures
   size_t num_arguments = 0;
 };
@@ -53,12 +53,10 @@ ProbedOp* g_native_mha = nullptr;
 // aten::_fused_sdp_choice: which backend SDPA is about to use. Lets a MATH call on CUDA be named
 // (and its kernels traced) before it runs. nullptr when this torch lacks it.
 std::optional<c10::OperatorHandle>* g_sdp_choice = nullptr;
-const AttentionOp kMathOp = {"aten::_scaled_dot_product_attention_math", "math", Phase::kForward,
-                             {Role::kO}};
+const AttentionOp kMathOp = {"aten::_scaled_dot_product_attention_math", "math", Phase::kForward, {Role::kO}};
 // PyTorch's fast path (nn.MultiheadAttention and nn.TransformerEncoderLayer in inference): Q, K
 // and V are the op's inputs before its own in-projection, O its output after the out-projection.
-const AttentionOp kNativeMhaOp = {"aten::_native_multi_head_attention", "native_mha", Phase::kForward,
-                                  {Role::kO}};
+const AttentionOp kNativeMhaOp = {"aten::_native_multi_head_attention", "native_mha", Phase::kForward, {Role::kO}};
 
 // Fused calls probed on this thread; tells the SDPA wrapper whether a fused backend ran.
 thread_local int64_t t_fused_calls = 0;
@@ -87,7 +85,10 @@ ProbedOp resolve(const c10::OperatorHandle& handle, const AttentionOp* desc) {
 // A forward op's calls can be run again when captured (call_rerun.h).
 void offerReruns(const c10::OperatorHandle& handle, const ProbedOp& probed, bool user_op = false) {
   if (probed.desc->phase != Phase::kForward) return;
-  RerunnableOp recipe{.handle = handle, .desc = probed.desc, .inputs = probed.inputs, .num_arguments = probed.num_arguments,
+  RerunnableOp recipe{.handle = handle,
+                      .desc = probed.desc,
+                      .inputs = probed.inputs,
+                      .num_arguments = probed.num_arguments,
                       .user_op = user_op};
   for (const auto& [index, name] : probed.others) recipe.others.push_back(index);
   for (const auto& [index, role] : probed.inputs) {
@@ -110,7 +111,8 @@ Tensors takeInputs(const ProbedOp& probed, const Stack& stack) {
 CallArgs takeArgs(const ProbedOp& probed, const Stack& stack) {
   CallArgs args;
   auto first = stack.end() - static_cast<std::ptrdiff_t>(probed.num_arguments);
-  for (const auto& [index, name] : probed.others) args.emplace_back(name, *(first + static_cast<std::ptrdiff_t>(index)));
+  for (const auto& [index, name] : probed.others)
+    args.emplace_back(name, *(first + static_cast<std::ptrdiff_t>(index)));
   return args;
 }
 
@@ -152,7 +154,8 @@ void runOp(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack* sta
 // The caller opened a kDispatching scope: everything here that no other stage claims is that.
 void probeFusedCall(const ProbedOp* probed, const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack* stack) {
   Probes& p = probes();
-  if (probed && (insideProbedOp() || !p.session().active() || !probeable(*stack, probed->num_arguments))) probed = nullptr;
+  if (probed && (insideProbedOp() || !p.session().active() || !probeable(*stack, probed->num_arguments)))
+    probed = nullptr;
   if (!probed) {
     WorkerCall counted(p.session());
     ProbeCost::Scope op(ProbeStage::kTheOp);
@@ -180,7 +183,8 @@ void probeFusedCall(const ProbedOp* probed, const c10::OperatorHandle& handle, c
     guarded("attention probe", [&] {
       {
         ProbeCost::Scope cost(ProbeStage::kNaming);
-        name = forward ? recorder.nameForward(tensorOf(inputs, Role::kQ)) : recorder.nameBackward(addressOf(inputs, Role::kO));
+        name = forward ? recorder.nameForward(tensorOf(inputs, Role::kQ))
+                       : recorder.nameBackward(addressOf(inputs, Role::kO));
       }
       ProbeCost::Scope cost(ProbeStage::kTracing);
       if (traced) trace.emplace(recorder, name);
@@ -272,7 +276,7 @@ void nativeMhaKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, 
   }
   int64_t end = wallClockNs();
   if (t_fused_calls != fused_before) return;  // checked underneath, as SDPA
-  ++t_fused_calls;  // an enclosing encoder-layer op ran checked attention
+  ++t_fused_calls;                            // an enclosing encoder-layer op ran checked attention
   guarded("fast-path attention probe", [&] {
     Tensors outputs = takeOutputs(kNativeMhaOp, *stack, handle.schema().returns().size());
     CallRecorder& recorder = p.recorder();
@@ -421,8 +425,8 @@ Status installAttentionProbes(const std::function<void(bool want_fused)>& instal
       // Its full size now: a kernel registered below may run (on another thread) while the rest
       // are added, and a reallocation would move the entries under it.
       g_probed->reserve(attentionOps().size());
-      auto* fused = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::BackendSelect,
-                                       __FILE__, __LINE__);
+      auto* fused =
+          new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::BackendSelect, __FILE__, __LINE__);
       for (const AttentionOp& desc : attentionOps()) {
         auto handle = dispatcher.findSchema({desc.name, ""});
         if (!handle || !want_fused) continue;  // not in this torch build, or not wanted
@@ -464,7 +468,8 @@ Status probeOperator(const std::string& name, const std::vector<std::pair<std::s
   std::lock_guard<std::mutex> lock(mu);
   if (probed.count(name)) return Status::Ok();
   std::string ns = name.substr(0, name.find("::")), bare = name.substr(std::min(name.size(), ns.size() + 2));
-  if (ns.empty() || bare.empty() || ns.size() == name.size()) return Status::Error("'" + name + "' is not NAMESPACE::OP");
+  if (ns.empty() || bare.empty() || ns.size() == name.size())
+    return Status::Error("'" + name + "' is not NAMESPACE::OP");
   auto handle = c10::Dispatcher::singleton().findSchema({name, ""});
   if (!handle) return Status::Error("no operator " + name + " is registered");
   const auto& args = handle->schema().arguments();

@@ -27,7 +27,7 @@ struct WatchedGradient {
 // `fwd_tensors` are held detached until the backward is recorded by `recorder`; `desc` names the
 // backward's op (its phase is taken as backward). `unattributed`: why a CUDA backward's kernels are
 // not its own.
-void watchBackward(CallRecorder& recorder, const CallName& fwd, const AttentionOp& desc, const RoleTensors& fwd_tensors, const CallArgs& args,
-                   std::vector<WatchedGradient> watched, const char* unattributed);
+void watchBackward(CallRecorder& recorder, const CallName& fwd, const AttentionOp& desc, const RoleTensors& fwd_tensors,
+                   const CallArgs& args, std::vector<WatchedGradient> watched, const char* unattributed);
 
 }  // namespace nanprov

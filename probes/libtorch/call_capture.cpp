@@ -10,17 +10,17 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
-#include <optional>
 #include <mutex>
+#include <optional>
 
 #include "base/log_once.h"
 #include "base/pointer_alignment.h"
+#include "base/records/call_health.h"
 #include "base/records/call_name.h"
 #include "base/records/device_identity.h"
+#include "base/records/roles.h"
 #include "base/records/torch_dtype.h"
 #include "probes/core/audit_slice.h"
-#include "base/records/call_health.h"
-#include "base/records/roles.h"
 #include "probes/core/run_facts.h"
 #include "probes/core/session.h"
 #include "probes/libtorch/call_rerun.h"
@@ -94,8 +94,8 @@ void describeArgs(const CallArgs& args, CaptureFile& file) {
 }
 
 std::string fileNameOf(const CallEvent& rec) {
-  return "rank" + std::to_string(rec.rank) + "-layer" + std::to_string(rec.layer) + "-call" +
-         std::to_string(rec.call) + "-" + phaseName(rec.phase) + "-seq" + std::to_string(rec.seq) + ".safetensors";
+  return "rank" + std::to_string(rec.rank) + "-layer" + std::to_string(rec.layer) + "-call" + std::to_string(rec.call) +
+         "-" + phaseName(rec.phase) + "-seq" + std::to_string(rec.seq) + ".safetensors";
 }
 
 // A call's (signature, layer, phase) as the audit counts them, hashed (FNV-1a) from what the record
@@ -121,9 +121,13 @@ uint64_t auditKey(const CallEvent& rec, const CallArgs& args) {
     if (value.isTensor()) continue;
     text(name);
     if (value.isBool()) text(value.toBool() ? "true" : "false");
-    else if (value.isDouble()) { double d = value.toDouble(); mix(&d, sizeof d); }
-    else if (value.isInt()) { int64_t i = value.toInt(); mix(&i, sizeof i); }
-    else text(value.isNone() ? "None" : "?");
+    else if (value.isDouble()) {
+      double d = value.toDouble();
+      mix(&d, sizeof d);
+    } else if (value.isInt()) {
+      int64_t i = value.toInt();
+      mix(&i, sizeof i);
+    } else text(value.isNone() ? "None" : "?");
   }
   return h;
 }
@@ -172,13 +176,16 @@ at::Tensor selectKeepingLayout(const at::Tensor& t, int64_t dim, const std::vect
 // The slice of one role's tensor, along the call's own axes (audit_slice.h): Q-like roles by query
 // head, K-like by KV head; LSE is [batch, heads, rows] (or [heads, total] when packed); a mask along
 // the dimensions it does not broadcast over ([B|1, H|1, rows, keys], or [H|1, rows, keys]).
-at::Tensor sliceRole(Role role, const at::Tensor& t, const AuditSlice& s, const AuditShape& shape, const SliceAxes& axes) {
+at::Tensor sliceRole(Role role, const at::Tensor& t, const AuditSlice& s, const AuditShape& shape,
+                     const SliceAxes& axes) {
   const bool kv = role == Role::kK || role == Role::kV || role == Role::kdK || role == Role::kdV;
   at::Tensor out = t.detach();
   if (role == Role::kMask) {
     const int64_t lead = out.dim() - 2;  // dimensions before [rows, keys]
-    if (lead >= 2 && out.size(lead - 2) == shape.batch && shape.batch > 1) out = selectKeepingLayout(out, lead - 2, s.batches);
-    if (lead >= 1 && out.size(lead - 1) == shape.q_heads && shape.q_heads > 1) out = selectKeepingLayout(out, lead - 1, s.q_heads);
+    if (lead >= 2 && out.size(lead - 2) == shape.batch && shape.batch > 1)
+      out = selectKeepingLayout(out, lead - 2, s.batches);
+    if (lead >= 1 && out.size(lead - 1) == shape.q_heads && shape.q_heads > 1)
+      out = selectKeepingLayout(out, lead - 1, s.q_heads);
     return out;
   }
   if (role == Role::kLSE) {
@@ -207,7 +214,8 @@ std::optional<AuditSlice> auditSliceOf(const CallEvent& rec, const RoleTensors& 
   *axes = *found;
   const bool packed = axes->batch_dim < 0;
   if (q->dim() != (packed ? 3 : 4) || k->dim() != q->dim()) return std::nullopt;
-  *shape = {.batch = packed ? 1 : q->size(axes->batch_dim), .q_heads = q->size(axes->heads_dim),
+  *shape = {.batch = packed ? 1 : q->size(axes->batch_dim),
+            .q_heads = q->size(axes->heads_dim),
             .kv_heads = k->size(axes->heads_dim)};
   auto slice = chooseAuditSlice(*shape, bytes, slice_bytes);
   if (slice && packed) slice->text.replace(0, slice->text.find(';'), "every sequence");  // not "batches 0 of 1"
@@ -252,7 +260,8 @@ void Captures::offerGuarded(const CallEvent& rec, const RoleTensors& tensors, co
   // budget counts.
   const auto started = std::chrono::steady_clock::now();
   take(rec, tensors, args, *trigger, key, reason);
-  policy.addAuditCost(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - started).count(), key);
+  policy.addAuditCost(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - started).count(), key);
 }
 
 void Captures::take(const CallEvent& rec, const RoleTensors& tensors, const CallArgs& args, CaptureTrigger trigger,
@@ -332,8 +341,8 @@ void Captures::rerunEdge(const CallEvent& rec, const RoleTensors& tensors, const
     reruns.not_rerun = "its check finished as the process exited";
   } else {
     CapturePolicy& policy = session_.capturePolicy();
-    reruns = rerunCall(rec, tensors, args, static_cast<int>(std::min<int64_t>(runs, 1000)), classify(rec.record()).nonfinite_outputs,
-                       policy.rerunUserOps());
+    reruns = rerunCall(rec, tensors, args, static_cast<int>(std::min<int64_t>(runs, 1000)),
+                       classify(rec.record()).nonfinite_outputs, policy.rerunUserOps());
   }
   describeReruns(reruns, file.metadata);
 }
@@ -368,9 +377,10 @@ void Captures::releaseGuarded(const std::vector<KernelRecord>& kernels, bool at_
     // How often the rotation ran, how often its budget held it back, and the regimes each key met
     // and when each was judged: the report's coverage.
     CapturePolicy::RotationCounts r = policy.rotationCounts();
-    session_.setCounters({.audit_rotation = AuditRotation{.rotations = r.rotations, .held_back = r.held_back,
-                                                          .regime_changes = r.regime_changes},
-                          .audit_regimes = policy.regimes()});
+    session_.setCounters(
+        {.audit_rotation =
+             AuditRotation{.rotations = r.rotations, .held_back = r.held_back, .regime_changes = r.regime_changes},
+         .audit_regimes = policy.regimes()});
   }
   if (!at_exit) return;
   // The writer thread is joined once it has written everything; one stuck on a file is left to

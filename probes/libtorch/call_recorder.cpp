@@ -52,8 +52,9 @@ ForwardSite CallRecorder::siteOfForward(const at::Tensor& q) {
   ForwardSite site;
   site.compiled = !t_compiled_grad.empty();
   // Inside a compiled graph the bootstrap names calls in graph order: every call must ask it.
-  site.module = site.compiled ? InternedText(session_.modulePath())
-                              : module_paths_.path(ModulePathCache::sourceParameter(q), [this] { return session_.modulePath(); });
+  site.module = site.compiled
+                    ? InternedText(session_.modulePath())
+                    : module_paths_.path(ModulePathCache::sourceParameter(q), [this] { return session_.modulePath(); });
   site.in_backward = torch::autograd::get_current_graph_task_id() != -1;
   site.grad_enabled = t_compiled_grad.empty() ? at::GradMode::is_enabled() : t_compiled_grad.back();
   site.grad_enabled = site.grad_enabled && !c10::InferenceMode::is_enabled();
@@ -81,9 +82,17 @@ CallName CallRecorder::nameBackwardOf(const CallName& fwd) { return session_.ide
 // The rank is set here, once: every record begins here.
 CallEvent CallRecorder::eventFor(const CallName& name, const AttentionOp& desc, Phase phase) {
   session_.callBegun();
-  return CallEvent{.seq = name.seq, .rank = session_.rank(), .step = name.step, .layer = name.layer, .call = name.call,
-                   .phase = phase, .fwd_seq = name.fwd_seq, .recompute = name.recompute, .op = desc.name,
-                   .backend = desc.backend, .module = name.module.c_str(),
+  return CallEvent{.seq = name.seq,
+                   .rank = session_.rank(),
+                   .step = name.step,
+                   .layer = name.layer,
+                   .call = name.call,
+                   .phase = phase,
+                   .fwd_seq = name.fwd_seq,
+                   .recompute = name.recompute,
+                   .op = desc.name,
+                   .backend = desc.backend,
+                   .module = name.module.c_str(),
                    .compiled = name.compiled_training || !t_compiled_grad.empty()};
 }
 
@@ -150,7 +159,8 @@ CallTrace::CallTrace(CallRecorder& recorder, const CallName& name) : tracer_(rec
     tracer_.reclaim();
   }
   const int rank = recorder.session_.rank();
-  const bool traced = tracer_.enter(name.seq, tracer_.wantsLabel() ? callName(rank, name.layer, name.call) : std::string());
+  const bool traced =
+      tracer_.enter(name.seq, tracer_.wantsLabel() ? callName(rank, name.layer, name.call) : std::string());
   if (!traced && *reason_ == '\0') reason_ = tracer_.unattributedReason();
 }
 

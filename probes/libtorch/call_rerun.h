@@ -36,7 +36,7 @@ struct RerunnableOp {
   std::vector<std::pair<size_t, Role>> inputs;  // argument index → role
   std::vector<size_t> others;                   // argument indices of CallArgs, in their order
   size_t num_arguments = 0;
-  std::optional<size_t> out_argument;           // an out buffer the op fills: O
+  std::optional<size_t> out_argument;  // an out buffer the op fills: O
   // A --probe-op: the user's own code, which may keep state (a counter, a cache, its own random
   // draws), so it is rerun only when asked (nanprov run --reruns N given).
   bool user_op = false;
@@ -48,9 +48,9 @@ void registerRerunnableOp(RerunnableOp recipe);
 
 struct CallReruns {
   int runs = 0;
-  int reproduced = 0;  // reruns whose non-finite outputs were the run's
-  int identical = 0;   // reruns bitwise identical to the run's outputs
-  int distinct = 0;    // bitwise-distinct results among the reruns
+  int reproduced = 0;     // reruns whose non-finite outputs were the run's
+  int identical = 0;      // reruns bitwise identical to the run's outputs
+  int distinct = 0;       // bitwise-distinct results among the reruns
   std::string not_rerun;  // why it was not rerun; empty when it was
 };
 

@@ -24,7 +24,8 @@ CheckLane* CheckLanes::laneFor(int device) {
   return lanes_.get(static_cast<size_t>(device), device, [&](bool room) -> CheckLane* {
     if (failed_[device]) return nullptr;
     if (!room) {
-      logOnce("device lanes", "more than " + std::to_string(kMaxLanes) + " threads ran checked CUDA calls at once: "
+      logOnce("device lanes", "more than " + std::to_string(kMaxLanes) +
+                                  " threads ran checked CUDA calls at once: "
                                   "the others are measured on the host (slower)");
       return nullptr;
     }
@@ -64,7 +65,8 @@ std::optional<PendingCheck> CheckLanes::enqueue(CheckLane& lane, PendingCheck pe
     // An attention call's launch; the sentinel's and the trail's count in their own stages.
     std::optional<ProbeCost::Scope> cost;
     if (tensors) cost.emplace(ProbeStage::kLaunching);
-    st = lane.queue->submit(views.data(), static_cast<int>(views.size()), stream.native_handle(), static_cast<uint64_t>(slot));
+    st = lane.queue->submit(views.data(), static_cast<int>(views.size()), stream.native_handle(),
+                            static_cast<uint64_t>(slot));
   }
   if (!st.ok()) pending = std::move(lane.pending[static_cast<size_t>(slot)]);  // never published
   if (st.ok()) return std::nullopt;

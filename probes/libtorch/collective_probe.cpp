@@ -4,14 +4,14 @@
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/impl/TorchDispatchModeTLS.h>
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
-#include <torch/csrc/distributed/c10d/Work.hpp>
 #include <torch/library.h>
 
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
 #include <utility>
 #include <vector>
 
@@ -50,10 +50,10 @@ constexpr CollectiveOp kCollectiveOps[] = {
 
 enum class Part : uint8_t { kInput, kOutput, kInPlace, kGroup, kRoot };
 constexpr std::pair<const char*, Part> kArgumentParts[] = {
-    {"tensors", Part::kInPlace},       {"input", Part::kInput},           {"input_tensor", Part::kInput},
-    {"input_tensors", Part::kInput},   {"inputs", Part::kInput},          {"output", Part::kOutput},
-    {"output_tensor", Part::kOutput},  {"output_tensors", Part::kOutput}, {"outputs", Part::kOutput},
-    {"output_lists", Part::kOutput},   {"input_list", Part::kInput},      {"process_group", Part::kGroup},
+    {"tensors", Part::kInPlace},      {"input", Part::kInput},           {"input_tensor", Part::kInput},
+    {"input_tensors", Part::kInput},  {"inputs", Part::kInput},          {"output", Part::kOutput},
+    {"output_tensor", Part::kOutput}, {"output_tensors", Part::kOutput}, {"outputs", Part::kOutput},
+    {"output_lists", Part::kOutput},  {"input_list", Part::kInput},      {"process_group", Part::kGroup},
     {"root_rank", Part::kRoot},
 };
 
@@ -138,9 +138,8 @@ class CollectiveProbe : public c10::OperatorKernel {
       return;
     }
     future->addCallback([id, outputs = std::move(outputs)](c10::ivalue::Future& done) {
-      guarded("collective output check", [&] {
-        probes().collectives().complete(id, done.hasError() ? std::vector<at::Tensor>{} : outputs);
-      });
+      guarded("collective output check",
+              [&] { probes().collectives().complete(id, done.hasError() ? std::vector<at::Tensor>{} : outputs); });
     });
   }
 
@@ -182,7 +181,9 @@ void installCollectiveProbes() {
                   std::string(op.name) + " has arguments it does not know; it is not checked");
           continue;
         }
-        if (!library) library = new torch::Library(torch::Library::IMPL, "c10d", c10::DispatchKey::BackendSelect, __FILE__, __LINE__);
+        if (!library)
+          library =
+              new torch::Library(torch::Library::IMPL, "c10d", c10::DispatchKey::BackendSelect, __FILE__, __LINE__);
         library->impl(op.name + 6,  // drop "c10d::"
                       torch::CppFunction::makeFromBoxedFunctor(std::make_unique<CollectiveProbe>(std::move(probed))));
       }

@@ -22,7 +22,7 @@ constexpr const char* kModifiedUnprobed =
 }  // namespace
 
 struct DeferredCalls::Batch {
-  int device = -1;  // -1: the CPU
+  int device = -1;                    // -1: the CPU
   std::vector<Deferred> calls;        // flushed in place: keeps its capacity
   std::optional<c10::Stream> stream;  // the calls' stream (CUDA)
   int views = 0;                      // their tensors: at most kernels::kMaxTensors
@@ -45,10 +45,12 @@ DeferredCalls::DeferredCalls(Session& session, CheckedCallSink& sink, CheckLanes
       defer_(static_cast<int>(std::min<int64_t>(envInteger("NANPROV_DEFER_CHECKS", 0, 0), 2))) {}
 
 bool DeferredCalls::defer(CallEvent& rec, const RoleTensors& tensors, const CallArgs& args, int device,
-                           const std::optional<c10::Stream>& stream) {
+                          const std::optional<c10::Stream>& stream) {
   // Not held in a CUDA graph's pool (GraphChecks::inGraphPool): memory not held may be reused by
   // later kernels before a deferred check ran, so those calls stay immediate (marked in use).
-  if (defer_ < (device < 0 ? 2 : 1) || tensors.empty() || tensors.size() > kMaxCallTensors || GraphChecks::inGraphPool()) return false;
+  if (defer_ < (device < 0 ? 2 : 1) || tensors.empty() || tensors.size() > kMaxCallTensors ||
+      GraphChecks::inGraphPool())
+    return false;
   static_assert(kMaxCallTensors <= static_cast<size_t>(kernels::kMaxTensors), "one call must fit one launch");
   if (fellBack(rec)) {
     immediate_fallbacks_.fetch_add(1, std::memory_order_relaxed);
@@ -86,9 +88,9 @@ bool DeferredCalls::defer(CallEvent& rec, const RoleTensors& tensors, const Call
   // A batch is one launch on one stream: a call that does not fit, or comes on another stream,
   // sends the batch before it (launched on the batch's stream, after every call in it). Flushed
   // in place, so the vector keeps its capacity: a steady call allocates nothing.
-  if (!batch->calls.empty() && (batch->views + n > kernels::kMaxTensors ||
-                                static_cast<int>(batch->calls.size()) == CheckLane::kMaxBatchCalls ||
-                                batch->stream != stream)) {
+  if (!batch->calls.empty() &&
+      (batch->views + n > kernels::kMaxTensors || static_cast<int>(batch->calls.size()) == CheckLane::kMaxBatchCalls ||
+       batch->stream != stream)) {
     // The batch's stream capturing a CUDA graph now (another stream's call came meanwhile): no
     // launch may go there until it ends, so the batch waits and this call is checked at once.
     if (batch->stream && capturing(*batch->stream)) {

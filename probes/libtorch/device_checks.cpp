@@ -73,7 +73,7 @@ void DeviceChecks::submit(CallEvent rec, const RoleTensors& tensors, const CallA
     std::optional<TensorView> view =
         t.is_cuda() && t.device().index() == device ? viewOf(t, holdsMaskedRows(role)) : std::nullopt;
     if (!view || views.size() == views.capacity()) {  // rare: float64, more than 6 dims
-      if (in_graph) {  // the host cannot measure it there
+      if (in_graph) {                                 // the host cannot measure it there
         unreadable_in_graph = true;
         break;
       }
@@ -88,9 +88,9 @@ void DeviceChecks::submit(CallEvent rec, const RoleTensors& tensors, const CallA
   if (in_graph) {
     session_.callBegun(-1);  // this call did not run: its graph's replays are the calls
     std::string why = unreadable_in_graph ? "attention captured into a CUDA graph with a tensor the check cannot read"
-                      : views.empty()     ? "attention captured into a CUDA graph with no tensor to check"
-                                          : graphs_.capture(rec, pending.checked, views.data(),
-                                                            static_cast<int>(views.size()), device, stream.native_handle());
+                      : views.empty() ? "attention captured into a CUDA graph with no tensor to check"
+                                      : graphs_.capture(rec, pending.checked, views.data(),
+                                                        static_cast<int>(views.size()), device, stream.native_handle());
     if (!why.empty()) {
       logOnce("graph capture", why + ": not checked");
       session_.countUnprobed(why);

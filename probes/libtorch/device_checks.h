@@ -59,7 +59,7 @@ class DeviceChecks {
   // Tensors measured for the gradient sentinel, the module trail and the collectives' checks.
   MeasuredChecks& measured() { return measured_; }
 
-  void poll();   // records every finished check; never waits for the GPU (it may wait its turn behind another collector)
+  void poll();  // records every finished check; never waits for the GPU (it may wait its turn behind another collector)
   // Waits for every check in flight (exit only), at most NANPROV_EXIT_WAIT_SECONDS (30): what is
   // unfinished then is dropped, and said.
   void drain();

@@ -1,14 +1,13 @@
 // DeviceQueue built with the CUDA toolkit: kernels::HealthCheckQueue, whose every check is a
 // launch of nanprov's own kernels (kernels/health_check.cu); CapturedCheck, kernels::GraphCheck;
 // the device's description, kernels::deviceDescription and kernels::gpuIdentity.
-#include "probes/libtorch/device_queue.h"
-
 #include <utility>
 
 #include "base/records/device_identity.h"
 #include "kernels/device_identity.h"
 #include "kernels/graph_check.h"
 #include "kernels/health_check_queue.h"
+#include "probes/libtorch/device_queue.h"
 
 namespace nanprov {
 namespace {
@@ -66,7 +65,7 @@ bool deviceReads(const kernels::TensorView& view) { return kernels::checkable(vi
 bool streamCapturing(void* stream) { return kernels::streamIsCapturing(stream); }
 
 StatusOr<std::unique_ptr<CapturedCheck>> CapturedCheck::capture(int device, const kernels::TensorView* views, int count,
-                                                                 void* stream) {
+                                                                void* stream) {
   NANPROV_ASSIGN_OR_RETURN(std::unique_ptr<kernels::GraphCheck> check,
                            kernels::GraphCheck::capture(device, views, count, stream));
   return std::unique_ptr<CapturedCheck>(std::make_unique<CudaCapturedCheck>(std::move(check)));

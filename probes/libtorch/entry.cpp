@@ -20,14 +20,14 @@
 #include <vector>
 
 #include "base/crash_backtrace.h"
-#include "probes/libtorch/c_abi.h"
-#include "probes/libtorch/attention_hook.h"
-#include "probes/libtorch/call_recorder.h"
-#include "probes/libtorch/install_probes.h"
-#include "probes/libtorch/probe_thread.h"
-#include "probes/libtorch/guarded.h"
 #include "probes/core/run_facts.h"
 #include "probes/core/session.h"
+#include "probes/libtorch/attention_hook.h"
+#include "probes/libtorch/c_abi.h"
+#include "probes/libtorch/call_recorder.h"
+#include "probes/libtorch/guarded.h"
+#include "probes/libtorch/install_probes.h"
+#include "probes/libtorch/probe_thread.h"
 #include "probes/libtorch/probes.h"
 
 namespace {
@@ -76,19 +76,19 @@ void resetSigtermInChild() { signal(SIGTERM, SIG_DFL); }
 
 void installExitHooks() {
   std::atexit(&closeStoreAtCExit);
-  struct sigaction current {};
+  struct sigaction current{};
   if (sigaction(SIGTERM, nullptr, &current) != 0 || current.sa_handler != SIG_DFL) return;
   if (pipe2(g_term_pipe, O_CLOEXEC) != 0) return;
   g_term_owner = getpid();
   std::thread(&closeStoreThenDie).detach();
   pthread_atfork(nullptr, nullptr, &resetSigtermInChild);
-  struct sigaction handler {};
+  struct sigaction handler{};
   handler.sa_handler = &onSigterm;
   sigemptyset(&handler.sa_mask);
   handler.sa_flags = SA_RESTART;
   sigaction(SIGTERM, &handler, nullptr);
 }
-}
+}  // namespace
 
 // The C ABI (probes/libtorch/c_abi.h says what each function does).
 
@@ -109,9 +109,7 @@ int nanprov_start(void) {
 
 const char* nanprov_last_error(void) { return t_last_error.c_str(); }
 
-void nanprov_step(long long step) {
-  nanprov::probes().session().stepEnded(step);
-}
+void nanprov_step(long long step) { nanprov::probes().session().stepEnded(step); }
 
 void nanprov_set_module_resolver(nanprov_module_resolver resolve) {
   nanprov::probes().session().setModuleResolver(resolve);
@@ -121,9 +119,7 @@ void nanprov_count_unprobed(const char* what, long long n) {
   if (what && n > 0) nanprov::probes().session().countUnprobed(what, n);
 }
 
-void nanprov_compiled_grad_mode(int mode) {
-  nanprov::setCompiledGradMode(mode);
-}
+void nanprov_compiled_grad_mode(int mode) { nanprov::setCompiledGradMode(mode); }
 
 const char* nanprov_probe_op(const char* name, const char* roles, const char* backend) {
   static thread_local std::string why;
@@ -135,8 +131,10 @@ const char* nanprov_probe_op(const char* name, const char* roles, const char* ba
     std::string pair = text.substr(begin, end - begin);
     size_t eq = pair.find('=');
     std::string key = pair.substr(0, eq);
-    auto role = key == "q" ? nanprov::Role::kQ : key == "k" ? nanprov::Role::kK : key == "v" ? nanprov::Role::kV
-              : nanprov::Role::kO;
+    auto role = key == "q"   ? nanprov::Role::kQ
+                : key == "k" ? nanprov::Role::kK
+                : key == "v" ? nanprov::Role::kV
+                             : nanprov::Role::kO;
     if (eq != std::string::npos && (key == "q" || key == "k" || key == "v" || key == "o")) {
       mapped.emplace_back(pair.substr(eq + 1), role);
     }
@@ -188,5 +186,3 @@ void nanprov_shutdown(void) {
   nanprov::probes().session().finalize();
   nanprov::probes().session().setModuleResolver(nullptr);
 }
-
-

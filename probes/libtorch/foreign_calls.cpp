@@ -104,9 +104,9 @@ std::string notOneAttentionCall(const at::Tensor& q, const at::Tensor& k, const 
     if (t->dim() != 4) return std::string(role) + " is " + shapeText(*t) + ", not [batch, heads, seq, dim]";
   }
   const bool one_call = k.size(0) == q.size(0) && v.size(0) == q.size(0) && k.size(3) == q.size(3) &&
-                        v.size(1) == k.size(1) && v.size(2) == k.size(2) && k.size(1) > 0 && q.size(1) % k.size(1) == 0 &&
-                        o.dim() == 4 && o.size(0) == q.size(0) && o.size(1) == q.size(1) && o.size(2) == q.size(2) &&
-                        o.size(3) == v.size(3);
+                        v.size(1) == k.size(1) && v.size(2) == k.size(2) && k.size(1) > 0 &&
+                        q.size(1) % k.size(1) == 0 && o.dim() == 4 && o.size(0) == q.size(0) &&
+                        o.size(1) == q.size(1) && o.size(2) == q.size(2) && o.size(3) == v.size(3);
   if (one_call) return "";
   return "Q " + shapeText(q) + ", K " + shapeText(k) + ", V " + shapeText(v) + " and O " + shapeText(o) +
          " do not make one attention call";
@@ -147,9 +147,11 @@ void recordCall(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, c
     if (backend == "module") {
       if (std::string why = notOneAttentionCall(q, k, v, o); !why.empty()) {
         const std::string cls = op.rfind("module:", 0) == 0 ? op.substr(7) : op;
-        const std::string text = "the module's arguments are not its Q, K and V (" + why + "); name them: --probe-module '" +
-                                 cls + ":q=ARG,k=ARG,v=ARG'";
-        logOnce("unreplayable " + op, "--probe-module: " + op + " is checked at its boundary, but replay could not rebuild its calls: " + text);
+        const std::string text = "the module's arguments are not its Q, K and V (" + why +
+                                 "); name them: --probe-module '" + cls + ":q=ARG,k=ARG,v=ARG'";
+        logOnce(
+            "unreplayable " + op,
+            "--probe-module: " + op + " is checked at its boundary, but replay could not rebuild its calls: " + text);
         args.emplace_back("unreplayable", c10::IValue(text));
       }
     }
@@ -164,11 +166,12 @@ void recordCall(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, c
 }
 
 void recordBackward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& o,
-                    const at::Tensor& grad_out, const std::optional<at::Tensor>& dq, const std::optional<at::Tensor>& dk,
-                    const std::optional<at::Tensor>& dv, std::optional<double> scale, bool is_causal,
-                    const std::string& layout, const std::optional<at::Tensor>& cu_seqlens_q,
-                    const std::optional<at::Tensor>& cu_seqlens_k, const std::string& op, const std::string& backend,
-                    const std::optional<at::Tensor>& mask, const std::string& kernel_backend) {
+                    const at::Tensor& grad_out, const std::optional<at::Tensor>& dq,
+                    const std::optional<at::Tensor>& dk, const std::optional<at::Tensor>& dv,
+                    std::optional<double> scale, bool is_causal, const std::string& layout,
+                    const std::optional<at::Tensor>& cu_seqlens_q, const std::optional<at::Tensor>& cu_seqlens_k,
+                    const std::string& op, const std::string& backend, const std::optional<at::Tensor>& mask,
+                    const std::string& kernel_backend) {
   Probes& p = probes();
   if (!probing(p)) {
     abandonCall();
@@ -188,7 +191,8 @@ void recordBackward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
     RoleTensors inputs = {{Role::kQ, q}, {Role::kK, k}, {Role::kV, v}};
     if (mask) inputs.emplace_back(Role::kMask, *mask);
     inputs.insert(inputs.end(), {{Role::kO, o}, {Role::kdO, grad_out}});
-    recorder.finish(std::move(rec), concat(std::move(inputs), outputs), argsOf(scale, is_causal, layout, cu_seqlens_q, cu_seqlens_k, kernel_backend));
+    recorder.finish(std::move(rec), concat(std::move(inputs), outputs),
+                    argsOf(scale, is_causal, layout, cu_seqlens_q, cu_seqlens_k, kernel_backend));
   });
 }
 
@@ -213,12 +217,14 @@ void installForeignCallOps() {
   defs->def("begin_call(Tensor q, Tensor? o, bool boundary=False) -> ()");
   defs->def("checked_inside() -> bool");
   defs->def("abandon_call() -> ()");
-  defs->def("record_call(Tensor q, Tensor k, Tensor v, Tensor o, Tensor? bias, float? scale, bool is_causal, "
-            "str layout, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, str op, str backend, str note, "
-            "Tensor? mask=None, Tensor? link=None, str kernel_backend='', float? dropout_p=None) -> ()");
-  defs->def("record_backward(Tensor q, Tensor k, Tensor v, Tensor o, Tensor grad_out, Tensor? dq, Tensor? dk, "
-            "Tensor? dv, float? scale, bool is_causal, str layout, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, "
-            "str op, str backend, Tensor? mask=None, str kernel_backend='') -> ()");
+  defs->def(
+      "record_call(Tensor q, Tensor k, Tensor v, Tensor o, Tensor? bias, float? scale, bool is_causal, "
+      "str layout, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, str op, str backend, str note, "
+      "Tensor? mask=None, Tensor? link=None, str kernel_backend='', float? dropout_p=None) -> ()");
+  defs->def(
+      "record_backward(Tensor q, Tensor k, Tensor v, Tensor o, Tensor grad_out, Tensor? dq, Tensor? dk, "
+      "Tensor? dv, float? scale, bool is_causal, str layout, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, "
+      "str op, str backend, Tensor? mask=None, str kernel_backend='') -> ()");
   for (auto key : {c10::DispatchKey::CPU, c10::DispatchKey::CUDA}) {
     auto* impl = new torch::Library(torch::Library::IMPL, "nanprov", key, __FILE__, __LINE__);
     impl->impl("begin_call", &beginCall);
@@ -226,8 +232,8 @@ void installForeignCallOps() {
     impl->impl("record_backward", &recordBackward);
   }
   // abandon_call and checked_inside take no tensor to dispatch on.
-  auto* any = new torch::Library(torch::Library::IMPL, "nanprov", c10::DispatchKey::CompositeExplicitAutograd,
-                                 __FILE__, __LINE__);
+  auto* any = new torch::Library(torch::Library::IMPL, "nanprov", c10::DispatchKey::CompositeExplicitAutograd, __FILE__,
+                                 __LINE__);
   any->impl("abandon_call", &abandonCall);
   any->impl("checked_inside", &checkedInside);
   auto* meta = new torch::Library(torch::Library::IMPL, "nanprov", c10::DispatchKey::Meta, __FILE__, __LINE__);

@@ -1,8 +1,5 @@
 #include "probes/libtorch/gradient_sentinel.h"
 
-#include "base/log_once.h"
-#include "probes/libtorch/tensor_health.h"
-
 #include <ATen/ATen.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <c10/util/intrusive_ptr.h>
@@ -15,8 +12,10 @@
 #include <memory>
 #include <mutex>
 
+#include "base/log_once.h"
 #include "probes/core/probe_cost.h"
 #include "probes/core/session.h"
+#include "probes/libtorch/tensor_health.h"
 
 namespace nanprov {
 namespace {
@@ -97,8 +96,9 @@ bool GradientSentinel::check(int64_t key, int64_t step, const std::vector<std::o
   const size_t sharded_count = static_cast<size_t>(std::count(w->sharded.begin(), w->sharded.end(), true));
   const bool shards_match = shards.size() == 2 * sharded_count;
   if (!shards_match) {
-    logOnce("sentinel shards", "gradient sentinel: the local shards handed over do not match the sharded parameters; "
-                               "sharded parameters are not checked");
+    logOnce("sentinel shards",
+            "gradient sentinel: the local shards handed over do not match the sharded parameters; "
+            "sharded parameters are not checked");
   }
   // Every step: a replica may diverge after the values went non-finite.
   Digesting digesting = openDigests(*w, step, shards_match ? shards : std::vector<std::optional<at::Tensor>>{});
@@ -126,8 +126,9 @@ bool GradientSentinel::check(int64_t key, int64_t step, const std::vector<std::o
     const auto type = t.scalar_type();
     const bool dense = MeasuredChecks::denseCheckable(t);
     if (!dense && (!t.is_cuda() || t.dim() > 6 || (type != at::kFloat && type != at::kHalf && type != at::kBFloat16))) {
-      logOnce("sentinel unreadable", "gradient sentinel: parameters that are not float32/float16/bfloat16 CUDA tensors "
-                                     "of at most 6 dims are not checked (reading them would synchronise every step)");
+      logOnce("sentinel unreadable",
+              "gradient sentinel: parameters that are not float32/float16/bfloat16 CUDA tensors "
+              "of at most 6 dims are not checked (reading them would synchronise every step)");
       return;
     }
     Batch& batch = cuda[{t.device().index(), dense}];
@@ -172,7 +173,8 @@ bool GradientSentinel::check(int64_t key, int64_t step, const std::vector<std::o
     if (!g.defined()) continue;
     if (!readable(g) || !readable(p)) {
       if (p.unsafeGetTensorImpl()->is_python_dispatch() || g.unsafeGetTensorImpl()->is_python_dispatch()) {
-        logOnce("sentinel subclass", "gradient sentinel: parameters of a tensor subclass without a local shard are not checked");
+        logOnce("sentinel subclass",
+                "gradient sentinel: parameters of a tensor subclass without a local shard are not checked");
       }
       continue;
     }
@@ -263,7 +265,8 @@ void GradientSentinel::measured(uint64_t context, const MeasuredChecks::Counts* 
   }
 }
 
-void GradientSentinel::submit(const std::vector<at::Tensor>& batch, Slice slice, int64_t step, std::shared_ptr<const Watched> watched) {
+void GradientSentinel::submit(const std::vector<at::Tensor>& batch, Slice slice, int64_t step,
+                              std::shared_ptr<const Watched> watched) {
   slice.step = step;
   slice.watched = std::move(watched);
   uint64_t context;
@@ -309,7 +312,8 @@ void GradientSentinel::found(int64_t step, const std::string& parameter, Sentine
     named = ++named_[static_cast<int>(kind)];
   }
   RunCounters counted;
-  (kind == SentinelTensor::kGrad ? counted.sentinel_nonfinite_grads : counted.sentinel_nonfinite_params) = static_cast<int64_t>(named);
+  (kind == SentinelTensor::kGrad ? counted.sentinel_nonfinite_grads : counted.sentinel_nonfinite_params) =
+      static_cast<int64_t>(named);
   session_.setCounters(counted);
   if (named > kMaxNamed) return;
   SentinelRecord f;

@@ -95,7 +95,7 @@ class GradientSentinel final : public MeasuredSink {
   // One step's replicated parameters, by place in its digests (ReplicaDigests::open).
   struct Digesting {
     uint64_t id = 0;
-    std::vector<int32_t> place_of;  // by parameter; -1: not digested
+    std::vector<int32_t> place_of;    // by parameter; -1: not digested
     std::vector<at::Tensor> tensors;  // by place: the parameter or its local shard
     std::vector<bool> by_check;       // by place: a dense check sums it
   };

@@ -49,9 +49,10 @@ void installGradientSentinel() {
   std::call_once(once, [] {
     // Leaked on purpose: dropping the Library deregisters the ops.
     auto* library = new torch::Library(torch::Library::DEF, "nanprov", std::nullopt, __FILE__, __LINE__);
-    library->def("watch_parameters(int key, Tensor[] params, str names, int[] sharded, int[] replicated=[], "
-                 "int[] replica_ranks=[]) -> ()",
-                 &watchParameters);
+    library->def(
+        "watch_parameters(int key, Tensor[] params, str names, int[] sharded, int[] replicated=[], "
+        "int[] replica_ranks=[]) -> ()",
+        &watchParameters);
     library->def("check_step(int key, int step, Tensor?[] shards) -> bool", &checkStep);
   });
 }

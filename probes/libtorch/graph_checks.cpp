@@ -5,8 +5,8 @@
 #include "base/log_once.h"
 #include "base/wall_clock.h"
 #include "probes/core/session.h"
-#include "probes/libtorch/checked_call_sink.h"
 #include "probes/libtorch/check_views.h"
+#include "probes/libtorch/checked_call_sink.h"
 #include "probes/libtorch/device_queue.h"
 #include "tracer/kernel_tracer.h"
 
@@ -37,7 +37,9 @@ struct GraphChecks::Graph {
   uint64_t first_waiting = 0;
 };
 
-void GraphChecks::enterGraphPool(bool entering) { t_graph_pool_depth = std::max(0, t_graph_pool_depth + (entering ? 1 : -1)); }
+void GraphChecks::enterGraphPool(bool entering) {
+  t_graph_pool_depth = std::max(0, t_graph_pool_depth + (entering ? 1 : -1));
+}
 
 bool GraphChecks::inGraphPool() { return t_graph_pool_depth > 0; }
 
@@ -50,8 +52,9 @@ void GraphChecks::captureBegan(int64_t key, void* stream) {
   if (!graphChecksBuilt()) return;  // no check can be captured: the graph's attention is counted unprobed
   const uint64_t id = captureIdOf(stream);
   if (id == 0) {
-    logOnce("graph capture id", "a CUDA graph began capturing on a stream that is not capturing: its attention "
-                                "cannot be checked");
+    logOnce("graph capture id",
+            "a CUDA graph began capturing on a stream that is not capturing: its attention "
+            "cannot be checked");
     return;
   }
   // CUPTI attached at the graph's instantiation must stay: a replay after it detached faults.

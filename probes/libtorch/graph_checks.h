@@ -91,10 +91,10 @@ class GraphChecks {
   KernelTracer& tracer_;
   CheckedCallSink& sink_;
   std::mutex mu_;
-  std::map<int64_t, Graph> graphs_;                  // by the bootstrap's key
-  std::unordered_map<uint64_t, int64_t> keys_;       // CUDA capture id -> key
+  std::map<int64_t, Graph> graphs_;                        // by the bootstrap's key
+  std::unordered_map<uint64_t, int64_t> keys_;             // CUDA capture id -> key
   std::unordered_map<int64_t, int64_t> replayed_forward_;  // a captured forward's seq -> its latest replay's
-  std::vector<std::unique_ptr<CapturedCheck>> retired_;  // checks of reset graphs, kept (see kMaxChecks)
+  std::vector<std::unique_ptr<CapturedCheck>> retired_;    // checks of reset graphs, kept (see kMaxChecks)
   int64_t captured_ = 0;
 };
 

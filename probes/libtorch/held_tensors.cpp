@@ -32,7 +32,8 @@ int64_t lastReferences(const RoleTensors& held) {
     size_t tensors = 0;  // distinct tensors on this storage
     bool only_held = true;
     for (size_t j = i; j < n; ++j) {
-      if (storage[j] != storage[i] || std::find(impl.begin() + i, impl.begin() + j, impl[j]) != impl.begin() + j) continue;
+      if (storage[j] != storage[i] || std::find(impl.begin() + i, impl.begin() + j, impl[j]) != impl.begin() + j)
+        continue;
       ++tensors;
       const auto refs = static_cast<size_t>(std::count(impl.begin() + j, impl.begin() + n, impl[j]));
       only_held = only_held && static_cast<size_t>(held[j].second.use_count()) == refs;

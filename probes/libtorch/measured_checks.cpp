@@ -75,8 +75,8 @@ bool MeasuredChecks::denseCheckable(const at::Tensor& t) {
 }
 
 bool MeasuredChecks::wordSummable(const at::Tensor& t) {
-  return denseCheckable(t) && kernels::wordSummable(kernels::DenseTensor::of(t.data_ptr(), t.numel(),
-                                                                             *elementType(t.scalar_type())));
+  return denseCheckable(t) &&
+         kernels::wordSummable(kernels::DenseTensor::of(t.data_ptr(), t.numel(), *elementType(t.scalar_type())));
 }
 
 int MeasuredChecks::denseBatch(int device) {
@@ -97,8 +97,9 @@ bool MeasuredChecks::enqueueDense(CheckLane& lane, const std::vector<at::Tensor>
     auto created = lanes_.makeQueue(lane.device, kDenseSlots, kernels::CheckKind::kDense);
     if (!created.ok()) {
       lane.dense_failed = true;
-      logOnce("dense queue", "dense checks unavailable on cuda:" + std::to_string(lane.device) +
-                                 ", gradients and parameters are checked twelve to a launch: " + created.status().message());
+      logOnce("dense queue",
+              "dense checks unavailable on cuda:" + std::to_string(lane.device) +
+                  ", gradients and parameters are checked twelve to a launch: " + created.status().message());
       return false;
     }
     lane.measuring.resize(static_cast<size_t>(created.value()->slots()));
@@ -116,8 +117,8 @@ bool MeasuredChecks::enqueueDense(CheckLane& lane, const std::vector<at::Tensor>
   // Not retried: a launch that fails once (no kernel image for this GPU, say) fails every time.
   // From the next batch on the sentinel batches twelve (denseBatch); this one is measured apart.
   lane.dense_failed = true;
-  logOnce("dense check", "dense check failed; gradients and parameters are checked twelve to a launch from now on: " +
-                             st.message());
+  logOnce("dense check",
+          "dense check failed; gradients and parameters are checked twelve to a launch from now on: " + st.message());
   return false;
 }
 

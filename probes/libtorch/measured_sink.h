@@ -39,9 +39,12 @@ inline void handOver(MeasuredSink& sink, uint64_t context, const kernels::Health
   std::array<MeasuredCounts, kernels::kMaxDense> measured{};
   n = std::min(n, kernels::kMaxDense);
   for (int i = 0; i < n; ++i) {
-    measured[static_cast<size_t>(i)] = {static_cast<int64_t>(counts[i].nan), static_cast<int64_t>(counts[i].posinf),
-                                        static_cast<int64_t>(counts[i].neginf), counts[i].max_abs,
-                                        counts[i].word_summed != 0, counts[i].word_sum};
+    measured[static_cast<size_t>(i)] = {static_cast<int64_t>(counts[i].nan),
+                                        static_cast<int64_t>(counts[i].posinf),
+                                        static_cast<int64_t>(counts[i].neginf),
+                                        counts[i].max_abs,
+                                        counts[i].word_summed != 0,
+                                        counts[i].word_sum};
   }
   sink.receive(context, measured.data(), n);
 }

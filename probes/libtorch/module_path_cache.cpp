@@ -1,9 +1,8 @@
 #include "probes/libtorch/module_path_cache.h"
 
+#include <c10/util/SmallVector.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/functions/accumulate_grad.h>
-
-#include <c10/util/SmallVector.h>
 
 namespace nanprov {
 
@@ -82,8 +81,7 @@ void ModulePathCache::learn(const at::Tensor& parameter, InternedText path) {
       std::erase_if(entries_, [](const auto& entry) { return entry.second.parameter.expired(); });
       if (entries_.size() >= static_cast<size_t>(kMaxEntries)) return;
     }
-    entries_.emplace(parameter.unsafeGetTensorImpl(),
-                     Entry{Held(parameter.getIntrusivePtr()), path, 1, false});
+    entries_.emplace(parameter.unsafeGetTensorImpl(), Entry{Held(parameter.getIntrusivePtr()), path, 1, false});
     return;
   }
   Entry& e = it->second;

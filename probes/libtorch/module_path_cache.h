@@ -6,19 +6,19 @@
 // well as the stack does, for about a microsecond. A parameter is trusted once the stack walk
 // gave the same path for it kConfirmations times in a row; one seen with two paths (weights tied
 // across modules) is never trusted. Entries hold their parameter weakly: that keeps its TensorImpl
-// allocation (not its storage), so no later tensor can take the address while it is remembered. Without a parameter behind Q (inference, no_grad, a leaf
-// Q) and inside compiled graphs (whose paths the bootstrap hands out in graph order) Python is
-// asked, as before.
+// allocation (not its storage), so no later tensor can take the address while it is remembered. Without a parameter
+// behind Q (inference, no_grad, a leaf Q) and inside compiled graphs (whose paths the bootstrap hands out in graph
+// order) Python is asked, as before.
 #pragma once
 
 #include <ATen/ATen.h>
-
-#include "base/interned_text.h"
 
 #include <cstdint>
 #include <mutex>
 #include <string>
 #include <unordered_map>
+
+#include "base/interned_text.h"
 
 namespace nanprov {
 

@@ -69,15 +69,16 @@ bool ModuleTrail::name(int64_t id, const std::string& path, const std::string& m
   if (attention) {
     // One kind per class and place, not per layer; the report reads the --probe-module after "; ".
     const std::string pattern = modulePattern(path);
-    unchecked_attention = "attention-like module " + module_class + " at " + (pattern.empty() ? "the outermost module" : pattern) +
-                          " ran no attention op nanprov checks: not checked; --probe-module '" + module_class +
-                          "' checks it";
+    unchecked_attention =
+        "attention-like module " + module_class + " at " + (pattern.empty() ? "the outermost module" : pattern) +
+        " ran no attention op nanprov checks: not checked; --probe-module '" + module_class + "' checks it";
     // The report names the class of a place other probes counted unchecked by its path alone.
     session_.setCounters({.module_class = {{pattern, module_class}}});
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (names_.size() <= static_cast<size_t>(id)) names_.resize(static_cast<size_t>(id) + 1);
-  names_[static_cast<size_t>(id)] = {path, module_class, splitList(unchecked_before, '\n'), std::move(unchecked_attention)};
+  names_[static_cast<size_t>(id)] = {path, module_class, splitList(unchecked_before, '\n'),
+                                     std::move(unchecked_attention)};
   return attention;
 }
 
@@ -135,7 +136,8 @@ void ModuleTrail::forward(int64_t id, const std::vector<at::Tensor>& inputs, con
   if (at::GradMode::is_enabled()) watchGradients(id, ins, outs);
 }
 
-void ModuleTrail::watchGradients(int64_t id, const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs) {
+void ModuleTrail::watchGradients(int64_t id, const std::vector<at::Tensor>& inputs,
+                                 const std::vector<at::Tensor>& outputs) {
   std::vector<at::Tensor> sends;  // distinct inputs that get a gradient
   std::unordered_set<const c10::TensorImpl*> seen;
   for (const at::Tensor& i : inputs) {
@@ -252,7 +254,8 @@ void ModuleTrail::compiledBackwardState(bool checked) {
   while (was != 2 && was != want && !backward_state_.compare_exchange_weak(was, want)) {
   }
   if (was != want && was != 2) {
-    session_.setCounters({.trail_compiled_backward = checked ? CompiledBackward::kChecked : CompiledBackward::kUnchecked});
+    session_.setCounters(
+        {.trail_compiled_backward = checked ? CompiledBackward::kChecked : CompiledBackward::kUnchecked});
   }
 }
 

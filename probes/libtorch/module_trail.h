@@ -67,8 +67,8 @@ class ModuleTrail final : public MeasuredSink {
   // Inductor may run the checks of one graph in another order than the graph's: a check's order
   // among the records is its `position` of the graph's `checks`, from a block of orders taken when
   // a run of the graph (`graph`, the bootstrap's number for it) begins.
-  void compiledBackward(int64_t id, int64_t graph, int64_t position, int64_t checks, const std::vector<at::Tensor>& received,
-                        const std::vector<at::Tensor>& sent);
+  void compiledBackward(int64_t id, int64_t graph, int64_t position, int64_t checks,
+                        const std::vector<at::Tensor>& received, const std::vector<at::Tensor>& sent);
   // In a compiled backward, module `id`'s check has `unchecked_before` ('\n' between paths) between
   // the values it reads as received and its gradients: where its backward's records say so.
   void backwardUnchecked(int64_t id, const std::string& unchecked_before);
@@ -136,7 +136,7 @@ class ModuleTrail final : public MeasuredSink {
     std::vector<std::string> unchecked_before;
     std::string unchecked_attention;  // attention-like: what it is counted as when nothing inside was checked
     std::vector<std::string> backward_unchecked;  // backwardUnchecked(): a compiled backward's
-    bool backward_off = false;                      // backwardOff()
+    bool backward_off = false;                    // backwardOff()
   };
   std::vector<Name> names_;  // by module id
   std::map<uint64_t, Pending> pending_;

@@ -60,8 +60,8 @@ void trailCompiled(int64_t slot, const std::vector<at::Tensor>& inputs, const st
   trailForward(t_graph_bases.back() + slot, inputs, outputs, !inputs.empty());
 }
 
-void trailCompiledBackward(int64_t id, int64_t graph, int64_t position, int64_t checks, const std::vector<at::Tensor>& received,
-                           const std::vector<at::Tensor>& sent) {
+void trailCompiledBackward(int64_t id, int64_t graph, int64_t position, int64_t checks,
+                           const std::vector<at::Tensor>& received, const std::vector<at::Tensor>& sent) {
   if (!probes().session().active()) return;
   try {
     probes().trail().compiledBackward(id, graph, position, checks, received, sent);
@@ -92,7 +92,8 @@ void installModuleTrail() {
     library->def("trail_module(int id, str path, str cls, str unchecked=\"\") -> bool", &trailModule);
     library->def("trail_enter(int id) -> ()", &trailEnter);
     library->def("trail_leave(int id) -> ()", &trailLeave);
-    library->def("trail_forward(int id, Tensor[] inputs, Tensor[] outputs, bool inputs_whole=True) -> ()", &trailForward);
+    library->def("trail_forward(int id, Tensor[] inputs, Tensor[] outputs, bool inputs_whole=True) -> ()",
+                 &trailForward);
     // Not a catch-all kernel: that is CompositeImplicitAutograd, which tracing would run on fake
     // tensors, leaving nothing in the graph. The real kernel serves the backends; tracing (fake
     // tensors) runs the empty Meta one. flexible_layout: Inductor hands over its buffers in the
@@ -100,13 +101,16 @@ void installModuleTrail() {
     library->def("trail_compiled(int slot, Tensor[] inputs, Tensor[] outputs) -> ()", {at::Tag::flexible_layout});
     library->impl("trail_compiled", torch::dispatch(c10::DispatchKey::CompositeExplicitAutograd, &trailCompiled));
     library->impl("trail_compiled", torch::dispatch(c10::DispatchKey::Meta, [](int64_t, const std::vector<at::Tensor>&,
-                                                                                 const std::vector<at::Tensor>&) {}));
-    library->def("trail_compiled_backward(int id, int graph, int position, int checks, Tensor[] received, Tensor[] sent) -> ()",
-                 {at::Tag::flexible_layout});
-    library->impl("trail_compiled_backward", torch::dispatch(c10::DispatchKey::CompositeExplicitAutograd, &trailCompiledBackward));
+                                                                               const std::vector<at::Tensor>&) {}));
+    library->def(
+        "trail_compiled_backward(int id, int graph, int position, int checks, Tensor[] received, Tensor[] sent) -> ()",
+        {at::Tag::flexible_layout});
     library->impl("trail_compiled_backward",
-                  torch::dispatch(c10::DispatchKey::Meta, [](int64_t, int64_t, int64_t, int64_t, const std::vector<at::Tensor>&,
-                                                             const std::vector<at::Tensor>&) {}));
+                  torch::dispatch(c10::DispatchKey::CompositeExplicitAutograd, &trailCompiledBackward));
+    library->impl(
+        "trail_compiled_backward",
+        torch::dispatch(c10::DispatchKey::Meta, [](int64_t, int64_t, int64_t, int64_t, const std::vector<at::Tensor>&,
+                                                   const std::vector<at::Tensor>&) {}));
     library->def("trail_backward_unchecked(int id, str unchecked) -> ()", &trailBackwardUnchecked);
     library->def("trail_backward_off(int first, int count) -> ()", &trailBackwardOff);
     library->def("trail_backward_state(bool checked) -> ()", &trailBackwardState);

@@ -27,8 +27,8 @@ void (*g_forget)(Session&) = nullptr;
 bool realTensor(const at::Tensor& t) {
   if (!t.defined()) return true;
   c10::DispatchKeySet keys = t.key_set();
-  return !t.is_meta() && t.has_storage() && t.layout() == c10::kStrided &&
-         !keys.has(c10::DispatchKey::Python) && !keys.has(c10::DispatchKey::Functionalize);
+  return !t.is_meta() && t.has_storage() && t.layout() == c10::kStrided && !keys.has(c10::DispatchKey::Python) &&
+         !keys.has(c10::DispatchKey::Functionalize);
 }
 
 bool insideProbedOp() { return t_depth > 0; }

@@ -31,9 +31,13 @@ constexpr std::chrono::nanoseconds kCostEvery = std::chrono::seconds(1);
 }  // namespace
 
 Probes::Probes()
-    : tracer_(KernelTracer::create()), checks_(session_, *tracer_, recorder_), captures_(session_),
-      sentinel_(session_, checks_.measured()), recorder_(session_, *tracer_, module_paths_, checks_, captures_),
-      trail_(session_, checks_.measured()), collectives_(session_, checks_.measured()) {
+    : tracer_(KernelTracer::create()),
+      checks_(session_, *tracer_, recorder_),
+      captures_(session_),
+      sentinel_(session_, checks_.measured()),
+      recorder_(session_, *tracer_, module_paths_, checks_, captures_),
+      trail_(session_, checks_.measured()),
+      collectives_(session_, checks_.measured()) {
   session_.setFlushHook(&flushProbes);
 }
 
@@ -49,7 +53,8 @@ void Probes::flush(bool at_exit) {
   try {
     {
       ProbeCost::Scope collecting(ProbeStage::kCollecting);
-      if (at_exit) checks_.drain(); else checks_.poll();
+      if (at_exit) checks_.drain();
+      else checks_.poll();
       sentinel_.collectDigests(at_exit);
     }
     if (!at_exit) {
@@ -86,10 +91,12 @@ void Probes::writeCounters(const TracerStats& stats, bool at_exit) {
   c.step_unit = session_.identity().stepUnit();
   c.kernels_attributed = stats.attributed_kernels;
   c.cupti_dropped_records = stats.dropped_records;
-  c.cupti_records = CuptiRecords{.kernel = stats.kernel_records, .external_id = stats.external_id_records, .api = stats.api_records};
+  c.cupti_records =
+      CuptiRecords{.kernel = stats.kernel_records, .external_id = stats.external_id_records, .api = stats.api_records};
   c.cupti_detached = stats.detached;
-  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                          std::chrono::steady_clock::now().time_since_epoch()).count();  // never steps back
+  const int64_t now =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count();  // never steps back
   if (at_exit || cost_written_ns_ == 0 || now - cost_written_ns_ >= kCostEvery.count()) {
     cost_written_ns_ = now;
     c.probe_cost = ProbeCost::summary();

@@ -70,9 +70,9 @@ class Probes {
   CallRecorder recorder_;
   ModuleTrail trail_;
   CollectiveChecks collectives_;
-  int described_device_ = -2;  // the device describeEnvironment last wrote; -2: nothing written yet
+  int described_device_ = -2;            // the device describeEnvironment last wrote; -2: nothing written yet
   bool steady_from_next_flush_ = false;  // the probes' steady state begins at the next flush
-  int64_t cost_written_ns_ = 0;  // when the probe cost was last said (steady clock)
+  int64_t cost_written_ns_ = 0;          // when the probe cost was last said (steady clock)
 };
 
 Probes& probes();

@@ -95,7 +95,9 @@ std::vector<ReplicaDigests::Step> ReplicaDigests::takeSettled(bool at_exit) {
   while (!steps_.empty()) {
     Step& s = steps_.front();
     const bool behind = steps_.size() > kMaxInFlight;
-    if (behind) logOnce("replica digests behind", "replica digests: the device fell more than 8 steps behind; they were waited for");
+    if (behind)
+      logOnce("replica digests behind",
+              "replica digests: the device fell more than 8 steps behind; they were waited for");
     for (auto it = s.sums.begin(); it != s.sums.end();) {
       if (it->copied && !(at_exit || behind) && !it->copied->query()) {
         ++it;
@@ -110,8 +112,10 @@ std::vector<ReplicaDigests::Step> ReplicaDigests::takeSettled(bool at_exit) {
     }
     if (s.missing > 0 && !s.lost && (at_exit || behind)) {
       // What is still missing is a dense check's, which cannot be waited for here.
-      logOnce("replica digests dropped", "replica digests: a step's dense checks had not finished; that step was not "
-                                         "compared (step " + std::to_string(s.step) + ")");
+      logOnce("replica digests dropped",
+              "replica digests: a step's dense checks had not finished; that step was not "
+              "compared (step " +
+                  std::to_string(s.step) + ")");
       s.lost = true;
     }
     if (s.lost && !s.sums.empty() && !at_exit) break;  // its copies still read pinned memory: kept till done

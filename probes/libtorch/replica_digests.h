@@ -66,8 +66,8 @@ class ReplicaDigests {
   // ATen sums of some places of one step, on their way to the host.
   struct Sums {
     std::vector<size_t> places;
-    at::Tensor host;                        // pinned (or CPU), int32, one per place
-    std::unique_ptr<c10::Event> copied;     // null on the CPU: a CPU-only torch has no CUDA events
+    at::Tensor host;                     // pinned (or CPU), int32, one per place
+    std::unique_ptr<c10::Event> copied;  // null on the CPU: a CPU-only torch has no CUDA events
   };
   struct Step {
     uint64_t id = 0;
@@ -78,7 +78,7 @@ class ReplicaDigests {
     bool lost = false;
     std::vector<Sums> sums;  // in flight
   };
-  Step* find(uint64_t id);  // under mu_
+  Step* find(uint64_t id);                           // under mu_
   void give(Step& s, size_t place, int32_t digest);  // under mu_
   // Takes the steps ready to record (complete or lost) off the front; `wait`: waits for their sums.
   std::vector<Step> takeSettled(bool wait);

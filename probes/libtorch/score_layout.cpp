@@ -6,7 +6,8 @@
 
 namespace nanprov {
 
-std::optional<ProductLayout> productLayout(const at::Tensor& scores, int64_t dim, int64_t n, int64_t rows, int64_t keys) {
+std::optional<ProductLayout> productLayout(const at::Tensor& scores, int64_t dim, int64_t n, int64_t rows,
+                                           int64_t keys) {
   const int64_t dims = scores.dim();
   if (dims < 2 || dim < -dims || dim >= dims) return std::nullopt;
   if (dim < 0) dim += dims;
@@ -18,7 +19,8 @@ std::optional<ProductLayout> productLayout(const at::Tensor& scores, int64_t dim
     if (scores.size(d) > 1) memory.push_back(d);
   }
   if (scores.is_non_overlapping_and_dense()) {
-    std::stable_sort(memory.begin(), memory.end(), [&](int64_t a, int64_t b) { return scores.stride(a) > scores.stride(b); });
+    std::stable_sort(memory.begin(), memory.end(),
+                     [&](int64_t a, int64_t b) { return scores.stride(a) > scores.stride(b); });
   }
   // The keys innermost, then the rows: the dims whose sizes multiply to the product's rows
   // (several where einsum folded heads into them), the rest its batch.
@@ -39,7 +41,8 @@ std::optional<ProductLayout> productLayout(const at::Tensor& scores, int64_t dim
   for (int64_t d = 0; d < dims; ++d) {
     if (scores.size(d) == 1 && d != dim) layout.order.push_back(d);
   }
-  const bool leading_one = !layout.order.empty() && layout.order.front() == 0 && (memory.empty() || memory.front() != 0);
+  const bool leading_one =
+      !layout.order.empty() && layout.order.front() == 0 && (memory.empty() || memory.front() != 0);
   layout.order.insert(layout.order.end(), memory.begin(), memory.end());
   layout.order.insert(layout.order.end(), row_dims.begin(), row_dims.end());
   layout.order.push_back(dim);

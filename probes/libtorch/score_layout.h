@@ -28,7 +28,8 @@ struct ProductLayout {
 // The layout of `scores` (softmaxed over `dim`) as the product [n, rows, keys], or nothing where
 // they are not that product's: other sizes, the softmax over another dim, or a memory order that
 // does not flatten to it.
-std::optional<ProductLayout> productLayout(const at::Tensor& scores, int64_t dim, int64_t n, int64_t rows, int64_t keys);
+std::optional<ProductLayout> productLayout(const at::Tensor& scores, int64_t dim, int64_t n, int64_t rows,
+                                           int64_t keys);
 
 // `t` (shaped as the scores) in the product's order, [n, rows, keys].
 at::Tensor inProductOrder(const at::Tensor& t, const ProductLayout& layout, int64_t n, int64_t rows, int64_t keys);

@@ -31,7 +31,8 @@ using Stack = torch::jit::Stack;
 
 const c10::DispatchKeySet kBelowProbe(c10::DispatchKeySet::FULL_AFTER, c10::DispatchKey::BackendSelect);
 const AttentionOp kSoftmaxAttentionOp = {"softmax_attention", "plain_softmax", Phase::kForward, {Role::kO}};
-constexpr const char* kSeparateOps = "attention written in plain ops runs as separate ops; its kernels are not one call's";
+constexpr const char* kSeparateOps =
+    "attention written in plain ops runs as separate ops; its kernels are not one call's";
 constexpr const char* kNoEnd = "its probabilities went to no matmul nanprov saw";
 constexpr const char* kChangedProbabilities =
     "the probabilities were changed between the softmax and the matmul with V (dropout?), which replay does not model";
@@ -54,9 +55,9 @@ bool isView(const Node& node) {
 // a dtype cast, an in-place op on a view of the product).
 bool passesScores(const Node& node) {
   if (isView(node)) return true;
-  for (std::string_view p : {"MulBackward", "DivBackward", "AddBackward", "SubBackward", "NegBackward", "ToCopyBackward",
-                             "MaskedFillBackward", "WhereBackward", "TanhBackward", "ClampBackward", "ClampMinBackward",
-                             "ClampMaxBackward", "CopySlices"}) {
+  for (std::string_view p : {"MulBackward", "DivBackward", "AddBackward", "SubBackward", "NegBackward",
+                             "ToCopyBackward", "MaskedFillBackward", "WhereBackward", "TanhBackward", "ClampBackward",
+                             "ClampMinBackward", "ClampMaxBackward", "CopySlices"}) {
     if (named(node, p)) return true;
   }
   return false;
@@ -243,7 +244,8 @@ void recordCall(CallRecorder& recorder, const PartialCall& c, const at::Tensor& 
   // the end of this op (output_history.h, armed at the softmax).
   if (at::GradMode::is_enabled() && (read.requires_grad() || v.requires_grad())) {
     std::vector<WatchedGradient> watched;
-    if (c.a.requires_grad()) watched.push_back({Role::kdQ, c.a, [=](const at::Tensor& g) { return bhsd(g, rows, width); }});
+    if (c.a.requires_grad())
+      watched.push_back({Role::kdQ, c.a, [=](const at::Tensor& g) { return bhsd(g, rows, width); }});
     if (c.b.requires_grad() && !c.b.is_same(c.a)) {
       watched.push_back({Role::kdK, c.b, [=](const at::Tensor& g) { return bhsd(g.transpose(1, 2), keys, width); }});
     }
@@ -255,12 +257,13 @@ void recordCall(CallRecorder& recorder, const PartialCall& c, const at::Tensor& 
     RoleTensors held = {{Role::kQ, q}, {Role::kK, k}, {Role::kV, vv}, {Role::kP, p}, {Role::kO, out}};
     CallRecorder* recording = &recorder;  // the process's, never destroyed
     whenOutputHasHistory(o, [=, watched = std::move(watched)](const at::Tensor& o_with_history) mutable {
-      watched.insert(watched.begin(), {Role::kdO, o_with_history, [=](const at::Tensor& g) { return bhsd(g, rows, v_width); }});
+      watched.insert(watched.begin(),
+                     {Role::kdO, o_with_history, [=](const at::Tensor& g) { return bhsd(g, rows, v_width); }});
       watchBackward(*recording, name, kSoftmaxAttentionOp, held, args, std::move(watched), kSeparateOps);
     });
   }
-  recorder.finish(std::move(rec), {{Role::kQ, q}, {Role::kK, k}, {Role::kV, vv}, {Role::kS, s}, {Role::kP, p}, {Role::kO, out}},
-         args);
+  recorder.finish(std::move(rec),
+                  {{Role::kQ, q}, {Role::kK, k}, {Role::kV, vv}, {Role::kS, s}, {Role::kP, p}, {Role::kO, out}}, args);
 }
 
 // After a matmul of `a` with `b` gave `out`: the end of a call whose probabilities it reads, or the

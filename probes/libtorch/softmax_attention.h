@@ -12,8 +12,8 @@
 // Linked by what this thread ran, not by autograd history, so that no_grad and inference_mode
 // calls are found too: each matmul of two 3-d tensors is remembered (its operands, until the next
 // one), a softmax whose input lays that product out with the softmax over its keys takes it as its
-// scores, and the next matmul that reads its probabilities ends the call. With gradients on, the scores' history must also
-// show the matmul of activations. Replay derives the additive bias from S (replay/score_bias.h).
+// scores, and the next matmul that reads its probabilities ends the call. With gradients on, the scores' history must
+// also show the matmul of activations. Replay derives the additive bias from S (replay/score_bias.h).
 //
 // Cheap by design: only aten::bmm, aten::baddbmm and aten::_softmax are wrapped, at BackendSelect
 // as the fused ops are; outside a session, inside a call nanprov already probes, or in autograd's

@@ -1,18 +1,17 @@
 #include "probes/libtorch/tensor_health.h"
 
 #include <ATen/ATen.h>
-
 #include <c10/util/BFloat16.h>
-#include <c10/util/bit_cast.h>
 #include <c10/util/Half.h>
 #include <c10/util/SmallVector.h>
+#include <c10/util/bit_cast.h>
 
 #include <algorithm>
-#include <cstdint>
 #include <cmath>
+#include <cstdint>
 #include <limits>
-#include <type_traits>
 #include <string>
+#include <type_traits>
 
 #include "base/records/roles.h"
 #include "kernels/health_check.h"
@@ -41,7 +40,8 @@ void forEachRow(const at::Tensor& t, Row&& row, bool longest_rows = false) {
     }
     if (dims.empty()) return row(base, 1, 1);
     auto outer = [](int64_t stride) { return stride == 0 ? std::numeric_limits<int64_t>::max() : stride; };
-    std::stable_sort(dims.begin(), dims.end(), [&](const auto& a, const auto& b) { return outer(a.second) > outer(b.second); });
+    std::stable_sort(dims.begin(), dims.end(),
+                     [&](const auto& a, const auto& b) { return outer(a.second) > outer(b.second); });
     sizes.clear(), strides.clear();
     for (const auto& [size, stride] : dims) sizes.push_back(size), strides.push_back(stride);
     for (size_t d = sizes.size() - 1; d > 0; --d) {
@@ -82,7 +82,7 @@ struct BitTally {
   int64_t nan = 0, posinf = 0, neginf = 0;
   Bits largest_finite = 0;
   Bits largest_positive = 0;  // with kPositive: a positive value's bits order like its value
-  Bits any = 0;  // OR of every magnitude: 0 when every value is ±0
+  Bits any = 0;               // OR of every magnitude: 0 when every value is ±0
 };
 
 // kPositive adds the largest finite value above 0 (S and LSE only: the trend's logit, which a
@@ -119,23 +119,28 @@ void tallyBits(const Bits* p, int64_t n, BitTally<Bits>& t) {
 }
 
 // How each floating dtype lays out its bits, as a signed integer of its width.
-template <typename T> struct IeeeBits;
-template <> struct IeeeBits<double> {
+template <typename T>
+struct IeeeBits;
+template <>
+struct IeeeBits<double> {
   using Bits = int64_t;
   static constexpr Bits kInf = 0x7ff0000000000000ll;
   static double widen(Bits b) { return c10::bit_cast<double>(b); }
 };
-template <> struct IeeeBits<float> {
+template <>
+struct IeeeBits<float> {
   using Bits = int32_t;
   static constexpr Bits kInf = 0x7f800000;
   static float widen(Bits b) { return c10::bit_cast<float>(b); }
 };
-template <> struct IeeeBits<c10::BFloat16> {
+template <>
+struct IeeeBits<c10::BFloat16> {
   using Bits = int16_t;
   static constexpr Bits kInf = 0x7f80;
   static float widen(Bits b) { return c10::bit_cast<float>(static_cast<uint32_t>(static_cast<uint16_t>(b)) << 16); }
 };
-template <> struct IeeeBits<c10::Half> {
+template <>
+struct IeeeBits<c10::Half> {
   using Bits = int16_t;
   static constexpr Bits kInf = 0x7c00;
   static float widen(Bits b) { return static_cast<float>(c10::Half(static_cast<uint16_t>(b), c10::Half::from_bits())); }
@@ -152,16 +157,20 @@ void scanWith(const at::Tensor& t, TensorHealth* h) {
   int64_t nan = 0, posinf = 0, neginf = 0;
   Wide max_abs = 0, max_positive = 0;
   bool all_zero = true;
-  forEachRow<T>(t, [&](const T* p, int64_t n, int64_t stride) {
-    if (stride == 1) return tallyBits<Bits, IeeeBits<T>::kInf, kPositive>(reinterpret_cast<const Bits*>(p), n, bits);
-    for (int64_t i = 0; i < n; ++i) {
-      const Wide x = static_cast<Wide>(p[i * stride]);
-      if (std::isnan(x)) ++nan;
-      else if (std::isinf(x)) (x > 0 ? posinf : neginf)++;
-      else max_abs = std::max(max_abs, std::fabs(x)), max_positive = std::max(max_positive, x);
-      all_zero = all_zero && x == 0;
-    }
-  }, /*longest_rows=*/true);
+  forEachRow<T>(
+      t,
+      [&](const T* p, int64_t n, int64_t stride) {
+        if (stride == 1)
+          return tallyBits<Bits, IeeeBits<T>::kInf, kPositive>(reinterpret_cast<const Bits*>(p), n, bits);
+        for (int64_t i = 0; i < n; ++i) {
+          const Wide x = static_cast<Wide>(p[i * stride]);
+          if (std::isnan(x)) ++nan;
+          else if (std::isinf(x)) (x > 0 ? posinf : neginf)++;
+          else max_abs = std::max(max_abs, std::fabs(x)), max_positive = std::max(max_positive, x);
+          all_zero = all_zero && x == 0;
+        }
+      },
+      /*longest_rows=*/true);
   nan += bits.nan, posinf += bits.posinf, neginf += bits.neginf;
   max_abs = std::max(max_abs, static_cast<Wide>(IeeeBits<T>::widen(bits.largest_finite)));
   all_zero = all_zero && bits.any == 0;
@@ -171,7 +180,8 @@ void scanWith(const at::Tensor& t, TensorHealth* h) {
   h->max_abs = static_cast<double>(max_abs);
   h->all_zero = h->numel > 0 && all_zero;
   if constexpr (kPositive) {
-    h->max_positive = static_cast<double>(std::max(max_positive, static_cast<Wide>(IeeeBits<T>::widen(bits.largest_positive))));
+    h->max_positive =
+        static_cast<double>(std::max(max_positive, static_cast<Wide>(IeeeBits<T>::widen(bits.largest_positive))));
   }
 }
 

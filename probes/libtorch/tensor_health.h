@@ -6,13 +6,13 @@
 #include <ATen/core/Tensor.h>
 #include <c10/util/SmallVector.h>
 
-#include "probes/core/injection.h"
-#include "base/records/roles.h"
-#include "base/records/call_event.h"
-#include "base/records/call_record.h"
-
 #include <utility>
 #include <vector>
+
+#include "base/records/call_event.h"
+#include "base/records/call_record.h"
+#include "base/records/roles.h"
+#include "probes/core/injection.h"
 
 namespace nanprov {
 

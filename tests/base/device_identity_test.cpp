@@ -5,9 +5,14 @@
 namespace nanprov {
 namespace {
 
-const DeviceIdentity kGpu{.host = "node17", .device = "cuda:0", .gpu = "NVIDIA H200 (sm_90)",
-                          .gpu_uuid = "GPU-5e2c1f0a-1b2c-3d4e-5f60-718293a4b5c6", .pci_bus_id = "00000000:19:00.0",
-                          .driver = "580.65.06", .cuda_driver = "13.0", .cudnn = "91900"};
+const DeviceIdentity kGpu{.host = "node17",
+                          .device = "cuda:0",
+                          .gpu = "NVIDIA H200 (sm_90)",
+                          .gpu_uuid = "GPU-5e2c1f0a-1b2c-3d4e-5f60-718293a4b5c6",
+                          .pci_bus_id = "00000000:19:00.0",
+                          .driver = "580.65.06",
+                          .cuda_driver = "13.0",
+                          .cudnn = "91900"};
 
 TEST(DeviceIdentity, TheTextNamesTheHostTheGpuAndItsVersions) {
   EXPECT_EQ(deviceIdentityText(kGpu),
@@ -17,7 +22,8 @@ TEST(DeviceIdentity, TheTextNamesTheHostTheGpuAndItsVersions) {
   EXPECT_EQ(deviceIdentityText({}), "");
   DeviceIdentity no_module = kGpu;
   no_module.driver.clear();
-  EXPECT_NE(deviceIdentityText(no_module).find("driver CUDA 13.0"), std::string::npos) << "the CUDA driver API, where the module's is unread";
+  EXPECT_NE(deviceIdentityText(no_module).find("driver CUDA 13.0"), std::string::npos)
+      << "the CUDA driver API, where the module's is unread";
 }
 
 // A rank's GPU facts describe one device: a call on another is named by its host and device

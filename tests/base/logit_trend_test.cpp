@@ -8,7 +8,10 @@ namespace nanprov {
 namespace {
 
 TensorHealth tensor(Role role, const char* dtype, double max_abs, const char* shape = "[2,4,8,16]") {
-  return TensorHealth{.role = role, .dtype = DtypeName::intern(dtype), .shape = *TensorShape::parse(shape), .numel = 1024,
+  return TensorHealth{.role = role,
+                      .dtype = DtypeName::intern(dtype),
+                      .shape = *TensorShape::parse(shape),
+                      .numel = 1024,
                       .max_abs = max_abs};
 }
 
@@ -29,7 +32,8 @@ TEST(LogitTrend, ScoresFirstThenLseThenABoundFromQAndK) {
   EXPECT_EQ(s->value, 40);
   EXPECT_EQ(s->scores_dtype, "Half");
 
-  auto lse = callLogit(forward({tensor(Role::kQ, "BFloat16", 2), tensor(Role::kK, "BFloat16", 3), tensor(Role::kLSE, "Float", 7)}));
+  auto lse = callLogit(
+      forward({tensor(Role::kQ, "BFloat16", 2), tensor(Role::kK, "BFloat16", 3), tensor(Role::kLSE, "Float", 7)}));
   ASSERT_TRUE(lse);
   EXPECT_EQ(lse->source, LogitSource::kLse);
   EXPECT_EQ(lse->value, 7);
@@ -42,7 +46,8 @@ TEST(LogitTrend, ScoresFirstThenLseThenABoundFromQAndK) {
   EXPECT_EQ(bound->scores_dtype, "BFloat16") << "MATH computes in the inputs' type";
 
   // Hugging Face's mask fill (finfo.min) hides the scores' own largest: the bound stands in.
-  auto filled = callLogit(forward({tensor(Role::kQ, "Float", 1), tensor(Role::kK, "Float", 1), tensor(Role::kS, "Float", 3.4e38)}));
+  auto filled = callLogit(
+      forward({tensor(Role::kQ, "Float", 1), tensor(Role::kK, "Float", 1), tensor(Role::kS, "Float", 3.4e38)}));
   ASSERT_TRUE(filled);
   EXPECT_EQ(filled->source, LogitSource::kBound);
 
@@ -81,12 +86,14 @@ TEST(LogitTrend, AMasksFillIsNotALogit) {
   EXPECT_FALSE(callLogit(forward({tensor(Role::kQ, "Float", 1), tensor(Role::kK, "Float", 1), every_key_hidden})))
       << "no logit above 0 says nothing of growth";
 
-  auto unmeasured = callLogit(forward({tensor(Role::kQ, "Float", 1), tensor(Role::kK, "Float", 1),
-                                       tensor(Role::kMask, "Float", 10000, "[2,1,1,16]"), tensor(Role::kLSE, "Float", 9997.5)}));
+  auto unmeasured =
+      callLogit(forward({tensor(Role::kQ, "Float", 1), tensor(Role::kK, "Float", 1),
+                         tensor(Role::kMask, "Float", 10000, "[2,1,1,16]"), tensor(Role::kLSE, "Float", 9997.5)}));
   ASSERT_TRUE(unmeasured);
   EXPECT_EQ(unmeasured->source, LogitSource::kBound) << "an LSE as large as the mask's fill may be the fill";
   EXPECT_DOUBLE_EQ(unmeasured->value, 4.0);
-  auto filled = callLogit(forward({tensor(Role::kQ, "Float", 1), tensor(Role::kK, "Float", 1), tensor(Role::kS, "Float", 1e9)}));
+  auto filled =
+      callLogit(forward({tensor(Role::kQ, "Float", 1), tensor(Role::kK, "Float", 1), tensor(Role::kS, "Float", 1e9)}));
   ASSERT_TRUE(filled);
   EXPECT_EQ(filled->source, LogitSource::kBound) << "plain-ops scores past d |Q| |K| (16) hold a masked_fill's -1e9";
 }
@@ -108,7 +115,8 @@ TEST(LogitTrend, Float64ExtremesNeverOverflowTheTrendsArithmetic) {
   auto w = tiny_start.observe(5, logit(1e300, "Double"));
   ASSERT_EQ(w.size(), 1u);
   EXPECT_EQ(w[0].text().find("inf"), std::string::npos) << w[0].text();
-  EXPECT_EQ(w[0].text().find("(x"), std::string::npos) << "a factor past the largest double is not said: " << w[0].text();
+  EXPECT_EQ(w[0].text().find("(x"), std::string::npos)
+      << "a factor past the largest double is not said: " << w[0].text();
 
   LogitWatch near_limit;
   EXPECT_TRUE(near_limit.observe(0, logit(1.7e308, "Double")).empty());
@@ -152,17 +160,20 @@ TEST(LogitTrend, PrecisionWarnsWhereSixteenBitScoresAreTwoApart) {
   ASSERT_EQ(w.size(), 1u);
   EXPECT_EQ(w[0].kind, TrendKind::kPrecision);
   w[0].module = "blocks.0.attn";
-  EXPECT_EQ(w[0].text(), "blocks.0.attn attention logits reached 300 in bfloat16 scores, where neighbouring scores are 2 apart");
+  EXPECT_EQ(w[0].text(),
+            "blocks.0.attn attention logits reached 300 in bfloat16 scores, where neighbouring scores are 2 apart");
   LogitWatch half;
   EXPECT_TRUE(half.observe(0, logit(2000, "Half")).empty());
   auto h = half.observe(1, logit(4096, "Half"));
   ASSERT_EQ(h.size(), 1u);
   h[0].layer = 3;
-  EXPECT_EQ(h[0].text(), "layer 3 attention logits reached 4,100 in float16 scores, where neighbouring scores are 2 apart "
-                         "and overflow (65,504) is x16 away");
+  EXPECT_EQ(h[0].text(),
+            "layer 3 attention logits reached 4,100 in float16 scores, where neighbouring scores are 2 apart "
+            "and overflow (65,504) is x16 away");
   LogitWatch fp32;
   EXPECT_TRUE(fp32.observe(0, logit(900)).empty());
-  EXPECT_TRUE(fp32.observe(1, logit(1e6)).size() == 1u && fp32.warned(TrendKind::kGrowth) && !fp32.warned(TrendKind::kPrecision))
+  EXPECT_TRUE(fp32.observe(1, logit(1e6)).size() == 1u && fp32.warned(TrendKind::kGrowth) &&
+              !fp32.warned(TrendKind::kPrecision))
       << "float32 scores keep their fraction far past any logit a model reaches";
 }
 

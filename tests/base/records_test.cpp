@@ -49,15 +49,16 @@ TEST(Role, EveryNameParsesBack) {
 }
 
 TEST(CaptureTrigger, EveryNameParsesBack) {
-  for (CaptureTrigger t : {CaptureTrigger::kFirstSourceEdge, CaptureTrigger::kSelector, CaptureTrigger::kEvery,
-                           CaptureTrigger::kAudit}) {
+  for (CaptureTrigger t :
+       {CaptureTrigger::kFirstSourceEdge, CaptureTrigger::kSelector, CaptureTrigger::kEvery, CaptureTrigger::kAudit}) {
     EXPECT_EQ(captureTriggerNamed(captureTriggerName(t)), t);
   }
   EXPECT_FALSE(captureTriggerNamed("sometimes").has_value());
 }
 
 TEST(SentinelTensor, EveryNameParsesBack) {
-  for (SentinelTensor t : {SentinelTensor::kGrad, SentinelTensor::kParam}) EXPECT_EQ(sentinelTensorNamed(sentinelTensorName(t)), t);
+  for (SentinelTensor t : {SentinelTensor::kGrad, SentinelTensor::kParam})
+    EXPECT_EQ(sentinelTensorNamed(sentinelTensorName(t)), t);
   EXPECT_STREQ(sentinelTensorName(SentinelTensor::kGrad), "grad");  // the store's text, unchanged
   EXPECT_STREQ(sentinelTensorName(SentinelTensor::kParam), "param");
   EXPECT_FALSE(sentinelTensorNamed("weight").has_value());
@@ -70,8 +71,11 @@ TEST(EngineRequest, ArgvNamesEveryFieldAndOutputsParseBack) {
     EXPECT_EQ(replay::engineOutputNamed(replay::engineOutputName(o)), o);
   }
   EXPECT_FALSE(replay::engineOutputNamed("1").has_value()) << "the old positional mode is gone";
-  auto argv = replay::engineArgv("/bin/engine", {.capture = "c.safetensors", .device = "cuda", .backends = "math,cudnn",
-                                                 .output = EngineOutput::kJson, .emit_repro = "out"});
+  auto argv = replay::engineArgv("/bin/engine", {.capture = "c.safetensors",
+                                                 .device = "cuda",
+                                                 .backends = "math,cudnn",
+                                                 .output = EngineOutput::kJson,
+                                                 .emit_repro = "out"});
   EXPECT_EQ(argv, (std::vector<std::string>{"/bin/engine", "--output", "json", "--device", "cuda", "--capture",
                                             "c.safetensors", "--backends", "math,cudnn", "--emit-repro", "out"}));
   EXPECT_EQ(replay::engineArgv("e", {.output = EngineOutput::kAuditServe}),

@@ -27,7 +27,8 @@ fs::path prefixWith(const std::string& name, const std::string& build_json, bool
 }
 
 TEST(InstallLayout, PartsAreFoundBesideTheCommandWhereverThePrefixIs) {
-  fs::path p = prefixWith("moved", R"({"installed_by": "pip", "python": "/gone/bin/python", "source_dir": "/gone/src"})", true);
+  fs::path p =
+      prefixWith("moved", R"({"installed_by": "pip", "python": "/gone/bin/python", "source_dir": "/gone/src"})", true);
   InstallLayout l = layoutOf((p / "bin/nanprov").string());
   EXPECT_EQ(l.prefix, p.string());
   EXPECT_EQ(l.probes_library, (p / "lib/nanprov/libnanprov_probes.so").string());
@@ -37,18 +38,23 @@ TEST(InstallLayout, PartsAreFoundBesideTheCommandWhereverThePrefixIs) {
   // pip installed it into this environment: its Python moved with it.
   EXPECT_EQ(l.python, (p / "bin/python3").string());
   // The sources it was built from are gone: the advice says what to pass, not a dead path.
-  EXPECT_EQ(l.rebuildCommand("/env/bin/python"),
-            "/env/bin/python -m pip install --no-build-isolation --force-reinstall --no-deps <the nanprov sources or sdist>");
+  EXPECT_EQ(
+      l.rebuildCommand("/env/bin/python"),
+      "/env/bin/python -m pip install --no-build-isolation --force-reinstall --no-deps <the nanprov sources or sdist>");
   fs::remove_all(p);
 }
 
 TEST(InstallLayout, APrefixOutsideAnEnvironmentKeepsThePythonItWasBuiltWith) {
-  fs::path p = prefixWith("cmake", R"({"installed_by": "cmake --install", "python": "/bin/sh", "source_dir": "/src", "build_dir": "/src/build"})",
-                          true);
+  fs::path p = prefixWith(
+      "cmake",
+      R"({"installed_by": "cmake --install", "python": "/bin/sh", "source_dir": "/src", "build_dir": "/src/build"})",
+      true);
   InstallLayout l = layoutOf((p / "bin/nanprov").string());
   EXPECT_EQ(l.python, "/bin/sh") << "the recorded Python exists: a python3 that happens to share the prefix is not it";
-  EXPECT_EQ(l.rebuildCommand("/opt/py"), "cmake -S /src -B /src/build-rebuilt -DPython3_EXECUTABLE=/opt/py && cmake --build "
-                                         "/src/build-rebuilt && cmake --install /src/build-rebuilt --prefix " + p.string());
+  EXPECT_EQ(l.rebuildCommand("/opt/py"),
+            "cmake -S /src -B /src/build-rebuilt -DPython3_EXECUTABLE=/opt/py && cmake --build "
+            "/src/build-rebuilt && cmake --install /src/build-rebuilt --prefix " +
+                p.string());
   fs::remove_all(p);
 }
 

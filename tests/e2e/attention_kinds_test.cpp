@@ -99,14 +99,15 @@ TEST(AttentionKinds, FlexAttentionNaNScoreModIsFoundAtItsLayerAndReplays) {
 TEST(AttentionKinds, FlexAttentionKernelBackendIsKeptInItsCapture) {
   for (const std::string backend : {"TRITON", ""}) {
     SCOPED_TRACE("BACKEND " + backend);
-    TrainedRun r = train("flex-backend" + backend, "", "--bad-layer 1 --kernel-backend '" + backend + "'",
-                         "flex_attention.py");
+    TrainedRun r =
+        train("flex-backend" + backend, "", "--bad-layer 1 --kernel-backend '" + backend + "'", "flex_attention.py");
     ASSERT_EQ(r.report.code, 1) << r.train.out;
     std::vector<fs::path> captures;
     for (const auto& entry : fs::directory_iterator(r.dir / "captures")) captures.push_back(entry.path());
     ASSERT_FALSE(captures.empty()) << r.report.out;
     for (const fs::path& capture : captures) {
-      Result meta = sh(python() + " -c \"import json, struct, sys; f = open(sys.argv[1], 'rb'); "
+      Result meta = sh(python() +
+                       " -c \"import json, struct, sys; f = open(sys.argv[1], 'rb'); "
                        "n = struct.unpack('<Q', f.read(8))[0]; "
                        "print(json.loads(f.read(n))['__metadata__'].get('arg.kernel_backend', '-'))\" " +
                        capture.string());
@@ -151,7 +152,6 @@ TEST(AttentionKinds, HandWrittenAttentionCheckedByDefault) {
     EXPECT_EQ(replay.code, 1) << replay.out;
     EXPECT_NE(replay.out.find("precision-limit"), std::string::npos) << replay.out;
   }
-
 }
 
 // Its backward, from tensor hooks on O and the matmuls' operands, is checked and linked to the
@@ -171,7 +171,6 @@ TEST(AttentionKinds, HandWrittenAttentionBackwardAndLosses) {
   EXPECT_EQ(nothing.report.code, 0) << nothing.report.out;
   EXPECT_NE(nothing.train.out.find("--probe-module 'layers.*.nope' matched no module"), std::string::npos)
       << nothing.train.out;
-
 }
 
 // The probes and the module hooks only read, eager or compiled (where they stand aside while Dynamo traces).
@@ -186,8 +185,8 @@ TEST(AttentionKinds, HandWrittenAttentionLossesAreBitIdentical) {
     }
     {
       ColdInductorCache cold("hand-probed");
-      probed = sh(nanprov() + " run --out " + runDir("hand-identical").string() + " --probe-module 'layers.*.attn' -- " +
-                  python() + " " + args + " 2>/dev/null");
+      probed = sh(nanprov() + " run --out " + runDir("hand-identical").string() +
+                  " --probe-module 'layers.*.attn' -- " + python() + " " + args + " 2>/dev/null");
     }
     EXPECT_EQ(probed.code, 0);
     EXPECT_NE(plain.out.find("step 3: loss 0x"), std::string::npos) << plain.out;
@@ -205,9 +204,8 @@ TEST(AttentionKinds, TransformerEnginePresetFindsDotProductAttentionByKeyword) {
   EXPECT_EQ(run.out.find("did not give tensors"), std::string::npos) << run.out;
   json report = commandJson("report", dir);
   EXPECT_EQ(report["first_edge"]["step"], 1) << report.dump();
-  expectFields(report["first_edge"], {{"layer", 0},
-                                      {"module", "layers.0.core_attention"},
-                                      {"op", "module:DotProductAttention"}});
+  expectFields(report["first_edge"],
+               {{"layer", 0}, {"module", "layers.0.core_attention"}, {"op", "module:DotProductAttention"}});
   EXPECT_EQ(report["coverage"]["attention_calls"], 12) << "2 layers x 3 steps, forward and backward";
 }
 

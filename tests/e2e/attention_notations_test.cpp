@@ -50,9 +50,16 @@ TEST(AttentionNotations, EachIsFoundWhereTheOracleSaysAndReplays) {
     ASSERT_EQ(oracleModule(r.train.out), "layers.1.attn") << r.train.out;
     EXPECT_EQ(r.doc["outcome"], "edge") << r.report.out;
     const json& e = r.doc["first_edge"];
-    expectFields(e, {{"module", "layers.1.attn"}, {"step", 2}, {"phase", "fwd"}, {"layer", 1}, {"origin", "attention"},
-                     {"inputs_finite", true}, {"op", "softmax_attention"}, {"backend", "plain_softmax"}});
-    for (const char* role : {"Q", "K", "V", "S", "P", "O"}) EXPECT_NE(roleOf(e, role), nullptr) << role << " in " << e.dump();
+    expectFields(e, {{"module", "layers.1.attn"},
+                     {"step", 2},
+                     {"phase", "fwd"},
+                     {"layer", 1},
+                     {"origin", "attention"},
+                     {"inputs_finite", true},
+                     {"op", "softmax_attention"},
+                     {"backend", "plain_softmax"}});
+    for (const char* role : {"Q", "K", "V", "S", "P", "O"})
+      EXPECT_NE(roleOf(e, role), nullptr) << role << " in " << e.dump();
     if (const json* q = roleOf(e, "Q")) EXPECT_EQ((*q)["shape"], n.q_shape);
     EXPECT_EQ(r.doc["coverage"]["unprobed"].size(), 0u) << r.doc["coverage"].dump();
     // Both layers, forward and backward, at the three clean steps and the faulty step's forward at least.
@@ -77,7 +84,8 @@ TEST(AttentionNotations, EachIsFoundWhereTheOracleSaysAndReplays) {
 TEST(AttentionNotations, CleanRunsAreCleanAndBackwardCapturesReplay) {
   for (const std::string name : {"einsum-bshd", "einsum-mqa", "baddbmm", "additive"}) {
     SCOPED_TRACE(name);
-    TrainedRun r = train("notation-clean-" + name, "--capture 'phase=bwd,step=1,layer=1'", "--notation " + name, kScript);
+    TrainedRun r =
+        train("notation-clean-" + name, "--capture 'phase=bwd,step=1,layer=1'", "--notation " + name, kScript);
     ASSERT_EQ(r.report.code, 0) << r.report.out;
     EXPECT_EQ(r.doc["outcome"], "clean") << r.report.out;
     EXPECT_EQ(r.doc["coverage"]["attention_calls"], 16) << "2 layers x 4 steps, forward and backward";
@@ -97,7 +105,8 @@ TEST(AttentionNotations, CleanRunsAreCleanAndBackwardCapturesReplay) {
 // matmul), it says it cannot tell, names that module and the --probe-module that checks it, in
 // the default run (no --trail), and never says "outside attention".
 TEST(AttentionNotations, OutsideAttentionOnlyWhenEveryAttentionWasChecked) {
-  TrainedRun checked = train("notation-mlp-checked", "", "--notation einsum-bhsd --fault mlp --glitch-step 2 --oracle", kScript);
+  TrainedRun checked =
+      train("notation-mlp-checked", "", "--notation einsum-bhsd --fault mlp --glitch-step 2 --oracle", kScript);
   ASSERT_EQ(checked.report.code, 1) << checked.report.out;
   // Where the weight's overflow first shows differs by CPU (GELU's vector code): in the MLP or the
   // norm after it, always outside attention.
@@ -109,7 +118,8 @@ TEST(AttentionNotations, OutsideAttentionOnlyWhenEveryAttentionWasChecked) {
   Result text = sh(nanprov() + " report " + checked.dir.string());
   EXPECT_NE(text.out.find("the origin is outside attention"), std::string::npos) << text.out;
 
-  TrainedRun unchecked = train("notation-mlp-unchecked", "", "--notation unrecognised --fault mlp --glitch-step 2", kScript);
+  TrainedRun unchecked =
+      train("notation-mlp-unchecked", "", "--notation unrecognised --fault mlp --glitch-step 2", kScript);
   ASSERT_EQ(unchecked.report.code, 1) << unchecked.report.out;
   EXPECT_EQ(unchecked.doc["outcome"], "unattributed") << unchecked.report.out;
   ASSERT_EQ(unchecked.doc["coverage"]["unprobed"].size(), 1u) << unchecked.doc["coverage"].dump();
@@ -128,8 +138,8 @@ TEST(AttentionNotations, LossesAreBitIdentical) {
     SCOPED_TRACE(name);
     std::string run = kScript + " --notation " + name + " --glitch-step 2 --print-losses";
     Result plain = sh(python() + " " + run + " 2>/dev/null");
-    Result probed = sh(nanprov() + " run --out " + runDir("notation-identical").string() + " -- " + python() + " " + run +
-                       " 2>/dev/null");
+    Result probed = sh(nanprov() + " run --out " + runDir("notation-identical").string() + " -- " + python() + " " +
+                       run + " 2>/dev/null");
     ASSERT_EQ(plain.code, 0);
     EXPECT_NE(plain.out.find("step 3: loss "), std::string::npos) << plain.out;
     EXPECT_EQ(plain.out, probed.out);

@@ -19,7 +19,8 @@ const json* findingNamed(const json& doc, const std::string& name) {
 TEST(Audit, InjectedAllZeroOutputIsAFindingAtItsCall) {
   TrainedRun r = train("audit-zero", "--audit --inject 'layer=0,tensor=O,value=zero,step=0'", "--steps 3 --mask");
   EXPECT_EQ(r.train.code, 5) << "the training exited 0, the audit found a wrong output: " << r.train.out;
-  EXPECT_NE(r.train.out.find("nanprov: audit rank0:layer0:call0 (step 0, fwd, flash_cpu): O all-zero"), std::string::npos)
+  EXPECT_NE(r.train.out.find("nanprov: audit rank0:layer0:call0 (step 0, fwd, flash_cpu): O all-zero"),
+            std::string::npos)
       << "printed as soon as it was judged: " << r.train.out;
   ASSERT_EQ(r.report.code, 5) << r.report.out;
   EXPECT_EQ(r.doc["outcome"], "audit_finding");
@@ -86,7 +87,8 @@ TEST(Audit, ACompleteAuditFindsAOneStepFaultExactlyAtItsStepAndLayer) {
   EXPECT_EQ((*f)["tensors"]["dQ"]["verdict"], "silent-wrong");
   EXPECT_EQ((*f)["tensors"]["dK"]["verdict"], "ok");
   EXPECT_EQ((*f)["tensors"]["dV"]["verdict"], "ok");
-  EXPECT_GT((*f)["tensors"]["dQ"]["max_abs_err"].get<double>(), 100 * (*f)["tensors"]["dQ"]["yardstick_max_err"].get<double>());
+  EXPECT_GT((*f)["tensors"]["dQ"]["max_abs_err"].get<double>(),
+            100 * (*f)["tensors"]["dQ"]["yardstick_max_err"].get<double>());
   EXPECT_EQ((*f)["slice"], "batches 0,2 of 3; heads 0-3 of 4 (KV heads 0-1 of 2)");
   EXPECT_EQ((*f)["conditions"]["kv_heads"], 2);
   EXPECT_EQ(r.doc["audit"]["calls"], 12) << "2 layers, forward and backward, at each of 3 steps";
@@ -108,7 +110,8 @@ TEST(Audit, BackwardFindingSaysWhenItsForwardGaveItWrongOutputs) {
   EXPECT_EQ(f["received"]["O"]["verdict"], "silent-wrong");
   EXPECT_EQ(f["received_wrong"], "O silent-wrong");
   Result text = sh(nanprov() + " report " + r.dir.string());
-  EXPECT_NE(text.out.find("its inputs from the forward were already wrong (O silent-wrong)"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("its inputs from the forward were already wrong (O silent-wrong)"), std::string::npos)
+      << text.out;
 }
 
 // The audit only reads: losses stay bit-identical, and a clean run has nothing to report, even
@@ -153,7 +156,8 @@ TEST(Audit, CallsOverTheBudgetAreReportedAsNotAudited) {
   EXPECT_EQ(r.doc["audit"]["calls"], 0);
   ASSERT_EQ(r.doc["audit"]["not_audited"].size(), 1u) << r.doc["audit"].dump(1);
   EXPECT_EQ(r.doc["audit"]["not_audited"][0]["calls"], 8) << "2 layers x 2 phases, tried at each of 2 steps";
-  EXPECT_NE(r.doc["audit"]["not_audited"][0]["why"].get<std::string>().find("over the audit budget"), std::string::npos);
+  EXPECT_NE(r.doc["audit"]["not_audited"][0]["why"].get<std::string>().find("over the audit budget"),
+            std::string::npos);
   const json& never = r.doc["audit"]["coverage"]["never_judged"];
   ASSERT_EQ(never.size(), 4u) << never.dump(1);
   EXPECT_NE(never[0]["why"].get<std::string>().find("over the audit budget"), std::string::npos) << never.dump(1);
@@ -191,8 +195,9 @@ TEST(Audit, APersistentFaultInAMiddleLayerIsFoundByTheFirstPass) {
 // After the first pass the rotation judges the least recently judged layer each step: a fault that
 // starts mid-run (step 6, layer 2 of 4) is found within (layers) steps of its start, and not before.
 TEST(Audit, AFaultThatStartsMidRunIsFoundWithinOneRotation) {
-  TrainedRun r = train("audit-rotation", "--audit --audit-budget 100 --inject 'layer=2,tensor=O,value=zero,from-step=6'",
-                       "--steps 14 --layers 4");
+  TrainedRun r =
+      train("audit-rotation", "--audit --audit-budget 100 --inject 'layer=2,tensor=O,value=zero,from-step=6'",
+            "--steps 14 --layers 4");
   ASSERT_EQ(r.report.code, 5) << r.report.out;
   int64_t first = -1;
   for (const json& f : r.doc["audit_findings"]) {
@@ -224,12 +229,16 @@ TEST(Audit, AMaskValueArrivingMidRunIsJudgedAtItsStep) {
   EXPECT_GE(r.doc["audit"]["coverage"]["rotation"]["regime_changes"].get<int64_t>(), 1) << r.doc["audit"].dump(1);
   ASSERT_TRUE((*first)["capture"].is_string()) << first->dump(1);
   Result replay = sh(nanprov() + " replay " + (*first)["capture"].get<std::string>() + " 2>&1");
-  EXPECT_NE(replay.out.find("the audit judged this call because its conditions changed: the mask's largest |x| went from 0 to "
-                            "3e+04 at step 5"), std::string::npos) << replay.out;
+  EXPECT_NE(replay.out.find(
+                "the audit judged this call because its conditions changed: the mask's largest |x| went from 0 to "
+                "3e+04 at step 5"),
+            std::string::npos)
+      << replay.out;
   // No value went non-finite: the run directory replays the audit's first finding, as verdict does.
   Result by_run = sh(nanprov() + " replay " + r.dir.string() + " 2>&1");
   EXPECT_EQ(by_run.out.find("nothing to replay"), std::string::npos) << by_run.out;
-  EXPECT_NE(by_run.out.find("the audit judged this call because its conditions changed"), std::string::npos) << by_run.out;
+  EXPECT_NE(by_run.out.find("the audit judged this call because its conditions changed"), std::string::npos)
+      << by_run.out;
 
   // The same run without the fault: no finding, and the new regime judged once per phase, not at
   // every step.
@@ -240,7 +249,8 @@ TEST(Audit, AMaskValueArrivingMidRunIsJudgedAtItsStep) {
   EXPECT_GE(changes, 1);
   EXPECT_LE(changes, 2) << "layer 2's forward and backward, once each";
   Result text = sh(nanprov() + " report " + clean.dir.string());
-  EXPECT_NE(text.out.find("judged again when their conditions changed: " + std::to_string(changes)), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("judged again when their conditions changed: " + std::to_string(changes)), std::string::npos)
+      << text.out;
   // Every regime seen was judged, the band's included, at the step it arrived: a clean run.
   EXPECT_EQ(clean.doc["outcome"], "clean") << text.out;
   const json& regimes = clean.doc["audit"]["coverage"]["regimes"];
@@ -290,7 +300,8 @@ TEST(Audit, EveryAttentionKindIsJudgedOnASliceOfItsOwnLayout) {
     EXPECT_TRUE(r.doc["audit"]["not_audited"].empty()) << r.doc["audit"].dump(1);
     Result slices = sh("cat " + (r.dir / "captures").string() + "/*.audit.json | grep -h '\"slice\"' | sort -u");
     EXPECT_NE(slices.out.find(layout.empty() ? "batches 0-1 of 2; heads 0,3 of 4" : "every sequence; heads 0,3 of 4"),
-              std::string::npos) << slices.out;
+              std::string::npos)
+        << slices.out;
   }
   TrainedRun mha = train("audit-mha", "--audit --audit-slice-bytes 1K", "--steps 2", "mha_padding.py");
   EXPECT_TRUE(mha.doc["audit"]["not_audited"].empty()) << mha.doc["audit"].dump(1);
@@ -328,8 +339,9 @@ TEST(Audit, AuditOptionsWithoutAuditAreAUsageError) {
 // about 100% wrong (relative L2 error near 1). No finite check can see it; the audit does.
 TEST(Gpu, AuditFindsCudnnWrongWithAFloat32BiasAndBf16Queries) {
   REQUIRE_CUDA();
-  TrainedRun r = train("gpu-audit-alibi", "--audit",
-                       "--device cuda --dtype bfloat16 --steps 2 --batch 4 --seq 256 --heads 4 --d-model 512 --alibi-f32");
+  TrainedRun r =
+      train("gpu-audit-alibi", "--audit",
+            "--device cuda --dtype bfloat16 --steps 2 --batch 4 --seq 256 --heads 4 --d-model 512 --alibi-f32");
   EXPECT_EQ(r.train.code, 5) << r.train.out;
   ASSERT_EQ(r.report.code, 5) << r.report.out;
   EXPECT_TRUE(r.doc["first_edge"].is_null()) << "every value was finite";
@@ -352,9 +364,10 @@ TEST(Gpu, AuditFindsCudnnWrongWithAFloat32BiasAndBf16Queries) {
 // first call, and in no other layer.
 TEST(Gpu, AuditFindsTheCudnnFaultInOneDeepLayerFromMidRun) {
   REQUIRE_CUDA();
-  TrainedRun r = train("gpu-audit-deep", "--audit",
-                       "--device cuda --dtype bfloat16 --steps 4 --batch 4 --seq 256 --heads 4 --d-model 512 --layers 4 "
-                       "--alibi-f32-layer 2 --alibi-f32-from-step 2");
+  TrainedRun r =
+      train("gpu-audit-deep", "--audit",
+            "--device cuda --dtype bfloat16 --steps 4 --batch 4 --seq 256 --heads 4 --d-model 512 --layers 4 "
+            "--alibi-f32-layer 2 --alibi-f32-from-step 2");
   ASSERT_EQ(r.report.code, 5) << r.report.out;
   ASSERT_FALSE(r.doc["audit_findings"].empty());
   for (const json& f : r.doc["audit_findings"]) {

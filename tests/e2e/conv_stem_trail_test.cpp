@@ -30,8 +30,12 @@ TEST(ConvStemTrail, ANanInTheImagesIsNamedAtTheStemAsComingWithTheData) {
   ASSERT_EQ(r.report.code, 1) << r.train.out << r.report.out;
   EXPECT_EQ(oracleOf(r.train.out), std::make_tuple(2, std::string("conv1"), std::string("non-finite"))) << r.train.out;
   ASSERT_TRUE(r.doc["first_module"].is_object()) << r.report.out;
-  expectFields(r.doc["first_module"], {{"step", 2}, {"phase", "fwd"}, {"module", "conv1"}, {"class", "Conv2d"},
-                                       {"inputs_finite", false}, {"inputs", "non_finite"}});
+  expectFields(r.doc["first_module"], {{"step", 2},
+                                       {"phase", "fwd"},
+                                       {"module", "conv1"},
+                                       {"class", "Conv2d"},
+                                       {"inputs_finite", false},
+                                       {"inputs", "non_finite"}});
   expectFields(r.doc["first_edge"], {{"origin", "upstream"}, {"step", 2}, {"phase", "fwd"}});
   Result text = sh(nanprov() + " report " + r.dir.string());
   EXPECT_NE(text.out.find("the first non-finite value was the output of conv1 (Conv2d), whose inputs were already "
@@ -48,13 +52,14 @@ TEST(ConvStemTrail, AStemThatOverflowsIsNamedFromFiniteInputs) {
   ASSERT_EQ(r.report.code, 1) << r.train.out << r.report.out;
   EXPECT_EQ(oracleOf(r.train.out), std::make_tuple(2, std::string("conv1"), std::string("finite"))) << r.train.out;
   ASSERT_TRUE(r.doc["first_module"].is_object()) << r.report.out;
-  expectFields(r.doc["first_module"], {{"step", 2}, {"phase", "fwd"}, {"module", "conv1"}, {"class", "Conv2d"},
-                                       {"inputs_finite", true}});
+  expectFields(r.doc["first_module"],
+               {{"step", 2}, {"phase", "fwd"}, {"module", "conv1"}, {"class", "Conv2d"}, {"inputs_finite", true}});
   EXPECT_EQ(r.doc["first_edge"]["origin"], "upstream");
   Result text = sh(nanprov() + " report " + r.dir.string());
-  EXPECT_NE(text.out.find("reached attention from upstream: the first non-finite value was the output of conv1 (Conv2d), "
-                          "from finite inputs"),
-            std::string::npos)
+  EXPECT_NE(
+      text.out.find("reached attention from upstream: the first non-finite value was the output of conv1 (Conv2d), "
+                    "from finite inputs"),
+      std::string::npos)
       << text.out;
 }
 

@@ -36,8 +36,10 @@ TEST_P(DataLoaderWorkers, KeepOutOfTheRanksStoreAndTheirAttentionIsCounted) {
   ASSERT_EQ(r.doc["coverage"]["unprobed"].size(), 1u) << r.report.out;
   expectFields(r.doc["coverage"]["unprobed"][0],
                {{"what", "attention in DataLoader worker processes"}, {"count", workers}, {"probe_module", nullptr}});
-  EXPECT_NE(r.train.out.find("attention not checked: attention in DataLoader worker processes x" + std::to_string(workers)),
-            std::string::npos) << r.train.out;
+  EXPECT_NE(
+      r.train.out.find("attention not checked: attention in DataLoader worker processes x" + std::to_string(workers)),
+      std::string::npos)
+      << r.train.out;
 }
 
 INSTANTIATE_TEST_SUITE_P(StartMethods, DataLoaderWorkers, testing::Values("spawn", "fork"));

@@ -60,8 +60,9 @@ TEST(DeferredChecks, GradientChangedInPlaceIsMarkedNotClean) {
   EXPECT_NE(r.doc["outcome"], "clean") << r.report.out;
   bool said = false;
   for (const json& u : r.doc["coverage"]["unprobed"]) {
-    said = said || (u["what"].get<std::string>().find("changed in place before their deferred check") != std::string::npos &&
-                    u["count"] == 1);
+    said = said ||
+           (u["what"].get<std::string>().find("changed in place before their deferred check") != std::string::npos &&
+            u["count"] == 1);
   }
   EXPECT_TRUE(said) << r.doc["coverage"].dump();
   json meta = commandJson("sql", r.dir, "\"SELECT value FROM meta WHERE key = 'deferred_checks'\"");
@@ -123,7 +124,8 @@ TEST(DeferredChecks, DeferredEdgeIsTheImmediateOneAndIsCaptured) {
   EXPECT_TRUE(fs::exists(e["capture"].get<std::string>())) << e["capture"];
   json meta = commandJson("sql", deferred.dir, "\"SELECT value FROM meta WHERE key = 'deferred_checks'\"");
   ASSERT_EQ(meta.size(), 1u);
-  EXPECT_NE(meta[0]["value"].get<std::string>().find("modified before their check 0,"), std::string::npos) << meta.dump();
+  EXPECT_NE(meta[0]["value"].get<std::string>().find("modified before their check 0,"), std::string::npos)
+      << meta.dump();
 }
 
 }  // namespace

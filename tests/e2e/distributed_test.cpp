@@ -36,8 +36,13 @@ void expectFsdp2FindsRankOne(int ranks) {
   expectEveryRankRecorded(t.out);
   json doc = reportOfEveryRank(dir, ranks);
   const json& e = doc["first_edge"];
-  expectFields(e, {{"rank", 1}, {"step", 2}, {"phase", "fwd"}, {"layer", 0}, {"module", "layers.0.attn"},
-                   {"origin", "attention"}, {"inputs_finite", true}});
+  expectFields(e, {{"rank", 1},
+                   {"step", 2},
+                   {"phase", "fwd"},
+                   {"layer", 0},
+                   {"module", "layers.0.attn"},
+                   {"origin", "attention"},
+                   {"inputs_finite", true}});
   // FSDP2's one-dimensional mesh: each rank's place in it is kept, and the edge says its own.
   for (const json& r : doc["ranks"]) {
     EXPECT_EQ(r["meta"]["mesh"], "dim0=" + std::to_string(r["rank"].get<int>())) << r.dump();
@@ -50,7 +55,8 @@ void expectFsdp2FindsRankOne(int ranks) {
   for (const char* name : {"embed.weight", "layers.0.attn.q_proj.weight", "layers.1.mlp.2.bias", "head.weight"}) {
     EXPECT_TRUE(contains(s["gradients"], name)) << name << " in " << s.dump();
   }
-  for (const json& name : s["parameters"]) EXPECT_EQ(name.get<std::string>().rfind("param", 0), std::string::npos) << s.dump();
+  for (const json& name : s["parameters"])
+    EXPECT_EQ(name.get<std::string>().rfind("param", 0), std::string::npos) << s.dump();
   // Under FSDP2 attention keeps its module paths and layers on every rank.
   Result q = sh(nanprov() + " sql " + dir.string() +
                 " \"SELECT DISTINCT layer, module FROM calls WHERE phase='fwd' ORDER BY layer\" --json");
@@ -84,11 +90,13 @@ TEST(Distributed, DdpNamesModulesAndParametersWithoutTheWrapper) {
   json rows = json::parse(sh(nanprov() + " sql " + dir.string() + " \"SELECT DISTINCT module FROM calls\" --json").out,
                           nullptr, false);
   ASSERT_FALSE(rows.empty()) << rows.dump();
-  for (const json& row : rows) EXPECT_EQ(row["module"].get<std::string>().rfind("module.", 0), std::string::npos) << rows.dump();
+  for (const json& row : rows)
+    EXPECT_EQ(row["module"].get<std::string>().rfind("module.", 0), std::string::npos) << rows.dump();
   const json& s = doc["gradient_sentinel"];
   ASSERT_TRUE(s.is_object()) << doc.dump(1);
   EXPECT_TRUE(contains(s["gradients"], "layers.0.attn.q_proj.weight")) << s.dump();
-  for (const json& name : s["gradients"]) EXPECT_EQ(name.get<std::string>().rfind("module.", 0), std::string::npos) << s.dump();
+  for (const json& name : s["gradients"])
+    EXPECT_EQ(name.get<std::string>().rfind("module.", 0), std::string::npos) << s.dump();
 }
 
 // The NaN's path between ranks: rank 1's attention overflows at step 3, and rank 0's gradients go
@@ -105,8 +113,9 @@ TEST(Distributed, DdpReportNamesTheAllReduceThatCarriedTheNanToTheOtherRank) {
   EXPECT_NE(t.out.find("bucket rank0 step2 index0 input finite output finite"), std::string::npos) << t.out;
 
   json doc = commandJson("report", dir);
-  expectFields(doc["first_edge"], {{"rank", 1}, {"step", 3}, {"phase", "fwd"}, {"layer", 0}, {"module", "layers.0.attn"},
-                                   {"origin", "attention"}});
+  expectFields(
+      doc["first_edge"],
+      {{"rank", 1}, {"step", 3}, {"phase", "fwd"}, {"layer", 0}, {"module", "layers.0.attn"}, {"origin", "attention"}});
   const json& paths = doc["collective_paths"];
   ASSERT_EQ(paths.size(), 1u) << doc.dump(1);
   expectFields(paths[0], {{"rank", 0}, {"step", 3}, {"op", "c10d::allreduce_"}, {"made_by_collective", false}});
@@ -116,12 +125,14 @@ TEST(Distributed, DdpReportNamesTheAllReduceThatCarriedTheNanToTheOtherRank) {
   EXPECT_EQ(doc["gradient_sentinel"]["rank"], 1) << doc["gradient_sentinel"].dump();
 
   Result text = sh(nanprov() + " report " + dir.string());
-  EXPECT_NE(text.out.find("rank 0: gradients went non-finite at step 3 in c10d::allreduce_"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("rank 0: gradients went non-finite at step 3 in c10d::allreduce_"), std::string::npos)
+      << text.out;
   EXPECT_NE(text.out.find("its input was finite here and non-finite on rank 1"), std::string::npos) << text.out;
   EXPECT_EQ(text.out.find("outside attention"), std::string::npos) << text.out;
   // Only collectives that carried a non-finite value are stored; every checked one is counted.
   json rows = json::parse(sh(nanprov() + " sql " + dir.string() +
-                             " \"SELECT rank, value FROM meta WHERE key = 'collectives_checked' ORDER BY rank\" --json").out,
+                             " \"SELECT rank, value FROM meta WHERE key = 'collectives_checked' ORDER BY rank\" --json")
+                              .out,
                           nullptr, false);
   ASSERT_EQ(rows.size(), 2u) << rows.dump();
   for (const json& row : rows) EXPECT_GE(std::stoi(row["value"].get<std::string>()), 5) << rows.dump();
@@ -193,8 +204,8 @@ TEST(Distributed, WorkerThatCannotWriteItsStoreIsNamedInTheReport) {
 }
 
 // Two nodes on localhost, one rank each, each under its own `nanprov run`: each directory alone
-// is unattributed (rank 1 made the NaN rank 0 received, and the other is not read); together they are one job whose first edge is rank 1's; another job's directory is
-// refused in one line.
+// is unattributed (rank 1 made the NaN rank 0 received, and the other is not read); together they are one job whose
+// first edge is rank 1's; another job's directory is refused in one line.
 TEST(Distributed, TwoNodesReadAsOneJob) {
   const int port = freePort();
   ASSERT_GT(port, 0);

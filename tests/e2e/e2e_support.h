@@ -108,8 +108,8 @@ inline TrainedRun train(const std::string& name, const std::string& nanprov_opts
   TrainedRun run;
   run.dir = runDir(name);
   const std::string path = !script.empty() && script.front() == '/' ? script : example(script);
-  run.train = sh(nanprov() + " run --out " + run.dir.string() + " " + nanprov_opts + " -- " + python() + " " + path + " " +
-                 script_args + " 2>&1");
+  run.train = sh(nanprov() + " run --out " + run.dir.string() + " " + nanprov_opts + " -- " + python() + " " + path +
+                 " " + script_args + " 2>&1");
   run.report = sh(nanprov() + " report " + run.dir.string() + " --json");
   run.doc = json::parse(run.report.out, nullptr, false);
   return run;
@@ -132,8 +132,9 @@ inline json commandJson(const std::string& command, const fs::path& dir, const s
 inline Result saveCapture(const fs::path& file, const std::string& setup, const std::string& tensors,
                           const std::string& metadata = "'phase': 'fwd'") {
   fs::create_directories(file.parent_path());
-  return sh(python() + " -c \"import torch; from safetensors.torch import save_file; " + setup + (setup.empty() ? "" : "; ") +
-            "save_file({" + tensors + "}, '" + file.string() + "', metadata={" + metadata + "})\" 2>&1");
+  return sh(python() + " -c \"import torch; from safetensors.torch import save_file; " + setup +
+            (setup.empty() ? "" : "; ") + "save_file({" + tensors + "}, '" + file.string() + "', metadata={" +
+            metadata + "})\" 2>&1");
 }
 
 // Adds `copies` rows to the calls of the rank store `store`: copies of its step-0 calls, in turn,
@@ -150,10 +151,14 @@ inline Result addCallCopies(const fs::path& store, int copies, const std::string
                            "base = cur.fetchall()\n"
                            "top = c.execute('SELECT MAX(seq) FROM calls').fetchone()[0]\n"
                            "rows = []\n"
-                           "for i in range(" << copies << "):\n"
+                           "for i in range("
+                        << copies
+                        << "):\n"
                            "    new = list(base[i % len(base)])\n"
                            "    new[col('seq')] = top + 1 + i\n"
-                           "    " << change << "\n"
+                           "    "
+                        << change
+                        << "\n"
                            "    rows.append(new)\n"
                            "c.executemany('INSERT INTO calls VALUES (%s)' % ','.join('?' * len(cols)), rows)\n"
                            "c.commit()\n";
@@ -189,7 +194,8 @@ inline void expectFields(const json& j, std::initializer_list<std::pair<const ch
 inline void expectEdgeWhereTheOracleSays(const std::string& training_output, const json& edge,
                                          std::initializer_list<std::pair<const char*, json>> also) {
   std::smatch oracle;
-  ASSERT_TRUE(std::regex_search(training_output, oracle, std::regex("first non-finite forward output: (\\S+) at step (\\d+)")))
+  ASSERT_TRUE(
+      std::regex_search(training_output, oracle, std::regex("first non-finite forward output: (\\S+) at step (\\d+)")))
       << training_output;
   expectFields(edge, {{"module", oracle[1].str()},
                       {"step", std::stoi(oracle[2].str())},
@@ -235,7 +241,10 @@ inline json reportOfEveryRank(const fs::path& dir, int ranks) {
 }
 
 inline bool torchHasCuda() {
-  static int have = sh(python() + " -c 'import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null").code == 0 ? 1 : 0;
+  static int have =
+      sh(python() + " -c 'import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null").code == 0
+          ? 1
+          : 0;
   return have == 1;
 }
 

@@ -21,7 +21,8 @@ TEST(ForeignAttention, Fa4OverflowIsFoundAtItsStepAndLayerAndReplays) {
   ScopedEnv fa4("PYTHONPATH", standIn());
   for (std::string layout : {"", "--varlen"}) {
     SCOPED_TRACE(layout);
-    TrainedRun r = train("fa4", "", "--dtype float32 --overflow-layer 1 --overflow-step 2 " + layout, "flash_attn_training.py");
+    TrainedRun r =
+        train("fa4", "", "--dtype float32 --overflow-layer 1 --overflow-step 2 " + layout, "flash_attn_training.py");
     ASSERT_EQ(r.report.code, 1) << r.train.out;
     const json& e = r.doc["first_edge"];
     expectFields(e, {{"step", 2},
@@ -44,7 +45,8 @@ TEST(ForeignAttention, Fa4OverflowIsFoundAtItsStepAndLayerAndReplays) {
 // unpacked the sequences, masked the padding and FA4's causal mask as FA4 applied them.
 TEST(ForeignAttention, Fa4CleanRunIsCleanAndItsPackedBackwardReplays) {
   ScopedEnv fa4("PYTHONPATH", standIn());
-  TrainedRun r = train("fa4-clean", "--capture-every 1", "--dtype float32 --varlen --steps 2", "flash_attn_training.py");
+  TrainedRun r =
+      train("fa4-clean", "--capture-every 1", "--dtype float32 --varlen --steps 2", "flash_attn_training.py");
   ASSERT_EQ(r.report.code, 0) << r.train.out;
   EXPECT_EQ(r.doc["outcome"], "clean");
   EXPECT_EQ(r.doc["coverage"]["attention_calls"], 12);
@@ -204,8 +206,8 @@ TEST(ForeignAttention, CompiledFlexAttentionIsCheckedInsideTheGraph) {
   }
   {
     ColdInductorCache probed_cache("compiled-flex-probed");
-    probed = sh(nanprov() + " run --out " + runDir("flex-compiled-identical").string() + " -- " + python() + " " + args +
-                " 2>/dev/null");
+    probed = sh(nanprov() + " run --out " + runDir("flex-compiled-identical").string() + " -- " + python() + " " +
+                args + " 2>/dev/null");
   }
   EXPECT_NE(plain.out.find("0x"), std::string::npos) << plain.out;
   EXPECT_EQ(plain.out, probed.out);
@@ -224,7 +226,8 @@ TEST(ForeignAttention, ProbeOpProbesALibraryOpDefinedAfterTorch) {
   std::string script = python() + " " + std::string(NANPROV_TEST_SCRIPTS) + "/library_op_attention.py";
   const std::string spec = "'mylib::attn:q=Q,k=K,v=V,o=O'";
   fs::path dir = runDir("probe-op");
-  Result run = sh(nanprov() + " run --out " + dir.string() + " --probe-op " + spec + " -- " + script + " --glitch-pass 1 2>&1");
+  Result run =
+      sh(nanprov() + " run --out " + dir.string() + " --probe-op " + spec + " -- " + script + " --glitch-pass 1 2>&1");
   ASSERT_EQ(run.code, 1) << "the script exits 0; nanprov found the edge: " << run.out;
   json report = commandJson("report", dir);
   const json& e = report["first_edge"];
@@ -236,8 +239,8 @@ TEST(ForeignAttention, ProbeOpProbesALibraryOpDefinedAfterTorch) {
   EXPECT_NE(replay.out.find("precision-limit"), std::string::npos) << replay.out;
 
   Result plain = sh(script + " 2>/dev/null");
-  Result probed = sh(nanprov() + " run --out " + runDir("probe-op-identical").string() + " --probe-op " + spec + " -- " +
-                     script + " 2>/dev/null");
+  Result probed = sh(nanprov() + " run --out " + runDir("probe-op-identical").string() + " --probe-op " + spec +
+                     " -- " + script + " 2>/dev/null");
   EXPECT_NE(plain.out.find("pass 2: "), std::string::npos) << plain.out;
   EXPECT_EQ(plain.out, probed.out);
 

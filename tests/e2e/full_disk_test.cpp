@@ -12,11 +12,12 @@ namespace {
 using namespace e2e;
 
 // 4 calls a step (2 layers, fwd and bwd): 1,600 calls, far more than the limits below hold.
-const std::string kTraining = example("tiny_transformer.py") + " --d-model 16 --heads 2 --seq 8 --batch 2 --steps 400 --print-losses";
+const std::string kTraining =
+    example("tiny_transformer.py") + " --d-model 16 --heads 2 --seq 8 --batch 2 --steps 400 --print-losses";
 
 struct CutRun {
-  Result plain;   // the same training without nanprov: its losses
-  Result run;     // under nanprov: stdout holds the losses, stderr is in `said`
+  Result plain;  // the same training without nanprov: its losses
+  Result run;    // under nanprov: stdout holds the losses, stderr is in `said`
   std::string said;
 };
 
@@ -25,8 +26,8 @@ CutRun runCut(const std::string& limit, const fs::path& out) {
   CutRun r;
   r.plain = sh(python() + " " + kTraining + " 2>&1");
   const fs::path said = out.string() + ".stderr";
-  r.run = sh("bash -c '" + limit + "; " + nanprov() + " run --out " + out.string() + " -- " + python() + " " + kTraining + " 2>" +
-             said.string() + "'");
+  r.run = sh("bash -c '" + limit + "; " + nanprov() + " run --out " + out.string() + " -- " + python() + " " +
+             kTraining + " 2>" + said.string() + "'");
   r.said = sh("cat " + said.string()).out;
   fs::remove(said);
   return r;
@@ -67,10 +68,10 @@ void expectReadAsIncomplete(const CutRun& r, const fs::path& dir, const std::str
   // Every reader answers from what the store holds (written into /tmp: the full disk is the run's).
   const fs::path elsewhere = runDir("full-disk-readers");
   fs::create_directories(elsewhere);
-  for (const std::string& command :
-       {"report " + dir.string() + " --html " + (elsewhere / "page.html").string(), "calls " + dir.string() + " --step 0",
-        "trace " + dir.string() + " --out " + (elsewhere / "trace.json").string(),
-        "sql " + dir.string() + " 'SELECT COUNT(*) FROM calls'"}) {
+  for (const std::string& command : {"report " + dir.string() + " --html " + (elsewhere / "page.html").string(),
+                                     "calls " + dir.string() + " --step 0",
+                                     "trace " + dir.string() + " --out " + (elsewhere / "trace.json").string(),
+                                     "sql " + dir.string() + " 'SELECT COUNT(*) FROM calls'"}) {
     Result read = sh(nanprov() + " " + command + " 2>&1");
     EXPECT_EQ(read.code, 0) << command << ":\n" << read.out.substr(0, 2000);
     for (const char* refusal : {"damaged", "not a readable"}) {
@@ -101,12 +102,13 @@ TEST(FullDisk, ANonFiniteStepWhoseRowsWereLostIsSaid) {
     const std::string line = "step" + std::to_string(step) + " loss ";
     const size_t at = plain.out.find(line);
     ASSERT_NE(at, std::string::npos) << plain.out;
-    if (plain.out.compare(at + line.size(), 2, "0x") != 0 && plain.out.compare(at + line.size(), 3, "-0x") != 0) first_bad = step;
+    if (plain.out.compare(at + line.size(), 2, "0x") != 0 && plain.out.compare(at + line.size(), 3, "-0x") != 0)
+      first_bad = step;
   }
   ASSERT_GE(first_bad, 300) << "the glitch makes the loss non-finite after the store is cut:\n" << plain.out;
 
-  Result run = sh("bash -c 'ulimit -f 1024; " + nanprov() + " run --out " + dir.string() + " -- " + python() + " " + training +
-                  " >/dev/null 2>&1'");
+  Result run = sh("bash -c 'ulimit -f 1024; " + nanprov() + " run --out " + dir.string() + " -- " + python() + " " +
+                  training + " >/dev/null 2>&1'");
   EXPECT_EQ(run.code, 1) << "the training exited 0 and its values went non-finite";
   Result report = sh(nanprov() + " report " + dir.string() + " --json");
   json doc = json::parse(report.out, nullptr, false);
@@ -118,8 +120,12 @@ TEST(FullDisk, ANonFiniteStepWhoseRowsWereLostIsSaid) {
   EXPECT_EQ(doc["coverage"]["damage"], json::array()) << doc["coverage"].dump();
   Result text = sh(nanprov() + " report " + dir.string() + " 2>&1");
   EXPECT_EQ(text.code, 1) << text.out;
-  EXPECT_EQ(text.out.rfind("values went non-finite at step " + std::to_string(first_bad) + " on rank 0, but the calls that saw them "
-                           "never reached the store", 0), 0u) << text.out;
+  EXPECT_EQ(text.out.rfind("values went non-finite at step " + std::to_string(first_bad) +
+                               " on rank 0, but the calls that saw them "
+                               "never reached the store",
+                           0),
+            0u)
+      << text.out;
   EXPECT_NE(text.out.find("writes to the store failed"), std::string::npos) << text.out;
   fs::remove_all(dir);
 }
@@ -160,16 +166,23 @@ TEST(FullDisk, ADiskFullBeforeTheRunIsNamed) {
   const std::string training = example("tiny_transformer.py") + " --steps 3 --print-losses";
   Result plain = sh(python() + " " + training + " 2>/dev/null");
   const fs::path said = runDir("full-disk-said");
-  Result run = sh(nanprov() + " run --out " + dir.string() + " -- " + python() + " " + training + " 2>" + said.string());
+  Result run =
+      sh(nanprov() + " run --out " + dir.string() + " -- " + python() + " " + training + " 2>" + said.string());
   const std::string stderr_text = sh("cat " + said.string()).out;
   fs::remove(said);
   EXPECT_EQ(run.out, plain.out) << "the training's losses are bit-identical";
-  EXPECT_NE(stderr_text.find("nanprov: cannot write " + (dir / "run.json").string() + ": No space left on device: the training runs"),
-            std::string::npos) << stderr_text;
+  EXPECT_NE(stderr_text.find("nanprov: cannot write " + (dir / "run.json").string() +
+                             ": No space left on device: the training runs"),
+            std::string::npos)
+      << stderr_text;
   Result report = sh(nanprov() + " report " + dir.string() + " 2>&1");
   EXPECT_EQ(report.code, 4) << report.out;
-  EXPECT_NE(report.out.find("why: rank 0 could not write its store, so none of its calls was recorded (its store could not be "
-                            "written; the disk holding " + dir.string() + " is full now)"), std::string::npos) << report.out;
+  EXPECT_NE(report.out.find(
+                "why: rank 0 could not write its store, so none of its calls was recorded (its store could not be "
+                "written; the disk holding " +
+                dir.string() + " is full now)"),
+            std::string::npos)
+      << report.out;
 }
 
 }  // namespace

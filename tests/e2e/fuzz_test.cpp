@@ -4,13 +4,12 @@
 // nanprov documents, at most two lines on stderr, within 5 s and 512 MB. Nothing is mocked: the
 // seeds are a real CPU training run and its captures.
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <chrono>
@@ -58,7 +57,7 @@ Measured measure(const std::vector<std::string>& args, const fs::path& err_file)
     _exit(127);
   }
   int status = 0;
-  struct rusage usage {};
+  struct rusage usage{};
   while (wait4(pid, &status, WNOHANG, &usage) == 0) {
     if (std::chrono::steady_clock::now() - start > std::chrono::seconds(20)) kill(pid, SIGKILL);
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
@@ -117,26 +116,30 @@ std::string mutateCapture(const std::string& good, int kind, std::mt19937& rng) 
       return bad;
     }
     case 2: {  // the header length lies
-      const uint64_t lies[] = {0, 1, c.header.size() - 1, c.header.size() + 1, c.header.size() + c.data.size(),
-                               uint64_t{1} << 40, ~uint64_t{0}};
+      const uint64_t lies[] = {
+          0,           1, c.header.size() - 1, c.header.size() + 1, c.header.size() + c.data.size(), uint64_t{1} << 40,
+          ~uint64_t{0}};
       return littleEndian(lies[pick(std::size(lies))]) + c.header + c.data;
     }
     case 3: {  // deep or huge headers
       size_t depth = (rng() % 2) ? 1000 + pick(100000) : 5'000'000;
-      c.header = (rng() % 2) ? "{\"a\":" + std::string(depth, '[') + std::string(depth, ']') + "}" : std::string(depth, '[');
+      c.header =
+          (rng() % 2) ? "{\"a\":" + std::string(depth, '[') + std::string(depth, ']') + "}" : std::string(depth, '[');
       return c.bytes();
     }
     case 4: {  // another dtype name where one stands
       const char* dtypes[] = {"I32", "U8", "BOOL", "I64", "F64", "F16", "XX", "", "F8_E4M3"};
       size_t at = c.header.find("\"F32\"");
       if (at == std::string::npos) at = c.header.find("\"BOOL\"");
-      if (at != std::string::npos) c.header.replace(at, c.header.find('"', at + 1) - at + 1, "\"" + std::string(dtypes[pick(9)]) + "\"");
+      if (at != std::string::npos)
+        c.header.replace(at, c.header.find('"', at + 1) - at + 1, "\"" + std::string(dtypes[pick(9)]) + "\"");
       return c.bytes();
     }
     case 5: {  // offsets overlapping, negative, reversed or past the end
       nlohmann::json h = nlohmann::json::parse(c.header);
       std::vector<std::string> names;
-      for (auto it = h.begin(); it != h.end(); ++it) if (it.key() != "__metadata__") names.push_back(it.key());
+      for (auto it = h.begin(); it != h.end(); ++it)
+        if (it.key() != "__metadata__") names.push_back(it.key());
       const std::string& name = names[pick(names.size())];
       int64_t size = static_cast<int64_t>(c.data.size());
       const int64_t offsets[][2] = {{0, 4}, {-8, 4}, {8, 0}, {size, size + 4}, {0, size}, {2, 6}};
@@ -226,7 +229,8 @@ TEST_F(Fuzz, ThreeHundredMutatedCapturesGetAnAnswer) {
     Measured m = measure(args, dir / "stderr.txt");
     expectAnswered(m, "mutation " + std::to_string(kind) + " of " + file.string());
     refused[kind] += m.code == 3;
-    if (kind == 10) EXPECT_TRUE(fs::exists(repro / "repro.py")) << "metadata text is no reason not to write it: " << m.err;
+    if (kind == 10)
+      EXPECT_TRUE(fs::exists(repro / "repro.py")) << "metadata text is no reason not to write it: " << m.err;
     if (kind >= 10 && fs::exists(repro / "repro.py")) expectInertRepro(repro, file.string());
   }
   for (int kind : {0, 2, 3}) EXPECT_EQ(refused[kind], kEach) << "every mutation of kind " << kind << " is unreadable";
@@ -246,14 +250,14 @@ TEST_F(Fuzz, ThreeHundredMutatedCapturesGetAnAnswer) {
 void damageRun(const fs::path& dir, int kind, std::mt19937& rng) {
   fs::path store = dir / "rank-0.sqlite";
   auto sql = [&](const std::string& statement) {
-    sh(python() + " -c \"import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.executescript(sys.argv[2]); "
-       "c.commit()\" '" + store.string() + "' \"" + statement + "\" >/dev/null 2>&1");
+    sh(python() +
+       " -c \"import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.executescript(sys.argv[2]); "
+       "c.commit()\" '" +
+       store.string() + "' \"" + statement + "\" >/dev/null 2>&1");
   };
   auto pick = [&](size_t n) { return static_cast<size_t>(rng() % n); };
   switch (kind) {
-    case 0:
-      fs::resize_file(store, pick(fs::file_size(store)));
-      break;
+    case 0: fs::resize_file(store, pick(fs::file_size(store))); break;
     case 1: {
       std::string bytes = slurp(store);
       for (int i = 1 + static_cast<int>(pick(64)); i > 0; --i) bytes[pick(bytes.size())] = static_cast<char>(rng());
@@ -267,14 +271,14 @@ void damageRun(const fs::path& dir, int kind, std::mt19937& rng) {
       break;
     }
     case 3: {
-      const char* columns[] = {"signatures.module", "signatures.op", "signatures.tensors", "calls.phase", "tensors.role",
-                               "tensors.dtype", "tensors.shape", "kernels.name"};
+      const char* columns[] = {"signatures.module", "signatures.op", "signatures.tensors", "calls.phase",
+                               "tensors.role",      "tensors.dtype", "tensors.shape",      "kernels.name"};
       std::string c = columns[pick(8)];
       sql("UPDATE " + c.substr(0, c.find('.')) + " SET " + c.substr(c.find('.') + 1) + "=CAST(x'fffe41c3' AS TEXT)");
       break;
     }
     case 4: {
-      const char* columns[] = {"calls.step", "calls.layer", "calls.seq", "calls.sig", "calls.max_abs",
+      const char* columns[] = {"calls.step",   "calls.layer",   "calls.seq",        "calls.sig",  "calls.max_abs",
                                "calls.health", "tensors.numel", "kernels.start_ns", "tensors.seq"};
       std::string c = columns[pick(9)];
       sql("UPDATE " + c.substr(0, c.find('.')) + " SET " + c.substr(c.find('.') + 1) + "='x9'");
@@ -299,9 +303,7 @@ void damageRun(const fs::path& dir, int kind, std::mt19937& rng) {
       spit(dir / "run.json", rng() % 2 ? bytes.substr(0, pick(bytes.size())) : "[1, \"\xff\"]");
       break;
     }
-    case 9:
-      spit(store, "");
-      break;
+    case 9: spit(store, ""); break;
     case 10: {  // tallies with absurd values, for a rank with a store and one without
       const uint64_t values[] = {0x2156'4f52'504e'414e /* "NANPROV!" */, INT64_MAX, uint64_t{1} << 63, 0, 1};
       spit(dir / "rank-0.tally", littleEndian(values[pick(std::size(values))]));
@@ -325,9 +327,14 @@ TEST_F(Fuzz, HundredMutatedRunsGetAnAnswerFromEveryReader) {
   const std::string trace = (runDir("fuzz-trace") / "trace.json").string();
   fs::create_directories(fs::path(page).parent_path());
   fs::create_directories(fs::path(trace).parent_path());
-  const std::vector<std::vector<std::string>> readers = {
-      {"report"}, {"report", "--json"}, {"report", "--html", page}, {"calls", "--json"}, {"kernels", "--json"},
-      {"trace", "--out", trace}, {"sql", "SELECT * FROM calls"}, {"replay"}};
+  const std::vector<std::vector<std::string>> readers = {{"report"},
+                                                         {"report", "--json"},
+                                                         {"report", "--html", page},
+                                                         {"calls", "--json"},
+                                                         {"kernels", "--json"},
+                                                         {"trace", "--out", trace},
+                                                         {"sql", "SELECT * FROM calls"},
+                                                         {"replay"}};
   fs::path err = runDir("fuzz-stderr");
   for (int i = 0; i < 104; ++i) {
     fs::path dir = runDir("fuzz-run");

@@ -46,15 +46,16 @@ TEST(Gpu, CudnnBackwardWritesNaNIntoDqForFullyMaskedRows) {
                    {"inputs_finite", true}});
   EXPECT_EQ(strings(e["nonfinite_outputs"]), std::vector<std::string>{"dQ"});
   EXPECT_GT(e["counts"]["dQ"]["nan"].get<int64_t>(), 0);
-  EXPECT_TRUE(anyKernelContains(e["kernels"], "cudnn_generated_fort_native_sdpa_sm90_flash_bprop")) << e["kernels"].dump(1);
+  EXPECT_TRUE(anyKernelContains(e["kernels"], "cudnn_generated_fort_native_sdpa_sm90_flash_bprop"))
+      << e["kernels"].dump(1);
   EXPECT_EQ(r.doc["ranks"][0]["meta"]["host_syncs"], "0") << "the checks never synchronised the host";
   // The store knows the versions and the GPU, and the mask's fully masked row: enough to name the
   // public report of this bug without a replay.
   const json& meta = r.doc["ranks"][0]["meta"];
   EXPECT_NE(meta.value("gpu", "").find("(sm_"), std::string::npos) << meta.dump(1);
   EXPECT_FALSE(meta.value("cudnn", "").empty()) << meta.dump(1);
-  EXPECT_TRUE(names(r.doc["known_issues"], "pytorch#196678")) << r.doc["known_issues"].dump(1)
-                                                                << r.doc["possible_known_issues"].dump(1);
+  EXPECT_TRUE(names(r.doc["known_issues"], "pytorch#196678"))
+      << r.doc["known_issues"].dump(1) << r.doc["possible_known_issues"].dump(1);
 }
 
 TEST(Gpu, ControlRunWithoutCudnnIsClean) {
@@ -81,8 +82,12 @@ TEST(Gpu, MathCallsPastTheTraceWindowAreNamedAfterTheyRan) {
   TrainedRun r = train("gpu-math-late", "", "--device cuda --math --steps 5 --glitch-step 3 --glitch-scale 1e20");
   ASSERT_EQ(r.report.code, 1) << r.train.out;
   const json& e = r.doc["first_edge"];
-  expectFields(e, {{"name", "rank0:layer0:call6"}, {"step", 3}, {"phase", "fwd"}, {"origin", "attention"},
-                   {"op", "aten::_scaled_dot_product_attention_math"}, {"inputs_finite", true}});
+  expectFields(e, {{"name", "rank0:layer0:call6"},
+                   {"step", 3},
+                   {"phase", "fwd"},
+                   {"origin", "attention"},
+                   {"op", "aten::_scaled_dot_product_attention_math"},
+                   {"inputs_finite", true}});
   EXPECT_NE(e["unattributed"].dump().find("--trace-steps"), std::string::npos) << e.dump(1);
   EXPECT_EQ(r.doc["ranks"][0]["meta"]["host_syncs"], "0");
 }
@@ -114,8 +119,8 @@ TEST(Gpu, LossesAreBitIdenticalWithAndWithoutNanprov) {
   Result plain2 = sh(python() + args);
   ASSERT_EQ(plain1.code, 0) << plain1.out;
   if (plain1.out != plain2.out) GTEST_SKIP() << "this training is not deterministic even without nanprov";
-  Result probed = sh(nanprov() + " run --out " + runDir("gpu-identical").string() + " --" + " " + python() + args +
-                     " 2>/dev/null");
+  Result probed =
+      sh(nanprov() + " run --out " + runDir("gpu-identical").string() + " --" + " " + python() + args + " 2>/dev/null");
   ASSERT_EQ(probed.code, 0) << probed.out;
   EXPECT_NE(probed.out.find(plain1.out), std::string::npos) << "plain:\n" << plain1.out << "probed:\n" << probed.out;
 }
@@ -124,8 +129,9 @@ TEST(Gpu, LossesAreBitIdenticalWithAndWithoutNanprov) {
 // counts collected at later step boundaries, and still no host synchronisation.
 TEST(Gpu, GradientSentinelNamesANaNMadeOutsideAttention) {
   REQUIRE_CUDA();
-  TrainedRun r = train("gpu-sentinel", "", "--device cuda --dtype bfloat16 --seq 64 --d-model 128 --no-cudnn "
-                                           "--steps 5 --regulariser-nan-step 2");
+  TrainedRun r = train("gpu-sentinel", "",
+                       "--device cuda --dtype bfloat16 --seq 64 --d-model 128 --no-cudnn "
+                       "--steps 5 --regulariser-nan-step 2");
   expectSentinelNamesTheRegulariser(r);
   const json& meta = r.doc["ranks"][0]["meta"];
   EXPECT_EQ(meta["host_syncs"], "0") << "the sentinel never synchronised the host";
@@ -159,7 +165,8 @@ TEST(Gpu, UnderTorchProfilerTheRunCompletesAndKernelsSayWhy) {
   REQUIRE_CUDA();
   TrainedRun r = train("gpu-profiler", "", kMaskedRowsRun + " --no-cudnn --profile");
   ASSERT_EQ(r.train.code, runCodeForCleanExit(r)) << r.train.out;
-  EXPECT_NE(r.train.out.find("profiler events"), std::string::npos) << "the user's profile still works\n" << r.train.out;
+  EXPECT_NE(r.train.out.find("profiler events"), std::string::npos) << "the user's profile still works\n"
+                                                                    << r.train.out;
   json calls = commandJson("kernels", r.dir);
   ASSERT_FALSE(calls.empty());
   for (const json& c : calls) {
@@ -188,7 +195,8 @@ TEST(Gpu, CudnnDqNaNIsCapturedAndReplaysAsBackendSpecific) {
   EXPECT_EQ(d["root_cause"]["class"], "backend-specific") << d["root_cause"].dump(1);
   EXPECT_EQ(d["root_cause"]["backend"], "cudnn");
   EXPECT_EQ(d["root_cause"]["tensors"], json::array({"dQ"}));
-  EXPECT_NE(d["root_cause"]["kernel"].get<std::string>().find("flash_bprop"), std::string::npos) << d["root_cause"].dump(1);
+  EXPECT_NE(d["root_cause"]["kernel"].get<std::string>().find("flash_bprop"), std::string::npos)
+      << d["root_cause"].dump(1);
   EXPECT_EQ(d["captured"]["tensors"]["dQ"]["verdict"], "non-finite");
   // Issue 64: a deterministic kernel fault: every rerun of cuDNN on the captured inputs gives the
   // run's NaN. The backward is rerun by replay, not in the run.
@@ -197,7 +205,8 @@ TEST(Gpu, CudnnDqNaNIsCapturedAndReplaysAsBackendSpecific) {
   EXPECT_EQ(reruns["runs"], 5) << reruns.dump(1);
   EXPECT_EQ(reruns["reproduced"], 5) << reruns.dump(1);
   EXPECT_GE(reruns["distinct_results"], 1) << reruns.dump(1);  // dQ's atomics may vary its bits
-  EXPECT_EQ(reruns["in_run_not_rerun"], "a backward is rerun by nanprov replay from its capture, not in the run") << reruns.dump(1);
+  EXPECT_EQ(reruns["in_run_not_rerun"], "a backward is rerun by nanprov replay from its capture, not in the run")
+      << reruns.dump(1);
   for (const json& b : d["backends"]) {
     if (b["name"] == "efficient" || b["name"] == "math") {
       ASSERT_EQ(b["status"], "ran") << b.dump(1);
@@ -225,7 +234,8 @@ TEST(Gpu, LateCudnnEdgeNamesItsKernelThroughAReplayOfItsCapture) {
   EXPECT_EQ(e["phase"], "bwd");
   EXPECT_EQ(e["backend"], "cudnn");
   EXPECT_EQ(e["kernels_from"], "replay") << e.dump(1);
-  EXPECT_TRUE(anyKernelContains(e["kernels"], "cudnn_generated_fort_native_sdpa_sm90_flash_bprop")) << e["kernels"].dump(1);
+  EXPECT_TRUE(anyKernelContains(e["kernels"], "cudnn_generated_fort_native_sdpa_sm90_flash_bprop"))
+      << e["kernels"].dump(1);
   EXPECT_NE(r.train.out.find("traced in a replay of its capture"), std::string::npos) << r.train.out;
   ASSERT_TRUE(e["capture"].is_string()) << e.dump(1);
   Result rp;
@@ -249,7 +259,8 @@ TEST(Gpu, CudnnOneQueryBackwardNaNsDkDvAndReplayNamesItsReport) {
   TrainedRun r = train("gpu-one-query", "", "--device cuda --dtype bfloat16 --steps 2", "cross_attention_decoder.py");
   ASSERT_EQ(r.report.code, 1) << r.train.out;
   const json& e = r.doc["first_edge"];
-  expectFields(e, {{"origin", "attention"}, {"phase", "bwd"}, {"step", 0}, {"backend", "cudnn"}, {"inputs_finite", true}});
+  expectFields(e,
+               {{"origin", "attention"}, {"phase", "bwd"}, {"step", 0}, {"backend", "cudnn"}, {"inputs_finite", true}});
   EXPECT_EQ(strings(e["nonfinite_outputs"]), (std::vector<std::string>{"dK", "dV"})) << e.dump(1);
   // The store cannot know causality or the row LSE: only possible, and those two undecided.
   EXPECT_FALSE(names(r.doc["known_issues"], "cudnn-frontend#1072")) << r.doc["known_issues"].dump(1);
@@ -267,8 +278,9 @@ TEST(Gpu, CudnnOneQueryBackwardNaNsDkDvAndReplayNamesItsReport) {
   EXPECT_EQ(d["root_cause"]["class"], "backend-specific") << d["root_cause"].dump(1);
   EXPECT_EQ(d["conditions"]["s_q"], 1) << d["conditions"].dump(1);
   EXPECT_TRUE(names(d["known_issues"], "cudnn-frontend#1072")) << d["known_issues"].dump(1) << d["conditions"].dump(1);
-  Result control = sh(nanprov() + " run --out " + runDir("gpu-two-queries").string() + " -- " + python() + " " +
-                      example("cross_attention_decoder.py") + " --device cuda --dtype bfloat16 --steps 2 --queries 2 2>&1");
+  Result control =
+      sh(nanprov() + " run --out " + runDir("gpu-two-queries").string() + " -- " + python() + " " +
+         example("cross_attention_decoder.py") + " --device cuda --dtype bfloat16 --steps 2 --queries 2 2>&1");
   EXPECT_EQ(control.code, 0) << "s_q = 2 is clean\n" << control.out;
 }
 
@@ -276,8 +288,9 @@ TEST(Gpu, CudnnOneQueryBackwardNaNsDkDvAndReplayNamesItsReport) {
 TEST(Gpu, CleanBf16CallsAtHeadDim256And512ReplayOk) {
   REQUIRE_CUDA();
   for (const char* d_model : {"512", "1024"}) {
-    TrainedRun r = train(std::string("gpu-clean-") + d_model, "--capture 'layer=0,step=0'",
-                         std::string("--device cuda --dtype bfloat16 --seq 128 --heads 2 --steps 1 --d-model ") + d_model);
+    TrainedRun r =
+        train(std::string("gpu-clean-") + d_model, "--capture 'layer=0,step=0'",
+              std::string("--device cuda --dtype bfloat16 --seq 128 --heads 2 --steps 1 --d-model ") + d_model);
     ASSERT_EQ(r.report.code, 0) << r.train.out;
     json rows = json::parse(sh(nanprov() + " sql " + r.dir.string() + " \"SELECT path FROM captures\" --json").out);
     ASSERT_EQ(rows.size(), 2u) << "the forward and the backward of layer 0";
@@ -290,7 +303,8 @@ TEST(Gpu, CleanBf16CallsAtHeadDim256And512ReplayOk) {
       for (const json& b : d["backends"]) {
         if (b["status"] != "ran") continue;
         ++ran;
-        for (const auto& [role, t] : b["tensors"].items()) EXPECT_EQ(t["verdict"], "ok") << d_model << " " << b["name"] << " " << role;
+        for (const auto& [role, t] : b["tensors"].items())
+          EXPECT_EQ(t["verdict"], "ok") << d_model << " " << b["name"] << " " << role;
       }
       EXPECT_GE(ran, 2) << d.dump(1);
     }
@@ -306,8 +320,9 @@ TEST(Gpu, FfpaOverflowAtHeadDim512IsFoundAtItsStepAndLayer) {
   if (sh(python() + " -c 'import ffpa_attn' 2>/dev/null").code != 0) {
     GTEST_SKIP() << "ffpa_attn does not import here: scripts/device-ffpa.sh puts it on PYTHONPATH";
   }
-  TrainedRun r = train("gpu-ffpa", "", "--device cuda --sliding flex --layers 4 --steps 3 --overflow-layer 3 --overflow-step 2",
-                       "gemma4_ffpa.py");
+  TrainedRun r =
+      train("gpu-ffpa", "", "--device cuda --sliding flex --layers 4 --steps 3 --overflow-layer 3 --overflow-step 2",
+            "gemma4_ffpa.py");
   ASSERT_EQ(r.report.code, 1) << r.train.out;
   expectFields(r.doc["first_edge"], {{"step", 2},
                                      {"layer", 3},
@@ -342,13 +357,18 @@ TEST_P(GraphedTraining, AnOverflowInsideACudaGraphIsFoundAtItsStepAndLayer) {
   ASSERT_EQ(plain.code, 0) << plain.out;
   ASSERT_NE(plain.out.find("rank0 step3 loss 0x"), std::string::npos) << plain.out;
   ASSERT_NE(plain.out.find("rank0 step4 loss nan"), std::string::npos) << "the glitch makes step 4 NaN: " << plain.out;
-  const std::string name = std::string("gpu-graphed-") + (std::string(GetParam()).find("compile") != std::string::npos
-                                                               ? "reduce-overhead" : "callables");
+  const std::string name =
+      std::string("gpu-graphed-") +
+      (std::string(GetParam()).find("compile") != std::string::npos ? "reduce-overhead" : "callables");
   TrainedRun r = train(name, "", args);
   ASSERT_EQ(r.train.code, runCodeForCleanExit(r)) << r.train.out;
   ASSERT_EQ(r.report.code, 1) << r.report.out;
-  expectFields(r.doc["first_edge"], {{"origin", "attention"}, {"phase", "fwd"}, {"step", 4}, {"layer", 0},
-                                     {"inputs_finite", true}, {"injected", false}});
+  expectFields(r.doc["first_edge"], {{"origin", "attention"},
+                                     {"phase", "fwd"},
+                                     {"step", 4},
+                                     {"layer", 0},
+                                     {"inputs_finite", true},
+                                     {"injected", false}});
   EXPECT_TRUE(r.doc["coverage"]["unprobed"].empty()) << r.report.out;
   EXPECT_EQ(r.doc["ranks"][0]["meta"]["host_syncs"], "0") << "graph checks are read from mapped memory";
   // Every step's calls are recorded, the replayed ones included: both layers, both phases.
@@ -356,7 +376,8 @@ TEST_P(GraphedTraining, AnOverflowInsideACudaGraphIsFoundAtItsStepAndLayer) {
   EXPECT_EQ(calls.size(), 4u) << calls.dump(1);
   // The training is the same with nanprov: its losses, printed as exact hex floats, are the plain run's.
   std::string losses;
-  for (size_t at = r.train.out.find("rank0 step"); at != std::string::npos; at = r.train.out.find("rank0 step", at + 1)) {
+  for (size_t at = r.train.out.find("rank0 step"); at != std::string::npos;
+       at = r.train.out.find("rank0 step", at + 1)) {
     losses += r.train.out.substr(at, r.train.out.find('\n', at) - at + 1);
   }
   EXPECT_EQ(losses, plain.out);

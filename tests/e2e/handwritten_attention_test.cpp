@@ -25,7 +25,8 @@ const std::vector<Case> kCases = {
     {"unet-half", "--model unet --dtype float16", "mid_block.0.attn1", "[8,1,64,8]", "precision-limit"},
     {"causal", "--model causal", "h.0.attn", "[4,4,12,8]", "fully-masked-rows"},
     {"vit-no-grad", "--model vit --no-grad", "blocks.0.attn", "[4,4,17,8]", "precision-limit"},
-    {"unet-half-no-grad", "--model unet --dtype float16 --no-grad", "mid_block.0.attn1", "[8,1,64,8]", "precision-limit"},
+    {"unet-half-no-grad", "--model unet --dtype float16 --no-grad", "mid_block.0.attn1", "[8,1,64,8]",
+     "precision-limit"},
 };
 
 const json* roleOf(const json& call, const std::string& role) {
@@ -40,15 +41,18 @@ const json* roleOf(const json& call, const std::string& role) {
 void expectEveryCaseFoundAndReplayed(const std::string& device) {
   for (const Case& c : kCases) {
     SCOPED_TRACE(c.name + " on " + device);
-    TrainedRun r = train("hw-" + device + "-" + c.name, "", c.args + " --device " + device + " --glitch-step 2 --oracle", kScript);
+    TrainedRun r =
+        train("hw-" + device + "-" + c.name, "", c.args + " --device " + device + " --glitch-step 2 --oracle", kScript);
     ASSERT_EQ(r.report.code, 1) << r.train.out << r.report.out;
     const json& e = r.doc["first_edge"];
     ASSERT_NO_FATAL_FAILURE(expectEdgeWhereTheOracleSays(
         r.train.out, e, {{"inputs_finite", true}, {"op", "softmax_attention"}, {"backend", "plain_softmax"}}));
     EXPECT_EQ(e["module"], c.module) << "the oracle and the report agree, on the module the case names";
     EXPECT_EQ(r.doc["outcome"], "edge") << r.report.out;
-    for (const char* role : {"Q", "K", "V", "S", "P", "O"}) EXPECT_NE(roleOf(e, role), nullptr) << role << " in " << e.dump();
-    if (const json* q = roleOf(e, "Q")) EXPECT_EQ((*q)["shape"], c.q_shape) << "the first matmul's operand, not the module's input";
+    for (const char* role : {"Q", "K", "V", "S", "P", "O"})
+      EXPECT_NE(roleOf(e, role), nullptr) << role << " in " << e.dump();
+    if (const json* q = roleOf(e, "Q"))
+      EXPECT_EQ((*q)["shape"], c.q_shape) << "the first matmul's operand, not the module's input";
     if (c.cause == "fully-masked-rows") {
       ASSERT_NE(roleOf(e, "S"), nullptr);
       EXPECT_EQ((*roleOf(e, "S"))["masked_rows"], 12) << "sequence 1's first 3 query rows, over 4 heads";
@@ -117,8 +121,8 @@ TEST(HandwrittenAttention, ProbeModuleYieldsToTheCallInside) {
 
 // The probes only read: every model's losses (or outputs, under no_grad) are bit-identical.
 TEST(HandwrittenAttention, LossesAreBitIdentical) {
-  for (std::string args : {"--model vit", "--model unet", "--model unet --dtype float16", "--model causal",
-                           "--model vit --no-grad"}) {
+  for (std::string args :
+       {"--model vit", "--model unet", "--model unet --dtype float16", "--model causal", "--model vit --no-grad"}) {
     SCOPED_TRACE(args);
     std::string run = kScript + " " + args + " --glitch-step 2 --print-losses";
     Result plain = sh(python() + " " + run + " 2>/dev/null");

@@ -1,9 +1,8 @@
 // End-to-end: damaged, hostile and racing inputs. One real CPU training run is recorded once;
 // each test damages a copy of it and runs the reading commands on that, asserting the answer is
 // one line and an exit code, never an abort, a hang or a silent merge.
-#include <sys/stat.h>
-
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <fstream>
@@ -16,8 +15,8 @@ namespace {
 using namespace e2e;
 
 // The commands that read a run. Each must answer any damaged run in one line.
-const std::vector<std::string> kReaders = {"report", "report --json", "calls", "calls --json", "kernels",
-                                           "kernels --json", "replay", "sql \"SELECT COUNT(*) FROM calls\""};
+const std::vector<std::string> kReaders = {"report",  "report --json",  "calls",  "calls --json",
+                                           "kernels", "kernels --json", "replay", "sql \"SELECT COUNT(*) FROM calls\""};
 
 int lines(const std::string& text) { return static_cast<int>(std::count(text.begin(), text.end(), '\n')); }
 
@@ -32,9 +31,7 @@ Result read(const std::string& reader, const fs::path& dir, const std::string& a
 // A real run with a source edge and its capture, recorded once for the suite.
 class Hardening : public testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    recorded_ = new TrainedRun(train("hardening", "", "--steps 3 --glitch-step 1"));
-  }
+  static void SetUpTestSuite() { recorded_ = new TrainedRun(train("hardening", "", "--steps 3 --glitch-step 1")); }
   static void TearDownTestSuite() { delete recorded_; }
 
   // A fresh copy of the recorded run, to damage.
@@ -45,8 +42,10 @@ class Hardening : public testing::Test {
   }
 
   static void sqlite(const fs::path& store, const std::string& statement) {
-    Result r = sh(python() + " -c \"import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute(sys.argv[2]); "
-                  "c.commit()\" '" + store.string() + "' \"" + statement + "\" 2>&1");
+    Result r = sh(python() +
+                  " -c \"import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute(sys.argv[2]); "
+                  "c.commit()\" '" +
+                  store.string() + "' \"" + statement + "\" 2>&1");
     ASSERT_EQ(r.code, 0) << r.out;
   }
 
@@ -89,8 +88,12 @@ TEST_F(Hardening, FilesNamedLikeStoresThatAreNotStoresAreRefusedInOneLine) {
       {"rank-2.sqlite", "is a directory", [](const fs::path& p) { fs::create_directory(p); }},
       {"rank-3.sqlite", "is a device", [](const fs::path& p) { fs::create_symlink("/dev/zero", p); }},
       {"rank-4.sqlite", "is a link to nothing", [](const fs::path& p) { fs::create_symlink(p.string() + ".gone", p); }},
-      {"rank-5.sqlite", "is a socket", [](const fs::path& p) {
-         ASSERT_EQ(sh(python() + " -c \"import socket,sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])\" " + p.string()).code, 0);
+      {"rank-5.sqlite", "is a socket",
+       [](const fs::path& p) {
+         ASSERT_EQ(
+             sh(python() + " -c \"import socket,sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])\" " + p.string())
+                 .code,
+             0);
        }},
       {"rank-\xd9\xa0.sqlite", "not as nanprov names them", [](const fs::path& p) { std::ofstream(p) << "x"; }},
       {"rank-99999999999.sqlite", "not as nanprov names them", [](const fs::path& p) { std::ofstream(p) << "x"; }},
@@ -123,7 +126,8 @@ TEST_F(Hardening, AStoreUnderAnotherRanksNameIsRefused) {
     Result r = read(reader, dir);
     EXPECT_EQ(r.code, 3) << reader << ": " << r.out;
     EXPECT_EQ(lines(r.out), 1) << reader << ": " << r.out;
-    EXPECT_NE(r.out.find("meta.rank is 0, but the file is named for rank 1"), std::string::npos) << reader << ": " << r.out;
+    EXPECT_NE(r.out.find("meta.rank is 0, but the file is named for rank 1"), std::string::npos)
+        << reader << ": " << r.out;
   }
 }
 
@@ -142,7 +146,8 @@ TEST_F(Hardening, TablesThatAreViewsAreRefused) {
       Result r = read(reader, dir);
       EXPECT_EQ(r.code, 3) << reader << ": " << r.out;
       EXPECT_EQ(lines(r.out), 1) << reader << ": " << r.out;
-      EXPECT_NE(r.out.find("its calls is a view whose rows are computed"), std::string::npos) << reader << ": " << r.out;
+      EXPECT_NE(r.out.find("its calls is a view whose rows are computed"), std::string::npos)
+          << reader << ": " << r.out;
     }
   }
 }
@@ -202,7 +207,8 @@ TEST_F(Hardening, ControlCharactersInTheStoreArePrintedEscaped) {
     std::snprintf(b, sizeof b, "%02x", ch);
     hex += b;
   }
-  sqlite(dir / "rank-0.sqlite", "UPDATE signatures SET module=CAST(x'" + hex + "' AS TEXT), backend=CAST(x'1b5d303b' AS TEXT)");
+  sqlite(dir / "rank-0.sqlite",
+         "UPDATE signatures SET module=CAST(x'" + hex + "' AS TEXT), backend=CAST(x'1b5d303b' AS TEXT)");
   for (std::string command : {"report", "calls", "kernels", "sql \"SELECT module FROM calls\""}) {
     SCOPED_TRACE(command);
     size_t space = command.find(' ');
@@ -235,7 +241,10 @@ TEST_F(Hardening, InvalidUtf8InTextColumnsStillGivesValidJson) {
   }
   json calls = commandJson("calls", dir);
   ASSERT_FALSE(calls.empty());
-  EXPECT_EQ(calls[0]["module"], "\xef\xbf\xbd\xef\xbf\xbd" "A") << "each invalid byte became U+FFFD";
+  EXPECT_EQ(calls[0]["module"],
+            "\xef\xbf\xbd\xef\xbf\xbd"
+            "A")
+      << "each invalid byte became U+FFFD";
 }
 
 // Format characters are not control characters but change how a line reads: U+202E makes a
@@ -244,7 +253,8 @@ TEST_F(Hardening, InvalidUtf8InTextColumnsStillGivesValidJson) {
 TEST_F(Hardening, DirectionOverridesAndLineSeparatorsArePrintedEscaped) {
   fs::path dir = copy("format-chars");
   // "blocks.0" U+202E "nttа" U+2028 "x" U+2029 "y"
-  sqlite(dir / "rank-0.sqlite", "UPDATE signatures SET module=CAST(x'626c6f636b732e30e280ae6e7474e280a878e280a979' AS TEXT)");
+  sqlite(dir / "rank-0.sqlite",
+         "UPDATE signatures SET module=CAST(x'626c6f636b732e30e280ae6e7474e280a878e280a979' AS TEXT)");
   const std::string raw[] = {"\xe2\x80\xae", "\xe2\x80\xa8", "\xe2\x80\xa9"};
   fs::path page = dir / "page.html";
   for (std::string command : {std::string("report"), std::string("calls"), "report --html " + page.string()}) {
@@ -298,7 +308,8 @@ TEST_F(Hardening, TheCallTallyIsCheckedAgainstTheStore) {
     Result text = sh(nanprov() + " report " + dir.string() + " 2>&1");
     EXPECT_EQ(text.out.find("the last -"), std::string::npos) << text.out;
     size_t said = 0;
-    for (size_t at = text.out.find("damaged: "); at != std::string::npos; at = text.out.find("damaged: ", at + 1)) ++said;
+    for (size_t at = text.out.find("damaged: "); at != std::string::npos; at = text.out.find("damaged: ", at + 1))
+      ++said;
     EXPECT_EQ(said, c.damage) << text.out;
     if (c.damage) EXPECT_NE(text.out.find("call tally says"), std::string::npos) << text.out;
   }
@@ -306,8 +317,8 @@ TEST_F(Hardening, TheCallTallyIsCheckedAgainstTheStore) {
   fs::path stale = runDir("stale-tally");
   fs::create_directories(stale);
   writeTally(stale / "rank-0.tally", littleEndian(1000));
-  Result again = sh(nanprov() + " run --out " + stale.string() + " -- " + python() + " " + example("tiny_transformer.py") +
-                    " --steps 1 2>&1");
+  Result again = sh(nanprov() + " run --out " + stale.string() + " -- " + python() + " " +
+                    example("tiny_transformer.py") + " --steps 1 2>&1");
   EXPECT_EQ(again.code, 2) << again.out;
   EXPECT_NE(again.out.find("already holds a run"), std::string::npos) << again.out;
 }
@@ -318,13 +329,15 @@ TEST_F(Hardening, DeletedCallRowsAreCountedAsDamage) {
   fs::path dir = copy("deleted-rows");
   sqlite(dir / "rank-0.sqlite", "DELETE FROM calls WHERE seq >= 4");
   json doc = commandJson("report", dir);
-  json left = json::parse(sh(nanprov() + " sql " + dir.string() + " \"SELECT COUNT(*) AS n FROM calls\" --json").out, nullptr, false);
+  json left = json::parse(sh(nanprov() + " sql " + dir.string() + " \"SELECT COUNT(*) AS n FROM calls\" --json").out,
+                          nullptr, false);
   ASSERT_FALSE(left.is_discarded());
   EXPECT_EQ(doc["coverage"]["attention_calls"], left[0]["n"]) << doc["coverage"].dump();
   ASSERT_EQ(doc["coverage"]["damage"].size(), 1u) << doc["coverage"].dump();
   EXPECT_NE(doc["coverage"]["damage"][0].get<std::string>().find("rows were deleted"), std::string::npos);
   Result text = sh(nanprov() + " report " + dir.string() + " 2>&1");
-  EXPECT_NE(text.out.find(std::to_string(left[0]["n"].get<int64_t>()) + " attention calls checked"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find(std::to_string(left[0]["n"].get<int64_t>()) + " attention calls checked"), std::string::npos)
+      << text.out;
   EXPECT_NE(text.out.find("damaged: rank 0's store holds"), std::string::npos) << text.out;
 }
 
@@ -341,8 +354,8 @@ TEST(HardeningTraining, ALongNonAsciiModulePathIsCutOnACharacter) {
   EXPECT_EQ(module.rfind("blocks.\xc3\xbc", 0), 0u) << module.substr(0, 20);
   EXPECT_EQ(module.size(), 7u + 2 * 508) << "cut below 1,024 bytes, at a character boundary";
   EXPECT_EQ(module.find("\xef\xbf\xbd"), std::string::npos) << "no replacement character: nothing was split";
-  Result replay = sh(nanprov() + " replay " + (dir / "captures" / "rank0-layer0-call0-fwd-seq0.safetensors").string() +
-                     " --json");
+  Result replay =
+      sh(nanprov() + " replay " + (dir / "captures" / "rank0-layer0-call0-fwd-seq0.safetensors").string() + " --json");
   EXPECT_EQ(replay.code, 0) << replay.out;
 }
 
@@ -445,24 +458,29 @@ TEST_F(Hardening, CallsAlignsItsColumnsAndNamesMissingLayers) {
 TEST_F(Hardening, SqlReadsMoreRanksThanSqliteAttaches) {
   fs::path dir = copy("many-ranks");
   const int ranks = 16;
-  Result made = sh(python() + " -c \"import shutil, sqlite3, sys\n"
+  Result made = sh(python() +
+                   " -c \"import shutil, sqlite3, sys\n"
                    "d = sys.argv[1]\n"
                    "for r in range(1, int(sys.argv[2])):\n"
                    "    p = f'{d}/rank-{r}.sqlite'; shutil.copy(f'{d}/rank-0.sqlite', p); c = sqlite3.connect(p)\n"
-                   "    c.execute('UPDATE meta SET value=? WHERE key=?', (str(r), 'rank')); c.execute('UPDATE calls SET rank=?', (r,))\n"
-                   "    c.commit()\" '" + dir.string() + "' " + std::to_string(ranks) + " 2>&1");
+                   "    c.execute('UPDATE meta SET value=? WHERE key=?', (str(r), 'rank')); c.execute('UPDATE calls "
+                   "SET rank=?', (r,))\n"
+                   "    c.commit()\" '" +
+                   dir.string() + "' " + std::to_string(ranks) + " 2>&1");
   ASSERT_EQ(made.code, 0) << made.out;
   Result one = sh(nanprov() + " sql " + recorded_->dir.string() + " \"SELECT COUNT(*) AS n FROM calls\" --json");
   json single = json::parse(one.out, nullptr, false);
   ASSERT_FALSE(single.is_discarded()) << one.out;
   int64_t per_rank = single[0]["n"].get<int64_t>();
-  Result by_rank = sh(nanprov() + " sql " + dir.string() + " \"SELECT rank, COUNT(*) AS n FROM calls GROUP BY rank\" --json");
+  Result by_rank =
+      sh(nanprov() + " sql " + dir.string() + " \"SELECT rank, COUNT(*) AS n FROM calls GROUP BY rank\" --json");
   json rows = json::parse(by_rank.out, nullptr, false);
   ASSERT_FALSE(rows.is_discarded()) << by_rank.out;
   ASSERT_EQ(rows.size(), static_cast<size_t>(ranks)) << by_rank.out;
   for (const json& row : rows) EXPECT_EQ(row["n"].get<int64_t>(), per_rank) << row.dump();
   Result joined = sh(nanprov() + " sql " + dir.string() +
-                     " \"SELECT COUNT(DISTINCT c.rank) AS ranks FROM calls c JOIN tensors t ON t.rank = c.rank AND t.seq = c.seq\" --json");
+                     " \"SELECT COUNT(DISTINCT c.rank) AS ranks FROM calls c JOIN tensors t ON t.rank = c.rank AND "
+                     "t.seq = c.seq\" --json");
   json across = json::parse(joined.out, nullptr, false);
   ASSERT_FALSE(across.is_discarded()) << joined.out;
   EXPECT_EQ(across[0]["ranks"], ranks);
@@ -507,13 +525,16 @@ TEST_F(Hardening, SqlIsReadOnlyAndOneStatement) {
 // An endless recursive query and one that concatenates gigabytes end within their bounds, in one line.
 TEST_F(Hardening, SqlIsBoundInTimeAndMemory) {
   const std::string endless = "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r) SELECT COUNT(*) FROM r";
-  Result slow = sh("timeout 60 " + nanprov() + " sql " + recorded_->dir.string() + " \"" + endless + "\" --timeout 1 2>&1");
+  Result slow =
+      sh("timeout 60 " + nanprov() + " sql " + recorded_->dir.string() + " \"" + endless + "\" --timeout 1 2>&1");
   EXPECT_EQ(slow.code, 3) << slow.out;
   EXPECT_EQ(lines(slow.out), 1) << slow.out;
   EXPECT_NE(slow.out.find("interrupted: the query ran longer than 1 s"), std::string::npos) << slow.out;
-  const std::string big = "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r LIMIT 20000000) "
-                          "SELECT length(group_concat(printf('%050d', x))) FROM r";
-  Result heavy = sh("timeout 60 " + nanprov() + " sql " + recorded_->dir.string() + " \"" + big + "\" --max-memory 64M 2>&1");
+  const std::string big =
+      "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r LIMIT 20000000) "
+      "SELECT length(group_concat(printf('%050d', x))) FROM r";
+  Result heavy =
+      sh("timeout 60 " + nanprov() + " sql " + recorded_->dir.string() + " \"" + big + "\" --max-memory 64M 2>&1");
   EXPECT_EQ(heavy.code, 3) << heavy.out;
   EXPECT_EQ(lines(heavy.out), 1) << heavy.out;
   EXPECT_NE(heavy.out.find("needs more than 64 MiB of memory"), std::string::npos) << heavy.out;
@@ -532,20 +553,34 @@ TEST(HardeningCli, HelpAndTheFirstCommandTeach) {
   std::ofstream(here / "train.py") << "print('trained')\n";
   Result bare = sh("cd " + here.string() + " && " + nanprov() + " run train.py 2>&1");
   EXPECT_EQ(bare.code, 126) << bare.out;
-  EXPECT_EQ(bare.out, "nanprov run: train.py is a file here, not a command on PATH: run it through its interpreter, e.g. "
-                      "nanprov run -- python train.py\n");
+  EXPECT_EQ(bare.out,
+            "nanprov run: train.py is a file here, not a command on PATH: run it through its interpreter, e.g. "
+            "nanprov run -- python train.py\n");
   EXPECT_FALSE(fs::exists(here / "nanprov-runs")) << "a command that cannot start leaves no run behind";
 }
 
 TEST(HardeningCli, BadValuesAreRefusedInOneLine) {
   fs::path dir = runDir("bad-values");
-  for (std::string option : {"--capture-bytes -1", "--capture-every 99999999999999999999", "--capture-every -1",
-                             "--inject 'tensor=O,tensor=dQ'", "--inject 'tensor=dQ,step=-1'",
-                             "--capture 'rank=-1'", "--capture 'layer=1,layer=2'", "--probe-module ':q=0'",
-                             "--probe-module 'Attn:z=1'", "--probe-module 'Attn:q=1-2'",
-                             "--inject 'tensor=O,,layer=1'", "--inject 'tensor=O,layer=1,'", "--inject 'tensor=O,rank=-0'",
-                             "--capture-bytes 0x10", "--capture-every ' 3'", "--probe-module 'Attn:q=99999999999999999999'",
-                             "--probe-op 'ns::op:q=in put'", "--out ''", "--no-such-option", "--audit --audit"}) {
+  for (std::string option : {"--capture-bytes -1",
+                             "--capture-every 99999999999999999999",
+                             "--capture-every -1",
+                             "--inject 'tensor=O,tensor=dQ'",
+                             "--inject 'tensor=dQ,step=-1'",
+                             "--capture 'rank=-1'",
+                             "--capture 'layer=1,layer=2'",
+                             "--probe-module ':q=0'",
+                             "--probe-module 'Attn:z=1'",
+                             "--probe-module 'Attn:q=1-2'",
+                             "--inject 'tensor=O,,layer=1'",
+                             "--inject 'tensor=O,layer=1,'",
+                             "--inject 'tensor=O,rank=-0'",
+                             "--capture-bytes 0x10",
+                             "--capture-every ' 3'",
+                             "--probe-module 'Attn:q=99999999999999999999'",
+                             "--probe-op 'ns::op:q=in put'",
+                             "--out ''",
+                             "--no-such-option",
+                             "--audit --audit"}) {
     SCOPED_TRACE(option);
     Result r = sh(nanprov() + " run --out " + dir.string() + " " + option + " -- " + python() + " -c pass 2>&1");
     EXPECT_EQ(r.code, 2) << r.out;

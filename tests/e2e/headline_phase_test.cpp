@@ -39,7 +39,8 @@ TEST(HeadlinePhase, ForwardAlreadyNonFiniteIsNamedForwardNotGradients) {
   EXPECT_EQ(r.doc["gradient_sentinel"]["step"], oracle.step) << "the gradients went bad at the same step";
   expectFields(r.doc["first_module"], {{"step", oracle.step}, {"phase", "fwd"}, {"module", "head.fc"}});
   const std::string text = sh(nanprov() + " report " + r.dir.string()).out;
-  EXPECT_EQ(firstLine(text).rfind("rank0:step 2  first non-finite values were in the forward, at step 2", 0), 0u) << text;
+  EXPECT_EQ(firstLine(text).rfind("rank0:step 2  first non-finite values were in the forward, at step 2", 0), 0u)
+      << text;
   EXPECT_EQ(text.find("were gradients"), std::string::npos) << text;
 }
 
@@ -57,7 +58,8 @@ TEST(HeadlinePhase, WithoutTheTrailTheGradientsAreOnlyTheFirstFound) {
   TrainedRun r = train("headline-untrailed", "", "--fault forward --fault-step 2 --oracle", kScript);
   ASSERT_EQ(oracleOf(r.train.out).phase, "fwd") << r.train.out;
   const std::string text = sh(nanprov() + " report " + r.dir.string()).out;
-  EXPECT_EQ(firstLine(text).rfind("rank0:step 2  first non-finite values found were gradients, at step 2", 0), 0u) << text;
+  EXPECT_EQ(firstLine(text).rfind("rank0:step 2  first non-finite values found were gradients, at step 2", 0), 0u)
+      << text;
   EXPECT_NE(text.find("nanprov run --trail names the module that made them"), std::string::npos) << text;
 }
 

@@ -29,17 +29,20 @@ const std::string& chromium() {
 }
 
 #define REQUIRE_CHROMIUM() \
-  if (chromium().empty()) GTEST_SKIP() << "no chromium on PATH: scripts/setup installs Debian's chromium (CI runs these)"
+  if (chromium().empty())  \
+  GTEST_SKIP() << "no chromium on PATH: scripts/setup installs Debian's chromium (CI runs these)"
 
 // Headless, as root in CI containers (hence --no-sandbox), with a profile of its own so that tests
 // running at once do not share one.
 std::string browser(const fs::path& dir) {
-  return "timeout 120 " + chromium() + " --headless --no-sandbox --disable-gpu --disable-dev-shm-usage --no-first-run "
-         "--user-data-dir=" + (dir / "chromium-profile").string() + " ";
+  return "timeout 120 " + chromium() +
+         " --headless --no-sandbox --disable-gpu --disable-dev-shm-usage --no-first-run "
+         "--user-data-dir=" +
+         (dir / "chromium-profile").string() + " ";
 }
 
 struct Page {
-  Result written;   // `nanprov report RUN --html FILE`
+  Result written;  // `nanprov report RUN --html FILE`
   fs::path html, png;
   std::string dom;  // as Chromium built it
 };
@@ -50,7 +53,8 @@ Page writeAndRender(const fs::path& dir) {
   page.png = dir / "report.png";
   page.written = sh(nanprov() + " report " + dir.string() + " --html " + page.html.string());
   page.dom = sh(browser(dir) + "--dump-dom file://" + page.html.string() + " 2>/dev/null").out;
-  sh(browser(dir) + "--screenshot=" + page.png.string() + " --window-size=1280,1600 file://" + page.html.string() + " >/dev/null 2>&1");
+  sh(browser(dir) + "--screenshot=" + page.png.string() + " --window-size=1280,1600 file://" + page.html.string() +
+     " >/dev/null 2>&1");
   return page;
 }
 
@@ -73,13 +77,18 @@ struct Cell {
 // text is the only part a stored name can reach.
 std::vector<Cell> cellsOf(const std::string& dom) {
   std::vector<Cell> cells;
-  static const std::regex cell_re("<td class=\"cell[^\"]*\"[^>]*?data-rank=\"(\\d+)\" data-layer=\"(-?\\d+)\" data-step=\"(\\d+)\""
-                                  "[^>]*?data-phase=\"(fwd|bwd)\" data-health=\"([a-z-]+)\"");
+  static const std::regex cell_re(
+      "<td class=\"cell[^\"]*\"[^>]*?data-rank=\"(\\d+)\" data-layer=\"(-?\\d+)\" data-step=\"(\\d+)\""
+      "[^>]*?data-phase=\"(fwd|bwd)\" data-health=\"([a-z-]+)\"");
   for (auto it = std::sregex_iterator(dom.begin(), dom.end(), cell_re); it != std::sregex_iterator(); ++it) {
     const std::smatch& m = *it;
     std::string tag = m.str(0);
-    cells.push_back({.rank = std::stoi(m.str(1)), .layer = std::stoll(m.str(2)), .step = std::stoll(m.str(3)), .phase = m.str(4),
-                     .health = m.str(5), .first_edge = tag.find("id=\"first-edge-cell\"") != std::string::npos});
+    cells.push_back({.rank = std::stoi(m.str(1)),
+                     .layer = std::stoll(m.str(2)),
+                     .step = std::stoll(m.str(3)),
+                     .phase = m.str(4),
+                     .health = m.str(5),
+                     .first_edge = tag.find("id=\"first-edge-cell\"") != std::string::npos});
   }
   return cells;
 }
@@ -90,7 +99,8 @@ using CellKey = std::tuple<int, int64_t, int64_t, std::string>;  // rank, layer,
 std::set<CellKey> callKeys(const fs::path& dir) {
   std::set<CellKey> keys;
   for (const json& c : commandJson("calls", dir)) {
-    keys.insert({c["rank"].get<int>(), c["layer"].get<int64_t>(), c["step"].get<int64_t>(), c["phase"].get<std::string>()});
+    keys.insert(
+        {c["rank"].get<int>(), c["layer"].get<int64_t>(), c["step"].get<int64_t>(), c["phase"].get<std::string>()});
   }
   return keys;
 }
@@ -141,7 +151,8 @@ TEST(Html, CleanRunPageSaysCleanAndEveryCellIsClean) {
   EXPECT_EQ(page.written.code, 0) << "the exit status is report's own: " << page.written.out;
   EXPECT_EQ(page.written.out.rfind("clean: ", 0), 0u) << "the text report still goes to stdout: " << page.written.out;
   EXPECT_NE(page.dom.find("data-outcome=\"clean\""), std::string::npos) << page.dom.substr(0, 2000);
-  EXPECT_EQ(elementText(page.dom, "headline").rfind("clean: every checked attention input and output was finite", 0), 0u);
+  EXPECT_EQ(elementText(page.dom, "headline").rfind("clean: every checked attention input and output was finite", 0),
+            0u);
   std::vector<Cell> cells = cellsOf(page.dom);
   EXPECT_EQ(cells.size(), 2u * 3u * 2u) << "2 layers x 3 steps x (fwd, bwd)";
   expectOneCellPerLayerStepAndPhase(cells, r.dir);
@@ -168,7 +179,8 @@ TEST(Html, EdgeRunPageNamesTheEdgeMarksItsCellAndShowsTheReplay) {
   const std::string capture = edge["capture"].get<std::string>();
   const std::string kept = capture.substr(0, capture.size() - std::string(".safetensors").size()) + ".replay.json";
   EXPECT_NE(before.dom.find(kept), std::string::npos) << "the page says where the replay is kept";
-  EXPECT_NE(before.dom.find("nanprov replay " + capture + " --keep"), std::string::npos) << "and the line that keeps it";
+  EXPECT_NE(before.dom.find("nanprov replay " + capture + " --keep"), std::string::npos)
+      << "and the line that keeps it";
   Result replay = sh(nanprov() + " replay " + capture + " --keep");
   ASSERT_EQ(replay.code, 1) << "the overflow recurs: " << replay.out;
 
@@ -191,7 +203,8 @@ TEST(Html, EdgeRunPageNamesTheEdgeMarksItsCellAndShowsTheReplay) {
   EXPECT_NE(page.dom.find("<tr data-backend=\"captured\">"), std::string::npos);
   EXPECT_NE(page.dom.find("<tr data-backend=\"math\">"), std::string::npos);
   EXPECT_NE(page.dom.find("precision-limit"), std::string::npos) << "the root cause replay gave";
-  EXPECT_NE(page.dom.find("aten::_scaled_dot_product_flash_attention_for_cpu"), std::string::npos) << "the edge's kernel";
+  EXPECT_NE(page.dom.find("aten::_scaled_dot_product_flash_attention_for_cpu"), std::string::npos)
+      << "the edge's kernel";
   EXPECT_TRUE(isPng(page.png)) << page.png;
 }
 
@@ -204,14 +217,17 @@ TEST(Html, ADeepModelsPictureHoldsBandsOfLayers) {
   Result deepened = addCallCopies(r.dir / "rank-0.sqlite", 20'000, "new[col('layer')] = 100 + i");
   ASSERT_EQ(deepened.code, 0) << deepened.out;
   const fs::path page = r.dir / "deep.html";
-  const std::string timed = fs::exists("/usr/bin/time") ? "/usr/bin/time -f 'rss %M' " : "";  // its peak memory, where it can
-  Result written = sh(timed + nanprov() + " report " + r.dir.string() + " --html " + page.string() + " 2>&1 >/dev/null");
+  const std::string timed =
+      fs::exists("/usr/bin/time") ? "/usr/bin/time -f 'rss %M' " : "";  // its peak memory, where it can
+  Result written =
+      sh(timed + nanprov() + " report " + r.dir.string() + " --html " + page.string() + " 2>&1 >/dev/null");
   EXPECT_EQ(written.code, 1) << written.out;
   const std::string html = sh("cat " + page.string()).out;
   EXPECT_LT(html.size(), 8u << 20) << "a page of " << html.size() << " bytes";
   EXPECT_NE(html.find("This model is deep: each row holds up to"), std::string::npos);
   size_t rows = 0;
-  for (size_t at = html.find("<tr><th title="); at != std::string::npos; at = html.find("<tr><th title=", at + 1)) ++rows;
+  for (size_t at = html.find("<tr><th title="); at != std::string::npos; at = html.find("<tr><th title=", at + 1))
+    ++rows;
   EXPECT_LE(rows, 2u * 256u) << "at most 256 rows per phase table";
   EXPECT_GT(rows, 0u);
   EXPECT_NE(html.find("data-layer-last="), std::string::npos) << "rows hold bands of layers";
@@ -227,21 +243,23 @@ TEST(Html, TwoRankRunHasAPictureForEachRank) {
   std::string torchrun = fs::path(python()).parent_path().string() + "/torchrun";
   // Loopback only: CI sandboxes have no other interface gloo could use.
   Result t = sh("GLOO_SOCKET_IFNAME=lo " + nanprov() + " run --out " + dir.string() +
-                " --inject 'rank=1,layer=0,phase=bwd,tensor=dK,step=1' -- " + torchrun + " --standalone --nproc-per-node=2 " +
-                example("tiny_transformer.py") + " --steps 3 --ddp 2>&1");
+                " --inject 'rank=1,layer=0,phase=bwd,tensor=dK,step=1' -- " + torchrun +
+                " --standalone --nproc-per-node=2 " + example("tiny_transformer.py") + " --steps 3 --ddp 2>&1");
   ASSERT_EQ(t.code, 1) << t.out;
   json doc = commandJson("report", dir);
   ASSERT_EQ(doc["first_edge"]["name"], "rank1:layer0:call3") << doc.dump(1);
   Page page = writeAndRender(dir);
   EXPECT_EQ(page.written.code, 1) << page.written.out;
-  EXPECT_NE(elementText(page.dom, "headline").find("rank1:layer0:call3"), std::string::npos) << elementText(page.dom, "headline");
+  EXPECT_NE(elementText(page.dom, "headline").find("rank1:layer0:call3"), std::string::npos)
+      << elementText(page.dom, "headline");
   std::vector<Cell> cells = cellsOf(page.dom);
   EXPECT_EQ(cells.size(), 2u * (2u * 3u * 2u)) << "2 ranks x 2 layers x 3 steps x (fwd, bwd)";
   expectOneCellPerLayerStepAndPhase(cells, dir);
   expectFirstEdgeCell(cells, doc["first_edge"], "injected");
   for (int rank : {0, 1}) {
     EXPECT_NE(page.dom.find("<table class=\"picture\" data-rank=\"" + std::to_string(rank) + "\" data-phase=\"bwd\""),
-              std::string::npos) << "rank " << rank;
+              std::string::npos)
+        << "rank " << rank;
   }
   EXPECT_TRUE(isPng(page.png)) << page.png;
 }
@@ -256,7 +274,8 @@ TEST(Html, AuditRunListsFindingsAndDrawsThem) {
   EXPECT_EQ(page.written.code, 5) << page.written.out;
   EXPECT_NE(page.dom.find("data-outcome=\"audit_finding\""), std::string::npos);
   for (const char* name : {"rank0:layer1:call0", "rank0:layer1:call1"}) {
-    EXPECT_NE(page.dom.find(std::string("<tr class=\"finding\" data-name=\"") + name + "\">"), std::string::npos) << name;
+    EXPECT_NE(page.dom.find(std::string("<tr class=\"finding\" data-name=\"") + name + "\">"), std::string::npos)
+        << name;
   }
   std::vector<Cell> cells = cellsOf(page.dom);
   EXPECT_EQ(cells.size(), 2u * 2u * 2u);
@@ -275,9 +294,11 @@ TEST(Html, PageFetchesNothingAndEscapesStoredTexts) {
   TrainedRun r = train("html-hostile", "", "--steps 2 --glitch-step 1");
   ASSERT_EQ(r.report.code, 1) << r.train.out;
   const std::string hostile = "layers.0<script>alert(1)</script><img src=x onerror=alert(2)>\"'&";
-  Result set = sh(python() + " -c \"import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute('UPDATE signatures SET "
-                  "module=?', (sys.argv[2],)); c.commit()\" '" + (r.dir / "rank-0.sqlite").string() + "' '" +
-                  std::regex_replace(hostile, std::regex("'"), "'\\''") + "' 2>&1");
+  Result set =
+      sh(python() +
+         " -c \"import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute('UPDATE signatures SET "
+         "module=?', (sys.argv[2],)); c.commit()\" '" +
+         (r.dir / "rank-0.sqlite").string() + "' '" + std::regex_replace(hostile, std::regex("'"), "'\\''") + "' 2>&1");
   ASSERT_EQ(set.code, 0) << set.out;
   fs::path html = r.dir / "report.html";
   Result written = sh(nanprov() + " report " + r.dir.string() + " --html " + html.string() + " 2>&1");
@@ -299,9 +320,12 @@ TEST(Html, PageFetchesNothingAndEscapesStoredTexts) {
   }
   EXPECT_EQ(page.find("@import"), std::string::npos);
   EXPECT_EQ(page.find("url("), std::string::npos);
-  EXPECT_NE(page.find("content=\"default-src 'none'; style-src 'unsafe-inline'\""), std::string::npos) << "the CSP forbids fetches and scripts";
-  EXPECT_NE(page.find("layers.0&lt;script&gt;alert(1)&lt;/script&gt;&lt;img src=x onerror=alert(2)&gt;&quot;&#39;&amp;"),
-            std::string::npos) << "the module name is shown as text";
+  EXPECT_NE(page.find("content=\"default-src 'none'; style-src 'unsafe-inline'\""), std::string::npos)
+      << "the CSP forbids fetches and scripts";
+  EXPECT_NE(
+      page.find("layers.0&lt;script&gt;alert(1)&lt;/script&gt;&lt;img src=x onerror=alert(2)&gt;&quot;&#39;&amp;"),
+      std::string::npos)
+      << "the module name is shown as text";
 
   if (chromium().empty()) return;
   const std::string dom = sh(browser(r.dir) + "--dump-dom file://" + html.string() + " 2>/dev/null").out;

@@ -50,7 +50,8 @@ TEST(KillDrill, BudgetedRunsKilledAtRandomMomentsAreReadByEveryReader) {
     EXPECT_EQ(report.code, 0) << report.out;
     EXPECT_EQ(doc["coverage"]["damage"], json::array()) << doc["coverage"].dump();
     // Calls lost to the kill were checked and never stored: the run is not plainly clean.
-    if (doc["coverage"]["calls_not_stored"].get<int64_t>() > 0) EXPECT_EQ(doc["outcome"], "partial") << doc["coverage"].dump();
+    if (doc["coverage"]["calls_not_stored"].get<int64_t>() > 0)
+      EXPECT_EQ(doc["outcome"], "partial") << doc["coverage"].dump();
     // Every call the report counts is a row or in a summary; every step a call ran in was recorded.
     const int64_t rows = sqlInteger(dir, "SELECT COUNT(*) AS n FROM calls");
     const int64_t in_summaries = sqlInteger(dir, "SELECT COALESCE(SUM(calls), 0) AS n FROM step_summaries");

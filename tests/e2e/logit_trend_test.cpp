@@ -28,7 +28,8 @@ TEST(LogitTrend, WarnsBeforeTheNaNAndFollowsTheScriptsOwnScores) {
   TrainedRun r = train("trend-diverging", "", "--steps 45 --truth --oracle", kScript);
   ASSERT_EQ(r.report.code, 1) << r.train.out << r.report.out;
   std::smatch oracle;
-  ASSERT_TRUE(std::regex_search(r.train.out, oracle, std::regex("first non-finite forward output: (\\S+) at step (\\d+)")))
+  ASSERT_TRUE(
+      std::regex_search(r.train.out, oracle, std::regex("first non-finite forward output: (\\S+) at step (\\d+)")))
       << r.train.out;
   const int nan_step = std::stoi(oracle[2].str());
   expectFields(r.doc["first_edge"], {{"module", oracle[1].str()}, {"step", nan_step}, {"origin", "attention"}});
@@ -38,13 +39,14 @@ TEST(LogitTrend, WarnsBeforeTheNaNAndFollowsTheScriptsOwnScores) {
   EXPECT_EQ(countOf(r.train.out, "A trend, not a verdict"), 1) << r.train.out;
   EXPECT_EQ(countOf(r.train.out, "nanprov: warning:"), 2) << r.train.out;
   std::smatch said;
-  ASSERT_TRUE(std::regex_search(r.train.out, said, std::regex("nanprov: warning: rank 0, step (\\d+): (\\S+) attention logits grew")))
+  ASSERT_TRUE(std::regex_search(r.train.out, said,
+                                std::regex("nanprov: warning: rank 0, step (\\d+): (\\S+) attention logits grew")))
       << r.train.out;
   const int warned_step = std::stoi(said[1].str());
   EXPECT_LT(warned_step, nan_step) << "the warning must come before the NaN";
   EXPECT_LT(r.train.out.find("nanprov: warning:"), r.train.out.find("oracle:")) << "said while the training ran";
-  const std::string before = std::to_string(nan_step - warned_step) + " steps before the first non-finite value, at step " +
-                             std::to_string(nan_step) + ".\n";
+  const std::string before = std::to_string(nan_step - warned_step) +
+                             " steps before the first non-finite value, at step " + std::to_string(nan_step) + ".\n";
   EXPECT_NE(r.train.out.find(before), std::string::npos) << r.train.out;
   std::printf("warned at step %d, %d steps before the first non-finite value (step %d)\n", warned_step,
               nan_step - warned_step, nan_step);
@@ -52,8 +54,12 @@ TEST(LogitTrend, WarnsBeforeTheNaNAndFollowsTheScriptsOwnScores) {
   const json& trends = r.doc["trends"];
   ASSERT_FALSE(trends["warnings"].empty()) << trends.dump();
   const json& first = trends["warnings"][0];
-  expectFields(first, {{"kind", "growth"}, {"step", warned_step}, {"module", said[2].str()}, {"logit_source", "scores"},
-                       {"scores_dtype", "Half"}, {"steps_before_first_nonfinite", nan_step - warned_step}});
+  expectFields(first, {{"kind", "growth"},
+                       {"step", warned_step},
+                       {"module", said[2].str()},
+                       {"logit_source", "scores"},
+                       {"scores_dtype", "Half"},
+                       {"steps_before_first_nonfinite", nan_step - warned_step}});
   bool precision = false;
   for (const json& w : trends["warnings"]) {
     if (w["kind"] != "precision") continue;
@@ -66,7 +72,8 @@ TEST(LogitTrend, WarnsBeforeTheNaNAndFollowsTheScriptsOwnScores) {
   // The trend is the script's own largest score per step and layer, before the NaN.
   std::map<std::pair<int, int>, double> truth;
   std::regex line("truth: step (\\d+) layer (\\d+) largest score (\\S+)");
-  for (auto it = std::sregex_iterator(r.train.out.begin(), r.train.out.end(), line); it != std::sregex_iterator(); ++it) {
+  for (auto it = std::sregex_iterator(r.train.out.begin(), r.train.out.end(), line); it != std::sregex_iterator();
+       ++it) {
     truth[{std::stoi((*it)[1].str()), std::stoi((*it)[2].str())}] = std::stod((*it)[3].str());
   }
   ASSERT_EQ(trends["layers"].size(), 2u) << trends.dump();
@@ -112,7 +119,8 @@ void expectNoWarningWithMask(const std::string& mask, const std::string& dtype, 
                        std::string(NANPROV_TEST_SCRIPTS) + "/masked_attention.py");
   ASSERT_NE(r.train.out.find("oracle: every forward output finite"), std::string::npos) << r.train.out;
   std::smatch oracle;
-  ASSERT_TRUE(std::regex_search(r.train.out, oracle, std::regex("oracle: largest visible score (\\S+)"))) << r.train.out;
+  ASSERT_TRUE(std::regex_search(r.train.out, oracle, std::regex("oracle: largest visible score (\\S+)")))
+      << r.train.out;
   const double visible = std::stod(oracle[1].str());
   ASSERT_LT(visible, 100.0) << "the model's own logits stay small: any warning is a false alarm";
   EXPECT_EQ(r.report.code, 0) << r.train.out << r.report.out;
@@ -143,12 +151,14 @@ void expectNoWarningWithMask(const std::string& mask, const std::string& dtype, 
 }
 
 TEST(LogitTrend, NoWarningOnACleanRunWithAnyMaskInPlainOps) {
-  for (const char* mask : {"neg1e4", "neg1e9", "finfo", "neginf", "bool"}) expectNoWarningWithMask(mask, "float32", "plain");
+  for (const char* mask : {"neg1e4", "neg1e9", "finfo", "neginf", "bool"})
+    expectNoWarningWithMask(mask, "float32", "plain");
   expectNoWarningWithMask("finfo", "float64", "plain");
 }
 
 TEST(LogitTrend, NoWarningOnACleanRunWithAnyMaskInSdpa) {
-  for (const char* mask : {"neg1e4", "neg1e9", "finfo", "neginf", "bool"}) expectNoWarningWithMask(mask, "float32", "sdpa");
+  for (const char* mask : {"neg1e4", "neg1e9", "finfo", "neginf", "bool"})
+    expectNoWarningWithMask(mask, "float32", "sdpa");
   expectNoWarningWithMask("finfo", "float64", "sdpa");
 }
 
@@ -175,7 +185,8 @@ TEST(LogitTrend, NoWarningOnAStableRunOrTheDemo) {
   EXPECT_EQ(demo.train.out.find("warning:"), std::string::npos) << demo.train.out;
   EXPECT_TRUE(demo.doc["trends"]["warnings"].empty());
   EXPECT_EQ(demo.doc["trends"]["layers"].size(), 2u);
-  EXPECT_EQ(demo.doc["trends"]["layers"][0]["points"][0]["logit_source"], "lse") << "the CPU's flash kernel returns LSE";
+  EXPECT_EQ(demo.doc["trends"]["layers"][0]["points"][0]["logit_source"], "lse")
+      << "the CPU's flash kernel returns LSE";
 }
 
 }  // namespace

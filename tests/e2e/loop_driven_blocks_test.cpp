@@ -43,17 +43,20 @@ TEST(LoopDrivenBlocks, EveryBlockKeepsItsLayerAndFullPath) {
   constexpr int kLayers = 4, kGlitchLayer = 2;
   for (const Holder& h : kHolders) {
     SCOPED_TRACE(h.name);
-    TrainedRun r = train("blocks-" + h.name, "", "--holder " + h.name + " --glitch-step 2 --glitch-layer 2 --oracle", kScript);
+    TrainedRun r =
+        train("blocks-" + h.name, "", "--holder " + h.name + " --glitch-step 2 --glitch-layer 2 --oracle", kScript);
     ASSERT_EQ(r.report.code, 1) << r.train.out << r.report.out;
     const json& e = r.doc["first_edge"];
     const std::string glitched = h.block_prefix + "." + std::to_string(kGlitchLayer) + ".attn";
     ASSERT_NE(oracleSays(r.train.out, "first non-finite forward output"), "") << r.train.out;
     EXPECT_EQ(oracleSays(r.train.out, "first non-finite forward output"), glitched + " at step 2");
-    expectFields(e, {{"module", glitched}, {"layer", kGlitchLayer}, {"step", 2}, {"phase", "fwd"}, {"origin", "attention"}});
+    expectFields(
+        e, {{"module", glitched}, {"layer", kGlitchLayer}, {"step", 2}, {"phase", "fwd"}, {"origin", "attention"}});
     EXPECT_EQ(r.doc["outcome"], "edge") << r.report.out;
 
     // "after it: N non-finite calls across M layers": the layers the oracle saw non-finite values in.
-    EXPECT_EQ(r.doc["propagation"]["layers"], std::stoi(oracleSays(r.train.out, "non-finite attention layers"))) << r.report.out;
+    EXPECT_EQ(r.doc["propagation"]["layers"], std::stoi(oracleSays(r.train.out, "non-finite attention layers")))
+        << r.report.out;
     Result text = sh(nanprov() + " report " + r.dir.string());
     EXPECT_NE(text.out.find("across " + std::to_string(kLayers) + " layers"), std::string::npos) << text.out;
 

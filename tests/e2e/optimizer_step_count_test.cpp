@@ -37,7 +37,8 @@ TEST(OptimizerStepCount, EveryStepCallIsCountedWhateverTheOptimizer) {
 TEST(OptimizerStepCount, StepsAreCountedWhenNothingButStepsHappened) {
   for (const std::string optimizer : {"sgd", "wrapper", "accumulate", "two"}) {
     SCOPED_TRACE(optimizer);
-    TrainedRun r = train("steps-mlp-" + optimizer, "", "--model mlp --optimizer " + optimizer + " --steps 4 --oracle", kScript);
+    TrainedRun r =
+        train("steps-mlp-" + optimizer, "", "--model mlp --optimizer " + optimizer + " --steps 4 --oracle", kScript);
     ASSERT_EQ(oracleSteps(r.train.out), 4) << r.train.out;
     EXPECT_EQ(r.doc["summary"]["steps"], 4) << r.report.out;
     EXPECT_EQ(r.doc["outcome"], "nothing_checked") << "no attention ran: never a false clean. " << r.report.out;

@@ -17,8 +17,8 @@ TEST(PlainSoftmaxAttention, MultiheadAttentionFullyMaskedRowsFoundWhereTheOracle
   TrainedRun r = train("mha-masked", "", "--oracle", "mha_padding.py");
   ASSERT_EQ(r.report.code, 1) << r.train.out;
   const json& e = r.doc["first_edge"];
-  ASSERT_NO_FATAL_FAILURE(
-      expectEdgeWhereTheOracleSays(r.train.out, e, {{"op", "multi_head_attention_forward"}, {"backend", "plain_softmax"}}));
+  ASSERT_NO_FATAL_FAILURE(expectEdgeWhereTheOracleSays(
+      r.train.out, e, {{"op", "multi_head_attention_forward"}, {"backend", "plain_softmax"}}));
   EXPECT_EQ(r.doc["outcome"], "edge");
   const json& s = r.doc["gradient_sentinel"];
   ASSERT_TRUE(s.is_object()) << r.report.out;
@@ -47,7 +47,8 @@ TEST(PlainSoftmaxAttention, MultiheadAttentionFullyMaskedRowsFoundWhereTheOracle
   // was on, which pytorch#152028 needs, only the capture says.
   std::vector<std::string> reported;
   for (const json& k : r.doc["known_issues"]) reported.push_back(k["id"]);
-  EXPECT_NE(std::find(reported.begin(), reported.end(), "pytorch#41508"), reported.end()) << r.doc["known_issues"].dump(1);
+  EXPECT_NE(std::find(reported.begin(), reported.end(), "pytorch#41508"), reported.end())
+      << r.doc["known_issues"].dump(1);
   Result report = sh(nanprov() + " report " + r.dir.string());
   EXPECT_NE(report.out.find("known issue: matches pytorch#41508"), std::string::npos) << report.out;
   // One unit for the fully masked rows, named, in the report and in replay alike: the mask's rows
@@ -61,11 +62,13 @@ TEST(PlainSoftmaxAttention, MultiheadAttentionFullyMaskedRowsFoundWhereTheOracle
   }
   for (const json& k : r.doc["possible_known_issues"]) {
     EXPECT_FALSE(k["undecided"].empty()) << k.dump();
-    EXPECT_EQ(std::find(reported.begin(), reported.end(), k["id"].get<std::string>()), reported.end()) << "matched and possible: " << k.dump();
+    EXPECT_EQ(std::find(reported.begin(), reported.end(), k["id"].get<std::string>()), reported.end())
+        << "matched and possible: " << k.dump();
     // The MHA's dropout is 0.0 and the store says so: the dropout bug is ruled out, not undecided.
     EXPECT_NE(k["id"], "pytorch#152028") << k.dump();
   }
-  EXPECT_EQ(std::find(reported.begin(), reported.end(), "pytorch#152028"), reported.end()) << r.doc["known_issues"].dump(1);
+  EXPECT_EQ(std::find(reported.begin(), reported.end(), "pytorch#152028"), reported.end())
+      << r.doc["known_issues"].dump(1);
 }
 
 // The same MHA with dropout 0.1 (applied in training): the store records it, so the report names
@@ -76,9 +79,12 @@ TEST(PlainSoftmaxAttention, MultiheadAttentionDropoutIsRecordedForTheKnownIssues
   ASSERT_EQ(r.report.code, 1) << r.train.out;
   std::vector<std::string> reported;
   for (const json& k : r.doc["known_issues"]) reported.push_back(k["id"]);
-  EXPECT_NE(std::find(reported.begin(), reported.end(), "pytorch#152028"), reported.end()) << r.doc["known_issues"].dump(1);
-  EXPECT_NE(std::find(reported.begin(), reported.end(), "pytorch#41508"), reported.end()) << r.doc["known_issues"].dump(1);
-  Result fwd = sh(nanprov() + " sql " + r.dir.string() + " \"SELECT DISTINCT dropout_p FROM calls WHERE phase = 'fwd'\" --json");
+  EXPECT_NE(std::find(reported.begin(), reported.end(), "pytorch#152028"), reported.end())
+      << r.doc["known_issues"].dump(1);
+  EXPECT_NE(std::find(reported.begin(), reported.end(), "pytorch#41508"), reported.end())
+      << r.doc["known_issues"].dump(1);
+  Result fwd =
+      sh(nanprov() + " sql " + r.dir.string() + " \"SELECT DISTINCT dropout_p FROM calls WHERE phase = 'fwd'\" --json");
   json rows = json::parse(fwd.out, nullptr, false);
   ASSERT_TRUE(rows.is_array() && rows.size() == 1) << fwd.out;
   EXPECT_DOUBLE_EQ(rows[0]["dropout_p"].get<double>(), 0.1) << fwd.out;
@@ -164,8 +170,9 @@ TEST(PlainSoftmaxAttention, FlashAttention2And3AreProbedAndAFaultyOneIsTheSuspec
   for (std::string flavour : {"fa2", "fa3"}) {
     for (std::string layout : {"", " --varlen"}) {
       SCOPED_TRACE(flavour + layout);
-      TrainedRun r = train(flavour, "", "--flavour " + flavour + " --dtype float32 --overflow-layer 1 --overflow-step 2" + layout,
-                           "flash_attn_training.py");
+      TrainedRun r =
+          train(flavour, "", "--flavour " + flavour + " --dtype float32 --overflow-layer 1 --overflow-step 2" + layout,
+                "flash_attn_training.py");
       ASSERT_EQ(r.report.code, 1) << r.train.out;
       const json& e = r.doc["first_edge"];
       expectFields(e, {{"step", 2},

@@ -37,7 +37,8 @@ std::map<int, double> oracleLogits(const std::string& out) {
 TEST(ProbeModuleLogits, TheTrendReadsTheScoresTheModulesSoftmaxConsumed) {
   TrainedRun r = probed("probe-module-logits", "x");
   ASSERT_EQ(r.report.code, 1) << r.train.out << r.report.out;
-  expectFields(r.doc["first_edge"], {{"step", 4}, {"phase", "fwd"}, {"module", "blocks.0.attn"}, {"origin", "attention"}});
+  expectFields(r.doc["first_edge"],
+               {{"step", 4}, {"phase", "fwd"}, {"module", "blocks.0.attn"}, {"origin", "attention"}});
   const std::map<int, double> oracle = oracleLogits(r.train.out);
   ASSERT_EQ(oracle.size(), 4u) << r.train.out;
   ASSERT_GT(oracle.at(3), 1e25);
@@ -95,9 +96,10 @@ TEST(ProbeModuleLogits, AModuleWhoseQKVCannotBeRebuiltIsSaidUpFront) {
   EXPECT_EQ(edge["capture_skipped"], why) << edge.dump();
   Result text = sh(nanprov() + " report " + r.dir.string());
   EXPECT_NE(text.out.find("not captured: " + why), std::string::npos) << text.out;
-  EXPECT_NE(r.train.out.find("nanprov: --probe-module: module:HandAttention is checked at its boundary, but replay could "
-                             "not rebuild its calls"),
-            std::string::npos)
+  EXPECT_NE(
+      r.train.out.find("nanprov: --probe-module: module:HandAttention is checked at its boundary, but replay could "
+                       "not rebuild its calls"),
+      std::string::npos)
       << r.train.out;
 }
 

@@ -48,12 +48,12 @@ void expectRankOneFound(const fs::path& dir, const std::string& training, int ra
   ASSERT_EQ(oracle[1].str(), "1") << "the glitch is rank 1's: " << t.out;
   json doc = reportOfEveryRank(dir, ranks);
   expectFields(doc["first_edge"], {{"rank", 1},
-                                    {"step", std::stoi(oracle[2].str())},
-                                    {"phase", "fwd"},
-                                    {"layer", 0},
-                                    {"module", oracle[3].str()},
-                                    {"origin", "attention"},
-                                    {"inputs_finite", true}});
+                                   {"step", std::stoi(oracle[2].str())},
+                                   {"phase", "fwd"},
+                                   {"layer", 0},
+                                   {"module", oracle[3].str()},
+                                   {"origin", "attention"},
+                                   {"inputs_finite", true}});
   expectOneStorePerRank(dir, ranks);
 }
 
@@ -75,15 +75,17 @@ TEST(ProcessGroupRank, CallsBeforeTheGroupBecomeTheRanksRows) {
   ASSERT_EQ(t.code, 1) << t.out;
   EXPECT_EQ(t.out.find("already exists"), std::string::npos) << t.out;
   expectOneStorePerRank(dir, 2);
-  Result q = sh(nanprov() + " sql " + dir.string() +
-                " \"SELECT rank, COUNT(*) AS calls, MIN(step) AS first FROM calls GROUP BY rank ORDER BY rank\" --json");
+  Result q =
+      sh(nanprov() + " sql " + dir.string() +
+         " \"SELECT rank, COUNT(*) AS calls, MIN(step) AS first FROM calls GROUP BY rank ORDER BY rank\" --json");
   json rows = json::parse(q.out, nullptr, false);
   ASSERT_TRUE(rows.is_array() && rows.size() == 2u) << q.out;
   // 2 layers: the early forward's 2 calls, then 5 steps of forward and backward (rank 1's stop at
   // nothing: the glitch makes NaN, not an exception).
   EXPECT_EQ(rows[0]["calls"], rows[1]["calls"]) << q.out;
   EXPECT_EQ(rows[1]["rank"], 1) << q.out;
-  Result meta = sh(nanprov() + " sql " + dir.string() + " \"SELECT rank, value FROM meta WHERE key = 'rank_source'\" --json");
+  Result meta =
+      sh(nanprov() + " sql " + dir.string() + " \"SELECT rank, value FROM meta WHERE key = 'rank_source'\" --json");
   json sources = json::parse(meta.out, nullptr, false);
   ASSERT_TRUE(sources.is_array() && sources.size() == 2u) << meta.out;
   for (const json& s : sources) EXPECT_EQ(s["value"], "process_group") << meta.out;

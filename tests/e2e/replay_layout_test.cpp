@@ -25,7 +25,8 @@ fs::path firstCapture(const fs::path& dir) {
 }
 
 TEST(ReplayLayout, FusedProjectionViewsReplayAtTheirStorageOffsetAndAlignment) {
-  TrainedRun r = train("fused-qkv", "--capture step=0,phase=fwd", "", std::string(NANPROV_TEST_SCRIPTS) + "/fused_qkv_views.py");
+  TrainedRun r =
+      train("fused-qkv", "--capture step=0,phase=fwd", "", std::string(NANPROV_TEST_SCRIPTS) + "/fused_qkv_views.py");
   ASSERT_EQ(r.train.code, 0) << r.train.out;
   const fs::path capture = firstCapture(r.dir);
   ASSERT_FALSE(capture.empty()) << r.train.out;
@@ -71,8 +72,10 @@ TEST(ReplayLayout, ACaptureWithoutLayoutFactsSaysItReplayedContiguous) {
   ASSERT_EQ(made.code, 0) << made.out;
   d = replayJson(strided);
   EXPECT_EQ(d["layouts"]["Q"]["replayed"]["strides"], json({64, 1, 16, 2})) << d["layouts"].dump();
-  EXPECT_EQ(d["layouts"]["Q"]["note"], "storage offset and alignment not recorded: replayed with the run's strides at "
-                                       "storage offset 0, 256-byte aligned") << d["layouts"].dump();
+  EXPECT_EQ(d["layouts"]["Q"]["note"],
+            "storage offset and alignment not recorded: replayed with the run's strides at "
+            "storage offset 0, 256-byte aligned")
+      << d["layouts"].dump();
 }
 
 TEST(ReplayLayout, AMalformedLayoutIsOneClearError) {

@@ -45,7 +45,9 @@ TEST(Replay, DemoOverflowEdgeIsCapturedAndReplaysAsPrecisionLimit) {
                  "', 'pt'); m = f.metadata(); print(sorted(f.keys()), m['op'], m['phase'], m['call'])\"");
   ASSERT_EQ(py.code, 0) << py.out;
   EXPECT_NE(py.out.find("['K', 'LSE', 'O', 'Q', 'V'] aten::_scaled_dot_product_flash_attention_for_cpu fwd "
-                        "rank0:layer0:call4"), std::string::npos) << py.out;
+                        "rank0:layer0:call4"),
+            std::string::npos)
+      << py.out;
 
   fs::path repro = r.dir / "repro";
   Replay rp = replay(capture + " --emit-repro " + repro.string());
@@ -62,7 +64,8 @@ TEST(Replay, DemoOverflowEdgeIsCapturedAndReplaysAsPrecisionLimit) {
   }
   EXPECT_EQ(backend(d, "flash_cpu")["original"], true);
   EXPECT_NE(std::find(d["yardstick_nonfinite"].begin(), d["yardstick_nonfinite"].end(), "O"),
-            d["yardstick_nonfinite"].end()) << "the float32 yardstick overflows too";
+            d["yardstick_nonfinite"].end())
+      << "the float32 yardstick overflows too";
   // The overflow is the kernel's deterministic answer to these inputs: every rerun of the captured
   // backend gives it, bit for bit as the run did.
   const json& reruns = d["reruns"];
@@ -98,8 +101,8 @@ TEST(Replay, CleanCallsCapturedBySelectorReplayOkOnEveryCpuBackend) {
   TrainedRun r = train("replay-clean", "--capture 'layer=0,phase=bwd,step=0' --capture 'layer=1,phase=fwd,step=1'",
                        "--steps 2 --mask-rows");
   ASSERT_EQ(r.report.code, 0) << r.train.out;
-  json rows = json::parse(sh(nanprov() + " sql " + r.dir.string() +
-                             " \"SELECT trigger, path FROM captures ORDER BY seq\" --json").out);
+  json rows = json::parse(
+      sh(nanprov() + " sql " + r.dir.string() + " \"SELECT trigger, path FROM captures ORDER BY seq\" --json").out);
   ASSERT_EQ(rows.size(), 2u) << rows.dump(1);
   for (const json& row : rows) {
     EXPECT_EQ(row["trigger"], "selector");
@@ -132,7 +135,8 @@ TEST(Replay, InjectedBackwardFaultIsNotReproduced) {
   EXPECT_EQ(rp.doc["captured"]["tensors"]["dQ"]["verdict"], "non-finite");
   EXPECT_EQ(backend(rp.doc, "flash_cpu")["tensors"]["dQ"]["verdict"], "ok");
   Result text = sh(nanprov() + " replay " + rp.doc["capture"].get<std::string>());
-  EXPECT_NE(text.out.find("corrupted by nanprov run --inject, so the kernel itself is fine"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("corrupted by nanprov run --inject, so the kernel itself is fine"), std::string::npos)
+      << text.out;
   // An injected NaN never recurs, and the reruns agree bit for bit among themselves: the run's
   // result cannot be recomputed from its inputs.
   const json& reruns = rp.doc["reruns"];
@@ -140,10 +144,13 @@ TEST(Replay, InjectedBackwardFaultIsNotReproduced) {
   EXPECT_EQ(reruns["reproduced"], 0) << reruns.dump(1);
   EXPECT_EQ(reruns["distinct_results"], 1) << reruns.dump(1);
   EXPECT_EQ(reruns["identical_to_run"], 0) << reruns.dump(1);
-  EXPECT_NE(rp.doc["root_cause"]["explanation"].get<std::string>().find("5 reruns on cpu, each bitwise identical"), std::string::npos)
+  EXPECT_NE(rp.doc["root_cause"]["explanation"].get<std::string>().find("5 reruns on cpu, each bitwise identical"),
+            std::string::npos)
       << rp.doc["root_cause"].dump(1);
-  EXPECT_NE(text.out.find("reruns: flash_cpu on cpu gave the run's result 0 of 5 times, one bitwise result (none identical to the run's)"),
-            std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("reruns: flash_cpu on cpu gave the run's result 0 of 5 times, one bitwise result (none "
+                          "identical to the run's)"),
+            std::string::npos)
+      << text.out;
   // --reruns sets how often; 1 runs the backend once, as before.
   Replay three = replay(rp.doc["capture"].get<std::string>() + " --reruns 3");
   EXPECT_EQ(three.doc["reruns"]["runs"], 3) << three.result.out;
@@ -163,8 +170,8 @@ TEST(Replay, InjectedBackwardFaultIsNotReproduced) {
 TEST(Replay, AFlakyLibraryOpRerunInTheRunIsNondeterministic) {
   const fs::path dir = runDir("flaky-op");
   const std::string script = std::string(NANPROV_TEST_SCRIPTS) + "/flaky_library_op.py";
-  Result run = sh(nanprov() + " run --out " + dir.string() + " --reruns 20 --probe-op 'flaky::attn:q=Q,k=K,v=V' -- " + python() +
-                  " " + script + " --oracle 2>&1");
+  Result run = sh(nanprov() + " run --out " + dir.string() + " --reruns 20 --probe-op 'flaky::attn:q=Q,k=K,v=V' -- " +
+                  python() + " " + script + " --oracle 2>&1");
   ASSERT_EQ(run.code, 1) << run.out << "\n(1: the training exited 0 and nanprov found an edge)";
   EXPECT_NE(run.out.find("oracle: flaky::attn call 3 wrote a NaN"), std::string::npos) << run.out;
   json doc = json::parse(sh(nanprov() + " report " + dir.string() + " --json").out, nullptr, false);
@@ -188,8 +195,8 @@ TEST(Replay, AFlakyLibraryOpRerunInTheRunIsNondeterministic) {
   // Without --reruns the library's own code, which may keep state, is not run again: the training
   // computes what it would without nanprov, and replay says why it has no in-run reruns.
   const fs::path plain_dir = runDir("flaky-op-default");
-  Result plain = sh(nanprov() + " run --out " + plain_dir.string() + " --probe-op 'flaky::attn:q=Q,k=K,v=V' -- " + python() + " " +
-                    script + " 2>&1");
+  Result plain = sh(nanprov() + " run --out " + plain_dir.string() + " --probe-op 'flaky::attn:q=Q,k=K,v=V' -- " +
+                    python() + " " + script + " 2>&1");
   ASSERT_EQ(plain.code, 1) << plain.out;
   json plain_doc = json::parse(sh(nanprov() + " report " + plain_dir.string() + " --json").out, nullptr, false);
   ASSERT_TRUE(plain_doc["first_edge"]["capture"].is_string()) << plain_doc.dump(1);
@@ -222,7 +229,8 @@ TEST(Replay, AnInjectedForwardNaNIsNeverReproducedAndTheRerunsLeaveTheTrainingAl
   const std::string glitch = " --glitch-step 1 --glitch-scale 1e20";
   Result plain = sh(python() + " " + args + glitch + " 2>/dev/null");
   const fs::path losses_dir = runDir("rerun-losses");
-  Result rerun = sh(nanprov() + " run --out " + losses_dir.string() + " -- " + python() + " " + args + glitch + " 2>/dev/null");
+  Result rerun =
+      sh(nanprov() + " run --out " + losses_dir.string() + " -- " + python() + " " + args + glitch + " 2>/dev/null");
   EXPECT_NE(plain.out.find("step2 loss"), std::string::npos) << plain.out;
   EXPECT_EQ(plain.out, rerun.out);
   json doc = json::parse(sh(nanprov() + " report " + losses_dir.string() + " --json").out, nullptr, false);
@@ -233,10 +241,12 @@ TEST(Replay, AnInjectedForwardNaNIsNeverReproducedAndTheRerunsLeaveTheTrainingAl
 }
 
 TEST(Replay, SamplingAndTheByteBudgetAreRecordedWithReasons) {
-  TrainedRun r = train("replay-budget", "--capture-every 4 --capture-bytes 300K", "--steps 3 --glitch-step 2 --glitch-scale 1e20");
+  TrainedRun r =
+      train("replay-budget", "--capture-every 4 --capture-bytes 300K", "--steps 3 --glitch-step 2 --glitch-scale 1e20");
   ASSERT_EQ(r.report.code, 1) << r.train.out;
   json rows = json::parse(sh(nanprov() + " sql " + r.dir.string() +
-                             " \"SELECT seq, trigger, bytes, skipped FROM captures ORDER BY seq\" --json").out);
+                             " \"SELECT seq, trigger, bytes, skipped FROM captures ORDER BY seq\" --json")
+                              .out);
   ASSERT_GE(rows.size(), 3u) << rows.dump(1);
   int64_t written = 0;
   bool skipped_for_budget = false;
@@ -265,9 +275,11 @@ TEST(Replay, BrokenCapturesAndBadArgumentsGetOneLineErrors) {
 
   // A well-formed safetensors file whose tensors do not make one attention call.
   fs::path mismatched = r.dir / "mismatched.safetensors";
-  Result made = sh(python() + " -c \"import torch; from safetensors.torch import save_file; save_file({'Q': torch.ones(1, 2, 4, 8), "
-                   "'K': torch.ones(1, 2, 4, 16), 'V': torch.ones(1, 2, 4, 8)}, '" + mismatched.string() +
-                   "', metadata={'phase': 'fwd'})\"");
+  Result made =
+      sh(python() +
+         " -c \"import torch; from safetensors.torch import save_file; save_file({'Q': torch.ones(1, 2, 4, 8), "
+         "'K': torch.ones(1, 2, 4, 16), 'V': torch.ones(1, 2, 4, 8)}, '" +
+         mismatched.string() + "', metadata={'phase': 'fwd'})\"");
   ASSERT_EQ(made.code, 0) << made.out;
   Result shapes = sh(nanprov() + " replay " + mismatched.string() + " 2>&1");
   EXPECT_EQ(shapes.code, 3) << shapes.out;
@@ -281,7 +293,8 @@ TEST(Replay, BrokenCapturesAndBadArgumentsGetOneLineErrors) {
   Result bad_selector = sh(nanprov() + " run --out " + (r.dir / "again").string() + " --capture 'tensor=dQ' -- " +
                            python() + " -c pass 2>&1");
   EXPECT_EQ(bad_selector.code, 2) << bad_selector.out;
-  EXPECT_NE(bad_selector.out.find("bad --capture 'tensor=dQ': unknown key 'tensor'"), std::string::npos) << bad_selector.out;
+  EXPECT_NE(bad_selector.out.find("bad --capture 'tensor=dQ': unknown key 'tensor'"), std::string::npos)
+      << bad_selector.out;
 
   Result no_edge = sh(nanprov() + " replay " + r.dir.string() + " 2>&1");
   EXPECT_EQ(no_edge.code, 0) << no_edge.out;
@@ -305,21 +318,25 @@ TEST(Replay, HostileCaptureValuesAreRefusedInOneLine) {
   };
   const std::string f32 = "torch.ones(1, 2, 4, 8)";
   std::vector<Case> cases = {
-      {"int-qkv", "'Q': torch.ones(1, 2, 4, 8, dtype=torch.int32), 'K': torch.ones(1, 2, 4, 8, dtype=torch.int32), "
-                  "'V': torch.ones(1, 2, 4, 8, dtype=torch.int32)", "", "attention tensors are floating point"},
+      {"int-qkv",
+       "'Q': torch.ones(1, 2, 4, 8, dtype=torch.int32), 'K': torch.ones(1, 2, 4, 8, dtype=torch.int32), "
+       "'V': torch.ones(1, 2, 4, 8, dtype=torch.int32)",
+       "", "attention tensors are floating point"},
       {"u8-k", "'Q': " + f32 + ", 'K': torch.ones(1, 2, 4, 8, dtype=torch.uint8), 'V': " + f32, "",
        "attention tensors are floating point"},
       {"bool-v", "'Q': " + f32 + ", 'K': " + f32 + ", 'V': torch.ones(1, 2, 4, 8, dtype=torch.bool)", "",
        "attention tensors are floating point"},
-      {"mixed", "'Q': " + f32 + ", 'K': torch.ones(1, 2, 4, 8, dtype=torch.float16), 'V': " + f32, "", "differ in dtype"},
+      {"mixed", "'Q': " + f32 + ", 'K': torch.ones(1, 2, 4, 8, dtype=torch.float16), 'V': " + f32, "",
+       "differ in dtype"},
       {"scale-nan", "'Q': " + f32 + ", 'K': " + f32 + ", 'V': " + f32, ", 'arg.scale': 'nan'", "arg.scale 'nan'"},
       {"scale-abc", "'Q': " + f32 + ", 'K': " + f32 + ", 'V': " + f32, ", 'arg.scale': 'abc'", "arg.scale 'abc'"},
       {"dropout", "'Q': " + f32 + ", 'K': " + f32 + ", 'V': " + f32, ", 'arg.dropout_p': '2'", "arg.dropout_p '2'"},
       {"format", "'Q': " + f32 + ", 'K': " + f32 + ", 'V': " + f32, ", 'format': 'nanprov-capture 9'",
        "capture format 'nanprov-capture 9', this nanprov reads 'nanprov-capture 1'"},
-      {"lse-shape", "'Q': " + f32 + ", 'K': " + f32 + ", 'V': " + f32 + ", 'O': " + f32 + ", 'LSE': torch.zeros(3, 5)", "",
-       "LSE is [3,5], not [batch, q heads, s_q]"},
-      {"int-mask", "'Q': " + f32 + ", 'K': " + f32 + ", 'V': " + f32 + ", 'mask': torch.ones(1, 1, 4, 4, dtype=torch.int64)", "",
+      {"lse-shape", "'Q': " + f32 + ", 'K': " + f32 + ", 'V': " + f32 + ", 'O': " + f32 + ", 'LSE': torch.zeros(3, 5)",
+       "", "LSE is [3,5], not [batch, q heads, s_q]"},
+      {"int-mask",
+       "'Q': " + f32 + ", 'K': " + f32 + ", 'V': " + f32 + ", 'mask': torch.ones(1, 1, 4, 4, dtype=torch.int64)", "",
        "mask is Long; attention masks are bool or floating point"},
   };
   for (const Case& c : cases) {
@@ -336,16 +353,19 @@ TEST(Replay, HostileCaptureValuesAreRefusedInOneLine) {
   // Half a megabyte that describes a 2.1e9-element scores matrix: refused before it runs, by an
   // estimate from the shapes, instead of being killed for memory.
   fs::path bomb = dir / "shape-bomb.safetensors";
-  Result bomb_made = sh(python() + " -c \"import torch; from safetensors.torch import save_file; save_file({'Q': "
-                        "torch.ones(1, 1, 46341, 1), 'K': torch.ones(1, 1, 46341, 1), 'V': torch.ones(1, 1, 46341, 1)}, '" +
-                        bomb.string() + "', metadata={'phase': 'fwd'})\" 2>&1");
+  Result bomb_made =
+      sh(python() +
+         " -c \"import torch; from safetensors.torch import save_file; save_file({'Q': "
+         "torch.ones(1, 1, 46341, 1), 'K': torch.ones(1, 1, 46341, 1), 'V': torch.ones(1, 1, 46341, 1)}, '" +
+         bomb.string() + "', metadata={'phase': 'fwd'})\" 2>&1");
   ASSERT_EQ(bomb_made.code, 0) << bomb_made.out;
   Result refused = sh("timeout 60 " + nanprov() + " replay " + bomb.string() + " --device cpu --max-memory 8G 2>&1");
   EXPECT_EQ(refused.code, 3) << refused.out;
   EXPECT_EQ(std::count(refused.out.begin(), refused.out.end(), '\n'), 1) << refused.out;
   EXPECT_NE(refused.out.find("more than the 8.6 GB allowed"), std::string::npos) << refused.out;
   // The audit's judge materialises the yardsticks' scores too: refused alike, at once.
-  Result audit = sh("timeout 60 " + nanprov() + " replay " + bomb.string() + " --audit --device cpu --max-memory 8G 2>&1");
+  Result audit =
+      sh("timeout 60 " + nanprov() + " replay " + bomb.string() + " --audit --device cpu --max-memory 8G 2>&1");
   EXPECT_EQ(audit.code, 3) << audit.out;
   EXPECT_EQ(std::count(audit.out.begin(), audit.out.end(), '\n'), 1) << audit.out;
   EXPECT_NE(audit.out.find("more than the 8.6 GB allowed"), std::string::npos) << audit.out;
@@ -353,9 +373,10 @@ TEST(Replay, HostileCaptureValuesAreRefusedInOneLine) {
   // (int64) ride along in its capture, and the call replays.
   fs::path philox = dir / "philox.safetensors";
   Result made = sh(python() + " -c \"import torch; from safetensors.torch import save_file; save_file({'Q': " + f32 +
-                   ", 'K': " + f32 + ", 'V': " + f32 + ", 'philox_seed': torch.zeros((), dtype=torch.int64), "
-                   "'philox_offset': torch.zeros((), dtype=torch.int64)}, '" + philox.string() +
-                   "', metadata={'phase': 'fwd'})\" 2>&1");
+                   ", 'K': " + f32 + ", 'V': " + f32 +
+                   ", 'philox_seed': torch.zeros((), dtype=torch.int64), "
+                   "'philox_offset': torch.zeros((), dtype=torch.int64)}, '" +
+                   philox.string() + "', metadata={'phase': 'fwd'})\" 2>&1");
   ASSERT_EQ(made.code, 0) << made.out;
   Result r = sh(nanprov() + " replay " + philox.string() + " 2>&1");
   EXPECT_EQ(r.code, 0) << r.out;
@@ -373,9 +394,10 @@ TEST(Replay, DropoutCallsAreCannotJudge) {
   for (const char* p : {"1.0", "0.5"}) {
     SCOPED_TRACE(p);
     fs::path file = dir / (std::string("p") + p + ".safetensors");
-    Result made = sh(python() + " -c \"import torch; from safetensors.torch import save_file; q = torch.randn(1, 2, 4, 8); "
-                     "save_file({'Q': q, 'K': q.clone(), 'V': q.clone(), 'O': torch.zeros(1, 2, 4, 8)}, '" + file.string() +
-                     "', metadata={'phase': 'fwd', 'arg.dropout_p': '" + p + "'})\" 2>&1");
+    Result made = sh(python() +
+                     " -c \"import torch; from safetensors.torch import save_file; q = torch.randn(1, 2, 4, 8); "
+                     "save_file({'Q': q, 'K': q.clone(), 'V': q.clone(), 'O': torch.zeros(1, 2, 4, 8)}, '" +
+                     file.string() + "', metadata={'phase': 'fwd', 'arg.dropout_p': '" + p + "'})\" 2>&1");
     ASSERT_EQ(made.code, 0) << made.out;
     Replay r = replay(file.string());
     ASSERT_FALSE(r.doc.is_discarded()) << r.result.out;
@@ -397,16 +419,16 @@ TEST(Replay, ASlidingWindowInTheMaskIsNamedAndCpuKernelsAreListed) {
   struct Case {
     std::string name, mask, window;
   };
-  for (const Case& c : std::vector<Case>{
-           {"sliding", "(j <= i) & (i - j < 4)", "4 (from the mask), causal"},
-           {"two-sided", "(j - i).abs() <= 2", "-2/+2 (from the mask)"},
-           {"causal", "j <= i", "none"}}) {
+  for (const Case& c : std::vector<Case>{{"sliding", "(j <= i) & (i - j < 4)", "4 (from the mask), causal"},
+                                         {"two-sided", "(j - i).abs() <= 2", "-2/+2 (from the mask)"},
+                                         {"causal", "j <= i", "none"}}) {
     SCOPED_TRACE(c.name);
     fs::path file = dir / (c.name + ".safetensors");
-    Result made = sh(python() + " -c \"import torch; from safetensors.torch import save_file; q = torch.randn(1, 2, 16, 8); "
+    Result made = sh(python() +
+                     " -c \"import torch; from safetensors.torch import save_file; q = torch.randn(1, 2, 16, 8); "
                      "i = torch.arange(16)[:, None]; j = torch.arange(16)[None, :]; "
-                     "save_file({'Q': q, 'K': q.clone(), 'V': q.clone(), 'mask': (" + c.mask + ")[None, None]}, '" + file.string() +
-                     "', metadata={'phase': 'fwd'})\" 2>&1");
+                     "save_file({'Q': q, 'K': q.clone(), 'V': q.clone(), 'mask': (" +
+                     c.mask + ")[None, None]}, '" + file.string() + "', metadata={'phase': 'fwd'})\" 2>&1");
     ASSERT_EQ(made.code, 0) << made.out;
     Replay r = replay(file.string());
     ASSERT_FALSE(r.doc.is_discarded()) << r.result.out;
@@ -424,9 +446,13 @@ TEST(Replay, ASlidingWindowInTheMaskIsNamedAndCpuKernelsAreListed) {
 TEST(Replay, ControlCharactersInCaptureMetadataArePrintedEscaped) {
   fs::path file = runDir("capture-control") / "call.safetensors";
   fs::create_directories(file.parent_path());
-  Result made = sh(python() + " -c \"import torch; from safetensors.torch import save_file; q = torch.randn(1, 2, 4, 8); "
-                   "save_file({'Q': q, 'K': q.clone(), 'V': q.clone()}, '" + file.string() + "', metadata={'phase': 'fwd', "
-                   "'module': 'blocks.0\\nroot cause: backend-specific (cudnn is at fault)\\x1b[2J', 'call': 'x\\x1b]0;'})\" 2>&1");
+  Result made = sh(
+      python() +
+      " -c \"import torch; from safetensors.torch import save_file; q = torch.randn(1, 2, 4, 8); "
+      "save_file({'Q': q, 'K': q.clone(), 'V': q.clone()}, '" +
+      file.string() +
+      "', metadata={'phase': 'fwd', "
+      "'module': 'blocks.0\\nroot cause: backend-specific (cudnn is at fault)\\x1b[2J', 'call': 'x\\x1b]0;'})\" 2>&1");
   ASSERT_EQ(made.code, 0) << made.out;
   Result text = sh(nanprov() + " replay " + file.string() + " 2>&1");
   EXPECT_EQ(text.code, 0) << text.out;
@@ -454,7 +480,8 @@ for key, brk in (("call", "\n"), ("torch", "\r"), ("cuda_runtime", "\r\n"), ("cu
 save_file({"Q": q, "K": q.clone(), "V": q.clone(), "O": o}, sys.argv[1], metadata=meta)
 )py";
   fs::path capture = dir / "call.safetensors", mark = dir / "MARK";
-  Result made = sh(python() + " " + (dir / "make.py").string() + " " + capture.string() + " " + mark.string() + " 2>&1");
+  Result made =
+      sh(python() + " " + (dir / "make.py").string() + " " + capture.string() + " " + mark.string() + " 2>&1");
   ASSERT_EQ(made.code, 0) << made.out;
   Replay rp = replay(capture.string() + " --emit-repro " + (dir / "repro").string());
   ASSERT_TRUE(fs::exists(dir / "repro" / "repro.py")) << rp.result.out;
@@ -466,8 +493,9 @@ save_file({"Q": q, "K": q.clone(), "V": q.clone(), "O": o}, sys.argv[1], metadat
 // Two audits of one capture at once both finish and leave one whole judgement.
 TEST(Replay, TwoAuditsOfOneCaptureAtOnceBothFinish) {
   fs::path file = runDir("audit-race") / "call.safetensors";
-  Result made = saveCapture(file, "q = torch.randn(2, 4, 64, 16); o = torch.nn.functional.scaled_dot_product_attention(q, q, q)",
-                            "'Q': q, 'K': q.clone(), 'V': q.clone(), 'O': o");
+  Result made =
+      saveCapture(file, "q = torch.randn(2, 4, 64, 16); o = torch.nn.functional.scaled_dot_product_attention(q, q, q)",
+                  "'Q': q, 'K': q.clone(), 'V': q.clone(), 'O': o");
   ASSERT_EQ(made.code, 0) << made.out;
   std::string one = nanprov() + " replay " + file.string() + " --audit >/dev/null 2>&1; echo \"exit $?\"";
   Result both = sh("for i in 1 2 3 4; do (" + one + ") & done; wait");
@@ -499,8 +527,9 @@ TEST(Replay, LowLseHintOnlyForLowLseRowsNotOverflow) {
 // as exact agreement.
 TEST(Replay, NoFinitePositionShowsADashNotZero) {
   fs::path file = runDir("all-nan") / "nan.safetensors";
-  Result made = saveCapture(file, "", "'Q': torch.full((1, 1, 4, 8), float('nan')), 'K': torch.ones(1, 1, 4, 8), "
-                                      "'V': torch.ones(1, 1, 4, 8)");
+  Result made = saveCapture(file, "",
+                            "'Q': torch.full((1, 1, 4, 8), float('nan')), 'K': torch.ones(1, 1, 4, 8), "
+                            "'V': torch.ones(1, 1, 4, 8)");
   ASSERT_EQ(made.code, 0) << made.out;
   Result text = sh(nanprov() + " replay " + file.string() + " --backends math");
   size_t table = text.out.find("where both are finite");

@@ -49,7 +49,8 @@ json reportJson(const fs::path& dir, int expected_code) {
 // `ranks` DDP replicas, rank `flipped` flipping its bit at step 4 of 6.
 void expectTheFlipIsNamed(int ranks, int flipped) {
   const fs::path dir = runDir("replicas-" + std::to_string(ranks) + "-flip-" + std::to_string(flipped));
-  Result t = trainUnderTorchrun(dir, ranks, "--steps 6 --ddp --flip-bit-step 4 --flip-bit-rank " + std::to_string(flipped));
+  Result t =
+      trainUnderTorchrun(dir, ranks, "--steps 6 --ddp --flip-bit-step 4 --flip-bit-rank " + std::to_string(flipped));
   ASSERT_EQ(t.code, 7) << "the training exits 0; its replicas diverged: " << t.out;
   const Flip flip = flipOf(t.out);
   ASSERT_EQ(flip.rank, flipped) << t.out;
@@ -114,14 +115,17 @@ TEST(ReplicaDigests, CleanDdpRunComparesReplicasAndFindsNoDivergence) {
   EXPECT_EQ(r["ranks"], json::array({0, 1, 2})) << r.dump();
   EXPECT_EQ(r["steps"], 6) << r.dump();
   EXPECT_EQ(r["first_divergence"], nullptr) << r.dump();
-  EXPECT_NE(t.out.find("replicas: ranks 0, 1, 2 compared after each of 6 steps: bit for bit equal"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("replicas: ranks 0, 1, 2 compared after each of 6 steps: bit for bit equal"), std::string::npos)
+      << t.out;
   // Every rank digested every parameter at every step, named as the model names them (without
   // DDP's `module.`), as nanprov sql shows them.
-  Result rows = sh(nanprov() + " sql " + dir.string() +
-                   " \"SELECT COUNT(DISTINCT step) AS steps, SUM(parameter LIKE 'module.%') AS wrapped, "
-                   "COUNT(DISTINCT parameter) = COUNT(*) / 6 AS every_step FROM replica_digests WHERE rank = 2\" --json");
+  Result rows =
+      sh(nanprov() + " sql " + dir.string() +
+         " \"SELECT COUNT(DISTINCT step) AS steps, SUM(parameter LIKE 'module.%') AS wrapped, "
+         "COUNT(DISTINCT parameter) = COUNT(*) / 6 AS every_step FROM replica_digests WHERE rank = 2\" --json");
   EXPECT_EQ(rows.code, 0) << rows.out;
-  EXPECT_EQ(json::parse(rows.out, nullptr, false), json::parse(R"([{"steps": 6, "wrapped": 0, "every_step": 1}])")) << rows.out;
+  EXPECT_EQ(json::parse(rows.out, nullptr, false), json::parse(R"([{"steps": 6, "wrapped": 0, "every_step": 1}])"))
+      << rows.out;
 }
 
 // HSDP (FSDP2 over a 2-D mesh): 4 ranks, shards of 2 ranks replicated twice. Ranks 0 and 2 hold
@@ -159,7 +163,8 @@ TEST(ReplicaDigests, Fsdp2RunSaysReplicasWereNotCompared) {
   EXPECT_EQ(r["sharded"], true) << r.dump();
   EXPECT_EQ(r["reason"], "the parameters are sharded (FSDP, DTensor)") << r.dump();
   EXPECT_EQ(r["first_divergence"], nullptr);
-  EXPECT_NE(t.out.find("replicas: not compared: the parameters are sharded (FSDP, DTensor)"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("replicas: not compared: the parameters are sharded (FSDP, DTensor)"), std::string::npos)
+      << t.out;
 }
 
 }  // namespace

@@ -19,14 +19,15 @@ const std::string kOverflowOnRankOne = " --steps 4 --ddp --glitch-step 2 --glitc
 const std::string kJob = "4242";
 
 std::string taskTraining() {
-  return python() + " " + std::string(NANPROV_TEST_SCRIPTS) + "/slurm_task_training.py " + example("tiny_transformer.py");
+  return python() + " " + std::string(NANPROV_TEST_SCRIPTS) + "/slurm_task_training.py " +
+         example("tiny_transformer.py");
 }
 
 // The environment srun gives task `task` of `tasks` (job kJob, step 0) on node `node` of `nodes`.
 std::string taskEnv(int task, int tasks, int node = 0, int nodes = 1, const std::string& job = kJob) {
-  return "SLURM_JOB_ID=" + job + " SLURM_STEP_ID=0 SLURM_PROCID=" + std::to_string(task) + " SLURM_LOCALID=" +
-         std::to_string(nodes == 1 ? task : 0) + " SLURM_NTASKS=" + std::to_string(tasks) + " SLURM_NODEID=" +
-         std::to_string(node) + " SLURM_NNODES=" + std::to_string(nodes) + " ";
+  return "SLURM_JOB_ID=" + job + " SLURM_STEP_ID=0 SLURM_PROCID=" + std::to_string(task) +
+         " SLURM_LOCALID=" + std::to_string(nodes == 1 ? task : 0) + " SLURM_NTASKS=" + std::to_string(tasks) +
+         " SLURM_NODEID=" + std::to_string(node) + " SLURM_NNODES=" + std::to_string(nodes) + " ";
 }
 
 std::string slurped(const fs::path& file) {
@@ -53,7 +54,8 @@ Launched srunNanprovRun(const std::vector<fs::path>& dir_of_task, int nodes, con
   for (int t = 0; t < tasks; ++t) {
     const std::string log = dir_of_task[t].string() + ".task-" + std::to_string(t);
     all += "(" + kGloo + rendezvous + taskEnv(t, tasks, t * nodes / tasks, nodes) + nanprov() + " run --out " +
-           dir_of_task[t].string() + " -- " + taskTraining() + args + " > " + log + ".log 2>&1; echo $? > " + log + ".code) & ";
+           dir_of_task[t].string() + " -- " + taskTraining() + args + " > " + log + ".log 2>&1; echo $? > " + log +
+           ".code) & ";
   }
   sh(all + "wait");
   Launched l;
@@ -71,8 +73,9 @@ void expectRankOnesEdge(const json& doc, int ranks) {
   EXPECT_EQ(doc["world_size"], ranks);
   EXPECT_EQ(doc["missing_ranks"], json::array());
   EXPECT_EQ(doc["job"], "slurm:" + kJob + ".0");
-  expectFields(doc["first_edge"], {{"rank", 1}, {"step", 2}, {"phase", "fwd"}, {"layer", 0}, {"module", "layers.0.attn"},
-                                   {"origin", "attention"}});
+  expectFields(
+      doc["first_edge"],
+      {{"rank", 1}, {"step", 2}, {"phase", "fwd"}, {"layer", 0}, {"module", "layers.0.attn"}, {"origin", "attention"}});
 }
 
 // `srun -n TASKS nanprov run --out DIR`: every task joins DIR with its own run file, the stores are
@@ -93,7 +96,8 @@ void expectTasksShareOneDirectory(int tasks) {
   EXPECT_FALSE(fs::exists(dir / "run.json"));
   EXPECT_EQ(count(all, "  details: nanprov report"), static_cast<size_t>(tasks)) << all;
   EXPECT_EQ(count(all, "prints the report of"), static_cast<size_t>(tasks - 1)) << all;
-  EXPECT_GE(count(all, "first non-finite edge"), static_cast<size_t>(tasks)) << all;  // the headline, in every task's words
+  EXPECT_GE(count(all, "first non-finite edge"), static_cast<size_t>(tasks))
+      << all;  // the headline, in every task's words
   Result rep = sh(nanprov() + " report " + dir.string() + " --json");
   ASSERT_EQ(rep.code, 1) << rep.out;
   expectRankOnesEdge(json::parse(rep.out), tasks);
@@ -126,8 +130,9 @@ TEST(Slurm, TwoNodesEachWithItsOwnDirectoryReadAsOneJob) {
 
   // The same script, an hour later, as Slurm job 4243: its directory is not this job's.
   const fs::path other = runDir("slurm-other-job");
-  Result later = sh(kGloo + taskEnv(0, 1, 0, 1, "4243") + "MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(freePort()) +
-                    " " + nanprov() + " run --out " + other.string() + " -- " + taskTraining() + " --steps 1 --ddp 2>&1");
+  Result later =
+      sh(kGloo + taskEnv(0, 1, 0, 1, "4243") + "MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(freePort()) + " " +
+         nanprov() + " run --out " + other.string() + " -- " + taskTraining() + " --steps 1 --ddp 2>&1");
   ASSERT_EQ(later.code, 0) << later.out;
   Result refused = sh(nanprov() + " report " + node[0].string() + " " + other.string() + " 2>&1");
   EXPECT_EQ(refused.code, 6) << refused.out;
@@ -146,12 +151,15 @@ TEST(Slurm, NanprovRunWrappingSrunReachesEveryTask) {
                  "#!/bin/sh\n"
                  "pids=''\n"
                  "for t in 0 1; do\n"
-                 "  SLURM_JOB_ID=" + kJob + " SLURM_STEP_ID=0 SLURM_PROCID=$t SLURM_LOCALID=$t SLURM_NTASKS=2 SLURM_NODEID=0 "
-                 "SLURM_NNODES=1 \"$@\" & pids=\"$pids $!\"\n"
-                 "done\n"
-                 "rc=0; for p in $pids; do wait $p || rc=$?; done; exit $rc\n");
-  Result t = sh(kGloo + "PATH=" + bin.string() + ":$PATH MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(freePort()) +
-                " " + nanprov() + " run --out " + dir.string() + " -- srun " + taskTraining() + kOverflowOnRankOne + " 2>&1");
+                 "  SLURM_JOB_ID=" +
+                     kJob +
+                     " SLURM_STEP_ID=0 SLURM_PROCID=$t SLURM_LOCALID=$t SLURM_NTASKS=2 SLURM_NODEID=0 "
+                     "SLURM_NNODES=1 \"$@\" & pids=\"$pids $!\"\n"
+                     "done\n"
+                     "rc=0; for p in $pids; do wait $p || rc=$?; done; exit $rc\n");
+  Result t =
+      sh(kGloo + "PATH=" + bin.string() + ":$PATH MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(freePort()) +
+         " " + nanprov() + " run --out " + dir.string() + " -- srun " + taskTraining() + kOverflowOnRankOne + " 2>&1");
   EXPECT_EQ(t.code, 1) << t.out;
   EXPECT_EQ(t.out.find("NOT RECORDED"), std::string::npos) << t.out;
   EXPECT_TRUE(fs::exists(dir / "run.json"));
@@ -170,7 +178,8 @@ TEST(Slurm, ADirectoryOfAnotherRunIsRefusedInOneLine) {
   Result other_job = sh(taskEnv(1, 2) + run);
   EXPECT_EQ(other_job.code, 2) << other_job.out;
   EXPECT_EQ(std::count(other_job.out.begin(), other_job.out.end(), '\n'), 1) << other_job.out;
-  EXPECT_NE(other_job.out.find("holds Slurm job 4000.0's run, not job " + kJob + ".0's"), std::string::npos) << other_job.out;
+  EXPECT_NE(other_job.out.find("holds Slurm job 4000.0's run, not job " + kJob + ".0's"), std::string::npos)
+      << other_job.out;
   Result twice = sh(taskEnv(0, 2, 0, 1, "4000") + run);
   EXPECT_EQ(twice.code, 2) << twice.out;
   EXPECT_NE(twice.out.find("task 0 of Slurm job 4000.0 already recorded into"), std::string::npos) << twice.out;

@@ -110,8 +110,9 @@ TEST(StoreBudget, ARunThatStaysNonFiniteStaysUnderItAndCountsItsCalls) {
     return rows;
   };
   EXPECT_EQ(firstRows(whole_bad.out), firstRows(bounded_bad.out));
-  EXPECT_NE(bounded_bad.out.find(std::to_string(summarised["not_clean"].get<int64_t>()) +
-                                 " more calls that were not clean"), std::string::npos)
+  EXPECT_NE(
+      bounded_bad.out.find(std::to_string(summarised["not_clean"].get<int64_t>()) + " more calls that were not clean"),
+      std::string::npos)
       << bounded_bad.out.substr(bounded_bad.out.size() - 400);
 }
 
@@ -127,17 +128,20 @@ TEST(StoreBudget, SigkillMidRunLeavesAReadableStoreUnderTheBudget) {
 
 // nanprov's own one line, never the option library's words: what is wrong and what to give.
 TEST(StoreBudget, ABadSizeIsOneLineAndAUsageError) {
-  for (const std::string bad : {"lots", "100K", "-1", "1.5M", "1e99", "abc", "9999999999999999999G", "1T", "''", "1KK"}) {
+  for (const std::string bad :
+       {"lots", "100K", "-1", "1.5M", "1e99", "abc", "9999999999999999999G", "1T", "''", "1KK"}) {
     SCOPED_TRACE(bad);
     Result r = sh(nanprov() + " run --store-budget " + bad + " -- true 2>&1");
     EXPECT_EQ(r.code, 2) << r.out;
     EXPECT_NE(r.out.find("--store-budget"), std::string::npos) << r.out;
     EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
     EXPECT_NE(r.out.find("see nanprov run --help"), std::string::npos) << r.out;
-    for (const char* raw : {"Could not convert", "value ", "[b, kb", "INT"}) EXPECT_EQ(r.out.find(raw), std::string::npos) << r.out;
+    for (const char* raw : {"Could not convert", "value ", "[b, kb", "INT"})
+      EXPECT_EQ(r.out.find(raw), std::string::npos) << r.out;
   }
   for (const std::string good : {"512K", "1M", "1G", "1gib", "300000"}) {
-    Result r = sh(nanprov() + " run --out " + runDir("budget-good").string() + " --store-budget " + good + " -- true 2>&1");
+    Result r =
+        sh(nanprov() + " run --out " + runDir("budget-good").string() + " --store-budget " + good + " -- true 2>&1");
     EXPECT_EQ(r.code, 0) << good << ": " << r.out;
   }
 }

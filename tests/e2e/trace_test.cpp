@@ -17,7 +17,8 @@ TEST(TraceEndToEnd, TwoRankRunIsANestedTimelineWithTheFirstEdgeMarked) {
   std::string torchrun = fs::path(python()).parent_path().string() + "/torchrun";
   // Loopback only: CI sandboxes have no other interface gloo could use.
   Result t = sh("GLOO_SOCKET_IFNAME=lo " + nanprov() + " run --out " + dir.string() + " -- " + torchrun +
-                " --standalone --nproc-per-node=2 " + example("tiny_transformer.py") + " --steps 3 --glitch-step 1 --ddp 2>&1");
+                " --standalone --nproc-per-node=2 " + example("tiny_transformer.py") +
+                " --steps 3 --glitch-step 1 --ddp 2>&1");
   ASSERT_EQ(t.code, 1) << "the glitch makes a source edge: " << t.out;
   const json report = commandJson("report", dir);
   ASSERT_TRUE(report["first_edge"].is_object()) << report.dump(1);
@@ -102,9 +103,11 @@ TEST(TraceEndToEnd, ALongRunIsTracedAsAWindowInBoundedMemory) {
   EXPECT_GT(held, 12'500) << t.out;
   EXPECT_LE(held, 25'000) << t.out;
   EXPECT_NE(t.out.find("attention calls, first non-finite edge " + r.doc["first_edge"]["name"].get<std::string>()),
-            std::string::npos) << t.out;
+            std::string::npos)
+      << t.out;
   EXPECT_NE(t.out.find("choose others with --steps A:B"), std::string::npos) << t.out;
-  if (size_t at = t.out.find("rss "); at != std::string::npos) EXPECT_LT(std::stol(t.out.substr(at + 4)), 400 * 1024) << t.out;
+  if (size_t at = t.out.find("rss "); at != std::string::npos)
+    EXPECT_LT(std::stol(t.out.substr(at + 4)), 400 * 1024) << t.out;
   json trace = json::parse(std::ifstream(file), nullptr, false);
   ASSERT_FALSE(trace.is_discarded());
   EXPECT_EQ(trace["otherData"]["first_edge"], r.doc["first_edge"]["name"]) << "the window holds the edge";

@@ -35,17 +35,22 @@ void expectNamedAsTheOracleSays(const TrainedRun& r, const std::string& cls, con
   EXPECT_EQ(oracle["phase"], phase);
   const json& m = r.doc["first_module"];
   ASSERT_TRUE(m.is_object()) << r.report.out;
-  expectFields(m, {{"rank", 0}, {"step", oracle["step"]}, {"phase", oracle["phase"]}, {"module", oracle["module"]},
-                   {"class", cls}, {"inputs_finite", true}});
+  expectFields(m, {{"rank", 0},
+                   {"step", oracle["step"]},
+                   {"phase", oracle["phase"]},
+                   {"module", oracle["module"]},
+                   {"class", cls},
+                   {"inputs_finite", true}});
   EXPECT_GT(m["nonfinite"].get<int64_t>(), 0);
   EXPECT_GT(m["largest_input"].get<double>(), 0.0);
   EXPECT_EQ(r.doc["trail"]["on"], true);
   EXPECT_EQ(r.doc["first_edge"]["origin"], "upstream") << "the values reached attention from the module";
   Result text = sh(nanprov() + " report " + r.dir.string());
-  const std::string named = phase == "fwd" ? "the first non-finite value was the output of " +
-                                                 oracle["module"].get<std::string>() + " (" + cls + "), from finite inputs"
-                                           : "the first non-finite value was the gradient that the backward of " +
-                                                 oracle["module"].get<std::string>() + " (" + cls + ") sent to its input";
+  const std::string named = phase == "fwd"
+                                ? "the first non-finite value was the output of " +
+                                      oracle["module"].get<std::string>() + " (" + cls + "), from finite inputs"
+                                : "the first non-finite value was the gradient that the backward of " +
+                                      oracle["module"].get<std::string>() + " (" + cls + ") sent to its input";
   EXPECT_NE(text.out.find(named), std::string::npos) << text.out;
   EXPECT_NE(text.out.find("reached attention from upstream: " + named), std::string::npos) << text.out;
 }
@@ -84,7 +89,8 @@ TEST(Trail, CheckpointedBlocksGiveTheEagerAnswer) {
     for (auto [fault, module, phase] : {std::tuple{"ln", "transformer.h.0.ln_1", "fwd"},
                                         std::tuple{"act-backward", "transformer.h.0.mlp.act", "bwd"}}) {
       SCOPED_TRACE(mode + " " + fault);
-      TrainedRun r = trained(std::string("trail-ckpt-") + fault, "--trail", std::string("--fault ") + fault + " --checkpoint " + mode);
+      TrainedRun r = trained(std::string("trail-ckpt-") + fault, "--trail",
+                             std::string("--fault ") + fault + " --checkpoint " + mode);
       ASSERT_EQ(r.report.code, 1) << r.train.out;
       expectFields(r.doc["first_module"], {{"step", 2}, {"phase", phase}, {"module", module}, {"inputs_finite", true}});
     }
@@ -103,10 +109,14 @@ TEST(Trail, CompiledTwinNamesTheModuleTheEagerHooksName) {
   TrainedRun r = trained("trail-compiled", "--trail", "--fault ln --compile");
   ASSERT_EQ(r.report.code, 1) << r.train.out;
   ASSERT_TRUE(r.doc["first_module"].is_object()) << r.train.out << r.report.out;
-  expectFields(r.doc["first_module"], {{"step", oracle["step"]}, {"phase", oracle["phase"]}, {"module", oracle["module"]},
-                                       {"class", "LayerNorm"}, {"inputs_finite", true}});
+  expectFields(r.doc["first_module"], {{"step", oracle["step"]},
+                                       {"phase", oracle["phase"]},
+                                       {"module", oracle["module"]},
+                                       {"class", "LayerNorm"},
+                                       {"inputs_finite", true}});
   EXPECT_EQ(r.doc["first_module"]["unchecked_before"], json::array({"transformer.wte"}));
-  expectFields(r.doc["trail"], {{"on", true}, {"compiled_code_unchecked", false}});  // its backward graph was checked too
+  expectFields(r.doc["trail"],
+               {{"on", true}, {"compiled_code_unchecked", false}});  // its backward graph was checked too
 }
 
 // With nn.GELU the whole model is one graph, and Inductor fuses c_fc's output into the GELU's
@@ -117,11 +127,15 @@ TEST(Trail, CompiledFusedValueNamesTheNextModuleAndWhatRanUnchecked) {
   TrainedRun r = trained("trail-compiled-fused", "--trail", "--fault mlp --act gelu --compile");
   ASSERT_EQ(r.report.code, 1) << r.train.out;
   ASSERT_TRUE(r.doc["first_module"].is_object()) << r.train.out << r.report.out;
-  expectFields(r.doc["first_module"], {{"step", 2}, {"phase", "fwd"}, {"module", "transformer.h.0.mlp.act"},
-                                       {"class", "GELU"}, {"inputs_finite", true}});
+  expectFields(r.doc["first_module"], {{"step", 2},
+                                       {"phase", "fwd"},
+                                       {"module", "transformer.h.0.mlp.act"},
+                                       {"class", "GELU"},
+                                       {"inputs_finite", true}});
   EXPECT_EQ(r.doc["first_module"]["unchecked_before"], json::array({"transformer.h.0.mlp.c_fc"}));
   Result text = sh(nanprov() + " report " + r.dir.string());
-  EXPECT_NE(text.out.find("the output of transformer.h.0.mlp.act (GELU), from finite inputs"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("the output of transformer.h.0.mlp.act (GELU), from finite inputs"), std::string::npos)
+      << text.out;
   EXPECT_NE(text.out.find("transformer.h.0.mlp.c_fc ran unchecked between those inputs and it, and may have made it"),
             std::string::npos)
       << text.out;
@@ -152,13 +166,17 @@ TEST(Trail, CompiledBackwardNamesTheModuleTheEagerHooksName) {
   ASSERT_EQ(r.report.code, 1) << r.train.out;
   EXPECT_EQ(r.doc["first_edge"]["origin"], "upstream");
   ASSERT_TRUE(r.doc["first_module"].is_object()) << r.train.out << r.report.out;
-  expectFields(r.doc["first_module"], {{"step", oracle["step"]}, {"phase", "bwd"}, {"module", oracle["module"]},
-                                       {"class", "Act"}, {"inputs_finite", true}});
+  expectFields(r.doc["first_module"], {{"step", oracle["step"]},
+                                       {"phase", "bwd"},
+                                       {"module", oracle["module"]},
+                                       {"class", "Act"},
+                                       {"inputs_finite", true}});
   expectFields(r.doc["trail"], {{"on", true}, {"compiled_code_unchecked", false}});
   Result text = sh(nanprov() + " report " + r.dir.string());
-  EXPECT_NE(text.out.find("the gradient that the backward of transformer.h.0.mlp.act (Act) sent to its input, from finite "
-                          "incoming gradients"),
-            std::string::npos)
+  EXPECT_NE(
+      text.out.find("the gradient that the backward of transformer.h.0.mlp.act (Act) sent to its input, from finite "
+                    "incoming gradients"),
+      std::string::npos)
       << text.out;
 }
 
@@ -169,13 +187,15 @@ TEST(Trail, CompiledBackwardServingSeveralBlocksIsSaidToBeUnchecked) {
   ColdInductorCache cache("trail-compiled-blocks-bwd");
   TrainedRun r = trained("trail-compiled-blocks-bwd", "--trail", "--fault act-backward --compile-blocks");
   ASSERT_EQ(r.report.code, 1) << r.train.out;
-  EXPECT_NE(r.train.out.find("--trail: a compiled backward's modules are not checked (its forward graph serves several places)"),
+  EXPECT_NE(r.train.out.find(
+                "--trail: a compiled backward's modules are not checked (its forward graph serves several places)"),
             std::string::npos)
       << r.train.out;
   EXPECT_EQ(r.doc["first_edge"]["origin"], "upstream");
   ASSERT_TRUE(r.doc["first_module"].is_object()) << r.report.out;
-  expectFields(r.doc["first_module"], {{"step", 2}, {"phase", "bwd"}, {"module", "transformer.h.0"}, {"class", "Block"},
-                                       {"inputs_finite", true}});
+  expectFields(
+      r.doc["first_module"],
+      {{"step", 2}, {"phase", "bwd"}, {"module", "transformer.h.0"}, {"class", "Block"}, {"inputs_finite", true}});
   expectFields(r.doc["trail"], {{"on", true}, {"compiled_code_unchecked", true}});
 }
 
@@ -190,8 +210,9 @@ TEST(Trail, LeavesTheLossesBitIdentical) {
     SCOPED_TRACE(args);
     Result plain = sh(python() + " " + faults() + " --steps 3 " + args + " 2>/dev/null | grep '^step'");
     // A "--trail: ... not checked" line would mean the checks never went into the graph.
-    Result probed = sh(nanprov() + " run --out " + runDir("trail-identical-" + std::to_string(n++)).string() + " --trail -- " +
-                       python() + " " + faults() + " --steps 3 " + args + " 2>&1 | grep -E '^step|--trail:'");
+    Result probed =
+        sh(nanprov() + " run --out " + runDir("trail-identical-" + std::to_string(n++)).string() + " --trail -- " +
+           python() + " " + faults() + " --steps 3 " + args + " 2>&1 | grep -E '^step|--trail:'");
     ASSERT_EQ(plain.code, 0);
     EXPECT_NE(plain.out.find("step 2: loss"), std::string::npos) << plain.out;
     EXPECT_EQ(probed.out, plain.out);
@@ -232,9 +253,14 @@ TEST(Trail, ANanInANestedBatchCameFromOutsideAnyModule) {
     SCOPED_TRACE(batch);
     TrainedRun r = train("trail-batch-data-" + batch, "--trail", "--oracle --fault data --batch " + batch, batches());
     ASSERT_EQ(r.report.code, 1) << r.train.out << r.report.out;
-    EXPECT_EQ(firstNonFiniteOf(r.train.out), std::make_pair(std::string("embed"), std::string("non-finite"))) << r.train.out;
-    expectFields(r.doc["first_module"], {{"step", 2}, {"phase", "fwd"}, {"module", "embed"}, {"class", "Linear"},
-                                         {"inputs_finite", false}, {"inputs", "non_finite"}});
+    EXPECT_EQ(firstNonFiniteOf(r.train.out), std::make_pair(std::string("embed"), std::string("non-finite")))
+        << r.train.out;
+    expectFields(r.doc["first_module"], {{"step", 2},
+                                         {"phase", "fwd"},
+                                         {"module", "embed"},
+                                         {"class", "Linear"},
+                                         {"inputs_finite", false},
+                                         {"inputs", "non_finite"}});
     Result text = sh(nanprov() + " report " + r.dir.string());
     EXPECT_NE(text.out.find("the first non-finite value was the output of embed (Linear), whose inputs were already "
                             "non-finite: they came from outside any module"),
@@ -251,9 +277,14 @@ TEST(Trail, ANanMadeByAModuleFromANestedBatchNamesTheModule) {
     SCOPED_TRACE(batch);
     TrainedRun r = train("trail-batch-embed-" + batch, "--trail", "--oracle --fault embed --batch " + batch, batches());
     ASSERT_EQ(r.report.code, 1) << r.train.out << r.report.out;
-    EXPECT_EQ(firstNonFiniteOf(r.train.out), std::make_pair(std::string("embed"), std::string("finite"))) << r.train.out;
-    expectFields(r.doc["first_module"], {{"step", 2}, {"phase", "fwd"}, {"module", "embed"}, {"class", "Linear"},
-                                         {"inputs_finite", true}, {"inputs", "finite"}});
+    EXPECT_EQ(firstNonFiniteOf(r.train.out), std::make_pair(std::string("embed"), std::string("finite")))
+        << r.train.out;
+    expectFields(r.doc["first_module"], {{"step", 2},
+                                         {"phase", "fwd"},
+                                         {"module", "embed"},
+                                         {"class", "Linear"},
+                                         {"inputs_finite", true},
+                                         {"inputs", "finite"}});
     Result text = sh(nanprov() + " report " + r.dir.string());
     EXPECT_NE(text.out.find("the first non-finite value was the output of embed (Linear), from finite inputs"),
               std::string::npos)
@@ -292,12 +323,15 @@ TEST(TrailGpu, Bf16DivergenceNamesTheFirstModuleAsHooksDo) {
       // The attention call itself made it (at lr 1e3 the bf16 scores overflow from finite Q, K):
       // nanprov's answer is that call's source edge, and no module outside attention is named.
       EXPECT_TRUE(r.doc["first_module"].is_null()) << r.doc["first_module"].dump();
-      expectFields(r.doc["first_edge"], {{"origin", "attention"}, {"step", oracle["step"]}, {"phase", oracle["phase"]},
+      expectFields(r.doc["first_edge"], {{"origin", "attention"},
+                                         {"step", oracle["step"]},
+                                         {"phase", oracle["phase"]},
                                          {"module", oracle["module"]}});
     } else {
-      ASSERT_TRUE(r.doc["first_module"].is_object()) << "no module named; the oracle says " << oracle.dump()
-                                                     << "; the first edge: " << r.doc["first_edge"].dump();
-      expectFields(r.doc["first_module"], {{"step", oracle["step"]}, {"phase", oracle["phase"]}, {"module", oracle["module"]}});
+      ASSERT_TRUE(r.doc["first_module"].is_object())
+          << "no module named; the oracle says " << oracle.dump() << "; the first edge: " << r.doc["first_edge"].dump();
+      expectFields(r.doc["first_module"],
+                   {{"step", oracle["step"]}, {"phase", oracle["phase"]}, {"module", oracle["module"]}});
     }
     EXPECT_EQ(r.doc["ranks"][0]["meta"].value("host_syncs", "0"), "0") << "the trail's checks never wait for the GPU";
   }
@@ -319,7 +353,8 @@ TEST(TrailGpu, Float32CompiledBackwardNamesTheModuleAndPaddedLsesStayClean) {
   TrainedRun r = trained("trail-gpu-f32-bwd", "--trail", "--device cuda --fault act-backward --compile");
   ASSERT_EQ(r.report.code, 1) << r.train.out;
   ASSERT_TRUE(r.doc["first_module"].is_object()) << r.report.out;
-  expectFields(r.doc["first_module"], {{"step", oracle["step"]}, {"phase", "bwd"}, {"module", oracle["module"]}, {"inputs_finite", true}});
+  expectFields(r.doc["first_module"],
+               {{"step", oracle["step"]}, {"phase", "bwd"}, {"module", oracle["module"]}, {"inputs_finite", true}});
   EXPECT_EQ(r.doc["ranks"][0]["meta"].value("host_syncs", "0"), "0");
 }
 

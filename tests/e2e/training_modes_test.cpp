@@ -12,8 +12,8 @@ using namespace e2e;
 
 // The facts of an edge that must not depend on how the model was run.
 json identity(const json& edge) {
-  return {{"step", edge["step"]},       {"phase", edge["phase"]},   {"layer", edge["layer"]},
-          {"module", edge["module"]},   {"origin", edge["origin"]}, {"outputs", edge["nonfinite_outputs"]}};
+  return {{"step", edge["step"]},     {"phase", edge["phase"]},   {"layer", edge["layer"]},
+          {"module", edge["module"]}, {"origin", edge["origin"]}, {"outputs", edge["nonfinite_outputs"]}};
 }
 
 TEST(TrainingModes, CompiledForwardSourceEdgeIsTheEagerOne) {
@@ -57,8 +57,9 @@ TEST(TrainingModes, CheckpointedLayersKeepTheirIdentityInBothModes) {
     ASSERT_EQ(r.report.code, 1) << r.train.out;
     const json& e = r.doc["first_edge"];
     expectFields(e, {{"layer", 2}, {"module", "layers.2.attn"}, {"phase", "bwd"}, {"step", 1}});
-    json layers = commandJson("sql", r.dir, "\"SELECT step, COUNT(DISTINCT layer) AS n, SUM(recompute) AS recomputed, "
-                                            "COUNT(DISTINCT module) AS modules FROM calls GROUP BY step\"");
+    json layers = commandJson("sql", r.dir,
+                              "\"SELECT step, COUNT(DISTINCT layer) AS n, SUM(recompute) AS recomputed, "
+                              "COUNT(DISTINCT module) AS modules FROM calls GROUP BY step\"");
     ASSERT_EQ(layers.size(), 3u) << layers.dump();
     for (const json& row : layers) {
       EXPECT_EQ(row["n"], 4) << "as many layers per step as the model has";
@@ -142,8 +143,8 @@ TEST(TrainingModes, NoAttentionIsNothingChecked) {
 
 TEST(TrainingModes, CrashBeforeAnyAttentionIsNothingChecked) {
   fs::path dir = runDir("crash-early");
-  Result r = sh(nanprov() + " run --out " + dir.string() + " -- " + python() +
-                " -c 'import torch; raise SystemExit(5)' 2>&1");
+  Result r =
+      sh(nanprov() + " run --out " + dir.string() + " -- " + python() + " -c 'import torch; raise SystemExit(5)' 2>&1");
   EXPECT_EQ(r.code, 5) << r.out;
   Result report = sh(nanprov() + " report " + dir.string());
   EXPECT_EQ(report.code, 4) << report.out;
@@ -153,8 +154,8 @@ TEST(TrainingModes, CrashBeforeAnyAttentionIsNothingChecked) {
 // Plain and probed runs each compile from a cold cache of their own, so the probed run's graph is
 // the one nanprov made Dynamo trace, not one a plain run left behind.
 TEST(TrainingModes, LossesAreBitIdenticalCompiledAndCheckpointed) {
-  for (std::string mode : {"--compile", "--compile max-autotune-no-cudagraphs", "--checkpoint nonreentrant",
-                           "--checkpoint reentrant"}) {
+  for (std::string mode :
+       {"--compile", "--compile max-autotune-no-cudagraphs", "--checkpoint nonreentrant", "--checkpoint reentrant"}) {
     SCOPED_TRACE(mode);
     std::string args = example("tiny_transformer.py") + " --steps 3 --print-losses " + mode;
     fs::path dir = runDir("identical-modes");

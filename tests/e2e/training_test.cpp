@@ -2,9 +2,8 @@
 // `nanprov report --json` and the other commands say. Nothing is mocked.
 #include <gtest/gtest.h>
 
-#include <regex>
-
 #include <fstream>
+#include <regex>
 
 #include "tests/e2e/e2e_support.h"
 
@@ -57,15 +56,17 @@ TEST(EndToEnd, RealOverflowInsideAttentionIsASourceEdge) {
   EXPECT_TRUE(e["input_trail"]["previous_call"].is_null()) << e["input_trail"].dump();
   Result text = sh(nanprov() + " report " + r.dir.string());
   EXPECT_NE(text.out.find("the large inputs came with the batch or from the modules in or before layers.0.attn"),
-            std::string::npos) << text.out;
+            std::string::npos)
+      << text.out;
 }
 
 // value=zero and value=scale:F corrupt a whole output and keep it finite, as the silent-wrong
 // kernels of seeds 002 and 003 do: the finite checks see nothing wrong (that is the point), and
 // the stored counts show exactly what was done.
 TEST(EndToEnd, InjectedZeroAndScaleStayFiniteAndShowInTheCounts) {
-  TrainedRun r = train("silent", "--inject 'layer=1,tensor=O,step=1,value=zero' --inject 'layer=0,tensor=dQ,step=2,value=scale:1000'",
-                       "--steps 3");
+  TrainedRun r = train(
+      "silent", "--inject 'layer=1,tensor=O,step=1,value=zero' --inject 'layer=0,tensor=dQ,step=2,value=scale:1000'",
+      "--steps 3");
   ASSERT_EQ(r.train.code, runCodeForCleanExit(r)) << r.train.out;
   EXPECT_EQ(r.report.code, 0) << "finite corruption is no non-finite edge: " << r.report.out;
   auto tensor = [](const json& call, const std::string& role) {
@@ -82,7 +83,8 @@ TEST(EndToEnd, InjectedZeroAndScaleStayFiniteAndShowInTheCounts) {
   json bwd = commandJson("calls", r.dir, "--layer 0 --phase bwd");
   ASSERT_EQ(bwd.size(), 3u);
   EXPECT_EQ(bwd[2]["injected_tensor"], "dQ");
-  const double scaled = tensor(bwd[2], "dQ")["max_abs"].get<double>(), before = tensor(bwd[1], "dQ")["max_abs"].get<double>();
+  const double scaled = tensor(bwd[2], "dQ")["max_abs"].get<double>(),
+               before = tensor(bwd[1], "dQ")["max_abs"].get<double>();
   EXPECT_GT(scaled, 30 * before) << "dQ scaled by 1000 at step 2";
 }
 
@@ -97,9 +99,10 @@ TEST(EndToEnd, NonFiniteFromUpstreamIsNotBlamedOnAttention) {
   ASSERT_TRUE(r.doc["first_source_edge"].is_null()) << r.doc.dump(1);
   Result replay = sh(nanprov() + " replay " + r.dir.string() + " 2>&1");
   EXPECT_EQ(replay.code, 0) << replay.out;
-  EXPECT_EQ(replay.out, "nothing to replay: attention received the non-finite values (rank0:layer0:call4 took them "
-                        "from upstream) and made none itself: run again with nanprov run --trail to name the module "
-                        "that made it\n");
+  EXPECT_EQ(replay.out,
+            "nothing to replay: attention received the non-finite values (rank0:layer0:call4 took them "
+            "from upstream) and made none itself: run again with nanprov run --trail to name the module "
+            "that made it\n");
   json doc = json::parse(sh(nanprov() + " replay " + r.dir.string() + " --json").out, nullptr, false);
   EXPECT_EQ(doc["replayed"], false) << doc.dump();
 }
@@ -157,7 +160,8 @@ TEST(EndToEnd, TorchrunTwoRanksFaultOnRankOneOnly) {
   EXPECT_EQ(doc["first_edge"]["name"], "rank1:layer0:call3");
   EXPECT_EQ(doc["first_edge"]["rank"], 1);
   EXPECT_EQ(strings(doc["first_edge"]["nonfinite_outputs"]), std::vector<std::string>{"dK"});
-  Result meta = sh(nanprov() + " sql " + dir.string() + " \"SELECT value FROM meta WHERE key='world_size' AND rank=1\"");
+  Result meta =
+      sh(nanprov() + " sql " + dir.string() + " \"SELECT value FROM meta WHERE key='world_size' AND rank=1\"");
   EXPECT_NE(meta.out.find("2"), std::string::npos) << meta.out;
 }
 
@@ -180,8 +184,8 @@ TEST(EndToEnd, LossesAreBitIdenticalWithAndWithoutNanprov) {
   Result plain = sh(python() + " " + args);
   fs::path dir = runDir("identical");
   // --capture-every 1: every call is also copied out for a capture, which must only read.
-  Result probed = sh(nanprov() + " run --out " + dir.string() + " --capture-every 1 -- " + python() + " " + args +
-                     " 2>/dev/null");
+  Result probed =
+      sh(nanprov() + " run --out " + dir.string() + " --capture-every 1 -- " + python() + " " + args + " 2>/dev/null");
   ASSERT_EQ(plain.code, 0);
   ASSERT_EQ(probed.code, 0);
   EXPECT_NE(plain.out.find("step4 loss 0x"), std::string::npos) << plain.out;
@@ -189,7 +193,8 @@ TEST(EndToEnd, LossesAreBitIdenticalWithAndWithoutNanprov) {
   EXPECT_EQ(sh(nanprov() + " report " + dir.string()).code, 0) << "and the probes did record the run";
   json counts = json::parse(sh(nanprov() + " sql " + dir.string() +
                                " \"SELECT (SELECT COUNT(*) FROM calls) AS calls, (SELECT COUNT(*) FROM captures "
-                               "WHERE skipped IS NULL) AS captured\" --json").out);
+                               "WHERE skipped IS NULL) AS captured\" --json")
+                                .out);
   ASSERT_EQ(counts.size(), 1u);
   EXPECT_GT(counts[0]["captured"].get<int64_t>(), 0);
   EXPECT_EQ(counts[0]["captured"], counts[0]["calls"]) << "every call was captured";
@@ -252,7 +257,8 @@ TEST(Errors, ClearOneLineMessagesAndExitCodes) {
 // A preflight Python killed by a signal is said to be killed, not to lack torch.
 TEST(Errors, KilledTorchPreflightSaysSo) {
   fs::path killed = fakeExecutable(runDir("killed-python"), "python", "#!/bin/sh\nkill -9 $$\n");
-  Result r = sh(nanprov() + " run --out " + runDir("killed-run").string() + " -- " + killed.string() + " train.py 2>&1");
+  Result r =
+      sh(nanprov() + " run --out " + runDir("killed-run").string() + " -- " + killed.string() + " train.py 2>&1");
   EXPECT_EQ(r.code, 3) << r.out;
   EXPECT_NE(r.out.find("was killed by signal 9"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("not importable"), std::string::npos) << r.out;
@@ -264,14 +270,17 @@ TEST(Cli, VersionNamesTheCommitAndWhatItWasBuiltAgainst) {
   Result r = sh(nanprov() + " --version 2>&1");
   ASSERT_EQ(r.code, 0) << r.out;
   const std::string torch = sh(python() + " -c 'import torch; print(torch.__version__, end=\"\")'").out;
-  EXPECT_TRUE(std::regex_search(r.out, std::regex("^nanprov [0-9]+\\.[0-9]+\\.[0-9]+ \\(commit [0-9a-f]{12}(-dirty)?\\)\n")))
+  EXPECT_TRUE(
+      std::regex_search(r.out, std::regex("^nanprov [0-9]+\\.[0-9]+\\.[0-9]+ \\(commit [0-9a-f]{12}(-dirty)?\\)\n")))
       << r.out;
   EXPECT_NE(r.out.find("built against torch " + torch + " (C++11 ABI "), std::string::npos) << r.out;
-  EXPECT_TRUE(std::regex_search(r.out, std::regex("\nbuilt with CUDA toolkit (none|[0-9.]+), cuDNN (none|[0-9.]+), CUPTI (none|API [0-9]+)\n$")))
+  EXPECT_TRUE(std::regex_search(
+      r.out, std::regex("\nbuilt with CUDA toolkit (none|[0-9.]+), cuDNN (none|[0-9.]+), CUPTI (none|API [0-9]+)\n$")))
       << r.out;
   // The CUDA it names is torch's: a CPU build (+cpu) names no CUDA runtime, whatever toolkit
   // compiled nanprov's own kernels (issue 61).
-  const std::string torch_cuda = sh(python() + " -c 'import torch; print(torch.version.cuda or \"none\", end=\"\")'").out;
+  const std::string torch_cuda =
+      sh(python() + " -c 'import torch; print(torch.version.cuda or \"none\", end=\"\")'").out;
   if (torch_cuda == "none") {
     EXPECT_NE(r.out.find("), a CPU build: no CUDA runtime\nbuilt with CUDA toolkit "), std::string::npos) << r.out;
     std::string rest = std::regex_replace(r.out, std::regex("CUDA toolkit"), "");
@@ -284,8 +293,8 @@ TEST(Cli, VersionNamesTheCommitAndWhatItWasBuiltAgainst) {
 TEST(Errors, PythonWithoutTorchIsRefusedBeforeTraining) {
   fs::path venv = runDir("venv-no-torch");
   ASSERT_EQ(sh(python() + " -m venv --without-pip " + venv.string()).code, 0);
-  Result r = sh(nanprov() + " run --out " + runDir("notorch").string() + " -- " + venv.string() +
-                "/bin/python -c pass 2>&1");
+  Result r =
+      sh(nanprov() + " run --out " + runDir("notorch").string() + " -- " + venv.string() + "/bin/python -c pass 2>&1");
   EXPECT_EQ(r.code, 3) << r.out;
   EXPECT_NE(r.out.find("torch is not importable"), std::string::npos) << r.out;
   EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;

@@ -28,14 +28,16 @@ std::string firstLine(const std::string& text) { return text.substr(0, text.find
 // headline joins the two facts: made inside that attention, its kernel unknown.
 TEST(UncheckedAttention, NanMadeInsideItIsUnattributedAndNamedInTheHeadline) {
   TrainedRun r = train("unchecked-attn-nan", "--trail", "--oracle --fault attn", batches());
-  EXPECT_NE(r.train.out.find("oracle: step 2 phase fwd first blocks.0.attn inputs finite"), std::string::npos) << r.train.out;
+  EXPECT_NE(r.train.out.find("oracle: step 2 phase fwd first blocks.0.attn inputs finite"), std::string::npos)
+      << r.train.out;
   EXPECT_EQ(r.train.code, 1) << "nanprov run exits with the report's code when the training exited 0: " << r.train.out;
   ASSERT_EQ(r.report.code, 1) << r.report.out;
   EXPECT_EQ(r.doc["outcome"], "unattributed");
   EXPECT_EQ(r.doc["clean"], false);
   EXPECT_EQ(r.doc["made_in_unchecked_attention"], true);
-  expectFields(r.doc["first_module"], {{"step", 2}, {"phase", "fwd"}, {"module", "blocks.0.attn"},
-                                       {"class", "LinearAttention"}, {"inputs", "finite"}});
+  expectFields(
+      r.doc["first_module"],
+      {{"step", 2}, {"phase", "fwd"}, {"module", "blocks.0.attn"}, {"class", "LinearAttention"}, {"inputs", "finite"}});
   EXPECT_EQ(r.doc["first_edge"]["origin"], "upstream");
   Result text = sh(nanprov() + " report " + r.dir.string());
   EXPECT_EQ(text.code, 1);
@@ -43,7 +45,8 @@ TEST(UncheckedAttention, NanMadeInsideItIsUnattributedAndNamedInTheHeadline) {
                                      "blocks.0.attn (LinearAttention) at step 2 fwd, from finite inputs"),
             std::string::npos)
       << text.out;
-  EXPECT_NE(firstLine(text.out).find("unchecked attention, so the kernel that made them is not known"), std::string::npos)
+  EXPECT_NE(firstLine(text.out).find("unchecked attention, so the kernel that made them is not known"),
+            std::string::npos)
       << text.out;
   EXPECT_EQ(text.out.find("cannot tell"), std::string::npos) << text.out;
   EXPECT_EQ(text.out.find("outside attention"), std::string::npos) << text.out;
@@ -62,12 +65,14 @@ TEST(UncheckedAttention, CleanRunBesideItIsPartialAndExitsZero) {
   EXPECT_EQ(r.doc["outcome"], "partial");
   ASSERT_EQ(r.doc["coverage"]["unprobed"].size(), 1u) << r.doc["coverage"].dump();
   expectFields(r.doc["coverage"]["unprobed"][0],
-               {{"kind", "attention-like module LinearAttention at blocks.*.attn ran no attention op nanprov checks: not "
-                         "checked"},
+               {{"kind",
+                 "attention-like module LinearAttention at blocks.*.attn ran no attention op nanprov checks: not "
+                 "checked"},
                 {"probe_module", "LinearAttention"}});
   Result text = sh(nanprov() + " report " + r.dir.string());
   EXPECT_EQ(text.code, 0);
-  EXPECT_NE(firstLine(text.out).find("no fault in what was checked, but not everything was"), std::string::npos) << text.out;
+  EXPECT_NE(firstLine(text.out).find("no fault in what was checked, but not everything was"), std::string::npos)
+      << text.out;
   const fs::path root = r.dir.parent_path() / ("unchecked-attn-runs-" + std::to_string(getpid()));
   fs::remove_all(root);
   fs::create_directories(root);
@@ -93,7 +98,8 @@ TEST(UncheckedAttention, SuggestsTheClassOnceAndNeverWhatWasGiven) {
   Result nan_text = sh(nanprov() + " report " + nan.dir.string());
   EXPECT_EQ(occurrences(nan_text.out, "--probe-module"), 1u) << nan_text.out;
 
-  TrainedRun given = train("unchecked-attn-given", "--trail --probe-module LinearAttention", "--fault none --places 2", batches());
+  TrainedRun given =
+      train("unchecked-attn-given", "--trail --probe-module LinearAttention", "--fault none --places 2", batches());
   Result given_text = sh(nanprov() + " report " + given.dir.string());
   EXPECT_EQ(given_text.out.find("--probe-module"), std::string::npos) << given_text.out;
   EXPECT_EQ(given.doc["coverage"]["suggested_probe_modules"], json::array()) << given.report.out;
@@ -108,8 +114,8 @@ TEST(UncheckedAttention, WatchingItLeavesTheLossesBitIdentical) {
   for (std::string args : {"--fault none --places 2 --batch dict", "--fault attn --batch list"}) {
     SCOPED_TRACE(args);
     Result plain = sh(python() + " " + batches() + " " + args + " 2>/dev/null | grep '^step'");
-    Result probed = sh(nanprov() + " run --out " + runDir("unchecked-attn-identical").string() + " --trail -- " + python() +
-                       " " + batches() + " " + args + " 2>&1 | grep -E '^step|--trail:'");
+    Result probed = sh(nanprov() + " run --out " + runDir("unchecked-attn-identical").string() + " --trail -- " +
+                       python() + " " + batches() + " " + args + " 2>&1 | grep -E '^step|--trail:'");
     ASSERT_EQ(plain.code, 0);
     EXPECT_NE(plain.out.find("step 3: loss"), std::string::npos) << plain.out;
     EXPECT_EQ(probed.out, plain.out);

@@ -30,8 +30,9 @@ std::string hostName() {
 
 // The meta value `key` of the run's rank-0 store, as `nanprov sql` reads it.
 std::string metaOf(const fs::path& dir, const std::string& key) {
-  json rows = json::parse(sh(nanprov() + " sql " + dir.string() + " \"SELECT value FROM meta WHERE key = '" + key + "'\" --json").out,
-                          nullptr, false);
+  json rows = json::parse(
+      sh(nanprov() + " sql " + dir.string() + " \"SELECT value FROM meta WHERE key = '" + key + "'\" --json").out,
+      nullptr, false);
   if (!rows.is_array() || rows.empty()) return "";
   const json& row = rows.front();
   const json& value = row.is_object() ? row["value"] : row.front();
@@ -42,7 +43,8 @@ std::string metaOf(const fs::path& dir, const std::string& key) {
 void expectThisHostsCpu(const json& id) {
   EXPECT_EQ(id["host"], hostName()) << id.dump(1);
   EXPECT_EQ(id["device"], "cpu") << id.dump(1);
-  for (const char* gpu_field : {"gpu", "gpu_uuid", "pci_bus_id", "driver", "cudnn"}) EXPECT_EQ(id[gpu_field], nullptr) << gpu_field;
+  for (const char* gpu_field : {"gpu", "gpu_uuid", "pci_bus_id", "driver", "cudnn"})
+    EXPECT_EQ(id[gpu_field], nullptr) << gpu_field;
 }
 
 TEST(Verdict, ACleanRunIsNoFaultAndItsStoreNamesItsHost) {
@@ -53,12 +55,17 @@ TEST(Verdict, ACleanRunIsNoFaultAndItsStoreNamesItsHost) {
   Verdict v = verdict(r.dir);
   ASSERT_EQ(v.result.code, 0) << v.result.out;
   ASSERT_TRUE(v.doc.is_object()) << v.result.out;
-  expectFields(v.doc, {{"verdict", "no_fault"}, {"exit_code", 0}, {"action", "none"}, {"reason", "clean"}, {"rank", nullptr},
+  expectFields(v.doc, {{"verdict", "no_fault"},
+                       {"exit_code", 0},
+                       {"action", "none"},
+                       {"reason", "clean"},
+                       {"rank", nullptr},
                        {"root_cause", nullptr}});
   Result line = sh(nanprov() + " verdict " + r.dir.string());
   EXPECT_EQ(line.code, 0);
   EXPECT_EQ(line.out.rfind("no_fault (exit 0, none): ", 0), 0u) << line.out;
-  EXPECT_EQ(sh(nanprov() + " verdict " + r.dir.string() + " --reruns 0 2>&1").code, 2) << "a usage error is its own code";
+  EXPECT_EQ(sh(nanprov() + " verdict " + r.dir.string() + " --reruns 0 2>&1").code, 2)
+      << "a usage error is its own code";
 }
 
 // An injected NaN: the run's process and replay rerun the call and never see it, every rerun the
@@ -92,8 +99,9 @@ TEST(Verdict, AnInjectedNaNIsNotReproducibleAndNeverExcludesTheNode) {
   EXPECT_EQ(v.doc["reruns"]["in_run"]["reproduced"], 0) << "nor in the run's own reruns";
   Result line = sh(nanprov() + " verdict " + r.dir.string());
   EXPECT_EQ(line.code, 14);
-  EXPECT_EQ(line.out.rfind("undetermined (exit 14, inspect): " + edge["name"].get<std::string>() + ", step 1, on host " +
-                               hostName() + ", cpu: ", 0),
+  EXPECT_EQ(line.out.rfind("undetermined (exit 14, inspect): " + edge["name"].get<std::string>() +
+                               ", step 1, on host " + hostName() + ", cpu: ",
+                           0),
             0u)
       << line.out;
   EXPECT_NE(line.out.find("injected"), std::string::npos) << line.out;
@@ -103,8 +111,8 @@ TEST(Verdict, AnInjectedNaNIsNotReproducibleAndNeverExcludesTheNode) {
 // reruns find its NaN in 10 of 20: a nondeterministic kernel, requeue (exit 11).
 TEST(Verdict, AFlakyLibraryOpIsANondeterministicKernel) {
   const fs::path dir = runDir("verdict-flaky-op");
-  Result run = sh(nanprov() + " run --out " + dir.string() + " --reruns 20 --probe-op 'flaky::attn:q=Q,k=K,v=V' -- " + python() + " " +
-                  NANPROV_TEST_SCRIPTS + "/flaky_library_op.py 2>&1");
+  Result run = sh(nanprov() + " run --out " + dir.string() + " --reruns 20 --probe-op 'flaky::attn:q=Q,k=K,v=V' -- " +
+                  python() + " " + NANPROV_TEST_SCRIPTS + "/flaky_library_op.py 2>&1");
   ASSERT_EQ(run.code, 1) << run.out;
   Verdict v = verdict(dir);
   ASSERT_EQ(v.result.code, 11) << v.result.out << "\n(11: nondeterministic kernel)";

@@ -27,13 +27,18 @@ TEST(XTransformers, OverflowInTheSecondAttentionLayerIsItsEdge) {
   TrainedRun r = train("xtransformers-attn", "", "--glitch-step 2 --oracle", kScript);
   ASSERT_EQ(r.report.code, 1) << r.train.out << r.report.out;
   std::smatch oracle;
-  ASSERT_TRUE(std::regex_search(r.train.out, oracle, std::regex("first non-finite forward output: (\\S+) at step (\\d+)")))
+  ASSERT_TRUE(
+      std::regex_search(r.train.out, oracle, std::regex("first non-finite forward output: (\\S+) at step (\\d+)")))
       << r.train.out;
   EXPECT_EQ(oracle[1].str(), "attn_layers.layers.2.1.attend");
   EXPECT_EQ(r.doc["outcome"], "edge") << r.report.out;
   const json& e = r.doc["first_edge"];
-  expectFields(e, {{"module", oracle[1].str()}, {"step", std::stoi(oracle[2].str())}, {"phase", "fwd"},
-                   {"origin", "attention"}, {"inputs_finite", true}, {"op", "softmax_attention"}});
+  expectFields(e, {{"module", oracle[1].str()},
+                   {"step", std::stoi(oracle[2].str())},
+                   {"phase", "fwd"},
+                   {"origin", "attention"},
+                   {"inputs_finite", true},
+                   {"op", "softmax_attention"}});
   if (const json* q = roleOf(e, "Q")) EXPECT_EQ((*q)["shape"], "[4,4,16,64]") << "dim_head 64, its default";
   EXPECT_NE(roleOf(e, "S"), nullptr) << e.dump();
   EXPECT_EQ(r.doc["coverage"]["unprobed"].size(), 0u) << r.doc["coverage"].dump();
@@ -72,8 +77,8 @@ TEST(XTransformers, MlpFaultIsOutsideAttentionAndLossesAreBitIdentical) {
 
   std::string run = kScript + " --glitch-step 2 --print-losses";
   Result plain = sh(python() + " " + run + " 2>/dev/null");
-  Result probed = sh(nanprov() + " run --out " + runDir("xtransformers-identical").string() + " -- " + python() + " " + run +
-                     " 2>/dev/null");
+  Result probed = sh(nanprov() + " run --out " + runDir("xtransformers-identical").string() + " -- " + python() + " " +
+                     run + " 2>/dev/null");
   ASSERT_EQ(plain.code, 0);
   EXPECT_NE(plain.out.find("step 3: loss "), std::string::npos) << plain.out;
   EXPECT_EQ(plain.out, probed.out);

@@ -41,9 +41,21 @@ inline float bitsToFloat(uint32_t b) {
 
 inline float decode(const std::vector<uint8_t>& host, int64_t i, ElementType type) {
   switch (type) {
-    case ElementType::kFloat32: { uint32_t b; std::memcpy(&b, &host[i * 4], 4); return bitsToFloat(b); }
-    case ElementType::kFloat16: { uint16_t b; std::memcpy(&b, &host[i * 2], 2); return halfToFloat(b); }
-    case ElementType::kBFloat16: { uint16_t b; std::memcpy(&b, &host[i * 2], 2); return bitsToFloat(uint32_t{b} << 16); }
+    case ElementType::kFloat32: {
+      uint32_t b;
+      std::memcpy(&b, &host[i * 4], 4);
+      return bitsToFloat(b);
+    }
+    case ElementType::kFloat16: {
+      uint16_t b;
+      std::memcpy(&b, &host[i * 2], 2);
+      return halfToFloat(b);
+    }
+    case ElementType::kBFloat16: {
+      uint16_t b;
+      std::memcpy(&b, &host[i * 2], 2);
+      return bitsToFloat(uint32_t{b} << 16);
+    }
     case ElementType::kBool: return host[i] ? 1.f : 0.f;
   }
   return 0;
@@ -125,6 +137,5 @@ inline TensorView view(const void* data, ElementType type, std::vector<int64_t> 
   v.contiguous = contiguous;
   return v;
 }
-
 
 }  // namespace nanprov::kernels::testing_support

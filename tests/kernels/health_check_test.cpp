@@ -1,8 +1,6 @@
 // The fused health kernel (and the dense check) against a host reference, on random bit patterns (so NaN, ±Inf,
 // subnormals and zeros all occur), in every supported dtype and layout. Needs a GPU: skips
 // cleanly without one, and runs in scripts/device-check.sh.
-#include "kernels/health_check_queue.h"
-
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -15,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/health_check_queue.h"
 #include "tests/kernels/check_reference.h"
 #include "tests/kernels/stuck_stream.h"
 
@@ -51,11 +50,11 @@ TEST_P(EveryType, ContiguousStridedAndUnalignedViewsCountExactly) {
   DeviceBuffer dev(host);
   auto* base = static_cast<uint8_t*>(dev.p);
   std::vector<TensorView> views = {
-      view(base, type, shape, {5 * 67 * 33, 67 * 33, 33, 1}),                      // contiguous, aligned
-      view(base, type, {3, 67, 5, 33}, {5 * 67 * 33, 33, 67 * 33, 1}),             // transposed (B,S,H,D)
-      view(base + esize, type, {numel - 1}, {1}),                                   // unaligned start
-      view(base, type, {3, 5, 33, 34}, {5 * 67 * 33, 67 * 33, 1, 33}),             // last two dims swapped
-      view(base, type, {3, 5, 10, 33}, {5 * 67 * 33, 67 * 33, 66, 1}),             // every other row
+      view(base, type, shape, {5 * 67 * 33, 67 * 33, 33, 1}),           // contiguous, aligned
+      view(base, type, {3, 67, 5, 33}, {5 * 67 * 33, 33, 67 * 33, 1}),  // transposed (B,S,H,D)
+      view(base + esize, type, {numel - 1}, {1}),                       // unaligned start
+      view(base, type, {3, 5, 33, 34}, {5 * 67 * 33, 67 * 33, 1, 33}),  // last two dims swapped
+      view(base, type, {3, 5, 10, 33}, {5 * 67 * 33, 67 * 33, 66, 1}),  // every other row
   };
   expectMatches(host, views, {0, 0, 1, 0, 0});
 }
@@ -67,7 +66,8 @@ TEST_P(EveryType, QkvSplitFromOneProjectionTakesTheRowPathExactly) {
   const ElementType type = GetParam();
   const int64_t B = 2, S = 48, H = 4, D = 64;
   const int esize = bytesOf(type);
-  std::vector<uint8_t> host = randomBits(static_cast<size_t>(B * S * 3 * H * D) * esize, 99u + static_cast<uint32_t>(type));
+  std::vector<uint8_t> host =
+      randomBits(static_cast<size_t>(B * S * 3 * H * D) * esize, 99u + static_cast<uint32_t>(type));
   DeviceBuffer dev(host);
   auto* base = static_cast<uint8_t*>(dev.p);
   std::vector<TensorView> views;
@@ -107,7 +107,7 @@ TEST_P(EveryType, FiniteDataTakesTheWordPathAndAliasedRolesAreReadOnce) {
 INSTANTIATE_TEST_SUITE_P(HealthCheck, EveryType,
                          testing::Values(ElementType::kFloat32, ElementType::kFloat16, ElementType::kBFloat16),
                          [](const auto& info) {
-                           return info.param == ElementType::kFloat32 ? std::string("fp32")
+                           return info.param == ElementType::kFloat32   ? std::string("fp32")
                                   : info.param == ElementType::kFloat16 ? std::string("fp16")
                                                                         : std::string("bf16");
                          });

@@ -1,6 +1,6 @@
-#include "tests/kernels/stuck_stream.h"
-
 #include <cuda_runtime.h>
+
+#include "tests/kernels/stuck_stream.h"
 
 namespace nanprov::kernels::fixtures {
 namespace {

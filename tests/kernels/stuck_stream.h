@@ -21,7 +21,7 @@ class StuckStream {
   bool release(bool wait = false);
 
  private:
-  int* flag_ = nullptr;         // host-mapped; the kernel spins while it is 0
+  int* flag_ = nullptr;  // host-mapped; the kernel spins while it is 0
   void* stream_ = nullptr;
   bool ok_ = false;
 };

@@ -37,7 +37,8 @@ TEST(AuditSlice, EveryKindWithAKnownLayoutIsSlicedAlongItsOwnAxes) {
   ASSERT_TRUE(sdpa);
   EXPECT_EQ(sdpa->batch_dim, 0);
   EXPECT_EQ(sdpa->heads_dim, 1);
-  for (const char* op : {"flex_attention", "eager_attention_forward", "multi_head_attention_forward", "module:HandAttention"}) {
+  for (const char* op :
+       {"flex_attention", "eager_attention_forward", "multi_head_attention_forward", "module:HandAttention"}) {
     auto axes = sliceAxesOf(op, "bhsd");
     ASSERT_TRUE(axes) << op;
     EXPECT_EQ(axes->heads_dim, 1) << op;

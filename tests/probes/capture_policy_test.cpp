@@ -21,7 +21,8 @@ CallEvent call(int64_t seq, int64_t layer, Phase phase, int64_t nan_out, int64_t
   c.phase = phase;
   Role in = phase == Phase::kForward ? Role::kQ : Role::kdO;
   Role out = phase == Phase::kForward ? Role::kO : Role::kdQ;
-  c.tensors = {TensorHealth{.role = in, .numel = 8, .nan = nan_in}, TensorHealth{.role = out, .numel = 8, .nan = nan_out}};
+  c.tensors = {TensorHealth{.role = in, .numel = 8, .nan = nan_in},
+               TensorHealth{.role = out, .numel = 8, .nan = nan_out}};
   c.health = static_cast<int>(edgeKindOf(c));  // as the probes classify a call before offering it
   return c;
 }
@@ -103,7 +104,9 @@ TEST(CapturePolicy, AuditRotatesThroughTheLayersOrTakesEveryNthStep) {
     c.step = step;
     return c;
   };
-  auto keyOf = [](int64_t layer, Phase phase) { return static_cast<uint64_t>(layer * 2 + (phase == Phase::kBackward)); };
+  auto keyOf = [](int64_t layer, Phase phase) {
+    return static_cast<uint64_t>(layer * 2 + (phase == Phase::kBackward));
+  };
   CapturePlan plan;
   plan.first_source_edge = false;
   plan.audit.on = true;
@@ -117,7 +120,8 @@ TEST(CapturePolicy, AuditRotatesThroughTheLayersOrTakesEveryNthStep) {
     for (int64_t layer : {0, 1, 2}) {
       for (Phase phase : {Phase::kForward, Phase::kBackward}) {
         bool rotation = false;
-        const std::string why = said(rotating.triggerFor(at(seq++, step, layer, phase), keyOf(layer, phase), nullptr, &rotation));
+        const std::string why =
+            said(rotating.triggerFor(at(seq++, step, layer, phase), keyOf(layer, phase), nullptr, &rotation));
         by_rotation += rotation;
         EXPECT_TRUE(!rotation || (why == "audit" && step > 0)) << "step " << step;
         if (why == "audit" && phase == Phase::kForward) layers_by_step[step].push_back(layer);
@@ -135,7 +139,8 @@ TEST(CapturePolicy, AuditRotatesThroughTheLayersOrTakesEveryNthStep) {
   CapturePolicy every;
   every.configure(plan);
   std::vector<std::string> got;
-  for (int64_t step = 0; step < 5; ++step) got.push_back(said(every.triggerFor(at(seq++, step, 1, Phase::kForward), 7)));
+  for (int64_t step = 0; step < 5; ++step)
+    got.push_back(said(every.triggerFor(at(seq++, step, 1, Phase::kForward), 7)));
   EXPECT_EQ(got, (std::vector<std::string>{"audit", "", "audit", "", "audit"}));
 }
 
@@ -161,7 +166,8 @@ TEST(CapturePolicy, TheBudgetHoldsTheRotationBackUntilTheJudgeAndTheTimeAllow) {
   ASSERT_TRUE(policy.reserve(100, CaptureTrigger::kAudit, 1));
   policy.addAuditCost(1'000'000);  // 1 ms on the training thread
   now = 1'000'000'000;             // 1 s later
-  EXPECT_EQ(said(policy.triggerFor(at(1, 1), 1)), "audit") << "the first pass's capture, not judged yet, holds nothing back";
+  EXPECT_EQ(said(policy.triggerFor(at(1, 1), 1)), "audit")
+      << "the first pass's capture, not judged yet, holds nothing back";
   ASSERT_TRUE(policy.reserve(100, CaptureTrigger::kAudit, 1));
   now = 1'500'000'000;
   EXPECT_EQ(said(policy.triggerFor(at(2, 2), 1)), "") << "the judge has not judged the rotation's capture yet";

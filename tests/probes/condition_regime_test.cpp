@@ -17,14 +17,19 @@ CallEvent forward(double mask, double qk = 1, double out = 1, int64_t masked_row
   CallEvent c;
   c.tensors = {TensorHealth{.role = Role::kQ, .dtype = DtypeName::ofStatic("Float"), .numel = 8, .max_abs = qk},
                TensorHealth{.role = Role::kK, .dtype = DtypeName::ofStatic("Float"), .numel = 8, .max_abs = qk},
-               TensorHealth{.role = Role::kMask, .dtype = DtypeName::ofStatic("Float"), .numel = 8, .max_abs = mask,
+               TensorHealth{.role = Role::kMask,
+                            .dtype = DtypeName::ofStatic("Float"),
+                            .numel = 8,
+                            .max_abs = mask,
                             .masked_rows = masked_rows},
                TensorHealth{.role = Role::kO, .dtype = DtypeName::ofStatic("Float"), .numel = 8, .max_abs = out},
                TensorHealth{.role = Role::kLSE, .dtype = DtypeName::ofStatic("Float"), .numel = 2, .max_abs = lse}};
   return c;
 }
 
-std::string change(const CallEvent& judged, const CallEvent& now) { return regimeChange(regimeOf(judged), regimeOf(now)); }
+std::string change(const CallEvent& judged, const CallEvent& now) {
+  return regimeChange(regimeOf(judged), regimeOf(now));
+}
 
 TEST(ConditionRegime, AMaskValueArrivingFullyMaskedRowsAndTheLseLineAreNewRegimes) {
   EXPECT_EQ(change(forward(0), forward(0)), "");
@@ -33,7 +38,8 @@ TEST(ConditionRegime, AMaskValueArrivingFullyMaskedRowsAndTheLseLineAreNewRegime
   EXPECT_EQ(change(forward(1e4), forward(1e9)), "the mask's largest |x| went from 1e+04 to 1e+09");
   EXPECT_EQ(change(forward(0), forward(0, 1, 1, 4)), "query rows with every key masked appeared");
   EXPECT_EQ(change(forward(0, 1, 1, 4), forward(0)), "no query row has every key masked any more");
-  EXPECT_EQ(change(forward(0, 1, 1, 0, 80), forward(0, 1, 1, 0, 95)), "a row's |LSE| went past 88.7 (exp(-LSE) leaves float32)");
+  EXPECT_EQ(change(forward(0, 1, 1, 0, 80), forward(0, 1, 1, 0, 95)),
+            "a row's |LSE| went past 88.7 (exp(-LSE) leaves float32)");
 }
 
 TEST(ConditionRegime, MagnitudesMoveTheRegimeOnlyTenfoldSoACleanRunDoesNotFlap) {
@@ -89,7 +95,6 @@ TEST(ConditionRegime, TheAuditJudgesANewRegimeAtItsFirstCallWhateverTheBudget) {
   EXPECT_EQ(policy.rotationCounts().regime_changes, 1);
   EXPECT_TRUE(policy.triggerFor(at(8, 1e9), 7).has_value()) << "still a new regime";
 }
-
 
 // Every regime a key met is kept for the report, with when it was seen and last judged: one whose
 // judgement the byte budget refused stays seen and never judged, and once the slots are full a

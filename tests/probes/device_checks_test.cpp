@@ -22,9 +22,9 @@
 namespace nanprov {
 namespace {
 
+using testing::fakeCuda;
 using testing::FakeDevice;
 using testing::FakeLaunch;
-using testing::fakeCuda;
 
 // Exit's wait for checks in flight (read once per process): nothing waits in a test.
 const bool kNoExitWait = (setenv("NANPROV_EXIT_WAIT_SECONDS", "0", 1), true);
@@ -122,8 +122,8 @@ TEST_F(DeviceChecksTest, ImmediateCheckIsRecordedOnceItsSlotFinished) {
   EXPECT_EQ(records[0].rec.tensors[1].nan, 5);
   EXPECT_EQ(records[0].rec.tensors[0].nan, 0);
   EXPECT_FLOAT_EQ(records[0].rec.tensors[2].max_abs, 3);
-  EXPECT_EQ(records[0].held, 3u);       // its tensors held until then
-  EXPECT_EQ(checks_->released(), 3);    // and released once recorded
+  EXPECT_EQ(records[0].held, 3u);     // its tensors held until then
+  EXPECT_EQ(checks_->released(), 3);  // and released once recorded
   EXPECT_EQ(checks_->hostSyncs(), 0);
   EXPECT_EQ(checks_->firstDevice(), 0);
 }

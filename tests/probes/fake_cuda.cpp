@@ -27,10 +27,10 @@ C10_REGISTER_GUARD_IMPL(CUDA, FakeCudaGuard);
 
 at::Tensor fakeCuda(std::vector<float>& host, std::vector<int64_t> sizes, std::vector<int64_t> strides, int device) {
   c10::Device where(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device));
-  c10::Storage storage(c10::Storage::use_byte_size_t(), host.size() * sizeof(float),
-                       c10::DataPtr(host.data(), where), nullptr, false);
-  at::Tensor t = at::detail::make_tensor<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(c10::DispatchKey::CUDA),
-                                                          caffe2::TypeMeta::Make<float>());
+  c10::Storage storage(c10::Storage::use_byte_size_t(), host.size() * sizeof(float), c10::DataPtr(host.data(), where),
+                       nullptr, false);
+  at::Tensor t = at::detail::make_tensor<c10::TensorImpl>(
+      std::move(storage), c10::DispatchKeySet(c10::DispatchKey::CUDA), caffe2::TypeMeta::Make<float>());
   if (strides.empty()) t.unsafeGetTensorImpl()->set_sizes_contiguous(sizes);
   else t.unsafeGetTensorImpl()->set_sizes_and_strides(sizes, strides);
   return t;

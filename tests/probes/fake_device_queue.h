@@ -19,7 +19,7 @@ struct FakeLaunch {
   int device = -1;
   kernels::CheckKind kind = kernels::CheckKind::kFused;
   uint64_t token = 0;
-  int count = 0;      // views or dense tensors launched
+  int count = 0;  // views or dense tensors launched
   bool finished = false;
   bool handed = false;  // handed to the collector
   std::vector<kernels::HealthCounts> counts;

@@ -51,7 +51,12 @@ TEST(ModulePathCache, AsksTheStackUntilItsAnswerWasConfirmed) {
   at::Tensor w = torch::ones({4}, torch::requires_grad());
   int asked = 0;
   for (int i = 0; i < 10; ++i) {
-    EXPECT_EQ(cache.path(w, [&] { ++asked; return std::string("layers.3.attn"); }), "layers.3.attn");
+    EXPECT_EQ(cache.path(w,
+                         [&] {
+                           ++asked;
+                           return std::string("layers.3.attn");
+                         }),
+              "layers.3.attn");
   }
   EXPECT_EQ(asked, ModulePathCache::kConfirmations);
 }
@@ -62,7 +67,12 @@ TEST(ModulePathCache, ATiedParameterIsAlwaysAskedAbout) {
   int asked = 0;
   for (int i = 0; i < 10; ++i) {
     std::string where = i % 2 ? "decoder.attn" : "encoder.attn";
-    EXPECT_EQ(cache.path(tied, [&] { ++asked; return where; }), where);
+    EXPECT_EQ(cache.path(tied,
+                         [&] {
+                           ++asked;
+                           return where;
+                         }),
+              where);
   }
   EXPECT_EQ(asked, 10);
 }
@@ -70,7 +80,11 @@ TEST(ModulePathCache, ATiedParameterIsAlwaysAskedAbout) {
 TEST(ModulePathCache, WithoutAParameterTheStackIsAskedEveryTime) {
   ModulePathCache cache;
   int asked = 0;
-  for (int i = 0; i < 5; ++i) cache.path(at::Tensor(), [&] { ++asked; return std::string("attn"); });
+  for (int i = 0; i < 5; ++i)
+    cache.path(at::Tensor(), [&] {
+      ++asked;
+      return std::string("attn");
+    });
   EXPECT_EQ(asked, 5);
   EXPECT_EQ(cache.size(), 0);
 }

@@ -37,7 +37,8 @@ TEST(ProbeCost, AnInnerStagePausesTheOuterOne) {
 
 TEST(ProbeCost, TheProbedOpItselfIsCountedNowhere) {
   int64_t before[static_cast<int>(ProbeStage::kCount)];
-  for (int s = 0; s < static_cast<int>(ProbeStage::kCount); ++s) before[s] = ProbeCost::total(static_cast<ProbeStage>(s));
+  for (int s = 0; s < static_cast<int>(ProbeStage::kCount); ++s)
+    before[s] = ProbeCost::total(static_cast<ProbeStage>(s));
   {
     ProbeCost::Scope dispatching(ProbeStage::kDispatching);
     busy(std::chrono::milliseconds(10));
@@ -47,8 +48,10 @@ TEST(ProbeCost, TheProbedOpItselfIsCountedNowhere) {
     }
   }
   int64_t counted = 0;
-  for (int s = 0; s < static_cast<int>(ProbeStage::kCount); ++s) counted += ProbeCost::total(static_cast<ProbeStage>(s)) - before[s];
-  EXPECT_GE(ProbeCost::total(ProbeStage::kDispatching) - before[static_cast<int>(ProbeStage::kDispatching)], 10'000'000);
+  for (int s = 0; s < static_cast<int>(ProbeStage::kCount); ++s)
+    counted += ProbeCost::total(static_cast<ProbeStage>(s)) - before[s];
+  EXPECT_GE(ProbeCost::total(ProbeStage::kDispatching) - before[static_cast<int>(ProbeStage::kDispatching)],
+            10'000'000);
   EXPECT_LT(counted, 200'000'000) << "the op's 200 ms belong to no stage";
 }
 

@@ -2,24 +2,33 @@
 // its process group says (probes/core/process_rank.h); and how the rank's names link to what a
 // process wrote before it knew.
 #include <gtest/gtest.h>
-
-#include <cstdlib>
-#include <map>
-#include <string>
-
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <string>
 
 #include "probes/core/process_rank.h"
 
 namespace nanprov {
 namespace {
 
-const char* const kRankVariables[] = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "NODE_RANK", "GROUP_RANK", "LOCAL_WORLD_SIZE",
-                                      "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS", "OMPI_COMM_WORLD_RANK",
-                                      "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE",
+const char* const kRankVariables[] = {"RANK",
+                                      "LOCAL_RANK",
+                                      "WORLD_SIZE",
+                                      "NODE_RANK",
+                                      "GROUP_RANK",
+                                      "LOCAL_WORLD_SIZE",
+                                      "SLURM_PROCID",
+                                      "SLURM_LOCALID",
+                                      "SLURM_NTASKS",
+                                      "OMPI_COMM_WORLD_RANK",
+                                      "OMPI_COMM_WORLD_LOCAL_RANK",
+                                      "OMPI_COMM_WORLD_SIZE",
+                                      "PMI_RANK",
+                                      "PMI_SIZE",
                                       "MPI_LOCALRANKID"};
 
 // Sets exactly `vars` of the rank variables (the others unset), reads the rank, and puts back
@@ -73,7 +82,8 @@ TEST(RankEnvironment, LightningsWorkersOnTheFirstNodeAreTheirLocalRank) {
 }
 
 TEST(RankEnvironment, ANodesWorkersCountFromTheNodesFirstRankWhenItsSizeIsKnown) {
-  EXPECT_EQ(rankWith({{"LOCAL_RANK", "2"}, {"NODE_RANK", "1"}, {"LOCAL_WORLD_SIZE", "4"}, {"WORLD_SIZE", "8"}}).rank, 6);
+  EXPECT_EQ(rankWith({{"LOCAL_RANK", "2"}, {"NODE_RANK", "1"}, {"LOCAL_WORLD_SIZE", "4"}, {"WORLD_SIZE", "8"}}).rank,
+            6);
   EXPECT_EQ(rankWith({{"LOCAL_RANK", "1"}, {"GROUP_RANK", "2"}, {"LOCAL_WORLD_SIZE", "2"}}).rank, 5);
 }
 
@@ -99,7 +109,8 @@ TEST(RankEnvironment, GarbageFallsBackInsteadOfANegativeRank) {
 
 // A run directory of its own under the test's temporary folder.
 std::filesystem::path freshDir(const char* name) {
-  auto dir = std::filesystem::temp_directory_path() / (std::string("nanprov-rank-link-") + name + "-" + std::to_string(getpid()));
+  auto dir = std::filesystem::temp_directory_path() /
+             (std::string("nanprov-rank-link-") + name + "-" + std::to_string(getpid()));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;

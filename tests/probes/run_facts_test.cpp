@@ -1,8 +1,8 @@
 // The bootstrap's facts: only the known keys are kept, a bad value is refused rather than written
 // into the store's meta, and a later value for a key replaces the earlier one.
-#include <gtest/gtest.h>
-
 #include "probes/core/run_facts.h"
+
+#include <gtest/gtest.h>
 
 namespace nanprov {
 namespace {

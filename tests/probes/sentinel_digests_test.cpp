@@ -20,8 +20,8 @@
 namespace nanprov {
 namespace {
 
-using testing::FakeDevice;
 using testing::fakeCuda;
+using testing::FakeDevice;
 
 class NoCalls final : public CheckedCallSink {
   void recordChecked(CallEvent, const RoleTensors&, const CallArgs&, const char*) override {}
@@ -53,7 +53,8 @@ class SentinelDigests : public ::testing::Test {
     checks_ = std::make_unique<DeviceChecks>(session_, *tracer_, calls_, fake_.factory());
     sentinel_ = std::make_unique<GradientSentinel>(session_, checks_->measured(),
                                                    [this](std::vector<ReplicaDigestRecord> rows) {
-                                                     for (ReplicaDigestRecord& r : rows) recorded_.push_back(std::move(r));
+                                                     for (ReplicaDigestRecord& r : rows)
+                                                       recorded_.push_back(std::move(r));
                                                    });
     // Two parameters on the (fake) GPU, read by the dense check; one on the CPU, summed by ATen.
     at::Tensor a = fakeCuda(a_, {8}), b = fakeCuda(b_, {2, 4});

@@ -3,26 +3,24 @@
 // library loaded and started in this process as the bootstrap would, against the same calls made
 // before the probes were started. Counting only on this thread: the store's writer thread may
 // allocate as it likes, the training thread may not (issue 26).
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <dlfcn.h>
 #include <execinfo.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <pthread.h>
+#include <sqlite3.h>
+#include <torch/autograd.h>
 #include <unistd.h>
 
-#include <ATen/ATen.h>
-#include <ATen/Parallel.h>
-#include <gtest/gtest.h>
-#include <torch/autograd.h>
-
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <algorithm>
 #include <new>
 #include <utility>
-
-#include <sqlite3.h>
 
 #include "probes/libtorch/c_abi.h"
 #include "tests/temp_dir.h"
@@ -193,7 +191,8 @@ void expectSteadyState(at::Device device) {
   ASSERT_EQ(nanprov_start(), 0) << nanprov_last_error();
   steps(model, 30, true, &step);  // warm: the store opens, tables and buffers reach their sizes
   Counts probed = steps(model, 19, true, &step);
-  if (const char* file = std::getenv("NANPROV_STEADY_WHERE")) g_where_fd = open(file, O_CREAT | O_TRUNC | O_WRONLY, 0644);
+  if (const char* file = std::getenv("NANPROV_STEADY_WHERE"))
+    g_where_fd = open(file, O_CREAT | O_TRUNC | O_WRONLY, 0644);
   Counts last = steps(model, 1, true, &step);
   if (g_where_fd >= 0) close(std::exchange(g_where_fd, -1));
   probed.allocations += last.allocations;
@@ -205,13 +204,14 @@ void expectSteadyState(at::Device device) {
   ASSERT_EQ(before.calls, probed.calls);
   ASSERT_EQ(passed.calls, probed.calls);
   auto perCall = [&](int64_t n) { return double(n) / double(probed.calls); };
-  std::printf("per probed call in steady state: %.2f allocations and %.2f locks by nanprov's code, %.2f locks inside "
-              "the CUDA driver launching its check; %.2f allocations and %.2f locks by c10 calling its boxed hooks; "
-              "the op itself: %.1f, %.1f (%.1f in the driver)\n",
-              perCall(probed.allocations - passed.allocations), perCall(probed.locks - passed.locks),
-              perCall(probed.driver_locks - passed.driver_locks), perCall(passed.allocations - before.allocations),
-              perCall(passed.locks - before.locks), perCall(before.allocations), perCall(before.locks),
-              perCall(before.driver_locks));
+  std::printf(
+      "per probed call in steady state: %.2f allocations and %.2f locks by nanprov's code, %.2f locks inside "
+      "the CUDA driver launching its check; %.2f allocations and %.2f locks by c10 calling its boxed hooks; "
+      "the op itself: %.1f, %.1f (%.1f in the driver)\n",
+      perCall(probed.allocations - passed.allocations), perCall(probed.locks - passed.locks),
+      perCall(probed.driver_locks - passed.driver_locks), perCall(passed.allocations - before.allocations),
+      perCall(passed.locks - before.locks), perCall(before.allocations), perCall(before.locks),
+      perCall(before.driver_locks));
   if (device.is_cuda()) {
     // On CUDA the op's own count moves a little between the halves, most likely in the caching
     // allocator, whose block bookkeeping differs while nanprov holds checked tensors until their
@@ -219,11 +219,11 @@ void expectSteadyState(at::Device device) {
     // allocated once per call shows +1.0 here, as the boxed stack copy that asked SDPA for its
     // backend did before it was kept per thread. What this cannot see: an allocation every
     // eighth call or rarer, inside the op's own noise; NANPROV_STEADY_WHERE shows those.
-    EXPECT_LE(probed.allocations, passed.allocations) << perCall(probed.allocations - passed.allocations)
-                                                      << " allocations per call";
+    EXPECT_LE(probed.allocations, passed.allocations)
+        << perCall(probed.allocations - passed.allocations) << " allocations per call";
   } else {
-    EXPECT_EQ(probed.allocations, passed.allocations) << perCall(probed.allocations - passed.allocations)
-                                                      << " allocations per call";
+    EXPECT_EQ(probed.allocations, passed.allocations)
+        << perCall(probed.allocations - passed.allocations) << " allocations per call";
   }
   // The driver's own locks are not nanprov's to remove: a checked CUDA call launches one kernel.
   EXPECT_LE(perCall(probed.locks - passed.locks), 1.0);

@@ -36,12 +36,12 @@ TEST(TensorHealth, CountsEveryLayoutAndDtypeLikeAten) {
     x.view(-1)[77] = INFINITY;
     x.view(-1)[200] = -INFINITY;
     expectLikeAten(x);
-    expectLikeAten(x.transpose(1, 2));                       // a fused kernel's [B, S, H, D] output
-    expectLikeAten(x.slice(3, 2, 7));                         // rows that are not dense
-    expectLikeAten(x.select(0, 1).expand({4, 3, 17, 8}));     // stride-0 broadcast
-    expectLikeAten(x.view(-1)[300]);                          // 0-d
-    expectLikeAten(at::zeros({3, 0, 4}, dtype));              // empty
-    expectLikeAten(at::zeros({5, 4}, dtype).t());             // all zero
+    expectLikeAten(x.transpose(1, 2));                     // a fused kernel's [B, S, H, D] output
+    expectLikeAten(x.slice(3, 2, 7));                      // rows that are not dense
+    expectLikeAten(x.select(0, 1).expand({4, 3, 17, 8}));  // stride-0 broadcast
+    expectLikeAten(x.view(-1)[300]);                       // 0-d
+    expectLikeAten(at::zeros({3, 0, 4}, dtype));           // empty
+    expectLikeAten(at::zeros({5, 4}, dtype).t());          // all zero
   }
 }
 
@@ -57,7 +57,7 @@ TEST(TensorHealth, ContiguousRowsReadThroughTheirBitsAgreeWithAten) {
     x[299999] = INFINITY;
     x[250000] = dtype == at::kHalf ? 60000.0 : 3e4;  // the largest finite value, in the last block
     expectLikeAten(x);
-    expectLikeAten(at::zeros({70000}, dtype).neg());   // every value -0
+    expectLikeAten(at::zeros({70000}, dtype).neg());  // every value -0
   }
 }
 
@@ -71,7 +71,7 @@ TEST(TensorHealth, FullyMaskedRowsOverTheMasksOwnShape) {
   for (at::ScalarType dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
     at::Tensor additive = at::zeros({6, 5}, dtype);
     additive[3].fill_(-INFINITY);
-    additive[4].fill_(-1e4);  // very negative, not hidden
+    additive[4].fill_(-1e4);                  // very negative, not hidden
     additive[1].fill_(kernels::kHiddenBias);  // hidden: as SDPA converts a bool mask for cuDNN
     EXPECT_EQ(measureTensor(additive, Role::kMask).masked_rows, 2) << c10::toString(dtype);
   }

@@ -1,12 +1,13 @@
 // The known-issue database and its matcher: the built-in data is well formed, every entry matches
 // the facts its own conditions describe and no other entry matches them, a fact nanprov does not
 // know never counts as a match, and a replay's result reaches the matcher with its versions.
+#include "replay/known_issues.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <set>
 
-#include "replay/known_issues.h"
 #include "replay/replay_issues.h"
 
 namespace nanprov::replay {
@@ -42,8 +43,8 @@ IssueFacts factsFor(const KnownIssue& k) {
   IssueFacts f;
   f.judged = true;
   f.op = k.op == "sdpa" || k.op == "any" ? "aten::_scaled_dot_product_attention_math"
-         : k.op == "mha"               ? "multi_head_attention_forward"
-                                       : k.op;
+         : k.op == "mha"                 ? "multi_head_attention_forward"
+                                         : k.op;
   f.backend = k.backend == "any" ? "math" : k.backend;
   f.phase = k.phase == "any" ? "fwd" : k.phase;
   const json& c = k.conditions;
@@ -90,7 +91,8 @@ TEST(KnownIssues, TheDatabaseIsWellFormed) {
     EXPECT_EQ(k.status == "fixed", k.fixed_in.is_object()) << k.id << ": a fixed entry names its fix, no other does";
     EXPECT_TRUE(k.op == "sdpa" || k.op == "mha" || k.op == k.backend) << k.id << " names op " << k.op;
     if (!k.narrower_than.empty()) {
-      auto broad = std::find_if(issues.begin(), issues.end(), [&](const KnownIssue& b) { return b.id == k.narrower_than; });
+      auto broad =
+          std::find_if(issues.begin(), issues.end(), [&](const KnownIssue& b) { return b.id == k.narrower_than; });
       ASSERT_NE(broad, issues.end()) << k.id << " is narrower than an entry that does not exist";
       for (const auto& [name, want] : broad->conditions.items()) {
         EXPECT_EQ(k.conditions.value(name, json()), want) << k.id << " must keep every condition of " << broad->id;
@@ -102,7 +104,8 @@ TEST(KnownIssues, TheDatabaseIsWellFormed) {
     const std::string kind = k.symptom.value("kind", "");
     EXPECT_TRUE(kind == "nan" || kind == "wrong" || kind == "zeros" || kind == "wrong-or-nan") << k.id << " " << kind;
     for (const auto& [component, constraint] : k.affected.items()) {
-      EXPECT_TRUE(versionSatisfies(versionWithin(constraint), constraint)) << k.id << " " << component << " " << constraint;
+      EXPECT_TRUE(versionSatisfies(versionWithin(constraint), constraint))
+          << k.id << " " << component << " " << constraint;
     }
   }
 }
@@ -167,7 +170,8 @@ TEST(KnownIssues, EveryListedConditionMustHoldAndBeKnown) {
       auto undecided = undecidedConditions(k, versions);
       ASSERT_TRUE(undecided.has_value()) << k.id;
       const std::string first = k.affected.begin().key() + " version";
-      EXPECT_NE(std::find(undecided->begin(), undecided->end(), first), undecided->end()) << k.id << " does not name " << first;
+      EXPECT_NE(std::find(undecided->begin(), undecided->end(), first), undecided->end())
+          << k.id << " does not name " << first;
     }
   }
   KnownIssue bogus;
@@ -266,7 +270,8 @@ TEST(KnownIssues, TheCudnnMaskBugNamesItsFixAgainstTheRunsVersion) {
   r.conditions.min_row_lse = -120;
   r.captured = BackendRun{};
   r.captured->tensors = {Comparison{.role = "dQ", .verdict = Verdict::kNonFinite},
-                         Comparison{.role = "dK", .verdict = Verdict::kOk}, Comparison{.role = "dV", .verdict = Verdict::kOk}};
+                         Comparison{.role = "dK", .verdict = Verdict::kOk},
+                         Comparison{.role = "dV", .verdict = Verdict::kOk}};
   r.environment = {{"torch", "2.11.0+cu130"}, {"cudnn", "91900"}, {"gpu", "NVIDIA H200 (sm_90)"}};
   std::vector<IssueMatch> found = knownIssuesOf(r);
   ASSERT_EQ(found.size(), 1u);
@@ -319,7 +324,8 @@ const KnownIssue& entry(const std::string& id) {
 }
 
 // A call on an sm_90 GPU whose output `wrong` a replay found finite and wrong.
-IssueFacts judgedWrong(const std::string& op, const std::string& backend, const std::string& phase, const std::string& wrong) {
+IssueFacts judgedWrong(const std::string& op, const std::string& backend, const std::string& phase,
+                       const std::string& wrong) {
   IssueFacts f;
   f.op = op;
   f.backend = backend;
@@ -341,8 +347,8 @@ IssueFacts efficientFloat32(std::optional<int64_t> qkv_alignment) {
 
 TEST(KnownIssues, EfficientFloat32MatchesTheMisalignedReadOnlyWhenAViewIsMisaligned) {
   const KnownIssue& n5 = entry("pytorch#183484");
-  EXPECT_TRUE(matches(n5, efficientFloat32(4)));     // q at storage offset 1: 4-byte aligned
-  EXPECT_FALSE(matches(n5, efficientFloat32(16)));   // 16-byte aligned views read fine
+  EXPECT_TRUE(matches(n5, efficientFloat32(4)));    // q at storage offset 1: 4-byte aligned
+  EXPECT_FALSE(matches(n5, efficientFloat32(16)));  // 16-byte aligned views read fine
   EXPECT_FALSE(undecidedConditions(n5, efficientFloat32(256)).has_value());
   // A capture from before nanprov kept the alignment: possible, and it says what it lacks.
   EXPECT_EQ(undecidedConditions(n5, efficientFloat32(std::nullopt)), std::vector<std::string>{"qkv_aligned_16"});
@@ -393,10 +399,12 @@ TEST(KnownIssues, FlexBackwardWithACuda13PtxasIsAtMostAPossibleMatch) {
   EXPECT_NE(std::find(unknown->begin(), unknown->end(), "ptxas version"), unknown->end());
   // The possible match reads as such, never as a match.
   auto possible = possibleKnownIssues(flexBackward(""));
-  auto it = std::find_if(possible.begin(), possible.end(), [](const IssueMatch& m) { return m.issue->id == "attention-gym#408"; });
+  auto it = std::find_if(possible.begin(), possible.end(),
+                         [](const IssueMatch& m) { return m.issue->id == "attention-gym#408"; });
   ASSERT_NE(it, possible.end());
   EXPECT_EQ(possibleText(*it, "the capture").rfind("may match attention-gym#408 (", 0), 0u);
-  EXPECT_NE(possibleText(*it, "the capture").find("the capture does not say mask_mod_abs_difference, ptxas version"), std::string::npos);
+  EXPECT_NE(possibleText(*it, "the capture").find("the capture does not say mask_mod_abs_difference, ptxas version"),
+            std::string::npos);
   for (const IssueMatch& m : matchKnownIssues(flexBackward("13.0.88"))) EXPECT_NE(m.issue->id, "attention-gym#408");
 }
 
@@ -423,8 +431,12 @@ TEST(KnownIssues, FlashAttention4EntriesNeedTheirBackendAndLayout) {
 
 TEST(KnownIssues, TheLoadedCudnnDecidesOverTheOneTorchWasBuiltWith) {
   IssueFacts f;
-  addEnvironment({{"cudnn", "91900"}, {"cudnn_loaded", "92600"}, {"triton", "3.8.0"}, {"ptxas", "13.0.88"},
-                  {"flash_attn_4", "4.0.0b8"}}, f);
+  addEnvironment({{"cudnn", "91900"},
+                  {"cudnn_loaded", "92600"},
+                  {"triton", "3.8.0"},
+                  {"ptxas", "13.0.88"},
+                  {"flash_attn_4", "4.0.0b8"}},
+                 f);
   EXPECT_EQ(f.versions["cudnn"], "9.26.0");
   EXPECT_EQ(f.versions["triton"], "3.8.0");
   EXPECT_EQ(f.versions["ptxas"], "13.0.88");

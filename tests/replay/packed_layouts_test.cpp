@@ -46,7 +46,10 @@ TEST(PackedLayouts, ThdIsUnpackedIntoAPaddedBatchWithItsMask) {
   const int64_t heads = 2, dim = 3;
   at::Tensor q = at::randn({8, heads, dim}), k = at::randn({8, heads, dim});
   CapturedCall call = callWith("thd", true);
-  call.tensors = {{"Q", q}, {"K", k}, {"V", k.clone()}, {"cu_seqlens_q", at::tensor({0, 3, 8}, at::kInt)},
+  call.tensors = {{"Q", q},
+                  {"K", k},
+                  {"V", k.clone()},
+                  {"cu_seqlens_q", at::tensor({0, 3, 8}, at::kInt)},
                   {"cu_seqlens_k", at::tensor({0, 3, 8}, at::kInt)}};
   ASSERT_TRUE(toHeadsFirst(call).ok());
   at::Tensor uq = call.at("Q");
@@ -72,9 +75,12 @@ TEST(PackedLayouts, BadOffsetsAndLayoutsAreRefusedInWords) {
     return st.ok() ? std::string() : st.message();
   };
   CapturedCall short_offsets = callWith("thd", false);
-  short_offsets.tensors = {{"Q", at::randn({8, 1, 2})}, {"K", at::randn({8, 1, 2})}, {"cu_seqlens_q", at::tensor({0, 3, 7})},
+  short_offsets.tensors = {{"Q", at::randn({8, 1, 2})},
+                           {"K", at::randn({8, 1, 2})},
+                           {"cu_seqlens_q", at::tensor({0, 3, 7})},
                            {"cu_seqlens_k", at::tensor({0, 3, 8})}};
-  EXPECT_NE(refusal(short_offsets).find("cu_seqlens_q runs from 0 to 7, not from 0 to the 8 packed rows"), std::string::npos)
+  EXPECT_NE(refusal(short_offsets).find("cu_seqlens_q runs from 0 to 7, not from 0 to the 8 packed rows"),
+            std::string::npos)
       << refusal(short_offsets);
   CapturedCall decreasing = short_offsets;
   decreasing.tensors["cu_seqlens_q"] = at::tensor({0, 5, 3, 8});
@@ -90,7 +96,9 @@ TEST(PackedLayouts, BadOffsetsAndLayoutsAreRefusedInWords) {
 
 TEST(PackedLayouts, PaddedRowsAreZeroedInEveryOutput) {
   CapturedCall call = callWith("thd", false);
-  call.tensors = {{"Q", at::randn({4, 1, 2})}, {"K", at::randn({4, 1, 2})}, {"cu_seqlens_q", at::tensor({0, 1, 4})},
+  call.tensors = {{"Q", at::randn({4, 1, 2})},
+                  {"K", at::randn({4, 1, 2})},
+                  {"cu_seqlens_q", at::tensor({0, 1, 4})},
                   {"cu_seqlens_k", at::tensor({0, 1, 4})}};
   ASSERT_TRUE(toHeadsFirst(call).ok());
   Outputs out{.o = at::ones({2, 1, 3, 2}), .lse = at::ones({2, 1, 3}), .dk = at::ones({2, 1, 3, 2})};

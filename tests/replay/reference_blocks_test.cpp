@@ -86,8 +86,8 @@ void check(const Case& c, uint64_t seed) {
                    ? in.mask
                    : at::zeros(in.mask.sizes(), at::kDouble).masked_fill(in.mask.logical_not(), -INFINITY);
   }
-  auto [out, weights] = at::_scaled_dot_product_attention_math(q, k, v, additive, 0.0, c.causal, {}, scale,
-                                                               s.q_heads != s.kv_heads);
+  auto [out, weights] =
+      at::_scaled_dot_product_attention_math(q, k, v, additive, 0.0, c.causal, {}, scale, s.q_heads != s.kv_heads);
   out.backward(in.dout);
   // LSE as PyTorch defines it: logsumexp over the scaled, masked logits.
   at::Tensor kk = in.k.repeat_interleave(s.q_heads / s.kv_heads, 1);
@@ -95,7 +95,8 @@ void check(const Case& c, uint64_t seed) {
   at::Tensor logits = at::matmul(in.q, kk.transpose(-2, -1)) * sc;
   if (c.causal) logits = logits.masked_fill(at::ones({s.q_len, s.kv_len}, at::kBool).tril().logical_not(), -INFINITY);
   if (in.mask.defined()) {
-    logits = in.mask.scalar_type() == at::kBool ? logits.masked_fill(in.mask.logical_not(), -INFINITY) : logits + in.mask;
+    logits =
+        in.mask.scalar_type() == at::kBool ? logits.masked_fill(in.mask.logical_not(), -INFINITY) : logits + in.mask;
   }
 
   ReferenceOutputs g = referenceByBlocks(in, at::kCPU);

@@ -13,8 +13,8 @@
 
 namespace {
 namespace fs = std::filesystem;
-using nanprov::replay::ReproSpec;
 using nanprov::replay::reproScript;
+using nanprov::replay::ReproSpec;
 
 // Runs the Python `code` on `script` with the test's Python (isolated: nothing from here is
 // imported); its stdout, and the exit code in `code_out`.
@@ -40,7 +40,8 @@ const char* kTopLevel =
     "    if isinstance(node, ast.Assign): print(\"assign\", node.targets[0].id)\n"
     "    elif isinstance(node, (ast.Import, ast.ImportFrom)): print(\"import\", *[a.name for a in node.names])\n"
     "    elif isinstance(node, ast.FunctionDef): print(\"def\", node.name)\n"
-    "    elif isinstance(node, ast.If) and ast.unparse(node.test) == \"__name__ == '__main__'\": print(\"main guard\")\n"
+    "    elif isinstance(node, ast.If) and ast.unparse(node.test) == \"__name__ == '__main__'\": print(\"main "
+    "guard\")\n"
     "    else: print(\"other\", type(node).__name__)\n"
     "call = [n for n in tree.body if isinstance(n, ast.Assign) and n.targets[0].id == \"CALL\"][0]\n"
     "print(\"CALL\", ascii(ast.literal_eval(call.value)))\n";
@@ -73,10 +74,14 @@ TEST_P(ReproScript, MetadataWithLineBreaksStaysInertInCommentsAndLiterals) {
   EXPECT_EQ(statements.find("pathlib"), std::string::npos) << "the payload became a statement:\n" << parsed;
   EXPECT_EQ(statements.find("other"), std::string::npos) << parsed;
   // The literal reads back as the metadata, byte for byte (as Python's ascii() writes it).
-  std::string escaped_break = GetParam() == "\n" ? "\\n" : GetParam() == "\r" ? "\\r" : GetParam() == "\r\n" ? "\\r\\n"
-                              : GetParam() == "\xe2\x80\xa8" ? "\\u2028" : "\\x00";
+  std::string escaped_break = GetParam() == "\n"             ? "\\n"
+                              : GetParam() == "\r"           ? "\\r"
+                              : GetParam() == "\r\n"         ? "\\r\\n"
+                              : GetParam() == "\xe2\x80\xa8" ? "\\u2028"
+                                                             : "\\x00";
   EXPECT_NE(parsed.find("CALL 'rank0:layer0:call6" + escaped_break + "import pathlib; pathlib.Path(\"MARK\")"),
-            std::string::npos) << parsed;
+            std::string::npos)
+      << parsed;
 }
 
 INSTANTIATE_TEST_SUITE_P(LineBreaks, ReproScript,

@@ -88,7 +88,7 @@ TEST(ScoreBias, AnOverflowAnotherSummingOrderMissesIsNoBiasEither) {
   k.mul_(1e19);
   at::Tensor s = at::matmul(q, k.transpose(-2, -1));
   ASSERT_TRUE(at::isfinite(s[0][0][0]).all().item<bool>()) << "summed in order, these rows stay finite";
-  s[0][0][0][1] = kInf;   // summed in another order, they overflowed
+  s[0][0][0][1] = kInf;  // summed in another order, they overflowed
   s[0][0][1][2] = -kInf;
   s[0][0][2][0] = -kInf;  // row 2's products are small: that -inf is a hidden key
   CapturedCall call = plainOpsCall(q, k, s);

@@ -1,9 +1,10 @@
 // Replay's rebuilt layouts: a captured tensor comes back with the run's strides, storage offset
 // and data-pointer alignment, and a copy to a backend keeps them; what cannot be rebuilt is said.
+#include "replay/tensor_layout.h"
+
 #include <gtest/gtest.h>
 
 #include "base/pointer_alignment.h"
-#include "replay/tensor_layout.h"
 
 namespace nanprov::replay {
 namespace {
@@ -70,8 +71,8 @@ TEST(TensorLayout, MissingOrMalformedFactsAreSaid) {
   at::Tensor t = withRecordedLayout(at::randn({2, 3}), TensorLayout{}, &report);
   EXPECT_EQ(report.note, "layout not recorded, replayed contiguous");
   EXPECT_TRUE(t.is_contiguous());
-  const std::map<std::string, std::string> meta = {{"stride.Q", "[3,1]"}, {"offset.Q", "-1"}, {"align.K", "48"},
-                                                   {"stride.V", "[3]"}};
+  const std::map<std::string, std::string> meta = {
+      {"stride.Q", "[3,1]"}, {"offset.Q", "-1"}, {"align.K", "48"}, {"stride.V", "[3]"}};
   EXPECT_EQ(recordedLayout(meta, "Q", 2).status().message(), "offset.Q '-1' is not a storage offset");
   EXPECT_EQ(recordedLayout(meta, "K", 2).status().message(), "align.K '48' is not a power of two from 1 to 256");
   EXPECT_EQ(recordedLayout(meta, "V", 2).status().message(), "stride.V '[3]' has 1 strides for 2 dimensions");

@@ -32,7 +32,8 @@ void expectSameMeasures(const Measures& device, const Measures& host) {
   EXPECT_EQ(device.compared, host.compared);
   EXPECT_EQ(device.err.max, host.err.max) << "a maximum does not depend on the order";
   EXPECT_NEAR(device.err.mean, host.err.mean, 1e-12 * host.err.mean);
-  for (auto [d, h] : {std::pair{device.diff2, host.diff2}, {device.g2, host.g2}, {device.b2, host.b2}, {device.bg, host.bg}}) {
+  for (auto [d, h] :
+       {std::pair{device.diff2, host.diff2}, {device.g2, host.g2}, {device.b2, host.b2}, {device.bg, host.bg}}) {
     EXPECT_NEAR(d, h, 1e-12 * std::fabs(h));
   }
   EXPECT_EQ(device.row_nonfinite, host.row_nonfinite);

@@ -141,7 +141,8 @@ TEST(RootCause, EveryBackendAlikeIsPrecisionLimitOnlyWhenTheYardstickFailsToo) {
 Reruns rerunsOn(const std::string& device, int runs, int reproduced, int distinct) {
   Reruns reruns;
   reruns.backend = "cudnn";
-  reruns.devices.push_back({.device = device, .runs = runs, .reproduced = reproduced, .identical_to_run = 0, .distinct = distinct});
+  reruns.devices.push_back(
+      {.device = device, .runs = runs, .reproduced = reproduced, .identical_to_run = 0, .distinct = distinct});
   return reruns;
 }
 
@@ -178,7 +179,8 @@ TEST(RootCause, NeverReproducedWhileEveryRerunIsIdenticalSuspectsTheDevice) {
   r.reruns = rerunsOn("cuda:0 (NVIDIA H100 80GB HBM3 (sm_90))", 5, 0, 1);
   RootCause c = findRootCause(r);
   EXPECT_EQ(c.cls, CauseClass::kNotReproduced);
-  EXPECT_NE(c.explanation.find("suspect the device it ran on (NVIDIA H100 80GB HBM3 (sm_90))"), std::string::npos) << c.explanation;
+  EXPECT_NE(c.explanation.find("suspect the device it ran on (NVIDIA H100 80GB HBM3 (sm_90))"), std::string::npos)
+      << c.explanation;
   EXPECT_NE(c.explanation.find("each bitwise identical"), std::string::npos) << c.explanation;
   // Replayed on another model: identical reruns there cannot blame the run's device.
   r.reruns = rerunsOn("cuda:0 (NVIDIA H200 (sm_90))", 5, 0, 1);
@@ -198,7 +200,8 @@ TEST(RootCause, ARerunReproducesTheRunOnlyWithTheSameVerdicts) {
   BackendRun captured = run("captured", {{"O", Verdict::kOk}, {"dQ", Verdict::kNonFinite}});
   EXPECT_TRUE(reproduces(run("cudnn", {{"O", Verdict::kSuspect}, {"dQ", Verdict::kNonFinite}}), captured));
   EXPECT_FALSE(reproduces(run("cudnn", {{"O", Verdict::kOk}, {"dQ", Verdict::kOk}}), captured));
-  EXPECT_FALSE(reproduces(run("cudnn", {{"O", Verdict::kOk}, {"dQ", Verdict::kSilentWrong}}), captured)) << "another failure";
+  EXPECT_FALSE(reproduces(run("cudnn", {{"O", Verdict::kOk}, {"dQ", Verdict::kSilentWrong}}), captured))
+      << "another failure";
   EXPECT_FALSE(reproduces(run("cudnn", {{"O", Verdict::kOk}}), captured)) << "dQ missing";
   EXPECT_FALSE(reproduces(BackendRun{.name = "cudnn"}, captured)) << "did not run";
   Reruns two;
@@ -233,7 +236,8 @@ TEST(RootCause, ACapturedFailureNoBackendRepeatsIsNotReproducedAndAnInvalidRefer
   EXPECT_EQ(exitCodeOf(findRootCause(r)), 0);
   r.incomplete.clear();
   r.backends.push_back(run("fa4", {{"dQ", Verdict::kNonFinite}}, true));
-  EXPECT_EQ(findRootCause(r).cls, CauseClass::kBackendSpecific) << "rerun where it imports, the captured backend is judged itself";
+  EXPECT_EQ(findRootCause(r).cls, CauseClass::kBackendSpecific)
+      << "rerun where it imports, the captured backend is judged itself";
   r.reference_problem = "Q has 3 non-finite values";
   EXPECT_EQ(findRootCause(r).cls, CauseClass::kInputCaused);
 }

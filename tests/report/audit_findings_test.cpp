@@ -39,13 +39,23 @@ RunData auditedRun(const fs::path& dir) {
   run.settings.audit.on = true;
   run.ranks[0].counters.audit_rotation = AuditRotation{.rotations = 3, .held_back = 1};
   auto capture = [&](int64_t seq, const std::string& path, const std::string& skipped = "") {
-    return CaptureRecord{.rank = 0, .seq = seq, .trigger = CaptureTrigger::kAudit, .path = path, .bytes = 1 << 20,
-                         .skipped = skipped, .step = 2, .layer = 1, .phase = Phase::kForward};
+    return CaptureRecord{.rank = 0,
+                         .seq = seq,
+                         .trigger = CaptureTrigger::kAudit,
+                         .path = path,
+                         .bytes = 1 << 20,
+                         .skipped = skipped,
+                         .step = 2,
+                         .layer = 1,
+                         .phase = Phase::kForward};
   };
   run.captures = {capture(5, "captures/a.safetensors"), capture(6, "", "over --audit-max-bytes"),
                   capture(7, "captures/b.safetensors"), capture(8, "captures/c.safetensors")};
   EXPECT_TRUE(writeAuditFile((dir / "captures/a.safetensors").string(), allZeroJudgement()).ok());
-  EXPECT_TRUE(writeAuditFile((dir / "captures/b.safetensors").string(), json{{"format", kAuditFormat}, {"audited", true}, {"finding", true}, {"tensors", json::array({1})}}).ok());
+  EXPECT_TRUE(writeAuditFile(
+                  (dir / "captures/b.safetensors").string(),
+                  json{{"format", kAuditFormat}, {"audited", true}, {"finding", true}, {"tensors", json::array({1})}})
+                  .ok());
   return run;
 }
 
@@ -78,7 +88,8 @@ TEST(AuditFindings, AJudgementIsReadTypedAndWhatWasNotJudgedIsCounted) {
   EXPECT_EQ(f.capture, (dir / "captures/a.safetensors").string());
   // The judgement of the wrong shape is counted as unreadable, and says how to write it again.
   bool unreadable = false;
-  for (const auto& [why, n] : a.not_audited) unreadable |= why.find("is not an audit result (its tensors are not an object)") != std::string::npos;
+  for (const auto& [why, n] : a.not_audited)
+    unreadable |= why.find("is not an audit result (its tensors are not an object)") != std::string::npos;
   EXPECT_TRUE(unreadable);
 }
 
@@ -97,15 +108,18 @@ TEST(AuditFindings, JsonPassesTheJudgementOnAndTextNamesWhatIsWrong) {
   EXPECT_EQ(cost["findings"], 1);
   EXPECT_EQ(cost["unjudged"], 1);
   const std::string text = auditText(a);
-  EXPECT_NE(text.find("  audit finding rank0:layer1:call5 (step 2, fwd, flash_cpu): all-zero against the float64 reference\n"),
-            std::string::npos) << text;
-  EXPECT_NE(text.find("    O all-zero: max error 0.52 (yardstick 1.2e-07), cosine 0, tensor\n"), std::string::npos) << text;
+  EXPECT_NE(
+      text.find(
+          "  audit finding rank0:layer1:call5 (step 2, fwd, flash_cpu): all-zero against the float64 reference\n"),
+      std::string::npos)
+      << text;
+  EXPECT_NE(text.find("    O all-zero: max error 0.52 (yardstick 1.2e-07), cosine 0, tensor\n"), std::string::npos)
+      << text;
   EXPECT_EQ(text.find("LSE ok"), std::string::npos) << "a tensor that is ok is not listed";
   EXPECT_NE(text.find("    known issue: pytorch#1 (zeros); 2.9; workaround: use math\n"), std::string::npos) << text;
   EXPECT_NE(text.find("1 audit captures not judged yet"), std::string::npos) << text;
   EXPECT_EQ(auditText(AuditSummary{}), "") << "nothing when the run was not audited";
 }
-
 
 // The regimes the probes counted: judged where a judgement of their key exists at the step they
 // were last taken at; taken with none, or never taken, they are named with why.
@@ -114,8 +128,13 @@ TEST(AuditFindings, EveryRegimeSeenIsJudgedOrNamedWithWhy) {
   fs::create_directories(dir / "captures");
   RunData run = auditedRun(dir);
   auto regime = [](int64_t first, int64_t last, int64_t judged, const std::string& conditions) {
-    return AuditRegime{.layer = 1, .phase = Phase::kForward, .first_seen = first, .last_seen = last, .calls = last - first + 1,
-                       .last_judged = judged, .conditions = conditions};
+    return AuditRegime{.layer = 1,
+                       .phase = Phase::kForward,
+                       .first_seen = first,
+                       .last_seen = last,
+                       .calls = last - first + 1,
+                       .last_judged = judged,
+                       .conditions = conditions};
   };
   run.ranks[0].counters.audit_regimes = {{"k0.r0", regime(0, 2, 2, "mask |x| 0, O 1")},
                                          {"k0.r1", regime(3, 5, -1, "mask |x| 3e+04, O 1")},
@@ -137,15 +156,18 @@ TEST(AuditFindings, EveryRegimeSeenIsJudgedOrNamedWithWhy) {
   ASSERT_EQ(cov["regimes"]["not_judged"].size(), 2u);
   EXPECT_EQ(cov["regimes"]["not_judged"][0]["conditions"], "mask |x| 3e+04, O 1");
   EXPECT_EQ(cov["regimes"]["not_judged"][0]["first_seen"], 3);
-  EXPECT_EQ(cov["regimes"]["not_judged"][1]["why"].get<std::string>().rfind("taken at step 6, with no judgement (", 0), 0u)
+  EXPECT_EQ(cov["regimes"]["not_judged"][1]["why"].get<std::string>().rfind("taken at step 6, with no judgement (", 0),
+            0u)
       << cov["regimes"]["not_judged"][1].dump();
   EXPECT_EQ(cov["per_layer"][0]["regimes"].size(), 3u);
   EXPECT_EQ(cov["per_layer"][0]["regimes"][0]["judged_at"], 2);
 
   const std::string text = auditText(a);
   EXPECT_NE(text.find("    regimes of conditions: 3 seen, 1 judged"), std::string::npos) << text;
-  EXPECT_NE(text.find("    regime not judged: rank 0 layer 1 fwd, mask |x| 3e+04, O 1 (steps 3-5, 3 calls): never judged: "),
-            std::string::npos) << text;
+  EXPECT_NE(
+      text.find("    regime not judged: rank 0 layer 1 fwd, mask |x| 3e+04, O 1 (steps 3-5, 3 calls): never judged: "),
+      std::string::npos)
+      << text;
   EXPECT_NE(text.find("over --audit-max-bytes"), std::string::npos) << text;
   EXPECT_NE(text.find("(steps 6, 1 call): taken at step 6, with no judgement ("), std::string::npos) << text;
 }

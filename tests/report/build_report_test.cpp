@@ -16,7 +16,8 @@ using synthetic::upstream;
 TEST(BuildReport, AnEdgeAttentionMadeCarriesItsTrailCaptureAndMesh) {
   RunData run = runOf({forward(0, 0, 1, 0, 0, 2e4), forward(0, 1, 1, 1, /*o_nan=*/5, 3e4)});
   run.ranks[0].counters.mesh = "dp=0,tp=1";
-  run.captures = {CaptureRecord{.rank = 0, .seq = 1, .trigger = CaptureTrigger::kFirstSourceEdge, .path = "captures/c.safetensors"}};
+  run.captures = {CaptureRecord{
+      .rank = 0, .seq = 1, .trigger = CaptureTrigger::kFirstSourceEdge, .path = "captures/c.safetensors"}};
   auto report = buildReport(run);
   ASSERT_TRUE(report.ok()) << report.status().message();
   ASSERT_TRUE(report->first_edge);

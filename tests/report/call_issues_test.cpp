@@ -28,7 +28,8 @@ CallRecord cudnnMaskedRowsBackward() {
   c.backend = "cudnn";
   c.phase = Phase::kBackward;
   c.device = Device::cuda(0);
-  for (Role r : {Role::kQ, Role::kK, Role::kV, Role::kO, Role::kdO}) c.tensors.push_back(tensor(r, "BFloat16", {4, 2, 64, 128}));
+  for (Role r : {Role::kQ, Role::kK, Role::kV, Role::kO, Role::kdO})
+    c.tensors.push_back(tensor(r, "BFloat16", {4, 2, 64, 128}));
   TensorHealth mask = tensor(Role::kMask, "Bool", {4, 1, 64, 64});
   mask.masked_rows = 2;
   c.tensors.push_back(mask);

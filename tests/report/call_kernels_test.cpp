@@ -10,10 +10,10 @@ namespace {
 TEST(CallKernels, ShortNamesDropTemplatesParametersAndReturnTypes) {
   EXPECT_EQ(shortKernelName("void cudnn::fusion::compute_dot_do_o_specialized<true, 128, __nv_bfloat16>(int, float*)"),
             "cudnn::fusion::compute_dot_do_o_specialized");
-  EXPECT_EQ(shortKernelName("cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16_knob_26_64x64x128_1x4x1_cga1x1x1_kernel0"),
+  EXPECT_EQ(shortKernelName(
+                "cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16_knob_26_64x64x128_1x4x1_cga1x1x1_kernel0"),
             "cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16_knob_26_64x64x128_1x4x1_cga1x1x1_kernel0");
-  EXPECT_EQ(shortKernelName("void at::native::(anonymous namespace)::fill<float>(float*)"),
-            "at::native::anon::fill");
+  EXPECT_EQ(shortKernelName("void at::native::(anonymous namespace)::fill<float>(float*)"), "at::native::anon::fill");
 }
 
 TEST(CallKernels, MainKernelIsTheLongest) {
@@ -38,14 +38,15 @@ CallRecord cudaCall(int64_t seq, int64_t step, int64_t layer, const std::string&
   c.op = "aten::_scaled_dot_product_cudnn_attention_backward";
   c.backend = "cudnn";
   c.device = Device::cuda(0);
-  c.tensors = {TensorHealth{.role = Role::kQ, .dtype = DtypeName::intern("BFloat16"), .shape = *TensorShape::parse(q_shape)}};
+  c.tensors = {
+      TensorHealth{.role = Role::kQ, .dtype = DtypeName::intern("BFloat16"), .shape = *TensorShape::parse(q_shape)}};
   return c;
 }
 
 TEST(CallKernelIndex, CallsAfterTheTracedStepsShowTheKernelsOfTheSameSignature) {
   RunData run;
-  run.calls = {cudaCall(0, 0, 1, "[4,2,64,128]"), cudaCall(1, 5, 1, "[4,2,64,128]"),
-               cudaCall(2, 5, 1, "[4,2,32,128]"), cudaCall(3, 5, 0, "[4,2,64,128]")};
+  run.calls = {cudaCall(0, 0, 1, "[4,2,64,128]"), cudaCall(1, 5, 1, "[4,2,64,128]"), cudaCall(2, 5, 1, "[4,2,32,128]"),
+               cudaCall(3, 5, 0, "[4,2,64,128]")};
   run.calls[1].unattributed = "kernel tracing covered the first 2 steps";
   KernelRecord bprop;
   bprop.seq = 0;
@@ -63,7 +64,8 @@ TEST(CallKernelIndex, CallsAfterTheTracedStepsShowTheKernelsOfTheSameSignature) 
   ASSERT_EQ(later.inferred_from, "rank0:layer1:call0");
   ASSERT_EQ(later.kernels.size(), 1u);
   EXPECT_EQ(later.kernels[0].name, bprop.name);
-  EXPECT_NE(later.attribution.find("inferred from rank0:layer1:call0 at step 0"), std::string::npos) << later.attribution;
+  EXPECT_NE(later.attribution.find("inferred from rank0:layer1:call0 at step 0"), std::string::npos)
+      << later.attribution;
 
   EXPECT_EQ(index.of(run.calls[2]).inferred_from, "") << "other shapes may run other kernels";
   EXPECT_EQ(index.of(run.calls[3]).inferred_from, "") << "another layer is another call site";

@@ -33,9 +33,10 @@ TEST(CollectivePaths, ARankThatReceivedTheValuesIsToldWhereFrom) {
   EXPECT_FALSE(p.made_by_collective);
   EXPECT_EQ(p.parameters, std::vector<std::string>{"head.weight"}) << "gradients only";
   EXPECT_EQ(receivedThroughCollective(paths), (std::set<std::pair<int, int64_t>>{{1, 2}}));
-  EXPECT_EQ(collectivePathText(p, StepUnit::kOptimizerStep, "head.weight"),
-            "rank 1: gradients went non-finite at step 2 in c10d::allreduce_ (carrying head.weight): its input was finite "
-            "here and non-finite on rank 0");
+  EXPECT_EQ(
+      collectivePathText(p, StepUnit::kOptimizerStep, "head.weight"),
+      "rank 1: gradients went non-finite at step 2 in c10d::allreduce_ (carrying head.weight): its input was finite "
+      "here and non-finite on rank 0");
   const nlohmann::json j = collectivePathJson(p);
   EXPECT_EQ(j["from_ranks"], nlohmann::json::array({0}));
   EXPECT_EQ(j["parameters"], nlohmann::json::array({"head.weight"}));
@@ -50,9 +51,11 @@ TEST(CollectivePaths, ACollectiveThatMadeTheValuesIsSaidSo) {
   const std::vector<CollectivePath> paths = collectivePaths(run);
   ASSERT_EQ(paths.size(), 1u);
   EXPECT_TRUE(paths[0].made_by_collective);
-  EXPECT_NE(collectivePathText(paths[0], StepUnit::kForwardPass, "").find("rank 0: values went non-finite at forward pass 2"),
+  EXPECT_NE(
+      collectivePathText(paths[0], StepUnit::kForwardPass, "").find("rank 0: values went non-finite at forward pass 2"),
+      std::string::npos);
+  EXPECT_NE(collectivePathText(paths[0], StepUnit::kOptimizerStep, "").find("the collective itself made them"),
             std::string::npos);
-  EXPECT_NE(collectivePathText(paths[0], StepUnit::kOptimizerStep, "").find("the collective itself made them"), std::string::npos);
 }
 
 }  // namespace

@@ -76,9 +76,9 @@ TEST(FirstEdge, EarliestAcrossRanksByStepThenTime) {
   std::vector<CallRecord> calls = {
       call(0, 0, 10, Phase::kForward, {tensor("Q"), tensor("O")}),
       call(1, 0, 20, Phase::kForward, {tensor("Q"), tensor("O")}),
-      call(1, 1, 5, Phase::kBackward, {tensor("dO"), tensor("dQ", 4)}),   // first edge: rank 1
-      call(0, 1, 30, Phase::kForward, {tensor("Q"), tensor("O", 1)}),      // later source edge
-      call(0, 2, 1, Phase::kForward, {tensor("Q", 9), tensor("O", 9)}),    // propagated
+      call(1, 1, 5, Phase::kBackward, {tensor("dO"), tensor("dQ", 4)}),  // first edge: rank 1
+      call(0, 1, 30, Phase::kForward, {tensor("Q"), tensor("O", 1)}),    // later source edge
+      call(0, 2, 1, Phase::kForward, {tensor("Q", 9), tensor("O", 9)}),  // propagated
   };
   Findings f = analyze(calls);
   ASSERT_TRUE(f.first.has_value());

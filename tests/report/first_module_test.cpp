@@ -164,7 +164,8 @@ TEST(FirstModule, SiblingsJudgedOnTheSameGradientAreNamedWithIt) {
   ASSERT_TRUE(m);
   EXPECT_EQ(m->check.module, "l.0.attn.q_proj");
   EXPECT_EQ(m->shares_gradient_with, (std::vector<std::string>{"l.0.attn.k_proj", "l.0.attn.v_proj"}));
-  EXPECT_NE(firstModuleText(*m, StepUnit::kOptimizerStep, false).find("that input also feeds l.0.attn.k_proj, l.0.attn.v_proj"),
+  EXPECT_NE(firstModuleText(*m, StepUnit::kOptimizerStep, false)
+                .find("that input also feeds l.0.attn.k_proj, l.0.attn.v_proj"),
             std::string::npos);
   EXPECT_EQ(firstModuleJson(m)["shares_gradient_with"].size(), 2u);
 }
@@ -174,20 +175,25 @@ TEST(FirstModule, TextSaysWhatTheModuleDidInEachPhase) {
   FirstModule fwd{.check = check(2, 0, "h.0.ln_1", true)};
   fwd.check.module_class = "LayerNorm";
   fwd.check.largest_input = 3.4e38;
-  EXPECT_EQ(firstModuleText(fwd, steps, false), "the output of h.0.ln_1 (LayerNorm), from finite inputs (largest |x| 3.4e+38)");
+  EXPECT_EQ(firstModuleText(fwd, steps, false),
+            "the output of h.0.ln_1 (LayerNorm), from finite inputs (largest |x| 3.4e+38)");
   FirstModule compiled = fwd;  // checked inside a compiled graph, after values it could not read
   compiled.check.unchecked_before = {"h.0.mlp.c_fc", "h.0", "wte", "h.0.attn.c_proj", "h.0.attn"};
-  EXPECT_EQ(firstModuleText(compiled, steps, false),
-            "the output of h.0.ln_1 (LayerNorm), from finite inputs (largest |x| 3.4e+38); in compiled code, h.0.mlp.c_fc, "
-            "h.0, wte, h.0.attn.c_proj, and 1 more ran unchecked between those inputs and it, and may have made it");
+  EXPECT_EQ(
+      firstModuleText(compiled, steps, false),
+      "the output of h.0.ln_1 (LayerNorm), from finite inputs (largest |x| 3.4e+38); in compiled code, h.0.mlp.c_fc, "
+      "h.0, wte, h.0.attn.c_proj, and 1 more ran unchecked between those inputs and it, and may have made it");
   EXPECT_EQ(firstModuleJson(compiled)["unchecked_before"].size(), 5u);
   compiled.check.unchecked_before = {"h.0.mlp.c_fc", "..."};  // the walk upstream stopped at its limit
-  EXPECT_NE(firstModuleText(compiled, steps, false)
-                .find("in compiled code, h.0.mlp.c_fc, code further upstream ran unchecked between those inputs and it"),
-            std::string::npos);
+  EXPECT_NE(
+      firstModuleText(compiled, steps, false)
+          .find("in compiled code, h.0.mlp.c_fc, code further upstream ran unchecked between those inputs and it"),
+      std::string::npos);
   FirstModule bwd{.check = check(2, 0, "", true, Phase::kBackward)};
-  EXPECT_EQ(firstModuleText(bwd, steps, true).rfind("the gradient that the backward of the outermost module (Linear) sent to its "
-                                                    "input at step 2 bwd, from finite incoming gradients", 0),
+  EXPECT_EQ(firstModuleText(bwd, steps, true)
+                .rfind("the gradient that the backward of the outermost module (Linear) sent to its "
+                       "input at step 2 bwd, from finite incoming gradients",
+                       0),
             0u);
   EXPECT_NE(firstModuleText(bwd, StepUnit::kForwardPass, true).find("at forward pass 2 bwd"), std::string::npos)
       << "an inference run counts forward passes";

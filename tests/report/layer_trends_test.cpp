@@ -43,7 +43,9 @@ TEST(LayerTrends, RanksMergeIntoTheWidestBucketsAndLayersOrderByGrowth) {
   const std::string text = trendsText(t);
   EXPECT_NE(text.find("  trend warning: rank0 step 2: "), std::string::npos) << text;
   EXPECT_NE(text.find("(4 steps before the first non-finite value)"), std::string::npos) << text;
-  EXPECT_NE(text.find("attention logits, largest per layer: layers.1.attn 5 at step 0, peak 500 at step 3"), std::string::npos) << text;
+  EXPECT_NE(text.find("attention logits, largest per layer: layers.1.attn 5 at step 0, peak 500 at step 3"),
+            std::string::npos)
+      << text;
   const nlohmann::json j = trendsJson(t);
   EXPECT_EQ(j["first_nonfinite_step"], 6);
   EXPECT_EQ(j["warnings"][0]["steps_before_first_nonfinite"], 4);

@@ -39,8 +39,8 @@ TEST(Outcome, ReplicasThatDivergedAreAFaultUnlessSomethingWentNonFinite) {
   run.ranks[0].meta["world_size"] = run.ranks[1].meta["world_size"] = "2";
   for (int rank : {0, 1}) {
     for (int64_t step : {0, 1}) {
-      run.replica_digests.push_back(ReplicaDigestRecord{.rank = rank, .step = step, .parameter = "head.weight",
-                                                        .digest = step == 1 && rank == 1 ? 9 : 5});
+      run.replica_digests.push_back(ReplicaDigestRecord{
+          .rank = rank, .step = step, .parameter = "head.weight", .digest = step == 1 && rank == 1 ? 9 : 5});
     }
   }
   const Conclusion c = conclude(run, analyze(run), std::nullopt);
@@ -95,7 +95,8 @@ TEST(Outcome, OutsideAttentionNeedsAttentionChecked) {
 // sent them.
 TEST(Outcome, TheEarliestSentinelPrefersTheRankThatSentThem) {
   RunData run;
-  run.sentinel = {SentinelRecord{.rank = 0, .step = 4, .parameter = "w"}, SentinelRecord{.rank = 1, .step = 4, .parameter = "w"},
+  run.sentinel = {SentinelRecord{.rank = 0, .step = 4, .parameter = "w"},
+                  SentinelRecord{.rank = 1, .step = 4, .parameter = "w"},
                   SentinelRecord{.rank = 2, .step = 6, .parameter = "w"}};
   EXPECT_EQ(earliestSentinel(run, {})->rank, 0);
   EXPECT_EQ(earliestSentinel(run, {{0, 4}})->rank, 1);
@@ -129,15 +130,14 @@ TEST(Outcome, UncheckedAttentionMakesACleanRunPartial) {
   EXPECT_EQ(c.unprobed.at("flex_attention"), 3);
 }
 
-
 // --audit vouches only for what it judged: a regime of conditions seen and never judged leaves a
 // run without a fault partial.
 TEST(Outcome, ARegimeTheAuditNeverJudgedMakesACleanRunPartial) {
   RunData run = runOf({forward(0, 0, 0, 0)});
   run.settings.audit.on = true;
   EXPECT_EQ(conclude(run, analyze(run), std::nullopt).outcome, Outcome::kClean) << "no regime counted";
-  run.ranks[0].counters.audit_regimes["k0.r0"] =
-      AuditRegime{.layer = 0, .first_seen = 3, .last_seen = 3, .calls = 1, .last_judged = -1, .conditions = "mask |x| 3e+04"};
+  run.ranks[0].counters.audit_regimes["k0.r0"] = AuditRegime{
+      .layer = 0, .first_seen = 3, .last_seen = 3, .calls = 1, .last_judged = -1, .conditions = "mask |x| 3e+04"};
   const Conclusion c = conclude(run, analyze(run), std::nullopt);
   EXPECT_EQ(c.outcome, Outcome::kPartial);
   EXPECT_EQ(c.audit.coverage.regimes_seen, 1);

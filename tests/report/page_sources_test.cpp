@@ -20,8 +20,9 @@ namespace fs = std::filesystem;
 // One rank's store in `dir`: a clean forward at step 0 and one whose O went NaN at step 1, on a
 // rank whose meta names its GPU and versions.
 RunData storedRun(const fs::path& dir) {
-  auto w = StoreWriter::open((dir / rankStoreName(0)).string(),
-                             {{"rank", "0"}, {"gpu", "NVIDIA H100 (sm_90)"}, {"cuda_runtime", "12080"}, {"cudnn", "91000"}});
+  auto w =
+      StoreWriter::open((dir / rankStoreName(0)).string(),
+                        {{"rank", "0"}, {"gpu", "NVIDIA H100 (sm_90)"}, {"cuda_runtime", "12080"}, {"cudnn", "91000"}});
   EXPECT_TRUE(w.ok());
   (*w)->append(synthetic::forward(0, 0, 0, 0));
   (*w)->stepEnded(0, 2'000'000);
@@ -32,7 +33,8 @@ RunData storedRun(const fs::path& dir) {
   auto run = loadRun(dir.string(), RunScope::kEdges);
   EXPECT_TRUE(run.ok()) << run.status().message();
   // The edge's capture, as the probes decide it.
-  run->captures = {CaptureRecord{.rank = 0, .seq = 1, .trigger = CaptureTrigger::kFirstSourceEdge, .path = "captures/c.safetensors"}};
+  run->captures = {CaptureRecord{
+      .rank = 0, .seq = 1, .trigger = CaptureTrigger::kFirstSourceEdge, .path = "captures/c.safetensors"}};
   return std::move(*run);
 }
 
@@ -94,7 +96,8 @@ TEST(PageSources, ADamagedKeptReplayIsSaidAndTheRestRead) {
   auto damaged = buildReport(run, {.page = true});
   ASSERT_TRUE(damaged.ok()) << damaged.status().message();
   EXPECT_FALSE(damaged->page->replay);
-  EXPECT_NE(damaged->page->replay_problem.find("is not the JSON of nanprov replay"), std::string::npos) << damaged->page->replay_problem;
+  EXPECT_NE(damaged->page->replay_problem.find("is not the JSON of nanprov replay"), std::string::npos)
+      << damaged->page->replay_problem;
   EXPECT_EQ(damaged->page->picture.columns, 2);
 }
 

@@ -120,7 +120,8 @@ TEST(TraceEvents, FollowTheTraceEventSchemaInMicroseconds) {
 TEST(TraceEvents, EachCallIsOneCompleteEventOnItsRanksTrainingOrAutogradTrack) {
   const RunData run = twoRankRun();
   const json trace = traceOf(run);
-  EXPECT_EQ(eventsOf(trace, "X").size(), run.calls.size() + run.kernels.size() + 4) << "calls, kernels, 2 steps x 2 ranks";
+  EXPECT_EQ(eventsOf(trace, "X").size(), run.calls.size() + run.kernels.size() + 4)
+      << "calls, kernels, 2 steps x 2 ranks";
   for (int rank : {0, 1}) {
     auto pid = pidOfRank(trace, rank);
     ASSERT_TRUE(pid) << "no process named rank " << rank;
@@ -185,7 +186,8 @@ TEST(TraceEvents, TracksNestWhereStoredTimesOverlap) {
   json kernel, step1;
   for (const json& e : eventsOf(trace, "X")) {
     if (e["pid"] != *pidOfRank(trace, 0)) continue;
-    if (e["cat"] == "kernel" && e["args"]["short_name"] == "cudnn_generated_fort_native_sdpa_sm90_flash_fprop") kernel = e;
+    if (e["cat"] == "kernel" && e["args"]["short_name"] == "cudnn_generated_fort_native_sdpa_sm90_flash_fprop")
+      kernel = e;
     if (e["name"] == "step 1") step1 = e;
   }
   ASSERT_TRUE(kernel.is_object() && step1.is_object());

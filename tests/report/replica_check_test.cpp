@@ -25,8 +25,8 @@ RunData replicas(int ranks, int64_t steps) {
     run.ranks.push_back(info);
     for (int64_t step = 0; step < steps; ++step) {
       for (size_t p = 0; p < kParameters.size(); ++p) {
-        run.replica_digests.push_back(
-            ReplicaDigestRecord{.rank = r, .step = step, .parameter = kParameters[p], .digest = 1000 * step + static_cast<int64_t>(p)});
+        run.replica_digests.push_back(ReplicaDigestRecord{
+            .rank = r, .step = step, .parameter = kParameters[p], .digest = 1000 * step + static_cast<int64_t>(p)});
       }
     }
   }
@@ -46,7 +46,8 @@ TEST(ReplicaCheck, EqualReplicasAreCheckedWithoutADivergence) {
   EXPECT_EQ(r.ranks, (std::vector<int>{0, 1, 2}));
   EXPECT_EQ(r.steps, 5);
   EXPECT_FALSE(r.first_divergence);
-  EXPECT_EQ(replicaCheckText(r, StepUnit::kOptimizerStep), "ranks 0, 1, 2 compared after each of 5 steps: bit for bit equal");
+  EXPECT_EQ(replicaCheckText(r, StepUnit::kOptimizerStep),
+            "ranks 0, 1, 2 compared after each of 5 steps: bit for bit equal");
 }
 
 // Three replicas: the majority names the one rank that went its own way, and the first parameter
@@ -97,7 +98,9 @@ TEST(ReplicaCheck, ARankThatDiedIsComparedWhileItRecorded) {
 // A rank that recorded fewer parameters in a step (its rows cut short) is compared on those it has.
 TEST(ReplicaCheck, ARankWithFewerRowsIsComparedOnWhatItHas) {
   RunData run = replicas(3, 3);
-  std::erase_if(run.replica_digests, [](const ReplicaDigestRecord& d) { return d.rank == 1 && d.step == 2 && d.parameter == "head.weight"; });
+  std::erase_if(run.replica_digests, [](const ReplicaDigestRecord& d) {
+    return d.rank == 1 && d.step == 2 && d.parameter == "head.weight";
+  });
   EXPECT_FALSE(checkReplicas(run).first_divergence);
   diverge(run, 1, 2, "embed.weight");
   const ReplicaCheck r = checkReplicas(run);
@@ -183,7 +186,8 @@ TEST(ReplicaCheck, TheWholeModelFindsTheStepAndALaterKeptStepNamesTheParameter) 
   run.replica_digests.clear();
   for (const auto& [at, rows] : steps) {
     for (const ReplicaDigestRecord& d : withModelDigests(rows)) {
-      if (d.parameter.empty() || isLandmarkStep(d.step) || d.step > 39 - kNewestParameterSteps) run.replica_digests.push_back(d);
+      if (d.parameter.empty() || isLandmarkStep(d.step) || d.step > 39 - kNewestParameterSteps)
+        run.replica_digests.push_back(d);
     }
   }
   const ReplicaCheck r = checkReplicas(run);

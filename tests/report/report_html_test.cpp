@@ -23,17 +23,22 @@ PageSources sources() {
   s.picture.phases = {Phase::kForward};
   RankPicture rank{.rank = 0};
   rank.rows[0] = PictureRow{.module = "layers.0.attn"};
-  for (int64_t col = 0; col < 3; ++col) rank.cells[{0, Phase::kForward, col}] = PictureCell{.health = CellHealth::kClean, .calls = 1};
-  rank.cells[{0, Phase::kForward, 3}] = PictureCell{.health = CellHealth::kSourceEdge, .calls = 1, .sources = 1, .first_edge = true};
+  for (int64_t col = 0; col < 3; ++col)
+    rank.cells[{0, Phase::kForward, col}] = PictureCell{.health = CellHealth::kClean, .calls = 1};
+  rank.cells[{0, Phase::kForward, 3}] =
+      PictureCell{.health = CellHealth::kSourceEdge, .calls = 1, .sources = 1, .first_edge = true};
   s.picture.ranks = {rank};
   s.capture = "runs/edge/captures/c.safetensors";
   s.kept_replay_path = "runs/edge/captures/c.replay.json";
   TensorJudgement ok{.role = "O", .verdict = "ok", .max_abs_err = 1e-7};
   TensorJudgement bad{.role = "O", .verdict = "non-finite", .nonfinite = 4, .nonfinite_where = "batch 0"};
-  s.replay = KeptReplay{.replayed_on = "cpu", .captured_on = "cpu", .root_cause = "precision-limit", .explanation = "overflow",
-                        .rows = {ReplayedBackend{.captured = true, .tensors = {bad}},
-                                 ReplayedBackend{.name = "math", .tensors = {ok}},
-                                 ReplayedBackend{.name = "cudnn", .supported = false, .detail = "no GPU"}}};
+  s.replay = KeptReplay{
+      .replayed_on = "cpu",
+      .captured_on = "cpu",
+      .root_cause = "precision-limit",
+      .explanation = "overflow",
+      .rows = {ReplayedBackend{.captured = true, .tensors = {bad}}, ReplayedBackend{.name = "math", .tensors = {ok}},
+               ReplayedBackend{.name = "cudnn", .supported = false, .detail = "no GPU"}}};
   s.environment = {.cuda_runtime = "12.8", .cudnn = "9.10.0", .gpu = "NVIDIA H100"};
   return s;
 }
@@ -45,16 +50,20 @@ TEST(ReportHtml, RendersTheModelAndThePagesSources) {
   r.page = sources();
   const std::string page = reportHtml(r);
   EXPECT_NE(page.find("content=\"default-src 'none'; style-src 'unsafe-inline'\""), std::string::npos);
-  EXPECT_NE(page.find("<header id=\"verdict\" class=\"verdict outcome-edge\" data-outcome=\"edge\">"), std::string::npos);
-  EXPECT_NE(page.find("<h1 id=\"headline\">rank0:layer0:call6  first non-finite edge: finite inputs, non-finite O</h1>"),
+  EXPECT_NE(page.find("<header id=\"verdict\" class=\"verdict outcome-edge\" data-outcome=\"edge\">"),
             std::string::npos);
+  EXPECT_NE(
+      page.find("<h1 id=\"headline\">rank0:layer0:call6  first non-finite edge: finite inputs, non-finite O</h1>"),
+      std::string::npos);
   EXPECT_NE(page.find("<section id=\"first-edge\" data-name=\"rank0:layer0:call6\">"), std::string::npos);
   EXPECT_EQ(count(page, "<td class=\"cell h-clean\""), 3u);
   EXPECT_EQ(count(page, "id=\"first-edge-cell\""), 1u);
   EXPECT_NE(page.find("id=\"replay-matrix\""), std::string::npos);
-  EXPECT_NE(page.find("<tr data-backend=\"captured\"><th>the run's own outputs</th><td class=\"v-non-finite\""), std::string::npos);
+  EXPECT_NE(page.find("<tr data-backend=\"captured\"><th>the run's own outputs</th><td class=\"v-non-finite\""),
+            std::string::npos);
   EXPECT_NE(page.find("4 non-finite batch 0"), std::string::npos);
-  EXPECT_NE(page.find("<tr data-backend=\"cudnn\"><th>cudnn</th><td class=\"v-unsupported\" colspan=\"1\">unsupported: no GPU</td>"),
+  EXPECT_NE(page.find("<tr data-backend=\"cudnn\"><th>cudnn</th><td class=\"v-unsupported\" colspan=\"1\">unsupported: "
+                      "no GPU</td>"),
             std::string::npos);
   EXPECT_NE(page.find("root cause <b>precision-limit</b>: overflow"), std::string::npos);
   EXPECT_NE(page.find("<tr><th>CUDA runtime</th><td>12.8</td></tr>"), std::string::npos);
@@ -98,10 +107,16 @@ TEST(ReportHtml, AuditFindingsAreListed) {
   AuditSummary& a = r.conclusion.audit;
   a.on = true;
   a.audited = 4;
-  a.findings = {AuditFinding{.name = "rank0:layer1:call5", .step = 2, .phase = "fwd", .backend = "cudnn", .kernel = "fprop",
-                             .verdict = "silent-wrong",
-                             .tensors = {TensorJudgement{.role = "O", .verdict = "silent-wrong", .max_abs_err = 0.5, .cosine = 0.9}},
-                             .conditions_text = "bias float32", .capture = "runs/edge/captures/a b.safetensors"}};
+  a.findings = {AuditFinding{
+      .name = "rank0:layer1:call5",
+      .step = 2,
+      .phase = "fwd",
+      .backend = "cudnn",
+      .kernel = "fprop",
+      .verdict = "silent-wrong",
+      .tensors = {TensorJudgement{.role = "O", .verdict = "silent-wrong", .max_abs_err = 0.5, .cosine = 0.9}},
+      .conditions_text = "bias float32",
+      .capture = "runs/edge/captures/a b.safetensors"}};
   const std::string page = reportHtml(r);
   EXPECT_NE(page.find("data-outcome=\"audit_finding\""), std::string::npos);
   EXPECT_NE(page.find("<tr class=\"finding\" data-name=\"rank0:layer1:call5\">"), std::string::npos);

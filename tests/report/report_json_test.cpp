@@ -42,9 +42,14 @@ TEST(ReportJson, EachEdgeNamesItsDevice) {
   Report r = edgeReport();
   r.first_edge->device = DeviceIdentity{.host = "vm", .device = "cpu"};
   const json doc = reportJson(r);
-  EXPECT_EQ(doc["first_edge"]["device_identity"],
-            json({{"host", "vm"}, {"device", "cpu"}, {"gpu", nullptr}, {"gpu_uuid", nullptr}, {"pci_bus_id", nullptr},
-                  {"driver", nullptr}, {"cuda_driver", nullptr}, {"cudnn", nullptr}}));
+  EXPECT_EQ(doc["first_edge"]["device_identity"], json({{"host", "vm"},
+                                                        {"device", "cpu"},
+                                                        {"gpu", nullptr},
+                                                        {"gpu_uuid", nullptr},
+                                                        {"pci_bus_id", nullptr},
+                                                        {"driver", nullptr},
+                                                        {"cuda_driver", nullptr},
+                                                        {"cudnn", nullptr}}));
   EXPECT_EQ(doc["first_edge"]["device"], "cpu") << "the call's device stays the string it was";
   EXPECT_EQ(doc["first_source_edge"]["device_identity"]["host"], nullptr) << "its own, not the first edge's";
 }
@@ -67,7 +72,8 @@ TEST(ReportJson, TheRunsFactsAreListed) {
   EXPECT_EQ(doc["job"], "slurm:42.0");
   EXPECT_EQ(doc["missing_ranks"], json::array({1}));
   ASSERT_EQ(doc["unrecorded_ranks"].size(), 2u);
-  EXPECT_EQ(doc["unrecorded_ranks"][0]["store_read"], true) << "rank 0's store was read: a second process of it had none";
+  EXPECT_EQ(doc["unrecorded_ranks"][0]["store_read"], true)
+      << "rank 0's store was read: a second process of it had none";
   EXPECT_EQ(doc["unrecorded_ranks"][1]["store_read"], false);
   EXPECT_EQ(doc["step_unit"], "optimizer_step");
   EXPECT_EQ(doc["trail"]["on"], false);

@@ -37,11 +37,17 @@ Report gpuEdge() {
 // Its reruns give `distinct` bitwise results, on `replayed_on` (the run's device is cuda:0).
 json replayJson(const std::string& cause, const std::string& injected = "", int distinct = 1,
                 const std::string& replayed_on = "cuda:0") {
-  return {{"root_cause", {{"class", cause}, {"explanation", "why " + cause}, {"backend", "cudnn"}, {"kernel", nullptr}, {"tensors", json::array()}}},
-          {"injected", injected.empty() ? json(nullptr) : json(injected)},
-          {"captured_on", "cuda:0"},
-          {"replayed_on", replayed_on},
-          {"reruns", {{"runs", 5}, {"reproduced", cause == "nondeterministic" ? 2 : 0}, {"distinct_results", distinct}}}};
+  return {
+      {"root_cause",
+       {{"class", cause},
+        {"explanation", "why " + cause},
+        {"backend", "cudnn"},
+        {"kernel", nullptr},
+        {"tensors", json::array()}}},
+      {"injected", injected.empty() ? json(nullptr) : json(injected)},
+      {"captured_on", "cuda:0"},
+      {"replayed_on", replayed_on},
+      {"reruns", {{"runs", 5}, {"reproduced", cause == "nondeterministic" ? 2 : 0}, {"distinct_results", distinct}}}};
 }
 
 VerdictClass classFor(const std::string& cause) { return verdictOf(gpuEdge(), replayAnswerOf(replayJson(cause))).cls; }
@@ -51,7 +57,8 @@ VerdictClass classFor(const std::string& cause) { return verdictOf(gpuEdge(), re
 TEST(RunVerdict, EachRootCauseHasItsClass) {
   // The device is suspected only when its reruns agree bit for bit, on the run's kind of device.
   EXPECT_EQ(verdictOf(gpuEdge(), replayAnswerOf(replayJson("not-reproduced", "", 2))).cls, VerdictClass::kUndetermined);
-  EXPECT_EQ(verdictOf(gpuEdge(), replayAnswerOf(replayJson("not-reproduced", "", 1, "cpu"))).cls, VerdictClass::kUndetermined);
+  EXPECT_EQ(verdictOf(gpuEdge(), replayAnswerOf(replayJson("not-reproduced", "", 1, "cpu"))).cls,
+            VerdictClass::kUndetermined);
   EXPECT_EQ(classFor("backend-specific"), VerdictClass::kKernel);
   EXPECT_EQ(classFor("forward-ok-backward-wrong"), VerdictClass::kKernel);
   EXPECT_EQ(classFor("nondeterministic"), VerdictClass::kNondeterministicKernel);
@@ -59,7 +66,8 @@ TEST(RunVerdict, EachRootCauseHasItsClass) {
   EXPECT_EQ(classFor("input-caused"), VerdictClass::kDataOrModel);
   EXPECT_EQ(classFor("precision-limit"), VerdictClass::kDataOrModel);
   EXPECT_EQ(classFor("fully-masked-rows"), VerdictClass::kDataOrModel);
-  for (const char* unsettled : {"none", "cannot-judge", "reference-suspect", "captured-backend-suspect", "a-cause-of-the-future"}) {
+  for (const char* unsettled :
+       {"none", "cannot-judge", "reference-suspect", "captured-backend-suspect", "a-cause-of-the-future"}) {
     EXPECT_EQ(classFor(unsettled), VerdictClass::kUndetermined) << unsettled;
   }
 }
@@ -82,7 +90,8 @@ TEST(RunVerdict, EachClassHasItsExitCodeAndAction) {
     codes.insert(verdictExitCode(cls));
   }
   EXPECT_EQ(codes.size(), table.size()) << "one code per class";
-  for (int old : {kEdgeFound, kUsageError, kInputError, kAuditFound, kNotOneJob}) EXPECT_EQ(codes.count(old), 0u) << old;
+  for (int old : {kEdgeFound, kUsageError, kInputError, kAuditFound, kNotOneJob})
+    EXPECT_EQ(codes.count(old), 0u) << old;
 }
 
 // What the report settles alone needs no replay: no fault, the origin outside attention, an
@@ -165,8 +174,12 @@ TEST(RunVerdict, AnAuditFindingIsReplayedWhenThereIsNoEdge) {
   Report r{.run = facts()};
   r.run.ranks[0].device = kGpu;
   r.conclusion.outcome = Outcome::kAuditFinding;
-  r.conclusion.audit.findings.push_back(AuditFinding{.rank = 0, .name = "rank0:layer1:call3", .step = 4, .phase = "fwd",
-                                                     .op = "aten::_scaled_dot_product_cudnn_attention", .backend = "cudnn",
+  r.conclusion.audit.findings.push_back(AuditFinding{.rank = 0,
+                                                     .name = "rank0:layer1:call3",
+                                                     .step = 4,
+                                                     .phase = "fwd",
+                                                     .op = "aten::_scaled_dot_product_cudnn_attention",
+                                                     .backend = "cudnn",
                                                      .capture = "runs/edge/captures/audit.safetensors"});
   ASSERT_TRUE(replayTargetOf(r));
   EXPECT_EQ(replayTargetOf(r)->capture, "runs/edge/captures/audit.safetensors");
@@ -192,17 +205,23 @@ TEST(RunVerdict, TheJsonCarriesTheVerdictTheCallAndTheDevice) {
   EXPECT_EQ(doc["phase"], "fwd");
   EXPECT_EQ(doc["injected"], false);
   EXPECT_EQ(doc["capture"], "runs/edge/captures/rank0-layer0-call6-fwd-seq12.safetensors");
-  EXPECT_EQ(doc["device_identity"],
-            json({{"host", "node17"}, {"device", "cuda:0"}, {"gpu", "NVIDIA H200 (sm_90)"},
-                  {"gpu_uuid", "GPU-5e2c1f0a-1b2c-3d4e-5f60-718293a4b5c6"}, {"pci_bus_id", "00000000:19:00.0"},
-                  {"driver", "580.65.06"}, {"cuda_driver", "13.0"}, {"cudnn", "91900"}}));
+  EXPECT_EQ(doc["device_identity"], json({{"host", "node17"},
+                                          {"device", "cuda:0"},
+                                          {"gpu", "NVIDIA H200 (sm_90)"},
+                                          {"gpu_uuid", "GPU-5e2c1f0a-1b2c-3d4e-5f60-718293a4b5c6"},
+                                          {"pci_bus_id", "00000000:19:00.0"},
+                                          {"driver", "580.65.06"},
+                                          {"cuda_driver", "13.0"},
+                                          {"cudnn", "91900"}}));
   EXPECT_EQ(doc["root_cause"]["class"], "not-reproduced");
   EXPECT_EQ(doc["root_cause"]["backend"], "cudnn");
   EXPECT_EQ(doc["root_cause"]["kernel"], nullptr);
   EXPECT_EQ(doc["reruns"]["runs"], 5);
   EXPECT_EQ(doc["suspects"], json::array({{{"rank", 0}, {"device_identity", doc["device_identity"]}}}));
   const std::string line = verdictLine(v);
-  EXPECT_EQ(line.rfind("suspect_device (exit 12, exclude_node): rank0:layer0:call6, step 3, on host node17, cuda:0", 0), 0u) << line;
+  EXPECT_EQ(line.rfind("suspect_device (exit 12, exclude_node): rank0:layer0:call6, step 3, on host node17, cuda:0", 0),
+            0u)
+      << line;
   EXPECT_NE(line.find("GPU-5e2c1f0a"), std::string::npos) << line;
 }
 
@@ -240,7 +259,8 @@ TEST(RunVerdict, AReplicaDivergenceSuspectsTheDeviceOfTheRankThatDiverged) {
   EXPECT_EQ(v.rank, 0);
   EXPECT_EQ(v.step, 4);
   EXPECT_EQ(v.device.gpu_uuid, kGpu.gpu_uuid);
-  EXPECT_NE(v.explanation.find("rank 0's parameters differ from its replicas' after step 4, first in head.weight"), std::string::npos)
+  EXPECT_NE(v.explanation.find("rank 0's parameters differ from its replicas' after step 4, first in head.weight"),
+            std::string::npos)
       << v.explanation;
 
   r.conclusion.replicas.first_divergence = ReplicaDivergence{.step = 4, .ranks = {0, 1}, .parameter = "head.weight"};
@@ -258,7 +278,6 @@ TEST(RunVerdict, AReplicaDivergenceSuspectsTheDeviceOfTheRankThatDiverged) {
   EXPECT_EQ(line.rfind("suspect_device (exit 12, exclude_node): rank 0 on host node17, cuda:0", 0), 0u) << line;
   EXPECT_NE(line.find("; rank 1"), std::string::npos) << line;
 }
-
 
 }  // namespace
 }  // namespace nanprov

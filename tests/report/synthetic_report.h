@@ -10,10 +10,22 @@ namespace nanprov::synthetic {
 
 // The facts of a one-rank training run of `calls` checked calls over `steps` steps.
 inline RunOverview facts(int64_t calls = 24, int64_t steps = 6) {
-  return RunOverview{.dir = "runs/edge", .dirs = {"runs/edge"}, .calls = calls, .steps = steps,
-                  .ranks = {RankOverview{.rank = 0, .store = "runs/edge/rank-0.sqlite", .steps = steps, .calls_stored = calls,
-                                      .meta = {{"host", "vm"}, {"world_size", "1"}}, .host = "vm", .world_size = "1"}},
-                  .world_size = 1, .run_file_readable = true, .command = {"python", "train.py"}, .torch = "2.13.0", .exit_code = 0};
+  return RunOverview{.dir = "runs/edge",
+                     .dirs = {"runs/edge"},
+                     .calls = calls,
+                     .steps = steps,
+                     .ranks = {RankOverview{.rank = 0,
+                                            .store = "runs/edge/rank-0.sqlite",
+                                            .steps = steps,
+                                            .calls_stored = calls,
+                                            .meta = {{"host", "vm"}, {"world_size", "1"}},
+                                            .host = "vm",
+                                            .world_size = "1"}},
+                     .world_size = 1,
+                     .run_file_readable = true,
+                     .command = {"python", "train.py"},
+                     .torch = "2.13.0",
+                     .exit_code = 0};
 }
 
 // A run whose layer-0 forward at step 3 made NaN in O from finite inputs as large as 9.3e19, the
@@ -29,7 +41,8 @@ inline Report edgeReport() {
   r.first_source_edge = edge;
   r.input_trail = InputTrail{.largest = 9.3e19};
   r.conclusion.outcome = Outcome::kEdgeFound;
-  r.conclusion.sentinel = SentinelFinding{.rank = 0, .step = 3, .gradients = {"embed.weight"}, .values = {"embed.weight"}};
+  r.conclusion.sentinel =
+      SentinelFinding{.rank = 0, .step = 3, .gradients = {"embed.weight"}, .values = {"embed.weight"}};
   return r;
 }
 

@@ -11,8 +11,12 @@
 namespace nanprov::synthetic {
 
 inline TensorHealth tensor(Role role, int64_t nan = 0, double max_abs = 1.0) {
-  return TensorHealth{.role = role, .dtype = DtypeName::intern("Float"), .shape = *TensorShape::parse("[2,4,16,8]"),
-                      .numel = 1024, .nan = nan, .max_abs = max_abs};
+  return TensorHealth{.role = role,
+                      .dtype = DtypeName::intern("Float"),
+                      .shape = *TensorShape::parse("[2,4,16,8]"),
+                      .numel = 1024,
+                      .nan = nan,
+                      .max_abs = max_abs};
 }
 
 // A forward call of `layer` at `step`; its O holds `o_nan` NaN, its inputs are as large as `input`.
@@ -24,7 +28,8 @@ inline CallRecord forward(int rank, int64_t seq, int64_t step, int64_t layer, in
   c.backend = "flash_cpu";
   c.module = "layers." + std::to_string(layer) + ".attn";
   c.start_ns = 1'000'000 + seq * 1000, c.end_ns = c.start_ns + 500;
-  c.tensors = {tensor(Role::kQ, 0, input), tensor(Role::kK, 0, input), tensor(Role::kV, 0, input), tensor(Role::kO, o_nan)};
+  c.tensors = {tensor(Role::kQ, 0, input), tensor(Role::kK, 0, input), tensor(Role::kV, 0, input),
+               tensor(Role::kO, o_nan)};
   return c;
 }
 

@@ -21,8 +21,8 @@ TEST(TerminalText, EveryStoredTextOfTheModelIsMadePrintable) {
   r.conclusion.sentinel->gradients = {forged};
   r.conclusion.collective_paths = {CollectivePath{.op = forged, .parameters = {forged}}};
   r.conclusion.unchecked_by_edge_step = {forged};
-  r.conclusion.audit.findings = {AuditFinding{.name = forged, .tensors = {TensorJudgement{.role = forged}},
-                                              .known_issues = {KnownIssueNote{.title = forged}}}};
+  r.conclusion.audit.findings = {AuditFinding{
+      .name = forged, .tensors = {TensorJudgement{.role = forged}}, .known_issues = {KnownIssueNote{.title = forged}}}};
   r.run.ranks[0].meta = {{forged, forged}};
   r.run.ranks[0].host = forged;
   r.run.unchecked = {UncheckedAttention{.what = forged, .kind = forged}};

@@ -41,8 +41,8 @@ TEST(Timeline, HoldsTheWindowsCallsTheirCudaKernelsAndTheEdges) {
 
 // Damaged times are refused in one line before any arithmetic on them can overflow.
 TEST(Timeline, TimesNoTimelineCanHoldAreRefused) {
-  for (auto [start, end] : {std::pair<int64_t, int64_t>{-9223372036854775807LL, 9223372036854775807LL},
-                            {5'000'000'000LL, 0}, {0, 10}}) {
+  for (auto [start, end] :
+       {std::pair<int64_t, int64_t>{-9223372036854775807LL, 9223372036854775807LL}, {5'000'000'000LL, 0}, {0, 10}}) {
     RunData window = runOf({forward(0, 0, 0, 0)});
     window.calls[0].start_ns = start, window.calls[0].end_ns = end;
     auto refused = timelineOf(window, Findings{});

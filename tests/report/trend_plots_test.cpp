@@ -27,7 +27,8 @@ size_t count(const std::string& text, const std::string& what) {
 // A line per measure the layer has, a dashed orange line per warning and a red one at the first
 // non-finite step; and no text from the store, so the page needs no escaping for it.
 TEST(TrendPlots, DrawTheMeasuresAndMarkTheWarningsAndTheFirstNonFiniteStep) {
-  const std::string svg = trendPlotSvg(layer(), PlotFrame{.first_step = 0, .last_step = 8, .nonfinite_step = 8, .warning_steps = {4}});
+  const std::string svg =
+      trendPlotSvg(layer(), PlotFrame{.first_step = 0, .last_step = 8, .nonfinite_step = 8, .warning_steps = {4}});
   EXPECT_EQ(svg.rfind("<svg class=\"trend\"", 0), 0u);
   EXPECT_EQ(count(svg, "<polyline"), 2u) << "the logit and |O|: no gradient was kept";
   EXPECT_NE(svg.find("<title>trend warning at step 4</title>"), std::string::npos);

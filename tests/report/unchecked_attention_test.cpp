@@ -70,9 +70,10 @@ TEST(UncheckedAttention, NeverSuggestsAnOptionTheRunWasGiven) {
 }
 
 TEST(UncheckedAttention, AModuleIsOfItByPatternOrByClass) {
-  RunData run = runWith({bySoftmaxCount("blocks.*.attn"), "attention-like module LinearAttention at enc.*.mix ran no "
-                                                          "attention op nanprov checks: not checked; --probe-module "
-                                                          "'LinearAttention' checks it"});
+  RunData run = runWith({bySoftmaxCount("blocks.*.attn"),
+                         "attention-like module LinearAttention at enc.*.mix ran no "
+                         "attention op nanprov checks: not checked; --probe-module "
+                         "'LinearAttention' checks it"});
   ModuleCheckRecord m;
   m.module = "blocks.3.attn", m.module_class = "Whatever";
   EXPECT_TRUE(isUncheckedAttention(run, m));

@@ -1,11 +1,10 @@
 // The store budget (store/budget_keeper.h), through the writer: a long run stays under it, and
 // what a diagnosis needs is still there.
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 
 #include <filesystem>
 #include <thread>
-
-#include <sqlite3.h>
 
 #include "store/reader.h"
 #include "store/run_dir.h"
@@ -38,7 +37,11 @@ CallRecord callOf(int64_t seq, int64_t step, int layer, Phase phase, int health)
   const TensorShape shape = *TensorShape::parse("[2,4,8,16]");
   const DtypeName float32 = DtypeName::intern("Float");
   TensorHealth q{.role = Role::kQ, .dtype = float32, .shape = shape, .numel = 1024, .max_abs = 1.0};
-  TensorHealth o{.role = Role::kO, .dtype = float32, .shape = shape, .numel = 1024, .nan = health ? 3 : 0,
+  TensorHealth o{.role = Role::kO,
+                 .dtype = float32,
+                 .shape = shape,
+                 .numel = 1024,
+                 .nan = health ? 3 : 0,
                  .max_abs = 1.0 + static_cast<double>(step)};
   c.tensors = {q, o};
   c.health = health;
@@ -117,8 +120,9 @@ TEST(StoreBudget, LongRunStaysUnderItAndKeepsEveryCallThatIsNotClean) {
 
   // The summaries keep exact counts and maxima: the largest |O| of layer 0's forward is its last
   // summarised step's.
-  auto sums = queryRun(dir.string(), "SELECT SUM(calls), MAX(max_o), MAX(last_step), COUNT(max_dq) FROM step_summaries "
-                                     "WHERE layer = 0 AND phase = 'fwd'");
+  auto sums = queryRun(dir.string(),
+                       "SELECT SUM(calls), MAX(max_o), MAX(last_step), COUNT(max_dq) FROM step_summaries "
+                       "WHERE layer = 0 AND phase = 'fwd'");
   ASSERT_TRUE(sums.ok()) << sums.status().message();
   const auto& row = sums->rows.at(0);
   EXPECT_EQ(std::stod(*row[1]), 1.0 + std::stod(*row[2]));
@@ -174,7 +178,8 @@ TEST(StoreBudget, ACallOfAStepAlreadySummarisedKeepsTheSummariesTruthful) {
   ASSERT_TRUE(run.ok()) << run.status().message();
   EXPECT_TRUE(run->damage.empty()) << run->damage.front();
   EXPECT_EQ(run->total_calls, seq);
-  auto rows = queryRun(dir.string(), "SELECT COUNT(*) FROM step_summaries WHERE max_o >= 5000 AND step <= 300 AND last_step >= 300");
+  auto rows = queryRun(dir.string(),
+                       "SELECT COUNT(*) FROM step_summaries WHERE max_o >= 5000 AND step <= 300 AND last_step >= 300");
   ASSERT_TRUE(rows.ok()) << rows.status().message();
   EXPECT_EQ(*rows->rows.at(0).at(0), "1") << "the late call is in a row whose steps include its own";
   auto held = queryRun(dir.string(), "SELECT COUNT(*) FROM calls WHERE step = 300");
@@ -193,7 +198,6 @@ TEST(StoreBudget, WithoutOneNothingIsSummarised) {
   EXPECT_EQ(run->summarised().calls, 0);
 }
 
-
 // The budget's summaries, the steps table and the trends derive from the calls: a store whose rows
 // were edited by hand is read with a damaged line naming what disagrees, one per edit, and the
 // run is never read as plainly consistent. The unedited store has none (the tests above).
@@ -207,8 +211,10 @@ TEST(StoreBudget, HandEditedDerivedTablesAreNamedAsDamage) {
     const char* said;  // in the damage line
   };
   const Edit edits[] = {
-      {"UPDATE step_summaries SET calls = calls + 5 WHERE step = (SELECT MIN(step) FROM step_summaries)", "step_summaries count"},
-      {"UPDATE step_summaries SET not_clean = calls + 1 WHERE step = (SELECT MIN(step) FROM step_summaries)", "no summary can be"},
+      {"UPDATE step_summaries SET calls = calls + 5 WHERE step = (SELECT MIN(step) FROM step_summaries)",
+       "step_summaries count"},
+      {"UPDATE step_summaries SET not_clean = calls + 1 WHERE step = (SELECT MIN(step) FROM step_summaries)",
+       "no summary can be"},
       {"UPDATE step_summaries SET last_step = step + 4096 WHERE step = (SELECT MIN(step) FROM step_summaries)",
        "more than meta.summary_every"},
       {"UPDATE meta SET value = '3' WHERE key = 'summary_every'", "not a power of two"},

@@ -1,7 +1,6 @@
 // The capture format: round trip, the bytes on disk, Python's safetensors opening it, and a
 // loader that turns every hostile or broken file into one clear error (fuzzed).
 #include "store/capture_file.h"
-#include "base/records/dtype.h"
 
 #include <gtest/gtest.h>
 
@@ -10,6 +9,7 @@
 #include <fstream>
 #include <random>
 
+#include "base/records/dtype.h"
 #include "tests/temp_dir.h"
 
 namespace nanprov {
@@ -100,12 +100,15 @@ TEST(CaptureFile, HostileHeadersAreRefusedWithTheReason) {
   expectRefused(craft(R"({"Q": {"dtype": "F32", "shape": [1], "data_offsets": [4, 0]}})", 4), "out of range");
   expectRefused(craft(R"({"Q": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]}})", 4), "bad dimension");
   expectRefused(craft(R"({"Q": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},
-                         "K": {"dtype": "F32", "shape": [1], "data_offsets": [2, 6]}})", 8), "overlaps");
+                         "K": {"dtype": "F32", "shape": [1], "data_offsets": [2, 6]}})",
+                      8),
+                "overlaps");
   expectRefused(craft(R"({"Q": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})", 8), "unused bytes");
   expectRefused(craft(R"({"Q": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})", 9), "no tensor covers");
   expectRefused(craft(R"({"__metadata__": {"a": 1}})", 0), "not a string");
-  expectRefused(craft(R"({"Q": {"dtype": "F32", "shape": [4294967296, 4294967296, 4294967296], "data_offsets": [0, 4]}})", 4),
-                "impossibly large");
+  expectRefused(
+      craft(R"({"Q": {"dtype": "F32", "shape": [4294967296, 4294967296, 4294967296], "data_offsets": [0, 4]}})", 4),
+      "impossibly large");
   auto missing = readCapture("/nonexistent/capture.safetensors");
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find("no such capture file"), std::string::npos);
@@ -122,19 +125,25 @@ TEST(CaptureFile, HeadersSafetensorsRefusesAreRefused) {
 
 // Deep or endless nesting is refused in one pass, before a JSON parser would spend gigabytes.
 TEST(CaptureFile, DeepHeadersAreRefusedBeforeParsing) {
-  expectRefused(craft("{\"a\":" + std::string(40'000'000, '[') + std::string(40'000'000, ']') + "}", 0), "nests deeper");
+  expectRefused(craft("{\"a\":" + std::string(40'000'000, '[') + std::string(40'000'000, ']') + "}", 0),
+                "nests deeper");
   expectRefused(craft(std::string(49'000'000, '['), 0), "does not begin with '{'");
   expectRefused(craft("{" + std::string(49'000'000, '['), 0), "does not end with '}'");
-  std::string strings = R"({"__metadata__": {"k": "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\"{{{{{{{{{{{{{{{{{{{{{{{{"}})";
+  std::string strings =
+      R"({"__metadata__": {"k": "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\"{{{{{{{{{{{{{{{{{{{{{{{{"}})";
   EXPECT_TRUE(parseCapture(craft(strings, 0), "brackets in strings").ok()) << "brackets inside strings do not nest";
 }
 
 TEST(CaptureFile, ZeroSizeTensorsAreValid) {
   auto zero_first = parseCapture(craft(R"({"E": {"dtype": "F32", "shape": [0, 4], "data_offsets": [0, 0]},
-                                           "Q": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})", 4), "zero");
+                                           "Q": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})",
+                                       4),
+                                 "zero");
   ASSERT_TRUE(zero_first.ok()) << zero_first.status().message();
   auto zero_after = parseCapture(craft(R"({"Q": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},
-                                           "Z": {"dtype": "F32", "shape": [0], "data_offsets": [0, 0]}})", 4), "zero");
+                                           "Z": {"dtype": "F32", "shape": [0], "data_offsets": [0, 0]}})",
+                                       4),
+                                 "zero");
   ASSERT_TRUE(zero_after.ok()) << zero_after.status().message();
   EXPECT_EQ(zero_after->tensors.size(), 2u);
 }

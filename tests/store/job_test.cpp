@@ -31,8 +31,9 @@ void writeRankWith(const fs::path& dir, int rank, std::map<std::string, std::str
 
 // One rank's store of a job a launcher started.
 void writeRank(const fs::path& dir, int rank, const std::string& run_id, int world_size = 2) {
-  writeRankWith(dir, rank, {{"world_size", std::to_string(world_size)}, {"launcher_run_id", run_id},
-                            {"master", "localhost:29500"}});
+  writeRankWith(
+      dir, rank,
+      {{"world_size", std::to_string(world_size)}, {"launcher_run_id", run_id}, {"master", "localhost:29500"}});
 }
 
 TEST(Job, DirectoriesOfOneJobReadAsOneRun) {

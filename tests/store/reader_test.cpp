@@ -8,8 +8,8 @@
 #include <fstream>
 
 #include "store/run_dir.h"
-#include "tests/temp_dir.h"
 #include "store/writer.h"
+#include "tests/temp_dir.h"
 
 namespace nanprov {
 namespace {
@@ -193,8 +193,11 @@ TEST(RunReader, ModuleChecksRoundTripAndOldStoresHaveNone) {
   ASSERT_EQ(sqlite3_exec(db, "ALTER TABLE module_checks DROP COLUMN inputs", nullptr, nullptr, nullptr), SQLITE_OK);
   auto oldest = loadRun(dir.string(), RunScope::kEdges);
   ASSERT_TRUE(oldest.ok()) << oldest.status().message();
-  EXPECT_EQ(oldest->module_checks[0].inputs, ModuleInputs::kNonFinite) << "a module handed no tensor never reads as finite";
-  ASSERT_EQ(sqlite3_exec(db, "DROP TABLE module_checks; DELETE FROM meta WHERE key = 'trail'", nullptr, nullptr, nullptr), SQLITE_OK);
+  EXPECT_EQ(oldest->module_checks[0].inputs, ModuleInputs::kNonFinite)
+      << "a module handed no tensor never reads as finite";
+  ASSERT_EQ(
+      sqlite3_exec(db, "DROP TABLE module_checks; DELETE FROM meta WHERE key = 'trail'", nullptr, nullptr, nullptr),
+      SQLITE_OK);
   sqlite3_close(db);
   auto old = loadRun(dir.string(), RunScope::kEdges);
   ASSERT_TRUE(old.ok()) << old.status().message();

@@ -32,7 +32,10 @@ RunCounters everyCounter() {
       .cupti_records = CuptiRecords{.kernel = 320, .external_id = 64, .api = 330},
       .cupti_dropped_records = 1,
       .cupti_detached = true,
-      .deferred_checks = DeferredChecks{.mode = DeferMode::kCudaAndCpu, .deferred = 90, .batched_launches = 9, .modified = 2,
+      .deferred_checks = DeferredChecks{.mode = DeferMode::kCudaAndCpu,
+                                        .deferred = 90,
+                                        .batched_launches = 9,
+                                        .modified = 2,
                                         .immediate_fallbacks = 1},
       .measure_launches = MeasureLaunches{.dense = 5, .fused = 6},
       .released_tensors = ReleasedTensors{.released = 11, .storages = 8},
@@ -43,8 +46,13 @@ RunCounters everyCounter() {
       .unprobed = {{"flex_attention", 3}, {"aten::_native_multi_head_attention", 1}},
       .unprobed_first_step = {{"flex_attention", 2}, {"aten::_native_multi_head_attention", 0}},
       .probe_ns = {{"dispatching", 1500}, {"trail", 0}},
-      .audit_regimes = {{"k0.r1", AuditRegime{.layer = 4, .phase = Phase::kBackward, .first_seen = 3, .last_seen = 5,
-                                              .calls = 12, .last_judged = -1, .conditions = "mask |x| 3e+04, O 1"}}},
+      .audit_regimes = {{"k0.r1", AuditRegime{.layer = 4,
+                                              .phase = Phase::kBackward,
+                                              .first_seen = 3,
+                                              .last_seen = 5,
+                                              .calls = 12,
+                                              .last_judged = -1,
+                                              .conditions = "mask |x| 3e+04, O 1"}}},
       .probe_cost = "dispatching 1.5 us a call\nflushing 0 us",
       .kernel_tracer = "torch.profiler held CUPTI",
       .mesh = "dp=0,tp=1",
@@ -84,8 +92,9 @@ TEST(RunCountersMeta, EveryCounterRoundTripsThroughAStore) {
   const std::map<std::string, std::string> rows = {
       {"host_syncs", "7"},
       {"cupti_records", "kernel 320, external id 64, api 330"},
-      {"deferred_checks", "CUDA and CPU calls: deferred 90, batched launches 9, modified before their check 2, "
-                          "immediate after a fallback 1"},
+      {"deferred_checks",
+       "CUDA and CPU calls: deferred 90, batched launches 9, modified before their check 2, "
+       "immediate after a fallback 1"},
       {"measure_launches", "dense 5, fused 6"},
       {"released_tensors", "11 released, freeing 8 storages (the caching allocator's frees, moved from autograd)"},
       {"audit_rotation", "3 1 2"},
@@ -112,7 +121,8 @@ TEST(RunCountersMeta, EveryCounterRoundTripsThroughAStore) {
     ASSERT_TRUE(r.meta.count(key)) << key;
     EXPECT_EQ(r.meta.at(key), value) << key;
   }
-  EXPECT_EQ(metaRowsOf(RunCounters{.deferred_checks = DeferredChecks{}}).at("deferred_checks"), "off (NANPROV_DEFER_CHECKS=0)");
+  EXPECT_EQ(metaRowsOf(RunCounters{.deferred_checks = DeferredChecks{}}).at("deferred_checks"),
+            "off (NANPROV_DEFER_CHECKS=0)");
   EXPECT_TRUE(metaRowsOf(RunCounters{}).empty()) << "a counter not said has no row";
 }
 
@@ -128,7 +138,8 @@ TEST(RunCountersMeta, ADamagedValueReadsAsUnsaid) {
       {"cupti_records", "kernel 1, api 2"},
       {"measure_launches", "dense 5, fused 6 more"},
       {"released_tensors", "11 released"},
-      {"deferred_checks", "CUDA calls: deferred x, batched launches 1, modified before their check 0, immediate after a fallback 0"},
+      {"deferred_checks",
+       "CUDA calls: deferred x, batched launches 1, modified before their check 0, immediate after a fallback 0"},
       {"audit_rotation", "3 x"},
       {"unprobed:flex_attention", "12abc"},
       {"unprobed_step:flex_attention", "soon"},
@@ -163,8 +174,9 @@ TEST(RunCountersMeta, ADamagedValueReadsAsUnsaid) {
 // The budget's counts are what a rank's totals rest on: a damaged one refuses the store, as before.
 TEST(RunCountersMeta, ADamagedSummaryCountRefusesTheStore) {
   for (const auto& [key, value, why] : {std::tuple{"calls_summarised", "12abc", "meta.calls_summarised is not a count"},
-                                        std::tuple{"not_clean_summarised", "41", "meta.not_clean_summarised is not a count of "
-                                                                                 "the calls summarised"},
+                                        std::tuple{"not_clean_summarised", "41",
+                                                   "meta.not_clean_summarised is not a count of "
+                                                   "the calls summarised"},
                                         std::tuple{"steps_thinned", "-3", "meta.steps_thinned is not a count"}}) {
     fs::path dir = freshDir("counters-damaged");
     {

@@ -1,6 +1,8 @@
 // Each layer's trend through the writer (store/trend_keeper.h): a run of any length keeps a few
 // hundred rows per layer, their maxima exact, and the warnings it raised reach the sink once,
 // after they are in the store.
+#include "store/trend_keeper.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -8,7 +10,6 @@
 
 #include "store/reader.h"
 #include "store/run_dir.h"
-#include "store/trend_keeper.h"
 #include "store/writer.h"
 #include "tests/temp_dir.h"
 
@@ -29,8 +30,9 @@ CallRecord callOf(int64_t seq, int64_t step, int layer, Phase phase, double lse)
   const TensorShape shape = *TensorShape::parse("[2,4,8,16]");
   const DtypeName float32 = DtypeName::intern("Float");
   if (phase == Phase::kForward) {
-    c.tensors = {{.role = Role::kO, .dtype = float32, .shape = shape, .numel = 1024, .max_abs = 1.0},
-                 {.role = Role::kLSE, .dtype = float32, .shape = *TensorShape::parse("[2,4,8]"), .numel = 64, .max_abs = lse}};
+    c.tensors = {
+        {.role = Role::kO, .dtype = float32, .shape = shape, .numel = 1024, .max_abs = 1.0},
+        {.role = Role::kLSE, .dtype = float32, .shape = *TensorShape::parse("[2,4,8]"), .numel = 64, .max_abs = lse}};
   } else {
     c.tensors = {{.role = Role::kdQ, .dtype = float32, .shape = shape, .numel = 1024, .max_abs = 0.5}};
   }

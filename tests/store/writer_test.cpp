@@ -135,8 +135,8 @@ TEST(StoreWriter, RoundTripsKernelsMetaAndAttribution) {
     (*writer)->append(bwd);
     (*writer)->append(unattributed);
     std::vector<KernelRecord> kernels(3);
-    const char* names[] = {"cudnn::fusion::compute_dot_do_o_specialized", "cudnn_generated_fort_native_sdpa_sm90_flash_bprop",
-                           "cudnn::fusion::convert_dq_to_16bits"};
+    const char* names[] = {"cudnn::fusion::compute_dot_do_o_specialized",
+                           "cudnn_generated_fort_native_sdpa_sm90_flash_bprop", "cudnn::fusion::convert_dq_to_16bits"};
     for (int i = 0; i < 3; ++i) {
       kernels[i].seq = 1;
       kernels[i].name = names[i];
@@ -179,9 +179,12 @@ TEST(StoreWriter, RoundTripsCapturesWrittenAndSkipped) {
     auto writer = StoreWriter::open((dir / rankStoreName(1)).string(), {{"rank", "1"}});
     ASSERT_TRUE(writer.ok()) << writer.status().message();
     (*writer)->append(makeCall(4, 0, Phase::kBackward, 1));
-    (*writer)->appendCapture({.rank = 1, .seq = 4, .trigger = CaptureTrigger::kFirstSourceEdge, .skipped = "over the capture budget"});
-    (*writer)->appendCapture({.rank = 1, .seq = 4, .trigger = CaptureTrigger::kSelector, .path = "captures/a.safetensors", .bytes = 4096});
-    (*writer)->appendCapture({.rank = 1, .seq = 7, .trigger = CaptureTrigger::kEvery, .skipped = "writing failed: disk full"});
+    (*writer)->appendCapture(
+        {.rank = 1, .seq = 4, .trigger = CaptureTrigger::kFirstSourceEdge, .skipped = "over the capture budget"});
+    (*writer)->appendCapture(
+        {.rank = 1, .seq = 4, .trigger = CaptureTrigger::kSelector, .path = "captures/a.safetensors", .bytes = 4096});
+    (*writer)->appendCapture(
+        {.rank = 1, .seq = 7, .trigger = CaptureTrigger::kEvery, .skipped = "writing failed: disk full"});
     ASSERT_TRUE((*writer)->close().ok());
   }
   auto run = loadRun(dir.string());
@@ -206,8 +209,9 @@ TEST(StoreWriter, RoundTripsSentinelFindingsAsGradOrParam) {
   {
     auto writer = StoreWriter::open((dir / rankStoreName(0)).string(), {{"rank", "0"}});
     ASSERT_TRUE(writer.ok()) << writer.status().message();
-    (*writer)->appendSentinel({{.step = 3, .tensor = SentinelTensor::kGrad, .parameter = "head.weight", .norm = INFINITY},
-                               {.step = 3, .tensor = SentinelTensor::kParam, .parameter = "head.bias", .norm = NAN}});
+    (*writer)->appendSentinel(
+        {{.step = 3, .tensor = SentinelTensor::kGrad, .parameter = "head.weight", .norm = INFINITY},
+         {.step = 3, .tensor = SentinelTensor::kParam, .parameter = "head.bias", .norm = NAN}});
     ASSERT_TRUE((*writer)->close().ok());
   }
   auto run = loadRun(dir.string());
@@ -262,7 +266,6 @@ TEST(StoreWriter, CloseTwiceIsANoOp) {
   EXPECT_EQ((*writer)->droppedRows(), 1);
 }
 
-
 // A store whose writes fail (here the file size limit, as `ulimit -f` sets it) keeps what it
 // committed readable, records from which step it is incomplete and why beside it, and goes on
 // writing once there is room: the budget's pruning makes room again.
@@ -276,7 +279,8 @@ TEST(StoreWriter, AFileSizeLimitIsRecordedAndTheStoreStaysReadable) {
     rlimit limit{.rlim_cur = 400 << 10, .rlim_max = RLIM_INFINITY};
     setrlimit(RLIMIT_FSIZE, &limit);
     int said = 0;
-    auto writer = StoreWriter::open(path, {{"rank", "0"}}, 0, {}, {}, [&](const WriteFailure&, const std::string&) { ++said; });
+    auto writer =
+        StoreWriter::open(path, {{"rank", "0"}}, 0, {}, {}, [&](const WriteFailure&, const std::string&) { ++said; });
     if (!writer.ok()) _exit(2);
     int64_t seq = 0;
     for (int64_t step = 0; step < 300; ++step) {
@@ -305,7 +309,8 @@ TEST(StoreWriter, AFileSizeLimitIsRecordedAndTheStoreStaysReadable) {
   EXPECT_LT(run->total_calls, 300 * 60);
   EXPECT_GE(run->ranks[0].steps, failure->from_step);
   ASSERT_EQ(run->incompleteStores().size(), 1u);
-  EXPECT_EQ(run->incompleteStores()[0], "rank 0: the store is incomplete from step " + std::to_string(failure->from_step) +
+  EXPECT_EQ(run->incompleteStores()[0], "rank 0: the store is incomplete from step " +
+                                            std::to_string(failure->from_step) +
                                             ": the file size limit (ulimit -f) was hit");
 }
 
@@ -349,7 +354,8 @@ TEST(StoreWriter, ReplicaDigestsKeepEveryStepsWholeModelAndFewStepsOfEachParamet
     ASSERT_TRUE(writer.ok()) << writer.status().message();
     for (int64_t step = 0; step < 100; ++step) {
       std::vector<ReplicaDigestRecord> rows;
-      for (const char* p : {"embed.weight", "head.weight", "head.bias"}) rows.push_back({.step = step, .parameter = p, .digest = step});
+      for (const char* p : {"embed.weight", "head.weight", "head.bias"})
+        rows.push_back({.step = step, .parameter = p, .digest = step});
       (*writer)->appendReplicaDigests(std::move(rows));
       if (step % 10 == 9) (*writer)->requestFlush();
     }
@@ -358,7 +364,8 @@ TEST(StoreWriter, ReplicaDigestsKeepEveryStepsWholeModelAndFewStepsOfEachParamet
   auto run = loadRun(dir.string());
   ASSERT_TRUE(run.ok()) << run.status().message();
   std::set<int64_t> whole, of_parameters;
-  for (const ReplicaDigestRecord& d : run->replica_digests) (d.parameter.empty() ? whole : of_parameters).insert(d.step);
+  for (const ReplicaDigestRecord& d : run->replica_digests)
+    (d.parameter.empty() ? whole : of_parameters).insert(d.step);
   EXPECT_EQ(whole.size(), 100u);
   std::set<int64_t> kept = {16, 32, 64, 96, 97, 98, 99};
   for (int64_t step = 0; step < 16; ++step) kept.insert(step);
