@@ -2,7 +2,6 @@
 
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
-#include <c10/core/impl/TorchDispatchModeTLS.h>
 #include <torch/library.h>
 
 #include <cstdlib>
@@ -18,10 +17,10 @@
 #include "probes/core/session.h"
 #include "probes/libtorch/backward_watch.h"
 #include "probes/libtorch/call_recorder.h"
-#include "probes/libtorch/call_rerun.h"
 #include "probes/libtorch/guarded.h"
 #include "probes/libtorch/padded_lse.h"
 #include "probes/libtorch/probe_thread.h"
+#include "probes/libtorch/probed_op.h"
 #include "probes/libtorch/probes.h"
 #include "probes/libtorch/tensor_health.h"
 
@@ -36,14 +35,6 @@ namespace {
 const c10::DispatchKeySet kBelowProbe(c10::DispatchKeySet::FULL_AFTER, c10::DispatchKey::BackendSelect);
 using Stack = torch::jit::Stack;
 using Tensors = RoleTensors;
-
-// A probed op, resolved against this torch build's schema.
-struct ProbedOp {
-  const AttentionOp* desc = nullptr;
-  std::vector<std::pair<size_t, Role>> inputs;         // argument index → role
-  std::vector<std::pair<size_t, std::string>> others;  // every other argument, for captures
-  size_t num_arguments = 0;
-};
 
 // Filled once by installAttentionProbes(), read-only afterwards. By handle: a probed call finds
 // its op by a pointer compare over a few entries, not by hashing its name.
@@ -60,89 +51,6 @@ const AttentionOp kNativeMhaOp = {"aten::_native_multi_head_attention", "native_
 
 // Fused calls probed on this thread; tells the SDPA wrapper whether a fused backend ran.
 thread_local int64_t t_fused_calls = 0;
-
-bool probeable(const Stack& stack, size_t num_arguments) {
-  if (c10::impl::TorchDispatchModeTLS::any_modes_set()) return false;  // e.g. FakeTensorMode
-  for (auto it = stack.end() - static_cast<std::ptrdiff_t>(num_arguments); it != stack.end(); ++it) {
-    if (it->isTensor() && !realTensor(it->toTensor())) return false;
-    if (it->isOptionalTensorList() || it->isTensorList()) return false;  // no attention op takes lists
-  }
-  return true;
-}
-
-ProbedOp resolve(const c10::OperatorHandle& handle, const AttentionOp* desc) {
-  ProbedOp probed;
-  probed.desc = desc;
-  const auto& args = handle.schema().arguments();
-  probed.num_arguments = args.size();
-  for (size_t i = 0; i < args.size(); ++i) {
-    if (auto role = roleOfArgument(args[i].name())) probed.inputs.emplace_back(i, *role);
-    else probed.others.emplace_back(i, args[i].name());
-  }
-  return probed;
-}
-
-// A forward op's calls can be run again when captured (call_rerun.h).
-void offerReruns(const c10::OperatorHandle& handle, const ProbedOp& probed, bool user_op = false) {
-  if (probed.desc->phase != Phase::kForward) return;
-  RerunnableOp recipe{.handle = handle,
-                      .desc = probed.desc,
-                      .inputs = probed.inputs,
-                      .num_arguments = probed.num_arguments,
-                      .user_op = user_op};
-  for (const auto& [index, name] : probed.others) recipe.others.push_back(index);
-  for (const auto& [index, role] : probed.inputs) {
-    if (role == Role::kO) recipe.out_argument = index;
-  }
-  registerRerunnableOp(std::move(recipe));
-}
-
-Tensors takeInputs(const ProbedOp& probed, const Stack& stack) {
-  Tensors inputs;
-  auto first = stack.end() - static_cast<std::ptrdiff_t>(probed.num_arguments);
-  for (const auto& [index, role] : probed.inputs) {
-    const c10::IValue& v = *(first + static_cast<std::ptrdiff_t>(index));
-    if (v.isTensor() && v.toTensor().defined()) inputs.emplace_back(role, v.toTensor());
-  }
-  return inputs;
-}
-
-// IValue copies only (a refcount for tensors): formatted if the call is ever captured.
-CallArgs takeArgs(const ProbedOp& probed, const Stack& stack) {
-  CallArgs args;
-  auto first = stack.end() - static_cast<std::ptrdiff_t>(probed.num_arguments);
-  for (const auto& [index, name] : probed.others)
-    args.emplace_back(name, *(first + static_cast<std::ptrdiff_t>(index)));
-  return args;
-}
-
-Tensors takeOutputs(const AttentionOp& desc, const Stack& stack, size_t num_returns) {
-  Tensors outputs;
-  auto first = stack.end() - static_cast<std::ptrdiff_t>(num_returns);
-  for (size_t i = 0; i < desc.outputs.size() && i < num_returns; ++i) {
-    const c10::IValue& v = *(first + static_cast<std::ptrdiff_t>(i));
-    if (v.isTensor() && v.toTensor().defined()) outputs.emplace_back(desc.outputs[i], v.toTensor());
-  }
-  return outputs;
-}
-
-at::Tensor tensorOf(const Tensors& tensors, Role role) {
-  for (const auto& [r, t] : tensors) {
-    if (r == role) return t;
-  }
-  return {};
-}
-
-uintptr_t addressOf(const Tensors& tensors, Role role) {
-  for (const auto& [r, t] : tensors) {
-    if (r == role && t.has_storage()) return reinterpret_cast<uintptr_t>(t.data_ptr());
-  }
-  return 0;
-}
-
-}  // namespace
-
-namespace {
 
 // The op itself, below the probes: its time is in no stage of probe_cost.
 void runOp(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack* stack) {
@@ -164,9 +72,9 @@ void probeFusedCall(const ProbedOp* probed, const c10::OperatorHandle& handle, c
   }
   ++t_fused_calls;
   const AttentionOp& desc = *probed->desc;
-  Tensors inputs = takeInputs(*probed, *stack);
+  Tensors inputs = probed->takeInputs(*stack);
   unpadLse(*probed->desc, inputs, inputs);  // a backward's LSE input
-  CallArgs args = takeArgs(*probed, *stack);
+  CallArgs args = probed->takeArgs(*stack);
   CallRecorder& recorder = p.recorder();
   const bool forward = desc.phase == Phase::kForward;
   // On CUDA a call is named before it runs, so its kernels are traced under its name. On the
@@ -266,8 +174,8 @@ void nativeMhaKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, 
     handle.redispatchBoxed(ks & kBelowProbe, stack);
     return;
   }
-  Tensors inputs = takeInputs(*g_native_mha, *stack);
-  CallArgs args = takeArgs(*g_native_mha, *stack);
+  Tensors inputs = g_native_mha->takeInputs(*stack);
+  CallArgs args = g_native_mha->takeArgs(*stack);
   int64_t fused_before = t_fused_calls;
   int64_t start = wallClockNs();
   {
@@ -371,8 +279,8 @@ void sdpaKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack
     runCompositeSdpa(handle, ks, stack);
     return;
   }
-  Tensors inputs = takeInputs(*g_sdpa, *stack);
-  CallArgs args = takeArgs(*g_sdpa, *stack);
+  Tensors inputs = g_sdpa->takeInputs(*stack);
+  CallArgs args = g_sdpa->takeArgs(*stack);
   CallRecorder& recorder = p.recorder();
   // On CUDA, while kernels are traced, a MATH call is named first, so its kernels are traced
   // under its name; elsewhere (the CPU, past the trace window, or a fused backend probed
@@ -430,14 +338,14 @@ Status installAttentionProbes(const std::function<void(bool want_fused)>& instal
       for (const AttentionOp& desc : attentionOps()) {
         auto handle = dispatcher.findSchema({desc.name, ""});
         if (!handle || !want_fused) continue;  // not in this torch build, or not wanted
-        g_probed->emplace_back(*handle, resolve(*handle, &desc));
-        offerReruns(*handle, g_probed->back().second);
+        g_probed->emplace_back(*handle, ProbedOp::resolve(*handle, &desc));
+        g_probed->back().second.offerReruns(*handle);
         std::string bare = std::string(desc.name).substr(6);  // drop "aten::"
         fused->impl(bare.c_str(), torch::CppFunction::makeFromBoxedFunction<&fusedKernel>());
       }
       if (auto mha = dispatcher.findSchema({kNativeMhaOp.name, ""}); mha && want_fused) {
-        g_native_mha = new ProbedOp(resolve(*mha, &kNativeMhaOp));
-        offerReruns(*mha, *g_native_mha);
+        g_native_mha = new ProbedOp(ProbedOp::resolve(*mha, &kNativeMhaOp));
+        g_native_mha->offerReruns(*mha);
         fused->impl("_native_multi_head_attention", torch::CppFunction::makeFromBoxedFunction<&nativeMhaKernel>());
       }
       if (dispatcher.findSchema({"aten::_transformer_encoder_layer_fwd", ""}) && want_fused) {
@@ -447,7 +355,7 @@ Status installAttentionProbes(const std::function<void(bool want_fused)>& instal
       install_others(want_fused);
       auto sdpa = dispatcher.findSchema({"aten::scaled_dot_product_attention", ""});
       if (sdpa && want_sdpa) {
-        g_sdpa = new ProbedOp(resolve(*sdpa, &kMathOp));
+        g_sdpa = new ProbedOp(ProbedOp::resolve(*sdpa, &kMathOp));
         for (auto key : {c10::DispatchKey::AutogradCPU, c10::DispatchKey::AutogradCUDA}) {
           auto* lib = new torch::Library(torch::Library::IMPL, "aten", key, __FILE__, __LINE__);
           lib->impl("scaled_dot_product_attention", torch::CppFunction::makeFromBoxedFunction<&sdpaKernel>());
@@ -495,7 +403,7 @@ Status probeOperator(const std::string& name, const std::vector<std::pair<std::s
   auto* desc = new AttentionOp{(new std::string(name))->c_str(), (new std::string(backend))->c_str(), Phase::kForward,
                                output_argument ? std::vector<Role>{} : std::vector<Role>{Role::kO}};
   op.desc = desc;
-  offerReruns(*handle, op, /*user_op=*/true);
+  op.offerReruns(*handle, /*user_op=*/true);
   auto* lib = new torch::Library(torch::Library::IMPL, ns, c10::DispatchKey::BackendSelect, __FILE__, __LINE__);
   lib->impl(bare.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::make_unique<OperatorProbe>(std::move(op))));
   probed.insert(name);
