@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "base/exit_codes.h"
+#include "tests/base/sample_device_identity.h"
 #include "tests/report/synthetic_report.h"
 
 namespace nanprov {
@@ -16,14 +17,7 @@ using nlohmann::json;
 using synthetic::edgeReport;
 using synthetic::facts;
 
-const DeviceIdentity kGpu{.host = "node17",
-                          .device = "cuda:0",
-                          .gpu = "NVIDIA H200 (sm_90)",
-                          .gpu_uuid = "GPU-5e2c1f0a-1b2c-3d4e-5f60-718293a4b5c6",
-                          .pci_bus_id = "00000000:19:00.0",
-                          .driver = "580.65.06",
-                          .cuda_driver = "13.0",
-                          .cudnn = "91900"};
+const DeviceIdentity& kGpu = testing::kSampleGpu;
 
 // A run whose first edge attention made, on node17's GPU, captured.
 Report gpuEdge() {
