@@ -11,7 +11,7 @@ namespace {
 using Stack = torch::jit::Stack;
 
 // The first of the `n` entries that end `stack`.
-Stack::const_iterator lastOf(const Stack& stack, size_t n) { return stack.end() - static_cast<std::ptrdiff_t>(n); }
+Stack::const_iterator startOfLast(const Stack& stack, size_t n) { return stack.end() - static_cast<std::ptrdiff_t>(n); }
 
 }  // namespace
 
@@ -40,7 +40,7 @@ void ProbedOp::offerReruns(const c10::OperatorHandle& handle, bool user_op) cons
 
 RoleTensors ProbedOp::takeInputs(const Stack& stack) const {
   RoleTensors taken;
-  auto first = lastOf(stack, num_arguments);
+  auto first = startOfLast(stack, num_arguments);
   for (const auto& [index, role] : inputs) {
     const c10::IValue& v = *(first + static_cast<std::ptrdiff_t>(index));
     if (v.isTensor() && v.toTensor().defined()) taken.emplace_back(role, v.toTensor());
@@ -50,14 +50,14 @@ RoleTensors ProbedOp::takeInputs(const Stack& stack) const {
 
 CallArgs ProbedOp::takeArgs(const Stack& stack) const {
   CallArgs args;
-  auto first = lastOf(stack, num_arguments);
+  auto first = startOfLast(stack, num_arguments);
   for (const auto& [index, name] : others) args.emplace_back(name, *(first + static_cast<std::ptrdiff_t>(index)));
   return args;
 }
 
 bool probeable(const Stack& stack, size_t num_arguments) {
   if (c10::impl::TorchDispatchModeTLS::any_modes_set()) return false;  // e.g. FakeTensorMode
-  for (auto it = lastOf(stack, num_arguments); it != stack.end(); ++it) {
+  for (auto it = startOfLast(stack, num_arguments); it != stack.end(); ++it) {
     if (it->isTensor() && !realTensor(it->toTensor())) return false;
     if (it->isOptionalTensorList() || it->isTensorList()) return false;  // no attention op takes lists
   }
@@ -66,7 +66,7 @@ bool probeable(const Stack& stack, size_t num_arguments) {
 
 RoleTensors takeOutputs(const AttentionOp& desc, const Stack& stack, size_t num_returns) {
   RoleTensors outputs;
-  auto first = lastOf(stack, num_returns);
+  auto first = startOfLast(stack, num_returns);
   for (size_t i = 0; i < desc.outputs.size() && i < num_returns; ++i) {
     const c10::IValue& v = *(first + static_cast<std::ptrdiff_t>(i));
     if (v.isTensor() && v.toTensor().defined()) outputs.emplace_back(desc.outputs[i], v.toTensor());
