@@ -4,7 +4,6 @@
 #include "probes/libtorch/device_checks.h"
 
 #include <ATen/ATen.h>
-#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <gtest/gtest.h>
 
 #include <cstdlib>
