@@ -17,6 +17,9 @@
 #   nodigest  `nanprov run` without the replica digests (NANPROV_REPLICA_DIGESTS=0): with BENCH_DDP=1
 #             (the model under one-rank DDP, whose parameters are digested after every step),
 #             nanprov/nodigest is what the digests cost (issue 64: <= 1.002x of a GPU-bound step)
+#   reread    `nanprov run` with every backward reading its inputs again (NANPROV_BACKWARD_REREAD=1):
+#             reread/nanprov is what a backward not reading again what its forward checked saves
+#             (issue 66; probes/libtorch/forward_checks.h)
 #   anomaly   torch.autograd.detect_anomaly(check_nan=True)
 #   naive     isfinite().all() with a host sync on Q, K, V, O and their gradients
 # For each model (GPU-bound: B=4 S=2048; launch-bound: B=1 S=256; hf-llama: a random-init ~1B Hugging
@@ -58,6 +61,7 @@ bench_model() {
   for r in $(seq "$rounds"); do
     want none && ms[none]+=" $("$py" "${args[@]}" | step_ms)"
     want nanprov && ms[nanprov]+=" $(nanprov run --out "$tmp/$name-full-$r" -- "$py" "${args[@]}" 2>/dev/null | step_ms)"
+    want reread && ms[reread]+=" $(NANPROV_BACKWARD_REREAD=1 nanprov run --out "$tmp/$name-reread-$r" -- "$py" "${args[@]}" 2>/dev/null | step_ms)"
     want nodigest && ms[nodigest]+=" $(NANPROV_REPLICA_DIGESTS=0 nanprov run --out "$tmp/$name-nodigest-$r" -- "$py" "${args[@]}" 2>/dev/null | step_ms)"
     want nosentinel && ms[nosentinel]+=" $(NANPROV_SENTINEL=0 nanprov run --out "$tmp/$name-nosent-$r" -- "$py" "${args[@]}" 2>/dev/null | step_ms)"
     want exact && ms[exact]+=" $(nanprov run --trace-steps 0 --out "$tmp/$name-exact-$r" -- "$py" "${args[@]}" 2>/dev/null | step_ms)"

@@ -26,6 +26,7 @@ constexpr const char* kTrailCompiled = "trail_compiled";
 constexpr const char* kTrailCompiledBackward = "trail_compiled_backward";
 constexpr const char* kHostSyncs = "host_syncs";
 constexpr const char* kCollectivesChecked = "collectives_checked";
+constexpr const char* kBackwardInherited = "backward_inherited";
 constexpr const char* kKernelsAttributed = "kernels_attributed";
 constexpr const char* kCuptiRecords = "cupti_records";
 constexpr const char* kCuptiDroppedRecords = "cupti_dropped_records";
@@ -207,6 +208,7 @@ std::map<std::string, std::string> metaRowsOf(const RunCounters& c) {
   }
   number(kHostSyncs, c.host_syncs);
   number(kCollectivesChecked, c.collectives_checked);
+  number(kBackwardInherited, c.backward_inherited);
   number(kKernelsAttributed, c.kernels_attributed);
   if (const auto& r = c.cupti_records)
     rows[kCuptiRecords] = spelled(kCuptiRecordsWords, {r->kernel, r->external_id, r->api});
@@ -272,6 +274,7 @@ RunCounters runCountersOf(const StoreMeta& meta, std::string* unreadable) {
   }
   c.host_syncs = count(meta, kHostSyncs);
   c.collectives_checked = count(meta, kCollectivesChecked);
+  c.backward_inherited = count(meta, kBackwardInherited);
   c.kernels_attributed = count(meta, kKernelsAttributed);
   if (const std::string* t = find(meta, kCuptiRecords)) {
     if (auto n = numbersIn(*t, kCuptiRecordsWords)) c.cupti_records = CuptiRecords{(*n)[0], (*n)[1], (*n)[2]};

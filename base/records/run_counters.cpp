@@ -24,11 +24,11 @@ void takeEach(RunCounters& into, const RunCounters& later) {
 void RunCounters::update(const RunCounters& later) {
   using C = RunCounters;
   takeEach<&C::calls_written, &C::dropped_rows, &C::store_budget, &C::summarised, &C::step_unit, &C::host_syncs,
-           &C::collectives_checked, &C::kernels_attributed, &C::cupti_records, &C::cupti_dropped_records,
-           &C::deferred_checks, &C::measure_launches, &C::released_tensors, &C::capture_host_copies, &C::audit_rotation,
-           &C::sentinel_nonfinite_grads, &C::sentinel_nonfinite_params, &C::unprobed, &C::unprobed_first_step,
-           &C::probe_ns, &C::audit_regimes, &C::probe_cost, &C::kernel_tracer, &C::mesh, &C::module_class>(*this,
-                                                                                                           later);
+           &C::collectives_checked, &C::backward_inherited, &C::kernels_attributed, &C::cupti_records,
+           &C::cupti_dropped_records, &C::deferred_checks, &C::measure_launches, &C::released_tensors,
+           &C::capture_host_copies, &C::audit_rotation, &C::sentinel_nonfinite_grads, &C::sentinel_nonfinite_params,
+           &C::unprobed, &C::unprobed_first_step, &C::probe_ns, &C::audit_regimes, &C::probe_cost, &C::kernel_tracer,
+           &C::mesh, &C::module_class>(*this, later);
   trail = trail || later.trail;
   trail_compiled = trail_compiled || later.trail_compiled;
   cupti_detached = cupti_detached || later.cupti_detached;

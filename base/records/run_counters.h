@@ -94,6 +94,9 @@ struct RunCounters {
   CompiledBackward trail_compiled_backward = CompiledBackward::kNotCompiled;
   std::optional<int64_t> host_syncs;  // synchronisations nanprov added (CUDA)
   std::optional<int64_t> collectives_checked;
+  // Tensors a backward passed unchanged from its forward, whose counts it took from the forward's
+  // check instead of reading them again (probes/libtorch/forward_checks.h).
+  std::optional<int64_t> backward_inherited;
   std::optional<int64_t> kernels_attributed;
   std::optional<CuptiRecords> cupti_records;
   std::optional<int64_t> cupti_dropped_records;

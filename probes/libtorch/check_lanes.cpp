@@ -89,12 +89,13 @@ std::function<void(uint64_t, const HealthCounts*, int)> CheckLanes::denseReadyFo
 
 void CheckLanes::complete(CheckLane& lane, uint64_t slot, const HealthCounts* counts, int n) {
   PendingCheck pending = std::move(lane.pending[slot]);
-  held_.unhold(pending.held_bytes);
   if (pending.measured) {
+    held_.unhold(pending.held_bytes);
     handOver(*pending.measured, pending.context, counts, n);
     return;
   }
   if (pending.batched > 0) {  // deferred calls checked in one launch: each its own slice
+    held_.unhold(pending.held_bytes);
     PendingCheck* parts = &lane.parts[slot * CheckLane::kMaxBatchCalls];
     size_t total = 0;
     for (int i = 0; i < pending.batched; ++i) total += parts[i].checked.size();
@@ -114,19 +115,79 @@ void CheckLanes::complete(CheckLane& lane, uint64_t slot, const HealthCounts* co
   }
   if (n != static_cast<int>(pending.checked.size())) {
     logOnce("device check result", "a fused health check failed on the device; its call is not recorded");
+    if (pending.forward) pending.forward->fail();
+    held_.unhold(pending.held_bytes);
     release(pending);
     return;
   }
   takeCounts(pending.rec, pending.checked, counts, n);
+  if (pending.forward) pending.forward->fill(pending.rec.tensors);
+  if (recordWithForward(pending)) return;
+  // Its forward's counts are still to come (that forward's lane not collected yet): parked, its
+  // tensors held, until a later collection brings them.
+  std::lock_guard<std::mutex> lock(parked_mu_);
+  parked_.push_back(std::move(pending));
+  any_parked_.store(true, std::memory_order_release);
+}
+
+bool CheckLanes::recordWithForward(PendingCheck& pending) {
+  if (!pending.inherited.empty()) {
+    const ForwardCounts::State state = pending.inherited.forward->state();
+    if (state == ForwardCounts::State::kPending) return false;
+    if (state == ForwardCounts::State::kFailed) {
+      logOnce("forward check failed",
+              "a forward's health check failed on the device; its backward, which took the forward's "
+              "counts for the tensors it passes on, is not recorded either");
+      held_.unhold(pending.held_bytes);
+      release(pending);
+      return true;
+    }
+    pending.inherited.fillInto(pending.rec);
+  }
+  held_.unhold(pending.held_bytes);
   sink_.record(std::move(pending.rec), pending.held, pending.args, pending.missing);
   release(pending);
+  return true;
+}
+
+void CheckLanes::recordParked(bool all, int* unfinished) {
+  if (!any_parked_.load(std::memory_order_acquire)) return;
+  std::vector<PendingCheck> waiting;
+  {
+    std::lock_guard<std::mutex> lock(parked_mu_);
+    waiting.swap(parked_);
+    any_parked_.store(false, std::memory_order_release);
+  }
+  std::vector<PendingCheck> still;
+  for (PendingCheck& pending : waiting) {
+    if (all && pending.inherited.forward->state() == ForwardCounts::State::kPending) {
+      // Every check was handed over: a forward whose counts never came was never launched.
+      if (unfinished) ++*unfinished;
+      held_.unhold(pending.held_bytes);
+      release(pending);
+      continue;
+    }
+    if (!recordWithForward(pending)) still.push_back(std::move(pending));
+  }
+  if (still.empty()) return;
+  std::lock_guard<std::mutex> lock(parked_mu_);
+  for (PendingCheck& pending : still) parked_.push_back(std::move(pending));
+  any_parked_.store(true, std::memory_order_release);
 }
 
 void CheckLanes::collect(bool patient) {
-  lanes_.forEach([&](CheckLane& lane) { collectLane(lane, patient); });
+  lanes_.forEach([&](CheckLane& lane) { collectOne(lane, patient); });
+  recordParked(false);
 }
 
 void CheckLanes::collectLane(CheckLane& lane, bool patient) {
+  collectOne(lane, patient);
+  // A backward waits for its forward's counts, most often in the training thread's lane while
+  // this is an autograd thread's: every lane's finished checks, without waiting for a collector.
+  if (any_parked_.load(std::memory_order_acquire)) collect(false);
+}
+
+void CheckLanes::collectOne(CheckLane& lane, bool patient) {
   lane.queue->collect(readyFor(lane), patient);
   if (DeviceQueue* dense = lane.dense.load(std::memory_order_acquire)) dense->collect(denseReadyFor(lane), patient);
 }
@@ -138,6 +199,7 @@ void CheckLanes::drain(DeviceQueue::Clock::time_point deadline, int* unfinished)
       dense->drain(denseReadyFor(lane), deadline, unfinished);
     }
   });
+  recordParked(true, unfinished);
 }
 
 void CheckLanes::recordOnHost(CallEvent rec, const RoleTensors& tensors, const CallArgs& args) {

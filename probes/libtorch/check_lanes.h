@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <vector>
 
@@ -21,6 +22,7 @@
 #include "probes/libtorch/check_views.h"
 #include "probes/libtorch/checked_call_sink.h"
 #include "probes/libtorch/device_queue.h"
+#include "probes/libtorch/forward_checks.h"
 #include "probes/libtorch/held_tensors.h"
 #include "probes/libtorch/measured_sink.h"
 #include "probes/libtorch/tensor_health.h"
@@ -48,6 +50,10 @@ struct PendingCheck {
   // The launch's own rec is unused.
   int batched = 0;
   int first = 0;
+  // A forward's: the counts its backward may take (ForwardChecks), filled once they are known.
+  ForwardCountsRef forward;
+  // A backward's: its tensors whose counts come from its forward's check, not read again.
+  InheritedTensors inherited;
 };
 
 // The checks one thread enqueued on one device: its queue, and the PendingCheck of each of the
@@ -102,9 +108,13 @@ class CheckLanes {
   std::function<void(uint64_t, const kernels::HealthCounts*, int)> readyFor(CheckLane& lane);
   static std::function<void(uint64_t, const kernels::HealthCounts*, int)> denseReadyFor(CheckLane& lane);
 
-  void collect(bool patient);  // every lane's finished checks, never waiting for the GPU
+  // Every lane's finished checks, never waiting for the GPU; then the backwards waiting for their
+  // forward's counts that have them now.
+  void collect(bool patient);
+  // One lane's; where a backward waits for its forward's counts, every lane's (without waiting).
   void collectLane(CheckLane& lane, bool patient);
-  // Waits for every lane's checks until `deadline`, counting those unfinished then.
+  // Waits for every lane's checks until `deadline`, counting those unfinished then; a backward
+  // whose forward's counts never came is counted with them.
   void drain(DeviceQueue::Clock::time_point deadline, int* unfinished);
 
   // Measures `tensors` on the host and records `rec` with them (a counted host synchronisation).
@@ -114,7 +124,14 @@ class CheckLanes {
   int firstDevice() const;    // the lowest CUDA device checks ran on; -1 while none has
 
  private:
+  void collectOne(CheckLane& lane, bool patient);
   void complete(CheckLane& lane, uint64_t slot, const kernels::HealthCounts* counts, int n);
+  // Records a counted call whose inherited tensors' counts are known; one whose forward's check
+  // failed is dropped. False, nothing done, while the forward's counts are still to come.
+  bool recordWithForward(PendingCheck& pending);
+  // Records the parked backwards whose forward's counts came (all of them with `all`: at exit,
+  // after every check was handed over, a forward's that never came is failed).
+  void recordParked(bool all, int* unfinished = nullptr);
   void release(PendingCheck& pending) { held_.release(pending.held, pending.args); }
 
   CheckedCallSink& sink_;
@@ -123,6 +140,10 @@ class CheckLanes {
   ThreadSlots<CheckLane, kMaxDevices, kMaxLanes> lanes_;
   std::array<bool, kMaxDevices> failed_{};  // no queue can be made on the device
   std::atomic<int64_t> sync_measures_{0};
+  // Backwards checked before their forward's counts were collected (ForwardChecks).
+  std::mutex parked_mu_;
+  std::vector<PendingCheck> parked_;
+  std::atomic<bool> any_parked_{false};
 };
 
 }  // namespace nanprov

@@ -69,7 +69,17 @@ void DeviceChecks::submit(CallEvent rec, const RoleTensors& tensors, const CallA
   PendingCheck pending;
   Views views;
   bool unreadable_in_graph = false;
+  // A backward's inputs that its forward's check read, unchanged since: their counts are taken
+  // from it, not read again (outside graph captures, whose replays are the calls).
+  if (!in_graph) pending.inherited = forwards_.inherit(rec, tensors);
+  size_t next_inherited = 0;
   for (const auto& [role, t] : tensors) {
+    if (next_inherited < pending.inherited.pairs.size() &&
+        pending.inherited.pairs[next_inherited].first == rec.tensors.size()) {
+      ++next_inherited;
+      rec.tensors.push_back(describeTensor(t, role));
+      continue;
+    }
     std::optional<TensorView> view =
         t.is_cuda() && t.device().index() == device ? viewOf(t, holdsMaskedRows(role)) : std::nullopt;
     if (!view || views.size() == views.capacity()) {  // rare: float64, more than 6 dims
@@ -97,11 +107,20 @@ void DeviceChecks::submit(CallEvent rec, const RoleTensors& tensors, const CallA
     }
     return;
   }
-  pending.rec = std::move(rec);
-  if (views.empty()) {
-    sink_.record(std::move(pending.rec), tensors, args);
+  if (views.empty()) {  // every other tensor measured on the host: nothing in flight to wait for
+    if (!pending.inherited.empty() && pending.inherited.forward->state() == ForwardCounts::State::kDone) {
+      pending.inherited.fillInto(rec);
+    } else {  // rare (no tensor the kernel reads): the inherited ones measured too
+      for (const auto& [index, from] : pending.inherited.pairs) {
+        rec.tensors[index] = measureTensor(tensors[index].second, tensors[index].first);
+        lanes_.countHostSyncs(1);
+      }
+    }
+    sink_.record(std::move(rec), tensors, args);
     return;
   }
+  pending.forward = forwards_.remember(rec, tensors, pending.checked);
+  pending.rec = std::move(rec);
   if (GraphChecks::inGraphPool()) {
     pending.missing = "its tensors live in a CUDA graph's memory pool (torch.compile's cudagraph warm-up), never held";
   } else {
@@ -109,6 +128,7 @@ void DeviceChecks::submit(CallEvent rec, const RoleTensors& tensors, const CallA
   }
   std::optional<PendingCheck> failed = lanes_.enqueue(*lane, std::move(pending), views, stream, &tensors);
   if (failed) {
+    if (failed->forward) failed->forward->fail();  // measured below, but its backward may not wait for that
     failed->rec.tensors.clear();
     lanes_.recordOnHost(std::move(failed->rec), tensors, failed->args);
   }
@@ -116,7 +136,20 @@ void DeviceChecks::submit(CallEvent rec, const RoleTensors& tensors, const CallA
 
 void DeviceChecks::submitHost(CallEvent rec, const RoleTensors& tensors, const CallArgs& args) {
   if (!rec.compiled && deferred_.defer(rec, tensors, args, -1, std::nullopt)) return;
-  for (const auto& [role, t] : tensors) rec.tensors.push_back(measureTensor(t, role));
+  // A backward's inputs its forward measured, unchanged since: their counts are taken from it.
+  InheritedTensors inherited = forwards_.inherit(rec, tensors);
+  if (!inherited.empty() && inherited.forward->state() != ForwardCounts::State::kDone) inherited = {};
+  size_t next_inherited = 0;
+  for (const auto& [role, t] : tensors) {
+    if (next_inherited < inherited.pairs.size() && inherited.pairs[next_inherited].first == rec.tensors.size()) {
+      ++next_inherited;
+      rec.tensors.push_back(describeTensor(t, role));
+    } else {
+      rec.tensors.push_back(measureTensor(t, role));
+    }
+  }
+  if (!inherited.empty()) inherited.fillInto(rec);
+  forwards_.rememberMeasured(rec, tensors);
   sink_.record(std::move(rec), tensors, args);
 }
 

@@ -9,6 +9,7 @@
 //   - deferred_calls.h: calls batched into one launch (NANPROV_DEFER_CHECKS), and what stays
 //     immediate;
 //   - measured_checks.h: tensors measured for the sentinel, the trail and the collectives;
+//   - forward_checks.h: what each forward's check read, which its backward then does not read again;
 //   - graph_checks.h: checks captured into CUDA graphs, recorded at each replay.
 // Built without the CUDA toolkit, or where a device's queue cannot be made (device_queue.h),
 // every tensor is measured on the host (a counted host sync). This class is their façade: the
@@ -24,6 +25,7 @@
 #include "probes/libtorch/checked_call_sink.h"
 #include "probes/libtorch/deferred_calls.h"
 #include "probes/libtorch/device_queue.h"
+#include "probes/libtorch/forward_checks.h"
 #include "probes/libtorch/graph_checks.h"
 #include "probes/libtorch/held_tensors.h"
 #include "probes/libtorch/measured_checks.h"
@@ -72,6 +74,8 @@ class DeviceChecks {
   // allocator's frees, which autograd would have made without nanprov.
   int64_t released() const { return held_.released(); }
   int64_t releasedLast() const { return held_.releasedLast(); }
+  // Tensors of backward calls whose counts came from their forward's check, not read again.
+  int64_t inherited() const { return forwards_.inherited(); }
   int firstDevice() const { return lanes_.firstDevice(); }  // the lowest CUDA device checks ran on; -1 while none has
   // Checks captured into CUDA graphs, recorded at each replay (collected by poll() and drain()).
   GraphChecks& graphs() { return graphs_; }
@@ -82,6 +86,7 @@ class DeviceChecks {
   Session& session_;
   CheckedCallSink& sink_;
   HeldTensors held_;
+  ForwardChecks forwards_;
   CheckLanes lanes_;
   GraphChecks graphs_;
   DeferredCalls deferred_;

@@ -88,6 +88,7 @@ void Probes::writeCounters(const TracerStats& stats, bool at_exit) {
   RunCounters c;
   c.host_syncs = checks_.hostSyncs();
   if (const int64_t n = collectives_.checked(); n > 0) c.collectives_checked = n;
+  if (const int64_t n = checks_.inherited(); n > 0) c.backward_inherited = n;
   c.step_unit = session_.identity().stepUnit();
   c.kernels_attributed = stats.attributed_kernels;
   c.cupti_dropped_records = stats.dropped_records;

@@ -5,7 +5,6 @@
 // reported clean; its signature goes back to immediate checks.
 #include <gtest/gtest.h>
 
-#include <regex>
 #include <set>
 
 #include "tests/e2e/e2e_support.h"
@@ -22,14 +21,7 @@ std::set<std::string> rolesOf(const json& call) {
 }
 
 // The losses the script printed, in full.
-std::vector<std::string> losses(const std::string& out) {
-  std::vector<std::string> found;
-  std::regex line("step \\d+: loss [-0-9.e+]+");
-  for (auto it = std::sregex_iterator(out.begin(), out.end(), line); it != std::sregex_iterator(); ++it) {
-    found.push_back(it->str());
-  }
-  return found;
-}
+std::vector<std::string> losses(const std::string& out) { return allMatches(out, "step \\d+: loss [-0-9.e+]+"); }
 
 // The backward of step 0 is deferred to the step boundary; meanwhile the identity Function's
 // backward doubled its dQ in place. The call is marked, its dQ left out, the run not called clean;

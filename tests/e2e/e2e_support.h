@@ -121,6 +121,16 @@ inline int runCodeForCleanExit(const TrainedRun& run) {
   return run.report.code == 1 || run.report.code == 5 ? run.report.code : 0;
 }
 
+// Every match of `pattern` in `text`, in order (a training's loss lines, say).
+inline std::vector<std::string> allMatches(const std::string& text, const std::string& pattern) {
+  std::vector<std::string> found;
+  const std::regex re(pattern);
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), re); it != std::sregex_iterator(); ++it) {
+    found.push_back(it->str());
+  }
+  return found;
+}
+
 // `nanprov <command> <run dir> <args> --json`, parsed.
 inline json commandJson(const std::string& command, const fs::path& dir, const std::string& args = "") {
   Result r = sh(nanprov() + " " + command + " " + dir.string() + " " + args + " --json");

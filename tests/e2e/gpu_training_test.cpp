@@ -49,6 +49,9 @@ TEST(Gpu, CudnnBackwardWritesNaNIntoDqForFullyMaskedRows) {
   EXPECT_TRUE(anyKernelContains(e["kernels"], "cudnn_generated_fort_native_sdpa_sm90_flash_bprop"))
       << e["kernels"].dump(1);
   EXPECT_EQ(r.doc["ranks"][0]["meta"]["host_syncs"], "0") << "the checks never synchronised the host";
+  // The backward's Q, K, V, O and mask were not read again: their counts, finite, came from its
+  // forward's check (probes/libtorch/forward_checks.h), and the edge above is still the backward's.
+  EXPECT_NE(r.doc["ranks"][0]["meta"].value("backward_inherited", ""), "") << r.doc["ranks"][0]["meta"].dump(1);
   // The store knows the versions and the GPU, and the mask's fully masked row: enough to name the
   // public report of this bug without a replay.
   const json& meta = r.doc["ranks"][0]["meta"];

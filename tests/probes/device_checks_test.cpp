@@ -14,40 +14,16 @@
 #include <vector>
 
 #include "probes/core/session.h"
-#include "tests/probes/fake_cuda.h"
-#include "tests/probes/fake_device_queue.h"
-#include "tracer/kernel_tracer.h"
+#include "tests/probes/device_checks_fixture.h"
 
 namespace nanprov {
 namespace {
 
+using testing::counts;
+using testing::DeviceChecksTest;
 using testing::fakeCuda;
-using testing::FakeDevice;
 using testing::FakeLaunch;
-
-// Exit's wait for checks in flight (read once per process): nothing waits in a test.
-const bool kNoExitWait = (setenv("NANPROV_EXIT_WAIT_SECONDS", "0", 1), true);
-
-struct Recorded {
-  CallEvent rec;
-  size_t held = 0;
-};
-
-class Sink final : public CheckedCallSink {
- public:
-  std::vector<Recorded> records() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return records_;
-  }
-
- private:
-  void recordChecked(CallEvent rec, const RoleTensors& tensors, const CallArgs&, const char*) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    records_.push_back({std::move(rec), tensors.size()});
-  }
-  std::mutex mu_;
-  std::vector<Recorded> records_;
-};
+using testing::Recorded;
 
 class Measured final : public MeasuredSink {
  public:
@@ -60,47 +36,6 @@ class Measured final : public MeasuredSink {
     received.emplace_back(counts, counts + n);
   }
 };
-
-class DeviceChecksTest : public ::testing::Test {
- protected:
-  // NANPROV_DEFER_CHECKS for the checks made next.
-  void make(const char* defer = "0") {
-    setenv("NANPROV_DEFER_CHECKS", defer, 1);
-    checks_ = std::make_unique<DeviceChecks>(session_, *tracer_, sink_, fake_.factory());
-  }
-
-  CallEvent call(int device, int64_t layer = 0) {
-    CallEvent rec;
-    rec.op = "aten::_scaled_dot_product_flash_attention";
-    rec.backend = "flash";
-    rec.layer = layer;
-    rec.device = Device::fromIndex(device);
-    return rec;
-  }
-
-  RoleTensors qkv(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-    RoleTensors t;
-    t.emplace_back(Role::kQ, q);
-    t.emplace_back(Role::kK, k);
-    t.emplace_back(Role::kV, v);
-    return t;
-  }
-
-  Session session_;
-  std::unique_ptr<KernelTracer> tracer_ = KernelTracer::create();
-  Sink sink_;
-  FakeDevice fake_;
-  std::unique_ptr<DeviceChecks> checks_;
-  std::vector<float> q_ = std::vector<float>(8), k_ = std::vector<float>(8), v_ = std::vector<float>(8);
-};
-
-kernels::HealthCounts counts(unsigned long long nan, float max_abs) {
-  kernels::HealthCounts c{};
-  c.nan = nan;
-  c.nonzero = 1;
-  c.max_abs = max_abs;
-  return c;
-}
 
 TEST_F(DeviceChecksTest, ImmediateCheckIsRecordedOnceItsSlotFinished) {
   make("0");

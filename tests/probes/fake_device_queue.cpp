@@ -79,13 +79,19 @@ int FakeDeviceQueue::collect(const Ready& ready, bool) {
 
 int FakeDeviceQueue::drain(const Ready& ready, Clock::time_point, int* unfinished) {
   const int n = collect(ready, true);
-  std::lock_guard<std::mutex> lock(device_.mu_);
-  for (FakeLaunch& l : device_.launches_) {
-    if (l.device != index_ || l.kind != kind_ || l.handed) continue;
-    l.handed = true;  // given up on, as the real queue does past its deadline
-    if (unfinished) ++*unfinished;
+  std::vector<uint64_t> given_up;
+  {
+    std::lock_guard<std::mutex> lock(device_.mu_);
+    for (FakeLaunch& l : device_.launches_) {
+      if (l.device != index_ || l.kind != kind_ || l.handed) continue;
+      l.handed = true;
+      given_up.push_back(l.token);
+      if (unfinished) ++*unfinished;
+    }
   }
-  return n;
+  // Handed over as failed (no counts), as the real queue does past its deadline.
+  for (const uint64_t token : given_up) ready(token, nullptr, 0);
+  return n + static_cast<int>(given_up.size());
 }
 
 }  // namespace nanprov::testing

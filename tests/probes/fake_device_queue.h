@@ -1,8 +1,8 @@
 // FakeDeviceQueue: a DeviceQueue (probes/libtorch/device_queue.h) for CPU tests of DeviceChecks.
 // It launches nothing: each submit is remembered, and its slot finishes only when the test says
 // so (FakeDevice::finish), with the counts the test gives. Collecting hands on what finished;
-// draining counts what did not as unfinished, as the real queue does once its deadline passed.
-// Test-only: the probes make their queues through DeviceQueue::create.
+// draining hands over what did not as failed (no counts) and counts it unfinished, as the real queue does once its
+// deadline passed. Test-only: the probes make their queues through DeviceQueue::create.
 #pragma once
 
 #include <cstdint>

@@ -28,6 +28,7 @@ RunCounters everyCounter() {
       .trail_compiled_backward = CompiledBackward::kUnchecked,
       .host_syncs = 7,
       .collectives_checked = 12,
+      .backward_inherited = 24,
       .kernels_attributed = 310,
       .cupti_records = CuptiRecords{.kernel = 320, .external_id = 64, .api = 330},
       .cupti_dropped_records = 1,
