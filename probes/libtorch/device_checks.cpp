@@ -70,8 +70,9 @@ void DeviceChecks::submit(CallEvent rec, const RoleTensors& tensors, const CallA
   Views views;
   bool unreadable_in_graph = false;
   // A backward's inputs that its forward's check read, unchanged since: their counts are taken
-  // from it, not read again (outside graph captures, whose replays are the calls).
-  if (!in_graph) pending.inherited = forwards_.inherit(rec, tensors);
+  // from it, not read again (outside graph captures, whose replays are the calls). rec.tensors
+  // comes empty and gets one entry per tensor, in order, so the two share indices.
+  if (!in_graph && rec.tensors.empty()) pending.inherited = forwards_.inherit(rec, tensors);
   size_t next_inherited = 0;
   for (const auto& [role, t] : tensors) {
     if (next_inherited < pending.inherited.pairs.size() &&
@@ -112,14 +113,15 @@ void DeviceChecks::submit(CallEvent rec, const RoleTensors& tensors, const CallA
       pending.inherited.fillInto(rec);
     } else {  // rare (no tensor the kernel reads): the inherited ones measured too
       for (const auto& [index, from] : pending.inherited.pairs) {
-        rec.tensors[index] = measureTensor(tensors[index].second, tensors[index].first);
+        const auto& [role, t] = tensors[index];
+        rec.tensors[index] = measureTensor(t, role);
         lanes_.countHostSyncs(1);
       }
     }
     sink_.record(std::move(rec), tensors, args);
     return;
   }
-  pending.forward = forwards_.remember(rec, tensors, pending.checked);
+  if (rec.tensors.size() == tensors.size()) pending.forward = forwards_.remember(rec, tensors, pending.checked);
   pending.rec = std::move(rec);
   if (GraphChecks::inGraphPool()) {
     pending.missing = "its tensors live in a CUDA graph's memory pool (torch.compile's cudagraph warm-up), never held";
@@ -137,7 +139,7 @@ void DeviceChecks::submit(CallEvent rec, const RoleTensors& tensors, const CallA
 void DeviceChecks::submitHost(CallEvent rec, const RoleTensors& tensors, const CallArgs& args) {
   if (!rec.compiled && deferred_.defer(rec, tensors, args, -1, std::nullopt)) return;
   // A backward's inputs its forward measured, unchanged since: their counts are taken from it.
-  InheritedTensors inherited = forwards_.inherit(rec, tensors);
+  InheritedTensors inherited = rec.tensors.empty() ? forwards_.inherit(rec, tensors) : InheritedTensors{};
   if (!inherited.empty() && inherited.forward->state() != ForwardCounts::State::kDone) inherited = {};
   size_t next_inherited = 0;
   for (const auto& [role, t] : tensors) {
@@ -149,7 +151,7 @@ void DeviceChecks::submitHost(CallEvent rec, const RoleTensors& tensors, const C
     }
   }
   if (!inherited.empty()) inherited.fillInto(rec);
-  forwards_.rememberMeasured(rec, tensors);
+  if (rec.tensors.size() == tensors.size()) forwards_.rememberMeasured(rec, tensors);
   sink_.record(std::move(rec), tensors, args);
 }
 
