@@ -136,8 +136,8 @@ bool CheckLanes::recordWithForward(PendingCheck& pending) {
     if (state == ForwardCounts::State::kPending) return false;
     if (state == ForwardCounts::State::kFailed) {
       logOnce("forward check failed",
-              "a forward's health check failed on the device; its backward, which took the forward's "
-              "counts for the tensors it passes on, is not recorded either");
+              "a forward's health check failed on the device or did not finish by exit; its backward, which "
+              "takes the forward's counts for the tensors it passes on, is not recorded either");
       held_.unhold(pending.held_bytes);
       release(pending);
       return true;
@@ -152,27 +152,24 @@ bool CheckLanes::recordWithForward(PendingCheck& pending) {
 
 void CheckLanes::recordParked(bool all, int* unfinished) {
   if (!any_parked_.load(std::memory_order_acquire)) return;
-  std::vector<PendingCheck> waiting;
-  {
-    std::lock_guard<std::mutex> lock(parked_mu_);
-    waiting.swap(parked_);
-    any_parked_.store(false, std::memory_order_release);
-  }
-  std::vector<PendingCheck> still;
-  for (PendingCheck& pending : waiting) {
+  // In place, under the lock: the vector keeps its capacity, so parking allocates only while the
+  // most backwards ever parked at once grows. Recording takes no lock of the lanes'.
+  std::lock_guard<std::mutex> lock(parked_mu_);
+  size_t kept = 0;
+  for (PendingCheck& pending : parked_) {
     if (all && pending.inherited.forward->state() == ForwardCounts::State::kPending) {
-      // Every check was handed over: a forward whose counts never came was never launched.
+      // Every check was handed over, and this forward's counts never came.
       if (unfinished) ++*unfinished;
       held_.unhold(pending.held_bytes);
       release(pending);
       continue;
     }
-    if (!recordWithForward(pending)) still.push_back(std::move(pending));
+    if (recordWithForward(pending)) continue;
+    if (&parked_[kept] != &pending) parked_[kept] = std::move(pending);  // a vector moved onto itself empties
+    ++kept;
   }
-  if (still.empty()) return;
-  std::lock_guard<std::mutex> lock(parked_mu_);
-  for (PendingCheck& pending : still) parked_.push_back(std::move(pending));
-  any_parked_.store(true, std::memory_order_release);
+  parked_.erase(parked_.begin() + static_cast<std::ptrdiff_t>(kept), parked_.end());
+  any_parked_.store(kept > 0, std::memory_order_release);
 }
 
 void CheckLanes::collect(bool patient) {

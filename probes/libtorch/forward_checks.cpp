@@ -12,10 +12,6 @@ namespace {
 
 static_assert(kernels::kMaxDims == 6, "ForwardChecks::Tensor keeps kMaxDims sizes and strides");
 
-// Where a call's forward is remembered: a recomputed forward (activation checkpointing) serves the
-// backward of the original, whose tensors were freed.
-int64_t forwardKey(const CallEvent& rec) { return rec.recompute ? rec.fwd_seq : rec.seq; }
-
 // Whether `rec` takes part: a forward or backward outside torch.compile'd graphs.
 bool takesPart(const CallEvent& rec, Phase phase) { return rec.phase == phase && !rec.compiled; }
 
@@ -24,6 +20,7 @@ bool takesPart(const CallEvent& rec, Phase phase) { return rec.phase == phase &&
 ForwardChecks::ForwardChecks() : on_(envInteger("NANPROV_BACKWARD_REREAD", 0, 0) == 0) {}
 
 void InheritedTensors::fillInto(CallEvent& rec) const {
+  if (counted) counted->fetch_add(static_cast<int64_t>(pairs.size()), std::memory_order_relaxed);
   const CallTensors& from = forward->tensors();
   for (const auto& [to_index, from_index] : pairs) {
     TensorHealth& h = rec.tensors[to_index];
@@ -86,17 +83,17 @@ InheritedTensors ForwardChecks::inherit(const CallEvent& rec, const RoleTensors&
     }
     if (!inherited.empty()) {
       forward.counts.users_.fetch_add(1, std::memory_order_acq_rel);
-      inherited.forward = ForwardCountsRef(&forward.counts);
+      inherited.forward = ForwardCountsRef(&forward.counts, false);
+      inherited.counted = &inherited_;
     }
   }
   unclaim();
-  inherited_.fetch_add(static_cast<int64_t>(inherited.pairs.size()), std::memory_order_relaxed);
   return inherited;
 }
 
 ForwardCountsRef ForwardChecks::remember(const CallEvent& rec, const RoleTensors& tensors,
                                          const InlineVector<uint8_t, kMaxCallTensors>& checked) {
-  if (!on_ || !takesPart(rec, Phase::kForward) || forwardKey(rec) < 0) return {};
+  if (!on_ || !takesPart(rec, Phase::kForward) || rec.seq < 0) return {};
   Tensors ids;
   for (const uint8_t i : checked) {
     const auto& [role, t] = tensors[i];
@@ -106,16 +103,16 @@ ForwardCountsRef ForwardChecks::remember(const CallEvent& rec, const RoleTensors
     }
   }
   if (ids.empty() || !claim()) return {};
-  Forward& slot = forwards_[static_cast<size_t>(forwardKey(rec)) % kSlots];
+  Forward& slot = forwards_[static_cast<size_t>(rec.seq) % kSlots];
   ForwardCountsRef counts;
   // A slot whose counts are held (its forward's check in flight, or a backward waiting for them)
   // keeps its forward: this one goes unremembered, and its backward reads its tensors.
   if (slot.counts.users_.load(std::memory_order_acquire) == 0) {
-    slot.key = forwardKey(rec);
+    slot.key = rec.seq;
     slot.tensors = std::move(ids);  // the older forward's weak references dropped here
     slot.counts.state_.store(ForwardCounts::State::kPending, std::memory_order_relaxed);
     slot.counts.users_.store(1, std::memory_order_relaxed);
-    counts = ForwardCountsRef(&slot.counts);
+    counts = ForwardCountsRef(&slot.counts, true);
   }
   unclaim();
   return counts;

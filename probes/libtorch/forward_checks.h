@@ -2,7 +2,7 @@
 // tensors again (issue 66, "fewer bytes"). A backward of SDPA takes Q, K, V, the mask, O and LSE
 // as inputs: the very tensors its forward's check read, unless something wrote to them since.
 // Each forward's checked tensors are remembered here under the forward's sequence number (a
-// recomputed forward's under the original's, whose backward it serves), with each tensor's
+// recomputed forward's under its own: the backward links to the recompute), with each tensor's
 // storage, place, layout and version counter. A backward that passes one of them unchanged takes
 // the forward's counts for it instead of reading it.
 //
@@ -11,8 +11,10 @@
 //   - the same data pointer, dtype, sizes and strides, and the same masked-row reading (the role's);
 //   - the same version counter value. Every in-place ATen write bumps it, and autograd itself
 //     refuses a backward whose saved tensors changed this way.
-// Writes that bypass the version counter (through `.data`, or a foreign kernel writing a data
-// pointer) are not seen, as for deferred checks (deferred_calls.h). Calls inside torch.compile'd
+// Writes that bypass the version counter are not seen, as for deferred checks (deferred_calls.h):
+// through `.data`, a foreign kernel writing a data pointer, torch's _unsafe_preserve_version_counter
+// or _unsafe_set_version_counter, or a storage resized to 0 and back at the same address (FSDP2
+// does both to parameters, which attention inputs rarely are). Calls inside torch.compile'd
 // graphs, CUDA graph captures and inference tensors never take part. NANPROV_BACKWARD_REREAD=1
 // turns this off: every backward reads all its tensors again (the benchmark's `reread`).
 //
@@ -65,17 +67,22 @@ class ForwardCounts {
 class ForwardCountsRef {
  public:
   ForwardCountsRef() = default;
-  ForwardCountsRef(ForwardCountsRef&& other) noexcept : counts_(std::exchange(other.counts_, nullptr)) {}
+  ForwardCountsRef(ForwardCountsRef&& other) noexcept
+      : counts_(std::exchange(other.counts_, nullptr)), producer_(other.producer_) {}
   ForwardCountsRef& operator=(ForwardCountsRef&& other) noexcept {
     if (this != &other) {
       reset();
       counts_ = std::exchange(other.counts_, nullptr);
+      producer_ = other.producer_;
     }
     return *this;
   }
   ~ForwardCountsRef() { reset(); }
 
+  // The forward's own hold gives up on counts it never filled (its check dropped on the way, an
+  // exception say): a backward waiting for them must not wait for ever.
   void reset() {
+    if (counts_ && producer_ && counts_->state() == ForwardCounts::State::kPending) counts_->fail();
     if (counts_) counts_->users_.fetch_sub(1, std::memory_order_acq_rel);
     counts_ = nullptr;
   }
@@ -84,8 +91,10 @@ class ForwardCountsRef {
 
  private:
   friend class ForwardChecks;
-  explicit ForwardCountsRef(ForwardCounts* counts) : counts_(counts) {}  // a use already counted
+  // A use already counted; `producer`: the forward's own, which fills the counts.
+  ForwardCountsRef(ForwardCounts* counts, bool producer) : counts_(counts), producer_(producer) {}
   ForwardCounts* counts_ = nullptr;
+  bool producer_ = false;
 };
 
 // The backward's tensors whose counts come from its forward: pairs of (the backward's
@@ -93,9 +102,11 @@ class ForwardCountsRef {
 struct InheritedTensors {
   ForwardCountsRef forward;
   InlineVector<std::pair<uint8_t, uint8_t>, kMaxCallTensors> pairs;
+  std::atomic<int64_t>* counted = nullptr;  // ForwardChecks::inherited(), added to when filled
 
   bool empty() const { return pairs.empty(); }
-  // Copies the forward's counts into `rec`'s inherited tensors (forward->state() is kDone).
+  // Copies the forward's counts into `rec`'s inherited tensors (forward->state() is kDone), and
+  // counts them as not read again.
   void fillInto(CallEvent& rec) const;
 };
 
@@ -126,7 +137,8 @@ class ForwardChecks {
   // As remember(), for a forward whose counts are already known (measured on the host).
   void rememberMeasured(const CallEvent& rec, const RoleTensors& tensors);
 
-  int64_t inherited() const { return inherited_.load(std::memory_order_relaxed); }  // tensors not read again
+  // Tensors whose counts a backward took, recorded (not read again).
+  int64_t inherited() const { return inherited_.load(std::memory_order_relaxed); }
 
  private:
   // What identifies a tensor's values, without holding them.
@@ -143,7 +155,7 @@ class ForwardChecks {
   };
   using Tensors = InlineVector<Tensor, kMaxCallTensors>;
   struct Forward {
-    int64_t key = -1;  // the forward's seq (the original's, for a recompute)
+    int64_t key = -1;  // the forward's seq
     Tensors tensors;
     ForwardCounts counts;
   };

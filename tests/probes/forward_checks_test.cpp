@@ -167,18 +167,24 @@ TEST_F(ForwardChecksTest, AnotherForwardsTensorsOrACompiledBackwardReadEverythin
   EXPECT_EQ(checks_->inherited(), 0);
 }
 
-TEST_F(ForwardChecksTest, ARecomputedForwardServesTheOriginalsBackward) {
+// Activation checkpointing: the original forward's tensors were freed, and the backward links to
+// the recompute (CallIdentity gives it the recompute's seq as its fwd_seq).
+TEST_F(ForwardChecksTest, ARecomputedForwardServesItsBackward) {
   make("0");
   fakeTensors();
+  checks_->submit(forward(0), forwardTensors(), {});  // the original, checked at its own seq
+  finishForward(0);
   CallEvent recompute = call(0);
-  recompute.seq = kForwardSeq + 40;  // activation checkpointing ran it again during the backward
+  recompute.seq = kForwardSeq + 40;
   recompute.fwd_seq = kForwardSeq;
   recompute.recompute = true;
   checks_->submit(recompute, forwardTensors(), {});
-  finishForward(0);
+  finishForward(1);
   checks_->poll();
-  checks_->submit(backward(0), backwardTensors(), {});
-  EXPECT_EQ(fake_.launches()[1].count, 4);
+  CallEvent its_backward = backward(0);
+  its_backward.fwd_seq = recompute.seq;
+  checks_->submit(its_backward, backwardTensors(), {});
+  EXPECT_EQ(fake_.launches()[2].count, 4);
 }
 
 TEST_F(ForwardChecksTest, AForwardWhoseCheckFailedIsNotInherited) {
@@ -221,6 +227,7 @@ TEST_F(ForwardChecksTest, ExitDropsABackwardWhoseForwardNeverFinished) {
   checks_->drain();  // the forward's check never finished: neither call is recorded
   EXPECT_TRUE(sink_.records().empty());
   EXPECT_EQ(checks_->released(), 12);
+  EXPECT_EQ(checks_->inherited(), 0);  // counted only where recorded
 }
 
 // The host path with real values: the inherited counts are what measuring the tensor gives.
@@ -251,6 +258,56 @@ TEST_F(ForwardChecksTest, OnTheHostInheritedCountsEqualAFreshMeasure) {
     EXPECT_EQ(got.numel, fresh.numel);
   }
   EXPECT_EQ(tensorOf(*bwd, Role::kO).nan, 4);  // the row of 4 set to NaN
+}
+
+// The table alone: what it holds, and what lets a backward stop waiting.
+class ForwardChecksTable : public ::testing::Test {
+ protected:
+  CallEvent forwardAt(int64_t seq) {
+    CallEvent rec;
+    rec.seq = seq;
+    return rec;
+  }
+  CallEvent backwardOf(int64_t fwd_seq) {
+    CallEvent rec;
+    rec.phase = Phase::kBackward;
+    rec.seq = fwd_seq + 1;
+    rec.fwd_seq = fwd_seq;
+    return rec;
+  }
+  RoleTensors justQ() {
+    RoleTensors t;
+    t.emplace_back(Role::kQ, q);
+    return t;
+  }
+  at::Tensor q = at::ones({2, 4});
+  InlineVector<uint8_t, kMaxCallTensors> first{0};
+};
+
+TEST_F(ForwardChecksTable, AForwardDroppedWithoutItsCountsFailsTheBackwardWaitingForThem) {
+  ForwardChecks table;
+  InheritedTensors waiting;
+  {
+    ForwardCountsRef counts = table.remember(forwardAt(5), justQ(), first);
+    ASSERT_TRUE(counts);
+    waiting = table.inherit(backwardOf(5), justQ());
+    ASSERT_FALSE(waiting.empty());
+    EXPECT_EQ(waiting.forward->state(), ForwardCounts::State::kPending);
+  }  // the forward's check never filled them (dropped on the way)
+  EXPECT_EQ(waiting.forward->state(), ForwardCounts::State::kFailed);
+  EXPECT_TRUE(table.inherit(backwardOf(5), justQ()).empty());  // and no later backward takes them
+}
+
+TEST_F(ForwardChecksTable, AHeldSlotIsNotTakenByANewerForward) {
+  ForwardChecks table;
+  ForwardCountsRef held = table.remember(forwardAt(5), justQ(), first);
+  ASSERT_TRUE(held);
+  // The same slot (seq modulo the table's size) while the first forward's check is in flight.
+  EXPECT_FALSE(table.remember(forwardAt(5 + ForwardChecks::kSlots), justQ(), first));
+  held->fill(CallTensors{TensorHealth{}});
+  held.reset();
+  EXPECT_TRUE(table.remember(forwardAt(5 + ForwardChecks::kSlots), justQ(), first));
+  EXPECT_TRUE(table.inherit(backwardOf(5), justQ()).empty());  // the older forward is gone
 }
 
 }  // namespace
