@@ -3,6 +3,8 @@
 #include <ATen/detail/CUDAHooksInterface.h>
 
 #include <cstring>
+#include <optional>
+#include <utility>
 
 #include "replay/backend_kernels.h"
 #include "replay/backend_names.h"
@@ -63,6 +65,11 @@ DeviceReruns rerunOn(const RerunRequest& req, const std::string& backend, const 
     if (bitwiseEqual(raw, req.captured_outputs)) ++out.identical_to_run;
   };
   if (first && first_judged) count(*first, *first_judged);
+  // A rerun that gives the bits of one already judged is judged as that one was: judging compares
+  // every output with the float64 reference, 0.2 s a rerun at (2, 16, 4096, 128) on the H100,
+  // and would say the same. Kept as the backend gave them (judging makes new tensors).
+  std::optional<std::pair<Outputs, BackendRun>> judged_once;
+  if (first && first_judged) judged_once.emplace(*first, *first_judged);
   while (out.runs < req.runs) {
     stage("rerunning " + backend + " on " + device.str() + " (" + std::to_string(out.runs + 1) + " of " +
           std::to_string(req.runs) + ")");
@@ -73,7 +80,13 @@ DeviceReruns rerunOn(const RerunRequest& req, const std::string& backend, const 
       continue;
     }
     const Outputs raw = *outputs;  // judging makes new tensors: these stay as the backend gave them
-    count(raw, judge(BackendRun{.name = backend, .ran = true, .original = true}, *outputs));
+    if (judged_once && bitwiseEqual(raw, judged_once->first)) {
+      count(raw, judged_once->second);
+      continue;
+    }
+    BackendRun judged = judge(BackendRun{.name = backend, .ran = true, .original = true}, *outputs);
+    count(raw, judged);
+    if (!judged_once) judged_once.emplace(raw, std::move(judged));
   }
   out.distinct = tally.distinct();
   return out;
