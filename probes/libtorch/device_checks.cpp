@@ -73,11 +73,8 @@ void DeviceChecks::submit(CallEvent rec, const RoleTensors& tensors, const CallA
   // from it, not read again (outside graph captures, whose replays are the calls). rec.tensors
   // comes empty and gets one entry per tensor, in order, so the two share indices.
   if (!in_graph && rec.tensors.empty()) pending.inherited = forwards_.inherit(rec, tensors);
-  size_t next_inherited = 0;
   for (const auto& [role, t] : tensors) {
-    if (next_inherited < pending.inherited.pairs.size() &&
-        pending.inherited.pairs[next_inherited].first == rec.tensors.size()) {
-      ++next_inherited;
+    if (pending.inherited.has(rec.tensors.size())) {
       rec.tensors.push_back(describeTensor(t, role));
       continue;
     }
@@ -141,14 +138,8 @@ void DeviceChecks::submitHost(CallEvent rec, const RoleTensors& tensors, const C
   // A backward's inputs its forward measured, unchanged since: their counts are taken from it.
   InheritedTensors inherited = rec.tensors.empty() ? forwards_.inherit(rec, tensors) : InheritedTensors{};
   if (!inherited.empty() && inherited.forward->state() != ForwardCounts::State::kDone) inherited = {};
-  size_t next_inherited = 0;
   for (const auto& [role, t] : tensors) {
-    if (next_inherited < inherited.pairs.size() && inherited.pairs[next_inherited].first == rec.tensors.size()) {
-      ++next_inherited;
-      rec.tensors.push_back(describeTensor(t, role));
-    } else {
-      rec.tensors.push_back(measureTensor(t, role));
-    }
+    rec.tensors.push_back(inherited.has(rec.tensors.size()) ? describeTensor(t, role) : measureTensor(t, role));
   }
   if (!inherited.empty()) inherited.fillInto(rec);
   if (rec.tensors.size() == tensors.size()) forwards_.rememberMeasured(rec, tensors);

@@ -105,6 +105,13 @@ struct InheritedTensors {
   std::atomic<int64_t>* counted = nullptr;  // ForwardChecks::inherited(), added to when filled
 
   bool empty() const { return pairs.empty(); }
+  // Whether the tensor at `index` (of the call's, as of rec.tensors) takes its forward's counts.
+  bool has(size_t index) const {
+    for (const auto& [to, from] : pairs) {
+      if (to == index) return true;
+    }
+    return false;
+  }
   // Copies the forward's counts into `rec`'s inherited tensors (forward->state() is kDone), and
   // counts them as not read again.
   void fillInto(CallEvent& rec) const;
