@@ -99,9 +99,10 @@ int main(int argc, char** argv) {
     int64_t mine = *calls / *ranks + (rank < *calls % *ranks ? 1 : 0);
     // The edge: a forward at 95% of rank 0's calls.
     int64_t edge = rank == 0 ? (mine * 95 / 100) / (2 * *layers) * (2 * *layers) + 1 : -1;
-    auto writer = nanprov::StoreWriter::open((dir / ("rank-" + std::to_string(rank) + ".sqlite")).string(),
-                                             {{"rank", std::to_string(rank)}, {"world_size", std::to_string(*ranks)}},
-                                             *budget, {}, {.step_unit = nanprov::StepUnit::kOptimizerStep});
+    auto writer =
+        nanprov::store::StoreWriter::open((dir / ("rank-" + std::to_string(rank) + ".sqlite")).string(),
+                                          {{"rank", std::to_string(rank)}, {"world_size", std::to_string(*ranks)}},
+                                          *budget, {}, {.step_unit = nanprov::StepUnit::kOptimizerStep});
     if (!writer.ok()) {
       std::fprintf(stderr, "nanprov-store-bench: %s\n", writer.status().message().c_str());
       return 1;

@@ -73,10 +73,10 @@ void Auditor::sweep() {
     const std::string path = entry.path().string();
     if (entry.path().extension() != ".safetensors" || seen_.count(path)) continue;
     seen_.insert(path);
-    auto meta = readCaptureMetadata(path);
+    auto meta = store::readCaptureMetadata(path);
     if (!meta.ok() || meta->count("trigger") == 0 || meta->at("trigger") != captureTriggerName(CaptureTrigger::kAudit))
       continue;
-    auto judged = readAuditFile(path);
+    auto judged = store::readAuditFile(path);
     if (judged.ok() && *judged) continue;
     judge(path);
   }
@@ -88,7 +88,7 @@ void Auditor::sweep() {
 // to pace the rotation; a clean call's capture is then deleted (its judgement stays), so a run
 // that audits for days does not fill the disk.
 void Auditor::judge(const std::string& capture) {
-  auto meta = readCaptureMetadata(capture);
+  auto meta = store::readCaptureMetadata(capture);
   int code = 3;
   int64_t took_ns = 0;
   std::string said, failure;
@@ -125,10 +125,10 @@ void Auditor::judge(const std::string& capture) {
     std::cerr << "nanprov: " << printable(said) << "\n";  // a finding: said at once, not at the end
     return;
   }
-  auto judged = readAuditFile(capture);
+  auto judged = store::readAuditFile(capture);
   if (judged.ok() && *judged) return;  // not audited, and the engine said why
   std::string why = failure.empty() ? "the replay engine failed (exit " + std::to_string(code) + ")" : failure;
-  nlohmann::json doc = {{"format", kAuditFormat},
+  nlohmann::json doc = {{"format", store::kAuditFormat},
                         {"call", meta.ok() ? (*meta)["call"] : "?"},
                         {"step", meta.ok() ? (*meta)["step"] : "?"},
                         {"phase", meta.ok() ? (*meta)["phase"] : "?"},
@@ -136,7 +136,8 @@ void Auditor::judge(const std::string& capture) {
                         {"audited", false},
                         {"not_audited_why", why},
                         {"finding", false}};
-  if (Status st = writeAuditFile(capture, doc); !st.ok()) std::cerr << "nanprov: " << printable(st.message()) << "\n";
+  if (Status st = store::writeAuditFile(capture, doc); !st.ok())
+    std::cerr << "nanprov: " << printable(st.message()) << "\n";
 }
 
 void Auditor::countJudged(const std::string& rank_text, int64_t took_ns, bool by_rotation) {
@@ -144,14 +145,14 @@ void Auditor::countJudged(const std::string& rank_text, int64_t took_ns, bool by
   if (!rank) return;
   auto& counters = progress_[static_cast<int>(*rank)];
   if (!counters) {
-    auto opened = MappedCounters::open((fs::path(dir_) / auditProgressName(static_cast<int>(*rank))).string(),
-                                       kAuditProgressSlots);
+    auto opened = store::MappedCounters::open(
+        (fs::path(dir_) / store::auditProgressName(static_cast<int>(*rank))).string(), store::kAuditProgressSlots);
     if (!opened.ok()) return;  // the rotation then waits: it never sees this judged
     counters = std::move(*opened);
   }
-  counters->add(kAuditJudgeNs, took_ns);
-  if (by_rotation) counters->add(kRotationJudgeNs, took_ns);
-  counters->add(kAuditsJudged);
+  counters->add(store::kAuditJudgeNs, took_ns);
+  if (by_rotation) counters->add(store::kRotationJudgeNs, took_ns);
+  counters->add(store::kAuditsJudged);
 }
 
 }  // namespace nanprov::cli

@@ -40,8 +40,8 @@ class Auditor {
 
   std::string dir_;
   std::string engine_;
-  std::unique_ptr<LineChild> engine_child_;                  // the engine in audit-serve mode, started on first use
-  std::map<int, std::unique_ptr<MappedCounters>> progress_;  // rank → its rank-<r>.audit-progress
+  std::unique_ptr<LineChild> engine_child_;  // the engine in audit-serve mode, started on first use
+  std::map<int, std::unique_ptr<store::MappedCounters>> progress_;  // rank → its rank-<r>.audit-progress
   std::set<std::string> seen_;  // capture files looked at: by the thread, then by finish() after it
   std::mutex mu_;
   std::condition_variable wake_;

@@ -22,8 +22,8 @@ struct Options {
   bool json = false;
 };
 
-CallQuery queryOf(const Options& o) {
-  CallQuery q;
+store::CallQuery queryOf(const Options& o) {
+  store::CallQuery q;
   q.rank = o.rank;
   q.layer = o.layer;
   q.step = o.step;
@@ -36,13 +36,14 @@ CallQuery queryOf(const Options& o) {
 
 // A filter naming a layer or rank the run does not have matches nothing by mistake, not by
 // finding: say which exist instead of printing an empty table. Asked only when nothing matched.
-StatusOr<std::string> missingSelection(const Options& o, const RunDirs& dir) {
+StatusOr<std::string> missingSelection(const Options& o, const store::RunDirs& dir) {
   for (const auto& [name, value] :
        {std::pair{"rank", o.rank ? std::optional<int64_t>(*o.rank) : std::nullopt}, std::pair{"layer", o.layer}}) {
     if (!value) continue;
     std::string column = name;
-    NANPROV_ASSIGN_OR_RETURN(auto found, queryRun(dir, "SELECT MIN(" + column + "), MAX(" + column + "), MAX(" +
-                                                           column + " = " + std::to_string(*value) + ") FROM calls"));
+    NANPROV_ASSIGN_OR_RETURN(
+        auto found, store::queryRun(dir, "SELECT MIN(" + column + "), MAX(" + column + "), MAX(" + column + " = " +
+                                             std::to_string(*value) + ") FROM calls"));
     const auto& row = found.rows.at(0);
     if (row[2] && *row[2] == "1") continue;
     std::string range = row[0] ? *row[0] + "-" + *row[1] : "none";
@@ -93,7 +94,7 @@ class StreamedTable {
 
 // The calls the store budget summarised that the filters would have listed (their rows are gone;
 // the module and backend filters cannot be asked of a summary): a line saying where they went, or "".
-StatusOr<std::string> summarisedNote(const Options& o, const RunDirs& dir) {
+StatusOr<std::string> summarisedNote(const Options& o, const store::RunDirs& dir) {
   // A call that was not clean is summarised only in a run that stayed non-finite past its first
   // edge steps (a store written before that has no not_clean column, and summarised none).
   const char* count = o.nonfinite ? "not_clean" : "calls";
@@ -102,9 +103,9 @@ StatusOr<std::string> summarisedNote(const Options& o, const RunDirs& dir) {
   if (o.layer) where += " AND layer = " + std::to_string(*o.layer);
   if (o.step) where += " AND " + std::to_string(*o.step) + " BETWEEN step AND last_step";
   if (!o.phase.empty()) where += " AND phase = '" + o.phase + "'";  // fwd or bwd, checked by the option
-  NANPROV_ASSIGN_OR_RETURN(auto found,
-                           queryRun(dir, std::string("SELECT IFNULL(SUM(") + count +
-                                             "), 0), MIN(step), MAX(last_step) FROM step_summaries WHERE " + where));
+  NANPROV_ASSIGN_OR_RETURN(
+      auto found, store::queryRun(dir, std::string("SELECT IFNULL(SUM(") + count +
+                                           "), 0), MIN(step), MAX(last_step) FROM step_summaries WHERE " + where));
   const auto& row = found.rows.at(0);
   if (!row[0] || *row[0] == "0") return std::string();
   return *row[0] + (o.nonfinite ? " more calls that were not clean" : " more calls") + " of steps " + *row[1] + "-" +
@@ -154,10 +155,10 @@ void addCallsCommand(CLI::App& app, int* exit_code) {
     else
       table.emplace(
           std::vector<std::string>{"call", "step", "phase", "backend", "kind", "bad in", "bad out", "module"});
-    Status read = forEachCall(*dir, queryOf(*opts), [&](const CallRecord& c) {
+    Status read = store::forEachCall(*dir, queryOf(*opts), [&](const CallRecord& c) {
       CallHealth h = classify(c);
       if (list) {
-        list->add(callJson(c, h));
+        list->add(report::callJson(c, h));
       } else {
         table->add({callName(c), std::to_string(c.step), std::string(phaseName(c.phase)) + (c.recompute ? "*" : ""),
                     c.backend, edgeKindName(h.kind), roles(h.nonfinite_inputs), roles(h.nonfinite_outputs),

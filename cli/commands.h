@@ -15,7 +15,7 @@ namespace nanprov::cli {
 
 // report's exit code for what it concluded: audit findings count unless the run asked for
 // warnings only (nanprov run --audit-warn-only) or `warn_only` is set.
-int reportExitCode(const Conclusion& c, bool warn_only = false);
+int reportExitCode(const report::Conclusion& c, bool warn_only = false);
 
 // Option text checks for numbers people type: digits only ("3"), and sizes ("512M", "1G"),
 // which sizeValue turns into their byte count (a transform: use it in place of check).
@@ -34,13 +34,13 @@ int fail(const std::string& command, const Status& status);
 // The run directories named on the command line (or the newest run); several are checked to be
 // one job's (store/job.h). On failure prints the one-line error for `command` and sets
 // *exit_code (kNotOneJob when they are not one job's).
-std::optional<RunDirs> resolveRunDirs(const std::string& command, const std::vector<std::string>& given,
-                                      int* exit_code);
+std::optional<store::RunDirs> resolveRunDirs(const std::string& command, const std::vector<std::string>& given,
+                                             int* exit_code);
 
 // The run named on the command line (or the newest), loaded; on failure prints the one-line
 // error for `command` and sets *exit_code.
-std::optional<RunData> openRun(const std::string& command, const std::vector<std::string>& given, int* exit_code,
-                               RunScope scope);
+std::optional<store::RunData> openRun(const std::string& command, const std::vector<std::string>& given, int* exit_code,
+                                      store::RunScope scope);
 
 // `wrapped` is what followed "--" on the command line: the command to run.
 void addRunCommand(CLI::App& app, int* exit_code, std::vector<std::string> wrapped);

@@ -7,7 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-namespace nanprov {
+namespace nanprov::cli {
 namespace fs = std::filesystem;
 
 namespace {
@@ -80,4 +80,4 @@ std::string InstallLayout::rebuildCommand(const std::string& python) const {
          "scripts/test";
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::cli

@@ -8,7 +8,7 @@
 
 #include <string>
 
-namespace nanprov {
+namespace nanprov::cli {
 
 struct InstallLayout {
   std::string prefix;          // the directory above bin/
@@ -33,4 +33,4 @@ const InstallLayout& installLayout();
 // The layout of a nanprov command at `executable` (tests, and installLayout()).
 InstallLayout layoutOf(const std::string& executable);
 
-}  // namespace nanprov
+}  // namespace nanprov::cli

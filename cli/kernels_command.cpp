@@ -19,8 +19,8 @@ struct Options {
   bool json = false;
 };
 
-void printCall(const CallRecord& stored, const KernelsOfCall& found) {
-  const CallRecord c = forTerminal(stored);
+void printCall(const CallRecord& stored, const report::KernelsOfCall& found) {
+  const CallRecord c = report::forTerminal(stored);
   std::printf("%s  step %lld %s  %s (%s) on %s: %s\n", callName(c).c_str(), static_cast<long long>(c.step),
               phaseName(c.phase), c.op.c_str(), c.backend.c_str(), c.device.name().c_str(),
               printable(found.attribution).c_str());
@@ -51,7 +51,7 @@ void addKernelsCommand(CLI::App& app, int* exit_code) {
   cmd->callback([opts, exit_code] {
     auto dir = resolveRunDirs("kernels", opts->run, exit_code);
     if (!dir) return;
-    CallQuery query;
+    store::CallQuery query;
     if (!opts->call.empty()) {
       auto named = parseCallName(opts->call);
       if (!named) {
@@ -64,15 +64,15 @@ void addKernelsCommand(CLI::App& app, int* exit_code) {
       query.call = named->call;
     }
     // What kernels are known is small (the calls CUPTI traced); the calls stream past it.
-    auto traced = loadRun(*dir, RunScope::kTraced);
+    auto traced = store::loadRun(*dir, store::RunScope::kTraced);
     if (!traced.ok()) return void(*exit_code = fail("kernels", traced.status()));
-    CallKernelIndex index(*traced);
+    report::CallKernelIndex index(*traced);
     bool found = false;
     std::optional<JsonArrayPrinter> list;
     if (opts->json) list.emplace();
-    Status read = forEachCall(*dir, query, [&](const CallRecord& c) {
-      KernelsOfCall k = index.of(c);
-      if (c.device.isCpu()) k.kernels = {cpuKernelOf(c)};
+    Status read = store::forEachCall(*dir, query, [&](const CallRecord& c) {
+      report::KernelsOfCall k = index.of(c);
+      if (c.device.isCpu()) k.kernels = {store::cpuKernelOf(c)};
       if (list) {
         nlohmann::json entry = {
             {"call", callName(c)},
@@ -87,7 +87,7 @@ void addKernelsCommand(CLI::App& app, int* exit_code) {
             {"kernels_from", k.from.empty() ? nlohmann::json(nullptr) : nlohmann::json(k.from)},
             {"unattributed", c.unattributed.empty() ? nlohmann::json(nullptr) : nlohmann::json(c.unattributed)},
             {"inferred_from", k.inferred_from.empty() ? nlohmann::json(nullptr) : nlohmann::json(k.inferred_from)},
-            {"kernels", kernelsJson(k.kernels)}};
+            {"kernels", report::kernelsJson(k.kernels)}};
         list->add(entry);
       } else {
         printCall(c, k);

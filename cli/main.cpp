@@ -18,17 +18,17 @@ int fail(const std::string& command, const Status& status) {
   return nanprov::kInputError;
 }
 
-std::optional<RunDirs> resolveRunDirs(const std::string& command, const std::vector<std::string>& given,
-                                      int* exit_code) {
+std::optional<store::RunDirs> resolveRunDirs(const std::string& command, const std::vector<std::string>& given,
+                                             int* exit_code) {
   std::vector<std::string> dirs;
   for (const std::string& one : given.empty() ? std::vector<std::string>{""} : given) {
-    auto dir = resolveRunDir(one);
+    auto dir = store::resolveRunDir(one);
     if (!dir.ok()) return *exit_code = fail(command, dir.status()), std::nullopt;
     dirs.push_back(*dir);
   }
-  RunDirs run(std::move(dirs));
+  store::RunDirs run(std::move(dirs));
   if (run.all.size() > 1) {
-    if (Status one_job = checkOneJob(run); !one_job.ok()) {
+    if (Status one_job = store::checkOneJob(run); !one_job.ok()) {
       fail(command, one_job);
       return *exit_code = nanprov::kNotOneJob, std::nullopt;
     }
@@ -36,11 +36,11 @@ std::optional<RunDirs> resolveRunDirs(const std::string& command, const std::vec
   return run;
 }
 
-std::optional<RunData> openRun(const std::string& command, const std::vector<std::string>& given, int* exit_code,
-                               RunScope scope) {
+std::optional<store::RunData> openRun(const std::string& command, const std::vector<std::string>& given, int* exit_code,
+                                      store::RunScope scope) {
   auto dirs = resolveRunDirs(command, given, exit_code);
   if (!dirs) return std::nullopt;
-  auto run = loadRun(*dirs, scope);
+  auto run = store::loadRun(*dirs, scope);
   if (!run.ok()) return *exit_code = fail(command, run.status()), std::nullopt;
   return std::move(*run);
 }

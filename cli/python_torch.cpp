@@ -8,7 +8,7 @@
 #include "cli/build_info.h"
 #include "cli/install_layout.h"
 
-namespace nanprov {
+namespace nanprov::cli {
 namespace fs = std::filesystem;
 
 std::string probesLibrary() {
@@ -61,4 +61,4 @@ Status checkTorchMatchesBuild(const std::string& python, const nlohmann::json& i
                        "); rebuild it for this torch: " + installLayout().rebuildCommand(python));
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::cli

@@ -8,7 +8,7 @@
 
 #include "base/status.h"
 
-namespace nanprov {
+namespace nanprov::cli {
 
 std::string probesLibrary();        // NANPROV_PROBES_LIB, else the one built with this nanprov
 std::string bootstrapPythonPath();  // the bootstrap folder, then any PYTHONPATH already set
@@ -23,4 +23,4 @@ StatusOr<nlohmann::json> torchInfo(const std::string& python);
 // Fails, naming the command that rebuilds nanprov, when `info` is not the torch it was built against.
 Status checkTorchMatchesBuild(const std::string& python, const nlohmann::json& info);
 
-}  // namespace nanprov
+}  // namespace nanprov::cli

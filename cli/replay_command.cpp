@@ -49,13 +49,13 @@ struct RunCapture {
   std::string nothing;
 };
 
-StatusOr<RunCapture> captureOfRun(const RunDirs& dirs) {
-  NANPROV_ASSIGN_OR_RETURN(auto run, loadRun(dirs, RunScope::kEdges));
-  Findings f = analyze(run);
+StatusOr<RunCapture> captureOfRun(const store::RunDirs& dirs) {
+  NANPROV_ASSIGN_OR_RETURN(auto run, store::loadRun(dirs, store::RunScope::kEdges));
+  report::Findings f = report::analyze(run);
   if (!f.first_source) {
     if (!f.first) {
-      NANPROV_ASSIGN_OR_RETURN(Report report, buildReport(run, f));
-      if (std::optional<ReplayTarget> audited = replayTargetOf(report)) {
+      NANPROV_ASSIGN_OR_RETURN(report::Report report, report::buildReport(run, f));
+      if (std::optional<report::ReplayTarget> audited = report::replayTargetOf(report)) {
         if (audited->capture.empty()) return Status::Error(audited->why);
         return RunCapture{.path = audited->capture};
       }
@@ -123,7 +123,7 @@ int replay(const Options& opts) {
     capture = found->path;
   }
   // Checked here too, so a broken file gets its one-line error without starting LibTorch.
-  if (Status st = checkCapture(capture); !st.ok()) return fail("replay", st);
+  if (Status st = store::checkCapture(capture); !st.ok()) return fail("replay", st);
   std::string engine = installLayout().replay_engine;
   if (access(engine.c_str(), X_OK) != 0) {
     return fail("replay", Status::Error("replay engine missing at " + engine + "; build nanprov (./scripts/test)"));

@@ -12,17 +12,17 @@
 
 namespace nanprov::cli {
 
-int reportExitCode(const Conclusion& c, bool warn_only) {
+int reportExitCode(const report::Conclusion& c, bool warn_only) {
   switch (c.outcome) {
-    case Outcome::kClean:
-    case Outcome::kPartial: return kClean;
+    case report::Outcome::kClean:
+    case report::Outcome::kPartial: return kClean;
     // Values went non-finite beside unchecked attention: a fault found, its origin not checked.
-    case Outcome::kUnattributed: return kEdgeFound;
-    case Outcome::kNothingChecked: return kNothingChecked;
-    case Outcome::kAuditFinding: return warn_only || c.audit.warn_only ? kClean : kAuditFound;
-    case Outcome::kReplicaDivergence: return kReplicaDiverged;
-    case Outcome::kEdgeFound:
-    case Outcome::kOutsideAttention: break;
+    case report::Outcome::kUnattributed: return kEdgeFound;
+    case report::Outcome::kNothingChecked: return kNothingChecked;
+    case report::Outcome::kAuditFinding: return warn_only || c.audit.warn_only ? kClean : kAuditFound;
+    case report::Outcome::kReplicaDivergence: return kReplicaDiverged;
+    case report::Outcome::kEdgeFound:
+    case report::Outcome::kOutsideAttention: break;
   }
   return kEdgeFound;
 }
@@ -79,20 +79,20 @@ void addReportCommand(CLI::App& app, int* exit_code) {
       ->type_name("FILE");
   cmd->add_flag("--audit-warn-only", opts->audit_warn_only, "Audit findings are reported, but exit 0");
   cmd->callback([opts, exit_code] {
-    auto run = openRun("report", opts->run, exit_code, RunScope::kEdges);
+    auto run = openRun("report", opts->run, exit_code, store::RunScope::kEdges);
     if (!run) return;
     // The page's picture streams every call of the run: read only when the page is asked for.
-    auto report = buildReport(*run, {.page = !opts->html.empty()});
+    auto report = report::buildReport(*run, {.page = !opts->html.empty()});
     if (!report.ok()) return void(*exit_code = fail("report", report.status()));
     // The page first: when it cannot be written, the one line saying so is the whole answer.
     if (!opts->html.empty()) {
       // Through a temporary file and a rename: a browser open on it never sees half a page.
-      const std::string page = reportHtml(*report);
-      Status wrote = replaceFile(opts->html, "HTML report", [&](std::ostream& out) { out << page; });
+      const std::string page = report::reportHtml(*report);
+      Status wrote = store::replaceFile(opts->html, "HTML report", [&](std::ostream& out) { out << page; });
       if (!wrote.ok()) return void(*exit_code = fail("report", wrote));
     }
-    if (opts->json) std::cout << jsonText(reportJson(*report), 2) << "\n";
-    else std::cout << reportText(*report);
+    if (opts->json) std::cout << jsonText(report::reportJson(*report), 2) << "\n";
+    else std::cout << report::reportText(*report);
     *exit_code = reportExitCode(report->conclusion, opts->audit_warn_only);
   });
 }

@@ -61,16 +61,16 @@ struct RunOptions {
   std::vector<std::string> probe_modules;
   std::vector<std::string> probe_ops;
   int64_t capture_every = 0;
-  int64_t capture_bytes = kDefaultCaptureBytes;
-  int64_t store_budget = kDefaultStoreBudgetBytes;
+  int64_t capture_bytes = probes::kDefaultCaptureBytes;
+  int64_t store_budget = store::kDefaultStoreBudgetBytes;
   bool no_capture = false;
-  int64_t reruns = kDefaultEdgeReruns;
+  int64_t reruns = probes::kDefaultEdgeReruns;
   bool reruns_given = false;
   bool audit = false;
   int64_t audit_every = 0;
-  double audit_budget = kDefaultAuditPercent;
-  int64_t audit_bytes = kDefaultAuditBytes;
-  int64_t audit_slice_bytes = kDefaultAuditSliceBytes;
+  double audit_budget = probes::kDefaultAuditPercent;
+  int64_t audit_bytes = probes::kDefaultAuditBytes;
+  int64_t audit_slice_bytes = probes::kDefaultAuditSliceBytes;
   bool warn_only = false;
   bool trail = false;
   bool out_given = false;
@@ -96,10 +96,10 @@ Status preflight(const std::string& python, const std::vector<std::string>& comm
 // kernel is half the answer. Its capture holds the call, so replaying the captured backend alone
 // on this GPU names them; the report then reads them from CAPTURE.kernels.json (kernels_from
 // "replay"). Costs one backend call per edge; --no-kernels skips it.
-void traceKernelsOfLateEdges(const RunData& run, const Findings& f) {
+void traceKernelsOfLateEdges(const store::RunData& run, const report::Findings& f) {
   std::string engine = installLayout().replay_engine;
   if (access(engine.c_str(), X_OK) != 0) return;
-  CallKernelIndex index(run);
+  report::CallKernelIndex index(run);
   std::vector<size_t> edges;
   for (std::optional<size_t> e : {f.first, f.first_source}) {
     if (e && std::find(edges.begin(), edges.end(), *e) == edges.end()) edges.push_back(*e);
@@ -141,7 +141,7 @@ Status checkProbeModule(const std::string& spec) {
   if (pattern.empty()) return bad("no class name or module path pattern");
   if (spec.find(';') != std::string::npos) return bad("';' is not allowed; repeat --probe-module instead");
   if (pattern.size() == spec.size()) return Status::Ok();
-  auto pairs = splitKeyValues(spec.substr(pattern.size() + 1));
+  auto pairs = probes::splitKeyValues(spec.substr(pattern.size() + 1));
   if (!pairs.ok()) return bad(pairs.status().message());
   for (const auto& [key, value] : *pairs) {
     if (key != "q" && key != "k" && key != "v") return bad("unknown key '" + key + "'; keys are q, k, v");
@@ -170,7 +170,7 @@ Status checkProbeOp(const std::string& spec) {
   size_t colon = spec.find(':', sep + 2);
   if (colon == sep + 2 || spec.size() == sep + 2) return bad("no operator name after '::'");
   if (colon == std::string::npos) return Status::Ok();
-  auto pairs = splitKeyValues(spec.substr(colon + 1));
+  auto pairs = probes::splitKeyValues(spec.substr(colon + 1));
   if (!pairs.ok()) return bad(pairs.status().message());
   for (const auto& [key, value] : *pairs) {
     if (key != "q" && key != "k" && key != "v" && key != "o")
@@ -187,17 +187,17 @@ Status claimRunDir(const std::string& dir) {
   std::string taken = dir + " already holds a run; pick a new --out (or remove the directory)";
   // A tally or a worker-call counter alone is a run's too (a rank that died before its store): a
   // new run would count on from it.
-  if (holdsRankStores(dir) || !callTallyPaths(dir).empty() || !workerCallPaths(dir).empty() ||
-      !taskRunFilePaths(dir).empty()) {
+  if (store::holdsRankStores(dir) || !store::callTallyPaths(dir).empty() || !store::workerCallPaths(dir).empty() ||
+      !store::taskRunFilePaths(dir).empty()) {
     return Status::Error(taken);
   }
-  NANPROV_ASSIGN_OR_RETURN(auto claimed, claimRunFile(dir));
+  NANPROV_ASSIGN_OR_RETURN(auto claimed, store::claimRunFile(dir));
   return claimed ? Status::Ok() : Status::Error(taken);
 }
 
 // Why nothing was recorded, from the per-process notes the bootstrap leaves.
 std::string processNotes(const std::string& dir) {
-  ProcessNotes notes = readProcessNotes(dir);
+  store::ProcessNotes notes = store::readProcessNotes(dir);
   std::string out = "  " + std::to_string(notes.instrumented) + " process(es) instrumented\n";
   for (const std::string& problem : notes.problems) out += "  " + problem + "\n";
   return out;
@@ -223,8 +223,9 @@ int run(RunOptions& opts) {
   // and handed to the probes as one ';'-joined environment variable.
   std::string inject, capture, probe_modules, probe_ops;
   for (auto [specs, joined, check] :
-       {SpecList{&opts.inject, &inject, [](const std::string& s) { return parseInjection(s).status(); }},
-        SpecList{&opts.capture, &capture, [](const std::string& s) { return parseCaptureSelector(s).status(); }},
+       {SpecList{&opts.inject, &inject, [](const std::string& s) { return probes::parseInjection(s).status(); }},
+        SpecList{&opts.capture, &capture,
+                 [](const std::string& s) { return probes::parseCaptureSelector(s).status(); }},
         SpecList{&opts.probe_modules, &probe_modules, &checkProbeModule},
         SpecList{&opts.probe_ops, &probe_ops, &checkProbeOp}}) {
     for (const std::string& spec : *specs) {
@@ -254,7 +255,7 @@ int run(RunOptions& opts) {
     if (Status st = preflight(python, cmd); !st.ok()) return fail("run", st);
   }
 
-  std::string dir = opts.out.empty() ? newRunDirName(kDefaultRunsRoot) : opts.out;
+  std::string dir = opts.out.empty() ? store::newRunDirName(store::kDefaultRunsRoot) : opts.out;
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return fail("run", Status::Error("cannot create run directory " + dir + ": " + ec.message()));
@@ -295,7 +296,7 @@ int run(RunOptions& opts) {
     return kUsageError;
   }
   // The training runs whatever nanprov can write: it is said, not refused (a full disk).
-  if (Status st = slurm ? Status::Ok() : writeRunFile(dir, doc); !st.ok()) {
+  if (Status st = slurm ? Status::Ok() : store::writeRunFile(dir, doc); !st.ok()) {
     std::cerr << "nanprov: " << printable(st.message())
               << ": the training runs, but nanprov may record none of it; free space "
               << "on that disk or pick another --out\n";
@@ -337,7 +338,7 @@ int run(RunOptions& opts) {
 
   doc["exit_code"] = exit->signal ? json(nullptr) : json(exit->exit_code);
   doc["signal"] = exit->signal ? json(strsignal(exit->signal)) : json(nullptr);
-  if (Status st = slurm ? writeTaskRunFile(dir, slurm->task, doc) : writeRunFile(dir, doc); !st.ok()) {
+  if (Status st = slurm ? store::writeTaskRunFile(dir, slurm->task, doc) : store::writeRunFile(dir, doc); !st.ok()) {
     std::cerr << "nanprov: " << printable(st.message()) << "\n";
   }
   const TaskEnding ending = slurm ? endTask(dir, *slurm, kOtherTasksWait) : TaskEnding{};
@@ -350,18 +351,18 @@ int run(RunOptions& opts) {
     std::cerr << "nanprov: the training process exited with code " << exit->exit_code
               << "; what it recorded is reported below\n";
   }
-  auto data = loadRun(dir, RunScope::kEdges);
+  auto data = store::loadRun(dir, store::RunScope::kEdges);
   if (!data.ok()) {
     std::cerr << "nanprov: nothing to report: " << printable(data.status().message()) << "\n" << processNotes(dir);
   } else {
-    Findings findings = analyze(*data);
+    report::Findings findings = report::analyze(*data);
     // Once per directory: the other tasks of a Slurm step would replay the same edges again.
     if (!opts.no_kernels && ending.prints_report) traceKernelsOfLateEdges(*data, findings);
-    auto built = buildReport(*data, std::move(findings));
+    auto built = report::buildReport(*data, std::move(findings));
     if (!built.ok())
       return std::cerr << "nanprov: " << printable(built.status().message()) << "\n", exit->passThroughCode();
-    const Report& report = *built;
-    const std::string text = reportText(report);
+    const report::Report& report = *built;
+    const std::string text = report::reportText(report);
     std::cerr << (ending.prints_report ? text : text.substr(0, text.find('\n') + 1)) << "  details: nanprov report "
               << printable(dir) << "\n";
     // A training that ended well still fails the run on what nanprov found (unless warn-only):
@@ -462,7 +463,7 @@ void addRunCommand(CLI::App& app, int* exit_code, std::vector<std::string> wrapp
                   "times, right there (same op, inputs and device), and the capture says how often the run's result "
                   "recurred, for nanprov replay's verdict: every time, some of the times (a nondeterministic kernel) "
                   "or never (suspect the device or the run's context); 0: not rerun (default " +
-                      std::to_string(kDefaultEdgeReruns) +
+                      std::to_string(probes::kDefaultEdgeReruns) +
                       "). A --probe-op, "
                       "the library's own code, is rerun only when this is given")
       ->check(CLI::Range(int64_t{0}, int64_t{1000}));

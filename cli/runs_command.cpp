@@ -20,16 +20,16 @@ using nlohmann::json;
 // One run's line: read from run.json and its stores; a damaged run says so instead of failing.
 json describeRun(const fs::path& dir) {
   json row = {{"run", dir.string()}, {"command", ""}, {"exit_code", nullptr}, {"job", nullptr}};
-  const RunFile settings = readRunFile(dir.string());
+  const store::RunFile settings = store::readRunFile(dir.string());
   if (settings.readable) {
     std::string command;
     for (const std::string& word : settings.command) command += (command.empty() ? "" : " ") + word;
     row["command"] = command;
     if (settings.exit_code) row["exit_code"] = *settings.exit_code;
   }
-  auto stores = rankStorePaths(dir.string());
+  auto stores = store::rankStorePaths(dir.string());
   row["ranks"] = stores.ok() ? stores->size() : 0;
-  auto run = loadRun(dir.string(), RunScope::kEdges);
+  auto run = store::loadRun(dir.string(), store::RunScope::kEdges);
   if (!run.ok()) {
     row["calls"] = nullptr;
     row["outcome"] = "unreadable";
@@ -38,9 +38,9 @@ json describeRun(const fs::path& dir) {
   }
   row["calls"] = run->total_calls;
   // The job's id: the directories of one multi-node job share it (nanprov report DIR...).
-  if (std::string job = jobIdOf(*run); !job.empty()) row["job"] = job;
-  auto report = buildReport(*run);  // without the page: nothing more is read, so nothing fails
-  row["outcome"] = report.ok() ? outcomeName(report->conclusion.outcome) : "unreadable";
+  if (std::string job = store::jobIdOf(*run); !job.empty()) row["job"] = job;
+  auto report = report::buildReport(*run);  // without the page: nothing more is read, so nothing fails
+  row["outcome"] = report.ok() ? report::outcomeName(report->conclusion.outcome) : "unreadable";
   return row;
 }
 
@@ -63,7 +63,7 @@ std::string fitted(const std::string& text, size_t width) {
 
 void addRunsCommand(CLI::App& app, int* exit_code) {
   struct Options {
-    std::string root = kDefaultRunsRoot;
+    std::string root = store::kDefaultRunsRoot;
     bool json = false;
   };
   auto opts = std::make_shared<Options>();
@@ -84,10 +84,10 @@ void addRunsCommand(CLI::App& app, int* exit_code) {
   addJsonFlag(cmd, &opts->json);
   cmd->callback([opts, exit_code] {
     if (opts->root.empty()) {
-      std::cerr << "nanprov runs: --root '' names no folder; leave it out for ./" << kDefaultRunsRoot << "\n";
+      std::cerr << "nanprov runs: --root '' names no folder; leave it out for ./" << store::kDefaultRunsRoot << "\n";
       return void(*exit_code = kUsageError);
     }
-    auto dirs = runsNewestFirst(opts->root);
+    auto dirs = store::runsNewestFirst(opts->root);
     if (!dirs.ok()) return void(*exit_code = fail("runs", dirs.status()));
     json rows = json::array();
     for (const std::string& dir : *dirs) rows.push_back(describeRun(dir));

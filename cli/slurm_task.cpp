@@ -44,11 +44,11 @@ std::string slurmJobOfThisProcess() {
 
 Status joinRunDir(const std::string& dir, const SlurmTask& task, const nlohmann::json& doc) {
   const std::string taken = dir + " already holds a run; pick a new --out (or remove the directory)";
-  if (holdsRunFile(dir) && taskRunFilePaths(dir).empty()) return Status::Error(taken);
-  const TaskStates siblings = taskStates(dir);
+  if (store::holdsRunFile(dir) && store::taskRunFilePaths(dir).empty()) return Status::Error(taken);
+  const store::TaskStates siblings = store::taskStates(dir);
   for (const auto& [other, job] : siblings.job) {
     if (job.empty())
-      return Status::Error(dir + "/" + taskRunFileName(other) +
+      return Status::Error(dir + "/" + store::taskRunFileName(other) +
                            " is damaged; pick a new --out (or remove the directory)");
     if (job != task.job) {
       return Status::Error(dir + " holds Slurm job " + job + "'s run, not job " + task.job +
@@ -56,10 +56,11 @@ Status joinRunDir(const std::string& dir, const SlurmTask& task, const nlohmann:
     }
   }
   // Stores with no task's run file beside them are an older run's: the tasks would add to its ranks.
-  if (siblings.job.empty() && (holdsRankStores(dir) || !callTallyPaths(dir).empty() || !workerCallPaths(dir).empty())) {
+  if (siblings.job.empty() &&
+      (store::holdsRankStores(dir) || !store::callTallyPaths(dir).empty() || !store::workerCallPaths(dir).empty())) {
     return Status::Error(taken);
   }
-  NANPROV_ASSIGN_OR_RETURN(auto claimed, claimTaskRunFile(dir, task.task, doc));
+  NANPROV_ASSIGN_OR_RETURN(auto claimed, store::claimTaskRunFile(dir, task.task, doc));
   if (!claimed) {
     return Status::Error("task " + std::to_string(task.task) + " of Slurm job " + task.job + " already recorded into " +
                          dir + "; pick a new --out for a rerun");
@@ -73,7 +74,7 @@ std::vector<int> waitForOtherTasks(const std::string& dir, const SlurmTask& task
   const auto until = std::chrono::steady_clock::now() + most;
   bool said = false;
   for (;;) {
-    std::vector<int> running = taskStates(dir).running;
+    std::vector<int> running = store::taskStates(dir).running;
     std::erase(running, task.task);
     if (running.empty() || std::chrono::steady_clock::now() >= until) return running;
     if (!said) {
@@ -92,7 +93,7 @@ TaskEnding endTask(const std::string& dir, const SlurmTask& task, std::chrono::m
   TaskEnding end;
   const std::vector<int> running = waitForOtherTasks(dir, task, most);
   std::vector<int> here;
-  for (const auto& [t, job] : taskStates(dir).job) here.push_back(t);
+  for (const auto& [t, job] : store::taskStates(dir).job) here.push_back(t);
   const std::string shown = printable(dir);
   if (!running.empty()) {
     end.preface += "nanprov: task(s) " + joinedTasks(running) + " of Slurm job " + task.job +

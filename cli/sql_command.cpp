@@ -57,7 +57,8 @@ void addSqlCommand(CLI::App& app, int* exit_code) {
     }
     auto dir = resolveRunDirs("sql", given, exit_code);
     if (!dir) return;
-    auto result = queryRun(*dir, query, {.timeout_seconds = opts->timeout, .max_memory_bytes = opts->max_memory});
+    auto result =
+        store::queryRun(*dir, query, {.timeout_seconds = opts->timeout, .max_memory_bytes = opts->max_memory});
     if (!result.ok()) return void(*exit_code = fail("sql", result.status()));
     if (opts->json) {
       nlohmann::json rows = nlohmann::json::array();

@@ -33,7 +33,7 @@ struct Options {
 };
 
 // "A:B" (both ends included), "A:", ":B" or "S", into the query's step window.
-Status parseSteps(const std::string& text, CallQuery* q) {
+Status parseSteps(const std::string& text, store::CallQuery* q) {
   const size_t colon = text.find(':');
   auto step = [](const std::string& part) { return parseInteger(part, 0, INT64_MAX); };
   const std::string first = text.substr(0, colon), last = colon == std::string::npos ? first : text.substr(colon + 1);
@@ -49,7 +49,7 @@ Status parseSteps(const std::string& text, CallQuery* q) {
   return Status::Ok();
 }
 
-Status parseRanks(const std::string& text, CallQuery* q) {
+Status parseRanks(const std::string& text, store::CallQuery* q) {
   for (const std::string& part : splitList(text, ',')) {
     auto rank = parseInteger(part, 0, kMaxRank);
     if (!rank) return Status::Error("bad --ranks '" + text + "': '" + part + "' is not a rank (example: --ranks 0,3)");
@@ -60,7 +60,7 @@ Status parseRanks(const std::string& text, CallQuery* q) {
 }
 
 // Where in the window a call of the whole run is, by (rank, seq).
-std::optional<size_t> indexIn(const RunData& window, const RunData& whole, std::optional<size_t> call) {
+std::optional<size_t> indexIn(const store::RunData& window, const store::RunData& whole, std::optional<size_t> call) {
   if (!call) return std::nullopt;
   const CallRecord& c = whole.calls[*call];
   for (size_t i = 0; i < window.calls.size(); ++i) {
@@ -78,15 +78,15 @@ bool marked(const nlohmann::json& trace) {
 
 // Without --steps, the window is centred on the first edge; reading starts a window's worth of
 // steps before it (by the run's calls per step), so a long run is not read from its start.
-void startBeforeTheEdge(const RunData& whole, const CallRecord& edge, int64_t max_calls, CallQuery* q) {
+void startBeforeTheEdge(const store::RunData& whole, const CallRecord& edge, int64_t max_calls, store::CallQuery* q) {
   int64_t steps = 1;
-  for (const RankInfo& r : whole.ranks) steps = std::max(steps, r.steps + 1);
+  for (const store::RankInfo& r : whole.ranks) steps = std::max(steps, r.steps + 1);
   const int64_t per_step = std::max<int64_t>(1, whole.total_calls / steps);
   q->first_step = std::max<int64_t>(0, edge.step - max_calls / per_step - 1);
 }
 
 int trace(const Options& opts) {
-  CallQuery query;
+  store::CallQuery query;
   if (!opts.steps.empty()) {
     if (Status st = parseSteps(opts.steps, &query); !st.ok())
       return std::cerr << "nanprov trace: " << printable(st.message()) << "\n", kUsageError;
@@ -99,26 +99,26 @@ int trace(const Options& opts) {
   auto dirs = resolveRunDirs("trace", opts.run, &code);
   if (!dirs) return code;
   // The first edge, found through the stores' index at any run size, then the window's calls.
-  auto whole = loadRun(*dirs, RunScope::kEdges);
+  auto whole = store::loadRun(*dirs, store::RunScope::kEdges);
   if (!whole.ok()) return fail("trace", whole.status());
-  const Findings found = analyze(*whole);
+  const report::Findings found = report::analyze(*whole);
   // Centred on the first edge unless --steps says where, or --ranks leaves its rank out.
   const CallRecord* centre = opts.steps.empty() && found.first && query.wantsRank(whole->calls[*found.first].rank)
                                  ? &whole->calls[*found.first]
                                  : nullptr;
   if (centre) startBeforeTheEdge(*whole, *centre, opts.max_calls, &query);
   bool cut = false;
-  auto window = loadRunWindow(*dirs, query, opts.max_calls, centre, &cut);
+  auto window = store::loadRunWindow(*dirs, query, opts.max_calls, centre, &cut);
   if (!window.ok()) return fail("trace", window.status());
-  Findings findings = found;
+  report::Findings findings = found;
   findings.first = indexIn(*window, *whole, found.first);
   findings.first_source = indexIn(*window, *whole, found.first_source);
-  auto timeline = timelineOf(std::move(*window), findings);
+  auto timeline = report::timelineOf(std::move(*window), findings);
   if (!timeline.ok()) return fail("trace", timeline.status());
-  const Timeline& t = *timeline;
-  const nlohmann::json trace = perfettoTrace(t);
+  const report::Timeline& t = *timeline;
+  const nlohmann::json trace = report::perfettoTrace(t);
   // Written aside and renamed: a viewer never opens half a trace.
-  Status wrote = replaceFile(opts.out, "trace", [&](std::ostream& out) { out << jsonText(trace) << "\n"; });
+  Status wrote = store::replaceFile(opts.out, "trace", [&](std::ostream& out) { out << jsonText(trace) << "\n"; });
   if (!wrote.ok()) return fail("trace", wrote);
   std::cout << "wrote " << printable(opts.out) << ": " << t.ranks.size()
             << (t.ranks.size() == 1 ? " rank, " : " ranks, ") << t.calls.size() << " attention calls";
@@ -135,9 +135,10 @@ int trace(const Options& opts) {
               << "; choose others with --steps A:B and --ranks, or raise --max-calls\n";
   }
   // Summarised calls have no row, so no slice: said, not left for a gap in the timeline to imply.
-  if (std::string summarised = summarisedText(whole->summarised()); !summarised.empty()) {
+  if (std::string summarised = report::summarisedText(whole->summarised()); !summarised.empty()) {
     std::cout << "  no slice for calls the store budget summarised: " << summarised << "\n";
-    if (marked(trace)) std::cout << "  the track \"" << kSummarisedTrack << "\" marks those within the trace's steps\n";
+    if (marked(trace))
+      std::cout << "  the track \"" << report::kSummarisedTrack << "\" marks those within the trace's steps\n";
   }
   std::cout << "open it at https://ui.perfetto.dev (Open trace file) or in chrome://tracing\n";
   return kClean;

@@ -28,11 +28,11 @@ struct Options {
 
 // Replay's JSON on `capture`, read into its answer; what went wrong instead, as an answer with no
 // cause (the verdict is then undetermined, and says why).
-ReplayAnswer replayCapture(const std::string& capture, int reruns) {
-  if (Status st = checkCapture(capture); !st.ok()) return replayFailed(st.message());
+report::ReplayAnswer replayCapture(const std::string& capture, int reruns) {
+  if (Status st = store::checkCapture(capture); !st.ok()) return report::replayFailed(st.message());
   const std::string engine = installLayout().replay_engine;
   if (access(engine.c_str(), X_OK) != 0)
-    return replayFailed("replay engine missing at " + engine + "; build nanprov (./scripts/test)");
+    return report::replayFailed("replay engine missing at " + engine + "; build nanprov (./scripts/test)");
   // As `nanprov replay` runs it: the Python that reruns a FlashAttention or FFPA call through its
   // package (never a module named by a file), and the bootstrap it imports from.
   const std::map<std::string, std::string> env = {{"NANPROV_REPLAY_PYTHON", installLayout().python},
@@ -41,26 +41,28 @@ ReplayAnswer replayCapture(const std::string& capture, int reruns) {
   auto said = captureOutput(
       replay::engineArgv(engine, {.capture = capture, .output = replay::EngineOutput::kJson, .reruns = reruns}), env,
       &code);
-  if (!said.ok()) return replayFailed(said.status().message());
+  if (!said.ok()) return report::replayFailed(said.status().message());
   nlohmann::json doc = nlohmann::json::parse(*said, nullptr, false);
-  if (doc.is_discarded()) return replayFailed("the replay engine exited " + std::to_string(code) + " without its JSON");
-  return replayAnswerOf(doc);
+  if (doc.is_discarded())
+    return report::replayFailed("the replay engine exited " + std::to_string(code) + " without its JSON");
+  return report::replayAnswerOf(doc);
 }
 
 int verdict(const Options& opts) {
   int code = kClean;
-  auto run = openRun("verdict", opts.run, &code, RunScope::kEdges);
+  auto run = openRun("verdict", opts.run, &code, store::RunScope::kEdges);
   if (!run) return code;
-  auto report = buildReport(*run);
+  auto report = report::buildReport(*run);
   if (!report.ok()) return fail("verdict", report.status());
-  std::optional<ReplayAnswer> answer;
-  if (std::optional<ReplayTarget> target = replayTargetOf(*report); target && !target->capture.empty()) {
+  std::optional<report::ReplayAnswer> answer;
+  if (std::optional<report::ReplayTarget> target = report::replayTargetOf(*report);
+      target && !target->capture.empty()) {
     answer = replayCapture(target->capture, opts.reruns);
   }
-  const RunVerdict v = verdictOf(*report, answer);
-  if (opts.json) std::cout << jsonText(verdictJson(v), 2) << "\n";
-  else std::cout << printable(verdictLine(v)) << "\n";
-  return verdictExitCode(v.cls);
+  const report::RunVerdict v = verdictOf(*report, answer);
+  if (opts.json) std::cout << jsonText(report::verdictJson(v), 2) << "\n";
+  else std::cout << printable(report::verdictLine(v)) << "\n";
+  return report::verdictExitCode(v.cls);
 }
 
 }  // namespace

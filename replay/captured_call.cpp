@@ -81,9 +81,9 @@ std::string CapturedCall::metaOr(const std::string& key, const std::string& fall
 
 double CapturedCall::softmaxScale() const { return scale ? *scale : 1.0 / std::sqrt(static_cast<double>(head_dim)); }
 
-CaptureTensor toCaptureTensor(const std::string& name, const at::Tensor& t) {
+store::CaptureTensor toCaptureTensor(const std::string& name, const at::Tensor& t) {
   at::Tensor host = t.cpu().contiguous();
-  CaptureTensor out;
+  store::CaptureTensor out;
   out.name = name;
   out.dtype = captureDtypeOf(host.scalar_type());
   out.shape = host.sizes().vec();
@@ -99,13 +99,13 @@ std::string dtypeName(const at::Tensor& t) {
   return torchDtypeName(cpp);
 }
 
-StatusOr<CapturedCall> toCapturedCall(const CaptureFile& file, const std::string& source) {
+StatusOr<CapturedCall> toCapturedCall(const store::CaptureFile& file, const std::string& source) {
   auto bad = [&](const std::string& why) {
     return Status::Error(source + ": not a replayable attention capture (" + why + ")");
   };
   CapturedCall call;
   call.meta = file.metadata;
-  for (const CaptureTensor& t : file.tensors) {
+  for (const store::CaptureTensor& t : file.tensors) {
     auto type = scalarTypeOfCapture(t.dtype);
     if (!type) return bad("tensor " + t.name + " has dtype " + t.dtype + ", which replay does not read");
     at::Tensor x = at::empty(t.shape, at::TensorOptions().dtype(*type));

@@ -38,10 +38,10 @@ struct CapturedCall {
   double softmaxScale() const;
 };
 
-StatusOr<CapturedCall> toCapturedCall(const CaptureFile& file, const std::string& source);
+StatusOr<CapturedCall> toCapturedCall(const store::CaptureFile& file, const std::string& source);
 
 // A tensor as a capture file holds it (for the repro's inputs).
-CaptureTensor toCaptureTensor(const std::string& name, const at::Tensor& t);
+store::CaptureTensor toCaptureTensor(const std::string& name, const at::Tensor& t);
 
 // "bfloat16", as torch spells dtypes (base/records/dtype.h's table); an integer type as LibTorch
 // names it ("Long").

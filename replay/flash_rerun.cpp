@@ -43,7 +43,7 @@ class ScratchDir {
 
 }  // namespace
 
-StatusOr<Outputs> rerunThroughPackage(const CaptureFile& file, const std::string& capture_path,
+StatusOr<Outputs> rerunThroughPackage(const store::CaptureFile& file, const std::string& capture_path,
                                       const at::Device& device) {
   const char* python = std::getenv("NANPROV_REPLAY_PYTHON");
   const char* bootstrap = std::getenv("NANPROV_BOOTSTRAP_DIR");
@@ -72,17 +72,17 @@ StatusOr<Outputs> rerunThroughPackage(const CaptureFile& file, const std::string
     if (why.empty()) why = "the rerun exited with code " + std::to_string(code);
     return Status::Error((code == 3 ? "not importable with " : "failed with ") + std::string(python) + ": " + why);
   }
-  NANPROV_ASSIGN_OR_RETURN(auto rerun, readCapture(output));
+  NANPROV_ASSIGN_OR_RETURN(auto rerun, store::readCapture(output));
   // The capture with the rerun's outputs in place of the run's: read back through the same
   // layout code, so both are compared in the same [batch, heads, seq, dim] form.
-  CaptureFile replaced = file;
-  std::erase_if(replaced.tensors, [](const CaptureTensor& t) {
+  store::CaptureFile replaced = file;
+  std::erase_if(replaced.tensors, [](const store::CaptureTensor& t) {
     for (const char* role : kOutputRoles) {
       if (t.name == role) return true;
     }
     return false;
   });
-  for (CaptureTensor& t : rerun.tensors) replaced.tensors.push_back(std::move(t));
+  for (store::CaptureTensor& t : rerun.tensors) replaced.tensors.push_back(std::move(t));
   NANPROV_ASSIGN_OR_RETURN(auto call, toCapturedCall(replaced, capture_path));
   Outputs out = capturedOutputs(call);
   if (!out.o.defined() && !out.dq.defined()) return Status::Error("the rerun wrote no output");

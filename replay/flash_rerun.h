@@ -14,7 +14,7 @@ namespace nanprov::replay {
 
 // Reruns the captured call `file` (read from `capture_path`) through its own package on `device`
 // and returns its outputs in the comparison's layouts; an error says why it could not run.
-StatusOr<Outputs> rerunThroughPackage(const CaptureFile& file, const std::string& capture_path,
+StatusOr<Outputs> rerunThroughPackage(const store::CaptureFile& file, const std::string& capture_path,
                                       const at::Device& device);
 
 }  // namespace nanprov::replay

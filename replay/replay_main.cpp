@@ -143,18 +143,19 @@ std::vector<std::string> lines(const std::string& text) {
   return out;
 }
 
-Status emitRepro(const std::string& dir, const CaptureFile& file, const CapturedCall& call, const ReplayResult& r) {
+Status emitRepro(const std::string& dir, const store::CaptureFile& file, const CapturedCall& call,
+                 const ReplayResult& r) {
   namespace fs = std::filesystem;
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return Status::Error("cannot create " + dir + ": " + ec.message());
-  CaptureFile inputs;
+  store::CaptureFile inputs;
   inputs.metadata = {{"call", r.call}, {"note", "inputs of a call nanprov captured; see repro.py"}};
   // The call as replayed ([batch, heads, seq, dim], packed sequences unpacked): what the script runs.
   for (const char* role : {"Q", "K", "V", "mask", "dO"}) {
     if (call.has(role)) inputs.tensors.push_back(toCaptureTensor(role, call.at(role)));
   }
-  NANPROV_RETURN_IF_ERROR(writeCapture((fs::path(dir) / kReproInputs).string(), inputs));
+  NANPROV_RETURN_IF_ERROR(store::writeCapture((fs::path(dir) / kReproInputs).string(), inputs));
   ReproSpec spec;
   spec.call = r.call;
   spec.root_cause = causeName(r.root_cause.cls);
@@ -208,7 +209,7 @@ std::optional<Outputs> runTraced(BackendRun& run, const CapturedCall& call, cons
 
 // Reruns a FlashAttention or FFPA call through its own package (replay/flash_rerun.h); nullopt when it
 // cannot run here, which run.detail then says. Its kernels run in the helper's process, untraced.
-std::optional<Outputs> runFlashPackage(BackendRun& run, const CaptureFile& file, const std::string& capture,
+std::optional<Outputs> runFlashPackage(BackendRun& run, const store::CaptureFile& file, const std::string& capture,
                                        const std::string& captured_backend, const at::Device& device) {
   if (run.name != captured_backend) {
     run.detail = run.name + " reruns only calls that ran it (this call ran " + captured_backend + ")";
@@ -271,8 +272,9 @@ bool recordKernels(BackendKernelTrace& trace, const CapturedCall& call, const st
                       ", replayed on " + here + ": the kernels traced here are not kept for nanprov report");
     return false;
   }
-  ReplayedKernels kept{.gpu = here, .backend = r.backend, .phase = phaseName(phase), .kernels = std::move(original)};
-  Status written = writeReplayedKernels(capture, kept);
+  store::ReplayedKernels kept{
+      .gpu = here, .backend = r.backend, .phase = phaseName(phase), .kernels = std::move(original)};
+  Status written = store::writeReplayedKernels(capture, kept);
   if (!written.ok()) r.notes.push_back("kernels not kept: " + written.message());
   return written.ok();
 }
@@ -324,7 +326,7 @@ int keepKernels(const CapturedCall& call, const std::string& capture, const at::
 // The audit's judgement, kept next to the capture for `nanprov report`, and printed: one line,
 // or the JSON kept. Exit 0 when the run's outputs are ok, 1 for a finding, 3 when not judged.
 int keepAudit(const ReplayResult& r, const nlohmann::json& doc, Output output, std::string* printed) {
-  if (Status st = writeAuditFile(r.capture, doc); !st.ok()) return fail(st);
+  if (Status st = store::writeAuditFile(r.capture, doc); !st.ok()) return fail(st);
   *printed += output == Output::kAuditJson ? jsonText(doc, 2) + "\n"
               : doc["audited"]
                   ? auditText(r) + "\n"
@@ -367,7 +369,7 @@ int replayMain(const std::string& path, std::string device_name, const std::stri
   c10::WarningUtils::WarningHandlerGuard quiet_guard(&quiet);
   Progress progress;
   progress.stage("loading the capture");
-  auto file = readCapture(path);
+  auto file = store::readCapture(path);
   if (!file.ok()) return fail(file.status());
   auto call = toCapturedCall(*file, path);
   if (!call.ok() && audit) {
@@ -510,9 +512,9 @@ int replayMain(const std::string& path, std::string device_name, const std::stri
                       kReproScript + " reruns it with plain PyTorch");
   }
   if (keep) {
-    const std::string kept = replayVerdictsPath(path);
+    const std::string kept = store::replayVerdictsPath(path);
     Status written =
-        replaceFile(kept, "replay verdicts", [&](std::ostream& out) { out << jsonText(toJson(r), 2) << "\n"; });
+        store::replaceFile(kept, "replay verdicts", [&](std::ostream& out) { out << jsonText(toJson(r), 2) << "\n"; });
     r.notes.push_back(written.ok() ? "kept the verdicts in " + kept + ", where nanprov report --html shows them"
                                    : "verdicts not kept: " + written.message());
   }

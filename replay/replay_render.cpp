@@ -393,7 +393,7 @@ int severity(Verdict v) {
 }
 
 json auditHead(const ReplayResult& r) {
-  return {{"format", kAuditFormat},
+  return {{"format", store::kAuditFormat},
           {"call", r.call},
           {"step", r.step},
           {"phase", r.phase},

@@ -12,7 +12,7 @@
 #include "store/audit_file.h"
 #include "store/reader.h"
 
-namespace nanprov {
+namespace nanprov::report {
 namespace {
 
 using nlohmann::json;
@@ -53,13 +53,13 @@ AuditFinding findingOf(const CaptureRecord& capture, const std::string& path, co
 
 }  // namespace
 
-AuditSummary readAudit(const RunData& run) {
+AuditSummary readAudit(const store::RunData& run) {
   AuditSummary a;
   a.on = run.settings.audit.on;
   a.warn_only = run.settings.audit.warn_only;
   a.coverage.every_steps = run.settings.audit.every_steps;
   a.coverage.budget_percent = run.settings.audit.budget_percent;
-  for (const RankInfo& r : run.ranks) {
+  for (const store::RankInfo& r : run.ranks) {
     // Counted by the probes' capture policy.
     if (const std::optional<AuditRotation>& rotation = r.counters.audit_rotation) {
       a.coverage.rotations += rotation->rotations;
@@ -88,7 +88,7 @@ AuditSummary readAudit(const RunData& run) {
     }
     a.bytes += c.bytes;
     const std::string path = run.capturePath(c);
-    auto doc = readAuditFile(path);
+    auto doc = store::readAuditFile(path);
     if (!doc.ok()) {
       ++a.not_audited[doc.status().message()];
       notJudged(c, doc.status().message());
@@ -118,13 +118,13 @@ AuditSummary readAudit(const RunData& run) {
         k->judged_steps.insert(c.step);
       }
     } catch (const std::exception& e) {
-      ++a.not_audited[auditFilePath(path) + " is not an audit result (" + e.what() +
+      ++a.not_audited[store::auditFilePath(path) + " is not an audit result (" + e.what() +
                       "); delete it and run nanprov replay " + path + " --audit"];
     }
   }
   // The regimes each key met, as the probes counted them: one is judged where a judgement of its
   // key exists at the step it was last taken at; taken with none, or never taken, it is not.
-  for (const RankInfo& r : run.ranks) {
+  for (const store::RankInfo& r : run.ranks) {
     for (const auto& [slot, regime] : r.counters.audit_regimes) {
       AuditCoverage::Key& k = keys[{r.rank, regime.layer, phaseName(regime.phase)}];
       k.rank = r.rank, k.layer = regime.layer, k.phase = phaseName(regime.phase);
@@ -379,4 +379,4 @@ std::string auditText(const AuditSummary& a) {
   return out + coverageText(a);
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::report

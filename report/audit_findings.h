@@ -14,9 +14,11 @@
 
 #include "report/judgements.h"
 
-namespace nanprov {
-
+namespace nanprov::store {
 struct RunData;  // store/reader.h: the model's types need no store header
+}  // namespace nanprov::store
+
+namespace nanprov::report {
 
 // What the audit judged, per (rank, layer, phase) it met (DESIGN.md, "Audit": every layer, through
 // the whole run), from the audit's capture rows and their judgements.
@@ -84,7 +86,7 @@ struct AuditSummary {
   AuditCoverage coverage;
 };
 
-AuditSummary readAudit(const RunData& run);
+AuditSummary readAudit(const store::RunData& run);
 
 // {"on", "calls", "findings", "seconds", "bytes", "suspect", "not_audited": [{why, calls}], "unjudged",
 //  "coverage": {layers, calls_judged, per_layer: [{rank, layer, phase, judged, last_step}],
@@ -97,4 +99,4 @@ nlohmann::json auditFindingsJson(const AuditSummary& audit);
 // Texts from the files are printed as given: the caller escapes them (report/terminal_text.h).
 std::string auditText(const AuditSummary& audit);
 
-}  // namespace nanprov
+}  // namespace nanprov::report

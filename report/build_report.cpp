@@ -5,7 +5,7 @@
 #include "base/records/roles.h"
 #include "store/reader.h"
 
-namespace nanprov {
+namespace nanprov::report {
 namespace {
 
 // The largest |x| among a call's finite inputs (masks aside).
@@ -20,7 +20,7 @@ double largestFiniteInput(const CallRecord& c) {
 
 // The calls of a run are ordered by (step, time): the attention forward before `index` on its
 // rank, in its step, is the nearest such call before it.
-InputTrail inputTrail(const RunData& run, size_t index) {
+InputTrail inputTrail(const store::RunData& run, size_t index) {
   const CallRecord& c = run.calls[index];
   InputTrail trail{.largest = largestFiniteInput(c)};
   for (size_t i = index; i-- > 0;) {
@@ -35,20 +35,21 @@ InputTrail inputTrail(const RunData& run, size_t index) {
   return trail;
 }
 
-const RankInfo* rankOf(const RunData& run, int rank) {
-  for (const RankInfo& r : run.ranks) {
+const store::RankInfo* rankOf(const store::RunData& run, int rank) {
+  for (const store::RankInfo& r : run.ranks) {
     if (r.rank == rank) return &r;
   }
   return nullptr;
 }
 
-EdgeCall edgeOf(const RunData& run, const CallKernelIndex& kernels, const CallRecord& c, const CallHealth& health) {
+EdgeCall edgeOf(const store::RunData& run, const CallKernelIndex& kernels, const CallRecord& c,
+                const CallHealth& health) {
   EdgeCall edge{.call = c, .health = health, .kernels = kernels.of(c), .largest_finite_input = largestFiniteInput(c)};
   if (const CaptureRecord* capture = run.captureOf(c.rank, c.seq)) {
     edge.capture =
         EdgeCapture{.path = capture->path.empty() ? "" : run.capturePath(*capture), .skipped = capture->skipped};
   }
-  const RankInfo* rank = rankOf(run, c.rank);
+  const store::RankInfo* rank = rankOf(run, c.rank);
   if (rank && rank->counters.mesh) edge.mesh = *rank->counters.mesh;
   edge.device = rank ? rank->device.forDevice(c.device) : DeviceIdentity{.device = c.device.name()};
   return edge;
@@ -56,11 +57,11 @@ EdgeCall edgeOf(const RunData& run, const CallKernelIndex& kernels, const CallRe
 
 }  // namespace
 
-StatusOr<Report> buildReport(const RunData& run, const ReportOptions& options) {
+StatusOr<Report> buildReport(const store::RunData& run, const ReportOptions& options) {
   return buildReport(run, analyze(run), options);
 }
 
-StatusOr<Report> buildReport(const RunData& run, Findings findings, const ReportOptions& options) {
+StatusOr<Report> buildReport(const store::RunData& run, Findings findings, const ReportOptions& options) {
   Report r{.run = runOverviewOf(run), .origin = findings.origin, .propagation = findings.propagation};
   const CallKernelIndex kernels(run);
   if (findings.first) {
@@ -72,7 +73,7 @@ StatusOr<Report> buildReport(const RunData& run, Findings findings, const Report
     const CallRecord& c = run.calls[*findings.first_source];
     r.first_source_edge =
         findings.first_source == findings.first ? *r.first_edge : edgeOf(run, kernels, c, classify(c));
-    const RankInfo* rank = rankOf(run, c.rank);
+    const store::RankInfo* rank = rankOf(run, c.rank);
     r.source_issues = knownIssuesOfCall(c, rank ? rank->meta : std::map<std::string, std::string>{});
   }
   r.first_module = firstModule(run, findings);
@@ -90,4 +91,4 @@ StatusOr<Report> buildReport(const RunData& run, Findings findings, const Report
   return r;
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::report

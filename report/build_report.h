@@ -7,9 +7,11 @@
 #include "report/edges.h"
 #include "report/report.h"
 
-namespace nanprov {
-
+namespace nanprov::store {
 struct RunData;
+}  // namespace nanprov::store
+
+namespace nanprov::report {
 
 struct ReportOptions {
   // Also what only the HTML page shows: the layer × step picture, which streams every call of
@@ -18,8 +20,8 @@ struct ReportOptions {
 };
 
 // Fails only where the page's reading fails (a damaged store the picture cannot draw).
-StatusOr<Report> buildReport(const RunData& run, const ReportOptions& options = {});
-StatusOr<Report> buildReport(const RunData& run, Findings findings,
+StatusOr<Report> buildReport(const store::RunData& run, const ReportOptions& options = {});
+StatusOr<Report> buildReport(const store::RunData& run, Findings findings,
                              const ReportOptions& options = {});  // edges already analyzed
 
-}  // namespace nanprov
+}  // namespace nanprov::report

@@ -6,7 +6,7 @@
 #include "base/records/roles.h"
 #include "replay/known_issues.h"
 
-namespace nanprov {
+namespace nanprov::report {
 namespace {
 
 const TensorHealth* tensorOf(const CallRecord& call, Role role) {
@@ -81,4 +81,4 @@ CallIssues knownIssuesOfCall(const CallRecord& call, const std::map<std::string,
   return out;
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::report

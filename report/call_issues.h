@@ -12,11 +12,11 @@
 #include "base/records/call_record.h"
 #include "report/judgements.h"
 
-namespace nanprov {
-
-namespace replay {
+namespace nanprov::replay {
 struct IssueFacts;  // replay/known_issues.h: the renderers never see it
-}  // namespace replay
+}  // namespace nanprov::replay
+
+namespace nanprov::report {
 
 replay::IssueFacts factsOfCall(const CallRecord& call, const std::map<std::string, std::string>& rank_meta);
 
@@ -40,4 +40,4 @@ struct CallIssues {
 // Nothing for an injected call: a fault --inject planted is nobody's bug.
 CallIssues knownIssuesOfCall(const CallRecord& call, const std::map<std::string, std::string>& rank_meta);
 
-}  // namespace nanprov
+}  // namespace nanprov::report

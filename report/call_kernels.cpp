@@ -4,7 +4,7 @@
 #include "store/reader.h"
 #include "store/replayed_kernels.h"
 
-namespace nanprov {
+namespace nanprov::report {
 
 nlohmann::json kernelsJson(const std::vector<KernelRecord>& kernels) {
   nlohmann::json list = nlohmann::json::array();
@@ -43,7 +43,7 @@ std::vector<KernelRecord> copied(const CallKernels& kernels) {
 
 }  // namespace
 
-CallKernelIndex::CallKernelIndex(const RunData& run) : run_(run) {
+CallKernelIndex::CallKernelIndex(const store::RunData& run) : run_(run) {
   for (const CallRecord& c : run.calls) {  // ordered by step and time: later calls overwrite
     if (!c.device.isCpu() && !run.kernelsOf(c.rank, c.seq).empty()) traced_[signatureOf(c)] = &c;
   }
@@ -51,14 +51,15 @@ CallKernelIndex::CallKernelIndex(const RunData& run) : run_(run) {
 
 CallKernelIndex::~CallKernelIndex() = default;
 
-const ReplayedKernels* CallKernelIndex::replayedKernelsOf(const CallRecord& call) const {
+const store::ReplayedKernels* CallKernelIndex::replayedKernelsOf(const CallRecord& call) const {
   const CaptureRecord* capture = run_.captureOf(call.rank, call.seq);
   if (!capture || capture->path.empty()) return nullptr;
   std::string path = run_.capturePath(*capture);
   auto it = replayed_.find(path);
   if (it == replayed_.end()) {
-    auto read = readReplayedKernels(path);  // an unreadable list is as good as none
-    it = replayed_.emplace(path, read.ok() && *read ? std::make_unique<ReplayedKernels>(std::move(**read)) : nullptr)
+    auto read = store::readReplayedKernels(path);  // an unreadable list is as good as none
+    it = replayed_
+             .emplace(path, read.ok() && *read ? std::make_unique<store::ReplayedKernels>(std::move(**read)) : nullptr)
              .first;
   }
   return it->second && !it->second->kernels.empty() ? it->second.get() : nullptr;
@@ -79,7 +80,7 @@ KernelsOfCall CallKernelIndex::of(const CallRecord& call) const {
     out.attribution = call.unattributed.empty() ? "CUPTI" : "unattributed: " + call.unattributed;
     return out;
   }
-  if (const ReplayedKernels* replayed = replayedKernelsOf(call)) {
+  if (const store::ReplayedKernels* replayed = replayedKernelsOf(call)) {
     out.kernels = replayed->kernels;
     out.from = "replay";
     out.attribution = "traced in a replay of its capture on " + replayed->gpu + "; " + missed;
@@ -101,4 +102,4 @@ KernelsOfCall CallKernelIndex::of(const CallRecord& call) const {
   return out;
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::report

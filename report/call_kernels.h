@@ -10,10 +10,12 @@
 
 #include "base/records/call_record.h"
 
-namespace nanprov {
-
+namespace nanprov::store {
 struct RunData;
 struct ReplayedKernels;
+}  // namespace nanprov::store
+
+namespace nanprov::report {
 
 nlohmann::json kernelsJson(const std::vector<KernelRecord>& kernels);
 
@@ -38,17 +40,17 @@ struct KernelsOfCall {
 
 class CallKernelIndex {
  public:
-  explicit CallKernelIndex(const RunData& run);
+  explicit CallKernelIndex(const store::RunData& run);
   ~CallKernelIndex();
   KernelsOfCall of(const CallRecord& call) const;
 
  private:
-  const ReplayedKernels* replayedKernelsOf(const CallRecord& call) const;
+  const store::ReplayedKernels* replayedKernelsOf(const CallRecord& call) const;
 
-  const RunData& run_;
+  const store::RunData& run_;
   std::map<std::string, const CallRecord*> traced_;  // signature → latest call with kernels
   // Capture path → what a replay traced (nullptr: none), read once.
-  mutable std::map<std::string, std::unique_ptr<ReplayedKernels>> replayed_;
+  mutable std::map<std::string, std::unique_ptr<store::ReplayedKernels>> replayed_;
 };
 
-}  // namespace nanprov
+}  // namespace nanprov::report

@@ -8,7 +8,7 @@
 #include "report/run_overview.h"
 #include "store/reader.h"
 
-namespace nanprov {
+namespace nanprov::report {
 namespace {
 
 using CollectiveKey = std::tuple<std::string, int64_t, int64_t>;  // (group, step, ordinal)
@@ -16,7 +16,7 @@ using CollectiveKey = std::tuple<std::string, int64_t, int64_t>;  // (group, ste
 CollectiveKey keyOf(const CollectiveRecord& c) { return {c.group, c.step, c.ord}; }
 
 // The parameters whose gradients the gradient sentinel found non-finite on `rank` at `step`.
-std::vector<std::string> sentinelGradients(const RunData& run, int rank, int64_t step) {
+std::vector<std::string> sentinelGradients(const store::RunData& run, int rank, int64_t step) {
   std::vector<std::string> names;
   for (const SentinelRecord& f : run.sentinel) {
     if (f.rank == rank && f.step == step && f.tensor == SentinelTensor::kGrad) names.push_back(f.parameter);
@@ -26,7 +26,7 @@ std::vector<std::string> sentinelGradients(const RunData& run, int rank, int64_t
 
 }  // namespace
 
-std::vector<CollectivePath> collectivePaths(const RunData& run) {
+std::vector<CollectivePath> collectivePaths(const store::RunData& run) {
   // Each rank's first collective that carried a non-finite value (rows are in issue order per rank).
   std::map<int, const CollectiveRecord*> first;
   std::map<CollectiveKey, std::set<int>> sent;  // the ranks whose input to it was non-finite
@@ -78,4 +78,4 @@ nlohmann::json collectivePathJson(const CollectivePath& path) {
           {"parameters", path.parameters}};
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::report

@@ -13,9 +13,11 @@
 
 #include "base/records/call_record.h"
 
-namespace nanprov {
-
+namespace nanprov::store {
 struct RunData;  // store/reader.h: the model's types need no store header
+}  // namespace nanprov::store
+
+namespace nanprov::report {
 
 struct CollectivePath {
   int rank = 0;
@@ -32,7 +34,7 @@ struct CollectivePath {
 };
 
 // One per rank that received non-finite values through a collective, by rank.
-std::vector<CollectivePath> collectivePaths(const RunData& run);
+std::vector<CollectivePath> collectivePaths(const store::RunData& run);
 
 // The (rank, step) pairs whose values went non-finite through a collective.
 std::set<std::pair<int, int64_t>> receivedThroughCollective(const std::vector<CollectivePath>& paths);
@@ -43,4 +45,4 @@ std::set<std::pair<int, int64_t>> receivedThroughCollective(const std::vector<Co
 std::string collectivePathText(const CollectivePath& path, StepUnit unit, const std::string& carrying);
 nlohmann::json collectivePathJson(const CollectivePath& path);
 
-}  // namespace nanprov
+}  // namespace nanprov::report

@@ -6,7 +6,7 @@
 #include "store/reader.h"
 #include "store/run_dir.h"
 
-namespace nanprov {
+namespace nanprov::report {
 
 const char* originName(Origin o) {
   switch (o) {
@@ -39,9 +39,9 @@ Findings analyze(const std::vector<CallRecord>& calls) {
   return f;
 }
 
-Findings analyze(const RunData& run) {
+Findings analyze(const store::RunData& run) {
   Findings f = analyze(run.calls);
-  if (run.scope == RunScope::kEdges) {
+  if (run.scope == store::RunScope::kEdges) {
     f.propagation.calls = run.not_clean.calls;
     f.propagation.layers = static_cast<int64_t>(run.not_clean.layers.size());
     f.propagation.ranks = static_cast<int64_t>(run.not_clean.ranks.size());
@@ -49,4 +49,4 @@ Findings analyze(const RunData& run) {
   return f;
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::report

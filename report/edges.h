@@ -10,9 +10,11 @@
 #include "base/records/call_name.h"
 #include "base/records/call_record.h"
 
-namespace nanprov {
-
+namespace nanprov::store {
 struct RunData;  // store/reader.h: the model's types need no store header
+}  // namespace nanprov::store
+
+namespace nanprov::report {
 
 struct Propagation {
   int64_t calls = 0;  // non-finite calls from the first edge on, the edge included
@@ -40,6 +42,6 @@ Findings analyze(const std::vector<CallRecord>& calls);
 
 // The same over a loaded run; a run read for its edges only (RunScope::kEdges) takes its
 // propagation from the store's counts over the calls that are not clean.
-Findings analyze(const RunData& run);
+Findings analyze(const store::RunData& run);
 
-}  // namespace nanprov
+}  // namespace nanprov::report

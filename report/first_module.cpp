@@ -6,7 +6,7 @@
 #include "report/run_overview.h"
 #include "store/reader.h"
 
-namespace nanprov {
+namespace nanprov::report {
 namespace {
 
 // `outer` is `inner` or a module around it ("" is the outermost module, around everything).
@@ -50,7 +50,7 @@ std::string backwardInputsText(ModuleInputs inputs, const std::string& largest) 
 }
 
 // See FirstModule::shares_gradient_with.
-std::vector<std::string> sharingItsGradient(const RunData& run, const ModuleCheckRecord& m) {
+std::vector<std::string> sharingItsGradient(const store::RunData& run, const ModuleCheckRecord& m) {
   std::vector<std::string> out;
   if (m.phase != Phase::kBackward || m.gradient == 0) return out;
   for (const ModuleCheckRecord& o : run.module_checks) {
@@ -63,7 +63,7 @@ std::vector<std::string> sharingItsGradient(const RunData& run, const ModuleChec
 }
 
 // The module check firstModule names (report/first_module.h).
-std::optional<ModuleCheckRecord> firstCheck(const RunData& run, const Findings& findings) {
+std::optional<ModuleCheckRecord> firstCheck(const store::RunData& run, const Findings& findings) {
   // The first step and phase with a non-finite module output. A step's backward runs after its
   // forward, and a backward fed by a non-finite forward sends non-finite gradients from finite
   // incoming ones (a loss module's: its gradient is 1.0): had the forward any non-finite output,
@@ -109,7 +109,7 @@ std::optional<ModuleCheckRecord> firstCheck(const RunData& run, const Findings& 
 
 }  // namespace
 
-std::optional<FirstModule> firstModule(const RunData& run, const Findings& findings) {
+std::optional<FirstModule> firstModule(const store::RunData& run, const Findings& findings) {
   std::optional<ModuleCheckRecord> check = firstCheck(run, findings);
   if (!check) return std::nullopt;
   return FirstModule{.check = *check, .shares_gradient_with = sharingItsGradient(run, *check)};
@@ -178,8 +178,8 @@ std::string madeInUncheckedAttentionText(const FirstModule& first, StepUnit unit
          "): unchecked attention, so the kernel that made them is not known";
 }
 
-bool trailMissedCompiledCode(const RunData& run) {
-  for (const RankInfo& r : run.ranks) {
+bool trailMissedCompiledCode(const store::RunData& run) {
+  for (const store::RankInfo& r : run.ranks) {
     // A compiled graph ran; its modules' backward was checked only where every backward graph
     // took the checks (a store from before those checks says nothing of it).
     if (r.counters.trail_compiled && r.counters.trail_compiled_backward != CompiledBackward::kChecked) return true;
@@ -199,4 +199,4 @@ std::string upstreamOriginText(const RunOverview& run, const std::optional<First
   return "the origin is outside attention, and no module's output was non-finite before it";
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::report

@@ -11,9 +11,12 @@
 #include "base/records/call_record.h"
 #include "report/edges.h"
 
-namespace nanprov {
-
+namespace nanprov::store {
 struct RunData;  // store/reader.h: the model's types need no store header
+}  // namespace nanprov::store
+
+namespace nanprov::report {
+
 struct RunOverview;
 
 struct FirstModule {
@@ -30,11 +33,11 @@ struct FirstModule {
 // the batch, or from the loss), the first call.
 // None without --trail, or when the first non-finite value was attention's own (the first edge is
 // a source edge, and the module is its attention module or one around it).
-std::optional<FirstModule> firstModule(const RunData& run, const Findings& findings);
+std::optional<FirstModule> firstModule(const store::RunData& run, const Findings& findings);
 
 // Whether --trail ran alongside torch.compile'd code whose modules' backward it did not check
 // (RunCounters::trail_compiled_backward is not kChecked).
-bool trailMissedCompiledCode(const RunData& run);
+bool trailMissedCompiledCode(const store::RunData& run);
 
 // {rank, step, phase, module, class, inputs_finite, nonfinite, largest_input, shares_gradient_with,
 // unchecked_before}, or null.
@@ -55,4 +58,4 @@ std::string madeInUncheckedAttentionText(const FirstModule& m, StepUnit unit);
 // named one, else that the origin is outside attention (and that --trail would name the module).
 std::string upstreamOriginText(const RunOverview& run, const std::optional<FirstModule>& m, const CallRecord& edge);
 
-}  // namespace nanprov
+}  // namespace nanprov::report

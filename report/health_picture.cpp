@@ -7,7 +7,7 @@
 #include "base/text.h"
 #include "store/reader.h"
 
-namespace nanprov {
+namespace nanprov::report {
 namespace {
 
 // "rank0:layer1:call4: non-finite O, LSE" or "...: non-finite input Q"
@@ -19,9 +19,9 @@ std::string badCallText(const CallRecord& call, const CallHealth& health) {
 
 // Steps per column: one, unless the run is longer than the picture's columns (steps recorded
 // per rank bound the calls' steps, up to the calls after the last boundary).
-int64_t stepsPerColumn(const RunData& run) {
+int64_t stepsPerColumn(const store::RunData& run) {
   int64_t steps = 0;
-  for (const RankInfo& r : run.ranks) steps = std::max(steps, r.steps + 1);
+  for (const store::RankInfo& r : run.ranks) steps = std::max(steps, r.steps + 1);
   return std::max<int64_t>(1, (steps + HealthPicture::kMaxColumns - 1) / HealthPicture::kMaxColumns);
 }
 
@@ -109,17 +109,17 @@ const PictureCell& RankPicture::cell(int64_t row, Phase phase, int64_t column) c
   return it == cells.end() ? kUnprobedCell : it->second;
 }
 
-StatusOr<HealthPicture> drawHealthPicture(const RunData& run, const std::vector<AuditFinding>& findings,
+StatusOr<HealthPicture> drawHealthPicture(const store::RunData& run, const std::vector<AuditFinding>& findings,
                                           const CallRecord* first_edge, const CallRecord* first_source_edge) {
   HealthPicture picture;
   picture.steps_per_column = stepsPerColumn(run);
   // Every rank that left a store gets its rows, even one that checked nothing.
-  for (const RankInfo& r : run.ranks) rankOf(picture, r.rank);
+  for (const store::RankInfo& r : run.ranks) rankOf(picture, r.rank);
   bool phase_seen[2] = {false, false};
   std::map<int, int64_t> steps_of;
-  for (const RankInfo& r : run.ranks) steps_of[r.rank] = r.steps;
+  for (const store::RankInfo& r : run.ranks) steps_of[r.rank] = r.steps;
   Status damaged = Status::Ok();
-  Status read = forEachCall(RunDirs(run.dirs), CallQuery{}, [&](const CallRecord& c) {
+  Status read = store::forEachCall(store::RunDirs(run.dirs), store::CallQuery{}, [&](const CallRecord& c) {
     // A call's step counts the boundaries its rank recorded before it, so a step far past them
     // is a damaged store; drawing up to it would make a page of any size.
     auto recorded = steps_of.find(c.rank);
@@ -178,4 +178,4 @@ StatusOr<HealthPicture> drawHealthPicture(const RunData& run, const std::vector<
   return picture;
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::report

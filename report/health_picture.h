@@ -13,9 +13,11 @@
 #include "base/status.h"
 #include "report/audit_findings.h"
 
-namespace nanprov {
-
+namespace nanprov::store {
 struct RunData;  // store/reader.h: the model's types need no store header
+}  // namespace nanprov::store
+
+namespace nanprov::report {
 
 // Ordered from best to worst: a cell shows the worst of its calls. An injected call is marked as
 // injected whatever its values, since the report marks injected edges as injected. Unprobed: no
@@ -66,7 +68,7 @@ struct HealthPicture {
 
 // Reads every call of the run from its stores, and marks the report's audit findings, its first
 // edge and (when it is a later call) its first source edge.
-StatusOr<HealthPicture> drawHealthPicture(const RunData& run, const std::vector<AuditFinding>& findings,
+StatusOr<HealthPicture> drawHealthPicture(const store::RunData& run, const std::vector<AuditFinding>& findings,
                                           const CallRecord* first_edge, const CallRecord* first_source_edge);
 
-}  // namespace nanprov
+}  // namespace nanprov::report

@@ -1,6 +1,6 @@
 #include "report/judgements.h"
 
-namespace nanprov {
+namespace nanprov::report {
 namespace {
 
 using nlohmann::json;
@@ -80,4 +80,4 @@ const TensorJudgement* judgementOf(const std::vector<TensorJudgement>& judgement
   return nullptr;
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::report

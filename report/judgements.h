@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-namespace nanprov {
+namespace nanprov::report {
 
 struct TensorJudgement {
   std::string role;
@@ -37,4 +37,4 @@ nlohmann::json knownIssuesJson(const std::vector<KnownIssueNote>& issues);
 // The judgement of `role`, or nullptr when the list has none.
 const TensorJudgement* judgementOf(const std::vector<TensorJudgement>& judgements, const std::string& role);
 
-}  // namespace nanprov
+}  // namespace nanprov::report

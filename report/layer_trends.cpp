@@ -6,7 +6,7 @@
 #include "base/text.h"
 #include "store/reader.h"
 
-namespace nanprov {
+namespace nanprov::report {
 namespace {
 
 void takeLarger(std::optional<double>& into, const std::optional<double>& v) {
@@ -28,16 +28,16 @@ double LayerTrend::growth() const {
   return from > 0 ? *points[*peak_logit].logit / from : 0;
 }
 
-Trends trendsOf(const RunData& run, std::optional<int64_t> nonfinite_step) {
+Trends trendsOf(const store::RunData& run, std::optional<int64_t> nonfinite_step) {
   Trends out;
   out.nonfinite_step = nonfinite_step;
   std::map<int64_t, int64_t> widest;  // layer → bucket steps
-  for (const RankInfo& r : run.ranks) {
+  for (const store::RankInfo& r : run.ranks) {
     for (const TrendPoint& p : r.trends) widest[p.layer] = std::max(widest[p.layer], p.bucket_steps);
   }
   // Buckets are aligned powers of two, so a narrower rank's fall wholly inside the widest's.
   std::map<int64_t, std::map<int64_t, TrendPoint>> merged;
-  for (const RankInfo& r : run.ranks) {
+  for (const store::RankInfo& r : run.ranks) {
     for (const TrendPoint& p : r.trends) {
       const int64_t width = widest[p.layer];
       const int64_t start = p.step / width * width;
@@ -160,4 +160,4 @@ std::string trendsText(const Trends& trends) {
   return out + "\n";
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::report

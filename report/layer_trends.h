@@ -11,9 +11,11 @@
 
 #include "base/logit_trend.h"
 
-namespace nanprov {
-
+namespace nanprov::store {
 struct RunData;  // store/reader.h: the model's types need no store header
+}  // namespace nanprov::store
+
+namespace nanprov::report {
 
 struct LayerTrend {
   int64_t layer = -1;
@@ -36,10 +38,10 @@ struct Trends {
   std::optional<int64_t> nonfinite_step;
 };
 
-Trends trendsOf(const RunData& run, std::optional<int64_t> nonfinite_step);
+Trends trendsOf(const store::RunData& run, std::optional<int64_t> nonfinite_step);
 nlohmann::json trendsJson(const Trends& trends);
 // The warnings, and the layers whose logits grew most, a few lines; "" for a run with no trend
 // rows (a store older than them).
 std::string trendsText(const Trends& trends);
 
-}  // namespace nanprov
+}  // namespace nanprov::report

@@ -7,11 +7,11 @@
 #include "store/process_notes.h"
 #include "store/reader.h"
 
-namespace nanprov {
+namespace nanprov::report {
 namespace {
 
 // Why a run recorded no attention call, from what `nanprov run` and the bootstrap left.
-std::string whyNothingChecked(const RunData& run, const std::map<std::string, int64_t>& unprobed) {
+std::string whyNothingChecked(const store::RunData& run, const std::map<std::string, int64_t>& unprobed) {
   namespace fs = std::filesystem;
   if (!unprobed.empty()) {
     return "every attention call the training made is of a kind nanprov does not check yet (listed below)";
@@ -22,7 +22,7 @@ std::string whyNothingChecked(const RunData& run, const std::map<std::string, in
     return "rank " + std::to_string(rank) + " could not write its store, so none of its calls was recorded (" + why +
            ")";
   }
-  const RunFile& settings = run.settings;
+  const store::RunFile& settings = run.settings;
   if (settings.readable) {
     // `nanprov run` writes the exit status when the training has ended.
     if (!settings.ended()) {
@@ -39,7 +39,7 @@ std::string whyNothingChecked(const RunData& run, const std::map<std::string, in
       return "the training exited with code " + std::to_string(*settings.exit_code) + when;
     }
   }
-  ProcessNotes notes = readProcessNotes(RunDirs(run.dirs));
+  store::ProcessNotes notes = store::readProcessNotes(store::RunDirs(run.dirs));
   if (notes.processes > 0 && notes.instrumented == 0) {
     return "no process was instrumented (see " + (fs::path(run.dir) / "processes").string() + ")";
   }
@@ -54,7 +54,8 @@ const char* const kUnseenAttentionHint =
     "if the model has attention nanprov did not recognise, nanprov run --probe-module PATTERN checks it "
     "(its module's class, or a path glob such as 'layers.*.attn')";
 
-std::optional<SentinelFinding> earliestSentinel(const RunData& run, const std::set<std::pair<int, int64_t>>& received) {
+std::optional<SentinelFinding> earliestSentinel(const store::RunData& run,
+                                                const std::set<std::pair<int, int64_t>>& received) {
   std::optional<SentinelFinding> best;
   auto order = [&](int rank, int64_t step) { return std::make_tuple(step, received.count({rank, step}) > 0, rank); };
   for (const SentinelRecord& f : run.sentinel) {
@@ -87,7 +88,7 @@ bool outcomeIsFault(Outcome o) {
 namespace {
 
 // The kinds of attention that ran unchecked by `step` (the probes' words, without the suggestion).
-std::vector<std::string> uncheckedBy(const RunData& run, int64_t step) {
+std::vector<std::string> uncheckedBy(const store::RunData& run, int64_t step) {
   std::vector<std::string> out;
   const std::map<std::string, int64_t> first_steps = run.unprobedFirstSteps();
   for (const UncheckedAttention& u : uncheckedAttention(run)) {
@@ -99,7 +100,7 @@ std::vector<std::string> uncheckedBy(const RunData& run, int64_t step) {
 
 }  // namespace
 
-Conclusion conclude(const RunData& run, const Findings& findings, const std::optional<FirstModule>& first) {
+Conclusion conclude(const store::RunData& run, const Findings& findings, const std::optional<FirstModule>& first) {
   const ModuleCheckRecord* first_module = first ? &first->check : nullptr;
   Conclusion c;
   c.collective_paths = collectivePaths(run);
@@ -177,4 +178,4 @@ Conclusion conclude(const RunData& run, const Findings& findings, const std::opt
   return c;
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::report

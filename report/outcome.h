@@ -17,9 +17,11 @@
 #include "report/first_module.h"
 #include "report/replica_check.h"
 
-namespace nanprov {
-
+namespace nanprov::store {
 struct RunData;  // store/reader.h: the model's types need no store header
+}  // namespace nanprov::store
+
+namespace nanprov::report {
 
 // The earliest step, across ranks, whose gradients (or parameters after the update) held NaN/Inf.
 // At one step, a rank that received them through a collective comes after a rank that did not:
@@ -30,7 +32,8 @@ struct SentinelFinding {
   std::vector<std::string> gradients;  // parameters whose gradient was non-finite
   std::vector<std::string> values;     // parameters whose value was non-finite after the update
 };
-std::optional<SentinelFinding> earliestSentinel(const RunData& run, const std::set<std::pair<int, int64_t>>& received);
+std::optional<SentinelFinding> earliestSentinel(const store::RunData& run,
+                                                const std::set<std::pair<int, int64_t>>& received);
 
 // kPartial: no fault among what was checked, but not everything was (attention recognised and not
 // checked, or ranks of the job not read). Nothing went non-finite that nanprov saw.
@@ -94,6 +97,7 @@ extern const char* const kUnseenAttentionHint;
 // attention was checked and none ran unchecked up to its step; otherwise the outcome is unattributed (exit 1): nanprov
 // cannot tell whether that attention made the values, unless --trail named that attention's
 // module (`first_module`, report/first_module.h) as where they were made.
-Conclusion conclude(const RunData& run, const Findings& findings, const std::optional<FirstModule>& first_module);
+Conclusion conclude(const store::RunData& run, const Findings& findings,
+                    const std::optional<FirstModule>& first_module);
 
-}  // namespace nanprov
+}  // namespace nanprov::report

@@ -10,7 +10,7 @@
 #include "store/reader.h"
 #include "store/replay_verdicts.h"
 
-namespace nanprov {
+namespace nanprov::report {
 namespace {
 
 using nlohmann::json;
@@ -63,19 +63,19 @@ std::string cudaVersionText(const std::string& v) {
 }
 
 // From a meta that names the GPU: the cuda_runtime, cudnn and gpu entries, in the page's words.
-RunEnvironment environmentOf(const StoreMeta& meta) {
+RunEnvironment environmentOf(const store::StoreMeta& meta) {
   RunEnvironment env;
-  if (const std::string* cuda = metaText(meta, "cuda_runtime")) env.cuda_runtime = cudaVersionText(*cuda);
-  if (const std::string* cudnn = metaText(meta, "cudnn")) {
+  if (const std::string* cuda = store::metaText(meta, "cuda_runtime")) env.cuda_runtime = cudaVersionText(*cuda);
+  if (const std::string* cudnn = store::metaText(meta, "cudnn")) {
     env.cudnn = replay::cudnnVersionText(parseInteger(*cudnn, 0, INT64_MAX).value_or(0));
   }
-  if (const std::string* gpu = metaText(meta, "gpu")) env.gpu = *gpu;
+  if (const std::string* gpu = store::metaText(meta, "gpu")) env.gpu = *gpu;
   return env;
 }
 
 }  // namespace
 
-StatusOr<PageSources> readPageSources(const RunData& run, const Report& report) {
+StatusOr<PageSources> readPageSources(const store::RunData& run, const Report& report) {
   PageSources sources;
   const CallRecord* first = report.first_edge ? &report.first_edge->call : nullptr;
   const CallRecord* first_source = report.first_source_edge ? &report.first_source_edge->call : nullptr;
@@ -85,22 +85,22 @@ StatusOr<PageSources> readPageSources(const RunData& run, const Report& report) 
                            drawHealthPicture(run, report.conclusion.audit.findings, first, first_source));
   sources.capture = edgeCapture(report);
   if (!sources.capture.empty()) {
-    sources.kept_replay_path = replayVerdictsPath(sources.capture);
+    sources.kept_replay_path = store::replayVerdictsPath(sources.capture);
     // A damaged kept replay costs the page its matrix, not the whole page.
-    auto replay = readReplayVerdicts(sources.capture);
+    auto replay = store::readReplayVerdicts(sources.capture);
     if (!replay.ok()) sources.replay_problem = replay.status().message();
     else if (*replay) sources.replay = keptReplayOf(**replay);
   }
   // The versions and GPU a rank ran with are in its store's meta (probes/libtorch/probes.h); a
   // store older than that meta leaves them to a capture's own.
-  for (const RankInfo& r : run.ranks) {
+  for (const store::RankInfo& r : run.ranks) {
     if (!r.meta.count("gpu")) continue;
     sources.environment = environmentOf(r.meta);
     return sources;
   }
   for (const CaptureRecord& c : run.captures) {
     if (c.path.empty()) continue;
-    auto meta = readCaptureMetadata(run.capturePath(c));
+    auto meta = store::readCaptureMetadata(run.capturePath(c));
     if (!meta.ok() || !meta->count("gpu")) continue;
     sources.environment = environmentOf(*meta);
     break;
@@ -108,4 +108,4 @@ StatusOr<PageSources> readPageSources(const RunData& run, const Report& report) 
   return sources;
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::report

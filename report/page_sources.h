@@ -11,9 +11,12 @@
 #include "report/health_picture.h"
 #include "report/judgements.h"
 
-namespace nanprov {
-
+namespace nanprov::store {
 struct RunData;
+}  // namespace nanprov::store
+
+namespace nanprov::report {
+
 struct Report;
 
 // One row of a kept replay's matrix: the run's own outputs, or a backend the replay ran.
@@ -52,6 +55,6 @@ struct PageSources {
 };
 
 // `report` holds the edges and the audit the picture marks.
-StatusOr<PageSources> readPageSources(const RunData& run, const Report& report);
+StatusOr<PageSources> readPageSources(const store::RunData& run, const Report& report);
 
-}  // namespace nanprov
+}  // namespace nanprov::report

@@ -12,7 +12,7 @@
 #include "base/records/call_name.h"
 #include "report/call_kernels.h"
 
-namespace nanprov {
+namespace nanprov::report {
 namespace {
 
 using nlohmann::json;
@@ -362,4 +362,4 @@ class TraceBuilder {
 
 json perfettoTrace(const Timeline& timeline) { return TraceBuilder(timeline).build(); }
 
-}  // namespace nanprov
+}  // namespace nanprov::report

@@ -10,7 +10,7 @@
 
 #include "report/timeline.h"
 
-namespace nanprov {
+namespace nanprov::report {
 
 // Names of the tracks ("thread_name" metadata), for readers of the trace.
 inline constexpr const char* kTrainingThreadTrack = "training thread";
@@ -22,4 +22,4 @@ inline constexpr const char* kSummarisedTrack = "summarised by the store budget"
 // across ranks, and every track's slices nested (Perfetto draws no overlapping ones).
 nlohmann::json perfettoTrace(const Timeline& timeline);
 
-}  // namespace nanprov
+}  // namespace nanprov::report

@@ -12,7 +12,7 @@
 #include "store/meta_values.h"
 #include "store/reader.h"
 
-namespace nanprov {
+namespace nanprov::report {
 namespace {
 
 // One rank's digests of one step: (parameter, digest) in the order written (the model's).
@@ -149,14 +149,14 @@ std::optional<ReplicaDivergence> firstDivergence(const std::map<int, std::map<in
 
 }  // namespace
 
-ReplicaCheck checkReplicas(const RunData& run) {
+ReplicaCheck checkReplicas(const store::RunData& run) {
   ReplicaCheck check;
   // The groups as their ranks recorded them: a rank counts in a group that lists it.
   std::map<std::string, std::vector<int>> groups;
-  for (const RankInfo& info : run.ranks) {
-    if (const std::string* sharded = metaText(info.meta, kReplicaShardedMeta); sharded && *sharded == "1")
+  for (const store::RankInfo& info : run.ranks) {
+    if (const std::string* sharded = store::metaText(info.meta, kReplicaShardedMeta); sharded && *sharded == "1")
       check.sharded = true;
-    const std::string* group = metaText(info.meta, kReplicaGroupMeta);
+    const std::string* group = store::metaText(info.meta, kReplicaGroupMeta);
     if (!group) continue;
     const std::vector<int> listed = ranksOfGroup(*group);
     if (std::find(listed.begin(), listed.end(), info.rank) != listed.end()) groups[*group].push_back(info.rank);
@@ -221,4 +221,4 @@ std::string replicaCheckText(const ReplicaCheck& r, StepUnit unit) {
   return out + "diverged at " + stepLabel(unit, d.step) + " (" + ranksText(d.ranks) + ", " + parameterText(d) + ")";
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::report

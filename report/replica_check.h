@@ -12,9 +12,11 @@
 
 #include "base/records/call_record.h"  // StepUnit
 
-namespace nanprov {
-
+namespace nanprov::store {
 struct RunData;  // store/reader.h
+}  // namespace nanprov::store
+
+namespace nanprov::report {
 
 struct ReplicaDivergence {
   int64_t step = 0;
@@ -43,7 +45,7 @@ struct ReplicaCheck {
 // Groups the ranks by the replica group each recorded (only ranks that name each other), and
 // compares, step by step, the ranks of a group that recorded that step: a rank that died, or
 // recorded fewer steps, is compared while it recorded. The earliest divergence of any group.
-ReplicaCheck checkReplicas(const RunData& run);
+ReplicaCheck checkReplicas(const store::RunData& run);
 
 // What was compared and what it showed, in one line for people ("ranks 0, 1, 2 compared after
 // each of 8 steps: bit for bit equal"); "" for a run with no replicas and nothing sharded.
@@ -53,4 +55,4 @@ std::string parameterText(const ReplicaDivergence& d);
 // "ranks 0 and 1", "ranks 0, 1, 2", "rank 1".
 std::string ranksText(const std::vector<int>& ranks);
 
-}  // namespace nanprov
+}  // namespace nanprov::report

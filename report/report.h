@@ -19,7 +19,7 @@
 #include "report/page_sources.h"
 #include "report/run_overview.h"
 
-namespace nanprov {
+namespace nanprov::report {
 
 // A call's capture, as `nanprov replay` takes it.
 struct EdgeCapture {
@@ -64,4 +64,4 @@ struct Report {
   std::optional<PageSources> page;          // what only the HTML page shows (ReportOptions::page)
 };
 
-}  // namespace nanprov
+}  // namespace nanprov::report

@@ -8,7 +8,7 @@
 #include "report/report_text.h"
 #include "report/trend_plots.h"
 
-namespace nanprov {
+namespace nanprov::report {
 namespace {
 
 // HTML's special characters as entities: safe in element text and in quoted attributes alike.
@@ -706,4 +706,4 @@ std::string reportHtml(const Report& report) {
   return out + "</body>\n</html>\n";
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::report

@@ -10,11 +10,11 @@
 
 #include "report/report.h"
 
-namespace nanprov {
+namespace nanprov::report {
 
 // The page. Every text from the store, the captures or the command line is escaped: a module
 // name is any ModuleDict key, and must stay text. A report built without the page's sources
 // draws no picture and shows no replay.
 std::string reportHtml(const Report& report);
 
-}  // namespace nanprov
+}  // namespace nanprov::report

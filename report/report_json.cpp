@@ -5,7 +5,7 @@
 #include "base/records/call_name.h"
 #include "base/records/roles.h"
 
-namespace nanprov {
+namespace nanprov::report {
 namespace {
 
 using nlohmann::json;
@@ -236,4 +236,4 @@ json reportJson(const Report& report) {
   return out;
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::report

@@ -9,7 +9,7 @@
 #include "base/records/call_record.h"
 #include "report/report.h"
 
-namespace nanprov {
+namespace nanprov::report {
 
 nlohmann::json reportJson(const Report& report);
 
@@ -20,4 +20,4 @@ nlohmann::json callJson(const CallRecord& call, const CallHealth& health);
 // driver, cuda_driver, cudnn}, null for what is not known (every GPU field on the CPU).
 nlohmann::json deviceIdentityJson(const DeviceIdentity& id);
 
-}  // namespace nanprov
+}  // namespace nanprov::report

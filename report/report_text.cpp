@@ -7,7 +7,7 @@
 #include "base/text.h"
 #include "report/terminal_text.h"
 
-namespace nanprov {
+namespace nanprov::report {
 namespace {
 
 // Inputs above this are unusual for attention in any dtype: the text then says where they came from.
@@ -376,4 +376,4 @@ std::string reportText(const Report& stored) {
   return edgeText(report) + closing(report);
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::report

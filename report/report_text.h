@@ -7,7 +7,7 @@
 
 #include "report/report.h"
 
-namespace nanprov {
+namespace nanprov::report {
 
 // The first line names the edge as rank<R>:layer<L>:call<C>, names the parameters whose
 // gradients went non-finite first, says the run is clean, or that nothing was checked.
@@ -24,4 +24,4 @@ std::string summarisedText(const Summarised& summarised);
 // named so, where its shape does not say what it broadcasts to.
 std::string maskedRowsText(const CallRecord& call, const TensorHealth& mask);
 
-}  // namespace nanprov
+}  // namespace nanprov::report

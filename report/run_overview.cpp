@@ -8,9 +8,9 @@
 #include "store/process_notes.h"
 #include "store/reader.h"
 
-namespace nanprov {
+namespace nanprov::report {
 
-RunOverview runOverviewOf(const RunData& run) {
+RunOverview runOverviewOf(const store::RunData& run) {
   RunOverview f{.dir = run.dir,
                 .dirs = run.dirs,
                 .step_unit = run.stepUnit(),
@@ -23,7 +23,7 @@ RunOverview runOverviewOf(const RunData& run) {
                 .missing_ranks = run.missingRanks(),
                 .unrecorded = run.unrecorded,
                 .clocks_differ = run.acrossHosts(),
-                .job = jobIdOf(run),
+                .job = store::jobIdOf(run),
                 .trail_on = run.trailOn(),
                 .trail_missed_compiled_code = trailMissedCompiledCode(run),
                 .unchecked = uncheckedAttention(run),
@@ -33,10 +33,10 @@ RunOverview runOverviewOf(const RunData& run) {
                 .torch = run.settings.torch,
                 .exit_code = run.settings.exit_code,
                 .signal = run.settings.signal};
-  for (const RankInfo& r : run.ranks) {
+  for (const store::RankInfo& r : run.ranks) {
     f.steps = std::max(f.steps, r.steps);
     auto said = [&](const char* key) {
-      const std::string* text = metaText(r.meta, key);
+      const std::string* text = store::metaText(r.meta, key);
       return text ? std::optional<std::string>(*text) : std::nullopt;
     };
     f.ranks.push_back({.rank = r.rank,
@@ -50,7 +50,7 @@ RunOverview runOverviewOf(const RunData& run) {
   }
   if (f.ranks.empty()) {
     // No store: the processes' notes say which ranks ran (a run that checked nothing is not "0 ranks").
-    const ProcessNotes notes = readProcessNotes(RunDirs(run.dirs));
+    const store::ProcessNotes notes = store::readProcessNotes(store::RunDirs(run.dirs));
     f.ranks_without_store = static_cast<int>(notes.ranks.size());
     if (!notes.ranks.empty()) f.world_size = std::max(f.world_size, *notes.ranks.rbegin() + 1);
   }
@@ -61,4 +61,4 @@ std::string stepLabel(StepUnit unit, int64_t step) {
   return (unit == StepUnit::kForwardPass ? "forward pass " : "step ") + std::to_string(step);
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::report

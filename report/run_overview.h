@@ -14,9 +14,11 @@
 #include "base/records/summarised.h"
 #include "report/unchecked_attention.h"
 
-namespace nanprov {
-
+namespace nanprov::store {
 struct RunData;
+}  // namespace nanprov::store
+
+namespace nanprov::report {
 
 struct RankOverview {
   int rank = 0;
@@ -66,9 +68,9 @@ struct RunOverview {
   std::optional<std::string> signal;
 };
 
-RunOverview runOverviewOf(const RunData& run);
+RunOverview runOverviewOf(const store::RunData& run);
 
 // "step 3" or, for inference runs, "forward pass 3".
 std::string stepLabel(StepUnit unit, int64_t step);
 
-}  // namespace nanprov
+}  // namespace nanprov::report

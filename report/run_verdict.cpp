@@ -8,7 +8,7 @@
 #include "report/report_json.h"
 #include "report/run_overview.h"
 
-namespace nanprov {
+namespace nanprov::report {
 namespace {
 
 using nlohmann::json;
@@ -355,4 +355,4 @@ std::string verdictLine(const RunVerdict& v) {
   return out + ": " + v.explanation;
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::report

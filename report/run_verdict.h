@@ -28,7 +28,7 @@
 #include "base/records/device_identity.h"
 #include "report/report.h"
 
-namespace nanprov {
+namespace nanprov::report {
 
 enum class VerdictClass {
   kNoFault,
@@ -107,4 +107,4 @@ nlohmann::json verdictJson(const RunVerdict& v);
 // "suspect_device (exit 12, exclude_node): rank0:layer0:call2, step 1, on host vm, cpu: ...".
 std::string verdictLine(const RunVerdict& v);
 
-}  // namespace nanprov
+}  // namespace nanprov::report

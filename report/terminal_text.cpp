@@ -2,7 +2,7 @@
 
 #include "base/text.h"
 
-namespace nanprov {
+namespace nanprov::report {
 namespace {
 
 void escape(std::string& s) { s = printable(s); }
@@ -120,4 +120,4 @@ Report forTerminal(Report report) {
   return report;
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::report

@@ -9,7 +9,7 @@
 #include "report/layer_trends.h"
 #include "report/report.h"
 
-namespace nanprov {
+namespace nanprov::report {
 
 CallRecord forTerminal(CallRecord call);
 Trends forTerminal(Trends trends);
@@ -17,4 +17,4 @@ AuditSummary forTerminal(AuditSummary audit);
 // Every text of the report that came from a store, a capture's file or run.json.
 Report forTerminal(Report report);
 
-}  // namespace nanprov
+}  // namespace nanprov::report

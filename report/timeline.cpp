@@ -6,10 +6,10 @@
 #include "base/records/call_name.h"
 #include "store/reader.h"
 
-namespace nanprov {
+namespace nanprov::report {
 namespace {
 
-Status checkTimes(const RunData& run) {
+Status checkTimes(const store::RunData& run) {
   constexpr int64_t kYearNs = 366LL * 24 * 3600 * 1000000000LL;
   int64_t earliest = INT64_MAX, latest = 0;
   auto check = [&](const std::string& what, int64_t start, int64_t end) {
@@ -32,14 +32,14 @@ Status checkTimes(const RunData& run) {
 
 }  // namespace
 
-StatusOr<Timeline> timelineOf(RunData window, const Findings& findings) {
+StatusOr<Timeline> timelineOf(store::RunData window, const Findings& findings) {
   NANPROV_RETURN_IF_ERROR(checkTimes(window));
   Timeline t{.run = window.dir,
              .step_unit = window.stepUnit(),
              .first_edge = findings.first,
              .first_source_edge = findings.first_source,
              .origin = findings.origin};
-  for (const RankInfo& r : window.ranks) {
+  for (const store::RankInfo& r : window.ranks) {
     t.ranks.push_back({.rank = r.rank, .step_ends_ns = r.step_ends_ns, .summarised = r.summarised_stretches});
   }
   t.calls.reserve(window.calls.size());
@@ -54,4 +54,4 @@ StatusOr<Timeline> timelineOf(RunData window, const Findings& findings) {
   return t;
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::report

@@ -16,9 +16,11 @@
 #include "base/status.h"
 #include "report/edges.h"
 
-namespace nanprov {
-
+namespace nanprov::store {
 struct RunData;  // store/reader.h: the model's types need no store header
+}  // namespace nanprov::store
+
+namespace nanprov::report {
 
 struct TimelineCall {
   CallRecord call;
@@ -50,6 +52,6 @@ struct Timeline {
 // indexes its calls (analyze over the whole run, its edges found in the window). Refuses times no timeline can hold:
 // every call and kernel must end after it starts, after the epoch, and the whole window span less than a year; a
 // damaged store's times would otherwise overflow the arithmetic and give a trace no viewer can place.
-StatusOr<Timeline> timelineOf(RunData window, const Findings& findings);
+StatusOr<Timeline> timelineOf(store::RunData window, const Findings& findings);
 
-}  // namespace nanprov
+}  // namespace nanprov::report

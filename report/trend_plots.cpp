@@ -7,7 +7,7 @@
 
 #include "base/logit_trend.h"
 
-namespace nanprov {
+namespace nanprov::report {
 namespace {
 
 constexpr double kWidth = 320, kHeight = 96, kLeft = 44, kRight = 6, kTop = 6, kBottom = 16;
@@ -117,4 +117,4 @@ std::string trendPlotLegend() {
          "<span><span class=\"swatch\" style=\"background:#d93025\"></span>first non-finite value</span></div>\n";
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::report

@@ -11,7 +11,7 @@
 
 #include "report/layer_trends.h"
 
-namespace nanprov {
+namespace nanprov::report {
 
 struct PlotFrame {
   int64_t first_step = 0, last_step = 0;  // the x axis, shared by every layer's plot
@@ -24,4 +24,4 @@ std::string trendPlotSvg(const LayerTrend& trend, const PlotFrame& frame);
 // The legend under the plots, in the plots' colours.
 std::string trendPlotLegend();
 
-}  // namespace nanprov
+}  // namespace nanprov::report

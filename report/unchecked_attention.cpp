@@ -7,7 +7,7 @@
 #include "base/text.h"
 #include "store/reader.h"
 
-namespace nanprov {
+namespace nanprov::report {
 namespace {
 
 // The probes end a kind that some --probe-module would check with this (softmax_attention.cpp,
@@ -16,8 +16,8 @@ constexpr std::string_view kSuggestionStart = "; --probe-module '";
 constexpr std::string_view kSuggestionEnd = "' checks it";
 
 // The class of the modules at `pattern`, as the trail recorded it; none without --trail.
-std::optional<std::string> classAt(const RunData& run, const std::string& pattern) {
-  for (const RankInfo& r : run.ranks) {
+std::optional<std::string> classAt(const store::RunData& run, const std::string& pattern) {
+  for (const store::RankInfo& r : run.ranks) {
     if (auto it = r.counters.module_class.find(pattern); it != r.counters.module_class.end()) return it->second;
   }
   return std::nullopt;
@@ -30,7 +30,7 @@ std::string patternOf(const std::string& spec) { return spec.substr(0, spec.find
 
 }  // namespace
 
-std::vector<UncheckedAttention> uncheckedAttention(const RunData& run) {
+std::vector<UncheckedAttention> uncheckedAttention(const store::RunData& run) {
   std::vector<UncheckedAttention> out;
   for (const auto& [what, n] : run.unprobed()) {
     UncheckedAttention u{.what = what, .kind = what, .count = n};
@@ -46,7 +46,7 @@ std::vector<UncheckedAttention> uncheckedAttention(const RunData& run) {
   return out;
 }
 
-bool isUncheckedAttention(const RunData& run, const ModuleCheckRecord& m) {
+bool isUncheckedAttention(const store::RunData& run, const ModuleCheckRecord& m) {
   for (const UncheckedAttention& u : uncheckedAttention(run)) {
     if (u.probe_module.empty()) continue;
     if (byPath(u.probe_module) ? matchesModulePattern(u.probe_module, m.module) : u.probe_module == m.module_class)
@@ -55,7 +55,7 @@ bool isUncheckedAttention(const RunData& run, const ModuleCheckRecord& m) {
   return false;
 }
 
-std::vector<std::string> suggestedProbeModules(const RunData& run) {
+std::vector<std::string> suggestedProbeModules(const store::RunData& run) {
   std::vector<std::string> specs;
   for (const UncheckedAttention& u : uncheckedAttention(run)) {
     if (!u.probe_module.empty() && std::find(specs.begin(), specs.end(), u.probe_module) == specs.end()) {
@@ -91,4 +91,4 @@ std::string suggestionText(const std::vector<std::string>& specs) {
   return "nanprov run" + options + (specs.size() == 1 ? " checks it" : " checks them");
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::report

@@ -10,9 +10,11 @@
 
 #include "base/records/call_record.h"
 
-namespace nanprov {
-
+namespace nanprov::store {
 struct RunData;  // store/reader.h: the model's types need no store header
+}  // namespace nanprov::store
+
+namespace nanprov::report {
 
 struct UncheckedAttention {
   std::string what;          // as the probes counted it, the key of RunData::unprobed()
@@ -20,18 +22,18 @@ struct UncheckedAttention {
   std::string probe_module;  // the --probe-module that checks it, as the probes wrote it; "" when none
   int64_t count = 0;
 };
-std::vector<UncheckedAttention> uncheckedAttention(const RunData& run);
+std::vector<UncheckedAttention> uncheckedAttention(const store::RunData& run);
 
 // Whether module check `m` is of attention the run counted unchecked: its class, or its path's
 // pattern, is what a kind's --probe-module names.
-bool isUncheckedAttention(const RunData& run, const ModuleCheckRecord& m);
+bool isUncheckedAttention(const store::RunData& run, const ModuleCheckRecord& m);
 
 // The --probe-module SPECs that would check every kind that names one, once for the run: the one
 // class when a single class covers every such module (the trail's RunCounters::module_class
 // gives the class of a path pattern), else each pattern. Never one the run was given (run.json).
-std::vector<std::string> suggestedProbeModules(const RunData& run);
+std::vector<std::string> suggestedProbeModules(const store::RunData& run);
 
 // "nanprov run --probe-module Attention checks it", or "" when there is nothing to suggest.
 std::string suggestionText(const std::vector<std::string>& specs);
 
-}  // namespace nanprov
+}  // namespace nanprov::report

@@ -6,7 +6,7 @@
 #include "store/file_replace.h"
 #include "store/small_file.h"
 
-namespace nanprov {
+namespace nanprov::store {
 
 std::string auditFilePath(const std::string& capture_path) { return captureSidecarPath(capture_path, ".audit.json"); }
 
@@ -27,4 +27,4 @@ StatusOr<std::optional<nlohmann::json>> readAuditFile(const std::string& capture
   return std::optional<nlohmann::json>(std::move(doc));
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::store

@@ -10,7 +10,7 @@
 
 #include "base/status.h"
 
-namespace nanprov {
+namespace nanprov::store {
 
 inline constexpr const char* kAuditFormat = "nanprov-audit 1";
 
@@ -22,4 +22,4 @@ Status writeAuditFile(const std::string& capture_path, const nlohmann::json& doc
 // nullopt when the capture was not judged (yet); an error when the file is unreadable.
 StatusOr<std::optional<nlohmann::json>> readAuditFile(const std::string& capture_path);
 
-}  // namespace nanprov
+}  // namespace nanprov::store

@@ -11,7 +11,7 @@
 #include "store/schema.h"
 #include "store/sqlite_rows.h"
 
-namespace nanprov {
+namespace nanprov::store {
 namespace {
 
 // What a row costs on disk, with its b-tree cell: a clean call (integers, two timestamps, one
@@ -344,4 +344,4 @@ Status BudgetKeeper::prune(sqlite3* db) {
   return tx.commit();
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::store

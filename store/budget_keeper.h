@@ -24,7 +24,7 @@
 #include "base/status.h"
 #include "store/sqlite_db.h"
 
-namespace nanprov {
+namespace nanprov::store {
 
 // How a budget splits, as fractions of what the empty schema (about 80 KiB) leaves. The rest is
 // for the calls that are not clean, kernels, captures and the steps table.
@@ -99,4 +99,4 @@ class BudgetKeeper {
   std::set<int64_t> edge_steps_;  // the first steps that held a call that was not clean
 };
 
-}  // namespace nanprov
+}  // namespace nanprov::store

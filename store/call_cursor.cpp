@@ -5,7 +5,7 @@
 #include "store/rank_store.h"
 #include "store/sqlite_rows.h"
 
-namespace nanprov {
+namespace nanprov::store {
 
 std::string seqList(const std::vector<int64_t>& seqs) {
   std::string list;
@@ -157,4 +157,4 @@ StatusOr<bool> CallCursor::next(CallRecord* out) {
   return true;
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::store

@@ -12,7 +12,7 @@
 #include "store/reader.h"
 #include "store/sqlite_db.h"
 
-namespace nanprov {
+namespace nanprov::store {
 
 // Which calls of a store to read, as SQL over `c` (calls), and in which order.
 struct CallFilter {
@@ -48,4 +48,4 @@ class CallCursor {
   std::unordered_map<int64_t, std::vector<TensorHealth>> described_;  // signature id → its tensors, parsed once
 };
 
-}  // namespace nanprov
+}  // namespace nanprov::store

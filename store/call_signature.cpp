@@ -7,7 +7,7 @@
 
 #include "base/numbers.h"
 
-namespace nanprov {
+namespace nanprov::store {
 
 std::string tensorsDescription(const CallRecord& call) {
   std::string out;
@@ -115,4 +115,4 @@ bool fillMaxAbs(const void* blob, size_t bytes, std::vector<TensorHealth>& tenso
   return true;
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::store

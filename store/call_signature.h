@@ -10,7 +10,7 @@
 
 #include "base/records/call_record.h"
 
-namespace nanprov {
+namespace nanprov::store {
 
 // The signature's text form, its identity in the store: "op\x1f backend\x1f module\x1f device\x1f tensors".
 std::string signatureKey(const CallRecord& call);
@@ -40,4 +40,4 @@ bool fillDetail(const void* blob, size_t bytes, std::vector<TensorHealth>& tenso
 std::string maxAbsBlob(const CallRecord& call);
 bool fillMaxAbs(const void* blob, size_t bytes, std::vector<TensorHealth>& tensors);
 
-}  // namespace nanprov
+}  // namespace nanprov::store

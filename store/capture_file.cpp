@@ -14,7 +14,7 @@
 #include "base/text.h"
 #include "store/file_replace.h"
 
-namespace nanprov {
+namespace nanprov::store {
 namespace {
 
 // A header this large is not a capture; refuse before allocating for it.
@@ -287,4 +287,4 @@ std::string captureSidecarPath(const std::string& capture_path, const std::strin
   return p.string() + suffix;
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::store

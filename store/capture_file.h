@@ -12,7 +12,7 @@
 
 #include "base/status.h"
 
-namespace nanprov {
+namespace nanprov::store {
 
 // The "format" metadata of the captures this build writes and reads.
 inline constexpr const char* kCaptureFormat = "nanprov-capture 1";
@@ -45,4 +45,4 @@ std::string captureSidecarPath(const std::string& capture_path, const std::strin
 // The same checks on bytes in memory (what the fuzz tests drive).
 StatusOr<CaptureFile> parseCapture(const std::string& bytes, const std::string& source);
 
-}  // namespace nanprov
+}  // namespace nanprov::store

@@ -7,7 +7,7 @@
 #include "store/sqlite_db.h"
 #include "store/sqlite_rows.h"
 
-namespace nanprov {
+namespace nanprov::store {
 namespace {
 
 // One row of integers (NULL read as 0), or nullopt when the query cannot run (an older store).
@@ -144,4 +144,4 @@ std::vector<std::string> derivedTableDisagreements(sqlite3* db, const RankInfo& 
   return out;
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::store

@@ -13,10 +13,10 @@
 
 #include "store/reader.h"
 
-namespace nanprov {
+namespace nanprov::store {
 
 // What in `info`'s store disagrees with what it derives from, one line each ("rank 0's
 // step_summaries count 4096 calls, but its meta says 4000 were summarised"); empty when all agree.
 std::vector<std::string> derivedTableDisagreements(sqlite3* db, const RankInfo& info);
 
-}  // namespace nanprov
+}  // namespace nanprov::store

@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
-namespace nanprov {
+namespace nanprov::store {
 
 Status replaceFile(const std::string& path, const std::string& what, const std::function<void(std::ostream&)>& write,
                    const std::string& suffix) {
@@ -47,4 +47,4 @@ Status replaceFile(const std::string& path, const std::string& what, const std::
   return Status::Ok();
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::store

@@ -8,11 +8,11 @@
 
 #include "base/status.h"
 
-namespace nanprov {
+namespace nanprov::store {
 
 // Writes `path` through `write` into `path` + `suffix`, then renames it over `path`. `what` names
 // the file in errors ("cannot write capture PATH: No space left on device"; "" for the path alone).
 Status replaceFile(const std::string& path, const std::string& what, const std::function<void(std::ostream&)>& write,
                    const std::string& suffix = ".partial");
 
-}  // namespace nanprov
+}  // namespace nanprov::store

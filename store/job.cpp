@@ -11,7 +11,7 @@
 #include "store/rank_store.h"
 #include "store/reader.h"
 
-namespace nanprov {
+namespace nanprov::store {
 namespace {
 
 // What every rank store of one job says alike.
@@ -115,4 +115,4 @@ Status checkOneJob(const RunDirs& dirs) {
   return paths.ok() ? Status::Ok() : paths.status();
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::store

@@ -11,7 +11,7 @@
 #include "base/status.h"
 #include "store/run_dir.h"
 
-namespace nanprov {
+namespace nanprov::store {
 
 struct RunData;
 
@@ -23,4 +23,4 @@ std::string jobIdOf(const RunData& run);
 // job's and what differs. A directory without stores has nothing to compare and is accepted.
 Status checkOneJob(const RunDirs& dirs);
 
-}  // namespace nanprov
+}  // namespace nanprov::store

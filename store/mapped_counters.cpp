@@ -11,7 +11,7 @@
 #include <cstring>
 #include <vector>
 
-namespace nanprov {
+namespace nanprov::store {
 
 StatusOr<std::unique_ptr<MappedCounters>> MappedCounters::open(const std::string& path, size_t slots) {
   const off_t bytes = static_cast<off_t>(slots * sizeof(int64_t));
@@ -72,4 +72,4 @@ std::optional<std::vector<int64_t>> readMappedCounters(const std::string& path, 
   return ok ? std::optional(std::move(counts)) : std::nullopt;
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::store

@@ -21,7 +21,7 @@
 
 #include "base/status.h"
 
-namespace nanprov {
+namespace nanprov::store {
 
 // Slots of the call tally. kFirstNonFiniteStep holds that step + 1 (0: none seen); a tally of
 // one slot is an older run's.
@@ -56,4 +56,4 @@ class MappedCounters {
 // or it is not `slots` non-negative counters.
 std::optional<std::vector<int64_t>> readMappedCounters(const std::string& path, size_t slots = 1);
 
-}  // namespace nanprov
+}  // namespace nanprov::store

@@ -9,7 +9,7 @@
 
 #include "base/numbers.h"
 
-namespace nanprov {
+namespace nanprov::store {
 
 using StoreMeta = std::map<std::string, std::string>;
 
@@ -25,4 +25,4 @@ inline std::optional<int64_t> metaInteger(const StoreMeta& meta, const std::stri
   return text ? parseInteger(*text, min, max) : std::nullopt;
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::store

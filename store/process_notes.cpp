@@ -6,7 +6,7 @@
 #include "base/records/call_name.h"
 #include "store/small_file.h"
 
-namespace nanprov {
+namespace nanprov::store {
 
 ProcessNotes readProcessNotes(const RunDirs& dirs) {
   namespace fs = std::filesystem;
@@ -34,4 +34,4 @@ ProcessNotes readProcessNotes(const RunDirs& dirs) {
   return notes;
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::store

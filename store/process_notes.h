@@ -9,7 +9,7 @@
 
 #include "store/run_dir.h"
 
-namespace nanprov {
+namespace nanprov::store {
 
 struct ProcessNotes {
   int processes = 0;
@@ -22,4 +22,4 @@ struct ProcessNotes {
 // Notes that do not read as JSON objects are passed over: a process may have died writing one.
 ProcessNotes readProcessNotes(const RunDirs& dirs);
 
-}  // namespace nanprov
+}  // namespace nanprov::store

@@ -15,7 +15,7 @@
 #include "store/sqlite_rows.h"
 #include "store/task_run_files.h"
 
-namespace nanprov {
+namespace nanprov::store {
 namespace {
 constexpr const char* kTableList =
     "('meta','signatures','notes','calls','tensors','kernels','captures','sentinel','steps','step_summaries','trends','"
@@ -126,4 +126,4 @@ StatusOr<std::vector<std::string>> storesOf(const RunDirs& dirs) {
   return paths;
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::store

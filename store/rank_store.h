@@ -9,7 +9,7 @@
 #include "store/run_dir.h"
 #include "store/sqlite_db.h"
 
-namespace nanprov {
+namespace nanprov::store {
 
 // "<path>: not a readable nanprov store (<why>); the file is damaged or was not written by nanprov".
 Status notAStore(const std::string& path, const std::string& why);
@@ -39,4 +39,4 @@ StatusOr<std::vector<std::string>> storesOf(const RunDirs& dirs);
 // Whether every one of `dirs` is a run directory.
 bool areRunDirs(const RunDirs& dirs);
 
-}  // namespace nanprov
+}  // namespace nanprov::store

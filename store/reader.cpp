@@ -18,7 +18,7 @@
 #include "store/sqlite_rows.h"
 #include "store/trend_rows.h"
 
-namespace nanprov {
+namespace nanprov::store {
 namespace {
 
 // Every call of one store that passes `filter`, appended to *out in seq order.
@@ -716,4 +716,4 @@ StatusOr<RunData> loadRunWindow(const RunDirs& dirs, const CallQuery& query, int
   return run;
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::store

@@ -22,7 +22,7 @@
 #include "store/run_file.h"
 #include "store/write_failure.h"
 
-namespace nanprov {
+namespace nanprov::store {
 
 // What the report calls the attention DataLoader worker processes ran: counted, never checked.
 inline constexpr const char* kWorkerAttention = "attention in DataLoader worker processes";
@@ -204,4 +204,4 @@ struct QueryLimits {
 
 StatusOr<QueryResult> queryRun(const RunDirs& dirs, const std::string& sql, const QueryLimits& limits = {});
 
-}  // namespace nanprov
+}  // namespace nanprov::store

@@ -3,7 +3,7 @@
 #include "store/capture_file.h"
 #include "store/small_file.h"
 
-namespace nanprov {
+namespace nanprov::store {
 
 std::string replayVerdictsPath(const std::string& capture_path) {
   return captureSidecarPath(capture_path, ".replay.json");
@@ -23,4 +23,4 @@ StatusOr<std::optional<nlohmann::json>> readReplayVerdicts(const std::string& ca
   return std::optional<nlohmann::json>(std::move(doc));
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::store

@@ -9,7 +9,7 @@
 
 #include "base/status.h"
 
-namespace nanprov {
+namespace nanprov::store {
 
 // CAPTURE with ".safetensors" replaced by ".replay.json".
 std::string replayVerdictsPath(const std::string& capture_path);
@@ -17,4 +17,4 @@ std::string replayVerdictsPath(const std::string& capture_path);
 // nullopt when none is kept; an error when the file is there but is not a replay's JSON.
 StatusOr<std::optional<nlohmann::json>> readReplayVerdicts(const std::string& capture_path);
 
-}  // namespace nanprov
+}  // namespace nanprov::store

@@ -8,7 +8,7 @@
 #include "store/file_replace.h"
 #include "store/small_file.h"
 
-namespace nanprov {
+namespace nanprov::store {
 
 std::string replayedKernelsPath(const std::string& capture_path) {
   return captureSidecarPath(capture_path, ".kernels.json");
@@ -66,4 +66,4 @@ StatusOr<std::optional<ReplayedKernels>> readReplayedKernels(const std::string& 
   return std::optional<ReplayedKernels>(std::move(out));
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::store

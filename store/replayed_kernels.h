@@ -11,7 +11,7 @@
 #include "base/records/call_record.h"
 #include "base/status.h"
 
-namespace nanprov {
+namespace nanprov::store {
 
 struct ReplayedKernels {
   std::string gpu;                    // the GPU model replayed on, which is also the one captured on
@@ -28,4 +28,4 @@ Status writeReplayedKernels(const std::string& capture_path, const ReplayedKerne
 // nullopt when no replay left kernels for this capture; an error when the file is unreadable.
 StatusOr<std::optional<ReplayedKernels>> readReplayedKernels(const std::string& capture_path);
 
-}  // namespace nanprov
+}  // namespace nanprov::store

@@ -7,7 +7,7 @@
 #include "store/sqlite_db.h"
 #include "store/sqlite_rows.h"
 
-namespace nanprov {
+namespace nanprov::store {
 
 bool isLandmarkStep(int64_t step) { return step < 16 || (step & (step - 1)) == 0; }
 
@@ -42,4 +42,4 @@ Status pruneParameterDigests(sqlite3* db, int64_t newest) {
   return Status::Ok();
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::store

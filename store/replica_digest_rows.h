@@ -14,7 +14,7 @@
 
 struct sqlite3;
 
-namespace nanprov {
+namespace nanprov::store {
 
 // Steps whose per-parameter digests are kept after newer ones arrive: the first 16, then powers
 // of two. The newest kNewestParameterSteps steps' are kept too.
@@ -30,4 +30,4 @@ std::vector<ReplicaDigestRecord> withModelDigests(const std::vector<ReplicaDiges
 // kNewestParameterSteps up to `newest`.
 Status pruneParameterDigests(sqlite3* db, int64_t newest);
 
-}  // namespace nanprov
+}  // namespace nanprov::store

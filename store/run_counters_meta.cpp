@@ -9,7 +9,7 @@
 #include "store/sqlite_db.h"
 #include "store/sqlite_rows.h"
 
-namespace nanprov {
+namespace nanprov::store {
 namespace {
 
 // The keys, as the probes have always written them (the end-to-end tests and users' queries read them).
@@ -323,4 +323,4 @@ RunCounters runCountersOf(const StoreMeta& meta, std::string* unreadable) {
   return c;
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::store

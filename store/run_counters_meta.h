@@ -12,7 +12,7 @@
 
 struct sqlite3;
 
-namespace nanprov {
+namespace nanprov::store {
 
 // The meta rows of the fields `counters` says, key → value text; a field left empty has none.
 std::map<std::string, std::string> metaRowsOf(const RunCounters& counters);
@@ -28,4 +28,4 @@ Status writeCounters(sqlite3* db, const RunCounters& counters);
 // says why in *unreadable ("meta.calls_summarised is not a count"), for the reader to refuse the store.
 RunCounters runCountersOf(const StoreMeta& meta, std::string* unreadable = nullptr);
 
-}  // namespace nanprov
+}  // namespace nanprov::store

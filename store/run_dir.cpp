@@ -18,7 +18,7 @@
 #include "store/small_file.h"
 #include "store/sqlite_db.h"
 
-namespace nanprov {
+namespace nanprov::store {
 namespace fs = std::filesystem;
 
 std::string newRunDirName(const std::string& root) {
@@ -302,4 +302,4 @@ StatusOr<std::string> resolveRunDir(const std::string& given) {
   return runs.front();
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::store

@@ -10,7 +10,7 @@
 #include "base/records/call_name.h"
 #include "base/status.h"
 
-namespace nanprov {
+namespace nanprov::store {
 
 inline constexpr const char* kDefaultRunsRoot = "nanprov-runs";
 
@@ -84,4 +84,4 @@ std::map<int, std::string> callTallyPaths(const std::string& dir);
 // Whether `dir` holds anything named like a rank store, readable or not.
 bool holdsRankStores(const std::string& dir);
 
-}  // namespace nanprov
+}  // namespace nanprov::store

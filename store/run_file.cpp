@@ -12,7 +12,7 @@
 #include "store/small_file.h"
 #include "store/task_run_files.h"
 
-namespace nanprov {
+namespace nanprov::store {
 namespace {
 
 std::string pathIn(const std::string& dir) { return (std::filesystem::path(dir) / kRunFileName).string(); }
@@ -77,4 +77,4 @@ Status writeRunFile(const std::string& dir, const nlohmann::json& doc) {
   return replaceFile(pathIn(dir), "", [&](std::ostream& out) { out << jsonText(doc, 2) << "\n"; });
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::store

@@ -11,7 +11,7 @@
 
 #include "base/status.h"
 
-namespace nanprov {
+namespace nanprov::store {
 
 inline constexpr const char* kRunFileName = "run.json";
 
@@ -44,4 +44,4 @@ StatusOr<bool> claimRunFile(const std::string& dir);
 // disk) says the path and why.
 Status writeRunFile(const std::string& dir, const nlohmann::json& doc);
 
-}  // namespace nanprov
+}  // namespace nanprov::store

@@ -9,7 +9,7 @@
 #include "store/reader.h"
 #include "store/schema.h"
 
-namespace nanprov {
+namespace nanprov::store {
 namespace {
 
 const char* const kReadOnlyRefusal = "refused: nanprov sql is read-only; use one SELECT (or WITH ... SELECT)";
@@ -252,4 +252,4 @@ StatusOr<QueryResult> queryRun(const RunDirs& dirs, const std::string& sql, cons
   return result;
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::store

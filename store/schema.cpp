@@ -1,6 +1,6 @@
 #include "store/schema.h"
 
-namespace nanprov {
+namespace nanprov::store {
 
 const char* const kStepSummaryColumns[20] = {
     "step",     "last_step", "layer",   "phase",  "calls",  "first_seq", "last_seq", "max_q", "max_k", "max_v",
@@ -188,4 +188,4 @@ CREATE TABLE IF NOT EXISTS steps (
 );
 )sql";
 
-}  // namespace nanprov
+}  // namespace nanprov::store

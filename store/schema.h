@@ -4,7 +4,7 @@
 
 #include <vector>
 
-namespace nanprov {
+namespace nanprov::store {
 
 // 2: kernels, calls.device, calls.unattributed; 3: captures; 4: calls.recompute, sentinel;
 // 5: signatures and notes stored once, calls.health with an index over the calls that are not
@@ -27,4 +27,4 @@ extern const std::vector<const char*> kReplicaDigestColumns;
 // Idempotent: every statement is CREATE ... IF NOT EXISTS.
 extern const char* const kSchemaSql;
 
-}  // namespace nanprov
+}  // namespace nanprov::store

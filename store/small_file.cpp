@@ -7,7 +7,7 @@
 #include <cerrno>
 #include <cstring>
 
-namespace nanprov {
+namespace nanprov::store {
 
 StatusOr<std::optional<std::string>> readSmallFile(const std::string& path, int64_t max_bytes) {
   // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever.
@@ -45,4 +45,4 @@ nlohmann::json readJsonFile(const std::string& path, int64_t max_bytes) {
   return nlohmann::json::parse(**text, nullptr, /*allow_exceptions=*/false);
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::store

@@ -10,7 +10,7 @@
 
 #include "base/status.h"
 
-namespace nanprov {
+namespace nanprov::store {
 
 inline constexpr int64_t kMaxRunFileBytes = 16 << 20;
 
@@ -21,4 +21,4 @@ StatusOr<std::optional<std::string>> readSmallFile(const std::string& path, int6
 // (for files whose absence or damage the readers already say in words).
 nlohmann::json readJsonFile(const std::string& path, int64_t max_bytes = kMaxRunFileBytes);
 
-}  // namespace nanprov
+}  // namespace nanprov::store

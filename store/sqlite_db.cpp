@@ -1,6 +1,6 @@
 #include "store/sqlite_db.h"
 
-namespace nanprov::sqlite {
+namespace nanprov::store::sqlite {
 
 std::string errorOf(sqlite3* db) { return db ? sqlite3_errmsg(db) : "out of memory"; }
 
@@ -75,4 +75,4 @@ Status Transaction::commit() {
   return st;
 }
 
-}  // namespace nanprov::sqlite
+}  // namespace nanprov::store::sqlite

@@ -11,7 +11,7 @@
 #include "base/scoped_resource.h"
 #include "base/status.h"
 
-namespace nanprov::sqlite {
+namespace nanprov::store::sqlite {
 
 using Db = ScopedResource<sqlite3*, &sqlite3_close_v2>;
 using Stmt = ScopedResource<sqlite3_stmt*, &sqlite3_finalize>;
@@ -47,4 +47,4 @@ class Transaction {
   bool open_ = false;
 };
 
-}  // namespace nanprov::sqlite
+}  // namespace nanprov::store::sqlite

@@ -14,7 +14,7 @@
 #include "store/rank_store.h"
 #include "store/sqlite_db.h"
 
-namespace nanprov::sqlite {
+namespace nanprov::store::sqlite {
 
 inline void readColumn(sqlite3_stmt* s, int i, int64_t& v) { v = sqlite3_column_int64(s, i); }
 inline void readColumn(sqlite3_stmt* s, int i, int& v) { v = sqlite3_column_int(s, i); }
@@ -82,4 +82,4 @@ Status eachRowOf(sqlite3* db, const std::string& path, const std::string& sql, R
   return eachRow(db, st.get(), path, std::forward<Row>(row));
 }
 
-}  // namespace nanprov::sqlite
+}  // namespace nanprov::store::sqlite

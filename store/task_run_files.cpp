@@ -13,7 +13,7 @@
 #include "store/file_replace.h"
 #include "store/small_file.h"
 
-namespace nanprov {
+namespace nanprov::store {
 namespace fs = std::filesystem;
 namespace {
 
@@ -105,4 +105,4 @@ RunFile mergedTaskRunFiles(const std::string& dir) {
   return merged;
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::store

@@ -12,7 +12,7 @@
 #include "base/status.h"
 #include "store/run_file.h"
 
-namespace nanprov {
+namespace nanprov::store {
 
 std::string taskRunFileName(int task);  // "run.task-<t>.json"
 
@@ -44,4 +44,4 @@ TaskStates taskStates(const std::string& dir);
 // reports a step). Not readable when `dir` holds none.
 RunFile mergedTaskRunFiles(const std::string& dir);
 
-}  // namespace nanprov
+}  // namespace nanprov::store

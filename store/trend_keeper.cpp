@@ -5,7 +5,7 @@
 
 #include "store/sqlite_rows.h"
 
-namespace nanprov {
+namespace nanprov::store {
 namespace {
 
 // -1 where the call holds no finite value of `role`.
@@ -151,4 +151,4 @@ Status TrendKeeper::write(sqlite3* db, const std::vector<TrendWarning>& warnings
   return Status::Ok();
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::store

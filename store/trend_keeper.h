@@ -20,7 +20,7 @@
 #include "base/status.h"
 #include "store/sqlite_db.h"
 
-namespace nanprov {
+namespace nanprov::store {
 
 class TrendKeeper {
  public:
@@ -70,4 +70,4 @@ class TrendKeeper {
   sqlite::Stmt insert_row_, insert_warning_;
 };
 
-}  // namespace nanprov
+}  // namespace nanprov::store

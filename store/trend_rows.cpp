@@ -3,7 +3,7 @@
 #include "store/sqlite_rows.h"
 #include "store/trend_keeper.h"
 
-namespace nanprov {
+namespace nanprov::store {
 namespace {
 
 // More rows than the writer ever keeps (a bucket more than its limit per layer, while it
@@ -50,4 +50,4 @@ Status loadTrends(sqlite3* db, const std::string& path, RankInfo* info) {
   });
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::store

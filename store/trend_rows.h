@@ -9,8 +9,8 @@
 
 #include "store/reader.h"
 
-namespace nanprov {
+namespace nanprov::store {
 
 Status loadTrends(sqlite3* db, const std::string& path, RankInfo* info);
 
-}  // namespace nanprov
+}  // namespace nanprov::store

@@ -10,7 +10,7 @@
 #include "store/mapped_counters.h"
 #include "store/run_dir.h"
 
-namespace nanprov {
+namespace nanprov::store {
 namespace {
 
 // The record's slots: 0 the kind (0: none yet), 1 the earliest step not stored.
@@ -104,4 +104,4 @@ std::optional<WriteFailure> readWriteFailure(const std::string& store_path) {
   return WriteFailure{static_cast<WriteFailureKind>((*counts)[kKindSlot]), (*counts)[kStepSlot]};
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::store

@@ -15,7 +15,7 @@
 
 #include "base/status.h"
 
-namespace nanprov {
+namespace nanprov::store {
 
 class MappedCounters;
 
@@ -64,4 +64,4 @@ class WriteFailureRecord {
 // one nanprov wrote).
 std::optional<WriteFailure> readWriteFailure(const std::string& store_path);
 
-}  // namespace nanprov
+}  // namespace nanprov::store

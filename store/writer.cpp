@@ -30,7 +30,7 @@
 #include "store/sqlite_rows.h"
 #include "store/trend_keeper.h"
 
-namespace nanprov {
+namespace nanprov::store {
 namespace {
 
 // A store that nobody flushes explicitly still reaches disk this often, so a hung job's
@@ -664,4 +664,4 @@ size_t StoreWriter::pendingCalls() const {
   return impl_->pending.calls.size() + impl_->queued.size();
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::store

@@ -20,7 +20,7 @@
 #include "base/status.h"
 #include "store/write_failure.h"
 
-namespace nanprov {
+namespace nanprov::store {
 
 // A rank store's byte budget when nanprov run is given none (--store-budget).
 inline constexpr int64_t kDefaultStoreBudgetBytes = int64_t{1} << 30;
@@ -92,4 +92,4 @@ class StoreWriter {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace nanprov
+}  // namespace nanprov::store

@@ -1,6 +1,6 @@
 #include "probes/core/audit_slice.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 namespace {
 
 // {0, n-1}, or {0} when n is 1.
@@ -52,4 +52,4 @@ std::optional<AuditSlice> chooseAuditSlice(const AuditShape& shape, int64_t byte
   return s;
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

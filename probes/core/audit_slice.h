@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-namespace nanprov {
+namespace nanprov::probes {
 
 struct AuditSlice {
   std::vector<int64_t> batches;   // ascending
@@ -44,4 +44,4 @@ std::optional<SliceAxes> sliceAxesOf(std::string_view op, std::string_view layou
 // audited whole: it fits in `slice_bytes`, or the slice would be the whole call.
 std::optional<AuditSlice> chooseAuditSlice(const AuditShape& shape, int64_t bytes, int64_t slice_bytes);
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

@@ -2,7 +2,7 @@
 
 #include <cctype>
 
-namespace nanprov {
+namespace nanprov::probes {
 
 int64_t layerFromModulePath(std::string_view path) {
   int64_t layer = -1;
@@ -210,4 +210,4 @@ StepUnit CallIdentity::stepUnit() const {
   return unit_;
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

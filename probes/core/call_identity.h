@@ -16,7 +16,7 @@
 #include "base/interned_text.h"
 #include "base/records/call_record.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 
 // The layer number a module path spells: its only all-digit component
 // ("model.layers.33.self_attn" → 33). -1 when it has none, or several
@@ -118,4 +118,4 @@ class CallIdentity {
   int64_t unseen_compiled_backwards_ = 0;
 };
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

@@ -6,7 +6,7 @@
 
 #include "base/numbers.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 
 bool CallSelector::matches(int rank_, int64_t layer_, int64_t step_, int64_t call_, Phase phase_) const {
   return (!rank || *rank == rank_) && (!layer || *layer == layer_) && (!step || *step == step_) &&
@@ -56,4 +56,4 @@ StatusOr<std::vector<std::pair<std::string, std::string>>> splitKeyValues(const 
   return pairs;
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

@@ -12,7 +12,7 @@
 #include "base/status.h"
 #include "base/text.h"  // splitList, for the specs parsed with these
 
-namespace nanprov {
+namespace nanprov::probes {
 
 struct CallSelector {
   std::optional<int> rank;
@@ -35,4 +35,4 @@ bool readSelectorKey(CallSelector* selector, const std::string& key, const std::
 // without '=' and on a key given twice (the second would silently win).
 StatusOr<std::vector<std::pair<std::string, std::string>>> splitKeyValues(const std::string& text);
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

@@ -8,7 +8,7 @@
 #include "base/env.h"
 #include "base/records/call_health.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 
 StatusOr<CallSelector> parseCaptureSelector(const std::string& text) {
   auto bad = [&](const std::string& why) {
@@ -289,4 +289,4 @@ CapturePolicy::RotationCounts CapturePolicy::rotationCounts() {
   return counts_;
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

@@ -35,7 +35,7 @@
 #include "probes/core/call_selector.h"
 #include "probes/core/condition_regime.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 
 inline constexpr int64_t kDefaultCaptureBytes = int64_t{1} << 30;
 inline constexpr int64_t kDefaultAuditBytes = int64_t{256} << 20;
@@ -192,4 +192,4 @@ class CapturePolicy {
   int64_t lost_ = 0;
 };
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

@@ -6,7 +6,7 @@
 #include "base/log_once.h"
 #include "probes/core/session.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 
 void CaptureWriter::push(CaptureJob job) {
   {
@@ -60,7 +60,7 @@ void CaptureWriter::write(CaptureJob& job) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   Status st = ec ? Status::Error("cannot create " + dir.string() + ": " + ec.message())
-                 : writeCapture((dir / job.row.path).string(), job.file);
+                 : store::writeCapture((dir / job.row.path).string(), job.file);
   if (!st.ok()) {
     logOnce("capture write", "a capture was not written: " + st.message());
     if (job.row.trigger == CaptureTrigger::kAudit) session_.capturePolicy().auditLost();  // never to be judged
@@ -73,4 +73,4 @@ void CaptureWriter::write(CaptureJob& job) {
   session_.recordCapture(std::move(job.row));
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

@@ -13,11 +13,11 @@
 #include "base/records/call_record.h"
 #include "store/capture_file.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 
 struct CaptureJob {
   CaptureRecord row;
-  CaptureFile file;
+  store::CaptureFile file;
   std::string unattributed;  // why the call's kernels are unknown
 };
 
@@ -53,4 +53,4 @@ class CaptureWriter {
   bool busy_ = false;
 };
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

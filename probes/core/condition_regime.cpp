@@ -3,7 +3,7 @@
 #include <cmath>
 #include <cstdio>
 
-namespace nanprov {
+namespace nanprov::probes {
 namespace {
 
 const TensorHealth* healthOf(const CallEvent& rec, Role role) {
@@ -94,4 +94,4 @@ std::string regimeChange(const ConditionRegime& judged, const ConditionRegime& n
   return "";
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

@@ -18,7 +18,7 @@
 
 #include "base/records/call_event.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 
 struct ConditionRegime {
   std::optional<double> mask;    // the additive mask's largest finite |x|; none: no float mask
@@ -44,4 +44,4 @@ bool sameRegime(const ConditionRegime& judged, const ConditionRegime& now);
 // 88.7, logits 12.5, O 1.02" (only what the call had; each magnitude stands for its decade).
 std::string regimeText(const ConditionRegime& r);
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

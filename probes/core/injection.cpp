@@ -6,7 +6,7 @@
 
 #include "base/numbers.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 
 StatusOr<InjectionSpec> parseInjection(const std::string& text) {
   InjectionSpec spec;
@@ -67,4 +67,4 @@ StatusOr<std::vector<InjectionSpec>> parseInjections(const std::string& text) {
   return specs;
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

@@ -14,7 +14,7 @@
 #include "base/status.h"
 #include "probes/core/call_selector.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 
 enum class Corruption {
   kFirstElement,  // the first element becomes `value` (NaN, +Inf or -Inf)
@@ -37,4 +37,4 @@ StatusOr<InjectionSpec> parseInjection(const std::string& text);
 // Several specs separated by ';' (how `nanprov run` passes repeated --inject to the probes).
 StatusOr<std::vector<InjectionSpec>> parseInjections(const std::string& text);
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

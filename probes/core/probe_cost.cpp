@@ -4,7 +4,7 @@
 #include <atomic>
 #include <cstdio>
 
-namespace nanprov {
+namespace nanprov::probes {
 namespace {
 
 constexpr size_t kStages = static_cast<size_t>(ProbeStage::kCount);
@@ -137,4 +137,4 @@ std::string ProbeCost::summary() {
   return out;
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <string>
 
-namespace nanprov {
+namespace nanprov::probes {
 
 // Stages are exclusive: a stage entered inside another pauses the outer one.
 enum class ProbeStage : int {
@@ -61,4 +61,4 @@ class ProbeCost {
   static const char* stageName(ProbeStage stage);
 };
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

@@ -9,7 +9,7 @@
 
 #include "base/env.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 namespace {
 
 // The first of `names` that is set, as a number of at least `min`; -1 when none is.
@@ -85,4 +85,4 @@ void RankLink::adopt() {
   if (pointsHere(path)) std::rename((dir / process_name_).c_str(), path.c_str());
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

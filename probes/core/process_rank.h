@@ -11,7 +11,7 @@
 
 #include "base/status.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 
 struct RankEnv {
   int rank = 0, local_rank = 0, world_size = 1;
@@ -52,4 +52,4 @@ class RankLink {
   std::string dir_, process_name_, rank_name_;
 };
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

@@ -3,7 +3,7 @@
 #include <mutex>
 #include <set>
 
-namespace nanprov {
+namespace nanprov::probes {
 namespace {
 
 std::mutex g_mu;
@@ -38,4 +38,4 @@ std::map<std::string, std::string> runFacts() {
   return facts();
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

@@ -9,7 +9,7 @@
 #include <map>
 #include <string>
 
-namespace nanprov {
+namespace nanprov::probes {
 
 // The keys a fact may have; anything else is refused, so the bootstrap cannot overwrite other meta.
 bool isRunFactKey(const std::string& key);
@@ -21,4 +21,4 @@ bool setRunFact(const std::string& key, const std::string& value);
 // Every fact handed over so far.
 std::map<std::string, std::string> runFacts();
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

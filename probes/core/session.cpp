@@ -20,7 +20,7 @@
 #include "store/run_dir.h"
 #include "store/writer.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 namespace {
 
 // The session that started in this process: a forked child (a DataLoader worker) inherits it but
@@ -57,10 +57,10 @@ static void sayTrendWarning(const TrendWarning& w) {
 // A store that could not be written (a full disk): said once, loudly, when it happens. The
 // training goes on; its calls are still checked and counted, and the report says from which step
 // the store lacks them.
-static void sayWriteFailure(int rank, const WriteFailure& failure, const std::string& error) {
+static void sayWriteFailure(int rank, const store::WriteFailure& failure, const std::string& error) {
   std::fprintf(stderr,
                "nanprov: rank %d: %s (%s); training continues, and its calls are counted but may not be stored\n", rank,
-               printable(writeFailureText(failure)).c_str(), printable(error).c_str());
+               printable(store::writeFailureText(failure)).c_str(), printable(error).c_str());
 }
 
 Session::Session() = default;
@@ -100,11 +100,13 @@ Status Session::start() {
   if (plan->audit.on) {
     // The judge in `nanprov run` counts what it judged of this rank's audit captures here; the
     // rotation paces itself by it (probes/core/capture_policy.h).
-    auto counters = MappedCounters::open((std::filesystem::path(run_dir_) / auditProgressName(rank())).string(),
-                                         kAuditProgressSlots);
+    auto counters = store::MappedCounters::open(
+        (std::filesystem::path(run_dir_) / store::auditProgressName(rank())).string(), store::kAuditProgressSlots);
     if (counters.ok()) {
-      std::shared_ptr<MappedCounters> shared = std::move(*counters);
-      progress = [shared] { return AuditProgress{shared->get(kAuditsJudged), shared->get(kRotationJudgeNs)}; };
+      std::shared_ptr<store::MappedCounters> shared = std::move(*counters);
+      progress = [shared] {
+        return AuditProgress{shared->get(store::kAuditsJudged), shared->get(store::kRotationJudgeNs)};
+      };
     } else {
       logOnce("audit progress", "the audit cannot pace its rotation (" + counters.status().message() +
                                     "): after the first pass it judges only with --audit-every or --audit-budget 100");
@@ -116,8 +118,8 @@ Status Session::start() {
   return Status::Ok();
 }
 
-StoreWriter* Session::writer() {
-  if (StoreWriter* w = open_writer_.load(std::memory_order_acquire)) return w;  // every call after the first
+store::StoreWriter* Session::writer() {
+  if (store::StoreWriter* w = open_writer_.load(std::memory_order_acquire)) return w;  // every call after the first
   if (inWorker()) return nullptr;  // a DataLoader worker never takes its rank's store
   std::lock_guard<std::mutex> lock(writer_mu_);
   if (writer_ || writer_failed_) return writer_.get();
@@ -163,18 +165,19 @@ StoreWriter* Session::writer() {
   RunCounters counters = std::exchange(pending_counters_, {});
   counters.trail = trail_;
   std::string path =
-      (std::filesystem::path(run_dir_) / ownName(rankStoreName(rank()), processStoreName(getpid()))).string();
+      (std::filesystem::path(run_dir_) / ownName(store::rankStoreName(rank()), store::processStoreName(getpid())))
+          .string();
   // nanprov run --store-budget; a process started without nanprov run keeps the default.
-  auto opened = StoreWriter::open(
-      path, meta, envInteger("NANPROV_STORE_BUDGET", kDefaultStoreBudgetBytes, 0), sayTrendWarning, counters,
-      [this](const WriteFailure& f, const std::string& error) { sayWriteFailure(rank(), f, error); });
+  auto opened = store::StoreWriter::open(
+      path, meta, envInteger("NANPROV_STORE_BUDGET", store::kDefaultStoreBudgetBytes, 0), sayTrendWarning, counters,
+      [this](const store::WriteFailure& f, const std::string& error) { sayWriteFailure(rank(), f, error); });
   if (!opened.ok()) {
     writer_failed_ = true;
     storeRefused(opened.status().message());
     return nullptr;
   }
   writer_ = std::move(*opened);
-  if (source == RankSource::kGuess) store_link_ = RankLink(run_dir_, processStoreName(getpid()));
+  if (source == RankSource::kGuess) store_link_ = RankLink(run_dir_, store::processStoreName(getpid()));
   open_writer_.store(writer_.get(), std::memory_order_release);
   return writer_.get();
 }
@@ -223,7 +226,7 @@ void Session::claimRank() {
     writer_->setMeta("local_rank", std::to_string(env_.local_rank));
   }
   for (auto [link, name] :
-       {std::pair{&store_link_, rankStoreName(rank)}, std::pair{&tally_link_, callTallyName(rank)}}) {
+       {std::pair{&store_link_, store::rankStoreName(rank)}, std::pair{&tally_link_, store::callTallyName(rank)}}) {
     if (link->processName().empty()) continue;
     if (Status st = link->link(name); !st.ok()) {
       storeRefused(st.message() + "; this process's records stay in " + link->processName());
@@ -242,7 +245,7 @@ void Session::storeRefused(const std::string& why) {
                "nanprov:   %s\n"
                "nanprov: ==================================================================\n",
                number.c_str(), printable(why).c_str());
-  std::ofstream note(std::filesystem::path(run_dir_) / unrecordedNoteName(rank()), std::ios::trunc);
+  std::ofstream note(std::filesystem::path(run_dir_) / store::unrecordedNoteName(rank()), std::ios::trunc);
   note << "pid " << getpid() << ": " << why << "\n";
 }
 
@@ -250,14 +253,14 @@ static thread_local int64_t t_calls_begun = 0;
 
 int64_t Session::callsBegunOnThread() { return t_calls_begun; }
 
-MappedCounters* Session::tally() {
-  MappedCounters* tally = tally_.load(std::memory_order_acquire);
+store::MappedCounters* Session::tally() {
+  store::MappedCounters* tally = tally_.load(std::memory_order_acquire);
   if (tally || tally_failed_.load(std::memory_order_relaxed)) return tally;
   std::lock_guard<std::mutex> lock(writer_mu_);
   tally = tally_.load(std::memory_order_acquire);
   if (tally) return tally;
-  const std::string name = ownName(callTallyName(rank()), processTallyName(getpid()));
-  auto opened = MappedCounters::open((std::filesystem::path(run_dir_) / name).string(), kCallTallySlots);
+  const std::string name = ownName(store::callTallyName(rank()), store::processTallyName(getpid()));
+  auto opened = store::MappedCounters::open((std::filesystem::path(run_dir_) / name).string(), store::kCallTallySlots);
   if (opened.ok()) {
     if (rank_source_.load() == RankSource::kGuess) tally_link_ = RankLink(run_dir_, name);
     tally_.store(tally = opened->release(), std::memory_order_release);
@@ -270,11 +273,12 @@ MappedCounters* Session::tally() {
 void Session::callBegun(int64_t n) {
   if (!active()) return;
   if (n > 0) t_calls_begun += n;
-  if (MappedCounters* counts = tally()) counts->add(kCallsBegun, n);
+  if (store::MappedCounters* counts = tally()) counts->add(store::kCallsBegun, n);
 }
 
 void Session::sawNonFinite(int64_t step) {
-  if (MappedCounters* counts = tally()) counts->keepSmallest(kFirstNonFiniteStep, std::max<int64_t>(0, step) + 1);
+  if (store::MappedCounters* counts = tally())
+    counts->keepSmallest(store::kFirstNonFiniteStep, std::max<int64_t>(0, step) + 1);
 }
 
 void Session::becomeWorker() {
@@ -292,15 +296,16 @@ void Session::becomeWorker() {
 
 void Session::countWorkerCall(int64_t n) {
   if (!inWorker() || run_dir_.empty() || worker_calls_failed_.load(std::memory_order_relaxed)) return;
-  MappedCounters* counter = worker_calls_.load(std::memory_order_acquire);
+  store::MappedCounters* counter = worker_calls_.load(std::memory_order_acquire);
   if (!counter) {
-    auto opened = MappedCounters::open((std::filesystem::path(run_dir_) / workerCallsName(rank())).string());
+    auto opened =
+        store::MappedCounters::open((std::filesystem::path(run_dir_) / store::workerCallsName(rank())).string());
     if (!opened.ok()) {
       // Not counted, and not tried again on every call (no log: a forked child may hold no lock).
       worker_calls_failed_.store(true, std::memory_order_relaxed);
       return;
     }
-    MappedCounters* fresh = opened->release();
+    store::MappedCounters* fresh = opened->release();
     if (worker_calls_.compare_exchange_strong(counter, fresh)) counter = fresh;
     else delete fresh;  // another thread opened it first
   }
@@ -310,19 +315,19 @@ void Session::countWorkerCall(int64_t n) {
 void Session::record(const CallEvent& call) {
   if (!active()) return;
   if (call.health != 0) sawNonFinite(call.step);
-  if (StoreWriter* w = writer()) w->append(call);
+  if (store::StoreWriter* w = writer()) w->append(call);
 }
 
 void Session::recordKernels(std::vector<KernelRecord> kernels) {
   if (!active() || kernels.empty()) return;
   for (KernelRecord& k : kernels) k.rank = rank();
-  if (StoreWriter* w = writer()) w->appendKernels(std::move(kernels));
+  if (store::StoreWriter* w = writer()) w->appendKernels(std::move(kernels));
 }
 
 void Session::recordCapture(CaptureRecord capture) {
   if (!active()) return;
   capture.rank = rank();
-  if (StoreWriter* w = writer()) w->appendCapture(std::move(capture));
+  if (store::StoreWriter* w = writer()) w->appendCapture(std::move(capture));
 }
 
 void Session::recordSentinel(std::vector<SentinelRecord> findings) {
@@ -331,30 +336,30 @@ void Session::recordSentinel(std::vector<SentinelRecord> findings) {
     f.rank = rank();
     sawNonFinite(f.step);
   }
-  if (StoreWriter* w = writer()) w->appendSentinel(std::move(findings));
+  if (store::StoreWriter* w = writer()) w->appendSentinel(std::move(findings));
 }
 
 void Session::recordModuleChecks(std::vector<ModuleCheckRecord> checks) {
   if (!active() || checks.empty()) return;
   for (ModuleCheckRecord& m : checks) m.rank = rank();
-  if (StoreWriter* w = writer()) w->appendModuleChecks(std::move(checks));
+  if (store::StoreWriter* w = writer()) w->appendModuleChecks(std::move(checks));
 }
 
 void Session::recordCollectives(std::vector<CollectiveRecord> collectives) {
   if (!active() || collectives.empty()) return;
   for (CollectiveRecord& c : collectives) c.rank = env_.rank;
-  if (StoreWriter* w = writer()) w->appendCollectives(std::move(collectives));
+  if (store::StoreWriter* w = writer()) w->appendCollectives(std::move(collectives));
 }
 
 void Session::recordReplicaDigests(std::vector<ReplicaDigestRecord> digests) {
   if (!active() || digests.empty()) return;
   for (ReplicaDigestRecord& d : digests) d.rank = rank();
-  if (StoreWriter* w = writer()) w->appendReplicaDigests(std::move(digests));
+  if (store::StoreWriter* w = writer()) w->appendReplicaDigests(std::move(digests));
 }
 
 void Session::setMeta(const std::string& key, const std::string& value) {
   if (!active()) return;
-  if (StoreWriter* w = open_writer_.load(std::memory_order_acquire)) return w->setMeta(key, value);
+  if (store::StoreWriter* w = open_writer_.load(std::memory_order_acquire)) return w->setMeta(key, value);
   std::lock_guard<std::mutex> lock(writer_mu_);
   if (writer_) writer_->setMeta(key, value);
   else if (!writer_failed_) pending_meta_[key] = value;  // into the store's first meta when it is made
@@ -362,7 +367,7 @@ void Session::setMeta(const std::string& key, const std::string& value) {
 
 void Session::setCounters(const RunCounters& counters) {
   if (!active()) return;
-  if (StoreWriter* w = open_writer_.load(std::memory_order_acquire)) return w->setCounters(counters);
+  if (store::StoreWriter* w = open_writer_.load(std::memory_order_acquire)) return w->setCounters(counters);
   std::lock_guard<std::mutex> lock(writer_mu_);
   if (writer_) writer_->setCounters(counters);
   else if (!writer_failed_) pending_counters_.update(counters);  // into the store as it is made
@@ -384,7 +389,7 @@ void Session::stepBegan(int64_t step) {
   // A step opens the store if nothing did before: a run whose attention nanprov never checked
   // still trained its steps, and the report counts every one (issue 61). A launcher, which trains
   // nothing, never steps and still leaves no store.
-  if (StoreWriter* w = writer()) w->stepEnded(step - 1, wallClockNs());
+  if (store::StoreWriter* w = writer()) w->stepEnded(step - 1, wallClockNs());
 }
 
 void Session::countUnseenBackwards() {
@@ -421,7 +426,7 @@ void Session::writeCounters() {
     counters.unprobed_first_step = unprobed_first_step_;
   }
   // Unchecked attention is worth a store of its own: without one the report would say nothing ran.
-  if (StoreWriter* w = writer()) w->setCounters(counters);
+  if (store::StoreWriter* w = writer()) w->setCounters(counters);
 }
 
 void Session::finalize(bool collect) {
@@ -440,7 +445,7 @@ void Session::finalize(bool collect) {
   if (!state_.compare_exchange_strong(expected, State::kFinalized)) return;
   // Closed, not freed: a thread that took the writer a moment ago may still append (and be
   // dropped); the Session frees it.
-  StoreWriter* writer;
+  store::StoreWriter* writer;
   {
     std::lock_guard<std::mutex> lock(writer_mu_);
     writer = writer_.get();
@@ -473,4 +478,4 @@ std::string Session::modulePath() const {
   return n > 0 && static_cast<size_t>(n) < sizeof buffer ? std::string(buffer, static_cast<size_t>(n)) : "";
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

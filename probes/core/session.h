@@ -26,10 +26,12 @@
 #include "probes/core/injection.h"
 #include "probes/core/process_rank.h"
 
-namespace nanprov {
-
+namespace nanprov::store {
 class MappedCounters;
 class StoreWriter;
+}  // namespace nanprov::store
+
+namespace nanprov::probes {
 
 class Session {
  public:
@@ -124,7 +126,7 @@ class Session {
 
  private:
   enum class State { kUninitialized, kActive, kFinalized };
-  StoreWriter* writer();  // nullptr when the store cannot be written; creates it on first use
+  store::StoreWriter* writer();  // nullptr when the store cannot be written; creates it on first use
   void storeRefused(const std::string& why);
   // A process with no group keeps the environment's guess, from its first optimizer step on (no
   // training steps before its group is up) or its exit. Both take writer_mu_.
@@ -152,17 +154,17 @@ class Session {
   std::mutex writer_mu_;                             // taken to open the store, once; calls read open_writer_
   std::map<std::string, std::string> pending_meta_;  // setMeta before the store exists (writer_mu_)
   RunCounters pending_counters_;                     // setCounters before the store exists (writer_mu_)
-  std::unique_ptr<StoreWriter> writer_;
-  std::atomic<StoreWriter*> open_writer_{nullptr};
+  std::unique_ptr<store::StoreWriter> writer_;
+  std::atomic<store::StoreWriter*> open_writer_{nullptr};
   bool writer_failed_ = false;
   // The call tally, opened by the first call (nullptr: not yet, or it could not be made).
-  MappedCounters* tally();
+  store::MappedCounters* tally();
   // The store may never get the rows that say so (a kill, a full disk): the tally keeps the step.
   void sawNonFinite(int64_t step);
-  std::atomic<MappedCounters*> tally_{nullptr};  // created by the first call; never freed (calls may race exit)
+  std::atomic<store::MappedCounters*> tally_{nullptr};  // created by the first call; never freed (calls may race exit)
   std::atomic<bool> tally_failed_{false};
   std::atomic<bool> worker_{false};
-  std::atomic<MappedCounters*> worker_calls_{nullptr};  // created by a worker's first call; never freed
+  std::atomic<store::MappedCounters*> worker_calls_{nullptr};  // created by a worker's first call; never freed
   std::atomic<bool> worker_calls_failed_{false};
 
   std::mutex unprobed_mu_;
@@ -171,4 +173,4 @@ class Session {
   bool unprobed_dirty_ = false;
 };
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

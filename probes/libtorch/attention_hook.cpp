@@ -24,7 +24,7 @@
 #include "probes/libtorch/probes.h"
 #include "probes/libtorch/tensor_health.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 namespace {
 
 // Why BackendSelect: it is in every dispatch (c10's default included set), it sits right above
@@ -61,7 +61,7 @@ void runOp(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack* sta
 
 // The caller opened a kDispatching scope: everything here that no other stage claims is that.
 void probeFusedCall(const ProbedOp* probed, const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack* stack) {
-  Probes& p = probes();
+  Probes& p = processProbes();
   if (probed && (insideProbedOp() || !p.session().active() || !probeable(*stack, probed->num_arguments)))
     probed = nullptr;
   if (!probed) {
@@ -167,7 +167,7 @@ class OperatorProbe : public c10::OperatorKernel {
 // its own inputs and output, and its projection weights as arguments.
 void nativeMhaKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack* stack) {
   ProbeCost::Scope dispatching(ProbeStage::kDispatching);
-  Probes& p = probes();
+  Probes& p = processProbes();
   if (insideProbedOp() || !p.session().active() || !probeable(*stack, g_native_mha->num_arguments)) {
     WorkerCall counted(p.session());
     ProbeCost::Scope op(ProbeStage::kTheOp);
@@ -204,7 +204,7 @@ thread_local int t_unprobed_depth = 0;  // the encoder-layer op runs the attenti
 
 void unprobedKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack* stack) {
   int64_t fused_before = t_fused_calls;
-  Session& session = probes().session();
+  Session& session = processProbes().session();
   bool count = !insideProbedOp() && t_unprobed_depth == 0 && session.active() &&
                probeable(*stack, handle.schema().arguments().size());
   ++t_unprobed_depth;
@@ -273,7 +273,7 @@ void runCompositeSdpa(const c10::OperatorHandle& handle, c10::DispatchKeySet ks,
 }
 
 void sdpaKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack* stack) {
-  Probes& p = probes();
+  Probes& p = processProbes();
   if (insideProbedOp() || !p.session().active() || !probeable(*stack, g_sdpa->num_arguments)) {
     WorkerCall counted(p.session());
     runCompositeSdpa(handle, ks, stack);
@@ -410,4 +410,4 @@ Status probeOperator(const std::string& name, const std::vector<std::pair<std::s
   return Status::Ok();
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

@@ -16,7 +16,7 @@
 #include "base/records/roles.h"
 #include "base/status.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 
 // Idempotent. Wraps each op of attentionOps() present in this torch build at the
 // BackendSelect key, and aten::scaled_dot_product_attention at the Autograd keys to see the
@@ -33,4 +33,4 @@ Status installAttentionProbes(const std::function<void(bool want_fused)>& instal
 Status probeOperator(const std::string& name, const std::vector<std::pair<std::string, Role>>& roles,
                      const std::string& backend);
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

@@ -9,7 +9,7 @@
 #include "probes/libtorch/guarded.h"
 #include "probes/libtorch/tensor_health.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 namespace {
 
 struct PendingBackward {
@@ -68,4 +68,4 @@ void watchBackward(CallRecorder& recorder, const CallName& fwd, const AttentionO
   }
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

@@ -12,7 +12,7 @@
 #include "probes/core/call_identity.h"
 #include "probes/libtorch/call_capture.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 
 class CallRecorder;
 
@@ -30,4 +30,4 @@ struct WatchedGradient {
 void watchBackward(CallRecorder& recorder, const CallName& fwd, const AttentionOp& desc, const RoleTensors& fwd_tensors,
                    const CallArgs& args, std::vector<WatchedGradient> watched, const char* unattributed);
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

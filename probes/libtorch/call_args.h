@@ -10,8 +10,8 @@
 #include <string_view>
 #include <utility>
 
-namespace nanprov {
+namespace nanprov::probes {
 
 using CallArgs = c10::SmallVector<std::pair<std::string_view, c10::IValue>, 16>;
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

@@ -27,7 +27,7 @@
 #include "probes/libtorch/device_queue.h"
 #include "store/capture_file.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 namespace {
 
 // Bookkeeping tensors without a role (philox seed and offset) are kept when at most this big.
@@ -65,11 +65,11 @@ std::string doubleText(double v) {
 }
 
 // A dense host copy of `t` (one device-to-host copy for a CUDA tensor). Reading only.
-std::optional<CaptureTensor> hostCopy(const std::string& name, const at::Tensor& t) {
+std::optional<store::CaptureTensor> hostCopy(const std::string& name, const at::Tensor& t) {
   const char* dtype = captureDtypeOf(t.scalar_type());
   if (!dtype || !t.defined() || !t.has_storage()) return std::nullopt;
   at::Tensor host = t.detach().to(at::kCPU).contiguous();
-  CaptureTensor out;
+  store::CaptureTensor out;
   out.name = name;
   out.dtype = dtype;
   out.shape.assign(host.sizes().begin(), host.sizes().end());
@@ -78,7 +78,7 @@ std::optional<CaptureTensor> hostCopy(const std::string& name, const at::Tensor&
   return out;
 }
 
-void describeArgs(const CallArgs& args, CaptureFile& file) {
+void describeArgs(const CallArgs& args, store::CaptureFile& file) {
   for (const auto& [name, value] : args) {
     std::string key = "arg." + std::string(name);
     if (value.isNone()) file.metadata[key] = "None";
@@ -333,7 +333,8 @@ void Captures::take(const CallEvent& rec, const RoleTensors& tensors, const Call
   ++device_copies_;
 }
 
-void Captures::rerunEdge(const CallEvent& rec, const RoleTensors& tensors, const CallArgs& args, CaptureFile& file) {
+void Captures::rerunEdge(const CallEvent& rec, const RoleTensors& tensors, const CallArgs& args,
+                         store::CaptureFile& file) {
   const int64_t runs = session_.capturePolicy().edgeReruns();
   if (runs <= 0) return;
   CallReruns reruns;
@@ -389,10 +390,11 @@ void Captures::releaseGuarded(const std::vector<KernelRecord>& kernels, bool at_
   else logOnce("capture exit", "captures still being written at exit were abandoned after 120 s");
 }
 
-void Captures::describe(const CallRecord& rec, const RoleTensors& tensors, const CallArgs& args, CaptureFile& file) {
+void Captures::describe(const CallRecord& rec, const RoleTensors& tensors, const CallArgs& args,
+                        store::CaptureFile& file) {
   auto& meta = file.metadata;
   CallHealth health = classify(rec);
-  meta["format"] = kCaptureFormat;
+  meta["format"] = store::kCaptureFormat;
   meta["call"] = callName(rec);
   meta["rank"] = std::to_string(rec.rank);
   meta["seq"] = std::to_string(rec.seq);
@@ -417,7 +419,7 @@ void Captures::describe(const CallRecord& rec, const RoleTensors& tensors, const
   describeArgs(args, file);
 }
 
-void Captures::describeLayout(const RoleTensors& run_tensors, CaptureFile& file) {
+void Captures::describeLayout(const RoleTensors& run_tensors, store::CaptureFile& file) {
   // Where each tensor sat in memory when the kernel read it: kernels pick vectorised loads by the
   // data pointer's alignment (EFFICIENT's misaligned reads with views at odd storage offsets,
   // pytorch#183484), so replay rebuilds both. From the run's own tensors even when an audit kept a
@@ -442,4 +444,4 @@ std::map<std::string, std::string> environmentOf(const Device& device) {
   return meta;
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

@@ -21,7 +21,7 @@
 #include "probes/libtorch/call_args.h"
 #include "probes/libtorch/tensor_health.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 
 class Session;
 
@@ -53,10 +53,11 @@ class Captures {
   void take(const CallEvent& rec, const RoleTensors& tensors, const CallArgs& args, CaptureTrigger trigger,
             std::optional<uint64_t> key, const AuditReason& reason);
   // The first source edge run again where it ran (call_rerun.h), said in the capture's metadata.
-  void rerunEdge(const CallEvent& rec, const RoleTensors& tensors, const CallArgs& args, CaptureFile& file);
-  static void describe(const CallRecord& rec, const RoleTensors& tensors, const CallArgs& args, CaptureFile& file);
+  void rerunEdge(const CallEvent& rec, const RoleTensors& tensors, const CallArgs& args, store::CaptureFile& file);
+  static void describe(const CallRecord& rec, const RoleTensors& tensors, const CallArgs& args,
+                       store::CaptureFile& file);
   // offset.ROLE and align.ROLE: each captured tensor's storage offset and data-pointer alignment in the run.
-  static void describeLayout(const RoleTensors& run_tensors, CaptureFile& file);
+  static void describeLayout(const RoleTensors& run_tensors, store::CaptureFile& file);
 
   Session& session_;
   std::mutex mu_;
@@ -74,4 +75,4 @@ class Captures {
 // bug reports without the run; the store's meta carries it for the report's known-issue matcher.
 std::map<std::string, std::string> environmentOf(const Device& device);
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

@@ -17,7 +17,7 @@
 #include "probes/libtorch/probe_thread.h"
 #include "tracer/kernel_tracer.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 namespace {
 
 // The grad mode of the code around each compiled graph running on this thread, innermost last.
@@ -166,4 +166,4 @@ CallTrace::CallTrace(CallRecorder& recorder, const CallName& name) : tracer_(rec
 
 CallTrace::~CallTrace() { tracer_.exit(); }
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

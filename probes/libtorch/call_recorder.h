@@ -23,11 +23,11 @@
 #include "probes/libtorch/call_capture.h"
 #include "probes/libtorch/checked_call_sink.h"
 #include "probes/libtorch/tensor_health.h"
+#include "tracer/kernel_tracer.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 
 class DeviceChecks;
-class KernelTracer;
 class ModulePathCache;
 class Session;
 
@@ -114,4 +114,4 @@ void setCompiledGradMode(int mode);
 bool onCuda(const RoleTensors& tensors);
 RoleTensors concat(RoleTensors a, const RoleTensors& b);
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

@@ -16,7 +16,7 @@
 #include "probes/libtorch/padded_lse.h"
 #include "probes/libtorch/probe_thread.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 namespace {
 
 // Results kept to tell the next rerun's bits from; past this many every new one counts as
@@ -218,4 +218,4 @@ void describeReruns(const CallReruns& reruns, std::map<std::string, std::string>
   meta["reruns.distinct"] = std::to_string(reruns.distinct);
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

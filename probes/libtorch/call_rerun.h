@@ -26,7 +26,7 @@
 #include "probes/libtorch/call_args.h"
 #include "probes/libtorch/tensor_health.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 
 // What a probed op needs to be called again from what the probes held of one call: where each
 // role and each other argument sits in its schema, and which role each result is.
@@ -62,4 +62,4 @@ CallReruns rerunCall(const CallEvent& rec, const RoleTensors& tensors, const Cal
 // The capture's metadata for it: reruns.runs, .reproduced, .identical, .distinct, or reruns.not_rerun.
 void describeReruns(const CallReruns& reruns, std::map<std::string, std::string>& meta);
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

@@ -7,7 +7,7 @@
 #include "probes/core/probe_cost.h"
 #include "probes/libtorch/graph_checks.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 namespace {
 
 using kernels::HealthCounts;
@@ -222,4 +222,4 @@ int64_t CheckLanes::hostSyncs() const {
   return n;
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

@@ -32,7 +32,7 @@ namespace c10 {
 class Stream;
 }
 
-namespace nanprov {
+namespace nanprov::probes {
 
 // A check in flight: an attention call's (recorded once its counts are known), or tensors
 // measured for the gradient sentinel (`measured` set: handed their counts, nothing recorded).
@@ -146,4 +146,4 @@ class CheckLanes {
   std::atomic<bool> any_parked_{false};
 };
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

@@ -5,7 +5,7 @@
 #include "base/records/roles.h"
 #include "probes/libtorch/device_queue.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 
 using kernels::HealthCounts;
 using kernels::TensorView;
@@ -62,4 +62,4 @@ void takeCounts(CallEvent& rec, const CheckedTensors& checked, const HealthCount
   }
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

@@ -14,7 +14,7 @@
 #include "base/records/call_event.h"
 #include "kernels/health_check.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 
 // The views of one launch: at most kernels::kMaxTensors.
 using Views = InlineVector<kernels::TensorView, kernels::kMaxTensors>;
@@ -35,4 +35,4 @@ uint32_t versionOf(const at::Tensor& t);
 // Fills the counts of rec.tensors[checked[i]] from a kernel's counts[i], i < n.
 void takeCounts(CallEvent& rec, const CheckedTensors& checked, const kernels::HealthCounts* counts, int n);
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

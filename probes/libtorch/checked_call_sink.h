@@ -10,7 +10,7 @@
 #include "probes/libtorch/call_capture.h"
 #include "probes/libtorch/tensor_health.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 
 class CheckedCallSink {
  public:
@@ -27,4 +27,4 @@ class CheckedCallSink {
   virtual void recordChecked(CallEvent rec, const RoleTensors& tensors, const CallArgs& args, const char* missing) = 0;
 };
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

@@ -8,7 +8,7 @@
 #include "probes/core/session.h"
 #include "probes/libtorch/tensor_health.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 namespace {
 
 // The first collectives that carried a non-finite value are what the report needs; once every
@@ -131,4 +131,4 @@ void CollectiveChecks::recordIfNotClean(const CollectiveRecord& rec) {
   session_.recordCollectives({rec});
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

@@ -30,7 +30,7 @@
 #include "base/records/collective_record.h"
 #include "probes/libtorch/measured_checks.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 
 class Session;
 
@@ -76,4 +76,4 @@ class CollectiveChecks final : public MeasuredSink {
   std::atomic<int64_t> checked_{0};
 };
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

@@ -1,5 +1,5 @@
 // The dispatcher's kernels around c10d's collectives (collective_probe.h): entry points, so they
-// find the process's collectives' checks through probes().
+// find the process's collectives' checks through processProbes().
 #include "probes/libtorch/collective_probe.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -22,7 +22,7 @@
 #include "probes/libtorch/probe_thread.h"
 #include "probes/libtorch/probes.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 namespace {
 
 // The collectives probed. Which argument holds what comes from the schema's names
@@ -103,7 +103,7 @@ class CollectiveProbe : public c10::OperatorKernel {
  private:
   // Measures the input and opens the collective; `outputs` gets what to measure once it completed.
   std::optional<uint64_t> begin(const torch::jit::Stack& stack, std::vector<at::Tensor>& outputs) {
-    if (!probes().session().active() || c10::impl::TorchDispatchModeTLS::any_modes_set()) return std::nullopt;
+    if (!processProbes().session().active() || c10::impl::TorchDispatchModeTLS::any_modes_set()) return std::nullopt;
     if (stack.size() < probed_.num_arguments || !probed_.group) return std::nullopt;
     auto arg = [&](size_t i) -> const c10::IValue& { return stack[stack.size() - probed_.num_arguments + i]; };
     const c10::IValue& group_arg = arg(*probed_.group);
@@ -120,7 +120,7 @@ class CollectiveProbe : public c10::OperatorKernel {
     if (inputs.empty() && outputs.empty()) return std::nullopt;  // integers only: nothing can be non-finite
     if (probed_.op->input_on_root_only && !root) inputs.clear();
     if (probed_.op->output_on_root_only && !root) outputs.clear();
-    return probes().collectives().begin(probed_.op->name, group->getGroupName(), group->getSize(), inputs);
+    return processProbes().collectives().begin(probed_.op->name, group->getGroupName(), group->getSize(), inputs);
   }
 
   // The output is read once the collective completed, in a callback on its Work's future.
@@ -134,12 +134,13 @@ class CollectiveProbe : public c10::OperatorKernel {
       }
     }
     if (!future) {
-      probes().collectives().complete(id, {});
+      processProbes().collectives().complete(id, {});
       return;
     }
     future->addCallback([id, outputs = std::move(outputs)](c10::ivalue::Future& done) {
-      guarded("collective output check",
-              [&] { probes().collectives().complete(id, done.hasError() ? std::vector<at::Tensor>{} : outputs); });
+      guarded("collective output check", [&] {
+        processProbes().collectives().complete(id, done.hasError() ? std::vector<at::Tensor>{} : outputs);
+      });
     });
   }
 
@@ -193,4 +194,4 @@ void installCollectiveProbes() {
   });
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

@@ -4,10 +4,10 @@
 // checks themselves, and why nothing waits, are in collective_checks.h.
 #pragma once
 
-namespace nanprov {
+namespace nanprov::probes {
 
-// Wraps the collectives of this torch build, served by probes().collectives(). Idempotent; a
+// Wraps the collectives of this torch build, served by processProbes().collectives(). Idempotent; a
 // torch without c10d installs nothing.
 void installCollectiveProbes();
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

@@ -11,7 +11,7 @@
 #include "probes/core/session.h"
 #include "probes/libtorch/graph_checks.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 namespace {
 
 using kernels::TensorView;
@@ -250,4 +250,4 @@ DeferredCalls::Batch* DeferredCalls::batchFor(int device) {
   });
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

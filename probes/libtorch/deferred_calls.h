@@ -44,7 +44,7 @@
 #include "probes/libtorch/tensor_health.h"
 #include "probes/libtorch/thread_slots.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 
 class Session;
 
@@ -114,4 +114,4 @@ class DeferredCalls {
   std::atomic<int64_t> modified_{0};
 };
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

@@ -12,7 +12,7 @@
 #include "probes/core/probe_cost.h"
 #include "probes/core/session.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 namespace {
 
 using kernels::TensorView;
@@ -175,4 +175,4 @@ void DeviceChecks::graphCaptureBegan(int64_t key) {
   graphs_.captureBegan(key, currentStream(guard.getDevice().index()).native_handle());
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

@@ -30,10 +30,10 @@
 #include "probes/libtorch/held_tensors.h"
 #include "probes/libtorch/measured_checks.h"
 #include "probes/libtorch/tensor_health.h"
+#include "tracer/kernel_tracer.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 
-class KernelTracer;
 class Session;
 
 class DeviceChecks {
@@ -93,4 +93,4 @@ class DeviceChecks {
   MeasuredChecks measured_;
 };
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

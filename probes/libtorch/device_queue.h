@@ -20,7 +20,7 @@
 #include "kernels/health_check.h"
 #include "kernels/health_check_queue.h"  // CheckKind, Ready, Clock: declarations only, any build
 
-namespace nanprov {
+namespace nanprov::probes {
 
 class DeviceQueue {
  public:
@@ -85,4 +85,4 @@ uint64_t captureIdOf(void* stream);
 // its name, UUID, PCI bus id and drivers), added to `meta`; nothing without the toolkit.
 void describeDevice(int device, std::map<std::string, std::string>& meta);
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

@@ -9,7 +9,7 @@
 #include "kernels/health_check_queue.h"
 #include "probes/libtorch/device_queue.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 namespace {
 
 class CudaDeviceQueue final : public DeviceQueue {
@@ -86,4 +86,4 @@ void describeDevice(int device, std::map<std::string, std::string>& meta) {
   }
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

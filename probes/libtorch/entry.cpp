@@ -35,7 +35,7 @@ thread_local std::string t_last_error;
 
 // Ends the process without Python: C's exit() from native code or ctypes. Python's atexit has
 // not run, so the store is closed here; after a normal interpreter exit this is a no-op.
-void closeStoreAtCExit() { nanprov::probes().session().finalize(/*collect=*/false); }
+void closeStoreAtCExit() { nanprov::probes::processProbes().session().finalize(/*collect=*/false); }
 
 // SIGTERM (a launcher stopping its workers) kills by default and runs no exit hook. When the
 // training left it at the default, nanprov catches it only to close the store first: the signal
@@ -64,7 +64,7 @@ void closeStoreThenDie() {
   auto closed = std::make_shared<std::promise<void>>();
   std::future<void> done = closed->get_future();
   std::thread([closed] {
-    nanprov::probes().session().finalize(/*collect=*/false);
+    nanprov::probes::processProbes().session().finalize(/*collect=*/false);
     closed->set_value();
   }).detach();
   done.wait_for(std::chrono::seconds(2));
@@ -96,11 +96,11 @@ int nanprov_start(void) {
   if (const char* debug = std::getenv("NANPROV_DEBUG_CRASH"); debug && *debug == '1') {
     nanprov::printBacktraceOnCrash();  // for bug reports; off by default: the training owns its handlers
   }
-  nanprov::Status st = nanprov::probes().session().start();
-  if (st.ok()) st = nanprov::installProbes();
+  nanprov::Status st = nanprov::probes::processProbes().session().start();
+  if (st.ok()) st = nanprov::probes::installProbes();
   if (!st.ok()) {
     t_last_error = st.message();
-    nanprov::probes().session().finalize();
+    nanprov::probes::processProbes().session().finalize();
     return 1;
   }
   installExitHooks();
@@ -109,17 +109,17 @@ int nanprov_start(void) {
 
 const char* nanprov_last_error(void) { return t_last_error.c_str(); }
 
-void nanprov_step(long long step) { nanprov::probes().session().stepEnded(step); }
+void nanprov_step(long long step) { nanprov::probes::processProbes().session().stepEnded(step); }
 
 void nanprov_set_module_resolver(nanprov_module_resolver resolve) {
-  nanprov::probes().session().setModuleResolver(resolve);
+  nanprov::probes::processProbes().session().setModuleResolver(resolve);
 }
 
 void nanprov_count_unprobed(const char* what, long long n) {
-  if (what && n > 0) nanprov::probes().session().countUnprobed(what, n);
+  if (what && n > 0) nanprov::probes::processProbes().session().countUnprobed(what, n);
 }
 
-void nanprov_compiled_grad_mode(int mode) { nanprov::setCompiledGradMode(mode); }
+void nanprov_compiled_grad_mode(int mode) { nanprov::probes::setCompiledGradMode(mode); }
 
 const char* nanprov_probe_op(const char* name, const char* roles, const char* backend) {
   static thread_local std::string why;
@@ -140,49 +140,51 @@ const char* nanprov_probe_op(const char* name, const char* roles, const char* ba
     }
     begin = end + 1;
   }
-  nanprov::Status st = nanprov::probeOperator(name ? name : "", mapped, backend ? backend : "op");
+  nanprov::Status st = nanprov::probes::probeOperator(name ? name : "", mapped, backend ? backend : "op");
   why = st.ok() ? "" : st.message();
   return why.c_str();
 }
 
-long long nanprov_foreign_calls(void) { return nanprov::foreignCallsRecorded(); }
+long long nanprov_foreign_calls(void) { return nanprov::probes::foreignCallsRecorded(); }
 
 void nanprov_trail_compiled(void) {
   static std::atomic<bool> noted{false};
-  if (!noted.exchange(true)) nanprov::probes().session().setCounters({.trail_compiled = true});
+  if (!noted.exchange(true)) nanprov::probes::processProbes().session().setCounters({.trail_compiled = true});
 }
 
-void nanprov_become_worker(void) { nanprov::probes().session().becomeWorker(); }
+void nanprov_become_worker(void) { nanprov::probes::processProbes().session().becomeWorker(); }
 
 void nanprov_graph_capture_began(long long key) {
-  nanprov::guarded("graph capture", [&] { nanprov::probes().checks().graphCaptureBegan(key); });
+  nanprov::probes::guarded("graph capture", [&] { nanprov::probes::processProbes().checks().graphCaptureBegan(key); });
 }
 
 void nanprov_graph_replayed(long long key) {
-  nanprov::guarded("graph replay", [&] { nanprov::probes().checks().graphs().replayed(key); });
+  nanprov::probes::guarded("graph replay", [&] { nanprov::probes::processProbes().checks().graphs().replayed(key); });
 }
 
 void nanprov_graph_reset(long long key) {
-  nanprov::guarded("graph reset", [&] { nanprov::probes().checks().graphs().reset(key); });
+  nanprov::probes::guarded("graph reset", [&] { nanprov::probes::processProbes().checks().graphs().reset(key); });
 }
 
-void nanprov_graph_pool(int entering) { nanprov::GraphChecks::enterGraphPool(entering != 0); }
+void nanprov_graph_pool(int entering) { nanprov::probes::GraphChecks::enterGraphPool(entering != 0); }
 
 int nanprov_set_fact(const char* key, const char* value) {
   if (!key || !value) return 1;
-  return nanprov::setRunFact(key, value) ? 0 : 1;
+  return nanprov::probes::setRunFact(key, value) ? 0 : 1;
 }
 
 void nanprov_process_group(int rank, int world_size, int local_rank) {
-  nanprov::guarded("process group", [&] { nanprov::probes().session().learnRank(rank, world_size, local_rank); });
+  nanprov::probes::guarded("process group",
+                           [&] { nanprov::probes::processProbes().session().learnRank(rank, world_size, local_rank); });
 }
 
 void nanprov_mesh(const char* coordinates) {
   if (!coordinates || std::strlen(coordinates) > 512) return;
-  nanprov::guarded("device mesh", [&] { nanprov::probes().session().setCounters({.mesh = coordinates}); });
+  nanprov::probes::guarded("device mesh",
+                           [&] { nanprov::probes::processProbes().session().setCounters({.mesh = coordinates}); });
 }
 
 void nanprov_shutdown(void) {
-  nanprov::probes().session().finalize();
-  nanprov::probes().session().setModuleResolver(nullptr);
+  nanprov::probes::processProbes().session().finalize();
+  nanprov::probes::processProbes().session().setModuleResolver(nullptr);
 }

@@ -16,7 +16,7 @@
 #include "probes/libtorch/probe_thread.h"
 #include "probes/libtorch/probes.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 namespace {
 
 // A bracket's kernel trace, held by the bracket (probe_thread.h) until the call is recorded.
@@ -34,7 +34,7 @@ bool probing(Probes& p) { return !insideProbedOp() && p.session().active(); }
 void beginCall(const at::Tensor& q, const std::optional<at::Tensor>& o, bool boundary) {
   OpenBracket open;
   open.boundary = boundary;
-  if (Probes& p = probes(); probing(p)) {
+  if (Probes& p = processProbes(); probing(p)) {
     guarded("attention probe", [&] {
       CallRecorder& recorder = p.recorder();
       open.name = o ? recorder.nameBackward(reinterpret_cast<uintptr_t>(o->data_ptr())) : recorder.nameForward();
@@ -118,7 +118,7 @@ void recordCall(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, c
                 const std::optional<at::Tensor>& cu_seqlens_k, const std::string& op, const std::string& backend,
                 const std::string& note, const std::optional<at::Tensor>& mask, const std::optional<at::Tensor>& link,
                 const std::string& kernel_backend, std::optional<double> dropout_p) {
-  Probes& p = probes();
+  Probes& p = processProbes();
   if (!probing(p)) {
     WorkerCall counted(p.session());  // a DataLoader worker's: counted for its rank
     abandonCall();
@@ -172,7 +172,7 @@ void recordBackward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
                     const std::optional<at::Tensor>& cu_seqlens_q, const std::optional<at::Tensor>& cu_seqlens_k,
                     const std::string& op, const std::string& backend, const std::optional<at::Tensor>& mask,
                     const std::string& kernel_backend) {
-  Probes& p = probes();
+  Probes& p = processProbes();
   if (!probing(p)) {
     abandonCall();
     return;
@@ -242,4 +242,4 @@ void installForeignCallOps() {
   meta->impl("record_backward", &recordBackwardMeta);
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

@@ -18,11 +18,11 @@
 // compiled graphs, where the bootstrap's Inductor pass puts them around FlexAttention's nodes.
 #pragma once
 
-namespace nanprov {
+namespace nanprov::probes {
 
 // Defines the ops above. Called once, from installProbes() (install_probes.h). What a bracket
 // leaves on its thread (whether a call is inside one, the module boundary's name) is the
 // thread's state: probe_thread.h.
 void installForeignCallOps();
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

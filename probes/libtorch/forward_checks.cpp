@@ -7,7 +7,7 @@
 #include "kernels/health_check.h"
 #include "probes/libtorch/check_views.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 namespace {
 
 static_assert(kernels::kMaxDims == 6, "ForwardChecks::Tensor keeps kMaxDims sizes and strides");
@@ -124,4 +124,4 @@ void ForwardChecks::rememberMeasured(const CallEvent& rec, const RoleTensors& te
   if (ForwardCountsRef counts = remember(rec, tensors, all)) counts->fill(rec.tensors);
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

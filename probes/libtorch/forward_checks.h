@@ -38,7 +38,7 @@
 #include "base/records/call_event.h"
 #include "probes/libtorch/tensor_health.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 
 // One forward call's counts, filled once its check is back; read by its backward. Lives in its
 // ForwardChecks slot, which is not reused while a ForwardCountsRef holds it.
@@ -177,4 +177,4 @@ class ForwardChecks {
   std::atomic<int64_t> inherited_{0};
 };
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

@@ -17,7 +17,7 @@
 #include "probes/core/session.h"
 #include "probes/libtorch/tensor_health.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 namespace {
 
 // A finding names at most this many parameters per kind: enough to point at the culprit
@@ -324,4 +324,4 @@ void GradientSentinel::found(int64_t step, const std::string& parameter, Sentine
   session_.recordSentinel({std::move(f)});
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

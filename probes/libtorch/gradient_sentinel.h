@@ -40,7 +40,7 @@
 #include "probes/libtorch/measured_checks.h"
 #include "probes/libtorch/replica_digests.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 
 class Session;
 
@@ -121,4 +121,4 @@ class GradientSentinel final : public MeasuredSink {
   size_t named_[2] = {0, 0};
 };
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

@@ -1,5 +1,5 @@
 // The ops the bootstrap's optimizer hook calls (gradient_sentinel_ops.h): entry points, so they
-// find the process's gradient sentinel through probes().
+// find the process's gradient sentinel through processProbes().
 #include "probes/libtorch/gradient_sentinel_ops.h"
 
 #include <ATen/ATen.h>
@@ -15,27 +15,27 @@
 #include "probes/core/session.h"
 #include "probes/libtorch/probes.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 namespace {
 
 // The ops' bodies: nothing reaches the training.
 void watchParameters(int64_t key, const std::vector<at::Tensor>& params, const std::string& names,
                      const std::vector<int64_t>& sharded, const std::vector<int64_t>& replicated,
                      const std::vector<int64_t>& replica_ranks) {
-  if (!probes().session().active()) return;
+  if (!processProbes().session().active()) return;
   try {
-    probes().sentinel().watch(key, params, names, sharded, replicated, replica_ranks);
+    processProbes().sentinel().watch(key, params, names, sharded, replicated, replica_ranks);
   } catch (const std::exception& e) {
     logOnce("sentinel", std::string("gradient sentinel failed, gradients are not checked: ") + e.what());
   }
 }
 
 bool checkStep(int64_t key, int64_t step, const c10::List<std::optional<at::Tensor>>& shards) {
-  if (!probes().session().active()) return true;
+  if (!processProbes().session().active()) return true;
   try {
     at::NoGradGuard no_grad;
     std::vector<std::optional<at::Tensor>> local(shards.begin(), shards.end());
-    return probes().sentinel().check(key, step, local);
+    return processProbes().sentinel().check(key, step, local);
   } catch (const std::exception& e) {
     logOnce("sentinel", std::string("gradient sentinel failed, gradients are not checked: ") + e.what());
     return true;
@@ -57,4 +57,4 @@ void installGradientSentinel() {
   });
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

@@ -2,11 +2,11 @@
 // process's GradientSentinel (gradient_sentinel.h).
 #pragma once
 
-namespace nanprov {
+namespace nanprov::probes {
 
-// Registers the ops the bootstrap calls, served by the process's sentinel (probes().sentinel()):
+// Registers the ops the bootstrap calls, served by the process's sentinel (processProbes().sentinel()):
 //   torch.ops.nanprov.watch_parameters(key, params, names, sharded, replicated=[], replica_ranks=[])
 //   torch.ops.nanprov.check_step(key, step, shards) -> bool   (false: watch `key` again)
 void installGradientSentinel();
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

@@ -10,7 +10,7 @@
 #include "probes/libtorch/device_queue.h"
 #include "tracer/kernel_tracer.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 namespace {
 
 constexpr const char* kUnattributed = "it ran in a CUDA graph replay, whose kernels are not told apart per call";
@@ -213,4 +213,4 @@ void GraphChecks::recordOutsideLock(Finished& done) {
   }
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

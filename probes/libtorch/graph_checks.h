@@ -21,12 +21,12 @@
 #include "base/records/call_event.h"
 #include "kernels/health_check.h"
 #include "probes/libtorch/check_views.h"
+#include "tracer/kernel_tracer.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 
 class CapturedCheck;
 class CheckedCallSink;
-class KernelTracer;
 class Session;
 
 class GraphChecks {
@@ -98,4 +98,4 @@ class GraphChecks {
   int64_t captured_ = 0;
 };
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

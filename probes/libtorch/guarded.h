@@ -8,7 +8,7 @@
 
 #include "base/log_once.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 
 // The reason an exception gives, or its type when it gives none (a Python error surfacing as a
 // C++ exception can have an empty message).
@@ -29,4 +29,4 @@ void guarded(const char* what, F&& body) {
   }
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

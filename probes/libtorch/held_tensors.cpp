@@ -8,7 +8,7 @@
 #include "base/env.h"
 #include "probes/core/probe_cost.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 namespace {
 
 // Default hold budget: enough for a few calls of a large model in flight.
@@ -66,4 +66,4 @@ void HeldTensors::release(RoleTensors& held, CallArgs& args) {
   args.clear();  // IValues that may hold tensors too (a backward's philox seed and offset)
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

@@ -13,7 +13,7 @@
 #include "probes/libtorch/call_capture.h"
 #include "probes/libtorch/tensor_health.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 
 class HeldTensors {
  public:
@@ -48,4 +48,4 @@ class HeldTensors {
   std::atomic<int64_t> released_last_{0};
 };
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

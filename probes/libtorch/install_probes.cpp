@@ -7,7 +7,7 @@
 #include "probes/libtorch/module_trail_ops.h"
 #include "probes/libtorch/softmax_attention.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 
 Status installProbes() {
   return installAttentionProbes([](bool want_fused) {
@@ -19,4 +19,4 @@ Status installProbes() {
   });
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

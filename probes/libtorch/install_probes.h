@@ -6,9 +6,9 @@
 
 #include "base/status.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 
 // Idempotent; an error says what could not be installed.
 Status installProbes();
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

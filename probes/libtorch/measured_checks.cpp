@@ -8,7 +8,7 @@
 #include "probes/core/probe_cost.h"
 #include "probes/libtorch/tensor_health.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 namespace {
 
 using kernels::TensorView;
@@ -122,4 +122,4 @@ bool MeasuredChecks::enqueueDense(CheckLane& lane, const std::vector<at::Tensor>
   return false;
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

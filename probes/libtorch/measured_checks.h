@@ -19,7 +19,7 @@
 #include "probes/libtorch/check_lanes.h"
 #include "probes/libtorch/measured_sink.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 
 class MeasuredChecks {
  public:
@@ -61,4 +61,4 @@ class MeasuredChecks {
   std::atomic<int64_t> fused_launches_{0};
 };
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

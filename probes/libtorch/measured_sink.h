@@ -9,7 +9,7 @@
 
 #include "kernels/health_check.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 
 struct MeasuredCounts {
   int64_t nan = 0, posinf = 0, neginf = 0;
@@ -49,4 +49,4 @@ inline void handOver(MeasuredSink& sink, uint64_t context, const kernels::Health
   sink.receive(context, measured.data(), n);
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

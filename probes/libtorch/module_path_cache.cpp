@@ -4,7 +4,7 @@
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/functions/accumulate_grad.h>
 
-namespace nanprov {
+namespace nanprov::probes {
 
 at::Tensor ModulePathCache::sourceParameter(const at::Tensor& q) {
   if (!q.defined() || !q.requires_grad()) return {};
@@ -94,4 +94,4 @@ int64_t ModulePathCache::size() const {
   return static_cast<int64_t>(entries_.size());
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

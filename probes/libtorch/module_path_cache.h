@@ -20,7 +20,7 @@
 
 #include "base/interned_text.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 
 class ModulePathCache {
  public:
@@ -73,4 +73,4 @@ class ModulePathCache {
   std::unordered_map<const c10::TensorImpl*, Entry> entries_;
 };
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

@@ -17,7 +17,7 @@
 #include "probes/core/session.h"
 #include "probes/libtorch/tensor_health.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 namespace {
 
 // Rows stored per process: the first non-finite step's module calls, which after the first one
@@ -365,4 +365,4 @@ void ModuleTrail::judge(const Site& s, const Tally& in, const Tally& out) {
   session_.recordModuleChecks({std::move(r)});
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

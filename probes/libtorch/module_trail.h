@@ -34,7 +34,7 @@
 #include "base/records/call_record.h"
 #include "probes/libtorch/measured_checks.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 
 class Session;
 
@@ -156,4 +156,4 @@ class ModuleTrail final : public MeasuredSink {
   std::atomic<int> backward_state_{0};  // compiledBackwardState(): 0 unsaid, 1 checked, 2 unchecked
 };
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

@@ -1,5 +1,5 @@
 // The ops the bootstrap's module hooks and compiled graphs call (module_trail_ops.h): entry
-// points, so they find the process's trail through probes().
+// points, so they find the process's trail through processProbes().
 #include "probes/libtorch/module_trail_ops.h"
 
 #include <ATen/ATen.h>
@@ -14,28 +14,28 @@
 #include "probes/core/session.h"
 #include "probes/libtorch/probes.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 namespace {
 
 // The ops' bodies: nothing reaches the training.
 bool trailModule(int64_t id, const std::string& path, const std::string& module_class, const std::string& unchecked) {
-  if (!probes().session().active()) return false;
-  return probes().trail().name(id, path, module_class, unchecked);
+  if (!processProbes().session().active()) return false;
+  return processProbes().trail().name(id, path, module_class, unchecked);
 }
 
 void trailEnter(int64_t id) {
-  if (probes().session().active()) probes().trail().enter(id);
+  if (processProbes().session().active()) processProbes().trail().enter(id);
 }
 
 void trailLeave(int64_t id) {
-  if (probes().session().active()) probes().trail().leave(id);
+  if (processProbes().session().active()) processProbes().trail().leave(id);
 }
 
 void trailForward(int64_t id, const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs,
                   bool inputs_whole) {
-  if (!probes().session().active()) return;
+  if (!processProbes().session().active()) return;
   try {
-    probes().trail().forward(id, inputs, outputs, inputs_whole);
+    processProbes().trail().forward(id, inputs, outputs, inputs_whole);
   } catch (const std::exception& e) {
     logOnce("trail", std::string("--trail: a module call was not checked: ") + e.what());
   }
@@ -62,24 +62,24 @@ void trailCompiled(int64_t slot, const std::vector<at::Tensor>& inputs, const st
 
 void trailCompiledBackward(int64_t id, int64_t graph, int64_t position, int64_t checks,
                            const std::vector<at::Tensor>& received, const std::vector<at::Tensor>& sent) {
-  if (!probes().session().active()) return;
+  if (!processProbes().session().active()) return;
   try {
-    probes().trail().compiledBackward(id, graph, position, checks, received, sent);
+    processProbes().trail().compiledBackward(id, graph, position, checks, received, sent);
   } catch (const std::exception& e) {
     logOnce("trail backward", std::string("--trail: a module's gradients are not checked: ") + e.what());
   }
 }
 
 void trailBackwardUnchecked(int64_t id, const std::string& unchecked) {
-  if (probes().session().active()) probes().trail().backwardUnchecked(id, unchecked);
+  if (processProbes().session().active()) processProbes().trail().backwardUnchecked(id, unchecked);
 }
 
 void trailBackwardOff(int64_t first, int64_t count) {
-  if (probes().session().active()) probes().trail().backwardOff(first, count);
+  if (processProbes().session().active()) processProbes().trail().backwardOff(first, count);
 }
 
 void trailBackwardState(bool checked) {
-  if (probes().session().active()) probes().trail().compiledBackwardState(checked);
+  if (processProbes().session().active()) processProbes().trail().compiledBackwardState(checked);
 }
 
 }  // namespace
@@ -119,4 +119,4 @@ void installModuleTrail() {
   });
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

@@ -2,9 +2,9 @@
 // into compiled graphs, call, served by the process's ModuleTrail (module_trail.h).
 #pragma once
 
-namespace nanprov {
+namespace nanprov::probes {
 
-// Registers the ops the bootstrap calls, served by the process's trail (probes().trail()):
+// Registers the ops the bootstrap calls, served by the process's trail (processProbes().trail()):
 //   torch.ops.nanprov.trail_module(id, path, cls, unchecked="") -> bool (it looks like attention)
 //   torch.ops.nanprov.trail_enter(id), trail_leave(id)   (a call of an attention-like module begins, ends)
 //   torch.ops.nanprov.trail_forward(id, inputs, outputs, inputs_whole=True)
@@ -16,4 +16,4 @@ namespace nanprov {
 //   torch.ops.nanprov.trail_backward_state(checked)
 void installModuleTrail();
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

@@ -4,7 +4,7 @@
 // described beyond what torch says of it.
 #include "probes/libtorch/device_queue.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 
 StatusOr<std::unique_ptr<DeviceQueue>> DeviceQueue::create(int, int, kernels::CheckKind) {
   return Status::Error("nanprov was built without the CUDA toolkit");
@@ -24,4 +24,4 @@ uint64_t captureIdOf(void*) { return 0; }
 
 void describeDevice(int, std::map<std::string, std::string>&) {}
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

@@ -8,7 +8,7 @@
 
 #include "probes/libtorch/guarded.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 namespace {
 
 struct Waiting {
@@ -57,4 +57,4 @@ void disarmOutputHistoryIfIdle() {
   if (!t_waiting.out) disarmOutputHistory();
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

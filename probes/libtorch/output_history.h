@@ -9,7 +9,7 @@
 
 #include <functional>
 
-namespace nanprov {
+namespace nanprov::probes {
 
 // From now on, every op this thread runs is seen at its end (a RecordFunction's callbacks are
 // chosen when the op begins: arm before the op whose output is wanted). Idempotent.
@@ -24,4 +24,4 @@ void disarmOutputHistory();
 // Drops the callback if no work waits (the op it was armed for ended without asking for any).
 void disarmOutputHistoryIfIdle();
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

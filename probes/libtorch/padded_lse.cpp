@@ -4,7 +4,7 @@
 
 #include <string_view>
 
-namespace nanprov {
+namespace nanprov::probes {
 namespace {
 
 constexpr int64_t kLseAlignment = 32;
@@ -33,4 +33,4 @@ void unpadLse(const AttentionOp& op, const RoleTensors& inputs, RoleTensors& ten
   }
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

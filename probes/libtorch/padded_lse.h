@@ -8,10 +8,10 @@
 #include "base/records/roles.h"
 #include "probes/libtorch/tensor_health.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 
 // Narrows the LSE among `tensors` to the call's query rows (read from Q among `inputs`) where
 // `op` is memory-efficient attention and the LSE is padded; leaves everything else as it is.
 void unpadLse(const AttentionOp& op, const RoleTensors& inputs, RoleTensors& tensors);
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

@@ -6,7 +6,7 @@
 
 #include "probes/core/session.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 namespace {
 
 // >0 while this thread is inside a probed op: inner attention ops are part of the outer call.
@@ -94,4 +94,4 @@ void endStepOnThread(Session& session) {
 
 void forgetAtStepBoundary(void (*forget)(Session& session)) { g_forget = forget; }
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

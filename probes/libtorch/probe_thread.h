@@ -14,7 +14,7 @@
 
 #include "probes/core/call_identity.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 
 class Session;
 
@@ -127,4 +127,4 @@ void endStepOnThread(Session& session);
 // Registers what endStepOnThread calls, at static initialisation (softmax_attention.cpp).
 void forgetAtStepBoundary(void (*forget)(Session& session));
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

@@ -5,7 +5,7 @@
 #include "probes/libtorch/call_rerun.h"
 #include "probes/libtorch/probe_thread.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 namespace {
 
 using Stack = torch::jit::Stack;
@@ -88,4 +88,4 @@ uintptr_t addressOf(const RoleTensors& tensors, Role role) {
   return 0;
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

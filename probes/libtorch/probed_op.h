@@ -18,7 +18,7 @@
 #include "probes/libtorch/call_args.h"
 #include "probes/libtorch/tensor_health.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 
 struct ProbedOp {
   const AttentionOp* desc = nullptr;
@@ -47,4 +47,4 @@ RoleTensors takeOutputs(const AttentionOp& desc, const torch::jit::Stack& stack,
 at::Tensor tensorOf(const RoleTensors& tensors, Role role);
 uintptr_t addressOf(const RoleTensors& tensors, Role role);
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

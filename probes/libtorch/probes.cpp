@@ -10,7 +10,7 @@
 #include "probes/core/probe_cost.h"
 #include "probes/libtorch/probe_thread.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 namespace {
 
 // Kernels are traced during the first NANPROV_TRACE_STEPS steps (0: always). CUPTI costs every
@@ -21,7 +21,7 @@ int64_t traceSteps() {
   return steps;
 }
 
-void flushProbes(bool at_exit) { probes().flush(at_exit); }
+void flushProbes(bool at_exit) { processProbes().flush(at_exit); }
 
 // How stale the store's probe_cost (and the other counters written with it) may be while the run
 // goes on: a second of cost figures is nothing to lose when a job dies. A normal exit's flush
@@ -41,7 +41,7 @@ Probes::Probes()
   session_.setFlushHook(&flushProbes);
 }
 
-Probes& probes() {
+Probes& processProbes() {
   static Probes* instance = new Probes();  // never destroyed: see probes.h
   return *instance;
 }
@@ -137,4 +137,4 @@ void Probes::describeEnvironment() {
   described_device_ = device;
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

@@ -5,7 +5,7 @@
 // members, built in dependency order and handed what they use, and flush() is where the order of
 // a step boundary and of exit is written.
 //
-// probes() is the process's one instance, made on first use and never destroyed: the dispatcher's
+// processProbes() is the process's one instance, made on first use and never destroyed: the dispatcher's
 // kernels, CUPTI's callbacks and exit hooks may still reach it while static destructors run. Only
 // entry points call it: the kernels the dispatcher runs, the ops the bootstrap calls, the C ABI
 // (entry.cpp), and the hooks and callbacks those registered. Everything else is handed its part
@@ -27,7 +27,7 @@
 #include "probes/libtorch/module_trail.h"
 #include "tracer/kernel_tracer.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 
 class Probes {
  public:
@@ -75,6 +75,6 @@ class Probes {
   int64_t cost_written_ns_ = 0;          // when the probe cost was last said (steady clock)
 };
 
-Probes& probes();
+Probes& processProbes();
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

@@ -7,7 +7,7 @@
 
 #include "base/log_once.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 namespace {
 
 // Steps whose digests are still on their way: past this many, the oldest one's sums are waited
@@ -139,4 +139,4 @@ void ReplicaDigests::collect(bool at_exit) {
   if (!rows.empty()) record_(std::move(rows));
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

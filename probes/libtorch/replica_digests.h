@@ -35,7 +35,7 @@
 
 #include "base/records/replica_digest.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 
 class ReplicaDigests {
  public:
@@ -89,4 +89,4 @@ class ReplicaDigests {
   uint64_t next_id_ = 1;
 };
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-namespace nanprov {
+namespace nanprov::probes {
 
 std::optional<ProductLayout> productLayout(const at::Tensor& scores, int64_t dim, int64_t n, int64_t rows,
                                            int64_t keys) {
@@ -61,4 +61,4 @@ at::Tensor inProductOrder(const at::Tensor& t, const ProductLayout& layout, int6
   return t.permute(layout.order).reshape({n, rows, keys});
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

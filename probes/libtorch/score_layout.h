@@ -14,7 +14,7 @@
 #include <optional>
 #include <vector>
 
-namespace nanprov {
+namespace nanprov::probes {
 
 struct ProductLayout {
   // The scores' dims in the product's order: scores.permute(order).reshape({n, rows, keys}) is
@@ -34,4 +34,4 @@ std::optional<ProductLayout> productLayout(const at::Tensor& scores, int64_t dim
 // `t` (shaped as the scores) in the product's order, [n, rows, keys].
 at::Tensor inProductOrder(const at::Tensor& t, const ProductLayout& layout, int64_t n, int64_t rows, int64_t keys);
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

@@ -23,7 +23,7 @@
 #include "probes/libtorch/probes.h"
 #include "probes/libtorch/score_layout.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 namespace {
 
 using torch::autograd::Node;
@@ -297,7 +297,7 @@ void afterMatmul(Probes& p, const at::Tensor& a, const at::Tensor& b, std::optio
 // bmm(self, mat2) and baddbmm(self, batch1, batch2, *, beta, alpha).
 template <bool kBaddbmm>
 void matmulKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack* stack) {
-  Probes& p = probes();
+  Probes& p = processProbes();
   if (!watching(p.session())) return handle.redispatchBoxed(ks & kBelowProbe, stack);
   constexpr std::ptrdiff_t kArgs = kBaddbmm ? 5 : 2;
   auto first = stack->end() - kArgs;
@@ -312,7 +312,7 @@ void matmulKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Sta
 
 void softmaxKernel(const c10::OperatorHandle& handle, c10::DispatchKeySet ks, Stack* stack) {
   // _softmax(Tensor self, int dim, bool half_to_float)
-  Session& session = probes().session();
+  Session& session = processProbes().session();
   if (!watching(session) || stack->size() < 3) return handle.redispatchBoxed(ks & kBelowProbe, stack);
   const c10::IValue& self = (*stack)[stack->size() - 3];
   const c10::IValue& dim = (*stack)[stack->size() - 2];
@@ -367,4 +367,4 @@ namespace {
 const bool kForgottenAtStepBoundary = (forgetAtStepBoundary(&forgetSoftmaxAttention), true);
 }  // namespace
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

@@ -25,7 +25,7 @@
 // says "outside attention" (report/outcome.h).
 #pragma once
 
-namespace nanprov {
+namespace nanprov::probes {
 
 class Session;
 
@@ -37,4 +37,4 @@ void installSoftmaxAttentionProbe();
 // (probe_thread.h), which the probes' flush calls.
 void forgetSoftmaxAttention(Session& session);
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

@@ -16,7 +16,7 @@
 #include "base/records/roles.h"
 #include "kernels/health_check.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 namespace {
 
 // Calls row(p, n, stride) for every innermost row of `t` (sizes and strides as they are: views,
@@ -300,4 +300,4 @@ void corrupt(const at::Tensor& t, const InjectionSpec& spec) {
   }
 }
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

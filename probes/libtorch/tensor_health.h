@@ -14,7 +14,7 @@
 #include "base/records/roles.h"
 #include "probes/core/injection.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 
 // The tensors of one call with their roles, in the order they are recorded. Inline: filling one
 // per call allocates nothing.
@@ -32,4 +32,4 @@ TensorHealth measureValues(const at::Tensor& t);
 // Corrupts `t` in place as `spec` says (fault injection only).
 void corrupt(const at::Tensor& t, const InjectionSpec& spec);
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

@@ -14,7 +14,7 @@
 #include <cstdint>
 #include <mutex>
 
-namespace nanprov {
+namespace nanprov::probes {
 
 namespace thread_slots_detail {
 // Tells one registry's objects in a thread's cache from an earlier registry's (a restarted
@@ -96,4 +96,4 @@ class ThreadSlots {
   std::mutex mu_;
 };
 
-}  // namespace nanprov
+}  // namespace nanprov::probes

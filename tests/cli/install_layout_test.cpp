@@ -9,7 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
-namespace nanprov {
+namespace nanprov::cli {
 namespace {
 namespace fs = std::filesystem;
 
@@ -75,4 +75,4 @@ TEST(InstallLayout, ThisBuildTreeHasEveryPart) {
 }
 
 }  // namespace
-}  // namespace nanprov
+}  // namespace nanprov::cli

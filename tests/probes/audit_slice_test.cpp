@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-namespace nanprov {
+namespace nanprov::probes {
 namespace {
 
 using Indices = std::vector<int64_t>;
@@ -56,4 +56,4 @@ TEST(AuditSlice, EveryKindWithAKnownLayoutIsSlicedAlongItsOwnAxes) {
 }
 
 }  // namespace
-}  // namespace nanprov
+}  // namespace nanprov::probes

@@ -4,7 +4,7 @@
 
 #include <set>
 
-namespace nanprov {
+namespace nanprov::probes {
 namespace {
 
 ForwardSite at(const std::string& module) { return ForwardSite{module, false, true}; }
@@ -150,4 +150,4 @@ TEST(CallIdentity, UnlinkedBackwardKeepsLayerUnknown) {
 }
 
 }  // namespace
-}  // namespace nanprov
+}  // namespace nanprov::probes

@@ -8,7 +8,7 @@
 
 #include "base/records/call_health.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 namespace {
 
 // The trigger's name, "" for none: what the store would say.
@@ -230,4 +230,4 @@ TEST(CapturePolicy, BadSelectorsSayWhatIsWrong) {
 }
 
 }  // namespace
-}  // namespace nanprov
+}  // namespace nanprov::probes

@@ -9,7 +9,7 @@
 
 #include "probes/core/capture_policy.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 namespace {
 
 // A forward call with a float mask whose largest |x| is `mask`, Q and K of `qk` each, and O of `out`.
@@ -159,4 +159,4 @@ TEST(ConditionRegime, TheRegimesSeenAreKeptWithTheStepEachWasLastJudgedAt) {
 }
 
 }  // namespace
-}  // namespace nanprov
+}  // namespace nanprov::probes

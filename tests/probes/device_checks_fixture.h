@@ -27,7 +27,7 @@ struct Recorded {
   size_t held = 0;
 };
 
-class Sink final : public CheckedCallSink {
+class Sink final : public probes::CheckedCallSink {
  public:
   std::vector<Recorded> records() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -35,7 +35,7 @@ class Sink final : public CheckedCallSink {
   }
 
  private:
-  void recordChecked(CallEvent rec, const RoleTensors& tensors, const CallArgs&, const char*) override {
+  void recordChecked(CallEvent rec, const probes::RoleTensors& tensors, const probes::CallArgs&, const char*) override {
     std::lock_guard<std::mutex> lock(mu_);
     records_.push_back({std::move(rec), tensors.size()});
   }
@@ -48,7 +48,7 @@ class DeviceChecksTest : public ::testing::Test {
   // NANPROV_DEFER_CHECKS for the checks made next.
   void make(const char* defer = "0") {
     setenv("NANPROV_DEFER_CHECKS", defer, 1);
-    checks_ = std::make_unique<DeviceChecks>(session_, *tracer_, sink_, fake_.factory());
+    checks_ = std::make_unique<probes::DeviceChecks>(session_, *tracer_, sink_, fake_.factory());
   }
 
   CallEvent call(int device, int64_t layer = 0) {
@@ -60,19 +60,19 @@ class DeviceChecksTest : public ::testing::Test {
     return rec;
   }
 
-  RoleTensors qkv(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-    RoleTensors t;
+  probes::RoleTensors qkv(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+    probes::RoleTensors t;
     t.emplace_back(Role::kQ, q);
     t.emplace_back(Role::kK, k);
     t.emplace_back(Role::kV, v);
     return t;
   }
 
-  Session session_;
+  probes::Session session_;
   std::unique_ptr<KernelTracer> tracer_ = KernelTracer::create();
   Sink sink_;
   FakeDevice fake_;
-  std::unique_ptr<DeviceChecks> checks_;
+  std::unique_ptr<probes::DeviceChecks> checks_;
   std::vector<float> q_ = std::vector<float>(8), k_ = std::vector<float>(8), v_ = std::vector<float>(8);
 };
 

@@ -16,7 +16,7 @@
 #include "probes/core/session.h"
 #include "tests/probes/device_checks_fixture.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 namespace {
 
 using testing::counts;
@@ -203,4 +203,4 @@ TEST_F(DeviceChecksTest, ALaneIsAdoptedOnceItsThreadEnded) {
 }
 
 }  // namespace
-}  // namespace nanprov
+}  // namespace nanprov::probes

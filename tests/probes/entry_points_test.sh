@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Only the probes' entry points find the process's Probes: a file of probes/ that calls probes()
+# Only the probes' entry points find the process's Probes: a file of probes/ that calls processProbes()
 # or includes probes.h must be listed here. Everything else is handed what it uses by its owner
 # (probes/libtorch/probes.h), so that no part reaches around it for a global.
 #   tests/probes/entry_points_test.sh SOURCE_DIR
@@ -10,7 +10,7 @@ cd "$1" || exit 1
 # never one: its entry points live in a file of their own (collective_probe, *_ops), or the part
 # and its owner would include each other.
 allowed=(
-  probes/libtorch/probes.h                  # declares probes()
+  probes/libtorch/probes.h                  # declares processProbes()
   probes/libtorch/probes.cpp                # defines it; the session's flush hook
   probes/libtorch/entry.cpp                 # the C ABI the bootstrap calls (c_abi.h)
   probes/libtorch/attention_hook.cpp        # the dispatcher's kernels around the attention ops
@@ -29,13 +29,13 @@ for f in "${allowed[@]}"; do
   fi
 done
 
-# Calls of probes() and includes of probes.h, comment lines left out.
+# Calls of processProbes() and includes of probes.h, comment lines left out.
 uses="$(grep -rnE --include='*.h' --include='*.cpp' --include='*.cu' \
-          '(^|[^A-Za-z0-9_])probes\(\)|#include "probes/libtorch/probes\.h"' probes |
+          '(^|[^A-Za-z0-9_])processProbes\(\)|#include "probes/libtorch/probes\.h"' probes |
         grep -vE '^[^:]+:[0-9]+:[[:space:]]*//')"
 # Not vacuous: the C ABI does call it.
 if ! grep -q '^probes/libtorch/entry\.cpp:' <<<"$uses"; then
-  echo "found no probes() in entry.cpp: this test's pattern no longer finds calls"
+  echo "found no processProbes() in entry.cpp: this test's pattern no longer finds calls"
   status=1
 fi
 
@@ -73,7 +73,7 @@ outside="$(while IFS= read -r line; do
   [ "$listed" = 1 ] || echo "$line"
 done <<<"$uses")"
 if [ -n "$outside" ]; then
-  echo "probes() or probes.h outside the entry points (hand the part what it uses from Probes instead):"
+  echo "processProbes() or probes.h outside the entry points (hand the part what it uses from Probes instead):"
   echo "$outside"
   status=1
 fi

@@ -4,12 +4,12 @@
 
 namespace nanprov::testing {
 
-DeviceQueueFactory FakeDevice::factory() {
-  return [this](int device, int slots, kernels::CheckKind kind) -> StatusOr<std::unique_ptr<DeviceQueue>> {
+probes::DeviceQueueFactory FakeDevice::factory() {
+  return [this](int device, int slots, kernels::CheckKind kind) -> StatusOr<std::unique_ptr<probes::DeviceQueue>> {
     std::lock_guard<std::mutex> lock(mu_);
     if (device == failed_device_) return Status::Error("no queue on this fake device");
     ++queues_;
-    return std::unique_ptr<DeviceQueue>(std::make_unique<FakeDeviceQueue>(*this, device, slots, kind));
+    return std::unique_ptr<probes::DeviceQueue>(std::make_unique<FakeDeviceQueue>(*this, device, slots, kind));
   };
 }
 

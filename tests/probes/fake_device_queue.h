@@ -30,7 +30,7 @@ class FakeDevice {
  public:
   // The factory DeviceChecks is handed: a queue of `slots` on any device, or an error for a
   // device the test marked as having none.
-  DeviceQueueFactory factory();
+  probes::DeviceQueueFactory factory();
   void failDevice(int device) { failed_device_ = device; }
   void failSubmits(bool fail) { fail_submits_ = fail; }
 
@@ -50,7 +50,7 @@ class FakeDevice {
   bool fail_submits_ = false;
 };
 
-class FakeDeviceQueue final : public DeviceQueue {
+class FakeDeviceQueue final : public probes::DeviceQueue {
  public:
   FakeDeviceQueue(FakeDevice& device, int index, int slots, kernels::CheckKind kind)
       : device_(device), index_(index), slots_(slots), kind_(kind) {}

@@ -12,7 +12,7 @@
 
 #include "tests/probes/device_checks_fixture.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 namespace {
 
 using testing::counts;
@@ -311,4 +311,4 @@ TEST_F(ForwardChecksTable, AHeldSlotIsNotTakenByANewerForward) {
 }
 
 }  // namespace
-}  // namespace nanprov
+}  // namespace nanprov::probes

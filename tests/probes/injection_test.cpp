@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-namespace nanprov {
+namespace nanprov::probes {
 namespace {
 
 TEST(Injection, ParsesTheDocumentedExample) {
@@ -56,4 +56,4 @@ TEST(Injection, SeveralSpecsSplitOnSemicolons) {
 }
 
 }  // namespace
-}  // namespace nanprov
+}  // namespace nanprov::probes

@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-namespace nanprov {
+namespace nanprov::probes {
 namespace {
 
 bool same(const at::Tensor& a, const at::Tensor& b) {
@@ -90,4 +90,4 @@ TEST(ModulePathCache, WithoutAParameterTheStackIsAskedEveryTime) {
 }
 
 }  // namespace
-}  // namespace nanprov
+}  // namespace nanprov::probes

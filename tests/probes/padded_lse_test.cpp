@@ -7,7 +7,7 @@
 
 #include <limits>
 
-namespace nanprov {
+namespace nanprov::probes {
 namespace {
 
 // An LSE as the cutlass kernel returns it for `rows` query rows: [batch, heads, rows rounded up
@@ -53,4 +53,4 @@ TEST(PaddedLse, OtherBackendsAndUnpaddedLsesAreLeftAlone) {
 }
 
 }  // namespace
-}  // namespace nanprov
+}  // namespace nanprov::probes

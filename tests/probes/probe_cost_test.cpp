@@ -7,7 +7,7 @@
 #include <chrono>
 #include <thread>
 
-namespace nanprov {
+namespace nanprov::probes {
 namespace {
 
 void busy(std::chrono::milliseconds d) {
@@ -67,4 +67,4 @@ TEST(ProbeCost, SummaryGivesTheSteadyStateApart) {
 }
 
 }  // namespace
-}  // namespace nanprov
+}  // namespace nanprov::probes

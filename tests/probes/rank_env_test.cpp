@@ -12,7 +12,7 @@
 
 #include "probes/core/process_rank.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 namespace {
 
 const char* const kRankVariables[] = {"RANK",
@@ -148,4 +148,4 @@ TEST(RankLink, ASecondProcessClaimingTheRankIsRefused) {
 }
 
 }  // namespace
-}  // namespace nanprov
+}  // namespace nanprov::probes

@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-namespace nanprov {
+namespace nanprov::probes {
 namespace {
 
 TEST(RoleMap, SchemaArgumentNamesMapToRoles) {
@@ -41,4 +41,4 @@ TEST(RoleMap, NamesRoundTrip) {
 }
 
 }  // namespace
-}  // namespace nanprov
+}  // namespace nanprov::probes

@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-namespace nanprov {
+namespace nanprov::probes {
 namespace {
 
 TEST(RunFacts, OnlyKnownKeysAndPrintableValuesAreKept) {
@@ -23,4 +23,4 @@ TEST(RunFacts, OnlyKnownKeysAndPrintableValuesAreKept) {
 }
 
 }  // namespace
-}  // namespace nanprov
+}  // namespace nanprov::probes

@@ -11,7 +11,7 @@
 #include <map>
 #include <string>
 
-namespace nanprov {
+namespace nanprov::probes {
 namespace {
 
 const std::map<char, int64_t> kSize = {{'b', 2}, {'h', 3}, {'i', 5}, {'j', 7}, {'d', 4}};
@@ -117,4 +117,4 @@ TEST(ScoreLayout, RefusedWhereItCannotBePlaced) {
 }
 
 }  // namespace
-}  // namespace nanprov
+}  // namespace nanprov::probes

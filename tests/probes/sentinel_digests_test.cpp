@@ -17,7 +17,7 @@
 #include "tests/probes/fake_device_queue.h"
 #include "tracer/kernel_tracer.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 namespace {
 
 using testing::fakeCuda;
@@ -127,4 +127,4 @@ TEST_F(SentinelDigests, AtExitAStepStillWaitingForItsCheckIsDroppedNotRecordedIn
 }
 
 }  // namespace
-}  // namespace nanprov
+}  // namespace nanprov::probes

@@ -11,7 +11,7 @@
 
 #include "kernels/health_check.h"
 
-namespace nanprov {
+namespace nanprov::probes {
 namespace {
 
 void expectLikeAten(const at::Tensor& t) {
@@ -78,4 +78,4 @@ TEST(TensorHealth, FullyMaskedRowsOverTheMasksOwnShape) {
 }
 
 }  // namespace
-}  // namespace nanprov
+}  // namespace nanprov::probes

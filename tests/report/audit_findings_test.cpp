@@ -8,7 +8,7 @@
 #include "tests/report/synthetic_run.h"
 #include "tests/temp_dir.h"
 
-namespace nanprov {
+namespace nanprov::report {
 namespace {
 
 namespace fs = std::filesystem;
@@ -28,14 +28,14 @@ json allZeroJudgement() {
                       "workaround": "use math"},
                      {"id": 5}]
   })");
-  doc["format"] = kAuditFormat;
+  doc["format"] = store::kAuditFormat;
   return doc;
 }
 
 // One rank's run in `dir` with audit captures: a finding, a call skipped, a judgement of the wrong
 // shape and a capture not judged yet.
-RunData auditedRun(const fs::path& dir) {
-  RunData run = synthetic::runOf({}, 3, dir.string());
+store::RunData auditedRun(const fs::path& dir) {
+  store::RunData run = synthetic::runOf({}, 3, dir.string());
   run.settings.audit.on = true;
   run.ranks[0].counters.audit_rotation = AuditRotation{.rotations = 3, .held_back = 1};
   auto capture = [&](int64_t seq, const std::string& path, const std::string& skipped = "") {
@@ -51,11 +51,12 @@ RunData auditedRun(const fs::path& dir) {
   };
   run.captures = {capture(5, "captures/a.safetensors"), capture(6, "", "over --audit-max-bytes"),
                   capture(7, "captures/b.safetensors"), capture(8, "captures/c.safetensors")};
-  EXPECT_TRUE(writeAuditFile((dir / "captures/a.safetensors").string(), allZeroJudgement()).ok());
-  EXPECT_TRUE(writeAuditFile(
-                  (dir / "captures/b.safetensors").string(),
-                  json{{"format", kAuditFormat}, {"audited", true}, {"finding", true}, {"tensors", json::array({1})}})
-                  .ok());
+  EXPECT_TRUE(store::writeAuditFile((dir / "captures/a.safetensors").string(), allZeroJudgement()).ok());
+  EXPECT_TRUE(
+      store::writeAuditFile(
+          (dir / "captures/b.safetensors").string(),
+          json{{"format", store::kAuditFormat}, {"audited", true}, {"finding", true}, {"tensors", json::array({1})}})
+          .ok());
   return run;
 }
 
@@ -126,7 +127,7 @@ TEST(AuditFindings, JsonPassesTheJudgementOnAndTextNamesWhatIsWrong) {
 TEST(AuditFindings, EveryRegimeSeenIsJudgedOrNamedWithWhy) {
   const fs::path dir = testing::freshDir("audit-regimes");
   fs::create_directories(dir / "captures");
-  RunData run = auditedRun(dir);
+  store::RunData run = auditedRun(dir);
   auto regime = [](int64_t first, int64_t last, int64_t judged, const std::string& conditions) {
     return AuditRegime{.layer = 1,
                        .phase = Phase::kForward,
@@ -173,4 +174,4 @@ TEST(AuditFindings, EveryRegimeSeenIsJudgedOrNamedWithWhy) {
 }
 
 }  // namespace
-}  // namespace nanprov
+}  // namespace nanprov::report

@@ -4,7 +4,7 @@
 
 #include "tests/report/synthetic_run.h"
 
-namespace nanprov {
+namespace nanprov::report {
 namespace {
 
 using synthetic::forward;
@@ -14,7 +14,7 @@ using synthetic::upstream;
 // Attention made the values: the edge carries what every rendering shows of it, worked out here
 // (its trail, its capture's path under its rank's directory, its mesh), and the source edge is it.
 TEST(BuildReport, AnEdgeAttentionMadeCarriesItsTrailCaptureAndMesh) {
-  RunData run = runOf({forward(0, 0, 1, 0, 0, 2e4), forward(0, 1, 1, 1, /*o_nan=*/5, 3e4)});
+  store::RunData run = runOf({forward(0, 0, 1, 0, 0, 2e4), forward(0, 1, 1, 1, /*o_nan=*/5, 3e4)});
   run.ranks[0].counters.mesh = "dp=0,tp=1";
   run.captures = {CaptureRecord{
       .rank = 0, .seq = 1, .trigger = CaptureTrigger::kFirstSourceEdge, .path = "captures/c.safetensors"}};
@@ -46,7 +46,7 @@ TEST(BuildReport, AnEdgeAttentionMadeCarriesItsTrailCaptureAndMesh) {
 // Values from upstream: no trail (attention did not make them), and the later source edge is its
 // own call, with its own capture decision.
 TEST(BuildReport, UpstreamValuesNameTheLaterSourceEdgeApart) {
-  RunData run = runOf({upstream(0, 0, 1, 0), forward(0, 1, 2, 1, /*o_nan=*/5)});
+  store::RunData run = runOf({upstream(0, 0, 1, 0), forward(0, 1, 2, 1, /*o_nan=*/5)});
   run.captures = {CaptureRecord{.rank = 0, .seq = 1, .skipped = "the capture budget was spent"}};
   auto report = buildReport(run);
   ASSERT_TRUE(report.ok());
@@ -68,7 +68,7 @@ TEST(BuildReport, UpstreamValuesNameTheLaterSourceEdgeApart) {
 
 // A clean run has no edge, and the earliest non-finite step comes from the gradient sentinel.
 TEST(BuildReport, TheSentinelsStepIsTheFirstNonFiniteOneWithoutAnEdge) {
-  RunData run = runOf({forward(0, 0, 0, 0), forward(0, 1, 1, 0)});
+  store::RunData run = runOf({forward(0, 0, 0, 0), forward(0, 1, 1, 0)});
   auto clean = buildReport(run);
   ASSERT_TRUE(clean.ok());
   EXPECT_FALSE(clean->first_edge);
@@ -83,4 +83,4 @@ TEST(BuildReport, TheSentinelsStepIsTheFirstNonFiniteOneWithoutAnEdge) {
 }
 
 }  // namespace
-}  // namespace nanprov
+}  // namespace nanprov::report

@@ -7,7 +7,7 @@
 
 #include "replay/known_issues.h"
 
-namespace nanprov {
+namespace nanprov::report {
 namespace {
 
 TensorHealth tensor(Role role, const char* dtype, std::vector<int64_t> dims, int64_t nan = 0) {
@@ -142,4 +142,4 @@ TEST(CallIssues, AnOverflowOnTheCpuAndAnInjectedFaultMatchNothing) {
 }
 
 }  // namespace
-}  // namespace nanprov
+}  // namespace nanprov::report

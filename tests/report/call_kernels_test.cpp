@@ -4,7 +4,7 @@
 
 #include "store/reader.h"
 
-namespace nanprov {
+namespace nanprov::report {
 namespace {
 
 TEST(CallKernels, ShortNamesDropTemplatesParametersAndReturnTypes) {
@@ -44,7 +44,7 @@ CallRecord cudaCall(int64_t seq, int64_t step, int64_t layer, const std::string&
 }
 
 TEST(CallKernelIndex, CallsAfterTheTracedStepsShowTheKernelsOfTheSameSignature) {
-  RunData run;
+  store::RunData run;
   run.calls = {cudaCall(0, 0, 1, "[4,2,64,128]"), cudaCall(1, 5, 1, "[4,2,64,128]"), cudaCall(2, 5, 1, "[4,2,32,128]"),
                cudaCall(3, 5, 0, "[4,2,64,128]")};
   run.calls[1].unattributed = "kernel tracing covered the first 2 steps";
@@ -72,4 +72,4 @@ TEST(CallKernelIndex, CallsAfterTheTracedStepsShowTheKernelsOfTheSameSignature) 
 }
 
 }  // namespace
-}  // namespace nanprov
+}  // namespace nanprov::report

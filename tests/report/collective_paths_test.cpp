@@ -4,7 +4,7 @@
 
 #include "store/reader.h"
 
-namespace nanprov {
+namespace nanprov::report {
 namespace {
 
 CollectiveRecord allreduce(int rank, int64_t nan_in, int64_t nan_out) {
@@ -17,8 +17,8 @@ CollectiveRecord allreduce(int rank, int64_t nan_in, int64_t nan_out) {
 // Two ranks: rank 0 sent NaN into an all-reduce, rank 1 received it there. Rank 1 made nothing:
 // its path names the collective, the rank it came from and the gradients it carried.
 TEST(CollectivePaths, ARankThatReceivedTheValuesIsToldWhereFrom) {
-  RunData run;
-  RankInfo rank;
+  store::RunData run;
+  store::RankInfo rank;
   rank.meta = {{"world_size", "2"}};
   run.ranks = {rank, rank};
   run.ranks[1].rank = 1;
@@ -45,8 +45,8 @@ TEST(CollectivePaths, ARankThatReceivedTheValuesIsToldWhereFrom) {
 
 // No rank's input was non-finite and every rank was read: the reduction itself overflowed.
 TEST(CollectivePaths, ACollectiveThatMadeTheValuesIsSaidSo) {
-  RunData run;
-  run.ranks = {RankInfo{.rank = 0, .meta = {{"world_size", "1"}}}};
+  store::RunData run;
+  run.ranks = {store::RankInfo{.rank = 0, .meta = {{"world_size", "1"}}}};
   run.collectives = {allreduce(0, 0, 8)};
   const std::vector<CollectivePath> paths = collectivePaths(run);
   ASSERT_EQ(paths.size(), 1u);
@@ -59,4 +59,4 @@ TEST(CollectivePaths, ACollectiveThatMadeTheValuesIsSaidSo) {
 }
 
 }  // namespace
-}  // namespace nanprov
+}  // namespace nanprov::report

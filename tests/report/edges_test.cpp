@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-namespace nanprov {
+namespace nanprov::report {
 namespace {
 
 TensorHealth tensor(const std::string& role, int64_t nan = 0, int64_t posinf = 0, int64_t neginf = 0) {
@@ -108,4 +108,4 @@ TEST(FirstEdge, CleanRunHasNoEdge) {
 }
 
 }  // namespace
-}  // namespace nanprov
+}  // namespace nanprov::report

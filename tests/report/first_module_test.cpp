@@ -5,7 +5,7 @@
 #include "report/run_overview.h"
 #include "store/reader.h"
 
-namespace nanprov {
+namespace nanprov::report {
 namespace {
 
 ModuleCheckRecord check(int64_t step, int64_t order, const std::string& module, bool inputs_finite,
@@ -23,7 +23,7 @@ ModuleCheckRecord check(int64_t step, int64_t order, const std::string& module, 
 }
 
 // An attention call of `module` whose input (upstream) or output (attention) was non-finite.
-Findings withEdge(RunData& run, const std::string& module, Origin origin, int64_t step = 1,
+Findings withEdge(store::RunData& run, const std::string& module, Origin origin, int64_t step = 1,
                   Phase phase = Phase::kForward) {
   CallRecord c;
   c.step = step;
@@ -39,7 +39,7 @@ Findings withEdge(RunData& run, const std::string& module, Origin origin, int64_
 // Inner modules end first: the first one with finite inputs is the innermost around the op that
 // made the value; a later step's rows (propagation) never win over an earlier step's.
 TEST(FirstModule, TheFirstCallWithFiniteInputsOfTheEarliestStep) {
-  RunData run;
+  store::RunData run;
   run.module_checks = {check(2, 0, "h.0.ln_1", true), check(1, 5, "h.0.attn.o_proj", false),
                        check(1, 6, "h.0.attn", true), check(1, 7, "h.0", true)};
   Findings none;
@@ -51,7 +51,7 @@ TEST(FirstModule, TheFirstCallWithFiniteInputsOfTheEarliestStep) {
 
 // Without a module that had finite inputs (the value came with the batch), the first call is named.
 TEST(FirstModule, WithoutFiniteInputsTheFirstCallIsNamed) {
-  RunData run;
+  store::RunData run;
   run.module_checks = {check(3, 9, "h.1", false), check(3, 4, "wte", false)};
   std::optional<FirstModule> m = firstModule(run, Findings{});
   ASSERT_TRUE(m);
@@ -65,7 +65,7 @@ TEST(FirstModule, WithoutFiniteInputsTheFirstCallIsNamed) {
 // named, and the backward, which comes after it, never is (it was judged "later" than the edge, and
 // nothing was named).
 TEST(FirstModule, AStepsForwardComesBeforeItsBackwardWhateverItsInputs) {
-  RunData run;
+  store::RunData run;
   run.module_checks = {check(2, 1, "visual.conv1", false), check(2, 2, "visual.ln_pre", false),
                        check(2, 9, "", true, Phase::kBackward)};
   Findings f = withEdge(run, "visual.transformer.resblocks.0.attn", Origin::kUpstream, 2);
@@ -86,7 +86,7 @@ TEST(FirstModule, AStepsForwardComesBeforeItsBackwardWhateverItsInputs) {
 // the NaN is not named over the first module that received it.
 TEST(FirstModule, AModuleNotSeenToReceiveFiniteTensorsIsNeverTheSource) {
   for (ModuleInputs unseen : {ModuleInputs::kNone, ModuleInputs::kPartlySeen}) {
-    RunData run;
+    store::RunData run;
     run.module_checks = {check(2, 9, "", true, Phase::kForward, unseen), check(2, 3, "embed", false)};
     std::optional<FirstModule> m = firstModule(run, Findings{});
     ASSERT_TRUE(m);
@@ -102,31 +102,31 @@ TEST(FirstModule, AModuleNotSeenToReceiveFiniteTensorsIsNeverTheSource) {
 
 // Attention made it: its own module, or one around it, is not a first module outside attention.
 TEST(FirstModule, NoneWhenAttentionMadeTheValue) {
-  RunData run;
+  store::RunData run;
   run.module_checks = {check(1, 6, "layers.0.attn", true), check(1, 7, "layers.0", true)};
   Findings f = withEdge(run, "layers.0.attn", Origin::kAttention);
   EXPECT_FALSE(firstModule(run, f));
   run.module_checks = {check(1, 3, "layers.0.attn_norm", true)};  // a sibling before attention: named
   EXPECT_TRUE(firstModule(run, f));
-  EXPECT_FALSE(firstModule(RunData{}, f));
+  EXPECT_FALSE(firstModule(store::RunData{}, f));
 }
 
 // A module that ran after the first edge only shows where the value spread: what made it went
 // unchecked (a compiled backward), so no module is named.
 TEST(FirstModule, NoneFromAfterTheFirstEdge) {
-  RunData run;
+  store::RunData run;
   Findings f = withEdge(run, "h.0.attn", Origin::kUpstream, /*step=*/2, Phase::kBackward);
   run.module_checks = {check(3, 0, "h.0.ln_1", false)};
   EXPECT_FALSE(firstModule(run, f));
   run.module_checks = {check(2, 0, "h.0.ln_1", true)};  // the same step's forward came before it
   EXPECT_TRUE(firstModule(run, f));
-  RunData fwd;
+  store::RunData fwd;
   Findings g = withEdge(fwd, "h.0.attn", Origin::kUpstream, /*step=*/2, Phase::kForward);
   fwd.module_checks = {check(2, 0, "h.0.mlp", true, Phase::kBackward)};
   EXPECT_FALSE(firstModule(fwd, g));
   // The same step and phase on the edge's rank: a module whose check was taken after the edge
   // began ran after it; one from before it is named.
-  RunData same;
+  store::RunData same;
   Findings h = withEdge(same, "h.1.attn", Origin::kUpstream, /*step=*/2, Phase::kBackward);
   same.calls[0].start_ns = 1000;
   same.module_checks = {check(2, 1500, "h.0.mlp", true, Phase::kBackward)};
@@ -138,7 +138,7 @@ TEST(FirstModule, NoneFromAfterTheFirstEdge) {
   EXPECT_TRUE(firstModule(same, h));
   // A module around the attention call is checked after it ran, so after the edge began: it is
   // still named when the value came from upstream (code inside it that is not a module).
-  RunData around;
+  store::RunData around;
   Findings k = withEdge(around, "h.1.attn", Origin::kUpstream, /*step=*/2, Phase::kForward);
   around.calls[0].start_ns = 1000;
   around.module_checks = {check(2, 1500, "h.1.attn", true)};
@@ -151,7 +151,7 @@ TEST(FirstModule, NoneFromAfterTheFirstEdge) {
 // first is named, and the text says that its siblings may have made it as well (not the modules
 // around them, which take x too).
 TEST(FirstModule, SiblingsJudgedOnTheSameGradientAreNamedWithIt) {
-  RunData run;
+  store::RunData run;
   for (const char* module : {"l.0.attn.q_proj", "l.0.attn.k_proj", "l.0.attn.v_proj", "l.0.attn", "l.0"}) {
     ModuleCheckRecord m = check(1, static_cast<int64_t>(run.module_checks.size()), module, true, Phase::kBackward);
     m.gradient = 42;
@@ -208,4 +208,4 @@ TEST(FirstModule, TextSaysWhatTheModuleDidInEachPhase) {
 }
 
 }  // namespace
-}  // namespace nanprov
+}  // namespace nanprov::report

@@ -10,14 +10,14 @@
 #include "store/writer.h"
 #include "tests/temp_dir.h"
 
-namespace nanprov {
+namespace nanprov::report {
 namespace {
 namespace fs = std::filesystem;
 
 // One rank's store with a forward call in each of `layers` layers, at step 0; the call in
 // `bad_layer` holds a NaN in O.
 void writeLayers(const fs::path& dir, int layers, int bad_layer) {
-  auto w = StoreWriter::open((dir / rankStoreName(0)).string(), {{"rank", "0"}});
+  auto w = store::StoreWriter::open((dir / store::rankStoreName(0)).string(), {{"rank", "0"}});
   ASSERT_TRUE(w.ok());
   for (int layer = 0; layer < layers; ++layer) {
     CallRecord c;
@@ -36,7 +36,7 @@ void writeLayers(const fs::path& dir, int layers, int bad_layer) {
 TEST(HealthPicture, ADeepModelDrawsBandsOfLayers) {
   fs::path dir = testing::freshDir("picture-deep");
   writeLayers(dir, 1000, 777);
-  auto run = loadRun(dir.string(), RunScope::kEdges);
+  auto run = store::loadRun(dir.string(), store::RunScope::kEdges);
   ASSERT_TRUE(run.ok()) << run.status().message();
   auto report = buildReport(*run, {.page = true});
   ASSERT_TRUE(report.ok()) << report.status().message();
@@ -58,7 +58,7 @@ TEST(HealthPicture, ADeepModelDrawsBandsOfLayers) {
 TEST(HealthPicture, AShallowModelDrawsOneRowPerLayer) {
   fs::path dir = testing::freshDir("picture-shallow");
   writeLayers(dir, HealthPicture::kMaxRows, -1);
-  auto run = loadRun(dir.string(), RunScope::kEdges);
+  auto run = store::loadRun(dir.string(), store::RunScope::kEdges);
   ASSERT_TRUE(run.ok()) << run.status().message();
   auto picture = drawHealthPicture(*run, {}, nullptr, nullptr);
   ASSERT_TRUE(picture.ok()) << picture.status().message();
@@ -67,4 +67,4 @@ TEST(HealthPicture, AShallowModelDrawsOneRowPerLayer) {
 }
 
 }  // namespace
-}  // namespace nanprov
+}  // namespace nanprov::report

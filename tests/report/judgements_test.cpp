@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-namespace nanprov {
+namespace nanprov::report {
 namespace {
 
 using nlohmann::json;
@@ -46,4 +46,4 @@ TEST(Judgements, KnownIssuesKeepOnlyEntriesOfText) {
 }
 
 }  // namespace
-}  // namespace nanprov
+}  // namespace nanprov::report

@@ -4,7 +4,7 @@
 
 #include "store/reader.h"
 
-namespace nanprov {
+namespace nanprov::report {
 namespace {
 
 TrendPoint point(int64_t layer, int64_t step, int64_t width, double logit) {
@@ -18,8 +18,8 @@ TrendPoint point(int64_t layer, int64_t step, int64_t width, double logit) {
 // Two ranks' buckets of one layer merge into the widest width, each point the largest; the layers
 // are ordered by how much their logits grew, and the warnings by step, then rank.
 TEST(LayerTrends, RanksMergeIntoTheWidestBucketsAndLayersOrderByGrowth) {
-  RunData run;
-  RankInfo r0, r1;
+  store::RunData run;
+  store::RankInfo r0, r1;
   r0.rank = 0, r1.rank = 1;
   r0.trends = {point(0, 0, 1, 10), point(0, 1, 1, 12), point(1, 0, 2, 5), point(1, 2, 2, 500)};
   r1.trends = {point(0, 0, 2, 11)};
@@ -53,11 +53,11 @@ TEST(LayerTrends, RanksMergeIntoTheWidestBucketsAndLayersOrderByGrowth) {
 }
 
 TEST(LayerTrends, AStoreWithoutTrendsSaysNothing) {
-  const Trends t = trendsOf(RunData{}, std::nullopt);
+  const Trends t = trendsOf(store::RunData{}, std::nullopt);
   EXPECT_TRUE(t.layers.empty());
   EXPECT_EQ(trendsText(t), "");
   EXPECT_EQ(trendsJson(t)["first_nonfinite_step"], nullptr);
 }
 
 }  // namespace
-}  // namespace nanprov
+}  // namespace nanprov::report

@@ -8,7 +8,7 @@
 #include "tests/report/synthetic_run.h"
 #include "tests/temp_dir.h"
 
-namespace nanprov {
+namespace nanprov::report {
 namespace {
 
 namespace fs = std::filesystem;
@@ -17,9 +17,9 @@ using synthetic::runOf;
 using synthetic::upstream;
 
 TEST(Outcome, CleanIsCheckedAndFiniteAndAnEdgeIsAFault) {
-  RunData clean = runOf({forward(0, 0, 0, 0)});
+  store::RunData clean = runOf({forward(0, 0, 0, 0)});
   EXPECT_EQ(conclude(clean, analyze(clean), std::nullopt).outcome, Outcome::kClean);
-  RunData edge = runOf({forward(0, 0, 0, 0, /*o_nan=*/2)});
+  store::RunData edge = runOf({forward(0, 0, 0, 0, /*o_nan=*/2)});
   const Conclusion c = conclude(edge, analyze(edge), std::nullopt);
   EXPECT_EQ(c.outcome, Outcome::kEdgeFound);
   EXPECT_TRUE(outcomeIsFault(c.outcome));
@@ -31,11 +31,11 @@ TEST(Outcome, CleanIsCheckedAndFiniteAndAnEdgeIsAFault) {
 // Replicas that diverged while every value stayed finite: never clean. Beside a non-finite edge the
 // edge is the answer, and the divergence is still listed.
 TEST(Outcome, ReplicasThatDivergedAreAFaultUnlessSomethingWentNonFinite) {
-  RunData run = runOf({forward(0, 0, 0, 0)});
-  RankInfo other = run.ranks[0];
+  store::RunData run = runOf({forward(0, 0, 0, 0)});
+  store::RankInfo other = run.ranks[0];
   other.rank = 1;
   run.ranks.push_back(other);
-  for (RankInfo& r : run.ranks) r.meta[kReplicaGroupMeta] = "0,1";
+  for (store::RankInfo& r : run.ranks) r.meta[kReplicaGroupMeta] = "0,1";
   run.ranks[0].meta["world_size"] = run.ranks[1].meta["world_size"] = "2";
   for (int rank : {0, 1}) {
     for (int64_t step : {0, 1}) {
@@ -49,7 +49,7 @@ TEST(Outcome, ReplicasThatDivergedAreAFaultUnlessSomethingWentNonFinite) {
   EXPECT_STREQ(outcomeName(c.outcome), "replica_divergence");
   ASSERT_TRUE(c.replicas.first_divergence);
   EXPECT_EQ(c.replicas.first_divergence->step, 1);
-  RunData edge = runOf({forward(0, 0, 0, 0, /*o_nan=*/2)});
+  store::RunData edge = runOf({forward(0, 0, 0, 0, /*o_nan=*/2)});
   edge.ranks = run.ranks;
   edge.replica_digests = run.replica_digests;
   const Conclusion e = conclude(edge, analyze(edge), std::nullopt);
@@ -60,7 +60,7 @@ TEST(Outcome, ReplicasThatDivergedAreAFaultUnlessSomethingWentNonFinite) {
 // Gradients that went non-finite before any attention edge are the answer; with no attention
 // unchecked and every rank read, the origin is outside attention.
 TEST(Outcome, TheSentinelWinsWhenItsStepComesFirst) {
-  RunData run = runOf({upstream(0, 0, 3, 0)});
+  store::RunData run = runOf({upstream(0, 0, 3, 0)});
   run.sentinel = {SentinelRecord{.rank = 0, .step = 1, .tensor = SentinelTensor::kGrad, .parameter = "embed.weight"},
                   SentinelRecord{.rank = 0, .step = 1, .tensor = SentinelTensor::kParam, .parameter = "embed.weight"}};
   const Conclusion c = conclude(run, analyze(run), std::nullopt);
@@ -81,7 +81,7 @@ TEST(Outcome, TheSentinelWinsWhenItsStepComesFirst) {
 // did not recognise may have made them): unattributed, even where --trail named a module outside
 // attention, and the text never says both "outside attention" and "no attention call was checked".
 TEST(Outcome, OutsideAttentionNeedsAttentionChecked) {
-  RunData run = runOf({});
+  store::RunData run = runOf({});
   run.sentinel = {SentinelRecord{.rank = 0, .step = 1, .tensor = SentinelTensor::kGrad, .parameter = "embed.weight"}};
   EXPECT_EQ(conclude(run, analyze(run), std::nullopt).outcome, Outcome::kUnattributed);
   ModuleCheckRecord m;
@@ -94,26 +94,26 @@ TEST(Outcome, OutsideAttentionNeedsAttentionChecked) {
 // At one step, the rank that received the values through a collective comes after the rank that
 // sent them.
 TEST(Outcome, TheEarliestSentinelPrefersTheRankThatSentThem) {
-  RunData run;
+  store::RunData run;
   run.sentinel = {SentinelRecord{.rank = 0, .step = 4, .parameter = "w"},
                   SentinelRecord{.rank = 1, .step = 4, .parameter = "w"},
                   SentinelRecord{.rank = 2, .step = 6, .parameter = "w"}};
   EXPECT_EQ(earliestSentinel(run, {})->rank, 0);
   EXPECT_EQ(earliestSentinel(run, {{0, 4}})->rank, 1);
-  EXPECT_FALSE(earliestSentinel(RunData{}, {}));
+  EXPECT_FALSE(earliestSentinel(store::RunData{}, {}));
 }
 
 // Nothing checked says why, from what `nanprov run` and the bootstrap left (run.json, processes/).
 TEST(Outcome, NothingCheckedSaysWhy) {
   const fs::path dir = testing::freshDir("outcome-nothing");
-  RunData run = runOf({}, 0, dir.string());
+  store::RunData run = runOf({}, 0, dir.string());
   run.ranks.clear();
   run.settings.readable = true;
   run.settings.signal = "SIGKILL";
   Conclusion c = conclude(run, analyze(run), std::nullopt);
   EXPECT_EQ(c.outcome, Outcome::kNothingChecked);
   EXPECT_EQ(c.nothing_checked_why, "the training was killed by SIGKILL before any attention call");
-  run.settings = RunFile{};
+  run.settings = store::RunFile{};
   EXPECT_EQ(conclude(run, analyze(run), std::nullopt).nothing_checked_why, "no Python process imported torch");
   fs::create_directories(dir / "processes");
   std::ofstream(dir / "processes" / "7.json") << R"({"pid": 7, "status": "no_probes", "detail": "torch 2.9"})";
@@ -123,7 +123,7 @@ TEST(Outcome, NothingCheckedSaysWhy) {
 
 // Attention recognised and not checked, with nothing non-finite: no fault, but partial.
 TEST(Outcome, UncheckedAttentionMakesACleanRunPartial) {
-  RunData run = runOf({forward(0, 0, 0, 0)});
+  store::RunData run = runOf({forward(0, 0, 0, 0)});
   run.ranks[0].counters.unprobed["flex_attention"] = 3;
   const Conclusion c = conclude(run, analyze(run), std::nullopt);
   EXPECT_EQ(c.outcome, Outcome::kPartial);
@@ -133,7 +133,7 @@ TEST(Outcome, UncheckedAttentionMakesACleanRunPartial) {
 // --audit vouches only for what it judged: a regime of conditions seen and never judged leaves a
 // run without a fault partial.
 TEST(Outcome, ARegimeTheAuditNeverJudgedMakesACleanRunPartial) {
-  RunData run = runOf({forward(0, 0, 0, 0)});
+  store::RunData run = runOf({forward(0, 0, 0, 0)});
   run.settings.audit.on = true;
   EXPECT_EQ(conclude(run, analyze(run), std::nullopt).outcome, Outcome::kClean) << "no regime counted";
   run.ranks[0].counters.audit_regimes["k0.r0"] = AuditRegime{
@@ -145,4 +145,4 @@ TEST(Outcome, ARegimeTheAuditNeverJudgedMakesACleanRunPartial) {
 }
 
 }  // namespace
-}  // namespace nanprov
+}  // namespace nanprov::report

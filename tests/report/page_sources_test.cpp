@@ -12,17 +12,17 @@
 #include "tests/report/synthetic_run.h"
 #include "tests/temp_dir.h"
 
-namespace nanprov {
+namespace nanprov::report {
 namespace {
 
 namespace fs = std::filesystem;
 
 // One rank's store in `dir`: a clean forward at step 0 and one whose O went NaN at step 1, on a
 // rank whose meta names its GPU and versions.
-RunData storedRun(const fs::path& dir) {
-  auto w =
-      StoreWriter::open((dir / rankStoreName(0)).string(),
-                        {{"rank", "0"}, {"gpu", "NVIDIA H100 (sm_90)"}, {"cuda_runtime", "12080"}, {"cudnn", "91000"}});
+store::RunData storedRun(const fs::path& dir) {
+  auto w = store::StoreWriter::open(
+      (dir / store::rankStoreName(0)).string(),
+      {{"rank", "0"}, {"gpu", "NVIDIA H100 (sm_90)"}, {"cuda_runtime", "12080"}, {"cudnn", "91000"}});
   EXPECT_TRUE(w.ok());
   (*w)->append(synthetic::forward(0, 0, 0, 0));
   (*w)->stepEnded(0, 2'000'000);
@@ -30,7 +30,7 @@ RunData storedRun(const fs::path& dir) {
   bad.health = 1;
   (*w)->append(bad);
   EXPECT_TRUE((*w)->close().ok());
-  auto run = loadRun(dir.string(), RunScope::kEdges);
+  auto run = store::loadRun(dir.string(), store::RunScope::kEdges);
   EXPECT_TRUE(run.ok()) << run.status().message();
   // The edge's capture, as the probes decide it.
   run->captures = {CaptureRecord{
@@ -58,7 +58,7 @@ constexpr const char* kKeptReplay = R"({
 // the edge's kept replay (typed), and the rank's versions.
 TEST(PageSources, AreReadWhenThePageIsAskedFor) {
   const fs::path dir = testing::freshDir("page-sources");
-  RunData run = storedRun(dir);
+  store::RunData run = storedRun(dir);
   write(dir / "captures/c.replay.json", kKeptReplay);
   auto report = buildReport(run, {.page = true});
   ASSERT_TRUE(report.ok()) << report.status().message();
@@ -86,7 +86,7 @@ TEST(PageSources, AreReadWhenThePageIsAskedFor) {
 // the page says where one would be.
 TEST(PageSources, ADamagedKeptReplayIsSaidAndTheRestRead) {
   const fs::path dir = testing::freshDir("page-sources-damaged");
-  RunData run = storedRun(dir);
+  store::RunData run = storedRun(dir);
   auto none = buildReport(run, {.page = true});
   ASSERT_TRUE(none.ok());
   EXPECT_FALSE(none->page->replay);
@@ -102,4 +102,4 @@ TEST(PageSources, ADamagedKeptReplayIsSaidAndTheRestRead) {
 }
 
 }  // namespace
-}  // namespace nanprov
+}  // namespace nanprov::report

@@ -5,7 +5,7 @@
 #include "store/reader.h"
 #include "tests/trace_events.h"
 
-namespace nanprov {
+namespace nanprov::report {
 namespace {
 
 using nlohmann::json;
@@ -60,11 +60,11 @@ KernelRecord kernel(int rank, int64_t seq, int64_t stream, int64_t start, int64_
 // Two ranks on CUDA, two steps. Rank 1's forward of layer 0 in step 1 makes NaN from finite
 // inputs: the first edge; its backward is propagated. Rank 0's first call has two kernels on
 // stream 7 that overlap by 100 ns, as programmatic dependent launch makes them.
-RunData twoRankRun() {
-  RunData run;
+store::RunData twoRankRun() {
+  store::RunData run;
   run.dir = "runs/synthetic";
   for (int r : {0, 1}) {
-    RankInfo info;
+    store::RankInfo info;
     info.rank = r;
     info.steps = 1;
     info.step_ends_ns = {{0, kT0 + 20'000}};  // step 1 did not end: the run stopped
@@ -89,7 +89,7 @@ RunData twoRankRun() {
   return run;
 }
 
-json traceOf(const RunData& run) {
+json traceOf(const store::RunData& run) {
   auto timeline = timelineOf(run, analyze(run));
   EXPECT_TRUE(timeline.ok()) << timeline.status().message();
   return timeline.ok() ? perfettoTrace(*timeline) : json();
@@ -118,7 +118,7 @@ TEST(TraceEvents, FollowTheTraceEventSchemaInMicroseconds) {
 }
 
 TEST(TraceEvents, EachCallIsOneCompleteEventOnItsRanksTrainingOrAutogradTrack) {
-  const RunData run = twoRankRun();
+  const store::RunData run = twoRankRun();
   const json trace = traceOf(run);
   EXPECT_EQ(eventsOf(trace, "X").size(), run.calls.size() + run.kernels.size() + 4)
       << "calls, kernels, 2 steps x 2 ranks";
@@ -173,7 +173,7 @@ TEST(TraceEvents, StepsEncloseTheirCallsFromTheRecordedStepEnds) {
 }
 
 TEST(TraceEvents, TracksNestWhereStoredTimesOverlap) {
-  RunData run = twoRankRun();
+  store::RunData run = twoRankRun();
   // Rank 0's step 0 ends (as recorded) before its last forward does, as a clock step can make
   // it, and step 1's recorded end comes before its own forward ends.
   run.calls.push_back(call(0, 9, 0, 1, 1, Phase::kForward, 18'000, 22'000));
@@ -201,7 +201,7 @@ TEST(TraceEvents, TracksNestWhereStoredTimesOverlap) {
 }
 
 TEST(TraceEvents, KernelsSitOnStreamTracksWithAFlowFromTheirCall) {
-  const RunData run = twoRankRun();
+  const store::RunData run = twoRankRun();
   const json trace = traceOf(run);
   const int64_t pid = *pidOfRank(trace, 0);
   auto stream7 = tidNamed(trace, pid, "CUDA stream 7");
@@ -249,10 +249,10 @@ TEST(TraceEvents, TheFirstEdgeIsMarkedOnItsRank) {
 }
 
 TEST(TraceEvents, CpuCallsHaveNoKernelTracks) {
-  RunData run = twoRankRun();
+  store::RunData run = twoRankRun();
   for (CallRecord& c : run.calls) c.device = Device::cpu();
   run.kernels.clear();
-  for (const CallRecord& c : run.calls) run.kernels.push_back(cpuKernelOf(c));  // as loadRun gives them
+  for (const CallRecord& c : run.calls) run.kernels.push_back(store::cpuKernelOf(c));  // as loadRun gives them
   const json trace = traceOf(run);
   expectSchema(trace);
   expectTracksNest(trace);
@@ -265,9 +265,9 @@ TEST(TraceEvents, CpuCallsHaveNoKernelTracks) {
 // were, on a track of its own, from the end recorded before the stretch to its last step's end
 // (the nearest recorded ends where those were thinned); one with no end around it gets none.
 TEST(TraceEvents, SummarisedStepsAreMarkedOnATrackOfTheirOwn) {
-  RunData run = twoRankRun();
+  store::RunData run = twoRankRun();
   // Rank 0 ran steps 0..5; 1..3 were summarised; step 2's end was not kept.
-  RankInfo& r0 = run.ranks[0];
+  store::RankInfo& r0 = run.ranks[0];
   r0.step_ends_ns = {{0, kT0 + 20'000}, {1, kT0 + 40'000}, {3, kT0 + 80'000}, {4, kT0 + 100'000}};
   r0.summarised_stretches = {{.first_step = 1, .last_step = 3, .calls = 12, .not_clean = 0},
                              {.first_step = 9, .last_step = 9, .calls = 4, .not_clean = 4}};  // no end after it
@@ -297,8 +297,8 @@ TEST(TraceEvents, SummarisedStepsAreMarkedOnATrackOfTheirOwn) {
 }
 
 TEST(TraceEvents, AnEmptyRunIsAnEmptyTimeline) {
-  RunData run;
-  run.ranks.push_back(RankInfo{});
+  store::RunData run;
+  run.ranks.push_back(store::RankInfo{});
   const json trace = traceOf(run);
   expectSchema(trace);
   EXPECT_TRUE(eventsOf(trace, "X").empty());
@@ -306,14 +306,14 @@ TEST(TraceEvents, AnEmptyRunIsAnEmptyTimeline) {
 }
 
 }  // namespace
-}  // namespace nanprov
+}  // namespace nanprov::report
 
-namespace nanprov {
+namespace nanprov::report {
 namespace {
 
 // An arrow needs a slice with room inside: a kernel of no duration gets none, and says so.
 TEST(TraceEvents, AKernelOfNoDurationGetsNoArrow) {
-  RunData run = twoRankRun();
+  store::RunData run = twoRankRun();
   run.kernels[0].end_ns = run.kernels[0].start_ns;
   const json trace = traceOf(run);
   EXPECT_EQ(expectFlowsPair(trace).size(), 3u);
@@ -321,4 +321,4 @@ TEST(TraceEvents, AKernelOfNoDurationGetsNoArrow) {
 }
 
 }  // namespace
-}  // namespace nanprov
+}  // namespace nanprov::report

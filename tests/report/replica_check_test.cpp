@@ -8,18 +8,18 @@
 #include "store/reader.h"
 #include "store/replica_digest_rows.h"
 
-namespace nanprov {
+namespace nanprov::report {
 namespace {
 
 const std::vector<std::string> kParameters = {"embed.weight", "layers.0.attn.q_proj.weight", "head.weight"};
 
 // `ranks` DDP replicas over one group, each with `steps` steps of equal digests.
-RunData replicas(int ranks, int64_t steps) {
-  RunData run;
+store::RunData replicas(int ranks, int64_t steps) {
+  store::RunData run;
   std::string group;
   for (int r = 0; r < ranks; ++r) group += (r ? "," : "") + std::to_string(r);
   for (int r = 0; r < ranks; ++r) {
-    RankInfo info;
+    store::RankInfo info;
     info.rank = r;
     info.meta = {{"world_size", std::to_string(ranks)}, {kReplicaGroupMeta, group}};
     run.ranks.push_back(info);
@@ -34,7 +34,7 @@ RunData replicas(int ranks, int64_t steps) {
 }
 
 // Changes `rank`'s digest of `parameter` from `step` on (a divergence persists: the values differ).
-void diverge(RunData& run, int rank, int64_t step, const std::string& parameter) {
+void diverge(store::RunData& run, int rank, int64_t step, const std::string& parameter) {
   for (ReplicaDigestRecord& d : run.replica_digests) {
     if (d.rank == rank && d.step >= step && d.parameter == parameter) d.digest += 7;
   }
@@ -54,7 +54,7 @@ TEST(ReplicaCheck, EqualReplicasAreCheckedWithoutADivergence) {
 // in the model's order that differs, though later steps differ in more.
 TEST(ReplicaCheck, TheMajorityNamesTheRankThatDiverged) {
   for (int rank : {0, 1, 2}) {
-    RunData run = replicas(3, 6);
+    store::RunData run = replicas(3, 6);
     diverge(run, rank, 4, "layers.0.attn.q_proj.weight");
     diverge(run, rank, 5, "embed.weight");
     const ReplicaCheck r = checkReplicas(run);
@@ -68,7 +68,7 @@ TEST(ReplicaCheck, TheMajorityNamesTheRankThatDiverged) {
 
 // Two replicas that disagree: nothing tells which is wrong, so both are named.
 TEST(ReplicaCheck, TwoReplicasThatDisagreeAreBothNamed) {
-  RunData run = replicas(2, 6);
+  store::RunData run = replicas(2, 6);
   diverge(run, 1, 3, "head.weight");
   const ReplicaCheck r = checkReplicas(run);
   ASSERT_TRUE(r.first_divergence);
@@ -84,7 +84,7 @@ TEST(ReplicaCheck, TwoReplicasThatDisagreeAreBothNamed) {
 // and a divergence after its death is found between them, where no majority tells which one is
 // wrong: both are named.
 TEST(ReplicaCheck, ARankThatDiedIsComparedWhileItRecorded) {
-  RunData run = replicas(3, 6);
+  store::RunData run = replicas(3, 6);
   std::erase_if(run.replica_digests, [](const ReplicaDigestRecord& d) { return d.rank == 2 && d.step > 2; });
   EXPECT_FALSE(checkReplicas(run).first_divergence) << "missing steps are no divergence";
   EXPECT_EQ(checkReplicas(run).steps, 6);
@@ -97,7 +97,7 @@ TEST(ReplicaCheck, ARankThatDiedIsComparedWhileItRecorded) {
 
 // A rank that recorded fewer parameters in a step (its rows cut short) is compared on those it has.
 TEST(ReplicaCheck, ARankWithFewerRowsIsComparedOnWhatItHas) {
-  RunData run = replicas(3, 3);
+  store::RunData run = replicas(3, 3);
   std::erase_if(run.replica_digests, [](const ReplicaDigestRecord& d) {
     return d.rank == 1 && d.step == 2 && d.parameter == "head.weight";
   });
@@ -112,7 +112,7 @@ TEST(ReplicaCheck, ARankWithFewerRowsIsComparedOnWhatItHas) {
 // Only ranks that name each other as replicas are compared: two DDP groups (as in HSDP's
 // replicate groups) are compared apart, and a rank whose group does not list it is left out.
 TEST(ReplicaCheck, OnlyRanksOfOneGroupAreCompared) {
-  RunData run = replicas(4, 3);
+  store::RunData run = replicas(4, 3);
   run.ranks[0].meta[kReplicaGroupMeta] = run.ranks[2].meta[kReplicaGroupMeta] = "0,2";
   run.ranks[1].meta[kReplicaGroupMeta] = run.ranks[3].meta[kReplicaGroupMeta] = "1,3";
   diverge(run, 1, 0, "embed.weight");  // ranks 1 and 3 differ from 0 and 2, which is no divergence by itself
@@ -130,7 +130,7 @@ TEST(ReplicaCheck, OnlyRanksOfOneGroupAreCompared) {
 // HSDP: each shard has its own replica group (ranks 0 and 2 hold one shard, 1 and 3 the other).
 // A step compared in both groups is one step, and the text names the groups.
 TEST(ReplicaCheck, TwoReplicaGroupsCountEachStepOnceAndAreNamed) {
-  RunData run = replicas(4, 3);
+  store::RunData run = replicas(4, 3);
   run.ranks[0].meta[kReplicaGroupMeta] = run.ranks[2].meta[kReplicaGroupMeta] = "0,2";
   run.ranks[1].meta[kReplicaGroupMeta] = run.ranks[3].meta[kReplicaGroupMeta] = "1,3";
   diverge(run, 1, 0, "embed.weight");  // shards differ between groups: no divergence
@@ -149,9 +149,9 @@ TEST(ReplicaCheck, TwoReplicaGroupsCountEachStepOnceAndAreNamed) {
 }
 
 TEST(ReplicaCheck, ShardedParametersAreNotCompared) {
-  RunData run;
+  store::RunData run;
   for (int r = 0; r < 2; ++r) {
-    RankInfo info;
+    store::RankInfo info;
     info.rank = r;
     info.meta = {{kReplicaShardedMeta, "1"}};
     run.ranks.push_back(info);
@@ -164,13 +164,13 @@ TEST(ReplicaCheck, ShardedParametersAreNotCompared) {
 }
 
 TEST(ReplicaCheck, ARunWithoutReplicasComparesNothingAndSaysNothing) {
-  RunData run;
-  run.ranks.push_back(RankInfo{});
+  store::RunData run;
+  run.ranks.push_back(store::RankInfo{});
   const ReplicaCheck r = checkReplicas(run);
   EXPECT_FALSE(r.checked);
   EXPECT_EQ(r.why_not, "no parameters replicated across ranks (DDP, HSDP) were recorded");
   EXPECT_EQ(replicaCheckText(r, StepUnit::kOptimizerStep), "");
-  RunData alone = replicas(2, 3);
+  store::RunData alone = replicas(2, 3);
   std::erase_if(alone.replica_digests, [](const ReplicaDigestRecord& d) { return d.rank == 1; });
   EXPECT_FALSE(checkReplicas(alone).checked) << "one replica has nothing to be compared with";
 }
@@ -179,14 +179,14 @@ TEST(ReplicaCheck, ARunWithoutReplicasComparesNothingAndSaysNothing) {
 // the step; the per-parameter digests, kept at landmarks and the newest steps only, name the
 // parameter at the first kept step after it, and the text says which step named it.
 TEST(ReplicaCheck, TheWholeModelFindsTheStepAndALaterKeptStepNamesTheParameter) {
-  RunData run = replicas(3, 40);
+  store::RunData run = replicas(3, 40);
   diverge(run, 1, 20, "head.weight");
   std::map<std::pair<int, int64_t>, std::vector<ReplicaDigestRecord>> steps;
   for (const ReplicaDigestRecord& d : run.replica_digests) steps[{d.rank, d.step}].push_back(d);
   run.replica_digests.clear();
   for (const auto& [at, rows] : steps) {
-    for (const ReplicaDigestRecord& d : withModelDigests(rows)) {
-      if (d.parameter.empty() || isLandmarkStep(d.step) || d.step > 39 - kNewestParameterSteps)
+    for (const ReplicaDigestRecord& d : store::withModelDigests(rows)) {
+      if (d.parameter.empty() || store::isLandmarkStep(d.step) || d.step > 39 - store::kNewestParameterSteps)
         run.replica_digests.push_back(d);
     }
   }
@@ -203,4 +203,4 @@ TEST(ReplicaCheck, TheWholeModelFindsTheStepAndALaterKeptStepNamesTheParameter) 
 }
 
 }  // namespace
-}  // namespace nanprov
+}  // namespace nanprov::report

@@ -4,7 +4,7 @@
 
 #include "tests/report/synthetic_report.h"
 
-namespace nanprov {
+namespace nanprov::report {
 namespace {
 
 using synthetic::edgeReport;
@@ -126,4 +126,4 @@ TEST(ReportHtml, AuditFindingsAreListed) {
 }
 
 }  // namespace
-}  // namespace nanprov
+}  // namespace nanprov::report

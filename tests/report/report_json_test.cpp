@@ -4,7 +4,7 @@
 
 #include "tests/report/synthetic_report.h"
 
-namespace nanprov {
+namespace nanprov::report {
 namespace {
 
 using nlohmann::json;
@@ -94,4 +94,4 @@ TEST(ReportJson, ACallIsItsRecordAndItsHealth) {
 }
 
 }  // namespace
-}  // namespace nanprov
+}  // namespace nanprov::report

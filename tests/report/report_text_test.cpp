@@ -4,7 +4,7 @@
 
 #include "tests/report/synthetic_report.h"
 
-namespace nanprov {
+namespace nanprov::report {
 namespace {
 
 using synthetic::edgeReport;
@@ -200,4 +200,4 @@ TEST(ReportText, MaskedRowsAreCountedInQueryRows) {
 }
 
 }  // namespace
-}  // namespace nanprov
+}  // namespace nanprov::report

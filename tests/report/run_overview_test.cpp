@@ -4,7 +4,7 @@
 
 #include "tests/report/synthetic_run.h"
 
-namespace nanprov {
+namespace nanprov::report {
 namespace {
 
 using synthetic::forward;
@@ -12,8 +12,8 @@ using synthetic::runOf;
 
 // What the report says of the run as a whole is read once, from the stores' meta and run.json.
 TEST(RunOverview, SayWhatTheStoresAndRunFileSay) {
-  RunData run = runOf({forward(0, 0, 0, 0)}, /*steps=*/6);
-  RankInfo second = run.ranks[0];
+  store::RunData run = runOf({forward(0, 0, 0, 0)}, /*steps=*/6);
+  store::RankInfo second = run.ranks[0];
   second.rank = 2, second.steps = 7, second.path = "elsewhere/rank-2.sqlite";
   second.meta = {{"world_size", "4"}, {"host", "node1"}, {"launcher_run_id", "job42"}};
   second.counters = {.trail = true, .unprobed = {{"flex_attention", 12}}};
@@ -49,7 +49,7 @@ TEST(RunOverview, SayWhatTheStoresAndRunFileSay) {
 }
 
 TEST(RunOverview, StepsAreForwardPassesInInference) {
-  RunData run = runOf({forward(0, 0, 0, 0)});
+  store::RunData run = runOf({forward(0, 0, 0, 0)});
   run.ranks[0].counters.step_unit = StepUnit::kForwardPass;
   EXPECT_EQ(runOverviewOf(run).step_unit, StepUnit::kForwardPass);
   EXPECT_EQ(stepLabel(StepUnit::kForwardPass, 3), "forward pass 3");
@@ -57,4 +57,4 @@ TEST(RunOverview, StepsAreForwardPassesInInference) {
 }
 
 }  // namespace
-}  // namespace nanprov
+}  // namespace nanprov::report

@@ -10,7 +10,7 @@
 #include "tests/base/sample_device_identity.h"
 #include "tests/report/synthetic_report.h"
 
-namespace nanprov {
+namespace nanprov::report {
 namespace {
 
 using nlohmann::json;
@@ -274,4 +274,4 @@ TEST(RunVerdict, AReplicaDivergenceSuspectsTheDeviceOfTheRankThatDiverged) {
 }
 
 }  // namespace
-}  // namespace nanprov
+}  // namespace nanprov::report

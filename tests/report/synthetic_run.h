@@ -42,11 +42,12 @@ inline CallRecord upstream(int rank, int64_t seq, int64_t step, int64_t layer) {
 }
 
 // One rank, step boundaries `steps`, and `calls` (ordered by step and time, as loadRun orders them).
-inline RunData runOf(std::vector<CallRecord> calls, int64_t steps = 4, const std::string& dir = "runs/synthetic") {
-  RunData run;
+inline store::RunData runOf(std::vector<CallRecord> calls, int64_t steps = 4,
+                            const std::string& dir = "runs/synthetic") {
+  store::RunData run;
   run.dir = dir;
   run.dirs = {dir};
-  RankInfo rank;
+  store::RankInfo rank;
   rank.rank = 0;
   rank.path = dir + "/rank-0.sqlite";
   rank.steps = steps;

@@ -4,7 +4,7 @@
 
 #include "tests/report/synthetic_report.h"
 
-namespace nanprov {
+namespace nanprov::report {
 namespace {
 
 // Every text of the model that came from a store, a capture's file or run.json is made printable:
@@ -61,4 +61,4 @@ TEST(TerminalText, ACallsDtypeIsPrintableToo) {
 }
 
 }  // namespace
-}  // namespace nanprov
+}  // namespace nanprov::report

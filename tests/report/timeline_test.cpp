@@ -4,7 +4,7 @@
 
 #include "tests/report/synthetic_run.h"
 
-namespace nanprov {
+namespace nanprov::report {
 namespace {
 
 using synthetic::forward;
@@ -20,7 +20,7 @@ KernelRecord kernel(int64_t seq, int device) {
 // The window's calls move in with their health and their CUDA kernels (a CPU call's "kernel" is
 // the call itself); the ranks' step ends and the edges come along.
 TEST(Timeline, HoldsTheWindowsCallsTheirCudaKernelsAndTheEdges) {
-  RunData window = runOf({forward(0, 0, 0, 0), forward(0, 1, 0, 1, /*o_nan=*/4)});
+  store::RunData window = runOf({forward(0, 0, 0, 0), forward(0, 1, 0, 1, /*o_nan=*/4)});
   window.ranks[0].step_ends_ns = {{0, 2'000'000}};
   window.kernels = {kernel(0, -1), kernel(1, 0), kernel(1, 0)};
   Findings findings = analyze(window);
@@ -43,13 +43,13 @@ TEST(Timeline, HoldsTheWindowsCallsTheirCudaKernelsAndTheEdges) {
 TEST(Timeline, TimesNoTimelineCanHoldAreRefused) {
   for (auto [start, end] :
        {std::pair<int64_t, int64_t>{-9223372036854775807LL, 9223372036854775807LL}, {5'000'000'000LL, 0}, {0, 10}}) {
-    RunData window = runOf({forward(0, 0, 0, 0)});
+    store::RunData window = runOf({forward(0, 0, 0, 0)});
     window.calls[0].start_ns = start, window.calls[0].end_ns = end;
     auto refused = timelineOf(window, Findings{});
     ASSERT_FALSE(refused.ok()) << start << ".." << end;
     EXPECT_NE(refused.status().message().find("the store is damaged"), std::string::npos) << refused.status().message();
   }
-  RunData apart = runOf({forward(0, 0, 0, 0), forward(0, 1, 0, 0)});
+  store::RunData apart = runOf({forward(0, 0, 0, 0), forward(0, 1, 0, 0)});
   apart.calls[1].start_ns += 400LL * 24 * 3600 * 1'000'000'000LL, apart.calls[1].end_ns = apart.calls[1].start_ns + 1;
   auto refused = timelineOf(apart, Findings{});
   ASSERT_FALSE(refused.ok());
@@ -57,4 +57,4 @@ TEST(Timeline, TimesNoTimelineCanHoldAreRefused) {
 }
 
 }  // namespace
-}  // namespace nanprov
+}  // namespace nanprov::report

@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-namespace nanprov {
+namespace nanprov::report {
 namespace {
 
 LayerTrend layer() {
@@ -41,4 +41,4 @@ TEST(TrendPlots, DrawTheMeasuresAndMarkTheWarningsAndTheFirstNonFiniteStep) {
 }
 
 }  // namespace
-}  // namespace nanprov
+}  // namespace nanprov::report

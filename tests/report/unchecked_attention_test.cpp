@@ -6,14 +6,14 @@
 #include "report/outcome.h"
 #include "store/reader.h"
 
-namespace nanprov {
+namespace nanprov::report {
 namespace {
 
 // A run whose rank 0 counted `whats` unchecked, first at step 0.
 // `classes`: the trail's class of each module pattern.
-RunData runWith(const std::vector<std::string>& whats, const std::map<std::string, std::string>& classes = {}) {
-  RunData run;
-  RankInfo& r = run.ranks.emplace_back();
+store::RunData runWith(const std::vector<std::string>& whats, const std::map<std::string, std::string>& classes = {}) {
+  store::RunData run;
+  store::RankInfo& r = run.ranks.emplace_back();
   for (const std::string& what : whats) {
     r.counters.unprobed[what] = 3;
     r.counters.unprobed_first_step[what] = 0;
@@ -32,7 +32,7 @@ const std::vector<std::string> kDiffusersPlaces = {
     "up_blocks.*.attentions.*.transformer_blocks.*.attn1",   "up_blocks.*.attentions.*.transformer_blocks.*.attn2"};
 
 TEST(UncheckedAttention, KindsAreReadApartFromTheirSuggestion) {
-  RunData run = runWith({bySoftmaxCount("layers.*.attn"), "aten::_transformer_encoder_layer_fwd"});
+  store::RunData run = runWith({bySoftmaxCount("layers.*.attn"), "aten::_transformer_encoder_layer_fwd"});
   std::vector<UncheckedAttention> u = uncheckedAttention(run);
   ASSERT_EQ(u.size(), 2u);
   EXPECT_EQ(u[0].kind, "aten::_transformer_encoder_layer_fwd");
@@ -60,7 +60,7 @@ TEST(UncheckedAttention, OneClassCoveringEveryPlaceIsSuggestedByName) {
 
 // An option the run was given is never suggested again, by its pattern or by the class it names.
 TEST(UncheckedAttention, NeverSuggestsAnOptionTheRunWasGiven) {
-  RunData run = runWith({bySoftmaxCount("blocks.*.attn")}, {{"blocks.*.attn", "Attention"}});
+  store::RunData run = runWith({bySoftmaxCount("blocks.*.attn")}, {{"blocks.*.attn", "Attention"}});
   run.settings.probe_modules = {"blocks.*.attn"};
   EXPECT_TRUE(suggestedProbeModules(run).empty());
   run.settings.probe_modules = {"Attention:q=0,k=1,v=2"};
@@ -70,10 +70,10 @@ TEST(UncheckedAttention, NeverSuggestsAnOptionTheRunWasGiven) {
 }
 
 TEST(UncheckedAttention, AModuleIsOfItByPatternOrByClass) {
-  RunData run = runWith({bySoftmaxCount("blocks.*.attn"),
-                         "attention-like module LinearAttention at enc.*.mix ran no "
-                         "attention op nanprov checks: not checked; --probe-module "
-                         "'LinearAttention' checks it"});
+  store::RunData run = runWith({bySoftmaxCount("blocks.*.attn"),
+                                "attention-like module LinearAttention at enc.*.mix ran no "
+                                "attention op nanprov checks: not checked; --probe-module "
+                                "'LinearAttention' checks it"});
   ModuleCheckRecord m;
   m.module = "blocks.3.attn", m.module_class = "Whatever";
   EXPECT_TRUE(isUncheckedAttention(run, m));
@@ -98,7 +98,7 @@ TEST(AttentionLike, ClassOrLastPathPart) {
 
 // Values that went non-finite beside unchecked attention are unattributed; with none, partial.
 TEST(UncheckedAttention, OutcomesCannotBeMisread) {
-  RunData run = runWith({bySoftmaxCount("blocks.*.attn")});
+  store::RunData run = runWith({bySoftmaxCount("blocks.*.attn")});
   run.total_calls = 4;
   EXPECT_EQ(conclude(run, Findings{}, std::nullopt).outcome, Outcome::kPartial);
   run.sentinel.push_back(SentinelRecord{.step = 2, .tensor = SentinelTensor::kGrad, .parameter = "head.weight"});
@@ -124,4 +124,4 @@ TEST(UncheckedAttention, OutcomesCannotBeMisread) {
 }
 
 }  // namespace
-}  // namespace nanprov
+}  // namespace nanprov::report

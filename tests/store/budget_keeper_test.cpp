@@ -11,7 +11,7 @@
 #include "store/writer.h"
 #include "tests/temp_dir.h"
 
-namespace nanprov {
+namespace nanprov::store {
 namespace {
 namespace fs = std::filesystem;
 using testing::freshDir;
@@ -251,4 +251,4 @@ TEST(StoreBudget, HandEditedDerivedTablesAreNamedAsDamage) {
 }
 
 }  // namespace
-}  // namespace nanprov
+}  // namespace nanprov::store

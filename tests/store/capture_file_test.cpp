@@ -12,7 +12,7 @@
 #include "base/records/dtype.h"
 #include "tests/temp_dir.h"
 
-namespace nanprov {
+namespace nanprov::store {
 namespace {
 namespace fs = std::filesystem;
 
@@ -180,4 +180,4 @@ TEST(CaptureFile, FuzzedFilesNeverCrashTheLoader) {
 }
 
 }  // namespace
-}  // namespace nanprov
+}  // namespace nanprov::store

@@ -11,7 +11,7 @@
 #include "store/writer.h"
 #include "tests/temp_dir.h"
 
-namespace nanprov {
+namespace nanprov::store {
 namespace {
 namespace fs = std::filesystem;
 using testing::freshDir;
@@ -129,4 +129,4 @@ TEST(Job, AnUnrecordedRankIsMissingWithItsReason) {
 }
 
 }  // namespace
-}  // namespace nanprov
+}  // namespace nanprov::store

@@ -11,7 +11,7 @@
 #include "store/writer.h"
 #include "tests/temp_dir.h"
 
-namespace nanprov {
+namespace nanprov::store {
 namespace {
 namespace fs = std::filesystem;
 using testing::freshDir;
@@ -141,9 +141,9 @@ TEST(RunReader, SqlSeesAllRanksAndRefusesWrites) {
 }
 
 }  // namespace
-}  // namespace nanprov
+}  // namespace nanprov::store
 
-namespace nanprov {
+namespace nanprov::store {
 namespace {
 
 // --trail's rows come back as written, in the order the module calls ended; a store without the
@@ -241,4 +241,4 @@ TEST(RunReader, AWindowCentredOnACallHoldsCallsOnBothSides) {
 }
 
 }  // namespace
-}  // namespace nanprov
+}  // namespace nanprov::store

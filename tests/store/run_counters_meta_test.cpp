@@ -10,7 +10,7 @@
 #include "store/writer.h"
 #include "tests/temp_dir.h"
 
-namespace nanprov {
+namespace nanprov::store {
 namespace {
 namespace fs = std::filesystem;
 using testing::freshDir;
@@ -194,4 +194,4 @@ TEST(RunCountersMeta, ADamagedSummaryCountRefusesTheStore) {
 }
 
 }  // namespace
-}  // namespace nanprov
+}  // namespace nanprov::store

@@ -8,7 +8,7 @@
 #include "store/run_file.h"
 #include "tests/temp_dir.h"
 
-namespace nanprov {
+namespace nanprov::store {
 namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -65,4 +65,4 @@ TEST(TaskRunFiles, OnlyNamesNanprovWritesAreTasks) {
 }
 
 }  // namespace
-}  // namespace nanprov
+}  // namespace nanprov::store

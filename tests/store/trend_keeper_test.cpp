@@ -13,7 +13,7 @@
 #include "store/writer.h"
 #include "tests/temp_dir.h"
 
-namespace nanprov {
+namespace nanprov::store {
 namespace {
 namespace fs = std::filesystem;
 
@@ -113,4 +113,4 @@ TEST(TrendKeeper, ALongRunKeepsAFewHundredRowsPerLayerWithExactMaxima) {
 }
 
 }  // namespace
-}  // namespace nanprov
+}  // namespace nanprov::store

@@ -16,7 +16,7 @@
 #include "store/write_failure.h"
 #include "tests/temp_dir.h"
 
-namespace nanprov {
+namespace nanprov::store {
 namespace {
 namespace fs = std::filesystem;
 using testing::freshDir;
@@ -374,4 +374,4 @@ TEST(StoreWriter, ReplicaDigestsKeepEveryStepsWholeModelAndFewStepsOfEachParamet
 }
 
 }  // namespace
-}  // namespace nanprov
+}  // namespace nanprov::store
