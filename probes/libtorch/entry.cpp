@@ -30,12 +30,14 @@
 #include "probes/libtorch/probe_thread.h"
 #include "probes/libtorch/probes.h"
 
+using nanprov::probes::processProbes;  // the C ABI below reaches the probes through it alone
+
 namespace {
 thread_local std::string t_last_error;
 
 // Ends the process without Python: C's exit() from native code or ctypes. Python's atexit has
 // not run, so the store is closed here; after a normal interpreter exit this is a no-op.
-void closeStoreAtCExit() { nanprov::probes::processProbes().session().finalize(/*collect=*/false); }
+void closeStoreAtCExit() { processProbes().session().finalize(/*collect=*/false); }
 
 // SIGTERM (a launcher stopping its workers) kills by default and runs no exit hook. When the
 // training left it at the default, nanprov catches it only to close the store first: the signal
@@ -64,7 +66,7 @@ void closeStoreThenDie() {
   auto closed = std::make_shared<std::promise<void>>();
   std::future<void> done = closed->get_future();
   std::thread([closed] {
-    nanprov::probes::processProbes().session().finalize(/*collect=*/false);
+    processProbes().session().finalize(/*collect=*/false);
     closed->set_value();
   }).detach();
   done.wait_for(std::chrono::seconds(2));
@@ -96,11 +98,11 @@ int nanprov_start(void) {
   if (const char* debug = std::getenv("NANPROV_DEBUG_CRASH"); debug && *debug == '1') {
     nanprov::printBacktraceOnCrash();  // for bug reports; off by default: the training owns its handlers
   }
-  nanprov::Status st = nanprov::probes::processProbes().session().start();
+  nanprov::Status st = processProbes().session().start();
   if (st.ok()) st = nanprov::probes::installProbes();
   if (!st.ok()) {
     t_last_error = st.message();
-    nanprov::probes::processProbes().session().finalize();
+    processProbes().session().finalize();
     return 1;
   }
   installExitHooks();
@@ -109,14 +111,14 @@ int nanprov_start(void) {
 
 const char* nanprov_last_error(void) { return t_last_error.c_str(); }
 
-void nanprov_step(long long step) { nanprov::probes::processProbes().session().stepEnded(step); }
+void nanprov_step(long long step) { processProbes().session().stepEnded(step); }
 
 void nanprov_set_module_resolver(nanprov_module_resolver resolve) {
-  nanprov::probes::processProbes().session().setModuleResolver(resolve);
+  processProbes().session().setModuleResolver(resolve);
 }
 
 void nanprov_count_unprobed(const char* what, long long n) {
-  if (what && n > 0) nanprov::probes::processProbes().session().countUnprobed(what, n);
+  if (what && n > 0) processProbes().session().countUnprobed(what, n);
 }
 
 void nanprov_compiled_grad_mode(int mode) { nanprov::probes::setCompiledGradMode(mode); }
@@ -149,21 +151,21 @@ long long nanprov_foreign_calls(void) { return nanprov::probes::foreignCallsReco
 
 void nanprov_trail_compiled(void) {
   static std::atomic<bool> noted{false};
-  if (!noted.exchange(true)) nanprov::probes::processProbes().session().setCounters({.trail_compiled = true});
+  if (!noted.exchange(true)) processProbes().session().setCounters({.trail_compiled = true});
 }
 
-void nanprov_become_worker(void) { nanprov::probes::processProbes().session().becomeWorker(); }
+void nanprov_become_worker(void) { processProbes().session().becomeWorker(); }
 
 void nanprov_graph_capture_began(long long key) {
-  nanprov::probes::guarded("graph capture", [&] { nanprov::probes::processProbes().checks().graphCaptureBegan(key); });
+  nanprov::probes::guarded("graph capture", [&] { processProbes().checks().graphCaptureBegan(key); });
 }
 
 void nanprov_graph_replayed(long long key) {
-  nanprov::probes::guarded("graph replay", [&] { nanprov::probes::processProbes().checks().graphs().replayed(key); });
+  nanprov::probes::guarded("graph replay", [&] { processProbes().checks().graphs().replayed(key); });
 }
 
 void nanprov_graph_reset(long long key) {
-  nanprov::probes::guarded("graph reset", [&] { nanprov::probes::processProbes().checks().graphs().reset(key); });
+  nanprov::probes::guarded("graph reset", [&] { processProbes().checks().graphs().reset(key); });
 }
 
 void nanprov_graph_pool(int entering) { nanprov::probes::GraphChecks::enterGraphPool(entering != 0); }
@@ -174,17 +176,15 @@ int nanprov_set_fact(const char* key, const char* value) {
 }
 
 void nanprov_process_group(int rank, int world_size, int local_rank) {
-  nanprov::probes::guarded("process group",
-                           [&] { nanprov::probes::processProbes().session().learnRank(rank, world_size, local_rank); });
+  nanprov::probes::guarded("process group", [&] { processProbes().session().learnRank(rank, world_size, local_rank); });
 }
 
 void nanprov_mesh(const char* coordinates) {
   if (!coordinates || std::strlen(coordinates) > 512) return;
-  nanprov::probes::guarded("device mesh",
-                           [&] { nanprov::probes::processProbes().session().setCounters({.mesh = coordinates}); });
+  nanprov::probes::guarded("device mesh", [&] { processProbes().session().setCounters({.mesh = coordinates}); });
 }
 
 void nanprov_shutdown(void) {
-  nanprov::probes::processProbes().session().finalize();
-  nanprov::probes::processProbes().session().setModuleResolver(nullptr);
+  processProbes().session().finalize();
+  processProbes().session().setModuleResolver(nullptr);
 }

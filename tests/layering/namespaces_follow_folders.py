@@ -6,7 +6,8 @@ A name then says where it is defined (`store::StoreWriter`, `report::Conclusion`
 base/ and tracer/ are the shared vocabulary and stay in `nanprov`. Forward declarations of another
 folder's types are allowed when they open that folder's namespace in full
 (`namespace nanprov::store { struct RunData; }`). Anonymous namespaces, and namespaces nested
-inside the folder's, are the file's own business, as are the tests' shared helpers. Prints each namespace out of place.
+inside the folder's, are the file's own business, as are the tests' shared helpers. Prints each
+namespace out of place.
 
     namespaces_follow_folders.py SOURCE_DIR
 """
